@@ -1,0 +1,130 @@
+//! Fixed window: a counter per window.
+
+use std::time::Duration;
+
+use super::{check_range, Eval, Model, MAX_SCALED};
+use crate::clock::duration_to_micros;
+use crate::error::ConfigError;
+
+/// Where a fixed window starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WindowAnchor {
+    /// Windows are aligned to the Unix epoch: `[k·window, (k+1)·window)`. Every key's windows
+    /// turn over at the same instants (a minute window turns at each whole minute).
+    #[default]
+    Epoch,
+    /// A window starts at a key's first request and lasts `window` (the seeds' `SET key 1 EX
+    /// window` / `INCR` pattern).
+    FirstHit,
+}
+
+/// At most `limit` units per window; the counter starts again at each window.
+///
+/// Cheap (one counter per key) but coarse: a client can spend `limit` at the end of one
+/// window and `limit` again at the start of the next, so up to 2 × `limit` pass within one
+/// window-long interval that straddles a boundary. Use [`SlidingLog`](super::SlidingLog) or
+/// [`SlidingWindow`](super::SlidingWindow) where that burst matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u64,
+    window: u64,
+    anchor: WindowAnchor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowState {
+    pub(crate) start: u64,
+    pub(crate) count: u64,
+}
+
+impl FixedWindow {
+    /// At most `limit` units per `window`, windows placed by `anchor`.
+    pub fn new(limit: u64, window: Duration, anchor: WindowAnchor) -> Result<Self, ConfigError> {
+        let limit = check_range("fixed window limit", limit, MAX_SCALED)?;
+        let window = check_range(
+            "fixed window length (µs)",
+            duration_to_micros(window),
+            MAX_SCALED,
+        )?;
+        Ok(Self {
+            limit,
+            window,
+            anchor,
+        })
+    }
+
+    /// The most units admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length in microseconds.
+    pub fn window_micros(&self) -> u64 {
+        self.window
+    }
+
+    /// Where windows start.
+    pub fn anchor(&self) -> WindowAnchor {
+        self.anchor
+    }
+}
+
+impl Model for FixedWindow {
+    type State = WindowState;
+
+    fn fresh(&self, now: u64) -> WindowState {
+        let start = match self.anchor {
+            WindowAnchor::Epoch => now - now % self.window,
+            WindowAnchor::FirstHit => now,
+        };
+        WindowState { start, count: 0 }
+    }
+
+    fn evaluate(&self, s: &WindowState, now: u64, cost: u64) -> Eval {
+        let reset = (s.start + self.window).saturating_sub(now);
+        let remaining = self.limit.saturating_sub(s.count);
+        if cost > self.limit {
+            return Eval::reject(None, remaining, reset);
+        }
+        if cost <= remaining {
+            Eval::admit(0, remaining - cost, reset)
+        } else {
+            // The next window starts empty, and cost ≤ limit, so its first instant admits.
+            Eval::reject(Some(reset), remaining, reset)
+        }
+    }
+
+    fn apply(&self, s: &mut WindowState, _now: u64, cost: u64) {
+        s.count += cost;
+    }
+
+    fn expires_at(&self, s: &WindowState) -> u64 {
+        s.start.saturating_add(self.window)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_windows_turn_over_at_multiples() {
+        let m = FixedWindow::new(2, Duration::from_micros(10), WindowAnchor::Epoch).unwrap();
+        let mut s = m.fresh(13);
+        assert_eq!(s.start, 10);
+        m.apply(&mut s, 13, 2);
+        assert_eq!(
+            m.evaluate(&s, 14, 1).verdict,
+            super::super::Verdict::Reject {
+                retry_micros: Some(6)
+            }
+        );
+        assert_eq!(m.expires_at(&s), 20);
+    }
+
+    #[test]
+    fn zero_limit_is_a_config_error() {
+        assert!(FixedWindow::new(0, Duration::from_secs(1), WindowAnchor::Epoch).is_err());
+        assert!(FixedWindow::new(1, Duration::ZERO, WindowAnchor::Epoch).is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
+
+use super::{check_product, check_range, Eval, Model, MAX_SCALED};
+use crate::error::ConfigError;
+use crate::rate::Rate;
+
+/// How a [`TokenBucket`] refills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Refill {
+    /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
+    #[default]
+    Smooth,
+    /// In steps: the rate's whole amount is added at the end of each period, counted from the
+    /// key's first request (the seeds' FireflySoft script).
+    Stepped,
+}
+
+/// Bursts up to `capacity` units, sustained at the refill rate. A new key starts full.
+///
+/// Refill is computed from the elapsed time when a request arrives; no timer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    capacity: u64,
+    refill: Rate,
+    mode: Refill,
+}
+
+/// Smooth: `level` is in scaled units (one token = `period` units, `amount` units refill per
+/// µs) as of `last`. Stepped: `level` is whole tokens as of the step boundary `last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BucketState {
+    pub(crate) level: u64,
+    pub(crate) last: u64,
+}
+
+impl TokenBucket {
+    /// A bucket of `capacity` tokens refilled at `refill`, continuously or in steps.
+    pub fn new(capacity: u64, refill: Rate, mode: Refill) -> Result<Self, ConfigError> {
+        check_range("token bucket capacity", capacity, MAX_SCALED)?;
+        check_range("token bucket refill amount", refill.amount(), MAX_SCALED)?;
+        check_range(
+            "token bucket refill period (µs)",
+            refill.period_micros(),
+            MAX_SCALED,
+        )?;
+        check_product(
+            "token bucket capacity × refill period (µs)",
+            capacity,
+            refill.period_micros(),
+        )?;
+        Ok(Self {
+            capacity,
+            refill,
+            mode,
+        })
+    }
+
+    /// The most tokens the bucket holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The refill rate.
+    pub fn refill(&self) -> Rate {
+        self.refill
+    }
+
+    /// Smooth or stepped refill.
+    pub fn mode(&self) -> Refill {
+        self.mode
+    }
+
+    /// Microseconds an empty bucket takes to fill up.
+    pub(crate) fn fill_micros(&self) -> u64 {
+        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        match self.mode {
+            Refill::Smooth => (self.capacity * period).div_ceil(amount),
+            Refill::Stepped => self.capacity.div_ceil(amount) * period,
+        }
+    }
+
+    /// Smooth refill: the level (scaled) at `now`.
+    fn smooth_level(&self, s: &BucketState, now: u64) -> u64 {
+        let full = self.capacity * self.refill.period_micros();
+        let elapsed = now.saturating_sub(s.last);
+        let to_full = (full - s.level.min(full)).div_ceil(self.refill.amount());
+        if elapsed >= to_full {
+            full
+        } else {
+            s.level + elapsed * self.refill.amount()
+        }
+    }
+
+    /// Stepped refill: the whole tokens and the step boundary at `now`.
+    fn stepped_level(&self, s: &BucketState, now: u64) -> BucketState {
+        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        let steps = now.saturating_sub(s.last) / period;
+        let steps_to_full = (self.capacity - s.level.min(self.capacity)).div_ceil(amount);
+        let level = if steps >= steps_to_full {
+            self.capacity
+        } else {
+            s.level + steps * amount
+        };
+        BucketState {
+            level,
+            last: s.last + steps * period,
+        }
+    }
+}
+
+impl Model for TokenBucket {
+    type State = BucketState;
+
+    fn fresh(&self, now: u64) -> BucketState {
+        let level = match self.mode {
+            Refill::Smooth => self.capacity * self.refill.period_micros(),
+            Refill::Stepped => self.capacity,
+        };
+        BucketState { level, last: now }
+    }
+
+    fn evaluate(&self, s: &BucketState, now: u64, cost: u64) -> Eval {
+        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        match self.mode {
+            Refill::Smooth => {
+                let full = self.capacity * period;
+                let level = self.smooth_level(s, now);
+                if cost > self.capacity {
+                    return Eval::reject(None, level / period, (full - level).div_ceil(amount));
+                }
+                let need = cost * period;
+                if level >= need {
+                    let after = level - need;
+                    Eval::admit(0, after / period, (full - after).div_ceil(amount))
+                } else {
+                    let retry = (need - level).div_ceil(amount);
+                    Eval::reject(Some(retry), level / period, (full - level).div_ceil(amount))
+                }
+            }
+            Refill::Stepped => {
+                let at = self.stepped_level(s, now);
+                let reset_for = |level: u64| {
+                    let steps = (self.capacity - level).div_ceil(amount);
+                    if steps == 0 {
+                        0
+                    } else {
+                        (at.last + steps * period).saturating_sub(now)
+                    }
+                };
+                if cost > self.capacity {
+                    return Eval::reject(None, at.level, reset_for(at.level));
+                }
+                if at.level >= cost {
+                    let after = at.level - cost;
+                    Eval::admit(0, after, reset_for(after))
+                } else {
+                    let steps = (cost - at.level).div_ceil(amount);
+                    let retry = (at.last + steps * period).saturating_sub(now);
+                    Eval::reject(Some(retry), at.level, reset_for(at.level))
+                }
+            }
+        }
+    }
+
+    fn apply(&self, s: &mut BucketState, now: u64, cost: u64) {
+        match self.mode {
+            Refill::Smooth => {
+                let level = self.smooth_level(s, now);
+                *s = BucketState {
+                    level: level - cost * self.refill.period_micros(),
+                    last: now.max(s.last),
+                };
+            }
+            Refill::Stepped => {
+                let at = self.stepped_level(s, now);
+                *s = BucketState {
+                    level: at.level - cost,
+                    last: at.last,
+                };
+            }
+        }
+    }
+
+    fn expires_at(&self, s: &BucketState) -> u64 {
+        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        match self.mode {
+            Refill::Smooth => {
+                let full = self.capacity * period;
+                s.last
+                    .saturating_add((full - s.level.min(full)).div_ceil(amount))
+            }
+            Refill::Stepped => {
+                let steps = (self.capacity - s.level.min(self.capacity)).div_ceil(amount);
+                s.last.saturating_add(steps * period)
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Time sources.
+//!
+//! Every decision is taken at an instant in integer microseconds since the Unix epoch. The
+//! [`Clock`] is injected so that tests are deterministic: a [`ManualClock`] only moves when the
+//! test moves it. A Redis store takes time from the server instead, so that instances whose
+//! clocks disagree still share one timeline.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of the current time, in microseconds since the Unix epoch.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current instant in microseconds since the Unix epoch.
+    fn now_micros(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_micros(&self) -> u64 {
+        // A clock set before 1970 reads as the epoch rather than panicking.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| duration_to_micros(d))
+    }
+}
+
+/// A clock that moves only when told to: for tests and simulations.
+///
+/// Clones share the same instant.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(1_000);
+/// clock.advance(Duration::from_millis(2));
+/// assert_eq!(clock.now_micros(), 3_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock that reads `micros` microseconds since the epoch until it is moved.
+    pub fn new(micros: u64) -> Self {
+        Self {
+            now: Arc::new(AtomicU64::new(micros)),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.now.fetch_add(duration_to_micros(by), Ordering::SeqCst);
+    }
+
+    /// Moves the clock forward by `micros` microseconds.
+    pub fn advance_micros(&self, micros: u64) {
+        self.now.fetch_add(micros, Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `micros` microseconds since the epoch (it may go backwards).
+    pub fn set_micros(&self, micros: u64) {
+        self.now.store(micros, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_micros(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// Whole microseconds in `d`, saturating at `u64::MAX`.
+pub(crate) fn duration_to_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}

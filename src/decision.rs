@@ -1,0 +1,99 @@
+//! What a check decides: [`Decision`], per-rule [`RuleOutcome`]s and the batch [`Outcome`].
+
+use std::time::Duration;
+
+/// Whether a request may pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Forward the request now.
+    Allow,
+    /// Forward the request after holding it this long (leaky-bucket shaping).
+    Delay(Duration),
+    /// Reject the request.
+    Deny(Denial),
+}
+
+impl Decision {
+    /// Whether the request may pass, now or after a delay.
+    pub fn is_admitted(&self) -> bool {
+        !matches!(self, Decision::Deny(_))
+    }
+
+    /// The denial, if the request is denied.
+    pub fn denial(&self) -> Option<&Denial> {
+        match self {
+            Decision::Deny(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Why and for how long a request is denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denial {
+    /// Why.
+    pub reason: DenyReason,
+    /// The exact wait until the same request would be admitted (for a client alone on its
+    /// key): a retry at this instant succeeds, one microsecond earlier fails. `None` when no
+    /// wait helps ([`DenyReason::CostExceedsCapacity`]).
+    pub retry_after: Option<Duration>,
+}
+
+/// Why a request is denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyReason {
+    /// The rule's quota is used up.
+    Limited,
+    /// The key is locked out by a penalty after repeated denials.
+    Locked,
+    /// The request costs more than the rule can ever admit at once; retrying cannot help.
+    CostExceedsCapacity,
+}
+
+/// The quota of one rule as a client sees it (for `RateLimit` headers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitInfo {
+    /// The most units admitted at once (the window limit or bucket capacity).
+    pub limit: u64,
+    /// Units still available (after this request, if it was admitted).
+    pub remaining: u64,
+    /// Time until the full quota is available again.
+    pub reset: Duration,
+}
+
+/// The decision of one rule in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleOutcome {
+    /// What this rule alone says. In a denied batch, a rule that would have admitted still
+    /// says `Allow` here, but consumed nothing.
+    pub decision: Decision,
+    /// The rule's quota after the batch.
+    pub info: RateLimitInfo,
+}
+
+/// The decision of a whole batch, and each rule's part in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Deny beats Delay beats Allow; a denial carries the longest retry-after of the
+    /// denying rules (or `None` if any of them can never admit).
+    pub decision: Decision,
+    /// One entry per checked rule, in the order of the batch.
+    pub rules: Vec<RuleOutcome>,
+}
+
+impl Outcome {
+    /// Whether the request may pass, now or after a delay.
+    pub fn is_admitted(&self) -> bool {
+        self.decision.is_admitted()
+    }
+
+    /// Index of the rule that decided a denial (the one with the longest wait), if denied.
+    pub fn deciding_rule(&self) -> Option<usize> {
+        let Decision::Deny(batch) = self.decision else {
+            return None;
+        };
+        self.rules
+            .iter()
+            .position(|r| r.decision == Decision::Deny(batch))
+    }
+}

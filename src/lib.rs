@@ -1,0 +1,60 @@
+//! Distributed rate limiting for tower services.
+//!
+//! tollgate decides whether a request may pass under one or more [`Rule`]s, each counting
+//! under a key (a client IP, a user id, a route, a constant for a global limit). Six
+//! algorithms, all exact integer models ([`algorithm`]): fixed window, sliding log, sliding
+//! window counter, token bucket, leaky bucket (shaping) and GCRA. Rules can lock a key out
+//! after abuse ([`Penalty`]). State lives in a [`Store`]; [`MemoryStore`] keeps it in this
+//! process.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Check, Limiter, MemoryStore, Rate, Rule};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::new(MemoryStore::new());
+//! // Per user: bursts of 10, then 2 per second.
+//! let per_user = Rule::token_bucket("user", 10, Rate::per_second(2))?;
+//! // A download of 4 units costs 4.
+//! let outcome = limiter.check(&[Check::new(&per_user, b"user-42").with_cost(4)]).await?;
+//! assert!(outcome.is_admitted());
+//! assert_eq!(outcome.rules[0].info.remaining, 6);
+//! # Ok(()) }
+//! ```
+//!
+//! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
+//! [`Limiter`] for the SMS example with per-minute, per-hour and per-day limits).
+//!
+//! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
+//! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
+//! service).
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod algorithm;
+mod batch;
+mod clock;
+mod decision;
+mod error;
+mod limiter;
+mod penalty;
+mod rate;
+mod rule;
+pub mod store;
+
+pub use batch::Entry;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+pub use error::{ConfigError, StoreError};
+pub use limiter::Limiter;
+pub use penalty::{Penalty, PenaltyState};
+pub use rate::Rate;
+pub use rule::{Rule, MAX_RULE_NAME_LEN};
+pub use store::{Check, MemoryStore, Store};

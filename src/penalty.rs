@@ -1,0 +1,108 @@
+//! Penalty lockouts: after repeated denials a key is locked out for a while.
+
+use std::time::Duration;
+
+use crate::clock::duration_to_micros;
+
+/// Locks a key out for `lock_for` after `after` denials of the same rule within `within`.
+///
+/// While locked, every request of the key is denied with
+/// [`DenyReason::Locked`](crate::DenyReason::Locked) and a retry-after of the remaining lock
+/// time, without touching the algorithm's state. Denials are counted in a window that opens
+/// at the first denial and lasts `within`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Penalty;
+///
+/// // Ten denials within a minute lock the key for ten minutes.
+/// let penalty = Penalty::lock_for(Duration::from_secs(600))
+///     .after(10)
+///     .within(Duration::from_secs(60));
+/// assert_eq!(penalty.denials(), 10);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Penalty {
+    lock_for: u64,
+    after: u64,
+    within: u64,
+}
+
+impl Penalty {
+    /// Lock for `duration` after the first denial (change with [`after`](Self::after)).
+    pub fn lock_for(duration: Duration) -> Self {
+        let lock_for = duration_to_micros(duration);
+        Self {
+            lock_for,
+            after: 1,
+            within: lock_for,
+        }
+    }
+
+    /// Lock only after `denials` denials (0 is read as 1).
+    pub fn after(mut self, denials: u64) -> Self {
+        self.after = denials.max(1);
+        self
+    }
+
+    /// Count denials within windows of `window` (default: the lock duration).
+    pub fn within(mut self, window: Duration) -> Self {
+        self.within = duration_to_micros(window);
+        self
+    }
+
+    /// How long a lock lasts.
+    pub fn lock_duration(&self) -> Duration {
+        Duration::from_micros(self.lock_for)
+    }
+
+    /// How many denials lock the key.
+    pub fn denials(&self) -> u64 {
+        self.after
+    }
+
+    /// The window denials are counted in.
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.within)
+    }
+
+    /// Records a denial at `now`; returns whether it locked the key.
+    pub(crate) fn record_denial(&self, s: &mut PenaltyState, now: u64) -> bool {
+        if s.denials == 0 || s.window_start.saturating_add(self.within) <= now {
+            s.window_start = now;
+            s.denials = 0;
+        }
+        s.denials += 1;
+        if s.denials >= self.after {
+            s.locked_until = now.saturating_add(self.lock_for);
+            s.denials = 0;
+            return true;
+        }
+        false
+    }
+
+    /// The instant from which `s` holds nothing worth keeping.
+    pub(crate) fn expires_at(&self, s: &PenaltyState) -> u64 {
+        let counting = if s.denials > 0 {
+            s.window_start.saturating_add(self.within)
+        } else {
+            0
+        };
+        counting.max(s.locked_until)
+    }
+}
+
+/// Lock and denial bookkeeping of one rule for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PenaltyState {
+    pub(crate) locked_until: u64,
+    pub(crate) denials: u64,
+    pub(crate) window_start: u64,
+}
+
+impl PenaltyState {
+    /// Microseconds of lock left at `now`, if the key is locked.
+    pub fn locked_for(&self, now: u64) -> Option<u64> {
+        (self.locked_until > now).then(|| self.locked_until - now)
+    }
+}

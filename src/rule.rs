@@ -1,0 +1,222 @@
+//! [`Rule`]: a named algorithm, an optional penalty and a default cost.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, LeakyBucket, Refill, SlidingLog, SlidingWindow, TokenBucket,
+    WindowAnchor,
+};
+use crate::error::ConfigError;
+use crate::penalty::Penalty;
+use crate::rate::Rate;
+
+/// The longest rule name; names appear in store keys and response headers.
+pub const MAX_RULE_NAME_LEN: usize = 64;
+
+/// A named limit: which algorithm, with which quota, what a request costs by default, and
+/// whether abuse locks the key out.
+///
+/// Every constructor says what it admits and returns an error for a configuration that
+/// cannot work (a zero limit, a zero period, an invalid name), so a running service never
+/// meets one.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Penalty, Rate, Rule};
+///
+/// # fn main() -> Result<(), tollgate::ConfigError> {
+/// // 1 SMS per minute per phone number.
+/// let per_minute = Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?;
+/// // Bursts of 100, 10 per second sustained; 20 denials in a minute lock for 10 minutes.
+/// let api = Rule::token_bucket("api", 100, Rate::per_second(10))?
+///     .with_penalty(Penalty::lock_for(Duration::from_secs(600)).after(20).within(Duration::from_secs(60)));
+/// assert_eq!(api.name(), "api");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rule {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    penalty: Option<Penalty>,
+    cost: u64,
+}
+
+impl Rule {
+    /// A rule named `name` running `algorithm`. Names are 1 to 64 characters of
+    /// `A–Z a–z 0–9 - _ . :`.
+    pub fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Result<Self, ConfigError> {
+        let name = name.as_ref();
+        let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+        if name.is_empty() || name.len() > MAX_RULE_NAME_LEN || !name.chars().all(valid_char) {
+            return Err(ConfigError::new(format!(
+                "rule name {name:?} must be 1 to {MAX_RULE_NAME_LEN} characters of A-Z a-z 0-9 - _ . :"
+            )));
+        }
+        Ok(Self {
+            name: Arc::from(name),
+            algorithm,
+            penalty: None,
+            cost: 1,
+        })
+    }
+
+    /// Fixed window aligned to the epoch: at most `limit` units in each `window`
+    /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour). Up to 2 × `limit` can pass
+    /// across a window boundary.
+    pub fn fixed_window(
+        name: impl AsRef<str>,
+        limit: u64,
+        window: Duration,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::FixedWindow(FixedWindow::new(limit, window, WindowAnchor::Epoch)?),
+        )
+    }
+
+    /// Fixed window that starts at a key's first request: at most `limit` units in the
+    /// `window` that follows it, then a new window starts at the next request.
+    pub fn fixed_window_from_first_hit(
+        name: impl AsRef<str>,
+        limit: u64,
+        window: Duration,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::FixedWindow(FixedWindow::new(limit, window, WindowAnchor::FirstHit)?),
+        )
+    }
+
+    /// Sliding log: never more than `limit` units in any interval of length `window`.
+    pub fn sliding_log(
+        name: impl AsRef<str>,
+        limit: u64,
+        window: Duration,
+    ) -> Result<Self, ConfigError> {
+        Self::new(name, Algorithm::SlidingLog(SlidingLog::new(limit, window)?))
+    }
+
+    /// Sliding window counter: about `limit` units per `window`, estimated from the current
+    /// and the previous window's counts.
+    pub fn sliding_window(
+        name: impl AsRef<str>,
+        limit: u64,
+        window: Duration,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::SlidingWindow(SlidingWindow::new(limit, window)?),
+        )
+    }
+
+    /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
+    /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
+    pub fn token_bucket(
+        name: impl AsRef<str>,
+        capacity: u64,
+        refill: Rate,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::TokenBucket(TokenBucket::new(capacity, refill, Refill::Smooth)?),
+        )
+    }
+
+    /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
+    /// period (`Rate::per_second(10)` adds 10 tokens once a second).
+    pub fn token_bucket_stepped(
+        name: impl AsRef<str>,
+        capacity: u64,
+        refill: Rate,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::TokenBucket(TokenBucket::new(capacity, refill, Refill::Stepped)?),
+        )
+    }
+
+    /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
+    /// an admitted request may be delayed, a request that does not fit is denied.
+    pub fn leaky_bucket(
+        name: impl AsRef<str>,
+        capacity: u64,
+        drain: Rate,
+    ) -> Result<Self, ConfigError> {
+        Self::new(
+            name,
+            Algorithm::LeakyBucket(LeakyBucket::new(capacity, drain)?),
+        )
+    }
+
+    /// GCRA: `rate` sustained with bursts of up to `burst` units
+    /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms).
+    pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Result<Self, ConfigError> {
+        Self::new(name, Algorithm::Gcra(Gcra::new(rate, burst)?))
+    }
+
+    /// Adds a penalty lockout.
+    pub fn with_penalty(mut self, penalty: Penalty) -> Self {
+        self.penalty = Some(penalty);
+        self
+    }
+
+    /// Sets the cost of a request when the caller gives none (default 1).
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The algorithm and its quota.
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// The penalty lockout, if any.
+    pub fn penalty(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
+    }
+
+    /// The default cost of a request.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &&*self.name)
+            .field("algorithm", &self.algorithm)
+            .field("penalty", &self.penalty)
+            .field("cost", &self.cost)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        let w = Duration::from_secs(1);
+        assert!(Rule::fixed_window("", 1, w).is_err());
+        assert!(Rule::fixed_window("a b", 1, w).is_err());
+        assert!(Rule::fixed_window("x".repeat(65), 1, w).is_err());
+        assert!(Rule::fixed_window("sms-minute.v2:eu_1", 1, w).is_ok());
+    }
+
+    #[test]
+    fn rates_that_cannot_be_exact_are_rejected() {
+        assert!(Rule::token_bucket("t", 10, Rate::per_second(0)).is_err());
+        assert!(Rule::token_bucket("t", 1 << 40, Rate::per_day(1)).is_err());
+        assert!(Rule::gcra("g", Rate::new(1, Duration::ZERO), 1).is_err());
+    }
+}

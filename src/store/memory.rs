@@ -1,0 +1,314 @@
+//! The in-process store: a sharded map of entries, decided under the shards' locks.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use hashbrown::hash_map::RawEntryMut;
+use hashbrown::DefaultHashBuilder;
+use hashbrown::HashMap;
+use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
+
+use crate::batch::{self, Entry};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::{Check, Store};
+use crate::Rule;
+
+/// Shards are swept of expired entries when they have doubled since the last sweep, but not
+/// below this size (sweeping tiny shards often gains nothing).
+const MIN_SWEEP_LEN: usize = 1024;
+
+/// Rule state kept in this process: for single-node services, tests, and as the fallback
+/// when Redis is down.
+///
+/// The map is split into shards, each behind its own lock, so requests for different keys
+/// rarely wait on each other; a batch locks the shards it touches (in index order, so two
+/// batches never deadlock) and is decided atomically. Idle entries are removed once their
+/// state is back to empty: a shard sweeps itself when it has doubled in size since its last
+/// sweep, which bounds memory to about twice the live keys, and
+/// [`purge_expired`](Self::purge_expired) sweeps everything on demand.
+///
+/// `Clone` is cheap and shares the state.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, MemoryStore, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(MemoryStore::new());
+/// let rule = Rule::fixed_window("login", 3, Duration::from_secs(60))?;
+/// for _ in 0..3 {
+///     assert!(limiter.check_one(&rule, b"alice").await?.is_admitted());
+/// }
+/// assert!(!limiter.check_one(&rule, b"alice").await?.is_admitted());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: DefaultHashBuilder,
+    clock: Arc<dyn Clock>,
+}
+
+struct Shard {
+    map: HashMap<StoreKey, Slot, DefaultHashBuilder>,
+    len_after_sweep: usize,
+}
+
+struct StoreKey {
+    rule: Arc<str>,
+    key: Box<[u8]>,
+}
+
+impl StoreKey {
+    fn matches(&self, check: &Check<'_>) -> bool {
+        *self.rule == *check.rule.name() && *self.key == *check.key
+    }
+}
+
+/// Must hash exactly as [`Shared::hash`] does: the map rehashes keys with it when it grows.
+impl Hash for StoreKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.rule.hash(state);
+        self.key.hash(state);
+    }
+}
+
+struct Slot {
+    entry: Entry,
+    expires_at: u64,
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
+    /// tests deterministic).
+    pub fn with_clock(clock: impl Clock) -> Self {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let shards = (cores * 16).next_power_of_two().max(16);
+        let hasher = DefaultHashBuilder::default();
+        Self {
+            shared: Arc::new(Shared {
+                shards: (0..shards)
+                    .map(|_| {
+                        Mutex::new(Shard {
+                            map: HashMap::with_hasher(hasher.clone()),
+                            len_after_sweep: 0,
+                        })
+                    })
+                    .collect(),
+                hasher,
+                clock: Arc::new(clock),
+            }),
+        }
+    }
+
+    /// The number of entries held, expired or not.
+    pub fn len(&self) -> usize {
+        self.shared.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Whether the store holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes every entry whose state is back to empty; returns how many were removed.
+    pub fn purge_expired(&self) -> usize {
+        let now = self.shared.clock.now_micros();
+        self.shared.shards.iter().map(|s| s.lock().sweep(now)).sum()
+    }
+
+    fn decide(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        batch::validate(batch)?;
+        let shared = &*self.shared;
+        let hashes: SmallVec<[u64; 4]> = batch
+            .iter()
+            .map(|c| shared.hash(c.rule.name(), c.key))
+            .collect();
+        let mut shard_ids: SmallVec<[usize; 4]> =
+            hashes.iter().map(|h| shared.shard_of(*h)).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
+            .iter()
+            .map(|&i| (i, shared.shards[i].lock()))
+            .collect();
+        let now = shared.clock.now_micros();
+
+        let items: SmallVec<[batch::Evaluated; 4]> = batch
+            .iter()
+            .zip(&hashes)
+            .map(|(check, &hash)| {
+                let shard = guard_for(&mut guards, shared.shard_of(hash));
+                batch::evaluate(check, shard.get(hash, check), now)
+            })
+            .collect();
+        let admitted = batch::admits(&items);
+
+        let rules = batch
+            .iter()
+            .zip(&hashes)
+            .zip(&items)
+            .map(|((check, &hash), item)| {
+                let shard = guard_for(&mut guards, shared.shard_of(hash));
+                if batch::writes(check, item, admitted) {
+                    shard.update(hash, check, now, |entry| {
+                        batch::commit(check, entry, now, item, admitted)
+                    })
+                } else {
+                    batch::report(check, shard.get(hash, check), now, item, admitted)
+                }
+            })
+            .collect();
+        Ok(batch::combine(rules))
+    }
+}
+
+impl Shared {
+    fn hash(&self, rule: &str, key: &[u8]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        rule.hash(&mut h);
+        key.hash(&mut h);
+        h.finish()
+    }
+
+    fn shard_of(&self, hash: u64) -> usize {
+        // The map uses the low bits; the shard takes the high ones.
+        (hash >> 48) as usize & (self.shards.len() - 1)
+    }
+}
+
+fn guard_for<'a, 'g>(
+    guards: &'a mut [(usize, MutexGuard<'g, Shard>)],
+    shard: usize,
+) -> &'a mut Shard {
+    let slot = guards.iter_mut().find(|(i, _)| *i == shard);
+    // Every shard of the batch was locked above.
+    &mut slot.expect("shard of a batch item is locked").1
+}
+
+impl Shard {
+    fn get(&self, hash: u64, check: &Check<'_>) -> Option<&Entry> {
+        self.map
+            .raw_entry()
+            .from_hash(hash, |k| k.matches(check))
+            .map(|(_, slot)| &slot.entry)
+    }
+
+    /// Runs `f` on the entry of `check` (created empty if absent) and refreshes its expiry.
+    fn update<R>(
+        &mut self,
+        hash: u64,
+        check: &Check<'_>,
+        now: u64,
+        f: impl FnOnce(&mut Entry) -> R,
+    ) -> R {
+        let slot = match self
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(check))
+        {
+            RawEntryMut::Occupied(o) => o.into_mut(),
+            RawEntryMut::Vacant(v) => {
+                let key = StoreKey {
+                    rule: Arc::from(check.rule.name()),
+                    key: Box::from(check.key),
+                };
+                v.insert_hashed_nocheck(
+                    hash,
+                    key,
+                    Slot {
+                        entry: Entry::default(),
+                        expires_at: 0,
+                    },
+                )
+                .1
+            }
+        };
+        let out = f(&mut slot.entry);
+        slot.expires_at = slot.entry.expires_at(check.rule);
+        if self.map.len() >= (2 * self.len_after_sweep).max(MIN_SWEEP_LEN) {
+            self.sweep(now);
+        }
+        out
+    }
+
+    fn sweep(&mut self, now: u64) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, slot| slot.expires_at > now);
+        self.len_after_sweep = self.map.len();
+        before - self.map.len()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shared.shards.len())
+            .field("clock", &self.shared.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for MemoryStore {
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        std::future::ready(self.decide(batch))
+    }
+
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+        let shared = &*self.shared;
+        let hash = shared.hash(check.rule.name(), check.key);
+        let shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.clock.now_micros();
+        let entry = shard.get(hash, &check);
+        let item = batch::evaluate(&check, entry, now);
+        let admitted = batch::admits(std::slice::from_ref(&item));
+        std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let shared = &*self.shared;
+        let check = Check::new(rule, key);
+        let hash = shared.hash(rule.name(), key);
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        if let RawEntryMut::Occupied(o) = shard
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(&check))
+        {
+            o.remove();
+        }
+        std::future::ready(Ok(()))
+    }
+}

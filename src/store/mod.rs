@@ -1,0 +1,68 @@
+//! Where rule state lives: the [`Store`] trait and its implementations.
+//!
+//! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
+//! state; the arithmetic comes from [`crate::algorithm`].
+
+mod memory;
+
+use std::future::Future;
+
+pub use memory::MemoryStore;
+
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::Rule;
+
+/// One item of a batch: a rule, the key it applies to, and what the request costs.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The rule to check.
+    pub rule: &'a Rule,
+    /// The key the rule counts under (a client IP, a user id, a route…).
+    pub key: &'a [u8],
+    /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
+    /// nothing and is always admitted unless the key is locked.
+    pub cost: u64,
+}
+
+impl<'a> Check<'a> {
+    /// `rule` for `key` at the rule's default cost.
+    pub fn new(rule: &'a Rule, key: &'a [u8]) -> Self {
+        Self {
+            rule,
+            key,
+            cost: rule.cost(),
+        }
+    }
+
+    /// The same check at `cost` units.
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+}
+
+/// Keeps rule state and decides batches.
+///
+/// Implementations are cheap handles (`Clone` shares the state), so every clone of a service
+/// using one enforces the same limits.
+pub trait Store: Send + Sync + 'static {
+    /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
+    /// the penalty bookkeeping of the denied items). Deny beats Delay beats Allow; the
+    /// longest retry-after among the denials is the batch's.
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+
+    /// What `check` would say for one item, without consuming anything or counting a
+    /// denial.
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send;
+
+    /// Forgets the state of `rule` for `key` and lifts any lock on it (an admin "unblock").
+    fn reset(&self, rule: &Rule, key: &[u8])
+        -> impl Future<Output = Result<(), StoreError>> + Send;
+}
