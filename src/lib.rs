@@ -53,7 +53,7 @@ pub use batch::Entry;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
-pub use limiter::Limiter;
+pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::{Penalty, PenaltyState};
 pub use rate::Rate;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};

@@ -1,5 +1,10 @@
 //! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
 
+use std::borrow::Cow;
+
+use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
+
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Check, Store};
@@ -57,9 +62,19 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// Decides a batch all or nothing; see [`Store::check`].
+    /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than
+    /// [`MAX_KEY_LEN`] are replaced by their digest (see [`store_key`]).
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        self.store.check(batch).await
+        if batch.iter().all(|c| c.key.len() <= MAX_KEY_LEN) {
+            return self.store.check(batch).await;
+        }
+        let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
+        let hashed: SmallVec<[Check<'_>; 4]> = batch
+            .iter()
+            .zip(&keys)
+            .map(|(c, key)| Check { key, ..*c })
+            .collect();
+        self.store.check(&hashed).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.
@@ -68,7 +83,7 @@ impl<S: Store> Limiter<S> {
         rule: &Rule,
         key: impl AsRef<[u8]>,
     ) -> Result<Outcome, StoreError> {
-        self.store.check(&[Check::new(rule, key.as_ref())]).await
+        self.check(&[Check::new(rule, key.as_ref())]).await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
@@ -85,6 +100,40 @@ impl<S: Store> Limiter<S> {
 
     /// Clears the state of `rule` for `key` and lifts any lock (an admin "unblock").
     pub async fn reset(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        self.store.reset(rule, key.as_ref()).await
+        self.store.reset(rule, &store_key(key.as_ref())).await
+    }
+}
+
+/// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
+/// sending a 1 MB header costs the store 33 bytes, not 1 MB.
+pub const MAX_KEY_LEN: usize = 128;
+
+/// The key a store sees for `key`: `key` itself up to [`MAX_KEY_LEN`] bytes, otherwise a
+/// marker byte (0xFF, never the start of UTF-8 text) followed by the 32-byte SHA-256 digest.
+/// The same on every instance, so instances sharing a Redis share the limit.
+pub fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
+    if key.len() <= MAX_KEY_LEN {
+        return Cow::Borrowed(key);
+    }
+    let mut hashed = Vec::with_capacity(33);
+    hashed.push(0xFF);
+    hashed.extend_from_slice(&Sha256::digest(key));
+    Cow::Owned(hashed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_are_digested_and_short_ones_kept() {
+        assert_eq!(&*store_key(b"alice"), b"alice");
+        let long = vec![b'x'; 1 << 20];
+        let a = store_key(&long);
+        assert_eq!(a.len(), 33);
+        assert_eq!(a, store_key(&long));
+        let mut other = long.clone();
+        other[12345] = b'y';
+        assert_ne!(a, store_key(&other));
     }
 }
