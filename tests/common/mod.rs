@@ -1,0 +1,3 @@
+//! Support shared by the black-box suites.
+
+pub mod vectors;

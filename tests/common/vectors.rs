@@ -1,0 +1,398 @@
+//! The shared conformance vectors: loading `tests/vectors/*.json` and running a scenario
+//! against any [`Store`] whose clock the runner controls, or against a bare algorithm model.
+//!
+//! Format (one file per topic, each `{"scenarios": [...]}`):
+//!
+//! ```json
+//! {
+//!   "name": "fixed window: boundary burst",
+//!   "rules": [{"name": "r", "algorithm": "fixed_window", "limit": 3, "window_us": 1000000,
+//!              "anchor": "epoch", "penalty": {"lock_for_us": 5, "after": 2, "within_us": 9}}],
+//!   "steps": [
+//!     {"t": 0, "checks": [["r", "k", 1]], "expect": {"decision": "allow", "remaining": [2]}},
+//!     {"t": 10, "checks": [["r", "k", 1]],
+//!      "expect": {"decision": "deny", "reason": "limited", "retry_us": 990}},
+//!     {"t": 20, "reset": ["r", "k"]}
+//!   ]
+//! }
+//! ```
+//!
+//! `t` is microseconds after [`BASE_MICROS`] (a realistic instant that every window used in
+//! the vectors divides, so epoch-aligned windows start at `t = 0`). Algorithms and their
+//! parameters: `fixed_window {limit, window_us, anchor: "epoch"|"first_hit"}`,
+//! `sliding_log {limit, window_us}`, `sliding_window {limit, window_us}`,
+//! `token_bucket {capacity, amount, period_us, refill: "smooth"|"stepped"}`,
+//! `leaky_bucket {capacity, amount, period_us}`, `gcra {amount, period_us, burst}`.
+//! `expect.decision` is `allow`, `delay` (with `delay_us`) or `deny` (with `reason`:
+//! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
+//! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
+//! units after the step, in batch order.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate::algorithm::{Algorithm, State, Verdict};
+use tollgate::{Check, Decision, DenyReason, ManualClock, Outcome, Penalty, Rate, Rule, Store};
+
+/// 20,000 days after the epoch: a multiple of every day, hour, minute and second.
+pub const BASE_MICROS: u64 = 20_000 * 86_400 * 1_000_000;
+
+#[derive(Debug, Deserialize)]
+pub struct File {
+    pub scenarios: Vec<Scenario>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    pub rules: Vec<RuleSpec>,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "snake_case")]
+pub enum AlgorithmSpec {
+    FixedWindow {
+        limit: u64,
+        window_us: u64,
+        #[serde(default)]
+        anchor: Anchor,
+    },
+    SlidingLog {
+        limit: u64,
+        window_us: u64,
+    },
+    SlidingWindow {
+        limit: u64,
+        window_us: u64,
+    },
+    TokenBucket {
+        capacity: u64,
+        amount: u64,
+        period_us: u64,
+        #[serde(default)]
+        refill: RefillSpec,
+    },
+    LeakyBucket {
+        capacity: u64,
+        amount: u64,
+        period_us: u64,
+    },
+    Gcra {
+        amount: u64,
+        period_us: u64,
+        burst: u64,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Anchor {
+    #[default]
+    Epoch,
+    FirstHit,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefillSpec {
+    #[default]
+    Smooth,
+    Stepped,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RuleSpec {
+    pub name: String,
+    #[serde(flatten)]
+    pub algorithm: AlgorithmSpec,
+    pub penalty: Option<PenaltySpec>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PenaltySpec {
+    pub lock_for_us: u64,
+    #[serde(default = "one")]
+    pub after: u64,
+    pub within_us: Option<u64>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Step {
+    pub t: u64,
+    #[serde(default)]
+    pub checks: Vec<(String, String, u64)>,
+    pub reset: Option<(String, String)>,
+    pub expect: Option<Expect>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Expect {
+    pub decision: String,
+    pub reason: Option<String>,
+    pub retry_us: Option<u64>,
+    pub delay_us: Option<u64>,
+    pub remaining: Option<Vec<u64>>,
+}
+
+impl RuleSpec {
+    pub fn build(&self) -> Rule {
+        let us = Duration::from_micros;
+        let name = self.name.as_str();
+        let rule = match self.algorithm {
+            AlgorithmSpec::FixedWindow {
+                limit,
+                window_us,
+                anchor: Anchor::Epoch,
+            } => Rule::fixed_window(name, limit, us(window_us)),
+            AlgorithmSpec::FixedWindow {
+                limit,
+                window_us,
+                anchor: Anchor::FirstHit,
+            } => Rule::fixed_window_from_first_hit(name, limit, us(window_us)),
+            AlgorithmSpec::SlidingLog { limit, window_us } => {
+                Rule::sliding_log(name, limit, us(window_us))
+            }
+            AlgorithmSpec::SlidingWindow { limit, window_us } => {
+                Rule::sliding_window(name, limit, us(window_us))
+            }
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                amount,
+                period_us,
+                refill: RefillSpec::Smooth,
+            } => Rule::token_bucket(name, capacity, Rate::new(amount, us(period_us))),
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                amount,
+                period_us,
+                refill: RefillSpec::Stepped,
+            } => Rule::token_bucket_stepped(name, capacity, Rate::new(amount, us(period_us))),
+            AlgorithmSpec::LeakyBucket {
+                capacity,
+                amount,
+                period_us,
+            } => Rule::leaky_bucket(name, capacity, Rate::new(amount, us(period_us))),
+            AlgorithmSpec::Gcra {
+                amount,
+                period_us,
+                burst,
+            } => Rule::gcra(name, Rate::new(amount, us(period_us)), burst),
+        };
+        let rule = rule.unwrap_or_else(|e| panic!("rule {name} of the vectors is invalid: {e}"));
+        match &self.penalty {
+            Some(p) => {
+                let mut penalty = Penalty::lock_for(us(p.lock_for_us)).after(p.after);
+                if let Some(within) = p.within_us {
+                    penalty = penalty.within(us(within));
+                }
+                rule.with_penalty(penalty)
+            }
+            None => rule,
+        }
+    }
+}
+
+/// Every scenario of every file in `tests/vectors/`, with the file it came from.
+pub fn load_all() -> Vec<(String, Scenario)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("vector file is readable");
+        let file: File =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        all.extend(file.scenarios.into_iter().map(|s| (stem.clone(), s)));
+    }
+    all
+}
+
+/// The decision of a step in the vectors' vocabulary, for comparison.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub decision: String,
+    pub reason: Option<String>,
+    pub retry_us: Option<u64>,
+    pub delay_us: Option<u64>,
+}
+
+impl Seen {
+    pub fn of(decision: &Decision) -> Self {
+        match decision {
+            Decision::Allow => Seen {
+                decision: "allow".into(),
+                reason: None,
+                retry_us: None,
+                delay_us: None,
+            },
+            Decision::Delay(d) => Seen {
+                decision: "delay".into(),
+                reason: None,
+                retry_us: None,
+                delay_us: Some(d.as_micros() as u64),
+            },
+            Decision::Deny(d) => Seen {
+                decision: "deny".into(),
+                reason: Some(
+                    match d.reason {
+                        DenyReason::Limited => "limited",
+                        DenyReason::Locked => "locked",
+                        DenyReason::CostExceedsCapacity => "cost_exceeds_capacity",
+                    }
+                    .into(),
+                ),
+                retry_us: d.retry_after.map(|r| r.as_micros() as u64),
+                delay_us: None,
+            },
+        }
+    }
+
+    fn expected(e: &Expect) -> Self {
+        Seen {
+            decision: e.decision.clone(),
+            reason: e.reason.clone(),
+            retry_us: e.retry_us,
+            delay_us: e.delay_us,
+        }
+    }
+}
+
+fn check_step(
+    file: &str,
+    scenario: &Scenario,
+    i: usize,
+    seen: Seen,
+    remaining: Vec<u64>,
+    expect: &Expect,
+) {
+    let ctx = format!("{file}.json / {:?} / step {i}", scenario.name);
+    assert_eq!(seen, Seen::expected(expect), "{ctx}: decision");
+    if let Some(want) = &expect.remaining {
+        assert_eq!(&remaining, want, "{ctx}: remaining units per rule");
+    }
+}
+
+/// Runs `scenario` against a fresh store built by `make_store` on a clock the runner moves.
+pub async fn run_on_store<S: Store>(
+    file: &str,
+    scenario: &Scenario,
+    make_store: impl FnOnce(ManualClock) -> S,
+) {
+    let clock = ManualClock::new(BASE_MICROS);
+    let store = make_store(clock.clone());
+    let rules: HashMap<&str, Rule> = scenario
+        .rules
+        .iter()
+        .map(|r| (r.name.as_str(), r.build()))
+        .collect();
+    for (i, step) in scenario.steps.iter().enumerate() {
+        clock.set_micros(BASE_MICROS + step.t);
+        if let Some((rule, key)) = &step.reset {
+            store
+                .reset(&rules[rule.as_str()], key.as_bytes())
+                .await
+                .expect("reset");
+        }
+        if step.checks.is_empty() {
+            continue;
+        }
+        let batch: Vec<Check<'_>> = step
+            .checks
+            .iter()
+            .map(|(rule, key, cost)| {
+                let rule = rules
+                    .get(rule.as_str())
+                    .unwrap_or_else(|| panic!("{:?}: unknown rule {rule}", scenario.name));
+                Check::new(rule, key.as_bytes()).with_cost(*cost)
+            })
+            .collect();
+        let outcome: Outcome = store.check(&batch).await.expect("store decides");
+        if let Some(expect) = &step.expect {
+            let remaining = outcome.rules.iter().map(|r| r.info.remaining).collect();
+            check_step(
+                file,
+                scenario,
+                i,
+                Seen::of(&outcome.decision),
+                remaining,
+                expect,
+            );
+        }
+    }
+}
+
+/// Whether `scenario` can run on a bare algorithm model: one rule, no penalty, no reset,
+/// one key.
+pub fn runs_on_model(scenario: &Scenario) -> bool {
+    scenario.rules.len() == 1
+        && scenario.rules[0].penalty.is_none()
+        && scenario
+            .steps
+            .iter()
+            .all(|s| s.reset.is_none() && s.checks.len() <= 1)
+        && scenario
+            .steps
+            .iter()
+            .flat_map(|s| s.checks.iter().map(|c| &c.1))
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            <= 1
+}
+
+/// Runs a single-rule scenario against the pure model: `evaluate`, then `apply` on admission.
+pub fn run_on_model(file: &str, scenario: &Scenario) {
+    let rule = scenario.rules[0].build();
+    let model: &Algorithm = rule.algorithm();
+    let mut state = State::default();
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let Some((_, _, cost)) = step.checks.first() else {
+            continue;
+        };
+        let now = BASE_MICROS + step.t;
+        let eval = model.evaluate(&state, now, *cost);
+        let decision = match eval.verdict {
+            Verdict::Admit { delay_micros: 0 } => Decision::Allow,
+            Verdict::Admit { delay_micros } => Decision::Delay(Duration::from_micros(delay_micros)),
+            Verdict::Reject { retry_micros } => Decision::Deny(tollgate::Denial {
+                reason: if retry_micros.is_some() {
+                    DenyReason::Limited
+                } else {
+                    DenyReason::CostExceedsCapacity
+                },
+                retry_after: retry_micros.map(Duration::from_micros),
+            }),
+        };
+        if eval.is_admitted() && *cost > 0 {
+            model.apply(&mut state, now, *cost);
+        }
+        let remaining = if eval.is_admitted() {
+            eval.remaining
+        } else {
+            model.evaluate(&state, now, 0).remaining
+        };
+        if let Some(expect) = &step.expect {
+            check_step(
+                file,
+                scenario,
+                i,
+                Seen::of(&decision),
+                vec![remaining],
+                expect,
+            );
+        }
+    }
+}
