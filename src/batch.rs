@@ -36,6 +36,8 @@ pub(crate) struct Evaluated {
     eval: Eval,
     /// Microseconds of penalty lock left, if the key is locked.
     locked_for: Option<u64>,
+    /// The instant evaluated: the request's arrival, or later for a reservation.
+    at: u64,
 }
 
 impl Evaluated {
@@ -61,23 +63,47 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 1: what `check` would get from `entry` (absent = never used) at `now`.
-pub(crate) fn evaluate(check: &Check<'_>, entry: Option<&Entry>, now: u64) -> Evaluated {
+/// Step 1: what `check` would get from `entry` (absent = never used) at instant `at`.
+pub(crate) fn evaluate(check: &Check<'_>, entry: Option<&Entry>, at: u64) -> Evaluated {
     let empty = State::default();
     let state = entry.map_or(&empty, |e| &e.state);
     let locked_for = match (check.rule.penalty(), entry) {
-        (Some(_), Some(e)) => e.penalty.locked_for(now),
+        (Some(_), Some(e)) => e.penalty.locked_for(at),
         _ => None,
     };
     Evaluated {
-        eval: check.rule.algorithm().evaluate(state, now, check.cost),
+        eval: check.rule.algorithm().evaluate(state, at, check.cost),
         locked_for,
+        at,
     }
 }
 
 /// Step 2: whether the batch is admitted (no item rejects).
 pub(crate) fn admits(items: &[Evaluated]) -> bool {
     items.iter().all(|e| !e.rejects())
+}
+
+/// Step 2, in wait mode: for a denied batch, how long after `now` it could be admitted, if
+/// that is within `max_wait` µs. The store then evaluates the batch again at that instant
+/// and, if it admits, commits it there: the units are reserved now, taken from the future,
+/// and the request is delayed until then. Locked keys and costs over capacity never wait.
+///
+/// Each item's retry is the earliest instant it admits, and with no other traffic an
+/// admissible item stays admissible, so the largest retry admits the whole batch.
+pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
+    let mut wait = 0;
+    for item in items.iter().filter(|e| e.rejects()) {
+        if item.locked_for.is_some() {
+            return None;
+        }
+        match item.eval.verdict {
+            Verdict::Reject {
+                retry_micros: Some(r),
+            } => wait = wait.max(r),
+            _ => return None,
+        }
+    }
+    (wait <= max_wait).then_some(wait)
 }
 
 /// Whether [`commit`] will change the entry of an item, so a store can skip the write (and
@@ -105,12 +131,12 @@ pub(crate) fn commit(
             check
                 .rule
                 .algorithm()
-                .apply(&mut entry.state, now, check.cost);
+                .apply(&mut entry.state, item.at, check.cost);
         }
     } else if item.locked_for.is_none() && !item.eval.is_admitted() {
         if let Some(penalty) = check.rule.penalty() {
-            if penalty.record_denial(&mut entry.penalty, now) {
-                item.locked_for = entry.penalty.locked_for(now);
+            if penalty.record_denial(&mut entry.penalty, item.at) {
+                item.locked_for = entry.penalty.locked_for(item.at);
             }
         }
     }
@@ -132,11 +158,15 @@ pub(crate) fn report(
         reset: Duration::from_micros(eval.reset_micros),
     };
     if admitted {
-        let decision = match item.eval.verdict {
-            Verdict::Admit { delay_micros } if delay_micros > 0 => {
-                Decision::Delay(Duration::from_micros(delay_micros))
-            }
-            _ => Decision::Allow,
+        // A reservation's wait comes before the rule's own shaping delay.
+        let delay = match item.eval.verdict {
+            Verdict::Admit { delay_micros } => item.at.saturating_sub(now) + delay_micros,
+            Verdict::Reject { .. } => 0,
+        };
+        let decision = if delay > 0 {
+            Decision::Delay(Duration::from_micros(delay))
+        } else {
+            Decision::Allow
         };
         return RuleOutcome {
             decision,

@@ -1,6 +1,7 @@
 //! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
@@ -65,8 +66,37 @@ impl<S: Store> Limiter<S> {
     /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than
     /// [`MAX_KEY_LEN`] are replaced by their digest (see [`store_key`]).
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        self.reserve(batch, Duration::ZERO).await
+    }
+
+    /// Like [`check`](Self::check), but a batch that would be admitted within `max_wait`
+    /// reserves its units now and gets [`Decision::Delay`](crate::Decision::Delay) for the
+    /// wait: hold the request that long, then forward it. No polling: the reservation is
+    /// atomic, so the slot is the caller's.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
+    /// let rule = Rule::gcra("api", Rate::per_second(10), 1)?;
+    /// let batch = [Check::new(&rule, b"k")];
+    /// let wait = Duration::from_millis(250);
+    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
+    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Delay(Duration::from_millis(100)));
+    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Delay(Duration::from_millis(200)));
+    /// assert!(!limiter.reserve(&batch, wait).await?.is_admitted()); // 300 ms is too long
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Result<Outcome, StoreError> {
         if batch.iter().all(|c| c.key.len() <= MAX_KEY_LEN) {
-            return self.store.check(batch).await;
+            return self.store.check(batch, max_wait).await;
         }
         let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
         let hashed: SmallVec<[Check<'_>; 4]> = batch
@@ -74,7 +104,7 @@ impl<S: Store> Limiter<S> {
             .zip(&keys)
             .map(|(c, key)| Check { key, ..*c })
             .collect();
-        self.store.check(&hashed).await
+        self.store.check(&hashed, max_wait).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.

@@ -93,9 +93,12 @@ impl Model for SlidingLog {
         {
             s.entries.pop_front();
         }
-        match s.entries.back_mut() {
-            Some((t, c)) if *t == now => *c += cost,
-            _ => s.entries.push_back((now, cost)),
+        // Entries stay in time order even when a reservation logged one in the future.
+        let at = s.entries.iter().rposition(|(t, _)| *t <= now);
+        match at {
+            Some(i) if s.entries[i].0 == now => s.entries[i].1 += cost,
+            Some(i) => s.entries.insert(i + 1, (now, cost)),
+            None => s.entries.push_front((now, cost)),
         }
     }
 

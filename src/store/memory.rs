@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::DefaultHashBuilder;
@@ -12,7 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::batch::{self, Entry};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{duration_to_micros, Clock, SystemClock};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Check, Store};
@@ -132,7 +133,7 @@ impl MemoryStore {
         self.shared.shards.iter().map(|s| s.lock().sweep(now)).sum()
     }
 
-    fn decide(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+    fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         let hashes: SmallVec<[u64; 4]> = batch
@@ -150,15 +151,24 @@ impl MemoryStore {
             .collect();
         let now = shared.clock.now_micros();
 
-        let items: SmallVec<[batch::Evaluated; 4]> = batch
-            .iter()
-            .zip(&hashes)
-            .map(|(check, &hash)| {
-                let shard = guard_for(&mut guards, shared.shard_of(hash));
-                batch::evaluate(check, shard.get(hash, check), now)
-            })
-            .collect();
-        let admitted = batch::admits(&items);
+        let mut evaluate_at = |at: u64| -> SmallVec<[batch::Evaluated; 4]> {
+            batch
+                .iter()
+                .zip(&hashes)
+                .map(|(check, &hash)| {
+                    let shard = guard_for(&mut guards, shared.shard_of(hash));
+                    batch::evaluate(check, shard.get(hash, check), at)
+                })
+                .collect()
+        };
+        let mut items = evaluate_at(now);
+        let mut admitted = batch::admits(&items);
+        if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted) {
+            let reserved = evaluate_at(now + wait);
+            if batch::admits(&reserved) {
+                (items, admitted) = (reserved, true);
+            }
+        }
 
         let rules = batch
             .iter()
@@ -275,8 +285,9 @@ impl Store for MemoryStore {
     fn check(
         &self,
         batch: &[Check<'_>],
+        max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        std::future::ready(self.decide(batch))
+        std::future::ready(self.decide(batch, duration_to_micros(max_wait)))
     }
 
     fn peek(

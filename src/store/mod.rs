@@ -6,6 +6,7 @@
 mod memory;
 
 use std::future::Future;
+use std::time::Duration;
 
 pub use memory::MemoryStore;
 
@@ -50,9 +51,16 @@ pub trait Store: Send + Sync + 'static {
     /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
     /// the penalty bookkeeping of the denied items). Deny beats Delay beats Allow; the
     /// longest retry-after among the denials is the batch's.
+    ///
+    /// With a non-zero `max_wait`, a batch that would be admitted within `max_wait` is
+    /// admitted now as a reservation: its units are taken at the instant it becomes
+    /// admissible (atomically, so no other request can take them), and the decision is
+    /// `Delay` until then. Locked keys and requests costing more than a rule's capacity are
+    /// denied without waiting.
     fn check(
         &self,
         batch: &[Check<'_>],
+        max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
     /// What `check` would say for one item, without consuming anything or counting a

@@ -320,7 +320,10 @@ pub async fn run_on_store<S: Store>(
                 Check::new(rule, key.as_bytes()).with_cost(*cost)
             })
             .collect();
-        let outcome: Outcome = store.check(&batch).await.expect("store decides");
+        let outcome: Outcome = store
+            .check(&batch, Duration::ZERO)
+            .await
+            .expect("store decides");
         if let Some(expect) = &step.expect {
             let remaining = outcome.rules.iter().map(|r| r.info.remaining).collect();
             check_step(
