@@ -58,3 +58,8 @@ pub use penalty::{Penalty, PenaltyState};
 pub use rate::Rate;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};
 pub use store::{Check, MemoryStore, Store};
+
+/// The README's examples compile and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
