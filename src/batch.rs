@@ -17,14 +17,14 @@ use crate::Rule;
 
 /// What a store keeps for one rule and one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) penalty: PenaltyState,
 }
 
 impl Entry {
     /// The instant (µs) from which this entry is the same as no entry under `rule`.
-    pub fn expires_at(&self, rule: &Rule) -> u64 {
+    pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
         let penalty = rule.penalty().map_or(0, |p| p.expires_at(&self.penalty));
         rule.algorithm().expires_at(&self.state).max(penalty)
     }

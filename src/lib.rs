@@ -49,12 +49,11 @@ mod rate;
 mod rule;
 pub mod store;
 
-pub use batch::Entry;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
-pub use penalty::{Penalty, PenaltyState};
+pub use penalty::Penalty;
 pub use rate::Rate;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};
 pub use store::{Check, MemoryStore, Store};
