@@ -32,11 +32,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         match outcome.decision {
             Decision::Allow | Decision::Delay(_) => {
-                println!("t={:>5}s attempt {attempt:>2}: sent      [{}]", at.as_secs(), left.join(" "));
+                println!(
+                    "t={:>5}s attempt {attempt:>2}: sent      [{}]",
+                    at.as_secs(),
+                    left.join(" ")
+                );
             }
             Decision::Deny(denial) => {
                 let rule = outcome.deciding_rule().map_or("?", |i| rules[i].name());
-                let retry = denial.retry_after.map_or("never".to_string(), |d| format!("{}s", d.as_secs_f64().ceil()));
+                let retry = denial.retry_after.map_or("never".to_string(), |d| {
+                    format!("{}s", d.as_secs_f64().ceil())
+                });
                 println!(
                     "t={:>5}s attempt {attempt:>2}: denied by {rule}, retry after {retry} [{}]",
                     at.as_secs(),
