@@ -71,6 +71,11 @@ impl FixedWindow {
 
 impl Model for FixedWindow {
     type State = WindowState;
+    super::stored_as!(FixedWindow);
+
+    fn settled_at(&self, s: &WindowState) -> u64 {
+        s.start
+    }
 
     fn fresh(&self, now: u64) -> WindowState {
         let start = match self.anchor {

@@ -60,6 +60,13 @@ impl Gcra {
 
 impl Model for Gcra {
     type State = TatState;
+    super::stored_as!(Gcra);
+
+    /// The TAT already says when the next unit is due; a future TAT is no reservation
+    /// to wait out but the debt the algorithm measures.
+    fn settled_at(&self, _s: &TatState) -> u64 {
+        0
+    }
 
     fn fresh(&self, now: u64) -> TatState {
         TatState { tat: now }

@@ -67,6 +67,11 @@ impl LeakyBucket {
 
 impl Model for LeakyBucket {
     type State = LevelState;
+    super::stored_as!(LeakyBucket);
+
+    fn settled_at(&self, s: &LevelState) -> u64 {
+        s.last
+    }
 
     fn fresh(&self, now: u64) -> LevelState {
         LevelState {

@@ -57,6 +57,11 @@ impl SlidingLog {
 
 impl Model for SlidingLog {
     type State = LogState;
+    super::stored_as!(SlidingLog);
+
+    fn settled_at(&self, s: &LogState) -> u64 {
+        s.entries.back().map_or(0, |(t, _)| *t)
+    }
 
     fn fresh(&self, _now: u64) -> LogState {
         LogState::default()

@@ -65,6 +65,11 @@ impl SlidingWindow {
 
 impl Model for SlidingWindow {
     type State = CountersState;
+    super::stored_as!(SlidingWindow);
+
+    fn settled_at(&self, s: &CountersState) -> u64 {
+        s.start
+    }
 
     fn fresh(&self, now: u64) -> CountersState {
         CountersState {

@@ -110,6 +110,11 @@ impl TokenBucket {
 
 impl Model for TokenBucket {
     type State = BucketState;
+    super::stored_as!(TokenBucket);
+
+    fn settled_at(&self, s: &BucketState) -> u64 {
+        s.last
+    }
 
     fn fresh(&self, now: u64) -> BucketState {
         let level = match self.mode {
