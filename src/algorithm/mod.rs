@@ -218,6 +218,18 @@ fn live<'a, M: Model>(model: &M, inner: &'a Inner, now: u64) -> Option<&'a M::St
 }
 
 fn evaluate_with<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
+    let eval = evaluate_live(model, inner, now, cost);
+    // A cost of 0 asks for nothing and passes, even where reservations have taken more than
+    // is left now (a GCRA's TAT pushed past the burst, or a sliding window weighing a unit
+    // reserved later in the window): an admissible request must stay admissible, or a
+    // batch's retry-after would not admit it.
+    if cost == 0 && !eval.is_admitted() {
+        return Eval::admit(0, eval.remaining, eval.reset_micros);
+    }
+    eval
+}
+
+fn evaluate_live<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
     let Some(s) = live(model, inner, now) else {
         return model.evaluate(&model.fresh(now), now, cost);
     };
@@ -227,12 +239,9 @@ fn evaluate_with<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eva
     }
     // A reservation holds the state until `settled`: nothing is admitted before then (so
     // a reserved future window cannot hide the present one's count), and what would be
-    // admitted then is a retry for now. A cost of 0 asks for nothing and passes.
+    // admitted then is a retry for now.
     let wait = settled - now;
     let at_settled = model.evaluate(s, settled, cost);
-    if cost == 0 {
-        return Eval::admit(0, 0, at_settled.reset_micros + wait);
-    }
     let retry = match at_settled.verdict {
         Verdict::Admit { .. } => Some(wait),
         Verdict::Reject { retry_micros } => retry_micros.map(|r| r + wait),
