@@ -7,7 +7,11 @@
 //! - Retry-After is exact for every algorithm (a retry at that instant is admitted, one
 //!   microsecond earlier is denied), and `None` exactly when the cost exceeds the capacity;
 //! - `MemoryStore` decides exactly as the bare models (`Algorithm::evaluate` / `apply`);
-//! - `MemoryStore` admits exactly the model's total under 8 contending threads.
+//! - `MemoryStore` admits exactly the model's total under 8 contending threads;
+//! - wait mode (reservations mixed with plain checks, one rule or two) never lets through more
+//!   than a rule allows, counting each admission when it is due; never delays past
+//!   `max_wait`; never refuses a batch whose retry-after is within `max_wait`; and a refused
+//!   reservation consumes nothing.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -592,4 +596,277 @@ fn contended_batches_are_all_or_nothing() {
     assert_eq!(admitted, 700);
     assert_eq!(peek(&limiter, &loose, b"user-1", 0).info.remaining, 300);
     assert_eq!(peek(&limiter, &tight, b"10.0.0.1", 0).info.remaining, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wait mode: what each rule lets through, counted when it is due
+
+/// A reservation or a plain check: the clock advance before it, each rule's cost (a single
+/// rule uses the first), and `max_wait` µs (0, often, is a plain check).
+type WaitStep = (u64, [u64; 2], u64);
+
+fn max_wait() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => Just(0u64),
+        2 => 1..=2_000u64,
+        1 => 2_000..=10_000u64,
+    ]
+}
+
+fn wait_steps() -> impl Strategy<Value = Vec<WaitStep>> {
+    prop::collection::vec((advance(), [cost(), cost()], max_wait()), 1..=100)
+}
+
+/// Microseconds in `d`.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap()
+}
+
+/// The delay a decision holds a request for (0 for `Allow`); `None` for a denial.
+fn delay_of(decision: Decision) -> Option<u64> {
+    match decision {
+        Decision::Allow => Some(0),
+        Decision::Delay(d) => Some(micros(d)),
+        Decision::Deny(_) => None,
+    }
+}
+
+/// The units admitted under each rule, as `(instant due µs, cost)`: a request admitted with
+/// `Delay(d)` at `now` reaches the service at `now + d`, so that is when it counts.
+type Dues = Vec<Vec<(u64, u64)>>;
+
+/// Runs `steps` through `reserve` on one store with the batch of `specs` (one key, one rule
+/// each), checking each decision as it comes:
+/// - a delay never exceeds `max_wait` (plus, for a leaky bucket, its own shaping delay, at
+///   most the time a full queue takes to drain), and every rule but a leaky bucket is due
+///   at the same instant, the batch's reservation;
+/// - a denied batch changes no state (every rule peeks as before), and was denied only
+///   because it could not be admitted within `max_wait`.
+///
+/// Returns each rule's due admissions.
+fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCaseError> {
+    let rules: Vec<Rule> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.rule(&format!("r{i}")))
+        .collect();
+    let (clock, limiter) = store_at(BASE);
+    let mut dues: Dues = vec![Vec::new(); rules.len()];
+    let mut now = BASE;
+    for (step, &(dt, costs, max_wait)) in steps.iter().enumerate() {
+        now += dt;
+        clock.set_micros(now);
+        let batch: Vec<Check<'_>> = rules
+            .iter()
+            .zip(costs)
+            .map(|(rule, cost)| Check::new(rule, KEYS[0]).with_cost(cost))
+            .collect();
+        let before = snapshot(&limiter, &rules);
+        let outcome = ready(limiter.reserve(&batch, Duration::from_micros(max_wait))).unwrap();
+        let at = format!(
+            "step {step} at +{}: costs {costs:?}, max_wait {max_wait}",
+            now - BASE
+        );
+
+        let Some(delay) = delay_of(outcome.decision) else {
+            prop_assert_eq!(
+                &snapshot(&limiter, &rules),
+                &before,
+                "{}: a denied batch changed state",
+                at
+            );
+            if let Some(retry) = outcome.decision.denial().and_then(|d| d.retry_after) {
+                prop_assert!(
+                    micros(retry) > max_wait,
+                    "{}: denied with a retry-after of {:?}, within max_wait",
+                    at,
+                    retry
+                );
+            }
+            continue;
+        };
+        let mut reservation = None;
+        for (i, (spec, rule_outcome)) in specs.iter().zip(&outcome.rules).enumerate() {
+            let Some(rule_delay) = delay_of(rule_outcome.decision) else {
+                return Err(TestCaseError::fail(format!(
+                    "{at}: rule {i} denies in an admitted batch"
+                )));
+            };
+            prop_assert!(
+                rule_delay <= delay,
+                "{}: rule {} delays longer than the batch",
+                at,
+                i
+            );
+            if spec.kind == Kind::LeakyBucket {
+                let drain = (spec.quota * spec.period).div_ceil(spec.amount);
+                prop_assert!(
+                    rule_delay <= max_wait + drain,
+                    "{}: leaky bucket delays {} µs, more than max_wait and a full queue's drain ({})",
+                    at, rule_delay, drain
+                );
+            } else {
+                prop_assert!(
+                    rule_delay <= max_wait,
+                    "{}: rule {} ({:?}) delays {} µs",
+                    at,
+                    i,
+                    spec.kind,
+                    rule_delay
+                );
+                prop_assert_eq!(
+                    *reservation.get_or_insert(rule_delay),
+                    rule_delay,
+                    "{}: rules of one batch reserved different instants",
+                    at
+                );
+            }
+            if costs[i] > 0 {
+                dues[i].push((now + rule_delay, costs[i]));
+            }
+        }
+    }
+    for log in &mut dues {
+        log.sort_unstable();
+    }
+    Ok(dues)
+}
+
+/// The first way `dues` (sorted by instant) lets through more than the rule of `spec` allows,
+/// counting each unit when it is due:
+/// - fixed window (epoch): no more than `limit` in any window `[k·w, (k+1)·w)`;
+/// - fixed window (first hit): a window opens at the first unit due after the previous one
+///   closed and holds no more than `limit`. Windows don't overlap, so a window-long interval
+///   meets at most two: 2 × `limit`, the documented boundary burst (`limit` units at the last
+///   instant of one window, `limit` at the first of the next), and no more;
+/// - sliding log: no more than `limit` in any `[a, a + w)`;
+/// - sliding window: at each due instant `t` in window `k`, the estimate
+///   `P × (w − (t − k·w)) + C × w ≤ limit × w`, with `P` the units due in window `k − 1` and
+///   `C` those due in `[k·w, t]`;
+/// - token bucket: in any `[a, b]`, no more than `capacity + ⌊(b − a) × amount / period⌋`
+///   (smooth) or `capacity + amount × ⌈(b − a) / period⌉` (stepped: at most that many steps
+///   end in `(a, b]`);
+/// - GCRA: in any `[a, b]`, no more than `burst + ⌊(b − a) / interval⌋`, with
+///   `interval = ⌈period / amount⌉`;
+/// - leaky bucket: in any `[a, b]`, the units beside the largest request are no more than
+///   `⌊(amount × (b − a) + amount − 1) / period⌋`: a request leaves once the water queued
+///   before it has drained, at the next whole microsecond.
+fn over_admission(spec: &Spec, dues: &[(u64, u64)]) -> Option<String> {
+    let (limit, w) = (spec.quota, spec.period);
+    let units = |from: u64, to: u64| -> u64 {
+        dues.iter()
+            .filter(|(t, _)| (from..=to).contains(t))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let show = |t: u64| t - BASE;
+    match spec.kind {
+        Kind::FixedWindow => dues.iter().find_map(|&(t, _)| {
+            let start = t - t % w;
+            let n = units(start, start + w - 1);
+            (n > limit).then(|| {
+                format!(
+                    "{n} units due in window [+{}, +{})",
+                    show(start),
+                    show(start + w)
+                )
+            })
+        }),
+        Kind::FixedWindowFromFirstHit => {
+            let mut window: Option<(u64, u64)> = None;
+            for &(t, c) in dues {
+                let (start, n) = match window {
+                    Some((start, n)) if t < start + w => (start, n + c),
+                    _ => (t, c),
+                };
+                if n > limit {
+                    return Some(format!(
+                        "{n} units due in the window opened at +{}",
+                        show(start)
+                    ));
+                }
+                window = Some((start, n));
+            }
+            None
+        }
+        Kind::SlidingLog => dues.iter().find_map(|&(a, _)| {
+            let n = units(a, a + w - 1);
+            (n > limit).then(|| format!("{n} units due in [+{}, +{})", show(a), show(a + w)))
+        }),
+        Kind::SlidingWindow => dues.iter().find_map(|&(t, _)| {
+            let start = t - t % w;
+            let previous = units(start - w, start - 1);
+            let current = units(start, t);
+            let estimate = previous * (w - (t - start)) + current * w;
+            (estimate > limit * w).then(|| {
+                format!(
+                    "at +{}: {previous} units in the previous window and {current} in this one",
+                    show(t)
+                )
+            })
+        }),
+        Kind::TokenBucket | Kind::TokenBucketStepped | Kind::Gcra | Kind::LeakyBucket => {
+            let (amount, period) = (spec.amount, spec.period);
+            let bound = |span: u64, largest: u64| match spec.kind {
+                Kind::TokenBucket => limit + span * amount / period,
+                Kind::TokenBucketStepped => limit + amount * span.div_ceil(period),
+                Kind::Gcra => limit + span / period.div_ceil(amount),
+                _ => largest + (amount * span + amount - 1) / period,
+            };
+            for (i, &(a, _)) in dues.iter().enumerate() {
+                let (mut n, mut largest) = (0, 0);
+                for &(b, c) in &dues[i..] {
+                    n += c;
+                    largest = largest.max(c);
+                    if n > bound(b - a, largest) {
+                        return Some(format!(
+                            "{n} units due in [+{}, +{}], more than {}",
+                            show(a),
+                            show(b),
+                            bound(b - a, largest)
+                        ));
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Wait mode never lets through more than a rule allows, counting each admission when it
+    /// is due (`now + delay`): mixed plain checks and reservations of random costs and
+    /// `max_wait`s, for every rule constructor on its own (see [`over_admission`] for the
+    /// bound of each, and [`run_wait_schedule`] for the checks on every decision).
+    #[test]
+    fn reservations_never_over_admit_any_algorithm(
+        (quota, amount, period) in params(),
+        steps in wait_steps(),
+    ) {
+        for kind in KINDS {
+            let spec = Spec { kind, quota, amount, period };
+            let dues = run_wait_schedule(&[spec], &steps)?;
+            if let Some(excess) = over_admission(&spec, &dues[0]) {
+                return Err(TestCaseError::fail(format!("{kind:?} {spec:?}: {excess}")));
+            }
+        }
+    }
+
+    /// The same for batches of two rules: a reservation waits for the slower rule and
+    /// commits both at that instant, so the faster rule's state moves ahead of the clock;
+    /// neither rule may then let through more than it allows.
+    #[test]
+    fn reservations_of_two_rule_batches_never_over_admit(
+        specs in [spec(), spec()],
+        steps in wait_steps(),
+    ) {
+        let dues = run_wait_schedule(&specs, &steps)?;
+        for (spec, dues) in specs.iter().zip(&dues) {
+            if let Some(excess) = over_admission(spec, dues) {
+                return Err(TestCaseError::fail(format!("{spec:?}: {excess}")));
+            }
+        }
+    }
 }
