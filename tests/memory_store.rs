@@ -341,3 +341,31 @@ fn clones_share_limits() {
     clock.advance(MINUTE);
     assert_eq!(peek(&via_store_clone, &rule, b"k", 0).info.remaining, 3);
 }
+
+/// Reservations with an unbounded `max_wait` (`Duration::MAX`, "wait however long it takes")
+/// cannot push a state's instants past what a `u64` of microseconds holds: a GCRA one unit
+/// per 2^50 µs (a valid configuration), reserved again and again, stops admitting once the
+/// wait would leave the supported range (2^50 µs, some 35 years) instead of overflowing.
+#[test]
+fn reservations_waiting_forever_do_not_overflow_the_clock() {
+    let (_clock, store) = store_at(BASE);
+    let limiter = Limiter::new(store);
+    let rule = Rule::gcra(
+        "slow",
+        tollgate::Rate::new(1, Duration::from_micros(1 << 50)),
+        1,
+    )
+    .unwrap();
+    let batch = [Check::new(&rule, b"k")];
+    let mut admitted = 0;
+    for _ in 0..20_000 {
+        if ready(limiter.reserve(&batch, Duration::MAX))
+            .unwrap()
+            .is_admitted()
+        {
+            admitted += 1;
+        }
+    }
+    // Now, and one reservation 2^50 µs ahead; the next would wait 2 × 2^50 µs.
+    assert_eq!(admitted, 2);
+}
