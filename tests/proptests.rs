@@ -795,7 +795,7 @@ fn over_admission(spec: &Spec, dues: &[(u64, u64)]) -> Option<String> {
         }),
         Kind::SlidingWindow => dues.iter().find_map(|&(t, _)| {
             let start = t - t % w;
-            let previous = units(start - w, start - 1);
+            let previous = start.checked_sub(w).map_or(0, |p| units(p, start - 1));
             let current = units(start, t);
             let estimate = previous * (w - (t - start)) + current * w;
             (estimate > limit * w).then(|| {
