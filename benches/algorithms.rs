@@ -1,1 +1,241 @@
-fn main() {}
+//! Decision costs: each algorithm's pure model, one `MemoryStore` decision (one hot key and
+//! 100k distinct keys), the store under two threads, and baselines measured in the same run
+//! (a bare `AtomicU64::fetch_add`, a `parking_lot::Mutex<HashMap>` increment) so results read
+//! as ratios that hold across machines better than absolute numbers do.
+//!
+//! `cargo bench --bench algorithms` takes about two minutes; results and their reading are in
+//! BENCHMARKS.md. Contended benchmarks report wall time per decision across both threads
+//! (half the per-thread latency when the two threads run truly in parallel).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::task::{Context, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use parking_lot::Mutex;
+use tollgate::algorithm::{Algorithm, State};
+use tollgate::{Limiter, MemoryStore, Rate, Rule};
+
+/// Distinct keys cycled through by the "many keys" benchmarks.
+const KEYS: usize = 100_000;
+/// Threads of the contended benchmarks (the machine the figures come from has two cores).
+const THREADS: usize = 2;
+
+/// Polls a future that is ready at once, as every `MemoryStore` future is.
+fn ready<F: Future>(fut: F) -> F::Output {
+    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("MemoryStore futures are ready on first poll"),
+    }
+}
+
+/// One decision through the public path; every benchmarked store decision must admit.
+fn admit(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
+    let outcome = ready(limiter.check_one(rule, black_box(key)));
+    assert!(
+        outcome.is_ok_and(|o| o.is_admitted()),
+        "the store rule admits"
+    );
+}
+
+fn keys() -> Vec<Box<[u8]>> {
+    (0..KEYS)
+        .map(|i| format!("client-{i:06}").into_bytes().into_boxed_slice())
+        .collect()
+}
+
+/// A rule every benchmarked decision admits, so each one takes the writing path: a token
+/// bucket of 2^30 tokens refilled at 1 per second. Its entries stay live (not full again)
+/// for the whole run, so the store finds them rather than recreating them.
+fn store_rule() -> Rule {
+    Rule::token_bucket("api", 1 << 30, Rate::per_second(1)).expect("valid rule")
+}
+
+/// Runs `work(thread, iters)` on `THREADS` threads started together; returns the wall time
+/// from the first thread's start to the last one's end divided by `THREADS`, so criterion
+/// (which divides by `iters`) reports wall time per decision over all threads. Measuring the
+/// span rather than each thread's own time keeps threads that did not overlap (one core
+/// busy elsewhere) from looking like a speed-up.
+fn contended(iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
+    let barrier = Barrier::new(THREADS);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (barrier, work) = (&barrier, &work);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    work(t, iters);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
+    });
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    match (first, last) {
+        (Some(first), Some(last)) => (last - first) / THREADS as u32,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Each model near its limit: 100 per second, one request every 12.5 ms (80 per second), so
+/// every decision is an admission (evaluate, then apply) and the sliding log holds 80 live
+/// entries. (At exactly the limit the sliding window's estimate, which weighs the previous
+/// window's count, denies some.)
+fn models(c: &mut Criterion) {
+    let second = Duration::from_secs(1);
+    let per_second = Rate::per_second(100);
+    let rules = [
+        ("fixed_window", Rule::fixed_window("m", 100, second)),
+        ("sliding_log", Rule::sliding_log("m", 100, second)),
+        ("sliding_window", Rule::sliding_window("m", 100, second)),
+        ("token_bucket", Rule::token_bucket("m", 100, per_second)),
+        ("leaky_bucket", Rule::leaky_bucket("m", 100, per_second)),
+        ("gcra", Rule::gcra("m", per_second, 100)),
+    ];
+    let step = 12_500;
+    let mut group = c.benchmark_group("model");
+    for (name, rule) in rules {
+        let algorithm: Algorithm = rule.expect("valid rule").algorithm().clone();
+        let mut state = State::default();
+        let mut now = 1_700_000_000_000_000u64;
+        let mut decide = move || {
+            now += step;
+            let eval = algorithm.evaluate(black_box(&state), black_box(now), 1);
+            if eval.is_admitted() {
+                algorithm.apply(&mut state, now, 1);
+            }
+            eval.is_admitted()
+        };
+        // Past the first second every model is in its steady state; check that it admits.
+        for _ in 0..1_000 {
+            assert!(decide(), "{name} should admit at its own rate");
+        }
+        group.bench_function(name, |b| b.iter(&mut decide));
+    }
+    group.finish();
+}
+
+fn single_thread(c: &mut Criterion) {
+    let rule = store_rule();
+    let keys = keys();
+    let mut group = c.benchmark_group("single_thread");
+
+    let counter = AtomicU64::new(0);
+    group.bench_function("baseline_atomic_fetch_add", |b| {
+        b.iter(|| counter.fetch_add(1, Ordering::AcqRel))
+    });
+
+    let map: Mutex<HashMap<Box<[u8]>, u64>> =
+        Mutex::new(keys.iter().map(|k| (k.clone(), 0)).collect());
+    group.bench_function("baseline_mutex_hashmap_one_key", |b| {
+        b.iter(|| {
+            let mut map = map.lock();
+            let n = map.get_mut(black_box(&*keys[0])).expect("prefilled");
+            *n += 1;
+            *n
+        })
+    });
+
+    let limiter = Limiter::new(MemoryStore::new());
+    group.bench_function("memory_store_one_key", |b| {
+        b.iter(|| admit(&limiter, &rule, b"hot-key"))
+    });
+
+    let limiter = Limiter::new(MemoryStore::new());
+    for key in &keys {
+        admit(&limiter, &rule, key);
+    }
+    let mut i = 0;
+    group.bench_function("memory_store_100k_keys", |b| {
+        b.iter(|| {
+            i = if i + 1 == KEYS { 0 } else { i + 1 };
+            admit(&limiter, &rule, &keys[i]);
+        })
+    });
+    group.finish();
+}
+
+fn two_threads(c: &mut Criterion) {
+    let rule = store_rule();
+    let keys = keys();
+    let mut group = c.benchmark_group("two_threads");
+
+    let counter = AtomicU64::new(0);
+    group.bench_function("baseline_atomic_fetch_add", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |_, n| {
+                for _ in 0..n {
+                    black_box(counter.fetch_add(1, Ordering::AcqRel));
+                }
+            })
+        })
+    });
+
+    let map: Mutex<HashMap<Box<[u8]>, u64>> =
+        Mutex::new(keys.iter().map(|k| (k.clone(), 0)).collect());
+    group.bench_function("baseline_mutex_hashmap_one_key", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |_, n| {
+                for _ in 0..n {
+                    let mut map = map.lock();
+                    *map.get_mut(black_box(&*keys[0])).expect("prefilled") += 1;
+                }
+            })
+        })
+    });
+
+    let limiter = Limiter::new(MemoryStore::new());
+    group.bench_function("memory_store_one_key", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |_, n| {
+                for _ in 0..n {
+                    admit(&limiter, &rule, b"hot-key");
+                }
+            })
+        })
+    });
+
+    let limiter = Limiter::new(MemoryStore::new());
+    for key in &keys {
+        admit(&limiter, &rule, key);
+    }
+    // Each thread cycles through its own half of the keys.
+    let per_thread = KEYS / THREADS;
+    group.bench_function("memory_store_distinct_keys", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |t, n| {
+                let mine = &keys[t * per_thread..(t + 1) * per_thread];
+                for key in mine.iter().cycle().take(n as usize) {
+                    admit(&limiter, &rule, key);
+                }
+            })
+        })
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = models, single_thread, two_threads
+}
+criterion_main!(benches);
