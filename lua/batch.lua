@@ -1,0 +1,306 @@
+-- The batch driver: decides a batch of rules for one request all or nothing.
+-- Mirrors src/batch.rs (evaluate every rule → admits? → reservation in wait mode →
+-- commit / report) and src/store/memory.rs's use of it.
+--
+-- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>` (a string holding
+--   "<algorithm code> <state fields…> <locked_until> <denials> <window_start>"), followed,
+--   for a sliding log rule only, by its log `{prefix}:{<key>}:<rule>:log` (a sorted set).
+-- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
+-- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
+-- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
+--   Cluster batch denied: count the penalty denials of the rules that reject, admit nothing);
+--   3 refund (take back the admissions a mode 0 call made at ARGV[5]).
+-- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
+--   state's own expiry instant is what counts, compared exactly in µs).
+-- ARGV[5]: mode 3 only, the instant the admissions to refund were recorded at.
+-- ARGV[6…]: nine per rule: algorithm code, cost, p1, p2, p3, p4 (the algorithm's parameters,
+--   see each algorithm's file), lock_for µs, denials that lock (0 = no penalty), within µs.
+--
+-- Returns an array of integers (mode 3: admitted 0 and every rule "allow" with its quota
+-- after the refund): admitted (1/0), the instant the batch was decided at (later
+-- than now for a reservation), now, then four per rule: outcome (0 allow, 1 delay, 2 deny
+-- limited, 3 deny locked, 4 deny cost exceeds capacity), delay or retry-after in µs,
+-- remaining units, µs until reset.
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local max_wait = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local slack_ms = tonumber(ARGV[4])
+local refund_at = tonumber(ARGV[5])
+
+local SLIDING_LOG = 2
+
+-- Load every rule's configuration and stored state: one GET per rule (plus one ZRANGE for a
+-- sliding log), nothing else before the decision.
+local rules = {}
+local key_index = 1
+for i = 1, (#ARGV - 5) / 9 do
+  local a = 5 + (i - 1) * 9
+  local code = tonumber(ARGV[a + 1])
+  local r = {
+    code = code,
+    model = models[code],
+    cost = tonumber(ARGV[a + 2]),
+    c = {
+      p1 = tonumber(ARGV[a + 3]),
+      p2 = tonumber(ARGV[a + 4]),
+      p3 = tonumber(ARGV[a + 5]),
+      p4 = tonumber(ARGV[a + 6]),
+      lock_for = tonumber(ARGV[a + 7]),
+      after = tonumber(ARGV[a + 8]),
+      within = tonumber(ARGV[a + 9]),
+    },
+    key = KEYS[key_index],
+    pen = { 0, 0, 0 },
+    state = nil,
+  }
+  key_index = key_index + 1
+  if code == SLIDING_LOG then
+    r.log_key = KEYS[key_index]
+    key_index = key_index + 1
+  end
+  if code ~= SLIDING_LOG or r.c.after > 0 then
+    local raw = redis.call('GET', r.key)
+    if raw then
+      local t = {}
+      for x in string.gmatch(raw, '%S+') do
+        t[#t + 1] = tonumber(x)
+      end
+      local n = #t
+      if n >= 4 then
+        r.pen = { t[n - 2], t[n - 1], t[n] }
+      end
+      -- State of another algorithm (the rule was reconfigured) reads as no state.
+      if t[1] == code and code ~= SLIDING_LOG and n == r.model.fields + 4 then
+        local s = {}
+        for f = 1, r.model.fields do
+          s[f] = t[f + 1]
+        end
+        r.state = s
+      end
+    end
+  end
+  if code == SLIDING_LOG then
+    local members = redis.call('ZRANGE', r.log_key, 0, -1)
+    if #members > 0 then
+      local entries = {}
+      for m = 1, #members do
+        local t, cost = string.match(members[m], '^(%d+):(%d+)$')
+        if t then
+          entries[#entries + 1] = { tonumber(t), tonumber(cost) }
+        end
+      end
+      r.state = { entries = entries, removed = {}, added = {} }
+    end
+  end
+  rules[i] = r
+end
+
+-- The state as of `at`: expired or absent state is a fresh one.
+local function live(r, at)
+  if r.state and r.model.expires_at(r.c, r.state) > at then
+    return r.state
+  end
+  return r.model.fresh(r.c, at)
+end
+
+-- Step 1 (batch::evaluate): what each rule says at `at`, changing nothing.
+local function evaluate_at(at)
+  local items = {}
+  for i = 1, #rules do
+    local r = rules[i]
+    local locked = nil
+    if r.c.after > 0 then
+      locked = locked_for(r.pen, at)
+    end
+    items[i] = { eval = r.model.evaluate(r.c, live(r, at), at, r.cost), locked = locked, at = at }
+  end
+  return items
+end
+
+local function rejects(item)
+  return item.locked ~= nil or not item.eval.ok
+end
+
+-- Step 2 (batch::admits).
+local function admits(items)
+  for i = 1, #items do
+    if rejects(items[i]) then
+      return false
+    end
+  end
+  return true
+end
+
+-- Step 2 in wait mode (batch::reservation): the wait after which the batch admits, if any
+-- wait can help and it is within max_wait.
+local function reservation(items)
+  local wait = 0
+  for i = 1, #items do
+    local item = items[i]
+    if rejects(item) then
+      if item.locked ~= nil or item.eval.ok or item.eval.wait == nil then
+        return nil
+      end
+      wait = max(wait, item.eval.wait)
+    end
+  end
+  if wait <= max_wait then
+    return wait
+  end
+  return nil
+end
+
+-- Writes a rule's state back with a TTL that ends once it is back to empty.
+local function ttl_ms(expires_at)
+  return cdiv(expires_at - now, 1000) + slack_ms
+end
+
+local function store_log(r)
+  local s = r.state
+  if s.prune_before then
+    redis.call('ZREMRANGEBYSCORE', r.log_key, '-inf', int(s.prune_before))
+  end
+  if #s.removed > 0 then
+    redis.call('ZREM', r.log_key, unpack(s.removed))
+  end
+  if #s.added > 0 then
+    local args = {}
+    for i = 1, #s.added do
+      args[#args + 1] = int(s.added[i][1])
+      args[#args + 1] = s.added[i][2]
+    end
+    redis.call('ZADD', r.log_key, unpack(args))
+  end
+  local expires_at = r.model.expires_at(r.c, s)
+  if expires_at > now then
+    redis.call('PEXPIRE', r.log_key, ttl_ms(expires_at))
+  elseif #s.entries == 0 then
+    redis.call('DEL', r.log_key)
+  end
+end
+
+local function store(r)
+  local expires_at = 0
+  if r.c.after > 0 then
+    expires_at = penalty_expires_at(r.c, r.pen)
+  end
+  local text = '0'
+  if r.code == SLIDING_LOG then
+    text = int(SLIDING_LOG)
+  elseif r.state then
+    expires_at = max(expires_at, r.model.expires_at(r.c, r.state))
+    local parts = { int(r.code) }
+    for f = 1, r.model.fields do
+      parts[f + 1] = int(r.state[f])
+    end
+    text = table.concat(parts, ' ')
+  end
+  if expires_at > now then
+    text = text .. ' ' .. int(r.pen[1]) .. ' ' .. int(r.pen[2]) .. ' ' .. int(r.pen[3])
+    redis.call('SET', r.key, text, 'PX', ttl_ms(expires_at))
+  else
+    redis.call('DEL', r.key)
+  end
+end
+
+if mode == 3 then
+  for i = 1, #rules do
+    local r = rules[i]
+    if r.cost > 0 and r.state and r.model.expires_at(r.c, r.state) > now then
+      r.model.refund(r.c, r.state, now, refund_at, r.cost)
+      if r.code == SLIDING_LOG then
+        store_log(r)
+      else
+        store(r)
+      end
+    end
+  end
+  -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
+  local reply = { 0, refund_at, now }
+  for i = 1, #rules do
+    local r = rules[i]
+    local info = r.model.evaluate(r.c, live(r, now), now, 0)
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = info.remaining
+    reply[#reply + 1] = info.reset
+  end
+  return reply
+end
+
+local items = evaluate_at(now)
+local admitted = mode ~= 2 and admits(items)
+if mode == 0 and not admitted then
+  local wait = reservation(items)
+  if wait then
+    local reserved = evaluate_at(now + wait)
+    if admits(reserved) then
+      items, admitted = reserved, true
+    end
+  end
+end
+
+-- Step 3 (batch::commit / batch::report).
+local reply = { admitted and 1 or 0, items[1] and items[1].at or now, now }
+for i = 1, #rules do
+  local r, item = rules[i], items[i]
+  if mode ~= 1 then
+    if admitted then
+      if r.cost > 0 then
+        if not (r.state and r.model.expires_at(r.c, r.state) > item.at) then
+          r.state = r.model.fresh(r.c, item.at)
+        end
+        r.model.apply(r.c, r.state, item.at, r.cost)
+        if r.code == SLIDING_LOG then
+          store_log(r)
+        else
+          store(r)
+        end
+      end
+    elseif item.locked == nil and not item.eval.ok and r.c.after > 0 then
+      if record_denial(r.c, r.pen, item.at) then
+        item.locked = locked_for(r.pen, item.at)
+      end
+      store(r)
+    end
+  end
+  local e = item.eval
+  local outcome, value, remaining, reset
+  if admitted then
+    local delay = 0
+    if e.ok then
+      delay = (item.at - now) + e.wait
+    end
+    outcome = delay > 0 and 1 or 0
+    value, remaining, reset = delay, e.remaining, e.reset
+  else
+    local retry = e.wait
+    if e.ok then
+      retry = 0
+    end
+    if retry == nil then
+      outcome, value = 4, 0
+    elseif item.locked ~= nil then
+      outcome, value = 3, max(retry, item.locked)
+    elseif e.ok then
+      outcome, value = 0, 0
+    else
+      outcome, value = 2, retry
+    end
+    -- Nothing was consumed: report the quota as it stands.
+    local info = r.model.evaluate(r.c, live(r, now), now, 0)
+    remaining, reset = info.remaining, info.reset
+  end
+  reply[#reply + 1] = outcome
+  reply[#reply + 1] = value
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = reset
+end
+return reply
