@@ -17,14 +17,14 @@ use crate::Rule;
 
 /// What a store keeps for one rule and one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) penalty: PenaltyState,
 }
 
 impl Entry {
     /// The instant (µs) from which this entry is the same as no entry under `rule`.
-    pub fn expires_at(&self, rule: &Rule) -> u64 {
+    pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
         let penalty = rule.penalty().map_or(0, |p| p.expires_at(&self.penalty));
         rule.algorithm().expires_at(&self.state).max(penalty)
     }
@@ -43,6 +43,19 @@ pub(crate) struct Evaluated {
 impl Evaluated {
     fn rejects(&self) -> bool {
         self.locked_for.is_some() || !self.eval.is_admitted()
+    }
+
+    /// Whether a penalty counts this item's denial: a denial by the rule's quota. Requests
+    /// already locked out, or costing more than the rule can ever admit (a client or
+    /// configuration error, not a rate), don't count.
+    fn counts_for_penalty(&self) -> bool {
+        self.locked_for.is_none()
+            && matches!(
+                self.eval.verdict,
+                Verdict::Reject {
+                    retry_micros: Some(_)
+                }
+            )
     }
 }
 
@@ -112,7 +125,7 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     if admitted {
         check.cost > 0
     } else {
-        item.locked_for.is_none() && !item.eval.is_admitted() && check.rule.penalty().is_some()
+        item.counts_for_penalty() && check.rule.penalty().is_some()
     }
 }
 
@@ -133,7 +146,7 @@ pub(crate) fn commit(
                 .algorithm()
                 .apply(&mut entry.state, item.at, check.cost);
         }
-    } else if item.locked_for.is_none() && !item.eval.is_admitted() {
+    } else if item.counts_for_penalty() {
         if let Some(penalty) = check.rule.penalty() {
             if penalty.record_denial(&mut entry.penalty, item.at) {
                 item.locked_for = entry.penalty.locked_for(item.at);

@@ -49,15 +49,19 @@ mod rate;
 mod rule;
 pub mod store;
 
-pub use batch::Entry;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
-pub use penalty::{Penalty, PenaltyState};
+pub use penalty::Penalty;
 pub use rate::Rate;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
 pub use store::{Check, MemoryStore, Store};
+
+/// The README's examples compile and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

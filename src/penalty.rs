@@ -94,7 +94,7 @@ impl Penalty {
 
 /// Lock and denial bookkeeping of one rule for one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PenaltyState {
+pub(crate) struct PenaltyState {
     pub(crate) locked_until: u64,
     pub(crate) denials: u64,
     pub(crate) window_start: u64,
@@ -102,7 +102,7 @@ pub struct PenaltyState {
 
 impl PenaltyState {
     /// Microseconds of lock left at `now`, if the key is locked.
-    pub fn locked_for(&self, now: u64) -> Option<u64> {
+    pub(crate) fn locked_for(&self, now: u64) -> Option<u64> {
         (self.locked_until > now).then(|| self.locked_until - now)
     }
 }

@@ -85,12 +85,10 @@ impl Model for LeakyBucket {
         }
         let after = level + cost * period;
         if after <= full {
-            // Held until the water queued before it has drained.
-            Eval::admit(
-                level.div_ceil(amount),
-                (full - after) / period,
-                after.div_ceil(amount),
-            )
+            // Held until the water queued before it has drained; a request that adds no
+            // water does not queue.
+            let delay = if cost == 0 { 0 } else { level.div_ceil(amount) };
+            Eval::admit(delay, (full - after) / period, after.div_ceil(amount))
         } else {
             let retry = (after - full).div_ceil(amount);
             Eval::reject(Some(retry), remaining, level.div_ceil(amount))

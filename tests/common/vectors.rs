@@ -26,7 +26,8 @@
 //! `expect.decision` is `allow`, `delay` (with `delay_us`) or `deny` (with `reason`:
 //! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
 //! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
-//! units after the step, in batch order.
+//! units after the step, in batch order. Unknown fields are errors, so a misspelt expectation
+//! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
 
 #![allow(dead_code)]
 
@@ -42,11 +43,13 @@ use tollgate::{Check, Decision, DenyReason, ManualClock, Outcome, Penalty, Rate,
 pub const BASE_MICROS: u64 = 20_000 * 86_400 * 1_000_000;
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct File {
     pub scenarios: Vec<Scenario>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub name: String,
     pub rules: Vec<RuleSpec>,
@@ -114,6 +117,7 @@ pub struct RuleSpec {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PenaltySpec {
     pub lock_for_us: u64,
     #[serde(default = "one")]
@@ -126,6 +130,7 @@ fn one() -> u64 {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     pub t: u64,
     #[serde(default)]
@@ -135,6 +140,7 @@ pub struct Step {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Expect {
     pub decision: String,
     pub reason: Option<String>,
@@ -308,6 +314,11 @@ pub async fn run_on_store<S: Store>(
                 .expect("reset");
         }
         if step.checks.is_empty() {
+            assert!(
+                step.expect.is_none(),
+                "{file}.json / {:?} / step {i}: an expectation needs checks",
+                scenario.name
+            );
             continue;
         }
         let batch: Vec<Check<'_>> = step

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need and a fresh machine may lack: redis-server and redis-cli
+# (the Redis tests start their own servers). Idempotent: does nothing when all is present.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Fail loudly rather than let Redis tests skip.
+redis-server --version >/dev/null
+redis-cli --version >/dev/null
