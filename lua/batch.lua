@@ -264,7 +264,9 @@ for i = 1, #rules do
           store(r)
         end
       end
-    elseif item.locked == nil and not item.eval.ok and r.c.after > 0 then
+    elseif r.c.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+      -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
+      -- already locked out or costing more than the rule can ever admit does not.
       if record_denial(r.c, r.pen, item.at) then
         item.locked = locked_for(r.pen, item.at)
       end

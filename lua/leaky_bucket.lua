@@ -25,8 +25,13 @@ models[5] = {
     end
     local after = level + cost * period
     if after <= full then
-      -- Held until the water queued before it has drained.
-      return admit(cdiv(level, amount), div(full - after, period), cdiv(after, amount))
+      -- Held until the water queued before it has drained; a request that adds no water
+      -- does not queue.
+      local delay = 0
+      if cost > 0 then
+        delay = cdiv(level, amount)
+      end
+      return admit(delay, div(full - after, period), cdiv(after, amount))
     end
     return reject(cdiv(after - full, amount), remaining, cdiv(level, amount))
   end,

@@ -23,7 +23,7 @@ async fn vectors_hold_for_redis_standalone() {
     let server = RedisServer::start();
     let base = store(&server).await;
     let all = load_all();
-    assert!(!all.is_empty());
+    assert!(all.len() >= 60, "only {} scenarios", all.len());
     for (n, (file, scenario)) in all.iter().enumerate() {
         let prefix = format!("v{n}");
         run_on_store(file, scenario, |clock| {
@@ -40,6 +40,7 @@ async fn vectors_hold_for_redis_cluster() {
         .await
         .expect("connect to the test cluster");
     let all = load_all();
+    assert!(all.len() >= 60, "only {} scenarios", all.len());
     for (n, (file, scenario)) in all.iter().enumerate() {
         let prefix = format!("v{n}");
         run_on_store(file, scenario, |clock| {
