@@ -40,6 +40,8 @@ fn main() {
 }
 
 struct Measured {
+    /// Server-side µs per command of the measured path (`INFO commandstats`).
+    server_us: f64,
     requests: u64,
     elapsed: Duration,
     cpu: Duration,
@@ -79,8 +81,29 @@ fn process_cpu() -> Duration {
     Duration::from_millis(total * 10)
 }
 
+/// `usec_per_call` of `command` in `INFO commandstats`.
+fn server_usec_per_call(server: &redis_server::RedisServer, command: &str) -> f64 {
+    let stats = server.must(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix("usec_per_call="))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 /// Runs `concurrency` tasks, each calling `op(task, i)` back to back for `run_for`.
-async fn measure<F, Fut>(concurrency: usize, run_for: Duration, op: F) -> Measured
+async fn measure<F, Fut>(
+    server: &redis_server::RedisServer,
+    command: &str,
+    concurrency: usize,
+    run_for: Duration,
+    op: F,
+) -> Measured
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
@@ -90,6 +113,7 @@ where
     for t in 0..concurrency {
         op(t, 0).await;
     }
+    server.must(&["CONFIG", "RESETSTAT"]);
     let deadline = Instant::now() + run_for;
     let cpu_before = process_cpu();
     let started = Instant::now();
@@ -115,7 +139,9 @@ where
     let elapsed = started.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_before);
     latencies.sort_unstable();
+    let server_us = server_usec_per_call(server, command);
     Measured {
+        server_us,
         requests: latencies.len() as u64,
         elapsed,
         cpu,
@@ -137,15 +163,19 @@ fn key_of(task: usize, i: u64) -> Vec<u8> {
     format!("user-{}", (task * 7919 + i as usize) % KEYS).into_bytes()
 }
 
-/// The arguments tollgate sends for `rules` (see lua/batch.lua), written out by hand.
-fn raw_args(rules: &[Rule]) -> Vec<Vec<u64>> {
-    let big = 1u64 << 30;
+/// The per-rule arguments tollgate sends for `rules` (see lua/batch.lua: nine
+/// little-endian doubles), written out by hand.
+fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
+    let big = (1u64 << 30) as f64;
     rules
         .iter()
-        .map(|r| match r.name() {
-            "api" => vec![6, 1, big, 1, 0, 0, 0, 0, 0],
-            "minute" => vec![1, 1, big, 60_000_000, 0, 0, 0, 0, 0],
-            _ => vec![4, 1, big, big, 1_000_000, 0, 0, 0, 0],
+        .map(|r| {
+            let fields: [f64; 9] = match r.name() {
+                "api" => [6.0, 1.0, big, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                "minute" => [1.0, 1.0, big, 60e6, 0.0, 0.0, 0.0, 0.0, 0.0],
+                _ => [4.0, 1.0, big, big, 1e6, 0.0, 0.0, 0.0, 0.0],
+            };
+            fields.iter().flat_map(|f| f.to_le_bytes()).collect()
         })
         .collect()
 }
@@ -166,11 +196,12 @@ fn script() -> redis::Script {
 
 fn row(what: &str, conc: usize, rules: &str, m: &Measured) {
     println!(
-        "| {what} | {conc} | {rules} | {:.0} | {:.0} | {:.0} | {:.2} |",
+        "| {what} | {conc} | {rules} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
         m.per_sec(),
         m.percentile(0.50).as_secs_f64() * 1e6,
         m.percentile(0.99).as_secs_f64() * 1e6,
         m.cpu_per_request_us(),
+        m.server_us,
     );
 }
 
@@ -195,7 +226,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration) {
             let limiter = Limiter::new(store.clone());
             let tollgate = {
                 let rules = rules.clone();
-                measure(conc, run_for, move |t, i| {
+                measure(server, "evalsha", conc, run_for, move |t, i| {
                     let limiter = limiter.clone();
                     let rules = rules.clone();
                     async move {
@@ -212,7 +243,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration) {
             let names: Vec<String> = rules.iter().map(|r| r.name().to_owned()).collect();
             let raw_script = {
                 let (raw, script) = (raw.clone(), script.clone());
-                measure(conc, run_for, move |t, i| {
+                measure(server, "evalsha", conc, run_for, move |t, i| {
                     let (mut raw, script, args) = (raw.clone(), script.clone(), args.clone());
                     let key = String::from_utf8(key_of(t, i)).expect("ascii");
                     let keys: Vec<String> =
@@ -222,9 +253,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration) {
                         inv.arg("").arg(0).arg(0).arg(0).arg(0);
                         for (k, a) in keys.iter().zip(args.iter()) {
                             inv.key(k);
-                            for v in a {
-                                inv.arg(*v);
-                            }
+                            inv.arg(&a[..]);
                         }
                         let reply: Vec<i64> = inv.invoke_async(&mut raw).await.expect("raw");
                         assert_eq!(reply[0], 1);
@@ -238,7 +267,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration) {
         }
         let incr = {
             let raw = raw.clone();
-            measure(conc, run_for, move |t, i| {
+            measure(server, "incr", conc, run_for, move |t, i| {
                 let mut raw = raw.clone();
                 let key = key_of(t, i);
                 async move {

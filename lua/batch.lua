@@ -2,9 +2,11 @@
 -- Mirrors src/batch.rs (evaluate every rule → admits? → reservation in wait mode →
 -- commit / report) and src/store/memory.rs's use of it.
 --
--- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>` (a string holding
---   "<algorithm code> <state fields…> <locked_until> <denials> <window_start>"), followed,
---   for a sliding log rule only, by its log `{prefix}:{<key>}:<rule>:log` (a sorted set).
+-- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
+--   sliding log rule only, by its log `{prefix}:{<key>}:<rule>:log` (a sorted set). The
+--   rule's key holds little-endian doubles (struct.pack "<d…", exact for these integers):
+--   algorithm code (0 = no algorithm state), the algorithm's state fields, then the
+--   penalty's locked_until, denials, window_start.
 -- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
 -- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
@@ -13,15 +15,10 @@
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
 -- ARGV[5]: mode 3 only, the instant the admissions to refund were recorded at.
--- ARGV[6…]: nine per rule: algorithm code, cost, p1, p2, p3, p4 (the algorithm's parameters,
---   see each algorithm's file), lock_for µs, denials that lock (0 = no penalty), within µs.
+-- ARGV[6…]: one per rule, nine little-endian doubles: algorithm code, cost, p1, p2, p3, p4
+--   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
+--   (0 = no penalty), within µs.
 --
--- Returns an array of integers (mode 3: admitted 0 and every rule "allow" with its quota
--- after the refund): admitted (1/0), the instant the batch was decided at (later
--- than now for a reservation), now, then four per rule: outcome (0 allow, 1 delay, 2 deny
--- limited, 3 deny locked, 4 deny cost exceeds capacity), delay or retry-after in µs,
--- remaining units, µs until reset.
-
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -40,22 +37,21 @@ local SLIDING_LOG = 2
 -- sliding log), nothing else before the decision.
 local rules = {}
 local key_index = 1
-for i = 1, (#ARGV - 5) / 9 do
-  local a = 5 + (i - 1) * 9
-  local code = tonumber(ARGV[a + 1])
+local built = {}
+local formats = {}
+for i = 1, #ARGV - 5 do
+  local code, cost, p1, p2, p3, p4, lock_for, after, within =
+    struct.unpack('<ddddddddd', ARGV[5 + i])
+  local model = built[code]
+  if not model then
+    model = models[code]()
+    built[code] = model
+  end
   local r = {
     code = code,
-    model = models[code],
-    cost = tonumber(ARGV[a + 2]),
-    c = {
-      p1 = tonumber(ARGV[a + 3]),
-      p2 = tonumber(ARGV[a + 4]),
-      p3 = tonumber(ARGV[a + 5]),
-      p4 = tonumber(ARGV[a + 6]),
-      lock_for = tonumber(ARGV[a + 7]),
-      after = tonumber(ARGV[a + 8]),
-      within = tonumber(ARGV[a + 9]),
-    },
+    model = model,
+    cost = cost,
+    c = { p1 = p1, p2 = p2, p3 = p3, p4 = p4, lock_for = lock_for, after = after, within = within },
     key = KEYS[key_index],
     pen = { 0, 0, 0 },
     state = nil,
@@ -65,21 +61,21 @@ for i = 1, (#ARGV - 5) / 9 do
     r.log_key = KEYS[key_index]
     key_index = key_index + 1
   end
-  if code ~= SLIDING_LOG or r.c.after > 0 then
+  if code ~= SLIDING_LOG or after > 0 then
     local raw = redis.call('GET', r.key)
-    if raw then
-      local t = {}
-      for x in string.gmatch(raw, '%S+') do
-        t[#t + 1] = tonumber(x)
+    local n = raw and #raw / 8 or 0
+    if n >= 4 and n == math.floor(n) then
+      local format = formats[n]
+      if not format then
+        format = '<' .. string.rep('d', n)
+        formats[n] = format
       end
-      local n = #t
-      if n >= 4 then
-        r.pen = { t[n - 2], t[n - 1], t[n] }
-      end
+      local t = { struct.unpack(format, raw) }
+      r.pen = { t[n - 2], t[n - 1], t[n] }
       -- State of another algorithm (the rule was reconfigured) reads as no state.
-      if t[1] == code and code ~= SLIDING_LOG and n == r.model.fields + 4 then
+      if t[1] == code and code ~= SLIDING_LOG and n == model.fields + 4 then
         local s = {}
-        for f = 1, r.model.fields do
+        for f = 1, model.fields do
           s[f] = t[f + 1]
         end
         r.state = s
@@ -91,9 +87,9 @@ for i = 1, (#ARGV - 5) / 9 do
     if #members > 0 then
       local entries = {}
       for m = 1, #members do
-        local t, cost = string.match(members[m], '^(%d+):(%d+)$')
+        local t, n = string.match(members[m], '^(%d+):(%d+)$')
         if t then
-          entries[#entries + 1] = { tonumber(t), tonumber(cost) }
+          entries[#entries + 1] = { tonumber(t), tonumber(n) }
         end
       end
       r.state = { entries = entries, removed = {}, added = {} }
@@ -180,7 +176,7 @@ local function store_log(r)
   end
   local expires_at = r.model.expires_at(r.c, s)
   if expires_at > now then
-    redis.call('PEXPIRE', r.log_key, ttl_ms(expires_at))
+    redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
   elseif #s.entries == 0 then
     redis.call('DEL', r.log_key)
   end
@@ -191,20 +187,23 @@ local function store(r)
   if r.c.after > 0 then
     expires_at = penalty_expires_at(r.c, r.pen)
   end
-  local text = '0'
-  if r.code == SLIDING_LOG then
-    text = int(SLIDING_LOG)
-  elseif r.state then
-    expires_at = max(expires_at, r.model.expires_at(r.c, r.state))
-    local parts = { int(r.code) }
-    for f = 1, r.model.fields do
-      parts[f + 1] = int(r.state[f])
+  local s = r.state
+  local packed
+  if r.code ~= SLIDING_LOG and s then
+    expires_at = max(expires_at, r.model.expires_at(r.c, s))
+    local n = r.model.fields
+    if n == 1 then
+      packed = struct.pack('<ddddd', r.code, s[1], r.pen[1], r.pen[2], r.pen[3])
+    elseif n == 2 then
+      packed = struct.pack('<dddddd', r.code, s[1], s[2], r.pen[1], r.pen[2], r.pen[3])
+    else
+      packed = struct.pack('<ddddddd', r.code, s[1], s[2], s[3], r.pen[1], r.pen[2], r.pen[3])
     end
-    text = table.concat(parts, ' ')
+  else
+    packed = struct.pack('<dddd', 0, r.pen[1], r.pen[2], r.pen[3])
   end
   if expires_at > now then
-    text = text .. ' ' .. int(r.pen[1]) .. ' ' .. int(r.pen[2]) .. ' ' .. int(r.pen[3])
-    redis.call('SET', r.key, text, 'PX', ttl_ms(expires_at))
+    redis.call('SET', r.key, packed, 'PX', int(ttl_ms(expires_at)))
   else
     redis.call('DEL', r.key)
   end

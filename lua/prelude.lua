@@ -61,7 +61,9 @@ local function reject(retry, remaining, reset)
   return { ok = false, wait = retry, remaining = remaining, reset = reset }
 end
 
--- The models by algorithm code (the codes are `AlgorithmCode` in src/store/redis/script.rs).
--- Each has: fresh(c, now), evaluate(c, s, now, cost), apply(c, s, now, cost),
--- expires_at(c, s), refund(c, s, now, at, cost), and the field count of its stored state.
+-- The models by algorithm code (the codes are in src/store/redis/script.rs). Each entry
+-- builds its model when first used in a call (a script's closures are created anew on every
+-- call, so building only the models a batch uses keeps the call cheap). A model has:
+-- fresh(c, now), evaluate(c, s, now, cost), apply(c, s, now, cost), expires_at(c, s),
+-- refund(c, s, now, at, cost), and `fields`, the length of its stored state.
 local models = {}

@@ -119,17 +119,23 @@ pub(super) fn invocation<'s>(
             ),
             None => (0, 0, 0),
         };
-        inv.arg(code)
-            .arg(check.cost)
-            .arg(p1)
-            .arg(p2)
-            .arg(p3)
-            .arg(p4)
-            .arg(lock_for)
-            .arg(after)
-            .arg(within);
+        let fields = [code, check.cost, p1, p2, p3, p4, lock_for, after, within];
+        let mut packed = [0u8; 72];
+        for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
+            chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+        }
+        inv.arg(&packed[..]);
     }
     inv
+}
+
+/// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
+/// Larger values (a cost, lock or window beyond 2^52 µs, about 142 years) are capped at
+/// 2^52, which every comparison in the scripts treats the same as the value itself (a cost
+/// that large exceeds every capacity).
+fn exact_double(value: u64) -> f64 {
+    const CAP: u64 = 1 << 52;
+    value.min(CAP) as f64
 }
 
 /// The script's reply to a `Decide`, `Peek` or `Deny` call.
