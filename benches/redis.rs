@@ -14,7 +14,7 @@
 //! `TOLLGATE_BENCH_SECS` sets the seconds per measurement (default 2).
 
 #[path = "../tests/common/redis_server.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(unreachable_pub)]
 mod redis_server;
 
 use std::future::Future;
