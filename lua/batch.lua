@@ -253,10 +253,12 @@ for i = 1, #rules do
   if mode ~= 1 then
     if admitted then
       if r.cost > 0 then
-        if not (r.state and r.model.expires_at(r.c, r.state) > item.at) then
+        -- Live at `now`, not at `at`: what still counts before a reservation's instant
+        -- must stay (algorithm::apply_with).
+        if not (r.state and r.model.expires_at(r.c, r.state) > now) then
           r.state = r.model.fresh(r.c, item.at)
         end
-        r.model.apply(r.c, r.state, item.at, r.cost)
+        r.model.apply(r.c, r.state, now, item.at, r.cost)
         if r.code == SLIDING_LOG then
           store_log(r)
         else

@@ -2,7 +2,8 @@
 -- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = anchor (0 epoch, 1 first hit).
 -- State fields: start, count.
 models[1] = function()
-  return {
+  local model
+  model = {
     fields = 2,
     fresh = function(c, now)
       local start = now
@@ -12,6 +13,9 @@ models[1] = function()
       return { start, 0 }
     end,
     evaluate = function(c, s, now, cost)
+      if now < s[1] then
+        return closed_until(s[1], now, cost, model.evaluate(c, s, s[1], cost))
+      end
       local limit = c.p1
       local reset = sub0(s[1] + c.p2, now)
       local remaining = sub0(limit, s[2])
@@ -23,7 +27,12 @@ models[1] = function()
       end
       return reject(reset, remaining, reset)
     end,
-    apply = function(c, s, now, cost)
+    apply = function(c, s, now, at, cost)
+      if at >= s[1] + c.p2 then
+        -- A reservation in a later window: the state moves there.
+        local fresh = model.fresh(c, at)
+        s[1], s[2] = fresh[1], fresh[2]
+      end
       s[2] = s[2] + cost
     end,
     expires_at = function(c, s)
@@ -36,4 +45,5 @@ models[1] = function()
       end
     end,
   }
+  return model
 end

@@ -21,8 +21,8 @@ models[6] = function()
       end
       return reject(after - tolerance, remaining, backlog)
     end,
-    apply = function(c, s, now, cost)
-      s[1] = max(s[1], now) + cost * c.p2
+    apply = function(c, s, now, at, cost)
+      s[1] = max(s[1], at) + cost * c.p2
     end,
     expires_at = function(c, s)
       return s[1]

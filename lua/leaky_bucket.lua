@@ -35,9 +35,9 @@ models[5] = function()
       end
       return reject(cdiv(after - full, amount), remaining, cdiv(level, amount))
     end,
-    apply = function(c, s, now, cost)
-      s[1] = leaky_level(c, s, now) + cost * c.p3
-      s[2] = max(now, s[2])
+    apply = function(c, s, now, at, cost)
+      s[1] = leaky_level(c, s, at) + cost * c.p3
+      s[2] = max(at, s[2])
     end,
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)

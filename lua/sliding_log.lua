@@ -53,7 +53,9 @@ models[2] = function()
       end
       return reject(retry, remaining, sub0(newest + window, now))
     end,
-    apply = function(c, s, now, cost)
+    apply = function(c, s, now, at, cost)
+      -- Only entries dead at `now` go: those aged out by a reservation's `at` still count
+      -- for requests arriving before it.
       local entries, window = s.entries, c.p2
       local first = 1
       while first <= #entries and entries[first][1] + window <= now do
@@ -67,21 +69,21 @@ models[2] = function()
         kept[#kept + 1] = entries[i]
       end
       -- Entries stay in time order even when a reservation logged one in the future.
-      local at = 0
+      local pos = 0
       for i = #kept, 1, -1 do
-        if kept[i][1] <= now then
-          at = i
+        if kept[i][1] <= at then
+          pos = i
           break
         end
       end
-      if at > 0 and kept[at][1] == now then
-        s.removed[#s.removed + 1] = log_member(now, kept[at][2])
-        kept[at] = { now, kept[at][2] + cost }
+      if pos > 0 and kept[pos][1] == at then
+        s.removed[#s.removed + 1] = log_member(at, kept[pos][2])
+        kept[pos] = { at, kept[pos][2] + cost }
       else
-        at = at + 1
-        table.insert(kept, at, { now, cost })
+        pos = pos + 1
+        table.insert(kept, pos, { at, cost })
       end
-      s.added[#s.added + 1] = { now, log_member(now, kept[at][2]) }
+      s.added[#s.added + 1] = { at, log_member(at, kept[pos][2]) }
       s.entries = kept
     end,
     expires_at = function(c, s)

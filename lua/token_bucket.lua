@@ -67,12 +67,12 @@ models[4] = function()
       local steps = cdiv(cost - level, amount)
       return reject(sub0(last + steps * period, now), level, reset_for(level))
     end,
-    apply = function(c, s, now, cost)
+    apply = function(c, s, now, at, cost)
       if c.p4 == 0 then
-        s[1] = smooth_level(c, s, now) - cost * c.p3
-        s[2] = max(now, s[2])
+        s[1] = smooth_level(c, s, at) - cost * c.p3
+        s[2] = max(at, s[2])
       else
-        local level, last = stepped_level(c, s, now)
+        local level, last = stepped_level(c, s, at)
         s[1], s[2] = level - cost, last
       end
     end,

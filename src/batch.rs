@@ -144,7 +144,7 @@ pub(crate) fn commit(
             check
                 .rule
                 .algorithm()
-                .apply(&mut entry.state, item.at, check.cost);
+                .apply_at(&mut entry.state, now, item.at, check.cost);
         }
     } else if item.counts_for_penalty() {
         if let Some(penalty) = check.rule.penalty() {

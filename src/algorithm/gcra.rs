@@ -81,8 +81,8 @@ impl Model for Gcra {
         }
     }
 
-    fn apply(&self, s: &mut TatState, now: u64, cost: u64) {
-        s.tat = s.tat.max(now) + cost * self.interval;
+    fn apply(&self, s: &mut TatState, _now: u64, at: u64, cost: u64) {
+        s.tat = s.tat.max(at) + cost * self.interval;
     }
 
     fn expires_at(&self, s: &TatState) -> u64 {

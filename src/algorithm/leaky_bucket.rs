@@ -95,10 +95,10 @@ impl Model for LeakyBucket {
         }
     }
 
-    fn apply(&self, s: &mut LevelState, now: u64, cost: u64) {
+    fn apply(&self, s: &mut LevelState, _now: u64, at: u64, cost: u64) {
         *s = LevelState {
-            level: self.level(s, now) + cost * self.drain.period_micros(),
-            last: now.max(s.last),
+            level: self.level(s, at) + cost * self.drain.period_micros(),
+            last: at.max(s.last),
         };
     }
 

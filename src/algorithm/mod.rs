@@ -157,38 +157,46 @@ impl Algorithm {
     /// Records the admission of a request of `cost` units at `now`. Call only after
     /// [`evaluate`](Self::evaluate) admitted it with the same arguments.
     pub fn apply(&self, state: &mut State, now: u64, cost: u64) {
+        self.apply_at(state, now, now, cost);
+    }
+
+    /// Records a reservation decided at `now` for a request admitted at `at` (≥ `now`):
+    /// the units are taken at `at`, and nothing that still counts at `now` is forgotten, so
+    /// requests arriving between `now` and `at` are not over-admitted. Call only after
+    /// [`evaluate`](Self::evaluate) admitted it at `at` with the same cost.
+    pub fn apply_at(&self, state: &mut State, now: u64, at: u64, cost: u64) {
         match self {
             Algorithm::FixedWindow(m) => {
-                apply_with(m, state, now, cost, Inner::FixedWindow, |i| match i {
+                apply_with(m, state, now, at, cost, Inner::FixedWindow, |i| match i {
                     Inner::FixedWindow(s) => Some(s),
                     _ => None,
                 })
             }
             Algorithm::SlidingLog(m) => {
-                apply_with(m, state, now, cost, Inner::SlidingLog, |i| match i {
+                apply_with(m, state, now, at, cost, Inner::SlidingLog, |i| match i {
                     Inner::SlidingLog(s) => Some(s),
                     _ => None,
                 })
             }
             Algorithm::SlidingWindow(m) => {
-                apply_with(m, state, now, cost, Inner::SlidingWindow, |i| match i {
+                apply_with(m, state, now, at, cost, Inner::SlidingWindow, |i| match i {
                     Inner::SlidingWindow(s) => Some(s),
                     _ => None,
                 })
             }
             Algorithm::TokenBucket(m) => {
-                apply_with(m, state, now, cost, Inner::TokenBucket, |i| match i {
+                apply_with(m, state, now, at, cost, Inner::TokenBucket, |i| match i {
                     Inner::TokenBucket(s) => Some(s),
                     _ => None,
                 })
             }
             Algorithm::LeakyBucket(m) => {
-                apply_with(m, state, now, cost, Inner::LeakyBucket, |i| match i {
+                apply_with(m, state, now, at, cost, Inner::LeakyBucket, |i| match i {
                     Inner::LeakyBucket(s) => Some(s),
                     _ => None,
                 })
             }
-            Algorithm::Gcra(m) => apply_with(m, state, now, cost, Inner::Gcra, |i| match i {
+            Algorithm::Gcra(m) => apply_with(m, state, now, at, cost, Inner::Gcra, |i| match i {
                 Inner::Gcra(s) => Some(s),
                 _ => None,
             }),
@@ -229,7 +237,9 @@ pub(crate) trait Model {
     /// The state of a key nobody has used, as of `now`.
     fn fresh(&self, now: u64) -> Self::State;
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
-    fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
+    /// Records an admission at `at`, decided at `now` (`at` > `now` for a reservation).
+    /// `s` is live at `now` but may have expired by `at`.
+    fn apply(&self, s: &mut Self::State, now: u64, at: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
 }
 
@@ -237,17 +247,38 @@ fn apply_with<M: Model>(
     model: &M,
     state: &mut State,
     now: u64,
+    at: u64,
     cost: u64,
     wrap: fn(M::State) -> Inner,
     unwrap: fn(&mut Inner) -> Option<&mut M::State>,
 ) {
+    // Live at `now`, not at `at`: what still counts before a reservation's instant must stay.
     let live = unwrap(&mut state.0).is_some_and(|s| model.expires_at(s) > now);
     if !live {
-        state.0 = wrap(model.fresh(now));
+        state.0 = wrap(model.fresh(at));
     }
     if let Some(s) = unwrap(&mut state.0) {
-        model.apply(s, now, cost);
+        model.apply(s, now, at, cost);
     }
+}
+
+/// The evaluation at `now` of a window state that starts later, at `start`: a reservation
+/// took units from a window after the current one, and the state keeps one window, so the
+/// current window's count is gone. To never over-admit, the current window is closed:
+/// nothing more passes before `start` (a cost of 0 still does), and a request waits for
+/// `start` plus whatever it would wait then (`later`, its evaluation at `start`). This
+/// errs towards denying, only after a reservation across a window boundary.
+pub(crate) fn closed_until(start: u64, now: u64, cost: u64, later: Eval) -> Eval {
+    let wait = start - now;
+    let reset = later.reset_micros + wait;
+    if cost == 0 {
+        return Eval::admit(0, 0, reset);
+    }
+    let retry = match later.verdict {
+        Verdict::Admit { .. } => Some(wait),
+        Verdict::Reject { retry_micros } => retry_micros.map(|r| r + wait),
+    };
+    Eval::reject(retry, 0, reset)
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

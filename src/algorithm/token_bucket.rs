@@ -162,20 +162,20 @@ impl Model for TokenBucket {
         }
     }
 
-    fn apply(&self, s: &mut BucketState, now: u64, cost: u64) {
+    fn apply(&self, s: &mut BucketState, _now: u64, at: u64, cost: u64) {
         match self.mode {
             Refill::Smooth => {
-                let level = self.smooth_level(s, now);
+                let level = self.smooth_level(s, at);
                 *s = BucketState {
                     level: level - cost * self.refill.period_micros(),
-                    last: now.max(s.last),
+                    last: at.max(s.last),
                 };
             }
             Refill::Stepped => {
-                let at = self.stepped_level(s, now);
+                let step = self.stepped_level(s, at);
                 *s = BucketState {
-                    level: at.level - cost,
-                    last: at.last,
+                    level: step.level - cost,
+                    last: step.last,
                 };
             }
         }
