@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Eval, State, Verdict};
+use crate::algorithm::{Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
@@ -103,7 +103,12 @@ pub(crate) fn admits(items: &[Evaluated]) -> bool {
 ///
 /// Each item's retry is the earliest instant it admits, and with no other traffic an
 /// admissible item stays admissible, so the largest retry admits the whole batch.
+///
+/// Waits are capped at 2^50 µs (some 35 years) whatever `max_wait` says: each reservation
+/// then lies at most that far ahead, so the instants in a state stay below 2^53 instead of
+/// overflowing under reservations that would wait forever (`Duration::MAX`).
 pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
+    let max_wait = max_wait.min(MAX_SCALED);
     let mut wait = 0;
     for item in items.iter().filter(|e| e.rejects()) {
         if item.locked_for.is_some() {
@@ -144,7 +149,7 @@ pub(crate) fn commit(
             check
                 .rule
                 .algorithm()
-                .apply_at(&mut entry.state, now, item.at, check.cost);
+                .apply(&mut entry.state, item.at, check.cost);
         }
     } else if item.counts_for_penalty() {
         if let Some(penalty) = check.rule.penalty() {

@@ -117,14 +117,16 @@ impl<S: Store> Limiter<S> {
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
+    /// Keys longer than [`MAX_KEY_LEN`] are digested as in [`check`](Self::check).
     pub async fn peek(
         &self,
         rule: &Rule,
         key: impl AsRef<[u8]>,
         cost: u64,
     ) -> Result<RuleOutcome, StoreError> {
+        let key = store_key(key.as_ref());
         self.store
-            .peek(Check::new(rule, key.as_ref()).with_cost(cost))
+            .peek(Check::new(rule, &key).with_cost(cost))
             .await
     }
 

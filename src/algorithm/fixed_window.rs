@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_range, closed_until, Eval, Model, MAX_SCALED};
+use super::{check_range, Eval, Model, MAX_SCALED};
 use crate::clock::duration_to_micros;
 use crate::error::ConfigError;
 
@@ -71,6 +71,11 @@ impl FixedWindow {
 
 impl Model for FixedWindow {
     type State = WindowState;
+    super::stored_as!(FixedWindow);
+
+    fn settled_at(&self, s: &WindowState) -> u64 {
+        s.start
+    }
 
     fn fresh(&self, now: u64) -> WindowState {
         let start = match self.anchor {
@@ -81,9 +86,6 @@ impl Model for FixedWindow {
     }
 
     fn evaluate(&self, s: &WindowState, now: u64, cost: u64) -> Eval {
-        if now < s.start {
-            return closed_until(s.start, now, cost, self.evaluate(s, s.start, cost));
-        }
         let reset = (s.start + self.window).saturating_sub(now);
         let remaining = self.limit.saturating_sub(s.count);
         if cost > self.limit {
@@ -97,12 +99,7 @@ impl Model for FixedWindow {
         }
     }
 
-    fn apply(&self, s: &mut WindowState, _now: u64, at: u64, cost: u64) {
-        if at >= s.start + self.window {
-            // A reservation in a later window: the state moves there, and the window of
-            // `now` is closed (see `closed_until`).
-            *s = self.fresh(at);
-        }
+    fn apply(&self, s: &mut WindowState, _now: u64, cost: u64) {
         s.count += cost;
     }
 
@@ -120,7 +117,7 @@ mod tests {
         let m = FixedWindow::new(2, Duration::from_micros(10), WindowAnchor::Epoch).unwrap();
         let mut s = m.fresh(13);
         assert_eq!(s.start, 10);
-        m.apply(&mut s, 13, 13, 2);
+        m.apply(&mut s, 13, 2);
         assert_eq!(
             m.evaluate(&s, 14, 1).verdict,
             super::super::Verdict::Reject {

@@ -60,6 +60,13 @@ impl Gcra {
 
 impl Model for Gcra {
     type State = TatState;
+    super::stored_as!(Gcra);
+
+    /// The TAT already says when the next unit is due; a future TAT is no reservation
+    /// to wait out but the debt the algorithm measures.
+    fn settled_at(&self, _s: &TatState) -> u64 {
+        0
+    }
 
     fn fresh(&self, now: u64) -> TatState {
         TatState { tat: now }
@@ -81,8 +88,8 @@ impl Model for Gcra {
         }
     }
 
-    fn apply(&self, s: &mut TatState, _now: u64, at: u64, cost: u64) {
-        s.tat = s.tat.max(at) + cost * self.interval;
+    fn apply(&self, s: &mut TatState, now: u64, cost: u64) {
+        s.tat = s.tat.max(now) + cost * self.interval;
     }
 
     fn expires_at(&self, s: &TatState) -> u64 {

@@ -67,6 +67,11 @@ impl LeakyBucket {
 
 impl Model for LeakyBucket {
     type State = LevelState;
+    super::stored_as!(LeakyBucket);
+
+    fn settled_at(&self, s: &LevelState) -> u64 {
+        s.last
+    }
 
     fn fresh(&self, now: u64) -> LevelState {
         LevelState {
@@ -79,7 +84,8 @@ impl Model for LeakyBucket {
         let (amount, period) = (self.drain.amount(), self.drain.period_micros());
         let full = self.capacity * period;
         let level = self.level(s, now);
-        let remaining = (full - level) / period;
+        // More water than the queue holds when the rule was reconfigured smaller: full.
+        let remaining = full.saturating_sub(level) / period;
         if cost > self.capacity {
             return Eval::reject(None, remaining, level.div_ceil(amount));
         }
@@ -95,14 +101,43 @@ impl Model for LeakyBucket {
         }
     }
 
-    fn apply(&self, s: &mut LevelState, _now: u64, at: u64, cost: u64) {
+    fn apply(&self, s: &mut LevelState, now: u64, cost: u64) {
         *s = LevelState {
-            level: self.level(s, at) + cost * self.drain.period_micros(),
-            last: at.max(s.last),
+            level: self.level(s, now) + cost * self.drain.period_micros(),
+            last: now.max(s.last),
         };
     }
 
     fn expires_at(&self, s: &LevelState) -> u64 {
         s.last.saturating_add(s.level.div_ceil(self.drain.amount()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::Verdict;
+
+    /// A rule reconfigured with a smaller capacity (same name, same store) finds more water
+    /// than its queue holds: that is a full queue, not an underflow.
+    #[test]
+    fn water_above_a_shrunk_capacity_reads_as_a_full_queue() {
+        let drain = Rate::new(1, Duration::from_micros(10));
+        let before = LeakyBucket::new(10, drain).unwrap();
+        let mut s = before.fresh(0);
+        before.apply(&mut s, 0, 10);
+        let after = LeakyBucket::new(2, drain).unwrap();
+        let eval = after.evaluate(&s, 0, 1);
+        // 100 units of water, room for 20: 90 µs until one more unit fits.
+        assert_eq!(
+            eval.verdict,
+            Verdict::Reject {
+                retry_micros: Some(90)
+            }
+        );
+        assert_eq!(eval.remaining, 0);
+        assert_eq!(eval.reset_micros, 100);
     }
 }

@@ -123,97 +123,35 @@ pub(crate) enum Inner {
     Gcra(gcra::TatState),
 }
 
-/// Dispatches to the model of each variant, with expired or foreign state read as fresh.
-macro_rules! dispatch {
-    ($self:ident, $state:expr, $now:ident, |$model:ident, $s:ident| $body:expr) => {
-        match $self {
-            Algorithm::FixedWindow($model) => dispatch!(@one $model, $state, $now, FixedWindow, $s, $body),
-            Algorithm::SlidingLog($model) => dispatch!(@one $model, $state, $now, SlidingLog, $s, $body),
-            Algorithm::SlidingWindow($model) => dispatch!(@one $model, $state, $now, SlidingWindow, $s, $body),
-            Algorithm::TokenBucket($model) => dispatch!(@one $model, $state, $now, TokenBucket, $s, $body),
-            Algorithm::LeakyBucket($model) => dispatch!(@one $model, $state, $now, LeakyBucket, $s, $body),
-            Algorithm::Gcra($model) => dispatch!(@one $model, $state, $now, Gcra, $s, $body),
+/// Runs `$body` with `$m` bound to the model of whichever variant `$alg` is.
+macro_rules! each_model {
+    ($alg:expr, $m:ident => $body:expr) => {
+        match $alg {
+            Algorithm::FixedWindow($m) => $body,
+            Algorithm::SlidingLog($m) => $body,
+            Algorithm::SlidingWindow($m) => $body,
+            Algorithm::TokenBucket($m) => $body,
+            Algorithm::LeakyBucket($m) => $body,
+            Algorithm::Gcra($m) => $body,
         }
     };
-    (@one $model:ident, $state:expr, $now:ident, $variant:ident, $s:ident, $body:expr) => {{
-        let fresh;
-        let $s = match $state {
-            Inner::$variant(s) if $model.expires_at(s) > $now => s,
-            _ => {
-                fresh = $model.fresh($now);
-                &fresh
-            }
-        };
-        $body
-    }};
 }
 
 impl Algorithm {
     /// What a request of `cost` units would get at `now` (µs) given `state`; changes nothing.
     pub fn evaluate(&self, state: &State, now: u64, cost: u64) -> Eval {
-        dispatch!(self, &state.0, now, |model, s| model.evaluate(s, now, cost))
+        each_model!(self, m => evaluate_with(m, &state.0, now, cost))
     }
 
     /// Records the admission of a request of `cost` units at `now`. Call only after
     /// [`evaluate`](Self::evaluate) admitted it with the same arguments.
     pub fn apply(&self, state: &mut State, now: u64, cost: u64) {
-        self.apply_at(state, now, now, cost);
-    }
-
-    /// Records a reservation decided at `now` for a request admitted at `at` (≥ `now`):
-    /// the units are taken at `at`, and nothing that still counts at `now` is forgotten, so
-    /// requests arriving between `now` and `at` are not over-admitted. Call only after
-    /// [`evaluate`](Self::evaluate) admitted it at `at` with the same cost.
-    pub fn apply_at(&self, state: &mut State, now: u64, at: u64, cost: u64) {
-        match self {
-            Algorithm::FixedWindow(m) => {
-                apply_with(m, state, now, at, cost, Inner::FixedWindow, |i| match i {
-                    Inner::FixedWindow(s) => Some(s),
-                    _ => None,
-                })
-            }
-            Algorithm::SlidingLog(m) => {
-                apply_with(m, state, now, at, cost, Inner::SlidingLog, |i| match i {
-                    Inner::SlidingLog(s) => Some(s),
-                    _ => None,
-                })
-            }
-            Algorithm::SlidingWindow(m) => {
-                apply_with(m, state, now, at, cost, Inner::SlidingWindow, |i| match i {
-                    Inner::SlidingWindow(s) => Some(s),
-                    _ => None,
-                })
-            }
-            Algorithm::TokenBucket(m) => {
-                apply_with(m, state, now, at, cost, Inner::TokenBucket, |i| match i {
-                    Inner::TokenBucket(s) => Some(s),
-                    _ => None,
-                })
-            }
-            Algorithm::LeakyBucket(m) => {
-                apply_with(m, state, now, at, cost, Inner::LeakyBucket, |i| match i {
-                    Inner::LeakyBucket(s) => Some(s),
-                    _ => None,
-                })
-            }
-            Algorithm::Gcra(m) => apply_with(m, state, now, at, cost, Inner::Gcra, |i| match i {
-                Inner::Gcra(s) => Some(s),
-                _ => None,
-            }),
-        }
+        each_model!(self, m => apply_with(m, &mut state.0, now, cost))
     }
 
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
     pub fn expires_at(&self, state: &State) -> u64 {
-        match (self, &state.0) {
-            (Algorithm::FixedWindow(m), Inner::FixedWindow(s)) => m.expires_at(s),
-            (Algorithm::SlidingLog(m), Inner::SlidingLog(s)) => m.expires_at(s),
-            (Algorithm::SlidingWindow(m), Inner::SlidingWindow(s)) => m.expires_at(s),
-            (Algorithm::TokenBucket(m), Inner::TokenBucket(s)) => m.expires_at(s),
-            (Algorithm::LeakyBucket(m), Inner::LeakyBucket(s)) => m.expires_at(s),
-            (Algorithm::Gcra(m), Inner::Gcra(s)) => m.expires_at(s),
-            _ => 0,
-        }
+        each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))
     }
 
     /// The quota a client sees: the most units admitted at once, and the period over which
@@ -232,53 +170,92 @@ impl Algorithm {
 }
 
 /// The common shape of the six models, used by [`Algorithm`]'s dispatch.
+/// The common shape of the six models, used by [`Algorithm`]'s dispatch.
 pub(crate) trait Model {
     type State;
     /// The state of a key nobody has used, as of `now`.
     fn fresh(&self, now: u64) -> Self::State;
+    /// The instant `s` describes: its last admission, which lies in the future when that
+    /// admission was a reservation (wait mode).
+    fn settled_at(&self, s: &Self::State) -> u64;
+    /// Evaluates at `now`, never earlier than `settled_at`.
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
-    /// Records an admission at `at`, decided at `now` (`at` > `now` for a reservation).
-    /// `s` is live at `now` but may have expired by `at`.
-    fn apply(&self, s: &mut Self::State, now: u64, at: u64, cost: u64);
+    /// Records an admission at `now`, never earlier than `settled_at`.
+    fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
+    /// The model's own state inside the stored enum, if it is there.
+    fn get(inner: &Inner) -> Option<&Self::State>;
+    fn get_mut(inner: &mut Inner) -> Option<&mut Self::State>;
+    fn wrap(s: Self::State) -> Inner;
 }
 
-fn apply_with<M: Model>(
-    model: &M,
-    state: &mut State,
-    now: u64,
-    at: u64,
-    cost: u64,
-    wrap: fn(M::State) -> Inner,
-    unwrap: fn(&mut Inner) -> Option<&mut M::State>,
-) {
-    // Live at `now`, not at `at`: what still counts before a reservation's instant must stay.
-    let live = unwrap(&mut state.0).is_some_and(|s| model.expires_at(s) > now);
-    if !live {
-        state.0 = wrap(model.fresh(at));
-    }
-    if let Some(s) = unwrap(&mut state.0) {
-        model.apply(s, now, at, cost);
-    }
+/// Implements the [`Model`] accessors for the state variant named like the model.
+macro_rules! stored_as {
+    ($variant:ident) => {
+        fn get(inner: &$crate::algorithm::Inner) -> Option<&Self::State> {
+            match inner {
+                $crate::algorithm::Inner::$variant(s) => Some(s),
+                _ => None,
+            }
+        }
+        fn get_mut(inner: &mut $crate::algorithm::Inner) -> Option<&mut Self::State> {
+            match inner {
+                $crate::algorithm::Inner::$variant(s) => Some(s),
+                _ => None,
+            }
+        }
+        fn wrap(s: Self::State) -> $crate::algorithm::Inner {
+            $crate::algorithm::Inner::$variant(s)
+        }
+    };
+}
+pub(crate) use stored_as;
+
+/// The model's state in `inner` if it is still live at `now`: an expired state, or another
+/// algorithm's (the rule was reconfigured), is the same as none.
+fn live<'a, M: Model>(model: &M, inner: &'a Inner, now: u64) -> Option<&'a M::State> {
+    M::get(inner).filter(|s| model.expires_at(s) > now)
 }
 
-/// The evaluation at `now` of a window state that starts later, at `start`: a reservation
-/// took units from a window after the current one, and the state keeps one window, so the
-/// current window's count is gone. To never over-admit, the current window is closed:
-/// nothing more passes before `start` (a cost of 0 still does), and a request waits for
-/// `start` plus whatever it would wait then (`later`, its evaluation at `start`). This
-/// errs towards denying, only after a reservation across a window boundary.
-pub(crate) fn closed_until(start: u64, now: u64, cost: u64, later: Eval) -> Eval {
-    let wait = start - now;
-    let reset = later.reset_micros + wait;
-    if cost == 0 {
-        return Eval::admit(0, 0, reset);
+fn evaluate_with<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
+    let eval = evaluate_live(model, inner, now, cost);
+    // A cost of 0 asks for nothing and passes, even where reservations have taken more than
+    // is left now (a GCRA's TAT pushed past the burst, or a sliding window weighing a unit
+    // reserved later in the window): an admissible request must stay admissible, or a
+    // batch's retry-after would not admit it.
+    if cost == 0 && !eval.is_admitted() {
+        return Eval::admit(0, eval.remaining, eval.reset_micros);
     }
-    let retry = match later.verdict {
+    eval
+}
+
+fn evaluate_live<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
+    let Some(s) = live(model, inner, now) else {
+        return model.evaluate(&model.fresh(now), now, cost);
+    };
+    let settled = model.settled_at(s);
+    if settled <= now {
+        return model.evaluate(s, now, cost);
+    }
+    // A reservation holds the state until `settled`: nothing is admitted before then (so
+    // a reserved future window cannot hide the present one's count), and what would be
+    // admitted then is a retry for now.
+    let wait = settled - now;
+    let at_settled = model.evaluate(s, settled, cost);
+    let retry = match at_settled.verdict {
         Verdict::Admit { .. } => Some(wait),
         Verdict::Reject { retry_micros } => retry_micros.map(|r| r + wait),
     };
-    Eval::reject(retry, 0, reset)
+    Eval::reject(retry, 0, at_settled.reset_micros + wait)
+}
+
+fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
+    if live(model, inner, now).is_none() {
+        *inner = M::wrap(model.fresh(now));
+    }
+    if let Some(s) = M::get_mut(inner) {
+        model.apply(s, now, cost);
+    }
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

@@ -57,6 +57,11 @@ impl SlidingLog {
 
 impl Model for SlidingLog {
     type State = LogState;
+    super::stored_as!(SlidingLog);
+
+    fn settled_at(&self, s: &LogState) -> u64 {
+        s.entries.back().map_or(0, |(t, _)| *t)
+    }
 
     fn fresh(&self, _now: u64) -> LogState {
         LogState::default()
@@ -85,9 +90,7 @@ impl Model for SlidingLog {
         Eval::reject(retry, remaining, (newest + self.window).saturating_sub(now))
     }
 
-    fn apply(&self, s: &mut LogState, now: u64, at: u64, cost: u64) {
-        // Only entries dead at `now` go: a reservation's `at` is later, and the entries
-        // that have aged out by then still count for requests arriving before it.
+    fn apply(&self, s: &mut LogState, now: u64, cost: u64) {
         while s
             .entries
             .front()
@@ -96,11 +99,11 @@ impl Model for SlidingLog {
             s.entries.pop_front();
         }
         // Entries stay in time order even when a reservation logged one in the future.
-        let i = s.entries.iter().rposition(|(t, _)| *t <= at);
-        match i {
-            Some(i) if s.entries[i].0 == at => s.entries[i].1 += cost,
-            Some(i) => s.entries.insert(i + 1, (at, cost)),
-            None => s.entries.push_front((at, cost)),
+        let at = s.entries.iter().rposition(|(t, _)| *t <= now);
+        match at {
+            Some(i) if s.entries[i].0 == now => s.entries[i].1 += cost,
+            Some(i) => s.entries.insert(i + 1, (now, cost)),
+            None => s.entries.push_front((now, cost)),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_product, check_range, closed_until, Eval, Model, MAX_SCALED};
+use super::{check_product, check_range, Eval, Model, MAX_SCALED};
 use crate::clock::duration_to_micros;
 use crate::error::ConfigError;
 
@@ -65,6 +65,11 @@ impl SlidingWindow {
 
 impl Model for SlidingWindow {
     type State = CountersState;
+    super::stored_as!(SlidingWindow);
+
+    fn settled_at(&self, s: &CountersState) -> u64 {
+        s.start
+    }
 
     fn fresh(&self, now: u64) -> CountersState {
         CountersState {
@@ -75,9 +80,6 @@ impl Model for SlidingWindow {
     }
 
     fn evaluate(&self, s: &CountersState, now: u64, cost: u64) -> Eval {
-        if now < s.start {
-            return closed_until(s.start, now, cost, self.evaluate(s, s.start, cost));
-        }
         let CountersState {
             start,
             previous,
@@ -118,13 +120,8 @@ impl Model for SlidingWindow {
         Eval::reject(Some(retry_at.saturating_sub(now)), remaining, reset)
     }
 
-    fn apply(&self, s: &mut CountersState, _now: u64, at: u64, cost: u64) {
-        *s = if at >= s.start + 2 * self.window {
-            // A reservation two windows on: the state moves there (see `closed_until`).
-            self.fresh(at)
-        } else {
-            self.at(s, at)
-        };
+    fn apply(&self, s: &mut CountersState, now: u64, cost: u64) {
+        *s = self.at(s, now);
         s.current += cost;
     }
 

@@ -110,6 +110,11 @@ impl TokenBucket {
 
 impl Model for TokenBucket {
     type State = BucketState;
+    super::stored_as!(TokenBucket);
+
+    fn settled_at(&self, s: &BucketState) -> u64 {
+        s.last
+    }
 
     fn fresh(&self, now: u64) -> BucketState {
         let level = match self.mode {
@@ -162,20 +167,20 @@ impl Model for TokenBucket {
         }
     }
 
-    fn apply(&self, s: &mut BucketState, _now: u64, at: u64, cost: u64) {
+    fn apply(&self, s: &mut BucketState, now: u64, cost: u64) {
         match self.mode {
             Refill::Smooth => {
-                let level = self.smooth_level(s, at);
+                let level = self.smooth_level(s, now);
                 *s = BucketState {
                     level: level - cost * self.refill.period_micros(),
-                    last: at.max(s.last),
+                    last: now.max(s.last),
                 };
             }
             Refill::Stepped => {
-                let step = self.stepped_level(s, at);
+                let at = self.stepped_level(s, now);
                 *s = BucketState {
-                    level: step.level - cost,
-                    last: step.last,
+                    level: at.level - cost,
+                    last: at.last,
                 };
             }
         }

@@ -65,23 +65,48 @@ struct Shard {
     len_after_sweep: usize,
 }
 
+/// A rule's name and a key in one allocation, `name ‖ key`, so a lookup follows one pointer
+/// and an entry costs one allocation.
 struct StoreKey {
-    rule: Arc<str>,
-    key: Box<[u8]>,
+    rule_len: usize,
+    bytes: Box<[u8]>,
 }
 
 impl StoreKey {
+    fn new(rule: &str, key: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(rule.len() + key.len());
+        bytes.extend_from_slice(rule.as_bytes());
+        bytes.extend_from_slice(key);
+        Self {
+            rule_len: rule.len(),
+            bytes: bytes.into_boxed_slice(),
+        }
+    }
+
+    /// The rule's name and the key.
+    fn parts(&self) -> (&[u8], &[u8]) {
+        self.bytes.split_at(self.rule_len)
+    }
+
     fn matches(&self, check: &Check<'_>) -> bool {
-        *self.rule == *check.rule.name() && *self.key == *check.key
+        let (rule, key) = self.parts();
+        rule == check.rule.name().as_bytes() && key == check.key
     }
 }
 
-/// Must hash exactly as [`Shared::hash`] does: the map rehashes keys with it when it grows.
+/// The map rehashes stored keys with this when it grows, so it must agree with
+/// [`Shared::hash`]: both go through [`hash_pair`].
 impl Hash for StoreKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.rule.hash(state);
-        self.key.hash(state);
+        let (rule, key) = self.parts();
+        hash_pair(state, rule, key);
     }
+}
+
+/// The one way a (rule name, key) pair is hashed, for lookups and for stored keys alike.
+fn hash_pair<H: Hasher>(state: &mut H, rule: &[u8], key: &[u8]) {
+    rule.hash(state);
+    key.hash(state);
 }
 
 struct Slot {
@@ -144,6 +169,8 @@ impl MemoryStore {
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
+        // Allocated before locking: the shards are held for the decision only.
+        let mut rules = Vec::with_capacity(batch.len());
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
             .iter()
@@ -170,21 +197,23 @@ impl MemoryStore {
             }
         }
 
-        let rules = batch
-            .iter()
-            .zip(&hashes)
-            .zip(&items)
-            .map(|((check, &hash), item)| {
-                let shard = guard_for(&mut guards, shared.shard_of(hash));
-                if batch::writes(check, item, admitted) {
-                    shard.update(hash, check, now, |entry| {
-                        batch::commit(check, entry, now, item, admitted)
-                    })
-                } else {
-                    batch::report(check, shard.get(hash, check), now, item, admitted)
-                }
-            })
-            .collect();
+        rules.extend(
+            batch
+                .iter()
+                .zip(&hashes)
+                .zip(&items)
+                .map(|((check, &hash), item)| {
+                    let shard = guard_for(&mut guards, shared.shard_of(hash));
+                    if batch::writes(check, item, admitted) {
+                        shard.update(hash, check, now, |entry| {
+                            batch::commit(check, entry, now, item, admitted)
+                        })
+                    } else {
+                        batch::report(check, shard.get(hash, check), now, item, admitted)
+                    }
+                }),
+        );
+        drop(guards);
         Ok(batch::combine(rules))
     }
 }
@@ -192,8 +221,7 @@ impl MemoryStore {
 impl Shared {
     fn hash(&self, rule: &str, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
-        rule.hash(&mut h);
-        key.hash(&mut h);
+        hash_pair(&mut h, rule.as_bytes(), key);
         h.finish()
     }
 
@@ -235,13 +263,9 @@ impl Shard {
         {
             RawEntryMut::Occupied(o) => o.into_mut(),
             RawEntryMut::Vacant(v) => {
-                let key = StoreKey {
-                    rule: Arc::from(check.rule.name()),
-                    key: Box::from(check.key),
-                };
                 v.insert_hashed_nocheck(
                     hash,
-                    key,
+                    StoreKey::new(check.rule.name(), check.key),
                     Slot {
                         entry: Entry::default(),
                         expires_at: 0,

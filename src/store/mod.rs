@@ -62,7 +62,7 @@ pub trait Store: Send + Sync + 'static {
     /// admitted now as a reservation: its units are taken at the instant it becomes
     /// admissible (atomically, so no other request can take them), and the decision is
     /// `Delay` until then. Locked keys and requests costing more than a rule's capacity are
-    /// denied without waiting.
+    /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
     fn check(
         &self,
         batch: &[Check<'_>],

@@ -26,7 +26,8 @@
 //! `expect.decision` is `allow`, `delay` (with `delay_us`) or `deny` (with `reason`:
 //! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
 //! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
-//! units after the step, in batch order. Unknown fields are errors, so a misspelt expectation
+//! units after the step, in batch order. A step with `max_wait_us` runs in wait mode: a
+//! batch admissible within that many µs reserves its slot and gets `delay` (stores only). Unknown fields are errors, so a misspelt expectation
 //! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
 
 #![allow(dead_code)]
@@ -136,6 +137,9 @@ pub struct Step {
     #[serde(default)]
     pub checks: Vec<(String, String, u64)>,
     pub reset: Option<(String, String)>,
+    /// Wait mode: the batch may reserve a slot up to this far ahead (0 = a plain check).
+    #[serde(default)]
+    pub max_wait_us: u64,
     pub expect: Option<Expect>,
 }
 
@@ -332,7 +336,7 @@ pub async fn run_on_store<S: Store>(
             })
             .collect();
         let outcome: Outcome = store
-            .check(&batch, Duration::ZERO)
+            .check(&batch, Duration::from_micros(step.max_wait_us))
             .await
             .expect("store decides");
         if let Some(expect) = &step.expect {
@@ -354,6 +358,7 @@ pub async fn run_on_store<S: Store>(
 pub fn runs_on_model(scenario: &Scenario) -> bool {
     scenario.rules.len() == 1
         && scenario.rules[0].penalty.is_none()
+        && scenario.steps.iter().all(|s| s.max_wait_us == 0)
         && scenario
             .steps
             .iter()
