@@ -95,7 +95,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Result<Outcome, StoreError> {
-        if batch.iter().all(|c| c.key.len() <= MAX_KEY_LEN) {
+        if batch.iter().all(|c| !needs_digest(c.key)) {
             return self.store.check(batch, max_wait).await;
         }
         let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
@@ -142,15 +142,22 @@ pub const MAX_KEY_LEN: usize = 128;
 
 /// The key a store sees for `key`: `key` itself up to [`MAX_KEY_LEN`] bytes, otherwise a
 /// marker byte (0xFF, never the start of UTF-8 text) followed by the 32-byte SHA-256 digest.
-/// The same on every instance, so instances sharing a Redis share the limit.
+/// A short key that starts with the marker (keys are bytes, not text) is digested too, so no
+/// key can pose as another's digest. The same on every instance, so instances sharing a
+/// Redis share the limit.
 pub fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
-    if key.len() <= MAX_KEY_LEN {
+    if !needs_digest(key) {
         return Cow::Borrowed(key);
     }
     let mut hashed = Vec::with_capacity(33);
     hashed.push(0xFF);
     hashed.extend_from_slice(&Sha256::digest(key));
     Cow::Owned(hashed)
+}
+
+/// Whether [`store_key`] replaces `key` by its digest.
+fn needs_digest(key: &[u8]) -> bool {
+    key.len() > MAX_KEY_LEN || key.first() == Some(&0xFF)
 }
 
 #[cfg(test)]
@@ -167,5 +174,23 @@ mod tests {
         let mut other = long.clone();
         other[12345] = b'y';
         assert_ne!(a, store_key(&other));
+    }
+
+    /// Keys are bytes (a header value may start with 0xFF): a short key spelling a long key's
+    /// digest must not share its limit.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_short_key_cannot_pose_as_a_digest() {
+        let long = vec![b'x'; 200];
+        let forged = store_key(&long).into_owned();
+        assert_ne!(store_key(&forged), store_key(&long));
+
+        let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60)).unwrap();
+        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+        assert!(limiter
+            .check_one(&rule, &forged)
+            .await
+            .unwrap()
+            .is_admitted());
     }
 }
