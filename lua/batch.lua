@@ -98,12 +98,39 @@ for i = 1, #ARGV - 5 do
   rules[i] = r
 end
 
--- The state as of `at`: expired or absent state is a fresh one.
-local function live(r, at)
-  if r.state and r.model.expires_at(r.c, r.state) > at then
-    return r.state
+-- Whether the rule's stored state is live at `at` (expired or absent state is none).
+local function is_live(r, at)
+  return r.state and r.model.expires_at(r.c, r.state) > at
+end
+
+-- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
+local function algorithm_evaluate(r, at, cost)
+  local model, c, s = r.model, r.c, r.state
+  local e
+  if not is_live(r, at) then
+    e = model.evaluate(c, model.fresh(c, at), at, cost)
+  else
+    local settled = model.settled_at(c, s)
+    if settled <= at then
+      e = model.evaluate(c, s, at, cost)
+    else
+      -- A reservation holds the state until `settled`: nothing is admitted before then,
+      -- and what would be admitted then is a retry for now.
+      local wait = settled - at
+      local later = model.evaluate(c, s, settled, cost)
+      local retry = wait
+      if not later.ok then
+        retry = later.wait and later.wait + wait
+      end
+      e = reject(retry, 0, later.reset + wait)
+    end
   end
-  return r.model.fresh(r.c, at)
+  -- A cost of 0 asks for nothing and passes, even where reservations took more than is
+  -- left now.
+  if cost == 0 and not e.ok then
+    return admit(0, e.remaining, e.reset)
+  end
+  return e
 end
 
 -- Step 1 (batch::evaluate): what each rule says at `at`, changing nothing.
@@ -115,7 +142,7 @@ local function evaluate_at(at)
     if r.c.after > 0 then
       locked = locked_for(r.pen, at)
     end
-    items[i] = { eval = r.model.evaluate(r.c, live(r, at), at, r.cost), locked = locked, at = at }
+    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at }
   end
   return items
 end
@@ -136,7 +163,9 @@ end
 
 -- Step 2 in wait mode (batch::reservation): the wait after which the batch admits, if any
 -- wait can help and it is within max_wait.
+-- Waits are capped at 2^50 µs whatever max_wait says, so instants stay exact.
 local function reservation(items)
+  local max_wait = min(max_wait, 1125899906842624)
   local wait = 0
   for i = 1, #items do
     local item = items[i]
@@ -212,7 +241,7 @@ end
 if mode == 3 then
   for i = 1, #rules do
     local r = rules[i]
-    if r.cost > 0 and r.state and r.model.expires_at(r.c, r.state) > now then
+    if r.cost > 0 and is_live(r, now) then
       r.model.refund(r.c, r.state, now, refund_at, r.cost)
       if r.code == SLIDING_LOG then
         store_log(r)
@@ -225,7 +254,7 @@ if mode == 3 then
   local reply = { 0, refund_at, now }
   for i = 1, #rules do
     local r = rules[i]
-    local info = r.model.evaluate(r.c, live(r, now), now, 0)
+    local info = algorithm_evaluate(r, now, 0)
     reply[#reply + 1] = 0
     reply[#reply + 1] = 0
     reply[#reply + 1] = info.remaining
@@ -253,12 +282,10 @@ for i = 1, #rules do
   if mode ~= 1 then
     if admitted then
       if r.cost > 0 then
-        -- Live at `now`, not at `at`: what still counts before a reservation's instant
-        -- must stay (algorithm::apply_with).
-        if not (r.state and r.model.expires_at(r.c, r.state) > now) then
+        if not is_live(r, item.at) then
           r.state = r.model.fresh(r.c, item.at)
         end
-        r.model.apply(r.c, r.state, now, item.at, r.cost)
+        r.model.apply(r.c, r.state, item.at, r.cost)
         if r.code == SLIDING_LOG then
           store_log(r)
         else
@@ -298,7 +325,7 @@ for i = 1, #rules do
       outcome, value = 2, retry
     end
     -- Nothing was consumed: report the quota as it stands.
-    local info = r.model.evaluate(r.c, live(r, now), now, 0)
+    local info = algorithm_evaluate(r, now, 0)
     remaining, reset = info.remaining, info.reset
   end
   reply[#reply + 1] = outcome

@@ -2,9 +2,11 @@
 -- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = anchor (0 epoch, 1 first hit).
 -- State fields: start, count.
 models[1] = function()
-  local model
-  model = {
+  return {
     fields = 2,
+    settled_at = function(c, s)
+      return s[1]
+    end,
     fresh = function(c, now)
       local start = now
       if c.p3 == 0 then
@@ -13,9 +15,6 @@ models[1] = function()
       return { start, 0 }
     end,
     evaluate = function(c, s, now, cost)
-      if now < s[1] then
-        return closed_until(s[1], now, cost, model.evaluate(c, s, s[1], cost))
-      end
       local limit = c.p1
       local reset = sub0(s[1] + c.p2, now)
       local remaining = sub0(limit, s[2])
@@ -27,12 +26,7 @@ models[1] = function()
       end
       return reject(reset, remaining, reset)
     end,
-    apply = function(c, s, now, at, cost)
-      if at >= s[1] + c.p2 then
-        -- A reservation in a later window: the state moves there.
-        local fresh = model.fresh(c, at)
-        s[1], s[2] = fresh[1], fresh[2]
-      end
+    apply = function(c, s, now, cost)
       s[2] = s[2] + cost
     end,
     expires_at = function(c, s)
@@ -45,5 +39,4 @@ models[1] = function()
       end
     end,
   }
-  return model
 end

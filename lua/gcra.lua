@@ -4,6 +4,11 @@
 models[6] = function()
   return {
     fields = 1,
+    -- The TAT already says when the next unit is due; a future TAT is no reservation to
+    -- wait out but the debt the algorithm measures.
+    settled_at = function(c, s)
+      return 0
+    end,
     fresh = function(c, now)
       return { now }
     end,
@@ -21,8 +26,8 @@ models[6] = function()
       end
       return reject(after - tolerance, remaining, backlog)
     end,
-    apply = function(c, s, now, at, cost)
-      s[1] = max(s[1], at) + cost * c.p2
+    apply = function(c, s, now, cost)
+      s[1] = max(s[1], now) + cost * c.p2
     end,
     expires_at = function(c, s)
       return s[1]

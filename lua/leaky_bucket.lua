@@ -12,6 +12,9 @@ models[5] = function()
 
   return {
     fields = 2,
+    settled_at = function(c, s)
+      return s[2]
+    end,
     fresh = function(c, now)
       return { 0, now }
     end,
@@ -19,7 +22,8 @@ models[5] = function()
       local capacity, amount, period = c.p1, c.p2, c.p3
       local full = capacity * period
       local level = leaky_level(c, s, now)
-      local remaining = div(full - level, period)
+      -- More water than the queue holds when the rule was reconfigured smaller: full.
+      local remaining = div(sub0(full, level), period)
       if cost > capacity then
         return reject(nil, remaining, cdiv(level, amount))
       end
@@ -35,9 +39,9 @@ models[5] = function()
       end
       return reject(cdiv(after - full, amount), remaining, cdiv(level, amount))
     end,
-    apply = function(c, s, now, at, cost)
-      s[1] = leaky_level(c, s, at) + cost * c.p3
-      s[2] = max(at, s[2])
+    apply = function(c, s, now, cost)
+      s[1] = leaky_level(c, s, now) + cost * c.p3
+      s[2] = max(now, s[2])
     end,
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)

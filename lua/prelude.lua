@@ -61,25 +61,11 @@ local function reject(retry, remaining, reset)
   return { ok = false, wait = retry, remaining = remaining, reset = reset }
 end
 
--- A window state that starts after `now` (a reservation moved it to a later window, and
--- the window of `now` is closed until `start`). Mirrors `algorithm::closed_until`.
-local function closed_until(start, now, cost, later)
-  local wait = start - now
-  local reset = later.reset + wait
-  if cost == 0 then
-    return admit(0, 0, reset)
-  end
-  local retry = wait
-  if not later.ok then
-    retry = later.wait and later.wait + wait
-  end
-  return reject(retry, 0, reset)
-end
-
 -- The models by algorithm code (the codes are in src/store/redis/script.rs). Each entry
 -- builds its model when first used in a call (a script's closures are created anew on every
 -- call, so building only the models a batch uses keeps the call cheap). A model has:
--- fresh(c, now), evaluate(c, s, now, cost), apply(c, s, now, at, cost) (an admission at
--- `at`, decided at `now`; later for a reservation), expires_at(c, s),
--- refund(c, s, now, at, cost), and `fields`, the length of its stored state.
+-- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
+-- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
+-- expires_at(c, s), refund(c, s, now, at, cost), and `fields`, the length of its stored
+-- state.
 local models = {}

@@ -13,6 +13,13 @@ models[2] = function()
 
   return {
     fields = 0,
+    settled_at = function(c, s)
+      local entries = s.entries
+      if #entries == 0 then
+        return 0
+      end
+      return entries[#entries][1]
+    end,
     fresh = function(c, now)
       -- Whatever the set still holds is dead at `now`.
       return { entries = {}, prune_before = now - c.p2, removed = {}, added = {} }
@@ -53,9 +60,7 @@ models[2] = function()
       end
       return reject(retry, remaining, sub0(newest + window, now))
     end,
-    apply = function(c, s, now, at, cost)
-      -- Only entries dead at `now` go: those aged out by a reservation's `at` still count
-      -- for requests arriving before it.
+    apply = function(c, s, now, cost)
       local entries, window = s.entries, c.p2
       local first = 1
       while first <= #entries and entries[first][1] + window <= now do
@@ -69,21 +74,21 @@ models[2] = function()
         kept[#kept + 1] = entries[i]
       end
       -- Entries stay in time order even when a reservation logged one in the future.
-      local pos = 0
+      local at = 0
       for i = #kept, 1, -1 do
-        if kept[i][1] <= at then
-          pos = i
+        if kept[i][1] <= now then
+          at = i
           break
         end
       end
-      if pos > 0 and kept[pos][1] == at then
-        s.removed[#s.removed + 1] = log_member(at, kept[pos][2])
-        kept[pos] = { at, kept[pos][2] + cost }
+      if at > 0 and kept[at][1] == now then
+        s.removed[#s.removed + 1] = log_member(now, kept[at][2])
+        kept[at] = { now, kept[at][2] + cost }
       else
-        pos = pos + 1
-        table.insert(kept, pos, { at, cost })
+        at = at + 1
+        table.insert(kept, at, { now, cost })
       end
-      s.added[#s.added + 1] = { at, log_member(at, kept[pos][2]) }
+      s.added[#s.added + 1] = { now, log_member(now, kept[at][2]) }
       s.entries = kept
     end,
     expires_at = function(c, s)

@@ -10,16 +10,15 @@ models[3] = function()
     return s[1] + c.p2, s[3], 0
   end
 
-  local model
-  model = {
+  return {
     fields = 3,
+    settled_at = function(c, s)
+      return s[1]
+    end,
     fresh = function(c, now)
       return { now - now % c.p2, 0, 0 }
     end,
     evaluate = function(c, s, now, cost)
-      if now < s[1] then
-        return closed_until(s[1], now, cost, model.evaluate(c, s, s[1], cost))
-      end
       local limit, w = c.p1, c.p2
       local start, previous, current = counters_at(c, s, now)
       local elapsed = min(sub0(now, start), w)
@@ -50,14 +49,8 @@ models[3] = function()
       end
       return reject(sub0(retry_at, now), remaining, reset)
     end,
-    apply = function(c, s, now, at, cost)
-      local start, previous, current
-      if at >= s[1] + 2 * c.p2 then
-        -- A reservation two windows on: the state moves there.
-        start, previous, current = at - at % c.p2, 0, 0
-      else
-        start, previous, current = counters_at(c, s, at)
-      end
+    apply = function(c, s, now, cost)
+      local start, previous, current = counters_at(c, s, now)
       s[1], s[2], s[3] = start, previous, current + cost
     end,
     expires_at = function(c, s)
@@ -73,5 +66,4 @@ models[3] = function()
       end
     end,
   }
-  return model
 end

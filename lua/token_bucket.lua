@@ -29,6 +29,9 @@ models[4] = function()
 
   return {
     fields = 2,
+    settled_at = function(c, s)
+      return s[2]
+    end,
     fresh = function(c, now)
       if c.p4 == 0 then
         return { c.p1 * c.p3, now }
@@ -67,12 +70,12 @@ models[4] = function()
       local steps = cdiv(cost - level, amount)
       return reject(sub0(last + steps * period, now), level, reset_for(level))
     end,
-    apply = function(c, s, now, at, cost)
+    apply = function(c, s, now, cost)
       if c.p4 == 0 then
-        s[1] = smooth_level(c, s, at) - cost * c.p3
-        s[2] = max(at, s[2])
+        s[1] = smooth_level(c, s, now) - cost * c.p3
+        s[2] = max(now, s[2])
       else
-        local level, last = stepped_level(c, s, at)
+        local level, last = stepped_level(c, s, now)
         s[1], s[2] = level - cost, last
       end
     end,

@@ -93,7 +93,7 @@ async fn keys_carry_ttls_and_the_documented_layout() {
     let limiter = Limiter::new(store(&server).await.with_prefix("app"));
     let window = Rule::fixed_window("w", 5, Duration::from_secs(60)).unwrap();
     let log = Rule::sliding_log("log", 5, Duration::from_secs(10)).unwrap();
-    let key: &[u8] = b"\xff\xfe{odd}";
+    let key: &[u8] = b"\xfe\xff{odd}";
     limiter
         .check(&[Check::new(&window, key), Check::new(&log, key)])
         .await
@@ -107,8 +107,8 @@ async fn keys_carry_ttls_and_the_documented_layout() {
         .unwrap();
     keys.sort();
     let expected: Vec<Vec<u8>> = vec![
-        b"app:{\xff\xfe\\[odd\\]}:log:log".to_vec(),
-        b"app:{\xff\xfe\\[odd\\]}:w".to_vec(),
+        b"app:{\xfe\xff\\[odd\\]}:log:log".to_vec(),
+        b"app:{\xfe\xff\\[odd\\]}:w".to_vec(),
     ];
     assert_eq!(keys, expected);
     for key in &keys {
