@@ -47,13 +47,20 @@ for i = 1, #ARGV - 5 do
     model = models[code]()
     built[code] = model
   end
+  -- The rule is its own configuration table (`c` in the models and penalty.lua).
   local r = {
     code = code,
     model = model,
     cost = cost,
-    c = { p1 = p1, p2 = p2, p3 = p3, p4 = p4, lock_for = lock_for, after = after, within = within },
+    p1 = p1,
+    p2 = p2,
+    p3 = p3,
+    p4 = p4,
+    lock_for = lock_for,
+    after = after,
+    within = within,
     key = KEYS[key_index],
-    pen = { 0, 0, 0 },
+    pen = nil,
     state = nil,
   }
   key_index = key_index + 1
@@ -74,13 +81,14 @@ for i = 1, #ARGV - 5 do
       r.pen = { t[n - 2], t[n - 1], t[n] }
       -- State of another algorithm (the rule was reconfigured) reads as no state.
       if t[1] == code and code ~= SLIDING_LOG and n == model.fields + 4 then
-        local s = {}
-        for f = 1, model.fields do
-          s[f] = t[f + 1]
-        end
-        r.state = s
+        -- The state is t[1 .. fields] once the code is gone; what follows is never read.
+        table.remove(t, 1)
+        r.state = t
       end
     end
+  end
+  if not r.pen then
+    r.pen = { 0, 0, 0 }
   end
   if code == SLIDING_LOG then
     local members = redis.call('ZRANGE', r.log_key, 0, -1)
@@ -100,12 +108,12 @@ end
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
-  return r.state and r.model.expires_at(r.c, r.state) > at
+  return r.state and r.model.expires_at(r, r.state) > at
 end
 
 -- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
 local function algorithm_evaluate(r, at, cost)
-  local model, c, s = r.model, r.c, r.state
+  local model, c, s = r.model, r, r.state
   local e
   if not is_live(r, at) then
     e = model.evaluate(c, model.fresh(c, at), at, cost)
@@ -139,7 +147,7 @@ local function evaluate_at(at)
   for i = 1, #rules do
     local r = rules[i]
     local locked = nil
-    if r.c.after > 0 then
+    if r.after > 0 then
       locked = locked_for(r.pen, at)
     end
     items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at }
@@ -203,7 +211,7 @@ local function store_log(r)
     end
     redis.call('ZADD', r.log_key, unpack(args))
   end
-  local expires_at = r.model.expires_at(r.c, s)
+  local expires_at = r.model.expires_at(r, s)
   if expires_at > now then
     redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
   elseif #s.entries == 0 then
@@ -213,13 +221,13 @@ end
 
 local function store(r)
   local expires_at = 0
-  if r.c.after > 0 then
-    expires_at = penalty_expires_at(r.c, r.pen)
+  if r.after > 0 then
+    expires_at = penalty_expires_at(r, r.pen)
   end
   local s = r.state
   local packed
   if r.code ~= SLIDING_LOG and s then
-    expires_at = max(expires_at, r.model.expires_at(r.c, s))
+    expires_at = max(expires_at, r.model.expires_at(r, s))
     local n = r.model.fields
     if n == 1 then
       packed = struct.pack('<ddddd', r.code, s[1], r.pen[1], r.pen[2], r.pen[3])
@@ -232,7 +240,7 @@ local function store(r)
     packed = struct.pack('<dddd', 0, r.pen[1], r.pen[2], r.pen[3])
   end
   if expires_at > now then
-    redis.call('SET', r.key, packed, 'PX', int(ttl_ms(expires_at)))
+    redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
   else
     redis.call('DEL', r.key)
   end
@@ -242,7 +250,7 @@ if mode == 3 then
   for i = 1, #rules do
     local r = rules[i]
     if r.cost > 0 and is_live(r, now) then
-      r.model.refund(r.c, r.state, now, refund_at, r.cost)
+      r.model.refund(r, r.state, now, refund_at, r.cost)
       if r.code == SLIDING_LOG then
         store_log(r)
       else
@@ -283,19 +291,19 @@ for i = 1, #rules do
     if admitted then
       if r.cost > 0 then
         if not is_live(r, item.at) then
-          r.state = r.model.fresh(r.c, item.at)
+          r.state = r.model.fresh(r, item.at)
         end
-        r.model.apply(r.c, r.state, item.at, r.cost)
+        r.model.apply(r, r.state, item.at, r.cost)
         if r.code == SLIDING_LOG then
           store_log(r)
         else
           store(r)
         end
       end
-    elseif r.c.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+    elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
       -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
       -- already locked out or costing more than the rule can ever admit does not.
-      if record_denial(r.c, r.pen, item.at) then
+      if record_denial(r, r.pen, item.at) then
         item.locked = locked_for(r.pen, item.at)
       end
       store(r)
