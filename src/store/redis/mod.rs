@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Client, RedisError, Value};
@@ -108,11 +108,21 @@ enum Connection {
 }
 
 impl RedisStore {
-    /// Connects to a standalone Redis (`redis://host:port/db`) and loads the script.
+    /// Connects to a standalone Redis (`redis://host:port/db`) and loads the script. Gives
+    /// up with an error when the server cannot be reached within a few seconds.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let client = Client::open(url).map_err(unavailable)?;
         let connect = async {
-            let manager = ConnectionManager::new(client).await.map_err(unavailable)?;
+            // The store's own per-call timeout governs, not the crate's 500 ms default; a
+            // dead server fails the connect after a few quick retries instead of six.
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            let manager = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(unavailable)?;
             Self::ready(Connection::Standalone(manager)).await
         };
         tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
@@ -128,7 +138,11 @@ impl RedisStore {
         S: AsRef<str>,
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = redis::cluster::ClusterClient::new(urls).map_err(unavailable)?;
+        // The store's own per-call timeout governs, not the crate's default.
+        let client = redis::cluster::ClusterClient::builder(urls)
+            .response_timeout(Duration::from_secs(3600))
+            .build()
+            .map_err(unavailable)?;
         let connect = async {
             let conn = client.get_async_connection().await.map_err(unavailable)?;
             Self::ready(Connection::Cluster(conn)).await
