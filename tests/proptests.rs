@@ -640,8 +640,9 @@ type Dues = Vec<Vec<(u64, u64)>>;
 /// - a delay never exceeds `max_wait` (plus, for a leaky bucket, its own shaping delay, at
 ///   most the time a full queue takes to drain), and every rule but a leaky bucket is due
 ///   at the same instant, the batch's reservation;
-/// - a denied batch changes no state (every rule peeks as before), and was denied only
-///   because it could not be admitted within `max_wait`.
+/// - a denied batch changes no state (every rule peeks as before), was denied only because
+///   it could not be admitted within `max_wait`, and its retry-after is exact (a microsecond
+///   earlier some rule denies, at it every rule admits).
 ///
 /// Returns each rule's due admissions.
 fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCaseError> {
@@ -682,6 +683,22 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
                     at,
                     retry
                 );
+                // Exact, with reservations in the states too: a microsecond early some rule
+                // still denies, on time every rule admits.
+                let retry = micros(retry);
+                let admits_at = |t: u64| {
+                    clock.set_micros(t);
+                    batch
+                        .iter()
+                        .all(|c| peek(&limiter, c.rule, c.key, c.cost).decision.is_admitted())
+                };
+                prop_assert!(
+                    !admits_at(now + retry - 1),
+                    "{}: admitted before its retry-after",
+                    at
+                );
+                prop_assert!(admits_at(now + retry), "{}: denied at its retry-after", at);
+                clock.set_micros(now);
             }
             continue;
         };
@@ -795,7 +812,7 @@ fn over_admission(spec: &Spec, dues: &[(u64, u64)]) -> Option<String> {
         }),
         Kind::SlidingWindow => dues.iter().find_map(|&(t, _)| {
             let start = t - t % w;
-            let previous = units(start - w, start - 1);
+            let previous = start.checked_sub(w).map_or(0, |p| units(p, start - 1));
             let current = units(start, t);
             let estimate = previous * (w - (t - start)) + current * w;
             (estimate > limit * w).then(|| {
