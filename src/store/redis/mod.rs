@@ -64,17 +64,25 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// are decided one after another, in the order their first rule appears in the batch; if a
 /// part denies, the parts already admitted are refunded by a compensating script call, and
 /// the parts after it only record their penalty denials. What this guarantees:
-/// - A denied batch consumes nothing once `check` has returned: every admitted part has
-///   been refunded (the refund is the exact inverse of the admission for every algorithm
-///   when no reservation is involved).
-/// - Never over-admission: between a part's admission and its refund (one round trip),
-///   other requests see those units as taken, so they may be denied when, strictly, they
-///   could have passed; never the other way round.
-/// - If the refund itself fails (Redis unreachable, timeout), `check` returns that error and
-///   the units of the earlier parts stay consumed until their state expires.
-/// - Each part reads the time of the node that owns its slot.
+/// - A denied batch consumes nothing once `check` has returned `Ok`: every admitted part
+///   has been refunded. The refund is the exact inverse of the admission for every
+///   algorithm (the state is as if the admission never happened, other requests'
+///   admissions in between included), except after a wait-mode reservation, whose refund
+///   returns the units but leaves the key closed until the reserved instant.
+/// - Never over-admission, at any instant: between a part's admission and its refund (one
+///   round trip), other requests see those units as taken, so they may be denied when,
+///   strictly, they could have passed; never the other way round.
+/// - Penalties count exactly as on one node: the denying part and the parts after it
+///   record the denials of their rules; the refunded parts record none (they admitted).
+/// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
+///   and `check` returns the error; a part whose refund failed stays consumed until its
+///   state expires (errs towards limiting).
+/// - Each part reads the time of the node that owns its slot (unless a clock is injected).
 /// - In wait mode each part reserves at the instant it becomes admissible on its own; the
 ///   batch's delay is the longest.
+/// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
+///   before the refund. Keep a request's rules on one key (one hash tag) where that matters:
+///   then the batch is one script call and fully atomic.
 ///
 /// ```no_run
 /// use std::time::Duration;
