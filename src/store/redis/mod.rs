@@ -65,13 +65,17 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// part denies, the parts already admitted are refunded by a compensating script call, and
 /// the parts after it only record their penalty denials. What this guarantees:
 /// - A denied batch consumes nothing once `check` has returned `Ok`: every admitted part
-///   has been refunded. The refund is the exact inverse of the admission for every
-///   algorithm (the state is as if the admission never happened, other requests'
-///   admissions in between included), except after a wait-mode reservation, whose refund
-///   returns the units but leaves the key closed until the reserved instant.
-/// - Never over-admission, at any instant: between a part's admission and its refund (one
-///   round trip), other requests see those units as taken, so they may be denied when,
-///   strictly, they could have passed; never the other way round.
+///   has been refunded. When no other request of the same key is admitted between the
+///   admission and its refund, the refund is the exact inverse of the admission for every
+///   algorithm: the state is as if the batch had never been checked. After a wait-mode
+///   reservation the refund returns the units but leaves the key closed until the
+///   reserved instant (errs towards limiting).
+/// - Between a part's admission and its refund (one round trip), other requests see those
+///   units as taken, so they may be denied when, strictly, they could have passed. If one
+///   of them is admitted meanwhile on a token bucket, leaky bucket or GCRA rule that
+///   refills (drains) the refunded units within that round trip, the refund can give back
+///   up to those units once too many: the only way a cross-slot batch can over-admit, by
+///   at most its own cost, and only at rates of thousands per second per key.
 /// - Penalties count exactly as on one node: the denying part and the parts after it
 ///   record the denials of their rules; the refunded parts record none (they admitted).
 /// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
