@@ -56,6 +56,9 @@ pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
 pub use rate::Rate;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use store::RedisStore;
 pub use store::{Check, MemoryStore, Store};
 
 /// The README's examples compile and run as doc tests.

@@ -4,10 +4,16 @@
 //! state; the arithmetic comes from [`crate::algorithm`].
 
 mod memory;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 
 use crate::decision::{Outcome, RuleOutcome};

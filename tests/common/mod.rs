@@ -1,3 +1,4 @@
 //! Support shared by the black-box suites.
 
+pub mod redis_server;
 pub mod vectors;

@@ -1,0 +1,55 @@
+-- Leaky bucket (shaping). Mirrors src/algorithm/leaky_bucket.rs.
+-- Config: c.p1 = capacity, c.p2 = drain amount, c.p3 = drain period (µs).
+-- State fields: level (scaled: one unit = period; `amount` drains per µs), last.
+models[5] = function()
+  local function leaky_level(c, s, now)
+    local drained = sub0(now, s[2])
+    if drained >= cdiv(s[1], c.p2) then
+      return 0
+    end
+    return s[1] - drained * c.p2
+  end
+
+  return {
+    fields = 2,
+    settled_at = function(c, s)
+      return s[2]
+    end,
+    fresh = function(c, now)
+      return { 0, now }
+    end,
+    evaluate = function(c, s, now, cost)
+      local capacity, amount, period = c.p1, c.p2, c.p3
+      local full = capacity * period
+      local level = leaky_level(c, s, now)
+      -- More water than the queue holds when the rule was reconfigured smaller: full.
+      local remaining = div(sub0(full, level), period)
+      if cost > capacity then
+        return reject(nil, remaining, cdiv(level, amount))
+      end
+      local after = level + cost * period
+      if after <= full then
+        -- Held until the water queued before it has drained; a request that adds no water
+        -- does not queue.
+        local delay = 0
+        if cost > 0 then
+          delay = cdiv(level, amount)
+        end
+        return admit(delay, div(full - after, period), cdiv(after, amount))
+      end
+      return reject(cdiv(after - full, amount), remaining, cdiv(level, amount))
+    end,
+    apply = function(c, s, now, cost)
+      s[1] = leaky_level(c, s, now) + cost * c.p3
+      s[2] = max(now, s[2])
+    end,
+    expires_at = function(c, s)
+      return s[2] + cdiv(s[1], c.p2)
+    end,
+    -- Drains `cost` units back out of the queue, as it stands at `now`.
+    refund = function(c, s, now, at, cost)
+      s[1] = sub0(leaky_level(c, s, now), cost * c.p3)
+      s[2] = max(now, s[2])
+    end,
+  }
+end

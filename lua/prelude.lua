@@ -1,0 +1,71 @@
+-- tollgate: helpers shared by the algorithm files and the batch driver.
+--
+-- The scripts are concatenated in this order (see src/store/redis/script.rs):
+--   prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua, token_bucket.lua,
+--   leaky_bucket.lua, gcra.lua, penalty.lua, batch.lua
+-- and run as one script, so every file sees the locals declared before it.
+--
+-- Arithmetic: every quantity is an integer below 2^53 (configuration validation keeps every
+-- product below 2^50 and instants are microseconds since the epoch), so Lua's doubles hold
+-- them exactly. Division goes through `div` / `cdiv`: for 0 <= a < 2^53 and b >= 1, the
+-- correctly rounded double a/b is never on the wrong side of an integer (a non-integer
+-- quotient is at least 1/b away from one, more than the rounding error a/b * 2^-53), so
+-- floor / ceil of it are the exact integer quotients.
+
+local floor = math.floor
+local ceil = math.ceil
+
+local function div(a, b)
+  return floor(a / b)
+end
+
+local function cdiv(a, b)
+  return ceil(a / b)
+end
+
+-- a - b, or 0 when b >= a (Rust's saturating_sub).
+local function sub0(a, b)
+  if a > b then
+    return a - b
+  end
+  return 0
+end
+
+local function min(a, b)
+  if a < b then
+    return a
+  end
+  return b
+end
+
+local function max(a, b)
+  if a > b then
+    return a
+  end
+  return b
+end
+
+-- Integers as decimal text without exponent (tostring would print 1.7e+15).
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- What a model says about one request: admitted (with a delay) or rejected (with the exact
+-- retry, nil when no wait helps), the units remaining and the microseconds until reset.
+-- Mirrors `algorithm::Eval`.
+local function admit(delay, remaining, reset)
+  return { ok = true, wait = delay, remaining = remaining, reset = reset }
+end
+
+local function reject(retry, remaining, reset)
+  return { ok = false, wait = retry, remaining = remaining, reset = reset }
+end
+
+-- The models by algorithm code (the codes are in src/store/redis/script.rs). Each entry
+-- builds its model when first used in a call (a script's closures are created anew on every
+-- call, so building only the models a batch uses keeps the call cheap). A model has:
+-- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
+-- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
+-- expires_at(c, s), refund(c, s, now, at, cost), and `fields`, the length of its stored
+-- state.
+local models = {}

@@ -1,0 +1,470 @@
+//! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
+
+mod script;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Client, RedisError, Value};
+
+use crate::batch;
+use crate::clock::{duration_to_micros, Clock};
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::{Check, Store};
+use crate::Rule;
+
+use script::{Call, Mode, Reply};
+
+/// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
+/// with [`RedisStore::with_timeout`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The key prefix unless changed with [`RedisStore::with_prefix`].
+pub const DEFAULT_PREFIX: &str = "tollgate";
+
+/// With an injected clock the script's instants are not the server's, so TTLs (garbage
+/// collection only) get this much slack: a test's virtual time may lag the real time that
+/// passes between its steps.
+const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
+
+/// Rule state kept in Redis (standalone or Cluster), shared by every instance of a service.
+///
+/// Each batch of rules for one request is decided by one Lua script call (`EVALSHA`), all
+/// or nothing, on the server: the six algorithms, penalty lockouts and wait-mode
+/// reservations are the Lua twins of the Rust models (kept in step by the shared
+/// conformance vectors). The script is hashed once, loaded when the store connects, and
+/// reloaded transparently when Redis answers `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or
+/// a failover).
+///
+/// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
+/// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
+/// for deterministic tests.
+///
+/// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state, a string) and, for a sliding
+/// log, `{prefix}:{<key>}:<rule>:log` (a sorted set). The extracted key is the hash tag, so
+/// all the rules of one client live in one Cluster slot. Bytes of the key or prefix that
+/// would break the hash tag (`{`, `}`, and the escape `\`) are escaped, and an empty key is
+/// written `\0`, so distinct keys never share state. Every key carries a TTL that ends once
+/// its state is back to empty, so idle keys cost no memory.
+///
+/// **Connections**: a standalone store runs over one [`ConnectionManager`] (multiplexed:
+/// concurrent requests are pipelined over one connection; reconnects on its own). Clones
+/// are cheap and share it. Every call is bounded by a timeout; failures come back as
+/// [`StoreError`]s, never as panics.
+///
+/// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
+/// a slot (the usual case: several rules over one client key) is one script call and as
+/// atomic as on a standalone server. A batch spanning slots is split per slot and the parts
+/// are decided one after another, in the order their first rule appears in the batch; if a
+/// part denies, the parts already admitted are refunded by a compensating script call, and
+/// the parts after it only record their penalty denials. What this guarantees:
+/// - A denied batch consumes nothing once `check` has returned `Ok`: every admitted part
+///   has been refunded. When no other request of the same key is admitted between the
+///   admission and its refund, the refund is the exact inverse of the admission for every
+///   algorithm: the state is as if the batch had never been checked. After a wait-mode
+///   reservation the refund returns the units but leaves the key closed until the
+///   reserved instant (errs towards limiting).
+/// - Between a part's admission and its refund (one round trip), other requests see those
+///   units as taken, so they may be denied when, strictly, they could have passed. If one
+///   of them is admitted meanwhile on a token bucket, leaky bucket or GCRA rule that
+///   refills (drains) the refunded units within that round trip, the refund can give back
+///   up to those units once too many: the only way a cross-slot batch can over-admit, by
+///   at most its own cost, and only at rates of thousands per second per key.
+/// - Penalties count exactly as on one node: the denying part and the parts after it
+///   record the denials of their rules; the refunded parts record none (they admitted).
+/// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
+///   and `check` returns the error; a part whose refund failed stays consumed until its
+///   state expires (errs towards limiting).
+/// - Each part reads the time of the node that owns its slot (unless a clock is injected).
+/// - In wait mode each part reserves at the instant it becomes admissible on its own; the
+///   batch's delay is the longest.
+/// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
+///   before the refund. Keep a request's rules on one key (one hash tag) where that matters:
+///   then the batch is one script call and fully atomic.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::store::RedisStore;
+/// use tollgate::{Limiter, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1/").await?
+///     .with_prefix("myapp")
+///     .with_timeout(Duration::from_millis(200));
+/// let limiter = Limiter::new(store);
+/// let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))?;
+/// let outcome = limiter.check_one(&rule, b"alice").await?;
+/// println!("admitted: {}", outcome.is_admitted());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Connection,
+    prefix: Arc<[u8]>,
+    timeout: Duration,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+/// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
+#[derive(Clone)]
+enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl RedisStore {
+    /// Connects to a standalone Redis (`redis://host:port/db`) and loads the script. Gives
+    /// up with an error when the server cannot be reached within a few seconds.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(unavailable)?;
+        let connect = async {
+            // The store's own per-call timeout governs, not the crate's 500 ms default; a
+            // dead server fails the connect after a few quick retries instead of six.
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            let manager = ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(unavailable)?;
+            Self::ready(Connection::Standalone(manager)).await
+        };
+        tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`) and loads
+    /// the script on every primary.
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        // The store's own per-call timeout governs, not the crate's default.
+        let client = redis::cluster::ClusterClient::builder(urls)
+            .response_timeout(Duration::from_secs(3600))
+            .build()
+            .map_err(unavailable)?;
+        let connect = async {
+            let conn = client.get_async_connection().await.map_err(unavailable)?;
+            Self::ready(Connection::Cluster(conn)).await
+        };
+        tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+
+    async fn ready(mut conn: Connection) -> Result<Self, StoreError> {
+        script::SCRIPT
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(Self {
+            conn,
+            prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
+            timeout: DEFAULT_TIMEOUT,
+            clock: None,
+        })
+    }
+
+    /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
+    /// different prefixes share nothing.
+    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        let mut escaped = Vec::new();
+        escape_into(&mut escaped, prefix.as_ref());
+        self.prefix = Arc::from(escaped);
+        self
+    }
+
+    /// Bounds every call to Redis (default [`DEFAULT_TIMEOUT`]); a call that takes longer
+    /// fails with [`StoreError::Timeout`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Decides at the instants of `clock` instead of the server's `TIME`: for deterministic
+    /// tests and simulations. Every instance sharing the keys must use the same clock.
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// `{prefix}:{<key>}:<rule>`, or its sliding log `…:log`.
+    fn key(&self, check: &Check<'_>, log: bool) -> Vec<u8> {
+        let rule = check.rule.name().as_bytes();
+        let mut k = Vec::with_capacity(self.prefix.len() + check.key.len() + rule.len() + 10);
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(b":{");
+        escape_into(&mut k, check.key);
+        k.extend_from_slice(b"}:");
+        k.extend_from_slice(rule);
+        if log {
+            k.extend_from_slice(b":log");
+        }
+        k
+    }
+
+    fn call(&self, max_wait: u64, mode: Mode, refund_at: u64) -> Call {
+        Call {
+            now: self.clock.as_ref().map(|c| c.now_micros()),
+            max_wait,
+            mode,
+            slack_ms: if self.clock.is_some() {
+                CLOCK_OVERRIDE_SLACK_MS
+            } else {
+                0
+            },
+            refund_at,
+        }
+    }
+
+    /// One script call for `checks` (which must share a slot on a Cluster).
+    async fn run(&self, call: Call, checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
+        let inv = script::invocation(call, checks, |c, log| self.key(c, log));
+        let mut conn = self.conn.clone();
+        let values: Vec<i64> = tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        script::parse(&values, checks)
+    }
+
+    async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        batch::validate(batch)?;
+        let checks: Vec<&Check<'_>> = batch.iter().collect();
+        let Connection::Cluster(_) = self.conn else {
+            let reply = self
+                .run(self.call(max_wait, Mode::Decide, 0), &checks)
+                .await?;
+            return Ok(script::combine(reply.rules));
+        };
+        // Group by slot, in the order each slot first appears.
+        let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+        for (i, check) in batch.iter().enumerate() {
+            let slot = Slot::for_key(self.key(check, false));
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        if groups.len() == 1 {
+            let reply = self
+                .run(self.call(max_wait, Mode::Decide, 0), &checks)
+                .await?;
+            return Ok(script::combine(reply.rules));
+        }
+        self.decide_across_slots(batch, &groups, max_wait).await
+    }
+
+    /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
+    /// later one denies (see the type's docs for the guarantee).
+    async fn decide_across_slots(
+        &self,
+        batch: &[Check<'_>],
+        groups: &[(Slot, Vec<usize>)],
+        max_wait: u64,
+    ) -> Result<Outcome, StoreError> {
+        let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
+        let mut admitted: Vec<(&[usize], u64)> = Vec::new();
+        let mut denied = false;
+        for (_, members) in groups {
+            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+            let mode = if denied { Mode::Deny } else { Mode::Decide };
+            let reply = self.run(self.call(max_wait, mode, 0), &checks).await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    // Leave nothing behind that a failed check consumed, as far as we can.
+                    self.refund(batch, &admitted, &mut outcomes).await?;
+                    return Err(e);
+                }
+            };
+            if reply.admitted {
+                admitted.push((members, reply.at));
+            } else if !denied {
+                denied = true;
+                self.refund(batch, &admitted, &mut outcomes).await?;
+                admitted.clear();
+            }
+            for (&i, outcome) in members.iter().zip(reply.rules) {
+                if outcomes[i].is_none() {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+        }
+        let rules = outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(script::combine(rules))
+    }
+
+    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
+    /// their quota after the refund.
+    async fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admitted: &[(&[usize], u64)],
+        outcomes: &mut [Option<RuleOutcome>],
+    ) -> Result<(), StoreError> {
+        for &(members, at) in admitted {
+            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+            let reply = self.run(self.call(0, Mode::Refund, at), &checks).await?;
+            for (&i, outcome) in members.iter().zip(reply.rules) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        let reply = self.run(self.call(0, Mode::Peek, 0), &[&check]).await?;
+        reply
+            .rules
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Protocol("peek got no decision".into()))
+    }
+
+    async fn reset_one(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        let check = Check::new(rule, key);
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.key(&check, false));
+        if script::has_log(rule.algorithm()) {
+            cmd.arg(self.key(&check, true));
+        }
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+/// Appends `bytes` with the hash-tag delimiters escaped (`\` → `\\`, `{` → `\[`,
+/// `}` → `\]`), and an empty key as `\0`, so the escaped key is a non-empty hash tag and
+/// distinct keys stay distinct.
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.is_empty() {
+        out.extend_from_slice(b"\\0");
+        return;
+    }
+    for &b in bytes {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'{' => out.extend_from_slice(b"\\["),
+            b'}' => out.extend_from_slice(b"\\]"),
+            _ => out.push(b),
+        }
+    }
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Standalone(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.conn {
+            Connection::Standalone(_) => "standalone",
+            Connection::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisStore")
+            .field("connection", &kind)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("timeout", &self.timeout)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl Store for RedisStore {
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        self.decide(batch, duration_to_micros(max_wait))
+    }
+
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+        self.peek_one(check)
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.reset_one(rule, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(b: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        escape_into(&mut out, b);
+        out
+    }
+
+    #[test]
+    fn escaping_keeps_keys_distinct_and_tags_whole() {
+        let keys: [&[u8]; 7] = [b"", b"\\0", b"a}b", b"a\\]b", b"{x}", b"\\", b"plain"];
+        let all: Vec<_> = keys.iter().map(|k| escaped(k)).collect();
+        for (i, a) in all.iter().enumerate() {
+            assert!(!a.is_empty());
+            assert!(!a.contains(&b'}') && !a.contains(&b'{'));
+            for b in &all[..i] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(escaped(b"plain"), b"plain");
+    }
+}

@@ -1,0 +1,207 @@
+//! The Lua twin of the models and of `batch.rs`: the script's source, its arguments and
+//! its reply.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, ScriptInvocation};
+
+use crate::algorithm::{Algorithm, Refill, WindowAnchor};
+use crate::batch;
+use crate::clock::duration_to_micros;
+use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::Check;
+
+/// The whole script: the helpers, the six models, penalties and the batch driver, in the
+/// order `lua/prelude.lua` describes.
+pub(super) const SOURCE: &str = concat!(
+    include_str!("../../../lua/prelude.lua"),
+    include_str!("../../../lua/fixed_window.lua"),
+    include_str!("../../../lua/sliding_log.lua"),
+    include_str!("../../../lua/sliding_window.lua"),
+    include_str!("../../../lua/token_bucket.lua"),
+    include_str!("../../../lua/leaky_bucket.lua"),
+    include_str!("../../../lua/gcra.lua"),
+    include_str!("../../../lua/penalty.lua"),
+    include_str!("../../../lua/batch.lua"),
+);
+
+/// Hashed once; `invoke_async` runs it with `EVALSHA` and loads it on `NOSCRIPT`.
+pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+
+/// What the script does with a batch (`ARGV[3]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Decide and commit.
+    Decide = 0,
+    /// Decide, write nothing.
+    Peek = 1,
+    /// The batch is denied elsewhere (another Cluster slot): count penalty denials only.
+    Deny = 2,
+    /// Take back the admissions a `Decide` call recorded at an instant.
+    Refund = 3,
+}
+
+/// The algorithm codes of `lua/*.lua` (`models[code]`).
+fn code_and_params(algorithm: &Algorithm) -> [u64; 5] {
+    match algorithm {
+        Algorithm::FixedWindow(m) => {
+            let anchor = match m.anchor() {
+                WindowAnchor::Epoch => 0,
+                WindowAnchor::FirstHit => 1,
+            };
+            [1, m.limit(), m.window_micros(), anchor, 0]
+        }
+        Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
+        Algorithm::SlidingWindow(m) => [3, m.limit(), m.window_micros(), 0, 0],
+        Algorithm::TokenBucket(m) => {
+            let mode = match m.mode() {
+                Refill::Smooth => 0,
+                Refill::Stepped => 1,
+            };
+            let rate = m.refill();
+            [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
+        }
+        Algorithm::LeakyBucket(m) => {
+            let rate = m.drain();
+            [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
+        }
+        Algorithm::Gcra(m) => [6, m.burst(), m.emission_interval_micros(), 0, 0],
+    }
+}
+
+/// Whether the rule keeps a second key (the sliding log's sorted set).
+pub(super) fn has_log(algorithm: &Algorithm) -> bool {
+    matches!(algorithm, Algorithm::SlidingLog(_))
+}
+
+/// The arguments common to every call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Call {
+    /// The instant to decide at, or `None` for the server's `TIME`.
+    pub(super) now: Option<u64>,
+    pub(super) max_wait: u64,
+    pub(super) mode: Mode,
+    /// Milliseconds added to every TTL.
+    pub(super) slack_ms: u64,
+    /// `Mode::Refund` only: the instant the admissions were recorded at.
+    pub(super) refund_at: u64,
+}
+
+/// Builds the invocation for `checks` (keys first, built by `key_of`).
+pub(super) fn invocation<'s>(
+    call: Call,
+    checks: &[&Check<'_>],
+    mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
+) -> ScriptInvocation<'s> {
+    let mut inv = SCRIPT.prepare_invoke();
+    match call.now {
+        Some(now) => inv.arg(now),
+        None => inv.arg(""),
+    };
+    inv.arg(call.max_wait)
+        .arg(call.mode as u8)
+        .arg(call.slack_ms)
+        .arg(call.refund_at);
+    for check in checks {
+        let algorithm = check.rule.algorithm();
+        inv.key(key_of(check, false));
+        if has_log(algorithm) {
+            inv.key(key_of(check, true));
+        }
+        let [code, p1, p2, p3, p4] = code_and_params(algorithm);
+        let (lock_for, after, within) = match check.rule.penalty() {
+            Some(p) => (
+                duration_to_micros(p.lock_duration()),
+                p.denials(),
+                duration_to_micros(p.window()),
+            ),
+            None => (0, 0, 0),
+        };
+        let fields = [code, check.cost, p1, p2, p3, p4, lock_for, after, within];
+        let mut packed = [0u8; 72];
+        for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
+            chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+        }
+        inv.arg(&packed[..]);
+    }
+    inv
+}
+
+/// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
+/// Larger values (a cost, lock or window beyond 2^52 µs, about 142 years) are capped at
+/// 2^52, which every comparison in the scripts treats the same as the value itself (a cost
+/// that large exceeds every capacity).
+fn exact_double(value: u64) -> f64 {
+    const CAP: u64 = 1 << 52;
+    value.min(CAP) as f64
+}
+
+/// The script's reply to a `Decide`, `Peek` or `Deny` call.
+#[derive(Debug, Clone)]
+pub(super) struct Reply {
+    pub(super) admitted: bool,
+    /// The instant the batch was decided at (later than `now` for a reservation).
+    pub(super) at: u64,
+    /// One per check, in order.
+    pub(super) rules: Vec<RuleOutcome>,
+}
+
+/// Parses the script's reply for `checks`.
+pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
+    let bad = || {
+        StoreError::Protocol(format!(
+            "script reply of {} integers for {} rules",
+            values.len(),
+            checks.len()
+        ))
+    };
+    if values.len() != 3 + 4 * checks.len() {
+        return Err(bad());
+    }
+    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
+    let admitted = values[0] == 1;
+    let at = uint(values[1])?;
+    let rules = checks
+        .iter()
+        .zip(values[3..].chunks_exact(4))
+        .map(|(check, v)| {
+            let value = uint(v[1])?;
+            let us = Duration::from_micros;
+            let decision = match v[0] {
+                0 => Decision::Allow,
+                1 => Decision::Delay(us(value)),
+                2 => deny(DenyReason::Limited, Some(us(value))),
+                3 => deny(DenyReason::Locked, Some(us(value))),
+                4 => deny(DenyReason::CostExceedsCapacity, None),
+                _ => return Err(bad()),
+            };
+            Ok(RuleOutcome {
+                decision,
+                info: RateLimitInfo {
+                    limit: check.rule.algorithm().quota().0,
+                    remaining: uint(v[2])?,
+                    reset: us(uint(v[3])?),
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply {
+        admitted,
+        at,
+        rules,
+    })
+}
+
+fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
+    Decision::Deny(Denial {
+        reason,
+        retry_after,
+    })
+}
+
+/// Combines per-rule outcomes the one way the crate does (see `batch::combine`).
+pub(super) fn combine(rules: Vec<RuleOutcome>) -> crate::decision::Outcome {
+    batch::combine(rules)
+}

@@ -1,0 +1,208 @@
+//! Real Redis servers for the tests: `redis-server` on a free port (or a 3-node Cluster),
+//! started on demand, ready when it answers `PING`, killed when dropped.
+//!
+//! The binaries come from `PATH`, or from `TOLLGATE_REDIS_SERVER` / `TOLLGATE_REDIS_CLI`.
+//! A missing binary fails the test with a message saying how to install it: the Redis
+//! suites never skip silently.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn binary(env: &str, name: &str) -> String {
+    std::env::var(env).unwrap_or_else(|_| name.to_owned())
+}
+
+fn redis_server_bin() -> String {
+    binary("TOLLGATE_REDIS_SERVER", "redis-server")
+}
+
+fn redis_cli_bin() -> String {
+    binary("TOLLGATE_REDIS_CLI", "redis-cli")
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// One `redis-server` process, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// A standalone server on a free port, ready to answer.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create a directory for redis-server");
+            let mut cmd = Command::new(redis_server_bin());
+            cmd.arg("--port")
+                .arg(port.to_string())
+                .arg("--bind")
+                .arg("127.0.0.1")
+                .arg("--save")
+                .arg("")
+                .arg("--appendonly")
+                .arg("no")
+                .arg("--dir")
+                .arg(&dir)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = match cmd.spawn() {
+                Ok(child) => child,
+                Err(e) => panic!(
+                    "cannot start `{}`: {e}. The Redis tests need a real redis-server: install it \
+                     (apt-get install redis-server) or point TOLLGATE_REDIS_SERVER at the binary",
+                    redis_server_bin()
+                ),
+            };
+            let mut server = RedisServer { child, port, dir };
+            if server.wait_ready() {
+                return server;
+            }
+            // Most likely another process took the port first: try another.
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if self.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Runs `redis-cli -p <port> <args>`; its output, if it ran.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new(redis_cli_bin())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Like [`cli`](Self::cli), failing the test if the command cannot run.
+    pub fn must(&self, args: &[&str]) -> String {
+        self.cli(args)
+            .unwrap_or_else(|| panic!("redis-cli {args:?} failed on port {}", self.port))
+    }
+
+    /// How many times `command` ran on this server (`INFO commandstats`), 0 if never.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.must(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+        stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a call count"))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three primaries (no replicas) joined with `redis-cli --cluster create`, all slots
+/// assigned; killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = Command::new(redis_cli_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `{}`: {e}", redis_cli_bin()));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = cluster.nodes.iter().all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            });
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not reach state ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// `command`'s calls summed over the nodes.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.nodes.iter().map(|n| n.calls(command)).sum()
+    }
+}

@@ -1,0 +1,233 @@
+//! RedisStore against a real redis-server started by the test: the shared vectors, script
+//! reloads, one script call per batch, key hygiene, peek / reset, and failures as values.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::{RedisCluster, RedisServer};
+use common::vectors::{load_all, run_on_store, BASE_MICROS};
+use tollgate::{
+    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, Rate, RedisStore, Rule, Store,
+    StoreError,
+};
+
+async fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(&server.url())
+        .await
+        .expect("connect to the test redis-server")
+}
+
+#[tokio::test]
+async fn vectors_hold_for_redis_standalone() {
+    let server = RedisServer::start();
+    let base = store(&server).await;
+    let all = load_all();
+    assert!(all.len() >= 60, "only {} scenarios", all.len());
+    for (n, (file, scenario)) in all.iter().enumerate() {
+        let prefix = format!("v{n}");
+        run_on_store(file, scenario, |clock| {
+            base.clone().with_clock(clock).with_prefix(prefix)
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn vectors_hold_for_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let base = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster");
+    let all = load_all();
+    assert!(all.len() >= 60, "only {} scenarios", all.len());
+    for (n, (file, scenario)) in all.iter().enumerate() {
+        let prefix = format!("v{n}");
+        run_on_store(file, scenario, |clock| {
+            base.clone().with_clock(clock).with_prefix(prefix)
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn script_flush_between_requests_is_invisible() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await);
+    let rule = Rule::fixed_window("flush", 3, Duration::from_secs(60)).unwrap();
+    assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+    assert_eq!(server.must(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    let outcome = limiter
+        .check_one(&rule, b"k")
+        .await
+        .expect("reloaded on NOSCRIPT");
+    assert!(outcome.is_admitted());
+    assert_eq!(outcome.rules[0].info.remaining, 1);
+}
+
+#[tokio::test]
+async fn a_batch_of_three_rules_is_one_script_call() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await);
+    let minute = Rule::fixed_window("m", 100, Duration::from_secs(60)).unwrap();
+    let log = Rule::sliding_log("l", 100, Duration::from_secs(60)).unwrap();
+    let bucket = Rule::token_bucket("b", 100, Rate::per_second(10)).unwrap();
+    server.must(&["CONFIG", "RESETSTAT"]);
+    const N: u64 = 25;
+    for i in 0..N {
+        let key = format!("user-{}", i % 5);
+        let batch = [
+            Check::new(&minute, key.as_bytes()),
+            Check::new(&log, key.as_bytes()),
+            Check::new(&bucket, key.as_bytes()),
+        ];
+        assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    }
+    assert_eq!(server.calls("evalsha"), N, "one EVALSHA per request");
+    assert_eq!(server.calls("eval"), 0);
+}
+
+#[tokio::test]
+async fn keys_carry_ttls_and_the_documented_layout() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await.with_prefix("app"));
+    let window = Rule::fixed_window("w", 5, Duration::from_secs(60)).unwrap();
+    let log = Rule::sliding_log("log", 5, Duration::from_secs(10)).unwrap();
+    let key: &[u8] = b"\xfe\xff{odd}";
+    limiter
+        .check(&[Check::new(&window, key), Check::new(&log, key)])
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let expected: Vec<Vec<u8>> = vec![
+        b"app:{\xfe\xff\\[odd\\]}:log:log".to_vec(),
+        b"app:{\xfe\xff\\[odd\\]}:w".to_vec(),
+    ];
+    assert_eq!(keys, expected);
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 60_000, "{key:?}: pttl {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn sliding_log_keeps_two_requests_in_one_microsecond() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let limiter = Limiter::new(store(&server).await.with_clock(clock.clone()));
+    let rule = Rule::sliding_log("sl", 3, Duration::from_secs(1)).unwrap();
+    for remaining in [2, 1, 0] {
+        let outcome = limiter.check_one(&rule, b"k").await.unwrap();
+        assert_eq!(outcome.decision, Decision::Allow);
+        assert_eq!(outcome.rules[0].info.remaining, remaining);
+    }
+    let outcome = limiter.check_one(&rule, b"k").await.unwrap();
+    assert!(
+        !outcome.is_admitted(),
+        "three admissions in one µs all count"
+    );
+}
+
+#[tokio::test]
+async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let limiter = Limiter::new(store(&server).await.with_clock(clock.clone()));
+    let rule = Rule::fixed_window("login", 1, Duration::from_secs(60))
+        .unwrap()
+        .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
+    for _ in 0..3 {
+        let peek = limiter.peek(&rule, b"eve", 1).await.unwrap();
+        assert_eq!(peek.decision, Decision::Allow);
+        assert_eq!(peek.info.remaining, 0, "what would remain after it");
+    }
+    assert!(limiter
+        .check_one(&rule, b"eve")
+        .await
+        .unwrap()
+        .is_admitted());
+    let denied = limiter.check_one(&rule, b"eve").await.unwrap();
+    let denial = denied.decision.denial().copied().expect("denied");
+    assert_eq!(denial.reason, DenyReason::Locked);
+    assert_eq!(denial.retry_after, Some(Duration::from_secs(600)));
+    clock.advance(Duration::from_secs(120));
+    let locked = limiter.check_one(&rule, b"eve").await.unwrap();
+    assert_eq!(
+        locked.decision.denial().map(|d| (d.reason, d.retry_after)),
+        Some((DenyReason::Locked, Some(Duration::from_secs(480))))
+    );
+    limiter.reset(&rule, b"eve").await.unwrap();
+    assert!(limiter
+        .check_one(&rule, b"eve")
+        .await
+        .unwrap()
+        .is_admitted());
+}
+
+#[tokio::test]
+async fn server_time_is_used_without_a_clock() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await);
+    let rule = Rule::gcra("g", Rate::per_second(1), 1).unwrap();
+    let first = std::time::Instant::now();
+    assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+    let denied = limiter.check_one(&rule, b"k").await.unwrap();
+    let between = first.elapsed();
+    let retry = denied
+        .decision
+        .denial()
+        .and_then(|d| d.retry_after)
+        .unwrap();
+    // The server's clock moved by at most the time between the two calls.
+    assert!(retry <= Duration::from_secs(1), "{retry:?}");
+    assert!(
+        retry + between >= Duration::from_secs(1),
+        "{retry:?} + {between:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_is_an_error_not_a_panic() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .expect_err("nobody listens");
+    assert!(
+        matches!(err, StoreError::Unavailable(_) | StoreError::Timeout),
+        "{err:?}"
+    );
+
+    // A store whose server goes away answers errors, within its timeout.
+    let server = RedisServer::start();
+    let store = store(&server)
+        .await
+        .with_timeout(Duration::from_millis(500));
+    let rule = Rule::fixed_window("f", 1, Duration::from_secs(1)).unwrap();
+    drop(server);
+    let started = std::time::Instant::now();
+    let err = store
+        .check(&[Check::new(&rule, b"k")], Duration::ZERO)
+        .await
+        .expect_err("the server is gone");
+    assert!(
+        matches!(err, StoreError::Unavailable(_) | StoreError::Timeout),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(store.peek(Check::new(&rule, b"k")).await.is_err());
+    assert!(store.reset(&rule, b"k").await.is_err());
+}
