@@ -25,7 +25,7 @@ impl Clock for SystemClock {
         // A clock set before 1970 reads as the epoch rather than panicking.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| duration_to_micros(d))
+            .map_or(0, duration_to_micros)
     }
 }
 
