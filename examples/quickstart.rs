@@ -1,0 +1,79 @@
+//! Quickstart: an axum server with a global limit per client address and a tighter limit
+//! on one route.
+//!
+//! Run `cargo run --example quickstart`, then try the printed curl line: the first three
+//! reports pass, the next ones get `429 Too Many Requests` with `Retry-After` and the
+//! `RateLimit-Policy` / `RateLimit` headers, and one second later a report passes again.
+//! `PORT` picks the port (default 3000).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, Rule, Store};
+
+/// The application: works on any store.
+pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
+    // POST /report is expensive: bursts of 3 per client, then 1 per second.
+    let reports = RateLimitLayer::new(limiter.clone())
+        .limit(Limit::new(
+            Rule::token_bucket("report", 3, Rate::per_second(1))?,
+            key::peer_ip(),
+        ))?
+        .headers_on_allowed(true);
+    // Everything: 20 requests per client, refilled at 10 per second.
+    let global = RateLimitLayer::new(limiter)
+        .limit(Limit::new(
+            Rule::gcra("per-ip", Rate::per_second(10), 20)?,
+            key::peer_ip(),
+        ))?
+        .headers_on_allowed(true);
+    Ok(Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .route(
+            "/report",
+            post(|| async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                "report queued\n"
+            })
+            .route_layer(reports),
+        )
+        .layer(global))
+}
+
+/// Where the limits live: this process by default.
+fn store() -> MemoryStore {
+    // REDIS_URL: wired when RedisStore lands.
+    if std::env::var_os("REDIS_URL").is_some() {
+        eprintln!("REDIS_URL is set, but this build has no Redis store yet: using memory");
+    }
+    MemoryStore::new()
+}
+
+/// Serves `app` on `listener` with the peer address in each request (for `key::peer_ip`).
+pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
+#[allow(dead_code)] // Tests include this file for `app` and `serve`.
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}");
+    println!(
+        "try: for i in 1 2 3 4 5; do curl -si -X POST http://{addr}/report | grep -iE '^(HTTP|retry-after|ratelimit)'; done"
+    );
+    serve(listener, app(Limiter::new(store()))?).await?;
+    Ok(())
+}

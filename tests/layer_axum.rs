@@ -1,0 +1,78 @@
+//! The quickstart app over real TCP: statuses, Retry-After, RateLimit headers, and a retry
+//! at Retry-After that passes.
+
+#[path = "../examples/quickstart.rs"]
+#[allow(dead_code)]
+mod quickstart;
+mod support;
+
+use std::time::Duration;
+
+use http::StatusCode;
+use support::{client_from, request, send, serve_axum};
+use tollgate::{Limiter, MemoryStore};
+
+#[tokio::test]
+async fn a_route_limit_answers_429_with_headers_and_a_retry_at_retry_after_passes() {
+    let addr = serve_axum(quickstart::app(Limiter::new(MemoryStore::new())).unwrap()).await;
+    let client = client_from("127.0.0.1");
+    let report = || request(addr, "POST", "/report", &[]);
+
+    for remaining in [2, 1, 0] {
+        let reply = send(&client, report()).await;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+        assert_eq!(reply.body, "report queued\n");
+        assert!(reply
+            .header("ratelimit-policy")
+            .contains("\"report\";q=3;w=3"));
+        assert!(
+            reply
+                .header("ratelimit")
+                .contains(&format!("\"report\";r={remaining};t=")),
+            "{reply:?}"
+        );
+        assert!(reply.headers.get("retry-after").is_none());
+    }
+
+    let denied = send(&client, report()).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{denied:?}");
+    assert_eq!(denied.retry_after(), 1);
+    assert_eq!(denied.body, "rate limit exceeded; retry after 1 s\n");
+    assert!(denied.header("ratelimit").contains("\"report\";r=0;t="));
+    // The global layer outside the route adds its own item to the same lists.
+    assert!(denied
+        .header("ratelimit-policy")
+        .contains("\"per-ip\";q=20;w=2"));
+    assert!(denied.header("ratelimit").contains("\"per-ip\";r="));
+
+    // Other routes are not limited by the route's rule.
+    let hello = send(&client, request(addr, "GET", "/", &[])).await;
+    assert_eq!(hello.status, StatusCode::OK);
+
+    tokio::time::sleep(Duration::from_secs(denied.retry_after())).await;
+    let again = send(&client, report()).await;
+    assert_eq!(again.status, StatusCode::OK, "{again:?}");
+}
+
+#[tokio::test]
+async fn the_global_limit_is_per_peer_address() {
+    let addr = serve_axum(quickstart::app(Limiter::new(MemoryStore::new())).unwrap()).await;
+    let noisy = client_from("127.0.0.1");
+    let mut first_denial = None;
+    for i in 0..60 {
+        let reply = send(&noisy, request(addr, "GET", "/", &[])).await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            first_denial = Some((i, reply));
+            break;
+        }
+    }
+    let (i, reply) = first_denial.expect("the burst of 20 was never exhausted");
+    assert!(i >= 20, "denied after {i} requests, before the burst of 20");
+    assert!(reply.retry_after() >= 1);
+    assert!(reply.header("ratelimit").contains("\"per-ip\";r=0"));
+
+    // Another address is a different client.
+    let quiet = client_from("127.0.0.2");
+    let reply = send(&quiet, request(addr, "GET", "/", &[])).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+}
