@@ -76,3 +76,58 @@ async fn the_global_limit_is_per_peer_address() {
     let reply = send(&quiet, request(addr, "GET", "/", &[])).await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
 }
+
+#[path = "../examples/axum_routes.rs"]
+#[allow(dead_code)]
+mod axum_routes;
+
+#[tokio::test]
+async fn the_axum_routes_example_limits_each_route_its_own_way() {
+    let addr = serve_axum(axum_routes::app(Limiter::new(MemoryStore::new())).unwrap()).await;
+    let client = client_from("127.0.0.3");
+    let user = &[("user-id", &b"42"[..])];
+
+    // SMS: one per minute; the refused one reports the hour and day untouched.
+    let sms = || request(addr, "POST", "/sms/send", user);
+    assert_eq!(send(&client, sms()).await.status, StatusCode::OK);
+    let denied = send(&client, sms()).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!((1..=60).contains(&denied.retry_after()));
+    let state = denied.header("ratelimit");
+    assert!(state.contains("\"sms-minute\";r=0;"), "{state}");
+    assert!(state.contains("\"sms-hour\";r=4;"), "{state}");
+    assert!(state.contains("\"sms-day\";r=9;"), "{state}");
+    // No user id: a clear 400.
+    let reply = send(&client, request(addr, "POST", "/sms/send", &[])).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+
+    // Downloads cost their size.
+    let file = |mb: &str| request(addr, "GET", &format!("/files/a.iso?size_mb={mb}"), user);
+    let ok = send(&client, file("400")).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert!(ok.header("ratelimit").contains("\"download-mb\";r=100;"));
+    assert_eq!(
+        send(&client, file("400")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(send(&client, file("50")).await.status, StatusCode::OK);
+
+    // Login: 5 attempts, then refusals; the third refusal locks for 15 minutes.
+    let login = || request(addr, "POST", "/login", &[]);
+    for _ in 0..5 {
+        assert_eq!(send(&client, login()).await.status, StatusCode::OK);
+    }
+    let first = send(&client, login()).await;
+    assert!(first.retry_after() <= 60);
+    send(&client, login()).await;
+    let locked = send(&client, login()).await;
+    assert_eq!(locked.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(locked.retry_after(), 900);
+    assert!(locked.body.contains("locked out"), "{}", locked.body);
+
+    // Search: the shadow rule never refuses.
+    for _ in 0..6 {
+        let reply = send(&client, request(addr, "GET", "/search", user)).await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+}
