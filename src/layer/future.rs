@@ -66,6 +66,11 @@ pin_project! {
             config: Arc<Config>,
             grpc: bool,
         },
+        Delayed {
+            delay: Duration,
+            pending: Option<Pending<S, ReqB>>,
+            headers: Option<HeaderMap>,
+        },
         Sleeping {
             #[pin]
             sleep: Sleep,
@@ -100,6 +105,23 @@ where
                 pending: Some(Pending { request, inner }),
                 config,
                 grpc,
+            },
+        }
+    }
+
+    /// Decided at once, to be held for `delay`; the timer starts on the first poll, inside
+    /// the runtime.
+    pub(crate) fn delayed(
+        delay: Duration,
+        request: Request<ReqB>,
+        inner: S,
+        headers: Option<HeaderMap>,
+    ) -> Self {
+        Self {
+            state: State::Delayed {
+                delay,
+                pending: Some(Pending { request, inner }),
+                headers,
             },
         }
     }
@@ -154,6 +176,18 @@ where
                         }),
                     }
                 }
+                StateProj::Delayed {
+                    delay,
+                    pending,
+                    headers,
+                } => {
+                    let (delay, pending, headers) = (*delay, pending.take(), headers.take());
+                    state.set(State::Sleeping {
+                        sleep: tokio::time::sleep(delay),
+                        pending,
+                        headers,
+                    });
+                }
                 StateProj::Sleeping {
                     sleep,
                     pending,
@@ -189,7 +223,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Checking { .. } => "checking",
-            State::Sleeping { .. } => "sleeping",
+            State::Delayed { .. } | State::Sleeping { .. } => "sleeping",
             State::Forwarding { .. } => "forwarding",
             State::Rejected { .. } => "rejected",
         };
@@ -224,7 +258,7 @@ fn merge_headers(target: &mut HeaderMap, ours: HeaderMap) {
 }
 
 /// What to do with a checked request.
-enum Next {
+pub(crate) enum Next {
     Forward {
         delay: Duration,
         headers: Option<HeaderMap>,
@@ -252,7 +286,7 @@ pub(crate) fn reject(
 }
 
 /// Acts on the store's answer according to the mode and the failure policy.
-fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
+pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
     let forward = |headers| Next::Forward {
         delay: Duration::ZERO,
         headers,

@@ -1,7 +1,8 @@
 use std::fmt;
+use std::future::Future;
 use std::mem;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -10,7 +11,7 @@ use tower_service::Service;
 
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
-use super::future::{reject, Checked, ResponseFuture};
+use super::future::{decide, reject, Checked, Next, ResponseFuture};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::{is_grpc, RejectionKind};
@@ -119,7 +120,7 @@ where
             _ => Duration::ZERO,
         };
         let grpc = is_grpc(request.headers());
-        let check = Box::pin(check(
+        let mut check = Box::pin(check(
             self.limiter.clone(),
             self.config.clone(),
             route,
@@ -127,11 +128,32 @@ where
             keys,
             max_wait,
         ));
-        // The clone has not been driven to readiness; the one that was goes into the
-        // future. See https://docs.rs/tower/latest/tower/trait.Service.html#be-careful-when-cloning-inner-services
-        let clone = self.inner.clone();
-        let inner = mem::replace(&mut self.inner, clone);
+        // An in-process store answers at once. Then the decision is taken here and the inner
+        // service that was driven to readiness is called directly, without a clone; a store
+        // that is not ready yet is polled again, with the caller's waker, by the future.
+        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return match decide(config, checked, grpc) {
+                Next::Forward { delay, headers } if delay.is_zero() => {
+                    ResponseFuture::forwarding(self.inner.call(request), headers)
+                }
+                Next::Forward { delay, headers } => {
+                    ResponseFuture::delayed(delay, request, self.take_ready_inner(), headers)
+                }
+                Next::Reject(response) => ResponseFuture::rejected(response),
+            };
+        }
+        let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, self.config.clone(), grpc)
+    }
+}
+
+impl<S: Clone, St> RateLimit<S, St> {
+    /// The inner service that was driven to readiness, for a future that calls it later; a
+    /// clone (not ready yet) takes its place. See
+    /// <https://docs.rs/tower/latest/tower/trait.Service.html#be-careful-when-cloning-inner-services>
+    fn take_ready_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        mem::replace(&mut self.inner, clone)
     }
 }
 
