@@ -391,3 +391,89 @@ async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Re
         .is_err());
     Ok(())
 }
+
+/// A service that is ready only when its gate is open.
+#[derive(Clone)]
+struct Gate(Arc<std::sync::atomic::AtomicBool>);
+
+impl tower::Service<Request<String>> for Gate {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        if self.0.load(Ordering::SeqCst) {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Request<String>) -> Self::Future {
+        std::future::ready(Ok(Response::new(String::from("ok"))))
+    }
+}
+
+#[tokio::test]
+async fn poll_ready_is_the_inner_services() -> Result<(), BoxError> {
+    use tower::{Layer, Service};
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let layer = RateLimitLayer::new(limiter()).limit(Limit::new(
+        Rule::fixed_window("x", 1, Duration::from_secs(60))?,
+        key::global(),
+    ))?;
+    let mut svc = layer.layer(Gate(open.clone()));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    open.store(true, Ordering::SeqCst);
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    assert_eq!(svc.call(get("/")).await?.status(), StatusCode::OK);
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    assert_eq!(
+        svc.call(get("/")).await?.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    Ok(())
+}
+
+/// An in-process store behind 10 ms of latency, like a remote one.
+#[derive(Clone)]
+struct Slow(MemoryStore);
+
+impl Store for Slow {
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.0.check(batch, max_wait).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.0.peek(check).await
+    }
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        self.0.reset(rule, key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxError> {
+    let store = Slow(MemoryStore::with_clock(ManualClock::new(
+        1_700_000_000_000_000,
+    )));
+    let layer = RateLimitLayer::new(Limiter::new(store))
+        .limit(Limit::new(
+            Rule::gcra("api", Rate::per_second(10), 1)?,
+            key::global(),
+        ))?
+        .mode(Mode::Wait {
+            max_wait: Duration::from_millis(100),
+        });
+    let results = burst(&with(layer), 3).await;
+    let summary: Vec<(u16, u128)> = results
+        .iter()
+        .map(|(s, d)| (s.as_u16(), d.as_millis()))
+        .collect();
+    assert_eq!(summary, [(200, 10), (200, 110), (429, 10)]);
+    Ok(())
+}
