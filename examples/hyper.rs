@@ -47,18 +47,11 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
     Ok(Response::new(Full::new(Bytes::from(body))))
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let layer = limits(Limiter::new(MemoryStore::new()))?;
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(3000);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let addr = listener.local_addr()?;
-    println!("listening on http://{addr}; try:");
-    println!("  curl -i -X POST -H 'User-Id: 7' http://{addr}/sms/send   # twice: 429");
-    println!("  curl -i -H 'User-Id: 7' http://{addr}/files/1");
+/// Serves `handle` behind `layer` on `listener`, one task per connection.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    layer: RateLimitLayer<MemoryStore>,
+) -> std::io::Result<()> {
     loop {
         let (stream, peer) = listener.accept().await?;
         // `key::peer_ip` reads the peer's address from the request's extensions.
@@ -79,4 +72,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
     }
+}
+
+#[allow(dead_code)] // Tests include this file.
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let layer = limits(Limiter::new(MemoryStore::new()))?;
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}; try:");
+    println!("  curl -i -X POST -H 'User-Id: 7' http://{addr}/sms/send   # twice: 429");
+    println!("  curl -i -H 'User-Id: 7' http://{addr}/files/1");
+    serve(listener, layer).await?;
+    Ok(())
 }
