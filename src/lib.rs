@@ -26,6 +26,11 @@
 //! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
 //! [`Limiter`] for the SMS example with per-minute, per-hour and per-day limits).
 //!
+//! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
+//! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
+//! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
+//! and enforce, shadow and wait modes. See [`layer`] for a complete example.
+//!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
 //! service).

@@ -20,6 +20,10 @@
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
 //!   `tracing`; they never panic.
 //!
+//! Nested layers are separate batches: with a `route_layer` inside a global layer, a
+//! request the route refuses has already counted against the global limit. When that
+//! matters, put both in one layer with a route table; its batch is all or nothing.
+//!
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
