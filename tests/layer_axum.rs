@@ -131,3 +131,32 @@ async fn the_axum_routes_example_limits_each_route_its_own_way() {
         assert_eq!(reply.status, StatusCode::OK);
     }
 }
+
+#[tokio::test]
+async fn a_route_key_reads_axums_matched_path() {
+    use axum::routing::get;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+
+    let per_route = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+        .limit(Limit::new(
+            Rule::fixed_window("route", 1, Duration::from_secs(60)).unwrap(),
+            key::route(),
+        ))
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/files/{id}", get(|| async { "file" }))
+        .route("/other", get(|| async { "other" }))
+        .layer(per_route);
+    let addr = serve_axum(app).await;
+    let client = client_from("127.0.0.1");
+    let get = |path: &str| request(addr, "GET", path, &[]);
+
+    assert_eq!(send(&client, get("/files/1")).await.status, StatusCode::OK);
+    // Another id is the same route: `/files/{id}`.
+    assert_eq!(
+        send(&client, get("/files/2")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(send(&client, get("/other")).await.status, StatusCode::OK);
+}

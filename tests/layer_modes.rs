@@ -477,3 +477,28 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
     assert_eq!(summary, [(200, 10), (200, 110), (429, 10)]);
     Ok(())
 }
+
+#[tokio::test]
+async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Result<(), BoxError> {
+    let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
+    let keyless = RateLimitLayer::new(limiter())
+        .limit(Limit::new(rule()?, key::header("user-id")?))?
+        .mode(Mode::Shadow);
+    assert_eq!(
+        call(&with(keyless), get("/")).await.status(),
+        StatusCode::OK
+    );
+    let no_peer = RateLimitLayer::new(limiter())
+        .limit(Limit::new(rule()?, key::peer_ip()))?
+        .mode(Mode::Shadow);
+    assert_eq!(
+        call(&with(no_peer), get("/")).await.status(),
+        StatusCode::OK
+    );
+    let down = RateLimitLayer::new(Limiter::new(Down))
+        .limit(Limit::new(rule()?, key::global()))?
+        .on_failure(FailurePolicy::FailClosed)
+        .mode(Mode::Shadow);
+    assert_eq!(call(&with(down), get("/")).await.status(), StatusCode::OK);
+    Ok(())
+}

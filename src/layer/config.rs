@@ -117,7 +117,8 @@ pub enum Mode {
     Enforce,
     /// Decide and record (the rules' state changes as in enforce mode), report through
     /// `tracing`, [`on_decision`](super::RateLimitLayer::on_decision) and the headers, but
-    /// never reject or hold a request: for rolling out a rule safely.
+    /// never reject or hold a request: for rolling out a rule safely. A request without a
+    /// key, or a failed store, is logged and let through too.
     Shadow,
     /// Hold a request until it is admitted, if that is within `max_wait`: its units are
     /// reserved atomically at once (no polling), and the request is forwarded when they come

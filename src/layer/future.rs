@@ -296,10 +296,11 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
         Err(error) => {
             tracing::warn!(%error, policy = ?config.on_failure, "rate limit store failed");
             return match config.on_failure {
-                FailurePolicy::FailOpen => forward(None),
-                FailurePolicy::FailClosed => {
+                FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
                     Next::Reject(reject(config, RejectionKind::StoreUnavailable, grpc, &[]))
                 }
+                // Fail open, and shadow mode, which never refuses.
+                _ => forward(None),
             };
         }
     };

@@ -101,6 +101,11 @@ where
                     } else if limit.on_missing == MissingKey::Skip {
                         continue;
                     }
+                    if config.mode == Mode::Shadow {
+                        // Shadow mode reports and never refuses: the rule is left out.
+                        tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
+                        continue;
+                    }
                     let grpc = is_grpc(request.headers());
                     return ResponseFuture::rejected(reject(
                         config,
