@@ -367,4 +367,23 @@ mod tests {
             "8.8.8.8"
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a client or proxy writes, extraction answers with an address.
+        #[test]
+        fn any_forwarding_header_gives_an_address(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let Ok(value) = http::HeaderValue::from_bytes(&value) else { return Ok(()) };
+            for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded, ForwardedHeader::XRealIp] {
+                let e = client_ip(["10.0.0.0/8"]).unwrap().header(header);
+                let mut req = Request::get("/").body(()).unwrap();
+                for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+                    req.headers_mut().append(name, value.clone());
+                }
+                req.extensions_mut().insert(SocketAddr::from(([10, 0, 0, 1], 1)));
+                let mut buf = KeyBuf::new();
+                proptest::prop_assert!(e.extract(&RequestHead::from_request(&req), &mut buf).is_ok());
+                proptest::prop_assert!(!buf.is_empty());
+            }
+        }
+    }
 }
