@@ -31,6 +31,11 @@
 //! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
 //! and enforce, shadow and wait modes. See [`layer`] for a complete example.
 //!
+//! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
+//! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
+//! tonic's `TcpConnectInfo`. Without them the layer still works with axum and tonic, and a
+//! hyper server inserts the peer's `SocketAddr` into each request's extensions.
+//!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
 //! service).
