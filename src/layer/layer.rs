@@ -49,7 +49,8 @@ impl<St: Store> RateLimitLayer<St> {
     /// limits. Patterns: `"POST /sms/send"` (method and path), `"/pkg.Service/Method"` (any
     /// method: gRPC), `"GET /files/{id}"` (`{id}` is any one segment), `"/api/*"` or
     /// `"/api/{*rest}"` (a prefix). A request takes the first route that matches, so declare
-    /// specific routes before the prefixes that contain them.
+    /// specific routes before the prefixes that contain them. Paths are matched as sent
+    /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`.
     pub fn route(
         mut self,
         pattern: &str,

@@ -8,8 +8,9 @@ use http::Method;
 use crate::error::ConfigError;
 
 /// A parsed route pattern: an optional method, then a path of literal segments, `{param}`
-/// segments (any one non-empty segment) and an optional final `*` or `{*rest}` (any rest,
-/// including none).
+/// segments (any one segment) and an optional final `*` or `{*rest}` (any rest, including
+/// none). Empty segments are ignored on both sides, so a trailing or doubled slash matches
+/// the same route.
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,
@@ -41,7 +42,7 @@ impl RoutePattern {
             .ok_or_else(|| invalid("the path must start with '/'"))?;
         let mut segments = Vec::new();
         let mut rest = false;
-        let mut parts = path.split('/').peekable();
+        let mut parts = path.split('/').filter(|p| !p.is_empty()).peekable();
         while let Some(part) = parts.next() {
             let is_rest = part == "*" || (part.starts_with("{*") && part.ends_with('}'));
             if is_rest {
@@ -79,7 +80,9 @@ impl RoutePattern {
         let Some(path) = path.strip_prefix('/') else {
             return false;
         };
-        let mut parts = path.split('/');
+        // Empty segments are skipped, as many routers do: `/sms/send/` and `//sms/send`
+        // must not escape the limits of `/sms/send`.
+        let mut parts = path.split('/').filter(|p| !p.is_empty());
         for segment in self.segments.iter() {
             let ok = match (segment, parts.next()) {
                 (_, None) => false,
@@ -125,6 +128,11 @@ mod tests {
         assert!(m("/", Method::GET, "/"));
         assert!(m("/*", Method::GET, "/anything/at/all"));
         assert!(!m("/x", Method::GET, "x"));
+        // A trailing or doubled slash does not escape a route's limits.
+        assert!(m("POST /sms/send", Method::POST, "/sms/send/"));
+        assert!(m("POST /sms/send", Method::POST, "//sms//send"));
+        assert!(m("GET /files/{id}", Method::GET, "/files/42/"));
+        assert!(!m("/", Method::GET, "/x"));
     }
 
     #[test]
