@@ -50,7 +50,8 @@ impl<St: Store> RateLimitLayer<St> {
     /// method: gRPC), `"GET /files/{id}"` (`{id}` is any one segment), `"/api/*"` or
     /// `"/api/{*rest}"` (a prefix). A request takes the first route that matches, so declare
     /// specific routes before the prefixes that contain them. Paths are matched as sent
-    /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`.
+    /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
+    /// `GET` route also covers `HEAD`.
     pub fn route(
         mut self,
         pattern: &str,

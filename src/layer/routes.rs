@@ -10,7 +10,7 @@ use crate::error::ConfigError;
 /// A parsed route pattern: an optional method, then a path of literal segments, `{param}`
 /// segments (any one segment) and an optional final `*` or `{*rest}` (any rest, including
 /// none). Empty segments are ignored on both sides, so a trailing or doubled slash matches
-/// the same route.
+/// the same route; a `GET` pattern also matches `HEAD`.
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,
@@ -74,7 +74,9 @@ impl RoutePattern {
     }
 
     pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
-        if self.method.as_ref().is_some_and(|m| m != method) {
+        // HEAD is a GET without the body, and routers (axum among them) serve it as one.
+        let same_method = |m: &Method| m == method || (*m == Method::GET && method == Method::HEAD);
+        if self.method.as_ref().is_some_and(|m| !same_method(m)) {
             return false;
         }
         let Some(path) = path.strip_prefix('/') else {
@@ -115,6 +117,8 @@ mod tests {
     fn patterns() {
         assert!(m("POST /sms/send", Method::POST, "/sms/send"));
         assert!(!m("POST /sms/send", Method::GET, "/sms/send"));
+        assert!(m("GET /files/{id}", Method::HEAD, "/files/1"));
+        assert!(!m("HEAD /files/{id}", Method::GET, "/files/1"));
         assert!(!m("POST /sms/send", Method::POST, "/sms/send/x"));
         assert!(!m("POST /sms/send", Method::POST, "/sms"));
         assert!(m("GET /files/{id}", Method::GET, "/files/42"));
