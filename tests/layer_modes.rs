@@ -502,3 +502,26 @@ async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Resul
     assert_eq!(call(&with(down), get("/")).await.status(), StatusCode::OK);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_grpc_request_without_its_key_gets_invalid_argument() -> Result<(), BoxError> {
+    let layer = RateLimitLayer::new(limiter()).limit(Limit::new(
+        Rule::fixed_window("x", 1, Duration::from_secs(60))?,
+        key::header("user-id")?,
+    ))?;
+    let svc = with(layer);
+    let grpc = Request::post("/a.B/C")
+        .header("content-type", "application/grpc")
+        .body(String::new())?;
+    let res = call(&svc, grpc).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(header(&res, "grpc-status"), "3");
+    assert_eq!(
+        header(&res, "grpc-message"),
+        "missing rate limit key: header user-id"
+    );
+    // Plain HTTP: 400 with the same message.
+    let res = call(&svc, get("/")).await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
