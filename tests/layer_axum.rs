@@ -160,3 +160,42 @@ async fn a_route_key_reads_axums_matched_path() {
     );
     assert_eq!(send(&client, get("/other")).await.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_connections_share_one_exact_limit() {
+    use axum::routing::get;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+
+    // Each connection gets its own clone of the service; all of them count together.
+    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+        .limit(Limit::new(
+            Rule::sliding_log("global", 10, Duration::from_secs(60)).unwrap(),
+            key::global(),
+        ))
+        .unwrap();
+    let addr = serve_axum(
+        axum::Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            tokio::spawn(async move {
+                // A new client (and connection pool) per request, from four addresses.
+                let client = client_from(&format!("127.0.0.{}", 1 + i % 4));
+                send(&client, request(addr, "GET", "/", &[])).await.status
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(ok, 10);
+}
