@@ -1,56 +1,85 @@
-//! The seeds' SMS case on the in-process store: per phone number at most 1 message per
-//! minute, 5 per hour and 10 per day, decided as one batch so a refused message uses up
-//! nothing. Time is simulated with a `ManualClock`, so a simulated day runs in an instant.
+//! Quickstart: an axum server with a global limit per client address and a tighter limit
+//! on one route.
 //!
-//! Run: `cargo run --example quickstart`
+//! Run `cargo run --example quickstart`, then try the printed curl line: the first three
+//! reports pass, the next ones get `429 Too Many Requests` with `Retry-After` and the
+//! `RateLimit-Policy` / `RateLimit` headers, and one second later a report passes again.
+//! `PORT` picks the port (default 3000). With `REDIS_URL` set (e.g. `redis://127.0.0.1/`)
+//! the limits live in Redis, shared by every instance of the server.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use tollgate::{Check, Clock, Decision, Limiter, ManualClock, MemoryStore, Rule};
+use axum::routing::{get, post};
+use axum::Router;
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, RedisStore, Rule, Store};
 
-#[tokio::main(flavor = "current_thread")]
+/// The application: works on any store.
+pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
+    // POST /report is expensive: bursts of 3 per client, then 1 per second.
+    let reports = RateLimitLayer::new(limiter.clone())
+        .limit(Limit::new(
+            Rule::token_bucket("report", 3, Rate::per_second(1))?,
+            key::peer_ip(),
+        ))?
+        .headers_on_allowed(true);
+    // Everything: 20 requests per client, refilled at 10 per second.
+    let global = RateLimitLayer::new(limiter)
+        .limit(Limit::new(
+            Rule::gcra("per-ip", Rate::per_second(10), 20)?,
+            key::peer_ip(),
+        ))?
+        .headers_on_allowed(true);
+    Ok(Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .route(
+            "/report",
+            post(|| async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                "report queued\n"
+            })
+            .route_layer(reports),
+        )
+        .layer(global))
+}
+
+/// Serves `app` on `listener` with the peer address in each request (for `key::peer_ip`).
+pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
+#[allow(dead_code)] // Tests include this file for `app` and `serve`.
+#[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let start = 1_700_000_000_000_000; // µs since the epoch
-    let clock = ManualClock::new(start);
-    let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-    let rules = [
-        Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?,
-        Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
-        Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?,
-    ];
-    let phone = b"+86 138 0000 0000";
-
-    // Someone asks for a code every 20 seconds for a while.
-    for attempt in 1..=30 {
-        let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, phone)).collect();
-        let outcome = limiter.check(&batch).await?;
-        let at = Duration::from_micros(clock.now_micros() - start);
-        let left: Vec<String> = rules
-            .iter()
-            .zip(&outcome.rules)
-            .map(|(rule, r)| format!("{}={}", rule.name(), r.info.remaining))
-            .collect();
-        match outcome.decision {
-            Decision::Allow | Decision::Delay(_) => {
-                println!(
-                    "t={:>5}s attempt {attempt:>2}: sent      [{}]",
-                    at.as_secs(),
-                    left.join(" ")
-                );
-            }
-            Decision::Deny(denial) => {
-                let rule = outcome.deciding_rule().map_or("?", |i| rules[i].name());
-                let retry = denial.retry_after.map_or("never".to_string(), |d| {
-                    format!("{}s", d.as_secs_f64().ceil())
-                });
-                println!(
-                    "t={:>5}s attempt {attempt:>2}: denied by {rule}, retry after {retry} [{}]",
-                    at.as_secs(),
-                    left.join(" ")
-                );
-            }
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}");
+    println!(
+        "try: for i in 1 2 3 4 5; do curl -si -X POST http://{addr}/report | grep -iE '^(HTTP|retry-after|ratelimit)'; done"
+    );
+    // Where the limits live: this process by default, Redis (shared by every instance)
+    // when REDIS_URL is set.
+    match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let store = RedisStore::connect(&url).await?;
+            println!("limits live in Redis at {url}");
+            serve(listener, app(Limiter::new(store))?).await?;
         }
-        clock.advance(Duration::from_secs(20));
+        Err(_) => {
+            println!(
+                "limits live in this process (set REDIS_URL=redis://127.0.0.1/ to share them)"
+            );
+            serve(listener, app(Limiter::new(MemoryStore::new()))?).await?;
+        }
     }
     Ok(())
 }

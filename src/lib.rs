@@ -26,6 +26,16 @@
 //! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
 //! [`Limiter`] for the SMS example with per-minute, per-hour and per-day limits).
 //!
+//! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
+//! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
+//! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
+//! and enforce, shadow and wait modes. See [`layer`] for a complete example.
+//!
+//! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
+//! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
+//! tonic's `TcpConnectInfo`. Without them the layer still works with axum and tonic, and a
+//! hyper server inserts the peer's `SocketAddr` into each request's extensions.
+//!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
 //! service).
@@ -43,15 +53,19 @@ mod batch;
 mod clock;
 mod decision;
 mod error;
+pub mod key;
+pub mod layer;
 mod limiter;
 mod penalty;
 mod rate;
+pub mod response;
 mod rule;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
+pub use layer::{FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer};
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
 pub use rate::Rate;

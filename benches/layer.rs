@@ -1,0 +1,145 @@
+//! The layer's overhead per request on the in-process store: an axum hello-world called with
+//! `ServiceExt::oneshot`, bare and behind the layer, and the cost of the route table.
+//!
+//! `cargo bench --bench layer`
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use criterion::{criterion_group, criterion_main, Criterion};
+use http::Request;
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, Check, Limiter, MemoryStore, Rate, Rule};
+use tower::{Service, ServiceExt};
+
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// A rule that admits everything the benchmark sends.
+fn roomy(name: &str) -> Rule {
+    Rule::token_bucket(name, 1_000_000, Rate::per_second(1_000_000)).unwrap()
+}
+
+fn request(path: &str) -> Request<Body> {
+    let mut req = Request::get(path)
+        .header("user-id", "user-42")
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(SocketAddr::from(([203, 0, 113, 7], 40_000)));
+    req
+}
+
+/// Calls `svc` `iters` times on a current-thread runtime and times it.
+fn run<S>(rt: &tokio::runtime::Runtime, svc: &S, path: &'static str, iters: u64) -> Duration
+where
+    S: Service<Request<Body>, Error = Infallible> + Clone,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let res = svc.clone().oneshot(request(path)).await.unwrap();
+            std::hint::black_box(res);
+        }
+        start.elapsed()
+    })
+}
+
+fn overhead(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(MemoryStore::new());
+    let mut group = c.benchmark_group("layer");
+
+    // The store's part, for the breakdown: one rule decided by the limiter alone.
+    let rule = roomy("alone");
+    group.bench_function("Limiter::check alone, 1 rule", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let batch = [Check::new(&rule, b"global")];
+                    std::hint::black_box(limiter.check(&batch).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
+    });
+
+    let bare = hello();
+    group.bench_function("axum hello, bare", |b| {
+        b.iter_custom(|n| run(&rt, &bare, "/", n))
+    });
+
+    let one = hello().layer(
+        RateLimitLayer::new(limiter.clone())
+            .limit(Limit::new(roomy("global"), key::global()))
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 1 rule (global key)", |b| {
+        b.iter_custom(|n| run(&rt, &one, "/", n))
+    });
+
+    let two = hello().layer(
+        RateLimitLayer::new(limiter.clone())
+            .limit(Limit::new(roomy("ip"), key::peer_ip()))
+            .unwrap()
+            .limit(Limit::new(roomy("user"), key::header("user-id").unwrap()))
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 2 rules (peer ip + header)", |b| {
+        b.iter_custom(|n| run(&rt, &two, "/", n))
+    });
+
+    let headers = hello().layer(
+        RateLimitLayer::new(limiter.clone())
+            .limit(Limit::new(roomy("ip2"), key::peer_ip()))
+            .unwrap()
+            .headers_on_allowed(true),
+    );
+    group.bench_function("axum hello, 1 rule + headers on allowed", |b| {
+        b.iter_custom(|n| run(&rt, &headers, "/", n))
+    });
+
+    // A table of 20 routes: the request matches the last one, or none (no limit applies).
+    let table = |last: &str| {
+        let mut table = RateLimitLayer::new(limiter.clone());
+        for i in 0..19 {
+            table = table
+                .route(
+                    &format!("POST /api/v1/resource{i}/{{id}}"),
+                    [Limit::new(roomy(&format!("r{i}")), key::global())],
+                )
+                .unwrap();
+        }
+        table
+            .route(last, [Limit::new(roomy("last"), key::global())])
+            .unwrap()
+    };
+    let routed = hello().layer(table("GET /"));
+    group.bench_function("axum hello, route table (20), last route", |b| {
+        b.iter_custom(|n| run(&rt, &routed, "/", n))
+    });
+    let unrouted = hello().layer(table("GET /elsewhere"));
+    group.bench_function("axum hello, route table (20), no route", |b| {
+        b.iter_custom(|n| run(&rt, &unrouted, "/", n))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30);
+    targets = overhead
+}
+criterion_main!(benches);

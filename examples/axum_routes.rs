@@ -1,0 +1,124 @@
+//! Per-route limits on axum, the seeds' cases:
+//!
+//! - `POST /sms/send`: per user (`User-Id`) 1 per minute, 5 per hour, 10 per day, plus 20 per
+//!   minute per address — one batch, so a refused message uses up nothing;
+//! - `GET /files/{name}?size_mb=N`: 500 MB per user, refilled at 100 MB a minute; a download
+//!   costs its size;
+//! - `POST /login`: 5 attempts a minute per address; 3 refusals within 10 minutes lock the
+//!   address out for 15 minutes;
+//! - `GET /search`: a stricter rule being tried out in shadow mode: it decides and reports
+//!   (on stdout here) but never refuses.
+//!
+//! Run `cargo run --example axum_routes` and try the printed curl lines.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tollgate::key::{self, KeyExtractor, RequestHead};
+use tollgate::layer::{DecisionEvent, Limit, Mode, RateLimitLayer};
+use tollgate::{ConfigError, Limiter, MemoryStore, Penalty, Rate, Rule, Store};
+
+/// The app, on any store.
+pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
+    let user = || key::header("user-id");
+    let sms = RateLimitLayer::new(limiter.clone())
+        .limit(Limit::new(
+            Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?,
+            user()?,
+        ))?
+        .limit(Limit::new(
+            Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
+            user()?,
+        ))?
+        .limit(Limit::new(
+            Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?,
+            user()?,
+        ))?
+        .limit(Limit::new(
+            Rule::token_bucket("sms-ip", 20, Rate::per_minute(20))?,
+            key::peer_ip(),
+        ))?;
+
+    let downloads = RateLimitLayer::new(limiter.clone())
+        .limit(
+            Limit::new(
+                Rule::token_bucket("download-mb", 500, Rate::per_minute(100))?,
+                user()?,
+            )
+            .cost(size_mb),
+        )?
+        .headers_on_allowed(true);
+
+    let login = RateLimitLayer::new(limiter.clone()).limit(Limit::new(
+        Rule::fixed_window("login", 5, Duration::from_secs(60))?.with_penalty(
+            Penalty::lock_for(Duration::from_secs(15 * 60))
+                .after(3)
+                .within(Duration::from_secs(10 * 60)),
+        ),
+        key::peer_ip(),
+    ))?;
+
+    let search_trial = RateLimitLayer::new(limiter)
+        .limit(Limit::new(
+            Rule::sliding_log("search-strict", 3, Duration::from_secs(60))?,
+            user()?.or(key::peer_ip()),
+        ))?
+        .mode(Mode::Shadow)
+        .on_decision(|event: &DecisionEvent<'_>| {
+            if !event.outcome().is_admitted() {
+                println!("shadow: search-strict would have refused this search");
+            }
+        });
+
+    Ok(Router::new()
+        .route(
+            "/sms/send",
+            post(|| async { "sms sent\n" }).route_layer(sms),
+        )
+        .route(
+            "/files/{name}",
+            get(|| async { "file contents\n" }).route_layer(downloads),
+        )
+        .route(
+            "/login",
+            post(|| async { "wrong password\n" }).route_layer(login),
+        )
+        .route(
+            "/search",
+            get(|| async { "results\n" }).route_layer(search_trial),
+        ))
+}
+
+/// A download costs its size in MB (`?size_mb=N`, default 1).
+fn size_mb(req: &RequestHead<'_>) -> u64 {
+    req.uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size_mb=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+#[allow(dead_code)] // Tests include this file for `app`.
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}; try:");
+    println!("  curl -i -X POST -H 'User-Id: 42' http://{addr}/sms/send   # twice: 429");
+    println!("  curl -i -H 'User-Id: 42' 'http://{addr}/files/a.iso?size_mb=400'   # twice: 429");
+    println!("  for i in $(seq 9); do curl -s -o /dev/null -w '%{{http_code}} ' -X POST http://{addr}/login; done; echo");
+    println!("  for i in $(seq 5); do curl -s -H 'User-Id: 42' http://{addr}/search; done");
+    let app = app(Limiter::new(MemoryStore::new()))?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}

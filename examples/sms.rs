@@ -1,0 +1,56 @@
+//! The seeds' SMS case on the in-process store: per phone number at most 1 message per
+//! minute, 5 per hour and 10 per day, decided as one batch so a refused message uses up
+//! nothing. Time is simulated with a `ManualClock`, so a simulated day runs in an instant.
+//!
+//! Run: `cargo run --example sms`
+
+use std::time::Duration;
+
+use tollgate::{Check, Clock, Decision, Limiter, ManualClock, MemoryStore, Rule};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let start = 1_700_000_000_000_000; // µs since the epoch
+    let clock = ManualClock::new(start);
+    let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+    let rules = [
+        Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?,
+        Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
+        Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?,
+    ];
+    let phone = b"+86 138 0000 0000";
+
+    // Someone asks for a code every 20 seconds for a while.
+    for attempt in 1..=30 {
+        let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, phone)).collect();
+        let outcome = limiter.check(&batch).await?;
+        let at = Duration::from_micros(clock.now_micros() - start);
+        let left: Vec<String> = rules
+            .iter()
+            .zip(&outcome.rules)
+            .map(|(rule, r)| format!("{}={}", rule.name(), r.info.remaining))
+            .collect();
+        match outcome.decision {
+            Decision::Allow | Decision::Delay(_) => {
+                println!(
+                    "t={:>5}s attempt {attempt:>2}: sent      [{}]",
+                    at.as_secs(),
+                    left.join(" ")
+                );
+            }
+            Decision::Deny(denial) => {
+                let rule = outcome.deciding_rule().map_or("?", |i| rules[i].name());
+                let retry = denial.retry_after.map_or("never".to_string(), |d| {
+                    format!("{}s", d.as_secs_f64().ceil())
+                });
+                println!(
+                    "t={:>5}s attempt {attempt:>2}: denied by {rule}, retry after {retry} [{}]",
+                    at.as_secs(),
+                    left.join(" ")
+                );
+            }
+        }
+        clock.advance(Duration::from_secs(20));
+    }
+    Ok(())
+}

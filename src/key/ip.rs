@@ -1,0 +1,389 @@
+//! Address keys: the TCP peer, and the client behind trusted proxies.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::header::{HeaderName, FORWARDED};
+use http::Extensions;
+use ipnet::IpNet;
+use smallvec::SmallVec;
+
+use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
+use crate::error::ConfigError;
+
+const NO_PEER: &str = "the peer address is not in the request's extensions; \
+serve axum with `into_make_service_with_connect_info::<SocketAddr>()` (feature `axum`), \
+insert the connection's `SocketAddr` into each request's extensions (hyper), \
+or use tonic's TCP server (feature `tonic`)";
+
+/// The address of the TCP peer, from the request's extensions: a [`SocketAddr`] (what a hyper
+/// server inserts by hand), axum's `ConnectInfo<SocketAddr>` (feature `axum`) or tonic's
+/// `TcpConnectInfo` (feature `tonic`).
+pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
+    if let Some(addr) = extensions.get::<SocketAddr>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "axum")]
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(info.0.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+        return info.remote_addr().map(|a| a.ip());
+    }
+    None
+}
+
+/// Writes `ip` as a key: IPv4 as is (an IPv4-mapped IPv6 address as its IPv4 address),
+/// IPv6 as its network at `v6_prefix` bits (`2001:db8:1:2::/64`).
+fn push_ip(key: &mut KeyBuf, ip: IpAddr, v6_prefix: u8) {
+    // Writing to a KeyBuf cannot fail.
+    let _ = match ip {
+        IpAddr::V4(v4) => write!(key, "{v4}"),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => write!(key, "{v4}"),
+            None if v6_prefix >= 128 => write!(key, "{v6}"),
+            None => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(v6_prefix))
+                    .unwrap_or(0);
+                let net = Ipv6Addr::from(u128::from(v6) & mask);
+                write!(key, "{net}/{v6_prefix}")
+            }
+        },
+    };
+}
+
+/// The TCP peer's address; see [`peer_ip`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeerIp {
+    v6_prefix: u8,
+}
+
+/// The TCP peer's address, IPv6 aggregated to /64.
+///
+/// Reads a [`SocketAddr`] extension (insert it in a hyper server), axum's
+/// `ConnectInfo<SocketAddr>` (feature `axum`; serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`
+/// (feature `tonic`). Without one of them the key is a
+/// [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose message
+/// names the fix: the request gets a 500, never a silent pass.
+///
+/// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
+pub fn peer_ip() -> PeerIp {
+    PeerIp { v6_prefix: 64 }
+}
+
+impl PeerIp {
+    /// Aggregates IPv6 addresses to their first `bits` bits (default 64; at most 128).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits.min(128);
+        self
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        let ip = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
+        push_ip(key, ip, self.v6_prefix);
+        Ok(())
+    }
+}
+
+/// Which header a trusted proxy writes the client's address to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (the default).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for="[2001:db8::1]:4711"`.
+    Forwarded,
+    /// `X-Real-IP: client`, a single address set by the proxy.
+    XRealIp,
+}
+
+/// The client's address behind trusted proxies; see [`client_ip`].
+#[derive(Debug, Clone)]
+pub struct ClientIp {
+    trusted: Vec<IpNet>,
+    header: ForwardedHeader,
+    v6_prefix: u8,
+}
+
+/// The client's address behind the reverse proxies in `trusted` (CIDRs such as
+/// `"10.0.0.0/8"`, or single addresses).
+///
+/// A request from a peer that is not a trusted proxy is keyed by the peer's address and its
+/// forwarding headers are ignored: anyone can write `X-Forwarded-For: 1.2.3.4`. From a
+/// trusted proxy, the chosen header ([`X-Forwarded-For`](ForwardedHeader::XForwardedFor) by
+/// default) is read from the right: the right-most address that is not a trusted proxy is the
+/// client (the addresses left of it were written by the client itself). If every address is
+/// trusted, the left-most one is the client. An entry that cannot be parsed ends the walk, and
+/// the last good hop is the key; a proxy that sends no header is keyed as itself.
+///
+/// Read exactly one header, the one your proxy sets: a proxy that sets `X-Forwarded-For`
+/// but passes a client's `Forwarded` through would let the client choose its key.
+///
+/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]). The peer address comes
+/// from the same place as [`peer_ip`]'s.
+///
+/// ```
+/// use tollgate::key::{self, ForwardedHeader};
+///
+/// # fn main() -> Result<(), tollgate::ConfigError> {
+/// let behind_lb = key::client_ip(["10.0.0.0/8", "fd00::/8"])?.header(ForwardedHeader::Forwarded);
+/// assert!(key::client_ip(["not an address"]).is_err());
+/// # Ok(()) }
+/// ```
+pub fn client_ip<I>(trusted: I) -> Result<ClientIp, ConfigError>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    let trusted = trusted
+        .into_iter()
+        .map(|s| {
+            let s = s.as_ref().trim();
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR"))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ClientIp {
+        trusted,
+        header: ForwardedHeader::default(),
+        v6_prefix: 64,
+    })
+}
+
+impl ClientIp {
+    /// Reads the client's address from `header` (default `X-Forwarded-For`).
+    pub fn header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
+    }
+
+    /// Aggregates IPv6 addresses to their first `bits` bits (default 64; at most 128).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits.min(128);
+        self
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client's address for a request from `peer`.
+    fn client(&self, req: &RequestHead<'_>, peer: IpAddr) -> IpAddr {
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let name: HeaderName = match self.header {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => FORWARDED,
+            ForwardedHeader::XRealIp => HeaderName::from_static("x-real-ip"),
+        };
+        let values: SmallVec<[&[u8]; 4]> = req
+            .headers()
+            .get_all(&name)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        if self.header == ForwardedHeader::XRealIp {
+            // A single address, written by the proxy: only the last one counts.
+            return values.last().and_then(|v| parse_node(v)).unwrap_or(peer);
+        }
+        let mut client = peer;
+        for value in values.iter().rev() {
+            for entry in value.rsplit(|b| *b == b',') {
+                let ip = match self.header {
+                    ForwardedHeader::Forwarded => forwarded_for(entry),
+                    _ => parse_node(entry),
+                };
+                let Some(ip) = ip else {
+                    return client;
+                };
+                client = ip;
+                if !self.is_trusted(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+}
+
+impl KeyExtractor for ClientIp {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        let peer = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
+        push_ip(key, self.client(req, peer), self.v6_prefix);
+        Ok(())
+    }
+}
+
+/// The `for=` address of one `Forwarded` element (`for=192.0.2.60;proto=http`).
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    element.split(|b| *b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let (name, value) = pair.split_at(pair.iter().position(|b| *b == b'=')?);
+        name.eq_ignore_ascii_case(b"for")
+            .then(|| parse_node(&value[1..]))
+            .flatten()
+    })
+}
+
+/// An address as proxies write it: `192.0.2.1`, `192.0.2.1:8080`, `2001:db8::1`,
+/// `[2001:db8::1]:4711`, optionally quoted and padded with spaces.
+fn parse_node(raw: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(raw.trim_ascii()).ok()?;
+    let s = s
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(s);
+    if let Some(rest) = s.strip_prefix('[') {
+        let end = rest.find(']')?;
+        return rest[..end].parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    // IPv4 with a port.
+    s.parse::<SocketAddr>().ok().map(|a| a.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn key_of(e: &impl KeyExtractor, req: &Request<()>) -> String {
+        let mut buf = KeyBuf::new();
+        e.extract(&RequestHead::from_request(req), &mut buf)
+            .unwrap();
+        String::from_utf8(buf.as_bytes().to_vec()).unwrap()
+    }
+
+    fn from(peer: &str, headers: &[(&str, &[u8])]) -> Request<()> {
+        let mut b = Request::get("/");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let mut req = b.body(()).unwrap();
+        req.extensions_mut()
+            .insert(SocketAddr::new(peer.parse().unwrap(), 1234));
+        req
+    }
+
+    #[test]
+    fn peer_ip_aggregates_ipv6() {
+        let req = from("2001:db8:1:2:aaaa::1", &[]);
+        assert_eq!(key_of(&peer_ip(), &req), "2001:db8:1:2::/64");
+        assert_eq!(key_of(&peer_ip().ipv6_prefix(48), &req), "2001:db8:1::/48");
+        assert_eq!(
+            key_of(&peer_ip().ipv6_prefix(128), &req),
+            "2001:db8:1:2:aaaa::1"
+        );
+        assert_eq!(key_of(&peer_ip(), &from("::ffff:1.2.3.4", &[])), "1.2.3.4");
+        assert_eq!(key_of(&peer_ip().ipv6_prefix(0), &req), "::/0");
+    }
+
+    #[test]
+    fn missing_peer_names_the_fix() {
+        let req = Request::get("/").body(()).unwrap();
+        let mut buf = KeyBuf::new();
+        let err = peer_ip()
+            .extract(&RequestHead::from_request(&req), &mut buf)
+            .unwrap_err();
+        assert_eq!(err.kind(), super::super::KeyErrorKind::Misconfigured);
+        assert!(err
+            .message()
+            .contains("into_make_service_with_connect_info"));
+    }
+
+    #[test]
+    fn forwarded_headers_are_read_from_the_right() {
+        let e = client_ip(["10.0.0.0/8"]).unwrap();
+        let xff = |v: &'static [u8]| from("10.0.0.1", &[("x-forwarded-for", v)]);
+        // Untrusted peer: headers ignored.
+        assert_eq!(
+            key_of(&e, &from("5.5.5.5", &[("x-forwarded-for", b"1.2.3.4")])),
+            "5.5.5.5"
+        );
+        assert_eq!(key_of(&e, &xff(b"1.2.3.4")), "1.2.3.4");
+        // The client's own spoofed entries sit left of its real address.
+        assert_eq!(key_of(&e, &xff(b"9.9.9.9, 1.2.3.4, 10.1.1.1")), "1.2.3.4");
+        // All trusted: the left-most.
+        assert_eq!(key_of(&e, &xff(b"10.2.2.2, 10.1.1.1")), "10.2.2.2");
+        // Garbage ends the walk at the last good hop.
+        assert_eq!(key_of(&e, &xff(b"1.2.3.4, nonsense, 10.1.1.1")), "10.1.1.1");
+        assert_eq!(key_of(&e, &xff(b"\xff\xfe")), "10.0.0.1");
+        assert_eq!(key_of(&e, &xff(b"1.2.3.4:5678")), "1.2.3.4");
+        // No header: the proxy itself.
+        assert_eq!(key_of(&e, &from("10.0.0.1", &[])), "10.0.0.1");
+        // Several header lines are one list.
+        let two = from(
+            "10.0.0.1",
+            &[
+                ("x-forwarded-for", b"7.7.7.7"),
+                ("x-forwarded-for", b"10.3.3.3"),
+            ],
+        );
+        assert_eq!(key_of(&e, &two), "7.7.7.7");
+    }
+
+    #[test]
+    fn rfc7239_forwarded() {
+        let e = client_ip(["10.0.0.0/8"])
+            .unwrap()
+            .header(ForwardedHeader::Forwarded);
+        let fwd = |v: &'static [u8]| from("10.0.0.1", &[("forwarded", v)]);
+        assert_eq!(
+            key_of(&e, &fwd(b"for=192.0.2.60;proto=http;by=203.0.113.43")),
+            "192.0.2.60"
+        );
+        assert_eq!(
+            key_of(&e, &fwd(b"for=1.1.1.1, For=\"[2001:db8:cafe::17]:4711\"")),
+            "2001:db8:cafe::/64"
+        );
+        assert_eq!(key_of(&e, &fwd(b"for=unknown")), "10.0.0.1");
+        assert_eq!(key_of(&e, &fwd(b";;==,=;")), "10.0.0.1");
+        assert_eq!(key_of(&e, &fwd(b"proto=https")), "10.0.0.1");
+        let real = client_ip(["10.0.0.0/8"])
+            .unwrap()
+            .header(ForwardedHeader::XRealIp);
+        assert_eq!(
+            key_of(&real, &from("10.0.0.1", &[("x-real-ip", b"3.3.3.3")])),
+            "3.3.3.3"
+        );
+        assert_eq!(
+            key_of(&real, &from("8.8.8.8", &[("x-real-ip", b"3.3.3.3")])),
+            "8.8.8.8"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever a client or proxy writes, extraction answers with an address.
+        #[test]
+        fn any_forwarding_header_gives_an_address(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let Ok(value) = http::HeaderValue::from_bytes(&value) else { return Ok(()) };
+            for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded, ForwardedHeader::XRealIp] {
+                let e = client_ip(["10.0.0.0/8"]).unwrap().header(header);
+                let mut req = Request::get("/").body(()).unwrap();
+                for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+                    req.headers_mut().append(name, value.clone());
+                }
+                req.extensions_mut().insert(SocketAddr::from(([10, 0, 0, 1], 1)));
+                let mut buf = KeyBuf::new();
+                proptest::prop_assert!(e.extract(&RequestHead::from_request(&req), &mut buf).is_ok());
+                proptest::prop_assert!(!buf.is_empty());
+            }
+        }
+    }
+}

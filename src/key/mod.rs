@@ -1,0 +1,511 @@
+//! Keys: what a rule counts under — a client IP, a user id, a route, a constant.
+//!
+//! A [`KeyExtractor`] reads the head of a request (method, URI, headers, extensions) and
+//! appends a key to a [`KeyBuf`], or says why it cannot ([`KeyError`]). The built-ins:
+//!
+//! | extractor | key |
+//! |---|---|
+//! | [`peer_ip`] | the TCP peer's address (axum `ConnectInfo`, a hyper `SocketAddr` extension, tonic `TcpConnectInfo`) |
+//! | [`client_ip`] | the client's address behind trusted proxies (`X-Forwarded-For`, `Forwarded` or `X-Real-IP`) |
+//! | [`header`] | a header's value, e.g. `User-Id` |
+//! | [`route`] | the matched route (`POST /sms/send`, `/pkg.Service/Method`) |
+//! | [`method`] | the HTTP method |
+//! | [`global`], [`constant`] | one key for every request: a global limit |
+//! | [`from_fn`] | a closure |
+//! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined |
+//! | [`KeyExtractor::or`] | the first extractor that finds a key |
+//!
+//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
+//! /64, so limiting single addresses would let it rotate through 2^64 of them. Keys longer
+//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
+//! so a client sending a 64 KB header value costs the store 33 bytes.
+//!
+//! ```
+//! use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let per_user = key::header("user-id")?.or(key::global());
+//! let request = http::Request::get("/").header("user-id", "42").body(())?;
+//! let mut buf = KeyBuf::new();
+//! per_user.extract(&RequestHead::from_request(&request), &mut buf)?;
+//! assert_eq!(buf.as_bytes(), b"42");
+//! # Ok(()) }
+//! ```
+
+mod ip;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use http::header::HeaderName;
+use http::{Extensions, HeaderMap, Method, Request, Uri};
+use smallvec::SmallVec;
+
+use crate::error::ConfigError;
+
+pub use ip::{client_ip, peer_ip, ClientIp, ForwardedHeader, PeerIp};
+
+/// The parts of a request a key (or a cost) can be read from.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+    route: Option<&'a str>,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The head of `request`, with no matched route.
+    pub fn from_request<B>(request: &'a Request<B>) -> Self {
+        Self {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+            route: None,
+        }
+    }
+
+    /// The same head with `route` as its matched route.
+    pub fn with_route(mut self, route: Option<&'a str>) -> Self {
+        self.route = route;
+        self
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The request URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The request headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The request extensions (connection info, axum's `MatchedPath`, …).
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+
+    /// The route the request matched: the pattern of the layer's route table that matched
+    /// it, else axum's `MatchedPath` (with the `axum` feature), else `None`.
+    pub fn route(&self) -> Option<&'a str> {
+        if self.route.is_some() {
+            return self.route;
+        }
+        #[cfg(feature = "axum")]
+        if let Some(path) = self.extensions.get::<axum::extract::MatchedPath>() {
+            return Some(path.as_str());
+        }
+        None
+    }
+}
+
+/// A key being built: bytes kept inline up to 128, so typical keys cost no allocation.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KeyBuf {
+    bytes: SmallVec<[u8; 128]>,
+}
+
+impl KeyBuf {
+    /// An empty key.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `bytes`.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// The key so far.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Drops everything after the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.bytes.truncate(len);
+    }
+}
+
+impl fmt::Write for KeyBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl fmt::Debug for KeyBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyBuf({:?})", String::from_utf8_lossy(&self.bytes))
+    }
+}
+
+/// What kind of problem kept an extractor from finding a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyErrorKind {
+    /// The request lacks what the key is read from (a header, for instance). The rule's
+    /// [`MissingKey`](crate::layer::MissingKey) policy decides: reject with 400 or skip it.
+    Missing,
+    /// The request has it, but it cannot be read (an unparsable address, say). Treated like
+    /// [`Missing`](Self::Missing).
+    Invalid,
+    /// The server is set up so that the key can never be found (no connection info for a
+    /// peer-IP key). Answered with 500 and a message naming the fix, whatever the policy.
+    Misconfigured,
+}
+
+/// Why an extractor found no key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError {
+    kind: KeyErrorKind,
+    message: Cow<'static, str>,
+}
+
+impl KeyError {
+    /// The request lacks the key (`message` says what is missing).
+    pub fn missing(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(KeyErrorKind::Missing, message)
+    }
+
+    /// The request's key cannot be read.
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(KeyErrorKind::Invalid, message)
+    }
+
+    /// The server cannot provide the key; `message` should name the fix.
+    pub fn misconfigured(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(KeyErrorKind::Misconfigured, message)
+    }
+
+    fn new(kind: KeyErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// What kind of problem it is.
+    pub fn kind(&self) -> KeyErrorKind {
+        self.kind
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            KeyErrorKind::Missing => write!(f, "missing rate limit key: {}", self.message),
+            KeyErrorKind::Invalid => write!(f, "invalid rate limit key: {}", self.message),
+            KeyErrorKind::Misconfigured => {
+                write!(f, "rate limit key unavailable: {}", self.message)
+            }
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// Turns a request into the key a rule counts under.
+///
+/// Implementations append to `key` and must not panic on any request; return a
+/// [`KeyError`] instead. On an error the caller discards whatever was appended.
+///
+/// ```
+/// use tollgate::key::{KeyBuf, KeyError, KeyExtractor, RequestHead};
+///
+/// /// The tenant from the first path segment: `/acme/orders` → `acme`.
+/// struct Tenant;
+///
+/// impl KeyExtractor for Tenant {
+///     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+///         match req.uri().path().split('/').nth(1) {
+///             Some(tenant) if !tenant.is_empty() => Ok(key.push(tenant.as_bytes())),
+///             _ => Err(KeyError::missing("tenant in the path")),
+///         }
+///     }
+/// }
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// Appends the key of `req` to `key`.
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError>;
+
+    /// `self`, or `other` when `self` finds no key ([`KeyErrorKind::Missing`] or
+    /// [`KeyErrorKind::Invalid`]): `key::header("user-id")?.or(key::peer_ip())` limits signed-in users
+    /// by id and everyone else by address.
+    fn or<E: KeyExtractor>(self, other: E) -> Or<Self, E>
+    where
+        Self: Sized,
+    {
+        Or {
+            first: self,
+            second: other,
+        }
+    }
+}
+
+impl<E: KeyExtractor + ?Sized> KeyExtractor for Arc<E> {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        (**self).extract(req, key)
+    }
+}
+
+impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        (**self).extract(req, key)
+    }
+}
+
+/// See [`KeyExtractor::or`].
+#[derive(Debug, Clone)]
+pub struct Or<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        let start = key.len();
+        match self.first.extract(req, key) {
+            Err(e) if e.kind() != KeyErrorKind::Misconfigured => {
+                key.truncate(start);
+                self.second.extract(req, key)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Separates the parts of a tuple extractor's key (the ASCII unit separator, which header
+/// values cannot contain).
+pub const KEY_SEPARATOR: u8 = 0x1F;
+
+macro_rules! tuple_extractor {
+    ($($name:ident),+) => {
+        impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+                let ($($name,)+) = self;
+                let mut first = true;
+                $(
+                    if !std::mem::take(&mut first) {
+                        key.push(&[KEY_SEPARATOR]);
+                    }
+                    $name.extract(req, key)?;
+                )+
+                Ok(())
+            }
+        }
+    };
+}
+
+tuple_extractor!(A, B);
+tuple_extractor!(A, B, C);
+tuple_extractor!(A, B, C, D);
+
+/// The value of a header; see [`header`].
+#[derive(Debug, Clone)]
+pub struct Header {
+    name: HeaderName,
+}
+
+/// The value of header `name` (any bytes; an absent or empty header is
+/// [`KeyErrorKind::Missing`]). When the header appears several times, the first counts.
+///
+/// An invalid header name is a configuration error.
+pub fn header(name: &str) -> Result<Header, ConfigError> {
+    HeaderName::from_bytes(name.as_bytes())
+        .map(|name| Header { name })
+        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
+}
+
+impl KeyExtractor for Header {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        match req.headers().get(&self.name) {
+            Some(value) if !value.is_empty() => {
+                key.push(value.as_bytes());
+                Ok(())
+            }
+            _ => Err(KeyError::missing(format!("header {}", self.name))),
+        }
+    }
+}
+
+/// The HTTP method; see [`method`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MethodKey;
+
+/// The HTTP method (`GET`, `POST`, …).
+pub fn method() -> MethodKey {
+    MethodKey
+}
+
+impl KeyExtractor for MethodKey {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        key.push(req.method().as_str().as_bytes());
+        Ok(())
+    }
+}
+
+/// The matched route; see [`route`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Route;
+
+/// The matched route: the pattern of the layer's route table that matched the request
+/// (`POST /sms/send`, `/pkg.Service/Method`), else axum's `MatchedPath` (with the `axum`
+/// feature; `/files/{id}`, so all files share one key), else the URI path — which for gRPC is
+/// the method (`/pkg.Service/Method`), and for other requests can take as many values as
+/// clients send paths.
+pub fn route() -> Route {
+    Route
+}
+
+impl KeyExtractor for Route {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        let route = req.route().unwrap_or_else(|| req.uri().path());
+        key.push(route.as_bytes());
+        Ok(())
+    }
+}
+
+/// The same key for every request; see [`constant`] and [`global`].
+#[derive(Debug, Clone)]
+pub struct Constant {
+    key: Cow<'static, [u8]>,
+}
+
+/// The key `key` for every request: one shared limit.
+pub fn constant(key: impl Into<Cow<'static, [u8]>>) -> Constant {
+    Constant { key: key.into() }
+}
+
+/// The key `global` for every request: a limit on the whole service (or, in a
+/// `route_layer`, on the whole route).
+pub fn global() -> Constant {
+    constant(&b"global"[..])
+}
+
+impl KeyExtractor for Constant {
+    fn extract(&self, _: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        key.push(&self.key);
+        Ok(())
+    }
+}
+
+/// A closure as an extractor; see [`from_fn`].
+#[derive(Clone)]
+pub struct FromFn<F> {
+    f: F,
+}
+
+/// A closure as an extractor: `None` is [`KeyErrorKind::Missing`].
+///
+/// ```
+/// use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
+///
+/// // The API key from the query string: /search?api_key=abc
+/// let api_key = key::from_fn(|req: &RequestHead<'_>| {
+///     req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("api_key=")).map(str::to_owned)
+/// });
+/// let request = http::Request::get("/search?q=x&api_key=abc").body(()).unwrap();
+/// let mut buf = KeyBuf::new();
+/// api_key.extract(&RequestHead::from_request(&request), &mut buf).unwrap();
+/// assert_eq!(buf.as_bytes(), b"abc");
+/// ```
+pub fn from_fn<F, K>(f: F) -> FromFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> Option<K> + Send + Sync + 'static,
+    K: AsRef<[u8]>,
+{
+    FromFn { f }
+}
+
+impl<F, K> KeyExtractor for FromFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> Option<K> + Send + Sync + 'static,
+    K: AsRef<[u8]>,
+{
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        match (self.f)(req) {
+            Some(k) => {
+                key.push(k.as_ref());
+                Ok(())
+            }
+            None => Err(KeyError::missing("key from the extractor function")),
+        }
+    }
+}
+
+impl<F> fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromFn").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extract(e: &impl KeyExtractor, req: &Request<()>) -> Result<Vec<u8>, KeyError> {
+        let mut buf = KeyBuf::new();
+        e.extract(&RequestHead::from_request(req), &mut buf)?;
+        Ok(buf.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn header_tuple_and_fallback() {
+        let req = Request::post("/sms/send")
+            .header("user-id", "u1")
+            .body(())
+            .unwrap();
+        let user = header("user-id").unwrap();
+        assert_eq!(extract(&user, &req).unwrap(), b"u1");
+        assert_eq!(
+            extract(&(method(), user.clone()), &req).unwrap(),
+            b"POST\x1fu1"
+        );
+        let bare = Request::get("/").body(()).unwrap();
+        let err = extract(&user, &bare).unwrap_err();
+        assert_eq!(err.kind(), KeyErrorKind::Missing);
+        assert_eq!(err.to_string(), "missing rate limit key: header user-id");
+        assert_eq!(extract(&user.or(global()), &bare).unwrap(), b"global");
+        assert!(header("bad header").is_err());
+    }
+
+    #[test]
+    fn route_falls_back_to_the_path() {
+        let req = Request::post("/pkg.Svc/Method").body(()).unwrap();
+        assert_eq!(extract(&route(), &req).unwrap(), b"/pkg.Svc/Method");
+        let mut buf = KeyBuf::new();
+        route()
+            .extract(
+                &RequestHead::from_request(&req).with_route(Some("POST /pkg.Svc/*")),
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(buf.as_bytes(), b"POST /pkg.Svc/*");
+    }
+}

@@ -1,0 +1,241 @@
+//! What a layer enforces: [`Limit`]s (a rule, a key, a cost), the route table, the mode, the
+//! failure policy and the hooks. Shared by every clone of the service behind one `Arc`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+
+use super::routes::RoutePattern;
+use crate::decision::{Outcome, RuleOutcome};
+use crate::key::{KeyExtractor, RequestHead};
+use crate::response::{HeaderOptions, Rejection};
+use crate::rule::Rule;
+
+/// A rule applied to requests: the [`Rule`], the key it counts under, what a request costs,
+/// and what to do when a request has no key.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::layer::{Limit, MissingKey};
+/// use tollgate::{key, Rule};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Downloads: 100 MB per user per hour, a request costs its `size` header in MB.
+/// let downloads = Limit::new(
+///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600))?,
+///     key::header("user-id")?,
+/// )
+/// .cost(|req| {
+///     req.headers().get("size").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1)
+/// })
+/// .on_missing_key(MissingKey::Reject);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Limit {
+    pub(crate) rule: Rule,
+    pub(crate) key: Arc<dyn KeyExtractor>,
+    pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) on_missing: MissingKey,
+}
+
+type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
+
+impl Limit {
+    /// `rule`, counted under the key `key` finds, at the rule's default cost; a request
+    /// without a key is rejected with 400.
+    pub fn new(rule: Rule, key: impl KeyExtractor) -> Self {
+        Self {
+            rule,
+            key: Arc::new(key),
+            cost: None,
+            on_missing: MissingKey::Reject,
+        }
+    }
+
+    /// Sets what a request costs (the download case: the units requested). A cost of 0
+    /// consumes nothing.
+    pub fn cost<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
+    {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Sets what happens to a request the key extractor finds no key for (default
+    /// [`MissingKey::Reject`]). To try another extractor instead, combine them with
+    /// [`KeyExtractor::or`].
+    pub fn on_missing_key(mut self, policy: MissingKey) -> Self {
+        self.on_missing = policy;
+        self
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    pub(crate) fn cost_of(&self, req: &RequestHead<'_>) -> u64 {
+        self.cost.as_ref().map_or(self.rule.cost(), |f| f(req))
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limit")
+            .field("rule", &self.rule.name())
+            .field("cost_fn", &self.cost.is_some())
+            .field("on_missing", &self.on_missing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a limit does with a request that has no key (a missing `User-Id` header, say).
+/// A key the server can never provide (a peer-IP key without connection info) is always a
+/// 500 with a message naming the fix, whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Refuse the request: 400 Bad Request naming the missing key (gRPC
+    /// `INVALID_ARGUMENT`). The default.
+    #[default]
+    Reject,
+    /// Let the request through without this limit (other limits still apply).
+    Skip,
+}
+
+/// How the layer acts on decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Reject denied requests; hold delayed ones (leaky-bucket shaping) for their delay.
+    #[default]
+    Enforce,
+    /// Decide and record (the rules' state changes as in enforce mode), report through
+    /// `tracing`, [`on_decision`](super::RateLimitLayer::on_decision) and the headers, but
+    /// never reject or hold a request: for rolling out a rule safely. A request without a
+    /// key, or a failed store, is logged and let through too.
+    Shadow,
+    /// Hold a request until it is admitted, if that is within `max_wait`: its units are
+    /// reserved atomically at once (no polling), and the request is forwarded when they come
+    /// due. A request that would wait longer is rejected as in enforce mode.
+    Wait {
+        /// The longest a request is held.
+        max_wait: Duration,
+    },
+}
+
+/// What the layer does when the store fails (unreachable, timed out). Logged with
+/// `tracing::warn!` either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Let the request through unlimited. The default: an outage of the limiter should not
+    /// become an outage of the service.
+    #[default]
+    FailOpen,
+    /// Refuse the request with 503 (gRPC `UNAVAILABLE`).
+    FailClosed,
+}
+
+/// A decision as the [`on_decision`](super::RateLimitLayer::on_decision) hook sees it.
+#[derive(Debug)]
+pub struct DecisionEvent<'a> {
+    pub(crate) outcome: &'a Outcome,
+    pub(crate) rules: &'a [(&'a Rule, RuleOutcome)],
+    pub(crate) mode: Mode,
+    pub(crate) route: Option<&'a str>,
+}
+
+impl<'a> DecisionEvent<'a> {
+    /// The decision of the batch.
+    pub fn outcome(&self) -> &'a Outcome {
+        self.outcome
+    }
+
+    /// Each checked rule and what it decided.
+    pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> {
+        self.rules.iter().map(|(r, o)| (*r, o))
+    }
+
+    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The route-table pattern the request matched, if any.
+    pub fn route(&self) -> Option<&'a str> {
+        self.route
+    }
+}
+
+pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
+pub(crate) type DecisionFn = dyn Fn(&DecisionEvent<'_>) + Send + Sync;
+
+/// One entry of the route table.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) pattern: RoutePattern,
+    pub(crate) limits: Vec<Limit>,
+}
+
+/// Everything a layer enforces.
+#[derive(Clone, Default)]
+pub(crate) struct Config {
+    pub(crate) global: Vec<Limit>,
+    pub(crate) routes: Vec<Route>,
+    pub(crate) mode: Mode,
+    pub(crate) on_failure: FailurePolicy,
+    pub(crate) headers: HeaderOptions,
+    pub(crate) on_reject: Option<Arc<RejectFn>>,
+    pub(crate) on_decision: Option<Arc<DecisionFn>>,
+}
+
+impl Config {
+    /// The first route of the table matching the request.
+    pub(crate) fn route_for(&self, method: &http::Method, path: &str) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| r.pattern.matches(method, path))
+    }
+
+    /// The limits of a request on `route`: the layer's own, then the route's.
+    pub(crate) fn limits(&self, route: Option<usize>) -> impl Iterator<Item = &Limit> {
+        let routed = route
+            .and_then(|r| self.routes.get(r))
+            .map_or(&[][..], |r| &r.limits[..]);
+        self.global.iter().chain(routed)
+    }
+
+    /// The `i`-th limit of [`limits`](Self::limits).
+    pub(crate) fn limit(&self, route: Option<usize>, i: usize) -> Option<&Limit> {
+        match i.checked_sub(self.global.len()) {
+            None => self.global.get(i),
+            Some(j) => self.routes.get(route?)?.limits.get(j),
+        }
+    }
+
+    pub(crate) fn route_pattern(&self, route: Option<usize>) -> Option<&str> {
+        route
+            .and_then(|r| self.routes.get(r))
+            .map(|r| r.pattern.as_str())
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("global", &self.global)
+            .field("routes", &self.routes)
+            .field("mode", &self.mode)
+            .field("on_failure", &self.on_failure)
+            .field("headers", &self.headers)
+            .field("on_reject", &self.on_reject.is_some())
+            .field("on_decision", &self.on_decision.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,362 @@
+//! [`ResponseFuture`]: check with the store, maybe wait, then forward or reject.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use pin_project_lite::pin_project;
+use smallvec::SmallVec;
+use tokio::time::Sleep;
+use tower_service::Service;
+
+use super::body::RateLimitBody;
+use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
+use crate::decision::{Decision, Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::response::{
+    retry_after_secs, write_rate_limit_headers, Rejection, RejectionKind, RATELIMIT,
+    RATELIMIT_POLICY,
+};
+use crate::rule::Rule;
+
+const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";
+
+/// The store's answer for a request's batch.
+pub(crate) struct Checked {
+    pub(crate) result: Result<Outcome, StoreError>,
+    pub(crate) route: Option<usize>,
+    /// The index (among the request's limits) of each item of the batch, in order.
+    pub(crate) limits: SmallVec<[usize; 4]>,
+}
+
+pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
+
+/// The request and the inner service that was driven to readiness for it.
+struct Pending<S, ReqB> {
+    request: Request<ReqB>,
+    inner: S,
+}
+
+pin_project! {
+    /// Response future of [`RateLimit`](super::RateLimit): asks the store, then forwards the
+    /// request (after holding it, for a delay), or answers with the rejection.
+    pub struct ResponseFuture<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        #[pin]
+        state: State<S, ReqB>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        Checking {
+            check: CheckFuture,
+            pending: Option<Pending<S, ReqB>>,
+            config: Arc<Config>,
+            grpc: bool,
+        },
+        Delayed {
+            delay: Duration,
+            pending: Option<Pending<S, ReqB>>,
+            headers: Option<HeaderMap>,
+        },
+        Sleeping {
+            #[pin]
+            sleep: Sleep,
+            pending: Option<Pending<S, ReqB>>,
+            headers: Option<HeaderMap>,
+        },
+        Forwarding {
+            #[pin]
+            future: S::Future,
+            headers: Option<HeaderMap>,
+        },
+        Rejected {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S, ReqB> ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    pub(crate) fn checking(
+        check: CheckFuture,
+        request: Request<ReqB>,
+        inner: S,
+        config: Arc<Config>,
+        grpc: bool,
+    ) -> Self {
+        Self {
+            state: State::Checking {
+                check,
+                pending: Some(Pending { request, inner }),
+                config,
+                grpc,
+            },
+        }
+    }
+
+    /// Decided at once, to be held for `delay`; the timer starts on the first poll, inside
+    /// the runtime.
+    pub(crate) fn delayed(
+        delay: Duration,
+        request: Request<ReqB>,
+        inner: S,
+        headers: Option<HeaderMap>,
+    ) -> Self {
+        Self {
+            state: State::Delayed {
+                delay,
+                pending: Some(Pending { request, inner }),
+                headers,
+            },
+        }
+    }
+
+    pub(crate) fn forwarding(future: S::Future, headers: Option<HeaderMap>) -> Self {
+        Self {
+            state: State::Forwarding { future, headers },
+        }
+    }
+
+    pub(crate) fn rejected(response: Response<Bytes>) -> Self {
+        Self {
+            state: State::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+{
+    type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Checking {
+                    check,
+                    pending,
+                    config,
+                    grpc,
+                } => {
+                    let checked = ready!(check.as_mut().poll(cx));
+                    let next = decide(config, checked, *grpc);
+                    let Pending { request, mut inner } =
+                        pending.take().expect(POLLED_AFTER_COMPLETION);
+                    match next {
+                        Next::Reject(response) => state.set(State::Rejected {
+                            response: Some(response),
+                        }),
+                        Next::Forward { delay, headers } if delay.is_zero() => {
+                            let future = inner.call(request);
+                            state.set(State::Forwarding { future, headers });
+                        }
+                        Next::Forward { delay, headers } => state.set(State::Sleeping {
+                            sleep: tokio::time::sleep(delay),
+                            pending: Some(Pending { request, inner }),
+                            headers,
+                        }),
+                    }
+                }
+                StateProj::Delayed {
+                    delay,
+                    pending,
+                    headers,
+                } => {
+                    let (delay, pending, headers) = (*delay, pending.take(), headers.take());
+                    state.set(State::Sleeping {
+                        sleep: tokio::time::sleep(delay),
+                        pending,
+                        headers,
+                    });
+                }
+                StateProj::Sleeping {
+                    sleep,
+                    pending,
+                    headers,
+                } => {
+                    ready!(sleep.poll(cx));
+                    let Pending { request, mut inner } =
+                        pending.take().expect(POLLED_AFTER_COMPLETION);
+                    let future = inner.call(request);
+                    let headers = headers.take();
+                    state.set(State::Forwarding { future, headers });
+                }
+                StateProj::Forwarding { future, headers } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some(ours) = headers.take() {
+                        merge_headers(response.headers_mut(), ours);
+                    }
+                    return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
+                }
+                StateProj::Rejected { response } => {
+                    let response = response.take().expect(POLLED_AFTER_COMPLETION);
+                    return Poll::Ready(Ok(response.map(RateLimitBody::full)));
+                }
+            }
+        }
+    }
+}
+
+impl<S, ReqB> fmt::Debug for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Checking { .. } => "checking",
+            State::Delayed { .. } | State::Sleeping { .. } => "sleeping",
+            State::Forwarding { .. } => "forwarding",
+            State::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// Adds our headers to a response: the structured-field lists are appended, so that nested
+/// layers (a `route_layer` inside a global layer) each contribute their rules; the legacy
+/// single-valued headers are replaced.
+fn merge_headers(target: &mut HeaderMap, ours: HeaderMap) {
+    let mut last = None;
+    for (name, value) in ours {
+        let name = match name {
+            Some(n) => {
+                last = Some(n.clone());
+                n
+            }
+            None => match &last {
+                Some(n) => n.clone(),
+                None => continue,
+            },
+        };
+        if name == RATELIMIT || name == RATELIMIT_POLICY {
+            target.append(name, value);
+        } else {
+            target.insert(name, value);
+        }
+    }
+}
+
+/// What to do with a checked request.
+pub(crate) enum Next {
+    Forward {
+        delay: Duration,
+        headers: Option<HeaderMap>,
+    },
+    Reject(Response<Bytes>),
+}
+
+/// The rejection response, from the layer's function or the default.
+pub(crate) fn reject(
+    config: &Config,
+    kind: RejectionKind<'_>,
+    grpc: bool,
+    rules: &[(&Rule, RuleOutcome)],
+) -> Response<Bytes> {
+    let rejection = Rejection {
+        kind,
+        grpc,
+        rules,
+        legacy: config.headers.legacy,
+    };
+    match &config.on_reject {
+        Some(f) => f(&rejection),
+        None => rejection.default_response(),
+    }
+}
+
+/// Acts on the store's answer according to the mode and the failure policy.
+pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
+    let forward = |headers| Next::Forward {
+        delay: Duration::ZERO,
+        headers,
+    };
+    let outcome = match checked.result {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            tracing::warn!(%error, policy = ?config.on_failure, "rate limit store failed");
+            return match config.on_failure {
+                FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
+                    Next::Reject(reject(config, RejectionKind::StoreUnavailable, grpc, &[]))
+                }
+                // Fail open, and shadow mode, which never refuses.
+                _ => forward(None),
+            };
+        }
+    };
+    let denied = !outcome.is_admitted();
+    let rules: SmallVec<[(&Rule, RuleOutcome); 4]> =
+        if denied || config.on_decision.is_some() || config.headers.on_allowed {
+            checked
+                .limits
+                .iter()
+                .zip(&outcome.rules)
+                .filter_map(|(&i, o)| Some((&config.limit(checked.route, i)?.rule, *o)))
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+    if let Some(hook) = &config.on_decision {
+        hook(&DecisionEvent {
+            outcome: &outcome,
+            rules: &rules,
+            mode: config.mode,
+            route: config.route_pattern(checked.route),
+        });
+    }
+    let headers = || {
+        config.headers.on_allowed.then(|| {
+            let mut headers = HeaderMap::new();
+            let items = rules.iter().map(|(r, o)| (*r, o));
+            write_rate_limit_headers(&mut headers, items, config.headers.legacy);
+            headers
+        })
+    };
+    match (outcome.decision, config.mode) {
+        (Decision::Deny(denial), mode) => {
+            let rule = outcome
+                .deciding_rule()
+                .and_then(|i| rules.get(i))
+                .map_or("", |(r, _)| r.name());
+            let retry_after_s = denial.retry_after.map(retry_after_secs);
+            if mode == Mode::Shadow {
+                tracing::info!(rule, reason = ?denial.reason, retry_after_s, "shadow mode: request would be rate limited");
+                forward(headers())
+            } else {
+                tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
+                Next::Reject(reject(
+                    config,
+                    RejectionKind::Limited(&outcome),
+                    grpc,
+                    &rules,
+                ))
+            }
+        }
+        // Shadow mode never holds a request.
+        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(headers()),
+        (Decision::Delay(delay), _) => Next::Forward {
+            delay,
+            headers: headers(),
+        },
+    }
+}

@@ -1,0 +1,108 @@
+//! The tower layer: [`RateLimitLayer`], [`RateLimit`], [`ResponseFuture`].
+//!
+//! A [`RateLimitLayer`] applies [`Limit`]s — a [`Rule`](crate::Rule), the
+//! [key](crate::key) it counts under, a cost — to the requests of any
+//! `Service<http::Request<B>>` (axum, hyper, tonic, or a plain tower stack), with any body
+//! type. All the limits of a request are decided as one batch by the
+//! [`Limiter`](crate::Limiter): if one denies, none consumes.
+//!
+//! - **Per route.** On axum, put a layer on a route with `route_layer`. Elsewhere (hyper,
+//!   tonic, any tower stack), give one layer a route table with [`RateLimitLayer::route`]:
+//!   `"POST /sms/send"`, `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`.
+//! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
+//!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers (see
+//!   [`crate::response`]); a gRPC request (`content-type: application/grpc…`) gets HTTP 200
+//!   with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), which a tonic client sees as
+//!   `Code::ResourceExhausted`. [`RateLimitLayer::on_reject`] replaces the response.
+//! - **Modes** ([`Mode`]): enforce (the default), shadow (decide and report, never reject),
+//!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
+//!   bucket's shaping delay is honoured the same way in enforce and wait modes.
+//! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
+//!   `tracing`; they never panic.
+//!
+//! Nested layers are separate batches: with a `route_layer` inside a global layer, a
+//! request the route refuses has already counted against the global limit. When that
+//! matters, put both in one layer with a route table; its batch is all or nothing.
+//!
+//! Every clone of the service shares the limiter and the configuration, so all clones — one
+//! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
+//! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
+//! service's; the store is asked in the response future. A checked request costs one
+//! allocation in the layer (the boxed store future); a request no limit applies to costs
+//! none.
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use tollgate::layer::{Limit, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::new(MemoryStore::new());
+//! let layer = RateLimitLayer::new(limiter)
+//!     // Everything: 1000 per second in all.
+//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000)?, key::global()))?
+//!     // SMS: one per minute and five per hour per user, decided together.
+//!     .route("POST /sms/send", [
+//!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?),
+//!         Limit::new(Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?, key::header("user-id")?),
+//!     ])?;
+//! let service = ServiceBuilder::new()
+//!     .layer(layer)
+//!     .service(service_fn(|_req: Request<String>| async {
+//!         Ok::<_, std::convert::Infallible>(Response::new(String::from("sent")))
+//!     }));
+//!
+//! let sms = || Request::post("/sms/send").header("user-id", "42").body(String::new());
+//! let first = service.clone().oneshot(sms()?).await?;
+//! assert_eq!(first.status(), StatusCode::OK);
+//!
+//! let second = service.clone().oneshot(sms()?).await?;
+//! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+//! let retry_after: u64 = second.headers()["retry-after"].to_str()?.parse()?;
+//! assert!((1..=60).contains(&retry_after));
+//! assert!(second.headers()["ratelimit-policy"].to_str()?.contains("\"sms-min\";q=1;w=60"));
+//! assert!(second.headers()["ratelimit"].to_str()?.contains("\"sms-min\";r=0;t="));
+//!
+//! // Other routes only meet the global limit.
+//! let other = service.oneshot(Request::get("/").body(String::new())?).await?;
+//! assert_eq!(other.status(), StatusCode::OK);
+//! # Ok(()) }
+//! ```
+//!
+//! With axum, per-route limits go on the route and the global one on the router (with the
+//! `axum` feature, [`key::route`](crate::key::route) reads axum's `MatchedPath` and
+//! [`key::peer_ip`](crate::key::peer_ip) its `ConnectInfo`):
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use axum::{routing::post, Router};
+//! # use tollgate::layer::{Limit, RateLimitLayer};
+//! # use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::new(MemoryStore::new());
+//! let sms = RateLimitLayer::new(limiter.clone())
+//!     .limit(Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?))?;
+//! let global = RateLimitLayer::new(limiter)
+//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10))?, key::peer_ip()))?;
+//! let app: Router = Router::new()
+//!     .route("/sms/send", post(|| async { "sent" }).route_layer(sms))
+//!     .layer(global);
+//! # Ok(()) }
+//! ```
+
+mod body;
+mod config;
+pub mod future;
+#[allow(clippy::module_inception)]
+mod layer;
+mod routes;
+mod service;
+
+pub use body::RateLimitBody;
+pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
+pub use future::ResponseFuture;
+pub use layer::RateLimitLayer;
+pub use service::RateLimit;

@@ -1,0 +1,149 @@
+//! Route patterns of the layer's route table: `"POST /sms/send"`, `"GET /files/{id}"`,
+//! `"/pkg.Service/Method"`, `"/api/*"`.
+
+use std::fmt;
+
+use http::Method;
+
+use crate::error::ConfigError;
+
+/// A parsed route pattern: an optional method, then a path of literal segments, `{param}`
+/// segments (any one segment) and an optional final `*` or `{*rest}` (any rest, including
+/// none). Empty segments are ignored on both sides, so a trailing or doubled slash matches
+/// the same route; a `GET` pattern also matches `HEAD`.
+#[derive(Clone)]
+pub(crate) struct RoutePattern {
+    text: Box<str>,
+    method: Option<Method>,
+    segments: Box<[Segment]>,
+    rest: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(Box<str>),
+    Param,
+}
+
+impl RoutePattern {
+    pub(crate) fn parse(pattern: &str) -> Result<Self, ConfigError> {
+        let text = pattern.trim();
+        let invalid = |why: &str| ConfigError::new(format!("route {text:?}: {why}"));
+        let (method, path) = match text.split_once(' ') {
+            Some((m, p)) => {
+                let m = Method::from_bytes(m.as_bytes())
+                    .map_err(|_| invalid("the method is not a valid HTTP method"))?;
+                (Some(m), p.trim())
+            }
+            None => (None, text),
+        };
+        let path = path
+            .strip_prefix('/')
+            .ok_or_else(|| invalid("the path must start with '/'"))?;
+        let mut segments = Vec::new();
+        let mut rest = false;
+        let mut parts = path.split('/').filter(|p| !p.is_empty()).peekable();
+        while let Some(part) = parts.next() {
+            let is_rest = part == "*" || (part.starts_with("{*") && part.ends_with('}'));
+            if is_rest {
+                if parts.peek().is_some() {
+                    return Err(invalid("a wildcard may only end the path"));
+                }
+                rest = true;
+            } else if part.len() >= 3 && part.starts_with('{') && part.ends_with('}') {
+                segments.push(Segment::Param);
+            } else if part.contains(['{', '}', '*']) {
+                return Err(invalid(
+                    "segments are literals, {name}, or a final * / {*name}",
+                ));
+            } else {
+                segments.push(Segment::Literal(part.into()));
+            }
+        }
+        Ok(Self {
+            text: text.into(),
+            method,
+            segments: segments.into(),
+            rest,
+        })
+    }
+
+    /// The pattern as written (the key of [`crate::key::route`]).
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
+        // HEAD is a GET without the body, and routers (axum among them) serve it as one.
+        let same_method = |m: &Method| m == method || (*m == Method::GET && method == Method::HEAD);
+        if self.method.as_ref().is_some_and(|m| !same_method(m)) {
+            return false;
+        }
+        let Some(path) = path.strip_prefix('/') else {
+            return false;
+        };
+        // Empty segments are skipped, as many routers do: `/sms/send/` and `//sms/send`
+        // must not escape the limits of `/sms/send`.
+        let mut parts = path.split('/').filter(|p| !p.is_empty());
+        for segment in self.segments.iter() {
+            let ok = match (segment, parts.next()) {
+                (_, None) => false,
+                (Segment::Literal(l), Some(p)) => **l == *p,
+                (Segment::Param, Some(p)) => !p.is_empty(),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        self.rest || parts.next().is_none()
+    }
+}
+
+impl fmt::Debug for RoutePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, method: Method, path: &str) -> bool {
+        RoutePattern::parse(p).unwrap().matches(&method, path)
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(m("POST /sms/send", Method::POST, "/sms/send"));
+        assert!(!m("POST /sms/send", Method::GET, "/sms/send"));
+        assert!(m("GET /files/{id}", Method::HEAD, "/files/1"));
+        assert!(!m("HEAD /files/{id}", Method::GET, "/files/1"));
+        assert!(!m("POST /sms/send", Method::POST, "/sms/send/x"));
+        assert!(!m("POST /sms/send", Method::POST, "/sms"));
+        assert!(m("GET /files/{id}", Method::GET, "/files/42"));
+        assert!(!m("GET /files/{id}", Method::GET, "/files/"));
+        assert!(!m("GET /files/{id}", Method::GET, "/files/42/x"));
+        assert!(m("/pkg.Svc/Method", Method::POST, "/pkg.Svc/Method"));
+        assert!(m("/pkg.Svc/*", Method::POST, "/pkg.Svc/Other"));
+        assert!(m("/api/{*rest}", Method::GET, "/api"));
+        assert!(m("/api/{*rest}", Method::GET, "/api/a/b/c"));
+        assert!(!m("/api/*", Method::GET, "/apix"));
+        assert!(m("/", Method::GET, "/"));
+        assert!(m("/*", Method::GET, "/anything/at/all"));
+        assert!(!m("/x", Method::GET, "x"));
+        // A trailing or doubled slash does not escape a route's limits.
+        assert!(m("POST /sms/send", Method::POST, "/sms/send/"));
+        assert!(m("POST /sms/send", Method::POST, "//sms//send"));
+        assert!(m("GET /files/{id}", Method::GET, "/files/42/"));
+        assert!(!m("/", Method::GET, "/x"));
+    }
+
+    #[test]
+    fn invalid_patterns_are_errors() {
+        assert!(RoutePattern::parse("sms/send").is_err());
+        assert!(RoutePattern::parse("P@ST /x").is_err());
+        assert!(RoutePattern::parse("/a/*/b").is_err());
+        assert!(RoutePattern::parse("/a{b}").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+use std::fmt;
+use std::future::Future;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use http::{Request, Response};
+use smallvec::SmallVec;
+use tower_service::Service;
+
+use super::body::RateLimitBody;
+use super::config::{Config, MissingKey, Mode};
+use super::future::{decide, reject, Checked, Next, ResponseFuture};
+use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
+use crate::limiter::Limiter;
+use crate::response::{is_grpc, RejectionKind};
+use crate::store::{Check, MemoryStore, Store};
+
+/// Rate limits the requests of an inner service; made by
+/// [`RateLimitLayer`](super::RateLimitLayer).
+///
+/// `Clone` shares the limiter and the configuration: every clone enforces the same limits,
+/// unlike tower's own `RateLimit`, whose counter lives inside each service.
+pub struct RateLimit<S, St = MemoryStore> {
+    inner: S,
+    limiter: Limiter<St>,
+    config: Arc<Config>,
+}
+
+/// One limit of a request's batch: its index among the request's limits, its key's bytes in
+/// the shared key buffer, its cost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    pub(crate) limit: usize,
+    start: usize,
+    end: usize,
+    cost: u64,
+}
+
+impl<S, St> RateLimit<S, St> {
+    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: Arc<Config>) -> Self {
+        Self {
+            inner,
+            limiter,
+            config,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the middleware.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    St: Store + Clone,
+{
+    type Response = Response<RateLimitBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The store is asked in `call`, per request; readiness is the inner service's.
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let config = &*self.config;
+        let route = config.route_for(request.method(), request.uri().path());
+        let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
+
+        // Keys are read here, while the request is borrowed, into one inline buffer.
+        let mut keys = KeyBuf::new();
+        let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+        for (i, limit) in config.limits(route).enumerate() {
+            let start = keys.len();
+            match limit.key.extract(&head, &mut keys) {
+                Ok(()) => items.push(Item {
+                    limit: i,
+                    start,
+                    end: keys.len(),
+                    cost: limit.cost_of(&head),
+                }),
+                Err(e) => {
+                    keys.truncate(start);
+                    if e.kind() == KeyErrorKind::Misconfigured {
+                        tracing::error!(rule = limit.rule.name(), error = %e, "rate limit key unavailable");
+                    } else if limit.on_missing == MissingKey::Skip {
+                        continue;
+                    }
+                    if config.mode == Mode::Shadow {
+                        // Shadow mode reports and never refuses: the rule is left out.
+                        tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
+                        continue;
+                    }
+                    let grpc = is_grpc(request.headers());
+                    return ResponseFuture::rejected(reject(
+                        config,
+                        RejectionKind::Key(&e),
+                        grpc,
+                        &[],
+                    ));
+                }
+            }
+        }
+        if items.is_empty() {
+            return ResponseFuture::forwarding(self.inner.call(request), None);
+        }
+
+        let max_wait = match config.mode {
+            Mode::Wait { max_wait } => max_wait,
+            _ => Duration::ZERO,
+        };
+        let grpc = is_grpc(request.headers());
+        let mut check = Box::pin(check(
+            self.limiter.clone(),
+            self.config.clone(),
+            route,
+            items,
+            keys,
+            max_wait,
+        ));
+        // An in-process store answers at once. Then the decision is taken here and the inner
+        // service that was driven to readiness is called directly, without a clone; a store
+        // that is not ready yet is polled again, with the caller's waker, by the future.
+        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return match decide(config, checked, grpc) {
+                Next::Forward { delay, headers } if delay.is_zero() => {
+                    ResponseFuture::forwarding(self.inner.call(request), headers)
+                }
+                Next::Forward { delay, headers } => {
+                    ResponseFuture::delayed(delay, request, self.take_ready_inner(), headers)
+                }
+                Next::Reject(response) => ResponseFuture::rejected(response),
+            };
+        }
+        let inner = self.take_ready_inner();
+        ResponseFuture::checking(check, request, inner, self.config.clone(), grpc)
+    }
+}
+
+impl<S: Clone, St> RateLimit<S, St> {
+    /// The inner service that was driven to readiness, for a future that calls it later; a
+    /// clone (not ready yet) takes its place. See
+    /// <https://docs.rs/tower/latest/tower/trait.Service.html#be-careful-when-cloning-inner-services>
+    fn take_ready_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        mem::replace(&mut self.inner, clone)
+    }
+}
+
+/// Asks the store about a request's batch. The one allocation of a checked request is the
+/// box around this future: its type cannot be named in `ResponseFuture` on stable Rust.
+async fn check<St: Store>(
+    limiter: Limiter<St>,
+    config: Arc<Config>,
+    route: Option<usize>,
+    items: SmallVec<[Item; 4]>,
+    keys: KeyBuf,
+    max_wait: Duration,
+) -> Checked {
+    let mut limits = SmallVec::new();
+    let mut batch: SmallVec<[Check<'_>; 4]> = SmallVec::new();
+    for item in &items {
+        // Always present: the items were made from these limits and this buffer.
+        let limit = config.limit(route, item.limit);
+        let key = keys.as_bytes().get(item.start..item.end);
+        if let (Some(limit), Some(key)) = (limit, key) {
+            limits.push(item.limit);
+            batch.push(Check {
+                rule: &limit.rule,
+                key,
+                cost: item.cost,
+            });
+        }
+    }
+    let result = limiter.reserve(&batch, max_wait).await;
+    drop(batch);
+    Checked {
+        result,
+        route,
+        limits,
+    }
+}
+
+impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            limiter: self.limiter.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, St: fmt::Debug> fmt::Debug for RateLimit<S, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limiter", &self.limiter)
+            .field("config", &self.config)
+            .finish()
+    }
+}

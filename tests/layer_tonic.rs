@@ -1,0 +1,49 @@
+//! A tonic server behind the layer and a tonic client: after the limit, the client sees
+//! `Code::ResourceExhausted`; limits are per method.
+
+#[path = "../examples/tonic.rs"]
+#[allow(dead_code)]
+mod example;
+
+use tollgate::{Limiter, MemoryStore};
+use tonic::Code;
+
+#[tokio::test]
+async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(example::serve(listener, Limiter::new(MemoryStore::new())));
+    let channel = example::connect(addr).await.unwrap();
+    let hello = "/hello.Greeter/SayHello";
+
+    for _ in 0..3 {
+        let reply = example::call(channel.clone(), hello, "ann").await.unwrap();
+        assert_eq!(reply, "hello, ann");
+    }
+    let status = example::call(channel.clone(), hello, "ann")
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .starts_with("rate limit exceeded; retry after "),
+        "{status:?}"
+    );
+    let retry_after: u64 = status
+        .metadata()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("retry-after in the status metadata");
+    assert!((1..=60).contains(&retry_after));
+    assert!(status
+        .metadata()
+        .get("ratelimit")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("\"say-hello\";r=0;")));
+
+    // Another method has its own limit.
+    let reply = example::call(channel.clone(), "/hello.Greeter/SayGoodbye", "ann")
+        .await
+        .unwrap();
+    assert_eq!(reply, "goodbye, ann");
+}
