@@ -170,7 +170,6 @@ impl Algorithm {
 }
 
 /// The common shape of the six models, used by [`Algorithm`]'s dispatch.
-/// The common shape of the six models, used by [`Algorithm`]'s dispatch.
 pub(crate) trait Model {
     type State;
     /// The state of a key nobody has used, as of `now`.
