@@ -3,7 +3,7 @@
 -- commit / report) and src/store/memory.rs's use of it.
 --
 -- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
---   sliding log rule only, by its log `{prefix}:{<key>}:<rule>:log` (a sorted set). The
+--   sliding log rule only, by its log `{prefix}:{<key>}:<rule>/log` (a sorted set). The
 --   rule's key holds little-endian doubles (struct.pack "<d…", exact for these integers):
 --   algorithm code (0 = no algorithm state), the algorithm's state fields, then the
 --   penalty's locked_until, denials, window_start.

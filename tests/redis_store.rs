@@ -107,7 +107,7 @@ async fn keys_carry_ttls_and_the_documented_layout() {
         .unwrap();
     keys.sort();
     let expected: Vec<Vec<u8>> = vec![
-        b"app:{\xfe\xff\\[odd\\]}:log:log".to_vec(),
+        b"app:{\xfe\xff\\[odd\\]}:log/log".to_vec(),
         b"app:{\xfe\xff\\[odd\\]}:w".to_vec(),
     ];
     assert_eq!(keys, expected);
@@ -230,4 +230,28 @@ async fn an_unreachable_redis_is_an_error_not_a_panic() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(store.peek(Check::new(&rule, b"k")).await.is_err());
     assert!(store.reset(&rule, b"k").await.is_err());
+}
+
+/// Rule names may contain `:`, so a sliding log's second key must not be spellable as
+/// another rule's key: a log "api" and a rule "api:log" keep their own state.
+#[tokio::test]
+async fn a_sliding_log_does_not_share_a_key_with_another_rule() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await);
+    let log = Rule::sliding_log("api", 1, Duration::from_secs(60)).unwrap();
+    let window = Rule::fixed_window("api:log", 2, Duration::from_secs(60)).unwrap();
+    assert!(limiter.check_one(&log, b"k").await.unwrap().is_admitted());
+    let outcome = limiter
+        .check_one(&window, b"k")
+        .await
+        .expect("each rule has its own key");
+    assert!(outcome.is_admitted());
+    assert_eq!(outcome.rules[0].info.remaining, 1);
+    let both = [Check::new(&log, b"k"), Check::new(&window, b"k")];
+    let outcome = limiter
+        .check(&both)
+        .await
+        .expect("each rule has its own key");
+    assert!(!outcome.is_admitted(), "the log's limit of 1 is used");
+    assert_eq!(outcome.rules[1].info.remaining, 1);
 }

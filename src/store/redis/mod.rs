@@ -47,7 +47,8 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// for deterministic tests.
 ///
 /// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state, a string) and, for a sliding
-/// log, `{prefix}:{<key>}:<rule>:log` (a sorted set). The extracted key is the hash tag, so
+/// log, `{prefix}:{<key>}:<rule>/log` (a sorted set; `/` is not in a rule name's alphabet, so
+/// no rule's key can spell another's log). The extracted key is the hash tag, so
 /// all the rules of one client live in one Cluster slot. Bytes of the key or prefix that
 /// would break the hash tag (`{`, `}`, and the escape `\`) are escaped, and an empty key is
 /// written `\0`, so distinct keys never share state. Every key carries a TTL that ends once
@@ -201,7 +202,7 @@ impl RedisStore {
         self
     }
 
-    /// `{prefix}:{<key>}:<rule>`, or its sliding log `…:log`.
+    /// `{prefix}:{<key>}:<rule>`, or its sliding log `…/log`.
     fn key(&self, check: &Check<'_>, log: bool) -> Vec<u8> {
         let rule = check.rule.name().as_bytes();
         let mut k = Vec::with_capacity(self.prefix.len() + check.key.len() + rule.len() + 10);
@@ -211,7 +212,7 @@ impl RedisStore {
         k.extend_from_slice(b"}:");
         k.extend_from_slice(rule);
         if log {
-            k.extend_from_slice(b":log");
+            k.extend_from_slice(b"/log");
         }
         k
     }
