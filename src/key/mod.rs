@@ -175,11 +175,43 @@ pub enum KeyErrorKind {
 }
 
 /// Why an extractor found no key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct KeyError {
     kind: KeyErrorKind,
-    message: Cow<'static, str>,
+    message: Message,
 }
+
+/// A [`KeyError`]'s message: given by the caller, or shared by an extractor that gives it on
+/// every request without its key (an `Arc` clone, so a fallback costs no allocation).
+#[derive(Clone)]
+enum Message {
+    Given(Cow<'static, str>),
+    Shared(Arc<str>),
+}
+
+impl Message {
+    fn as_str(&self) -> &str {
+        match self {
+            Message::Given(m) => m,
+            Message::Shared(m) => m,
+        }
+    }
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// Errors are equal when their kind and text are, however the text is held.
+impl PartialEq for KeyError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message() == other.message()
+    }
+}
+
+impl Eq for KeyError {}
 
 impl KeyError {
     /// The request lacks the key (`message` says what is missing).
@@ -200,7 +232,15 @@ impl KeyError {
     fn new(kind: KeyErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             kind,
-            message: message.into(),
+            message: Message::Given(message.into()),
+        }
+    }
+
+    /// The request lacks the key; `message` is shared, not copied.
+    fn missing_shared(message: &Arc<str>) -> Self {
+        Self {
+            kind: KeyErrorKind::Missing,
+            message: Message::Shared(Arc::clone(message)),
         }
     }
 
@@ -211,17 +251,17 @@ impl KeyError {
 
     /// The message.
     pub fn message(&self) -> &str {
-        &self.message
+        self.message.as_str()
     }
 }
 
 impl fmt::Display for KeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            KeyErrorKind::Missing => write!(f, "missing rate limit key: {}", self.message),
-            KeyErrorKind::Invalid => write!(f, "invalid rate limit key: {}", self.message),
+            KeyErrorKind::Missing => write!(f, "missing rate limit key: {}", self.message()),
+            KeyErrorKind::Invalid => write!(f, "invalid rate limit key: {}", self.message()),
             KeyErrorKind::Misconfigured => {
-                write!(f, "rate limit key unavailable: {}", self.message)
+                write!(f, "rate limit key unavailable: {}", self.message())
             }
         }
     }
@@ -330,6 +370,8 @@ tuple_extractor!(A, B, C, D);
 #[derive(Debug, Clone)]
 pub struct Header {
     name: HeaderName,
+    /// The message of a request without the header, made once.
+    missing: Arc<str>,
 }
 
 /// The value of header `name` (any bytes; an absent or empty header is
@@ -338,7 +380,10 @@ pub struct Header {
 /// An invalid header name is a configuration error.
 pub fn header(name: &str) -> Result<Header, ConfigError> {
     HeaderName::from_bytes(name.as_bytes())
-        .map(|name| Header { name })
+        .map(|name| Header {
+            missing: format!("header {name}").into(),
+            name,
+        })
         .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
 }
 
@@ -349,7 +394,7 @@ impl KeyExtractor for Header {
                 key.push(value.as_bytes());
                 Ok(())
             }
-            _ => Err(KeyError::missing(format!("header {}", self.name))),
+            _ => Err(KeyError::missing_shared(&self.missing)),
         }
     }
 }

@@ -1,0 +1,52 @@
+//! What the per-request path allocates, counted by a global allocator (per thread, so tests
+//! running in parallel do not see each other's allocations).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_of(f: impl FnOnce()) -> usize {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+/// `header("user-id").or(..)` is the documented way to limit signed-in users by id and
+/// everyone else otherwise: an anonymous request must not pay for an error message that is
+/// thrown away.
+#[test]
+fn a_missing_header_falling_back_allocates_nothing() {
+    let extractor = key::header("user-id").unwrap().or(key::global());
+    let request = http::Request::get("/").body(()).unwrap();
+    let head = RequestHead::from_request(&request);
+    let mut buf = KeyBuf::new();
+    let n = allocations_of(|| {
+        for _ in 0..100 {
+            buf.truncate(0);
+            extractor.extract(&head, &mut buf).unwrap();
+        }
+    });
+    assert_eq!(buf.as_bytes(), b"global");
+    assert_eq!(n, 0, "{n} allocations for 100 requests");
+}
