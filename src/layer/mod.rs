@@ -27,9 +27,9 @@
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
-//! service's; the store is asked in the response future. A checked request costs one
-//! allocation in the layer (the boxed store future); a request no limit applies to costs
-//! none.
+//! service's; the store is asked in the response future. A checked request costs two
+//! allocations (the boxed store future, and the `Vec` of per-rule outcomes the store
+//! returns); a request no limit applies to costs none.
 //!
 //! ```
 //! use std::time::Duration;

@@ -162,8 +162,9 @@ impl<S: Clone, St> RateLimit<S, St> {
     }
 }
 
-/// Asks the store about a request's batch. The one allocation of a checked request is the
-/// box around this future: its type cannot be named in `ResponseFuture` on stable Rust.
+/// Asks the store about a request's batch. The layer's own allocation for a checked request
+/// is the box around this future (its type cannot be named in `ResponseFuture` on stable
+/// Rust); the store's `Outcome` carries the other, its per-rule `Vec`.
 async fn check<St: Store>(
     limiter: Limiter<St>,
     config: Arc<Config>,
