@@ -246,16 +246,22 @@ local function store(r)
   end
 end
 
+-- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
+-- in a sorted set of their own.
+local function store_state(r)
+  if r.code == SLIDING_LOG then
+    store_log(r)
+  else
+    store(r)
+  end
+end
+
 if mode == 3 then
   for i = 1, #rules do
     local r = rules[i]
     if r.cost > 0 and is_live(r, now) then
       r.model.refund(r, r.state, now, refund_at, r.cost)
-      if r.code == SLIDING_LOG then
-        store_log(r)
-      else
-        store(r)
-      end
+      store_state(r)
     end
   end
   -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
@@ -294,11 +300,7 @@ for i = 1, #rules do
           r.state = r.model.fresh(r, item.at)
         end
         r.model.apply(r, r.state, item.at, r.cost)
-        if r.code == SLIDING_LOG then
-          store_log(r)
-        else
-          store(r)
-        end
+        store_state(r)
       end
     elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
       -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
