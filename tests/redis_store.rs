@@ -18,10 +18,8 @@ async fn store(server: &RedisServer) -> RedisStore {
         .expect("connect to the test redis-server")
 }
 
-#[tokio::test]
-async fn vectors_hold_for_redis_standalone() {
-    let server = RedisServer::start();
-    let base = store(&server).await;
+/// Every shared vector scenario against `base`, each under its own key prefix and clock.
+async fn run_all_vectors(base: &RedisStore) {
     let all = load_all();
     assert!(all.len() >= 60, "only {} scenarios", all.len());
     for (n, (file, scenario)) in all.iter().enumerate() {
@@ -34,20 +32,19 @@ async fn vectors_hold_for_redis_standalone() {
 }
 
 #[tokio::test]
+async fn vectors_hold_for_redis_standalone() {
+    let server = RedisServer::start();
+    let base = store(&server).await;
+    run_all_vectors(&base).await;
+}
+
+#[tokio::test]
 async fn vectors_hold_for_redis_cluster() {
     let cluster = RedisCluster::start();
     let base = RedisStore::connect_cluster(cluster.urls())
         .await
         .expect("connect to the test cluster");
-    let all = load_all();
-    assert!(all.len() >= 60, "only {} scenarios", all.len());
-    for (n, (file, scenario)) in all.iter().enumerate() {
-        let prefix = format!("v{n}");
-        run_on_store(file, scenario, |clock| {
-            base.clone().with_clock(clock).with_prefix(prefix)
-        })
-        .await;
-    }
+    run_all_vectors(&base).await;
 }
 
 #[tokio::test]
