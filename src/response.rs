@@ -1,8 +1,8 @@
 //! What a client sees: `Retry-After`, the IETF `RateLimit-Policy` / `RateLimit` headers,
 //! legacy `X-RateLimit-*`, and the 429 or gRPC `RESOURCE_EXHAUSTED` rejection.
 //!
-//! The headers follow draft-ietf-httpapi-ratelimit-headers (08 and later), one list item
-//! per rule, in structured-field syntax:
+//! The headers follow draft-ietf-httpapi-ratelimit-headers-11 (the structured-field syntax
+//! of draft 08 and later), one list item per rule:
 //!
 //! ```text
 //! RateLimit-Policy: "sms-min";q=1;w=60, "sms-hour";q=5;w=3600
@@ -10,9 +10,29 @@
 //! ```
 //!
 //! `q` and `w` are the rule's quota and the period over which it is restored
-//! ([`Algorithm::quota`](crate::algorithm::Algorithm::quota)); `r` is what remains, `t` the
-//! seconds until the quota is whole again. Times are whole seconds, rounded up, so a client
-//! that waits as told is never early.
+//! ([`Algorithm::quota`](crate::algorithm::Algorithm::quota)); `r` is what remains now.
+//! `t` is the draft's effective window, the seconds until more quota comes back:
+//!
+//! - for a rule that refused the request, the wait until that request would pass, so the
+//!   rule that decided a 429 has `t` equal to `Retry-After`;
+//! - during a penalty lock, `r=0` and `t` is the time left on the lock, whatever the rule's
+//!   own quota says (a lock refuses everything);
+//! - for a rule that did not refuse, the seconds until its quota is whole again. That is
+//!   exact for fixed windows; for the refilling algorithms (buckets, GCRA, sliding windows)
+//!   some quota may come back sooner, so a client that waits `t` is late, never early.
+//!
+//! Times are whole seconds, rounded up, so a client that waits as told is never early. The
+//! legacy `X-RateLimit-Limit` / `-Remaining` / `-Reset` describe one rule: on a rejection
+//! the one that decided `Retry-After`, otherwise the one with the least left.
+//!
+//! A gRPC request (`content-type` exactly `application/grpc` or `application/grpc+…`) is
+//! answered the way gRPC clients expect: HTTP 200 with `grpc-status`, `grpc-message` and,
+//! for a limit or an unavailable store, `grpc-status-details-bin` carrying the standard
+//! rich error model: a `google.rpc.Status` with a `google.rpc.RetryInfo` (the exact wait)
+//! and a `google.rpc.QuotaFailure` naming each refusing rule, which the retry policies of
+//! gRPC clients (Go, Python, tonic with `tonic-types`) read. A grpc-web request
+//! (`application/grpc-web…`) gets the same trailers-only answer in grpc-web's content type.
+//! Anything else is HTTP.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -21,8 +41,8 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
-use crate::decision::{DenyReason, Outcome, RuleOutcome};
-use crate::key::KeyError;
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::key::{KeyError, KeyErrorKind, RequestHead};
 use crate::rule::Rule;
 
 /// `RateLimit-Policy`.
@@ -37,6 +57,12 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
+
+/// The `Retry-After` of a fail-closed 503: the store's outage has no known end, and a
+/// second is long enough to spare it a storm of retries yet short enough to notice its
+/// return.
+const STORE_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `d` in whole seconds, rounded up.
 pub fn ceil_secs(d: Duration) -> u64 {
@@ -58,18 +84,40 @@ pub(crate) struct HeaderOptions {
     pub(crate) legacy: bool,
 }
 
+/// What a rule advertises in `RateLimit`: the units available now and the seconds until
+/// more come back (see the module docs).
+fn advertised(outcome: &RuleOutcome) -> (u64, u64) {
+    match outcome.decision {
+        // A lock refuses everything until it ends, whatever the algorithm's state says.
+        Decision::Deny(Denial {
+            reason: DenyReason::Locked,
+            retry_after,
+        }) => (0, retry_after.map_or(0, retry_after_secs)),
+        Decision::Deny(Denial {
+            retry_after: Some(wait),
+            ..
+        }) => (outcome.info.remaining, retry_after_secs(wait)),
+        _ => (outcome.info.remaining, ceil_secs(outcome.info.reset)),
+    }
+}
+
 /// Writes `RateLimit-Policy` and `RateLimit` (and the legacy headers if asked) for `rules`.
+/// `denied` is the decision of a denied batch: its deciding rule (the first whose own
+/// decision it is) is the one the legacy headers describe, so they agree with
+/// `Retry-After`.
 pub(crate) fn write_rate_limit_headers<'a>(
     headers: &mut HeaderMap,
-    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
+    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)>,
     legacy: bool,
+    denied: Option<Decision>,
 ) {
     let mut policy = String::new();
     let mut state = String::new();
-    // The legacy headers describe one rule: the one with the least left.
-    let mut tightest: Option<&RuleOutcome> = None;
+    // The legacy headers' rule: (limit, r, t, decided the denial).
+    let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
     for (rule, outcome) in rules {
         let (q, w) = rule.algorithm().quota();
+        let (r, t) = advertised(outcome);
         let sep = if policy.is_empty() { "" } else { ", " };
         let _ = write!(
             policy,
@@ -77,24 +125,17 @@ pub(crate) fn write_rate_limit_headers<'a>(
             rule.name(),
             ceil_secs(w).max(1)
         );
-        let _ = write!(
-            state,
-            "{sep}\"{}\";r={};t={}",
-            rule.name(),
-            outcome.info.remaining,
-            ceil_secs(outcome.info.reset)
-        );
-        let tighter = match tightest {
+        let _ = write!(state, "{sep}\"{}\";r={r};t={t}", rule.name());
+        let deciding = denied.is_some_and(|d| d == outcome.decision);
+        let better = match legacy_rule {
             None => true,
-            Some(t) => {
-                (
-                    outcome.info.remaining,
-                    std::cmp::Reverse(outcome.info.reset),
-                ) < (t.info.remaining, std::cmp::Reverse(t.info.reset))
-            }
+            Some((_, _, _, true)) => false,
+            Some(_) if deciding => true,
+            // Otherwise the rule with the least left (the longest wait on a tie).
+            Some((_, lr, lt, false)) => (r, std::cmp::Reverse(t)) < (lr, std::cmp::Reverse(lt)),
         };
-        if tighter {
-            tightest = Some(outcome);
+        if better {
+            legacy_rule = Some((outcome.info.limit, r, t, deciding));
         }
     }
     // Rule names are validated to a token-safe alphabet, so these never fail.
@@ -104,13 +145,10 @@ pub(crate) fn write_rate_limit_headers<'a>(
     if let Ok(v) = HeaderValue::try_from(state) {
         headers.insert(RATELIMIT, v);
     }
-    if let (true, Some(t)) = (legacy, tightest) {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(t.info.limit));
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(t.info.remaining));
-        headers.insert(
-            X_RATELIMIT_RESET,
-            HeaderValue::from(ceil_secs(t.info.reset)),
-        );
+    if let (true, Some((limit, r, t, _))) = (legacy, legacy_rule) {
+        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(r));
+        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(t));
     }
 }
 
@@ -127,25 +165,101 @@ pub enum RejectionKind<'a> {
     StoreUnavailable,
 }
 
+/// The protocol a rejection answers in, told by the request's exact content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http,
+    Grpc,
+    GrpcWeb,
+    GrpcWebText,
+}
+
+impl Protocol {
+    /// `application/grpc`, `application/grpc+proto`, … are gRPC; `application/grpc-web…`
+    /// is grpc-web (which shares the prefix but not the framing); the rest is HTTP.
+    fn of(headers: &HeaderMap) -> Self {
+        let Some(value) = headers.get(CONTENT_TYPE) else {
+            return Self::Http;
+        };
+        let media = value.as_bytes();
+        let media = media
+            .iter()
+            .position(|&b| b == b';')
+            .map_or(media, |end| &media[..end])
+            .trim_ascii();
+        // Names a subtype and an optional `+suffix` (`application/grpc-web+proto`).
+        let is = |subtype: &[u8]| {
+            let n = subtype.len();
+            media.len() >= n
+                && media[..n].eq_ignore_ascii_case(subtype)
+                && (media.len() == n || media[n] == b'+')
+        };
+        if is(b"application/grpc") {
+            Self::Grpc
+        } else if is(b"application/grpc-web") {
+            Self::GrpcWeb
+        } else if is(b"application/grpc-web-text") {
+            Self::GrpcWebText
+        } else {
+            Self::Http
+        }
+    }
+}
+
 /// A refused request, as the rejection function sees it; see
 /// [`RateLimitLayer::on_reject`](crate::layer::RateLimitLayer::on_reject).
+///
+/// It carries the request's head ([`request`](Self::request): method, URI, headers, the
+/// matched route), so a rejection can answer in the form the route or the client's
+/// `Accept` asks for. It is built only for a refused request: an admitted one pays nothing
+/// for it.
 #[derive(Debug)]
 pub struct Rejection<'a> {
-    pub(crate) kind: RejectionKind<'a>,
-    pub(crate) grpc: bool,
-    pub(crate) rules: &'a [(&'a Rule, RuleOutcome)],
-    pub(crate) legacy: bool,
+    kind: RejectionKind<'a>,
+    request: RequestHead<'a>,
+    protocol: Protocol,
+    rules: &'a [(&'a Rule, RuleOutcome)],
+    legacy: bool,
 }
 
 impl<'a> Rejection<'a> {
+    pub(crate) fn new(
+        kind: RejectionKind<'a>,
+        request: RequestHead<'a>,
+        rules: &'a [(&'a Rule, RuleOutcome)],
+        legacy: bool,
+    ) -> Self {
+        Self {
+            kind,
+            protocol: Protocol::of(request.headers()),
+            request,
+            rules,
+            legacy,
+        }
+    }
+
     /// Why it is refused.
     pub fn kind(&self) -> RejectionKind<'a> {
         self.kind
     }
 
-    /// Whether it is a gRPC request (`content-type: application/grpc…`).
+    /// The refused request's head: method, URI, headers (`Accept`, …), extensions, and
+    /// [`route`](RequestHead::route), the route-table pattern it matched (else axum's
+    /// `MatchedPath`).
+    pub fn request(&self) -> RequestHead<'a> {
+        self.request
+    }
+
+    /// Whether it is a gRPC request: `content-type` is exactly `application/grpc` or
+    /// `application/grpc+…` (grpc-web is not; see [`is_grpc_web`](Self::is_grpc_web)).
     pub fn is_grpc(&self) -> bool {
-        self.grpc
+        self.protocol == Protocol::Grpc
+    }
+
+    /// Whether it is a grpc-web request (`application/grpc-web…`); the default response
+    /// answers it in grpc-web's content type with the same `grpc-*` headers as gRPC.
+    pub fn is_grpc_web(&self) -> bool {
+        matches!(self.protocol, Protocol::GrpcWeb | Protocol::GrpcWebText)
     }
 
     /// Each checked rule and what it decided (empty unless [`RejectionKind::Limited`]).
@@ -153,12 +267,14 @@ impl<'a> Rejection<'a> {
         self.rules.iter().map(|(r, o)| (*r, o))
     }
 
-    /// The wait before a retry can succeed, for a [`RejectionKind::Limited`] request that
-    /// waiting can help.
+    /// The wait before a retry can succeed: for a [`RejectionKind::Limited`] request that
+    /// waiting can help, the exact wait; for [`RejectionKind::StoreUnavailable`], one
+    /// second (the outage has no known end).
     pub fn retry_after(&self) -> Option<Duration> {
         match self.kind {
             RejectionKind::Limited(outcome) => outcome.decision.denial()?.retry_after,
-            _ => None,
+            RejectionKind::StoreUnavailable => Some(STORE_UNAVAILABLE_RETRY_AFTER),
+            RejectionKind::Key(_) => None,
         }
     }
 
@@ -167,7 +283,7 @@ impl<'a> Rejection<'a> {
     pub fn status(&self) -> StatusCode {
         match self.kind {
             RejectionKind::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
-            RejectionKind::Key(e) if e.kind() == crate::key::KeyErrorKind::Misconfigured => {
+            RejectionKind::Key(e) if e.kind() == KeyErrorKind::Misconfigured => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             RejectionKind::Key(_) => StatusCode::BAD_REQUEST,
@@ -186,7 +302,9 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// A one-line description for the client.
+    /// A one-line description for the client. A key the server cannot provide (a
+    /// configuration mistake, logged with its fix) is only "internal server error": the
+    /// server's set-up is no business of the client's.
     pub fn message(&self) -> String {
         match self.kind {
             RejectionKind::Limited(outcome) => {
@@ -202,6 +320,9 @@ impl<'a> Rejection<'a> {
                     None => reason.to_owned(),
                 }
             }
+            RejectionKind::Key(e) if e.kind() == KeyErrorKind::Misconfigured => {
+                "internal server error".to_owned()
+            }
             RejectionKind::Key(e) => e.to_string(),
             RejectionKind::StoreUnavailable => "rate limiter unavailable".to_owned(),
         }
@@ -215,27 +336,94 @@ impl<'a> Rejection<'a> {
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
         }
         if !self.rules.is_empty() {
-            write_rate_limit_headers(&mut headers, self.rules(), self.legacy);
+            let denied = match self.kind {
+                RejectionKind::Limited(outcome) => Some(outcome.decision),
+                _ => None,
+            };
+            write_rate_limit_headers(&mut headers, self.rules(), self.legacy, denied);
         }
         headers
     }
 
+    /// The `google.rpc.Status` of a gRPC rejection, protobuf-encoded: the
+    /// [`grpc_status`](Self::grpc_status) and [`message`](Self::message), with a
+    /// `google.rpc.RetryInfo` when waiting helps and a `google.rpc.QuotaFailure` with one
+    /// violation per refusing rule (its name as the subject). `None` when there is nothing
+    /// to add to `grpc-status` and `grpc-message` (a missing key).
+    pub fn grpc_status_details(&self) -> Option<Vec<u8>> {
+        let retry = self.retry_after();
+        let violations = self
+            .rules()
+            .filter_map(|(rule, o)| Some((rule, o.decision.denial()?)));
+        let mut quota_failure = Vec::new();
+        for (rule, denial) in violations {
+            let (q, w) = rule.algorithm().quota();
+            let w = ceil_secs(w).max(1);
+            let description = match denial.reason {
+                DenyReason::Locked => format!("locked out after repeated limits of {q} per {w} s"),
+                DenyReason::CostExceedsCapacity => {
+                    format!("request costs more than {q} per {w} s can ever admit")
+                }
+                DenyReason::Limited => format!("rate limit of {q} per {w} s exceeded"),
+            };
+            let mut violation = Vec::new();
+            proto::string(&mut violation, 1, rule.name());
+            proto::string(&mut violation, 2, &description);
+            proto::bytes(&mut quota_failure, 1, &violation);
+        }
+        if retry.is_none() && quota_failure.is_empty() {
+            return None;
+        }
+        let mut status = Vec::new();
+        proto::varint_field(&mut status, 1, u64::from(self.grpc_status()));
+        proto::string(&mut status, 2, &self.message());
+        if let Some(wait) = retry {
+            let mut duration = Vec::new();
+            proto::varint_field(&mut duration, 1, wait.as_secs());
+            proto::varint_field(&mut duration, 2, u64::from(wait.subsec_nanos()));
+            let mut retry_info = Vec::new();
+            proto::bytes(&mut retry_info, 1, &duration);
+            proto::any(&mut status, "type.googleapis.com/google.rpc.RetryInfo", &retry_info);
+        }
+        if !quota_failure.is_empty() {
+            proto::any(
+                &mut status,
+                "type.googleapis.com/google.rpc.QuotaFailure",
+                &quota_failure,
+            );
+        }
+        Some(status)
+    }
+
     /// The response the layer sends by default: for HTTP the [`status`](Self::status) with
     /// the [`headers`](Self::headers) and the [`message`](Self::message) as a plain-text
-    /// body; for gRPC an HTTP 200 trailers-only response with `grpc-status` and
-    /// `grpc-message` (a tonic client sees `Code::ResourceExhausted` for a limit).
+    /// body; for gRPC (and grpc-web) an HTTP 200 trailers-only response with `grpc-status`,
+    /// `grpc-message` and `grpc-status-details-bin` (see
+    /// [`grpc_status_details`](Self::grpc_status_details)): a tonic client sees
+    /// `Code::ResourceExhausted` for a limit, and `tonic-types` reads the details.
     pub fn default_response(&self) -> Response<Bytes> {
         let mut response = Response::new(Bytes::new());
         let mut headers = self.headers();
         let message = self.message();
-        if self.grpc {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        let grpc_content_type = match self.protocol {
+            Protocol::Http => None,
+            Protocol::Grpc => Some("application/grpc"),
+            Protocol::GrpcWeb => Some("application/grpc-web+proto"),
+            Protocol::GrpcWebText => Some("application/grpc-web-text+proto"),
+        };
+        if let Some(content_type) = grpc_content_type {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
             headers.insert(
                 GRPC_STATUS,
                 HeaderValue::from(u16::from(self.grpc_status())),
             );
             if let Ok(v) = HeaderValue::from_str(&grpc_percent_encode(&message)) {
                 headers.insert(GRPC_MESSAGE, v);
+            }
+            if let Some(details) = self.grpc_status_details() {
+                if let Ok(v) = HeaderValue::try_from(base64_unpadded(&details)) {
+                    headers.insert(GRPC_STATUS_DETAILS, v);
+                }
             }
         } else {
             *response.status_mut() = self.status();
@@ -252,11 +440,63 @@ impl<'a> Rejection<'a> {
     }
 }
 
-/// Whether `headers` belong to a gRPC request.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+/// The few protobuf encodings `google.rpc.Status` needs, written by hand so the details
+/// go out whatever features are on (gRPC requests arrive without the `tonic` feature) and
+/// without a protobuf dependency for a handful of fields. Proto3: zero scalars are left out.
+mod proto {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7F) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A varint field (wire type 0).
+    pub(super) fn varint_field(out: &mut Vec<u8>, field: u64, v: u64) {
+        if v != 0 {
+            varint(out, field << 3);
+            varint(out, v);
+        }
+    }
+
+    /// A length-delimited field (wire type 2): bytes or an embedded message.
+    pub(super) fn bytes(out: &mut Vec<u8>, field: u64, v: &[u8]) {
+        varint(out, (field << 3) | 2);
+        varint(out, v.len() as u64);
+        out.extend_from_slice(v);
+    }
+
+    pub(super) fn string(out: &mut Vec<u8>, field: u64, v: &str) {
+        if !v.is_empty() {
+            bytes(out, field, v.as_bytes());
+        }
+    }
+
+    /// A `google.protobuf.Any` as field 3 of `google.rpc.Status` (`details`).
+    pub(super) fn any(status: &mut Vec<u8>, type_url: &str, value: &[u8]) {
+        let mut any = Vec::with_capacity(type_url.len() + value.len() + 6);
+        string(&mut any, 1, type_url);
+        bytes(&mut any, 2, value);
+        bytes(status, 3, &any);
+    }
+}
+
+/// Standard base64 without padding, as gRPC sends `-bin` metadata.
+fn base64_unpadded(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 0x3F) as usize]));
+        }
+    }
+    out
 }
 
 /// The gRPC spec's percent-encoding of `grpc-message`: printable ASCII except `%` as is.
@@ -322,12 +562,13 @@ mod tests {
             decision: deny,
             rules: rules.iter().map(|(_, o)| *o).collect(),
         };
-        let rejection = Rejection {
-            kind: RejectionKind::Limited(&outcome),
-            grpc: false,
-            rules: &rules,
-            legacy: true,
-        };
+        let request = http::Request::get("/sms").body(()).unwrap();
+        let rejection = Rejection::new(
+            RejectionKind::Limited(&outcome),
+            RequestHead::from_request(&request),
+            &rules,
+            true,
+        );
         let res = rejection.default_response();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
         let h = res.headers();
@@ -348,17 +589,78 @@ mod tests {
             &Bytes::from("rate limit exceeded; retry after 42 s\n")
         );
 
-        let grpc = Rejection {
-            grpc: true,
-            ..rejection
-        }
-        .default_response();
+        let request = http::Request::post("/sms.Sms/Send")
+            .header(CONTENT_TYPE, "application/grpc+proto")
+            .body(())
+            .unwrap();
+        let rejection = Rejection::new(
+            RejectionKind::Limited(&outcome),
+            RequestHead::from_request(&request),
+            &rules,
+            true,
+        );
+        let grpc = rejection.default_response();
         assert_eq!(grpc.status(), StatusCode::OK);
         assert_eq!(grpc.headers()[GRPC_STATUS], "8");
         assert_eq!(
             grpc.headers()[GRPC_MESSAGE],
             "rate limit exceeded; retry after 42 s"
         );
+
+        // The details decode with a real protobuf library as google.rpc.Status.
+        use prost::Message as _;
+        let details = rejection.grpc_status_details().unwrap();
+        let status = tonic_types::pb::Status::decode(&details[..]).unwrap();
+        assert_eq!(status.code, 8);
+        assert_eq!(status.message, "rate limit exceeded; retry after 42 s");
+        assert_eq!(status.details.len(), 2);
+        assert_eq!(
+            status.details[0].type_url,
+            "type.googleapis.com/google.rpc.RetryInfo"
+        );
+        let retry = tonic_types::pb::RetryInfo::decode(&status.details[0].value[..]).unwrap();
+        let delay = retry.retry_delay.unwrap();
+        assert_eq!((delay.seconds, delay.nanos), (41, 200_000_000));
+        assert_eq!(
+            status.details[1].type_url,
+            "type.googleapis.com/google.rpc.QuotaFailure"
+        );
+        let quota = tonic_types::pb::QuotaFailure::decode(&status.details[1].value[..]).unwrap();
+        assert_eq!(quota.violations.len(), 1);
+        assert_eq!(quota.violations[0].subject, "sms-min");
+        assert_eq!(
+            quota.violations[0].description,
+            "rate limit of 1 per 60 s exceeded"
+        );
+    }
+
+    #[test]
+    fn base64_is_standard_and_unpadded() {
+        assert_eq!(base64_unpadded(b""), "");
+        assert_eq!(base64_unpadded(b"f"), "Zg");
+        assert_eq!(base64_unpadded(b"fo"), "Zm8");
+        assert_eq!(base64_unpadded(b"foo"), "Zm9v");
+        assert_eq!(base64_unpadded(b"foob"), "Zm9vYg");
+        assert_eq!(base64_unpadded(&[0xFB, 0xFF]), "+/8");
+    }
+
+    #[test]
+    fn grpc_is_its_exact_content_type() {
+        let of = |ct: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
+            Protocol::of(&headers)
+        };
+        assert_eq!(of("application/grpc"), Protocol::Grpc);
+        assert_eq!(of("application/grpc+proto"), Protocol::Grpc);
+        assert_eq!(of("application/grpc; charset=utf-8"), Protocol::Grpc);
+        assert_eq!(of("application/grpc-web"), Protocol::GrpcWeb);
+        assert_eq!(of("application/grpc-web+json"), Protocol::GrpcWeb);
+        assert_eq!(of("application/grpc-web-text+proto"), Protocol::GrpcWebText);
+        assert_eq!(of("application/grpcx"), Protocol::Http);
+        assert_eq!(of("application/grpc-webx"), Protocol::Http);
+        assert_eq!(of("text/plain"), Protocol::Http);
+        assert_eq!(Protocol::of(&HeaderMap::new()), Protocol::Http);
     }
 
     #[test]

@@ -190,7 +190,7 @@ async fn a_missing_key_follows_the_rules_policy() {
 }
 
 #[tokio::test]
-async fn a_peer_ip_key_without_connection_info_is_a_clear_500() {
+async fn a_peer_ip_key_without_connection_info_is_a_generic_500() {
     let app = one_per_minute("ip", key::peer_ip());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
@@ -198,9 +198,6 @@ async fn a_peer_ip_key_without_connection_info_is_a_clear_500() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let reply = send(&client_from("127.0.0.1"), request(addr, "GET", "/", &[])).await;
     assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(
-        reply.body.contains("into_make_service_with_connect_info"),
-        "{}",
-        reply.body
-    );
+    // The fix is for the operator (it is logged), not for the client.
+    assert_eq!(reply.body, "internal server error\n");
 }

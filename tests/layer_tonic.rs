@@ -47,3 +47,48 @@ async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
         .unwrap();
     assert_eq!(reply, "goodbye, ann");
 }
+
+#[tokio::test]
+async fn a_tonic_client_reads_retry_info_and_the_quota_failure_from_the_status() {
+    use tonic_types::StatusExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(example::serve(listener, Limiter::new(MemoryStore::new())));
+    let channel = example::connect(addr).await.unwrap();
+    let hello = "/hello.Greeter/SayHello";
+    for _ in 0..3 {
+        example::call(channel.clone(), hello, "bob").await.unwrap();
+    }
+    let status = example::call(channel.clone(), hello, "bob")
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+
+    // What a Go or Python client's retry policy reads: the rich error model.
+    let details = status
+        .check_error_details()
+        .expect("grpc-status-details-bin decodes as a google.rpc.Status");
+    let delay = details
+        .retry_info()
+        .and_then(|r| r.retry_delay)
+        .expect("a RetryInfo with a retry delay");
+    assert!(delay > std::time::Duration::ZERO && delay <= std::time::Duration::from_secs(60));
+    // The exact wait, of which Retry-After is the rounded-up whole seconds.
+    let retry_after: u64 = status
+        .metadata()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("retry-after in the status metadata");
+    assert_eq!(
+        delay.as_secs() + u64::from(delay.subsec_nanos() > 0),
+        retry_after
+    );
+    let quota = details.quota_failure().expect("a QuotaFailure");
+    assert_eq!(quota.violations.len(), 1, "{quota:?}");
+    assert_eq!(quota.violations[0].subject, "say-hello");
+    assert!(
+        quota.violations[0].description.contains("3 per 60 s"),
+        "{quota:?}"
+    );
+}

@@ -18,9 +18,10 @@ use super::body::RateLimitBody;
 use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::StoreError;
+use crate::key::RequestHead;
 use crate::response::{
     retry_after_secs, write_rate_limit_headers, Rejection, RejectionKind, RATELIMIT,
-    RATELIMIT_POLICY,
+    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::rule::Rule;
 
@@ -64,7 +65,6 @@ pin_project! {
             check: CheckFuture,
             pending: Option<Pending<S, ReqB>>,
             config: Arc<Config>,
-            grpc: bool,
         },
         Delayed {
             delay: Duration,
@@ -97,14 +97,12 @@ where
         request: Request<ReqB>,
         inner: S,
         config: Arc<Config>,
-        grpc: bool,
     ) -> Self {
         Self {
             state: State::Checking {
                 check,
                 pending: Some(Pending { request, inner }),
                 config,
-                grpc,
             },
         }
     }
@@ -155,12 +153,11 @@ where
                     check,
                     pending,
                     config,
-                    grpc,
                 } => {
                     let checked = ready!(check.as_mut().poll(cx));
-                    let next = decide(config, checked, *grpc);
                     let Pending { request, mut inner } =
                         pending.take().expect(POLLED_AFTER_COMPLETION);
+                    let next = decide(config, checked, &request);
                     match next {
                         Next::Reject(response) => state.set(State::Rejected {
                             response: Some(response),
@@ -235,8 +232,10 @@ where
 
 /// Adds our headers to a response: the structured-field lists are appended, so that nested
 /// layers (a `route_layer` inside a global layer) each contribute their rules; the legacy
-/// single-valued headers are replaced.
+/// single-valued headers are replaced, except on a response that carries `Retry-After`
+/// (an inner layer's rejection), whose legacy headers describe the rule that decided it.
 fn merge_headers(target: &mut HeaderMap, ours: HeaderMap) {
+    let keep_legacy = target.contains_key(http::header::RETRY_AFTER);
     let mut last = None;
     for (name, value) in ours {
         let name = match name {
@@ -251,6 +250,13 @@ fn merge_headers(target: &mut HeaderMap, ours: HeaderMap) {
         };
         if name == RATELIMIT || name == RATELIMIT_POLICY {
             target.append(name, value);
+        } else if keep_legacy
+            && (name == X_RATELIMIT_LIMIT
+                || name == X_RATELIMIT_REMAINING
+                || name == X_RATELIMIT_RESET)
+            && target.contains_key(&name)
+        {
+            continue;
         } else {
             target.insert(name, value);
         }
@@ -270,23 +276,20 @@ pub(crate) enum Next {
 pub(crate) fn reject(
     config: &Config,
     kind: RejectionKind<'_>,
-    grpc: bool,
+    request: RequestHead<'_>,
     rules: &[(&Rule, RuleOutcome)],
 ) -> Response<Bytes> {
-    let rejection = Rejection {
-        kind,
-        grpc,
-        rules,
-        legacy: config.headers.legacy,
-    };
+    let rejection = Rejection::new(kind, request, rules, config.headers.legacy);
     match &config.on_reject {
         Some(f) => f(&rejection),
         None => rejection.default_response(),
     }
 }
 
-/// Acts on the store's answer according to the mode and the failure policy.
-pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
+/// Acts on the store's answer according to the mode and the failure policy. The request's
+/// head is read only to build a rejection.
+pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>) -> Next {
+    let head = || RequestHead::from_request(request).with_route(config.route_pattern(checked.route));
     let forward = |headers| Next::Forward {
         delay: Duration::ZERO,
         headers,
@@ -297,7 +300,7 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
             tracing::warn!(%error, policy = ?config.on_failure, "rate limit store failed");
             return match config.on_failure {
                 FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
-                    Next::Reject(reject(config, RejectionKind::StoreUnavailable, grpc, &[]))
+                    Next::Reject(reject(config, RejectionKind::StoreUnavailable, head(), &[]))
                 }
                 // Fail open, and shadow mode, which never refuses.
                 _ => forward(None),
@@ -328,7 +331,7 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
         config.headers.on_allowed.then(|| {
             let mut headers = HeaderMap::new();
             let items = rules.iter().map(|(r, o)| (*r, o));
-            write_rate_limit_headers(&mut headers, items, config.headers.legacy);
+            write_rate_limit_headers(&mut headers, items, config.headers.legacy, None);
             headers
         })
     };
@@ -347,7 +350,7 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
                 Next::Reject(reject(
                     config,
                     RejectionKind::Limited(&outcome),
-                    grpc,
+                    head(),
                     &rules,
                 ))
             }

@@ -14,7 +14,7 @@ use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, ResponseFuture};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
-use crate::response::{is_grpc, RejectionKind};
+use crate::response::RejectionKind;
 use crate::store::{Check, MemoryStore, Store};
 
 /// Rate limits the requests of an inner service; made by
@@ -106,11 +106,10 @@ where
                         tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
                         continue;
                     }
-                    let grpc = is_grpc(request.headers());
                     return ResponseFuture::rejected(reject(
                         config,
                         RejectionKind::Key(&e),
-                        grpc,
+                        head,
                         &[],
                     ));
                 }
@@ -124,7 +123,6 @@ where
             Mode::Wait { max_wait } => max_wait,
             _ => Duration::ZERO,
         };
-        let grpc = is_grpc(request.headers());
         let mut check = Box::pin(check(
             self.limiter.clone(),
             self.config.clone(),
@@ -137,7 +135,7 @@ where
         // service that was driven to readiness is called directly, without a clone; a store
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            return match decide(config, checked, grpc) {
+            return match decide(config, checked, &request) {
                 Next::Forward { delay, headers } if delay.is_zero() => {
                     ResponseFuture::forwarding(self.inner.call(request), headers)
                 }
@@ -148,7 +146,7 @@ where
             };
         }
         let inner = self.take_ready_inner();
-        ResponseFuture::checking(check, request, inner, self.config.clone(), grpc)
+        ResponseFuture::checking(check, request, inner, self.config.clone())
     }
 }
 
