@@ -113,6 +113,39 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
 }
 
 #[tokio::test]
+async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Result<(), BoxError> {
+    let limiter = Limiter::new(MemoryStore::with_clock(clock()));
+    let outer = RateLimitLayer::new(limiter.clone())
+        .limit(Limit::new(Rule::token_bucket("global", 100, Rate::per_second(1))?, key::global()))?
+        .headers_on_allowed(true)
+        .legacy_headers(true);
+    let inner = RateLimitLayer::new(limiter)
+        .limit(Limit::new(
+            Rule::fixed_window("route", 1, Duration::from_secs(60))?,
+            key::global(),
+        ))?
+        .legacy_headers(true);
+    let svc = ServiceBuilder::new()
+        .layer(outer)
+        .layer(inner)
+        .service(service_fn(|_req: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+    let get = || Request::get("/").body(String::new()).unwrap();
+    assert_eq!(svc.clone().oneshot(get()).await?.status(), StatusCode::OK);
+    let denied = svc.oneshot(get()).await?;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&denied, "retry-after"), "60");
+    assert_eq!(header(&denied, "x-ratelimit-limit"), "1");
+    assert_eq!(header(&denied, "x-ratelimit-reset"), "60");
+    // Both layers' rules are listed.
+    let state = header(&denied, "ratelimit");
+    assert!(state.contains("\"route\";r=0;t=60"), "{state}");
+    assert!(state.contains("\"global\";r=98;"), "{state}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Result<(), BoxError> {
     let clock = clock();
     let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))?
