@@ -383,7 +383,11 @@ impl<'a> Rejection<'a> {
             proto::varint_field(&mut duration, 2, u64::from(wait.subsec_nanos()));
             let mut retry_info = Vec::new();
             proto::bytes(&mut retry_info, 1, &duration);
-            proto::any(&mut status, "type.googleapis.com/google.rpc.RetryInfo", &retry_info);
+            proto::any(
+                &mut status,
+                "type.googleapis.com/google.rpc.RetryInfo",
+                &retry_info,
+            );
         }
         if !quota_failure.is_empty() {
             proto::any(
@@ -484,8 +488,7 @@ mod proto {
 
 /// Standard base64 without padding, as gRPC sends `-bin` metadata.
 fn base64_unpadded(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk

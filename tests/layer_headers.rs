@@ -88,7 +88,10 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
     // "uploads" denies (a cost of 3 against the 2 units left this hour); "burst" would
     // admit with less left (1), and so looked like the tightest rule.
     let layer = RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock())))
-        .limit(Limit::new(Rule::token_bucket("burst", 2, Rate::per_second(1))?, key::global()))?
+        .limit(Limit::new(
+            Rule::token_bucket("burst", 2, Rate::per_second(1))?,
+            key::global(),
+        ))?
         .limit(
             Limit::new(
                 Rule::fixed_window("uploads", 5, Duration::from_secs(3600))?,
@@ -116,7 +119,10 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
 async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Result<(), BoxError> {
     let limiter = Limiter::new(MemoryStore::with_clock(clock()));
     let outer = RateLimitLayer::new(limiter.clone())
-        .limit(Limit::new(Rule::token_bucket("global", 100, Rate::per_second(1))?, key::global()))?
+        .limit(Limit::new(
+            Rule::token_bucket("global", 100, Rate::per_second(1))?,
+            key::global(),
+        ))?
         .headers_on_allowed(true)
         .legacy_headers(true);
     let inner = RateLimitLayer::new(limiter)
@@ -159,7 +165,10 @@ async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Resul
         assert_eq!(call(&svc, login()).await.status(), StatusCode::OK);
     }
     // The sixth is refused and locks the key for 900 s.
-    assert_eq!(call(&svc, login()).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&svc, login()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
 
     // A minute on, the window has turned and its quota is whole, but the lock holds.
     clock.advance(Duration::from_secs(60));
@@ -208,11 +217,10 @@ async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
 
 fn one_per_minute() -> Result<Svc, BoxError> {
     Ok(with(
-        RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock())))
-            .limit(Limit::new(
-                Rule::fixed_window("x", 1, Duration::from_secs(60))?,
-                key::global(),
-            ))?,
+        RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock()))).limit(Limit::new(
+            Rule::fixed_window("x", 1, Duration::from_secs(60))?,
+            key::global(),
+        ))?,
     ))
 }
 
@@ -226,8 +234,16 @@ async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
     };
     let cases = [
         ("application/grpc", StatusCode::OK, Some("application/grpc")),
-        ("application/grpc+proto", StatusCode::OK, Some("application/grpc")),
-        ("Application/GRPC+json", StatusCode::OK, Some("application/grpc")),
+        (
+            "application/grpc+proto",
+            StatusCode::OK,
+            Some("application/grpc"),
+        ),
+        (
+            "Application/GRPC+json",
+            StatusCode::OK,
+            Some("application/grpc"),
+        ),
         (
             "application/grpc-web",
             StatusCode::OK,
@@ -244,7 +260,11 @@ async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
             Some("application/grpc-web-text+proto"),
         ),
         ("application/grpcx", StatusCode::TOO_MANY_REQUESTS, None),
-        ("application/grpc-webby", StatusCode::TOO_MANY_REQUESTS, None),
+        (
+            "application/grpc-webby",
+            StatusCode::TOO_MANY_REQUESTS,
+            None,
+        ),
         ("application/json", StatusCode::TOO_MANY_REQUESTS, None),
     ];
     for (content_type, status, grpc) in cases {

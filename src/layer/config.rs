@@ -96,7 +96,7 @@ impl fmt::Debug for Limit {
 
 /// What a limit does with a request that has no key (a missing `User-Id` header, say).
 /// A key the server can never provide (a peer-IP key without connection info) is always a
-/// 500 with a message naming the fix, whatever the policy.
+/// 500, whatever the policy; the message naming the fix is logged, not sent to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {

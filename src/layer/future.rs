@@ -289,7 +289,8 @@ pub(crate) fn reject(
 /// Acts on the store's answer according to the mode and the failure policy. The request's
 /// head is read only to build a rejection.
 pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>) -> Next {
-    let head = || RequestHead::from_request(request).with_route(config.route_pattern(checked.route));
+    let head =
+        || RequestHead::from_request(request).with_route(config.route_pattern(checked.route));
     let forward = |headers| Next::Forward {
         delay: Duration::ZERO,
         headers,

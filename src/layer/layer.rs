@@ -86,24 +86,45 @@ impl<St: Store> RateLimitLayer<St> {
     }
 
     /// Also writes the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
-    /// `X-RateLimit-Reset` (seconds from now), describing the rule with the least left.
+    /// `X-RateLimit-Reset` (seconds from now), describing on a rejection the rule that
+    /// decided `Retry-After`, otherwise the rule with the least left.
     pub fn legacy_headers(mut self, yes: bool) -> Self {
         self.config_mut().headers.legacy = yes;
         self
     }
 
     /// Builds rejections with `f` instead of the default (status, headers, body). Start
-    /// from [`Rejection::default_response`] to keep the standard headers:
+    /// from [`Rejection::default_response`] to keep the standard headers (and the gRPC
+    /// answer). The [`Rejection`] carries the request's head — method, path, route, headers
+    /// such as `Accept` — so the answer can suit the route and the client; here an API
+    /// route answers `application/problem+json` (RFC 9457) to clients that ask for it:
     ///
     /// ```
+    /// use http::header::{ACCEPT, CONTENT_TYPE};
+    /// use http::HeaderValue;
     /// use tollgate::layer::RateLimitLayer;
     /// use tollgate::{Limiter, MemoryStore};
     ///
     /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new())).on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
-    ///     if !rejection.is_grpc() {
-    ///         *response.body_mut() = format!("{{\"error\":\"{}\"}}", rejection.message()).into();
-    ///         response.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    ///     let request = rejection.request();
+    ///     let wants_problem = request
+    ///         .headers()
+    ///         .get(ACCEPT)
+    ///         .and_then(|v| v.to_str().ok())
+    ///         .is_some_and(|v| v.contains("application/problem+json"));
+    ///     if request.uri().path().starts_with("/api/") && wants_problem {
+    ///         *response.body_mut() = format!(
+    ///             r#"{{"type":"about:blank","title":"Too Many Requests","status":{},"detail":"{}","instance":"{}"}}"#,
+    ///             rejection.status().as_u16(),
+    ///             rejection.message(),
+    ///             request.uri().path(),
+    ///         )
+    ///         .into();
+    ///         response.headers_mut().insert(
+    ///             CONTENT_TYPE,
+    ///             HeaderValue::from_static("application/problem+json"),
+    ///         );
     ///     }
     ///     response
     /// });

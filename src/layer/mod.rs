@@ -10,10 +10,16 @@
 //!   tonic, any tower stack), give one layer a route table with [`RateLimitLayer::route`]:
 //!   `"POST /sms/send"`, `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`.
 //! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
-//!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers (see
-//!   [`crate::response`]); a gRPC request (`content-type: application/grpc…`) gets HTTP 200
-//!   with `grpc-status: 8` (`RESOURCE_EXHAUSTED`), which a tonic client sees as
-//!   `Code::ResourceExhausted`. [`RateLimitLayer::on_reject`] replaces the response.
+//!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers of
+//!   draft-ietf-httpapi-ratelimit-headers-11, whose `t` for the deciding rule equals
+//!   `Retry-After` (see [`crate::response`]). A gRPC request (`content-type` exactly
+//!   `application/grpc` or `application/grpc+…`) gets HTTP 200 with `grpc-status: 8`
+//!   (`RESOURCE_EXHAUSTED`), which a tonic client sees as `Code::ResourceExhausted`, and
+//!   the rich error model in `grpc-status-details-bin` (`google.rpc.RetryInfo` and
+//!   `google.rpc.QuotaFailure`) for clients' retry policies; grpc-web gets the same in its
+//!   own content type. A store failure under `FailClosed` is a 503 with `Retry-After: 1`; a
+//!   key the server cannot provide is a 500 whose fix is logged, not sent.
+//!   [`RateLimitLayer::on_reject`] replaces the response, seeing the request's head.
 //! - **Modes** ([`Mode`]): enforce (the default), shadow (decide and report, never reject),
 //!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
 //!   bucket's shaping delay is honoured the same way in enforce and wait modes.
