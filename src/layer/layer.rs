@@ -52,13 +52,25 @@ impl<St: Store> RateLimitLayer<St> {
     /// specific routes before the prefixes that contain them. Paths are matched as sent
     /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
     /// `GET` route also covers `HEAD`.
+    ///
+    /// A pattern no request can match is an error rather than a route that silently runs
+    /// unlimited: a lower-case method (`"post /x"`: methods are case-sensitive), a `?` or
+    /// `#`, characters clients percent-encode, `.`/`..` segments, and a route an earlier
+    /// route shadows completely (`"/sms/*"` before `"POST /sms/send"`).
     pub fn route(
         mut self,
         pattern: &str,
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
+        let pattern = RoutePattern::parse(pattern)?;
+        if let Some(earlier) = self.config.routes.iter().find(|r| r.pattern.covers(&pattern)) {
+            let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
+            return Err(ConfigError::new(format!(
+                "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
+            )));
+        }
         let route = Route {
-            pattern: RoutePattern::parse(pattern)?,
+            pattern,
             limits: limits.into_iter().collect(),
         };
         self.config_mut().routes.push(route);
