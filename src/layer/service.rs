@@ -79,7 +79,7 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = &*self.config;
-        let route = config.route_for(request.method(), request.uri().path());
+        let route = config.route_for(request.method(), matched_path(&request));
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
@@ -150,6 +150,17 @@ where
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, self.config.clone(), grpc)
     }
+}
+
+/// The path the route table matches: the one the client sent. A router nested with axum's
+/// `Router::nest` hands its layers the path without its prefix, and keeps the original in
+/// `OriginalUri`.
+fn matched_path<B>(request: &Request<B>) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(original) = request.extensions().get::<axum::extract::OriginalUri>() {
+        return original.path();
+    }
+    request.uri().path()
 }
 
 impl<S: Clone, St> RateLimit<S, St> {
