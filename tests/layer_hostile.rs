@@ -117,3 +117,51 @@ async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), Box
     assert_eq!(call(&svc, other()).await.status(), StatusCode::TOO_MANY_REQUESTS);
     Ok(())
 }
+
+// ---- 15: exemptions ----
+
+#[tokio::test]
+async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(), BoxError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let keys_read = Arc::new(AtomicUsize::new(0));
+    let counted = keys_read.clone();
+    let user = key::from_fn(move |head| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        head.headers().get("user-id").map(|v| v.as_bytes().to_vec())
+    });
+    let layer = RateLimitLayer::new(limiter())
+        .limit(Limit::new(
+            Rule::fixed_window("per-user", 1, Duration::from_secs(60))?,
+            user,
+        ))?
+        .exempt(|head| head.uri().path() == "/health")
+        .exempt(|head| head.headers().get("x-api-key").is_some_and(|k| k == "ops"));
+    let svc = with(layer);
+
+    // Health checks pass without a user id (the limit's key would be missing: a 400) and
+    // without the extractor running at all.
+    for _ in 0..3 {
+        let health = Request::get("/health").body(String::new())?;
+        assert_eq!(call(&svc, health).await.status(), StatusCode::OK);
+    }
+    let ops = || {
+        Request::get("/")
+            .header("user-id", "u1")
+            .header("x-api-key", "ops")
+            .body(String::new())
+            .unwrap()
+    };
+    assert_eq!(call(&svc, ops()).await.status(), StatusCode::OK);
+    assert_eq!(call(&svc, ops()).await.status(), StatusCode::OK);
+    assert_eq!(keys_read.load(Ordering::SeqCst), 0);
+
+    // Exempt requests consumed nothing: u1's one request a minute is still there.
+    let user = || Request::get("/").header("user-id", "u1").body(String::new()).unwrap();
+    assert_eq!(call(&svc, user()).await.status(), StatusCode::OK);
+    assert_eq!(call(&svc, user()).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    let missing = Request::get("/").body(String::new())?;
+    assert_eq!(call(&svc, missing).await.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}

@@ -175,6 +175,7 @@ impl<'a> DecisionEvent<'a> {
 
 pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
 pub(crate) type DecisionFn = dyn Fn(&DecisionEvent<'_>) + Send + Sync;
+pub(crate) type ExemptFn = dyn Fn(&RequestHead<'_>) -> bool + Send + Sync;
 
 /// One entry of the route table.
 #[derive(Debug, Clone)]
@@ -193,6 +194,7 @@ pub(crate) struct Config {
     pub(crate) headers: HeaderOptions,
     pub(crate) on_reject: Option<Arc<RejectFn>>,
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
+    pub(crate) exempt: Option<Arc<ExemptFn>>,
 }
 
 impl Config {
@@ -236,6 +238,7 @@ impl fmt::Debug for Config {
             .field("headers", &self.headers)
             .field("on_reject", &self.on_reject.is_some())
             .field("on_decision", &self.on_decision.is_some())
+            .field("exempt", &self.exempt.is_some())
             .finish()
     }
 }

@@ -10,6 +10,7 @@ use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
+use crate::key::RequestHead;
 use crate::limiter::Limiter;
 use crate::response::Rejection;
 use crate::store::{MemoryStore, Store};
@@ -135,6 +136,43 @@ impl<St: Store> RateLimitLayer<St> {
         F: Fn(&DecisionEvent<'_>) + Send + Sync + 'static,
     {
         self.config_mut().on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// Lets requests for which `is_exempt` says `true` through without any limit: health
+    /// checks, an allow-list of addresses or API keys. It is asked first, before any key is
+    /// extracted, so an exempt request needs no key and consumes nothing; it makes no
+    /// decision, so [`on_decision`](Self::on_decision) does not see it and it gets no
+    /// `RateLimit` headers. Called again, each predicate is tried in turn.
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use tollgate::key::{self, KeyBuf, KeyExtractor};
+    /// use tollgate::layer::RateLimitLayer;
+    /// use tollgate::{Limiter, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The office's addresses, as the client-IP key writes them.
+    /// let office: HashSet<&[u8]> = [&b"203.0.113.7"[..], b"203.0.113.8"].into();
+    /// let client = key::client_ip(["10.0.0.0/8"])?;
+    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    ///     .exempt(|head| head.uri().path() == "/health")
+    ///     .exempt(move |head| {
+    ///         // A `KeyBuf` keeps an address inline: no allocation per request.
+    ///         let mut ip = KeyBuf::new();
+    ///         client.extract(head, &mut ip).is_ok() && office.contains(ip.as_bytes())
+    ///     });
+    /// # Ok(()) }
+    /// ```
+    pub fn exempt<F>(mut self, is_exempt: F) -> Self
+    where
+        F: Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    {
+        let config = self.config_mut();
+        config.exempt = Some(match config.exempt.take() {
+            None => Arc::new(is_exempt),
+            Some(earlier) => Arc::new(move |head: &RequestHead<'_>| earlier(head) || is_exempt(head)),
+        });
         self
     }
 
