@@ -40,6 +40,7 @@ pub struct Limit {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) on_missing: MissingKey,
+    pub(crate) shadow: bool,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -53,6 +54,7 @@ impl Limit {
             key: Arc::new(key),
             cost: None,
             on_missing: MissingKey::Reject,
+            shadow: false,
         }
     }
 
@@ -74,6 +76,38 @@ impl Limit {
         self
     }
 
+    /// Makes this a trial limit ("shadow"): it is decided in the same batch (the same round
+    /// trip) as the enforced limits and keeps its state as if enforced, but it never
+    /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
+    /// headers. A request it would deny consumes none of its quota and counts towards its
+    /// penalty; the would-be denial is reported through `tracing` and
+    /// [`on_decision`](super::RateLimitLayer::on_decision)
+    /// ([`DecisionEvent::is_shadow`]). A request the enforced limits deny consumes nothing
+    /// of it either. A missing key is logged and the limit left out, whatever
+    /// [`on_missing_key`](Self::on_missing_key) says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::layer::{Limit, RateLimitLayer};
+    /// use tollgate::{key, Limiter, MemoryStore, Rule};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60))?, key::header("user-id")?))?
+    ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
+    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60))?, key::header("user-id")?).shadow())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// The rule.
     pub fn rule(&self) -> &Rule {
         &self.rule
@@ -90,6 +124,7 @@ impl fmt::Debug for Limit {
             .field("rule", &self.rule.name())
             .field("cost_fn", &self.cost.is_some())
             .field("on_missing", &self.on_missing)
+            .field("shadow", &self.shadow)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +182,8 @@ pub enum FailurePolicy {
 pub struct DecisionEvent<'a> {
     pub(crate) outcome: &'a Outcome,
     pub(crate) rules: &'a [(&'a Rule, RuleOutcome)],
+    /// Per rule of `rules`: a shadow limit.
+    pub(crate) shadow: &'a [bool],
     pub(crate) mode: Mode,
     pub(crate) route: Option<&'a str>,
 }
@@ -157,12 +194,24 @@ impl<'a> DecisionEvent<'a> {
         self.outcome
     }
 
-    /// Each checked rule and what it decided.
+    /// Each checked rule and what it decided, trial rules included.
     pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> {
         self.rules.iter().map(|(r, o)| (*r, o))
     }
 
-    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced.
+    /// Whether `rule` was checked on trial, so that its denial was not enforced: a
+    /// [`Limit::shadow`], or any rule in [`Mode::Shadow`].
+    pub fn is_shadow(&self, rule: &Rule) -> bool {
+        self.mode == Mode::Shadow
+            || self
+                .rules
+                .iter()
+                .zip(self.shadow)
+                .any(|((r, _), &shadow)| shadow && r.name() == rule.name())
+    }
+
+    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced (nor is a
+    /// [shadow limit](Self::is_shadow)'s in any mode).
     pub fn mode(&self) -> Mode {
         self.mode
     }

@@ -316,27 +316,55 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
         } else {
             SmallVec::new()
         };
+    let shadow: SmallVec<[bool; 4]> = checked
+        .limits
+        .iter()
+        .map(|&i| config.limit(checked.route, i).is_some_and(|l| l.shadow))
+        .collect();
+    let shadow_denial = shadow
+        .iter()
+        .zip(&checked.limits)
+        .zip(&outcome.rules)
+        .find(|((&s, _), o)| s && !o.decision.is_admitted());
+    if let Some(((_, &i), o)) = shadow_denial {
+        let rule = config.limit(checked.route, i).map_or("", |l| l.rule.name());
+        let reason = o.decision.denial().map(|d| d.reason);
+        tracing::info!(rule, ?reason, "shadow limit: request would be rate limited");
+    }
     if let Some(hook) = &config.on_decision {
         hook(&DecisionEvent {
             outcome: &outcome,
             rules: &rules,
+            shadow: &shadow,
             mode: config.mode,
             route: config.route_pattern(checked.route),
         });
     }
+    // Clients are told about enforced rules only: a trial rule, or any rule in shadow mode,
+    // is not theirs to plan around.
+    let enforced: SmallVec<[(&Rule, RuleOutcome); 4]> = if config.mode == Mode::Shadow {
+        SmallVec::new()
+    } else {
+        rules
+            .iter()
+            .zip(&shadow)
+            .filter(|(_, &s)| !s)
+            .map(|(r, _)| *r)
+            .collect()
+    };
     let headers = || {
-        config.headers.on_allowed.then(|| {
+        (config.headers.on_allowed && !enforced.is_empty()).then(|| {
             let mut headers = HeaderMap::new();
-            let items = rules.iter().map(|(r, o)| (*r, o));
+            let items = enforced.iter().map(|(r, o)| (*r, o));
             write_rate_limit_headers(&mut headers, items, config.headers.legacy);
             headers
         })
     };
     match (outcome.decision, config.mode) {
         (Decision::Deny(denial), mode) => {
-            let rule = outcome
-                .deciding_rule()
-                .and_then(|i| rules.get(i))
+            let rule = enforced
+                .iter()
+                .find(|(_, o)| o.decision == outcome.decision)
                 .map_or("", |(r, _)| r.name());
             let retry_after_s = denial.retry_after.map(retry_after_secs);
             if mode == Mode::Shadow {
@@ -348,7 +376,7 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
                     config,
                     RejectionKind::Limited(&outcome),
                     grpc,
-                    &rules,
+                    &enforced,
                 ))
             }
         }

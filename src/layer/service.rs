@@ -104,7 +104,7 @@ where
                     } else if limit.on_missing == MissingKey::Skip {
                         continue;
                     }
-                    if config.mode == Mode::Shadow {
+                    if config.mode == Mode::Shadow || limit.shadow {
                         // Shadow mode reports and never refuses: the rule is left out.
                         tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
                         continue;
@@ -199,6 +199,7 @@ async fn check<St: Store>(
                 rule: &limit.rule,
                 key,
                 cost: item.cost,
+                shadow: limit.shadow,
             });
         }
     }

@@ -249,7 +249,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(script::combine(reply.rules, batch));
         };
         // Group by slot, in the order each slot first appears.
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -264,7 +264,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(script::combine(reply.rules, batch));
         }
         self.decide_across_slots(batch, &groups, max_wait).await
     }
@@ -278,7 +278,7 @@ impl RedisStore {
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
-        let mut admitted: Vec<(&[usize], u64)> = Vec::new();
+        let mut admitted: Vec<(Vec<usize>, u64)> = Vec::new();
         let mut denied = false;
         for (_, members) in groups {
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
@@ -293,7 +293,14 @@ impl RedisStore {
                 }
             };
             if reply.admitted {
-                admitted.push((members, reply.at));
+                // A refund takes back what was consumed: not a shadow item that denied.
+                let consumed = members
+                    .iter()
+                    .zip(&reply.rules)
+                    .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
+                    .map(|(&i, _)| i)
+                    .collect();
+                admitted.push((consumed, reply.at));
             } else if !denied {
                 denied = true;
                 self.refund(batch, &admitted, &mut outcomes).await?;
@@ -309,7 +316,7 @@ impl RedisStore {
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(script::combine(rules))
+        Ok(script::combine(rules, batch))
     }
 
     /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
@@ -317,10 +324,11 @@ impl RedisStore {
     async fn refund(
         &self,
         batch: &[Check<'_>],
-        admitted: &[(&[usize], u64)],
+        admitted: &[(Vec<usize>, u64)],
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
-        for &(members, at) in admitted {
+        for (members, at) in admitted {
+            let at = *at;
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
             let reply = self.run(self.call(0, Mode::Refund, at), &checks).await?;
             for (&i, outcome) in members.iter().zip(reply.rules) {
