@@ -165,3 +165,133 @@ async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(),
     assert_eq!(call(&svc, missing).await.status(), StatusCode::BAD_REQUEST);
     Ok(())
 }
+
+// ---- 11 + 16: shadow limits in the batch, not in the headers ----
+
+/// A store that counts its round trips.
+#[derive(Clone)]
+struct Counted {
+    inner: MemoryStore,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Store for Counted {
+    async fn check(
+        &self,
+        batch: &[tollgate::Check<'_>],
+        max_wait: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.check(batch, max_wait).await
+    }
+    async fn peek(
+        &self,
+        check: tollgate::Check<'_>,
+    ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
+        self.inner.peek(check).await
+    }
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), tollgate::StoreError> {
+        self.inner.reset(rule, key).await
+    }
+}
+
+fn header(res: &Response<impl Sized>, name: &str) -> String {
+    res.headers()
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test]
+async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_advertised(
+) -> Result<(), BoxError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tollgate::layer::DecisionEvent;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Counted {
+        inner: MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)),
+        calls: calls.clone(),
+    };
+    // Per event: the trial rule's own decision, and whether the hook saw it as a trial.
+    let seen: Arc<Mutex<Vec<(bool, bool, bool)>>> = Arc::default();
+    let record = seen.clone();
+    let layer = RateLimitLayer::new(Limiter::new(store))
+        .limit(Limit::new(
+            Rule::fixed_window("enforced", 3, Duration::from_secs(60))?,
+            key::global(),
+        ))?
+        .limit(
+            Limit::new(
+                Rule::fixed_window("trial", 1, Duration::from_secs(60))?,
+                key::global(),
+            )
+            .shadow(),
+        )?
+        .headers_on_allowed(true)
+        .on_decision(move |event: &DecisionEvent<'_>| {
+            let (trial, outcome) = event
+                .rules()
+                .find(|(r, _)| r.name() == "trial")
+                .expect("the trial rule is reported");
+            let enforced = event.rules().find(|(r, _)| r.name() == "enforced").unwrap().0;
+            record.lock().unwrap().push((
+                outcome.decision.is_admitted(),
+                event.is_shadow(trial),
+                event.is_shadow(enforced),
+            ));
+        });
+    let svc = with(layer);
+
+    for _ in 0..3 {
+        let res = call(&svc, Request::get("/").body(String::new())?).await;
+        // The trial rule denies from the second request on, and nobody is refused for it.
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(header(&res, "ratelimit-policy").starts_with("\"enforced\";q=3;w=60"));
+        assert!(!header(&res, "ratelimit-policy").contains("trial"));
+        assert!(!header(&res, "ratelimit").contains("trial"));
+    }
+    let denied = call(&svc, Request::get("/").body(String::new())?).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&denied, "ratelimit-policy"), "\"enforced\";q=3;w=60");
+    assert!(header(&denied, "ratelimit").starts_with("\"enforced\";r=0;t="));
+
+    // One round trip per request, the trial rule included.
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (true, true, false),
+            (false, true, false),
+            (false, true, false),
+            (false, true, false)
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
+) -> Result<(), BoxError> {
+    let limiter = limiter();
+    let trial = Rule::fixed_window("trial", 10, Duration::from_secs(60))?;
+    let layer = RateLimitLayer::new(limiter.clone())
+        .limit(Limit::new(
+            Rule::fixed_window("enforced", 1, Duration::from_secs(60))?,
+            key::global(),
+        ))?
+        .limit(Limit::new(trial.clone(), key::global()).shadow())?;
+    let svc = with(layer);
+    assert_eq!(call(&svc, Request::get("/").body(String::new())?).await.status(), StatusCode::OK);
+    for _ in 0..3 {
+        let res = call(&svc, Request::get("/").body(String::new())?).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    // Only the admitted request counted against the trial rule.
+    let left = limiter.peek(&trial, b"global", 0).await?;
+    assert_eq!(left.info.remaining, 9);
+    Ok(())
+}
