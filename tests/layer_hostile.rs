@@ -295,3 +295,131 @@ async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
     assert_eq!(left.info.remaining, 9);
     Ok(())
 }
+
+// ---- 18: logs that cannot flood ----
+
+/// Captures the events of the current thread: "level message field=value …".
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Captured {
+    fn lines(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+struct Line<'a>(&'a mut String);
+
+impl tracing::field::Visit for Line<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        if field.name() == "message" {
+            let _ = write!(self.0, " {value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+impl tracing::Subscriber for Captured {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = event.metadata().level().to_string();
+        event.record(&mut Line(&mut line));
+        self.0.lock().unwrap().push(line);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A store that is down.
+#[derive(Clone)]
+struct Down;
+
+impl Store for Down {
+    async fn check(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        Err(tollgate::StoreError::Unavailable("connection refused".into()))
+    }
+    async fn peek(
+        &self,
+        _: tollgate::Check<'_>,
+    ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
+        Err(tollgate::StoreError::Timeout)
+    }
+    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), tollgate::StoreError> {
+        Err(tollgate::StoreError::Timeout)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxError> {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(captured.clone());
+    let svc = with(
+        RateLimitLayer::new(Limiter::new(Down))
+            .limit(one_per_minute("x")?)?
+            .log_interval(Duration::from_secs(10)),
+    );
+    let get = || Request::get("/").body(String::new()).unwrap();
+
+    for _ in 0..100 {
+        assert_eq!(call(&svc, get()).await.status(), StatusCode::OK);
+    }
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("WARN rate limit store failed"), "{lines:?}");
+    assert!(lines[0].contains("suppressed=0"), "{lines:?}");
+    assert!(lines[0].contains("connection refused"), "{lines:?}");
+
+    tokio::time::advance(Duration::from_secs(5)).await;
+    call(&svc, get()).await;
+    assert!(captured.lines().is_empty());
+    tokio::time::advance(Duration::from_secs(5)).await;
+    for _ in 0..10 {
+        call(&svc, get()).await;
+    }
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("suppressed=100"), "{lines:?}");
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), BoxError> {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(captured.clone());
+    let svc = with(
+        RateLimitLayer::new(limiter())
+            .limit(Limit::new(
+                Rule::fixed_window("wide", 1000, Duration::from_secs(60))?,
+                key::global(),
+            ))?
+            .limit(one_per_minute("trial")?.shadow())?,
+    );
+    for _ in 0..50 {
+        let res = call(&svc, Request::get("/").body(String::new())?).await;
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("shadow limit: request would be rate limited"), "{lines:?}");
+    assert!(lines[0].contains("rule=\"trial\""), "{lines:?}");
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    call(&svc, Request::get("/").body(String::new())?).await;
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("suppressed=48"), "{lines:?}");
+    Ok(())
+}

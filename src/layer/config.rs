@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use super::log::EventLog;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -165,7 +166,8 @@ pub enum Mode {
 }
 
 /// What the layer does when the store fails (unreachable, timed out). Logged with
-/// `tracing::warn!` either way.
+/// `tracing::warn!` either way (at most once per
+/// [`log_interval`](super::RateLimitLayer::log_interval), with a count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
@@ -244,6 +246,7 @@ pub(crate) struct Config {
     pub(crate) on_reject: Option<Arc<RejectFn>>,
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
+    pub(crate) log: Arc<EventLog>,
 }
 
 impl Config {

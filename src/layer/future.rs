@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use super::body::RateLimitBody;
 use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
+use super::log::Event;
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::response::{
@@ -294,7 +295,9 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
     let outcome = match checked.result {
         Ok(outcome) => outcome,
         Err(error) => {
-            tracing::warn!(%error, policy = ?config.on_failure, "rate limit store failed");
+            if let Some(suppressed) = config.log.admit(Event::StoreFailure) {
+                tracing::warn!(%error, policy = ?config.on_failure, suppressed, "rate limit store failed");
+            }
             return match config.on_failure {
                 FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
                     Next::Reject(reject(config, RejectionKind::StoreUnavailable, grpc, &[]))
@@ -326,10 +329,14 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
         .zip(&checked.limits)
         .zip(&outcome.rules)
         .find(|((&s, _), o)| s && !o.decision.is_admitted());
+    // In shadow mode a denied batch is logged below, once.
+    let shadow_denial = shadow_denial.filter(|_| !(denied && config.mode == Mode::Shadow));
     if let Some(((_, &i), o)) = shadow_denial {
         let rule = config.limit(checked.route, i).map_or("", |l| l.rule.name());
         let reason = o.decision.denial().map(|d| d.reason);
-        tracing::info!(rule, ?reason, "shadow limit: request would be rate limited");
+        if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+            tracing::info!(rule, ?reason, suppressed, "shadow limit: request would be rate limited");
+        }
     }
     if let Some(hook) = &config.on_decision {
         hook(&DecisionEvent {
@@ -368,7 +375,9 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
                 .map_or("", |(r, _)| r.name());
             let retry_after_s = denial.retry_after.map(retry_after_secs);
             if mode == Mode::Shadow {
-                tracing::info!(rule, reason = ?denial.reason, retry_after_s, "shadow mode: request would be rate limited");
+                if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+                    tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
+                }
                 forward(headers())
             } else {
                 tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");

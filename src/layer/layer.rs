@@ -1,11 +1,13 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
+use super::log::EventLog;
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
 use super::routes::RoutePattern;
 use super::service::RateLimit;
@@ -136,6 +138,16 @@ impl<St: Store> RateLimitLayer<St> {
         F: Fn(&DecisionEvent<'_>) + Send + Sync + 'static,
     {
         self.config_mut().on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
+    /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
+    /// the first at once, then the next one after a quiet `interval` with the number left
+    /// out meanwhile (`suppressed`). A store outage or a shadow rollout then costs a few log
+    /// lines, not one per request. `Duration::ZERO` logs every event.
+    pub fn log_interval(mut self, interval: Duration) -> Self {
+        self.config_mut().log = Arc::new(EventLog::new(interval));
         self
     }
 

@@ -98,6 +98,7 @@ mod config;
 pub mod future;
 #[allow(clippy::module_inception)]
 mod layer;
+mod log;
 mod routes;
 mod service;
 

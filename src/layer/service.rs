@@ -12,6 +12,7 @@ use tower_service::Service;
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, ResponseFuture};
+use super::log::Event;
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::{is_grpc, RejectionKind};
@@ -100,13 +101,17 @@ where
                 Err(e) => {
                     keys.truncate(start);
                     if e.kind() == KeyErrorKind::Misconfigured {
-                        tracing::error!(rule = limit.rule.name(), error = %e, "rate limit key unavailable");
+                        if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
+                            tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
+                        }
                     } else if limit.on_missing == MissingKey::Skip {
                         continue;
                     }
                     if config.mode == Mode::Shadow || limit.shadow {
                         // Shadow mode reports and never refuses: the rule is left out.
-                        tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
+                        if let Some(suppressed) = config.log.admit(Event::ShadowMissingKey) {
+                            tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
+                        }
                         continue;
                     }
                     let grpc = is_grpc(request.headers());
