@@ -423,3 +423,21 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
     assert!(lines[0].contains("suppressed=48"), "{lines:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
+    let svc = with(
+        RateLimitLayer::new(limiter())
+            .limit(one_per_minute("enforced")?.on_missing_key(tollgate::layer::MissingKey::Skip))?
+            .limit(
+                Limit::new(
+                    Rule::fixed_window("trial", 1, Duration::from_secs(60))?,
+                    key::header("user-id")?,
+                )
+                .shadow(),
+            )?,
+    );
+    let res = call(&svc, Request::get("/").body(String::new())?).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    Ok(())
+}

@@ -152,9 +152,11 @@ pub enum Mode {
     #[default]
     Enforce,
     /// Decide and record (the rules' state changes as in enforce mode), report through
-    /// `tracing`, [`on_decision`](super::RateLimitLayer::on_decision) and the headers, but
-    /// never reject or hold a request: for rolling out a rule safely. A request without a
-    /// key, or a failed store, is logged and let through too.
+    /// `tracing` and [`on_decision`](super::RateLimitLayer::on_decision), but never reject
+    /// or hold a request: for rolling out a layer safely. The rules are not advertised in
+    /// the `RateLimit` headers (clients should not plan around rules that are not
+    /// enforced). A request without a key, or a failed store, is logged and let through
+    /// too. To try one rule beside enforced ones, see [`Limit::shadow`].
     Shadow,
     /// Hold a request until it is admitted, if that is within `max_wait`: its units are
     /// reserved atomically at once (no polling), and the request is forwarded when they come

@@ -94,7 +94,8 @@ impl<St: Store> RateLimitLayer<St> {
     }
 
     /// Also writes `RateLimit-Policy` and `RateLimit` on admitted responses (rejections
-    /// always carry them).
+    /// always carry them). Rules on trial ([`Limit::shadow`], [`Mode::Shadow`]) are never
+    /// advertised.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config_mut().headers.on_allowed = yes;
         self

@@ -77,6 +77,8 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   refills (drains) the refunded units within that round trip, the refund can give back
 ///   up to those units once too many: the only way a cross-slot batch can over-admit, by
 ///   at most its own cost, and only at rates of thousands per second per key.
+/// - A [shadow](Check::shadow) item never makes its part deny, and only what was consumed
+///   is refunded: a shadow item that denied gives nothing back.
 /// - Penalties count exactly as on one node: the denying part and the parts after it
 ///   record the denials of their rules; the refunded parts record none (they admitted).
 /// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
