@@ -111,10 +111,16 @@ async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), Box
     );
     let post = || Request::post("/sms/send").body(String::new()).unwrap();
     assert_eq!(call(&svc, post()).await.status(), StatusCode::OK);
-    assert_eq!(call(&svc, post()).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&svc, post()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
     let other = || Request::get("/sms/send").body(String::new()).unwrap();
     assert_eq!(call(&svc, other()).await.status(), StatusCode::OK);
-    assert_eq!(call(&svc, other()).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&svc, other()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
     Ok(())
 }
 
@@ -158,9 +164,17 @@ async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(),
     assert_eq!(keys_read.load(Ordering::SeqCst), 0);
 
     // Exempt requests consumed nothing: u1's one request a minute is still there.
-    let user = || Request::get("/").header("user-id", "u1").body(String::new()).unwrap();
+    let user = || {
+        Request::get("/")
+            .header("user-id", "u1")
+            .body(String::new())
+            .unwrap()
+    };
     assert_eq!(call(&svc, user()).await.status(), StatusCode::OK);
-    assert_eq!(call(&svc, user()).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        call(&svc, user()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
     let missing = Request::get("/").body(String::new())?;
     assert_eq!(call(&svc, missing).await.status(), StatusCode::BAD_REQUEST);
     Ok(())
@@ -237,7 +251,11 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
                 .rules()
                 .find(|(r, _)| r.name() == "trial")
                 .expect("the trial rule is reported");
-            let enforced = event.rules().find(|(r, _)| r.name() == "enforced").unwrap().0;
+            let enforced = event
+                .rules()
+                .find(|(r, _)| r.name() == "enforced")
+                .unwrap()
+                .0;
             record.lock().unwrap().push((
                 outcome.decision.is_admitted(),
                 event.is_shadow(trial),
@@ -285,7 +303,12 @@ async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
         ))?
         .limit(Limit::new(trial.clone(), key::global()).shadow())?;
     let svc = with(layer);
-    assert_eq!(call(&svc, Request::get("/").body(String::new())?).await.status(), StatusCode::OK);
+    assert_eq!(
+        call(&svc, Request::get("/").body(String::new())?)
+            .await
+            .status(),
+        StatusCode::OK
+    );
     for _ in 0..3 {
         let res = call(&svc, Request::get("/").body(String::new())?).await;
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -349,7 +372,9 @@ impl Store for Down {
         _: &[tollgate::Check<'_>],
         _: Duration,
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
-        Err(tollgate::StoreError::Unavailable("connection refused".into()))
+        Err(tollgate::StoreError::Unavailable(
+            "connection refused".into(),
+        ))
     }
     async fn peek(
         &self,
@@ -378,7 +403,10 @@ async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxE
     }
     let lines = captured.lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].starts_with("WARN rate limit store failed"), "{lines:?}");
+    assert!(
+        lines[0].starts_with("WARN rate limit store failed"),
+        "{lines:?}"
+    );
     assert!(lines[0].contains("suppressed=0"), "{lines:?}");
     assert!(lines[0].contains("connection refused"), "{lines:?}");
 
@@ -413,7 +441,10 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
     }
     let lines = captured.lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("shadow limit: request would be rate limited"), "{lines:?}");
+    assert!(
+        lines[0].contains("shadow limit: request would be rate limited"),
+        "{lines:?}"
+    );
     assert!(lines[0].contains("rule=\"trial\""), "{lines:?}");
 
     tokio::time::advance(Duration::from_secs(10)).await;

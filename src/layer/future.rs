@@ -335,7 +335,12 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
         let rule = config.limit(checked.route, i).map_or("", |l| l.rule.name());
         let reason = o.decision.denial().map(|d| d.reason);
         if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
-            tracing::info!(rule, ?reason, suppressed, "shadow limit: request would be rate limited");
+            tracing::info!(
+                rule,
+                ?reason,
+                suppressed,
+                "shadow limit: request would be rate limited"
+            );
         }
     }
     if let Some(hook) = &config.on_decision {

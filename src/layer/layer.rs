@@ -7,8 +7,8 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::log::EventLog;
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
+use super::log::EventLog;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
@@ -66,7 +66,12 @@ impl<St: Store> RateLimitLayer<St> {
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
         let pattern = RoutePattern::parse(pattern)?;
-        if let Some(earlier) = self.config.routes.iter().find(|r| r.pattern.covers(&pattern)) {
+        if let Some(earlier) = self
+            .config
+            .routes
+            .iter()
+            .find(|r| r.pattern.covers(&pattern))
+        {
             let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
             return Err(ConfigError::new(format!(
                 "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
@@ -184,7 +189,9 @@ impl<St: Store> RateLimitLayer<St> {
         let config = self.config_mut();
         config.exempt = Some(match config.exempt.take() {
             None => Arc::new(is_exempt),
-            Some(earlier) => Arc::new(move |head: &RequestHead<'_>| earlier(head) || is_exempt(head)),
+            Some(earlier) => {
+                Arc::new(move |head: &RequestHead<'_>| earlier(head) || is_exempt(head))
+            }
         });
         self
     }

@@ -68,7 +68,9 @@ impl RoutePattern {
         while let Some(part) = parts.next() {
             let is_rest = part == "*" || (part.starts_with("{*") && part.ends_with('}'));
             if part == "." || part == ".." {
-                return Err(invalid("clients resolve '.' and '..' segments before sending"));
+                return Err(invalid(
+                    "clients resolve '.' and '..' segments before sending",
+                ));
             }
             if is_rest {
                 if parts.peek().is_some() {

@@ -82,7 +82,11 @@ where
         let config = &*self.config;
         let route = config.route_for(request.method(), matched_path(&request));
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
-        if config.exempt.as_ref().is_some_and(|is_exempt| is_exempt(&head)) {
+        if config
+            .exempt
+            .as_ref()
+            .is_some_and(|is_exempt| is_exempt(&head))
+        {
             return ResponseFuture::forwarding(self.inner.call(request), None);
         }
 

@@ -215,7 +215,9 @@ impl MemoryStore {
                 }),
         );
         drop(guards);
-        Ok(batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow)))
+        Ok(batch::combine(rules, |i| {
+            batch.get(i).is_some_and(|c| c.shadow)
+        }))
     }
 }
 
