@@ -15,9 +15,10 @@
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
 -- ARGV[5]: mode 3 only, the instant the admissions to refund were recorded at.
--- ARGV[6…]: one per rule, nine little-endian doubles: algorithm code, cost, p1, p2, p3, p4
+-- ARGV[6…]: one per rule, ten little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
---   (0 = no penalty), within µs.
+--   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
+--   batch, and consumes only when it admits on its own; batch::admitted).
 --
 local now
 if ARGV[1] ~= '' then
@@ -40,8 +41,8 @@ local key_index = 1
 local built = {}
 local formats = {}
 for i = 1, #ARGV - 5 do
-  local code, cost, p1, p2, p3, p4, lock_for, after, within =
-    struct.unpack('<ddddddddd', ARGV[5 + i])
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow =
+    struct.unpack('<dddddddddd', ARGV[5 + i])
   local model = built[code]
   if not model then
     model = models[code]()
@@ -59,6 +60,7 @@ for i = 1, #ARGV - 5 do
     lock_for = lock_for,
     after = after,
     within = within,
+    shadow = shadow == 1,
     key = KEYS[key_index],
     pen = nil,
     state = nil,
@@ -150,7 +152,7 @@ local function evaluate_at(at)
     if r.after > 0 then
       locked = locked_for(r.pen, at)
     end
-    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at }
+    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, shadow = r.shadow }
   end
   return items
 end
@@ -159,10 +161,10 @@ local function rejects(item)
   return item.locked ~= nil or not item.eval.ok
 end
 
--- Step 2 (batch::admits).
+-- Step 2 (batch::admits): a shadow item never vetoes.
 local function admits(items)
   for i = 1, #items do
-    if rejects(items[i]) then
+    if not items[i].shadow and rejects(items[i]) then
       return false
     end
   end
@@ -177,7 +179,7 @@ local function reservation(items)
   local wait = 0
   for i = 1, #items do
     local item = items[i]
-    if rejects(item) then
+    if not item.shadow and rejects(item) then
       if item.locked ~= nil or item.eval.ok or item.eval.wait == nil then
         return nil
       end
@@ -291,8 +293,11 @@ end
 
 -- Step 3 (batch::commit / batch::report).
 local reply = { admitted and 1 or 0, items[1] and items[1].at or now, now }
+local batch_admitted = admitted
 for i = 1, #rules do
   local r, item = rules[i], items[i]
+  -- batch::admitted: a shadow item that would deny takes a denied item's part.
+  local admitted = batch_admitted and not (item.shadow and rejects(item))
   if mode ~= 1 then
     if admitted then
       if r.cost > 0 then

@@ -3,7 +3,11 @@
 //!
 //! A store calls it in three steps while it holds every entry of the batch exclusively:
 //! [`evaluate`] each item (read only), [`admits`] on all of them, then [`commit`] (or
-//! [`report`], for items that change nothing) each item.
+//! [`report`], for items that change nothing) each item, as [`admitted`] says.
+//!
+//! A shadow item (a trial rule) is decided with the others but never vetoes: it takes the
+//! batch's part when it admits on its own, and a denied item's part (nothing consumed, the
+//! penalty counted) when it does not.
 //! `lua/batch.lua` is the Redis twin of this module.
 
 use std::time::Duration;
@@ -38,6 +42,8 @@ pub(crate) struct Evaluated {
     locked_for: Option<u64>,
     /// The instant evaluated: the request's arrival, or later for a reservation.
     at: u64,
+    /// A trial item: it never denies or delays the batch.
+    shadow: bool,
 }
 
 impl Evaluated {
@@ -88,12 +94,20 @@ pub(crate) fn evaluate(check: &Check<'_>, entry: Option<&Entry>, at: u64) -> Eva
         eval: check.rule.algorithm().evaluate(state, at, check.cost),
         locked_for,
         at,
+        shadow: check.shadow,
     }
 }
 
-/// Step 2: whether the batch is admitted (no item rejects).
+/// Step 2: whether the batch is admitted (no item rejects but shadow ones).
 pub(crate) fn admits(items: &[Evaluated]) -> bool {
-    items.iter().all(|e| !e.rejects())
+    items.iter().all(|e| e.shadow || !e.rejects())
+}
+
+/// Step 3: whether `item` takes its part as admitted in a batch that `batch_admitted` says
+/// of: every item of an admitted batch, except a shadow item that would deny on its own (it
+/// consumes nothing, as a denied batch would under that rule).
+pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
+    batch_admitted && !(item.shadow && item.rejects())
 }
 
 /// Step 2, in wait mode: for a denied batch, how long after `now` it could be admitted, if
@@ -110,7 +124,8 @@ pub(crate) fn admits(items: &[Evaluated]) -> bool {
 pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     let max_wait = max_wait.min(MAX_SCALED);
     let mut wait = 0;
-    for item in items.iter().filter(|e| e.rejects()) {
+    // A trial rule never makes a request wait.
+    for item in items.iter().filter(|e| !e.shadow && e.rejects()) {
         if item.locked_for.is_some() {
             return None;
         }
@@ -219,10 +234,11 @@ fn deny(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
 }
 
 /// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
-/// longest retry-after wins, and a denial no wait can lift beats every other.
-pub(crate) fn combine(rules: Vec<RuleOutcome>) -> Outcome {
+/// longest retry-after wins, and a denial no wait can lift beats every other. The items
+/// `is_shadow` names (by index) take no part.
+pub(crate) fn combine(rules: Vec<RuleOutcome>, is_shadow: impl Fn(usize) -> bool) -> Outcome {
     let mut decision = Decision::Allow;
-    for rule in &rules {
+    for (_, rule) in rules.iter().enumerate().filter(|(i, _)| !is_shadow(*i)) {
         decision = match (decision, rule.decision) {
             (Decision::Deny(a), Decision::Deny(b)) => Decision::Deny(longer(a, b)),
             (Decision::Deny(a), _) => Decision::Deny(a),

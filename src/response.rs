@@ -262,7 +262,8 @@ impl<'a> Rejection<'a> {
         matches!(self.protocol, Protocol::GrpcWeb | Protocol::GrpcWebText)
     }
 
-    /// Each checked rule and what it decided (empty unless [`RejectionKind::Limited`]).
+    /// Each enforced rule checked and what it decided (empty unless
+    /// [`RejectionKind::Limited`]; rules on trial are left out).
     pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone {
         self.rules.iter().map(|(r, o)| (*r, o))
     }

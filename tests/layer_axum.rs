@@ -199,3 +199,37 @@ async fn concurrent_connections_share_one_exact_limit() {
     }
     assert_eq!(ok, 10);
 }
+
+#[tokio::test]
+async fn a_route_table_on_a_nested_router_matches_the_full_path() {
+    use axum::body::Body;
+    use axum::routing::post;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+    use tower::ServiceExt;
+
+    // The table names the paths clients send; the nested router sees them without "/api".
+    let table = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+        .route(
+            "POST /api/sms/send",
+            [Limit::new(
+                Rule::fixed_window("sms", 1, Duration::from_secs(60)).unwrap(),
+                key::global(),
+            )],
+        )
+        .unwrap();
+    let inner = axum::Router::new()
+        .route("/sms/send", post(|| async { "sent" }))
+        .layer(table);
+    let app = axum::Router::new().nest("/api", inner);
+    let sms = || {
+        http::Request::post("/api/sms/send")
+            .body(Body::empty())
+            .unwrap()
+    };
+
+    let first = app.clone().oneshot(sms()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = app.oneshot(sms()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use super::log::EventLog;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -40,6 +41,7 @@ pub struct Limit {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) on_missing: MissingKey,
+    pub(crate) shadow: bool,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -53,6 +55,7 @@ impl Limit {
             key: Arc::new(key),
             cost: None,
             on_missing: MissingKey::Reject,
+            shadow: false,
         }
     }
 
@@ -74,6 +77,38 @@ impl Limit {
         self
     }
 
+    /// Makes this a trial limit ("shadow"): it is decided in the same batch (the same round
+    /// trip) as the enforced limits and keeps its state as if enforced, but it never
+    /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
+    /// headers. A request it would deny consumes none of its quota and counts towards its
+    /// penalty; the would-be denial is reported through `tracing` and
+    /// [`on_decision`](super::RateLimitLayer::on_decision)
+    /// ([`DecisionEvent::is_shadow`]). A request the enforced limits deny consumes nothing
+    /// of it either. A missing key is logged and the limit left out, whatever
+    /// [`on_missing_key`](Self::on_missing_key) says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::layer::{Limit, RateLimitLayer};
+    /// use tollgate::{key, Limiter, MemoryStore, Rule};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60))?, key::header("user-id")?))?
+    ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
+    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60))?, key::header("user-id")?).shadow())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// The rule.
     pub fn rule(&self) -> &Rule {
         &self.rule
@@ -90,6 +125,7 @@ impl fmt::Debug for Limit {
             .field("rule", &self.rule.name())
             .field("cost_fn", &self.cost.is_some())
             .field("on_missing", &self.on_missing)
+            .field("shadow", &self.shadow)
             .finish_non_exhaustive()
     }
 }
@@ -116,9 +152,11 @@ pub enum Mode {
     #[default]
     Enforce,
     /// Decide and record (the rules' state changes as in enforce mode), report through
-    /// `tracing`, [`on_decision`](super::RateLimitLayer::on_decision) and the headers, but
-    /// never reject or hold a request: for rolling out a rule safely. A request without a
-    /// key, or a failed store, is logged and let through too.
+    /// `tracing` and [`on_decision`](super::RateLimitLayer::on_decision), but never reject
+    /// or hold a request: for rolling out a layer safely. The rules are not advertised in
+    /// the `RateLimit` headers (clients should not plan around rules that are not
+    /// enforced). A request without a key, or a failed store, is logged and let through
+    /// too. To try one rule beside enforced ones, see [`Limit::shadow`].
     Shadow,
     /// Hold a request until it is admitted, if that is within `max_wait`: its units are
     /// reserved atomically at once (no polling), and the request is forwarded when they come
@@ -130,7 +168,8 @@ pub enum Mode {
 }
 
 /// What the layer does when the store fails (unreachable, timed out). Logged with
-/// `tracing::warn!` either way.
+/// `tracing::warn!` either way (at most once per
+/// [`log_interval`](super::RateLimitLayer::log_interval), with a count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
@@ -147,6 +186,8 @@ pub enum FailurePolicy {
 pub struct DecisionEvent<'a> {
     pub(crate) outcome: &'a Outcome,
     pub(crate) rules: &'a [(&'a Rule, RuleOutcome)],
+    /// Per rule of `rules`: a shadow limit.
+    pub(crate) shadow: &'a [bool],
     pub(crate) mode: Mode,
     pub(crate) route: Option<&'a str>,
 }
@@ -157,12 +198,24 @@ impl<'a> DecisionEvent<'a> {
         self.outcome
     }
 
-    /// Each checked rule and what it decided.
+    /// Each checked rule and what it decided, trial rules included.
     pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> {
         self.rules.iter().map(|(r, o)| (*r, o))
     }
 
-    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced.
+    /// Whether `rule` was checked on trial, so that its denial was not enforced: a
+    /// [`Limit::shadow`], or any rule in [`Mode::Shadow`].
+    pub fn is_shadow(&self, rule: &Rule) -> bool {
+        self.mode == Mode::Shadow
+            || self
+                .rules
+                .iter()
+                .zip(self.shadow)
+                .any(|((r, _), &shadow)| shadow && r.name() == rule.name())
+    }
+
+    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced (nor is a
+    /// [shadow limit](Self::is_shadow)'s in any mode).
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -175,6 +228,7 @@ impl<'a> DecisionEvent<'a> {
 
 pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
 pub(crate) type DecisionFn = dyn Fn(&DecisionEvent<'_>) + Send + Sync;
+pub(crate) type ExemptFn = dyn Fn(&RequestHead<'_>) -> bool + Send + Sync;
 
 /// One entry of the route table.
 #[derive(Debug, Clone)]
@@ -193,6 +247,8 @@ pub(crate) struct Config {
     pub(crate) headers: HeaderOptions,
     pub(crate) on_reject: Option<Arc<RejectFn>>,
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
+    pub(crate) exempt: Option<Arc<ExemptFn>>,
+    pub(crate) log: Arc<EventLog>,
 }
 
 impl Config {
@@ -236,6 +292,7 @@ impl fmt::Debug for Config {
             .field("headers", &self.headers)
             .field("on_reject", &self.on_reject.is_some())
             .field("on_decision", &self.on_decision.is_some())
+            .field("exempt", &self.exempt.is_some())
             .finish()
     }
 }

@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use super::body::RateLimitBody;
 use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
+use super::log::Event;
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
@@ -298,7 +299,9 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
     let outcome = match checked.result {
         Ok(outcome) => outcome,
         Err(error) => {
-            tracing::warn!(%error, policy = ?config.on_failure, "rate limit store failed");
+            if let Some(suppressed) = config.log.admit(Event::StoreFailure) {
+                tracing::warn!(%error, policy = ?config.on_failure, suppressed, "rate limit store failed");
+            }
             return match config.on_failure {
                 FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
                     Next::Reject(reject(config, RejectionKind::StoreUnavailable, head(), &[]))
@@ -320,31 +323,70 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
         } else {
             SmallVec::new()
         };
+    let shadow: SmallVec<[bool; 4]> = checked
+        .limits
+        .iter()
+        .map(|&i| config.limit(checked.route, i).is_some_and(|l| l.shadow))
+        .collect();
+    let shadow_denial = shadow
+        .iter()
+        .zip(&checked.limits)
+        .zip(&outcome.rules)
+        .find(|((&s, _), o)| s && !o.decision.is_admitted());
+    // In shadow mode a denied batch is logged below, once.
+    let shadow_denial = shadow_denial.filter(|_| !(denied && config.mode == Mode::Shadow));
+    if let Some(((_, &i), o)) = shadow_denial {
+        let rule = config.limit(checked.route, i).map_or("", |l| l.rule.name());
+        let reason = o.decision.denial().map(|d| d.reason);
+        if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+            tracing::info!(
+                rule,
+                ?reason,
+                suppressed,
+                "shadow limit: request would be rate limited"
+            );
+        }
+    }
     if let Some(hook) = &config.on_decision {
         hook(&DecisionEvent {
             outcome: &outcome,
             rules: &rules,
+            shadow: &shadow,
             mode: config.mode,
             route: config.route_pattern(checked.route),
         });
     }
+    // Clients are told about enforced rules only: a trial rule, or any rule in shadow mode,
+    // is not theirs to plan around.
+    let enforced: SmallVec<[(&Rule, RuleOutcome); 4]> = if config.mode == Mode::Shadow {
+        SmallVec::new()
+    } else {
+        rules
+            .iter()
+            .zip(&shadow)
+            .filter(|(_, &s)| !s)
+            .map(|(r, _)| *r)
+            .collect()
+    };
     let headers = || {
-        config.headers.on_allowed.then(|| {
+        (config.headers.on_allowed && !enforced.is_empty()).then(|| {
             let mut headers = HeaderMap::new();
-            let items = rules.iter().map(|(r, o)| (*r, o));
+            let items = enforced.iter().map(|(r, o)| (*r, o));
             write_rate_limit_headers(&mut headers, items, config.headers.legacy, None);
             headers
         })
     };
     match (outcome.decision, config.mode) {
         (Decision::Deny(denial), mode) => {
-            let rule = outcome
-                .deciding_rule()
-                .and_then(|i| rules.get(i))
+            let rule = enforced
+                .iter()
+                .find(|(_, o)| o.decision == outcome.decision)
                 .map_or("", |(r, _)| r.name());
             let retry_after_s = denial.retry_after.map(retry_after_secs);
             if mode == Mode::Shadow {
-                tracing::info!(rule, reason = ?denial.reason, retry_after_s, "shadow mode: request would be rate limited");
+                if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+                    tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
+                }
                 forward(headers())
             } else {
                 tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
@@ -352,7 +394,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
                     config,
                     RejectionKind::Limited(&outcome),
                     head(),
-                    &rules,
+                    &enforced,
                 ))
             }
         }

@@ -1,15 +1,18 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
+use super::log::EventLog;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
+use crate::key::RequestHead;
 use crate::limiter::Limiter;
 use crate::response::Rejection;
 use crate::store::{MemoryStore, Store};
@@ -52,13 +55,30 @@ impl<St: Store> RateLimitLayer<St> {
     /// specific routes before the prefixes that contain them. Paths are matched as sent
     /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
     /// `GET` route also covers `HEAD`.
+    ///
+    /// A pattern no request can match is an error rather than a route that silently runs
+    /// unlimited: a lower-case method (`"post /x"`: methods are case-sensitive), a `?` or
+    /// `#`, characters clients percent-encode, `.`/`..` segments, and a route an earlier
+    /// route shadows completely (`"/sms/*"` before `"POST /sms/send"`).
     pub fn route(
         mut self,
         pattern: &str,
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
+        let pattern = RoutePattern::parse(pattern)?;
+        if let Some(earlier) = self
+            .config
+            .routes
+            .iter()
+            .find(|r| r.pattern.covers(&pattern))
+        {
+            let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
+            return Err(ConfigError::new(format!(
+                "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
+            )));
+        }
         let route = Route {
-            pattern: RoutePattern::parse(pattern)?,
+            pattern,
             limits: limits.into_iter().collect(),
         };
         self.config_mut().routes.push(route);
@@ -79,7 +99,8 @@ impl<St: Store> RateLimitLayer<St> {
     }
 
     /// Also writes `RateLimit-Policy` and `RateLimit` on admitted responses (rejections
-    /// always carry them).
+    /// always carry them). Rules on trial ([`Limit::shadow`], [`Mode::Shadow`]) are never
+    /// advertised.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config_mut().headers.on_allowed = yes;
         self
@@ -144,6 +165,55 @@ impl<St: Store> RateLimitLayer<St> {
         F: Fn(&DecisionEvent<'_>) + Send + Sync + 'static,
     {
         self.config_mut().on_decision = Some(Arc::new(f));
+        self
+    }
+
+    /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
+    /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
+    /// the first at once, then the next one after a quiet `interval` with the number left
+    /// out meanwhile (`suppressed`). A store outage or a shadow rollout then costs a few log
+    /// lines, not one per request. `Duration::ZERO` logs every event.
+    pub fn log_interval(mut self, interval: Duration) -> Self {
+        self.config_mut().log = Arc::new(EventLog::new(interval));
+        self
+    }
+
+    /// Lets requests for which `is_exempt` says `true` through without any limit: health
+    /// checks, an allow-list of addresses or API keys. It is asked first, before any key is
+    /// extracted, so an exempt request needs no key and consumes nothing; it makes no
+    /// decision, so [`on_decision`](Self::on_decision) does not see it and it gets no
+    /// `RateLimit` headers. Called again, each predicate is tried in turn.
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use tollgate::key::{self, KeyBuf, KeyExtractor};
+    /// use tollgate::layer::RateLimitLayer;
+    /// use tollgate::{Limiter, MemoryStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The office's addresses, as the client-IP key writes them.
+    /// let office: HashSet<&[u8]> = [&b"203.0.113.7"[..], b"203.0.113.8"].into();
+    /// let client = key::client_ip(["10.0.0.0/8"])?;
+    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    ///     .exempt(|head| head.uri().path() == "/health")
+    ///     .exempt(move |head| {
+    ///         // A `KeyBuf` keeps an address inline: no allocation per request.
+    ///         let mut ip = KeyBuf::new();
+    ///         client.extract(head, &mut ip).is_ok() && office.contains(ip.as_bytes())
+    ///     });
+    /// # Ok(()) }
+    /// ```
+    pub fn exempt<F>(mut self, is_exempt: F) -> Self
+    where
+        F: Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    {
+        let config = self.config_mut();
+        config.exempt = Some(match config.exempt.take() {
+            None => Arc::new(is_exempt),
+            Some(earlier) => {
+                Arc::new(move |head: &RequestHead<'_>| earlier(head) || is_exempt(head))
+            }
+        });
         self
     }
 

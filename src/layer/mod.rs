@@ -8,7 +8,13 @@
 //!
 //! - **Per route.** On axum, put a layer on a route with `route_layer`. Elsewhere (hyper,
 //!   tonic, any tower stack), give one layer a route table with [`RateLimitLayer::route`]:
-//!   `"POST /sms/send"`, `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`.
+//!   `"POST /sms/send"`, `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`. A
+//!   pattern no request can match (`"post /x"`, a `?`, a route an earlier one shadows) is a
+//!   build error, not a route that runs unlimited. Patterns are full paths as clients send
+//!   them, also on a router mounted with axum's `Router::nest` (the layer reads axum's
+//!   `OriginalUri`).
+//! - **Exemptions.** [`RateLimitLayer::exempt`] lets health checks or an allow-list of
+//!   addresses or API keys through, asked before any key is read.
 //! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
 //!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers of
 //!   draft-ietf-httpapi-ratelimit-headers-11, whose `t` for the deciding rule equals
@@ -23,8 +29,14 @@
 //! - **Modes** ([`Mode`]): enforce (the default), shadow (decide and report, never reject),
 //!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
 //!   bucket's shaping delay is honoured the same way in enforce and wait modes.
+//! - **Trial rules.** [`Limit::shadow`] puts one rule on trial inside the batch of enforced
+//!   ones (one round trip): it keeps its state as if enforced and reports its would-be
+//!   denials, but never rejects or holds a request. Rules on trial — shadow limits, and
+//!   every rule in shadow mode — are not advertised in the `RateLimit` headers.
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
-//!   `tracing`; they never panic.
+//!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
+//!   denials, key problems) come at most once per [`log_interval`](RateLimitLayer::log_interval)
+//!   per kind, with a count, so an outage or a rollout cannot flood the log.
 //!
 //! Nested layers are separate batches: with a `route_layer` inside a global layer, a
 //! request the route refuses has already counted against the global limit. When that
@@ -104,6 +116,7 @@ mod config;
 pub mod future;
 #[allow(clippy::module_inception)]
 mod layer;
+mod log;
 mod routes;
 mod service;
 

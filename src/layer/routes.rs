@@ -11,6 +11,12 @@ use crate::error::ConfigError;
 /// segments (any one segment) and an optional final `*` or `{*rest}` (any rest, including
 /// none). Empty segments are ignored on both sides, so a trailing or doubled slash matches
 /// the same route; a `GET` pattern also matches `HEAD`.
+///
+/// A pattern that no request can match is refused when parsed, since its route would run
+/// unlimited without a word: a method in lower case (methods are case-sensitive, so
+/// `post` is an extension method, not `POST`), a `?` or `#` (the query and the fragment are
+/// not part of the path), spaces, control or non-ASCII characters (clients percent-encode
+/// them), and `.` or `..` segments (clients resolve them before sending).
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,
@@ -31,6 +37,12 @@ impl RoutePattern {
         let invalid = |why: &str| ConfigError::new(format!("route {text:?}: {why}"));
         let (method, path) = match text.split_once(' ') {
             Some((m, p)) => {
+                if m.bytes().any(|b| b.is_ascii_lowercase()) {
+                    return Err(invalid(&format!(
+                        "methods are case-sensitive and {m:?} is not one clients send; write {:?}",
+                        m.to_ascii_uppercase()
+                    )));
+                }
                 let m = Method::from_bytes(m.as_bytes())
                     .map_err(|_| invalid("the method is not a valid HTTP method"))?;
                 (Some(m), p.trim())
@@ -40,11 +52,26 @@ impl RoutePattern {
         let path = path
             .strip_prefix('/')
             .ok_or_else(|| invalid("the path must start with '/'"))?;
+        if let Some(c) = path.chars().find(|c| matches!(c, '?' | '#')) {
+            return Err(invalid(&format!(
+                "{c:?} never reaches the path a request is matched on; match the path alone"
+            )));
+        }
+        if path.chars().any(|c| !c.is_ascii_graphic()) {
+            return Err(invalid(
+                "spaces, control and non-ASCII characters reach a server percent-encoded; write them so",
+            ));
+        }
         let mut segments = Vec::new();
         let mut rest = false;
         let mut parts = path.split('/').filter(|p| !p.is_empty()).peekable();
         while let Some(part) = parts.next() {
             let is_rest = part == "*" || (part.starts_with("{*") && part.ends_with('}'));
+            if part == "." || part == ".." {
+                return Err(invalid(
+                    "clients resolve '.' and '..' segments before sending",
+                ));
+            }
             if is_rest {
                 if parts.peek().is_some() {
                     return Err(invalid("a wildcard may only end the path"));
@@ -71,6 +98,28 @@ impl RoutePattern {
     /// The pattern as written (the key of [`crate::key::route`]).
     pub(crate) fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// Whether every request `later` matches, `self` matches too: then `self`, declared
+    /// first, takes all of `later`'s requests and `later` can never apply.
+    pub(crate) fn covers(&self, later: &RoutePattern) -> bool {
+        let methods = match (&self.method, &later.method) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a == b || (*a == Method::GET && *b == Method::HEAD),
+        };
+        if !methods || self.segments.len() > later.segments.len() {
+            return false;
+        }
+        let segments = self
+            .segments
+            .iter()
+            .zip(later.segments.iter())
+            .all(|(a, b)| matches!(a, Segment::Param) || a == b);
+        // Beyond our segments `later` may see more (its own or its wildcard's): only our
+        // wildcard takes them.
+        let longer = later.segments.len() > self.segments.len() || later.rest;
+        segments && (self.rest || !longer)
     }
 
     pub(crate) fn matches(&self, method: &Method, path: &str) -> bool {
@@ -145,5 +194,32 @@ mod tests {
         assert!(RoutePattern::parse("P@ST /x").is_err());
         assert!(RoutePattern::parse("/a/*/b").is_err());
         assert!(RoutePattern::parse("/a{b}").is_err());
+        assert!(RoutePattern::parse("post /x").is_err());
+        assert!(RoutePattern::parse("/x?y").is_err());
+        assert!(RoutePattern::parse("/x/..").is_err());
+        // Extension methods in upper case are methods clients send.
+        assert!(RoutePattern::parse("PURGE /cache").is_ok());
+    }
+
+    #[test]
+    fn coverage() {
+        let covers = |a: &str, b: &str| {
+            RoutePattern::parse(a)
+                .unwrap()
+                .covers(&RoutePattern::parse(b).unwrap())
+        };
+        assert!(covers("/x", "/x"));
+        assert!(covers("/x", "GET /x"));
+        assert!(!covers("GET /x", "/x"));
+        assert!(covers("GET /x", "HEAD /x"));
+        assert!(!covers("HEAD /x", "GET /x"));
+        assert!(covers("/{a}/{b}", "/x/y"));
+        assert!(!covers("/x/y", "/{a}/{b}"));
+        assert!(covers("/*", "/"));
+        assert!(covers("/a/*", "/a/{b}/*"));
+        assert!(!covers("/a/{b}", "/a/*"));
+        assert!(!covers("/a/{b}", "/a"));
+        assert!(!covers("/a/b/*", "/a/*"));
+        assert!(!covers("/a", "/a/b"));
     }
 }

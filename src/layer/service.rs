@@ -12,6 +12,7 @@ use tower_service::Service;
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, ResponseFuture};
+use super::log::Event;
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::RejectionKind;
@@ -79,8 +80,15 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = &*self.config;
-        let route = config.route_for(request.method(), request.uri().path());
+        let route = config.route_for(request.method(), matched_path(&request));
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
+        if config
+            .exempt
+            .as_ref()
+            .is_some_and(|is_exempt| is_exempt(&head))
+        {
+            return ResponseFuture::forwarding(self.inner.call(request), None);
+        }
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
@@ -97,13 +105,17 @@ where
                 Err(e) => {
                     keys.truncate(start);
                     if e.kind() == KeyErrorKind::Misconfigured {
-                        tracing::error!(rule = limit.rule.name(), error = %e, "rate limit key unavailable");
+                        if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
+                            tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
+                        }
                     } else if limit.on_missing == MissingKey::Skip {
                         continue;
                     }
-                    if config.mode == Mode::Shadow {
+                    if config.mode == Mode::Shadow || limit.shadow {
                         // Shadow mode reports and never refuses: the rule is left out.
-                        tracing::info!(rule = limit.rule.name(), error = %e, "shadow mode: request would be refused for its key");
+                        if let Some(suppressed) = config.log.admit(Event::ShadowMissingKey) {
+                            tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
+                        }
                         continue;
                     }
                     return ResponseFuture::rejected(reject(
@@ -150,6 +162,17 @@ where
     }
 }
 
+/// The path the route table matches: the one the client sent. A router nested with axum's
+/// `Router::nest` hands its layers the path without its prefix, and keeps the original in
+/// `OriginalUri`.
+fn matched_path<B>(request: &Request<B>) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(original) = request.extensions().get::<axum::extract::OriginalUri>() {
+        return original.path();
+    }
+    request.uri().path()
+}
+
 impl<S: Clone, St> RateLimit<S, St> {
     /// The inner service that was driven to readiness, for a future that calls it later; a
     /// clone (not ready yet) takes its place. See
@@ -183,6 +206,7 @@ async fn check<St: Store>(
                 rule: &limit.rule,
                 key,
                 cost: item.cost,
+                shadow: limit.shadow,
             });
         }
     }

@@ -204,6 +204,7 @@ impl MemoryStore {
                 .zip(&items)
                 .map(|((check, &hash), item)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
+                    let admitted = batch::admitted(item, admitted);
                     if batch::writes(check, item, admitted) {
                         shard.update(hash, check, now, |entry| {
                             batch::commit(check, entry, now, item, admitted)
@@ -214,7 +215,9 @@ impl MemoryStore {
                 }),
         );
         drop(guards);
-        Ok(batch::combine(rules))
+        Ok(batch::combine(rules, |i| {
+            batch.get(i).is_some_and(|c| c.shadow)
+        }))
     }
 }
 
@@ -324,7 +327,7 @@ impl Store for MemoryStore {
         let now = shared.clock.now_micros();
         let entry = shard.get(hash, &check);
         let item = batch::evaluate(&check, entry, now);
-        let admitted = batch::admits(std::slice::from_ref(&item));
+        let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
         std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
     }
 

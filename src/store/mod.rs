@@ -30,6 +30,11 @@ pub struct Check<'a> {
     /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
     /// nothing and is always admitted unless the key is locked.
     pub cost: u64,
+    /// A trial ("shadow") item: decided and recorded in the same batch, but it never denies
+    /// or delays the batch. It consumes when the batch is admitted and it admits on its own;
+    /// when it would deny, it consumes nothing and counts its penalty denial, and its
+    /// [`RuleOutcome`] says `Deny`, which is how a caller learns what enforcing it would do.
+    pub shadow: bool,
 }
 
 impl<'a> Check<'a> {
@@ -39,12 +44,19 @@ impl<'a> Check<'a> {
             rule,
             key,
             cost: rule.cost(),
+            shadow: false,
         }
     }
 
     /// The same check at `cost` units.
     pub fn with_cost(mut self, cost: u64) -> Self {
         self.cost = cost;
+        self
+    }
+
+    /// The same check as a trial item (see [`shadow`](Self::shadow)).
+    pub fn as_shadow(mut self) -> Self {
+        self.shadow = true;
         self
     }
 }
@@ -56,7 +68,8 @@ impl<'a> Check<'a> {
 pub trait Store: Send + Sync + 'static {
     /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
     /// the penalty bookkeeping of the denied items). Deny beats Delay beats Allow; the
-    /// longest retry-after among the denials is the batch's.
+    /// longest retry-after among the denials is the batch's. [Shadow](Check::shadow) items
+    /// take no part in the batch's decision.
     ///
     /// With a non-zero `max_wait`, a batch that would be admitted within `max_wait` is
     /// admitted now as a reservation: its units are taken at the instant it becomes

@@ -27,7 +27,10 @@
 //! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
 //! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
 //! units after the step, in batch order. A step with `max_wait_us` runs in wait mode: a
-//! batch admissible within that many µs reserves its slot and gets `delay` (stores only). Unknown fields are errors, so a misspelt expectation
+//! batch admissible within that many µs reserves its slot and gets `delay` (stores only).
+//! A rule with `"shadow": true` is checked as a trial item ([`Check::shadow`]) in every
+//! step; `expect.rules`, when present, lists each rule's own decision (`allow`, `delay`,
+//! `deny`) in batch order. Unknown fields are errors, so a misspelt expectation
 //! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
 
 #![allow(dead_code)]
@@ -115,6 +118,8 @@ pub struct RuleSpec {
     #[serde(flatten)]
     pub algorithm: AlgorithmSpec,
     pub penalty: Option<PenaltySpec>,
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +156,7 @@ pub struct Expect {
     pub retry_us: Option<u64>,
     pub delay_us: Option<u64>,
     pub remaining: Option<Vec<u64>>,
+    pub rules: Option<Vec<String>>,
 }
 
 impl RuleSpec {
@@ -287,12 +293,16 @@ fn check_step(
     i: usize,
     seen: Seen,
     remaining: Vec<u64>,
+    rules: Vec<String>,
     expect: &Expect,
 ) {
     let ctx = format!("{file}.json / {:?} / step {i}", scenario.name);
     assert_eq!(seen, Seen::expected(expect), "{ctx}: decision");
     if let Some(want) = &expect.remaining {
         assert_eq!(&remaining, want, "{ctx}: remaining units per rule");
+    }
+    if let Some(want) = &expect.rules {
+        assert_eq!(&rules, want, "{ctx}: each rule's own decision");
     }
 }
 
@@ -304,16 +314,16 @@ pub async fn run_on_store<S: Store>(
 ) {
     let clock = ManualClock::new(BASE_MICROS);
     let store = make_store(clock.clone());
-    let rules: HashMap<&str, Rule> = scenario
+    let rules: HashMap<&str, (Rule, bool)> = scenario
         .rules
         .iter()
-        .map(|r| (r.name.as_str(), r.build()))
+        .map(|r| (r.name.as_str(), (r.build(), r.shadow)))
         .collect();
     for (i, step) in scenario.steps.iter().enumerate() {
         clock.set_micros(BASE_MICROS + step.t);
         if let Some((rule, key)) = &step.reset {
             store
-                .reset(&rules[rule.as_str()], key.as_bytes())
+                .reset(&rules[rule.as_str()].0, key.as_bytes())
                 .await
                 .expect("reset");
         }
@@ -329,10 +339,15 @@ pub async fn run_on_store<S: Store>(
             .checks
             .iter()
             .map(|(rule, key, cost)| {
-                let rule = rules
+                let (rule, shadow) = rules
                     .get(rule.as_str())
                     .unwrap_or_else(|| panic!("{:?}: unknown rule {rule}", scenario.name));
-                Check::new(rule, key.as_bytes()).with_cost(*cost)
+                let check = Check::new(rule, key.as_bytes()).with_cost(*cost);
+                if *shadow {
+                    check.as_shadow()
+                } else {
+                    check
+                }
             })
             .collect();
         let outcome: Outcome = store
@@ -341,12 +356,18 @@ pub async fn run_on_store<S: Store>(
             .expect("store decides");
         if let Some(expect) = &step.expect {
             let remaining = outcome.rules.iter().map(|r| r.info.remaining).collect();
+            let each = outcome
+                .rules
+                .iter()
+                .map(|r| Seen::of(&r.decision).decision)
+                .collect();
             check_step(
                 file,
                 scenario,
                 i,
                 Seen::of(&outcome.decision),
                 remaining,
+                each,
                 expect,
             );
         }
@@ -358,6 +379,7 @@ pub async fn run_on_store<S: Store>(
 pub fn runs_on_model(scenario: &Scenario) -> bool {
     scenario.rules.len() == 1
         && scenario.rules[0].penalty.is_none()
+        && !scenario.rules[0].shadow
         && scenario.steps.iter().all(|s| s.max_wait_us == 0)
         && scenario
             .steps
@@ -410,6 +432,7 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
                 i,
                 Seen::of(&decision),
                 vec![remaining],
+                vec![Seen::of(&decision).decision],
                 expect,
             );
         }

@@ -77,6 +77,8 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   refills (drains) the refunded units within that round trip, the refund can give back
 ///   up to those units once too many: the only way a cross-slot batch can over-admit, by
 ///   at most its own cost, and only at rates of thousands per second per key.
+/// - A [shadow](Check::shadow) item never makes its part deny, and only what was consumed
+///   is refunded: a shadow item that denied gives nothing back.
 /// - Penalties count exactly as on one node: the denying part and the parts after it
 ///   record the denials of their rules; the refunded parts record none (they admitted).
 /// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
@@ -249,7 +251,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(script::combine(reply.rules, batch));
         };
         // Group by slot, in the order each slot first appears.
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -264,7 +266,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(script::combine(reply.rules, batch));
         }
         self.decide_across_slots(batch, &groups, max_wait).await
     }
@@ -278,7 +280,7 @@ impl RedisStore {
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
-        let mut admitted: Vec<(&[usize], u64)> = Vec::new();
+        let mut admitted: Vec<(Vec<usize>, u64)> = Vec::new();
         let mut denied = false;
         for (_, members) in groups {
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
@@ -293,7 +295,14 @@ impl RedisStore {
                 }
             };
             if reply.admitted {
-                admitted.push((members, reply.at));
+                // A refund takes back what was consumed: not a shadow item that denied.
+                let consumed = members
+                    .iter()
+                    .zip(&reply.rules)
+                    .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
+                    .map(|(&i, _)| i)
+                    .collect();
+                admitted.push((consumed, reply.at));
             } else if !denied {
                 denied = true;
                 self.refund(batch, &admitted, &mut outcomes).await?;
@@ -309,7 +318,7 @@ impl RedisStore {
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(script::combine(rules))
+        Ok(script::combine(rules, batch))
     }
 
     /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
@@ -317,10 +326,11 @@ impl RedisStore {
     async fn refund(
         &self,
         batch: &[Check<'_>],
-        admitted: &[(&[usize], u64)],
+        admitted: &[(Vec<usize>, u64)],
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
-        for &(members, at) in admitted {
+        for (members, at) in admitted {
+            let at = *at;
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
             let reply = self.run(self.call(0, Mode::Refund, at), &checks).await?;
             for (&i, outcome) in members.iter().zip(reply.rules) {

@@ -119,8 +119,11 @@ pub(super) fn invocation<'s>(
             ),
             None => (0, 0, 0),
         };
-        let fields = [code, check.cost, p1, p2, p3, p4, lock_for, after, within];
-        let mut packed = [0u8; 72];
+        let shadow = u64::from(check.shadow);
+        let fields = [
+            code, check.cost, p1, p2, p3, p4, lock_for, after, within, shadow,
+        ];
+        let mut packed = [0u8; 80];
         for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&exact_double(value).to_le_bytes());
         }
@@ -201,7 +204,7 @@ fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
     })
 }
 
-/// Combines per-rule outcomes the one way the crate does (see `batch::combine`).
-pub(super) fn combine(rules: Vec<RuleOutcome>) -> crate::decision::Outcome {
-    batch::combine(rules)
+/// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).
+pub(super) fn combine(rules: Vec<RuleOutcome>, batch: &[Check<'_>]) -> crate::decision::Outcome {
+    batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
 }
