@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::redis_server::RedisServer;
+use common::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tollgate::{
@@ -154,13 +154,14 @@ fn batch_steps() -> impl Strategy<Value = Vec<BatchStep>> {
     )
 }
 
-/// Runs `steps` on `limiter` and checks every rule against the units that pass at each
+/// Runs `steps` on `limiter` (rule `i` on `keys[i]`) and checks every rule against the units that pass at each
 /// instant (`now` + the batch's delay): no fixed window and no window-long interval of the
 /// sliding log holds more than 4, and each leaky bucket lets units leave no faster than it
 /// drains (in any `[a, b]`, the units beside the largest are at most `(b − a) / period`).
 async fn every_rule_counts_at_the_release<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
+    keys: [&[u8]; 4],
     steps: &[BatchStep],
 ) -> Result<(), TestCaseError> {
     let rules = batch_rules();
@@ -171,8 +172,9 @@ async fn every_rule_counts_at_the_release<S: Store>(
         let batch: Vec<Check<'_>> = rules
             .iter()
             .zip(costs)
-            .filter(|(_, cost)| *cost > 0)
-            .map(|(rule, cost)| Check::new(rule, b"k").with_cost(cost))
+            .zip(keys)
+            .filter(|((_, cost), _)| *cost > 0)
+            .map(|((rule, cost), key)| Check::new(rule, key).with_cost(cost))
             .collect();
         if batch.is_empty() {
             continue;
@@ -249,10 +251,13 @@ fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
         .run(&batch_steps(), |steps| {
             let clock = ManualClock::new(T0);
             let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, &steps))
+            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, ONE_KEY, &steps))
         })
         .unwrap();
 }
+
+/// Every rule on one key: one script call per batch on Redis.
+const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
 
 #[test]
 fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
@@ -270,7 +275,36 @@ fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
             let clock = ManualClock::new(T0);
             let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, &steps))
+            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, ONE_KEY, &steps))
+        })
+        .unwrap();
+}
+
+/// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots
+/// and each slot's part is one script call: the parts must still count at one release.
+#[test]
+fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
+    let keys: [&[u8]; 4] = [b"alpha", b"beta", b"gamma", b"delta"];
+    let slots: std::collections::HashSet<_> = keys
+        .iter()
+        .map(|k| redis::cluster_routing::Slot::for_key(&[b"{", *k, b"}"].concat()))
+        .collect();
+    assert!(slots.len() >= 3, "the keys span slots");
+    let cluster = RedisCluster::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt
+        .block_on(RedisStore::connect_cluster(cluster.urls()))
+        .expect("connect to the test cluster");
+    let case = AtomicUsize::new(0);
+    runner(24)
+        .run(&batch_steps(), |steps| {
+            let clock = ManualClock::new(T0);
+            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
+            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
+            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, keys, &steps))
         })
         .unwrap();
 }
