@@ -20,6 +20,10 @@
 -- ARGV[6…]: one per rule, nine little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 --   (0 = no penalty), within µs.
+-- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
+--   now, or later after a reservation or a leaky bucket's queue), now, then per rule its
+--   outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), delay or
+--   retry µs, remaining, reset µs.
 --
 local now
 if ARGV[1] ~= '' then

@@ -217,7 +217,10 @@ fn batch_admits_at(rules: &[Rule], history: &History, items: &[Item], t: u64) ->
         clock.set_micros(*at);
         let batch = checks(rules, admitted);
         let outcome = ready(limiter.reserve(&batch, Duration::from_micros(*max_wait)));
-        assert!(outcome.is_ok_and(|o| o.is_admitted()), "the replay diverged");
+        assert!(
+            outcome.is_ok_and(|o| o.is_admitted()),
+            "the replay diverged"
+        );
     }
     clock.set_micros(t);
     ready(limiter.check(&checks(rules, items)))
@@ -270,7 +273,13 @@ impl Reference {
         let release = items.iter().map(lets_go).fold(now, u64::max);
         let counted_at: Vec<u64> = items
             .iter()
-            .map(|item| if lets_go(item) == release { now } else { release })
+            .map(|item| {
+                if lets_go(item) == release {
+                    now
+                } else {
+                    release
+                }
+            })
             .collect();
         let evals: Vec<Eval> = items
             .iter()

@@ -218,8 +218,8 @@ async fn a_leaky_bucket_in_a_later_slot_moves_the_earlier_slots_to_the_release(
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
     let window = Rule::fixed_window("lb-fw", 1, Duration::from_secs(60)).unwrap();
-    let queue = Rule::leaky_bucket("lb-lb", 5, tollgate::Rate::new(1, Duration::from_secs(10)))
-        .unwrap();
+    let queue =
+        Rule::leaky_bucket("lb-lb", 5, tollgate::Rate::new(1, Duration::from_secs(10))).unwrap();
     let fill = limiter
         .check(&[Check::new(&queue, b).with_cost(4)])
         .await
@@ -243,8 +243,12 @@ async fn an_earlier_slots_delay_applies_to_the_later_slots(cluster: &RedisCluste
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
     let window = Rule::fixed_window("first-fw", 1, Duration::from_secs(60)).unwrap();
-    let queue = Rule::leaky_bucket("first-lb", 5, tollgate::Rate::new(1, Duration::from_secs(10)))
-        .unwrap();
+    let queue = Rule::leaky_bucket(
+        "first-lb",
+        5,
+        tollgate::Rate::new(1, Duration::from_secs(10)),
+    )
+    .unwrap();
     assert!(limiter
         .check(&[Check::new(&queue, b).with_cost(4)])
         .await

@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use tollgate::{
-    Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store,
-};
+use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
 
 const T0: u64 = 1_000_000_000;
 
@@ -251,7 +249,9 @@ fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
         .run(&batch_steps(), |steps| {
             let clock = ManualClock::new(T0);
             let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, ONE_KEY, &steps))
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, ONE_KEY, &steps,
+            ))
         })
         .unwrap();
 }
@@ -275,7 +275,9 @@ fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
             let clock = ManualClock::new(T0);
             let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, ONE_KEY, &steps))
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, ONE_KEY, &steps,
+            ))
         })
         .unwrap();
 }
@@ -287,7 +289,7 @@ fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
     let keys: [&[u8]; 4] = [b"alpha", b"beta", b"gamma", b"delta"];
     let slots: std::collections::HashSet<_> = keys
         .iter()
-        .map(|k| redis::cluster_routing::Slot::for_key(&[b"{", *k, b"}"].concat()))
+        .map(|k| redis::cluster_routing::Slot::for_key([b"{", *k, b"}"].concat()))
         .collect();
     assert!(slots.len() >= 3, "the keys span slots");
     let cluster = RedisCluster::start();
@@ -304,7 +306,9 @@ fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
             let clock = ManualClock::new(T0);
             let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_at_the_release(&limiter, &clock, keys, &steps))
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, keys, &steps,
+            ))
         })
         .unwrap();
 }

@@ -83,8 +83,15 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   and `check` returns the error; a part whose refund failed stays consumed until its
 ///   state expires (errs towards limiting).
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
-/// - In wait mode each part reserves at the instant it becomes admissible on its own; the
-///   batch's delay is the longest.
+/// - Every part counts the request at the instant the batch releases it, as on one node
+///   (a fixed window in one slot never counts it in a window it does not pass in because a
+///   leaky bucket or a wait-mode reservation in another slot holds it). Each part is
+///   decided no earlier than the longest delay the parts before it returned; a part decided
+///   before a later one delayed the batch further is refunded and decided again at the
+///   batch's delay (two more calls for each such part, only when parts delay differently).
+///   If traffic between the calls moves a part's release yet again, after two such rounds
+///   the batch is refunded and denied rather than admitted with a part counting early.
+///   Parts compare delays, not instants, so each node's clock governs its own part.
 /// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
 ///   before the refund. Keep a request's rules on one key (one hash tag) where that matters:
 ///   then the batch is one script call and fully atomic.
