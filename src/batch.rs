@@ -9,6 +9,7 @@
 //! queue: the bucket whose queue drains last counts the request on arrival and holds it
 //! until then; that instant is the batch's release, and every other rule counts the request
 //! there, as a reservation at the release would.
+//!
 //! `lua/batch.lua` is the Redis twin of this module.
 
 use std::time::Duration;
