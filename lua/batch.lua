@@ -1,6 +1,6 @@
 -- The batch driver: decides a batch of rules for one request all or nothing.
--- Mirrors src/batch.rs (evaluate every rule → admits? → reservation in wait mode →
--- commit / report) and src/store/memory.rs's use of it.
+-- Mirrors src/batch.rs (the release → evaluate every rule → admits? → reservation in
+-- wait mode → commit / report) and src/store/memory.rs's use of it.
 --
 -- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
 --   sliding log rule only, by its log `{prefix}:{<key>}:<rule>/log` (a sorted set). The
@@ -14,11 +14,17 @@
 --   3 refund (take back the admissions a mode 0 call made at ARGV[5]).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: mode 3 only, the instant the admissions to refund were recorded at.
+-- ARGV[5]: mode 3, the instant the admissions to refund were recorded at; other modes, the
+--   least delay in µs (another slot of a Redis Cluster batch holds the request that long, so
+--   no rule here may count it before now + ARGV[5]).
 -- ARGV[6…]: one per rule, ten little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 --   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
 --   batch, and consumes only when it admits on its own; batch::admitted).
+-- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
+--   now, or later after a reservation or a leaky bucket's queue), now, then per rule its
+--   outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), delay or
+--   retry µs, remaining, reset µs.
 --
 local now
 if ARGV[1] ~= '' then
@@ -30,9 +36,15 @@ end
 local max_wait = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local slack_ms = tonumber(ARGV[4])
-local refund_at = tonumber(ARGV[5])
+local refund_at, release_floor = now, now
+if mode == 3 then
+  refund_at = tonumber(ARGV[5])
+else
+  release_floor = now + tonumber(ARGV[5])
+end
 
 local SLIDING_LOG = 2
+local LEAKY_BUCKET = 5
 
 -- Load every rule's configuration and stored state: one GET per rule (plus one ZRANGE for a
 -- sliding log), nothing else before the decision.
@@ -143,18 +155,52 @@ local function algorithm_evaluate(r, at, cost)
   return e
 end
 
--- Step 1 (batch::evaluate): what each rule says at `at`, changing nothing.
-local function evaluate_at(at)
-  local items = {}
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
+-- A leaky bucket holds it until the water queued before it has drained (a request that adds
+-- no water does not queue); every other rule lets it pass on arrival.
+local function released_at(r, arrival)
+  if r.code == LEAKY_BUCKET and r.cost > 0 and not r.shadow and is_live(r, arrival) then
+    return max(arrival, r.model.expires_at(r, r.state))
+  end
+  return arrival
+end
+
+-- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`,
+-- changing nothing. The batch releases the request at the latest instant any rule (or
+-- another Cluster slot, release_floor) lets it pass, and every rule counts it there, except
+-- the leaky bucket whose own queue holds it until then: that one counts it on arrival.
+local function evaluate_at(arrival)
+  local release = max(arrival, release_floor)
+  for i = 1, #rules do
+    release = max(release, released_at(rules[i], arrival))
+  end
+  local items = { release = release }
   for i = 1, #rules do
     local r = rules[i]
+    local at = release
+    if released_at(r, arrival) == release then
+      at = arrival
+    end
     local locked = nil
     if r.after > 0 then
-      locked = locked_for(r.pen, at)
+      locked = locked_for(r.pen, arrival)
     end
-    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, shadow = r.shadow }
+    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow }
   end
   return items
+end
+
+-- batch::retry_from: µs after `from` until the item's rule admits (nil: no wait helps); the
+-- rule's own retry counts from the instant it counts the request at.
+local function retry_from(item, from)
+  local counted_in = sub0(item.at, from)
+  if item.eval.ok then
+    return counted_in
+  end
+  if item.eval.wait == nil then
+    return nil
+  end
+  return counted_in + item.eval.wait
 end
 
 local function rejects(item)
@@ -180,10 +226,11 @@ local function reservation(items)
   for i = 1, #items do
     local item = items[i]
     if not item.shadow and rejects(item) then
-      if item.locked ~= nil or item.eval.ok or item.eval.wait == nil then
+      local retry = retry_from(item, item.arrival)
+      if item.locked ~= nil or retry == nil then
         return nil
       end
-      wait = max(wait, item.eval.wait)
+      wait = max(wait, retry)
     end
   end
   if wait <= max_wait then
@@ -292,7 +339,7 @@ if mode == 0 and not admitted then
 end
 
 -- Step 3 (batch::commit / batch::report).
-local reply = { admitted and 1 or 0, items[1] and items[1].at or now, now }
+local reply = { admitted and 1 or 0, items.release, now }
 local batch_admitted = admitted
 for i = 1, #rules do
   local r, item = rules[i], items[i]
@@ -310,8 +357,8 @@ for i = 1, #rules do
     elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
       -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
       -- already locked out or costing more than the rule can ever admit does not.
-      if record_denial(r, r.pen, item.at) then
-        item.locked = locked_for(r.pen, item.at)
+      if record_denial(r, r.pen, item.arrival) then
+        item.locked = locked_for(r.pen, item.arrival)
       end
       store(r)
     end
@@ -326,10 +373,7 @@ for i = 1, #rules do
     outcome = delay > 0 and 1 or 0
     value, remaining, reset = delay, e.remaining, e.reset
   else
-    local retry = e.wait
-    if e.ok then
-      retry = 0
-    end
+    local retry = retry_from(item, now)
     if retry == nil then
       outcome, value = 4, 0
     elseif item.locked ~= nil then

@@ -2,17 +2,24 @@
 //! beats Allow, where penalties lock keys, and where a denied batch is kept from consuming.
 //!
 //! A store calls it in three steps while it holds every entry of the batch exclusively:
-//! [`evaluate`] each item (read only), [`admits`] on all of them, then [`commit`] (or
-//! [`report`], for items that change nothing) each item, as [`admitted`] says.
+//! [`evaluate`] each item (read only) at the batch's [`release`], [`admits`] on all of
+//! them, then [`commit`] (or [`report`], for items that change nothing) each item, as
+//! [`admitted`] says.
 //!
-//! A shadow item (a trial rule) is decided with the others but never vetoes: it takes the
-//! batch's part when it admits on its own, and a denied item's part (nothing consumed, the
-//! penalty counted) when it does not.
+//! A shadow item (a trial rule) is decided with the others but never vetoes or delays: it
+//! takes the batch's part when it admits on its own, and a denied item's part (nothing
+//! consumed, the penalty counted) when it does not.
+//!
+//! Every rule counts the request at the instant it passes. A leaky bucket's delay is its
+//! queue: the bucket whose queue drains last counts the request on arrival and holds it
+//! until then; that instant is the batch's release, and every other rule counts the request
+//! there, as a reservation at the release would.
+//!
 //! `lua/batch.lua` is the Redis twin of this module.
 
 use std::time::Duration;
 
-use crate::algorithm::{Eval, State, Verdict, MAX_SCALED};
+use crate::algorithm::{Algorithm, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
@@ -38,10 +45,14 @@ impl Entry {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Evaluated {
     eval: Eval,
-    /// Microseconds of penalty lock left, if the key is locked.
+    /// Microseconds of penalty lock left at arrival, if the key is locked.
     locked_for: Option<u64>,
-    /// The instant evaluated: the request's arrival, or later for a reservation.
+    /// The instant the rule counts the request at: the batch's release, or the arrival for
+    /// the leaky bucket that holds the request until the release.
     at: u64,
+    /// The instant the request arrives: now, or later for a reservation. Locks and the
+    /// denials a penalty counts are about arrivals.
+    arrival: u64,
     /// A trial item: it never denies or delays the batch.
     shadow: bool,
 }
@@ -82,19 +93,63 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 1: what `check` would get from `entry` (absent = never used) at instant `at`.
-pub(crate) fn evaluate(check: &Check<'_>, entry: Option<&Entry>, at: u64) -> Evaluated {
+/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
+/// bucket holds it until the water queued before it has drained (the end of its delay,
+/// whether or not the water it adds fits; a request that adds no water does not queue);
+/// every other rule lets it pass on arrival, and so does a shadow item, which never holds a
+/// request.
+///
+/// The batch's release is the latest of these over its items: the instant every rule
+/// counts the request at (see [`evaluate`]).
+pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
+    match (check.rule.algorithm(), entry) {
+        (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
+            algorithm.expires_at(&e.state).max(arrival)
+        }
+        _ => arrival,
+    }
+}
+
+/// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
+/// at `arrival` that the batch releases at `release` (the largest [`release`] of its items).
+///
+/// The rule counts the request at the release, unless it is a leaky bucket whose own queue
+/// holds the request until then: that one counts it on arrival, its delay being its queue.
+/// Counting earlier would let a fixed window count the request in a window it does not
+/// pass in, and admit another there.
+pub(crate) fn evaluate(
+    check: &Check<'_>,
+    entry: Option<&Entry>,
+    arrival: u64,
+    release: u64,
+) -> Evaluated {
+    let at = if self::release(check, entry, arrival) == release {
+        arrival
+    } else {
+        release
+    };
     let empty = State::default();
     let state = entry.map_or(&empty, |e| &e.state);
     let locked_for = match (check.rule.penalty(), entry) {
-        (Some(_), Some(e)) => e.penalty.locked_for(at),
+        (Some(_), Some(e)) => e.penalty.locked_for(arrival),
         _ => None,
     };
     Evaluated {
         eval: check.rule.algorithm().evaluate(state, at, check.cost),
         locked_for,
         at,
+        arrival,
         shadow: check.shadow,
+    }
+}
+
+/// Microseconds after `from` until the item's rule admits, if a wait can help: the rule's
+/// own retry counts from the instant the rule counts the request at.
+fn retry_from(item: &Evaluated, from: u64) -> Option<u64> {
+    let counted_in = item.at.saturating_sub(from);
+    match item.eval.verdict {
+        Verdict::Admit { .. } => Some(counted_in),
+        Verdict::Reject { retry_micros } => retry_micros.map(|r| counted_in + r),
     }
 }
 
@@ -115,8 +170,9 @@ pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
 /// and, if it admits, commits it there: the units are reserved now, taken from the future,
 /// and the request is delayed until then. Locked keys and costs over capacity never wait.
 ///
-/// Each item's retry is the earliest instant it admits, and with no other traffic an
-/// admissible item stays admissible, so the largest retry admits the whole batch.
+/// Each item's retry is the earliest arrival it admits at, and with no other traffic an
+/// admissible item stays admissible (a later arrival is released no earlier), so the largest
+/// retry admits the whole batch.
 ///
 /// Waits are capped at 2^50 µs (some 35 years) whatever `max_wait` says: each reservation
 /// then lies at most that far ahead, so the instants in a state stay below 2^53 instead of
@@ -129,12 +185,7 @@ pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
         if item.locked_for.is_some() {
             return None;
         }
-        match item.eval.verdict {
-            Verdict::Reject {
-                retry_micros: Some(r),
-            } => wait = wait.max(r),
-            _ => return None,
-        }
+        wait = wait.max(retry_from(item, item.arrival)?);
     }
     (wait <= max_wait).then_some(wait)
 }
@@ -168,8 +219,8 @@ pub(crate) fn commit(
         }
     } else if item.counts_for_penalty() {
         if let Some(penalty) = check.rule.penalty() {
-            if penalty.record_denial(&mut entry.penalty, item.at) {
-                item.locked_for = entry.penalty.locked_for(item.at);
+            if penalty.record_denial(&mut entry.penalty, item.arrival) {
+                item.locked_for = entry.penalty.locked_for(item.arrival);
             }
         }
     }
@@ -191,7 +242,8 @@ pub(crate) fn report(
         reset: Duration::from_micros(eval.reset_micros),
     };
     if admitted {
-        // A reservation's wait comes before the rule's own shaping delay.
+        // The release comes after a reservation's wait, and after a leaky bucket's queue:
+        // the rule counted at the release, or at the arrival with its delay ending there.
         let delay = match item.eval.verdict {
             Verdict::Admit { delay_micros } => item.at.saturating_sub(now) + delay_micros,
             Verdict::Reject { .. } => 0,
@@ -206,10 +258,7 @@ pub(crate) fn report(
             info: info(&item.eval),
         };
     }
-    let algorithm_retry = match item.eval.verdict {
-        Verdict::Admit { .. } => Some(0),
-        Verdict::Reject { retry_micros } => retry_micros,
-    };
+    let algorithm_retry = retry_from(item, now);
     let decision = match (algorithm_retry, item.locked_for) {
         (None, _) => deny(DenyReason::CostExceedsCapacity, None),
         // A lock ends before the algorithm may admit again, or after: the later of the two.

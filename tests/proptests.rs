@@ -21,7 +21,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::algorithm::{Eval, State, Verdict};
+use tollgate::algorithm::{Algorithm, Eval, State, Verdict};
 use tollgate::{
     Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Outcome, Rate,
     RateLimitInfo, Rule, RuleOutcome,
@@ -203,6 +203,31 @@ fn snapshot(limiter: &Limiter<MemoryStore>, rules: &[Rule]) -> Vec<RuleOutcome> 
     out
 }
 
+/// Admitted batches as (instant, items, max_wait µs): with rules without penalties, a denied
+/// batch changes nothing, so these alone rebuild a store's state.
+type History = Vec<(u64, Vec<Item>, u64)>;
+
+/// Whether a plain check of `items` at `t` (no earlier than the history) is admitted by a
+/// store that saw `history`: asks a replayed copy, so the store under test is untouched. The
+/// batch as a whole, not each rule on its own: a leaky bucket's queue moves the instant
+/// every other rule counts the request at.
+fn batch_admits_at(rules: &[Rule], history: &History, items: &[Item], t: u64) -> bool {
+    let (clock, limiter) = store_at(BASE);
+    for (at, admitted, max_wait) in history {
+        clock.set_micros(*at);
+        let batch = checks(rules, admitted);
+        let outcome = ready(limiter.reserve(&batch, Duration::from_micros(*max_wait)));
+        assert!(
+            outcome.is_ok_and(|o| o.is_admitted()),
+            "the replay diverged"
+        );
+    }
+    clock.set_micros(t);
+    ready(limiter.check(&checks(rules, items)))
+        .expect("MemoryStore never fails")
+        .is_admitted()
+}
+
 fn denial(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
     Decision::Deny(Denial {
         reason,
@@ -215,7 +240,9 @@ fn denial(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
 
 /// Keeps one model state per (rule, key) and answers batches as the design says a store
 /// must: all or nothing, Deny beats Delay beats Allow, the longest retry-after (`None`:
-/// never) decides; an admitted batch applies each item (a cost of 0 consumes nothing).
+/// never) decides; an admitted batch applies each item (a cost of 0 consumes nothing) at
+/// the instant the request passes: the leaky bucket whose queue drains last counts it on
+/// arrival and holds it until then, every other rule counts it then.
 /// Penalties are not modelled: the properties use rules without them.
 #[derive(Default)]
 struct Reference {
@@ -236,13 +263,32 @@ impl Reference {
     }
 
     fn check(&mut self, rules: &[Rule], items: &[Item], now: u64) -> Outcome {
+        // When each rule lets the request go: a leaky bucket once the water before it drained.
+        let lets_go = |&(r, k, c): &Item| match rules[r].algorithm() {
+            queue @ Algorithm::LeakyBucket(_) if c > 0 => {
+                queue.expires_at(&self.state(r, k)).max(now)
+            }
+            _ => now,
+        };
+        let release = items.iter().map(lets_go).fold(now, u64::max);
+        let counted_at: Vec<u64> = items
+            .iter()
+            .map(|item| {
+                if lets_go(item) == release {
+                    now
+                } else {
+                    release
+                }
+            })
+            .collect();
         let evals: Vec<Eval> = items
             .iter()
-            .map(|&(r, k, c)| rules[r].algorithm().evaluate(&self.state(r, k), now, c))
+            .zip(&counted_at)
+            .map(|(&(r, k, c), &at)| rules[r].algorithm().evaluate(&self.state(r, k), at, c))
             .collect();
         let admitted = evals.iter().all(Eval::is_admitted);
         let mut outcomes = Vec::new();
-        for (&(r, k, _), eval) in items.iter().zip(&evals) {
+        for ((&(r, k, _), eval), &at) in items.iter().zip(&evals).zip(&counted_at) {
             let algorithm = rules[r].algorithm();
             let info = |e: &Eval| RateLimitInfo {
                 limit: algorithm.quota().0,
@@ -251,8 +297,8 @@ impl Reference {
             };
             let outcome = if admitted {
                 let decision = match eval.verdict {
-                    Verdict::Admit { delay_micros } if delay_micros > 0 => {
-                        Decision::Delay(Duration::from_micros(delay_micros))
+                    Verdict::Admit { delay_micros } if at - now + delay_micros > 0 => {
+                        Decision::Delay(Duration::from_micros(at - now + delay_micros))
                     }
                     _ => Decision::Allow,
                 };
@@ -266,7 +312,9 @@ impl Reference {
                     Verdict::Reject { retry_micros: None } => {
                         denial(DenyReason::CostExceedsCapacity, None)
                     }
-                    Verdict::Reject { retry_micros } => denial(DenyReason::Limited, retry_micros),
+                    Verdict::Reject { retry_micros } => {
+                        denial(DenyReason::Limited, retry_micros.map(|r| at - now + r))
+                    }
                 };
                 // Nothing consumed: the quota as it stands.
                 let standing = algorithm.evaluate(&self.state(r, k), now, 0);
@@ -278,10 +326,10 @@ impl Reference {
             outcomes.push(outcome);
         }
         if admitted {
-            for &(r, k, c) in items {
+            for (&(r, k, c), &at) in items.iter().zip(&counted_at) {
                 if c > 0 {
                     let state = self.states.entry((r, k)).or_default();
-                    rules[r].algorithm().apply(state, now, c);
+                    rules[r].algorithm().apply(state, at, c);
                 }
             }
         }
@@ -387,6 +435,7 @@ proptest! {
         let rules: Vec<Rule> = specs.iter().enumerate().map(|(i, s)| s.rule(&format!("r{i}"))).collect();
         let (clock, limiter) = store_at(BASE);
         let (shadow_clock, shadow) = store_at(BASE);
+        let mut history = History::new();
         let mut now = BASE;
         for (dt, items) in &steps {
             now += dt;
@@ -401,6 +450,7 @@ proptest! {
             if outcome.is_admitted() {
                 let replayed = ready(shadow.check(&batch)).unwrap();
                 prop_assert_eq!(&replayed, &outcome);
+                history.push((now, items, 0));
                 continue;
             }
             prop_assert_eq!(&snapshot(&limiter, &rules), &before, "a denied batch {:?} changed state", items);
@@ -410,13 +460,9 @@ proptest! {
             };
             let retry = u64::try_from(retry.as_micros()).unwrap();
             prop_assert!(retry > 0);
-            let admits_at = |t: u64| {
-                clock.set_micros(t);
-                batch.iter().all(|c| peek(&limiter, c.rule, c.key, c.cost).decision.is_admitted())
-            };
+            let admits_at = |t: u64| batch_admits_at(&rules, &history, &items, t);
             prop_assert!(!admits_at(now + retry - 1), "batch {:?} admitted before its retry-after", items);
             prop_assert!(admits_at(now + retry), "batch {:?} denied at its retry-after", items);
-            clock.set_micros(now);
         }
     }
 
@@ -637,9 +683,9 @@ type Dues = Vec<Vec<(u64, u64)>>;
 
 /// Runs `steps` through `reserve` on one store with the batch of `specs` (one key, one rule
 /// each), checking each decision as it comes:
-/// - a delay never exceeds `max_wait` (plus, for a leaky bucket, its own shaping delay, at
-///   most the time a full queue takes to drain), and every rule but a leaky bucket is due
-///   at the same instant, the batch's reservation;
+/// - a delay never exceeds `max_wait` (plus, with a leaky bucket in the batch, its shaping
+///   delay, at most the time its full queue takes to drain), and every rule is due at the
+///   same instant, the one the request passes at;
 /// - a denied batch changes no state (every rule peeks as before), was denied only because
 ///   it could not be admitted within `max_wait`, and its retry-after is exact (a microsecond
 ///   earlier some rule denies, at it every rule admits).
@@ -653,15 +699,20 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
         .collect();
     let (clock, limiter) = store_at(BASE);
     let mut dues: Dues = vec![Vec::new(); rules.len()];
+    let mut history = History::new();
     let mut now = BASE;
+    // The longest a full queue of the batch's leaky buckets takes to drain.
+    let shaping = specs
+        .iter()
+        .filter(|s| s.kind == Kind::LeakyBucket)
+        .map(|s| (s.quota * s.period).div_ceil(s.amount))
+        .max()
+        .unwrap_or(0);
     for (step, &(dt, costs, max_wait)) in steps.iter().enumerate() {
         now += dt;
         clock.set_micros(now);
-        let batch: Vec<Check<'_>> = rules
-            .iter()
-            .zip(costs)
-            .map(|(rule, cost)| Check::new(rule, KEYS[0]).with_cost(cost))
-            .collect();
+        let items: Vec<Item> = (0..rules.len()).map(|i| (i, 0, costs[i])).collect();
+        let batch = checks(&rules, &items);
         let before = snapshot(&limiter, &rules);
         let outcome = ready(limiter.reserve(&batch, Duration::from_micros(max_wait))).unwrap();
         let at = format!(
@@ -683,61 +734,42 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
                     at,
                     retry
                 );
-                // Exact, with reservations in the states too: a microsecond early some rule
-                // still denies, on time every rule admits.
+                // Exact, with reservations in the states too: a microsecond early the batch
+                // is still denied, on time it is admitted.
                 let retry = micros(retry);
-                let admits_at = |t: u64| {
-                    clock.set_micros(t);
-                    batch
-                        .iter()
-                        .all(|c| peek(&limiter, c.rule, c.key, c.cost).decision.is_admitted())
-                };
+                let admits_at = |t: u64| batch_admits_at(&rules, &history, &items, t);
                 prop_assert!(
                     !admits_at(now + retry - 1),
                     "{}: admitted before its retry-after",
                     at
                 );
                 prop_assert!(admits_at(now + retry), "{}: denied at its retry-after", at);
-                clock.set_micros(now);
             }
             continue;
         };
-        let mut reservation = None;
-        for (i, (spec, rule_outcome)) in specs.iter().zip(&outcome.rules).enumerate() {
+        history.push((now, items, max_wait));
+        prop_assert!(
+            delay <= max_wait + shaping,
+            "{}: delayed {} µs, more than max_wait and a full queue's drain ({})",
+            at,
+            delay,
+            shaping
+        );
+        for (i, rule_outcome) in outcome.rules.iter().enumerate() {
             let Some(rule_delay) = delay_of(rule_outcome.decision) else {
                 return Err(TestCaseError::fail(format!(
                     "{at}: rule {i} denies in an admitted batch"
                 )));
             };
-            prop_assert!(
-                rule_delay <= delay,
-                "{}: rule {} delays longer than the batch",
+            // Every rule counts the request when it passes, so each says the batch's delay.
+            prop_assert_eq!(
+                rule_delay,
+                delay,
+                "{}: rule {} ({:?}) counts the request at another instant",
                 at,
-                i
+                i,
+                specs[i].kind
             );
-            if spec.kind == Kind::LeakyBucket {
-                let drain = (spec.quota * spec.period).div_ceil(spec.amount);
-                prop_assert!(
-                    rule_delay <= max_wait + drain,
-                    "{}: leaky bucket delays {} µs, more than max_wait and a full queue's drain ({})",
-                    at, rule_delay, drain
-                );
-            } else {
-                prop_assert!(
-                    rule_delay <= max_wait,
-                    "{}: rule {} ({:?}) delays {} µs",
-                    at,
-                    i,
-                    spec.kind,
-                    rule_delay
-                );
-                prop_assert_eq!(
-                    *reservation.get_or_insert(rule_delay),
-                    rule_delay,
-                    "{}: rules of one batch reserved different instants",
-                    at
-                );
-            }
             if costs[i] > 0 {
                 dues[i].push((now + rule_delay, costs[i]));
             }

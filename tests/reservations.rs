@@ -1,14 +1,20 @@
-//! Wait mode never over-admits: a reservation takes units at a later instant without
-//! forgetting what still counts before it (regression: fixed window and sliding log used to
-//! drop the current window's admissions when a reservation reached past it).
+//! Each admission counts at the instant it passes. Wait mode never over-admits: a
+//! reservation takes units at a later instant without forgetting what still counts before
+//! it (regression: fixed window and sliding log used to drop the current window's
+//! admissions when a reservation reached past it). A batch with a leaky bucket passes when
+//! the bucket's queue lets it go, and every rule counts it then, in enforce and wait modes
+//! (regression: the other rules counted it on arrival, in a window it did not pass in).
 
 mod common;
 
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
 
 const T0: u64 = 1_000_000_000;
 
@@ -115,6 +121,196 @@ proptest! {
             }
         }
     }
+}
+
+/// The rules random batches draw from: two leaky buckets (1 unit per 10 µs and per 4 µs), a
+/// fixed window and a sliding log (4 per 20 µs each).
+fn batch_rules() -> [Rule; 4] {
+    let us = Duration::from_micros;
+    [
+        Rule::leaky_bucket("slow-queue", 3, Rate::new(1, us(10))).unwrap(),
+        Rule::leaky_bucket("fast-queue", 4, Rate::new(1, us(4))).unwrap(),
+        Rule::fixed_window("window", 4, us(20)).unwrap(),
+        Rule::sliding_log("log", 4, us(20)).unwrap(),
+    ]
+}
+
+/// One request: µs the clock moves first, each rule's cost (0: not in the batch), and
+/// `max_wait` µs (0: enforce mode).
+type BatchStep = (u64, [u64; 4], u64);
+
+fn batch_steps() -> impl Strategy<Value = Vec<BatchStep>> {
+    let cost = prop_oneof![2 => Just(0u64), 3 => Just(1u64), 1 => Just(2u64)];
+    let max_wait = prop_oneof![3 => Just(0u64), 2 => 1u64..80];
+    proptest::collection::vec(
+        (
+            prop_oneof![3 => Just(0u64), 3 => 1u64..10, 1 => 10u64..60],
+            [cost.clone(), cost.clone(), cost.clone(), cost],
+            max_wait,
+        ),
+        1..60,
+    )
+}
+
+/// Runs `steps` on `limiter` (rule `i` on `keys[i]`) and checks every rule against the units that pass at each
+/// instant (`now` + the batch's delay): no fixed window and no window-long interval of the
+/// sliding log holds more than 4, and each leaky bucket lets units leave no faster than it
+/// drains (in any `[a, b]`, the units beside the largest are at most `(b − a) / period`).
+async fn every_rule_counts_at_the_release<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+    keys: [&[u8]; 4],
+    steps: &[BatchStep],
+) -> Result<(), TestCaseError> {
+    let rules = batch_rules();
+    let mut passed: [Vec<(u64, u64)>; 4] = Default::default();
+    for &(advance, costs, wait) in steps {
+        clock.advance_micros(advance);
+        let now = clock.now_micros_for_test();
+        let batch: Vec<Check<'_>> = rules
+            .iter()
+            .zip(costs)
+            .zip(keys)
+            .filter(|((_, cost), _)| *cost > 0)
+            .map(|((rule, cost), key)| Check::new(rule, key).with_cost(cost))
+            .collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let outcome = limiter
+            .reserve(&batch, Duration::from_micros(wait))
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let passes_at = match outcome.decision {
+            Decision::Allow => now,
+            Decision::Delay(d) => now + d.as_micros() as u64,
+            Decision::Deny(_) => continue,
+        };
+        for (i, &cost) in costs.iter().enumerate() {
+            if cost > 0 {
+                passed[i].push((passes_at, cost));
+            }
+        }
+    }
+    for log in &mut passed {
+        log.sort_unstable();
+    }
+    let units = |log: &[(u64, u64)], from: u64, to: u64| -> u64 {
+        log.iter()
+            .filter(|(t, _)| (from..to).contains(t))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    for (queue, period) in [(0, 10), (1, 4)] {
+        let log = &passed[queue];
+        for (i, &(a, _)) in log.iter().enumerate() {
+            let (mut n, mut largest) = (0, 0);
+            for &(b, c) in &log[i..] {
+                n += c;
+                largest = largest.max(c);
+                prop_assert!(
+                    n - largest <= (b - a) / period,
+                    "{}: {} units leave in [{}, {}]",
+                    rules[queue].name(),
+                    n,
+                    a - T0,
+                    b - T0
+                );
+            }
+        }
+    }
+    for &(t, _) in &passed[2] {
+        let start = t - t % 20;
+        let n = units(&passed[2], start, start + 20);
+        prop_assert!(n <= 4, "fixed window [{}, +20) passed {}", start - T0, n);
+    }
+    for &(a, _) in &passed[3] {
+        let n = units(&passed[3], a, a + 20);
+        prop_assert!(n <= 4, "sliding log passed {} in [{}, +20)", n, a - T0);
+    }
+    Ok(())
+}
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+#[test]
+fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runner(256)
+        .run(&batch_steps(), |steps| {
+            let clock = ManualClock::new(T0);
+            let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, ONE_KEY, &steps,
+            ))
+        })
+        .unwrap();
+}
+
+/// Every rule on one key: one script call per batch on Redis.
+const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
+
+#[test]
+fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt
+        .block_on(RedisStore::connect(&server.url()))
+        .expect("connect");
+    let case = AtomicUsize::new(0);
+    runner(48)
+        .run(&batch_steps(), |steps| {
+            let clock = ManualClock::new(T0);
+            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
+            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, ONE_KEY, &steps,
+            ))
+        })
+        .unwrap();
+}
+
+/// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots
+/// and each slot's part is one script call: the parts must still count at one release.
+#[test]
+fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
+    let keys: [&[u8]; 4] = [b"alpha", b"beta", b"gamma", b"delta"];
+    let slots: std::collections::HashSet<_> = keys
+        .iter()
+        .map(|k| redis::cluster_routing::Slot::for_key([b"{", *k, b"}"].concat()))
+        .collect();
+    assert!(slots.len() >= 3, "the keys span slots");
+    let cluster = RedisCluster::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt
+        .block_on(RedisStore::connect_cluster(cluster.urls()))
+        .expect("connect to the test cluster");
+    let case = AtomicUsize::new(0);
+    runner(24)
+        .run(&batch_steps(), |steps| {
+            let clock = ManualClock::new(T0);
+            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
+            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
+            rt.block_on(every_rule_counts_at_the_release(
+                &limiter, &clock, keys, &steps,
+            ))
+        })
+        .unwrap();
 }
 
 trait NowForTest {

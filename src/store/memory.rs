@@ -178,13 +178,23 @@ impl MemoryStore {
             .collect();
         let now = shared.clock.now_micros();
 
-        let mut evaluate_at = |at: u64| -> SmallVec<[batch::Evaluated; 4]> {
+        // A request arriving at `arrival` passes once every rule lets it: each rule counts
+        // it then (see `batch::evaluate`).
+        let mut evaluate_at = |arrival: u64| -> SmallVec<[batch::Evaluated; 4]> {
+            let release = batch
+                .iter()
+                .zip(&hashes)
+                .map(|(check, &hash)| {
+                    let shard = guard_for(&mut guards, shared.shard_of(hash));
+                    batch::release(check, shard.get(hash, check), arrival)
+                })
+                .fold(arrival, u64::max);
             batch
                 .iter()
                 .zip(&hashes)
                 .map(|(check, &hash)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
-                    batch::evaluate(check, shard.get(hash, check), at)
+                    batch::evaluate(check, shard.get(hash, check), arrival, release)
                 })
                 .collect()
         };
@@ -326,7 +336,7 @@ impl Store for MemoryStore {
         let shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.clock.now_micros();
         let entry = shard.get(hash, &check);
-        let item = batch::evaluate(&check, entry, now);
+        let item = batch::evaluate(&check, entry, now, batch::release(&check, entry, now));
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
         std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
     }

@@ -76,6 +76,13 @@ pub trait Store: Send + Sync + 'static {
     /// admissible (atomically, so no other request can take them), and the decision is
     /// `Delay` until then. Locked keys and requests costing more than a rule's capacity are
     /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
+    ///
+    /// Every rule counts the request at the instant it passes. A leaky bucket's delay is its
+    /// queue: the bucket whose queue drains last counts the request on arrival and holds it
+    /// until then, and every other rule counts it at that release, as it would a
+    /// reservation (so a fixed window never counts a request in a window it does not pass
+    /// in). A rule that would admit the request now but not at its release denies the
+    /// batch, with the retry-after at which the whole batch passes.
     fn check(
         &self,
         batch: &[Check<'_>],

@@ -11,10 +11,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Client, RedisError, Value};
+use smallvec::SmallVec;
 
 use crate::batch;
 use crate::clock::{duration_to_micros, Clock};
-use crate::decision::{Outcome, RuleOutcome};
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Check, Store};
 use crate::Rule;
@@ -85,8 +86,15 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   and `check` returns the error; a part whose refund failed stays consumed until its
 ///   state expires (errs towards limiting).
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
-/// - In wait mode each part reserves at the instant it becomes admissible on its own; the
-///   batch's delay is the longest.
+/// - Every part counts the request at the instant the batch releases it, as on one node
+///   (a fixed window in one slot never counts it in a window it does not pass in because a
+///   leaky bucket or a wait-mode reservation in another slot holds it). Each part is
+///   decided no earlier than the longest delay the parts before it returned; a part decided
+///   before a later one delayed the batch further is refunded and decided again at the
+///   batch's delay (two more calls for each such part, only when parts delay differently).
+///   If traffic between the calls moves a part's release yet again, after two such rounds
+///   the batch is refunded and denied rather than admitted with a part counting early.
+///   Parts compare delays, not instants, so each node's clock governs its own part.
 /// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
 ///   before the refund. Keep a request's rules on one key (one hash tag) where that matters:
 ///   then the batch is one script call and fully atomic.
@@ -230,6 +238,7 @@ impl RedisStore {
                 0
             },
             refund_at,
+            min_delay: 0,
         }
     }
 
@@ -272,7 +281,8 @@ impl RedisStore {
     }
 
     /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
-    /// later one denies (see the type's docs for the guarantee).
+    /// later one denies, and deciding again the slots that would count the request before
+    /// the batch releases it (see the type's docs for the guarantee).
     async fn decide_across_slots(
         &self,
         batch: &[Check<'_>],
@@ -280,13 +290,14 @@ impl RedisStore {
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
-        let mut admitted: Vec<(Vec<usize>, u64)> = Vec::new();
+        let mut admitted: Vec<Part<'_>> = Vec::new();
+        // The batch's delay so far: the request passes that long after it arrives (a
+        // reservation, a leaky bucket's queue), so no later part may count it earlier.
+        let mut delay = 0;
         let mut denied = false;
         for (_, members) in groups {
-            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
             let mode = if denied { Mode::Deny } else { Mode::Decide };
-            let reply = self.run(self.call(max_wait, mode, 0), &checks).await;
-            let reply = match reply {
+            let reply = match self.run_part(batch, members, max_wait, mode, delay).await {
                 Ok(reply) => reply,
                 Err(e) => {
                     // Leave nothing behind that a failed check consumed, as far as we can.
@@ -295,14 +306,9 @@ impl RedisStore {
                 }
             };
             if reply.admitted {
-                // A refund takes back what was consumed: not a shadow item that denied.
-                let consumed = members
-                    .iter()
-                    .zip(&reply.rules)
-                    .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
-                    .map(|(&i, _)| i)
-                    .collect();
-                admitted.push((consumed, reply.at));
+                let part = Part::new(members, &reply, batch);
+                delay = delay.max(part.delay);
+                admitted.push(part);
             } else if !denied {
                 denied = true;
                 self.refund(batch, &admitted, &mut outcomes).await?;
@@ -314,6 +320,55 @@ impl RedisStore {
                 }
             }
         }
+        // A part admitted before a later one delayed the batch counted the request too
+        // early (a fixed window would count it in a window it does not pass in): take it
+        // back and decide it again at the batch's delay. Without other traffic that part
+        // admits there (an admissible rule stays admissible) and the batch is settled;
+        // traffic in between can make it deny or delay further, so this is bounded.
+        let mut rounds = 0;
+        while !denied && admitted.iter().any(|p| p.delay < delay) {
+            if rounds == MAX_REALIGN_ROUNDS {
+                // Still no agreement: deny rather than let a part count the request early.
+                self.refund(batch, &admitted, &mut outcomes).await?;
+                return Ok(unsettled(outcomes, delay));
+            }
+            rounds += 1;
+            let mut p = 0;
+            while p < admitted.len() {
+                if admitted[p].delay >= delay {
+                    p += 1;
+                    continue;
+                }
+                let early = admitted.remove(p);
+                let redecided = match self.refund(batch, std::slice::from_ref(&early), &mut outcomes).await {
+                    Ok(()) => {
+                        self.run_part(batch, early.members, max_wait, Mode::Decide, delay)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let reply = match redecided {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        self.refund(batch, &admitted, &mut outcomes).await?;
+                        return Err(e);
+                    }
+                };
+                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
+                    outcomes[i] = Some(*outcome);
+                }
+                if !reply.admitted {
+                    denied = true;
+                    self.refund(batch, &admitted, &mut outcomes).await?;
+                    admitted.clear();
+                    break;
+                }
+                let part = Part::new(early.members, &reply, batch);
+                delay = delay.max(part.delay);
+                admitted.insert(p, part);
+                p += 1;
+            }
+        }
         let rules = outcomes
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
@@ -321,19 +376,37 @@ impl RedisStore {
         Ok(script::combine(rules, batch))
     }
 
+    /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
+    async fn run_part(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        max_wait: u64,
+        mode: Mode,
+        min_delay: u64,
+    ) -> Result<Reply, StoreError> {
+        let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+        let call = Call {
+            min_delay,
+            ..self.call(max_wait, mode, 0)
+        };
+        self.run(call, &checks).await
+    }
+
     /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
     /// their quota after the refund.
     async fn refund(
         &self,
         batch: &[Check<'_>],
-        admitted: &[(Vec<usize>, u64)],
+        admitted: &[Part<'_>],
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
-        for (members, at) in admitted {
-            let at = *at;
-            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
-            let reply = self.run(self.call(0, Mode::Refund, at), &checks).await?;
-            for (&i, outcome) in members.iter().zip(reply.rules) {
+        for part in admitted {
+            let checks: Vec<&Check<'_>> = part.consumed.iter().map(|&i| &batch[i]).collect();
+            let reply = self
+                .run(self.call(0, Mode::Refund, part.at), &checks)
+                .await?;
+            for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);
             }
         }
@@ -362,6 +435,54 @@ impl RedisStore {
             .map_err(|_| StoreError::Timeout)?
             .map_err(unavailable)?;
         Ok(())
+    }
+}
+
+/// How often a cross-slot batch decides its early parts again before it gives up (denies):
+/// each round only follows traffic that moved a part's release in between.
+const MAX_REALIGN_ROUNDS: u32 = 2;
+
+/// One slot's part of a cross-slot batch, admitted.
+#[derive(Debug, Clone)]
+struct Part<'m> {
+    /// The batch indices of its checks.
+    members: &'m [usize],
+    /// The members that consumed: all but a shadow item that denied (a refund takes back
+    /// only what was taken).
+    consumed: SmallVec<[usize; 4]>,
+    /// The instant (in its node's clock) its rules count the request at.
+    at: u64,
+    /// µs after its node's now that it releases the request.
+    delay: u64,
+}
+
+impl<'m> Part<'m> {
+    fn new(members: &'m [usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
+        let consumed = members
+            .iter()
+            .zip(&reply.rules)
+            .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
+            .map(|(&i, _)| i)
+            .collect();
+        Self {
+            members,
+            consumed,
+            at: reply.at,
+            delay: reply.at.saturating_sub(reply.now),
+        }
+    }
+}
+
+/// The outcome of a cross-slot batch whose parts kept moving each other's release (traffic
+/// between the calls): denied, every part refunded, retry once the longest release seen.
+fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
+    let rules = outcomes.into_iter().flatten().collect();
+    Outcome {
+        decision: Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(Duration::from_micros(delay)),
+        }),
+        rules,
     }
 }
 

@@ -87,6 +87,9 @@ pub(super) struct Call {
     pub(super) slack_ms: u64,
     /// `Mode::Refund` only: the instant the admissions were recorded at.
     pub(super) refund_at: u64,
+    /// Other modes: µs the request is held at least (another Cluster slot of its batch
+    /// releases it then), so no rule counts it earlier.
+    pub(super) min_delay: u64,
 }
 
 /// Builds the invocation for `checks` (keys first, built by `key_of`).
@@ -103,7 +106,10 @@ pub(super) fn invocation<'s>(
     inv.arg(call.max_wait)
         .arg(call.mode as u8)
         .arg(call.slack_ms)
-        .arg(call.refund_at);
+        .arg(match call.mode {
+            Mode::Refund => call.refund_at,
+            _ => call.min_delay,
+        });
     for check in checks {
         let algorithm = check.rule.algorithm();
         inv.key(key_of(check, false));
@@ -145,8 +151,11 @@ fn exact_double(value: u64) -> f64 {
 #[derive(Debug, Clone)]
 pub(super) struct Reply {
     pub(super) admitted: bool,
-    /// The instant the batch was decided at (later than `now` for a reservation).
+    /// The instant the batch's rules count the request at: its release, later than `now`
+    /// after a reservation or a leaky bucket's queue.
     pub(super) at: u64,
+    /// The instant the script decided at.
+    pub(super) now: u64,
     /// One per check, in order.
     pub(super) rules: Vec<RuleOutcome>,
 }
@@ -166,6 +175,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
     let admitted = values[0] == 1;
     let at = uint(values[1])?;
+    let now = uint(values[2])?;
     let rules = checks
         .iter()
         .zip(values[3..].chunks_exact(4))
@@ -193,6 +203,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     Ok(Reply {
         admitted,
         at,
+        now,
         rules,
     })
 }
