@@ -14,11 +14,12 @@ use tollgate::key::{self, Duplicates, ForwardedHeader, KeyExtractor};
 use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
 use tollgate::{Limiter, MemoryStore, Rule};
 
-/// One request per minute per key.
+/// One request per minute per key (a window from the key's first request, so no minute
+/// boundary falls between a test's requests).
 fn one_per_minute(name: &str, key: impl key::KeyExtractor) -> Router {
     let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::fixed_window(name, 1, Duration::from_secs(60)).unwrap(),
+            Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)).unwrap(),
             key,
         ))
         .unwrap();
@@ -422,7 +423,7 @@ async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
 #[tokio::test]
 async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let limiter = Limiter::new(MemoryStore::new());
-    let rule = |name| Rule::fixed_window(name, 1, Duration::from_secs(60)).unwrap();
+    let rule = |name| Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)).unwrap();
     let header = || key::header("user-id").unwrap();
     let first = RateLimitLayer::new(limiter.clone())
         .limit(Limit::new(
@@ -505,12 +506,12 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
 async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
     let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::fixed_window("ip", 1, Duration::from_secs(60)).unwrap(),
+            Rule::fixed_window_from_first_hit("ip", 1, Duration::from_secs(60)).unwrap(),
             key::client_ip(["127.0.0.1"]).unwrap(),
         ))
         .unwrap()
         .limit(Limit::new(
-            Rule::fixed_window("ip-48", 2, Duration::from_secs(60)).unwrap(),
+            Rule::fixed_window_from_first_hit("ip-48", 2, Duration::from_secs(60)).unwrap(),
             key::client_ip(["127.0.0.1"])
                 .unwrap()
                 .ipv6_prefix(48)
@@ -558,4 +559,51 @@ async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
     // IPv4 clients are counted per address by both rules.
     assert_eq!(status(send(&proxy, xff("192.0.2.1")).await), StatusCode::OK);
     assert_eq!(status(send(&proxy, xff("192.0.2.2")).await), StatusCode::OK);
+}
+
+/// A cost the client writes (here `?units=N`) can be 0; `min_cost` makes every request count.
+#[tokio::test]
+async fn min_cost_makes_a_request_that_costs_nothing_count() {
+    let units = |req: &key::RequestHead<'_>| {
+        req.uri()
+            .query()
+            .and_then(|q| q.strip_prefix("units="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let rule =
+        |name| Rule::fixed_window_from_first_hit(name, 3, Duration::from_secs(3600)).unwrap();
+    let limiter = Limiter::new(MemoryStore::new());
+    let clamped = RateLimitLayer::new(limiter.clone())
+        .limit(
+            Limit::new(rule("clamped"), key::global())
+                .cost(units)
+                .min_cost(1),
+        )
+        .unwrap();
+    // The rule's default cost is clamped too.
+    let free_by_default = RateLimitLayer::new(limiter)
+        .limit(Limit::new(rule("free").with_cost(0), key::global()).min_cost(2))
+        .unwrap();
+    let app = Router::new()
+        .route("/clamped", get(|| async { "ok" }).route_layer(clamped))
+        .route("/free", get(|| async { "ok" }).route_layer(free_by_default));
+    let addr = serve_axum(app).await;
+    let client = client_from("127.0.0.1");
+    let get_status = |path: &'static str| {
+        let client = client.clone();
+        async move { send(&client, request(addr, "GET", path, &[])).await.status }
+    };
+
+    for _ in 0..3 {
+        assert_eq!(get_status("/clamped?units=0").await, StatusCode::OK);
+    }
+    assert_eq!(
+        get_status("/clamped?units=0").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(get_status("/clamped").await, StatusCode::TOO_MANY_REQUESTS);
+
+    assert_eq!(get_status("/free").await, StatusCode::OK);
+    assert_eq!(get_status("/free").await, StatusCode::TOO_MANY_REQUESTS);
 }
