@@ -90,8 +90,9 @@ pub fn peer_ip() -> PeerIp {
 
 impl PeerIp {
     /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
-    /// anything else is a configuration error). See [`client_ip`] for a strict and a coarse
-    /// limit in one layer.
+    /// anything else is a configuration error). The
+    /// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit
+    /// in one layer.
     pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
         self.v6_prefix = ipv6_prefix(bits)?;
         Ok(self)
@@ -153,8 +154,12 @@ pub struct ClientIp {
 /// Read exactly one header, the one your proxy sets: a proxy that sets `X-Forwarded-For`
 /// but passes a client's `Forwarded` through would let the client choose its key.
 ///
-/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]). The peer address comes
-/// from the same place as [`peer_ip`]'s.
+/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]; the
+/// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit in
+/// one layer). A trusted proxy may be written IPv4-mapped (`::ffff:10.0.0.5`, or
+/// `::ffff:10.0.0.0/104`): it is the IPv4 proxy, whether its connection arrives as IPv4 or,
+/// on a dual-stack listener, mapped. The peer address comes from the same place as
+/// [`peer_ip`]'s.
 ///
 /// ```
 /// use tollgate::key::{self, ForwardedHeader};

@@ -5,20 +5,15 @@
 //!
 //! | extractor | key |
 //! |---|---|
-//! | [`peer_ip`] | the TCP peer's address (axum `ConnectInfo`, a hyper `SocketAddr` extension, tonic `TcpConnectInfo`) |
+//! | [`peer_ip`] | the TCP peer's address (axum `ConnectInfo`, a hyper `SocketAddr` extension, tonic `TcpConnectInfo`, also inside `TlsConnectInfo`) |
 //! | [`client_ip`] | the client's address behind trusted proxies (`X-Forwarded-For`, `Forwarded` or `X-Real-IP`) |
-//! | [`header`] | a header's value, e.g. `User-Id` |
+//! | [`header`] | a header's value, e.g. `User-Id` (sent twice: no key, see [`Duplicates`]) |
 //! | [`route`] | the matched route (`POST /sms/send`, `/pkg.Service/Method`) |
 //! | [`method`] | the HTTP method |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined |
-//! | [`KeyExtractor::or`] | the first extractor that finds a key |
-//!
-//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
-//! /64, so limiting single addresses would let it rotate through 2^64 of them. Keys longer
-//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
-//! so a client sending a 64 KB header value costs the store 33 bytes.
+//! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was |
 //!
 //! ```
 //! use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
@@ -28,8 +23,48 @@
 //! let request = http::Request::get("/").header("user-id", "42").body(())?;
 //! let mut buf = KeyBuf::new();
 //! per_user.extract(&RequestHead::from_request(&request), &mut buf)?;
-//! assert_eq!(buf.as_bytes(), b"42");
+//! // Tagged as found by the first branch of `or`.
+//! assert_eq!(buf.as_bytes(), b"\x0142");
 //! # Ok(()) }
+//! ```
+//!
+//! Keys are what the client cannot choose, or they limit nothing. A header key is only as good
+//! as the gateway in front: it must authenticate the client and *replace* the header, and
+//! a request that carries it twice (the client's copy and the gateway's) is refused unless
+//! [`Header::duplicates`] says which copy counts. Forwarding headers are read only from
+//! trusted proxies, from the right. The two branches of [`KeyExtractor::or`] never share a
+//! key: the user `203.0.113.7` is not the anonymous client at that address.
+//!
+//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
+//! /64, so limiting single addresses would let it rotate through 2^64 of them. IPv4-mapped
+//! addresses (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) are
+//! their IPv4 address, as peers, as trusted proxies and as keys. Keys longer
+//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
+//! so a client sending a 64 KB header value costs the store 33 bytes.
+//!
+//! ## Holders of whole IPv6 networks
+//!
+//! Providers hand out a /56 or a /48, so one holder can rotate through 256 or 65,536 /64s.
+//! Add a second, coarser limit on the wider prefix to the same layer: both are decided as one
+//! batch, so a request refused by either consumes neither. IPv4 clients are counted per
+//! address by both rules; give the coarse one the larger quota.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::layer::{Limit, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//!
+//! # fn main() -> Result<(), tollgate::ConfigError> {
+//! let minute = Duration::from_secs(60);
+//! let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+//!     // 60 a minute for each /64 (and each IPv4 address)…
+//!     .limit(Limit::new(Rule::fixed_window("ip", 60, minute)?, key::peer_ip()))?
+//!     // …and 600 a minute for a whole /48, however many /64s it rotates through.
+//!     .limit(Limit::new(
+//!         Rule::fixed_window("ip-48", 600, minute)?,
+//!         key::peer_ip().ipv6_prefix(48)?,
+//!     ))?;
+//! # let _ = layer; Ok(()) }
 //! ```
 
 mod ip;
@@ -166,8 +201,8 @@ pub enum KeyErrorKind {
     /// The request lacks what the key is read from (a header, for instance). The rule's
     /// [`MissingKey`](crate::layer::MissingKey) policy decides: reject with 400 or skip it.
     Missing,
-    /// The request has it, but it cannot be read (an unparsable address, say). Treated like
-    /// [`Missing`](Self::Missing).
+    /// The request has it, but it cannot be read (an unparsable address, say) or does not
+    /// name one client (a key header sent twice). Treated like [`Missing`](Self::Missing).
     Invalid,
     /// The server is set up so that the key can never be found (no connection info for a
     /// peer-IP key). Answered with 500 and a message naming the fix, whatever the policy.
@@ -328,7 +363,8 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
 /// The key is tagged with the branch that found it: [`OR_FIRST`] and the first extractor's key,
 /// or [`OR_SECOND`] and the second's. One byte, so the key stays inline and a fallback
 /// allocates nothing; a fixed-length tag, so no key of one branch can spell a key of the other,
-/// whatever bytes the extractors write.
+/// whatever bytes the extractors write. (Pass the tagged bytes to
+/// [`Limiter::reset`](crate::Limiter::reset) to unblock a key by hand.)
 ///
 /// ```
 /// use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
