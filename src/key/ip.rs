@@ -40,9 +40,10 @@ pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
     None
 }
 
-/// What a tonic server that terminates TLS itself (`serve_with_incoming` over rustls streams)
-/// puts in the extensions: `TlsConnectInfo<TcpConnectInfo>`. Named through the stream's
-/// `Connected` impl because tonic exports the type only with a TLS crypto provider enabled.
+/// What a tonic server over TLS (its own `tls_config`, or `serve_with_incoming` over rustls
+/// streams) puts in the extensions: `TlsConnectInfo<TcpConnectInfo>`. Named through the
+/// stream's `Connected` impl because tonic exports the type only with a TLS crypto provider
+/// enabled, which tollgate should not choose for its users.
 #[cfg(feature = "tonic")]
 type TonicTlsConnectInfo = <tokio_rustls::server::TlsStream<tokio::net::TcpStream> as
     tonic::transport::server::Connected>::ConnectInfo;
@@ -77,11 +78,10 @@ pub struct PeerIp {
 /// Reads a [`SocketAddr`] extension (insert it in a hyper server), axum's
 /// `ConnectInfo<SocketAddr>` (feature `axum`; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`, bare
-/// or inside the `TlsConnectInfo` of a server that terminates TLS itself with
-/// `serve_with_incoming` over rustls streams (feature `tonic`). Without one of them the key
-/// is a
-/// [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose message
-/// names the fix: the request gets a 500, never a silent pass.
+/// or inside the `TlsConnectInfo` of a TLS server (tonic's `tls_config`, or
+/// `serve_with_incoming` over rustls streams; feature `tonic`). Without one of them the key
+/// is a [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose
+/// message names the fix: the request gets a 500, never a silent pass.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
 pub fn peer_ip() -> PeerIp {

@@ -466,7 +466,8 @@ pub enum Duplicates {
     Reject,
     /// The first value counts: only right when the client cannot add values of its own.
     First,
-    /// The last value counts: for a gateway that appends its value after the client's.
+    /// The last value counts: for a gateway that appends its value after the client's on
+    /// every request (one that only sometimes adds it leaves the client's value last).
     Last,
 }
 
