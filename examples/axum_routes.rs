@@ -2,8 +2,8 @@
 //!
 //! - `POST /sms/send`: per user (`User-Id`) 1 per minute, 5 per hour, 10 per day, plus 20 per
 //!   minute per address — one batch, so a refused message uses up nothing;
-//! - `GET /files/{name}?size_mb=N`: 500 MB per user, refilled at 100 MB a minute; a download
-//!   costs its size;
+//! - `GET /files/{name}`: 500 MB per user, refilled at 100 MB a minute; a download costs the
+//!   file's size as the server knows it (never a number the client sends), at least 1 MB;
 //! - `POST /login`: 5 attempts a minute per address; 3 refusals within 10 minutes lock the
 //!   address out for 15 minutes;
 //! - `GET /search`: a stricter rule being tried out in shadow mode: it decides and reports
@@ -14,6 +14,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::extract::Path;
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use tollgate::key::{self, KeyExtractor, RequestHead};
@@ -47,7 +49,9 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
                 Rule::token_bucket("download-mb", 500, Rate::per_minute(100))?,
                 user()?,
             )
-            .cost(size_mb),
+            .cost(download_mb)
+            // An empty file costs 1 MB too: a request that costs nothing can be sent forever.
+            .min_cost(1),
         )?
         .headers_on_allowed(true);
 
@@ -77,10 +81,7 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
             "/sms/send",
             post(|| async { "sms sent\n" }).route_layer(sms),
         )
-        .route(
-            "/files/{name}",
-            get(|| async { "file contents\n" }).route_layer(downloads),
-        )
+        .route("/files/{name}", get(download).route_layer(downloads))
         .route(
             "/login",
             post(|| async { "wrong password\n" }).route_layer(login),
@@ -91,13 +92,32 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
         ))
 }
 
-/// A download costs its size in MB (`?size_mb=N`, default 1).
-fn size_mb(req: &RequestHead<'_>) -> u64 {
+/// The files on offer and their sizes in bytes: what the server knows, unlike a size the
+/// client could write into the request (`?size_mb=0` would download without limit).
+const FILES: &[(&str, u64)] = &[("a.iso", 400 * MB), ("notes.txt", 12_000), ("empty.txt", 0)];
+
+const MB: u64 = 1_000_000;
+
+fn file_size(name: &str) -> Option<u64> {
+    FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, size)| *size)
+}
+
+/// A download costs the requested file's size in MB, rounded up. An unknown file costs 0
+/// here and is clamped to the limit's `min_cost`; the handler answers 404.
+fn download_mb(req: &RequestHead<'_>) -> u64 {
     req.uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("size_mb=")))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
+        .path()
+        .strip_prefix("/files/")
+        .and_then(file_size)
+        .map_or(0, |bytes| bytes.div_ceil(MB))
+}
+
+async fn download(Path(name): Path<String>) -> Result<String, StatusCode> {
+    let size = file_size(&name).ok_or(StatusCode::NOT_FOUND)?;
+    Ok(format!("{size} bytes of {name}\n"))
 }
 
 #[allow(dead_code)] // Tests include this file for `app`.
@@ -111,7 +131,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}; try:");
     println!("  curl -i -X POST -H 'User-Id: 42' http://{addr}/sms/send   # twice: 429");
-    println!("  curl -i -H 'User-Id: 42' 'http://{addr}/files/a.iso?size_mb=400'   # twice: 429");
+    println!("  curl -i -H 'User-Id: 42' http://{addr}/files/a.iso   # twice: 429");
     println!("  for i in $(seq 9); do curl -s -o /dev/null -w '%{{http_code}} ' -X POST http://{addr}/login; done; echo");
     println!("  for i in $(seq 5); do curl -s -H 'User-Id: 42' http://{addr}/search; done");
     let app = app(Limiter::new(MemoryStore::new()))?;

@@ -33,7 +33,7 @@
 //!
 //! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
 //! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
-//! tonic's `TcpConnectInfo`. Without them the layer still works with axum and tonic, and a
+//! tonic's `TcpConnectInfo` (also inside the `TlsConnectInfo` of a TLS server). Without them the layer still works with axum and tonic, and a
 //! hyper server inserts the peer's `SocketAddr` into each request's extensions.
 //!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it

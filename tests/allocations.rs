@@ -47,6 +47,29 @@ fn a_missing_header_falling_back_allocates_nothing() {
             extractor.extract(&head, &mut buf).unwrap();
         }
     });
-    assert_eq!(buf.as_bytes(), b"global");
+    // Tagged as the fallback's second branch, so no user named `global` shares it.
+    assert_eq!(buf.as_bytes(), b"\x02global");
+    assert_eq!(n, 0, "{n} allocations for 100 requests");
+}
+
+/// A key header sent twice is refused with a shared message, so falling back from it costs
+/// no allocation either: a client cannot make the server allocate by duplicating it.
+#[test]
+fn a_duplicated_header_falling_back_allocates_nothing() {
+    let extractor = key::header("user-id").unwrap().or(key::global());
+    let request = http::Request::get("/")
+        .header("user-id", "a")
+        .header("user-id", "b")
+        .body(())
+        .unwrap();
+    let head = RequestHead::from_request(&request);
+    let mut buf = KeyBuf::new();
+    let n = allocations_of(|| {
+        for _ in 0..100 {
+            buf.truncate(0);
+            extractor.extract(&head, &mut buf).unwrap();
+        }
+    });
+    assert_eq!(buf.as_bytes(), b"\x02global");
     assert_eq!(n, 0, "{n} allocations for 100 requests");
 }

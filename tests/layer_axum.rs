@@ -101,16 +101,23 @@ async fn the_axum_routes_example_limits_each_route_its_own_way() {
     let reply = send(&client, request(addr, "POST", "/sms/send", &[])).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
 
-    // Downloads cost their size.
-    let file = |mb: &str| request(addr, "GET", &format!("/files/a.iso?size_mb={mb}"), user);
-    let ok = send(&client, file("400")).await;
+    // Downloads cost their size as the server knows it; what the client writes is ignored.
+    let file = |path: &str| request(addr, "GET", path, user);
+    let ok = send(&client, file("/files/a.iso?size_mb=0")).await;
     assert_eq!(ok.status, StatusCode::OK);
     assert!(ok.header("ratelimit").contains("\"download-mb\";r=100;"));
     assert_eq!(
-        send(&client, file("400")).await.status,
+        send(&client, file("/files/a.iso?size_mb=0")).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    assert_eq!(send(&client, file("50")).await.status, StatusCode::OK);
+    // An empty file is served (what it costs is clamped to at least 1: see `min_cost`).
+    let reply = send(&client, file("/files/empty.txt")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, "0 bytes of empty.txt\n");
+    assert_eq!(
+        send(&client, file("/files/nothing-here")).await.status,
+        StatusCode::NOT_FOUND
+    );
 
     // Login: 5 attempts, then refusals; the third refusal locks for 15 minutes.
     let login = || request(addr, "POST", "/login", &[]);

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::header::{HeaderName, FORWARDED};
 use http::Extensions;
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net};
 use smallvec::SmallVec;
 
 use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
@@ -14,11 +14,11 @@ use crate::error::ConfigError;
 const NO_PEER: &str = "the peer address is not in the request's extensions; \
 serve axum with `into_make_service_with_connect_info::<SocketAddr>()` (feature `axum`), \
 insert the connection's `SocketAddr` into each request's extensions (hyper), \
-or use tonic's TCP server (feature `tonic`)";
+or serve tonic over TCP, or over TLS streams of TCP (feature `tonic`)";
 
 /// The address of the TCP peer, from the request's extensions: a [`SocketAddr`] (what a hyper
 /// server inserts by hand), axum's `ConnectInfo<SocketAddr>` (feature `axum`) or tonic's
-/// `TcpConnectInfo` (feature `tonic`).
+/// `TcpConnectInfo`, bare or inside `TlsConnectInfo` (feature `tonic`).
 pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
     if let Some(addr) = extensions.get::<SocketAddr>() {
         return Some(addr.ip());
@@ -28,29 +28,40 @@ pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
         return Some(info.0.ip());
     }
     #[cfg(feature = "tonic")]
-    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
-        return info.remote_addr().map(|a| a.ip());
+    {
+        use tonic::transport::server::TcpConnectInfo;
+        if let Some(info) = extensions.get::<TcpConnectInfo>() {
+            return info.remote_addr().map(|a| a.ip());
+        }
+        if let Some(info) = extensions.get::<TonicTlsConnectInfo>() {
+            return info.get_ref().remote_addr().map(|a| a.ip());
+        }
     }
     None
 }
+
+/// What a tonic server over TLS (its own `tls_config`, or `serve_with_incoming` over rustls
+/// streams) puts in the extensions: `TlsConnectInfo<TcpConnectInfo>`. Named through the
+/// stream's `Connected` impl because tonic exports the type only with a TLS crypto provider
+/// enabled, which tollgate should not choose for its users.
+#[cfg(feature = "tonic")]
+type TonicTlsConnectInfo = <tokio_rustls::server::TlsStream<tokio::net::TcpStream> as
+    tonic::transport::server::Connected>::ConnectInfo;
 
 /// Writes `ip` as a key: IPv4 as is (an IPv4-mapped IPv6 address as its IPv4 address),
 /// IPv6 as its network at `v6_prefix` bits (`2001:db8:1:2::/64`).
 fn push_ip(key: &mut KeyBuf, ip: IpAddr, v6_prefix: u8) {
     // Writing to a KeyBuf cannot fail.
-    let _ = match ip {
+    let _ = match unmapped(ip) {
         IpAddr::V4(v4) => write!(key, "{v4}"),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => write!(key, "{v4}"),
-            None if v6_prefix >= 128 => write!(key, "{v6}"),
-            None => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(v6_prefix))
-                    .unwrap_or(0);
-                let net = Ipv6Addr::from(u128::from(v6) & mask);
-                write!(key, "{net}/{v6_prefix}")
-            }
-        },
+        IpAddr::V6(v6) if v6_prefix >= 128 => write!(key, "{v6}"),
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(v6_prefix))
+                .unwrap_or(0);
+            let net = Ipv6Addr::from(u128::from(v6) & mask);
+            write!(key, "{net}/{v6_prefix}")
+        }
     };
 }
 
@@ -60,14 +71,17 @@ pub struct PeerIp {
     v6_prefix: u8,
 }
 
-/// The TCP peer's address, IPv6 aggregated to /64.
+/// The TCP peer's address, IPv6 aggregated to /64 ([`PeerIp::ipv6_prefix`]); an IPv4-mapped
+/// IPv6 peer (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) is
+/// keyed as its IPv4 address, so it shares one limit with that address.
 ///
 /// Reads a [`SocketAddr`] extension (insert it in a hyper server), axum's
 /// `ConnectInfo<SocketAddr>` (feature `axum`; serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`
-/// (feature `tonic`). Without one of them the key is a
-/// [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose message
-/// names the fix: the request gets a 500, never a silent pass.
+/// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`, bare
+/// or inside the `TlsConnectInfo` of a TLS server (tonic's `tls_config`, or
+/// `serve_with_incoming` over rustls streams; feature `tonic`). Without one of them the key
+/// is a [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose
+/// message names the fix: the request gets a 500, never a silent pass.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
 pub fn peer_ip() -> PeerIp {
@@ -75,10 +89,25 @@ pub fn peer_ip() -> PeerIp {
 }
 
 impl PeerIp {
-    /// Aggregates IPv6 addresses to their first `bits` bits (default 64; at most 128).
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.v6_prefix = bits.min(128);
-        self
+    /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
+    /// anything else is a configuration error). The
+    /// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit
+    /// in one layer.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
+        self.v6_prefix = ipv6_prefix(bits)?;
+        Ok(self)
+    }
+}
+
+/// `bits` as an IPv6 prefix length: 1 to 128. (/0 would be one key for all of IPv6; a
+/// [`global`](super::global) limit says that plainly.)
+fn ipv6_prefix(bits: u8) -> Result<u8, ConfigError> {
+    if (1..=128).contains(&bits) {
+        Ok(bits)
+    } else {
+        Err(ConfigError::new(format!(
+            "IPv6 prefix /{bits} is not between /1 and /128"
+        )))
     }
 }
 
@@ -125,8 +154,12 @@ pub struct ClientIp {
 /// Read exactly one header, the one your proxy sets: a proxy that sets `X-Forwarded-For`
 /// but passes a client's `Forwarded` through would let the client choose its key.
 ///
-/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]). The peer address comes
-/// from the same place as [`peer_ip`]'s.
+/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]; the
+/// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit in
+/// one layer). A trusted proxy may be written IPv4-mapped (`::ffff:10.0.0.5`, or
+/// `::ffff:10.0.0.0/104`): it is the IPv4 proxy, whether its connection arrives as IPv4 or,
+/// on a dual-stack listener, mapped. The peer address comes from the same place as
+/// [`peer_ip`]'s.
 ///
 /// ```
 /// use tollgate::key::{self, ForwardedHeader};
@@ -147,6 +180,7 @@ where
             let s = s.as_ref().trim();
             s.parse::<IpNet>()
                 .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                .map(unmapped_net)
                 .map_err(|_| {
                     ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR"))
                 })
@@ -166,17 +200,17 @@ impl ClientIp {
         self
     }
 
-    /// Aggregates IPv6 addresses to their first `bits` bits (default 64; at most 128).
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.v6_prefix = bits.min(128);
-        self
+    /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
+    /// anything else is a configuration error).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
+        self.v6_prefix = ipv6_prefix(bits)?;
+        Ok(self)
     }
 
+    /// Whether `ip` is a trusted proxy. The trusted networks hold no IPv4-mapped entries
+    /// (see [`unmapped_net`]), so a mapped address is looked up as its IPv4 address.
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
+        let ip = unmapped(ip);
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
@@ -225,6 +259,27 @@ impl KeyExtractor for ClientIp {
         let peer = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
         push_ip(key, self.client(req, peer), self.v6_prefix);
         Ok(())
+    }
+}
+
+/// `ip`, or the IPv4 address an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) stands for.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// `net`, or the IPv4 network an IPv4-mapped one stands for (`::ffff:10.0.0.0/104` is
+/// `10.0.0.0/8`), so that a proxy listed either way is trusted whichever way its address
+/// reaches us. A network wider than the mapped range (`::/0`) stays IPv6 and holds only
+/// IPv6 addresses.
+fn unmapped_net(net: IpNet) -> IpNet {
+    let IpNet::V6(v6) = net else { return net };
+    let mapped_bits = v6.prefix_len().checked_sub(96);
+    match (v6.network().to_ipv4_mapped(), mapped_bits) {
+        (Some(v4), Some(bits)) => Ipv4Net::new(v4, bits).map_or(net, IpNet::V4),
+        _ => net,
     }
 }
 
@@ -285,13 +340,49 @@ mod tests {
     fn peer_ip_aggregates_ipv6() {
         let req = from("2001:db8:1:2:aaaa::1", &[]);
         assert_eq!(key_of(&peer_ip(), &req), "2001:db8:1:2::/64");
-        assert_eq!(key_of(&peer_ip().ipv6_prefix(48), &req), "2001:db8:1::/48");
         assert_eq!(
-            key_of(&peer_ip().ipv6_prefix(128), &req),
+            key_of(&peer_ip().ipv6_prefix(48).unwrap(), &req),
+            "2001:db8:1::/48"
+        );
+        assert_eq!(
+            key_of(&peer_ip().ipv6_prefix(128).unwrap(), &req),
             "2001:db8:1:2:aaaa::1"
         );
+        assert_eq!(key_of(&peer_ip().ipv6_prefix(1).unwrap(), &req), "::/1");
         assert_eq!(key_of(&peer_ip(), &from("::ffff:1.2.3.4", &[])), "1.2.3.4");
-        assert_eq!(key_of(&peer_ip().ipv6_prefix(0), &req), "::/0");
+        for bits in [0, 129, 255] {
+            let err = peer_ip().ipv6_prefix(bits).unwrap_err();
+            assert!(err.to_string().contains(&format!("/{bits} ")), "{err}");
+            assert!(client_ip(["10.0.0.0/8"])
+                .unwrap()
+                .ipv6_prefix(bits)
+                .is_err());
+        }
+    }
+
+    #[test]
+    fn mapped_trusted_proxies_are_ipv4_proxies() {
+        let e = client_ip(["::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "::/0"]).unwrap();
+        assert_eq!(
+            e.trusted,
+            [
+                "10.0.0.0/8".parse::<IpNet>().unwrap(),
+                "192.0.2.7/32".parse().unwrap(),
+                "::/0".parse().unwrap()
+            ]
+        );
+        let xff = |peer, v: &'static [u8]| from(peer, &[("x-forwarded-for", v)]);
+        for proxy in [
+            "10.1.2.3",
+            "::ffff:10.1.2.3",
+            "192.0.2.7",
+            "::ffff:192.0.2.7",
+        ] {
+            assert_eq!(key_of(&e, &xff(proxy, b"1.2.3.4")), "1.2.3.4", "{proxy}");
+        }
+        // `::/0` trusts IPv6 peers only: a mapped address is IPv4.
+        assert_eq!(key_of(&e, &xff("2001:db8::1", b"1.2.3.4")), "1.2.3.4");
+        assert_eq!(key_of(&e, &xff("::ffff:8.8.8.8", b"1.2.3.4")), "8.8.8.8");
     }
 
     #[test]

@@ -5,20 +5,15 @@
 //!
 //! | extractor | key |
 //! |---|---|
-//! | [`peer_ip`] | the TCP peer's address (axum `ConnectInfo`, a hyper `SocketAddr` extension, tonic `TcpConnectInfo`) |
+//! | [`peer_ip`] | the TCP peer's address (axum `ConnectInfo`, a hyper `SocketAddr` extension, tonic `TcpConnectInfo`, also inside `TlsConnectInfo`) |
 //! | [`client_ip`] | the client's address behind trusted proxies (`X-Forwarded-For`, `Forwarded` or `X-Real-IP`) |
-//! | [`header`] | a header's value, e.g. `User-Id` |
+//! | [`header`] | a header's value, e.g. `User-Id` (sent twice: no key, see [`Duplicates`]) |
 //! | [`route`] | the matched route (`POST /sms/send`, `/pkg.Service/Method`) |
 //! | [`method`] | the HTTP method |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined |
-//! | [`KeyExtractor::or`] | the first extractor that finds a key |
-//!
-//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
-//! /64, so limiting single addresses would let it rotate through 2^64 of them. Keys longer
-//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
-//! so a client sending a 64 KB header value costs the store 33 bytes.
+//! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was |
 //!
 //! ```
 //! use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
@@ -28,8 +23,48 @@
 //! let request = http::Request::get("/").header("user-id", "42").body(())?;
 //! let mut buf = KeyBuf::new();
 //! per_user.extract(&RequestHead::from_request(&request), &mut buf)?;
-//! assert_eq!(buf.as_bytes(), b"42");
+//! // Tagged as found by the first branch of `or`.
+//! assert_eq!(buf.as_bytes(), b"\x0142");
 //! # Ok(()) }
+//! ```
+//!
+//! Keys are what the client cannot choose, or they limit nothing. A header key is only as good
+//! as the gateway in front: it must authenticate the client and *replace* the header, and
+//! a request that carries it twice (the client's copy and the gateway's) is refused unless
+//! [`Header::duplicates`] says which copy counts. Forwarding headers are read only from
+//! trusted proxies, from the right. The two branches of [`KeyExtractor::or`] never share a
+//! key: the user `203.0.113.7` is not the anonymous client at that address.
+//!
+//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
+//! /64, so limiting single addresses would let it rotate through 2^64 of them. IPv4-mapped
+//! addresses (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) are
+//! their IPv4 address, as peers, as trusted proxies and as keys. Keys longer
+//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
+//! so a client sending a 64 KB header value costs the store 33 bytes.
+//!
+//! ## Holders of whole IPv6 networks
+//!
+//! Providers hand out a /56 or a /48, so one holder can rotate through 256 or 65,536 /64s.
+//! Add a second, coarser limit on the wider prefix to the same layer: both are decided as one
+//! batch, so a request refused by either consumes neither. IPv4 clients are counted per
+//! address by both rules; give the coarse one the larger quota.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::layer::{Limit, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//!
+//! # fn main() -> Result<(), tollgate::ConfigError> {
+//! let minute = Duration::from_secs(60);
+//! let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+//!     // 60 a minute for each /64 (and each IPv4 address)…
+//!     .limit(Limit::new(Rule::fixed_window("ip", 60, minute)?, key::peer_ip()))?
+//!     // …and 600 a minute for a whole /48, however many /64s it rotates through.
+//!     .limit(Limit::new(
+//!         Rule::fixed_window("ip-48", 600, minute)?,
+//!         key::peer_ip().ipv6_prefix(48)?,
+//!     ))?;
+//! # let _ = layer; Ok(()) }
 //! ```
 
 mod ip;
@@ -166,8 +201,8 @@ pub enum KeyErrorKind {
     /// The request lacks what the key is read from (a header, for instance). The rule's
     /// [`MissingKey`](crate::layer::MissingKey) policy decides: reject with 400 or skip it.
     Missing,
-    /// The request has it, but it cannot be read (an unparsable address, say). Treated like
-    /// [`Missing`](Self::Missing).
+    /// The request has it, but it cannot be read (an unparsable address, say) or does not
+    /// name one client (a key header sent twice). Treated like [`Missing`](Self::Missing).
     Invalid,
     /// The server is set up so that the key can never be found (no connection info for a
     /// peer-IP key). Answered with 500 and a message naming the fix, whatever the policy.
@@ -236,10 +271,10 @@ impl KeyError {
         }
     }
 
-    /// The request lacks the key; `message` is shared, not copied.
-    fn missing_shared(message: &Arc<str>) -> Self {
+    /// An error of `kind` whose `message` is shared, not copied.
+    fn shared(kind: KeyErrorKind, message: &Arc<str>) -> Self {
         Self {
-            kind: KeyErrorKind::Missing,
+            kind,
             message: Message::Shared(Arc::clone(message)),
         }
     }
@@ -296,6 +331,10 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// `self`, or `other` when `self` finds no key ([`KeyErrorKind::Missing`] or
     /// [`KeyErrorKind::Invalid`]): `key::header("user-id")?.or(key::peer_ip())` limits signed-in users
     /// by id and everyone else by address.
+    ///
+    /// The two branches count in separate key spaces: the user `203.0.113.7` is not the
+    /// anonymous client at 203.0.113.7, and a user named `global` is not every anonymous
+    /// request of `.or(key::global())`. See [`Or`] for the bytes.
     fn or<E: KeyExtractor>(self, other: E) -> Or<Self, E>
     where
         Self: Sized,
@@ -319,19 +358,49 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
     }
 }
 
-/// See [`KeyExtractor::or`].
+/// The first extractor that finds a key; see [`KeyExtractor::or`].
+///
+/// The key is tagged with the branch that found it: [`OR_FIRST`] and the first extractor's key,
+/// or [`OR_SECOND`] and the second's. One byte, so the key stays inline and a fallback
+/// allocates nothing; a fixed-length tag, so no key of one branch can spell a key of the other,
+/// whatever bytes the extractors write. (Pass the tagged bytes to
+/// [`Limiter::reset`](crate::Limiter::reset) to unblock a key by hand.)
+///
+/// ```
+/// use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user = key::header("user-id")?.or(key::global());
+/// let key_of = |request: &http::Request<()>| {
+///     let mut buf = KeyBuf::new();
+///     per_user.extract(&RequestHead::from_request(request), &mut buf).map(|()| buf)
+/// };
+/// let named_global = http::Request::get("/").header("user-id", "global").body(())?;
+/// let anonymous = http::Request::get("/").body(())?;
+/// assert_eq!(key_of(&named_global)?.as_bytes(), b"\x01global");
+/// assert_eq!(key_of(&anonymous)?.as_bytes(), b"\x02global");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Or<A, B> {
     first: A,
     second: B,
 }
 
+/// The byte before a key found by the first extractor of an [`Or`].
+pub const OR_FIRST: u8 = 0x01;
+
+/// The byte before a key found by the second extractor of an [`Or`].
+pub const OR_SECOND: u8 = 0x02;
+
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         let start = key.len();
+        key.push(&[OR_FIRST]);
         match self.first.extract(req, key) {
             Err(e) if e.kind() != KeyErrorKind::Misconfigured => {
                 key.truncate(start);
+                key.push(&[OR_SECOND]);
                 self.second.extract(req, key)
             }
             other => other,
@@ -370,31 +439,96 @@ tuple_extractor!(A, B, C, D);
 #[derive(Debug, Clone)]
 pub struct Header {
     name: HeaderName,
-    /// The message of a request without the header, made once.
+    duplicates: Duplicates,
+    /// The messages of a request without the header, and with it twice: made once, so a
+    /// fallback costs no allocation.
     missing: Arc<str>,
+    duplicated: Arc<str>,
+}
+
+/// Which value of a header that a request sends more than once is its key; see
+/// [`Header::duplicates`].
+///
+/// A gateway that *appends* an identity header after the client's own leaves the client's
+/// value first, and one that keeps the client's copy lets it through untouched: with either,
+/// a client that sends `User-Id: random-$RANDOM` would get a fresh limit per request. So the
+/// default refuses such a request. Gateways must *replace* identity headers (nginx
+/// `proxy_set_header`, Envoy `request_headers_to_add` with `OVERWRITE_IF_EXISTS_OR_ADD`,
+/// HAProxy `http-request set-header`), and then every request carries exactly one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Duplicates {
+    /// A request with the header more than once has no key
+    /// ([`KeyErrorKind::Invalid`], `header user-id appears more than once`): the limit's
+    /// [`MissingKey`](crate::layer::MissingKey) policy applies (400 by default), and
+    /// [`KeyExtractor::or`] falls back to its other extractor. The default.
+    #[default]
+    Reject,
+    /// The first value counts: only right when the client cannot add values of its own.
+    First,
+    /// The last value counts: for a gateway that appends its value after the client's on
+    /// every request (one that only sometimes adds it leaves the client's value last).
+    Last,
 }
 
 /// The value of header `name` (any bytes; an absent or empty header is
-/// [`KeyErrorKind::Missing`]). When the header appears several times, the first counts.
+/// [`KeyErrorKind::Missing`]). A request that sends the header more than once has no key
+/// ([`KeyErrorKind::Invalid`]) unless [`Header::duplicates`] says which value counts.
+///
+/// The client writes this header: put the service behind a gateway that authenticates the
+/// client and *replaces* the header (see [`Duplicates`]), or the key is whatever the client
+/// says. Several values on one line (`User-Id: a, b`) are one value, `a, b`.
 ///
 /// An invalid header name is a configuration error.
 pub fn header(name: &str) -> Result<Header, ConfigError> {
     HeaderName::from_bytes(name.as_bytes())
         .map(|name| Header {
             missing: format!("header {name}").into(),
+            duplicated: format!("header {name} appears more than once").into(),
+            duplicates: Duplicates::default(),
             name,
         })
         .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
 }
 
+impl Header {
+    /// Which value counts when a request sends the header more than once (default
+    /// [`Duplicates::Reject`]: none).
+    ///
+    /// ```
+    /// use tollgate::key::{self, Duplicates};
+    ///
+    /// # fn main() -> Result<(), tollgate::ConfigError> {
+    /// // Behind a gateway that appends the authenticated id after whatever the client sent.
+    /// let user = key::header("user-id")?.duplicates(Duplicates::Last);
+    /// # Ok(()) }
+    /// ```
+    pub fn duplicates(mut self, duplicates: Duplicates) -> Self {
+        self.duplicates = duplicates;
+        self
+    }
+}
+
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        match req.headers().get(&self.name) {
+        let mut values = req.headers().get_all(&self.name).iter();
+        let value = match self.duplicates {
+            Duplicates::Reject => {
+                let first = values.next();
+                if values.next().is_some() {
+                    return Err(KeyError::shared(KeyErrorKind::Invalid, &self.duplicated));
+                }
+                first
+            }
+            Duplicates::First => values.next(),
+            Duplicates::Last => values.next_back(),
+        };
+        match value {
             Some(value) if !value.is_empty() => {
                 key.push(value.as_bytes());
                 Ok(())
             }
-            _ => Err(KeyError::missing_shared(&self.missing)),
+            _ => Err(KeyError::shared(KeyErrorKind::Missing, &self.missing)),
         }
     }
 }
@@ -536,7 +670,12 @@ mod tests {
         let err = extract(&user, &bare).unwrap_err();
         assert_eq!(err.kind(), KeyErrorKind::Missing);
         assert_eq!(err.to_string(), "missing rate limit key: header user-id");
-        assert_eq!(extract(&user.or(global()), &bare).unwrap(), b"global");
+        // Each branch of a fallback is tagged, so the two cannot share a key.
+        assert_eq!(
+            extract(&user.clone().or(global()), &bare).unwrap(),
+            b"\x02global"
+        );
+        assert_eq!(extract(&user.or(global()), &req).unwrap(), b"\x01u1");
         assert!(header("bad header").is_err());
     }
 

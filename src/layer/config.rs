@@ -23,15 +23,21 @@ use crate::rule::Rule;
 /// use tollgate::layer::{Limit, MissingKey};
 /// use tollgate::{key, Rule};
 ///
+/// /// The size in MB of a file the server holds, from the server's own records.
+/// fn size_mb(path: &str) -> Option<u64> {
+///     # let _ = path; Some(7)
+///     // …
+/// }
+///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // Downloads: 100 MB per user per hour, a request costs its `size` header in MB.
+/// // Downloads: 100 MB per user per hour; a request costs the size of the file it asks for,
+/// // as the server knows it, and at least 1.
 /// let downloads = Limit::new(
 ///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600))?,
 ///     key::header("user-id")?,
 /// )
-/// .cost(|req| {
-///     req.headers().get("size").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1)
-/// })
+/// .cost(|req| req.uri().path().strip_prefix("/files/").and_then(size_mb).unwrap_or(0))
+/// .min_cost(1)
 /// .on_missing_key(MissingKey::Reject);
 /// # Ok(()) }
 /// ```
@@ -40,6 +46,7 @@ pub struct Limit {
     pub(crate) rule: Rule,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) min_cost: u64,
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
 }
@@ -54,18 +61,32 @@ impl Limit {
             rule,
             key: Arc::new(key),
             cost: None,
+            min_cost: 0,
             on_missing: MissingKey::Reject,
             shadow: false,
         }
     }
 
-    /// Sets what a request costs (the download case: the units requested). A cost of 0
-    /// consumes nothing.
+    /// Sets what a request costs (the download case: the size of what it fetches). A cost
+    /// of 0 consumes nothing.
+    ///
+    /// Compute the cost from what the server knows — the stored file's size, the rows a
+    /// query will return — never from a number the client writes (a `size` query parameter
+    /// or header): a client that writes `0`, or a small number, then downloads without
+    /// limit. Where a cost can come out as 0, clamp it with [`min_cost`](Self::min_cost).
     pub fn cost<F>(mut self, cost: F) -> Self
     where
         F: Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
     {
         self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Sets the least a request costs (default 0): the [`cost`](Self::cost) function's
+    /// answer, or the rule's default cost, is raised to `units`. `min_cost(1)` makes sure
+    /// that no request passes without counting.
+    pub fn min_cost(mut self, units: u64) -> Self {
+        self.min_cost = units;
         self
     }
 
@@ -115,7 +136,8 @@ impl Limit {
     }
 
     pub(crate) fn cost_of(&self, req: &RequestHead<'_>) -> u64 {
-        self.cost.as_ref().map_or(self.rule.cost(), |f| f(req))
+        let cost = self.cost.as_ref().map_or(self.rule.cost(), |f| f(req));
+        cost.max(self.min_cost)
     }
 }
 
@@ -124,6 +146,7 @@ impl fmt::Debug for Limit {
         f.debug_struct("Limit")
             .field("rule", &self.rule.name())
             .field("cost_fn", &self.cost.is_some())
+            .field("min_cost", &self.min_cost)
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
             .finish_non_exhaustive()
