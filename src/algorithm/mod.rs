@@ -13,7 +13,7 @@
 //! times a period) within 2^52, which keeps the Lua twins (double precision, exact below
 //! 2^53) exact too. Where a configuration's exact scale would exceed that, the model rounds
 //! so that it never admits more: a rate is slowed by less than 1 µs per unit (see
-//! [`Rate`](crate::Rate)), a sliding window's weight moves in steps of a few µs (see
+//! [`Rate`]), a sliding window's weight moves in steps rather than every µs (see
 //! [`SlidingWindow`]).
 //!
 //! A state whose [`Algorithm::expires_at`] has passed is the same as no state at all, which is
