@@ -148,7 +148,10 @@ mod tests {
 
     #[test]
     fn a_rate_that_fits_is_kept_exactly() {
-        assert_eq!(Rate::per_day(100_000).within_period(864_000), Some(rate(1, 864_000)));
+        assert_eq!(
+            Rate::per_day(100_000).within_period(864_000),
+            Some(rate(1, 864_000))
+        );
         assert_eq!(Rate::per_second(600_000).within_period(5), Some(rate(3, 5)));
     }
 
@@ -164,6 +167,9 @@ mod tests {
         assert!(slower < 7, "{r:?}");
         // One unit every ⌈142,857.14⌉ µs at the least.
         assert_eq!(rate(7, 1_000_000).within_period(142_857), None);
-        assert_eq!(rate(7, 1_000_000).within_period(142_858), Some(rate(1, 142_858)));
+        assert_eq!(
+            rate(7, 1_000_000).within_period(142_858),
+            Some(rate(1, 142_858))
+        );
     }
 }

@@ -66,7 +66,10 @@ fn every_rule(amount: u64, period: Duration) -> Vec<(&'static str, Result<Rule, 
             e(Rule::fixed_window_from_first_hit("q", amount, period)),
         ),
         ("sliding_log", e(Rule::sliding_log("q", amount, period))),
-        ("sliding_window", e(Rule::sliding_window("q", amount, period))),
+        (
+            "sliding_window",
+            e(Rule::sliding_window("q", amount, period)),
+        ),
         ("token_bucket", e(Rule::token_bucket("q", amount, rate))),
         (
             "token_bucket_stepped",

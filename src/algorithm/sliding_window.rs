@@ -160,3 +160,24 @@ impl Model for SlidingWindow {
         s.start.saturating_add(2 * self.window)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_weight_is_exact_up_to_2_pow_52_and_stepped_beyond() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            SlidingWindow::new(50_000, day)
+                .unwrap()
+                .weight_step_micros(),
+            1
+        );
+        let huge = SlidingWindow::new(1_000_000_000, day).unwrap();
+        // 2^52 / 10^9 = 4,503,599 steps at most: ⌈86,400,000,000 / 4,503,599⌉ µs each.
+        assert_eq!(huge.weight_step_micros(), 19_185);
+        assert!(huge.limit * huge.steps <= MAX_PRODUCT);
+        assert!(huge.steps * huge.step >= huge.window);
+    }
+}
