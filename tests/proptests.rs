@@ -765,8 +765,8 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
 /// - token bucket: in any `[a, b]`, no more than `capacity + ⌊(b − a) × amount / period⌋`
 ///   (smooth) or `capacity + amount × ⌈(b − a) / period⌉` (stepped: at most that many steps
 ///   end in `(a, b]`);
-/// - GCRA: in any `[a, b]`, no more than `burst + ⌊(b − a) / interval⌋`, with
-///   `interval = ⌈period / amount⌉`;
+/// - GCRA: in any `[a, b]`, no more than `burst + ⌊(b − a) × amount / period⌋` (its
+///   emission interval keeps its fraction of a µs, so this is the token bucket's bound);
 /// - leaky bucket: in any `[a, b]`, the units beside the largest request are no more than
 ///   `⌊(amount × (b − a) + amount − 1) / period⌋`: a request leaves once the water queued
 ///   before it has drained, at the next whole microsecond.
@@ -827,9 +827,8 @@ fn over_admission(spec: &Spec, dues: &[(u64, u64)]) -> Option<String> {
         Kind::TokenBucket | Kind::TokenBucketStepped | Kind::Gcra | Kind::LeakyBucket => {
             let (amount, period) = (spec.amount, spec.period);
             let bound = |span: u64, largest: u64| match spec.kind {
-                Kind::TokenBucket => limit + span * amount / period,
+                Kind::TokenBucket | Kind::Gcra => limit + span * amount / period,
                 Kind::TokenBucketStepped => limit + amount * span.div_ceil(period),
-                Kind::Gcra => limit + span / period.div_ceil(amount),
                 _ => largest + (amount * span + amount - 1) / period,
             };
             for (i, &(a, _)) in dues.iter().enumerate() {
