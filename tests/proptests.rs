@@ -945,7 +945,8 @@ proptest! {
     /// A token bucket (smooth), leaky bucket or GCRA whose rate is rounded to stay exact is
     /// never faster than the rate asked for: the units admitted from any admission instant `s`
     /// to any later one `t` never exceed the quota plus what the exact rate refills in
-    /// `t − s`. The rate enforced is slower by less than 1 µs per unit.
+    /// `t − s`. The rate enforced is slower by less than 1 µs per unit, and exactly the rate
+    /// in lowest terms wherever that fits; Retry-After stays exact.
     #[test]
     fn rounded_rates_never_admit_more_than_the_exact_rate(
         ((quota, amount, period), steps) in large_params()
@@ -992,7 +993,12 @@ proptest! {
         for &(advance, cost, brim) in &steps {
             now += advance;
             let cost = step_cost(alg, &state, now, cost, brim);
-            if alg.evaluate(&state, now, cost).is_admitted() {
+            let eval = alg.evaluate(&state, now, cost);
+            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
+                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "{spec:?}: retry {retry} at {now}");
+                prop_assert!(!alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "{spec:?}: retry {retry} at {now} is late");
+            }
+            if eval.is_admitted() {
                 alg.apply(&mut state, now, cost);
                 admitted.push((now, cost));
             }
@@ -1013,7 +1019,8 @@ proptest! {
     /// A sliding window whose weight moves in steps never admits what the exact estimate
     /// (`previous × (window − elapsed) / window + current`, in integers) would deny, and
     /// admits whatever the exact estimate admits two steps of the weight earlier (the steps
-    /// cover `⌈window / step⌉ × step` µs, up to one step more than the window).
+    /// cover `⌈window / step⌉ × step` µs, up to one step more than the window); its
+    /// Retry-After is exact (admitted then, denied a microsecond earlier).
     #[test]
     fn stepped_sliding_windows_never_admit_more_than_the_exact_estimate(
         ((limit, window), steps) in large_params()
@@ -1041,7 +1048,13 @@ proptest! {
                     + u128::from(current + cost) * w
                     <= u128::from(limit) * w
             };
-            let admits = alg.evaluate(&state, now, cost).is_admitted();
+            let eval = alg.evaluate(&state, now, cost);
+            let admits = eval.is_admitted();
+            // Retry-After stays exact at the step's resolution.
+            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
+                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "retry {retry} at {now}");
+                prop_assert!(retry == 0 || !alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "retry {retry} at {now} is late");
+            }
             prop_assert!(!admits || exact_admits(elapsed), "admitted past the exact estimate at {now}");
             prop_assert!(
                 admits || !exact_admits(elapsed.saturating_sub(2 * step)),
