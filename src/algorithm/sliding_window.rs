@@ -14,9 +14,10 @@ use crate::error::ConfigError;
 /// (`⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`), so it is exact to
 /// the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per day is). For
 /// larger configurations the previous window's weight moves in steps of
-/// [`weight_step_micros`](Self::weight_step_micros) (`⌈window × limit / 2^52⌉` µs or so;
-/// about 7 ms for a billion per 366 days): `elapsed` is rounded down to a whole step, so the
-/// weight is never lighter than the exact one and the window never admits more.
+/// [`weight_step_micros`](Self::weight_step_micros) (about `window × limit / 2^52` µs: 19 ms
+/// for a billion per day, 7 s for a billion per 366 days): `elapsed` is rounded down to a
+/// whole step, so the weight is never lighter than the exact one and the window never admits
+/// more. Retry-After stays exact for the weight as computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
     limit: u64,
@@ -86,10 +87,10 @@ impl SlidingWindow {
         }
     }
 
-    /// The instant at which a count of `count` units, weighted as the previous window of the
-    /// window starting at `start`, weighs at most `room`: `previous × (steps − k) ≤ room ×
-    /// steps` from step `k = steps − ⌊room × steps / previous⌋` on (and the weighted window
-    /// has ended by `start + window` whatever the steps say).
+    /// The instant from which `count` units, weighted as the previous window of the window
+    /// starting at `start`, weigh at most `room` units: `count × (steps − k) ≤ room × steps`
+    /// from step `k = steps − ⌊room × steps / count⌋` on (and by `start + window` the window
+    /// has rolled over, whatever the steps say).
     fn weighs_at_most(&self, start: u64, count: u64, room: u64) -> u64 {
         let fitting = room.saturating_mul(self.steps) / count.max(1);
         let k = self.steps.saturating_sub(fitting);
