@@ -4,12 +4,17 @@
 //! is rounded so that it never admits more.
 //!
 //! These drive the bare models (`Algorithm::evaluate` / `apply`); the same configurations run
-//! on every store through the vector scenarios (`tests/vectors/*.json`).
+//! on every store through the vector scenarios (`tests/vectors/*.json`). The Lua twins'
+//! refunds of fractional state (a Redis Cluster batch across slots) are checked here too.
+
+mod common;
 
 use std::time::Duration;
 
+use common::redis_server::RedisCluster;
+use redis::cluster_routing::Slot;
 use tollgate::algorithm::{Algorithm, State, Verdict};
-use tollgate::{Rate, Rule};
+use tollgate::{Check, Limiter, ManualClock, Rate, RedisStore, Rule, RuleOutcome};
 
 /// 20,000 days after the epoch: a realistic instant, a multiple of every day.
 const BASE: u64 = 20_000 * 86_400 * 1_000_000;
@@ -238,5 +243,63 @@ fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
     for t in 0..10_000 {
         assert!(check(alg, &mut s, BASE + t, 1_000), "at {t} µs");
         assert!(!check(alg, &mut s, BASE + t, 1), "at {t} µs");
+    }
+}
+
+/// On a Redis Cluster, a batch across two slots whose second slot denies refunds the first:
+/// for rates whose state carries fractions (GCRA's TAT, scaled bucket levels) and rounded
+/// ones, the refund restores the first key exactly (every peek answers as before).
+#[tokio::test]
+async fn cluster_refunds_restore_fractional_state_exactly() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster");
+    let clock = ManualClock::new(BASE);
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    let (a, b): (&[u8], &[u8]) = (b"alpha", b"beta");
+    assert_ne!(Slot::for_key(b"{alpha}"), Slot::for_key(b"{beta}"));
+    let prime = 999_999_937;
+    let year = Duration::from_micros(366 * DAY_US);
+    let rules = [
+        Rule::gcra("g-fraction", Rate::per_second(600_000), 4).unwrap(),
+        Rule::gcra("g-rounded", Rate::new(prime, year), prime).unwrap(),
+        Rule::token_bucket("t-rounded", prime, Rate::per_day(prime)).unwrap(),
+        Rule::leaky_bucket("l-fraction", 4, Rate::per_second(600_000)).unwrap(),
+        Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)).unwrap(),
+    ];
+    for rule in &rules {
+        let quota = rule.algorithm().quota().0;
+        // a holds a partly used, fractional state; b is used up.
+        clock.set_micros(BASE);
+        assert!(limiter.check_one(rule, a).await.unwrap().is_admitted());
+        assert!(limiter
+            .check(&[Check::new(rule, b).with_cost(quota)])
+            .await
+            .unwrap()
+            .is_admitted());
+        clock.set_micros(BASE + 1);
+        let peeks = |limiter: &Limiter<RedisStore>| {
+            let limiter = limiter.clone();
+            async move {
+                let mut seen: Vec<RuleOutcome> = Vec::new();
+                for cost in [0, 1, 2, 3, quota] {
+                    seen.push(limiter.peek(rule, a, cost).await.unwrap());
+                }
+                seen
+            }
+        };
+        let before = peeks(&limiter).await;
+        let outcome = limiter
+            .check(&[Check::new(rule, a), Check::new(rule, b)])
+            .await
+            .unwrap();
+        assert!(!outcome.is_admitted(), "{}: b is used up", rule.name());
+        assert_eq!(
+            peeks(&limiter).await,
+            before,
+            "{}: a was refunded exactly",
+            rule.name()
+        );
     }
 }
