@@ -19,8 +19,9 @@ use crate::clock::duration_to_micros;
 /// capacity or burst, the period in µs) is at most 2^52. Otherwise it is rounded down to the
 /// nearest rate the arithmetic holds, never faster: each unit comes less than 1 µs later than
 /// the exact rate would let it (less than `1 / n` µs for a rounded rate of `n` units per
-/// period; a billion per 366 days with a prime amount is off by about one part in a million).
-/// A bucket that would take more than 2^52 µs (about 142 years) to fill is refused.
+/// period), which makes the rate slower by about `quota / 2^52` of itself at most (two parts
+/// in ten million for a quota of a billion). A bucket that would take more than 2^52 µs
+/// (about 142 years) to fill is refused.
 ///
 /// ```
 /// use std::time::Duration;
@@ -92,10 +93,11 @@ impl Rate {
 
     /// The rate the continuous models compute with when their scaled quantities (a quota times
     /// the period) must stay within `max_period` µs of period: this rate in lowest terms if it
-    /// fits, else the fastest rate `n` per `p` µs with `p ≤ max_period` that is not faster
-    /// than this one. Each unit then comes less than `1 / n` µs (at most 1 µs) later than at
-    /// the exact rate. `None` when even one unit per its interval rounded up to whole
-    /// microseconds does not fit, or for a zero amount or period.
+    /// fits, else `n` units per `p` µs, `n` the most units this rate lets through in
+    /// `max_period` µs and `p ≤ max_period` the fewest whole µs it takes for them: never
+    /// faster, and each unit comes less than `1 / n` µs (at most 1 µs) later than at the exact
+    /// rate. `None` when even one unit per its interval rounded up to whole microseconds does
+    /// not fit, or for a zero amount or period.
     pub(crate) fn within_period(self, max_period: u64) -> Option<Rate> {
         if self.amount == 0 || self.period_micros == 0 {
             return None;
