@@ -1,40 +1,75 @@
 -- GCRA. Mirrors src/algorithm/gcra.rs.
--- Config: c.p1 = burst, c.p2 = emission interval (µs, computed by the Rust side).
--- State fields: tat (theoretical arrival time).
+-- Config: c.p1 = burst, c.p2 = period (µs) and c.p3 = amount of the rate as the Rust side
+-- computes with it (in lowest terms, or rounded down): one unit every p2 / p3 µs.
+-- State fields: tat, fraction: the theoretical arrival time is tat + fraction / p3 µs, with
+-- 0 <= fraction < p3.
 models[6] = function()
   return {
-    fields = 1,
+    fields = 2,
     -- The TAT already says when the next unit is due; a future TAT is no reservation to
     -- wait out but the debt the algorithm measures.
     settled_at = function(c, s)
       return 0
     end,
     fresh = function(c, now)
-      return { now }
+      return { now, 0 }
     end,
     evaluate = function(c, s, now, cost)
-      local burst, interval = c.p1, c.p2
-      local tolerance = burst * interval
-      local backlog = max(s[1], now) - now
-      local remaining = div(tolerance - min(backlog, tolerance), interval)
+      local burst, period, amount = c.p1, c.p2, c.p3
+      local tolerance = burst * period
+      -- The backlog (TAT - now) in whole µs and scaled units: `whole` may be far beyond the
+      -- tolerance after a reservation, so it is scaled only once known to be within it.
+      local whole, fraction = 0, 0
+      if s[1] >= now then
+        whole, fraction = s[1] - now, s[2]
+      end
+      local reset = whole
+      if fraction > 0 then
+        reset = whole + 1
+      end
+      local backlog = nil
+      local remaining = 0
+      if whole <= div(tolerance, amount) then
+        backlog = whole * amount + fraction
+        remaining = div(sub0(tolerance, backlog), period)
+      end
       if cost > burst then
-        return reject(nil, remaining, backlog)
+        return reject(nil, remaining, reset)
       end
-      local after = backlog + cost * interval
-      if after <= tolerance then
-        return admit(0, div(tolerance - after, interval), after)
+      if backlog and backlog + cost * period <= tolerance then
+        local after = backlog + cost * period
+        return admit(0, div(tolerance - after, period), cdiv(after, amount))
       end
-      return reject(after - tolerance, remaining, backlog)
+      -- Admitted once the backlog has shrunk to tolerance - cost * period.
+      local over = fraction + cost * period
+      local retry
+      if over >= tolerance then
+        retry = whole + cdiv(over - tolerance, amount)
+      else
+        retry = whole - div(tolerance - over, amount)
+      end
+      return reject(retry, remaining, reset)
     end,
     apply = function(c, s, now, cost)
-      s[1] = max(s[1], now) + cost * c.p2
+      local tat, fraction = s[1], s[2]
+      if tat < now then
+        tat, fraction = now, 0
+      end
+      fraction = fraction + cost * c.p2
+      local carry = div(fraction, c.p3)
+      s[1], s[2] = tat + carry, fraction - carry * c.p3
     end,
     expires_at = function(c, s)
+      if s[2] > 0 then
+        return s[1] + 1
+      end
       return s[1]
     end,
     -- Moves the theoretical arrival time back by the refunded units.
     refund = function(c, s, now, at, cost)
-      s[1] = s[1] - cost * c.p2
+      local fraction = s[2] - cost * c.p2
+      local carry = div(fraction, c.p3)
+      s[1], s[2] = s[1] + carry, fraction - carry * c.p3
     end,
   }
 end

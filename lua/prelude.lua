@@ -5,12 +5,15 @@
 --   leaky_bucket.lua, gcra.lua, penalty.lua, batch.lua
 -- and run as one script, so every file sees the locals declared before it.
 --
--- Arithmetic: every quantity is an integer below 2^53 (configuration validation keeps every
--- product below 2^50 and instants are microseconds since the epoch), so Lua's doubles hold
--- them exactly. Division goes through `div` / `cdiv`: for 0 <= a < 2^53 and b >= 1, the
--- correctly rounded double a/b is never on the wrong side of an integer (a non-integer
--- quotient is at least 1/b away from one, more than the rounding error a/b * 2^-53), so
--- floor / ceil of it are the exact integer quotients.
+-- Arithmetic: every quantity is an integer of magnitude at most 2^53 (configuration
+-- validation keeps every parameter within 2^50 and every scaled quantity, a quota times a
+-- period, within 2^52; instants are microseconds since the epoch, below 2^52 until 2112), so
+-- Lua's doubles hold them exactly. The one sum that may pass 2^53 (GCRA's backlog plus a
+-- cost, up to twice the tolerance) is only compared with a smaller value, which rounding
+-- (monotonic) cannot turn around. Division goes through `div` / `cdiv`: for |a| < 2^53 and
+-- b >= 1, the correctly rounded double a/b is never on the wrong side of an integer (a
+-- non-integer quotient is at least 1/b away from one, more than the rounding error
+-- |a/b| * 2^-53), so floor / ceil of it are the exact integer quotients.
 
 local floor = math.floor
 local ceil = math.ceil

@@ -1,5 +1,6 @@
 -- Sliding window counter. Mirrors src/algorithm/sliding_window.rs.
--- Config: c.p1 = limit, c.p2 = window (µs).
+-- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = the weight's step (µs, 1 = exact),
+-- c.p4 = steps per window (ceil(window / step)).
 -- State fields: start (of the current window), previous, current.
 models[3] = function()
   -- The counters as they stand at `now` (a stored state may belong to the window before).
@@ -8,6 +9,14 @@ models[3] = function()
       return s[1], s[2], s[3]
     end
     return s[1] + c.p2, s[3], 0
+  end
+
+  -- The instant from which `count`, weighted as the previous window of the window starting
+  -- at `start`, weighs at most `room` (SlidingWindow::weighs_at_most).
+  local function weighs_at_most(c, start, count, room)
+    local steps = c.p4
+    local k = sub0(steps, div(room * steps, max(count, 1)))
+    return start + min(k * c.p3, c.p2)
   end
 
   return {
@@ -19,13 +28,13 @@ models[3] = function()
       return { now - now % c.p2, 0, 0 }
     end,
     evaluate = function(c, s, now, cost)
-      local limit, w = c.p1, c.p2
+      local limit, w, steps = c.p1, c.p2, c.p4
       local start, previous, current = counters_at(c, s, now)
       local elapsed = min(sub0(now, start), w)
-      -- Everything below is scaled by the window: "units × µs".
-      local capacity = limit * w
-      local used = previous * (w - elapsed) + current * w
-      local remaining = div(sub0(capacity, used), w)
+      -- The previous window's weight in whole units, rounded up, at the step's resolution.
+      local left = sub0(steps, div(elapsed, c.p3))
+      local used = cdiv(previous * left, steps) + current
+      local remaining = sub0(limit, used)
       local reset = 0
       if current > 0 then
         reset = start + 2 * w - now
@@ -35,17 +44,16 @@ models[3] = function()
       if cost > limit then
         return reject(nil, remaining, reset)
       end
-      if used + cost * w <= capacity then
-        local after = capacity - used - cost * w
-        return admit(0, div(after, w), start + 2 * w - now)
+      if used + cost <= limit then
+        return admit(0, remaining - cost, start + 2 * w - now)
       end
       local retry_at
       if current + cost <= limit then
-        -- previous × (w − e) ≤ (limit − current − cost) × w, within this window.
-        retry_at = start + w - div((limit - current - cost) * w, previous)
+        -- Within this window, once the previous window's weight has shrunk enough.
+        retry_at = weighs_at_most(c, start, previous, limit - current - cost)
       else
-        -- current × (w − e) ≤ (limit − cost) × w, in the next window.
-        retry_at = start + 2 * w - div((limit - cost) * w, current)
+        -- In the next window `current` becomes the weighted one.
+        retry_at = weighs_at_most(c, start + w, current, limit - cost)
       end
       return reject(sub0(retry_at, now), remaining, reset)
     end,

@@ -10,6 +10,19 @@ use crate::clock::duration_to_micros;
 /// Rates are exact integers (an amount and a period in microseconds): `Rate::per_second(3)`
 /// is three units per 1,000,000 µs, not one unit every 333,333.33 µs.
 ///
+/// # Exactness
+///
+/// The continuous algorithms (smooth token bucket, leaky bucket, GCRA) compute with the rate
+/// in lowest terms and keep fractions of a microsecond: `Rate::per_day(100_000)` is one unit
+/// every 864 ms, `Rate::per_second(600_000)` three units every 5 µs, both exact. A rate is
+/// exact whenever `quota × period / gcd(amount, period)` (the quota being the bucket's
+/// capacity or burst, the period in µs) is at most 2^52. Otherwise it is rounded down to the
+/// nearest rate the arithmetic holds, never faster: each unit comes less than 1 µs later than
+/// the exact rate would let it (less than `1 / n` µs for a rounded rate of `n` units per
+/// period), which makes the rate slower by about `quota / 2^52` of itself at most (two parts
+/// in ten million for a quota of a billion). A bucket that would take more than 2^52 µs
+/// (about 142 years) to fill is refused.
+///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::Rate;
@@ -67,5 +80,98 @@ impl Rate {
     /// The period in microseconds.
     pub fn period_micros(&self) -> u64 {
         self.period_micros
+    }
+
+    /// The same rate in lowest terms (600,000 per second is 3 per 5 µs).
+    pub(crate) fn reduced(self) -> Rate {
+        let g = gcd(self.amount, self.period_micros).max(1);
+        Rate {
+            amount: self.amount / g,
+            period_micros: self.period_micros / g,
+        }
+    }
+
+    /// The rate the continuous models compute with when their scaled quantities (a quota times
+    /// the period) must stay within `max_period` µs of period: this rate in lowest terms if it
+    /// fits, else `n` units per `p` µs, `n` the most units this rate lets through in
+    /// `max_period` µs and `p ≤ max_period` the fewest whole µs it takes for them: never
+    /// faster, and each unit comes less than `1 / n` µs (at most 1 µs) later than at the exact
+    /// rate. `None` when even one unit per its interval rounded up to whole microseconds does
+    /// not fit, or for a zero amount or period.
+    pub(crate) fn within_period(self, max_period: u64) -> Option<Rate> {
+        if self.amount == 0 || self.period_micros == 0 {
+            return None;
+        }
+        let exact = self.reduced();
+        if exact.period_micros <= max_period {
+            return Some(exact);
+        }
+        // The largest n with n × period / amount ≤ max_period, then the shortest period that
+        // n units may take without exceeding the rate: period' = ⌈n × period / amount⌉ ≤
+        // max_period, and period' / n − period / amount < 1 / n.
+        let (a, p) = (u128::from(exact.amount), u128::from(exact.period_micros));
+        let n = u128::from(max_period) * a / p;
+        if n == 0 {
+            return None;
+        }
+        let period = (n * p).div_ceil(a);
+        let rounded = Rate {
+            amount: u64::try_from(n).ok()?,
+            period_micros: u64::try_from(period).ok()?,
+        };
+        Some(rounded.reduced())
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(amount: u64, period_micros: u64) -> Rate {
+        Rate {
+            amount,
+            period_micros,
+        }
+    }
+
+    #[test]
+    fn rates_reduce_to_lowest_terms() {
+        assert_eq!(Rate::per_second(600_000).reduced(), rate(3, 5));
+        assert_eq!(Rate::per_day(100_000).reduced(), rate(1, 864_000));
+        assert_eq!(Rate::per_second(7).reduced(), rate(7, 1_000_000));
+    }
+
+    #[test]
+    fn a_rate_that_fits_is_kept_exactly() {
+        assert_eq!(
+            Rate::per_day(100_000).within_period(864_000),
+            Some(rate(1, 864_000))
+        );
+        assert_eq!(Rate::per_second(600_000).within_period(5), Some(rate(3, 5)));
+    }
+
+    #[test]
+    fn a_rate_that_does_not_fit_is_rounded_down_by_under_a_microsecond_per_unit() {
+        // 7 per second is 142,857.14… µs per unit.
+        let r = rate(7, 1_000_000).within_period(500_000).unwrap();
+        assert_eq!(r, rate(3, 428_572));
+        // Never faster: amount' / period' ≤ 7 / 1,000,000.
+        assert!(u128::from(r.amount()) * 1_000_000 <= 7 * u128::from(r.period_micros()));
+        // Less than 1 / amount' µs slower per unit.
+        let slower = u128::from(r.period_micros()) * 7 - 1_000_000 * u128::from(r.amount());
+        assert!(slower < 7, "{r:?}");
+        // One unit every ⌈142,857.14⌉ µs at the least.
+        assert_eq!(rate(7, 1_000_000).within_period(142_857), None);
+        assert_eq!(
+            rate(7, 1_000_000).within_period(142_858),
+            Some(rate(1, 142_858))
+        );
     }
 }

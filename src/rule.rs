@@ -99,7 +99,8 @@ impl Rule {
     }
 
     /// Sliding window counter: about `limit` units per `window`, estimated from the current
-    /// and the previous window's counts.
+    /// and the previous window's counts (exact to the µs while `limit × window` in µs is at
+    /// most 2^52, else in steps that never admit more: see [`SlidingWindow`]).
     pub fn sliding_window(
         name: impl AsRef<str>,
         limit: u64,
@@ -113,6 +114,8 @@ impl Rule {
 
     /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
     /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
+    /// Exact for every rate whose `capacity × period / gcd(amount, period)` is at most 2^52;
+    /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]).
     pub fn token_bucket(
         name: impl AsRef<str>,
         capacity: u64,
@@ -138,7 +141,8 @@ impl Rule {
     }
 
     /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
-    /// an admitted request may be delayed, a request that does not fit is denied.
+    /// an admitted request may be delayed, a request that does not fit is denied. The drain
+    /// is rounded like a token bucket's refill (see [`Rate`]).
     pub fn leaky_bucket(
         name: impl AsRef<str>,
         capacity: u64,
@@ -151,7 +155,9 @@ impl Rule {
     }
 
     /// GCRA: `rate` sustained with bursts of up to `burst` units
-    /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms).
+    /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms). The
+    /// emission interval keeps its fraction of a µs; the rate is rounded like a token
+    /// bucket's refill (see [`Rate`]).
     pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Result<Self, ConfigError> {
         Self::new(name, Algorithm::Gcra(Gcra::new(rate, burst)?))
     }

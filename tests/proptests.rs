@@ -11,7 +11,9 @@
 //! - wait mode (reservations mixed with plain checks, one rule or two) never lets through more
 //!   than a rule allows, counting each admission when it is due; never delays past
 //!   `max_wait`; never refuses a batch whose retry-after is within `max_wait`; and a refused
-//!   reservation consumes nothing.
+//!   reservation consumes nothing;
+//! - large configurations whose rate or window weight is rounded never admit more than the
+//!   exact rate or estimate would, and lose at most one rounding step doing so.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -795,8 +797,8 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
 /// - token bucket: in any `[a, b]`, no more than `capacity + ⌊(b − a) × amount / period⌋`
 ///   (smooth) or `capacity + amount × ⌈(b − a) / period⌉` (stepped: at most that many steps
 ///   end in `(a, b]`);
-/// - GCRA: in any `[a, b]`, no more than `burst + ⌊(b − a) / interval⌋`, with
-///   `interval = ⌈period / amount⌉`;
+/// - GCRA: in any `[a, b]`, no more than `burst + ⌊(b − a) × amount / period⌋` (its
+///   emission interval keeps its fraction of a µs, so this is the token bucket's bound);
 /// - leaky bucket: in any `[a, b]`, the units beside the largest request are no more than
 ///   `⌊(amount × (b − a) + amount − 1) / period⌋`: a request leaves once the water queued
 ///   before it has drained, at the next whole microsecond.
@@ -857,9 +859,8 @@ fn over_admission(spec: &Spec, dues: &[(u64, u64)]) -> Option<String> {
         Kind::TokenBucket | Kind::TokenBucketStepped | Kind::Gcra | Kind::LeakyBucket => {
             let (amount, period) = (spec.amount, spec.period);
             let bound = |span: u64, largest: u64| match spec.kind {
-                Kind::TokenBucket => limit + span * amount / period,
+                Kind::TokenBucket | Kind::Gcra => limit + span * amount / period,
                 Kind::TokenBucketStepped => limit + amount * span.div_ceil(period),
-                Kind::Gcra => limit + span / period.div_ceil(amount),
                 _ => largest + (amount * span + amount - 1) / period,
             };
             for (i, &(a, _)) in dues.iter().enumerate() {
@@ -918,4 +919,190 @@ proptest! {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large configurations: rounded, never more
+
+/// A quota, amount and period (µs) large enough that `quota × period / gcd(amount, period)`
+/// often exceeds 2^52, so the rate or the window's weight is rounded.
+fn large_params() -> impl Strategy<Value = (u64, u64, u64)> {
+    (
+        prop_oneof![1 => 1..=1_000u64, 3 => 1_000_000..=1_000_000_000u64],
+        prop_oneof![1 => 1..=1_000u64, 3 => 1_000..=1_000_000_000u64],
+        prop_oneof![
+            1 => 1_000..=1_000_000u64,
+            3 => 1_000_000..=366 * 86_400_000_000u64,
+        ],
+    )
+}
+
+/// Steps of (µs to advance, cost, to the brim): costs from one unit to the whole quota, or
+/// (to the brim) exactly what the model says remains, or one unit more, so that the edge of
+/// the quota is hit where rounding would show; advances from nothing to a few times `unit`
+/// (the time one unit takes) to `whole` (the time the whole quota takes).
+fn large_steps(quota: u64, unit: u64, whole: u64) -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![
+                2 => Just(0u64),
+                2 => 0..=1_000u64,
+                3 => 0..=4 * unit.max(1),
+                1 => 0..=whole.clamp(1, 1 << 50),
+            ],
+            prop_oneof![3 => Just(1u64), 2 => 1..=quota.min(1_000), 1 => 1..=quota],
+            any::<bool>(),
+        ),
+        1..60,
+    )
+}
+
+/// The cost of a step: as generated, or to the brim (what remains, or one more).
+fn step_cost(alg: &Algorithm, state: &State, now: u64, cost: u64, to_the_brim: bool) -> u64 {
+    if to_the_brim {
+        alg.evaluate(state, now, 0).remaining.max(1) + cost % 2
+    } else {
+        cost
+    }
+}
+
+/// Units `amount` per `period` µs lets through in `micros` µs (exactly, rounded down).
+fn exact_refill(amount: u64, period: u64, micros: u64) -> u128 {
+    u128::from(micros) * u128::from(amount) / u128::from(period)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A token bucket (smooth), leaky bucket or GCRA whose rate is rounded to stay exact is
+    /// never faster than the rate asked for: the units admitted from any admission instant `s`
+    /// to any later one `t` never exceed the quota plus what the exact rate refills in
+    /// `t − s`. The rate enforced is slower by less than 1 µs per unit, and exactly the rate
+    /// in lowest terms wherever that fits; Retry-After stays exact.
+    #[test]
+    fn rounded_rates_never_admit_more_than_the_exact_rate(
+        ((quota, amount, period), steps) in large_params()
+            .prop_flat_map(|(q, a, p)| {
+                let unit = p.div_ceil(a);
+                (Just((q, a, p)), large_steps(q, unit, unit.saturating_mul(q)))
+            }),
+        kind in prop::sample::select(vec![Kind::TokenBucket, Kind::LeakyBucket, Kind::Gcra]),
+    ) {
+        let spec = Spec { kind, quota, amount, period };
+        let rate = Rate::new(amount, Duration::from_micros(period));
+        let built = match kind {
+            Kind::TokenBucket => Rule::token_bucket("r", quota, rate),
+            Kind::LeakyBucket => Rule::leaky_bucket("r", quota, rate),
+            _ => Rule::gcra("r", rate, quota),
+        };
+        // Only buckets that take about 2^52 µs or more to fill are refused.
+        let Ok(rule) = built else {
+            let fill = u128::from(quota) * u128::from(period) / u128::from(amount);
+            prop_assert!(fill + u128::from(quota) > 1 << 52, "{spec:?} refused: {built:?}");
+            return Ok(());
+        };
+        let enforced = match rule.algorithm() {
+            Algorithm::TokenBucket(m) => m.enforced_refill(),
+            Algorithm::LeakyBucket(m) => m.enforced_drain(),
+            Algorithm::Gcra(m) => m.enforced_rate(),
+            other => unreachable!("{other:?}"),
+        };
+        // n units per p' µs against a per p: 0 ≤ p'/n − p/a < 1/n µs per unit.
+        let (n, p2) = (u128::from(enforced.amount()), u128::from(enforced.period_micros()));
+        let (a, p) = (u128::from(amount), u128::from(period));
+        prop_assert!(p2 * a >= p * n, "{spec:?}: enforced {enforced:?} is faster");
+        prop_assert!(p2 * a - p * n < a, "{spec:?}: enforced {enforced:?} is 1 µs per unit slower or more");
+        // Exact wherever the arithmetic allows.
+        let g = gcd(amount, period);
+        if u128::from(quota) * p / u128::from(g) <= 1 << 52 {
+            prop_assert_eq!((n, p2), (a / u128::from(g), p / u128::from(g)), "{:?}", spec);
+        }
+
+        let alg = rule.algorithm();
+        let mut state = State::default();
+        let mut now = BASE;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for &(advance, cost, brim) in &steps {
+            now += advance;
+            let cost = step_cost(alg, &state, now, cost, brim);
+            let eval = alg.evaluate(&state, now, cost);
+            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
+                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "{spec:?}: retry {retry} at {now}");
+                prop_assert!(!alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "{spec:?}: retry {retry} at {now} is late");
+            }
+            if eval.is_admitted() {
+                alg.apply(&mut state, now, cost);
+                admitted.push((now, cost));
+            }
+        }
+        for (i, &(s, _)) in admitted.iter().enumerate() {
+            let mut units = 0u128;
+            for &(t, cost) in &admitted[i..] {
+                units += u128::from(cost);
+                let allowed = u128::from(quota) + exact_refill(amount, period, t - s);
+                prop_assert!(
+                    units <= allowed,
+                    "{spec:?}: {units} units admitted in [{s}, {t}], the exact rate allows {allowed}"
+                );
+            }
+        }
+    }
+
+    /// A sliding window whose weight moves in steps never admits what the exact estimate
+    /// (`previous × (window − elapsed) / window + current`, in integers) would deny, and
+    /// admits whatever the exact estimate admits two steps of the weight earlier (the steps
+    /// cover `⌈window / step⌉ × step` µs, up to one step more than the window); its
+    /// Retry-After is exact (admitted then, denied a microsecond earlier).
+    #[test]
+    fn stepped_sliding_windows_never_admit_more_than_the_exact_estimate(
+        ((limit, window), steps) in large_params()
+            .prop_flat_map(|(q, _, p)| (Just((q, p)), large_steps(q, p / q, 2 * p))),
+    ) {
+        let rule = Rule::sliding_window("r", limit, Duration::from_micros(window))
+            .expect("every sliding window within 2^50 builds");
+        let Algorithm::SlidingWindow(model) = rule.algorithm() else { unreachable!() };
+        let step = model.weight_step_micros();
+        let alg = rule.algorithm();
+        let mut state = State::default();
+        let mut now = BASE;
+        // Units admitted per epoch-aligned window.
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for &(advance, cost, brim) in &steps {
+            now += advance;
+            let cost = step_cost(alg, &state, now, cost, brim);
+            let index = now / window;
+            let elapsed = now % window;
+            let current = counts.get(&index).copied().unwrap_or(0);
+            let previous = index.checked_sub(1).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
+            let exact_admits = |elapsed: u64| {
+                let w = u128::from(window);
+                u128::from(previous) * (w - u128::from(elapsed))
+                    + u128::from(current + cost) * w
+                    <= u128::from(limit) * w
+            };
+            let eval = alg.evaluate(&state, now, cost);
+            let admits = eval.is_admitted();
+            // Retry-After stays exact at the step's resolution.
+            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
+                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "retry {retry} at {now}");
+                prop_assert!(retry == 0 || !alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "retry {retry} at {now} is late");
+            }
+            prop_assert!(!admits || exact_admits(elapsed), "admitted past the exact estimate at {now}");
+            prop_assert!(
+                admits || !exact_admits(elapsed.saturating_sub(2 * step)),
+                "denied at {now} what the exact estimate admits two steps ({step} µs) earlier"
+            );
+            if admits {
+                alg.apply(&mut state, now, cost);
+                *counts.entry(index).or_default() += cost;
+            }
+        }
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }

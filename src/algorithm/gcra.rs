@@ -1,26 +1,34 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_product, check_range, Eval, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Eval, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
-/// Sustains `rate` with bursts of up to `burst` units, storing a single value per key: the
+/// Sustains `rate` with bursts of up to `burst` units, storing one instant per key: the
 /// theoretical arrival time (TAT) of the next unit.
 ///
-/// GCRA works in whole microseconds: one unit's emission interval is the rate's period
-/// divided by its amount, rounded up (3 per second is one every 333,334 µs), so it never
-/// admits faster than the rate. Use [`TokenBucket`](super::TokenBucket) for the exact
-/// fractional rate.
+/// The emission interval (the rate's period over its amount) keeps its fraction of a
+/// microsecond: 600,000 per second is 3 units every 5 µs, and admits 600,000 units a
+/// second, not the 500,000 an interval rounded to 2 µs would. The TAT is stored as whole
+/// microseconds plus a fraction in units of `1 / amount` µs (of the rate in lowest terms).
+/// It is exact whenever `burst × period / gcd(amount, period)` is at most 2^52; beyond that
+/// the rate is rounded down by less than 1 µs per unit (see [`Rate`]'s exactness notes and
+/// [`enforced_rate`](Self::enforced_rate)). A burst that takes more than 2^52 µs to refill
+/// is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
     rate: Rate,
     burst: u64,
-    interval: u64,
+    /// `amount` units every `period` µs: the rate the arithmetic uses, in lowest terms (or
+    /// rounded down).
+    pace: Rate,
 }
 
+/// The TAT is `tat + fraction / pace.amount()` µs, with `fraction < pace.amount()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TatState {
     pub(crate) tat: u64,
+    pub(crate) fraction: u64,
 }
 
 impl Gcra {
@@ -29,13 +37,8 @@ impl Gcra {
         check_range("GCRA rate amount", rate.amount(), MAX_SCALED)?;
         check_range("GCRA rate period (µs)", rate.period_micros(), MAX_SCALED)?;
         check_range("GCRA burst", burst, MAX_SCALED)?;
-        let interval = rate.period_micros().div_ceil(rate.amount());
-        check_product("GCRA burst × emission interval (µs)", burst, interval)?;
-        Ok(Self {
-            rate,
-            burst,
-            interval,
-        })
+        let pace = scaled_rate("GCRA burst", burst, rate)?;
+        Ok(Self { rate, burst, pace })
     }
 
     /// The sustained rate.
@@ -43,18 +46,30 @@ impl Gcra {
         self.rate
     }
 
+    /// The rate the algorithm enforces: [`rate`](Self::rate) itself, unless it had to be
+    /// rounded down (by less than 1 µs per unit) to stay exact.
+    pub fn enforced_rate(&self) -> Rate {
+        self.pace
+    }
+
     /// The most units admitted at once.
     pub fn burst(&self) -> u64 {
         self.burst
     }
 
-    /// Microseconds between units at the sustained rate.
+    /// Microseconds between units at the sustained rate, rounded up to a whole microsecond
+    /// (the algorithm itself keeps the fraction: see [`enforced_rate`](Self::enforced_rate)).
     pub fn emission_interval_micros(&self) -> u64 {
-        self.interval
+        self.pace.period_micros().div_ceil(self.pace.amount())
     }
 
     pub(crate) fn fill_micros(&self) -> u64 {
-        self.burst * self.interval
+        self.tolerance().div_ceil(self.pace.amount())
+    }
+
+    /// The burst in scaled units (`amount` per µs).
+    fn tolerance(&self) -> u64 {
+        self.burst * self.pace.period_micros()
     }
 }
 
@@ -69,30 +84,58 @@ impl Model for Gcra {
     }
 
     fn fresh(&self, now: u64) -> TatState {
-        TatState { tat: now }
+        TatState {
+            tat: now,
+            fraction: 0,
+        }
     }
 
     fn evaluate(&self, s: &TatState, now: u64, cost: u64) -> Eval {
-        let tolerance = self.burst * self.interval;
-        let tat = s.tat.max(now);
-        let backlog = tat - now;
-        let remaining = (tolerance - backlog.min(tolerance)) / self.interval;
-        if cost > self.burst {
-            return Eval::reject(None, remaining, backlog);
-        }
-        let after = backlog + cost * self.interval;
-        if after <= tolerance {
-            Eval::admit(0, (tolerance - after) / self.interval, after)
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let tolerance = self.tolerance();
+        // The backlog (TAT − now) in whole µs and scaled units: `whole` may be far beyond
+        // the tolerance after a reservation, so it is scaled only once known to be within it.
+        let (whole, fraction) = if s.tat >= now {
+            (s.tat - now, s.fraction)
         } else {
-            Eval::reject(Some(after - tolerance), remaining, backlog)
+            (0, 0)
+        };
+        let reset = whole + u64::from(fraction > 0);
+        let backlog = (whole <= tolerance / amount).then(|| whole * amount + fraction);
+        let remaining = backlog.map_or(0, |b| tolerance.saturating_sub(b) / period);
+        if cost > self.burst {
+            return Eval::reject(None, remaining, reset);
+        }
+        match backlog {
+            Some(b) if b + cost * period <= tolerance => {
+                let after = b + cost * period;
+                Eval::admit(0, (tolerance - after) / period, after.div_ceil(amount))
+            }
+            // Admitted once the backlog has shrunk to tolerance − cost × period:
+            // whole + ⌈(fraction + cost × period − tolerance) / amount⌉ µs from now.
+            _ => {
+                let over = fraction + cost * period;
+                let retry = if over >= tolerance {
+                    whole + (over - tolerance).div_ceil(amount)
+                } else {
+                    whole - (tolerance - over) / amount
+                };
+                Eval::reject(Some(retry), remaining, reset)
+            }
         }
     }
 
     fn apply(&self, s: &mut TatState, now: u64, cost: u64) {
-        s.tat = s.tat.max(now) + cost * self.interval;
+        let amount = self.pace.amount();
+        let base = if s.tat >= now { *s } else { self.fresh(now) };
+        let fraction = base.fraction + cost * self.pace.period_micros();
+        *s = TatState {
+            tat: base.tat + fraction / amount,
+            fraction: fraction % amount,
+        };
     }
 
     fn expires_at(&self, s: &TatState) -> u64 {
-        s.tat
+        s.tat + u64::from(s.fraction > 0)
     }
 }

@@ -1,6 +1,6 @@
 //! Leaky bucket as a shaper: requests queue and leave at a constant rate.
 
-use super::{check_product, check_range, Eval, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Eval, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -8,14 +8,22 @@ use crate::rate::Rate;
 /// the units queued before it have drained (`Delay`), so traffic leaves evenly spaced; a
 /// request that does not fit in the queue is denied. This is nginx's `limit_req` without
 /// `nodelay`, with `capacity` counting the request being served.
+///
+/// The drain is exact to the microsecond whenever `capacity × period / gcd(amount, period)`
+/// is at most 2^52 (`leaky_bucket("d", 100_000, Rate::per_day(100_000))` releases one unit
+/// every 864 ms exactly); beyond that the drain rate is rounded down by less than 1 µs per
+/// unit (see [`Rate`]'s exactness notes and [`enforced_drain`](Self::enforced_drain)). A
+/// queue that takes more than 2^52 µs to drain is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyBucket {
     capacity: u64,
     drain: Rate,
+    /// The rate the arithmetic uses: `drain` in lowest terms, or rounded down.
+    pace: Rate,
 }
 
-/// `level` is the queued water in scaled units (one unit = `period`; `amount` drain per µs)
-/// as of `last`.
+/// `level` is the queued water in scaled units (one unit = `period`; `amount` drain per µs,
+/// of the `pace` rate) as of `last`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LevelState {
     pub(crate) level: u64,
@@ -32,12 +40,18 @@ impl LeakyBucket {
             drain.period_micros(),
             MAX_SCALED,
         )?;
-        check_product(
-            "leaky bucket capacity × drain period (µs)",
+        let pace = scaled_rate("leaky bucket capacity", capacity, drain)?;
+        Ok(Self {
             capacity,
-            drain.period_micros(),
-        )?;
-        Ok(Self { capacity, drain })
+            drain,
+            pace,
+        })
+    }
+
+    /// The drain rate the queue enforces: [`drain`](Self::drain) itself, unless it had to be
+    /// rounded down (by less than 1 µs per unit) to stay exact.
+    pub fn enforced_drain(&self) -> Rate {
+        self.pace
     }
 
     /// The most units queued, including the one being served.
@@ -52,15 +66,15 @@ impl LeakyBucket {
 
     /// Microseconds a full queue takes to drain.
     pub(crate) fn drain_micros(&self) -> u64 {
-        (self.capacity * self.drain.period_micros()).div_ceil(self.drain.amount())
+        (self.capacity * self.pace.period_micros()).div_ceil(self.pace.amount())
     }
 
     fn level(&self, s: &LevelState, now: u64) -> u64 {
         let drained = now.saturating_sub(s.last);
-        if drained >= s.level.div_ceil(self.drain.amount()) {
+        if drained >= s.level.div_ceil(self.pace.amount()) {
             0
         } else {
-            s.level - drained * self.drain.amount()
+            s.level - drained * self.pace.amount()
         }
     }
 }
@@ -81,7 +95,7 @@ impl Model for LeakyBucket {
     }
 
     fn evaluate(&self, s: &LevelState, now: u64, cost: u64) -> Eval {
-        let (amount, period) = (self.drain.amount(), self.drain.period_micros());
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         let full = self.capacity * period;
         let level = self.level(s, now);
         // More water than the queue holds when the rule was reconfigured smaller: full.
@@ -103,13 +117,13 @@ impl Model for LeakyBucket {
 
     fn apply(&self, s: &mut LevelState, now: u64, cost: u64) {
         *s = LevelState {
-            level: self.level(s, now) + cost * self.drain.period_micros(),
+            level: self.level(s, now) + cost * self.pace.period_micros(),
             last: now.max(s.last),
         };
     }
 
     fn expires_at(&self, s: &LevelState) -> u64 {
-        s.last.saturating_add(s.level.div_ceil(self.drain.amount()))
+        s.last.saturating_add(s.level.div_ceil(self.pace.amount()))
     }
 }
 

@@ -7,10 +7,14 @@
 //! kept in step by the shared vectors in `tests/vectors/`).
 //!
 //! All time is integer microseconds and all quantities are integers. Where a rate does not
-//! divide evenly (3 per second), the models scale quantities by the period instead of
-//! rounding time, so the arithmetic is exact. Configurations are validated so that every
-//! intermediate product stays below 2^50, which keeps the Lua twins (double precision)
-//! exact too.
+//! divide evenly (3 per second), the models scale quantities by the period (of the rate in
+//! lowest terms) instead of rounding time, so the arithmetic is exact. Configurations are
+//! validated so that every parameter stays within 2^50 and every scaled quantity (a quota
+//! times a period) within 2^52, which keeps the Lua twins (double precision, exact below
+//! 2^53) exact too. Where a configuration's exact scale would exceed that, the model rounds
+//! so that it never admits more: a rate is slowed by less than 1 µs per unit (see
+//! [`Rate`]), a sliding window's weight moves in steps rather than every µs (see
+//! [`SlidingWindow`]).
 //!
 //! A state whose [`Algorithm::expires_at`] has passed is the same as no state at all, which is
 //! why stores may delete it.
@@ -32,9 +36,15 @@ pub use sliding_window::SlidingWindow;
 pub use token_bucket::{Refill, TokenBucket};
 
 use crate::error::ConfigError;
+use crate::rate::Rate;
 
-/// The largest scaled quantity a configuration may produce (see the module docs).
+/// The largest parameter (a quota, an amount, a period in µs) a configuration may hold, and the
+/// longest wait a reservation may take (see the module docs).
 pub(crate) const MAX_SCALED: u64 = 1 << 50;
+
+/// The largest scaled quantity (a quota times a period in µs) a configuration may produce:
+/// with an instant (below 2^51 µs until 2041, 2^52 until 2112) added, it stays below 2^53.
+pub(crate) const MAX_PRODUCT: u64 = 1 << 52;
 
 /// What a model says about one request against one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,9 +283,21 @@ pub(crate) fn check_range(what: &str, value: u64, max: u64) -> Result<u64, Confi
 /// `a * b`, failing when the product leaves the exact range.
 pub(crate) fn check_product(what: &str, a: u64, b: u64) -> Result<u64, ConfigError> {
     match a.checked_mul(b) {
-        Some(p) if p <= MAX_SCALED => Ok(p),
+        Some(p) if p <= MAX_PRODUCT => Ok(p),
         _ => Err(ConfigError::new(format!(
-            "{what} is too large to compute exactly ({a} × {b} exceeds 2^50); use a shorter period or a smaller quantity"
+            "{what} is too large to compute exactly ({a} × {b} exceeds 2^52); use a shorter period or a smaller quantity"
         ))),
     }
+}
+
+/// The rate a continuous model with `quota` units of room computes with: `rate` in lowest
+/// terms, or rounded down so that `quota × period` stays within [`MAX_PRODUCT`].
+pub(crate) fn scaled_rate(what: &str, quota: u64, rate: Rate) -> Result<Rate, ConfigError> {
+    rate.within_period(MAX_PRODUCT / quota.max(1)).ok_or_else(|| {
+        ConfigError::new(format!(
+            "{what} of {quota} takes more than 2^52 µs (about 142 years) to fill at {} per {} µs; use a smaller quantity or a faster rate",
+            rate.amount(),
+            rate.period_micros()
+        ))
+    })
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_product, check_range, Eval, Model, MAX_SCALED};
+use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros;
 use crate::error::ConfigError;
 
@@ -11,11 +11,21 @@ use crate::error::ConfigError;
 ///
 /// O(1) memory (two counters) and no boundary burst of 2 × `limit`; the estimate assumes the
 /// previous window's requests were spread evenly. The comparison is done in integers
-/// (`previous × (window − elapsed) + current × window ≤ limit × window`), so it is exact.
+/// (`⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`), so it is exact to
+/// the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per day is). For
+/// larger configurations the previous window's weight moves in steps of
+/// [`weight_step_micros`](Self::weight_step_micros) (about `window × limit / 2^52` µs: 19 ms
+/// for a billion per day, 7 s for a billion per 366 days): `elapsed` is rounded down to a
+/// whole step, so the weight is never lighter than the exact one and the window never admits
+/// more. Retry-After stays exact for the weight as computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindow {
     limit: u64,
     window: u64,
+    /// The weight's resolution in µs (1: exact).
+    step: u64,
+    /// `⌈window / step⌉`: the weight is `(steps − ⌊elapsed / step⌋) / steps`.
+    steps: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +45,16 @@ impl SlidingWindow {
             duration_to_micros(window),
             MAX_SCALED,
         )?;
-        check_product("sliding window limit × window (µs)", limit, window)?;
-        Ok(Self { limit, window })
+        // The fewest µs per step that keep limit × steps within the exact range.
+        let max_steps = MAX_PRODUCT / limit;
+        let step = window.div_ceil(max_steps);
+        let steps = window.div_ceil(step);
+        Ok(Self {
+            limit,
+            window,
+            step,
+            steps,
+        })
     }
 
     /// The most units per window.
@@ -47,6 +65,13 @@ impl SlidingWindow {
     /// The window length in microseconds.
     pub fn window_micros(&self) -> u64 {
         self.window
+    }
+
+    /// The resolution, in µs, of the previous window's weight: 1 (exact) whenever `limit ×
+    /// window (µs)` is at most 2^52, more for larger configurations (rounded so that the
+    /// window never admits more than the exact estimate).
+    pub fn weight_step_micros(&self) -> u64 {
+        self.step
     }
 
     /// The counters as they stand at `now` (a stored state may belong to the window before).
@@ -60,6 +85,16 @@ impl SlidingWindow {
                 current: 0,
             }
         }
+    }
+
+    /// The instant from which `count` units, weighted as the previous window of the window
+    /// starting at `start`, weigh at most `room` units: `count × (steps − k) ≤ room × steps`
+    /// from step `k = steps − ⌊room × steps / count⌋` on (and by `start + window` the window
+    /// has rolled over, whatever the steps say).
+    fn weighs_at_most(&self, start: u64, count: u64, room: u64) -> u64 {
+        let fitting = room.saturating_mul(self.steps) / count.max(1);
+        let k = self.steps.saturating_sub(fitting);
+        start + (k * self.step).min(self.window)
     }
 }
 
@@ -87,10 +122,13 @@ impl Model for SlidingWindow {
         } = self.at(s, now);
         let w = self.window;
         let elapsed = now.saturating_sub(start).min(w);
-        // Everything below is scaled by the window: "units × µs".
-        let capacity = self.limit * w;
-        let used = previous * (w - elapsed) + current * w;
-        let remaining = capacity.saturating_sub(used) / w;
+        // The previous window's weight, in whole units rounded up: previous × (w − e) / w at
+        // the step's resolution. `used + cost ≤ limit` is then the same test as
+        // `previous × (w − e) + (current + cost) × w ≤ limit × w`.
+        let left = self.steps.saturating_sub(elapsed / self.step);
+        let weighted = previous.saturating_mul(left).div_ceil(self.steps);
+        let used = weighted.saturating_add(current);
+        let remaining = self.limit.saturating_sub(used);
         let reset = if current > 0 {
             start + 2 * w - now
         } else if previous > 0 {
@@ -101,21 +139,15 @@ impl Model for SlidingWindow {
         if cost > self.limit {
             return Eval::reject(None, remaining, reset);
         }
-        if used + cost * w <= capacity {
-            let after = capacity - used - cost * w;
-            let reset = start + 2 * w - now;
-            return Eval::admit(0, after / w, reset);
+        if used.saturating_add(cost) <= self.limit {
+            return Eval::admit(0, remaining - cost, start + 2 * w - now);
         }
         let retry_at = if current + cost <= self.limit {
-            // Within this window, once the previous window's weight has shrunk enough:
-            // previous × (w − e) ≤ (limit − current − cost) × w.
-            let room = (self.limit - current - cost) * w;
-            start + w - room / previous
+            // Within this window, once the previous window's weight has shrunk enough.
+            self.weighs_at_most(start, previous, self.limit - current - cost)
         } else {
-            // In the next window `current` becomes the weighted one:
-            // current × (w − e) ≤ (limit − cost) × w.
-            let room = (self.limit - cost) * w;
-            start + 2 * w - room / current
+            // In the next window `current` becomes the weighted one.
+            self.weighs_at_most(start + w, current, self.limit - cost)
         };
         Eval::reject(Some(retry_at.saturating_sub(now)), remaining, reset)
     }
@@ -127,5 +159,26 @@ impl Model for SlidingWindow {
 
     fn expires_at(&self, s: &CountersState) -> u64 {
         s.start.saturating_add(2 * self.window)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_weight_is_exact_up_to_2_pow_52_and_stepped_beyond() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            SlidingWindow::new(50_000, day)
+                .unwrap()
+                .weight_step_micros(),
+            1
+        );
+        let huge = SlidingWindow::new(1_000_000_000, day).unwrap();
+        // 2^52 / 10^9 = 4,503,599 steps at most: ⌈86,400,000,000 / 4,503,599⌉ µs each.
+        assert_eq!(huge.weight_step_micros(), 19_185);
+        assert!(huge.limit * huge.steps <= MAX_PRODUCT);
+        assert!(huge.steps * huge.step >= huge.window);
     }
 }

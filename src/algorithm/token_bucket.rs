@@ -1,6 +1,6 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
-use super::{check_product, check_range, Eval, Model, MAX_SCALED};
+use super::{check_product, check_range, scaled_rate, Eval, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -18,15 +18,25 @@ pub enum Refill {
 /// Bursts up to `capacity` units, sustained at the refill rate. A new key starts full.
 ///
 /// Refill is computed from the elapsed time when a request arrives; no timer runs.
+///
+/// Smooth refill is exact to the microsecond whenever `capacity × period / gcd(amount,
+/// period)` is at most 2^52 (`token_bucket("d", 100_000, Rate::per_day(100_000))` gains one
+/// token every 864 ms exactly); beyond that the refill rate is rounded down by less than 1 µs
+/// per token (see [`Rate`]'s exactness notes and [`enforced_refill`](Self::enforced_refill)).
+/// Stepped refill is always exact. A bucket that takes more than 2^52 µs to fill is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucket {
     capacity: u64,
     refill: Rate,
     mode: Refill,
+    /// The rate the arithmetic uses: smooth, `refill` in lowest terms (or rounded down);
+    /// stepped, `refill` as given (6 per minute in steps is not 1 per 10 s).
+    pace: Rate,
 }
 
 /// Smooth: `level` is in scaled units (one token = `period` units, `amount` units refill per
-/// µs) as of `last`. Stepped: `level` is whole tokens as of the step boundary `last`.
+/// µs, of the `pace` rate) as of `last`. Stepped: `level` is whole tokens as of the step
+/// boundary `last`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BucketState {
     pub(crate) level: u64,
@@ -43,16 +53,29 @@ impl TokenBucket {
             refill.period_micros(),
             MAX_SCALED,
         )?;
-        check_product(
-            "token bucket capacity × refill period (µs)",
-            capacity,
-            refill.period_micros(),
-        )?;
+        let pace = match mode {
+            Refill::Smooth => scaled_rate("token bucket capacity", capacity, refill)?,
+            Refill::Stepped => {
+                check_product(
+                    "token bucket refill steps to fill × refill period (µs)",
+                    capacity.div_ceil(refill.amount()),
+                    refill.period_micros(),
+                )?;
+                refill
+            }
+        };
         Ok(Self {
             capacity,
             refill,
             mode,
+            pace,
         })
+    }
+
+    /// The refill rate the bucket enforces: [`refill`](Self::refill) itself, unless a smooth
+    /// refill had to be rounded down (by less than 1 µs per token) to stay exact.
+    pub fn enforced_refill(&self) -> Rate {
+        self.pace
     }
 
     /// The most tokens the bucket holds.
@@ -72,7 +95,7 @@ impl TokenBucket {
 
     /// Microseconds an empty bucket takes to fill up.
     pub(crate) fn fill_micros(&self) -> u64 {
-        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         match self.mode {
             Refill::Smooth => (self.capacity * period).div_ceil(amount),
             Refill::Stepped => self.capacity.div_ceil(amount) * period,
@@ -81,19 +104,19 @@ impl TokenBucket {
 
     /// Smooth refill: the level (scaled) at `now`.
     fn smooth_level(&self, s: &BucketState, now: u64) -> u64 {
-        let full = self.capacity * self.refill.period_micros();
+        let full = self.capacity * self.pace.period_micros();
         let elapsed = now.saturating_sub(s.last);
-        let to_full = (full - s.level.min(full)).div_ceil(self.refill.amount());
+        let to_full = (full - s.level.min(full)).div_ceil(self.pace.amount());
         if elapsed >= to_full {
             full
         } else {
-            s.level + elapsed * self.refill.amount()
+            s.level + elapsed * self.pace.amount()
         }
     }
 
     /// Stepped refill: the whole tokens and the step boundary at `now`.
     fn stepped_level(&self, s: &BucketState, now: u64) -> BucketState {
-        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         let steps = now.saturating_sub(s.last) / period;
         let steps_to_full = (self.capacity - s.level.min(self.capacity)).div_ceil(amount);
         let level = if steps >= steps_to_full {
@@ -118,14 +141,14 @@ impl Model for TokenBucket {
 
     fn fresh(&self, now: u64) -> BucketState {
         let level = match self.mode {
-            Refill::Smooth => self.capacity * self.refill.period_micros(),
+            Refill::Smooth => self.capacity * self.pace.period_micros(),
             Refill::Stepped => self.capacity,
         };
         BucketState { level, last: now }
     }
 
     fn evaluate(&self, s: &BucketState, now: u64, cost: u64) -> Eval {
-        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         match self.mode {
             Refill::Smooth => {
                 let full = self.capacity * period;
@@ -172,7 +195,7 @@ impl Model for TokenBucket {
             Refill::Smooth => {
                 let level = self.smooth_level(s, now);
                 *s = BucketState {
-                    level: level - cost * self.refill.period_micros(),
+                    level: level - cost * self.pace.period_micros(),
                     last: now.max(s.last),
                 };
             }
@@ -187,7 +210,7 @@ impl Model for TokenBucket {
     }
 
     fn expires_at(&self, s: &BucketState) -> u64 {
-        let (amount, period) = (self.refill.amount(), self.refill.period_micros());
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         match self.mode {
             Refill::Smooth => {
                 let full = self.capacity * period;

@@ -54,20 +54,27 @@ fn code_and_params(algorithm: &Algorithm) -> [u64; 5] {
             [1, m.limit(), m.window_micros(), anchor, 0]
         }
         Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
-        Algorithm::SlidingWindow(m) => [3, m.limit(), m.window_micros(), 0, 0],
+        Algorithm::SlidingWindow(m) => {
+            let (w, step) = (m.window_micros(), m.weight_step_micros());
+            [3, m.limit(), w, step, w.div_ceil(step)]
+        }
+        // The rates as the models compute with them (in lowest terms, or rounded down).
         Algorithm::TokenBucket(m) => {
             let mode = match m.mode() {
                 Refill::Smooth => 0,
                 Refill::Stepped => 1,
             };
-            let rate = m.refill();
+            let rate = m.enforced_refill();
             [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
         }
         Algorithm::LeakyBucket(m) => {
-            let rate = m.drain();
+            let rate = m.enforced_drain();
             [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
         }
-        Algorithm::Gcra(m) => [6, m.burst(), m.emission_interval_micros(), 0, 0],
+        Algorithm::Gcra(m) => {
+            let rate = m.enforced_rate();
+            [6, m.burst(), rate.period_micros(), rate.amount(), 0]
+        }
     }
 }
 

@@ -1,0 +1,305 @@
+//! Large quotas build and stay exact (issue #9, item 6): every amount from 1 to 10^9 over
+//! every period from 1 ms to 366 days builds for all six algorithms; rates that reduce to
+//! small terms are exact however large they look; a rate that cannot be represented exactly
+//! is rounded so that it never admits more.
+//!
+//! These drive the bare models (`Algorithm::evaluate` / `apply`); the same configurations run
+//! on every store through the vector scenarios (`tests/vectors/*.json`). The Lua twins'
+//! refunds of fractional state (a Redis Cluster batch across slots) are checked here too.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisCluster;
+use redis::cluster_routing::Slot;
+use tollgate::algorithm::{Algorithm, State, Verdict};
+use tollgate::{Check, Limiter, ManualClock, Rate, RedisStore, Rule, RuleOutcome};
+
+/// 20,000 days after the epoch: a realistic instant, a multiple of every day.
+const BASE: u64 = 20_000 * 86_400 * 1_000_000;
+
+const DAY_US: u64 = 86_400 * 1_000_000;
+
+/// Amounts over 1 ..= 10^9: small, round, prime and the extremes.
+const AMOUNTS: [u64; 16] = [
+    1,
+    2,
+    3,
+    7,
+    10,
+    999,
+    1_000,
+    13_001,
+    50_000,
+    100_000,
+    999_983,
+    1_000_000,
+    16_777_217,
+    123_456_789,
+    999_999_937,
+    1_000_000_000,
+];
+
+/// Periods over 1 ms ..= 366 days (µs): round ones and ones that share no factor with the
+/// amounts.
+const PERIODS_US: [u64; 14] = [
+    1_000,
+    1_001,
+    7_919,
+    1_000_000,
+    60_000_000,
+    3_600_000_000,
+    DAY_US,
+    DAY_US + 1,
+    7 * DAY_US,
+    30 * DAY_US,
+    31_556_952_000_001,
+    365 * DAY_US,
+    366 * DAY_US - 1,
+    366 * DAY_US,
+];
+
+/// Every constructor with `amount` as its quota and `amount` per `period` as its rate.
+fn every_rule(amount: u64, period: Duration) -> Vec<(&'static str, Result<Rule, String>)> {
+    let rate = Rate::new(amount, period);
+    let e = |r: Result<Rule, tollgate::ConfigError>| r.map_err(|e| e.to_string());
+    vec![
+        ("fixed_window", e(Rule::fixed_window("q", amount, period))),
+        (
+            "fixed_window_from_first_hit",
+            e(Rule::fixed_window_from_first_hit("q", amount, period)),
+        ),
+        ("sliding_log", e(Rule::sliding_log("q", amount, period))),
+        (
+            "sliding_window",
+            e(Rule::sliding_window("q", amount, period)),
+        ),
+        ("token_bucket", e(Rule::token_bucket("q", amount, rate))),
+        (
+            "token_bucket_stepped",
+            e(Rule::token_bucket_stepped("q", amount, rate)),
+        ),
+        ("leaky_bucket", e(Rule::leaky_bucket("q", amount, rate))),
+        ("gcra", e(Rule::gcra("q", rate, amount))),
+        // The smallest quota at the same rate: one unit at a time.
+        ("token_bucket of 1", e(Rule::token_bucket("q", 1, rate))),
+        ("leaky_bucket of 1", e(Rule::leaky_bucket("q", 1, rate))),
+        ("gcra of 1", e(Rule::gcra("q", rate, 1))),
+    ]
+}
+
+#[test]
+fn every_quota_from_1_to_a_billion_over_1_ms_to_366_days_builds() {
+    let mut refused = Vec::new();
+    for amount in AMOUNTS {
+        for period in PERIODS_US {
+            for (what, rule) in every_rule(amount, Duration::from_micros(period)) {
+                match rule {
+                    Ok(rule) => admits_its_quota_at_once(&rule, amount),
+                    Err(e) => refused.push(format!("{what} {amount} per {period} µs: {e}")),
+                }
+            }
+        }
+    }
+    assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+}
+
+/// A fresh key admits the rule's whole quota in one request and nothing more, at an instant
+/// where every window starts (a built rule must also decide without overflowing).
+fn admits_its_quota_at_once(rule: &Rule, amount: u64) {
+    let alg = rule.algorithm();
+    let quota = alg.quota().0;
+    assert!(quota == amount || quota == 1, "{rule:?}");
+    let mut state = State::default();
+    let now = BASE;
+    let eval = alg.evaluate(&state, now, quota);
+    assert!(eval.is_admitted(), "{rule:?} refused its quota: {eval:?}");
+    alg.apply(&mut state, now, quota);
+    let eval = alg.evaluate(&state, now, 1);
+    match eval.verdict {
+        Verdict::Reject {
+            retry_micros: Some(retry),
+        } => assert!(retry > 0, "{rule:?}"),
+        // A leaky bucket queues rather than rejecting only while it has room: it has none.
+        other => panic!("{rule:?} admitted past its quota: {other:?}"),
+    }
+}
+
+/// Admits `cost` at `now` if the model does; returns whether it did.
+fn check(alg: &Algorithm, state: &mut State, now: u64, cost: u64) -> bool {
+    let admitted = alg.evaluate(state, now, cost).is_admitted();
+    if admitted {
+        alg.apply(state, now, cost);
+    }
+    admitted
+}
+
+fn retry(alg: &Algorithm, state: &State, now: u64, cost: u64) -> Option<u64> {
+    match alg.evaluate(state, now, cost).verdict {
+        Verdict::Reject { retry_micros } => retry_micros,
+        Verdict::Admit { .. } => Some(0),
+    }
+}
+
+/// 100,000 per day is one token every 864 ms exactly: the bucket admits its capacity at once,
+/// then one unit at each multiple of 864 ms and not a microsecond earlier.
+#[test]
+fn token_bucket_of_100_000_per_day_refills_one_every_864_ms_exactly() {
+    let rule = Rule::token_bucket("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    assert!(check(alg, &mut s, BASE, 100_000));
+    assert_eq!(retry(alg, &s, BASE, 1), Some(864_000));
+    for k in 1..=1_000u64 {
+        let due = BASE + k * 864_000;
+        assert!(!check(alg, &mut s, due - 1, 1), "unit {k} came early");
+        assert!(check(alg, &mut s, due, 1), "unit {k} was late");
+    }
+    // A full day refills the whole capacity, exactly.
+    let later = BASE + 1_000 * 864_000 + DAY_US;
+    assert!(check(alg, &mut s, later, 100_000));
+    assert!(!check(alg, &mut s, later, 1));
+    assert_eq!(alg.quota(), (100_000, Duration::from_secs(86_400)));
+}
+
+/// The stepped bucket adds the whole 100,000 at the end of the day.
+#[test]
+fn stepped_token_bucket_of_100_000_per_day_refills_at_the_day_boundary() {
+    let rule = Rule::token_bucket_stepped("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    assert!(check(alg, &mut s, BASE, 100_000));
+    assert_eq!(retry(alg, &s, BASE + 1, 1), Some(DAY_US - 1));
+    assert!(!check(alg, &mut s, BASE + DAY_US - 1, 1));
+    assert!(check(alg, &mut s, BASE + DAY_US, 100_000));
+}
+
+/// A leaky bucket of 100,000 per day drains one unit every 864 ms: a full queue delays the
+/// next unit by exactly that much per unit queued.
+#[test]
+fn leaky_bucket_of_100_000_per_day_drains_one_every_864_ms_exactly() {
+    let rule = Rule::leaky_bucket("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    assert!(check(alg, &mut s, BASE, 99_999));
+    match alg.evaluate(&s, BASE, 1).verdict {
+        Verdict::Admit { delay_micros } => assert_eq!(delay_micros, 99_999 * 864_000),
+        other => panic!("{other:?}"),
+    }
+    assert!(check(alg, &mut s, BASE, 1));
+    assert_eq!(retry(alg, &s, BASE, 1), Some(864_000));
+    assert!(!check(alg, &mut s, BASE + 863_999, 1));
+    assert!(check(alg, &mut s, BASE + 864_000, 1));
+}
+
+/// A sliding window of 50,000 per day weighs the previous day exactly (to the microsecond).
+#[test]
+fn sliding_window_of_50_000_per_day_is_exact() {
+    let rule = Rule::sliding_window("d", 50_000, Duration::from_secs(86_400)).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    assert!(check(alg, &mut s, BASE, 50_000));
+    assert!(!check(alg, &mut s, BASE + DAY_US - 1, 1));
+    // In the next day the previous 50,000 weigh 50,000 × (day − e) / day: one unit fits once
+    // that is at most 49,999, at e = day / 50,000 = 1,728,000 µs.
+    let next = BASE + DAY_US;
+    assert_eq!(retry(alg, &s, next, 1), Some(1_728_000));
+    assert!(!check(alg, &mut s, next + 1_727_999, 1));
+    assert!(check(alg, &mut s, next + 1_728_000, 1));
+}
+
+/// 600,000 per second is 3 units every 5 µs; GCRA keeps the fraction instead of rounding the
+/// emission interval up to 2 µs (500,000 per second).
+#[test]
+fn gcra_of_600_000_per_second_admits_600_000_per_second() {
+    let rule = Rule::gcra("g", Rate::per_second(600_000), 3).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    assert!(check(alg, &mut s, BASE, 3));
+    assert_eq!(retry(alg, &s, BASE, 3), Some(5));
+    assert!(!check(alg, &mut s, BASE + 4, 3));
+    assert!(check(alg, &mut s, BASE + 5, 3));
+    // One request of one unit every microsecond: the first second also spends the burst the
+    // idle bucket had saved (3 units, one of them still refilling at the end); from then on
+    // exactly 600,000 in every whole second.
+    let mut per_second = Vec::new();
+    for second in 1..=4u64 {
+        let start = BASE + second * 1_000_000;
+        let admitted = (start..start + 1_000_000)
+            .filter(|&t| check(alg, &mut s, t, 1))
+            .count();
+        per_second.push(admitted);
+    }
+    assert_eq!(per_second, [600_002, 600_000, 600_000, 600_000]);
+}
+
+/// The largest GCRA rates are exact too: 10^9 per second is 1,000 per µs.
+#[test]
+fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
+    let rule = Rule::gcra("g", Rate::per_second(1_000_000_000), 1_000).unwrap();
+    let alg = rule.algorithm();
+    let mut s = State::default();
+    for t in 0..10_000 {
+        assert!(check(alg, &mut s, BASE + t, 1_000), "at {t} µs");
+        assert!(!check(alg, &mut s, BASE + t, 1), "at {t} µs");
+    }
+}
+
+/// On a Redis Cluster, a batch across two slots whose second slot denies refunds the first:
+/// for rates whose state carries fractions (GCRA's TAT, scaled bucket levels) and rounded
+/// ones, the refund restores the first key exactly (every peek answers as before).
+#[tokio::test]
+async fn cluster_refunds_restore_fractional_state_exactly() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster");
+    let clock = ManualClock::new(BASE);
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    let (a, b): (&[u8], &[u8]) = (b"alpha", b"beta");
+    assert_ne!(Slot::for_key(b"{alpha}"), Slot::for_key(b"{beta}"));
+    let prime = 999_999_937;
+    let year = Duration::from_micros(366 * DAY_US);
+    let rules = [
+        Rule::gcra("g-fraction", Rate::per_second(600_000), 4).unwrap(),
+        Rule::gcra("g-rounded", Rate::new(prime, year), prime).unwrap(),
+        Rule::token_bucket("t-rounded", prime, Rate::per_day(prime)).unwrap(),
+        Rule::leaky_bucket("l-fraction", 4, Rate::per_second(600_000)).unwrap(),
+        Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)).unwrap(),
+    ];
+    for rule in &rules {
+        let quota = rule.algorithm().quota().0;
+        // a holds a partly used, fractional state; b is used up.
+        clock.set_micros(BASE);
+        assert!(limiter.check_one(rule, a).await.unwrap().is_admitted());
+        assert!(limiter
+            .check(&[Check::new(rule, b).with_cost(quota)])
+            .await
+            .unwrap()
+            .is_admitted());
+        clock.set_micros(BASE + 1);
+        let peeks = |limiter: &Limiter<RedisStore>| {
+            let limiter = limiter.clone();
+            async move {
+                let mut seen: Vec<RuleOutcome> = Vec::new();
+                for cost in [0, 1, 2, 3, quota] {
+                    seen.push(limiter.peek(rule, a, cost).await.unwrap());
+                }
+                seen
+            }
+        };
+        let before = peeks(&limiter).await;
+        let outcome = limiter
+            .check(&[Check::new(rule, a), Check::new(rule, b)])
+            .await
+            .unwrap();
+        assert!(!outcome.is_admitted(), "{}: b is used up", rule.name());
+        assert_eq!(
+            peeks(&limiter).await,
+            before,
+            "{}: a was refunded exactly",
+            rule.name()
+        );
+    }
+}
