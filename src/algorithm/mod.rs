@@ -184,7 +184,7 @@ impl Algorithm {
 
     /// A deterministic digest of the algorithm and its parameters, the same in every process
     /// and every version of tollgate: two configurations share a fingerprint exactly when
-    /// they read and write state alike. It lies in `1 .. 2^53`, so the Lua scripts hold it
+    /// they read and write state alike. It lies in `1 .. 2^52`, so the Lua scripts hold it
     /// exactly in a double (0 is left for "no state").
     ///
     /// It is a truncated SHA-256 of a fixed encoding: a version tag, the algorithm's code
@@ -198,7 +198,7 @@ impl Algorithm {
         }
         let mut first = [0u8; 8];
         first.copy_from_slice(&digest.finalize()[..8]);
-        (u64::from_le_bytes(first) >> 11).max(1)
+        (u64::from_le_bytes(first) >> 12).max(1)
     }
 
     /// The algorithm's code and the parameters its stored state depends on. Rates keep their

@@ -119,8 +119,20 @@ pub(super) fn invocation<'s>(
             ),
             None => (0, 0, 0),
         };
-        let fields = [code, check.cost, p1, p2, p3, p4, lock_for, after, within];
-        let mut packed = [0u8; 72];
+        let fields = [
+            code,
+            check.cost,
+            p1,
+            p2,
+            p3,
+            p4,
+            lock_for,
+            after,
+            within,
+            check.rule.fingerprint(),
+            algorithm.quota().0,
+        ];
+        let mut packed = [0u8; 88];
         for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&exact_double(value).to_le_bytes());
         }
