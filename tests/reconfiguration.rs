@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use common::vectors::BASE_MICROS;
+use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{
     key, Check, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule,
-    Store,
+    Clock, Store,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -302,3 +303,259 @@ fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
 
 /// Pinned: a change of the canonical encoding would make every deployed record foreign.
 const FINGERPRINT_OF_TOKEN_BUCKET_10_PER_SECOND: u64 = 3_340_326_456_632_389;
+
+// ---------------------------------------------------------------------------------------------
+// Property: a reconfiguration hands out no second quota.
+
+/// Every rule constructor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    FixedWindow,
+    FixedWindowFromFirstHit,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    TokenBucketStepped,
+    LeakyBucket,
+    Gcra,
+}
+
+const KINDS: [Kind; 8] = [
+    Kind::FixedWindow,
+    Kind::FixedWindowFromFirstHit,
+    Kind::SlidingLog,
+    Kind::SlidingWindow,
+    Kind::TokenBucket,
+    Kind::TokenBucketStepped,
+    Kind::LeakyBucket,
+    Kind::Gcra,
+];
+
+/// A configuration: `quota` is the limit, capacity or burst; `amount` per `period` µs the
+/// refill, drain or GCRA rate (windows are `period` long).
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    kind: Kind,
+    quota: u64,
+    amount: u64,
+    period: u64,
+}
+
+impl Spec {
+    fn rule(&self) -> Rule {
+        let name = "shared-name";
+        let period = Duration::from_micros(self.period);
+        let rate = Rate::new(self.amount, period);
+        match self.kind {
+            Kind::FixedWindow => Rule::fixed_window(name, self.quota, period),
+            Kind::FixedWindowFromFirstHit => {
+                Rule::fixed_window_from_first_hit(name, self.quota, period)
+            }
+            Kind::SlidingLog => Rule::sliding_log(name, self.quota, period),
+            Kind::SlidingWindow => Rule::sliding_window(name, self.quota, period),
+            Kind::TokenBucket => Rule::token_bucket(name, self.quota, rate),
+            Kind::TokenBucketStepped => Rule::token_bucket_stepped(name, self.quota, rate),
+            Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
+            Kind::Gcra => Rule::gcra(name, rate, self.quota),
+        }
+        .expect("generated configurations are valid")
+    }
+
+    /// The most units this configuration alone admits in `t` consecutive microseconds
+    /// (`t ≥ 1`), from any state: its quota at once, plus what its windows, refill or drain
+    /// add over the `t − 1` µs that follow.
+    fn most_in(&self, t: u64) -> u64 {
+        let (q, a, p) = (self.quota, self.amount, self.period);
+        let after = t - 1;
+        match self.kind {
+            // One window per `p` µs, plus the one the interval starts in (the boundary
+            // burst); the sliding counter never admits more than a fixed window would.
+            Kind::FixedWindow | Kind::FixedWindowFromFirstHit | Kind::SlidingWindow => {
+                q * (after.div_ceil(p) + 1)
+            }
+            // At most `q` in any `p` consecutive microseconds.
+            Kind::SlidingLog => q * t.div_ceil(p),
+            Kind::TokenBucket | Kind::LeakyBucket => q + after * a / p,
+            // A step of `a` tokens at most every `p` µs.
+            Kind::TokenBucketStepped => q + a * after.div_ceil(p),
+            Kind::Gcra => q + after / p.div_ceil(a),
+        }
+    }
+}
+
+fn spec_of(kind: Kind) -> impl Strategy<Value = Spec> {
+    (1..=6u64, 1..=4u64, 1..=2_000u64).prop_map(move |(quota, amount, period)| Spec {
+        kind,
+        quota,
+        amount,
+        period,
+    })
+}
+
+fn any_spec() -> impl Strategy<Value = Spec> {
+    prop::sample::select(KINDS.to_vec()).prop_flat_map(spec_of)
+}
+
+/// Two configurations of one name: of the same algorithm with other parameters (or another
+/// refill), or of two algorithms.
+fn pair() -> impl Strategy<Value = (Spec, Spec)> {
+    prop_oneof![
+        any_spec().prop_flat_map(|a| (Just(a), spec_of(a.kind))),
+        (any_spec(), any_spec()),
+    ]
+}
+
+/// One request: move the clock, maybe switch to the other configuration, check `cost`.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    advance: u64,
+    switch: bool,
+    cost: u64,
+}
+
+/// Schedules: a rolling deploy (the configuration changes at about every other request)
+/// or a deploy now and then.
+fn schedule(steps: usize) -> impl Strategy<Value = Vec<Step>> {
+    (prop_oneof![Just(0.5), Just(0.1)]).prop_flat_map(move |p| {
+        prop::collection::vec(
+            (
+                prop_oneof![
+                    3 => Just(0u64),
+                    4 => 1..=100u64,
+                    2 => 1..=3_000u64,
+                    1 => 3_000..=20_000u64,
+                ],
+                prop::bool::weighted(p),
+                prop_oneof![5 => Just(1u64), 2 => 0..=3u64, 1 => 4..=7u64],
+            )
+                .prop_map(|(advance, switch, cost)| Step {
+                    advance,
+                    switch,
+                    cost,
+                }),
+            1..steps,
+        )
+    })
+}
+
+/// Runs `steps` on `limiter` under `rules` (starting with the first) and returns the
+/// admissions as (instant, units) and every outcome.
+async fn run_schedule<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+    rules: &[Rule; 2],
+    steps: &[Step],
+) -> (Vec<(u64, u64)>, Vec<tollgate::Outcome>) {
+    let mut current = 0;
+    let mut admitted = Vec::new();
+    let mut outcomes = Vec::new();
+    for step in steps {
+        clock.advance_micros(step.advance);
+        current ^= usize::from(step.switch);
+        let outcome = limiter
+            .check(&[Check::new(&rules[current], b"k").with_cost(step.cost)])
+            .await
+            .expect("the store decides");
+        if outcome.is_admitted() && step.cost > 0 {
+            admitted.push((clock.now_micros(), step.cost));
+        }
+        outcomes.push(outcome);
+    }
+    (admitted, outcomes)
+}
+
+/// The bound a reconfiguration must keep. For two configurations `a` and `b` of one name,
+/// let `most_a(t)` be the most units `a` alone admits in `t` consecutive microseconds (its
+/// quota plus what its windows, refill or drain add over the rest; see [`Spec::most_in`]).
+/// Then, however requests alternate between `a` and `b` on one key, the units admitted in
+/// any `t` consecutive microseconds never exceed
+///
+/// ```text
+/// most_a(t) + most_b(t) − min(quota_a, quota_b)
+/// ```
+///
+/// At `t = 1` that is `max(quota_a, quota_b)`: within one microsecond, switching hands out
+/// no second quota (reading the other configuration's state as empty, or at another
+/// scale, admitted 15 of a capacity of 10, or 20 of 20 where both allow 1). Over longer
+/// intervals the old configuration may have freed units the new one would still count (a
+/// token bucket that refilled them, a window that ended): no stored summary can know them,
+/// so the bound allows each configuration its own refill on top, never a second burst
+/// beyond the larger quota.
+fn assert_bound(a: &Spec, b: &Spec, admitted: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    for (i, &(start, _)) in admitted.iter().enumerate() {
+        let mut units = 0;
+        for &(at, cost) in &admitted[i..] {
+            units += cost;
+            let t = at - start + 1;
+            let bound = a.most_in(t) + b.most_in(t) - a.quota.min(b.quota);
+            prop_assert!(
+                units <= bound,
+                "{units} units in {t} µs from {start}, more than {bound}: {admitted:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// See [`assert_bound`]: on `MemoryStore`, for random pairs and schedules.
+    #[test]
+    fn memory_store_reconfiguration_never_hands_out_a_second_quota(
+        (a, b) in pair(),
+        steps in schedule(60),
+    ) {
+        let rt = runtime();
+        let (clock, limiter) = memory();
+        let rules = [a.rule(), b.rule()];
+        let (admitted, _) = rt.block_on(run_schedule(&limiter, &clock, &rules, &steps));
+        assert_bound(&a, &b, &admitted)?;
+    }
+}
+
+/// The same property against `RedisStore` (fewer cases: one server, one case at a time),
+/// which must also decide exactly as `MemoryStore` does on the same schedule: the Lua twin
+/// of the reconfiguration rule.
+#[test]
+fn redis_store_reconfiguration_never_hands_out_a_second_quota_and_matches_memory() {
+    use proptest::test_runner::{Config, TestRunner};
+    let server = RedisServer::start();
+    let rt = runtime();
+    let base = rt
+        .block_on(RedisStore::connect(&server.url()))
+        .expect("connect to the test redis-server");
+    let mut runner = TestRunner::new(Config {
+        cases: 96,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::cell::Cell::new(0u32);
+    runner
+        .run(&(pair(), schedule(40)), |((a, b), steps)| {
+            case.set(case.get() + 1);
+            let rules = [a.rule(), b.rule()];
+            let (memory_clock, memory) = memory();
+            let redis_clock = ManualClock::new(BASE_MICROS);
+            let redis = Limiter::new(
+                base.clone()
+                    .with_clock(redis_clock.clone())
+                    .with_prefix(format!("case{}", case.get())),
+            );
+            let (m_admitted, m_outcomes) =
+                rt.block_on(run_schedule(&memory, &memory_clock, &rules, &steps));
+            let (r_admitted, r_outcomes) =
+                rt.block_on(run_schedule(&redis, &redis_clock, &rules, &steps));
+            prop_assert_eq!(&m_outcomes, &r_outcomes);
+            prop_assert_eq!(&m_admitted, &r_admitted);
+            assert_bound(&a, &b, &r_admitted)
+        })
+        .unwrap();
+}
