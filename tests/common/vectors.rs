@@ -112,6 +112,10 @@ pub enum RefillSpec {
 #[derive(Debug, Deserialize)]
 pub struct RuleSpec {
     pub name: String,
+    /// The rule's name in the store, when it differs from `name`: two specs stored under one
+    /// name are one rule reconfigured (tests/vectors/reconfiguration.json).
+    #[serde(default)]
+    pub stored_as: Option<String>,
     #[serde(flatten)]
     pub algorithm: AlgorithmSpec,
     pub penalty: Option<PenaltySpec>,
@@ -156,7 +160,7 @@ pub struct Expect {
 impl RuleSpec {
     pub fn build(&self) -> Rule {
         let us = Duration::from_micros;
-        let name = self.name.as_str();
+        let name = self.stored_as.as_deref().unwrap_or(&self.name);
         let rule = match self.algorithm {
             AlgorithmSpec::FixedWindow {
                 limit,
