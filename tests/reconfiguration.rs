@@ -12,8 +12,8 @@ use common::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{
-    key, Check, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule,
-    Clock, Store,
+    key, Check, Clock, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rate, RedisStore,
+    Rule, Store,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -21,7 +21,11 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 /// How many of `rules`, checked in turn one unit at a time on one key at one instant
 /// (`rounds` times around), are admitted.
-async fn admitted_alternating<S: Store>(limiter: &Limiter<S>, rules: &[Rule], rounds: usize) -> u64 {
+async fn admitted_alternating<S: Store>(
+    limiter: &Limiter<S>,
+    rules: &[Rule],
+    rounds: usize,
+) -> u64 {
     let mut admitted = 0;
     for _ in 0..rounds {
         for rule in rules {
@@ -59,16 +63,22 @@ async fn token_bucket_smooth_then_stepped<S: Store>(limiter: Limiter<S>) {
         .unwrap();
     assert!(!second.is_admitted(), "10 more after 5 of a capacity of 10");
     let alternating = admitted_alternating(&limiter, &[stepped, smooth], 10).await;
-    assert_eq!(alternating, 5, "5 of the capacity of 10 are left in this microsecond");
+    assert_eq!(
+        alternating, 5,
+        "5 of the capacity of 10 are left in this microsecond"
+    );
 }
 
 /// A shorter refill period makes the stored (scaled) level read as more tokens.
 async fn token_bucket_period_shortened<S: Store>(limiter: Limiter<S>) {
     let slow = Rule::token_bucket("tb", 10, Rate::new(10, SECOND)).unwrap();
     let fast = Rule::token_bucket("tb", 10, Rate::new(10, SECOND / 10)).unwrap();
-    let admitted = admitted_alternating(&limiter, &[slow.clone()], 5).await
+    let admitted = admitted_alternating(&limiter, std::slice::from_ref(&slow), 5).await
         + admitted_alternating(&limiter, &[fast, slow], 10).await;
-    assert_eq!(admitted, 10, "a capacity of 10 admits 10 in one microsecond");
+    assert_eq!(
+        admitted, 10,
+        "a capacity of 10 admits 10 in one microsecond"
+    );
 }
 
 /// A longer drain period makes the stored (scaled) water read as less.
@@ -114,13 +124,19 @@ async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, cl
         .check(&[Check::new(&new, b"k").with_cost(2)])
         .await
         .unwrap();
-    assert!(!early.is_admitted(), "one microsecond before the retry-after");
+    assert!(
+        !early.is_admitted(),
+        "one microsecond before the retry-after"
+    );
     clock.advance_micros(1);
     let on_time = limiter
         .check(&[Check::new(&new, b"k").with_cost(4)])
         .await
         .unwrap();
-    assert!(on_time.is_admitted(), "the old window is over: a full bucket");
+    assert!(
+        on_time.is_admitted(),
+        "the old window is over: a full bucket"
+    );
 }
 
 /// The old configuration reading the new one's state sees its units too (a rolling
@@ -128,9 +144,15 @@ async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, cl
 async fn both_directions_count<S: Store>(limiter: Limiter<S>) {
     let old = Rule::sliding_log("r", 4, MINUTE).unwrap();
     let new = Rule::gcra("r", Rate::per_minute(6), 6).unwrap();
-    assert_eq!(admitted_alternating(&limiter, &[old.clone()], 3).await, 3);
+    assert_eq!(
+        admitted_alternating(&limiter, std::slice::from_ref(&old), 3).await,
+        3
+    );
     // GCRA sees 3 of its burst of 6 in use.
-    assert_eq!(admitted_alternating(&limiter, &[new.clone()], 5).await, 3);
+    assert_eq!(
+        admitted_alternating(&limiter, std::slice::from_ref(&new), 5).await,
+        3
+    );
     // The log sees the 6 the GCRA had in use: its limit of 4 is used up.
     assert_eq!(admitted_alternating(&limiter, &[old, new], 3).await, 0);
 }
@@ -138,8 +160,12 @@ async fn both_directions_count<S: Store>(limiter: Limiter<S>) {
 /// A penalty lock is independent of the algorithm's state and survives a reconfiguration.
 async fn penalty_survives_reconfiguration<S: Store>(limiter: Limiter<S>) {
     let lock = tollgate::Penalty::lock_for(MINUTE);
-    let old = Rule::fixed_window("r", 1, SECOND).unwrap().with_penalty(lock);
-    let new = Rule::fixed_window("r", 100, SECOND).unwrap().with_penalty(lock);
+    let old = Rule::fixed_window("r", 1, SECOND)
+        .unwrap()
+        .with_penalty(lock);
+    let new = Rule::fixed_window("r", 100, SECOND)
+        .unwrap()
+        .with_penalty(lock);
     assert!(limiter.check_one(&old, b"k").await.unwrap().is_admitted());
     let denied = limiter.check_one(&old, b"k").await.unwrap();
     assert!(!denied.is_admitted());
