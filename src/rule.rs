@@ -64,14 +64,21 @@ pub const MAX_RULE_NAME_LEN: usize = 64;
 /// - The penalty (denial count and lock) is kept apart from the algorithm's state and
 ///   survives a reconfiguration unchanged.
 ///
-/// This conversion is conservative rather than exact: it never admits more, within one
-/// microsecond, than the larger of the two capacities (the switch hands out no second
-/// quota), and a client that had used little under the old rule keeps using the new one
-/// almost at once. Its cost is that a key near its old limit waits for the old state to
-/// empty (at most one window or one full refill of the old configuration) before it sees
-/// the new configuration's full quota. Converting each pair of algorithms exactly would
-/// need a formula per pair and per direction, in Rust and in Lua, with no gain in the
-/// bound.
+/// This conversion is conservative rather than exact. Within one microsecond, the units
+/// admitted under both configurations together never exceed the larger of their
+/// capacities: a change hands out no second quota. Over any `t` microseconds they never
+/// exceed what each configuration alone admits in `t` (its capacity plus its refill, drain
+/// or further windows), added, less the smaller capacity: each keeps its own refill, but
+/// no second burst (`tests/reconfiguration.rs` checks this bound on random pairs of
+/// configurations and rolling-deploy schedules). No stored summary can do better in
+/// general: units the old configuration has already freed (refilled, or whose window
+/// ended) are not in use any more, though the new configuration might have counted them.
+///
+/// A client that had used little under the old rule keeps using the new one at once. A key
+/// near its old limit waits, at most until the old configuration would have been back to
+/// a full quota, before it sees the new configuration's full quota. Converting each pair
+/// of algorithms exactly would need a formula per pair and per direction, in Rust and in
+/// Lua, and could not keep a tighter bound.
 ///
 /// ```
 /// use std::time::Duration;
