@@ -76,9 +76,10 @@ pub const MAX_RULE_NAME_LEN: usize = 64;
 ///
 /// A client that had used little under the old rule keeps using the new one at once. A key
 /// near its old limit waits, at most until the old configuration would have been back to
-/// a full quota, before it sees the new configuration's full quota. Converting each pair
-/// of algorithms exactly would need a formula per pair and per direction, in Rust and in
-/// Lua, and could not keep a tighter bound.
+/// a full quota, before it sees the new configuration's full quota. Converting state
+/// exactly would need a formula per pair of algorithms and per direction, in Rust and in
+/// Lua, and exists only for pairs that share a notion of state (a token bucket's refill
+/// mode, say); this rule is one, the same for every pair.
 ///
 /// ```
 /// use std::time::Duration;
