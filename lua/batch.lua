@@ -68,9 +68,9 @@ for i = 1, #ARGV - 5 do
     state = nil,
     fingerprint = fingerprint,
     quota = quota,
-    -- The stored fingerprint, used and until; `own` when this configuration wrote the
-    -- state. Otherwise `carried` holds what another configuration left (its state fields,
-    -- kept as they are in `foreign`).
+    -- The record's fingerprint, units in use and empty-at instant; `own` when this
+    -- configuration wrote the state. Otherwise `carried` holds what another configuration
+    -- left (its state fields are kept as they are in `foreign`).
     head = { 0, 0, 0 },
     own = false,
     carried = nil,
