@@ -5,8 +5,11 @@
 -- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
 --   sliding log rule only, by its log `{prefix}:{<key>}:<rule>/log` (a sorted set). The
 --   rule's key holds little-endian doubles (struct.pack "<d…", exact for these integers):
---   algorithm code (0 = no algorithm state), the algorithm's state fields, then the
---   penalty's locked_until, denials, window_start.
+--   the fingerprint of the configuration that wrote the state (0 = no algorithm state),
+--   the units it had in use then and the instant it is back to empty (what another
+--   configuration reads: src/batch.rs `Entry`, src/algorithm/mod.rs `Carried`), the
+--   algorithm's state fields (none for a sliding log, whose entries are in its log), then
+--   the penalty's locked_until, denials, window_start.
 -- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
 -- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
@@ -17,10 +20,11 @@
 -- ARGV[5]: mode 3, the instant the admissions to refund were recorded at; other modes, the
 --   least delay in µs (another slot of a Redis Cluster batch holds the request that long, so
 --   no rule here may count it before now + ARGV[5]).
--- ARGV[6…]: one per rule, ten little-endian doubles: algorithm code, cost, p1, p2, p3, p4
+-- ARGV[6…]: one per rule, twelve little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 --   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
---   batch, and consumes only when it admits on its own; batch::admitted).
+--   batch, and consumes only when it admits on its own; batch::admitted), the
+--   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`).
 -- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
 --   now, or later after a reservation or a leaky bucket's queue), now, then per rule its
 --   outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), delay or
@@ -53,8 +57,8 @@ local key_index = 1
 local built = {}
 local formats = {}
 for i = 1, #ARGV - 5 do
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow =
-    struct.unpack('<dddddddddd', ARGV[5 + i])
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota =
+    struct.unpack('<dddddddddddd', ARGV[5 + i])
   local model = built[code]
   if not model then
     model = models[code]()
@@ -76,35 +80,51 @@ for i = 1, #ARGV - 5 do
     key = KEYS[key_index],
     pen = nil,
     state = nil,
+    fingerprint = fingerprint,
+    quota = quota,
+    -- The record's fingerprint, units in use and empty-at instant; `own` when this
+    -- configuration wrote the state. Otherwise `carried` holds what another configuration
+    -- left (its state fields are kept as they are in `foreign`).
+    head = { 0, 0, 0 },
+    own = false,
+    carried = nil,
+    foreign = '',
   }
   key_index = key_index + 1
   if code == SLIDING_LOG then
     r.log_key = KEYS[key_index]
     key_index = key_index + 1
   end
-  if code ~= SLIDING_LOG or after > 0 then
-    local raw = redis.call('GET', r.key)
-    local n = raw and #raw / 8 or 0
-    if n >= 4 and n == math.floor(n) then
-      local format = formats[n]
-      if not format then
-        format = '<' .. string.rep('d', n)
-        formats[n] = format
+  local raw = redis.call('GET', r.key)
+  local n = raw and #raw / 8 or 0
+  if n >= 6 and n == math.floor(n) then
+    local format = formats[n]
+    if not format then
+      format = '<' .. string.rep('d', n)
+      formats[n] = format
+    end
+    local t = { struct.unpack(format, raw) }
+    r.pen = { t[n - 2], t[n - 1], t[n] }
+    r.head = { t[1], t[2], t[3] }
+    if t[1] == fingerprint and n == model.fields + 6 then
+      r.own = true
+      if code ~= SLIDING_LOG then
+        local s = {}
+        for f = 1, model.fields do
+          s[f] = t[3 + f]
+        end
+        r.state = s
       end
-      local t = { struct.unpack(format, raw) }
-      r.pen = { t[n - 2], t[n - 1], t[n] }
-      -- State of another algorithm (the rule was reconfigured) reads as no state.
-      if t[1] == code and code ~= SLIDING_LOG and n == model.fields + 4 then
-        -- The state is t[1 .. fields] once the code is gone; what follows is never read.
-        table.remove(t, 1)
-        r.state = t
-      end
+    elseif t[1] ~= 0 then
+      -- Another configuration's state: never read as this one's, nor as empty.
+      r.carried = { used = t[2], empty_at = t[3] }
+      r.foreign = string.sub(raw, 25, #raw - 24)
     end
   end
   if not r.pen then
     r.pen = { 0, 0, 0 }
   end
-  if code == SLIDING_LOG then
+  if code == SLIDING_LOG and not r.carried then
     local members = redis.call('ZRANGE', r.log_key, 0, -1)
     if #members > 0 then
       local entries = {}
@@ -125,11 +145,33 @@ local function is_live(r, at)
   return r.state and r.model.expires_at(r, r.state) > at
 end
 
+-- Carried::held: the units another configuration's state still holds at `at`.
+local function held(r, at)
+  if r.carried and at < r.carried.empty_at then
+    return min(r.carried.used, r.quota)
+  end
+  return 0
+end
+
 -- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
 local function algorithm_evaluate(r, at, cost)
   local model, c, s = r.model, r, r.state
   local e
-  if not is_live(r, at) then
+  local units = held(r, at)
+  if units > 0 then
+    -- Algorithm::evaluate_carried: the other configuration's units count as this one's
+    -- and are held until its state would be empty, so a request that does not fit waits
+    -- exactly until then.
+    local adopted = model.fresh(c, at)
+    model.apply(c, adopted, at, units)
+    e = model.evaluate(c, adopted, at, cost)
+    local held_for = r.carried.empty_at - at
+    if not e.ok and e.wait ~= nil then
+      e = reject(held_for, e.remaining, held_for)
+    elseif not (e.ok and cost > 0) then
+      e.reset = held_for
+    end
+  elseif not is_live(r, at) then
     e = model.evaluate(c, model.fresh(c, at), at, cost)
   else
     local settled = model.settled_at(c, s)
@@ -159,7 +201,17 @@ end
 -- A leaky bucket holds it until the water queued before it has drained (a request that adds
 -- no water does not queue); every other rule lets it pass on arrival.
 local function released_at(r, arrival)
-  if r.code == LEAKY_BUCKET and r.cost > 0 and not r.shadow and is_live(r, arrival) then
+  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
+    return arrival
+  end
+  local units = held(r, arrival)
+  if units > 0 then
+    -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
+    local adopted = r.model.fresh(r, arrival)
+    r.model.apply(r, adopted, arrival, units)
+    return max(arrival, r.model.expires_at(r, adopted))
+  end
+  if is_live(r, arrival) then
     return max(arrival, r.model.expires_at(r, r.state))
   end
   return arrival
@@ -274,20 +326,25 @@ local function store(r)
     expires_at = penalty_expires_at(r, r.pen)
   end
   local s = r.state
-  local packed
-  if r.code ~= SLIDING_LOG and s then
-    expires_at = max(expires_at, r.model.expires_at(r, s))
-    local n = r.model.fields
-    if n == 1 then
-      packed = struct.pack('<ddddd', r.code, s[1], r.pen[1], r.pen[2], r.pen[3])
-    elseif n == 2 then
-      packed = struct.pack('<dddddd', r.code, s[1], s[2], r.pen[1], r.pen[2], r.pen[3])
-    else
-      packed = struct.pack('<ddddddd', r.code, s[1], s[2], s[3], r.pen[1], r.pen[2], r.pen[3])
+  local fields = r.foreign
+  if r.own then
+    fields = ''
+    if s then
+      expires_at = max(expires_at, r.model.expires_at(r, s))
+      local n = r.model.fields
+      if n == 1 then
+        fields = struct.pack('<d', s[1])
+      elseif n == 2 then
+        fields = struct.pack('<dd', s[1], s[2])
+      elseif n == 3 then
+        fields = struct.pack('<ddd', s[1], s[2], s[3])
+      end
     end
-  else
-    packed = struct.pack('<dddd', 0, r.pen[1], r.pen[2], r.pen[3])
+  elseif r.head[1] ~= 0 then
+    expires_at = max(expires_at, r.head[3])
   end
+  local h, p = r.head, r.pen
+  local packed = struct.pack('<ddd', h[1], h[2], h[3]) .. fields .. struct.pack('<ddd', p[1], p[2], p[3])
   if expires_at > now then
     redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
   else
@@ -300,9 +357,8 @@ end
 local function store_state(r)
   if r.code == SLIDING_LOG then
     store_log(r)
-  else
-    store(r)
   end
+  store(r)
 end
 
 if mode == 3 then
@@ -348,10 +404,24 @@ for i = 1, #rules do
   if mode ~= 1 then
     if admitted then
       if r.cost > 0 then
-        if not is_live(r, item.at) then
+        if not r.carried then
+          if not is_live(r, item.at) then
+            r.state = r.model.fresh(r, item.at)
+          end
+          r.model.apply(r, r.state, item.at, r.cost)
+          r.own = true
+        else
+          -- Algorithm::adopt: a fresh state that has just admitted the units another
+          -- configuration still held and this request; a sliding log's old entries go.
+          if r.code == SLIDING_LOG then
+            redis.call('DEL', r.log_key)
+          end
+          local units = held(r, item.at) + r.cost
           r.state = r.model.fresh(r, item.at)
+          r.model.apply(r, r.state, item.at, units)
+          r.own, r.carried = true, nil
         end
-        r.model.apply(r, r.state, item.at, r.cost)
+        r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
         store_state(r)
       end
     elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then

@@ -19,25 +19,51 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Eval, State, Verdict, MAX_SCALED};
+use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
 use crate::store::Check;
 use crate::Rule;
 
-/// What a store keeps for one rule and one key.
+/// What a store keeps for one rule name and one key.
+///
+/// The algorithm's state belongs to the configuration whose fingerprint is stored with it
+/// (0: no state yet). Any other configuration reads `carried` instead (see
+/// [`Rule`](crate::Rule#reconfiguring-a-rule)); the penalty belongs to the name and is read
+/// by every configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) state: State,
+    pub(crate) fingerprint: u64,
+    pub(crate) carried: Carried,
     pub(crate) penalty: PenaltyState,
 }
 
 impl Entry {
+    /// Whether the algorithm's state was written by `rule`'s configuration.
+    fn is_own(&self, rule: &Rule) -> bool {
+        self.fingerprint == rule.fingerprint()
+    }
+
     /// The instant (µs) from which this entry is the same as no entry under `rule`.
     pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
         let penalty = rule.penalty().map_or(0, |p| p.expires_at(&self.penalty));
-        rule.algorithm().expires_at(&self.state).max(penalty)
+        let state = if self.is_own(rule) {
+            rule.algorithm().expires_at(&self.state)
+        } else {
+            self.carried.until
+        };
+        state.max(penalty)
+    }
+}
+
+/// What `rule` says about `cost` units at `at` given `entry` (absent = never used).
+fn evaluate_algorithm(rule: &Rule, entry: Option<&Entry>, at: u64, cost: u64) -> Eval {
+    match entry {
+        Some(e) if e.is_own(rule) => rule.algorithm().evaluate(&e.state, at, cost),
+        Some(e) => rule.algorithm().evaluate_carried(e.carried, at, cost),
+        None => rule.algorithm().evaluate(&State::default(), at, cost),
     }
 }
 
@@ -104,7 +130,13 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
         (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
-            algorithm.expires_at(&e.state).max(arrival)
+            let queued = if e.is_own(check.rule) {
+                algorithm.expires_at(&e.state)
+            } else {
+                // Another configuration's water, held as this bucket's own (see `Rule`).
+                algorithm.expires_at(&algorithm.adopt(e.carried, arrival, 0))
+            };
+            queued.max(arrival)
         }
         _ => arrival,
     }
@@ -128,14 +160,12 @@ pub(crate) fn evaluate(
     } else {
         release
     };
-    let empty = State::default();
-    let state = entry.map_or(&empty, |e| &e.state);
     let locked_for = match (check.rule.penalty(), entry) {
         (Some(_), Some(e)) => e.penalty.locked_for(arrival),
         _ => None,
     };
     Evaluated {
-        eval: check.rule.algorithm().evaluate(state, at, check.cost),
+        eval: evaluate_algorithm(check.rule, entry, at, check.cost),
         locked_for,
         at,
         arrival,
@@ -212,10 +242,17 @@ pub(crate) fn commit(
     let mut item = *item;
     if admitted {
         if check.cost > 0 {
-            check
-                .rule
-                .algorithm()
-                .apply(&mut entry.state, item.at, check.cost);
+            let algorithm = check.rule.algorithm();
+            if entry.is_own(check.rule) {
+                algorithm.apply(&mut entry.state, item.at, check.cost);
+            } else {
+                entry.state = algorithm.adopt(entry.carried, item.at, check.cost);
+                entry.fingerprint = check.rule.fingerprint();
+            }
+            entry.carried = Carried {
+                used: algorithm.quota().0.saturating_sub(item.eval.remaining),
+                until: algorithm.expires_at(&entry.state),
+            };
         }
     } else if item.counts_for_penalty() {
         if let Some(penalty) = check.rule.penalty() {
@@ -267,11 +304,9 @@ pub(crate) fn report(
         (retry, None) => deny(DenyReason::Limited, retry),
     };
     // Nothing was consumed: report the quota as it stands.
-    let empty = State::default();
-    let state = entry.map_or(&empty, |e| &e.state);
     RuleOutcome {
         decision,
-        info: info(&check.rule.algorithm().evaluate(state, now, 0)),
+        info: info(&evaluate_algorithm(check.rule, entry, now, 0)),
     }
 }
 

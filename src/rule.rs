@@ -35,10 +35,76 @@ pub const MAX_RULE_NAME_LEN: usize = 64;
 /// assert_eq!(api.name(), "api");
 /// # Ok(()) }
 /// ```
+///
+/// # One name, one configuration
+///
+/// Stores keep state by rule name and key, so a name stands for one configuration. A
+/// [`RateLimitLayer`](crate::layer::RateLimitLayer) refuses, when it is built, a name bound
+/// to two unequal rules anywhere in it (its own limits and every route). Share a limit
+/// between routes by giving them the same `Rule`; give different limits different names.
+///
+/// # Reconfiguring a rule
+///
+/// Stores keep beside each state the [`fingerprint`](Self::fingerprint) of the algorithm and
+/// parameters that wrote it, so no process reads another configuration's state as its own.
+/// When a rule is changed under the same name (a new deploy, a rolling deploy where old
+/// and new processes share one Redis, or two hand-built rules given to
+/// [`Limiter::check`](crate::Limiter::check)), the state the other configuration wrote is
+/// not read as empty either: it would hand every client a fresh quota. Instead:
+///
+/// - With each state, stores keep a summary any configuration can read: the units in use
+///   when it was last written (the writer's capacity minus what remained) and the instant
+///   it would have been back to empty under the writer's parameters.
+/// - A configuration that finds another's state counts those units as its own, up to its
+///   capacity, and holds them until that instant: nothing frees them earlier, a request
+///   that does not fit is denied with Retry-After exactly that instant, and from then on
+///   the key starts fresh. A request that fits is admitted and the key's state becomes
+///   the new configuration's own (a fresh state that has just admitted the carried units
+///   and the request), refilling or draining at the new configuration's pace.
+/// - The penalty (denial count and lock) is kept apart from the algorithm's state and
+///   survives a reconfiguration unchanged.
+///
+/// This conversion is conservative rather than exact. Within one microsecond, the units
+/// admitted under both configurations together never exceed the larger of their
+/// capacities: a change hands out no second quota. Over any `t` microseconds they never
+/// exceed what each configuration alone admits in `t` (its capacity plus its refill, drain
+/// or further windows), added, less the smaller capacity: each keeps its own refill, but
+/// no second burst (`tests/reconfiguration.rs` checks this bound on random pairs of
+/// configurations and rolling-deploy schedules). No stored summary can do better in
+/// general: units the old configuration has already freed (refilled, or whose window
+/// ended) are not in use any more, though the new configuration might have counted them.
+///
+/// A client that had used little under the old rule keeps using the new one at once. A key
+/// near its old limit waits, at most until the old configuration would have been back to
+/// a full quota, before it sees the new configuration's full quota. Converting state
+/// exactly would need a formula per pair of algorithms and per direction, in Rust and in
+/// Lua, and exists only for pairs that share a notion of state (a token bucket's refill
+/// mode, say); this rule is one, the same for every pair.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, ManualClock, MemoryStore, Rate, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = ManualClock::new(0);
+/// let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+/// let old = Rule::fixed_window("per-user", 1, Duration::from_secs(60))?;
+/// let new = Rule::token_bucket("per-user", 1, Rate::per_minute(1))?;
+/// assert_ne!(old.fingerprint(), new.fingerprint());
+/// assert!(limiter.check_one(&old, b"alice").await?.is_admitted());
+/// // The bucket counts the window's unit until the window ends, not as a fresh quota.
+/// assert!(!limiter.check_one(&new, b"alice").await?.is_admitted());
+/// clock.advance(Duration::from_secs(60));
+/// assert!(limiter.check_one(&new, b"alice").await?.is_admitted());
+/// # Ok(()) }
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Rule {
     name: Arc<str>,
     algorithm: Algorithm,
+    /// `algorithm.fingerprint()`, computed once: stores compare it on every request.
+    fingerprint: u64,
     penalty: Option<Penalty>,
     cost: u64,
 }
@@ -56,6 +122,7 @@ impl Rule {
         }
         Ok(Self {
             name: Arc::from(name),
+            fingerprint: algorithm.fingerprint(),
             algorithm,
             penalty: None,
             cost: 1,
@@ -182,6 +249,13 @@ impl Rule {
     /// The algorithm and its quota.
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
+    }
+
+    /// The fingerprint of the algorithm and its parameters (not of the name, the penalty or
+    /// the cost): see [`Algorithm::fingerprint`] and [Reconfiguring a
+    /// rule](#reconfiguring-a-rule).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The penalty lockout, if any.

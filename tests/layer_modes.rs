@@ -374,11 +374,12 @@ async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Re
         StatusCode::TOO_MANY_REQUESTS
     );
 
-    // The same rule twice in one request's batch is refused when built.
+    // The same rule twice in one request's batch is refused when built (and a name bound
+    // to another rule is refused as such: tests/reconfiguration.rs).
     let twice = layer.route(
         "/x",
         [Limit::new(
-            Rule::fixed_window("x", 1, Duration::from_secs(1))?,
+            Rule::fixed_window("x", 2, Duration::from_secs(60))?,
             key::global(),
         )],
     );

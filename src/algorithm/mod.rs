@@ -18,6 +18,10 @@
 //!
 //! A state whose [`Algorithm::expires_at`] has passed is the same as no state at all, which is
 //! why stores may delete it.
+//!
+//! A configuration is identified by its [`Algorithm::fingerprint`]; stores keep it beside the
+//! state, so state written under other parameters is never read as one's own (see
+//! [`Rule`](crate::Rule#reconfiguring-a-rule) for what is read instead).
 
 mod fixed_window;
 mod gcra;
@@ -27,6 +31,8 @@ mod sliding_window;
 mod token_bucket;
 
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 pub use fixed_window::{FixedWindow, WindowAnchor};
 pub use gcra::Gcra;
@@ -117,6 +123,28 @@ pub enum Algorithm {
     Gcra(Gcra),
 }
 
+/// What any configuration can read of a state another configuration wrote: the units that
+/// state had in use when it was last written (the writer's capacity minus what remained),
+/// and the instant it would have been back to empty under the writer's parameters. Units in
+/// use only ever fall as time passes, so holding `used` until `until` never counts less
+/// than the writer would have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Carried {
+    pub(crate) used: u64,
+    pub(crate) until: u64,
+}
+
+impl Carried {
+    /// The units still held at `now` against a capacity of `capacity`.
+    pub(crate) fn held(&self, now: u64, capacity: u64) -> u64 {
+        if now < self.until {
+            self.used.min(capacity)
+        } else {
+            0
+        }
+    }
+}
+
 /// The state one rule keeps for one key. Opaque: stores hold it, models read and write it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State(pub(crate) Inner);
@@ -162,6 +190,97 @@ impl Algorithm {
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
     pub fn expires_at(&self, state: &State) -> u64 {
         each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))
+    }
+
+    /// A deterministic digest of the algorithm and its parameters, the same in every process
+    /// and every version of tollgate: two configurations share a fingerprint exactly when
+    /// they read and write state alike. It lies in `1 .. 2^52`, so the Lua scripts hold it
+    /// exactly in a double (0 is left for "no state").
+    ///
+    /// It is a truncated SHA-256 of a fixed encoding: a version tag, the algorithm's code
+    /// and up to four parameters as little-endian 64-bit integers. Changing that encoding
+    /// makes every stored state foreign to the new version, so it is pinned by a test.
+    pub fn fingerprint(&self) -> u64 {
+        let mut digest = Sha256::new();
+        digest.update(b"tollgate/algorithm/v1");
+        for value in self.canonical() {
+            digest.update(value.to_le_bytes());
+        }
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest.finalize()[..8]);
+        (u64::from_le_bytes(first) >> 12).max(1)
+    }
+
+    /// The algorithm's code and the parameters its stored state depends on. Rates keep their
+    /// amount and period apart where the state is scaled by the period (3 per second and
+    /// 6 per 2 seconds store levels at different scales); GCRA's state is an instant, so
+    /// only its emission interval matters.
+    fn canonical(&self) -> [u64; 5] {
+        match self {
+            Algorithm::FixedWindow(m) => {
+                let anchor = match m.anchor() {
+                    WindowAnchor::Epoch => 0,
+                    WindowAnchor::FirstHit => 1,
+                };
+                [1, m.limit(), m.window_micros(), anchor, 0]
+            }
+            Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
+            Algorithm::SlidingWindow(m) => [3, m.limit(), m.window_micros(), 0, 0],
+            Algorithm::TokenBucket(m) => {
+                let mode = match m.mode() {
+                    Refill::Smooth => 0,
+                    Refill::Stepped => 1,
+                };
+                let rate = m.refill();
+                [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
+            }
+            Algorithm::LeakyBucket(m) => {
+                let rate = m.drain();
+                [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
+            }
+            Algorithm::Gcra(m) => [6, m.burst(), m.emission_interval_micros(), 0, 0],
+        }
+    }
+
+    /// The state this configuration reads at `now` from a key whose stored state another
+    /// configuration wrote, summarised by `carried`: a fresh state that has just admitted
+    /// the units the other one had in use (up to this one's capacity), or a fresh state once
+    /// the other's would have been back to empty. `extra` more units are admitted with them
+    /// (the request being committed).
+    pub(crate) fn adopt(&self, carried: Carried, now: u64, extra: u64) -> State {
+        let mut state = State::default();
+        let units = carried.held(now, self.quota().0) + extra;
+        if units > 0 {
+            self.apply(&mut state, now, units);
+        }
+        state
+    }
+
+    /// [`evaluate`](Self::evaluate) for a key whose stored state another configuration
+    /// wrote. The units it had in use count as this configuration's own and are held until
+    /// the instant its state would have been back to empty: before then nothing frees them
+    /// (rebuilding the state at every instant does not refill it), so a request that does
+    /// not fit waits exactly until then, when a fresh state admits any cost up to capacity.
+    pub(crate) fn evaluate_carried(&self, carried: Carried, now: u64, cost: u64) -> Eval {
+        let mut eval = self.evaluate(&self.adopt(carried, now, 0), now, cost);
+        if carried.held(now, self.quota().0) == 0 {
+            return eval;
+        }
+        let held_for = carried.until - now;
+        match eval.verdict {
+            // Committing writes this configuration's own state: its reset is the model's.
+            Verdict::Admit { .. } if cost > 0 => {}
+            Verdict::Reject {
+                retry_micros: Some(_),
+            } => {
+                eval.verdict = Verdict::Reject {
+                    retry_micros: Some(held_for),
+                };
+                eval.reset_micros = held_for;
+            }
+            _ => eval.reset_micros = held_for,
+        }
+        eval
     }
 
     /// The quota a client sees: the most units admitted at once, and the period over which

@@ -1,4 +1,4 @@
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
 use crate::response::Rejection;
+use crate::rule::Rule;
 use crate::store::{MemoryStore, Store};
 
 /// Applies [`Limit`]s to the requests of a service; see the [module docs](super).
@@ -224,17 +225,31 @@ impl<St: Store> RateLimitLayer<St> {
 
     /// A rule name may appear once per request: the layer's limits and each route's are
     /// one batch, and a batch that checks one rule twice would count one state twice.
+    /// And a name stands for one rule in the whole layer: stores keep state by name, so two
+    /// configurations under one name would share (and fight over) one state.
     fn validate(&self) -> Result<(), ConfigError> {
         let config = &*self.config;
         let batches = std::iter::once(None).chain((0..config.routes.len()).map(Some));
+        let mut bound: HashMap<&str, (&Rule, Option<usize>)> = HashMap::new();
         for route in batches {
+            let place = |route| config.route_pattern(route).unwrap_or("every request");
             let mut seen = HashSet::new();
             for limit in config.limits(route) {
-                if !seen.insert(limit.rule.name()) {
-                    let place = config.route_pattern(route).unwrap_or("every request");
+                let name = limit.rule.name();
+                let (first, first_route) = *bound.entry(name).or_insert((&limit.rule, route));
+                if *first != limit.rule {
                     return Err(ConfigError::new(format!(
-                        "rule {:?} is applied twice to {place}; give each limit its own rule name",
-                        limit.rule.name()
+                        "rule name {name:?} is bound to two different rules, {first:?} on {} and {:?} on {}; \
+                         a name is one limit (its state is stored under the name): give each configuration its own name",
+                        place(first_route),
+                        limit.rule,
+                        place(route),
+                    )));
+                }
+                if !seen.insert(name) {
+                    return Err(ConfigError::new(format!(
+                        "rule {name:?} is applied twice to {}; give each limit its own rule name",
+                        place(route)
                     )));
                 }
             }

@@ -115,6 +115,10 @@ pub enum RefillSpec {
 #[derive(Debug, Deserialize)]
 pub struct RuleSpec {
     pub name: String,
+    /// The rule's name in the store, when it differs from `name`: two specs stored under one
+    /// name are one rule reconfigured (tests/vectors/reconfiguration.json).
+    #[serde(default)]
+    pub stored_as: Option<String>,
     #[serde(flatten)]
     pub algorithm: AlgorithmSpec,
     pub penalty: Option<PenaltySpec>,
@@ -162,7 +166,7 @@ pub struct Expect {
 impl RuleSpec {
     pub fn build(&self) -> Rule {
         let us = Duration::from_micros;
-        let name = self.name.as_str();
+        let name = self.stored_as.as_deref().unwrap_or(&self.name);
         let rule = match self.algorithm {
             AlgorithmSpec::FixedWindow {
                 limit,

@@ -47,8 +47,9 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
 /// for deterministic tests.
 ///
-/// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state, a string) and, for a sliding
-/// log, `{prefix}:{<key>}:<rule>/log` (a sorted set; `/` is not in a rule name's alphabet, so
+/// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state with the fingerprint of the
+/// configuration that wrote it, a string) and, for a sliding log, also
+/// `{prefix}:{<key>}:<rule>/log` (its entries, a sorted set; `/` is not in a rule name's alphabet, so
 /// no rule's key can spell another's log). The extracted key is the hash tag, so
 /// all the rules of one client live in one Cluster slot. Bytes of the key or prefix that
 /// would break the hash tag (`{`, `}`, and the escape `\`) are escaped, and an empty key is

@@ -132,11 +132,21 @@ pub(super) fn invocation<'s>(
             ),
             None => (0, 0, 0),
         };
-        let shadow = u64::from(check.shadow);
         let fields = [
-            code, check.cost, p1, p2, p3, p4, lock_for, after, within, shadow,
+            code,
+            check.cost,
+            p1,
+            p2,
+            p3,
+            p4,
+            lock_for,
+            after,
+            within,
+            u64::from(check.shadow),
+            check.rule.fingerprint(),
+            algorithm.quota().0,
         ];
-        let mut packed = [0u8; 80];
+        let mut packed = [0u8; 96];
         for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&exact_double(value).to_le_bytes());
         }
