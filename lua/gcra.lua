@@ -32,9 +32,17 @@ models[6] = function()
     expires_at = function(c, s)
       return s[1]
     end,
-    -- Moves the theoretical arrival time back by the refunded units.
-    refund = function(c, s, now, at, cost)
-      s[1] = s[1] - cost * c.p2
+    mark = function(c, s, at, delay)
+      return s[1]
+    end,
+    -- Moves the theoretical arrival time back by the refunded units, only while it is where
+    -- the admission left it (with a mark).
+    refund = function(c, s, now, at, cost, mark)
+      if mark ~= nil and s[1] ~= mark then
+        return false
+      end
+      s[1] = sub0(s[1], cost * c.p2)
+      return true
     end,
   }
 end

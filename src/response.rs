@@ -321,6 +321,7 @@ mod tests {
         let outcome = Outcome {
             decision: deny,
             rules: rules.iter().map(|(_, o)| *o).collect(),
+            admission: None,
         };
         let rejection = Rejection {
             kind: RejectionKind::Limited(&outcome),

@@ -92,6 +92,22 @@ impl Model for Gcra {
         s.tat = s.tat.max(now) + cost * self.interval;
     }
 
+    fn mark(&self, s: &TatState, _at: u64, _delay: u64) -> u64 {
+        s.tat
+    }
+
+    /// Moves the TAT back by the units, but only while it is where this admission left it:
+    /// a later admission at an instant the TAT had not reached yet would have been counted
+    /// from that instant without this one, so giving these units back then could let more
+    /// through than the rate allows.
+    fn refund(&self, s: &mut TatState, _now: u64, _at: u64, cost: u64, mark: u64) -> bool {
+        if s.tat != mark {
+            return false;
+        }
+        s.tat = s.tat.saturating_sub(cost * self.interval);
+        true
+    }
+
     fn expires_at(&self, s: &TatState) -> u64 {
         s.tat
     }

@@ -107,6 +107,20 @@ impl Model for SlidingLog {
         }
     }
 
+    /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since.
+    fn refund(&self, s: &mut LogState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+        let Some(i) = s.entries.iter().position(|(t, _)| *t == at) else {
+            return false;
+        };
+        let left = s.entries[i].1.saturating_sub(cost);
+        if left == 0 {
+            s.entries.remove(i);
+        } else {
+            s.entries[i].1 = left;
+        }
+        true
+    }
+
     fn expires_at(&self, s: &LogState) -> u64 {
         s.entries
             .back()

@@ -16,7 +16,7 @@ use crate::batch::{self, Entry};
 use crate::clock::{duration_to_micros, Clock, SystemClock};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Store};
+use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
 /// Shards are swept of expired entries when they have doubled since the last sweep, but not
@@ -197,6 +197,7 @@ impl MemoryStore {
             }
         }
 
+        let mut marks = SmallVec::new();
         rules.extend(
             batch
                 .iter()
@@ -206,15 +207,48 @@ impl MemoryStore {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     if batch::writes(check, item, admitted) {
                         shard.update(hash, check, now, |entry| {
-                            batch::commit(check, entry, now, item, admitted)
+                            let outcome = batch::commit(check, entry, now, item, admitted);
+                            if admitted {
+                                let mark = batch::mark(check, entry, item);
+                                marks.push(Taken { at: batch::item_at(item), mark });
+                            }
+                            outcome
                         })
                     } else {
+                        if admitted {
+                            marks.push(Taken::default());
+                        }
                         batch::report(check, shard.get(hash, check), now, item, admitted)
                     }
                 }),
         );
         drop(guards);
-        Ok(batch::combine(rules))
+        let mut outcome = batch::combine(rules);
+        if admitted {
+            outcome.admission = Some(Admission::new(marks));
+        }
+        Ok(outcome)
+    }
+
+    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
+    fn give_back(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let shared = &*self.shared;
+        for (i, check) in batch.iter().enumerate() {
+            if check.cost == 0 {
+                continue;
+            }
+            let hash = shared.hash(check.rule.name(), check.key);
+            let mut shard = shared.shards[shared.shard_of(hash)].lock();
+            let now = shared.clock.now_micros();
+            if let Some(slot) = shard.get_mut(hash, check) {
+                let taken = admission.taken(i);
+                if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -246,6 +280,17 @@ impl Shard {
             .raw_entry()
             .from_hash(hash, |k| k.matches(check))
             .map(|(_, slot)| &slot.entry)
+    }
+
+    fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Slot> {
+        match self
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(check))
+        {
+            RawEntryMut::Occupied(o) => Some(o.into_mut()),
+            RawEntryMut::Vacant(_) => None,
+        }
     }
 
     /// Runs `f` on the entry of `check` (created empty if absent) and refreshes its expiry.
@@ -326,6 +371,14 @@ impl Store for MemoryStore {
         let item = batch::evaluate(&check, entry, now);
         let admitted = batch::admits(std::slice::from_ref(&item));
         std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(self.give_back(batch, admission))
     }
 
     fn reset(

@@ -11,12 +11,13 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Client, RedisError, Value};
+use smallvec::SmallVec;
 
 use crate::batch;
 use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Store};
+use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
 use script::{Call, Mode, Reply};
@@ -233,7 +234,17 @@ impl RedisStore {
 
     /// One script call for `checks` (which must share a slot on a Cluster).
     async fn run(&self, call: Call, checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
-        let inv = script::invocation(call, checks, |c, log| self.key(c, log));
+        self.run_with(call, checks, None).await
+    }
+
+    /// [`run`](Self::run), with the packed `ARGV[5]` of a `Mode::RefundHeld` call.
+    async fn run_with(
+        &self,
+        call: Call,
+        checks: &[&Check<'_>],
+        taken: Option<&[u8]>,
+    ) -> Result<Reply, StoreError> {
+        let inv = script::invocation(call, checks, |c, log| self.key(c, log), taken);
         let mut conn = self.conn.clone();
         let values: Vec<i64> = tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn))
             .await
@@ -249,7 +260,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(outcome_of(reply));
         };
         // Group by slot, in the order each slot first appears.
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -264,7 +275,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules));
+            return Ok(outcome_of(reply));
         }
         self.decide_across_slots(batch, &groups, max_wait).await
     }
@@ -278,6 +289,7 @@ impl RedisStore {
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
+        let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
         let mut admitted: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for (_, members) in groups {
@@ -293,6 +305,9 @@ impl RedisStore {
                 }
             };
             if reply.admitted {
+                for (&i, &mark) in members.iter().zip(&reply.marks) {
+                    taken[i] = Taken { at: reply.at, mark };
+                }
                 admitted.push((members, reply.at));
             } else if !denied {
                 denied = true;
@@ -309,7 +324,11 @@ impl RedisStore {
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(script::combine(rules))
+        let mut outcome = script::combine(rules);
+        if !denied {
+            outcome.admission = Some(Admission::new(taken));
+        }
+        Ok(outcome)
     }
 
     /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
@@ -326,6 +345,34 @@ impl RedisStore {
             for (&i, outcome) in members.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);
             }
+        }
+        Ok(())
+    }
+
+    /// [`Store::refund`]: one `Mode::RefundHeld` call per slot (one call on a standalone
+    /// server), each rule given back at its own instant where its mark says that is exact.
+    async fn refund_held(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        for (i, check) in batch.iter().enumerate() {
+            let slot = match self.conn {
+                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
+                Connection::Standalone(_) => None,
+            };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        for (_, members) in &groups {
+            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
+            let call = self.call(0, Mode::RefundHeld, 0);
+            self.run_with(call, &checks, Some(&packed)).await?;
         }
         Ok(())
     }
@@ -371,6 +418,14 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
             _ => out.push(b),
         }
     }
+}
+
+/// The outcome of a batch decided in one script call.
+fn outcome_of(reply: Reply) -> Outcome {
+    let admission = reply.admission();
+    let mut outcome = script::combine(reply.rules);
+    outcome.admission = admission;
+    outcome
 }
 
 fn unavailable(e: RedisError) -> StoreError {
@@ -434,6 +489,14 @@ impl Store for RedisStore {
         check: Check<'_>,
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
         self.peek_one(check)
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.refund_held(batch, admission)
     }
 
     fn reset(
