@@ -102,7 +102,7 @@ mod routes;
 mod service;
 
 pub use body::RateLimitBody;
-pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
+pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
 pub use service::RateLimit;
