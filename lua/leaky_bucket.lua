@@ -53,7 +53,7 @@ models[5] = function()
     -- Drains `cost` units back out of the queue, as it stands at `now`; with a mark, only
     -- while they are all still queued (before their release).
     refund = function(c, s, now, at, cost, mark)
-      if mark ~= nil and max(now, s[2]) >= mark then
+      if mark ~= nil and max(now, s[2]) > mark then
         return false
       end
       s[1] = sub0(leaky_level(c, s, now), cost * c.p3)

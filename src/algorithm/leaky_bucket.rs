@@ -118,7 +118,7 @@ impl Model for LeakyBucket {
     /// the water queued before and after it is exactly what remains, whatever was admitted
     /// since.
     fn refund(&self, s: &mut LevelState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
-        if now.max(s.last) >= mark {
+        if now.max(s.last) > mark {
             return false;
         }
         *s = LevelState {

@@ -107,17 +107,15 @@ impl Model for SlidingLog {
         }
     }
 
-    /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since.
+    /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since. An
+    /// entry left with no units stays until it expires: a reservation at `at` pruned the
+    /// entries that expire by then, and its entry keeps the key closed until `at`, so those
+    /// still count for requests before it.
     fn refund(&self, s: &mut LogState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
-        let Some(i) = s.entries.iter().position(|(t, _)| *t == at) else {
+        let Some(entry) = s.entries.iter_mut().find(|(t, _)| *t == at) else {
             return false;
         };
-        let left = s.entries[i].1.saturating_sub(cost);
-        if left == 0 {
-            s.entries.remove(i);
-        } else {
-            s.entries[i].1 = left;
-        }
+        entry.1 = entry.1.saturating_sub(cost);
         true
     }
 
