@@ -78,10 +78,9 @@ impl<St: Store> RateLimitLayer<St> {
     /// for it are given back. The count is shared by every service the layer makes (and by
     /// clones of the layer). `0` never holds a request: every delay is refused.
     ///
-    /// A held request costs the request itself (its head, and whatever of its body the
-    /// client has sent), a clone of the inner service, a timer, and about 1 KB of the
-    /// layer's own (the response future and the boxed refund of its units); see the
-    /// [module docs](super#held-requests).
+    /// A held request costs memory until it is released: some 2 KB of the layer's own with
+    /// a `MemoryStore`, 3 KB with a `RedisStore`, plus the request and a clone of the inner
+    /// service; see the [module docs](super#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
         self.config_mut().held.max = n;
         self

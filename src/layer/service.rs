@@ -287,3 +287,4 @@ impl<S: fmt::Debug, St: fmt::Debug> fmt::Debug for RateLimit<S, St> {
             .finish()
     }
 }
+
