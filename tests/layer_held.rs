@@ -146,7 +146,9 @@ fn ok() -> impl Service<
 > + Clone
        + Send
        + 'static {
-    service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::from("ok"))) })
+    service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::from("ok")))
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -154,7 +156,10 @@ async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     let layer = wait_layer(limiter.clone()).max_held(1);
     let svc = ServiceBuilder::new().layer(layer).service(ok());
-    assert_eq!(svc.clone().oneshot(user("a")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(user("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
     let held = tokio::spawn(svc.clone().oneshot(user("a")));
     tokio::task::yield_now().await;
     assert_eq!(backlog(&limiter, "a").await, 20 * S);
@@ -163,9 +168,16 @@ async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
     let refused = svc.clone().oneshot(user("a")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "20");
-    assert_eq!(backlog(&limiter, "a").await, 20 * S, "its reservation was given back");
+    assert_eq!(
+        backlog(&limiter, "a").await,
+        20 * S,
+        "its reservation was given back"
+    );
     // The bound is the layer's: b's held request finds no room either.
-    assert_eq!(svc.clone().oneshot(user("b")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(user("b")).await.unwrap().status(),
+        StatusCode::OK
+    );
     let refused = svc.clone().oneshot(user("b")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "10");
@@ -184,7 +196,10 @@ async fn beyond_max_held_per_key_one_client_cannot_take_every_place() {
     let layer = wait_layer(limiter.clone()).max_held_per_key(1);
     let svc = ServiceBuilder::new().layer(layer).service(ok());
     for id in ["a", "b"] {
-        assert_eq!(svc.clone().oneshot(user(id)).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            svc.clone().oneshot(user(id)).await.unwrap().status(),
+            StatusCode::OK
+        );
     }
     let held_a = tokio::spawn(svc.clone().oneshot(user("a")));
     tokio::task::yield_now().await;
@@ -207,7 +222,10 @@ async fn max_held_zero_refuses_every_delay() {
     let svc = ServiceBuilder::new()
         .layer(wait_layer(limiter.clone()).max_held(0))
         .service(ok());
-    assert_eq!(svc.clone().oneshot(user("a")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(user("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
     let refused = svc.clone().oneshot(user("a")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(backlog(&limiter, "a").await, 10 * S);
@@ -219,7 +237,10 @@ async fn a_dropped_held_request_frees_its_slot<St: Store + Clone>(limiter: Limit
     let svc = ServiceBuilder::new()
         .layer(wait_layer(limiter.clone()))
         .service(ok());
-    assert_eq!(svc.clone().oneshot(user("a")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(user("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
     let held = tokio::spawn(svc.clone().oneshot(user("a")));
     eventually(|| async { backlog(&limiter, "a").await == 20 * S }).await;
     held.abort();
@@ -267,7 +288,10 @@ async fn a_dropped_held_request_frees_its_slot_redis(limiter: Limiter<RedisStore
     let svc = ServiceBuilder::new()
         .layer(wait_layer(limiter.clone()))
         .service(ok());
-    assert_eq!(svc.clone().oneshot(user("a")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(user("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
     let held = tokio::spawn(svc.clone().oneshot(user("a")));
     eventually(|| async { backlog(&limiter, "a").await == 20 * S }).await;
     held.abort();
@@ -285,7 +309,11 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
         .layer(wait_layer(limiter.clone()));
     let addr = support::serve_axum(app).await;
     let client = support::client_from("127.0.0.1");
-    let reply = support::send(&client, support::request(addr, "GET", "/", &[("user-id", b"a")])).await;
+    let reply = support::send(
+        &client,
+        support::request(addr, "GET", "/", &[("user-id", b"a")]),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
 
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -76,7 +76,10 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
         let b = reserve(limiter, &batch).await;
         assert_eq!(b.decision, Decision::Delay(20 * S), "{}", rule.name());
 
-        limiter.refund(&batch, a.admission.as_ref().unwrap()).await.unwrap();
+        limiter
+            .refund(&batch, a.admission.as_ref().unwrap())
+            .await
+            .unwrap();
         let c = reserve(limiter, &batch).await;
         assert_eq!(
             c.decision,
@@ -84,7 +87,10 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
             "{}: a's units stay taken behind b",
             rule.name()
         );
-        limiter.refund(&batch, c.admission.as_ref().unwrap()).await.unwrap();
+        limiter
+            .refund(&batch, c.admission.as_ref().unwrap())
+            .await
+            .unwrap();
         let d = reserve(limiter, &batch).await;
         assert_eq!(
             d.decision,
@@ -104,10 +110,16 @@ async fn a_leaky_bucket_gives_back_only_what_is_still_queued<S: Store>(
     let rule = Rule::leaky_bucket("lb2", 2, per_10s()).unwrap();
     let batch = [Check::new(&rule, b"a")];
     clock.set_micros(T0 + 1_000_000);
-    assert_eq!(limiter.check(&batch).await.unwrap().decision, Decision::Allow);
+    assert_eq!(
+        limiter.check(&batch).await.unwrap().decision,
+        Decision::Allow
+    );
     let held = limiter.check(&batch).await.unwrap();
     assert_eq!(held.decision, Decision::Delay(10 * S));
-    limiter.refund(&batch, held.admission.as_ref().unwrap()).await.unwrap();
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
     let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
     assert_eq!(peek.info.remaining, 1, "the held unit left the queue");
 
@@ -115,9 +127,15 @@ async fn a_leaky_bucket_gives_back_only_what_is_still_queued<S: Store>(
     assert_eq!(held.decision, Decision::Delay(10 * S));
     // 11 s later it has been released and 1 s of it has drained: 0.9 unit still queued.
     clock.set_micros(T0 + 12_000_000);
-    limiter.refund(&batch, held.admission.as_ref().unwrap()).await.unwrap();
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
     let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
-    assert_eq!(peek.info.remaining, 1, "a released request's units stay taken");
+    assert_eq!(
+        peek.info.remaining, 1,
+        "a released request's units stay taken"
+    );
 }
 
 /// Counting algorithms: a refund takes back exactly its own units, whatever else was admitted
@@ -138,7 +156,10 @@ async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
         let a = limiter.check(&two).await.unwrap();
         clock.set_micros(T0 + 2_000_000);
         assert!(limiter.check(&one).await.unwrap().is_admitted());
-        limiter.refund(&two, a.admission.as_ref().unwrap()).await.unwrap();
+        limiter
+            .refund(&two, a.admission.as_ref().unwrap())
+            .await
+            .unwrap();
         let peek = limiter.peek(rule, b"a", 0).await.unwrap();
         assert_eq!(peek.info.remaining, 4, "{}", rule.name());
     }
@@ -154,7 +175,11 @@ async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
 #[tokio::test]
 async fn refunds_on_memory_store() {
     let clock = ManualClock::new(T0);
-    all(&Limiter::new(MemoryStore::with_clock(clock.clone())), &clock).await;
+    all(
+        &Limiter::new(MemoryStore::with_clock(clock.clone())),
+        &clock,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -160,7 +160,14 @@ impl Algorithm {
     /// the state stands at `now`, but only where that is exact: the result is never a state
     /// that admits more than the admissions left in it allow. Returns whether units were
     /// given back.
-    pub(crate) fn refund(&self, state: &mut State, now: u64, at: u64, cost: u64, mark: u64) -> bool {
+    pub(crate) fn refund(
+        &self,
+        state: &mut State,
+        now: u64,
+        at: u64,
+        cost: u64,
+        mark: u64,
+    ) -> bool {
         each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, mark))
     }
 
@@ -285,7 +292,14 @@ fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64, delay: u64) -> u64 {
     M::get(inner).map_or(0, |s| model.mark(s, at, delay))
 }
 
-fn refund_with<M: Model>(model: &M, inner: &mut Inner, now: u64, at: u64, cost: u64, mark: u64) -> bool {
+fn refund_with<M: Model>(
+    model: &M,
+    inner: &mut Inner,
+    now: u64,
+    at: u64,
+    cost: u64,
+    mark: u64,
+) -> bool {
     // An expired state (or another algorithm's) holds no admission to give back.
     if cost == 0 || live(model, inner, now).is_none() {
         return false;

@@ -264,7 +264,9 @@ impl HeldLimits {
         let max = self.max;
         counts
             .total
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()?;
         // The slot gives back what it took when dropped, on the way out too.
         let mut slot = HeldSlot {

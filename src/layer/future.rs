@@ -466,7 +466,14 @@ pub(crate) fn decide(config: &Config, checked: Checked, grpc: bool) -> Next {
                     }
                     tracing::debug!(?delay, "too many held requests: request refused");
                     let limits = &checked.limits;
-                    Next::Reject(refuse_hold(config, &outcome, checked.route, limits, delay, grpc))
+                    Next::Reject(refuse_hold(
+                        config,
+                        &outcome,
+                        checked.route,
+                        limits,
+                        delay,
+                        grpc,
+                    ))
                 }
             }
         }

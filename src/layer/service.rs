@@ -12,10 +12,10 @@ use tower_service::Service;
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
+use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::{is_grpc, RejectionKind};
-use crate::decision::{Decision, Outcome};
 use crate::store::{Admission, Check, MemoryStore, Store};
 
 /// Rate limits the requests of an inner service; made by
@@ -184,7 +184,9 @@ async fn check<St: Store + Clone>(
     let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
     let result = limiter.reserve(&batch, max_wait).await;
     let to_hold = match &result {
-        Ok(outcome) if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow => {
+        Ok(outcome)
+            if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
+        {
             let keys_held = held_keys(&config, &batch, outcome);
             drop(batch);
             let refund = outcome.admission.clone().map(|admission| {
@@ -287,4 +289,3 @@ impl<S: fmt::Debug, St: fmt::Debug> fmt::Debug for RateLimit<S, St> {
             .finish()
     }
 }
-

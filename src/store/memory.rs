@@ -210,7 +210,10 @@ impl MemoryStore {
                             let outcome = batch::commit(check, entry, now, item, admitted);
                             if admitted {
                                 let mark = batch::mark(check, entry, item);
-                                marks.push(Taken { at: batch::item_at(item), mark });
+                                marks.push(Taken {
+                                    at: batch::item_at(item),
+                                    mark,
+                                });
                             }
                             outcome
                         })

@@ -116,7 +116,9 @@ pub(super) fn invocation<'s>(
         Some(now) => inv.arg(now),
         None => inv.arg(""),
     };
-    inv.arg(call.max_wait).arg(call.mode as u8).arg(call.slack_ms);
+    inv.arg(call.max_wait)
+        .arg(call.mode as u8)
+        .arg(call.slack_ms);
     match taken {
         Some(packed) => inv.arg(packed),
         None => inv.arg(call.refund_at),
