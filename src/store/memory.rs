@@ -219,7 +219,10 @@ impl MemoryStore {
                         })
                     } else {
                         if admitted {
-                            marks.push(Taken::default());
+                            marks.push(Taken {
+                                at: batch::item_at(item),
+                                mark: 0,
+                            });
                         }
                         batch::report(check, shard.get(hash, check), now, item, admitted)
                     }
