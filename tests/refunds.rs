@@ -1,4 +1,4 @@
-//! `Store::refund` on MemoryStore and RedisStore: a held request's units go to the next
+//! `Store::refund` on MemoryStore and RedisStore (standalone and Cluster): a held request's units go to the next
 //! request, and a refund never gives back more than is exact when other requests were
 //! admitted meanwhile.
 
@@ -188,4 +188,35 @@ async fn refunds_on_redis_store() {
     let clock = ManualClock::new(T0);
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
+}
+
+#[tokio::test]
+async fn refunds_on_redis_cluster() {
+    let cluster = common::redis_server::RedisCluster::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
+
+    // A batch across slots is given back slot by slot.
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect")
+        .with_clock(clock.clone());
+    let limiter = Limiter::new(store);
+    let rule = Rule::gcra("gc-x", per_10s(), 1).unwrap();
+    clock.set_micros(T0 + 1_000_000);
+    let batch = [Check::new(&rule, b"left"), Check::new(&rule, b"right")];
+    assert_eq!(reserve(&limiter, &batch).await.decision, Decision::Allow);
+    let held = reserve(&limiter, &batch).await;
+    assert_eq!(held.decision, Decision::Delay(10 * S));
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        reserve(&limiter, &batch).await.decision,
+        Decision::Delay(10 * S)
+    );
 }
