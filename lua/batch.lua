@@ -14,21 +14,25 @@
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
 -- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
 --   Cluster batch denied: count the penalty denials of the rules that reject, admit nothing);
---   3 refund (take back the admissions a mode 0 call made at ARGV[5]).
+--   3 refund (take back the admissions a mode 0 call made at ARGV[5]); 4 refund where exact
+--   (give back a held request's admissions, each rule at its own instant, only where its
+--   model's mark says that is exact: Store::refund).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: mode 3, the instant the admissions to refund were recorded at; other modes, the
---   least delay in µs (another slot of a Redis Cluster batch holds the request that long, so
---   no rule here may count it before now + ARGV[5]).
+-- ARGV[5]: mode 3, the instant the admissions to refund were recorded at; mode 4, per rule
+--   two little-endian doubles: the instant its admission was recorded at, and its mark;
+--   other modes, the least delay in µs (another slot of a Redis Cluster batch holds the
+--   request that long, so no rule here may count it before now + ARGV[5]).
 -- ARGV[6…]: one per rule, twelve little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 --   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
 --   batch, and consumes only when it admits on its own; batch::admitted), the
 --   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`).
 -- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
---   now, or later after a reservation or a leaky bucket's queue), now, then per rule its
---   outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), delay or
---   retry µs, remaining, reset µs.
+--   now, or later after a reservation or a leaky bucket's queue), now, then per rule five
+--   integers: outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), its
+--   value (delay or retry µs), remaining, reset µs, and the admission's refund mark (0 if
+--   none).
 --
 local now
 if ARGV[1] ~= '' then
@@ -43,7 +47,7 @@ local slack_ms = tonumber(ARGV[4])
 local refund_at, release_floor = now, now
 if mode == 3 then
   refund_at = tonumber(ARGV[5])
-else
+elseif mode ~= 4 then
   release_floor = now + tonumber(ARGV[5])
 end
 
@@ -361,12 +365,22 @@ local function store_state(r)
   store(r)
 end
 
-if mode == 3 then
+if mode == 3 or mode == 4 then
+  local taken = nil
+  if mode == 4 and #rules > 0 then
+    taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
+  end
   for i = 1, #rules do
     local r = rules[i]
+    -- Mode 3 gives back without a mark (a Cluster batch refunded right after it was decided).
+    local at, mark = refund_at, nil
+    if taken then
+      at, mark = taken[2 * i - 1], taken[2 * i]
+    end
     if r.cost > 0 and is_live(r, now) then
-      r.model.refund(r, r.state, now, refund_at, r.cost)
-      store_state(r)
+      if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
+        store_state(r)
+      end
     end
   end
   -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
@@ -378,6 +392,7 @@ if mode == 3 then
     reply[#reply + 1] = 0
     reply[#reply + 1] = info.remaining
     reply[#reply + 1] = info.reset
+    reply[#reply + 1] = 0
   end
   return reply
 end
@@ -401,6 +416,9 @@ for i = 1, #rules do
   local r, item = rules[i], items[i]
   -- batch::admitted: a shadow item that would deny takes a denied item's part.
   local admitted = batch_admitted and not (item.shadow and rejects(item))
+  -- What identifies this admission for a later refund (Store::refund), where the model
+  -- needs more than the instant.
+  local mark = 0
   if mode ~= 1 then
     if admitted then
       if r.cost > 0 then
@@ -423,6 +441,9 @@ for i = 1, #rules do
         end
         r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
         store_state(r)
+        if r.model.mark then
+          mark = r.model.mark(r, r.state, item.at, item.eval.wait)
+        end
       end
     elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
       -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
@@ -461,5 +482,6 @@ for i = 1, #rules do
   reply[#reply + 1] = value
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
+  reply[#reply + 1] = mark
 end
 return reply

@@ -65,11 +65,20 @@ models[6] = function()
       end
       return s[1]
     end,
-    -- Moves the theoretical arrival time back by the refunded units.
-    refund = function(c, s, now, at, cost)
+    -- Algorithm::mark: the scaled backlog the admission at `at` left.
+    mark = function(c, s, at, delay)
+      return sub0(s[1], at) * c.p3 + s[2]
+    end,
+    -- Moves the theoretical arrival time back by the refunded units; with a mark, only while
+    -- it is where the admission left it.
+    refund = function(c, s, now, at, cost, mark)
+      if mark ~= nil and (s[1] < at or (s[1] - at) * c.p3 + s[2] ~= mark) then
+        return false
+      end
       local fraction = s[2] - cost * c.p2
       local carry = div(fraction, c.p3)
       s[1], s[2] = s[1] + carry, fraction - carry * c.p3
+      return true
     end,
   }
 end

@@ -46,10 +46,19 @@ models[5] = function()
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)
     end,
-    -- Drains `cost` units back out of the queue, as it stands at `now`.
-    refund = function(c, s, now, at, cost)
+    -- The instant the admission leaves the queue.
+    mark = function(c, s, at, delay)
+      return at + delay
+    end,
+    -- Drains `cost` units back out of the queue, as it stands at `now`; with a mark, only
+    -- while they are all still queued (before their release).
+    refund = function(c, s, now, at, cost, mark)
+      if mark ~= nil and max(now, s[2]) > mark then
+        return false
+      end
       s[1] = sub0(leaky_level(c, s, now), cost * c.p3)
       s[2] = max(now, s[2])
+      return true
     end,
   }
 end

@@ -69,6 +69,8 @@ end
 -- call, so building only the models a batch uses keeps the call cheap). A model has:
 -- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
--- expires_at(c, s), refund(c, s, now, at, cost), and `fields`, the length of its stored
--- state.
+-- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)
+-- said right after the admission, or nil to give back without checking), optionally mark,
+-- and `fields`, the length of its stored state. refund returns false where it gave nothing
+-- back.
 local models = {}

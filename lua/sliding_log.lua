@@ -98,7 +98,9 @@ models[2] = function()
       end
       return entries[#entries][1] + c.p2
     end,
-    -- Takes back an admission of `cost` logged at `at`.
+    -- Takes back an admission of `cost` logged at `at`. An entry left with no units stays
+    -- until it expires: it keeps the key closed until `at` (a reservation there pruned the
+    -- entries that expire by then, and those still count before it).
     refund = function(c, s, now, at, cost)
       local entries = s.entries
       for i = 1, #entries do
@@ -106,12 +108,8 @@ models[2] = function()
         if e[1] == at then
           s.removed[#s.removed + 1] = log_member(at, e[2])
           local left = sub0(e[2], cost)
-          if left > 0 then
-            entries[i] = { at, left }
-            s.added[#s.added + 1] = { at, log_member(at, left) }
-          else
-            table.remove(entries, i)
-          end
+          entries[i] = { at, left }
+          s.added[#s.added + 1] = { at, log_member(at, left) }
           return
         end
       end

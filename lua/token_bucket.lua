@@ -87,8 +87,15 @@ models[4] = function()
       end
       return s[2] + cdiv(capacity - min(s[1], capacity), amount) * period
     end,
-    -- Puts back `cost` tokens (up to a full bucket), as they stand at `now`.
-    refund = function(c, s, now, at, cost)
+    mark = function(c, s, at, delay)
+      return s[2]
+    end,
+    -- Puts back `cost` tokens (up to a full bucket), as they stand at `now`; with a mark,
+    -- only while nothing was admitted at a later instant (step).
+    refund = function(c, s, now, at, cost, mark)
+      if mark ~= nil and s[2] ~= mark then
+        return false
+      end
       if c.p4 == 0 then
         s[1] = min(c.p1 * c.p3, smooth_level(c, s, now) + cost * c.p3)
         s[2] = max(now, s[2])
@@ -96,6 +103,7 @@ models[4] = function()
         local level, last = stepped_level(c, s, now)
         s[1], s[2] = min(c.p1, level + cost), last
       end
+      return true
     end,
   }
 end

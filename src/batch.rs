@@ -264,6 +264,34 @@ pub(crate) fn commit(
     report(check, Some(entry), now, &item, admitted)
 }
 
+/// After [`commit`] of an admitted item: what identifies its admission in `entry`, for
+/// [`refund`].
+pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
+    let delay = match item.eval.verdict {
+        Verdict::Admit { delay_micros } => delay_micros,
+        Verdict::Reject { .. } => 0,
+    };
+    check.rule.algorithm().mark(&entry.state, item.at, delay)
+}
+
+/// Gives back what an item admitted at `at` took, where that is exact (see
+/// [`Store::refund`](crate::store::Store::refund)); returns whether it did.
+pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, mark: u64) -> bool {
+    // Another configuration wrote the state since (a reconfiguration): not ours to change.
+    if !entry.is_own(check.rule) {
+        return false;
+    }
+    check
+        .rule
+        .algorithm()
+        .refund(&mut entry.state, now, at, check.cost, mark)
+}
+
+/// The instant an item was evaluated (and, admitted, committed) at.
+pub(crate) fn item_at(item: &Evaluated) -> u64 {
+    item.at
+}
+
 /// Step 3, for an item that does not write (or after [`commit`]): what it decided.
 pub(crate) fn report(
     check: &Check<'_>,
@@ -334,7 +362,11 @@ pub(crate) fn combine(rules: Vec<RuleOutcome>, is_shadow: impl Fn(usize) -> bool
             (Decision::Allow, Decision::Allow) => Decision::Allow,
         };
     }
-    Outcome { decision, rules }
+    Outcome {
+        decision,
+        rules,
+        admission: None,
+    }
 }
 
 fn longer(a: Denial, b: Denial) -> Denial {

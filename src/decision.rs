@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::store::Admission;
+
 /// Whether a request may pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -79,6 +81,9 @@ pub struct Outcome {
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
     pub rules: Vec<RuleOutcome>,
+    /// For an admitted batch, what the store needs to give its units back
+    /// ([`Store::refund`](crate::store::Store::refund)); `None` when denied.
+    pub admission: Option<Admission>,
 }
 
 impl Outcome {

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Store};
+use crate::store::{Admission, Check, Store};
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
@@ -105,6 +105,49 @@ impl<S: Store> Limiter<S> {
             .map(|(c, key)| Check { key, ..*c })
             .collect();
         self.store.check(&hashed, max_wait).await
+    }
+
+    /// Gives back the units of an admitted batch whose request will never pass (a held
+    /// request whose client went away): `batch` exactly as it was checked, `admission` from
+    /// its outcome. Call it once, before the request would have been released. Best effort
+    /// and never more than is exact; see [`Store::refund`] for what each algorithm gives
+    /// back. The tower layer does this on its own for the requests it holds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
+    /// let rule = Rule::gcra("api", Rate::per_second(10), 1)?;
+    /// let batch = [Check::new(&rule, b"k")];
+    /// let wait = Duration::from_secs(1);
+    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
+    /// let held = limiter.reserve(&batch, wait).await?;
+    /// assert_eq!(held.decision, Decision::Delay(Duration::from_millis(100)));
+    ///
+    /// // Its client went away: the slot at 100 ms goes to the next request.
+    /// limiter.refund(&batch, held.admission.as_ref().unwrap()).await?;
+    /// let next = limiter.reserve(&batch, wait).await?;
+    /// assert_eq!(next.decision, Decision::Delay(Duration::from_millis(100)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
+        if batch.iter().all(|c| !needs_digest(c.key)) {
+            return self.store.refund(batch, admission).await;
+        }
+        let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
+        let hashed: SmallVec<[Check<'_>; 4]> = batch
+            .iter()
+            .zip(&keys)
+            .map(|(c, key)| Check { key, ..*c })
+            .collect();
+        self.store.refund(&hashed, admission).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.

@@ -565,6 +565,7 @@ mod tests {
         let outcome = Outcome {
             decision: deny,
             rules: rules.iter().map(|(_, o)| *o).collect(),
+            admission: None,
         };
         let request = http::Request::get("/sms").body(()).unwrap();
         let rejection = Rejection::new(

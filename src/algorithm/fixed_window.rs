@@ -103,6 +103,17 @@ impl Model for FixedWindow {
         s.count += cost;
     }
 
+    /// Counts add up, so an admission taken back out of the window that holds it leaves
+    /// exactly the others, whatever was admitted since.
+    fn refund(&self, s: &mut WindowState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+        if s.start <= at && at < s.start.saturating_add(self.window) {
+            s.count = s.count.saturating_sub(cost);
+            true
+        } else {
+            false
+        }
+    }
+
     fn expires_at(&self, s: &WindowState) -> u64 {
         s.start.saturating_add(self.window)
     }

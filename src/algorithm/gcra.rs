@@ -135,6 +135,37 @@ impl Model for Gcra {
         };
     }
 
+    /// The scaled backlog the admission at `at` left, `(TAT − at) × amount + fraction`:
+    /// every later admission adds to it and time passing leaves it alone, so it tells
+    /// whether the state is still where this admission left it (even when admissions move
+    /// the TAT by less than a microsecond).
+    fn mark(&self, s: &TatState, at: u64, _delay: u64) -> u64 {
+        s.tat
+            .saturating_sub(at)
+            .checked_mul(self.pace.amount())
+            .and_then(|w| w.checked_add(s.fraction))
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Moves the TAT back by the units, but only while it is where this admission left it:
+    /// a later admission at an instant the TAT had not reached yet would have been counted
+    /// from that instant without this one, so giving these units back then could let more
+    /// through than the rate allows.
+    fn refund(&self, s: &mut TatState, _now: u64, at: u64, cost: u64, mark: u64) -> bool {
+        if s.tat < at || self.mark(s, at, 0) != mark {
+            return false;
+        }
+        let (amount, need) = (self.pace.amount(), cost * self.pace.period_micros());
+        if s.fraction >= need {
+            s.fraction -= need;
+        } else {
+            let borrow = (need - s.fraction).div_ceil(amount);
+            s.tat = s.tat.saturating_sub(borrow);
+            s.fraction = s.fraction + borrow * amount - need;
+        }
+        true
+    }
+
     fn expires_at(&self, s: &TatState) -> u64 {
         s.tat + u64::from(s.fraction > 0)
     }

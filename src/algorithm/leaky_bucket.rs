@@ -122,6 +122,28 @@ impl Model for LeakyBucket {
         };
     }
 
+    /// The instant the admission leaves the queue: until then, all its units are queued.
+    fn mark(&self, _s: &LevelState, at: u64, delay: u64) -> u64 {
+        at.saturating_add(delay)
+    }
+
+    /// Drains the units back out of the queue while they are all still in it (the queue is
+    /// first in, first out, so that is until the admission's own release, `mark`): then
+    /// the water queued before and after it is exactly what remains, whatever was admitted
+    /// since.
+    fn refund(&self, s: &mut LevelState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
+        if now.max(s.last) > mark {
+            return false;
+        }
+        *s = LevelState {
+            level: self
+                .level(s, now)
+                .saturating_sub(cost * self.drain.period_micros()),
+            last: now.max(s.last),
+        };
+        true
+    }
+
     fn expires_at(&self, s: &LevelState) -> u64 {
         s.last.saturating_add(s.level.div_ceil(self.pace.amount()))
     }

@@ -187,6 +187,28 @@ impl Algorithm {
         each_model!(self, m => apply_with(m, &mut state.0, now, cost))
     }
 
+    /// What identifies the admission [`apply`](Self::apply) just recorded at `at`, held
+    /// for `delay` µs by the rule itself, so that [`refund`](Self::refund) can tell whether
+    /// the state still shows it as it was left.
+    pub(crate) fn mark(&self, state: &State, at: u64, delay: u64) -> u64 {
+        each_model!(self, m => mark_with(m, &state.0, at, delay))
+    }
+
+    /// Takes back an admission of `cost` units recorded at `at` (identified by `mark`), as
+    /// the state stands at `now`, but only where that is exact: the result is never a state
+    /// that admits more than the admissions left in it allow. Returns whether units were
+    /// given back.
+    pub(crate) fn refund(
+        &self,
+        state: &mut State,
+        now: u64,
+        at: u64,
+        cost: u64,
+        mark: u64,
+    ) -> bool {
+        each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, mark))
+    }
+
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
     pub fn expires_at(&self, state: &State) -> u64 {
         each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))
@@ -311,6 +333,15 @@ pub(crate) trait Model {
     /// Records an admission at `now`, never earlier than `settled_at`.
     fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
+    /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
+    /// itself) for `refund`; models whose refund needs nothing beyond `at` say 0.
+    fn mark(&self, _s: &Self::State, _at: u64, _delay: u64) -> u64 {
+        0
+    }
+    /// Takes back an admission of `cost` at `at` (identified by `mark`) as the state
+    /// stands at `now`, if the state still shows it such that giving it back is exact;
+    /// returns whether it did.
+    fn refund(&self, s: &mut Self::State, now: u64, at: u64, cost: u64, mark: u64) -> bool;
     /// The model's own state inside the stored enum, if it is there.
     fn get(inner: &Inner) -> Option<&Self::State>;
     fn get_mut(inner: &mut Inner) -> Option<&mut Self::State>;
@@ -384,6 +415,25 @@ fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
     if let Some(s) = M::get_mut(inner) {
         model.apply(s, now, cost);
     }
+}
+
+fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64, delay: u64) -> u64 {
+    M::get(inner).map_or(0, |s| model.mark(s, at, delay))
+}
+
+fn refund_with<M: Model>(
+    model: &M,
+    inner: &mut Inner,
+    now: u64,
+    at: u64,
+    cost: u64,
+    mark: u64,
+) -> bool {
+    // An expired state (or another algorithm's) holds no admission to give back.
+    if cost == 0 || live(model, inner, now).is_none() {
+        return false;
+    }
+    M::get_mut(inner).is_some_and(|s| model.refund(s, now, at, cost, mark))
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

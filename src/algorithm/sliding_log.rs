@@ -107,6 +107,18 @@ impl Model for SlidingLog {
         }
     }
 
+    /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since. An
+    /// entry left with no units stays until it expires: a reservation at `at` pruned the
+    /// entries that expire by then, and its entry keeps the key closed until `at`, so those
+    /// still count for requests before it.
+    fn refund(&self, s: &mut LogState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+        let Some(entry) = s.entries.iter_mut().find(|(t, _)| *t == at) else {
+            return false;
+        };
+        entry.1 = entry.1.saturating_sub(cost);
+        true
+    }
+
     fn expires_at(&self, s: &LogState) -> u64 {
         s.entries
             .back()

@@ -157,6 +157,20 @@ impl Model for SlidingWindow {
         s.current += cost;
     }
 
+    /// Counts add up: an admission is taken back from whichever counter holds its window
+    /// (windows start at multiples of the length), whatever was admitted since.
+    fn refund(&self, s: &mut CountersState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+        let window_of_at = at - at % self.window;
+        if s.start == window_of_at {
+            s.current = s.current.saturating_sub(cost);
+        } else if s.start == window_of_at + self.window {
+            s.previous = s.previous.saturating_sub(cost);
+        } else {
+            return false;
+        }
+        true
+    }
+
     fn expires_at(&self, s: &CountersState) -> u64 {
         s.start.saturating_add(2 * self.window)
     }

@@ -209,6 +209,35 @@ impl Model for TokenBucket {
         }
     }
 
+    fn mark(&self, s: &BucketState, _at: u64, _delay: u64) -> u64 {
+        s.last
+    }
+
+    /// Puts the tokens back (up to a full bucket), but only while no admission has been
+    /// recorded at a later instant (a later step, when stepped): without this one, the
+    /// bucket might have filled up before it, and the tokens it took would not be there to
+    /// give back. Admissions at the same instant add up, so they do not stand in the way.
+    fn refund(&self, s: &mut BucketState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
+        if s.last != mark {
+            return false;
+        }
+        let period = self.refill.period_micros();
+        *s = match self.mode {
+            Refill::Smooth => BucketState {
+                level: (self.smooth_level(s, now) + cost * period).min(self.capacity * period),
+                last: now.max(s.last),
+            },
+            Refill::Stepped => {
+                let at = self.stepped_level(s, now);
+                BucketState {
+                    level: (at.level + cost).min(self.capacity),
+                    last: at.last,
+                }
+            }
+        };
+        true
+    }
+
     fn expires_at(&self, s: &BucketState) -> u64 {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         match self.mode {

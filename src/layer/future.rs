@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,9 +15,9 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::RateLimitBody;
-use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
+use super::config::{Config, DecisionEvent, FailurePolicy, HeldSlot, Mode};
 use super::log::Event;
-use crate::decision::{Decision, Outcome, RuleOutcome};
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
 use crate::response::{
@@ -34,11 +34,66 @@ pub(crate) struct Checked {
     pub(crate) route: Option<usize>,
     /// The index (among the request's limits) of each item of the batch, in order.
     pub(crate) limits: SmallVec<[usize; 4]>,
+    /// For a delayed request the layer may hold: how to give its units back, and what it
+    /// counts under.
+    pub(crate) to_hold: Option<ToHold>,
 }
 
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
 
-/// The request and the inner service that was driven to readiness for it.
+/// Gives back the units of a held request (`Store::refund`); built with the request's batch,
+/// run only if the request is dropped before its release.
+pub(crate) type RefundFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What holding a delayed request takes.
+#[derive(Default)]
+pub(crate) struct ToHold {
+    /// `None` when the store recorded nothing to give back.
+    pub(crate) refund: Option<RefundFuture>,
+    /// What it counts under for `max_held_per_key`: each (rule, key) that delays it.
+    pub(crate) keys: SmallVec<[u64; 4]>,
+}
+
+/// A held request's claim: its reserved units, given back if it is dropped before its
+/// release (once: the refund is taken when it runs or when the request is released), and
+/// its place under the layer's bounds, freed either way.
+pub(crate) struct Hold {
+    refund: Option<RefundFuture>,
+    _slot: HeldSlot,
+}
+
+impl Hold {
+    /// The request passes: its units are spent, its place is free.
+    fn release(mut self) {
+        self.refund = None;
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(refund) = self.refund.take() {
+            give_back(refund);
+        }
+    }
+}
+
+/// Runs a refund from synchronous code: an in-process store answers on the first poll;
+/// another store's call finishes as a task on the runtime. Best effort: without a runtime
+/// (a future dropped outside one) the units stay taken.
+fn give_back(mut refund: RefundFuture) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::debug!("no tokio runtime here: a dropped held request's units stay taken");
+        return;
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    if refund.as_mut().poll(&mut cx).is_pending() {
+        drop(runtime.spawn(refund));
+    }
+}
+
+/// The request and the inner service to call with it: for a request forwarded at once, the
+/// one driven to readiness; for a held one, a clone that is driven to readiness after the
+/// hold.
 struct Pending<S, ReqB> {
     request: Request<ReqB>,
     inner: S,
@@ -71,10 +126,16 @@ pin_project! {
             delay: Duration,
             pending: Option<Pending<S, ReqB>>,
             headers: Option<HeaderMap>,
+            hold: Option<Hold>,
         },
         Sleeping {
             #[pin]
             sleep: Sleep,
+            pending: Option<Pending<S, ReqB>>,
+            headers: Option<HeaderMap>,
+            hold: Option<Hold>,
+        },
+        Readying {
             pending: Option<Pending<S, ReqB>>,
             headers: Option<HeaderMap>,
         },
@@ -109,18 +170,20 @@ where
     }
 
     /// Decided at once, to be held for `delay`; the timer starts on the first poll, inside
-    /// the runtime.
+    /// the runtime. `inner` is not ready yet: it is driven to readiness after the hold.
     pub(crate) fn delayed(
         delay: Duration,
         request: Request<ReqB>,
         inner: S,
         headers: Option<HeaderMap>,
+        hold: Option<Hold>,
     ) -> Self {
         Self {
             state: State::Delayed {
                 delay,
                 pending: Some(Pending { request, inner }),
                 headers,
+                hold,
             },
         }
     }
@@ -142,7 +205,7 @@ where
 
 impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
 {
     type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
 
@@ -163,35 +226,63 @@ where
                         Next::Reject(response) => state.set(State::Rejected {
                             response: Some(response),
                         }),
-                        Next::Forward { delay, headers } if delay.is_zero() => {
+                        Next::Forward { delay, headers, .. } if delay.is_zero() => {
                             let future = inner.call(request);
                             state.set(State::Forwarding { future, headers });
                         }
-                        Next::Forward { delay, headers } => state.set(State::Sleeping {
-                            sleep: tokio::time::sleep(delay),
-                            pending: Some(Pending { request, inner }),
+                        Next::Forward {
+                            delay,
                             headers,
-                        }),
+                            hold,
+                        } => {
+                            // The ready service may hold a permit (`ConcurrencyLimit`,
+                            // `Buffer`): keeping it through the hold would let held requests
+                            // take every permit. Hold an idle clone; give the ready one up.
+                            let idle = inner.clone();
+                            drop(inner);
+                            state.set(State::Sleeping {
+                                sleep: tokio::time::sleep(delay),
+                                pending: Some(Pending {
+                                    request,
+                                    inner: idle,
+                                }),
+                                headers,
+                                hold,
+                            });
+                        }
                     }
                 }
                 StateProj::Delayed {
                     delay,
                     pending,
                     headers,
+                    hold,
                 } => {
-                    let (delay, pending, headers) = (*delay, pending.take(), headers.take());
+                    let (delay, pending, headers, hold) =
+                        (*delay, pending.take(), headers.take(), hold.take());
                     state.set(State::Sleeping {
                         sleep: tokio::time::sleep(delay),
                         pending,
                         headers,
+                        hold,
                     });
                 }
                 StateProj::Sleeping {
                     sleep,
                     pending,
                     headers,
+                    hold,
                 } => {
                     ready!(sleep.poll(cx));
+                    if let Some(hold) = hold.take() {
+                        hold.release();
+                    }
+                    let (pending, headers) = (pending.take(), headers.take());
+                    state.set(State::Readying { pending, headers });
+                }
+                StateProj::Readying { pending, headers } => {
+                    let Pending { inner, .. } = pending.as_mut().expect(POLLED_AFTER_COMPLETION);
+                    ready!(inner.poll_ready(cx))?;
                     let Pending { request, mut inner } =
                         pending.take().expect(POLLED_AFTER_COMPLETION);
                     let future = inner.call(request);
@@ -222,6 +313,7 @@ where
         let state = match &self.state {
             State::Checking { .. } => "checking",
             State::Delayed { .. } | State::Sleeping { .. } => "sleeping",
+            State::Readying { .. } => "readying",
             State::Forwarding { .. } => "forwarding",
             State::Rejected { .. } => "rejected",
         };
@@ -269,6 +361,8 @@ pub(crate) enum Next {
     Forward {
         delay: Duration,
         headers: Option<HeaderMap>,
+        /// For a held request (`delay` > 0).
+        hold: Option<Hold>,
     },
     Reject(Response<Bytes>),
 }
@@ -295,6 +389,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
     let forward = |headers| Next::Forward {
         delay: Duration::ZERO,
         headers,
+        hold: None,
     };
     let outcome = match checked.result {
         Ok(outcome) => outcome,
@@ -400,9 +495,76 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
         }
         // Shadow mode never holds a request.
         (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(headers()),
-        (Decision::Delay(delay), _) => Next::Forward {
-            delay,
-            headers: headers(),
-        },
+        (Decision::Delay(delay), _) => {
+            let ToHold { refund, keys } = checked.to_hold.unwrap_or_default();
+            match config.held.try_hold(keys) {
+                Some(slot) => Next::Forward {
+                    delay,
+                    headers: headers(),
+                    hold: Some(Hold {
+                        refund,
+                        _slot: slot,
+                    }),
+                },
+                None => {
+                    if let Some(refund) = refund {
+                        give_back(refund);
+                    }
+                    tracing::debug!(?delay, "too many held requests: request refused");
+                    let limits = &checked.limits;
+                    Next::Reject(refuse_hold(
+                        config,
+                        &outcome,
+                        checked.route,
+                        limits,
+                        delay,
+                        head(),
+                    ))
+                }
+            }
+        }
     }
+}
+
+/// The rejection of a delayed request the layer has no room to hold: a denial, each
+/// delaying rule's wait its retry-after, as if the rule had denied.
+fn refuse_hold(
+    config: &Config,
+    outcome: &Outcome,
+    route: Option<usize>,
+    limits: &[usize],
+    delay: Duration,
+    head: RequestHead<'_>,
+) -> Response<Bytes> {
+    let deny = |wait| {
+        Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(wait),
+        })
+    };
+    let refused = Outcome {
+        decision: deny(delay),
+        rules: outcome
+            .rules
+            .iter()
+            .map(|r| match r.decision {
+                Decision::Delay(wait) => RuleOutcome {
+                    decision: deny(wait),
+                    ..*r
+                },
+                _ => *r,
+            })
+            .collect(),
+        admission: None,
+    };
+    let rules: SmallVec<[(&Rule, RuleOutcome); 4]> = limits
+        .iter()
+        .zip(&refused.rules)
+        .filter_map(|(&i, o)| {
+            let limit = config.limit(route, i)?;
+            // Rules on trial are not advertised (see `decide`).
+            (!limit.is_shadow()).then_some((&limit.rule, *o))
+        })
+        .collect();
+    reject(config, RejectionKind::Limited(&refused), head, &rules)
 }

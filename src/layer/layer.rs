@@ -93,6 +93,32 @@ impl<St: Store> RateLimitLayer<St> {
         self
     }
 
+    /// Holds at most `n` requests at once (default [`DEFAULT_MAX_HELD`](super::DEFAULT_MAX_HELD)): requests waiting
+    /// out a leaky bucket's delay or a wait-mode reservation. A request beyond it is refused
+    /// as if denied (429 with `Retry-After` = its delay, rounded up), and the units reserved
+    /// for it are given back. The count is shared by every service the layer makes (and by
+    /// clones of the layer). `0` never holds a request: every delay is refused. The
+    /// [`on_decision`](Self::on_decision) hook sees the store's decision (the delay); the
+    /// refusal itself is logged with `tracing::debug!`.
+    ///
+    /// A held request costs memory until it is released: some 2 KB of the layer's own with
+    /// a `MemoryStore`, 3 KB with a `RedisStore`, plus the request and a clone of the inner
+    /// service; see the [module docs](super#held-requests).
+    pub fn max_held(mut self, n: usize) -> Self {
+        self.config_mut().held.max = n;
+        self
+    }
+
+    /// Holds at most `n` requests at once per key that delays them (default: no bound per
+    /// key): one client cannot take every place [`max_held`](Self::max_held) allows. A
+    /// request counts under each (rule, key) of its batch whose rule delays it; with a
+    /// global rule doing the delaying, the bound applies to all requests it delays.
+    /// Beyond it a request is refused as with `max_held`.
+    pub fn max_held_per_key(mut self, n: usize) -> Self {
+        self.config_mut().held.max_per_key = Some(n);
+        self
+    }
+
     /// Sets what happens when the store fails (default [`FailurePolicy::FailOpen`]).
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
         self.config_mut().on_failure = policy;

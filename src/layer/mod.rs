@@ -28,7 +28,8 @@
 //!   [`RateLimitLayer::on_reject`] replaces the response, seeing the request's head.
 //! - **Modes** ([`Mode`]): enforce (the default), shadow (decide and report, never reject),
 //!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
-//!   bucket's shaping delay is honoured the same way in enforce and wait modes.
+//!   bucket's shaping delay is honoured the same way in enforce and wait modes; see
+//!   [held requests](#held-requests).
 //! - **Trial rules.** [`Limit::shadow`] puts one rule on trial inside the batch of enforced
 //!   ones (one round trip): it keeps its state as if enforced and reports its would-be
 //!   denials, but never rejects or holds a request. Rules on trial — shadow limits, and
@@ -37,6 +38,33 @@
 //!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
 //!   denials, key problems) come at most once per [`log_interval`](RateLimitLayer::log_interval)
 //!   per kind, with a count, so an outage or a rollout cannot flood the log.
+//!
+//! # Held requests
+//!
+//! In wait mode, and for a leaky bucket's shaping delay, the layer holds a request until its
+//! reserved units come due, then forwards it. A held request:
+//!
+//! - **does not hold the inner service.** It waits with an idle clone of the inner service
+//!   and drives that clone to readiness only after the wait, so a `ConcurrencyLimit` or
+//!   `Buffer` inside the layer keeps serving other clients while one client's requests
+//!   sleep (the permit a ready service holds is not taken into the wait).
+//! - **is bounded.** At most [`RateLimitLayer::max_held`] requests are held at once
+//!   ([`DEFAULT_MAX_HELD`] unless changed), and, with [`RateLimitLayer::max_held_per_key`],
+//!   at most that many per (rule, key) that delays them. A request beyond a bound is
+//!   refused as if denied: 429 with `Retry-After` its delay, rounded up; its units are given
+//!   back.
+//! - **gives its units back** when it is dropped before its release (its client hung up, a
+//!   timeout above the layer fired): through [`Store::refund`](crate::store::Store::refund),
+//!   once, best effort, never after the request was released, and never more than is
+//!   exact (see that method for what each algorithm gives back). The refund of a store
+//!   that answers at once runs where the request is dropped; another store's runs as a
+//!   task on the tokio runtime. A request dropped while the store is still deciding has no
+//!   units to give back yet: whatever that decision reserves stays taken.
+//! - **costs memory** until it is released: its response future (some 550 bytes plus the
+//!   inner service's size) and the boxed refund of its units (some 1.3 KB with a
+//!   `MemoryStore`, 2.1 KB with a `RedisStore`), besides the request itself (its head and
+//!   whatever of its body has arrived) and the idle clone of the inner service. At
+//!   [`DEFAULT_MAX_HELD`] held requests that is some 20–30 MB of the layer's own.
 //!
 //! Nested layers are separate batches: with a `route_layer` inside a global layer, a
 //! request the route refuses has already counted against the global limit. When that
@@ -47,7 +75,8 @@
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
 //! service's; the store is asked in the response future. A checked request costs two
 //! allocations (the boxed store future, and the `Vec` of per-rule outcomes the store
-//! returns); a request no limit applies to costs none.
+//! returns); a request no limit applies to costs none; a held one costs one more (the
+//! boxed refund of its units).
 //!
 //! ```
 //! use std::time::Duration;
@@ -121,7 +150,7 @@ mod routes;
 mod service;
 
 pub use body::RateLimitBody;
-pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
+pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
 pub use service::RateLimit;

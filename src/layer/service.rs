@@ -11,12 +11,13 @@ use tower_service::Service;
 
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
-use super::future::{decide, reject, Checked, Next, ResponseFuture};
+use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
+use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::RejectionKind;
-use crate::store::{Check, MemoryStore, Store};
+use crate::store::{Admission, Check, MemoryStore, Store};
 
 /// Rate limits the requests of an inner service; made by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -148,12 +149,17 @@ where
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             return match decide(config, checked, &request) {
-                Next::Forward { delay, headers } if delay.is_zero() => {
+                Next::Forward { delay, headers, .. } if delay.is_zero() => {
                     ResponseFuture::forwarding(self.inner.call(request), headers)
                 }
-                Next::Forward { delay, headers } => {
-                    ResponseFuture::delayed(delay, request, self.take_ready_inner(), headers)
-                }
+                // A held request takes an idle clone, driven to readiness after the hold; the
+                // ready service stays here for the next call instead of keeping its permit
+                // (`ConcurrencyLimit`, `Buffer`) through the hold.
+                Next::Forward {
+                    delay,
+                    headers,
+                    hold,
+                } => ResponseFuture::delayed(delay, request, self.inner.clone(), headers, hold),
                 Next::Reject(response) => ResponseFuture::rejected(response),
             };
         }
@@ -185,8 +191,9 @@ impl<S: Clone, St> RateLimit<S, St> {
 
 /// Asks the store about a request's batch. The layer's own allocation for a checked request
 /// is the box around this future (its type cannot be named in `ResponseFuture` on stable
-/// Rust); the store's `Outcome` carries the other, its per-rule `Vec`.
-async fn check<St: Store>(
+/// Rust); the store's `Outcome` carries the other, its per-rule `Vec`. A delayed request
+/// the layer will hold costs one more: the boxed refund of its units.
+async fn check<St: Store + Clone>(
     limiter: Limiter<St>,
     config: Arc<Config>,
     route: Option<usize>,
@@ -195,13 +202,51 @@ async fn check<St: Store>(
     max_wait: Duration,
 ) -> Checked {
     let mut limits = SmallVec::new();
-    let mut batch: SmallVec<[Check<'_>; 4]> = SmallVec::new();
-    for item in &items {
+    let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
+    let result = limiter.reserve(&batch, max_wait).await;
+    let to_hold = match &result {
+        Ok(outcome)
+            if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
+        {
+            let keys_held = held_keys(&config, &batch, outcome);
+            drop(batch);
+            let refund = outcome.admission.clone().map(|admission| {
+                let refund = give_back(limiter, config.clone(), route, items, keys, admission);
+                Box::pin(refund) as RefundFuture
+            });
+            Some(ToHold {
+                refund,
+                keys: keys_held,
+            })
+        }
+        _ => None,
+    };
+    Checked {
+        result,
+        route,
+        limits,
+        to_hold,
+    }
+}
+
+/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
+/// asked, each item's index among the request's limits.
+fn batch_of<'a>(
+    config: &'a Config,
+    route: Option<usize>,
+    items: &[Item],
+    keys: &'a KeyBuf,
+    mut limits: Option<&mut SmallVec<[usize; 4]>>,
+) -> SmallVec<[Check<'a>; 4]> {
+    let mut batch = SmallVec::new();
+    for item in items {
         // Always present: the items were made from these limits and this buffer.
         let limit = config.limit(route, item.limit);
         let key = keys.as_bytes().get(item.start..item.end);
         if let (Some(limit), Some(key)) = (limit, key) {
-            limits.push(item.limit);
+            if let Some(limits) = limits.as_deref_mut() {
+                limits.push(item.limit);
+            }
             batch.push(Check {
                 rule: &limit.rule,
                 key,
@@ -210,12 +255,40 @@ async fn check<St: Store>(
             });
         }
     }
-    let result = limiter.reserve(&batch, max_wait).await;
-    drop(batch);
-    Checked {
-        result,
-        route,
-        limits,
+    batch
+}
+
+/// What a held request counts under for `max_held_per_key`: each (rule, key) whose rule
+/// delays it, once.
+fn held_keys(config: &Config, batch: &[Check<'_>], outcome: &Outcome) -> SmallVec<[u64; 4]> {
+    let mut keys = SmallVec::new();
+    if config.held.max_per_key.is_none() {
+        return keys;
+    }
+    for (check, rule) in batch.iter().zip(&outcome.rules) {
+        if matches!(rule.decision, Decision::Delay(_)) {
+            let key = config.held.counts.key_of(check.rule.name(), check.key);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+/// Gives back the units of a held request dropped before its release: the same batch as
+/// it was checked, so each rule finds its own part of the admission.
+async fn give_back<St: Store>(
+    limiter: Limiter<St>,
+    config: Arc<Config>,
+    route: Option<usize>,
+    items: SmallVec<[Item; 4]>,
+    keys: KeyBuf,
+    admission: Admission,
+) {
+    let batch = batch_of(&config, route, &items, &keys, None);
+    if let Err(error) = limiter.refund(&batch, &admission).await {
+        tracing::warn!(%error, "could not give back the units of a dropped held request");
     }
 }
 

@@ -16,7 +16,7 @@ use crate::batch::{self, Entry};
 use crate::clock::{duration_to_micros, Clock, SystemClock};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Store};
+use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
 /// Shards are swept of expired entries when they have doubled since the last sweep, but not
@@ -207,6 +207,10 @@ impl MemoryStore {
             }
         }
 
+        // One mark per item of an admitted batch (a shadow item that denied took nothing; a
+        // refund skips shadow items).
+        let mut marks = SmallVec::new();
+        let batch_admitted = admitted;
         rules.extend(
             batch
                 .iter()
@@ -214,20 +218,56 @@ impl MemoryStore {
                 .zip(&items)
                 .map(|((check, &hash), item)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
-                    let admitted = batch::admitted(item, admitted);
-                    if batch::writes(check, item, admitted) {
+                    let admitted = batch::admitted(item, batch_admitted);
+                    let mut taken = Taken {
+                        at: batch::item_at(item),
+                        mark: 0,
+                    };
+                    let outcome = if batch::writes(check, item, admitted) {
                         shard.update(hash, check, now, |entry| {
-                            batch::commit(check, entry, now, item, admitted)
+                            let outcome = batch::commit(check, entry, now, item, admitted);
+                            if admitted {
+                                taken.mark = batch::mark(check, entry, item);
+                            }
+                            outcome
                         })
                     } else {
                         batch::report(check, shard.get(hash, check), now, item, admitted)
+                    };
+                    if batch_admitted {
+                        marks.push(taken);
                     }
+                    outcome
                 }),
         );
         drop(guards);
-        Ok(batch::combine(rules, |i| {
-            batch.get(i).is_some_and(|c| c.shadow)
-        }))
+        let mut outcome = batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow));
+        if admitted {
+            outcome.admission = Some(Admission::new(marks));
+        }
+        Ok(outcome)
+    }
+
+    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
+    fn give_back(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let shared = &*self.shared;
+        for (i, check) in batch.iter().enumerate() {
+            // A trial rule's units are not given back: it may have taken nothing.
+            if check.cost == 0 || check.shadow {
+                continue;
+            }
+            let hash = shared.hash(check.rule.name(), check.key);
+            let mut shard = shared.shards[shared.shard_of(hash)].lock();
+            let now = shared.clock.now_micros();
+            if let Some(slot) = shard.get_mut(hash, check) {
+                let taken = admission.taken(i);
+                if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -259,6 +299,17 @@ impl Shard {
             .raw_entry()
             .from_hash(hash, |k| k.matches(check))
             .map(|(_, slot)| &slot.entry)
+    }
+
+    fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Slot> {
+        match self
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(check))
+        {
+            RawEntryMut::Occupied(o) => Some(o.into_mut()),
+            RawEntryMut::Vacant(_) => None,
+        }
     }
 
     /// Runs `f` on the entry of `check` (created empty if absent) and refreshes its expiry.
@@ -339,6 +390,14 @@ impl Store for MemoryStore {
         let item = batch::evaluate(&check, entry, now, batch::release(&check, entry, now));
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
         std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(self.give_back(batch, admission))
     }
 
     fn reset(

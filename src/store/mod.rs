@@ -11,6 +11,8 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
@@ -61,6 +63,35 @@ impl<'a> Check<'a> {
     }
 }
 
+/// What a store recorded for an admitted batch, so that it can give the units back: for
+/// each rule, the instant its units were taken at and what its state looked like right
+/// after. Found in [`Outcome::admission`](crate::Outcome::admission); hand it to
+/// [`Store::refund`] (or [`Limiter::refund`](crate::Limiter::refund)) with the same batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Per rule of the batch, in order: (instant in µs, mark).
+    pub(crate) taken: SmallVec<[Taken; 4]>,
+}
+
+/// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
+/// model's mark of the state it left (see `Algorithm::mark`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Taken {
+    pub(crate) at: u64,
+    pub(crate) mark: u64,
+}
+
+impl Admission {
+    pub(crate) fn new(taken: SmallVec<[Taken; 4]>) -> Self {
+        Self { taken }
+    }
+
+    /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
+    pub(crate) fn taken(&self, i: usize) -> Taken {
+        self.taken.get(i).copied().unwrap_or_default()
+    }
+}
+
 /// Keeps rule state and decides batches.
 ///
 /// Implementations are cheap handles (`Clone` shares the state), so every clone of a service
@@ -95,6 +126,36 @@ pub trait Store: Send + Sync + 'static {
         &self,
         check: Check<'_>,
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send;
+
+    /// Gives back the units an admitted batch took, for a request that will never pass (a
+    /// held request whose client went away): `batch` as it was checked, `admission` from its
+    /// [`Outcome::admission`]. Call it at most once per admission, and before the instant the
+    /// request would have been released.
+    ///
+    /// Best effort, and never more than is exact. Each rule gives its units back only where
+    /// the result is a state that admits no more than the admissions left in it allow:
+    /// - fixed window, sliding window, sliding log: always, while the window (or log entry)
+    ///   of the admission is still stored; counts add up, so other admissions since do not
+    ///   matter.
+    /// - token bucket and GCRA: only while no other admission has been recorded at a later
+    ///   instant (a later refill step, when stepped); otherwise the units stay taken (a
+    ///   bucket that filled up meanwhile would have absorbed them).
+    /// - leaky bucket: only while the admission is still queued (before its own release);
+    ///   the queue is first in, first out, so what was queued around it stays exact.
+    ///
+    /// A refund does not reopen a key earlier than the admission's instant: after a
+    /// wait-mode reservation, the units go to the next request that waits for that instant.
+    /// After a [`reset`](Self::reset) of the key in between, a refund can take back units of
+    /// requests admitted since the reset (the reset already gave everything back). Penalty
+    /// state is never touched. The default implementation gives nothing back.
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (batch, admission);
+        std::future::ready(Ok(()))
+    }
 
     /// Forgets the state of `rule` for `key` and lifts any lock on it (an admin "unblock").
     fn reset(&self, rule: &Rule, key: &[u8])

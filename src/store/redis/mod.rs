@@ -17,7 +17,7 @@ use crate::batch;
 use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Store};
+use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
 use script::{Call, Mode, Reply};
@@ -245,7 +245,17 @@ impl RedisStore {
 
     /// One script call for `checks` (which must share a slot on a Cluster).
     async fn run(&self, call: Call, checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
-        let inv = script::invocation(call, checks, |c, log| self.key(c, log));
+        self.run_with(call, checks, None).await
+    }
+
+    /// [`run`](Self::run), with the packed `ARGV[5]` of a `Mode::RefundHeld` call.
+    async fn run_with(
+        &self,
+        call: Call,
+        checks: &[&Check<'_>],
+        taken: Option<&[u8]>,
+    ) -> Result<Reply, StoreError> {
+        let inv = script::invocation(call, checks, |c, log| self.key(c, log), taken);
         let mut conn = self.conn.clone();
         let values: Vec<i64> = tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn))
             .await
@@ -261,7 +271,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules, batch));
+            return Ok(outcome_of(reply, batch));
         };
         // Group by slot, in the order each slot first appears.
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -276,7 +286,7 @@ impl RedisStore {
             let reply = self
                 .run(self.call(max_wait, Mode::Decide, 0), &checks)
                 .await?;
-            return Ok(script::combine(reply.rules, batch));
+            return Ok(outcome_of(reply, batch));
         }
         self.decide_across_slots(batch, &groups, max_wait).await
     }
@@ -291,6 +301,7 @@ impl RedisStore {
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
+        let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
         let mut admitted: Vec<Part<'_>> = Vec::new();
         // The batch's delay so far: the request passes that long after it arrives (a
         // reservation, a leaky bucket's queue), so no later part may count it earlier.
@@ -307,6 +318,7 @@ impl RedisStore {
                 }
             };
             if reply.admitted {
+                record_taken(&mut taken, members, &reply);
                 let part = Part::new(members, &reply, batch);
                 delay = delay.max(part.delay);
                 admitted.push(part);
@@ -364,6 +376,7 @@ impl RedisStore {
                     admitted.clear();
                     break;
                 }
+                record_taken(&mut taken, early.members, &reply);
                 let part = Part::new(early.members, &reply, batch);
                 delay = delay.max(part.delay);
                 admitted.insert(p, part);
@@ -374,7 +387,11 @@ impl RedisStore {
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(script::combine(rules, batch))
+        let mut outcome = script::combine(rules, batch);
+        if !denied {
+            outcome.admission = Some(Admission::new(taken));
+        }
+        Ok(outcome)
     }
 
     /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
@@ -410,6 +427,35 @@ impl RedisStore {
             for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);
             }
+        }
+        Ok(())
+    }
+
+    /// [`Store::refund`]: one `Mode::RefundHeld` call per slot (one call on a standalone
+    /// server), each rule given back at its own instant where its mark says that is exact.
+    async fn refund_held(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        // A trial rule's units are not given back: it may have taken nothing.
+        for (i, check) in batch.iter().enumerate().filter(|(_, c)| !c.shadow) {
+            let slot = match self.conn {
+                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
+                Connection::Standalone(_) => None,
+            };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        for (_, members) in &groups {
+            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
+            let call = self.call(0, Mode::RefundHeld, 0);
+            self.run_with(call, &checks, Some(&packed)).await?;
         }
         Ok(())
     }
@@ -484,6 +530,7 @@ fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
             retry_after: Some(Duration::from_micros(delay)),
         }),
         rules,
+        admission: None,
     }
 }
 
@@ -502,6 +549,21 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
             b'}' => out.extend_from_slice(b"\\]"),
             _ => out.push(b),
         }
+    }
+}
+
+/// The outcome of a batch decided in one script call.
+fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
+    let admission = reply.admission();
+    let mut outcome = script::combine(reply.rules, batch);
+    outcome.admission = admission;
+    outcome
+}
+
+/// Records what the `members` of an admitted slot took, for a later `Store::refund`.
+fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
+    for (&i, &mark) in members.iter().zip(&reply.marks) {
+        taken[i] = Taken { at: reply.at, mark };
     }
 }
 
@@ -566,6 +628,14 @@ impl Store for RedisStore {
         check: Check<'_>,
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
         self.peek_one(check)
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.refund_held(batch, admission)
     }
 
     fn reset(

@@ -5,13 +5,14 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{Script, ScriptInvocation};
+use smallvec::SmallVec;
 
 use crate::algorithm::{Algorithm, Refill, WindowAnchor};
 use crate::batch;
 use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::Check;
+use crate::store::{Admission, Check, Taken};
 
 /// The whole script: the helpers, the six models, penalties and the batch driver, in the
 /// order `lua/prelude.lua` describes.
@@ -41,6 +42,9 @@ pub(super) enum Mode {
     Deny = 2,
     /// Take back the admissions a `Decide` call recorded at an instant.
     Refund = 3,
+    /// Give back a held request's admissions, each rule at its own instant and only where
+    /// its mark says that is exact (`Store::refund`).
+    RefundHeld = 4,
 }
 
 /// The algorithm codes of `lua/*.lua` (`models[code]`).
@@ -99,11 +103,23 @@ pub(super) struct Call {
     pub(super) min_delay: u64,
 }
 
+/// `ARGV[5]` of a `Mode::RefundHeld` call: per check, its instant and mark as doubles.
+pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
+    let mut packed = Vec::new();
+    for t in taken {
+        packed.extend_from_slice(&exact_double(t.at).to_le_bytes());
+        packed.extend_from_slice(&exact_double(t.mark).to_le_bytes());
+    }
+    packed
+}
+
 /// Builds the invocation for `checks` (keys first, built by `key_of`).
+/// `taken` replaces `ARGV[5]` for a `Mode::RefundHeld` call.
 pub(super) fn invocation<'s>(
     call: Call,
     checks: &[&Check<'_>],
     mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
+    taken: Option<&[u8]>,
 ) -> ScriptInvocation<'s> {
     let mut inv = SCRIPT.prepare_invoke();
     match call.now {
@@ -112,11 +128,12 @@ pub(super) fn invocation<'s>(
     };
     inv.arg(call.max_wait)
         .arg(call.mode as u8)
-        .arg(call.slack_ms)
-        .arg(match call.mode {
-            Mode::Refund => call.refund_at,
-            _ => call.min_delay,
-        });
+        .arg(call.slack_ms);
+    match (taken, call.mode) {
+        (Some(packed), _) => inv.arg(packed),
+        (None, Mode::Refund) => inv.arg(call.refund_at),
+        (None, _) => inv.arg(call.min_delay),
+    };
     for check in checks {
         let algorithm = check.rule.algorithm();
         inv.key(key_of(check, false));
@@ -175,6 +192,18 @@ pub(super) struct Reply {
     pub(super) now: u64,
     /// One per check, in order.
     pub(super) rules: Vec<RuleOutcome>,
+    /// One per check: the refund mark of its admission (see `Store::refund`), 0 if none.
+    pub(super) marks: SmallVec<[u64; 4]>,
+}
+
+impl Reply {
+    /// What a later `Store::refund` of this call's admissions needs, if it admitted.
+    pub(super) fn admission(&self) -> Option<Admission> {
+        self.admitted.then(|| {
+            let taken = self.marks.iter().map(|&mark| Taken { at: self.at, mark });
+            Admission::new(taken.collect())
+        })
+    }
 }
 
 /// Parses the script's reply for `checks`.
@@ -186,7 +215,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             checks.len()
         ))
     };
-    if values.len() != 3 + 4 * checks.len() {
+    if values.len() != 3 + 5 * checks.len() {
         return Err(bad());
     }
     let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
@@ -195,7 +224,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     let now = uint(values[2])?;
     let rules = checks
         .iter()
-        .zip(values[3..].chunks_exact(4))
+        .zip(values[3..].chunks_exact(5))
         .map(|(check, v)| {
             let value = uint(v[1])?;
             let us = Duration::from_micros;
@@ -217,11 +246,16 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let marks = values[3..]
+        .chunks_exact(5)
+        .map(|v| uint(v[4]))
+        .collect::<Result<_, _>>()?;
     Ok(Reply {
         admitted,
         at,
         now,
         rules,
+        marks,
     })
 }
 

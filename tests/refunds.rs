@@ -1,0 +1,222 @@
+//! `Store::refund` on MemoryStore and RedisStore (standalone and Cluster): a held request's units go to the next
+//! request, and a refund never gives back more than is exact when other requests were
+//! admitted meanwhile.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+
+/// A multiple of every window below, so epoch-aligned windows start here.
+const T0: u64 = 1_000_000_000_000;
+const S: Duration = Duration::from_secs(1);
+
+fn per_10s() -> Rate {
+    Rate::new(1, 10 * S)
+}
+
+async fn reserve<S: Store>(limiter: &Limiter<S>, batch: &[Check<'_>]) -> tollgate::Outcome {
+    limiter.reserve(batch, 60 * S).await.unwrap()
+}
+
+/// Every algorithm: one admitted, one held (reserved for later); the held one is given back,
+/// and the next request gets the very slot it had.
+async fn a_refunded_reservation_goes_to_the_next_request<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rules = [
+        Rule::fixed_window("fw", 1, 10 * S).unwrap(),
+        Rule::sliding_window("sw", 1, 10 * S).unwrap(),
+        Rule::sliding_log("sl", 1, 10 * S).unwrap(),
+        Rule::token_bucket("tb", 1, per_10s()).unwrap(),
+        Rule::leaky_bucket("lb", 1, per_10s()).unwrap(),
+        Rule::gcra("gc", per_10s(), 1).unwrap(),
+    ];
+    for rule in &rules {
+        clock.set_micros(T0 + 1_000_000);
+        let batch = [Check::new(rule, b"a")];
+        let first = reserve(limiter, &batch).await;
+        assert_eq!(first.decision, Decision::Allow, "{}", rule.name());
+        let held = reserve(limiter, &batch).await;
+        let Decision::Delay(wait) = held.decision else {
+            panic!("{}: {:?}", rule.name(), held.decision)
+        };
+        let admission = held.admission.expect("an admitted batch has an admission");
+        limiter.refund(&batch, &admission).await.unwrap();
+        let next = reserve(limiter, &batch).await;
+        assert_eq!(
+            next.decision,
+            Decision::Delay(wait),
+            "{}: the given-back slot is the next request's",
+            rule.name()
+        );
+    }
+}
+
+/// Token bucket and GCRA: once a later reservation was recorded, the earlier one's units
+/// stay taken (the bucket would have filled up before the later one without it); the latest
+/// one is still given back.
+async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rules = [
+        Rule::token_bucket("tb2", 1, per_10s()).unwrap(),
+        Rule::gcra("gc2", per_10s(), 1).unwrap(),
+    ];
+    for rule in &rules {
+        clock.set_micros(T0 + 1_000_000);
+        let batch = [Check::new(rule, b"a")];
+        assert_eq!(reserve(limiter, &batch).await.decision, Decision::Allow);
+        let a = reserve(limiter, &batch).await;
+        assert_eq!(a.decision, Decision::Delay(10 * S), "{}", rule.name());
+        let b = reserve(limiter, &batch).await;
+        assert_eq!(b.decision, Decision::Delay(20 * S), "{}", rule.name());
+
+        limiter
+            .refund(&batch, a.admission.as_ref().unwrap())
+            .await
+            .unwrap();
+        let c = reserve(limiter, &batch).await;
+        assert_eq!(
+            c.decision,
+            Decision::Delay(30 * S),
+            "{}: a's units stay taken behind b",
+            rule.name()
+        );
+        limiter
+            .refund(&batch, c.admission.as_ref().unwrap())
+            .await
+            .unwrap();
+        let d = reserve(limiter, &batch).await;
+        assert_eq!(
+            d.decision,
+            Decision::Delay(30 * S),
+            "{}: the latest is given back",
+            rule.name()
+        );
+    }
+}
+
+/// Leaky bucket: a request held by its shaping delay is given back while it is queued, and
+/// not once it has started to drain (its release has passed).
+async fn a_leaky_bucket_gives_back_only_what_is_still_queued<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rule = Rule::leaky_bucket("lb2", 2, per_10s()).unwrap();
+    let batch = [Check::new(&rule, b"a")];
+    clock.set_micros(T0 + 1_000_000);
+    assert_eq!(
+        limiter.check(&batch).await.unwrap().decision,
+        Decision::Allow
+    );
+    let held = limiter.check(&batch).await.unwrap();
+    assert_eq!(held.decision, Decision::Delay(10 * S));
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
+    assert_eq!(peek.info.remaining, 1, "the held unit left the queue");
+
+    let held = limiter.check(&batch).await.unwrap();
+    assert_eq!(held.decision, Decision::Delay(10 * S));
+    // 11 s later it has been released and 1 s of it has drained: 0.9 unit still queued.
+    clock.set_micros(T0 + 12_000_000);
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
+    assert_eq!(
+        peek.info.remaining, 1,
+        "a released request's units stay taken"
+    );
+}
+
+/// Counting algorithms: a refund takes back exactly its own units, whatever else was admitted
+/// since.
+async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rules = [
+        Rule::fixed_window("fw3", 5, 10 * S).unwrap(),
+        Rule::sliding_window("sw3", 5, 10 * S).unwrap(),
+        Rule::sliding_log("sl3", 5, 10 * S).unwrap(),
+    ];
+    for rule in &rules {
+        clock.set_micros(T0 + 1_000_000);
+        let two = [Check::new(rule, b"a").with_cost(2)];
+        let one = [Check::new(rule, b"a")];
+        let a = limiter.check(&two).await.unwrap();
+        clock.set_micros(T0 + 2_000_000);
+        assert!(limiter.check(&one).await.unwrap().is_admitted());
+        limiter
+            .refund(&two, a.admission.as_ref().unwrap())
+            .await
+            .unwrap();
+        let peek = limiter.peek(rule, b"a", 0).await.unwrap();
+        assert_eq!(peek.info.remaining, 4, "{}", rule.name());
+    }
+}
+
+async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
+    a_refunded_reservation_goes_to_the_next_request(limiter, clock).await;
+    a_refund_behind_a_later_admission_gives_nothing_back(limiter, clock).await;
+    a_leaky_bucket_gives_back_only_what_is_still_queued(limiter, clock).await;
+    a_counting_refund_takes_back_exactly_its_own(limiter, clock).await;
+}
+
+#[tokio::test]
+async fn refunds_on_memory_store() {
+    let clock = ManualClock::new(T0);
+    all(
+        &Limiter::new(MemoryStore::with_clock(clock.clone())),
+        &clock,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn refunds_on_redis_store() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
+}
+
+#[tokio::test]
+async fn refunds_on_redis_cluster() {
+    let cluster = common::redis_server::RedisCluster::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
+
+    // A batch across slots is given back slot by slot.
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect")
+        .with_clock(clock.clone());
+    let limiter = Limiter::new(store);
+    let rule = Rule::gcra("gc-x", per_10s(), 1).unwrap();
+    clock.set_micros(T0 + 1_000_000);
+    let batch = [Check::new(&rule, b"left"), Check::new(&rule, b"right")];
+    assert_eq!(reserve(&limiter, &batch).await.decision, Decision::Allow);
+    let held = reserve(&limiter, &batch).await;
+    assert_eq!(held.decision, Decision::Delay(10 * S));
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        reserve(&limiter, &batch).await.decision,
+        Decision::Delay(10 * S)
+    );
+}
