@@ -401,10 +401,10 @@ impl Spec {
             }
             // At most `q` in any `p` consecutive microseconds.
             Kind::SlidingLog => q * t.div_ceil(p),
-            Kind::TokenBucket | Kind::LeakyBucket => q + after * a / p,
+            // GCRA keeps the fraction of its emission interval: a token bucket in virtual time.
+            Kind::TokenBucket | Kind::LeakyBucket | Kind::Gcra => q + after * a / p,
             // A step of `a` tokens at most every `p` µs.
             Kind::TokenBucketStepped => q + a * after.div_ceil(p),
-            Kind::Gcra => q + after / p.div_ceil(a),
         }
     }
 }
