@@ -26,7 +26,8 @@
 //! `expect.decision` is `allow`, `delay` (with `delay_us`) or `deny` (with `reason`:
 //! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
 //! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
-//! units after the step, in batch order. A step with `max_wait_us` runs in wait mode: a
+//! units after the step, in batch order; `expect.reset_us` likewise each rule's reset (µs from
+//! the step's instant until its state is back to empty). A step with `max_wait_us` runs in wait mode: a
 //! batch admissible within that many µs reserves its slot and gets `delay` (stores only). Unknown fields are errors, so a misspelt expectation
 //! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
 
@@ -151,6 +152,7 @@ pub struct Expect {
     pub retry_us: Option<u64>,
     pub delay_us: Option<u64>,
     pub remaining: Option<Vec<u64>>,
+    pub reset_us: Option<Vec<u64>>,
 }
 
 impl RuleSpec {
@@ -287,12 +289,16 @@ fn check_step(
     i: usize,
     seen: Seen,
     remaining: Vec<u64>,
+    reset_us: Vec<u64>,
     expect: &Expect,
 ) {
     let ctx = format!("{file}.json / {:?} / step {i}", scenario.name);
     assert_eq!(seen, Seen::expected(expect), "{ctx}: decision");
     if let Some(want) = &expect.remaining {
         assert_eq!(&remaining, want, "{ctx}: remaining units per rule");
+    }
+    if let Some(want) = &expect.reset_us {
+        assert_eq!(&reset_us, want, "{ctx}: reset (µs) per rule");
     }
 }
 
@@ -341,12 +347,18 @@ pub async fn run_on_store<S: Store>(
             .expect("store decides");
         if let Some(expect) = &step.expect {
             let remaining = outcome.rules.iter().map(|r| r.info.remaining).collect();
+            let reset_us = outcome
+                .rules
+                .iter()
+                .map(|r| r.info.reset.as_micros() as u64)
+                .collect();
             check_step(
                 file,
                 scenario,
                 i,
                 Seen::of(&outcome.decision),
                 remaining,
+                reset_us,
                 expect,
             );
         }
@@ -398,10 +410,10 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
         if eval.is_admitted() && *cost > 0 {
             model.apply(&mut state, now, *cost);
         }
-        let remaining = if eval.is_admitted() {
-            eval.remaining
+        let info = if eval.is_admitted() {
+            eval
         } else {
-            model.evaluate(&state, now, 0).remaining
+            model.evaluate(&state, now, 0)
         };
         if let Some(expect) = &step.expect {
             check_step(
@@ -409,7 +421,8 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
                 scenario,
                 i,
                 Seen::of(&decision),
-                vec![remaining],
+                vec![info.remaining],
+                vec![info.reset_micros],
                 expect,
             );
         }

@@ -1,0 +1,113 @@
+//! The sliding log on MemoryStore and RedisStore where the shared vectors cannot reach: a
+//! limit lowered under the same rule name, peeks, and the size of a log in Redis.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use common::vectors::BASE_MICROS;
+use tollgate::{Decision, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
+
+const WINDOW: Duration = Duration::from_micros(1000);
+
+fn retry_micros(decision: &Decision) -> u64 {
+    match decision {
+        Decision::Deny(d) => d
+            .retry_after
+            .map(|r| r.as_micros() as u64)
+            .unwrap_or_else(|| panic!("a denial without retry: {decision:?}")),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+/// Five units logged at t = 0..4 under a limit of 5, then the limit is lowered to 3: a
+/// request must wait until `used + cost − limit` units have aged out, not `cost`.
+async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
+    let before = Rule::sliding_log("log", 5, WINDOW).unwrap();
+    let after = Rule::sliding_log("log", 3, WINDOW).unwrap();
+    for t in 0..5 {
+        clock.set_micros(BASE_MICROS + t);
+        let outcome = limiter.check_one(&before, "k").await.unwrap();
+        assert!(outcome.is_admitted(), "admission {t} under the old limit");
+    }
+    clock.set_micros(BASE_MICROS + 10);
+    // 5 live units, limit 3, cost 1: three units must age out, the third at 2 + 1000.
+    let denied = limiter.check_one(&after, "k").await.unwrap();
+    assert_eq!(retry_micros(&denied.decision), 992);
+    assert_eq!(denied.rules[0].info.remaining, 0);
+    // A cost of 2 needs four units gone: the entry at 3.
+    let denied = limiter.peek(&after, "k", 2).await.unwrap();
+    assert_eq!(retry_micros(&denied.decision), 993);
+
+    clock.set_micros(BASE_MICROS + 1001);
+    let early = limiter.check_one(&after, "k").await.unwrap();
+    assert_eq!(retry_micros(&early.decision), 1, "one µs before the retry");
+    clock.set_micros(BASE_MICROS + 1002);
+    let due = limiter.check_one(&after, "k").await.unwrap();
+    assert!(due.is_admitted(), "at the retry instant: {:?}", due.decision);
+    assert_eq!(due.rules[0].info.remaining, 0);
+}
+
+/// A peek that would not log anything (a cost of 0, or a denial) reports the reset of the
+/// log as it stands: 0 for a key never used, the time until the newest entry ages out
+/// otherwise.
+async fn peek_reports_the_log_reset<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
+    let rule = Rule::sliding_log("log", 3, Duration::from_secs(1)).unwrap();
+    clock.set_micros(BASE_MICROS);
+    let unused = limiter.peek(&rule, "k", 0).await.unwrap();
+    assert_eq!(unused.decision, Decision::Allow);
+    assert_eq!(unused.info.remaining, 3);
+    assert_eq!(unused.info.reset, Duration::ZERO);
+    for _ in 0..3 {
+        assert!(limiter.check_one(&rule, "k").await.unwrap().is_admitted());
+    }
+    clock.set_micros(BASE_MICROS + 999_000);
+    let full = limiter.peek(&rule, "k", 1).await.unwrap();
+    assert_eq!(retry_micros(&full.decision), 1000);
+    assert_eq!(full.info.remaining, 0);
+    assert_eq!(full.info.reset, Duration::from_millis(1));
+}
+
+fn memory() -> (Limiter<MemoryStore>, ManualClock) {
+    let clock = ManualClock::new(BASE_MICROS);
+    (
+        Limiter::new(MemoryStore::with_clock(clock.clone())),
+        clock,
+    )
+}
+
+async fn redis(server: &RedisServer) -> (Limiter<RedisStore>, ManualClock) {
+    let clock = ManualClock::new(BASE_MICROS);
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect to the test redis-server")
+        .with_clock(clock.clone());
+    (Limiter::new(store), clock)
+}
+
+#[tokio::test]
+async fn memory_lowered_limit_retry_after_is_admitted() {
+    let (limiter, clock) = memory();
+    lowered_limit_retry_is_admitted(limiter, clock).await;
+}
+
+#[tokio::test]
+async fn redis_lowered_limit_retry_after_is_admitted() {
+    let server = RedisServer::start();
+    let (limiter, clock) = redis(&server).await;
+    lowered_limit_retry_is_admitted(limiter, clock).await;
+}
+
+#[tokio::test]
+async fn memory_peek_reports_the_log_reset() {
+    let (limiter, clock) = memory();
+    peek_reports_the_log_reset(limiter, clock).await;
+}
+
+#[tokio::test]
+async fn redis_peek_reports_the_log_reset() {
+    let server = RedisServer::start();
+    let (limiter, clock) = redis(&server).await;
+    peek_reports_the_log_reset(limiter, clock).await;
+}
