@@ -53,6 +53,17 @@ models[2] = function()
     return { newest = newest, removed = {}, added = {} }
   end
 
+  -- The oldest entry live at `now`. A call evaluates a rule at one instant more than once
+  -- (the decision, then the quota it reports), so the lookup is kept until the log changes.
+  local function oldest_live(c, s, now)
+    if s.oldest_for ~= now then
+      s.oldest = first_of(redis.call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - c.p2), '+inf',
+        'LIMIT', 0, 1))
+      s.oldest_for = now
+    end
+    return s.oldest
+  end
+
   return {
     fields = 0,
     PRUNE_BATCH = PRUNE_BATCH,
@@ -83,8 +94,7 @@ models[2] = function()
       local used, before, reset = 0, 0, 0
       local oldest = nil
       if newest and newest.at + window > now then
-        oldest = first_of(redis.call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - window), '+inf',
-          'LIMIT', 0, 1)) or newest
+        oldest = oldest_live(c, s, now) or newest
         before = wrap(oldest.through - oldest.cost)
         used = wrap(newest.through - before)
         reset = newest.at + window - now
@@ -130,6 +140,7 @@ models[2] = function()
     apply = function(c, s, now, cost)
       -- Expired members are dropped a batch per admission (store_log), not all at once.
       s.prune_before = now - c.p2
+      s.oldest_for = nil
       local newest = s.newest
       if newest and newest.at >= now then
         -- Admissions are never earlier than the newest entry (settled_at); merging one that
@@ -162,6 +173,7 @@ models[2] = function()
         return
       end
       local back = min(e.cost, cost)
+      s.oldest_for = nil
       local later = redis.call('ZRANGEBYSCORE', key, '(' .. int(at), '+inf')
       s.removed[#s.removed + 1] = member(e)
       local newest = nil

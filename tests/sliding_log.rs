@@ -111,3 +111,49 @@ async fn redis_peek_reports_the_log_reset() {
     let (limiter, clock) = redis(&server).await;
     peek_reports_the_log_reset(limiter, clock).await;
 }
+
+/// A Cluster refund takes back an entry that later admissions of the same key may already
+/// sit behind (they came within the refund's round trip): the running totals of those later
+/// entries must drop with it, or the log would count units nobody holds. Plain admissions
+/// and batches whose other slot always denies (so their log part is refunded) race on one
+/// key; afterwards the log counts exactly the plain admissions.
+#[tokio::test]
+async fn cluster_refunds_under_concurrent_admissions_keep_the_count_exact() {
+    let cluster = common::redis_server::RedisCluster::start();
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster");
+    let limiter = Limiter::new(store);
+    let log = Rule::sliding_log("log", 1_000_000, Duration::from_secs(3600)).unwrap();
+    // Cost 2 over a limit of 1: always denied, in another slot than the log.
+    let gate = Rule::fixed_window("gate", 1, Duration::from_secs(3600)).unwrap();
+    const TASKS: usize = 4;
+    const EACH: u64 = 150;
+    let mut tasks = Vec::new();
+    for t in 0..2 * TASKS {
+        let (limiter, log, gate) = (limiter.clone(), log.clone(), gate.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..EACH {
+                let outcome = if t % 2 == 0 {
+                    limiter.check_one(&log, "a").await.unwrap()
+                } else {
+                    let batch = [
+                        tollgate::Check::new(&log, b"a"),
+                        tollgate::Check::new(&gate, b"b").with_cost(2),
+                    ];
+                    limiter.check(&batch).await.unwrap()
+                };
+                admitted += u64::from(outcome.is_admitted());
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, TASKS as u64 * EACH, "every plain check, no batch");
+    let info = limiter.peek(&log, "a", 0).await.unwrap().info;
+    assert_eq!(info.remaining, 1_000_000 - admitted);
+}
