@@ -10,8 +10,10 @@ use crate::error::ConfigError;
 /// Never more than `limit` units in any window-long interval: every admission is logged
 /// with its time and cost, and an entry counts until `window` after it was made.
 ///
-/// Exact, at the price of memory proportional to the admissions in one window (at most
-/// `limit` entries per key).
+/// Exact, at the price of memory proportional to the admissions in one window: one entry
+/// per instant that admitted (admissions in the same microsecond share one), so at most
+/// `limit` live entries per key. A decision costs O(log n) in the number of entries, in
+/// this model and in Redis alike: running totals count the live units without walking them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
     limit: u64,
