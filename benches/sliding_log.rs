@@ -23,7 +23,7 @@
 //! `TOLLGATE_BENCH_CALLS` sets the calls per measurement (default 2000).
 
 #[path = "../tests/common/redis_server.rs"]
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub)]
 mod redis_server;
 
 use std::time::Duration;
@@ -77,7 +77,11 @@ fn server_main_thread_cpu(server: &redis_server::RedisServer) -> f64 {
 
 /// Server time of `calls` script calls made by `op`: (wall µs per call from
 /// `INFO commandstats`, main-thread CPU µs per call).
-async fn server_time<F, Fut>(server: &redis_server::RedisServer, calls: u64, mut op: F) -> (f64, f64)
+async fn server_time<F, Fut>(
+    server: &redis_server::RedisServer,
+    calls: u64,
+    mut op: F,
+) -> (f64, f64)
 where
     F: FnMut(u64) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -167,7 +171,10 @@ async fn run(server: &redis_server::RedisServer, calls: u64) {
         let (floor, clock) = (&floor, &clock);
         async move {
             clock.set_micros(T0 + i);
-            let outcome = limiter_ref.check_one(floor, "floor").await.expect("decided");
+            let outcome = limiter_ref
+                .check_one(floor, "floor")
+                .await
+                .expect("decided");
             assert!(outcome.is_admitted());
         }
     })
@@ -205,9 +212,18 @@ async fn run(server: &redis_server::RedisServer, calls: u64) {
         let entries = zcard(&mut conn, &key).await;
         let bytes = memory_usage(&mut conn, &key).await;
         row(&size, "denied, cost 1", denied(1).await, entries, bytes);
-        row(&size, "denied, cost n/2", denied(n / 2).await, entries, bytes);
+        row(
+            &size,
+            "denied, cost n/2",
+            denied(n / 2).await,
+            entries,
+            bytes,
+        );
         let peek = server_time(server, calls, |_| async move {
-            let info = limiter_ref.peek(rule_ref, user_ref, 0).await.expect("peeked");
+            let info = limiter_ref
+                .peek(rule_ref, user_ref, 0)
+                .await
+                .expect("peeked");
             assert_eq!(info.info.remaining, 0);
         })
         .await;
@@ -217,7 +233,10 @@ async fn run(server: &redis_server::RedisServer, calls: u64) {
             let clock = &clock;
             async move {
                 clock.set_micros(T0 + window + i * spacing);
-                let outcome = limiter_ref.check_one(rule_ref, user_ref).await.expect("decided");
+                let outcome = limiter_ref
+                    .check_one(rule_ref, user_ref)
+                    .await
+                    .expect("decided");
                 assert!(outcome.is_admitted(), "call {i} on a log of {n}");
             }
         })

@@ -45,7 +45,11 @@ async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: M
     assert_eq!(retry_micros(&early.decision), 1, "one µs before the retry");
     clock.set_micros(BASE_MICROS + 1002);
     let due = limiter.check_one(&after, "k").await.unwrap();
-    assert!(due.is_admitted(), "at the retry instant: {:?}", due.decision);
+    assert!(
+        due.is_admitted(),
+        "at the retry instant: {:?}",
+        due.decision
+    );
     assert_eq!(due.rules[0].info.remaining, 0);
 }
 
@@ -71,10 +75,7 @@ async fn peek_reports_the_log_reset<S: Store>(limiter: Limiter<S>, clock: Manual
 
 fn memory() -> (Limiter<MemoryStore>, ManualClock) {
     let clock = ManualClock::new(BASE_MICROS);
-    (
-        Limiter::new(MemoryStore::with_clock(clock.clone())),
-        clock,
-    )
+    (Limiter::new(MemoryStore::with_clock(clock.clone())), clock)
 }
 
 async fn redis(server: &RedisServer) -> (Limiter<RedisStore>, ManualClock) {
