@@ -158,3 +158,50 @@ async fn cluster_refunds_under_concurrent_admissions_keep_the_count_exact() {
     let info = limiter.peek(&log, "a", 0).await.unwrap().info;
     assert_eq!(info.remaining, 1_000_000 - admitted);
 }
+
+/// A log of a few hundred entries of uneven costs: for every cost from 1 to the limit, and
+/// at instants as entries age out, Redis (which searches the sorted set) finds the same
+/// retry, remaining units and reset as the in-process model (which searches its deque).
+#[tokio::test]
+async fn redis_finds_the_freeing_entry_of_a_long_uneven_log_like_the_model() {
+    let server = RedisServer::start();
+    let (redis, redis_clock) = redis(&server).await;
+    let (memory, memory_clock) = memory();
+    let rule = Rule::sliding_log("log", 1000, Duration::from_micros(100_000)).unwrap();
+    let at = |t: u64| {
+        redis_clock.set_micros(BASE_MICROS + t);
+        memory_clock.set_micros(BASE_MICROS + t);
+    };
+    // A fixed pseudo-random schedule (an LCG): costs 1 to 8, 1 to 200 µs apart.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (seed >> 33) % n
+    };
+    let mut t = 0;
+    let mut logged = 0;
+    while t < 250_000 {
+        t += 1 + next(200);
+        let cost = 1 + next(8);
+        at(t);
+        let a = redis
+            .check(&[tollgate::Check::new(&rule, b"k").with_cost(cost)])
+            .await
+            .unwrap();
+        let b = memory
+            .check(&[tollgate::Check::new(&rule, b"k").with_cost(cost)])
+            .await
+            .unwrap();
+        assert_eq!(a.decision, b.decision, "admission of {cost} at {t}");
+        logged += u64::from(a.is_admitted());
+    }
+    assert!(logged > 500, "only {logged} entries logged");
+    for later in [0, 1, 17, 5_000, 40_000, 99_999, 100_000] {
+        at(t + later);
+        for cost in (1..=1000).step_by(37).chain([999, 1000]) {
+            let a = redis.peek(&rule, "k", cost).await.unwrap();
+            let b = memory.peek(&rule, "k", cost).await.unwrap();
+            assert_eq!(a, b, "peek of {cost}, {later} µs after the last admission");
+        }
+    }
+}
