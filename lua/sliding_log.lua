@@ -115,24 +115,40 @@ models[2] = function()
       local to_free = used + cost - limit
       local freeing = oldest
       if oldest.cost < to_free then
-        -- Binary search on rank between the oldest live entry (frees too little) and the
-        -- newest (frees everything live, and to_free <= used since cost <= limit); `freeing`
-        -- is always the entry at rank `hi`.
+        -- Search on rank between the oldest live entry (frees too little) and the newest
+        -- (frees everything live, and to_free <= used since cost <= limit); `freeing` is
+        -- always the entry at rank `hi`, and `lo_units` / `hi_units` are the units freed up
+        -- to rank lo - 1 and hi. Each probe guesses where to_free falls if the units between
+        -- are spread evenly (one or two probes when costs are alike); a guess that does not
+        -- halve the range is followed by a bisection, so a probe count stays within twice
+        -- that of a binary search whatever the costs. Every probe is an O(log n) ZRANGE.
         local lo = redis.call('ZCOUNT', c.log_key, '-inf', int(now - window)) + 1
         local hi = redis.call('ZCARD', c.log_key) - 1
+        local lo_units, hi_units = oldest.cost, used
+        local bisect = false
         freeing = newest
         while lo < hi do
-          local mid = div(lo + hi, 2)
+          local mid
+          if bisect then
+            mid = div(lo + hi, 2)
+          else
+            -- A guess only: a product past 2^53 rounds, which the clamp absorbs.
+            mid = lo - 1 + cdiv((to_free - lo_units) * (hi - lo + 1), hi_units - lo_units)
+            mid = max(lo, min(mid, hi - 1))
+          end
           local e = first_of(redis.call('ZRANGE', c.log_key, mid, mid))
           if not e then
             break
           end
-          if wrap(e.through - before) >= to_free then
-            hi = mid
+          local width = hi - lo + 1
+          local units = wrap(e.through - before)
+          if units >= to_free then
+            hi, hi_units = mid, units
             freeing = e
           else
-            lo = mid + 1
+            lo, lo_units = mid + 1, units
           end
+          bisect = not bisect and (hi - lo + 1) * 2 > width
         end
       end
       return reject(freeing.at + window - now, remaining, reset)
