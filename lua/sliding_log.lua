@@ -5,8 +5,9 @@
 -- merges them), so members are unique and no entry is lost when two requests share a
 -- microsecond. <through> is the running total of units the log has taken, modulo 2^52
 -- (Logged::through): the live units are the newest total minus the total before the oldest
--- live entry, and the entry that frees enough units is found by binary search on rank. A
--- decision therefore costs O(log n) and never reads the whole set.
+-- live entry, and the entry that frees enough units is found by a search on rank. A
+-- decision therefore costs O(log n) lookups (O(log² n) at worst for the search of a large
+-- cost) and never reads the whole set.
 -- The driver keeps s = { newest = the newest entry, loaded by `load` }; evaluate queries the
 -- set, apply and refund leave the commands to send in s.clear (the set is dead: unlink it),
 -- s.prune_before (drop up to PRUNE_BATCH members scored at or below it), s.removed and
@@ -162,7 +163,11 @@ models[2] = function()
         -- Admissions are never earlier than the newest entry (settled_at); merging one that
         -- were into the newest would only count it longer, never less.
         s.removed[#s.removed + 1] = member(newest)
-        newest = { at = newest.at, cost = newest.cost + cost, through = wrap(newest.through + cost) }
+        newest = {
+          at = newest.at,
+          cost = newest.cost + cost,
+          through = wrap(newest.through + cost),
+        }
       else
         local through = cost
         if newest then
@@ -206,7 +211,8 @@ models[2] = function()
         end
       end
       if not newest then
-        newest = first_of(redis.call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf', 'LIMIT', 0, 1))
+        newest = first_of(redis.call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf',
+          'LIMIT', 0, 1))
       end
       s.newest = newest
     end,
