@@ -54,8 +54,8 @@ end
 local SLIDING_LOG = 2
 local LEAKY_BUCKET = 5
 
--- Load every rule's configuration and stored state: one GET per rule (plus one ZRANGE for a
--- sliding log), nothing else before the decision.
+-- Load every rule's configuration and stored state: one GET per rule (a sliding log: one
+-- ZRANGE of its newest member), nothing else before the decision.
 local rules = {}
 local key_index = 1
 local built = {}
@@ -129,17 +129,8 @@ for i = 1, #ARGV - 5 do
     r.pen = { 0, 0, 0 }
   end
   if code == SLIDING_LOG and not r.carried then
-    local members = redis.call('ZRANGE', r.log_key, 0, -1)
-    if #members > 0 then
-      local entries = {}
-      for m = 1, #members do
-        local t, n = string.match(members[m], '^(%d+):(%d+)$')
-        if t then
-          entries[#entries + 1] = { tonumber(t), tonumber(n) }
-        end
-      end
-      r.state = { entries = entries, removed = {}, added = {} }
-    end
+    -- Only the newest entry: the model looks up the rest of the log as it needs it.
+    r.state = model.load(r)
   end
   rules[i] = r
 end
@@ -302,8 +293,14 @@ end
 
 local function store_log(r)
   local s = r.state
-  if s.prune_before then
-    redis.call('ZREMRANGEBYSCORE', r.log_key, '-inf', int(s.prune_before))
+  if s.clear then
+    -- A dead log may be large: UNLINK frees it off the main thread.
+    redis.call('UNLINK', r.log_key)
+  elseif s.prune_before then
+    local expired = redis.call('ZCOUNT', r.log_key, '-inf', int(s.prune_before))
+    if expired > 0 then
+      redis.call('ZREMRANGEBYRANK', r.log_key, 0, min(expired, r.model.PRUNE_BATCH) - 1)
+    end
   end
   if #s.removed > 0 then
     redis.call('ZREM', r.log_key, unpack(s.removed))
@@ -319,7 +316,7 @@ local function store_log(r)
   local expires_at = r.model.expires_at(r, s)
   if expires_at > now then
     redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
-  elseif #s.entries == 0 then
+  elseif not s.newest then
     redis.call('DEL', r.log_key)
   end
 end
@@ -462,7 +459,8 @@ for i = 1, #rules do
       delay = (item.at - now) + e.wait
     end
     outcome = delay > 0 and 1 or 0
-    value, remaining, reset = delay, e.remaining, e.reset
+    -- The eval was made at the reserved instant; the reset a client sees counts from now.
+    value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
   else
     local retry = retry_from(item, now)
     if retry == nil then

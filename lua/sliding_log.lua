@@ -1,118 +1,220 @@
 -- Sliding log. Mirrors src/algorithm/sliding_log.rs.
--- Config: c.p1 = limit, c.p2 = window (µs).
--- State: a sorted set beside the rule's key (its second key), one member per instant,
--- "<instant>:<cost>" scored by the instant. Admissions at the same instant are merged into
--- one member (as the model merges them), so members are unique and no entry is lost when two
--- requests share a microsecond. The driver loads the members in time order into s.entries
--- ({t, cost} pairs); apply and refund leave the commands to send in s.prune_before (remove
--- every member scored at or below it), s.removed and s.added.
+-- Config: c.p1 = limit, c.p2 = window (µs), c.log_key = the log (a sorted set).
+-- State: the sorted set holds one member per instant, "<instant>:<cost>:<through>" scored by
+-- the instant: admissions at the same instant are merged into one member (as the model
+-- merges them), so members are unique and no entry is lost when two requests share a
+-- microsecond. <through> is the running total of units the log has taken, modulo 2^52
+-- (Logged::through): the live units are the newest total minus the total before the oldest
+-- live entry, and the entry that frees enough units is found by a search on rank. A
+-- decision therefore costs O(log n) lookups (O(log² n) at worst for the search of a large
+-- cost) and never reads the whole set.
+-- The driver keeps s = { newest = the newest entry, loaded by `load` }; evaluate queries the
+-- set, apply and refund leave the commands to send in s.clear (the set is dead: unlink it),
+-- s.prune_before (drop up to PRUNE_BATCH members scored at or below it), s.removed and
+-- s.added.
 models[2] = function()
-  local function log_member(t, cost)
-    return int(t) .. ':' .. int(cost)
+  -- Totals wrap at 2^52: a total plus a cost (at most 2^50) stays exact in a double, and a
+  -- run of live entries never holds 2^52 units.
+  local TOTAL = 4503599627370496
+  -- Expired members an admission removes at most: each admission adds at most one member,
+  -- so the backlog shrinks however bursty the traffic was, and no call pays for a whole
+  -- window of expired entries at once.
+  local PRUNE_BATCH = 64
+
+  local function wrap(total)
+    if total >= TOTAL then
+      return total - TOTAL
+    elseif total < 0 then
+      return total + TOTAL
+    end
+    return total
+  end
+
+  local function member(e)
+    return int(e.at) .. ':' .. int(e.cost) .. ':' .. int(e.through)
+  end
+
+  local function parse(m)
+    if not m then
+      return nil
+    end
+    local at, cost, through = string.match(m, '^(%d+):(%d+):(%d+)$')
+    if not at then
+      return nil
+    end
+    return { at = tonumber(at), cost = tonumber(cost), through = tonumber(through) }
+  end
+
+  -- The first member of a ZRANGE… reply, parsed.
+  local function first_of(reply)
+    return parse(reply[1])
+  end
+
+  local function state(newest)
+    return { newest = newest, removed = {}, added = {} }
+  end
+
+  -- The oldest entry live at `now`. A call evaluates a rule at one instant more than once
+  -- (the decision, then the quota it reports), so the lookup is kept until the log changes.
+  local function oldest_live(c, s, now)
+    if s.oldest_for ~= now then
+      s.oldest = first_of(redis.call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - c.p2), '+inf',
+        'LIMIT', 0, 1))
+      s.oldest_for = now
+    end
+    return s.oldest
   end
 
   return {
     fields = 0,
-    settled_at = function(c, s)
-      local entries = s.entries
-      if #entries == 0 then
-        return 0
+    PRUNE_BATCH = PRUNE_BATCH,
+    -- The log's state, or nil when the set is empty (or written in another format, which
+    -- reads as no log: the next admission replaces it).
+    load = function(c)
+      local newest = first_of(redis.call('ZRANGE', c.log_key, -1, -1))
+      if newest then
+        return state(newest)
       end
-      return entries[#entries][1]
+      return nil
+    end,
+    settled_at = function(c, s)
+      if s.newest then
+        return s.newest.at
+      end
+      return 0
     end,
     fresh = function(c, now)
       -- Whatever the set still holds is dead at `now`.
-      return { entries = {}, prune_before = now - c.p2, removed = {}, added = {} }
+      local s = state(nil)
+      s.clear = true
+      return s
     end,
     evaluate = function(c, s, now, cost)
       local limit, window = c.p1, c.p2
-      local entries = s.entries
-      local used = 0
-      for i = 1, #entries do
-        local e = entries[i]
-        if e[1] + window > now then
-          used = used + e[2]
-        end
+      local newest = s.newest
+      local used, before, reset = 0, 0, 0
+      local oldest = nil
+      if newest and newest.at + window > now then
+        oldest = oldest_live(c, s, now) or newest
+        before = wrap(oldest.through - oldest.cost)
+        used = wrap(newest.through - before)
+        reset = newest.at + window - now
       end
       local remaining = sub0(limit, used)
-      local newest = now
-      if #entries > 0 then
-        newest = entries[#entries][1]
-      end
       if cost > limit then
-        return reject(nil, remaining, sub0(newest + window, now))
+        return reject(nil, remaining, reset)
       end
       if cost <= remaining then
-        return admit(0, remaining - cost, window)
+        -- An admission logs an entry at `now`, which counts for a whole window.
+        if cost > 0 then
+          reset = window
+        end
+        return admit(0, remaining - cost, reset)
       end
-      -- Admitted once enough of the oldest entries have aged out.
-      local to_free = cost - remaining
-      local retry = nil
-      for i = 1, #entries do
-        local e = entries[i]
-        if e[1] + window > now then
-          to_free = sub0(to_free, e[2])
-          if to_free == 0 then
-            retry = e[1] + window - now
+      -- Admitted once enough of the oldest units have aged out: after a limit was lowered
+      -- more than `limit` units may be live, and all the excess must go too.
+      local to_free = used + cost - limit
+      local freeing = oldest
+      if oldest.cost < to_free then
+        -- Search on rank between the oldest live entry (frees too little) and the newest
+        -- (frees everything live, and to_free <= used since cost <= limit); `freeing` is
+        -- always the entry at rank `hi`, and `lo_units` / `hi_units` are the units freed up
+        -- to rank lo - 1 and hi. Each probe guesses where to_free falls if the units between
+        -- are spread evenly (one or two probes when costs are alike); a guess that does not
+        -- halve the range is followed by a bisection, so a probe count stays within twice
+        -- that of a binary search whatever the costs. Every probe is an O(log n) ZRANGE.
+        local lo = redis.call('ZCOUNT', c.log_key, '-inf', int(now - window)) + 1
+        local hi = redis.call('ZCARD', c.log_key) - 1
+        local lo_units, hi_units = oldest.cost, used
+        local bisect = false
+        freeing = newest
+        while lo < hi do
+          local mid
+          if bisect then
+            mid = div(lo + hi, 2)
+          else
+            -- A guess only: a product past 2^53 rounds, which the clamp absorbs.
+            mid = lo - 1 + cdiv((to_free - lo_units) * (hi - lo + 1), hi_units - lo_units)
+            mid = max(lo, min(mid, hi - 1))
+          end
+          local e = first_of(redis.call('ZRANGE', c.log_key, mid, mid))
+          if not e then
             break
           end
+          local width = hi - lo + 1
+          local units = wrap(e.through - before)
+          if units >= to_free then
+            hi, hi_units = mid, units
+            freeing = e
+          else
+            lo, lo_units = mid + 1, units
+          end
+          bisect = not bisect and (hi - lo + 1) * 2 > width
         end
       end
-      return reject(retry, remaining, sub0(newest + window, now))
+      return reject(freeing.at + window - now, remaining, reset)
     end,
     apply = function(c, s, now, cost)
-      local entries, window = s.entries, c.p2
-      local first = 1
-      while first <= #entries and entries[first][1] + window <= now do
-        first = first + 1
-      end
-      if first > 1 then
-        s.prune_before = now - window
-      end
-      local kept = {}
-      for i = first, #entries do
-        kept[#kept + 1] = entries[i]
-      end
-      -- Entries stay in time order even when a reservation logged one in the future.
-      local at = 0
-      for i = #kept, 1, -1 do
-        if kept[i][1] <= now then
-          at = i
-          break
-        end
-      end
-      if at > 0 and kept[at][1] == now then
-        s.removed[#s.removed + 1] = log_member(now, kept[at][2])
-        kept[at] = { now, kept[at][2] + cost }
+      -- Expired members are dropped a batch per admission (store_log), not all at once.
+      s.prune_before = now - c.p2
+      s.oldest_for = nil
+      local newest = s.newest
+      if newest and newest.at >= now then
+        -- Admissions are never earlier than the newest entry (settled_at); merging one that
+        -- were into the newest would only count it longer, never less.
+        s.removed[#s.removed + 1] = member(newest)
+        newest = {
+          at = newest.at,
+          cost = newest.cost + cost,
+          through = wrap(newest.through + cost),
+        }
       else
-        at = at + 1
-        table.insert(kept, at, { now, cost })
+        local through = cost
+        if newest then
+          through = wrap(newest.through + cost)
+        end
+        newest = { at = now, cost = cost, through = through }
       end
-      s.added[#s.added + 1] = { now, log_member(now, kept[at][2]) }
-      s.entries = kept
+      s.added[#s.added + 1] = { newest.at, member(newest) }
+      s.newest = newest
     end,
     expires_at = function(c, s)
-      local entries = s.entries
-      if #entries == 0 then
-        return 0
+      if s.newest then
+        return s.newest.at + c.p2
       end
-      return entries[#entries][1] + c.p2
+      return 0
     end,
-    -- Takes back an admission of `cost` logged at `at`. An entry left with no units stays
-    -- until it expires: it keeps the key closed until `at` (a reservation there pruned the
-    -- entries that expire by then, and those still count before it).
+    -- Takes back an admission of `cost` logged at `at`. The totals of the entries after it
+    -- drop by what it gives back; those are the admissions made since, within one round
+    -- trip of the refunded one, so few.
     refund = function(c, s, now, at, cost)
-      local entries = s.entries
-      for i = 1, #entries do
-        local e = entries[i]
-        if e[1] == at then
-          s.removed[#s.removed + 1] = log_member(at, e[2])
-          local left = sub0(e[2], cost)
-          entries[i] = { at, left }
-          s.added[#s.added + 1] = { at, log_member(at, left) }
-          return
+      local key = c.log_key
+      local e = first_of(redis.call('ZRANGEBYSCORE', key, int(at), int(at)))
+      if not e then
+        return
+      end
+      local back = min(e.cost, cost)
+      s.oldest_for = nil
+      local later = redis.call('ZRANGEBYSCORE', key, '(' .. int(at), '+inf')
+      s.removed[#s.removed + 1] = member(e)
+      -- An entry left with no units stays until it expires: it keeps the key closed until
+      -- `at` (a reservation there pruned the entries that expire by then, and those still
+      -- count before it).
+      local newest = { at = e.at, cost = e.cost - back, through = wrap(e.through - back) }
+      s.added[#s.added + 1] = { newest.at, member(newest) }
+      for i = 1, #later do
+        local l = parse(later[i])
+        if l then
+          s.removed[#s.removed + 1] = later[i]
+          newest = { at = l.at, cost = l.cost, through = wrap(l.through - back) }
+          s.added[#s.added + 1] = { newest.at, member(newest) }
         end
       end
+      if not newest then
+        newest = first_of(redis.call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf',
+          'LIMIT', 0, 1))
+      end
+      s.newest = newest
     end,
   }
 end

@@ -318,9 +318,14 @@ pub(crate) fn report(
         } else {
             Decision::Allow
         };
+        // The eval was made at the reserved instant; the reset a client sees counts from now.
+        let reserved = Eval {
+            reset_micros: item.eval.reset_micros + item.at.saturating_sub(now),
+            ..item.eval
+        };
         return RuleOutcome {
             decision,
-            info: info(&item.eval),
+            info: info(&reserved),
         };
     }
     let algorithm_retry = retry_from(item, now);

@@ -10,18 +10,37 @@ use crate::error::ConfigError;
 /// Never more than `limit` units in any window-long interval: every admission is logged
 /// with its time and cost, and an entry counts until `window` after it was made.
 ///
-/// Exact, at the price of memory proportional to the admissions in one window (at most
-/// `limit` entries per key).
+/// Exact, at the price of memory proportional to the admissions in one window: one entry
+/// per instant that admitted (admissions in the same microsecond share one), so at most
+/// `limit` live entries per key. A decision costs O(log n) in the number of entries, in
+/// this model and in Redis alike: running totals count the live units without walking them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
     limit: u64,
     window: u64,
 }
 
-/// Admissions in time order: `(instant µs, cost)`.
+/// Admissions in time order, at most one per instant (admissions at the same microsecond
+/// are merged), so a log never holds more entries than live units plus the expired ones
+/// not yet pruned.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct LogState {
-    pub(crate) entries: VecDeque<(u64, u64)>,
+    pub(crate) entries: VecDeque<Logged>,
+}
+
+/// One instant of a sliding log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Logged {
+    /// When the units were admitted (µs).
+    pub(crate) at: u64,
+    /// Units admitted at that instant.
+    pub(crate) cost: u64,
+    /// Units the log has taken up to and including this entry, wrapping: the units of any
+    /// run of entries is the difference of two totals, so neither counting the live units
+    /// nor finding the entry that frees enough of them walks the log (the Redis twin finds
+    /// both with O(log n) sorted-set lookups). Only differences are read, and a run never
+    /// holds 2^64 units, so wrapping loses nothing.
+    pub(crate) through: u64,
 }
 
 impl SlidingLog {
@@ -46,12 +65,11 @@ impl SlidingLog {
         self.window
     }
 
-    /// Entries still counting at `now`, oldest first.
-    fn live<'a>(&self, s: &'a LogState, now: u64) -> impl Iterator<Item = &'a (u64, u64)> + 'a {
+    /// The index of the first entry still counting at `now` (`entries.len()` if none).
+    fn first_live(&self, s: &LogState, now: u64) -> usize {
         let window = self.window;
         s.entries
-            .iter()
-            .filter(move |(t, _)| t.saturating_add(window) > now)
+            .partition_point(|e| e.at.saturating_add(window) <= now)
     }
 }
 
@@ -60,7 +78,7 @@ impl Model for SlidingLog {
     super::stored_as!(SlidingLog);
 
     fn settled_at(&self, s: &LogState) -> u64 {
-        s.entries.back().map_or(0, |(t, _)| *t)
+        s.entries.back().map_or(0, |e| e.at)
     }
 
     fn fresh(&self, _now: u64) -> LogState {
@@ -68,42 +86,62 @@ impl Model for SlidingLog {
     }
 
     fn evaluate(&self, s: &LogState, now: u64, cost: u64) -> Eval {
-        let used: u64 = self.live(s, now).map(|(_, c)| c).sum();
+        let first = self.first_live(s, now);
+        // `before`: the total just before the first live entry, so live units are the
+        // newest total minus it.
+        let (used, before, reset) = match (s.entries.get(first), s.entries.back()) {
+            (Some(oldest), Some(newest)) => {
+                let before = oldest.through.wrapping_sub(oldest.cost);
+                (
+                    newest.through.wrapping_sub(before),
+                    before,
+                    (newest.at + self.window).saturating_sub(now),
+                )
+            }
+            // Nothing counts: the log is back to empty already.
+            _ => (0, 0, 0),
+        };
         let remaining = self.limit.saturating_sub(used);
-        let newest = s.entries.back().map_or(now, |(t, _)| *t);
         if cost > self.limit {
-            return Eval::reject(None, remaining, (newest + self.window).saturating_sub(now));
+            return Eval::reject(None, remaining, reset);
         }
         if cost <= remaining {
-            return Eval::admit(0, remaining - cost, self.window);
+            // An admission logs an entry at `now`, which counts for a whole window.
+            let reset = if cost > 0 { self.window } else { reset };
+            return Eval::admit(0, remaining - cost, reset);
         }
-        // Admitted once enough of the oldest entries have aged out.
-        let mut to_free = cost - remaining;
-        let mut retry = None;
-        for (t, c) in self.live(s, now) {
-            to_free = to_free.saturating_sub(*c);
-            if to_free == 0 {
-                retry = Some(t + self.window - now);
-                break;
-            }
-        }
-        Eval::reject(retry, remaining, (newest + self.window).saturating_sub(now))
+        // Admitted once enough of the oldest units have aged out: after a limit was
+        // lowered more than `limit` units may be live, and all the excess must go too.
+        let to_free = used + cost - self.limit;
+        let window = self.window;
+        let freeing = s.entries.partition_point(|e| {
+            e.at.saturating_add(window) <= now || e.through.wrapping_sub(before) < to_free
+        });
+        // `to_free ≤ used` (cost ≤ limit), so the newest entry at the latest frees enough.
+        let retry = s.entries.get(freeing).map(|e| e.at + window - now);
+        Eval::reject(retry, remaining, reset)
     }
 
     fn apply(&self, s: &mut LogState, now: u64, cost: u64) {
-        while s
-            .entries
-            .front()
-            .is_some_and(|(t, _)| t.saturating_add(self.window) <= now)
-        {
-            s.entries.pop_front();
-        }
-        // Entries stay in time order even when a reservation logged one in the future.
-        let at = s.entries.iter().rposition(|(t, _)| *t <= now);
-        match at {
-            Some(i) if s.entries[i].0 == now => s.entries[i].1 += cost,
-            Some(i) => s.entries.insert(i + 1, (now, cost)),
-            None => s.entries.push_front((now, cost)),
+        // Each expired entry is dropped once, by the admission after it expired: amortised
+        // O(1) per admission, and the log holds at most one entry per live unit after it.
+        let first = self.first_live(s, now);
+        s.entries.drain(..first);
+        match s.entries.back_mut() {
+            // Admissions are never earlier than the newest entry (`settled_at`); merging one
+            // that were into the newest would only count it longer, never less.
+            Some(newest) if newest.at >= now => {
+                newest.cost += cost;
+                newest.through = newest.through.wrapping_add(cost);
+            }
+            newest => {
+                let through = newest.map_or(0, |e| e.through).wrapping_add(cost);
+                s.entries.push_back(Logged {
+                    at: now,
+                    cost,
+                    through,
+                });
+            }
         }
     }
 
@@ -112,16 +150,85 @@ impl Model for SlidingLog {
     /// entries that expire by then, and its entry keeps the key closed until `at`, so those
     /// still count for requests before it.
     fn refund(&self, s: &mut LogState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
-        let Some(entry) = s.entries.iter_mut().find(|(t, _)| *t == at) else {
+        let Some(i) = s.entries.iter().position(|e| e.at == at) else {
             return false;
         };
-        entry.1 = entry.1.saturating_sub(cost);
+        let back = s.entries[i].cost.min(cost);
+        s.entries[i].cost -= back;
+        // The running totals from this entry on drop by what it gives back.
+        for e in s.entries.iter_mut().skip(i) {
+            e.through = e.through.wrapping_sub(back);
+        }
         true
     }
 
     fn expires_at(&self, s: &LogState) -> u64 {
         s.entries
             .back()
-            .map_or(0, |(t, _)| t.saturating_add(self.window))
+            .map_or(0, |e| e.at.saturating_add(self.window))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(limit: u64, window: u64) -> SlidingLog {
+        SlidingLog::new(limit, Duration::from_micros(window)).unwrap()
+    }
+
+    fn retry(eval: Eval) -> Option<u64> {
+        match eval.verdict {
+            super::super::Verdict::Reject { retry_micros } => retry_micros,
+            v => panic!("expected a rejection, got {v:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lowered_limit_waits_for_the_excess_to_age_out_too() {
+        let mut s = LogState::default();
+        let old = log(5, 1000);
+        for t in 0..5 {
+            old.apply(&mut s, t, 1);
+        }
+        let new = log(3, 1000);
+        // 5 live, limit 3: a unit frees room only once three have gone (the third at 2).
+        assert_eq!(retry(new.evaluate(&s, 10, 1)), Some(992));
+        assert_eq!(retry(new.evaluate(&s, 10, 2)), Some(993));
+        assert_eq!(retry(new.evaluate(&s, 1001, 1)), Some(1));
+        assert!(new.evaluate(&s, 1002, 1).is_admitted());
+    }
+
+    #[test]
+    fn running_totals_wrap_without_changing_a_decision() {
+        let model = log(10, 1000);
+        let mut s = LogState {
+            entries: VecDeque::from([Logged {
+                at: 0,
+                cost: 4,
+                through: u64::MAX - 1,
+            }]),
+        };
+        model.apply(&mut s, 5, 3);
+        model.apply(&mut s, 7, 3);
+        assert_eq!(s.entries[2].through, 4);
+        let eval = model.evaluate(&s, 8, 2);
+        assert_eq!(eval.remaining, 0);
+        // Two units must go: the entry at 0 frees four.
+        assert_eq!(retry(eval), Some(992));
+        assert_eq!(retry(model.evaluate(&s, 8, 5)), Some(997));
+        assert_eq!(model.evaluate(&s, 1000, 0).remaining, 4);
+    }
+
+    #[test]
+    fn admissions_prune_what_has_aged_out() {
+        let model = log(3, 100);
+        let mut s = LogState::default();
+        for t in 0..1000 {
+            if model.evaluate(&s, t, 1).is_admitted() {
+                model.apply(&mut s, t, 1);
+            }
+            assert!(s.entries.len() <= 3, "{} entries at {t}", s.entries.len());
+        }
     }
 }

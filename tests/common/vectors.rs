@@ -26,11 +26,13 @@
 //! `expect.decision` is `allow`, `delay` (with `delay_us`) or `deny` (with `reason`:
 //! `limited`|`locked`|`cost_exceeds_capacity`, and `retry_us`, absent for
 //! `cost_exceeds_capacity`). `expect.remaining`, when present, lists each rule's remaining
-//! units after the step, in batch order. A step with `max_wait_us` runs in wait mode: a
-//! batch admissible within that many µs reserves its slot and gets `delay` (stores only).
-//! A rule with `"shadow": true` is checked as a trial item ([`Check::shadow`]) in every
-//! step; `expect.rules`, when present, lists each rule's own decision (`allow`, `delay`,
-//! `deny`) in batch order. Unknown fields are errors, so a misspelt expectation
+//! units after the step, in batch order; `expect.reset_us` likewise each rule's reset (µs
+//! from the step's instant until its state is back to empty). A step with `max_wait_us` runs
+//! in wait mode: a batch admissible within that many µs reserves its slot and gets `delay`
+//! (stores only). A rule with `"shadow": true` is checked as a trial item
+//! ([`Check::shadow`]) in every step; `expect.rules`, when present, lists each rule's own
+//! decision (`allow`, `delay`, `deny`) in batch order. Unknown fields are errors, so a
+//! misspelt expectation
 //! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
 
 #![allow(dead_code)]
@@ -161,6 +163,7 @@ pub struct Expect {
     pub delay_us: Option<u64>,
     pub remaining: Option<Vec<u64>>,
     pub rules: Option<Vec<String>>,
+    pub reset_us: Option<Vec<u64>>,
 }
 
 impl RuleSpec {
@@ -298,6 +301,7 @@ fn check_step(
     seen: Seen,
     remaining: Vec<u64>,
     rules: Vec<String>,
+    reset_us: Vec<u64>,
     expect: &Expect,
 ) {
     let ctx = format!("{file}.json / {:?} / step {i}", scenario.name);
@@ -307,6 +311,9 @@ fn check_step(
     }
     if let Some(want) = &expect.rules {
         assert_eq!(&rules, want, "{ctx}: each rule's own decision");
+    }
+    if let Some(want) = &expect.reset_us {
+        assert_eq!(&reset_us, want, "{ctx}: reset (µs) per rule");
     }
 }
 
@@ -365,6 +372,11 @@ pub async fn run_on_store<S: Store>(
                 .iter()
                 .map(|r| Seen::of(&r.decision).decision)
                 .collect();
+            let reset_us = outcome
+                .rules
+                .iter()
+                .map(|r| r.info.reset.as_micros() as u64)
+                .collect();
             check_step(
                 file,
                 scenario,
@@ -372,6 +384,7 @@ pub async fn run_on_store<S: Store>(
                 Seen::of(&outcome.decision),
                 remaining,
                 each,
+                reset_us,
                 expect,
             );
         }
@@ -424,10 +437,10 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
         if eval.is_admitted() && *cost > 0 {
             model.apply(&mut state, now, *cost);
         }
-        let remaining = if eval.is_admitted() {
-            eval.remaining
+        let info = if eval.is_admitted() {
+            eval
         } else {
-            model.evaluate(&state, now, 0).remaining
+            model.evaluate(&state, now, 0)
         };
         if let Some(expect) = &step.expect {
             check_step(
@@ -435,8 +448,9 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
                 scenario,
                 i,
                 Seen::of(&decision),
-                vec![remaining],
+                vec![info.remaining],
                 vec![Seen::of(&decision).decision],
+                vec![info.reset_micros],
                 expect,
             );
         }
