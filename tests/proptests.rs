@@ -304,9 +304,14 @@ impl Reference {
                     }
                     _ => Decision::Allow,
                 };
+                // Evaluated where the rule counts the request; its reset counts from now.
+                let from_now = Eval {
+                    reset_micros: eval.reset_micros + (at - now),
+                    ..*eval
+                };
                 RuleOutcome {
                     decision,
-                    info: info(eval),
+                    info: info(&from_now),
                 }
             } else {
                 let decision = match eval.verdict {
