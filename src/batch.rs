@@ -287,11 +287,6 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, ma
         .refund(&mut entry.state, now, at, check.cost, mark)
 }
 
-/// The instant an item was evaluated (and, admitted, committed) at.
-pub(crate) fn item_at(item: &Evaluated) -> u64 {
-    item.at
-}
-
 /// Step 3, for an item that does not write (or after [`commit`]): what it decided.
 pub(crate) fn report(
     check: &Check<'_>,

@@ -165,11 +165,39 @@ async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
     }
 }
 
+/// Buckets whose rate is not in lowest terms (10 per second is 1 per 100 ms): a refund
+/// gives back exactly its own units in the scale the bucket keeps its level in, no more.
+async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rules = [
+        Rule::token_bucket("tb4", 10, Rate::per_second(10)).unwrap(),
+        Rule::leaky_bucket("lb4", 10, Rate::per_second(10)).unwrap(),
+        Rule::gcra("gc4", Rate::per_second(10), 10).unwrap(),
+    ];
+    for rule in &rules {
+        clock.set_micros(T0 + 1_000_000);
+        let five = [Check::new(rule, b"a").with_cost(5)];
+        let three = [Check::new(rule, b"a").with_cost(3)];
+        assert!(limiter.check(&five).await.unwrap().is_admitted());
+        let taken = limiter.check(&three).await.unwrap();
+        assert!(taken.is_admitted(), "{}", rule.name());
+        limiter
+            .refund(&three, taken.admission.as_ref().unwrap())
+            .await
+            .unwrap();
+        let peek = limiter.peek(rule, b"a", 0).await.unwrap();
+        assert_eq!(peek.info.remaining, 5, "{}", rule.name());
+    }
+}
+
 async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_refunded_reservation_goes_to_the_next_request(limiter, clock).await;
     a_refund_behind_a_later_admission_gives_nothing_back(limiter, clock).await;
     a_leaky_bucket_gives_back_only_what_is_still_queued(limiter, clock).await;
     a_counting_refund_takes_back_exactly_its_own(limiter, clock).await;
+    a_bucket_refund_gives_back_its_own_units_at_any_rate(limiter, clock).await;
 }
 
 #[tokio::test]

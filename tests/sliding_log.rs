@@ -21,8 +21,11 @@ fn retry_micros(decision: &Decision) -> u64 {
     }
 }
 
-/// Five units logged at t = 0..4 under a limit of 5, then the limit is lowered to 3: a
-/// request must wait until `used + cost − limit` units have aged out, not `cost`.
+/// Five units logged at t = 0..4 under a limit of 5, then the limit is lowered to 3. The
+/// lowered rule is another configuration (its fingerprint differs), so it reads the old log
+/// as units held until the old log empties (see `Rule`'s "Reconfiguring a rule"): a request
+/// waits until then, and its retry-after points at an instant that admits it (the model's own
+/// `used + cost − limit` arithmetic is the unit test in `src/algorithm/sliding_log.rs`).
 async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
     let before = Rule::sliding_log("log", 5, WINDOW).unwrap();
     let after = Rule::sliding_log("log", 3, WINDOW).unwrap();
@@ -32,25 +35,24 @@ async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: M
         assert!(outcome.is_admitted(), "admission {t} under the old limit");
     }
     clock.set_micros(BASE_MICROS + 10);
-    // 5 live units, limit 3, cost 1: three units must age out, the third at 2 + 1000.
+    // The old log empties when its newest entry (at 4) ages out, at 1004.
     let denied = limiter.check_one(&after, "k").await.unwrap();
-    assert_eq!(retry_micros(&denied.decision), 992);
+    assert_eq!(retry_micros(&denied.decision), 994);
     assert_eq!(denied.rules[0].info.remaining, 0);
-    // A cost of 2 needs four units gone: the entry at 3.
     let denied = limiter.peek(&after, "k", 2).await.unwrap();
-    assert_eq!(retry_micros(&denied.decision), 993);
+    assert_eq!(retry_micros(&denied.decision), 994);
 
-    clock.set_micros(BASE_MICROS + 1001);
+    clock.set_micros(BASE_MICROS + 1003);
     let early = limiter.check_one(&after, "k").await.unwrap();
     assert_eq!(retry_micros(&early.decision), 1, "one µs before the retry");
-    clock.set_micros(BASE_MICROS + 1002);
+    clock.set_micros(BASE_MICROS + 1004);
     let due = limiter.check_one(&after, "k").await.unwrap();
     assert!(
         due.is_admitted(),
         "at the retry instant: {:?}",
         due.decision
     );
-    assert_eq!(due.rules[0].info.remaining, 0);
+    assert_eq!(due.rules[0].info.remaining, 2);
 }
 
 /// A peek that would not log anything (a cost of 0, or a denial) reports the reset of the

@@ -138,7 +138,7 @@ impl Model for LeakyBucket {
         *s = LevelState {
             level: self
                 .level(s, now)
-                .saturating_sub(cost * self.drain.period_micros()),
+                .saturating_sub(cost * self.pace.period_micros()),
             last: now.max(s.last),
         };
         true

@@ -221,7 +221,7 @@ impl Model for TokenBucket {
         if s.last != mark {
             return false;
         }
-        let period = self.refill.period_micros();
+        let period = self.pace.period_micros();
         *s = match self.mode {
             Refill::Smooth => BucketState {
                 level: (self.smooth_level(s, now) + cost * period).min(self.capacity * period),

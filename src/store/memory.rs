@@ -180,7 +180,7 @@ impl MemoryStore {
 
         // A request arriving at `arrival` passes once every rule lets it: each rule counts
         // it then (see `batch::evaluate`).
-        let mut evaluate_at = |arrival: u64| -> SmallVec<[batch::Evaluated; 4]> {
+        let mut evaluate_at = |arrival: u64| -> (u64, SmallVec<[batch::Evaluated; 4]>) {
             let release = batch
                 .iter()
                 .zip(&hashes)
@@ -189,26 +189,28 @@ impl MemoryStore {
                     batch::release(check, shard.get(hash, check), arrival)
                 })
                 .fold(arrival, u64::max);
-            batch
+            let items = batch
                 .iter()
                 .zip(&hashes)
                 .map(|(check, &hash)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     batch::evaluate(check, shard.get(hash, check), arrival, release)
                 })
-                .collect()
+                .collect();
+            (release, items)
         };
-        let mut items = evaluate_at(now);
+        let (mut release, mut items) = evaluate_at(now);
         let mut admitted = batch::admits(&items);
         if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted) {
-            let reserved = evaluate_at(now + wait);
+            let (reserved_release, reserved) = evaluate_at(now + wait);
             if batch::admits(&reserved) {
-                (items, admitted) = (reserved, true);
+                (release, items, admitted) = (reserved_release, reserved, true);
             }
         }
 
         // One mark per item of an admitted batch (a shadow item that denied took nothing; a
-        // refund skips shadow items).
+        // refund skips shadow items), each at the batch's release as the Redis twin records
+        // it (a leaky bucket that counted the request on arrival is refunded by its mark).
         let mut marks = SmallVec::new();
         let batch_admitted = admitted;
         rules.extend(
@@ -220,7 +222,7 @@ impl MemoryStore {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     let admitted = batch::admitted(item, batch_admitted);
                     let mut taken = Taken {
-                        at: batch::item_at(item),
+                        at: release,
                         mark: 0,
                     };
                     let outcome = if batch::writes(check, item, admitted) {
