@@ -294,14 +294,23 @@ impl Seen {
     }
 }
 
+/// What each rule of a step reported, in batch order.
+struct PerRule {
+    remaining: Vec<u64>,
+    rules: Vec<String>,
+    reset_us: Vec<u64>,
+}
+
 fn check_step(
     file: &str,
     scenario: &Scenario,
     i: usize,
     seen: Seen,
-    remaining: Vec<u64>,
-    rules: Vec<String>,
-    reset_us: Vec<u64>,
+    PerRule {
+        remaining,
+        rules,
+        reset_us,
+    }: PerRule,
     expect: &Expect,
 ) {
     let ctx = format!("{file}.json / {:?} / step {i}", scenario.name);
@@ -382,9 +391,11 @@ pub async fn run_on_store<S: Store>(
                 scenario,
                 i,
                 Seen::of(&outcome.decision),
-                remaining,
-                each,
-                reset_us,
+                PerRule {
+                    remaining,
+                    rules: each,
+                    reset_us,
+                },
                 expect,
             );
         }
@@ -448,9 +459,11 @@ pub fn run_on_model(file: &str, scenario: &Scenario) {
                 scenario,
                 i,
                 Seen::of(&decision),
-                vec![info.remaining],
-                vec![Seen::of(&decision).decision],
-                vec![info.reset_micros],
+                PerRule {
+                    remaining: vec![info.remaining],
+                    rules: vec![Seen::of(&decision).decision],
+                    reset_us: vec![info.reset_micros],
+                },
                 expect,
             );
         }
