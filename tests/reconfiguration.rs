@@ -317,6 +317,15 @@ fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
     assert_ne!(a.fingerprint(), d.fingerprint());
     let e = Rule::sliding_log("a", 5, MINUTE).unwrap();
     assert_ne!(a.fingerprint(), e.fingerprint());
+    // Two GCRA rates whose emission intervals round to the same whole microsecond keep
+    // their states at different scales (a fraction in 1/amount µs): different configurations.
+    let fast = Rule::gcra("g", Rate::per_second(600_000), 10).unwrap();
+    let slow = Rule::gcra("g", Rate::per_second(500_000), 10).unwrap();
+    assert_ne!(fast.fingerprint(), slow.fingerprint());
+    // The same rate written two ways is one configuration: 3 per second is 6 per 2 seconds.
+    let three = Rule::token_bucket("t", 3, Rate::per_second(3)).unwrap();
+    let six = Rule::token_bucket("t", 3, Rate::new(6, 2 * SECOND)).unwrap();
+    assert_eq!(three.fingerprint(), six.fingerprint());
     // Exact in a Lua double, and the same in every process and version.
     assert!(a.fingerprint() < 1 << 52);
     assert_eq!(
@@ -327,8 +336,9 @@ fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
     );
 }
 
-/// Pinned: a change of the canonical encoding would make every deployed record foreign.
-const FINGERPRINT_OF_TOKEN_BUCKET_10_PER_SECOND: u64 = 3_340_326_456_632_389;
+/// Pinned: a change of the encoding (`Algorithm::code_and_params`) would make every deployed
+/// record foreign.
+const FINGERPRINT_OF_TOKEN_BUCKET_10_PER_SECOND: u64 = 1_342_366_245_264_369;
 
 // ---------------------------------------------------------------------------------------------
 // Property: a reconfiguration hands out no second quota.

@@ -225,7 +225,7 @@ impl Algorithm {
     pub fn fingerprint(&self) -> u64 {
         let mut digest = Sha256::new();
         digest.update(b"tollgate/algorithm/v1");
-        for value in self.canonical() {
+        for value in self.code_and_params() {
             digest.update(value.to_le_bytes());
         }
         let mut first = [0u8; 8];
@@ -233,11 +233,11 @@ impl Algorithm {
         (u64::from_le_bytes(first) >> 12).max(1)
     }
 
-    /// The algorithm's code and the parameters its stored state depends on. Rates keep their
-    /// amount and period apart where the state is scaled by the period (3 per second and
-    /// 6 per 2 seconds store levels at different scales); GCRA's state is an instant, so
-    /// only its emission interval matters.
-    fn canonical(&self) -> [u64; 5] {
+    /// The algorithm's code (`models[code]` in `lua/*.lua`) and the parameters the models
+    /// compute with: the rates as enforced (in lowest terms, or rounded down). Two
+    /// configurations with the same values decide alike and keep their state at the same
+    /// scale, so these are also what the [fingerprint](Self::fingerprint) covers.
+    pub(crate) fn code_and_params(&self) -> [u64; 5] {
         match self {
             Algorithm::FixedWindow(m) => {
                 let anchor = match m.anchor() {
@@ -247,20 +247,27 @@ impl Algorithm {
                 [1, m.limit(), m.window_micros(), anchor, 0]
             }
             Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
-            Algorithm::SlidingWindow(m) => [3, m.limit(), m.window_micros(), 0, 0],
+            Algorithm::SlidingWindow(m) => {
+                let (w, step) = (m.window_micros(), m.weight_step_micros());
+                [3, m.limit(), w, step, w.div_ceil(step)]
+            }
+            // The rates as the models compute with them (in lowest terms, or rounded down).
             Algorithm::TokenBucket(m) => {
                 let mode = match m.mode() {
                     Refill::Smooth => 0,
                     Refill::Stepped => 1,
                 };
-                let rate = m.refill();
+                let rate = m.enforced_refill();
                 [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
             }
             Algorithm::LeakyBucket(m) => {
-                let rate = m.drain();
+                let rate = m.enforced_drain();
                 [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
             }
-            Algorithm::Gcra(m) => [6, m.burst(), m.emission_interval_micros(), 0, 0],
+            Algorithm::Gcra(m) => {
+                let rate = m.enforced_rate();
+                [6, m.burst(), rate.period_micros(), rate.amount(), 0]
+            }
         }
     }
 

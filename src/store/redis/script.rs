@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation};
 use smallvec::SmallVec;
 
-use crate::algorithm::{Algorithm, Refill, WindowAnchor};
+use crate::algorithm::Algorithm;
 use crate::batch;
 use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
@@ -45,41 +45,6 @@ pub(super) enum Mode {
     /// Give back a held request's admissions, each rule at its own instant and only where
     /// its mark says that is exact (`Store::refund`).
     RefundHeld = 4,
-}
-
-/// The algorithm codes of `lua/*.lua` (`models[code]`).
-fn code_and_params(algorithm: &Algorithm) -> [u64; 5] {
-    match algorithm {
-        Algorithm::FixedWindow(m) => {
-            let anchor = match m.anchor() {
-                WindowAnchor::Epoch => 0,
-                WindowAnchor::FirstHit => 1,
-            };
-            [1, m.limit(), m.window_micros(), anchor, 0]
-        }
-        Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
-        Algorithm::SlidingWindow(m) => {
-            let (w, step) = (m.window_micros(), m.weight_step_micros());
-            [3, m.limit(), w, step, w.div_ceil(step)]
-        }
-        // The rates as the models compute with them (in lowest terms, or rounded down).
-        Algorithm::TokenBucket(m) => {
-            let mode = match m.mode() {
-                Refill::Smooth => 0,
-                Refill::Stepped => 1,
-            };
-            let rate = m.enforced_refill();
-            [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
-        }
-        Algorithm::LeakyBucket(m) => {
-            let rate = m.enforced_drain();
-            [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
-        }
-        Algorithm::Gcra(m) => {
-            let rate = m.enforced_rate();
-            [6, m.burst(), rate.period_micros(), rate.amount(), 0]
-        }
-    }
 }
 
 /// Whether the rule keeps a second key (the sliding log's sorted set).
@@ -140,7 +105,7 @@ pub(super) fn invocation<'s>(
         if has_log(algorithm) {
             inv.key(key_of(check, true));
         }
-        let [code, p1, p2, p3, p4] = code_and_params(algorithm);
+        let [code, p1, p2, p3, p4] = algorithm.code_and_params();
         let (lock_for, after, within) = match check.rule.penalty() {
             Some(p) => (
                 duration_to_micros(p.lock_duration()),
