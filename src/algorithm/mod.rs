@@ -235,8 +235,11 @@ impl Algorithm {
 
     /// The algorithm's code and the parameters its stored state depends on. Rates keep their
     /// amount and period apart where the state is scaled by the period (3 per second and
-    /// 6 per 2 seconds store levels at different scales); GCRA's state is an instant, so
-    /// only its emission interval matters.
+    /// 6 per 2 seconds store levels at different scales). GCRA's state is an instant, so
+    /// only its emission interval matters, but the instant keeps a fraction of a µs in
+    /// units of `1 / amount` (of the rate it computes with): an interval of whole µs keeps
+    /// the encoding it always had, any other names its exact rate (3 per 5 µs and 1 per
+    /// 2 µs round to one interval but are different rates with different fractions).
     fn canonical(&self) -> [u64; 5] {
         match self {
             Algorithm::FixedWindow(m) => {
@@ -260,7 +263,14 @@ impl Algorithm {
                 let rate = m.drain();
                 [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
             }
-            Algorithm::Gcra(m) => [6, m.burst(), m.emission_interval_micros(), 0, 0],
+            Algorithm::Gcra(m) => {
+                let pace = m.enforced_rate();
+                if pace.amount() == 1 {
+                    [6, m.burst(), pace.period_micros(), 0, 0]
+                } else {
+                    [6, m.burst(), pace.period_micros(), pace.amount(), 1]
+                }
+            }
         }
     }
 

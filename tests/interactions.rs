@@ -1,0 +1,138 @@
+//! Bugs in the interactions of features merged together (ident × quotas, ident ×
+//! batchtime, held × routes, …): each test states what the combination should do.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+
+/// A multiple of every window below.
+const T0: u64 = 1_000_000_000_000;
+const US: Duration = Duration::from_micros(1);
+
+fn memory() -> (Limiter<MemoryStore>, ManualClock) {
+    let clock = ManualClock::new(T0);
+    (Limiter::new(MemoryStore::with_clock(clock.clone())), clock)
+}
+
+/// ident × quotas: GCRA's state keeps a fraction of a µs in units of `1 / amount` (of the
+/// rate in lowest terms), but its fingerprint names only the emission interval rounded up
+/// to a whole µs. 3 per 5 µs and 1 per 2 µs (600,000/s and 500,000/s) share a fingerprint,
+/// so each reads the other's fraction as its own, in the wrong unit: a reconfiguration then
+/// hands out more than the larger burst within one microsecond (the bound `Rule` documents).
+#[tokio::test]
+async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() {
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    assert_ne!(
+        a.fingerprint(),
+        b.fingerprint(),
+        "different rates read their fractions differently"
+    );
+}
+
+#[tokio::test]
+async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond() {
+    let (limiter, _clock) = memory();
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    let mut admitted = 0;
+    // The old configuration takes its whole burst, then the new one finds the key.
+    for rule in std::iter::repeat_n(&a, 20).chain(std::iter::repeat_n(&b, 20)) {
+        if limiter.check_one(rule, b"k").await.unwrap().is_admitted() {
+            admitted += 1;
+        }
+    }
+    assert!(
+        admitted <= 10,
+        "{admitted} admitted in one µs under two bursts of 10"
+    );
+}
+
+/// ident × batchtime: a leaky bucket holding another configuration's water releases the
+/// request `used × drain` after arrival (`batch::release`), but when another rule releases
+/// it later, the bucket counts at that release and adopts the carried water again there,
+/// so its own delay runs past the batch's release. The batch is then held longer than the
+/// instant every other rule counted it at: a fixed window counts it in a window it does not
+/// pass in, and admits another request in the window it does pass in.
+#[tokio::test]
+async fn a_carried_leaky_bucket_delays_no_further_than_the_batch_release() {
+    let (limiter, clock) = memory();
+    let queue = Rule::leaky_bucket("queue", 10, Rate::new(1, 100 * US)).unwrap();
+    let old = Rule::leaky_bucket("shaper", 10, Rate::new(1, 200 * US)).unwrap();
+    let new = Rule::leaky_bucket("shaper", 10, Rate::new(1, 100 * US)).unwrap();
+    let window = Rule::fixed_window("window", 1, 1000 * US).unwrap();
+
+    // "queue" has 600 µs of water queued; the old "shaper" left 5 units (1000 µs under its
+    // drain, 500 µs under the new one's).
+    let q = [Check::new(&queue, b"k").with_cost(6)];
+    assert!(limiter.check(&q).await.unwrap().is_admitted());
+    let o = [Check::new(&old, b"k").with_cost(5)];
+    assert!(limiter.check(&o).await.unwrap().is_admitted());
+
+    let batch = [
+        Check::new(&queue, b"k"),
+        Check::new(&new, b"k"),
+        Check::new(&window, b"k"),
+    ];
+    let outcome = limiter.check(&batch).await.unwrap();
+    assert!(outcome.is_admitted(), "{outcome:?}");
+    // The batch releases the request at 600 µs ("queue"'s queue): the window counts it
+    // there.
+    assert_eq!(outcome.rules[2].decision, Decision::Delay(600 * US));
+    assert_eq!(
+        outcome.decision,
+        outcome.rules[2].decision,
+        "every rule counts the request at the instant it passes: {outcome:?}"
+    );
+
+    // Were it held for the batch's decision, it would pass in the next window, where the
+    // window still admits one more.
+    clock.set_micros(T0 + 1100);
+    assert!(!limiter.check_one(&window, b"k").await.unwrap().is_admitted());
+}
+
+/// ident × slog, the Lua twin: a sliding log that finds another configuration's log
+/// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`), but
+/// `sliding_log.lua` looks up that log's oldest live entry in the Redis set, which still
+/// holds the other configuration's entries: their running totals are mixed with the
+/// virtual log's, and the carried units shrink. `MemoryStore` holds the key closed until
+/// the old log would have been empty; Redis admits at once.
+async fn a_lowered_window_holds_the_carried_units<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
+    let old = Rule::sliding_log("log", 5, 1000 * US).unwrap();
+    let new = Rule::sliding_log("log", 5, US).unwrap();
+    clock.set_micros(T0);
+    let first = [Check::new(&old, b"k")];
+    assert!(limiter.check(&first).await.unwrap().is_admitted());
+    clock.set_micros(T0 + 1);
+    let rest = [Check::new(&old, b"k").with_cost(4)];
+    assert!(limiter.check(&rest).await.unwrap().is_admitted());
+
+    // The old log is full until T0 + 1001: the new configuration holds its 5 units so long.
+    let outcome = limiter.check_one(&new, b"k").await.unwrap();
+    assert_eq!(
+        outcome.decision,
+        Decision::Deny(tollgate::Denial {
+            reason: tollgate::DenyReason::Limited,
+            retry_after: Some(1000 * US),
+        }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lowered_window_holds_the_carried_units_on_memory() {
+    let (limiter, clock) = memory();
+    a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
+}
+
+#[tokio::test]
+async fn a_lowered_window_holds_the_carried_units_on_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
+}
