@@ -136,3 +136,85 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
     let limiter = Limiter::new(store.with_clock(clock.clone()));
     a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
 }
+
+mod held {
+    //! held × routes / batchtime: what a held request counts under for `max_held_per_key`.
+
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::layer::{Limit, Mode, RateLimitLayer};
+    use tollgate::{key, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+
+    const T0: u64 = 1_700_000_000_000_000;
+    const S: Duration = Duration::from_secs(1);
+
+    fn request(user: &str) -> Request<String> {
+        Request::get("/")
+            .header("user-id", user)
+            .header("tenant", "acme")
+            .body(String::new())
+            .unwrap()
+    }
+
+    /// One request per user per 10 s, waited for; beside it a per-tenant window with room
+    /// to spare, which never delays anything on its own.
+    async fn two_users_of_one_tenant_are_held_each(tenant_limit: Limit) {
+        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
+        let layer = RateLimitLayer::new(limiter)
+            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
+            .unwrap()
+            .limit(tenant_limit)
+            .unwrap()
+            .mode(Mode::Wait { max_wait: 60 * S })
+            .max_held_per_key(1);
+        let svc = ServiceBuilder::new().layer(layer).service(service_fn(
+            |_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) },
+        ));
+        for user in ["a", "b"] {
+            let first = svc.clone().oneshot(request(user)).await.unwrap();
+            assert_eq!(first.status(), StatusCode::OK);
+        }
+        let held_a = tokio::spawn(svc.clone().oneshot(request("a")));
+        tokio::task::yield_now().await;
+        assert!(!held_a.is_finished(), "a's second request is held");
+        // b's own key holds nothing yet: only the per-user rule delays its request.
+        let held_b = tokio::spawn(svc.clone().oneshot(request("b")));
+        tokio::task::yield_now().await;
+        if held_b.is_finished() {
+            let response = held_b.await.unwrap().unwrap();
+            panic!(
+                "b's request was refused ({}), its place taken by the tenant's key",
+                response.status()
+            );
+        }
+        for held in [held_a, held_b] {
+            assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
+        }
+    }
+
+    fn per_tenant() -> Rule {
+        Rule::fixed_window("per-tenant", 1000, 60 * S).unwrap()
+    }
+
+    /// A trial limit never denies: its key must not count under `max_held_per_key`
+    /// (`held_keys` in src/layer/service.rs took every rule reporting `Delay`, and with
+    /// batchtime every rule of a reserved batch reports one).
+    #[tokio::test(start_paused = true)]
+    async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
+        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap()).shadow();
+        two_users_of_one_tenant_are_held_each(tenant).await;
+    }
+
+    /// An enforced rule that has room does not delay the request; it reports `Delay` only
+    /// because it counts the request at the batch's release. Counting its key turns the
+    /// per-key bound into a bound on every request of the tenant.
+    #[tokio::test(start_paused = true)]
+    async fn a_rule_with_room_takes_no_place_under_max_held_per_key() {
+        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap());
+        two_users_of_one_tenant_are_held_each(tenant).await;
+    }
+}
