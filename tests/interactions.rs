@@ -137,6 +137,29 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
     a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
 }
 
+/// batchtime × leaky bucket: a batch held by one client's leaky-bucket queue counts the
+/// request in every other rule at its release, recorded like a wait-mode reservation,
+/// which closes the state until then (`evaluate_live`: nothing is admitted before a
+/// reservation's instant). One client's queue thereby closes a shared bucket with room to
+/// spare to every other client until its release: in check mode they are denied.
+#[tokio::test]
+async fn one_clients_queue_does_not_close_a_shared_bucket() {
+    let (limiter, clock) = memory();
+    let per_user = Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100))).unwrap();
+    let global = Rule::token_bucket("global", 100, Rate::per_second(100)).unwrap();
+    let batch = |user: &'static [u8]| [Check::new(&per_user, user), Check::new(&global, b"all")];
+
+    assert_eq!(limiter.check(&batch(b"a")).await.unwrap().decision, Decision::Allow);
+    // a's second request queues behind its first for 100 ms.
+    let queued = limiter.check(&batch(b"a")).await.unwrap();
+    assert_eq!(queued.decision, Decision::Delay(Duration::from_millis(100)));
+
+    // b has an empty queue and the global bucket 98 tokens.
+    clock.set_micros(T0 + 1);
+    let b = limiter.check(&batch(b"b")).await.unwrap();
+    assert_eq!(b.decision, Decision::Allow, "{b:?}");
+}
+
 mod held {
     //! held × routes / batchtime: what a held request counts under for `max_held_per_key`.
 
@@ -216,5 +239,210 @@ mod held {
     async fn a_rule_with_room_takes_no_place_under_max_held_per_key() {
         let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap());
         two_users_of_one_tenant_are_held_each(tenant).await;
+    }
+}
+
+mod twins {
+    //! MemoryStore and RedisStore (the Lua twin) on the same scripts of checks and refunds,
+    //! across the merged features: every outcome must be the same.
+
+    use std::time::Duration;
+
+    use super::common::redis_server::RedisServer;
+    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store};
+
+    const T0: u64 = 1_000_000_000_000;
+    const US: Duration = Duration::from_micros(1);
+
+    pub(super) enum Op {
+        /// At µs after T0: the items (rule index, key, cost, shadow), max_wait µs.
+        Check(u64, Vec<(usize, &'static str, u64, bool)>, u64),
+        /// At µs after T0: refund the batch of the op at this index.
+        Refund(u64, usize),
+    }
+
+    async fn run<S: Store>(
+        limiter: &Limiter<S>,
+        clock: &ManualClock,
+        rules: &[Rule],
+        ops: &[Op],
+    ) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut outcomes: Vec<Option<Outcome>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Check(t, items, max_wait) => {
+                    clock.set_micros(T0 + t);
+                    let batch: Vec<Check<'_>> = items
+                        .iter()
+                        .map(|&(r, k, cost, shadow)| {
+                            let c = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
+                            if shadow {
+                                c.as_shadow()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    let outcome = limiter.reserve(&batch, Duration::from_micros(*max_wait)).await.unwrap();
+                    seen.push(format!("{:?} {:?}", outcome.decision, outcome.rules));
+                    outcomes.push(Some(outcome));
+                }
+                Op::Refund(t, i) => {
+                    clock.set_micros(T0 + t);
+                    let Op::Check(_, items, _) = &ops[*i] else {
+                        panic!("op {i} is no check")
+                    };
+                    let batch: Vec<Check<'_>> = items
+                        .iter()
+                        .map(|&(r, k, cost, shadow)| {
+                            let c = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
+                            if shadow {
+                                c.as_shadow()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    let Some(admission) = outcomes[*i].as_ref().and_then(|o| o.admission.clone())
+                    else {
+                        seen.push("nothing to refund".into());
+                        outcomes.push(None);
+                        continue;
+                    };
+                    limiter.refund(&batch, &admission).await.unwrap();
+                    seen.push("refunded".into());
+                    outcomes.push(None);
+                }
+            }
+        }
+        seen
+    }
+
+    pub(super) async fn same(name: &str, rules: &[Rule], ops: &[Op]) {
+        let clock = ManualClock::new(T0);
+        let memory = run(
+            &Limiter::new(MemoryStore::with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        let server = RedisServer::start();
+        let clock = ManualClock::new(T0);
+        let store = RedisStore::connect(&server.url()).await.expect("connect");
+        let redis = run(&Limiter::new(store.with_clock(clock.clone())), &clock, rules, ops).await;
+        for (i, m) in memory.iter().enumerate() {
+            println!("{name} {i}: {m}");
+        }
+        for (i, (m, r)) in memory.iter().zip(&redis).enumerate() {
+            assert_eq!(m, r, "{name}: op {i}: memory (left) and Redis (right) differ");
+        }
+    }
+
+    fn rate(amount: u64, us: u64) -> Rate {
+        Rate::new(amount, Duration::from_micros(us))
+    }
+
+    #[tokio::test]
+    async fn gcra_refunds_with_fractions() {
+        let rules = [Rule::gcra("g", rate(3, 5), 2).unwrap()];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 100),
+            Check(0, vec![(0, "k", 2, false)], 100),
+            Refund(1, 2),
+            Check(1, vec![(0, "k", 1, false)], 100),
+            Refund(1, 3),
+            Check(2, vec![(0, "k", 1, false)], 100),
+            Check(2, vec![(0, "k", 1, false)], 100),
+        ];
+        same("gcra", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn sliding_log_refunds_amid_later_entries_and_pruning() {
+        let rules = [Rule::sliding_log("l", 3, US * 100).unwrap()];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(10, vec![(0, "k", 2, false)], 0),
+            Check(20, vec![(0, "k", 1, false)], 500),
+            Check(30, vec![(0, "k", 1, false)], 500),
+            Refund(40, 2),
+            Check(50, vec![(0, "k", 1, false)], 500),
+            Check(150, vec![(0, "k", 1, false)], 500),
+            Refund(150, 3),
+            Check(160, vec![(0, "k", 3, false)], 500),
+            Check(400, vec![(0, "k", 1, false)], 0),
+        ];
+        same("sliding log", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn carried_leaky_bucket_behind_another_release() {
+        let rules = [
+            Rule::leaky_bucket("queue", 10, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("shaper", 10, rate(1, 200)).unwrap(),
+            Rule::leaky_bucket("shaper", 10, rate(1, 100)).unwrap(),
+            Rule::fixed_window("window", 2, US * 1000).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 6, false)], 0),
+            Check(0, vec![(1, "k", 5, false)], 0),
+            Check(0, vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)], 0),
+            Refund(10, 2),
+            Check(20, vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)], 0),
+            Check(30, vec![(2, "k", 1, false)], 0),
+        ];
+        same("carried leaky bucket", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn shadow_leaky_bucket_behind_a_reservation() {
+        let rules = [
+            Rule::gcra("g", rate(1, 100), 1).unwrap(),
+            Rule::leaky_bucket("lb", 3, rate(1, 50)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false), (1, "k", 2, true)], 0),
+            Check(1, vec![(0, "k", 1, false), (1, "k", 1, true)], 500),
+            Check(2, vec![(1, "k", 1, false)], 0),
+            Refund(3, 1),
+            Check(4, vec![(1, "k", 1, false)], 0),
+            Check(5, vec![(0, "k", 1, false), (1, "k", 3, true)], 500),
+            Refund(6, 5),
+            Check(7, vec![(1, "k", 1, false)], 0),
+        ];
+        same("shadow leaky bucket", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn refund_after_a_reconfiguration_in_between() {
+        let rules = [
+            Rule::token_bucket("b", 4, rate(1, 100)).unwrap(),
+            Rule::token_bucket("b", 5, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("q", 4, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("q", 5, rate(1, 100)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 4, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 1000),
+            Check(1, vec![(1, "k", 1, false)], 1000),
+            Check(2, vec![(0, "k", 1, false)], 1000),
+            Refund(3, 1),
+            Check(4, vec![(0, "k", 1, false)], 1000),
+            Check(0, vec![(2, "k", 3, false)], 0),
+            Check(10, vec![(3, "k", 1, false)], 0),
+            Check(20, vec![(2, "k", 1, false)], 0),
+            Refund(30, 8),
+            Check(40, vec![(2, "k", 1, false)], 0),
+        ];
+        same("reconfigured refunds", &rules, &ops).await;
     }
 }
