@@ -219,6 +219,40 @@ mod held {
         }
     }
 
+    /// held × batchtime × headers: a delayed request refused for want of a place
+    /// (`refuse_hold`) turns every rule reporting `Delay` into a denial, and with batchtime
+    /// that is every rule of the batch, those with room included. The legacy headers then
+    /// describe the first of them as the deciding rule: a 429 says 998 left of 1000.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_hold_names_the_rule_that_delayed_it() {
+        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
+        let layer = RateLimitLayer::new(limiter)
+            .limit(Limit::new(per_tenant(), key::header("tenant").unwrap()))
+            .unwrap()
+            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
+            .unwrap()
+            .mode(Mode::Wait { max_wait: 60 * S })
+            .legacy_headers(true)
+            .max_held(0);
+        let svc = ServiceBuilder::new().layer(layer).service(service_fn(
+            |_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) },
+        ));
+        assert_eq!(svc.clone().oneshot(request("a")).await.unwrap().status(), StatusCode::OK);
+        let refused = svc.clone().oneshot(request("a")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "10");
+        let rl = refused.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert_eq!(
+            (
+                refused.headers()["x-ratelimit-limit"].to_str().unwrap(),
+                refused.headers()["x-ratelimit-remaining"].to_str().unwrap(),
+            ),
+            ("1", "0"),
+            "the legacy headers describe the rule that refused (RateLimit: {rl})"
+        );
+    }
+
     fn per_tenant() -> Rule {
         Rule::fixed_window("per-tenant", 1000, 60 * S).unwrap()
     }
