@@ -83,15 +83,18 @@ async fn a_carried_leaky_bucket_delays_no_further_than_the_batch_release() {
     // there.
     assert_eq!(outcome.rules[2].decision, Decision::Delay(600 * US));
     assert_eq!(
-        outcome.decision,
-        outcome.rules[2].decision,
+        outcome.decision, outcome.rules[2].decision,
         "every rule counts the request at the instant it passes: {outcome:?}"
     );
 
     // Were it held for the batch's decision, it would pass in the next window, where the
     // window still admits one more.
     clock.set_micros(T0 + 1100);
-    assert!(!limiter.check_one(&window, b"k").await.unwrap().is_admitted());
+    assert!(!limiter
+        .check_one(&window, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
 }
 
 /// ident × slog, the Lua twin: a sliding log that finds another configuration's log
@@ -100,7 +103,10 @@ async fn a_carried_leaky_bucket_delays_no_further_than_the_batch_release() {
 /// holds the other configuration's entries: their running totals are mixed with the
 /// virtual log's, and the carried units shrink. `MemoryStore` holds the key closed until
 /// the old log would have been empty; Redis admits at once.
-async fn a_lowered_window_holds_the_carried_units<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
+async fn a_lowered_window_holds_the_carried_units<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
     let old = Rule::sliding_log("log", 5, 1000 * US).unwrap();
     let new = Rule::sliding_log("log", 5, US).unwrap();
     clock.set_micros(T0);
@@ -145,11 +151,15 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
 #[tokio::test]
 async fn one_clients_queue_does_not_close_a_shared_bucket() {
     let (limiter, clock) = memory();
-    let per_user = Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100))).unwrap();
+    let per_user =
+        Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100))).unwrap();
     let global = Rule::token_bucket("global", 100, Rate::per_second(100)).unwrap();
     let batch = |user: &'static [u8]| [Check::new(&per_user, user), Check::new(&global, b"all")];
 
-    assert_eq!(limiter.check(&batch(b"a")).await.unwrap().decision, Decision::Allow);
+    assert_eq!(
+        limiter.check(&batch(b"a")).await.unwrap().decision,
+        Decision::Allow
+    );
     // a's second request queues behind its first for 100 ms.
     let queued = limiter.check(&batch(b"a")).await.unwrap();
     assert_eq!(queued.decision, Decision::Delay(Duration::from_millis(100)));
@@ -194,9 +204,12 @@ mod held {
             .unwrap()
             .mode(Mode::Wait { max_wait: 60 * S })
             .max_held_per_key(1);
-        let svc = ServiceBuilder::new().layer(layer).service(service_fn(
-            |_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) },
-        ));
+        let svc =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(service_fn(|_req: Request<String>| async {
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                }));
         for user in ["a", "b"] {
             let first = svc.clone().oneshot(request(user)).await.unwrap();
             assert_eq!(first.status(), StatusCode::OK);
@@ -235,10 +248,16 @@ mod held {
             .mode(Mode::Wait { max_wait: 60 * S })
             .legacy_headers(true)
             .max_held(0);
-        let svc = ServiceBuilder::new().layer(layer).service(service_fn(
-            |_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) },
-        ));
-        assert_eq!(svc.clone().oneshot(request("a")).await.unwrap().status(), StatusCode::OK);
+        let svc =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(service_fn(|_req: Request<String>| async {
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                }));
+        assert_eq!(
+            svc.clone().oneshot(request("a")).await.unwrap().status(),
+            StatusCode::OK
+        );
         let refused = svc.clone().oneshot(request("a")).await.unwrap();
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.headers()["retry-after"], "10");
@@ -283,7 +302,9 @@ mod twins {
     use std::time::Duration;
 
     use super::common::redis_server::RedisServer;
-    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store};
+    use tollgate::{
+        Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+    };
 
     const T0: u64 = 1_000_000_000_000;
     const US: Duration = Duration::from_micros(1);
@@ -318,7 +339,10 @@ mod twins {
                             }
                         })
                         .collect();
-                    let outcome = limiter.reserve(&batch, Duration::from_micros(*max_wait)).await.unwrap();
+                    let outcome = limiter
+                        .reserve(&batch, Duration::from_micros(*max_wait))
+                        .await
+                        .unwrap();
                     seen.push(format!("{:?} {:?}", outcome.decision, outcome.rules));
                     outcomes.push(Some(outcome));
                 }
@@ -365,12 +389,21 @@ mod twins {
         let server = RedisServer::start();
         let clock = ManualClock::new(T0);
         let store = RedisStore::connect(&server.url()).await.expect("connect");
-        let redis = run(&Limiter::new(store.with_clock(clock.clone())), &clock, rules, ops).await;
+        let redis = run(
+            &Limiter::new(store.with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
         for (i, m) in memory.iter().enumerate() {
             println!("{name} {i}: {m}");
         }
         for (i, (m, r)) in memory.iter().zip(&redis).enumerate() {
-            assert_eq!(m, r, "{name}: op {i}: memory (left) and Redis (right) differ");
+            assert_eq!(
+                m, r,
+                "{name}: op {i}: memory (left) and Redis (right) differ"
+            );
         }
     }
 
@@ -427,9 +460,17 @@ mod twins {
         let ops = [
             Check(0, vec![(0, "k", 6, false)], 0),
             Check(0, vec![(1, "k", 5, false)], 0),
-            Check(0, vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)], 0),
+            Check(
+                0,
+                vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)],
+                0,
+            ),
             Refund(10, 2),
-            Check(20, vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)], 0),
+            Check(
+                20,
+                vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)],
+                0,
+            ),
             Check(30, vec![(2, "k", 1, false)], 0),
         ];
         same("carried leaky bucket", &rules, &ops).await;
