@@ -170,6 +170,85 @@ async fn one_clients_queue_does_not_close_a_shared_bucket() {
     assert_eq!(b.decision, Decision::Allow, "{b:?}");
 }
 
+/// ident × penalty: "the penalty survives a reconfiguration unchanged" (`Rule` docs), but a
+/// store keeps an entry only as long as the configuration that last wrote it says
+/// (`Entry::expires_at` takes the writer's penalty; `store` in batch.lua sets the TTL
+/// alike). A configuration without the penalty (a rolling deploy adding one) writes the
+/// entry with its state's expiry, and the lock the other configuration set is swept with
+/// it.
+#[tokio::test]
+async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty() {
+    let (limiter, clock) = memory();
+    let locking = Rule::fixed_window("login", 1, 1000 * US)
+        .unwrap()
+        .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(1)));
+    let plain = Rule::fixed_window("login", 1, 1000 * US).unwrap();
+    assert!(limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
+    // The second attempt is denied and locks the key for a second.
+    assert!(!limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
+    // A process without the penalty admits in the next window (it does not know the lock).
+    clock.set_micros(T0 + 1000);
+    assert!(limiter.check_one(&plain, b"k").await.unwrap().is_admitted());
+    clock.set_micros(T0 + 3000);
+    let before = limiter.peek(&locking, b"k", 1).await.unwrap();
+    assert!(
+        matches!(before.decision, Decision::Deny(d) if d.reason == tollgate::DenyReason::Locked),
+        "{before:?}"
+    );
+    limiter.store().purge_expired();
+    let outcome = limiter.check_one(&locking, b"k").await.unwrap();
+    assert!(
+        matches!(
+            outcome.decision,
+            Decision::Deny(tollgate::Denial {
+                reason: tollgate::DenyReason::Locked,
+                ..
+            })
+        ),
+        "the lock set at T0 for 1 s still holds at T0 + 3 ms: {outcome:?}"
+    );
+}
+
+/// The same on Redis, on the server's clock: the record's TTL keeps the lock.
+#[tokio::test]
+async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty_on_redis() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(RedisStore::connect(&server.url()).await.expect("connect"));
+    let window = Duration::from_millis(100);
+    let locking = Rule::fixed_window("login", 1, window)
+        .unwrap()
+        .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(30)));
+    let plain = Rule::fixed_window("login", 1, window).unwrap();
+    // Denied once (whatever window the calls fall in): locked for 30 s.
+    while limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted()
+    {}
+    // A process without the penalty admits in a later window.
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if limiter.check_one(&plain, b"k").await.unwrap().is_admitted() {
+            break;
+        }
+    }
+    let ttl: i64 = server
+        .must(&["PTTL", "tollgate:{k}:login"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 20_000, "the record lives {ttl} ms, the lock 30 s");
+}
+
 mod held {
     //! held × routes / batchtime: what a held request counts under for `max_held_per_key`.
 
