@@ -486,6 +486,87 @@ mod twins {
         }
     }
 
+    /// Memory and a 3-node Cluster, whose cross-slot batches are decided slot by slot
+    /// (realigned to the release, refunded when a later slot denies).
+    pub(super) async fn same_on_cluster(name: &str, rules: &[Rule], ops: &[Op]) {
+        let clock = ManualClock::new(T0);
+        let memory = run(
+            &Limiter::new(MemoryStore::with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        let cluster = super::common::redis_server::RedisCluster::start();
+        let clock = ManualClock::new(T0);
+        let store = RedisStore::connect_cluster(cluster.urls())
+            .await
+            .expect("connect");
+        let redis = run(
+            &Limiter::new(store.with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        for (i, m) in memory.iter().enumerate() {
+            println!("{name} {i}: {m}");
+        }
+        for (i, (m, r)) in memory.iter().zip(&redis).enumerate() {
+            assert_eq!(
+                m, r,
+                "{name}: op {i}: memory (left) and Cluster (right) differ"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn cross_slot_batches_with_queues_shadows_and_refunds() {
+        let rules = [
+            Rule::leaky_bucket("lb", 5, rate(1, 100)).unwrap(),
+            Rule::fixed_window("fw", 3, US * 1000).unwrap(),
+            Rule::sliding_log("sl", 3, US * 1000).unwrap(),
+            Rule::gcra("g", rate(3, 5), 2).unwrap(),
+            Rule::token_bucket("tb", 3, rate(1, 100)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "a", 2, false)], 0),
+            Check(
+                0,
+                vec![(1, "b", 1, false), (0, "a", 1, false), (2, "c", 1, false)],
+                0,
+            ),
+            Check(
+                1,
+                vec![(1, "b", 1, false), (2, "c", 1, true), (0, "a", 1, false)],
+                0,
+            ),
+            Refund(2, 2),
+            Check(
+                3,
+                vec![(3, "d", 2, false), (4, "e", 1, false), (0, "a", 1, true)],
+                0,
+            ),
+            Check(4, vec![(3, "d", 1, false), (4, "e", 1, false)], 500),
+            Refund(5, 5),
+            Check(6, vec![(3, "d", 1, false), (4, "e", 1, false)], 500),
+            Check(
+                7,
+                vec![(1, "b", 1, false), (2, "c", 2, false), (0, "a", 1, false)],
+                2000,
+            ),
+            Refund(8, 8),
+            Check(9, vec![(1, "b", 1, false), (2, "c", 1, false)], 0),
+            Check(
+                1200,
+                vec![(1, "b", 3, false), (2, "c", 3, false), (4, "e", 3, true)],
+                0,
+            ),
+        ];
+        same_on_cluster("cross-slot", &rules, &ops).await;
+    }
+
     fn rate(amount: u64, us: u64) -> Rate {
         Rate::new(amount, Duration::from_micros(us))
     }
