@@ -322,7 +322,8 @@ local function store_log(r)
 end
 
 local function store(r)
-  local expires_at = 0
+  -- A lock belongs to the name: a configuration without the penalty keeps it too.
+  local expires_at = r.pen[1]
   if r.after > 0 then
     expires_at = penalty_expires_at(r, r.pen)
   end

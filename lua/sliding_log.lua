@@ -57,6 +57,17 @@ models[2] = function()
   -- The oldest entry live at `now`. A call evaluates a rule at one instant more than once
   -- (the decision, then the quota it reports), so the lookup is kept until the log changes.
   local function oldest_live(c, s, now)
+    if s.clear then
+      -- A fresh log (Algorithm::adopt builds one over another configuration's set): the
+      -- set is dead, the log is what was applied since, oldest first.
+      for i = 1, #s.added do
+        local e = parse(s.added[i][2])
+        if e.at + c.p2 > now then
+          return e
+        end
+      end
+      return nil
+    end
     if s.oldest_for ~= now then
       s.oldest = first_of(redis.call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - c.p2), '+inf',
         'LIMIT', 0, 1))

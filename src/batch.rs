@@ -46,9 +46,14 @@ impl Entry {
         self.fingerprint == rule.fingerprint()
     }
 
-    /// The instant (µs) from which this entry is the same as no entry under `rule`.
+    /// The instant (µs) from which this entry is the same as no entry under `rule`, and
+    /// under another configuration of its name: a lock belongs to the name, so a
+    /// configuration without the penalty keeps it too (else the entry, and the lock, would
+    /// go with its state).
     pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
-        let penalty = rule.penalty().map_or(0, |p| p.expires_at(&self.penalty));
+        let penalty = rule
+            .penalty()
+            .map_or(self.penalty.locked_until, |p| p.expires_at(&self.penalty));
         let state = if self.is_own(rule) {
             rule.algorithm().expires_at(&self.state)
         } else {

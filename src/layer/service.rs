@@ -259,14 +259,15 @@ fn batch_of<'a>(
 }
 
 /// What a held request counts under for `max_held_per_key`: each (rule, key) whose rule
-/// delays it, once.
+/// delays it, once. A trial rule never delays a request (its `Delay` says what enforcing it
+/// would do), so it takes no place: else it could refuse a request.
 fn held_keys(config: &Config, batch: &[Check<'_>], outcome: &Outcome) -> SmallVec<[u64; 4]> {
     let mut keys = SmallVec::new();
     if config.held.max_per_key.is_none() {
         return keys;
     }
     for (check, rule) in batch.iter().zip(&outcome.rules) {
-        if matches!(rule.decision, Decision::Delay(_)) {
+        if !check.shadow && matches!(rule.decision, Decision::Delay(_)) {
             let key = config.held.counts.key_of(check.rule.name(), check.key);
             if !keys.contains(&key) {
                 keys.push(key);

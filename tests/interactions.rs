@@ -1,0 +1,683 @@
+//! Bugs in the interactions of features merged together (ident × quotas, ident ×
+//! batchtime, held × routes, …): each test states what the combination should do.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+
+/// A multiple of every window below.
+const T0: u64 = 1_000_000_000_000;
+const US: Duration = Duration::from_micros(1);
+
+fn memory() -> (Limiter<MemoryStore>, ManualClock) {
+    let clock = ManualClock::new(T0);
+    (Limiter::new(MemoryStore::with_clock(clock.clone())), clock)
+}
+
+/// ident × quotas: GCRA's state keeps a fraction of a µs in units of `1 / amount` (of the
+/// rate in lowest terms), but its fingerprint names only the emission interval rounded up
+/// to a whole µs. 3 per 5 µs and 1 per 2 µs (600,000/s and 500,000/s) share a fingerprint,
+/// so each reads the other's fraction as its own, in the wrong unit: a reconfiguration then
+/// hands out more than the larger burst within one microsecond (the bound `Rule` documents).
+#[tokio::test]
+async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() {
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    assert_ne!(
+        a.fingerprint(),
+        b.fingerprint(),
+        "different rates read their fractions differently"
+    );
+}
+
+#[tokio::test]
+async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond() {
+    let (limiter, _clock) = memory();
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    let mut admitted = 0;
+    // The old configuration takes its whole burst, then the new one finds the key.
+    for rule in std::iter::repeat_n(&a, 20).chain(std::iter::repeat_n(&b, 20)) {
+        if limiter.check_one(rule, b"k").await.unwrap().is_admitted() {
+            admitted += 1;
+        }
+    }
+    assert!(
+        admitted <= 10,
+        "{admitted} admitted in one µs under two bursts of 10"
+    );
+}
+
+/// ident × batchtime: a leaky bucket holding another configuration's water releases the
+/// request `used × drain` after arrival (`batch::release`), but when another rule releases
+/// it later, the bucket counts at that release and adopts the carried water again there,
+/// so its own delay runs past the batch's release. The batch is then held longer than the
+/// instant every other rule counted it at: a fixed window counts it in a window it does not
+/// pass in, and admits another request in the window it does pass in.
+#[tokio::test]
+async fn a_carried_leaky_bucket_delays_no_further_than_the_batch_release() {
+    let (limiter, clock) = memory();
+    let queue = Rule::leaky_bucket("queue", 10, Rate::new(1, 100 * US)).unwrap();
+    let old = Rule::leaky_bucket("shaper", 10, Rate::new(1, 200 * US)).unwrap();
+    let new = Rule::leaky_bucket("shaper", 10, Rate::new(1, 100 * US)).unwrap();
+    let window = Rule::fixed_window("window", 1, 1000 * US).unwrap();
+
+    // "queue" has 600 µs of water queued; the old "shaper" left 5 units (1000 µs under its
+    // drain, 500 µs under the new one's).
+    let q = [Check::new(&queue, b"k").with_cost(6)];
+    assert!(limiter.check(&q).await.unwrap().is_admitted());
+    let o = [Check::new(&old, b"k").with_cost(5)];
+    assert!(limiter.check(&o).await.unwrap().is_admitted());
+
+    let batch = [
+        Check::new(&queue, b"k"),
+        Check::new(&new, b"k"),
+        Check::new(&window, b"k"),
+    ];
+    let outcome = limiter.check(&batch).await.unwrap();
+    assert!(outcome.is_admitted(), "{outcome:?}");
+    // The batch releases the request at 600 µs ("queue"'s queue): the window counts it
+    // there.
+    assert_eq!(outcome.rules[2].decision, Decision::Delay(600 * US));
+    assert_eq!(
+        outcome.decision, outcome.rules[2].decision,
+        "every rule counts the request at the instant it passes: {outcome:?}"
+    );
+
+    // Were it held for the batch's decision, it would pass in the next window, where the
+    // window still admits one more.
+    clock.set_micros(T0 + 1100);
+    assert!(!limiter
+        .check_one(&window, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
+}
+
+/// ident × slog, the Lua twin: a sliding log that finds another configuration's log
+/// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`), but
+/// `sliding_log.lua` looks up that log's oldest live entry in the Redis set, which still
+/// holds the other configuration's entries: their running totals are mixed with the
+/// virtual log's, and the carried units shrink. `MemoryStore` holds the key closed until
+/// the old log would have been empty; Redis admits at once.
+async fn a_lowered_window_holds_the_carried_units<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let old = Rule::sliding_log("log", 5, 1000 * US).unwrap();
+    let new = Rule::sliding_log("log", 5, US).unwrap();
+    clock.set_micros(T0);
+    let first = [Check::new(&old, b"k")];
+    assert!(limiter.check(&first).await.unwrap().is_admitted());
+    clock.set_micros(T0 + 1);
+    let rest = [Check::new(&old, b"k").with_cost(4)];
+    assert!(limiter.check(&rest).await.unwrap().is_admitted());
+
+    // The old log is full until T0 + 1001: the new configuration holds its 5 units so long.
+    let outcome = limiter.check_one(&new, b"k").await.unwrap();
+    assert_eq!(
+        outcome.decision,
+        Decision::Deny(tollgate::Denial {
+            reason: tollgate::DenyReason::Limited,
+            retry_after: Some(1000 * US),
+        }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lowered_window_holds_the_carried_units_on_memory() {
+    let (limiter, clock) = memory();
+    a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
+}
+
+#[tokio::test]
+async fn a_lowered_window_holds_the_carried_units_on_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
+}
+
+/// batchtime × leaky bucket: a batch held by one client's leaky-bucket queue counts the
+/// request in every other rule at its release, recorded like a wait-mode reservation,
+/// which closes the state until then (`evaluate_live`: nothing is admitted before a
+/// reservation's instant). One client's queue thereby closes a shared bucket with room to
+/// spare to every other client until its release: in check mode they are denied.
+#[tokio::test]
+async fn one_clients_queue_does_not_close_a_shared_bucket() {
+    let (limiter, clock) = memory();
+    let per_user =
+        Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100))).unwrap();
+    let global = Rule::token_bucket("global", 100, Rate::per_second(100)).unwrap();
+    let batch = |user: &'static [u8]| [Check::new(&per_user, user), Check::new(&global, b"all")];
+
+    assert_eq!(
+        limiter.check(&batch(b"a")).await.unwrap().decision,
+        Decision::Allow
+    );
+    // a's second request queues behind its first for 100 ms.
+    let queued = limiter.check(&batch(b"a")).await.unwrap();
+    assert_eq!(queued.decision, Decision::Delay(Duration::from_millis(100)));
+
+    // b has an empty queue and the global bucket 98 tokens.
+    clock.set_micros(T0 + 1);
+    let b = limiter.check(&batch(b"b")).await.unwrap();
+    assert_eq!(b.decision, Decision::Allow, "{b:?}");
+}
+
+/// ident × penalty: "the penalty survives a reconfiguration unchanged" (`Rule` docs), but a
+/// store keeps an entry only as long as the configuration that last wrote it says
+/// (`Entry::expires_at` takes the writer's penalty; `store` in batch.lua sets the TTL
+/// alike). A configuration without the penalty (a rolling deploy adding one) writes the
+/// entry with its state's expiry, and the lock the other configuration set is swept with
+/// it.
+#[tokio::test]
+async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty() {
+    let (limiter, clock) = memory();
+    let locking = Rule::fixed_window("login", 1, 1000 * US)
+        .unwrap()
+        .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(1)));
+    let plain = Rule::fixed_window("login", 1, 1000 * US).unwrap();
+    assert!(limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
+    // The second attempt is denied and locks the key for a second.
+    assert!(!limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted());
+    // A process without the penalty admits in the next window (it does not know the lock).
+    clock.set_micros(T0 + 1000);
+    assert!(limiter.check_one(&plain, b"k").await.unwrap().is_admitted());
+    clock.set_micros(T0 + 3000);
+    let before = limiter.peek(&locking, b"k", 1).await.unwrap();
+    assert!(
+        matches!(before.decision, Decision::Deny(d) if d.reason == tollgate::DenyReason::Locked),
+        "{before:?}"
+    );
+    limiter.store().purge_expired();
+    let outcome = limiter.check_one(&locking, b"k").await.unwrap();
+    assert!(
+        matches!(
+            outcome.decision,
+            Decision::Deny(tollgate::Denial {
+                reason: tollgate::DenyReason::Locked,
+                ..
+            })
+        ),
+        "the lock set at T0 for 1 s still holds at T0 + 3 ms: {outcome:?}"
+    );
+}
+
+/// The same on Redis, on the server's clock: the record's TTL keeps the lock.
+#[tokio::test]
+async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty_on_redis() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(RedisStore::connect(&server.url()).await.expect("connect"));
+    let window = Duration::from_millis(100);
+    let locking = Rule::fixed_window("login", 1, window)
+        .unwrap()
+        .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(30)));
+    let plain = Rule::fixed_window("login", 1, window).unwrap();
+    // Denied once (whatever window the calls fall in): locked for 30 s.
+    while limiter
+        .check_one(&locking, b"k")
+        .await
+        .unwrap()
+        .is_admitted()
+    {}
+    // A process without the penalty admits in a later window.
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if limiter.check_one(&plain, b"k").await.unwrap().is_admitted() {
+            break;
+        }
+    }
+    let ttl: i64 = server
+        .must(&["PTTL", "tollgate:{k}:login"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 20_000, "the record lives {ttl} ms, the lock 30 s");
+}
+
+mod held {
+    //! held × routes / batchtime: what a held request counts under for `max_held_per_key`.
+
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use http::{Request, Response, StatusCode};
+    use tollgate::layer::{Limit, Mode, RateLimitLayer};
+    use tollgate::{key, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+
+    const T0: u64 = 1_700_000_000_000_000;
+    const S: Duration = Duration::from_secs(1);
+
+    fn request(user: &str) -> Request<String> {
+        Request::get("/")
+            .header("user-id", user)
+            .header("tenant", "acme")
+            .body(String::new())
+            .unwrap()
+    }
+
+    /// One request per user per 10 s, waited for; beside it a per-tenant window with room
+    /// to spare, which never delays anything on its own.
+    async fn two_users_of_one_tenant_are_held_each(tenant_limit: Limit) {
+        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
+        let layer = RateLimitLayer::new(limiter)
+            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
+            .unwrap()
+            .limit(tenant_limit)
+            .unwrap()
+            .mode(Mode::Wait { max_wait: 60 * S })
+            .max_held_per_key(1);
+        let svc =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(service_fn(|_req: Request<String>| async {
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                }));
+        for user in ["a", "b"] {
+            let first = svc.clone().oneshot(request(user)).await.unwrap();
+            assert_eq!(first.status(), StatusCode::OK);
+        }
+        let held_a = tokio::spawn(svc.clone().oneshot(request("a")));
+        tokio::task::yield_now().await;
+        assert!(!held_a.is_finished(), "a's second request is held");
+        // b's own key holds nothing yet: only the per-user rule delays its request.
+        let held_b = tokio::spawn(svc.clone().oneshot(request("b")));
+        tokio::task::yield_now().await;
+        if held_b.is_finished() {
+            let response = held_b.await.unwrap().unwrap();
+            panic!(
+                "b's request was refused ({}), its place taken by the tenant's key",
+                response.status()
+            );
+        }
+        for held in [held_a, held_b] {
+            assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
+        }
+    }
+
+    /// held × batchtime × headers: a delayed request refused for want of a place
+    /// (`refuse_hold`) turns every rule reporting `Delay` into a denial, and with batchtime
+    /// that is every rule of the batch, those with room included. The legacy headers then
+    /// describe the first of them as the deciding rule: a 429 says 998 left of 1000.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_hold_names_the_rule_that_delayed_it() {
+        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
+        let layer = RateLimitLayer::new(limiter)
+            .limit(Limit::new(per_tenant(), key::header("tenant").unwrap()))
+            .unwrap()
+            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
+            .unwrap()
+            .mode(Mode::Wait { max_wait: 60 * S })
+            .legacy_headers(true)
+            .max_held(0);
+        let svc =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service(service_fn(|_req: Request<String>| async {
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                }));
+        assert_eq!(
+            svc.clone().oneshot(request("a")).await.unwrap().status(),
+            StatusCode::OK
+        );
+        let refused = svc.clone().oneshot(request("a")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "10");
+        let rl = refused.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert_eq!(
+            (
+                refused.headers()["x-ratelimit-limit"].to_str().unwrap(),
+                refused.headers()["x-ratelimit-remaining"].to_str().unwrap(),
+            ),
+            ("1", "0"),
+            "the legacy headers describe the rule that refused (RateLimit: {rl})"
+        );
+    }
+
+    fn per_tenant() -> Rule {
+        Rule::fixed_window("per-tenant", 1000, 60 * S).unwrap()
+    }
+
+    /// A trial limit never denies: its key must not count under `max_held_per_key`
+    /// (`held_keys` in src/layer/service.rs took every rule reporting `Delay`, and with
+    /// batchtime every rule of a reserved batch reports one).
+    #[tokio::test(start_paused = true)]
+    async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
+        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap()).shadow();
+        two_users_of_one_tenant_are_held_each(tenant).await;
+    }
+
+    /// An enforced rule that has room does not delay the request; it reports `Delay` only
+    /// because it counts the request at the batch's release. Counting its key turns the
+    /// per-key bound into a bound on every request of the tenant.
+    #[tokio::test(start_paused = true)]
+    async fn a_rule_with_room_takes_no_place_under_max_held_per_key() {
+        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap());
+        two_users_of_one_tenant_are_held_each(tenant).await;
+    }
+}
+
+mod twins {
+    //! MemoryStore and RedisStore (the Lua twin) on the same scripts of checks and refunds,
+    //! across the merged features: every outcome must be the same.
+
+    use std::time::Duration;
+
+    use super::common::redis_server::RedisServer;
+    use tollgate::{
+        Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+    };
+
+    const T0: u64 = 1_000_000_000_000;
+    const US: Duration = Duration::from_micros(1);
+
+    pub(super) enum Op {
+        /// At µs after T0: the items (rule index, key, cost, shadow), max_wait µs.
+        Check(u64, Vec<(usize, &'static str, u64, bool)>, u64),
+        /// At µs after T0: refund the batch of the op at this index.
+        Refund(u64, usize),
+    }
+
+    async fn run<S: Store>(
+        limiter: &Limiter<S>,
+        clock: &ManualClock,
+        rules: &[Rule],
+        ops: &[Op],
+    ) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut outcomes: Vec<Option<Outcome>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Check(t, items, max_wait) => {
+                    clock.set_micros(T0 + t);
+                    let batch: Vec<Check<'_>> = items
+                        .iter()
+                        .map(|&(r, k, cost, shadow)| {
+                            let c = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
+                            if shadow {
+                                c.as_shadow()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    let outcome = limiter
+                        .reserve(&batch, Duration::from_micros(*max_wait))
+                        .await
+                        .unwrap();
+                    seen.push(format!("{:?} {:?}", outcome.decision, outcome.rules));
+                    outcomes.push(Some(outcome));
+                }
+                Op::Refund(t, i) => {
+                    clock.set_micros(T0 + t);
+                    let Op::Check(_, items, _) = &ops[*i] else {
+                        panic!("op {i} is no check")
+                    };
+                    let batch: Vec<Check<'_>> = items
+                        .iter()
+                        .map(|&(r, k, cost, shadow)| {
+                            let c = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
+                            if shadow {
+                                c.as_shadow()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect();
+                    let Some(admission) = outcomes[*i].as_ref().and_then(|o| o.admission.clone())
+                    else {
+                        seen.push("nothing to refund".into());
+                        outcomes.push(None);
+                        continue;
+                    };
+                    limiter.refund(&batch, &admission).await.unwrap();
+                    seen.push("refunded".into());
+                    outcomes.push(None);
+                }
+            }
+        }
+        seen
+    }
+
+    pub(super) async fn same(name: &str, rules: &[Rule], ops: &[Op]) {
+        let clock = ManualClock::new(T0);
+        let memory = run(
+            &Limiter::new(MemoryStore::with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        let server = RedisServer::start();
+        let clock = ManualClock::new(T0);
+        let store = RedisStore::connect(&server.url()).await.expect("connect");
+        let redis = run(
+            &Limiter::new(store.with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        for (i, m) in memory.iter().enumerate() {
+            println!("{name} {i}: {m}");
+        }
+        for (i, (m, r)) in memory.iter().zip(&redis).enumerate() {
+            assert_eq!(
+                m, r,
+                "{name}: op {i}: memory (left) and Redis (right) differ"
+            );
+        }
+    }
+
+    /// Memory and a 3-node Cluster, whose cross-slot batches are decided slot by slot
+    /// (realigned to the release, refunded when a later slot denies).
+    pub(super) async fn same_on_cluster(name: &str, rules: &[Rule], ops: &[Op]) {
+        let clock = ManualClock::new(T0);
+        let memory = run(
+            &Limiter::new(MemoryStore::with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        let cluster = super::common::redis_server::RedisCluster::start();
+        let clock = ManualClock::new(T0);
+        let store = RedisStore::connect_cluster(cluster.urls())
+            .await
+            .expect("connect");
+        let redis = run(
+            &Limiter::new(store.with_clock(clock.clone())),
+            &clock,
+            rules,
+            ops,
+        )
+        .await;
+        for (i, m) in memory.iter().enumerate() {
+            println!("{name} {i}: {m}");
+        }
+        for (i, (m, r)) in memory.iter().zip(&redis).enumerate() {
+            assert_eq!(
+                m, r,
+                "{name}: op {i}: memory (left) and Cluster (right) differ"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn cross_slot_batches_with_queues_shadows_and_refunds() {
+        let rules = [
+            Rule::leaky_bucket("lb", 5, rate(1, 100)).unwrap(),
+            Rule::fixed_window("fw", 3, US * 1000).unwrap(),
+            Rule::sliding_log("sl", 3, US * 1000).unwrap(),
+            Rule::gcra("g", rate(3, 5), 2).unwrap(),
+            Rule::token_bucket("tb", 3, rate(1, 100)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "a", 2, false)], 0),
+            Check(
+                0,
+                vec![(1, "b", 1, false), (0, "a", 1, false), (2, "c", 1, false)],
+                0,
+            ),
+            Check(
+                1,
+                vec![(1, "b", 1, false), (2, "c", 1, true), (0, "a", 1, false)],
+                0,
+            ),
+            Refund(2, 2),
+            Check(
+                3,
+                vec![(3, "d", 2, false), (4, "e", 1, false), (0, "a", 1, true)],
+                0,
+            ),
+            Check(4, vec![(3, "d", 1, false), (4, "e", 1, false)], 500),
+            Refund(5, 5),
+            Check(6, vec![(3, "d", 1, false), (4, "e", 1, false)], 500),
+            Check(
+                7,
+                vec![(1, "b", 1, false), (2, "c", 2, false), (0, "a", 1, false)],
+                2000,
+            ),
+            Refund(8, 8),
+            Check(9, vec![(1, "b", 1, false), (2, "c", 1, false)], 0),
+            Check(
+                1200,
+                vec![(1, "b", 3, false), (2, "c", 3, false), (4, "e", 3, true)],
+                0,
+            ),
+        ];
+        same_on_cluster("cross-slot", &rules, &ops).await;
+    }
+
+    fn rate(amount: u64, us: u64) -> Rate {
+        Rate::new(amount, Duration::from_micros(us))
+    }
+
+    #[tokio::test]
+    async fn gcra_refunds_with_fractions() {
+        let rules = [Rule::gcra("g", rate(3, 5), 2).unwrap()];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 100),
+            Check(0, vec![(0, "k", 2, false)], 100),
+            Refund(1, 2),
+            Check(1, vec![(0, "k", 1, false)], 100),
+            Refund(1, 3),
+            Check(2, vec![(0, "k", 1, false)], 100),
+            Check(2, vec![(0, "k", 1, false)], 100),
+        ];
+        same("gcra", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn sliding_log_refunds_amid_later_entries_and_pruning() {
+        let rules = [Rule::sliding_log("l", 3, US * 100).unwrap()];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false)], 0),
+            Check(10, vec![(0, "k", 2, false)], 0),
+            Check(20, vec![(0, "k", 1, false)], 500),
+            Check(30, vec![(0, "k", 1, false)], 500),
+            Refund(40, 2),
+            Check(50, vec![(0, "k", 1, false)], 500),
+            Check(150, vec![(0, "k", 1, false)], 500),
+            Refund(150, 3),
+            Check(160, vec![(0, "k", 3, false)], 500),
+            Check(400, vec![(0, "k", 1, false)], 0),
+        ];
+        same("sliding log", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn carried_leaky_bucket_behind_another_release() {
+        let rules = [
+            Rule::leaky_bucket("queue", 10, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("shaper", 10, rate(1, 200)).unwrap(),
+            Rule::leaky_bucket("shaper", 10, rate(1, 100)).unwrap(),
+            Rule::fixed_window("window", 2, US * 1000).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 6, false)], 0),
+            Check(0, vec![(1, "k", 5, false)], 0),
+            Check(
+                0,
+                vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)],
+                0,
+            ),
+            Refund(10, 2),
+            Check(
+                20,
+                vec![(0, "k", 1, false), (2, "k", 1, false), (3, "k", 1, false)],
+                0,
+            ),
+            Check(30, vec![(2, "k", 1, false)], 0),
+        ];
+        same("carried leaky bucket", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn shadow_leaky_bucket_behind_a_reservation() {
+        let rules = [
+            Rule::gcra("g", rate(1, 100), 1).unwrap(),
+            Rule::leaky_bucket("lb", 3, rate(1, 50)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 1, false), (1, "k", 2, true)], 0),
+            Check(1, vec![(0, "k", 1, false), (1, "k", 1, true)], 500),
+            Check(2, vec![(1, "k", 1, false)], 0),
+            Refund(3, 1),
+            Check(4, vec![(1, "k", 1, false)], 0),
+            Check(5, vec![(0, "k", 1, false), (1, "k", 3, true)], 500),
+            Refund(6, 5),
+            Check(7, vec![(1, "k", 1, false)], 0),
+        ];
+        same("shadow leaky bucket", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn refund_after_a_reconfiguration_in_between() {
+        let rules = [
+            Rule::token_bucket("b", 4, rate(1, 100)).unwrap(),
+            Rule::token_bucket("b", 5, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("q", 4, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("q", 5, rate(1, 100)).unwrap(),
+        ];
+        use Op::*;
+        let ops = [
+            Check(0, vec![(0, "k", 4, false)], 0),
+            Check(0, vec![(0, "k", 1, false)], 1000),
+            Check(1, vec![(1, "k", 1, false)], 1000),
+            Check(2, vec![(0, "k", 1, false)], 1000),
+            Refund(3, 1),
+            Check(4, vec![(0, "k", 1, false)], 1000),
+            Check(0, vec![(2, "k", 3, false)], 0),
+            Check(10, vec![(3, "k", 1, false)], 0),
+            Check(20, vec![(2, "k", 1, false)], 0),
+            Refund(30, 8),
+            Check(40, vec![(2, "k", 1, false)], 0),
+        ];
+        same("reconfigured refunds", &rules, &ops).await;
+    }
+}
