@@ -29,7 +29,7 @@
 --   batch, and consumes only when it admits on its own; batch::admitted), the
 --   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`).
 -- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
---   now, or later after a reservation or a leaky bucket's queue), now, then per rule five
+--   now, or later after a reservation), now, then per rule five
 --   integers: outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), its
 --   value (delay or retry µs), remaining, reset µs, and the admission's refund mark (0 if
 --   none).
@@ -192,30 +192,16 @@ local function algorithm_evaluate(r, at, cost)
   return e
 end
 
--- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
--- A leaky bucket holds it until the water queued before it has drained (a request that adds
--- no water does not queue); every other rule lets it pass on arrival.
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass:
+-- its arrival. A leaky bucket's shaping delay is its own queue and holds no other rule (a
+-- state dated at a future release would close a shared rule to every other client).
 local function released_at(r, arrival)
-  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
-    return arrival
-  end
-  local units = held(r, arrival)
-  if units > 0 then
-    -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
-    local adopted = r.model.fresh(r, arrival)
-    r.model.apply(r, adopted, arrival, units)
-    return max(arrival, r.model.expires_at(r, adopted))
-  end
-  if is_live(r, arrival) then
-    return max(arrival, r.model.expires_at(r, r.state))
-  end
   return arrival
 end
 
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`,
--- changing nothing. The batch releases the request at the latest instant any rule (or
--- another Cluster slot, release_floor) lets it pass, and every rule counts it there, except
--- the leaky bucket whose own queue holds it until then: that one counts it on arrival.
+-- changing nothing. Every rule counts it at the batch's release: its arrival, or later when
+-- another Cluster slot reserved further ahead (release_floor).
 local function evaluate_at(arrival)
   local release = max(arrival, release_floor)
   for i = 1, #rules do

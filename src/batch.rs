@@ -10,16 +10,15 @@
 //! takes the batch's part when it admits on its own, and a denied item's part (nothing
 //! consumed, the penalty counted) when it does not.
 //!
-//! Every rule counts the request at the instant it passes. A leaky bucket's delay is its
-//! queue: the bucket whose queue drains last counts the request on arrival and holds it
-//! until then; that instant is the batch's release, and every other rule counts the request
-//! there, as a reservation at the release would.
+//! Every rule counts the request at the batch's arrival: now, or the reserved instant in
+//! wait mode (on a Redis Cluster, the latest of the parts' reservations). A leaky bucket's
+//! delay is its own queue and moves no other rule (see [`release`]).
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
 
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
+use crate::algorithm::{Carried, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
@@ -124,36 +123,27 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
-/// bucket holds it until the water queued before it has drained (the end of its delay,
-/// whether or not the water it adds fits; a request that adds no water does not queue);
-/// every other rule lets it pass on arrival, and so does a shadow item, which never holds a
-/// request.
+/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass: its
+/// arrival. A leaky bucket's shaping delay is its own queue and holds no other rule: the
+/// other rules count the request on arrival, where an exact "count at the release" would
+/// date their states in the future, and a state dated in the future admits nothing before
+/// then — so one client's queue would close a shared (global, per-tenant) rule to every
+/// other client until its request leaves (`tests/interactions.rs`
+/// `one_clients_queue_does_not_close_a_shared_bucket`). What that leaves: a rule beside a
+/// leaky bucket may count a shaped request in the window it arrives in rather than the one
+/// it passes in (at most the bucket's queue per window boundary). A wait-mode reservation
+/// does move every rule of its batch to the reserved instant (its arrival).
 ///
 /// The batch's release is the latest of these over its items: the instant every rule
 /// counts the request at (see [`evaluate`]).
-pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
-    match (check.rule.algorithm(), entry) {
-        (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
-            let queued = if e.is_own(check.rule) {
-                algorithm.expires_at(&e.state)
-            } else {
-                // Another configuration's water, held as this bucket's own (see `Rule`).
-                algorithm.expires_at(&algorithm.adopt(e.carried, arrival, 0))
-            };
-            queued.max(arrival)
-        }
-        _ => arrival,
-    }
+pub(crate) fn release(_check: &Check<'_>, _entry: Option<&Entry>, arrival: u64) -> u64 {
+    arrival
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
 /// at `arrival` that the batch releases at `release` (the largest [`release`] of its items).
 ///
-/// The rule counts the request at the release, unless it is a leaky bucket whose own queue
-/// holds the request until then: that one counts it on arrival, its delay being its queue.
-/// Counting earlier would let a fixed window count the request in a window it does not
-/// pass in, and admit another there.
+/// The rule counts the request at the release (today always the arrival: see [`release`]).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,

@@ -51,52 +51,6 @@ async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond()
     );
 }
 
-/// ident × batchtime: a leaky bucket holding another configuration's water releases the
-/// request `used × drain` after arrival (`batch::release`), but when another rule releases
-/// it later, the bucket counts at that release and adopts the carried water again there,
-/// so its own delay runs past the batch's release. The batch is then held longer than the
-/// instant every other rule counted it at: a fixed window counts it in a window it does not
-/// pass in, and admits another request in the window it does pass in.
-#[tokio::test]
-async fn a_carried_leaky_bucket_delays_no_further_than_the_batch_release() {
-    let (limiter, clock) = memory();
-    let queue = Rule::leaky_bucket("queue", 10, Rate::new(1, 100 * US)).unwrap();
-    let old = Rule::leaky_bucket("shaper", 10, Rate::new(1, 200 * US)).unwrap();
-    let new = Rule::leaky_bucket("shaper", 10, Rate::new(1, 100 * US)).unwrap();
-    let window = Rule::fixed_window("window", 1, 1000 * US).unwrap();
-
-    // "queue" has 600 µs of water queued; the old "shaper" left 5 units (1000 µs under its
-    // drain, 500 µs under the new one's).
-    let q = [Check::new(&queue, b"k").with_cost(6)];
-    assert!(limiter.check(&q).await.unwrap().is_admitted());
-    let o = [Check::new(&old, b"k").with_cost(5)];
-    assert!(limiter.check(&o).await.unwrap().is_admitted());
-
-    let batch = [
-        Check::new(&queue, b"k"),
-        Check::new(&new, b"k"),
-        Check::new(&window, b"k"),
-    ];
-    let outcome = limiter.check(&batch).await.unwrap();
-    assert!(outcome.is_admitted(), "{outcome:?}");
-    // The batch releases the request at 600 µs ("queue"'s queue): the window counts it
-    // there.
-    assert_eq!(outcome.rules[2].decision, Decision::Delay(600 * US));
-    assert_eq!(
-        outcome.decision, outcome.rules[2].decision,
-        "every rule counts the request at the instant it passes: {outcome:?}"
-    );
-
-    // Were it held for the batch's decision, it would pass in the next window, where the
-    // window still admits one more.
-    clock.set_micros(T0 + 1100);
-    assert!(!limiter
-        .check_one(&window, b"k")
-        .await
-        .unwrap()
-        .is_admitted());
-}
-
 /// ident × slog, the Lua twin: a sliding log that finds another configuration's log
 /// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`), but
 /// `sliding_log.lua` looks up that log's oldest live entry in the Redis set, which still
@@ -311,46 +265,6 @@ mod held {
         }
     }
 
-    /// held × batchtime × headers: a delayed request refused for want of a place
-    /// (`refuse_hold`) turns every rule reporting `Delay` into a denial, and with batchtime
-    /// that is every rule of the batch, those with room included. The legacy headers then
-    /// describe the first of them as the deciding rule: a 429 says 998 left of 1000.
-    #[tokio::test(start_paused = true)]
-    async fn a_refused_hold_names_the_rule_that_delayed_it() {
-        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
-        let layer = RateLimitLayer::new(limiter)
-            .limit(Limit::new(per_tenant(), key::header("tenant").unwrap()))
-            .unwrap()
-            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
-            .unwrap()
-            .mode(Mode::Wait { max_wait: 60 * S })
-            .legacy_headers(true)
-            .max_held(0);
-        let svc =
-            ServiceBuilder::new()
-                .layer(layer)
-                .service(service_fn(|_req: Request<String>| async {
-                    Ok::<_, Infallible>(Response::new(String::new()))
-                }));
-        assert_eq!(
-            svc.clone().oneshot(request("a")).await.unwrap().status(),
-            StatusCode::OK
-        );
-        let refused = svc.clone().oneshot(request("a")).await.unwrap();
-        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(refused.headers()["retry-after"], "10");
-        let rl = refused.headers()["ratelimit"].to_str().unwrap().to_owned();
-        assert_eq!(
-            (
-                refused.headers()["x-ratelimit-limit"].to_str().unwrap(),
-                refused.headers()["x-ratelimit-remaining"].to_str().unwrap(),
-            ),
-            ("1", "0"),
-            "the legacy headers describe the rule that refused (RateLimit: {rl})"
-        );
-    }
-
     fn per_tenant() -> Rule {
         Rule::fixed_window("per-tenant", 1000, 60 * S).unwrap()
     }
@@ -361,15 +275,6 @@ mod held {
     #[tokio::test(start_paused = true)]
     async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
         let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap()).shadow();
-        two_users_of_one_tenant_are_held_each(tenant).await;
-    }
-
-    /// An enforced rule that has room does not delay the request; it reports `Delay` only
-    /// because it counts the request at the batch's release. Counting its key turns the
-    /// per-key bound into a bound on every request of the tenant.
-    #[tokio::test(start_paused = true)]
-    async fn a_rule_with_room_takes_no_place_under_max_held_per_key() {
-        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap());
         two_users_of_one_tenant_are_held_each(tenant).await;
     }
 }

@@ -33,8 +33,6 @@ async fn cluster_suite() {
     a_first_slot_that_denies_stops_consumption_and_counts_penalties(&cluster).await;
     scripts_reload_after_a_flush_on_every_node(&cluster).await;
     a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(&cluster).await;
-    a_leaky_bucket_in_a_later_slot_moves_the_earlier_slots_to_the_release(&cluster).await;
-    an_earlier_slots_delay_applies_to_the_later_slots(&cluster).await;
 }
 
 async fn same_slot_batches_are_one_call(cluster: &RedisCluster) {
@@ -209,71 +207,4 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
         calls, 4,
         "decide a, decide b, refund a, decide a at b's delay"
     );
-}
-
-async fn a_leaky_bucket_in_a_later_slot_moves_the_earlier_slots_to_the_release(
-    cluster: &RedisCluster,
-) {
-    let clock = ManualClock::new(BASE_MICROS + 50_000_000);
-    let limiter = limiter(cluster, &clock).await;
-    let (a, b) = keys_in_two_slots();
-    let window = Rule::fixed_window("lb-fw", 1, Duration::from_secs(60)).unwrap();
-    let queue =
-        Rule::leaky_bucket("lb-lb", 5, tollgate::Rate::new(1, Duration::from_secs(10))).unwrap();
-    let fill = limiter
-        .check(&[Check::new(&queue, b).with_cost(4)])
-        .await
-        .unwrap();
-    assert!(fill.is_admitted());
-    clock.set_micros(BASE_MICROS + 55_000_000);
-    // Enforce mode: b's queue holds the request until t=90 s.
-    let outcome = limiter
-        .check(&[Check::new(&window, a), Check::new(&queue, b)])
-        .await
-        .unwrap();
-    assert_eq!(outcome.decision, Decision::Delay(Duration::from_secs(35)));
-    the_window_counts_at_the_release(&limiter, &clock, &window, a, Duration::from_secs(60)).await;
-}
-
-/// The other order: the slot that delays comes first, and the later slot counts at its
-/// release in the first call. When that denies, the first slot is refunded and the retry
-/// is exact.
-async fn an_earlier_slots_delay_applies_to_the_later_slots(cluster: &RedisCluster) {
-    let clock = ManualClock::new(BASE_MICROS + 50_000_000);
-    let limiter = limiter(cluster, &clock).await;
-    let (a, b) = keys_in_two_slots();
-    let window = Rule::fixed_window("first-fw", 1, Duration::from_secs(60)).unwrap();
-    let queue = Rule::leaky_bucket(
-        "first-lb",
-        5,
-        tollgate::Rate::new(1, Duration::from_secs(10)),
-    )
-    .unwrap();
-    assert!(limiter
-        .check(&[Check::new(&queue, b).with_cost(4)])
-        .await
-        .unwrap()
-        .is_admitted());
-    clock.set_micros(BASE_MICROS + 55_000_000);
-    reset_stats(cluster);
-    let batch = [Check::new(&queue, b), Check::new(&window, a)];
-    let outcome = limiter.check(&batch).await.unwrap();
-    assert_eq!(outcome.decision, Decision::Delay(Duration::from_secs(35)));
-    assert_eq!(cluster.calls("evalsha"), 2, "no second round");
-    // The window's minute [60 s, 120 s) is taken: the same batch at t=61 s is released at
-    // t=100 s into that minute, so it is denied until t=120 s.
-    clock.set_micros(BASE_MICROS + 61_000_000);
-    let before = limiter.peek(&queue, b, 0).await.unwrap().info.remaining;
-    let denied = limiter.check(&batch).await.unwrap();
-    assert_eq!(
-        denied.decision.denial().map(|d| d.retry_after),
-        Some(Some(Duration::from_secs(59)))
-    );
-    assert_eq!(
-        limiter.peek(&queue, b, 0).await.unwrap().info.remaining,
-        before,
-        "b's queue was refunded"
-    );
-    clock.set_micros(BASE_MICROS + 120_000_000);
-    assert!(limiter.check(&batch).await.unwrap().is_admitted());
 }

@@ -152,11 +152,13 @@ fn batch_steps() -> impl Strategy<Value = Vec<BatchStep>> {
     )
 }
 
-/// Runs `steps` on `limiter` (rule `i` on `keys[i]`) and checks every rule against the units that pass at each
-/// instant (`now` + the batch's delay): no fixed window and no window-long interval of the
-/// sliding log holds more than 4, and each leaky bucket lets units leave no faster than it
-/// drains (in any `[a, b]`, the units beside the largest are at most `(b − a) / period`).
-async fn every_rule_counts_at_the_release<S: Store>(
+/// Runs `steps` on `limiter` (rule `i` on `keys[i]`) and checks every rule against the units
+/// it counts at each instant (`now` + the delay it reports: a leaky bucket's own queue, the
+/// others' reservation, which is one instant for all of them, across Cluster slots too): no
+/// fixed window and no window-long interval of the sliding log holds more than 4, and each
+/// leaky bucket lets units leave no faster than it drains (in any `[a, b]`, the units beside
+/// the largest are at most `(b − a) / period`).
+async fn every_rule_counts_where_it_says<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
     keys: [&[u8]; 4],
@@ -181,15 +183,21 @@ async fn every_rule_counts_at_the_release<S: Store>(
             .reserve(&batch, Duration::from_micros(wait))
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let passes_at = match outcome.decision {
-            Decision::Allow => now,
-            Decision::Delay(d) => now + d.as_micros() as u64,
-            Decision::Deny(_) => continue,
-        };
-        for (i, &cost) in costs.iter().enumerate() {
-            if cost > 0 {
-                passed[i].push((passes_at, cost));
+        if !outcome.is_admitted() {
+            continue;
+        }
+        let mut reserved = None;
+        let included = (0..4).filter(|&i| costs[i] > 0);
+        for (i, rule) in included.zip(&outcome.rules) {
+            let delay = match rule.decision {
+                Decision::Delay(d) => d.as_micros() as u64,
+                _ => 0,
+            };
+            if i >= 2 {
+                // The window rules' reservation: one instant for the batch.
+                prop_assert_eq!(*reserved.get_or_insert(delay), delay, "one reservation");
             }
+            passed[i].push((now + delay, costs[i]));
         }
     }
     for log in &mut passed {
@@ -240,7 +248,7 @@ fn runner(cases: u32) -> TestRunner {
 }
 
 #[test]
-fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
+fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -249,7 +257,7 @@ fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
         .run(&batch_steps(), |steps| {
             let clock = ManualClock::new(T0);
             let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            rt.block_on(every_rule_counts_at_the_release(
+            rt.block_on(every_rule_counts_where_it_says(
                 &limiter, &clock, ONE_KEY, &steps,
             ))
         })
@@ -260,7 +268,7 @@ fn batches_with_a_leaky_bucket_count_at_the_release_memory() {
 const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
 
 #[test]
-fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
+fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -275,7 +283,7 @@ fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
             let clock = ManualClock::new(T0);
             let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_at_the_release(
+            rt.block_on(every_rule_counts_where_it_says(
                 &limiter, &clock, ONE_KEY, &steps,
             ))
         })
@@ -283,9 +291,9 @@ fn batches_with_a_leaky_bucket_count_at_the_release_redis() {
 }
 
 /// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots
-/// and each slot's part is one script call: the parts must still count at one release.
+/// and each slot's part is one script call: the parts must still reserve one instant.
 #[test]
-fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
+fn cross_slot_batches_count_each_rule_where_it_says_cluster() {
     let keys: [&[u8]; 4] = [b"alpha", b"beta", b"gamma", b"delta"];
     let slots: std::collections::HashSet<_> = keys
         .iter()
@@ -306,7 +314,7 @@ fn cross_slot_batches_with_a_leaky_bucket_count_at_the_release_cluster() {
             let clock = ManualClock::new(T0);
             let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_at_the_release(
+            rt.block_on(every_rule_counts_where_it_says(
                 &limiter, &clock, keys, &steps,
             ))
         })

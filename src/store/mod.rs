@@ -108,12 +108,13 @@ pub trait Store: Send + Sync + 'static {
     /// `Delay` until then. Locked keys and requests costing more than a rule's capacity are
     /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
     ///
-    /// Every rule counts the request at the instant it passes. A leaky bucket's delay is its
-    /// queue: the bucket whose queue drains last counts the request on arrival and holds it
-    /// until then, and every other rule counts it at that release, as it would a
-    /// reservation (so a fixed window never counts a request in a window it does not pass
-    /// in). A rule that would admit the request now but not at its release denies the
-    /// batch, with the retry-after at which the whole batch passes.
+    /// A reservation counts every rule of the batch at the reserved instant. A leaky
+    /// bucket's shaping delay is its own queue: the other rules count the request on
+    /// arrival, so beside a leaky bucket a rule may count a shaped request in the window it
+    /// arrives in rather than the one it leaves in (at most the bucket's queue per window
+    /// boundary). Counting them at the release instead would date shared states (a global
+    /// limit) in the future and close them to every other client for as long as one
+    /// client's queue holds its request.
     fn check(
         &self,
         batch: &[Check<'_>],

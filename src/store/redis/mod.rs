@@ -87,9 +87,10 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   and `check` returns the error; a part whose refund failed stays consumed until its
 ///   state expires (errs towards limiting).
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
-/// - Every part counts the request at the instant the batch releases it, as on one node
-///   (a fixed window in one slot never counts it in a window it does not pass in because a
-///   leaky bucket or a wait-mode reservation in another slot holds it). Each part is
+/// - Every part counts the request at the batch's reservation, as on one node (a fixed
+///   window in one slot never counts it in a window it does not pass in because a
+///   wait-mode reservation in another slot holds it; a leaky bucket's shaping delay moves
+///   no other rule, see [`Store::check`](crate::Store::check)). Each part is
 ///   decided no earlier than the longest delay the parts before it returned; a part decided
 ///   before a later one delayed the batch further is refunded and decided again at the
 ///   batch's delay (two more calls for each such part, only when parts delay differently).
