@@ -56,6 +56,15 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
 #[allow(dead_code)] // Tests include this file for `app` and `serve`.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())
