@@ -95,7 +95,10 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     ]);
     let url = format!("redis://limited:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;
-    assert!(msg.contains("NOPERM") || msg.contains("permission"), "{msg}");
+    assert!(
+        msg.contains("NOPERM") || msg.contains("permission"),
+        "{msg}"
+    );
     assert!(msg.contains("+evalsha"), "{msg}");
     // The password stays out of the message.
     assert!(!msg.contains("secret"), "{msg}");
@@ -134,7 +137,9 @@ async fn a_replica_is_an_error_naming_the_primary() {
 #[tokio::test]
 async fn a_wrong_password_is_an_error_naming_the_fix() {
     let server = RedisServer::start();
-    server.must(&["ACL", "SETUSER", "someone", "on", ">right", "~*", "&*", "+@all"]);
+    server.must(&[
+        "ACL", "SETUSER", "someone", "on", ">right", "~*", "&*", "+@all",
+    ]);
     let url = format!("redis://someone:wrong@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;
     assert!(msg.contains(&format!("127.0.0.1:{}", server.port)), "{msg}");

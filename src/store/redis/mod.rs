@@ -408,7 +408,10 @@ impl RedisStore {
                     continue;
                 }
                 let early = admitted.remove(p);
-                let redecided = match self.refund(batch, std::slice::from_ref(&early), &mut outcomes).await {
+                let redecided = match self
+                    .refund(batch, std::slice::from_ref(&early), &mut outcomes)
+                    .await
+                {
                     Ok(()) => {
                         self.run_part(batch, early.members, max_wait, Mode::Decide, delay)
                             .await

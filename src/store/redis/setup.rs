@@ -180,11 +180,20 @@ mod tests {
     #[test]
     fn an_old_server_or_a_replica_is_refused_with_the_reason() {
         let old = ServerInfo::parse("redis_version:4.0.14\r\nrole:master\r\ncluster_enabled:0");
-        let msg = old.refusal("h:6380").map(|e| e.to_string()).unwrap_or_default();
-        assert!(msg.contains("version 4.0") && msg.contains("5.0 or newer"), "{msg}");
+        let msg = old
+            .refusal("h:6380")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("version 4.0") && msg.contains("5.0 or newer"),
+            "{msg}"
+        );
 
         let replica = ServerInfo::parse("redis_version:7.2.4\r\nrole:slave\r\ncluster_enabled:0");
-        let msg = replica.refusal("h:6380").map(|e| e.to_string()).unwrap_or_default();
+        let msg = replica
+            .refusal("h:6380")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(msg.contains("replica") && msg.contains("primary"), "{msg}");
 
         // Nothing known (INFO denied): nothing refused here; the dry decision decides.
