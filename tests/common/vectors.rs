@@ -294,6 +294,7 @@ impl Seen {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // One step's every observation, compared in one place.
 fn check_step(
     file: &str,
     scenario: &Scenario,
