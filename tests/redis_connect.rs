@@ -146,3 +146,13 @@ async fn a_wrong_password_is_an_error_naming_the_fix() {
     assert!(msg.contains("password in the URL"), "{msg}");
     assert!(!msg.contains("wrong@"), "{msg}");
 }
+
+#[tokio::test]
+async fn connect_cluster_to_a_standalone_server_names_connect() {
+    let server = RedisServer::start();
+    let msg = match RedisStore::connect_cluster([server.url()]).await {
+        Ok(store) => panic!("connect_cluster succeeded: {store:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(msg.contains("RedisStore::connect"), "{msg}");
+}

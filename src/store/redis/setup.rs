@@ -147,6 +147,9 @@ pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
             "authentication failed: put the user and password in the URL \
              (redis://user:password@host:port/)"
         }
+        _ if e.to_string().contains("cluster support disabled") => {
+            "this server is not a Redis Cluster node: connect with RedisStore::connect"
+        }
         _ if e.is_connection_refusal() => "nothing listens there: check the URL",
         _ => "",
     };
