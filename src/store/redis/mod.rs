@@ -142,10 +142,10 @@ impl RedisStore {
     /// `url` is one server, `redis://[user:password@]host:port/db` (`rediss://` for TLS),
     /// or several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`,
     /// the same as [`connect_cluster`](Self::connect_cluster); a comma in a password is
-    /// written `%2C`). A server that has cluster
-    /// mode enabled is connected to as a Cluster client seeded with that node, which
-    /// discovers the others: the store never runs as a standalone client against a Cluster
-    /// ([`is_cluster`](Self::is_cluster) says which it became).
+    /// written `%2C`). A server that has cluster mode enabled is connected to as a Cluster
+    /// client seeded with that node, which discovers the others: the store never runs as a
+    /// standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which it
+    /// became).
     ///
     /// Before it returns, the store loads its script and decides one empty batch (a dry
     /// peek, touching no key), all within a few seconds. It fails with
