@@ -123,6 +123,15 @@ async fn download(Path(name): Path<String>) -> Result<String, StatusCode> {
 #[allow(dead_code)] // Tests include this file for `app`.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())

@@ -77,6 +77,15 @@ pub async fn serve(
 #[allow(dead_code)] // Tests include this file.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let layer = limits(Limiter::new(MemoryStore::new()))?;
     let port: u16 = std::env::var("PORT")
         .ok()

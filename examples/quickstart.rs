@@ -5,7 +5,11 @@
 //! reports pass, the next ones get `429 Too Many Requests` with `Retry-After` and the
 //! `RateLimit-Policy` / `RateLimit` headers, and one second later a report passes again.
 //! `PORT` picks the port (default 3000). With `REDIS_URL` set (e.g. `redis://127.0.0.1/`)
-//! the limits live in Redis, shared by every instance of the server.
+//! the limits live in Redis, shared by every instance of the server. For a Redis Cluster,
+//! give one node's URL or several, comma-separated (`redis://h1:7000,redis://h2:7001`).
+//! A Redis the limits cannot work on (unreachable, a replica, a user without script
+//! permissions) stops the server at start with the reason. `RUST_LOG` picks what is logged
+//! (default `info`; store failures are warnings).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -53,9 +57,32 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
     .await
 }
 
+/// Connects to Redis at `url` (one server, or a Cluster through one or several of its
+/// nodes) and says which it found; any reason the limits could not work there is an error.
+#[allow(dead_code)] // Tests include this file for `app` and `serve`.
+async fn connect_redis(url: &str) -> Result<RedisStore, tollgate::StoreError> {
+    let store = RedisStore::connect(url).await?;
+    let mode = if store.is_cluster() {
+        "a Redis Cluster"
+    } else {
+        "a standalone Redis"
+    };
+    println!("limits live in {mode} (REDIS_URL), shared by every instance");
+    Ok(store)
+}
+
 #[allow(dead_code)] // Tests include this file for `app` and `serve`.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())
@@ -70,8 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // when REDIS_URL is set.
     match std::env::var("REDIS_URL") {
         Ok(url) => {
-            let store = RedisStore::connect(&url).await?;
-            println!("limits live in Redis at {url}");
+            let store = connect_redis(&url).await?;
             serve(listener, app(Limiter::new(store))?).await?;
         }
         Err(_) => {

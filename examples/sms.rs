@@ -10,6 +10,15 @@ use tollgate::{Check, Clock, Decision, Limiter, ManualClock, MemoryStore, Rule};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let start = 1_700_000_000_000_000; // µs since the epoch
     let clock = ManualClock::new(start);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));

@@ -154,6 +154,15 @@ pub async fn connect(
 #[allow(dead_code)] // Tests include this file.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
+    // warnings show); without a subscriber they would go nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
+        .init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(serve(listener, Limiter::new(MemoryStore::new())));

@@ -165,9 +165,12 @@ impl Rule {
         Self::new(name, Algorithm::SlidingLog(SlidingLog::new(limit, window)?))
     }
 
-    /// Sliding window counter: about `limit` units per `window`, estimated from the current
+    /// Sliding window counter: at most `limit` units per `window`, estimated from the current
     /// and the previous window's counts (exact to the µs while `limit × window` in µs is at
-    /// most 2^52, else in steps that never admit more: see [`SlidingWindow`]).
+    /// most 2^52, else in steps that never admit more: see [`SlidingWindow`]). Under
+    /// sustained traffic it admits `limit − 1` per window (with `limit` 1: one request per
+    /// two windows), because the previous window's weight rounds up; a burst after a quiet
+    /// window gets `limit`.
     pub fn sliding_window(
         name: impl AsRef<str>,
         limit: u64,
@@ -195,7 +198,9 @@ impl Rule {
     }
 
     /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
-    /// period (`Rate::per_second(10)` adds 10 tokens once a second).
+    /// period (`Rate::per_second(10)` adds 10 tokens once a second). Periods count from the
+    /// request that found the bucket full (the key's first, and the first after each refill
+    /// to full), not from a fixed clock: see [`Refill::Stepped`](crate::algorithm::Refill::Stepped).
     pub fn token_bucket_stepped(
         name: impl AsRef<str>,
         capacity: u64,

@@ -414,12 +414,42 @@ async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxE
     call(&svc, get()).await;
     assert!(captured.lines().is_empty());
     tokio::time::advance(Duration::from_secs(5)).await;
+    // The summary task, woken at the interval's end, runs before the next request.
+    tokio::task::yield_now().await;
     for _ in 0..10 {
         call(&svc, get()).await;
     }
+    // The interval ended with 100 failures left out: its summary, with the last error.
     let lines = captured.lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("WARN rate limit store failed again (summary"),
+        "{lines:?}"
+    );
     assert!(lines[0].contains("suppressed=100"), "{lines:?}");
+    assert!(lines[0].contains("connection refused"), "{lines:?}");
+
+    // The outage's tail: the 10 failures after the summary are reported when the next
+    // interval ends, though no request comes to carry them.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    tokio::task::yield_now().await;
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("summary"), "{lines:?}");
+    assert!(lines[0].contains("suppressed=10"), "{lines:?}");
+    assert!(
+        lines[0].contains("last_error=rate limit store unavailable: connection refused"),
+        "{lines:?}"
+    );
+
+    // Then quiet: the next failure is logged at once.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert!(captured.lines().is_empty());
+    call(&svc, get()).await;
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("suppressed=0"), "{lines:?}");
     Ok(())
 }
 

@@ -10,7 +10,17 @@ use crate::error::ConfigError;
 /// aligned to the epoch and `elapsed` the time into the current window.
 ///
 /// O(1) memory (two counters) and no boundary burst of 2 × `limit`; the estimate assumes the
-/// previous window's requests were spread evenly. The comparison is done in integers
+/// previous window's requests were spread evenly.
+///
+/// **Under sustained traffic it admits `limit − 1` per window, not `limit`.** While the
+/// previous window counted anything, its weight rounds up to at least one unit until the
+/// very end of the current window, so the current window fills only to `limit − 1`, and the
+/// next window then sees a previous count of `limit − 1` again. With `limit = 1` that is one
+/// request per *two* windows. Bursts after a quiet window still get the full `limit`. Choose
+/// the limit with this in mind (`limit + 1` for "`limit` per window, sustained"), or use a
+/// [`SlidingLog`](super::SlidingLog), which is exact: `limit` in any window-long interval.
+///
+/// The comparison is done in integers
 /// (`⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`), so it is exact to
 /// the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per day is). For
 /// larger configurations the previous window's weight moves in steps of
@@ -179,6 +189,32 @@ impl Model for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tries one unit every µs for `windows` windows; the units admitted in each window.
+    fn sustained(limit: u64, window_micros: u64, windows: u64) -> Vec<u64> {
+        let model = SlidingWindow::new(limit, Duration::from_micros(window_micros)).unwrap();
+        let mut state = model.fresh(0);
+        let mut admitted = vec![0; windows as usize];
+        for now in 0..windows * window_micros {
+            // As the stores do: state back to empty is gone.
+            if now >= model.expires_at(&state) {
+                state = model.fresh(now);
+            }
+            if model.evaluate(&state, now, 1).is_admitted() {
+                model.apply(&mut state, now, 1);
+                admitted[(now / window_micros) as usize] += 1;
+            }
+        }
+        admitted
+    }
+
+    #[test]
+    fn sustained_traffic_gets_limit_minus_one_per_window_as_documented() {
+        // The first window has no previous count: the full limit.
+        assert_eq!(sustained(5, 1_000, 6), [5, 4, 4, 4, 4, 4]);
+        // Limit 1: one request per two windows.
+        assert_eq!(sustained(1, 1_000, 6), [1, 0, 1, 0, 1, 0]);
+    }
 
     #[test]
     fn the_weight_is_exact_up_to_2_pow_52_and_stepped_beyond() {

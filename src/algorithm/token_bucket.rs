@@ -10,8 +10,12 @@ pub enum Refill {
     /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
     #[default]
     Smooth,
-    /// In steps: the rate's whole amount is added at the end of each period, counted from the
-    /// key's first request (the seeds' FireflySoft script).
+    /// In steps: the rate's whole amount is added at the end of each period (the seeds'
+    /// FireflySoft script). Periods count from the request that found the bucket full: a
+    /// key's first request, and again the first request after the bucket has refilled to
+    /// full (a full bucket's state is dropped, so idle keys cost no memory). So the steps
+    /// of one key are not on a fixed grid: after each refill to full they restart from the
+    /// next request.
     Stepped,
 }
 
@@ -251,5 +255,43 @@ impl Model for TokenBucket {
                 s.last.saturating_add(steps * period)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Decides `times` in order as the stores do (a state back to full is dropped); the
+    /// instants admitted.
+    fn admitted(model: &TokenBucket, times: &[u64]) -> Vec<u64> {
+        let mut state: Option<BucketState> = None;
+        let mut out = Vec::new();
+        for &now in times {
+            let mut s = state
+                .filter(|s| model.expires_at(s) > now)
+                .unwrap_or_else(|| model.fresh(now));
+            if model.evaluate(&s, now, 1).is_admitted() {
+                model.apply(&mut s, now, 1);
+                out.push(now);
+            }
+            state = Some(s);
+        }
+        out
+    }
+
+    #[test]
+    fn stepped_refill_counts_from_the_request_that_found_the_bucket_full() {
+        // 2 tokens, 1 more at the end of every 10 µs.
+        let model =
+            TokenBucket::new(2, Rate::new(1, Duration::from_micros(10)), Refill::Stepped).unwrap();
+        // The key's first request at 3: steps end at 13, 23, …
+        assert_eq!(admitted(&model, &[3, 4, 5, 12, 13, 14]), [3, 4, 13]);
+        // Back to full at 33 (steps at 23 and 33); the next request, at 37, starts the steps
+        // again: the token it and its neighbour take comes back at 47, not at 43.
+        let times = [3, 4, 13, 37, 38, 39, 43, 46, 47];
+        assert_eq!(admitted(&model, &times), [3, 4, 13, 37, 38, 47]);
     }
 }

@@ -394,7 +394,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
     let outcome = match checked.result {
         Ok(outcome) => outcome,
         Err(error) => {
-            if let Some(suppressed) = config.log.admit(Event::StoreFailure) {
+            if let Some(suppressed) = config.log.admit_store_failure(&error) {
                 tracing::warn!(%error, policy = ?config.on_failure, suppressed, "rate limit store failed");
             }
             return match config.on_failure {

@@ -197,9 +197,10 @@ impl<St: Store> RateLimitLayer<St> {
 
     /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
     /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
-    /// the first at once, then the next one after a quiet `interval` with the number left
-    /// out meanwhile (`suppressed`). A store outage or a shadow rollout then costs a few log
-    /// lines, not one per request. `Duration::ZERO` logs every event.
+    /// the first at once, then, when an `interval` ends with events left out, one summary
+    /// line with their number (`suppressed`) and, for store failures, the last error
+    /// (`last_error`), even if no request follows. A store outage or a shadow rollout then
+    /// costs one line per interval, not one per request. `Duration::ZERO` logs every event.
     pub fn log_interval(mut self, interval: Duration) -> Self {
         self.config_mut().log = Arc::new(EventLog::new(interval));
         self

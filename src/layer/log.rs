@@ -1,18 +1,30 @@
 //! Logs that cannot flood: during a store outage or a shadow rollout every request has
 //! something to report, and one line per request would bury everything else in the log.
 //!
-//! Each kind of event is logged at once the first time, then at most once per interval:
-//! the event that ends a quiet interval is logged with the number of events of its kind
-//! that were left out since the last line (`suppressed`), so the line carries the count
-//! and the latest error. Nothing is stored per event and nothing allocates; a kind that
-//! goes quiet logs its last count with its next event.
+//! Each kind of event is logged at once the first time; events of that kind within the
+//! next interval are only counted (and, for a store failure, the latest error is kept).
+//! When the interval ends with events left out, a summary line says how many and, for
+//! store failures, the last error; the next interval starts then, so a lasting outage
+//! costs one line per interval. A kind whose interval passes with nothing left out goes
+//! quiet: its next event is logged at once again.
+//!
+//! The summary is written when the interval ends, not only when a later event comes: the
+//! tail of an outage (the failures after the last line, before Redis came back) is
+//! reported even when no failure follows. A small tokio task per layer does that; it is
+//! spawned by the first event left out and ends once a whole interval passes with nothing
+//! left out. Nothing runs per request, and outside a tokio runtime the count is carried
+//! by the next event's line instead. The request path does no allocation here: the kept
+//! error is cloned only when it differs from the one kept before.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::clock::duration_to_micros;
+use crate::error::StoreError;
 
 /// How often each kind of event is logged at most, by default.
 pub(crate) const DEFAULT_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -31,6 +43,12 @@ pub(crate) enum Event {
 }
 
 const KINDS: usize = 4;
+const ALL: [Event; KINDS] = [
+    Event::StoreFailure,
+    Event::ShadowDenial,
+    Event::ShadowMissingKey,
+    Event::KeyUnavailable,
+];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
 pub(crate) struct EventLog {
@@ -38,6 +56,10 @@ pub(crate) struct EventLog {
     origin: Instant,
     interval: u64,
     kinds: [Kind; KINDS],
+    /// The latest store failure left out of the log, for the summary.
+    last_failure: Mutex<Option<StoreError>>,
+    /// Whether the summary task runs (at most one per log).
+    summarizing: AtomicBool,
 }
 
 #[derive(Default)]
@@ -54,15 +76,23 @@ impl EventLog {
             origin: Instant::now(),
             interval: duration_to_micros(interval),
             kinds: Default::default(),
+            last_failure: Mutex::new(None),
+            summarizing: AtomicBool::new(false),
         }
     }
 
+    /// µs since `origin`, +1 so that an event at the origin itself is never "before" a
+    /// fresh kind's 0.
+    fn now(&self) -> u64 {
+        duration_to_micros(Instant::now().saturating_duration_since(self.origin)) + 1
+    }
+
     /// Whether to log this `event` now: `Some(n)` with the number of events of its kind left
-    /// out since its last line, or `None` to leave it out (it is counted).
-    pub(crate) fn admit(&self, event: Event) -> Option<u64> {
+    /// out since its last line, or `None` to leave it out (it is counted, and summed up when
+    /// the interval ends).
+    pub(crate) fn admit(self: &Arc<Self>, event: Event) -> Option<u64> {
         let kind = &self.kinds[event as usize];
-        // +1 so that an event at the origin itself is never "before" a fresh kind's 0.
-        let now = duration_to_micros(Instant::now().saturating_duration_since(self.origin)) + 1;
+        let now = self.now();
         let next = kind.next.load(Ordering::Acquire);
         let due = next == 0 || now >= next;
         // One caller wins the line for this interval; the others are counted.
@@ -80,7 +110,132 @@ impl EventLog {
             return Some(kind.suppressed.swap(0, Ordering::AcqRel));
         }
         kind.suppressed.fetch_add(1, Ordering::AcqRel);
+        self.summarize_later();
         None
+    }
+
+    /// [`admit`](Self::admit) for a store failure, keeping `error` for the summary when it
+    /// is left out.
+    pub(crate) fn admit_store_failure(self: &Arc<Self>, error: &StoreError) -> Option<u64> {
+        let admitted = self.admit(Event::StoreFailure);
+        if admitted.is_none() {
+            // Under contention another failure is being kept: either is "the last".
+            if let Some(mut last) = self.last_failure.try_lock() {
+                if last.as_ref() != Some(error) {
+                    *last = Some(error.clone());
+                }
+            }
+        }
+        admitted
+    }
+
+    /// Makes sure the summary task runs.
+    fn summarize_later(self: &Arc<Self>) {
+        if self.summarizing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(summaries(Arc::downgrade(self)));
+            }
+            // No runtime to wait in: the next line carries the count.
+            Err(_) => self.summarizing.store(false, Ordering::Release),
+        }
+    }
+
+    /// The earliest end of an interval with events left out, in µs since `origin`.
+    fn next_summary(&self) -> Option<u64> {
+        self.kinds
+            .iter()
+            .filter(|k| k.suppressed.load(Ordering::Acquire) > 0)
+            .map(|k| k.next.load(Ordering::Acquire))
+            .min()
+    }
+
+    /// Writes the summary of every kind whose interval has ended with events left out, and
+    /// starts its next interval.
+    fn write_due_summaries(&self) {
+        let now = self.now();
+        for (event, kind) in ALL.into_iter().zip(&self.kinds) {
+            let next = kind.next.load(Ordering::Acquire);
+            if now < next || kind.suppressed.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            // An event that takes the line first carries the count itself.
+            if kind
+                .next
+                .compare_exchange(
+                    next,
+                    now.saturating_add(self.interval),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            let suppressed = kind.suppressed.swap(0, Ordering::AcqRel);
+            if suppressed > 0 {
+                self.write_summary(event, suppressed);
+            }
+        }
+    }
+
+    fn write_summary(&self, event: Event, suppressed: u64) {
+        let interval_s = Duration::from_micros(self.interval).as_secs_f64();
+        match event {
+            Event::StoreFailure => {
+                let last = self.last_failure.lock().take();
+                let last_error = last.as_ref().map(tracing::field::display);
+                tracing::warn!(
+                    suppressed,
+                    last_error,
+                    interval_s,
+                    "rate limit store failed again (summary of the last interval)"
+                );
+            }
+            Event::ShadowDenial => tracing::info!(
+                suppressed,
+                interval_s,
+                "shadow: more requests would have been rate limited (summary of the last interval)"
+            ),
+            Event::ShadowMissingKey => tracing::info!(
+                suppressed,
+                interval_s,
+                "shadow: more requests would have been refused for their key (summary of the last interval)"
+            ),
+            Event::KeyUnavailable => tracing::error!(
+                suppressed,
+                interval_s,
+                "rate limit key unavailable again (summary of the last interval)"
+            ),
+        }
+    }
+}
+
+/// The summary task of a log: wakes when an interval with events left out ends, writes the
+/// summaries, and ends once nothing is left out (or the layer is gone).
+async fn summaries(log: Weak<EventLog>) {
+    loop {
+        let wake = {
+            let Some(log) = log.upgrade() else { return };
+            match log.next_summary() {
+                Some(next) => log.origin + Duration::from_micros(next.saturating_sub(1)),
+                None => {
+                    log.summarizing.store(false, Ordering::Release);
+                    // An event counted just before the flag was cleared saw the task
+                    // running: take it back unless another task has started since.
+                    if log.next_summary().is_none() || log.summarizing.swap(true, Ordering::AcqRel)
+                    {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        };
+        tokio::time::sleep_until(wake).await;
+        let Some(log) = log.upgrade() else { return };
+        log.write_due_summaries();
     }
 }
 
@@ -102,27 +257,104 @@ impl std::fmt::Debug for EventLog {
 mod tests {
     use super::*;
 
+    /// Captures what the current thread logs, one line per event, no colours or times.
+    fn capture() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+        #[derive(Clone)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = Sink(out.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .finish();
+        (out, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Lets `d` pass on the paused clock and the summary task that wakes then run.
+    async fn elapse(d: Duration) {
+        tokio::time::advance(d).await;
+        tokio::task::yield_now().await;
+    }
+
+    fn lines(out: &Mutex<Vec<u8>>) -> Vec<String> {
+        let text = String::from_utf8_lossy(&std::mem::take(&mut *out.lock())).into_owned();
+        text.lines().map(str::to_owned).collect()
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn first_event_at_once_then_one_line_per_interval_with_the_count() {
-        let log = EventLog::new(Duration::from_secs(10));
+    async fn first_event_at_once_then_a_summary_when_the_interval_ends() {
+        let (out, _guard) = capture();
+        let log = Arc::new(EventLog::new(Duration::from_secs(10)));
         assert_eq!(log.admit(Event::StoreFailure), Some(0));
-        for _ in 0..99 {
-            assert_eq!(log.admit(Event::StoreFailure), None);
+        for i in 0..99 {
+            let error = StoreError::Unavailable(format!("failure {i}"));
+            assert_eq!(log.admit_store_failure(&error), None);
         }
         // Another kind has its own budget.
         assert_eq!(log.admit(Event::ShadowDenial), Some(0));
-        tokio::time::advance(Duration::from_secs(9)).await;
+        elapse(Duration::from_secs(9)).await;
         assert_eq!(log.admit(Event::StoreFailure), None);
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(log.admit(Event::StoreFailure), Some(100));
+        assert!(lines(&out).is_empty());
+
+        // The interval ends: the summary comes without another event (the outage's tail),
+        // with the count and the last error kept.
+        elapse(Duration::from_secs(1)).await;
+        let summary = lines(&out);
+        assert_eq!(summary.len(), 1, "{summary:?}");
+        assert!(
+            summary[0].starts_with(" WARN rate limit store failed again"),
+            "{summary:?}"
+        );
+        assert!(summary[0].contains("suppressed=100"), "{summary:?}");
+        assert!(
+            summary[0].contains("last_error=rate limit store unavailable: failure 98"),
+            "{summary:?}"
+        );
+
+        // The summary started a new interval: still one line per interval.
         assert_eq!(log.admit(Event::StoreFailure), None);
-        tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(log.admit(Event::StoreFailure), Some(1));
+        elapse(Duration::from_secs(10)).await;
+        let summary = lines(&out);
+        assert_eq!(summary.len(), 1, "{summary:?}");
+        assert!(summary[0].contains("suppressed=1"), "{summary:?}");
+        // No error was kept for that one (it was not a store failure with an error).
+        assert!(!summary[0].contains("last_error"), "{summary:?}");
+
+        // A quiet interval: nothing to say, and the next event is logged at once.
+        elapse(Duration::from_secs(30)).await;
+        assert!(lines(&out).is_empty());
+        assert!(!log.summarizing.load(Ordering::Acquire));
+        assert_eq!(log.admit(Event::StoreFailure), Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_summary_task_ends_with_the_layer() {
+        let log = Arc::new(EventLog::new(Duration::from_secs(10)));
+        assert_eq!(log.admit(Event::ShadowDenial), Some(0));
+        assert_eq!(log.admit(Event::ShadowDenial), None);
+        // The task is asleep until the interval ends; it must not keep the log alive.
+        tokio::task::yield_now().await;
+        assert!(log.summarizing.load(Ordering::Acquire));
+        let weak = Arc::downgrade(&log);
+        drop(log);
+        elapse(Duration::from_secs(10)).await;
+        assert!(weak.upgrade().is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_zero_interval_logs_every_event() {
-        let log = EventLog::new(Duration::ZERO);
+        let log = Arc::new(EventLog::new(Duration::ZERO));
         for _ in 0..3 {
             assert_eq!(log.admit(Event::KeyUnavailable), Some(0));
         }

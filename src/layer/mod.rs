@@ -37,7 +37,9 @@
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
 //!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
 //!   denials, key problems) come at most once per [`log_interval`](RateLimitLayer::log_interval)
-//!   per kind, with a count, so an outage or a rollout cannot flood the log.
+//!   per kind (the first at once, then a summary with the count and the last error when
+//!   the interval ends), so an outage or a rollout cannot flood the log, and its end is
+//!   still reported.
 //!
 //! # Held requests
 //!

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
 mod script;
+mod setup;
 
 use std::fmt;
 use std::future::Future;
@@ -28,6 +29,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The key prefix unless changed with [`RedisStore::with_prefix`].
 pub const DEFAULT_PREFIX: &str = "tollgate";
+
+/// How long connecting, with its checks, may take before it fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// With an injected clock the script's instants are not the server's, so TTLs (garbage
 /// collection only) get this much slack: a test's virtual time may lag the real time that
@@ -133,10 +137,36 @@ enum Connection {
 }
 
 impl RedisStore {
-    /// Connects to a standalone Redis (`redis://host:port/db`) and loads the script. Gives
-    /// up with an error when the server cannot be reached within a few seconds.
+    /// Connects to Redis and checks that tollgate can work there, so that a deployment that
+    /// cannot is an error now, not a silent failure on every request.
+    ///
+    /// `url` is one server, `redis://[user:password@]host:port/db` (`rediss://` for TLS),
+    /// or several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`,
+    /// the same as [`connect_cluster`](Self::connect_cluster); a comma in a password is
+    /// written `%2C`). A server that has cluster mode enabled is connected to as a Cluster
+    /// client seeded with that node, which discovers the others: the store never runs as a
+    /// standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which it
+    /// became).
+    ///
+    /// Before it returns, the store loads its script and decides one empty batch (a dry
+    /// peek, touching no key), all within a few seconds. It fails with
+    /// [`StoreError::Unavailable`], the address and the fix in the message, when:
+    /// - nothing answers at the URL, or the password is wrong;
+    /// - the Redis user may not run the script (an ACL without `EVALSHA` / `SCRIPT LOAD`);
+    /// - the server is a replica (it would refuse or lose the writes);
+    /// - the server is older than Redis 5.0, or cannot run the script.
+    ///
+    /// What it cannot see: an ACL that denies the keys under the prefix (the prefix is
+    /// chosen after connecting); such a store fails on its first decision.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = Client::open(url).map_err(unavailable)?;
+        if url.contains(',') {
+            return Self::connect_cluster(url.split(',').map(str::trim).filter(|u| !u.is_empty()))
+                .await;
+        }
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid redis URL: {e}")))?;
+        // The address without the credentials the URL may carry.
+        let addr = client.get_connection_info().addr().to_string();
         let connect = async {
             // The store's own per-call timeout governs, not the crate's 500 ms default; a
             // dead server fails the connect after a few quick retries instead of six.
@@ -147,48 +177,74 @@ impl RedisStore {
                 .set_max_delay(Duration::from_millis(500));
             let manager = ConnectionManager::new_with_config(client, config)
                 .await
-                .map_err(unavailable)?;
-            Self::ready(Connection::Standalone(manager)).await
+                .map_err(|e| setup::setup_error(&addr, &e))?;
+            let mut conn = Connection::Standalone(manager);
+            let info = setup::server_info(&mut conn, &addr).await?;
+            if let Some(refusal) = info.refusal(&addr) {
+                return Err(refusal);
+            }
+            if info.cluster {
+                return Ok(None);
+            }
+            Self::ready(conn, &addr).await.map(Some)
         };
-        tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
-            .await
-            .map_err(|_| StoreError::Timeout)?
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(Some(store))) => Ok(store),
+            Ok(Ok(None)) => Self::connect_cluster([url]).await,
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(no_answer(&addr)),
+        }
     }
 
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`) and loads
-    /// the script on every primary.
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`), loads
+    /// the script on every primary and decides one empty batch, as
+    /// [`connect`](Self::connect) does.
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, StoreError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        // The address for messages: the nodes without the credentials their URLs may carry.
+        let addr = urls
+            .iter()
+            .map(|u| match Client::open(u.as_str()) {
+                Ok(c) => c.get_connection_info().addr().to_string(),
+                Err(_) => "?".to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let addr = format!("cluster {addr}");
         // The store's own per-call timeout governs, not the crate's default.
         let client = redis::cluster::ClusterClient::builder(urls)
             .response_timeout(Duration::from_secs(3600))
             .build()
-            .map_err(unavailable)?;
+            .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
         let connect = async {
-            let conn = client.get_async_connection().await.map_err(unavailable)?;
-            Self::ready(Connection::Cluster(conn)).await
+            let conn = client
+                .get_async_connection()
+                .await
+                .map_err(|e| setup::setup_error(&addr, &e))?;
+            Self::ready(Connection::Cluster(conn), &addr).await
         };
-        tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
-            .map_err(|_| StoreError::Timeout)?
+            .map_err(|_| no_answer(&addr))?
     }
 
-    async fn ready(mut conn: Connection) -> Result<Self, StoreError> {
-        script::SCRIPT
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+    async fn ready(mut conn: Connection, addr: &str) -> Result<Self, StoreError> {
+        setup::dry_decision(&mut conn, addr).await?;
         Ok(Self {
             conn,
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
         })
+    }
+
+    /// Whether this store talks to a Redis Cluster (else to one standalone server).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Connection::Cluster(_))
     }
 
     /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
@@ -569,6 +625,14 @@ fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
     for (&i, &mark) in members.iter().zip(&reply.marks) {
         taken[i] = Taken { at: reply.at, mark };
     }
+}
+
+/// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
+fn no_answer(addr: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "redis at {addr} did not answer within {} s: check the URL and that the server is up",
+        CONNECT_TIMEOUT.as_secs()
+    ))
 }
 
 fn unavailable(e: RedisError) -> StoreError {

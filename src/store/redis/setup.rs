@@ -1,0 +1,205 @@
+//! Start-up checks: a deployment that cannot work is an error when the store connects, with
+//! the fix in its message, never a silent fail-open on every request.
+
+use redis::{RedisError, Value};
+
+use crate::error::StoreError;
+
+use super::script::{self, Call, Mode};
+use super::Connection;
+
+/// The oldest Redis the script runs on: it reads `TIME` and then writes, which needs
+/// effects replication, the default from 5.0 on (and `UNLINK`, from 4.0).
+const MIN_VERSION: (u32, u32) = (5, 0);
+
+/// What `INFO` says about the server the store talks to; `None`s when it would not say
+/// (an ACL user without `INFO`): the dry decision still runs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct ServerInfo {
+    /// `redis_version` as major, minor.
+    pub(super) version: Option<(u32, u32)>,
+    /// `cluster_enabled:1`.
+    pub(super) cluster: bool,
+    /// `role:slave`: a replica, read-only or not; writes there are lost or refused.
+    pub(super) replica: bool,
+}
+
+impl ServerInfo {
+    /// Parses the text of `INFO` (default sections: server, replication, cluster…).
+    pub(super) fn parse(info: &str) -> Self {
+        let mut facts = Self::default();
+        for line in info.lines() {
+            let Some((field, value)) = line.trim().split_once(':') else {
+                continue;
+            };
+            match field {
+                "redis_version" => facts.version = parse_version(value),
+                "cluster_enabled" => facts.cluster = value == "1",
+                "role" => facts.replica = value == "slave" || value == "replica",
+                _ => {}
+            }
+        }
+        facts
+    }
+
+    /// An error for a server tollgate cannot run on as a standalone store at `addr`; a
+    /// Cluster node is not one (the caller connects as a Cluster client instead).
+    pub(super) fn refusal(&self, addr: &str) -> Option<StoreError> {
+        if let Some(version) = self.version.filter(|&v| v < MIN_VERSION) {
+            return Some(StoreError::Unavailable(format!(
+                "redis at {addr} is version {}.{}, tollgate's script needs Redis {}.{} or newer",
+                version.0, version.1, MIN_VERSION.0, MIN_VERSION.1
+            )));
+        }
+        if self.replica && !self.cluster {
+            return Some(StoreError::Unavailable(format!(
+                "redis at {addr} is a replica (INFO role:slave): tollgate writes its state on \
+                 every decision, point the store at the primary"
+            )));
+        }
+        None
+    }
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let mut parts = text.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`: then only
+/// whether it is a Cluster node is asked (`CLUSTER INFO`), and the dry decision is the check.
+pub(super) async fn server_info(
+    conn: &mut Connection,
+    addr: &str,
+) -> Result<ServerInfo, StoreError> {
+    match redis::cmd("INFO").query_async::<Value>(conn).await {
+        Ok(Value::BulkString(bytes)) => Ok(ServerInfo::parse(&String::from_utf8_lossy(&bytes))),
+        Ok(Value::VerbatimString { text, .. }) => Ok(ServerInfo::parse(&text)),
+        Ok(Value::SimpleString(text)) => Ok(ServerInfo::parse(&text)),
+        Ok(_) => Ok(ServerInfo::default()),
+        Err(e) if e.code() == Some("NOPERM") => {
+            // A Cluster still has to be told apart: a keyless dry decision runs on any node.
+            let cluster = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async::<Value>(conn)
+                .await
+                .is_ok();
+            Ok(ServerInfo {
+                cluster,
+                ..ServerInfo::default()
+            })
+        }
+        Err(e) => Err(setup_error(addr, &e)),
+    }
+}
+
+/// Loads the script and decides one empty batch in peek mode (no key is touched, so a
+/// prefix chosen later and an ACL limited to it are no obstacle): the script loads, the
+/// user may run it, it runs on this server, and the reply is understood.
+pub(super) async fn dry_decision(conn: &mut Connection, addr: &str) -> Result<(), StoreError> {
+    script::SCRIPT
+        .prepare_invoke()
+        .load_async(conn)
+        .await
+        .map_err(|e| setup_error(addr, &e))?;
+    let call = Call {
+        now: None,
+        max_wait: 0,
+        mode: Mode::Peek,
+        slack_ms: 0,
+        refund_at: 0,
+        min_delay: 0,
+    };
+    let inv = script::invocation(call, &[], |_, _| Vec::new(), None);
+    let values: Vec<i64> = inv
+        .invoke_async(conn)
+        .await
+        .map_err(|e| setup_error(addr, &e))?;
+    let reply = script::parse(&values, &[])?;
+    if !reply.admitted || reply.now == 0 {
+        return Err(StoreError::Protocol(format!(
+            "redis at {addr} answered a dry decision with {values:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A start-up failure at `addr`, with the fix where there is a known one.
+pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
+    let fix = match e.code() {
+        Some("NOPERM") => {
+            "the Redis user may not run tollgate's script: grant it EVALSHA, EVAL and SCRIPT \
+             LOAD (ACL SETUSER <user> +evalsha +eval +script|load) and the keys under the \
+             store's prefix (~tollgate:*)"
+        }
+        Some("READONLY") => "this is a read-only replica: point the store at the primary",
+        Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => {
+            "this is a Redis Cluster node: connect with RedisStore::connect_cluster, or \
+             RedisStore::connect, which detects a Cluster"
+        }
+        _ if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+            "authentication failed: put the user and password in the URL \
+             (redis://user:password@host:port/)"
+        }
+        Some("NOAUTH" | "WRONGPASS") => {
+            "authentication failed: put the user and password in the URL \
+             (redis://user:password@host:port/)"
+        }
+        _ if e.to_string().contains("cluster support disabled") => {
+            "this server is not a Redis Cluster node: connect with RedisStore::connect"
+        }
+        _ if e.is_connection_refusal() => "nothing listens there: check the URL",
+        _ => "",
+    };
+    if fix.is_empty() {
+        StoreError::Unavailable(format!("redis at {addr}: {e}"))
+    } else {
+        StoreError::Unavailable(format!("redis at {addr}: {e} ({fix})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_says_version_cluster_and_role() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\n\
+                    # Replication\r\nrole:master\r\n# Cluster\r\ncluster_enabled:1\r\n";
+        let facts = ServerInfo::parse(info);
+        assert_eq!(
+            facts,
+            ServerInfo {
+                version: Some((7, 0)),
+                cluster: true,
+                replica: false
+            }
+        );
+        assert_eq!(facts.refusal("a:1"), None);
+    }
+
+    #[test]
+    fn an_old_server_or_a_replica_is_refused_with_the_reason() {
+        let old = ServerInfo::parse("redis_version:4.0.14\r\nrole:master\r\ncluster_enabled:0");
+        let msg = old
+            .refusal("h:6380")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("version 4.0") && msg.contains("5.0 or newer"),
+            "{msg}"
+        );
+
+        let replica = ServerInfo::parse("redis_version:7.2.4\r\nrole:slave\r\ncluster_enabled:0");
+        let msg = replica
+            .refusal("h:6380")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(msg.contains("replica") && msg.contains("primary"), "{msg}");
+
+        // Nothing known (INFO denied): nothing refused here; the dry decision decides.
+        assert_eq!(ServerInfo::parse("").refusal("h:1"), None);
+    }
+}
