@@ -94,7 +94,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - Every part counts the request at the batch's reservation, as on one node (a fixed
 ///   window in one slot never counts it in a window it does not pass in because a
 ///   wait-mode reservation in another slot holds it; a leaky bucket's shaping delay moves
-///   no other rule, see [`Store::check`](crate::Store::check)). Each part is
+///   no other rule, see [`Store::check`]). Each part is
 ///   decided no earlier than the longest delay the parts before it returned; a part decided
 ///   before a later one delayed the batch further is refunded and decided again at the
 ///   batch's delay (two more calls for each such part, only when parts delay differently).
