@@ -18,19 +18,21 @@ use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, RedisStore, Rule, S
 /// The application: works on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
     // POST /report is expensive: bursts of 3 per client, then 1 per second.
-    let reports = RateLimitLayer::new(limiter.clone())
+    let reports = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
-            Rule::token_bucket("report", 3, Rate::per_second(1))?,
+            Rule::token_bucket("report", 3, Rate::per_second(1)),
             key::peer_ip(),
-        ))?
-        .headers_on_allowed(true);
+        ))
+        .headers_on_allowed(true)
+        .build()?;
     // Everything: 20 requests per client, refilled at 10 per second.
-    let global = RateLimitLayer::new(limiter)
+    let global = RateLimitLayer::builder(limiter)
         .limit(Limit::new(
-            Rule::gcra("per-ip", Rate::per_second(10), 20)?,
+            Rule::gcra("per-ip", Rate::per_second(10), 20),
             key::peer_ip(),
-        ))?
-        .headers_on_allowed(true);
+        ))
+        .headers_on_allowed(true)
+        .build()?;
     Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route(

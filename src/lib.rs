@@ -15,7 +15,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
 //! // Per user: bursts of 10, then 2 per second.
-//! let per_user = Rule::token_bucket("user", 10, Rate::per_second(2))?;
+//! let per_user = Rule::token_bucket("user", 10, Rate::per_second(2));
 //! // A download of 4 units costs 4.
 //! let outcome = limiter.check(&[Check::new(&per_user, b"user-42").with_cost(4)]).await?;
 //! assert!(outcome.is_admitted());

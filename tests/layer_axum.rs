@@ -145,11 +145,12 @@ async fn a_route_key_reads_axums_matched_path() {
     use tollgate::layer::{Limit, RateLimitLayer};
     use tollgate::{key, Rule};
 
-    let per_route = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    let per_route = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::fixed_window("route", 1, Duration::from_secs(60)).unwrap(),
+            Rule::fixed_window("route", 1, Duration::from_secs(60)),
             key::route(),
         ))
+        .build()
         .unwrap();
     let app = axum::Router::new()
         .route("/files/{id}", get(|| async { "file" }))
@@ -175,11 +176,12 @@ async fn concurrent_connections_share_one_exact_limit() {
     use tollgate::{key, Rule};
 
     // Each connection gets its own clone of the service; all of them count together.
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::sliding_log("global", 10, Duration::from_secs(60)).unwrap(),
+            Rule::sliding_log("global", 10, Duration::from_secs(60)),
             key::global(),
         ))
+        .build()
         .unwrap();
     let addr = serve_axum(
         axum::Router::new()
@@ -216,14 +218,15 @@ async fn a_route_table_on_a_nested_router_matches_the_full_path() {
     use tower::ServiceExt;
 
     // The table names the paths clients send; the nested router sees them without "/api".
-    let table = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .route(
             "POST /api/sms/send",
             [Limit::new(
-                Rule::fixed_window("sms", 1, Duration::from_secs(60)).unwrap(),
+                Rule::fixed_window("sms", 1, Duration::from_secs(60)),
                 key::global(),
             )],
         )
+        .build()
         .unwrap();
     let inner = axum::Router::new()
         .route("/sms/send", post(|| async { "sent" }))

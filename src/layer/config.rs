@@ -39,8 +39,8 @@ use crate::rule::Rule;
 /// // Downloads: 100 MB per user per hour; a request costs the size of the file it asks for,
 /// // as the server knows it, and at least 1.
 /// let downloads = Limit::new(
-///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600))?,
-///     key::header("user-id")?,
+///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600)),
+///     key::header("user-id"),
 /// )
 /// .cost(|req| req.uri().path().strip_prefix("/files/").and_then(size_mb).unwrap_or(0))
 /// .min_cost(1)
@@ -120,10 +120,10 @@ impl Limit {
     /// use tollgate::{key, Limiter, MemoryStore, Rule};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
-    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60))?, key::header("user-id")?))?
+    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
     ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
-    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60))?, key::header("user-id")?).shadow())?;
+    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60)), key::header("user-id")).shadow());
     /// # Ok(()) }
     /// ```
     pub fn shadow(mut self) -> Self {

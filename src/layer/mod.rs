@@ -88,14 +88,14 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
-//! let layer = RateLimitLayer::new(limiter)
+//! let layer = RateLimitLayer::builder(limiter)
 //!     // Everything: 1000 per second in all.
-//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000)?, key::global()))?
+//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000), key::global()))
 //!     // SMS: one per minute and five per hour per user, decided together.
 //!     .route("POST /sms/send", [
-//!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?),
-//!         Limit::new(Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?, key::header("user-id")?),
-//!     ])?;
+//!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60)), key::header("user-id")),
+//!         Limit::new(Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)), key::header("user-id")),
+//!     ]);
 //! let service = ServiceBuilder::new()
 //!     .layer(layer)
 //!     .service(service_fn(|_req: Request<String>| async {
@@ -130,10 +130,10 @@
 //! # use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
-//! let sms = RateLimitLayer::new(limiter.clone())
-//!     .limit(Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?))?;
-//! let global = RateLimitLayer::new(limiter)
-//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10))?, key::peer_ip()))?;
+//! let sms = RateLimitLayer::builder(limiter.clone())
+//!     .limit(Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60)), key::header("user-id")));
+//! let global = RateLimitLayer::builder(limiter)
+//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()));
 //! let app: Router = Router::new()
 //!     .route("/sms/send", post(|| async { "sent" }).route_layer(sms))
 //!     .layer(global);
@@ -152,5 +152,5 @@ mod service;
 pub use body::RateLimitBody;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use service::RateLimit;
