@@ -29,7 +29,8 @@
 //! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
 //! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
-//! and enforce, shadow and wait modes. See [`layer`] for a complete example.
+//! and enforce, shadow and wait modes. A layer is built like tower-http's, its whole
+//! configuration checked once at the end: see [`layer`] for a complete example.
 //!
 //! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
 //! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
@@ -65,7 +66,9 @@ pub mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
-pub use layer::{FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer};
+pub use layer::{
+    FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+};
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
 pub use rate::Rate;

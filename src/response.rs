@@ -218,7 +218,7 @@ impl Protocol {
 }
 
 /// A refused request, as the rejection function sees it; see
-/// [`RateLimitLayer::on_reject`](crate::layer::RateLimitLayer::on_reject).
+/// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
 ///
 /// It carries the request's head ([`request`](Self::request): method, URI, headers, the
 /// matched route), so a rejection can answer in the form the route or the client's

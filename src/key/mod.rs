@@ -63,7 +63,8 @@
 //!     .limit(Limit::new(
 //!         Rule::fixed_window("ip-48", 600, minute),
 //!         key::peer_ip().ipv6_prefix(48),
-//!     ));
+//!     ))
+//!     .build()?;
 //! # let _ = layer; Ok(()) }
 //! ```
 

@@ -252,6 +252,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// use tollgate::layer::RateLimitLayer;
     /// use tollgate::{Limiter, MemoryStore};
     ///
+    /// # fn main() -> Result<(), tollgate::ConfigError> {
     /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new())).on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
     ///     let request = rejection.request();
@@ -274,7 +275,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///         );
     ///     }
     ///     response
-    /// });
+    /// })
+    /// .build()?;
+    /// # let _ = layer; Ok(()) }
     /// ```
     pub fn on_reject<F>(mut self, f: F) -> Self
     where
@@ -326,8 +329,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///         // A `KeyBuf` keeps an address inline: no allocation per request.
     ///         let mut ip = KeyBuf::new();
     ///         client.extract(head, &mut ip).is_ok() && office.contains(ip.as_bytes())
-    ///     });
-    /// # Ok(()) }
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
     /// ```
     pub fn exempt<F>(mut self, is_exempt: F) -> Self
     where
