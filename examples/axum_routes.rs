@@ -9,6 +9,11 @@
 //! - `GET /search`: a stricter rule being tried out in shadow mode: it decides and reports
 //!   (on stdout here) but never refuses.
 //!
+//! Each route has a layer of its own (`route_layer`), and no layer wraps them all, so no
+//! request is counted by one layer and refused by another. With a global limit as well,
+//! use one layer with a route table instead, as the quickstart does: its global and route
+//! limits are one batch.
+//!
 //! Run `cargo run --example axum_routes` and try the printed curl lines.
 
 use std::net::SocketAddr;
@@ -54,7 +59,6 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
             // An empty file costs 1 MB too: a request that costs nothing can be sent forever.
             .min_cost(1),
         )
-        .headers_on_allowed(true)
         .build()?;
 
     let login = RateLimitLayer::builder(limiter.clone())

@@ -308,12 +308,17 @@ impl Rule {
 
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An unusable rule's placeholder algorithm is not its configuration: show its
+        // problem instead.
+        let algorithm: &dyn fmt::Debug = match &self.problem {
+            None => &self.algorithm,
+            Some(problem) => problem,
+        };
         f.debug_struct("Rule")
             .field("name", &&*self.name)
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", algorithm)
             .field("penalty", &self.penalty)
             .field("cost", &self.cost)
-            .field("problem", &self.problem)
             .finish()
     }
 }

@@ -361,3 +361,36 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
     assert_eq!(header(&page, "content-type"), "text/plain; charset=utf-8");
     Ok(())
 }
+
+/// The headers exist so that clients slow down before a 429: admitted responses carry them
+/// unless the layer is told otherwise.
+#[tokio::test]
+async fn admitted_responses_advertise_the_limits_by_default() -> Result<(), BoxError> {
+    let layer = |headers_on_allowed: Option<bool>| {
+        let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+            .limit(Limit::new(
+                Rule::fixed_window("per-user", 5, Duration::from_secs(60)),
+                key::global(),
+            ));
+        match headers_on_allowed {
+            Some(yes) => builder.headers_on_allowed(yes),
+            None => builder,
+        }
+        .build()
+    };
+    let get = || Request::get("/").body(String::new());
+
+    let default = call(&with(layer(None)?), get()?).await;
+    assert_eq!(default.status(), StatusCode::OK);
+    assert_eq!(
+        header(&default, "ratelimit-policy"),
+        "\"per-user\";q=5;w=60"
+    );
+    assert_eq!(header(&default, "ratelimit"), "\"per-user\";r=4;t=60");
+
+    let off = call(&with(layer(Some(false))?), get()?).await;
+    assert_eq!(off.status(), StatusCode::OK);
+    assert!(off.headers().get("ratelimit").is_none());
+    assert!(off.headers().get("ratelimit-policy").is_none());
+    Ok(())
+}

@@ -77,6 +77,66 @@ fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError
     Ok(())
 }
 
+/// One `build` reports every mistake of a layer, each naming its rule, key or route, so a
+/// configuration is fixed in one round, not one error per start.
+#[test]
+fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
+    let minute = Duration::from_secs(60);
+    let ok = || Rule::fixed_window("ok", 10, minute);
+    let err = RateLimitLayer::builder(limiter())
+        // A rule that cannot work, and a key that cannot either.
+        .limit(Limit::new(
+            Rule::fixed_window("zero", 0, minute),
+            key::global(),
+        ))
+        .limit(Limit::new(
+            ok(),
+            key::client_ip(["10.0.0.0/8", "not-a-proxy"]),
+        ))
+        // A pattern no request can match.
+        .route("post /sms/send", [])
+        // A route the earlier one shadows.
+        .route("/files/*", [])
+        .route("GET /files/{id}", [])
+        // One rule twice in one request's batch.
+        .route("/twice", [Limit::new(ok(), key::global())])
+        // One name for two rules.
+        .route(
+            "/a",
+            [Limit::new(
+                Rule::fixed_window("shared", 1, minute),
+                key::global(),
+            )],
+        )
+        .route(
+            "/b",
+            [Limit::new(
+                Rule::fixed_window("shared", 2, minute),
+                key::global(),
+            )],
+        )
+        .build()
+        .unwrap_err();
+    let problems: Vec<&str> = err.problems().collect();
+    let expected = [
+        "rule \"zero\": fixed window limit must be at least 1",
+        "the key of rule \"ok\": trusted proxy \"not-a-proxy\"",
+        "route \"post /sms/send\"",
+        "route \"GET /files/{id}\" can never match: the earlier route \"/files/*\"",
+        "rule \"ok\" is applied twice to /twice",
+        "rule name \"shared\" is bound to two different rules",
+    ];
+    assert_eq!(problems.len(), expected.len(), "{err}");
+    for part in expected {
+        assert!(
+            problems.iter().any(|p| p.starts_with(part)),
+            "no problem starts with {part:?}:\n{err}"
+        );
+    }
+    // Display lists them one per line.
+    assert_eq!(err.to_string().lines().count(), 1 + expected.len(), "{err}");
+}
+
 #[test]
 fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxError> {
     let table = |patterns: &[&str]| {
