@@ -296,6 +296,7 @@ impl Seen {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one step of a scenario, with everything its message names
 fn check_step(
     file: &str,
     scenario: &Scenario,
