@@ -93,6 +93,8 @@ fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
             ok(),
             key::client_ip(["10.0.0.0/8", "not-a-proxy"]),
         ))
+        // A least cost no request can pay.
+        .limit(Limit::new(Rule::fixed_window("big", 10, minute), key::global()).min_cost(11))
         // A pattern no request can match.
         .route("post /sms/send", [])
         // A route the earlier one shadows.
@@ -121,6 +123,7 @@ fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
     let expected = [
         "rule \"zero\": fixed window limit must be at least 1",
         "the key of rule \"ok\": trusted proxy \"not-a-proxy\"",
+        "rule \"big\": every request costs at least 11, more than the 10",
         "route \"post /sms/send\"",
         "route \"GET /files/{id}\" can never match: the earlier route \"/files/*\"",
         "rule \"ok\" is applied twice to /twice",

@@ -124,6 +124,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///
     /// - a rule that cannot work (see [`Rule::validate`]), or a key that cannot
     ///   ([`KeyExtractor::validate`](crate::key::KeyExtractor::validate));
+    /// - a limit whose every request costs more than its rule admits at once (a
+    ///   [`min_cost`](Limit::min_cost), or the rule's default cost, above its capacity);
     /// - a route pattern no request can match, or one an earlier route shadows;
     /// - a rule name applied twice to one request (the layer's limits and each route's are
     ///   one batch, and a batch that checks one rule twice would count one state twice);
@@ -146,6 +148,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
                 checked.push(&limit.rule);
                 problems.extend(limit.rule.validate().err());
             }
+            problems.extend(costs_problem(limit));
             problems.extend(
                 limit
                     .key
@@ -346,6 +349,24 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         });
         self
     }
+}
+
+/// A limit whose every request costs more than its rule ever admits at once would refuse
+/// every request (`CostExceedsCapacity`): a `min_cost`, or a rule's default cost, above
+/// the rule's capacity.
+fn costs_problem(limit: &Limit) -> Option<ConfigError> {
+    limit.rule.validate().ok()?;
+    let capacity = limit.rule.algorithm().quota().0;
+    let least = match limit.cost {
+        Some(_) => limit.min_cost,
+        None => limit.rule.cost().max(limit.min_cost),
+    };
+    (least > capacity).then(|| {
+        ConfigError::new(format!(
+            "rule {:?}: every request costs at least {least}, more than the {capacity} it admits at once, so every request would be refused",
+            limit.rule.name()
+        ))
+    })
 }
 
 /// A rule name may appear once per request, and a name stands for one rule in the whole
