@@ -54,7 +54,7 @@ fn keys() -> Vec<Box<[u8]>> {
 /// bucket of 2^30 tokens refilled at 1 per second. Its entries stay live (not full again)
 /// for the whole run, so the store finds them rather than recreating them.
 fn store_rule() -> Rule {
-    Rule::token_bucket("api", 1 << 30, Rate::per_second(1)).expect("valid rule")
+    Rule::token_bucket("api", 1 << 30, Rate::per_second(1))
 }
 
 /// Runs `work(thread, iters)` on `THREADS` threads started together; returns the wall time
@@ -107,7 +107,7 @@ fn models(c: &mut Criterion) {
     let step = 12_500;
     let mut group = c.benchmark_group("model");
     for (name, rule) in rules {
-        let algorithm: Algorithm = rule.expect("valid rule").algorithm().clone();
+        let algorithm: Algorithm = rule.checked().expect("valid rule").algorithm().clone();
         let mut state = State::default();
         let mut now = 1_700_000_000_000_000u64;
         let mut decide = move || {

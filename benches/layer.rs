@@ -22,7 +22,7 @@ fn hello() -> Router {
 
 /// A rule that admits everything the benchmark sends.
 fn roomy(name: &str) -> Rule {
-    Rule::token_bucket(name, 1_000_000, Rate::per_second(1_000_000)).unwrap()
+    Rule::token_bucket(name, 1_000_000, Rate::per_second(1_000_000))
 }
 
 fn request(path: &str) -> Request<Body> {
@@ -79,8 +79,10 @@ fn overhead(c: &mut Criterion) {
     });
 
     let one = hello().layer(
-        RateLimitLayer::new(limiter.clone())
+        RateLimitLayer::builder(limiter.clone())
             .limit(Limit::new(roomy("global"), key::global()))
+            .headers_on_allowed(false)
+            .build()
             .unwrap(),
     );
     group.bench_function("axum hello, 1 rule (global key)", |b| {
@@ -88,10 +90,11 @@ fn overhead(c: &mut Criterion) {
     });
 
     let two = hello().layer(
-        RateLimitLayer::new(limiter.clone())
+        RateLimitLayer::builder(limiter.clone())
             .limit(Limit::new(roomy("ip"), key::peer_ip()))
-            .unwrap()
-            .limit(Limit::new(roomy("user"), key::header("user-id").unwrap()))
+            .limit(Limit::new(roomy("user"), key::header("user-id")))
+            .headers_on_allowed(false)
+            .build()
             .unwrap(),
     );
     group.bench_function("axum hello, 2 rules (peer ip + header)", |b| {
@@ -99,10 +102,11 @@ fn overhead(c: &mut Criterion) {
     });
 
     let headers = hello().layer(
-        RateLimitLayer::new(limiter.clone())
+        RateLimitLayer::builder(limiter.clone())
             .limit(Limit::new(roomy("ip2"), key::peer_ip()))
-            .unwrap()
-            .headers_on_allowed(true),
+            .headers_on_allowed(true)
+            .build()
+            .unwrap(),
     );
     group.bench_function("axum hello, 1 rule + headers on allowed", |b| {
         b.iter_custom(|n| run(&rt, &headers, "/", n))
@@ -110,17 +114,16 @@ fn overhead(c: &mut Criterion) {
 
     // A table of 20 routes: the request matches the last one, or none (no limit applies).
     let table = |last: &str| {
-        let mut table = RateLimitLayer::new(limiter.clone());
+        let mut table = RateLimitLayer::builder(limiter.clone()).headers_on_allowed(false);
         for i in 0..19 {
-            table = table
-                .route(
-                    &format!("POST /api/v1/resource{i}/{{id}}"),
-                    [Limit::new(roomy(&format!("r{i}")), key::global())],
-                )
-                .unwrap();
+            table = table.route(
+                &format!("POST /api/v1/resource{i}/{{id}}"),
+                [Limit::new(roomy(&format!("r{i}")), key::global())],
+            );
         }
         table
             .route(last, [Limit::new(roomy("last"), key::global())])
+            .build()
             .unwrap()
     };
     let routed = hello().layer(table("GET /"));

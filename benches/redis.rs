@@ -152,9 +152,9 @@ where
 fn rules(n: usize) -> Vec<Rule> {
     let big = 1 << 30;
     let all = vec![
-        Rule::gcra("api", Rate::per_second(big), big).expect("rule"),
-        Rule::fixed_window("minute", big, Duration::from_secs(60)).expect("rule"),
-        Rule::token_bucket("burst", big, Rate::per_second(big)).expect("rule"),
+        Rule::gcra("api", Rate::per_second(big), big),
+        Rule::fixed_window("minute", big, Duration::from_secs(60)),
+        Rule::token_bucket("burst", big, Rate::per_second(big)),
     ];
     all.into_iter().take(n).collect()
 }

@@ -166,11 +166,11 @@ async fn run(server: &redis_server::RedisServer, calls: u64) {
     );
     println!("|---:|---|---:|---:|---:|---:|");
     let big = 1 << 30;
-    let floor = Rule::gcra("floor", Rate::per_second(big), big).expect("rule");
+    let floor = Rule::gcra("floor", Rate::per_second(big), big);
     let limiter_ref = &limiter;
 
     for n in [10u64, 1_000, 100_000, 1_000_000] {
-        let rule = Rule::sliding_log("log", n, WINDOW).expect("rule");
+        let rule = Rule::sliding_log("log", n, WINDOW);
         let user = format!("n{n}");
         let key = format!("bench:{{{user}}}:log/log");
         let spacing = window / n;

@@ -9,6 +9,11 @@
 //! - `GET /search`: a stricter rule being tried out in shadow mode: it decides and reports
 //!   (on stdout here) but never refuses.
 //!
+//! Each route has a layer of its own (`route_layer`), and no layer wraps them all, so no
+//! request is counted by one layer and refused by another. With a global limit as well,
+//! use one layer with a route table instead, as the quickstart does: its global and route
+//! limits are one batch.
+//!
 //! Run `cargo run --example axum_routes` and try the printed curl lines.
 
 use std::net::SocketAddr;
@@ -25,56 +30,60 @@ use tollgate::{ConfigError, Limiter, MemoryStore, Penalty, Rate, Rule, Store};
 /// The app, on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
     let user = || key::header("user-id");
-    let sms = RateLimitLayer::new(limiter.clone())
+    let sms = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
-            Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?,
-            user()?,
-        ))?
+            Rule::fixed_window("sms-minute", 1, Duration::from_secs(60)),
+            user(),
+        ))
         .limit(Limit::new(
-            Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
-            user()?,
-        ))?
+            Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)),
+            user(),
+        ))
         .limit(Limit::new(
-            Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?,
-            user()?,
-        ))?
+            Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400)),
+            user(),
+        ))
         .limit(Limit::new(
-            Rule::token_bucket("sms-ip", 20, Rate::per_minute(20))?,
+            Rule::token_bucket("sms-ip", 20, Rate::per_minute(20)),
             key::peer_ip(),
-        ))?;
+        ))
+        .build()?;
 
-    let downloads = RateLimitLayer::new(limiter.clone())
+    let downloads = RateLimitLayer::builder(limiter.clone())
         .limit(
             Limit::new(
-                Rule::token_bucket("download-mb", 500, Rate::per_minute(100))?,
-                user()?,
+                Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
+                user(),
             )
             .cost(download_mb)
             // An empty file costs 1 MB too: a request that costs nothing can be sent forever.
             .min_cost(1),
-        )?
-        .headers_on_allowed(true);
+        )
+        .build()?;
 
-    let login = RateLimitLayer::new(limiter.clone()).limit(Limit::new(
-        Rule::fixed_window("login", 5, Duration::from_secs(60))?.with_penalty(
-            Penalty::lock_for(Duration::from_secs(15 * 60))
-                .after(3)
-                .within(Duration::from_secs(10 * 60)),
-        ),
-        key::peer_ip(),
-    ))?;
-
-    let search_trial = RateLimitLayer::new(limiter)
+    let login = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
-            Rule::sliding_log("search-strict", 3, Duration::from_secs(60))?,
-            user()?.or(key::peer_ip()),
-        ))?
+            Rule::fixed_window("login", 5, Duration::from_secs(60)).with_penalty(
+                Penalty::lock_for(Duration::from_secs(15 * 60))
+                    .after(3)
+                    .within(Duration::from_secs(10 * 60)),
+            ),
+            key::peer_ip(),
+        ))
+        .build()?;
+
+    let search_trial = RateLimitLayer::builder(limiter)
+        .limit(Limit::new(
+            Rule::sliding_log("search-strict", 3, Duration::from_secs(60)),
+            user().or(key::peer_ip()),
+        ))
         .mode(Mode::Shadow)
         .on_decision(|event: &DecisionEvent<'_>| {
             if !event.outcome().is_admitted() {
                 println!("shadow: search-strict would have refused this search");
             }
-        });
+        })
+        .build()?;
 
     Ok(Router::new()
         .route(

@@ -21,25 +21,26 @@ use tower::ServiceBuilder;
 /// The limits: 100 requests per second per address everywhere; SMS one per minute per
 /// user; file downloads 30 a minute per user, across all files.
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
-    RateLimitLayer::new(limiter)
+    RateLimitLayer::builder(limiter)
         .limit(Limit::new(
-            Rule::gcra("per-ip", Rate::per_second(100), 100)?,
+            Rule::gcra("per-ip", Rate::per_second(100), 100),
             key::peer_ip(),
-        ))?
+        ))
         .route(
             "POST /sms/send",
             [Limit::new(
-                Rule::fixed_window("sms", 1, Duration::from_secs(60))?,
-                key::header("user-id")?,
+                Rule::fixed_window("sms", 1, Duration::from_secs(60)),
+                key::header("user-id"),
             )],
-        )?
+        )
         .route(
             "GET /files/{id}",
             [Limit::new(
-                Rule::sliding_window("files", 30, Duration::from_secs(60))?,
-                key::header("user-id")?,
+                Rule::sliding_window("files", 30, Duration::from_secs(60)),
+                key::header("user-id"),
             )],
         )
+        .build()
 }
 
 async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {

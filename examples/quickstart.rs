@@ -1,5 +1,6 @@
 //! Quickstart: an axum server with a global limit per client address and a tighter limit
-//! on one route.
+//! on one route, in one layer: the global limit and the route's are decided as one batch,
+//! so a report the route refuses costs nothing of the global limit.
 //!
 //! Run `cargo run --example quickstart`, then try the printed curl line: the first three
 //! reports pass, the next ones get `429 Too Many Requests` with `Retry-After` and the
@@ -21,20 +22,21 @@ use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, RedisStore, Rule, S
 
 /// The application: works on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
-    // POST /report is expensive: bursts of 3 per client, then 1 per second.
-    let reports = RateLimitLayer::new(limiter.clone())
+    let limits = RateLimitLayer::builder(limiter)
+        // Everything: 20 requests per client, refilled at 10 per second.
         .limit(Limit::new(
-            Rule::token_bucket("report", 3, Rate::per_second(1))?,
+            Rule::gcra("per-ip", Rate::per_second(10), 20),
             key::peer_ip(),
-        ))?
-        .headers_on_allowed(true);
-    // Everything: 20 requests per client, refilled at 10 per second.
-    let global = RateLimitLayer::new(limiter)
-        .limit(Limit::new(
-            Rule::gcra("per-ip", Rate::per_second(10), 20)?,
-            key::peer_ip(),
-        ))?
-        .headers_on_allowed(true);
+        ))
+        // POST /report is expensive: bursts of 3 per client, then 1 per second.
+        .route(
+            "POST /report",
+            [Limit::new(
+                Rule::token_bucket("report", 3, Rate::per_second(1)),
+                key::peer_ip(),
+            )],
+        )
+        .build()?;
     Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route(
@@ -42,10 +44,9 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
             post(|| async {
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 "report queued\n"
-            })
-            .route_layer(reports),
+            }),
         )
-        .layer(global))
+        .layer(limits))
 }
 
 /// Serves `app` on `listener` with the peer address in each request (for `key::peer_ip`).

@@ -23,9 +23,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = ManualClock::new(start);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
     let rules = [
-        Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?,
-        Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
-        Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?,
+        Rule::fixed_window("sms-minute", 1, Duration::from_secs(60)),
+        Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)),
+        Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400)),
     ];
     let phone = b"+86 138 0000 0000";
 

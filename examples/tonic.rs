@@ -94,21 +94,22 @@ impl tower::Service<http::Request<Body>> for Greeter {
 /// The limits, per method and per client address.
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
     let minute = Duration::from_secs(60);
-    RateLimitLayer::new(limiter)
+    RateLimitLayer::builder(limiter)
         .route(
             "/hello.Greeter/SayHello",
             [Limit::new(
-                Rule::fixed_window("say-hello", 3, minute)?,
-                key::peer_ip(),
-            )],
-        )?
-        .route(
-            "/hello.Greeter/SayGoodbye",
-            [Limit::new(
-                Rule::fixed_window("say-goodbye", 10, minute)?,
+                Rule::fixed_window("say-hello", 3, minute),
                 key::peer_ip(),
             )],
         )
+        .route(
+            "/hello.Greeter/SayGoodbye",
+            [Limit::new(
+                Rule::fixed_window("say-goodbye", 10, minute),
+                key::peer_ip(),
+            )],
+        )
+        .build()
 }
 
 /// Serves the limited greeter on `listener`.

@@ -107,9 +107,16 @@ impl Evaluated {
 }
 
 /// Refuses batches the stores cannot decide consistently: the same rule twice for one key
-/// would read one state twice and admit more than the rule allows.
+/// would read one state twice and admit more than the rule allows, and a rule that records
+/// a configuration problem (see [`Rule::validate`](crate::Rule::validate)) has nothing to
+/// decide with.
 pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     for (i, a) in batch.iter().enumerate() {
+        if let Err(e) = a.rule.validate() {
+            return Err(StoreError::InvalidBatch(
+                e.problems().collect::<Vec<_>>().join("; "),
+            ));
+        }
         if batch[..i]
             .iter()
             .any(|b| b.rule.name() == a.rule.name() && b.key == a.key)

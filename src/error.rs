@@ -3,23 +3,61 @@
 
 use std::fmt;
 
-/// A rule, rate or penalty that cannot work as configured.
+/// A configuration that cannot work: a rule, rate, key or route, or a layer whose parts do
+/// not fit together.
+///
+/// A layer's [`build`](crate::layer::RateLimitLayerBuilder::build) reports every problem it
+/// finds at once, each naming the rule or route it concerns; `Display` writes them one per
+/// line, and [`problems`](Self::problems) lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
-    message: String,
+    /// Never empty.
+    problems: Vec<String>,
 }
 
 impl ConfigError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
-            message: message.into(),
+            problems: vec![message.into()],
         }
+    }
+
+    /// All of `errors`' problems in one error, or `None` when there are none.
+    pub(crate) fn collect(errors: impl IntoIterator<Item = ConfigError>) -> Option<Self> {
+        let problems: Vec<String> = errors.into_iter().flat_map(|e| e.problems).collect();
+        (!problems.is_empty()).then_some(Self { problems })
+    }
+
+    /// The same problems, each prefixed with `context` (`rule "sms-min"`, say).
+    pub(crate) fn within(self, context: impl fmt::Display) -> Self {
+        Self {
+            problems: self
+                .problems
+                .into_iter()
+                .map(|p| format!("{context}: {p}"))
+                .collect(),
+        }
+    }
+
+    /// Each problem, one sentence naming the rule, route or key it concerns.
+    pub fn problems(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.problems.iter().map(String::as_str)
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid rate limit configuration: {}", self.message)
+        match &self.problems[..] {
+            [one] => write!(f, "invalid rate limit configuration: {one}"),
+            many => {
+                write!(
+                    f,
+                    "invalid rate limit configuration ({} problems):",
+                    many.len()
+                )?;
+                many.iter().try_for_each(|p| write!(f, "\n  {p}"))
+            }
+        }
     }
 }
 
@@ -32,7 +70,9 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The batch itself is malformed (for example the same rule twice for one key).
+    /// The batch itself is malformed: the same rule twice for one key, or a rule whose
+    /// configuration cannot work (see [`Rule::validate`](crate::Rule::validate)), named in
+    /// the message. Nothing is decided.
     InvalidBatch(String),
     /// The store could not be reached or answered with an error.
     Unavailable(String),

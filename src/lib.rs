@@ -15,7 +15,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
 //! // Per user: bursts of 10, then 2 per second.
-//! let per_user = Rule::token_bucket("user", 10, Rate::per_second(2))?;
+//! let per_user = Rule::token_bucket("user", 10, Rate::per_second(2));
 //! // A download of 4 units costs 4.
 //! let outcome = limiter.check(&[Check::new(&per_user, b"user-42").with_cost(4)]).await?;
 //! assert!(outcome.is_admitted());
@@ -29,7 +29,8 @@
 //! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
 //! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
-//! and enforce, shadow and wait modes. See [`layer`] for a complete example.
+//! and enforce, shadow and wait modes. A layer is built like tower-http's, its whole
+//! configuration checked once at the end: see [`layer`] for a complete example.
 //!
 //! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
 //! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
@@ -65,7 +66,9 @@ pub mod store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
-pub use layer::{FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer};
+pub use layer::{
+    FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+};
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
 pub use rate::Rate;

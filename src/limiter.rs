@@ -27,9 +27,9 @@ use crate::Rule;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let clock = ManualClock::new(1_700_000_000_000_000);
 /// let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-/// let minute = Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?;
-/// let hour = Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?;
-/// let day = Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400))?;
+/// let minute = Rule::fixed_window("sms-minute", 1, Duration::from_secs(60));
+/// let hour = Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600));
+/// let day = Rule::fixed_window("sms-day", 10, Duration::from_secs(86_400));
 /// let phone = b"+8613800000000";
 /// let sms = [Check::new(&minute, phone), Check::new(&hour, phone), Check::new(&day, phone)];
 ///
@@ -64,7 +64,9 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than
-    /// [`MAX_KEY_LEN`] are replaced by their digest (see [`store_key`]).
+    /// [`MAX_KEY_LEN`] are replaced by their digest (see [`store_key`]). A batch with a rule
+    /// that cannot work ([`Rule::validate`]) is refused with
+    /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
         self.reserve(batch, Duration::ZERO).await
     }
@@ -81,7 +83,7 @@ impl<S: Store> Limiter<S> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-    /// let rule = Rule::gcra("api", Rate::per_second(10), 1)?;
+    /// let rule = Rule::gcra("api", Rate::per_second(10), 1);
     /// let batch = [Check::new(&rule, b"k")];
     /// let wait = Duration::from_millis(250);
     /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
@@ -120,7 +122,7 @@ impl<S: Store> Limiter<S> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-    /// let rule = Rule::gcra("api", Rate::per_second(10), 1)?;
+    /// let rule = Rule::gcra("api", Rate::per_second(10), 1);
     /// let batch = [Check::new(&rule, b"k")];
     /// let wait = Duration::from_secs(1);
     /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
@@ -175,6 +177,9 @@ impl<S: Store> Limiter<S> {
 
     /// Clears the state of `rule` for `key` and lifts any lock (an admin "unblock").
     pub async fn reset(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        if let Err(e) = rule.validate() {
+            return Err(StoreError::InvalidBatch(e.to_string()));
+        }
         self.store.reset(rule, &store_key(key.as_ref())).await
     }
 }
@@ -228,12 +233,40 @@ mod tests {
         assert_ne!(store_key(&forged), store_key(&long));
 
         let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
-        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60)).unwrap();
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
         assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
         assert!(limiter
             .check_one(&rule, &forged)
             .await
             .unwrap()
             .is_admitted());
+    }
+
+    /// A hand-built rule that cannot work is refused by every entry point, naming the rule,
+    /// and never decided with its placeholder.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_invalid_rule_is_refused_not_decided() {
+        let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
+        let bad = Rule::fixed_window("sms-minute", 0, Duration::from_secs(60));
+        let good = Rule::fixed_window("ok", 1, Duration::from_secs(60));
+        let names_rule = |e: StoreError| {
+            let StoreError::InvalidBatch(m) = e else {
+                panic!("{e:?}")
+            };
+            assert!(m.contains("rule \"sms-minute\""), "{m}");
+        };
+        names_rule(limiter.check_one(&bad, b"k").await.unwrap_err());
+        let batch = [Check::new(&good, b"k"), Check::new(&bad, b"k")];
+        names_rule(limiter.check(&batch).await.unwrap_err());
+        names_rule(
+            limiter
+                .reserve(&batch, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+        );
+        names_rule(limiter.peek(&bad, b"k", 1).await.unwrap_err());
+        names_rule(limiter.reset(&bad, b"k").await.unwrap_err());
+        // The refused batch consumed nothing of the valid rule.
+        assert!(limiter.check_one(&good, b"k").await.unwrap().is_admitted());
     }
 }

@@ -76,12 +76,23 @@ pub fn retry_after_secs(d: Duration) -> u64 {
 }
 
 /// Which headers the layer writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeaderOptions {
     /// Also on admitted responses (always on rejections).
     pub(crate) on_allowed: bool,
     /// Also `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
     pub(crate) legacy: bool,
+}
+
+impl Default for HeaderOptions {
+    /// `RateLimit` on admitted responses too: the headers exist so that clients slow down
+    /// before a 429 (see `RateLimitLayerBuilder::headers_on_allowed`).
+    fn default() -> Self {
+        Self {
+            on_allowed: true,
+            legacy: false,
+        }
+    }
 }
 
 /// What a rule advertises in `RateLimit`: the units available now and the seconds until
@@ -207,7 +218,7 @@ impl Protocol {
 }
 
 /// A refused request, as the rejection function sees it; see
-/// [`RateLimitLayer::on_reject`](crate::layer::RateLimitLayer::on_reject).
+/// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
 ///
 /// It carries the request's head ([`request`](Self::request): method, URI, headers, the
 /// matched route), so a rejection can answer in the form the route or the client's
@@ -532,8 +543,8 @@ mod tests {
 
     #[test]
     fn headers_have_one_item_per_rule() {
-        let min = Rule::fixed_window("sms-min", 1, Duration::from_secs(60)).unwrap();
-        let hour = Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)).unwrap();
+        let min = Rule::fixed_window("sms-min", 1, Duration::from_secs(60));
+        let hour = Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600));
         let deny = Decision::Deny(Denial {
             reason: DenyReason::Limited,
             retry_after: Some(Duration::from_millis(41_200)),

@@ -18,22 +18,22 @@ pub const MAX_RULE_NAME_LEN: usize = 64;
 /// A named limit: which algorithm, with which quota, what a request costs by default, and
 /// whether abuse locks the key out.
 ///
-/// Every constructor says what it admits and returns an error for a configuration that
-/// cannot work (a zero limit, a zero period, an invalid name), so a running service never
-/// meets one.
+/// Every constructor says what it admits. A configuration that cannot work (a zero limit,
+/// a zero period, an invalid name) is recorded in the rule and reported, naming the rule,
+/// by [`validate`](Self::validate) and by the layer's `build` — at start-up, with every
+/// other problem of the layer, so a running service never meets one. Literals need no `?`.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Penalty, Rate, Rule};
 ///
-/// # fn main() -> Result<(), tollgate::ConfigError> {
 /// // 1 SMS per minute per phone number.
-/// let per_minute = Rule::fixed_window("sms-minute", 1, Duration::from_secs(60))?;
+/// let per_minute = Rule::fixed_window("sms-minute", 1, Duration::from_secs(60));
 /// // Bursts of 100, 10 per second sustained; 20 denials in a minute lock for 10 minutes.
-/// let api = Rule::token_bucket("api", 100, Rate::per_second(10))?
+/// let api = Rule::token_bucket("api", 100, Rate::per_second(10))
 ///     .with_penalty(Penalty::lock_for(Duration::from_secs(600)).after(20).within(Duration::from_secs(60)));
 /// assert_eq!(api.name(), "api");
-/// # Ok(()) }
+/// assert!(api.validate().is_ok());
 /// ```
 ///
 /// # One name, one configuration
@@ -89,8 +89,8 @@ pub const MAX_RULE_NAME_LEN: usize = 64;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let clock = ManualClock::new(0);
 /// let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-/// let old = Rule::fixed_window("per-user", 1, Duration::from_secs(60))?;
-/// let new = Rule::token_bucket("per-user", 1, Rate::per_minute(1))?;
+/// let old = Rule::fixed_window("per-user", 1, Duration::from_secs(60));
+/// let new = Rule::token_bucket("per-user", 1, Rate::per_minute(1));
 /// assert_ne!(old.fingerprint(), new.fingerprint());
 /// assert!(limiter.check_one(&old, b"alice").await?.is_admitted());
 /// // The bucket counts the window's unit until the window ends, not as a fresh quota.
@@ -107,39 +107,93 @@ pub struct Rule {
     fingerprint: u64,
     penalty: Option<Penalty>,
     cost: u64,
+    /// Why this rule cannot work, if it cannot (see [`Rule::validate`]).
+    problem: Option<Arc<ConfigError>>,
 }
 
 impl Rule {
     /// A rule named `name` running `algorithm`. Names are 1 to 64 characters of
-    /// `A–Z a–z 0–9 - _ . :`.
-    pub fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Result<Self, ConfigError> {
+    /// `A–Z a–z 0–9 - _ . :`; a name that is not is reported by [`validate`](Self::validate)
+    /// (and by the layer's `build`).
+    pub fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Self {
+        Self::with(name, Ok(algorithm))
+    }
+
+    /// The rule, or a rule that records why it cannot work: the name's problem and the
+    /// algorithm's, each prefixed with the rule's name. An unusable rule keeps a
+    /// placeholder algorithm that nothing decides with: every store and the layer refuse it.
+    fn with(name: impl AsRef<str>, algorithm: Result<Algorithm, ConfigError>) -> Self {
         let name = name.as_ref();
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
-        if name.is_empty() || name.len() > MAX_RULE_NAME_LEN || !name.chars().all(valid_char) {
-            return Err(ConfigError::new(format!(
-                "rule name {name:?} must be 1 to {MAX_RULE_NAME_LEN} characters of A-Z a-z 0-9 - _ . :"
-            )));
-        }
-        Ok(Self {
+        let name_problem =
+            (name.is_empty() || name.len() > MAX_RULE_NAME_LEN || !name.chars().all(valid_char))
+                .then(|| {
+                    ConfigError::new(format!(
+                "the name must be 1 to {MAX_RULE_NAME_LEN} characters of A-Z a-z 0-9 - _ . :"
+            ))
+                });
+        let (algorithm, algorithm_problem) = match algorithm {
+            Ok(algorithm) => (algorithm, None),
+            Err(e) => (Algorithm::FixedWindow(FixedWindow::UNUSABLE), Some(e)),
+        };
+        let problem = ConfigError::collect(name_problem.into_iter().chain(algorithm_problem))
+            .map(|e| Arc::new(e.within(format_args!("rule {name:?}"))));
+        Self {
             name: Arc::from(name),
             fingerprint: algorithm.fingerprint(),
             algorithm,
             penalty: None,
             cost: 1,
-        })
+            problem,
+        }
+    }
+
+    /// Whether this rule can work; if not, every reason, each naming the rule. The rule
+    /// constructors take literals without a `?` and record what is wrong instead: a
+    /// [`RateLimitLayer`](crate::layer::RateLimitLayer)'s `build` reports it with the rest
+    /// of the layer's configuration, and a [`Limiter`](crate::Limiter) or store given an
+    /// invalid rule refuses the batch ([`StoreError::InvalidBatch`](crate::StoreError)),
+    /// never deciding with it. Rules read at run time (a configuration file) are checked
+    /// here, or with [`checked`](Self::checked).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rule;
+    ///
+    /// let zero = Rule::fixed_window("sms-minute", 0, Duration::from_secs(60));
+    /// let err = zero.validate().unwrap_err();
+    /// assert!(err.to_string().contains("rule \"sms-minute\": fixed window limit must be at least 1"));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match &self.problem {
+            None => Ok(()),
+            Some(problem) => Err(ConfigError::clone(problem)),
+        }
+    }
+
+    /// The rule if it can work (see [`validate`](Self::validate)): the path for rules read
+    /// at run time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rule;
+    ///
+    /// # fn main() -> Result<(), tollgate::ConfigError> {
+    /// let limit: u64 = "5".parse().unwrap_or(0); // from a configuration file, say
+    /// let rule = Rule::fixed_window("per-user", limit, Duration::from_secs(60)).checked()?;
+    /// # let _ = rule; Ok(()) }
+    /// ```
+    pub fn checked(self) -> Result<Self, ConfigError> {
+        self.validate().map(|()| self)
     }
 
     /// Fixed window aligned to the epoch: at most `limit` units in each `window`
     /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour). Up to 2 × `limit` can pass
     /// across a window boundary.
-    pub fn fixed_window(
-        name: impl AsRef<str>,
-        limit: u64,
-        window: Duration,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    pub fn fixed_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
+        Self::with(
             name,
-            Algorithm::FixedWindow(FixedWindow::new(limit, window, WindowAnchor::Epoch)?),
+            FixedWindow::new(limit, window, WindowAnchor::Epoch).map(Algorithm::FixedWindow),
         )
     }
 
@@ -149,20 +203,19 @@ impl Rule {
         name: impl AsRef<str>,
         limit: u64,
         window: Duration,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    ) -> Self {
+        Self::with(
             name,
-            Algorithm::FixedWindow(FixedWindow::new(limit, window, WindowAnchor::FirstHit)?),
+            FixedWindow::new(limit, window, WindowAnchor::FirstHit).map(Algorithm::FixedWindow),
         )
     }
 
     /// Sliding log: never more than `limit` units in any interval of length `window`.
-    pub fn sliding_log(
-        name: impl AsRef<str>,
-        limit: u64,
-        window: Duration,
-    ) -> Result<Self, ConfigError> {
-        Self::new(name, Algorithm::SlidingLog(SlidingLog::new(limit, window)?))
+    pub fn sliding_log(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
+        Self::with(
+            name,
+            SlidingLog::new(limit, window).map(Algorithm::SlidingLog),
+        )
     }
 
     /// Sliding window counter: at most `limit` units per `window`, estimated from the current
@@ -171,14 +224,10 @@ impl Rule {
     /// sustained traffic it admits `limit − 1` per window (with `limit` 1: one request per
     /// two windows), because the previous window's weight rounds up; a burst after a quiet
     /// window gets `limit`.
-    pub fn sliding_window(
-        name: impl AsRef<str>,
-        limit: u64,
-        window: Duration,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    pub fn sliding_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
+        Self::with(
             name,
-            Algorithm::SlidingWindow(SlidingWindow::new(limit, window)?),
+            SlidingWindow::new(limit, window).map(Algorithm::SlidingWindow),
         )
     }
 
@@ -186,14 +235,10 @@ impl Rule {
     /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
     /// Exact for every rate whose `capacity × period / gcd(amount, period)` is at most 2^52;
     /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]).
-    pub fn token_bucket(
-        name: impl AsRef<str>,
-        capacity: u64,
-        refill: Rate,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    pub fn token_bucket(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
+        Self::with(
             name,
-            Algorithm::TokenBucket(TokenBucket::new(capacity, refill, Refill::Smooth)?),
+            TokenBucket::new(capacity, refill, Refill::Smooth).map(Algorithm::TokenBucket),
         )
     }
 
@@ -201,28 +246,20 @@ impl Rule {
     /// period (`Rate::per_second(10)` adds 10 tokens once a second). Periods count from the
     /// request that found the bucket full (the key's first, and the first after each refill
     /// to full), not from a fixed clock: see [`Refill::Stepped`](crate::algorithm::Refill::Stepped).
-    pub fn token_bucket_stepped(
-        name: impl AsRef<str>,
-        capacity: u64,
-        refill: Rate,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    pub fn token_bucket_stepped(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
+        Self::with(
             name,
-            Algorithm::TokenBucket(TokenBucket::new(capacity, refill, Refill::Stepped)?),
+            TokenBucket::new(capacity, refill, Refill::Stepped).map(Algorithm::TokenBucket),
         )
     }
 
     /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
     /// an admitted request may be delayed, a request that does not fit is denied. The drain
     /// is rounded like a token bucket's refill (see [`Rate`]).
-    pub fn leaky_bucket(
-        name: impl AsRef<str>,
-        capacity: u64,
-        drain: Rate,
-    ) -> Result<Self, ConfigError> {
-        Self::new(
+    pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
+        Self::with(
             name,
-            Algorithm::LeakyBucket(LeakyBucket::new(capacity, drain)?),
+            LeakyBucket::new(capacity, drain).map(Algorithm::LeakyBucket),
         )
     }
 
@@ -230,8 +267,8 @@ impl Rule {
     /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms). The
     /// emission interval keeps its fraction of a µs; the rate is rounded like a token
     /// bucket's refill (see [`Rate`]).
-    pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Result<Self, ConfigError> {
-        Self::new(name, Algorithm::Gcra(Gcra::new(rate, burst)?))
+    pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Self {
+        Self::with(name, Gcra::new(rate, burst).map(Algorithm::Gcra))
     }
 
     /// Adds a penalty lockout.
@@ -276,9 +313,15 @@ impl Rule {
 
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // An unusable rule's placeholder algorithm is not its configuration: show its
+        // problem instead.
+        let algorithm: &dyn fmt::Debug = match &self.problem {
+            None => &self.algorithm,
+            Some(problem) => problem,
+        };
         f.debug_struct("Rule")
             .field("name", &&*self.name)
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", algorithm)
             .field("penalty", &self.penalty)
             .field("cost", &self.cost)
             .finish()
@@ -292,16 +335,44 @@ mod tests {
     #[test]
     fn names_are_validated() {
         let w = Duration::from_secs(1);
-        assert!(Rule::fixed_window("", 1, w).is_err());
-        assert!(Rule::fixed_window("a b", 1, w).is_err());
-        assert!(Rule::fixed_window("x".repeat(65), 1, w).is_err());
-        assert!(Rule::fixed_window("sms-minute.v2:eu_1", 1, w).is_ok());
+        assert!(Rule::fixed_window("", 1, w).validate().is_err());
+        assert!(Rule::fixed_window("a b", 1, w).validate().is_err());
+        assert!(Rule::fixed_window("x".repeat(65), 1, w).validate().is_err());
+        assert!(Rule::fixed_window("sms-minute.v2:eu_1", 1, w)
+            .validate()
+            .is_ok());
     }
 
     #[test]
     fn rates_that_cannot_be_exact_are_rejected() {
-        assert!(Rule::token_bucket("t", 10, Rate::per_second(0)).is_err());
-        assert!(Rule::token_bucket("t", 1 << 40, Rate::per_day(1)).is_err());
-        assert!(Rule::gcra("g", Rate::new(1, Duration::ZERO), 1).is_err());
+        assert!(Rule::token_bucket("t", 10, Rate::per_second(0))
+            .validate()
+            .is_err());
+        assert!(Rule::token_bucket("t", 1 << 40, Rate::per_day(1))
+            .validate()
+            .is_err());
+        assert!(Rule::gcra("g", Rate::new(1, Duration::ZERO), 1)
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn every_problem_of_a_rule_names_it() {
+        let err = Rule::fixed_window("a b", 0, Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        let problems: Vec<&str> = err.problems().collect();
+        assert_eq!(problems.len(), 2, "{err}");
+        assert!(
+            problems[0].starts_with("rule \"a b\": the name must be"),
+            "{err}"
+        );
+        assert!(
+            problems[1].starts_with("rule \"a b\": fixed window limit must be at least 1"),
+            "{err}"
+        );
+        assert!(Rule::fixed_window("a b", 0, Duration::ZERO)
+            .checked()
+            .is_err());
     }
 }

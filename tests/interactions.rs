@@ -24,8 +24,8 @@ fn memory() -> (Limiter<MemoryStore>, ManualClock) {
 /// hands out more than the larger burst within one microsecond (the bound `Rule` documents).
 #[tokio::test]
 async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() {
-    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
-    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10);
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10);
     assert_ne!(
         a.fingerprint(),
         b.fingerprint(),
@@ -36,8 +36,8 @@ async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() 
 #[tokio::test]
 async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond() {
     let (limiter, _clock) = memory();
-    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10).unwrap();
-    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10).unwrap();
+    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10);
+    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10);
     let mut admitted = 0;
     // The old configuration takes its whole burst, then the new one finds the key.
     for rule in std::iter::repeat_n(&a, 20).chain(std::iter::repeat_n(&b, 20)) {
@@ -61,8 +61,8 @@ async fn a_lowered_window_holds_the_carried_units<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
 ) {
-    let old = Rule::sliding_log("log", 5, 1000 * US).unwrap();
-    let new = Rule::sliding_log("log", 5, US).unwrap();
+    let old = Rule::sliding_log("log", 5, 1000 * US);
+    let new = Rule::sliding_log("log", 5, US);
     clock.set_micros(T0);
     let first = [Check::new(&old, b"k")];
     assert!(limiter.check(&first).await.unwrap().is_admitted());
@@ -105,9 +105,8 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
 #[tokio::test]
 async fn one_clients_queue_does_not_close_a_shared_bucket() {
     let (limiter, clock) = memory();
-    let per_user =
-        Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100))).unwrap();
-    let global = Rule::token_bucket("global", 100, Rate::per_second(100)).unwrap();
+    let per_user = Rule::leaky_bucket("per-user", 10, Rate::new(1, Duration::from_millis(100)));
+    let global = Rule::token_bucket("global", 100, Rate::per_second(100));
     let batch = |user: &'static [u8]| [Check::new(&per_user, user), Check::new(&global, b"all")];
 
     assert_eq!(
@@ -134,9 +133,8 @@ async fn one_clients_queue_does_not_close_a_shared_bucket() {
 async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty() {
     let (limiter, clock) = memory();
     let locking = Rule::fixed_window("login", 1, 1000 * US)
-        .unwrap()
         .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(1)));
-    let plain = Rule::fixed_window("login", 1, 1000 * US).unwrap();
+    let plain = Rule::fixed_window("login", 1, 1000 * US);
     assert!(limiter
         .check_one(&locking, b"k")
         .await
@@ -178,9 +176,8 @@ async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty_on_redis
     let limiter = Limiter::new(RedisStore::connect(&server.url()).await.expect("connect"));
     let window = Duration::from_millis(100);
     let locking = Rule::fixed_window("login", 1, window)
-        .unwrap()
         .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(30)));
-    let plain = Rule::fixed_window("login", 1, window).unwrap();
+    let plain = Rule::fixed_window("login", 1, window);
     // Denied once (whatever window the calls fall in): locked for 30 s.
     while limiter
         .check_one(&locking, b"k")
@@ -229,14 +226,14 @@ mod held {
     /// to spare, which never delays anything on its own.
     async fn two_users_of_one_tenant_are_held_each(tenant_limit: Limit) {
         let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap();
-        let layer = RateLimitLayer::new(limiter)
-            .limit(Limit::new(per_user, key::header("user-id").unwrap()))
-            .unwrap()
+        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1);
+        let layer = RateLimitLayer::builder(limiter)
+            .limit(Limit::new(per_user, key::header("user-id")))
             .limit(tenant_limit)
-            .unwrap()
             .mode(Mode::Wait { max_wait: 60 * S })
-            .max_held_per_key(1);
+            .max_held_per_key(1)
+            .build()
+            .unwrap();
         let svc =
             ServiceBuilder::new()
                 .layer(layer)
@@ -266,7 +263,7 @@ mod held {
     }
 
     fn per_tenant() -> Rule {
-        Rule::fixed_window("per-tenant", 1000, 60 * S).unwrap()
+        Rule::fixed_window("per-tenant", 1000, 60 * S)
     }
 
     /// A trial limit never denies: its key must not count under `max_held_per_key`
@@ -274,7 +271,7 @@ mod held {
     /// batchtime every rule of a reserved batch reports one).
     #[tokio::test(start_paused = true)]
     async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
-        let tenant = Limit::new(per_tenant(), key::header("tenant").unwrap()).shadow();
+        let tenant = Limit::new(per_tenant(), key::header("tenant")).shadow();
         two_users_of_one_tenant_are_held_each(tenant).await;
     }
 }
@@ -428,11 +425,11 @@ mod twins {
     #[tokio::test]
     async fn cross_slot_batches_with_queues_shadows_and_refunds() {
         let rules = [
-            Rule::leaky_bucket("lb", 5, rate(1, 100)).unwrap(),
-            Rule::fixed_window("fw", 3, US * 1000).unwrap(),
-            Rule::sliding_log("sl", 3, US * 1000).unwrap(),
-            Rule::gcra("g", rate(3, 5), 2).unwrap(),
-            Rule::token_bucket("tb", 3, rate(1, 100)).unwrap(),
+            Rule::leaky_bucket("lb", 5, rate(1, 100)),
+            Rule::fixed_window("fw", 3, US * 1000),
+            Rule::sliding_log("sl", 3, US * 1000),
+            Rule::gcra("g", rate(3, 5), 2),
+            Rule::token_bucket("tb", 3, rate(1, 100)),
         ];
         use Op::*;
         let ops = [
@@ -478,7 +475,7 @@ mod twins {
 
     #[tokio::test]
     async fn gcra_refunds_with_fractions() {
-        let rules = [Rule::gcra("g", rate(3, 5), 2).unwrap()];
+        let rules = [Rule::gcra("g", rate(3, 5), 2)];
         use Op::*;
         let ops = [
             Check(0, vec![(0, "k", 1, false)], 0),
@@ -496,7 +493,7 @@ mod twins {
 
     #[tokio::test]
     async fn sliding_log_refunds_amid_later_entries_and_pruning() {
-        let rules = [Rule::sliding_log("l", 3, US * 100).unwrap()];
+        let rules = [Rule::sliding_log("l", 3, US * 100)];
         use Op::*;
         let ops = [
             Check(0, vec![(0, "k", 1, false)], 0),
@@ -516,10 +513,10 @@ mod twins {
     #[tokio::test]
     async fn carried_leaky_bucket_behind_another_release() {
         let rules = [
-            Rule::leaky_bucket("queue", 10, rate(1, 100)).unwrap(),
-            Rule::leaky_bucket("shaper", 10, rate(1, 200)).unwrap(),
-            Rule::leaky_bucket("shaper", 10, rate(1, 100)).unwrap(),
-            Rule::fixed_window("window", 2, US * 1000).unwrap(),
+            Rule::leaky_bucket("queue", 10, rate(1, 100)),
+            Rule::leaky_bucket("shaper", 10, rate(1, 200)),
+            Rule::leaky_bucket("shaper", 10, rate(1, 100)),
+            Rule::fixed_window("window", 2, US * 1000),
         ];
         use Op::*;
         let ops = [
@@ -544,8 +541,8 @@ mod twins {
     #[tokio::test]
     async fn shadow_leaky_bucket_behind_a_reservation() {
         let rules = [
-            Rule::gcra("g", rate(1, 100), 1).unwrap(),
-            Rule::leaky_bucket("lb", 3, rate(1, 50)).unwrap(),
+            Rule::gcra("g", rate(1, 100), 1),
+            Rule::leaky_bucket("lb", 3, rate(1, 50)),
         ];
         use Op::*;
         let ops = [
@@ -564,10 +561,10 @@ mod twins {
     #[tokio::test]
     async fn refund_after_a_reconfiguration_in_between() {
         let rules = [
-            Rule::token_bucket("b", 4, rate(1, 100)).unwrap(),
-            Rule::token_bucket("b", 5, rate(1, 100)).unwrap(),
-            Rule::leaky_bucket("q", 4, rate(1, 100)).unwrap(),
-            Rule::leaky_bucket("q", 5, rate(1, 100)).unwrap(),
+            Rule::token_bucket("b", 4, rate(1, 100)),
+            Rule::token_bucket("b", 5, rate(1, 100)),
+            Rule::leaky_bucket("q", 4, rate(1, 100)),
+            Rule::leaky_bucket("q", 5, rate(1, 100)),
         ];
         use Op::*;
         let ops = [

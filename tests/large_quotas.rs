@@ -63,7 +63,7 @@ const PERIODS_US: [u64; 14] = [
 /// Every constructor with `amount` as its quota and `amount` per `period` as its rate.
 fn every_rule(amount: u64, period: Duration) -> Vec<(&'static str, Result<Rule, String>)> {
     let rate = Rate::new(amount, period);
-    let e = |r: Result<Rule, tollgate::ConfigError>| r.map_err(|e| e.to_string());
+    let e = |r: Rule| r.checked().map_err(|e| e.to_string());
     vec![
         ("fixed_window", e(Rule::fixed_window("q", amount, period))),
         (
@@ -146,7 +146,7 @@ fn retry(alg: &Algorithm, state: &State, now: u64, cost: u64) -> Option<u64> {
 /// then one unit at each multiple of 864 ms and not a microsecond earlier.
 #[test]
 fn token_bucket_of_100_000_per_day_refills_one_every_864_ms_exactly() {
-    let rule = Rule::token_bucket("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let rule = Rule::token_bucket("d", 100_000, Rate::per_day(100_000));
     let alg = rule.algorithm();
     let mut s = State::default();
     assert!(check(alg, &mut s, BASE, 100_000));
@@ -166,7 +166,7 @@ fn token_bucket_of_100_000_per_day_refills_one_every_864_ms_exactly() {
 /// The stepped bucket adds the whole 100,000 at the end of the day.
 #[test]
 fn stepped_token_bucket_of_100_000_per_day_refills_at_the_day_boundary() {
-    let rule = Rule::token_bucket_stepped("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let rule = Rule::token_bucket_stepped("d", 100_000, Rate::per_day(100_000));
     let alg = rule.algorithm();
     let mut s = State::default();
     assert!(check(alg, &mut s, BASE, 100_000));
@@ -179,7 +179,7 @@ fn stepped_token_bucket_of_100_000_per_day_refills_at_the_day_boundary() {
 /// next unit by exactly that much per unit queued.
 #[test]
 fn leaky_bucket_of_100_000_per_day_drains_one_every_864_ms_exactly() {
-    let rule = Rule::leaky_bucket("d", 100_000, Rate::per_day(100_000)).unwrap();
+    let rule = Rule::leaky_bucket("d", 100_000, Rate::per_day(100_000));
     let alg = rule.algorithm();
     let mut s = State::default();
     assert!(check(alg, &mut s, BASE, 99_999));
@@ -196,7 +196,7 @@ fn leaky_bucket_of_100_000_per_day_drains_one_every_864_ms_exactly() {
 /// A sliding window of 50,000 per day weighs the previous day exactly (to the microsecond).
 #[test]
 fn sliding_window_of_50_000_per_day_is_exact() {
-    let rule = Rule::sliding_window("d", 50_000, Duration::from_secs(86_400)).unwrap();
+    let rule = Rule::sliding_window("d", 50_000, Duration::from_secs(86_400));
     let alg = rule.algorithm();
     let mut s = State::default();
     assert!(check(alg, &mut s, BASE, 50_000));
@@ -213,7 +213,7 @@ fn sliding_window_of_50_000_per_day_is_exact() {
 /// emission interval up to 2 µs (500,000 per second).
 #[test]
 fn gcra_of_600_000_per_second_admits_600_000_per_second() {
-    let rule = Rule::gcra("g", Rate::per_second(600_000), 3).unwrap();
+    let rule = Rule::gcra("g", Rate::per_second(600_000), 3);
     let alg = rule.algorithm();
     let mut s = State::default();
     assert!(check(alg, &mut s, BASE, 3));
@@ -237,7 +237,7 @@ fn gcra_of_600_000_per_second_admits_600_000_per_second() {
 /// The largest GCRA rates are exact too: 10^9 per second is 1,000 per µs.
 #[test]
 fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
-    let rule = Rule::gcra("g", Rate::per_second(1_000_000_000), 1_000).unwrap();
+    let rule = Rule::gcra("g", Rate::per_second(1_000_000_000), 1_000);
     let alg = rule.algorithm();
     let mut s = State::default();
     for t in 0..10_000 {
@@ -262,11 +262,11 @@ async fn cluster_refunds_restore_fractional_state_exactly() {
     let prime = 999_999_937;
     let year = Duration::from_micros(366 * DAY_US);
     let rules = [
-        Rule::gcra("g-fraction", Rate::per_second(600_000), 4).unwrap(),
-        Rule::gcra("g-rounded", Rate::new(prime, year), prime).unwrap(),
-        Rule::token_bucket("t-rounded", prime, Rate::per_day(prime)).unwrap(),
-        Rule::leaky_bucket("l-fraction", 4, Rate::per_second(600_000)).unwrap(),
-        Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)).unwrap(),
+        Rule::gcra("g-fraction", Rate::per_second(600_000), 4),
+        Rule::gcra("g-rounded", Rate::new(prime, year), prime),
+        Rule::token_bucket("t-rounded", prime, Rate::per_day(prime)),
+        Rule::leaky_bucket("l-fraction", 4, Rate::per_second(600_000)),
+        Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)),
     ];
     for rule in &rules {
         let quota = rule.algorithm().quota().0;

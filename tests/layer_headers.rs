@@ -87,19 +87,20 @@ async fn on_the_quickstart_report_the_deciding_rules_t_is_retry_after() {
 async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), BoxError> {
     // "uploads" denies (a cost of 3 against the 2 units left this hour); "burst" would
     // admit with less left (1), and so looked like the tightest rule.
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock())))
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
         .limit(Limit::new(
-            Rule::token_bucket("burst", 2, Rate::per_second(1))?,
+            Rule::token_bucket("burst", 2, Rate::per_second(1)),
             key::global(),
-        ))?
+        ))
         .limit(
             Limit::new(
-                Rule::fixed_window("uploads", 5, Duration::from_secs(3600))?,
+                Rule::fixed_window("uploads", 5, Duration::from_secs(3600)),
                 key::global(),
             )
             .cost(|_| 3),
-        )?
-        .legacy_headers(true);
+        )
+        .legacy_headers(true)
+        .build()?;
     let svc = with(layer);
     let get = || Request::get("/").body(String::new()).unwrap();
     assert_eq!(call(&svc, get()).await.status(), StatusCode::OK);
@@ -118,19 +119,21 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
 #[tokio::test]
 async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Result<(), BoxError> {
     let limiter = Limiter::new(MemoryStore::with_clock(clock()));
-    let outer = RateLimitLayer::new(limiter.clone())
+    let outer = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
-            Rule::token_bucket("global", 100, Rate::per_second(1))?,
+            Rule::token_bucket("global", 100, Rate::per_second(1)),
             key::global(),
-        ))?
+        ))
         .headers_on_allowed(true)
-        .legacy_headers(true);
-    let inner = RateLimitLayer::new(limiter)
+        .legacy_headers(true)
+        .build()?;
+    let inner = RateLimitLayer::builder(limiter)
         .limit(Limit::new(
-            Rule::fixed_window("route", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("route", 1, Duration::from_secs(60)),
             key::global(),
-        ))?
-        .legacy_headers(true);
+        ))
+        .legacy_headers(true)
+        .build()?;
     let svc = ServiceBuilder::new()
         .layer(outer)
         .layer(inner)
@@ -154,11 +157,12 @@ async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Resu
 #[tokio::test]
 async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Result<(), BoxError> {
     let clock = clock();
-    let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))?
+    let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))
         .with_penalty(Penalty::lock_for(Duration::from_secs(900)));
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock.clone())))
-        .limit(Limit::new(rule, key::global()))?
-        .legacy_headers(true);
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock.clone())))
+        .limit(Limit::new(rule, key::global()))
+        .legacy_headers(true)
+        .build()?;
     let svc = with(layer);
     let login = || Request::post("/login").body(String::new()).unwrap();
     for _ in 0..5 {
@@ -200,12 +204,13 @@ impl Store for Down {
 
 #[tokio::test]
 async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::new(Limiter::new(Down))
+    let layer = RateLimitLayer::builder(Limiter::new(Down))
         .limit(Limit::new(
-            Rule::fixed_window("x", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::global(),
-        ))?
-        .on_failure(FailurePolicy::FailClosed);
+        ))
+        .on_failure(FailurePolicy::FailClosed)
+        .build()?;
     let svc = with(layer);
     let res = call(&svc, Request::get("/").body(String::new())?).await;
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -217,10 +222,12 @@ async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
 
 fn one_per_minute() -> Result<Svc, BoxError> {
     Ok(with(
-        RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock()))).limit(Limit::new(
-            Rule::fixed_window("x", 1, Duration::from_secs(60))?,
-            key::global(),
-        ))?,
+        RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+            .limit(Limit::new(
+                Rule::fixed_window("x", 1, Duration::from_secs(60)),
+                key::global(),
+            ))
+            .build()?,
     ))
 }
 
@@ -292,21 +299,21 @@ async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
 
 #[tokio::test]
 async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::with_clock(clock())))
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
         .route(
             "GET /api/*",
             [Limit::new(
-                Rule::fixed_window("api", 1, Duration::from_secs(60))?,
+                Rule::fixed_window("api", 1, Duration::from_secs(60)),
                 key::global(),
             )],
-        )?
+        )
         .route(
             "GET /page",
             [Limit::new(
-                Rule::fixed_window("page", 1, Duration::from_secs(60))?,
+                Rule::fixed_window("page", 1, Duration::from_secs(60)),
                 key::global(),
             )],
-        )?
+        )
         .on_reject(|rejection| {
             let request = rejection.request();
             let wants_problem = request
@@ -330,7 +337,8 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
                 http::HeaderValue::from_static("application/problem+json"),
             );
             response
-        });
+        })
+        .build()?;
     let svc = with(layer);
     let get = |path: &str| {
         Request::get(path)
@@ -351,5 +359,38 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
     let page = call(&svc, get("/page")).await;
     assert_eq!(page.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&page, "content-type"), "text/plain; charset=utf-8");
+    Ok(())
+}
+
+/// The headers exist so that clients slow down before a 429: admitted responses carry them
+/// unless the layer is told otherwise.
+#[tokio::test]
+async fn admitted_responses_advertise_the_limits_by_default() -> Result<(), BoxError> {
+    let layer = |headers_on_allowed: Option<bool>| {
+        let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+            .limit(Limit::new(
+                Rule::fixed_window("per-user", 5, Duration::from_secs(60)),
+                key::global(),
+            ));
+        match headers_on_allowed {
+            Some(yes) => builder.headers_on_allowed(yes),
+            None => builder,
+        }
+        .build()
+    };
+    let get = || Request::get("/").body(String::new());
+
+    let default = call(&with(layer(None)?), get()?).await;
+    assert_eq!(default.status(), StatusCode::OK);
+    assert_eq!(
+        header(&default, "ratelimit-policy"),
+        "\"per-user\";q=5;w=60"
+    );
+    assert_eq!(header(&default, "ratelimit"), "\"per-user\";r=4;t=60");
+
+    let off = call(&with(layer(Some(false))?), get()?).await;
+    assert_eq!(off.status(), StatusCode::OK);
+    assert!(off.headers().get("ratelimit").is_none());
+    assert!(off.headers().get("ratelimit-policy").is_none());
     Ok(())
 }

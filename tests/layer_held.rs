@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{Request, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
-use tollgate::layer::{Limit, Mode, RateLimitLayer};
+use tollgate::layer::{Limit, Mode, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
     key, Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, RuleOutcome,
     Store, StoreError,
@@ -28,13 +28,12 @@ const S: Duration = Duration::from_secs(1);
 
 /// One request per user per 10 s, no burst.
 fn per_user() -> Rule {
-    Rule::gcra("per-user", Rate::new(1, 10 * S), 1).unwrap()
+    Rule::gcra("per-user", Rate::new(1, 10 * S), 1)
 }
 
-fn wait_layer<St: Store>(limiter: Limiter<St>) -> RateLimitLayer<St> {
-    RateLimitLayer::new(limiter)
-        .limit(Limit::new(per_user(), key::header("user-id").unwrap()))
-        .unwrap()
+fn wait_layer<St: Store>(limiter: Limiter<St>) -> RateLimitLayerBuilder<St> {
+    RateLimitLayer::builder(limiter)
+        .limit(Limit::new(per_user(), key::header("user-id")))
         .mode(Mode::Wait { max_wait: 60 * S })
 }
 
@@ -113,21 +112,28 @@ async fn a_held_request_leaves_the_inner_service_to_others<St: Store + Clone>(
 #[tokio::test(start_paused = true)]
 async fn held_in_wait_mode_the_inner_service_serves_others() {
     let store = MemoryStore::with_clock(ManualClock::new(T0));
-    a_held_request_leaves_the_inner_service_to_others(wait_layer(Limiter::new(store))).await;
+    a_held_request_leaves_the_inner_service_to_others(
+        wait_layer(Limiter::new(store)).build().unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn held_after_a_store_that_answers_later_the_inner_service_serves_others() {
     let store = Later(MemoryStore::with_clock(ManualClock::new(T0)));
-    a_held_request_leaves_the_inner_service_to_others(wait_layer(Limiter::new(store))).await;
+    a_held_request_leaves_the_inner_service_to_others(
+        wait_layer(Limiter::new(store)).build().unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn held_by_a_leaky_bucket_the_inner_service_serves_others() {
     let store = MemoryStore::with_clock(ManualClock::new(T0));
-    let shaping = Rule::leaky_bucket("shape", 2, Rate::new(1, 10 * S)).unwrap();
-    let layer = RateLimitLayer::new(Limiter::new(store))
-        .limit(Limit::new(shaping, key::header("user-id").unwrap()))
+    let shaping = Rule::leaky_bucket("shape", 2, Rate::new(1, 10 * S));
+    let layer = RateLimitLayer::builder(Limiter::new(store))
+        .limit(Limit::new(shaping, key::header("user-id")))
+        .build()
         .unwrap();
     a_held_request_leaves_the_inner_service_to_others(layer).await;
 }
@@ -154,7 +160,7 @@ fn ok() -> impl Service<
 #[tokio::test(start_paused = true)]
 async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-    let layer = wait_layer(limiter.clone()).max_held(1);
+    let layer = wait_layer(limiter.clone()).max_held(1).build().unwrap();
     let svc = ServiceBuilder::new().layer(layer).service(ok());
     assert_eq!(
         svc.clone().oneshot(user("a")).await.unwrap().status(),
@@ -193,7 +199,10 @@ async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
 #[tokio::test(start_paused = true)]
 async fn beyond_max_held_per_key_one_client_cannot_take_every_place() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-    let layer = wait_layer(limiter.clone()).max_held_per_key(1);
+    let layer = wait_layer(limiter.clone())
+        .max_held_per_key(1)
+        .build()
+        .unwrap();
     let svc = ServiceBuilder::new().layer(layer).service(ok());
     for id in ["a", "b"] {
         assert_eq!(
@@ -220,7 +229,7 @@ async fn beyond_max_held_per_key_one_client_cannot_take_every_place() {
 async fn max_held_zero_refuses_every_delay() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     let svc = ServiceBuilder::new()
-        .layer(wait_layer(limiter.clone()).max_held(0))
+        .layer(wait_layer(limiter.clone()).max_held(0).build().unwrap())
         .service(ok());
     assert_eq!(
         svc.clone().oneshot(user("a")).await.unwrap().status(),
@@ -235,7 +244,7 @@ async fn max_held_zero_refuses_every_delay() {
 /// once; one released is not given back.
 async fn a_dropped_held_request_frees_its_slot<St: Store + Clone>(limiter: Limiter<St>) {
     let svc = ServiceBuilder::new()
-        .layer(wait_layer(limiter.clone()))
+        .layer(wait_layer(limiter.clone()).build().unwrap())
         .service(ok());
     assert_eq!(
         svc.clone().oneshot(user("a")).await.unwrap().status(),
@@ -286,7 +295,7 @@ async fn a_dropped_held_request_frees_its_slot_on_redis_store() {
 /// [`a_dropped_held_request_frees_its_slot`] on a real clock: the Redis connection needs one.
 async fn a_dropped_held_request_frees_its_slot_redis(limiter: Limiter<RedisStore>) {
     let svc = ServiceBuilder::new()
-        .layer(wait_layer(limiter.clone()))
+        .layer(wait_layer(limiter.clone()).build().unwrap())
         .service(ok());
     assert_eq!(
         svc.clone().oneshot(user("a")).await.unwrap().status(),
@@ -306,7 +315,7 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(wait_layer(limiter.clone()));
+        .layer(wait_layer(limiter.clone()).build().unwrap());
     let addr = support::serve_axum(app).await;
     let client = support::client_from("127.0.0.1");
     let reply = support::send(

@@ -39,7 +39,7 @@ async fn call(
 
 fn one_per_minute(name: &str) -> Result<Limit, BoxError> {
     Ok(Limit::new(
-        Rule::fixed_window(name, 1, Duration::from_secs(60))?,
+        Rule::fixed_window(name, 1, Duration::from_secs(60)),
         key::global(),
     ))
 }
@@ -56,7 +56,11 @@ fn route_error(layer: Result<RateLimitLayer, tollgate::ConfigError>) -> String {
 #[test]
 fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError> {
     let route = |pattern: &str| {
-        route_error(RateLimitLayer::new(limiter()).route(pattern, [one_per_minute("r").unwrap()]))
+        route_error(
+            RateLimitLayer::builder(limiter())
+                .route(pattern, [one_per_minute("r").unwrap()])
+                .build(),
+        )
     };
     // Methods are case-sensitive: "post" is an extension method no client sends for POST.
     let lower = route("post /sms/send");
@@ -73,14 +77,77 @@ fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError
     Ok(())
 }
 
+/// One `build` reports every mistake of a layer, each naming its rule, key or route, so a
+/// configuration is fixed in one round, not one error per start.
+#[test]
+fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
+    let minute = Duration::from_secs(60);
+    let ok = || Rule::fixed_window("ok", 10, minute);
+    let err = RateLimitLayer::builder(limiter())
+        // A rule that cannot work, and a key that cannot either.
+        .limit(Limit::new(
+            Rule::fixed_window("zero", 0, minute),
+            key::global(),
+        ))
+        .limit(Limit::new(
+            ok(),
+            key::client_ip(["10.0.0.0/8", "not-a-proxy"]),
+        ))
+        // A least cost no request can pay.
+        .limit(Limit::new(Rule::fixed_window("big", 10, minute), key::global()).min_cost(11))
+        // A pattern no request can match.
+        .route("post /sms/send", [])
+        // A route the earlier one shadows.
+        .route("/files/*", [])
+        .route("GET /files/{id}", [])
+        // One rule twice in one request's batch.
+        .route("/twice", [Limit::new(ok(), key::global())])
+        // One name for two rules.
+        .route(
+            "/a",
+            [Limit::new(
+                Rule::fixed_window("shared", 1, minute),
+                key::global(),
+            )],
+        )
+        .route(
+            "/b",
+            [Limit::new(
+                Rule::fixed_window("shared", 2, minute),
+                key::global(),
+            )],
+        )
+        .build()
+        .unwrap_err();
+    let problems: Vec<&str> = err.problems().collect();
+    let expected = [
+        "rule \"zero\": fixed window limit must be at least 1",
+        "the key of rule \"ok\": trusted proxy \"not-a-proxy\"",
+        "rule \"big\": every request costs at least 11, more than the 10",
+        "route \"post /sms/send\"",
+        "route \"GET /files/{id}\" can never match: the earlier route \"/files/*\"",
+        "rule \"ok\" is applied twice to /twice",
+        "rule name \"shared\" is bound to two different rules",
+    ];
+    assert_eq!(problems.len(), expected.len(), "{err}");
+    for part in expected {
+        assert!(
+            problems.iter().any(|p| p.starts_with(part)),
+            "no problem starts with {part:?}:\n{err}"
+        );
+    }
+    // Display lists them one per line.
+    assert_eq!(err.to_string().lines().count(), 1 + expected.len(), "{err}");
+}
+
 #[test]
 fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxError> {
     let table = |patterns: &[&str]| {
-        let mut layer = Ok(RateLimitLayer::new(limiter()));
+        let mut layer = RateLimitLayer::builder(limiter());
         for (i, p) in patterns.iter().enumerate() {
-            layer = layer.and_then(|l| l.route(p, [one_per_minute(&format!("r{i}")).unwrap()]));
+            layer = layer.route(p, [one_per_minute(&format!("r{i}")).unwrap()]);
         }
-        layer
+        layer.build()
     };
     let shadowed = route_error(table(&["/sms/*", "POST /sms/send"]));
     assert!(shadowed.contains("\"POST /sms/send\""), "{shadowed}");
@@ -105,9 +172,10 @@ fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxEr
 #[tokio::test]
 async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), BoxError> {
     let svc = with(
-        RateLimitLayer::new(limiter())
-            .route("POST /sms/send", [one_per_minute("sms")?])?
-            .route("/sms/*", [one_per_minute("sms-other")?])?,
+        RateLimitLayer::builder(limiter())
+            .route("POST /sms/send", [one_per_minute("sms")?])
+            .route("/sms/*", [one_per_minute("sms-other")?])
+            .build()?,
     );
     let post = || Request::post("/sms/send").body(String::new()).unwrap();
     assert_eq!(call(&svc, post()).await.status(), StatusCode::OK);
@@ -137,13 +205,14 @@ async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(),
         counted.fetch_add(1, Ordering::SeqCst);
         head.headers().get("user-id").map(|v| v.as_bytes().to_vec())
     });
-    let layer = RateLimitLayer::new(limiter())
+    let layer = RateLimitLayer::builder(limiter())
         .limit(Limit::new(
-            Rule::fixed_window("per-user", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("per-user", 1, Duration::from_secs(60)),
             user,
-        ))?
+        ))
         .exempt(|head| head.uri().path() == "/health")
-        .exempt(|head| head.headers().get("x-api-key").is_some_and(|k| k == "ops"));
+        .exempt(|head| head.headers().get("x-api-key").is_some_and(|k| k == "ops"))
+        .build()?;
     let svc = with(layer);
 
     // Health checks pass without a user id (the limit's key would be missing: a 400) and
@@ -233,18 +302,18 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
     // Per event: the trial rule's own decision, and whether the hook saw it as a trial.
     let seen: Arc<Mutex<Vec<(bool, bool, bool)>>> = Arc::default();
     let record = seen.clone();
-    let layer = RateLimitLayer::new(Limiter::new(store))
+    let layer = RateLimitLayer::builder(Limiter::new(store))
         .limit(Limit::new(
-            Rule::fixed_window("enforced", 3, Duration::from_secs(60))?,
+            Rule::fixed_window("enforced", 3, Duration::from_secs(60)),
             key::global(),
-        ))?
+        ))
         .limit(
             Limit::new(
-                Rule::fixed_window("trial", 1, Duration::from_secs(60))?,
+                Rule::fixed_window("trial", 1, Duration::from_secs(60)),
                 key::global(),
             )
             .shadow(),
-        )?
+        )
         .headers_on_allowed(true)
         .on_decision(move |event: &DecisionEvent<'_>| {
             let (trial, outcome) = event
@@ -261,7 +330,8 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
                 event.is_shadow(trial),
                 event.is_shadow(enforced),
             ));
-        });
+        })
+        .build()?;
     let svc = with(layer);
 
     for _ in 0..3 {
@@ -295,13 +365,14 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
 async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
 ) -> Result<(), BoxError> {
     let limiter = limiter();
-    let trial = Rule::fixed_window("trial", 10, Duration::from_secs(60))?;
-    let layer = RateLimitLayer::new(limiter.clone())
+    let trial = Rule::fixed_window("trial", 10, Duration::from_secs(60));
+    let layer = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
-            Rule::fixed_window("enforced", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("enforced", 1, Duration::from_secs(60)),
             key::global(),
-        ))?
-        .limit(Limit::new(trial.clone(), key::global()).shadow())?;
+        ))
+        .limit(Limit::new(trial.clone(), key::global()).shadow())
+        .build()?;
     let svc = with(layer);
     assert_eq!(
         call(&svc, Request::get("/").body(String::new())?)
@@ -392,9 +463,10 @@ async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxE
     let captured = Captured::default();
     let _guard = tracing::subscriber::set_default(captured.clone());
     let svc = with(
-        RateLimitLayer::new(Limiter::new(Down))
-            .limit(one_per_minute("x")?)?
-            .log_interval(Duration::from_secs(10)),
+        RateLimitLayer::builder(Limiter::new(Down))
+            .limit(one_per_minute("x")?)
+            .log_interval(Duration::from_secs(10))
+            .build()?,
     );
     let get = || Request::get("/").body(String::new()).unwrap();
 
@@ -458,12 +530,13 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
     let captured = Captured::default();
     let _guard = tracing::subscriber::set_default(captured.clone());
     let svc = with(
-        RateLimitLayer::new(limiter())
+        RateLimitLayer::builder(limiter())
             .limit(Limit::new(
-                Rule::fixed_window("wide", 1000, Duration::from_secs(60))?,
+                Rule::fixed_window("wide", 1000, Duration::from_secs(60)),
                 key::global(),
-            ))?
-            .limit(one_per_minute("trial")?.shadow())?,
+            ))
+            .limit(one_per_minute("trial")?.shadow())
+            .build()?,
     );
     for _ in 0..50 {
         let res = call(&svc, Request::get("/").body(String::new())?).await;
@@ -488,15 +561,16 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
 #[tokio::test]
 async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
     let svc = with(
-        RateLimitLayer::new(limiter())
-            .limit(one_per_minute("enforced")?.on_missing_key(tollgate::layer::MissingKey::Skip))?
+        RateLimitLayer::builder(limiter())
+            .limit(one_per_minute("enforced")?.on_missing_key(tollgate::layer::MissingKey::Skip))
             .limit(
                 Limit::new(
-                    Rule::fixed_window("trial", 1, Duration::from_secs(60))?,
-                    key::header("user-id")?,
+                    Rule::fixed_window("trial", 1, Duration::from_secs(60)),
+                    key::header("user-id"),
                 )
                 .shadow(),
-            )?,
+            )
+            .build()?,
     );
     let res = call(&svc, Request::get("/").body(String::new())?).await;
     assert_eq!(res.status(), StatusCode::OK);

@@ -17,11 +17,12 @@ use tollgate::{Limiter, MemoryStore, Rule};
 /// One request per minute per key (a window from the key's first request, so no minute
 /// boundary falls between a test's requests).
 fn one_per_minute(name: &str, key: impl key::KeyExtractor) -> Router {
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)).unwrap(),
+            Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)),
             key,
         ))
+        .build()
         .unwrap();
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -31,7 +32,7 @@ fn one_per_minute(name: &str, key: impl key::KeyExtractor) -> Router {
 #[tokio::test]
 async fn an_untrusted_peer_cannot_choose_its_address() {
     // Only 127.0.0.1 is a trusted proxy; 127.0.0.2 is a client talking to us directly.
-    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]).unwrap())).await;
+    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]))).await;
     let client = client_from("127.0.0.2");
     let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
 
@@ -45,7 +46,7 @@ async fn an_untrusted_peer_cannot_choose_its_address() {
 
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
-    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]).unwrap())).await;
+    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]))).await;
     let proxy = client_from("127.0.0.1");
     let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
 
@@ -65,7 +66,7 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
 
 #[tokio::test]
 async fn ipv6_addresses_in_one_slash_64_share_a_limit() {
-    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]).unwrap())).await;
+    let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]))).await;
     let proxy = client_from("127.0.0.1");
     let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
 
@@ -87,9 +88,7 @@ async fn ipv6_addresses_in_one_slash_64_share_a_limit() {
 
 #[tokio::test]
 async fn malformed_forwarded_headers_get_an_answer_not_a_panic() {
-    let extractor = key::client_ip(["127.0.0.1"])
-        .unwrap()
-        .header(ForwardedHeader::Forwarded);
+    let extractor = key::client_ip(["127.0.0.1"]).header(ForwardedHeader::Forwarded);
     let addr = serve_axum(one_per_minute("ip", extractor)).await;
     let proxy = client_from("127.0.0.1");
     let fwd = |v: &'static [u8]| request(addr, "GET", "/", &[("forwarded", v)]);
@@ -117,7 +116,7 @@ async fn malformed_forwarded_headers_get_an_answer_not_a_panic() {
 
 #[tokio::test]
 async fn header_keys_take_any_bytes_and_any_length() {
-    let addr = serve_axum(one_per_minute("user", key::header("user-id").unwrap())).await;
+    let addr = serve_axum(one_per_minute("user", key::header("user-id"))).await;
     let client = client_from("127.0.0.1");
     let user = |v: &[u8]| request(addr, "GET", "/", &[("user-id", v)]);
 
@@ -145,18 +144,21 @@ async fn header_keys_take_any_bytes_and_any_length() {
 #[tokio::test]
 async fn a_missing_key_follows_the_rules_policy() {
     let limiter = Limiter::new(MemoryStore::new());
-    let rule = || Rule::fixed_window("user", 1, Duration::from_secs(60)).unwrap();
-    let reject = RateLimitLayer::new(limiter.clone())
-        .limit(Limit::new(rule(), key::header("user-id").unwrap()))
+    let rule = || Rule::fixed_window("user", 1, Duration::from_secs(60));
+    let reject = RateLimitLayer::builder(limiter.clone())
+        .limit(Limit::new(rule(), key::header("user-id")))
+        .build()
         .unwrap();
-    let skip = RateLimitLayer::new(limiter.clone())
-        .limit(Limit::new(rule(), key::header("user-id").unwrap()).on_missing_key(MissingKey::Skip))
+    let skip = RateLimitLayer::builder(limiter.clone())
+        .limit(Limit::new(rule(), key::header("user-id")).on_missing_key(MissingKey::Skip))
+        .build()
         .unwrap();
-    let fallback = RateLimitLayer::new(limiter)
+    let fallback = RateLimitLayer::builder(limiter)
         .limit(Limit::new(
             rule(),
-            key::header("user-id").unwrap().or(key::peer_ip()),
+            key::header("user-id").or(key::peer_ip()),
         ))
+        .build()
         .unwrap();
     let app = Router::new()
         .route("/reject", get(|| async { "ok" }).route_layer(reject))
@@ -205,14 +207,10 @@ async fn a_peer_ip_key_without_connection_info_is_a_generic_500() {
 
 #[tokio::test]
 async fn fallback_branches_do_not_share_a_key_space() {
-    let by_user_else_address = one_per_minute(
-        "user-or-ip",
-        key::header("user-id").unwrap().or(key::peer_ip()),
-    );
-    let by_user_else_global = one_per_minute(
-        "user-or-global",
-        key::header("user-id").unwrap().or(key::global()),
-    );
+    let by_user_else_address =
+        one_per_minute("user-or-ip", key::header("user-id").or(key::peer_ip()));
+    let by_user_else_global =
+        one_per_minute("user-or-global", key::header("user-id").or(key::global()));
     let app = Router::new()
         .nest("/ip", by_user_else_address)
         .nest("/global", by_user_else_global);
@@ -251,7 +249,7 @@ async fn fallback_branches_do_not_share_a_key_space() {
 
 #[tokio::test]
 async fn a_duplicated_key_header_is_refused_by_default() {
-    let addr = serve_axum(one_per_minute("user", key::header("user-id").unwrap())).await;
+    let addr = serve_axum(one_per_minute("user", key::header("user-id"))).await;
     let client = client_from("127.0.0.1");
     // What a client sends through a gateway that appends the real id after the client's own.
     let appended = |own: &'static [u8]| {
@@ -285,7 +283,7 @@ async fn a_duplicated_key_header_is_refused_by_default() {
 #[tokio::test]
 async fn a_trusted_proxy_written_as_ipv4_mapped_ipv6_is_trusted() {
     for trusted in ["::ffff:127.0.0.1", "::ffff:127.0.0.0/104"] {
-        let addr = serve_axum(one_per_minute("ip", key::client_ip([trusted]).unwrap())).await;
+        let addr = serve_axum(one_per_minute("ip", key::client_ip([trusted]))).await;
         let proxy = client_from("127.0.0.1");
         let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
 
@@ -306,7 +304,7 @@ async fn a_trusted_proxy_written_as_ipv4_mapped_ipv6_is_trusted() {
 #[tokio::test]
 async fn a_mapped_address_and_its_ipv4_form_are_one_client() {
     // A dual-stack listener sees IPv4 peers as `::ffff:a.b.c.d`.
-    let app = one_per_minute("ip", key::client_ip(["127.0.0.1"]).unwrap());
+    let app = one_per_minute("ip", key::client_ip(["127.0.0.1"]));
     let listener = tokio::net::TcpListener::bind("[::]:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -420,26 +418,30 @@ async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
 #[tokio::test]
 async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let limiter = Limiter::new(MemoryStore::new());
-    let rule = |name| Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)).unwrap();
-    let header = || key::header("user-id").unwrap();
-    let first = RateLimitLayer::new(limiter.clone())
+    let rule = |name| Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60));
+    let header = || key::header("user-id");
+    let first = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
             rule("first"),
             header().duplicates(Duplicates::First),
         ))
+        .build()
         .unwrap();
-    let last = RateLimitLayer::new(limiter.clone())
+    let last = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(
             rule("last"),
             header().duplicates(Duplicates::Last),
         ))
+        .build()
         .unwrap();
     // A rejected duplicate is a missing key: `or` falls back, `Skip` skips.
-    let fallback = RateLimitLayer::new(limiter.clone())
+    let fallback = RateLimitLayer::builder(limiter.clone())
         .limit(Limit::new(rule("fallback"), header().or(key::peer_ip())))
+        .build()
         .unwrap();
-    let skip = RateLimitLayer::new(limiter)
+    let skip = RateLimitLayer::builder(limiter)
         .limit(Limit::new(rule("skip"), header()).on_missing_key(MissingKey::Skip))
+        .build()
         .unwrap();
     let app = Router::new()
         .route("/first", get(|| async { "ok" }).route_layer(first))
@@ -501,19 +503,16 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
 /// /64 and a coarser one per /48, in one layer, so one batch.
 #[tokio::test]
 async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
-    let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::fixed_window_from_first_hit("ip", 1, Duration::from_secs(60)).unwrap(),
-            key::client_ip(["127.0.0.1"]).unwrap(),
+            Rule::fixed_window_from_first_hit("ip", 1, Duration::from_secs(60)),
+            key::client_ip(["127.0.0.1"]),
         ))
-        .unwrap()
         .limit(Limit::new(
-            Rule::fixed_window_from_first_hit("ip-48", 2, Duration::from_secs(60)).unwrap(),
-            key::client_ip(["127.0.0.1"])
-                .unwrap()
-                .ipv6_prefix(48)
-                .unwrap(),
+            Rule::fixed_window_from_first_hit("ip-48", 2, Duration::from_secs(60)),
+            key::client_ip(["127.0.0.1"]).ipv6_prefix(48),
         ))
+        .build()
         .unwrap();
     let addr = serve_axum(
         Router::new()
@@ -568,19 +567,20 @@ async fn min_cost_makes_a_request_that_costs_nothing_count() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
-    let rule =
-        |name| Rule::fixed_window_from_first_hit(name, 3, Duration::from_secs(3600)).unwrap();
+    let rule = |name| Rule::fixed_window_from_first_hit(name, 3, Duration::from_secs(3600));
     let limiter = Limiter::new(MemoryStore::new());
-    let clamped = RateLimitLayer::new(limiter.clone())
+    let clamped = RateLimitLayer::builder(limiter.clone())
         .limit(
             Limit::new(rule("clamped"), key::global())
                 .cost(units)
                 .min_cost(1),
         )
+        .build()
         .unwrap();
     // The rule's default cost is clamped too.
-    let free_by_default = RateLimitLayer::new(limiter)
+    let free_by_default = RateLimitLayer::builder(limiter)
         .limit(Limit::new(rule("free").with_cost(0), key::global()).min_cost(2))
+        .build()
         .unwrap();
     let app = Router::new()
         .route("/clamped", get(|| async { "ok" }).route_layer(clamped))

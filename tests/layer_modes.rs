@@ -59,25 +59,25 @@ fn get(path: &str) -> Request<String> {
 #[tokio::test]
 async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
     let user = || key::header("user-id");
-    let layer = RateLimitLayer::new(limiter())
+    let layer = RateLimitLayer::builder(limiter())
         .route(
             "POST /sms/send",
             [
                 Limit::new(
-                    Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?,
-                    user()?,
+                    Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
+                    user(),
                 ),
                 Limit::new(
-                    Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?,
-                    user()?,
+                    Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)),
+                    user(),
                 ),
             ],
-        )?
+        )
         .route(
             "GET /files/{id}",
             [Limit::new(
-                Rule::fixed_window("download", 10, Duration::from_secs(60))?,
-                user()?,
+                Rule::fixed_window("download", 10, Duration::from_secs(60)),
+                user(),
             )
             .cost(|req| {
                 req.headers()
@@ -85,14 +85,15 @@ async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
                     .and_then(|v| v.to_str().ok()?.parse().ok())
                     .unwrap_or(1)
             })],
-        )?
+        )
         .route(
             "/pkg.Files/*",
             [Limit::new(
-                Rule::fixed_window("grpc", 1, Duration::from_secs(60))?,
+                Rule::fixed_window("grpc", 1, Duration::from_secs(60)),
                 key::route(),
             )],
-        )?;
+        )
+        .build()?;
     let svc = with(layer);
 
     let sms = || {
@@ -155,11 +156,11 @@ async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
 async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
     let shadow_denials = Arc::new(AtomicUsize::new(0));
     let seen = shadow_denials.clone();
-    let layer = RateLimitLayer::new(limiter())
+    let layer = RateLimitLayer::builder(limiter())
         .limit(Limit::new(
-            Rule::fixed_window("new-rule", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("new-rule", 1, Duration::from_secs(60)),
             key::global(),
-        ))?
+        ))
         .mode(Mode::Shadow)
         .headers_on_allowed(true)
         .on_decision(move |event: &DecisionEvent<'_>| {
@@ -171,7 +172,8 @@ async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
                 );
                 seen.fetch_add(1, Ordering::SeqCst);
             }
-        });
+        })
+        .build()?;
     let svc = with(layer);
     for _ in 0..5 {
         let res = call(&svc, get("/")).await;
@@ -206,14 +208,15 @@ async fn burst(svc: &Svc, n: usize) -> Vec<(StatusCode, Duration)> {
 
 #[tokio::test(start_paused = true)]
 async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::new(limiter())
+    let layer = RateLimitLayer::builder(limiter())
         .limit(Limit::new(
-            Rule::gcra("api", Rate::per_second(10), 1)?,
+            Rule::gcra("api", Rate::per_second(10), 1),
             key::global(),
-        ))?
+        ))
         .mode(Mode::Wait {
             max_wait: Duration::from_millis(300),
-        });
+        })
+        .build()?;
     let results = burst(&with(layer), 6).await;
     let ms = |d: Duration| d.as_millis();
     let admitted: Vec<u128> = results
@@ -235,7 +238,9 @@ async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Resul
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result<(), BoxError> {
     let rule = || Rule::leaky_bucket("shape", 3, Rate::per_second(10));
-    let enforce = RateLimitLayer::new(limiter()).limit(Limit::new(rule()?, key::global()))?;
+    let enforce = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(rule(), key::global()))
+        .build()?;
     let results = burst(&with(enforce), 5).await;
     let admitted: Vec<_> = results
         .iter()
@@ -254,9 +259,10 @@ async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result
         "{results:?}"
     );
 
-    let shadow = RateLimitLayer::new(limiter())
-        .limit(Limit::new(rule()?, key::global()))?
-        .mode(Mode::Shadow);
+    let shadow = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(rule(), key::global()))
+        .mode(Mode::Shadow)
+        .build()?;
     let results = burst(&with(shadow), 5).await;
     assert!(
         results.iter().all(|(s, d)| s.is_success() && d.is_zero()),
@@ -267,11 +273,12 @@ async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result
 
 #[tokio::test]
 async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), BoxError> {
-    let login = Rule::fixed_window("login", 2, Duration::from_secs(60))?
+    let login = Rule::fixed_window("login", 2, Duration::from_secs(60))
         .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
-    let layer = RateLimitLayer::new(limiter())
-        .limit(Limit::new(login, key::header("user")?))?
-        .legacy_headers(true);
+    let layer = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(login, key::header("user")))
+        .legacy_headers(true)
+        .build()?;
     let svc = with(layer);
     let attempt = || {
         Request::post("/login")
@@ -310,14 +317,17 @@ impl Store for Down {
 #[tokio::test]
 async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
-    let open = RateLimitLayer::new(Limiter::new(Down)).limit(Limit::new(rule()?, key::global()))?;
+    let open = RateLimitLayer::builder(Limiter::new(Down))
+        .limit(Limit::new(rule(), key::global()))
+        .build()?;
     let svc = with(open);
     for _ in 0..3 {
         assert_eq!(call(&svc, get("/")).await.status(), StatusCode::OK);
     }
-    let closed = RateLimitLayer::new(Limiter::new(Down))
-        .limit(Limit::new(rule()?, key::global()))?
-        .on_failure(FailurePolicy::FailClosed);
+    let closed = RateLimitLayer::builder(Limiter::new(Down))
+        .limit(Limit::new(rule(), key::global()))
+        .on_failure(FailurePolicy::FailClosed)
+        .build()?;
     let svc = with(closed);
     assert_eq!(
         call(&svc, get("/")).await.status(),
@@ -334,18 +344,19 @@ async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
 async fn rejections_can_be_replaced() -> Result<(), BoxError> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
-    let layer = RateLimitLayer::new(limiter())
+    let layer = RateLimitLayer::builder(limiter())
         .limit(Limit::new(
-            Rule::fixed_window("x", 1, Duration::from_secs(60))?,
+            Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::global(),
-        ))?
+        ))
         .on_reject(move |rejection| {
             log.lock().unwrap().push(rejection.retry_after());
             let mut res = rejection.default_response();
             *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             *res.body_mut() = Bytes::from_static(b"{\"error\":\"slow down\"}");
             res
-        });
+        })
+        .build()?;
     let svc = with(layer);
     call(&svc, get("/")).await;
     let res = call(&svc, get("/")).await;
@@ -361,10 +372,11 @@ async fn rejections_can_be_replaced() -> Result<(), BoxError> {
 
 #[tokio::test]
 async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::new(limiter()).limit(Limit::new(
-        Rule::fixed_window("x", 2, Duration::from_secs(60))?,
+    let builder = RateLimitLayer::builder(limiter()).limit(Limit::new(
+        Rule::fixed_window("x", 2, Duration::from_secs(60)),
         key::global(),
-    ))?;
+    ));
+    let layer = builder.clone().build()?;
     let a = with(layer.clone());
     let b = with(layer.clone());
     assert_eq!(call(&a, get("/")).await.status(), StatusCode::OK);
@@ -376,20 +388,23 @@ async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Re
 
     // The same rule twice in one request's batch is refused when built (and a name bound
     // to another rule is refused as such: tests/reconfiguration.rs).
-    let twice = layer.route(
+    let twice = builder.route(
         "/x",
         [Limit::new(
-            Rule::fixed_window("x", 2, Duration::from_secs(60))?,
+            Rule::fixed_window("x", 2, Duration::from_secs(60)),
             key::global(),
         )],
     );
     assert!(twice
+        .build()
         .unwrap_err()
         .to_string()
         .contains("\"x\" is applied twice"));
-    assert!(RateLimitLayer::new(limiter())
+    let err = RateLimitLayer::builder(limiter())
         .route("no-slash", [])
-        .is_err());
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("route \"no-slash\""), "{err}");
     Ok(())
 }
 
@@ -422,10 +437,12 @@ impl tower::Service<Request<String>> for Gate {
 async fn poll_ready_is_the_inner_services() -> Result<(), BoxError> {
     use tower::{Layer, Service};
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let layer = RateLimitLayer::new(limiter()).limit(Limit::new(
-        Rule::fixed_window("x", 1, Duration::from_secs(60))?,
-        key::global(),
-    ))?;
+    let layer = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(
+            Rule::fixed_window("x", 1, Duration::from_secs(60)),
+            key::global(),
+        ))
+        .build()?;
     let mut svc = layer.layer(Gate(open.clone()));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(svc.poll_ready(&mut cx).is_pending());
@@ -462,14 +479,15 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
     let store = Slow(MemoryStore::with_clock(ManualClock::new(
         1_700_000_000_000_000,
     )));
-    let layer = RateLimitLayer::new(Limiter::new(store))
+    let layer = RateLimitLayer::builder(Limiter::new(store))
         .limit(Limit::new(
-            Rule::gcra("api", Rate::per_second(10), 1)?,
+            Rule::gcra("api", Rate::per_second(10), 1),
             key::global(),
-        ))?
+        ))
         .mode(Mode::Wait {
             max_wait: Duration::from_millis(100),
-        });
+        })
+        .build()?;
     let results = burst(&with(layer), 3).await;
     let summary: Vec<(u16, u128)> = results
         .iter()
@@ -482,34 +500,39 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
 #[tokio::test]
 async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
-    let keyless = RateLimitLayer::new(limiter())
-        .limit(Limit::new(rule()?, key::header("user-id")?))?
-        .mode(Mode::Shadow);
+    let keyless = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(rule(), key::header("user-id")))
+        .mode(Mode::Shadow)
+        .build()?;
     assert_eq!(
         call(&with(keyless), get("/")).await.status(),
         StatusCode::OK
     );
-    let no_peer = RateLimitLayer::new(limiter())
-        .limit(Limit::new(rule()?, key::peer_ip()))?
-        .mode(Mode::Shadow);
+    let no_peer = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(rule(), key::peer_ip()))
+        .mode(Mode::Shadow)
+        .build()?;
     assert_eq!(
         call(&with(no_peer), get("/")).await.status(),
         StatusCode::OK
     );
-    let down = RateLimitLayer::new(Limiter::new(Down))
-        .limit(Limit::new(rule()?, key::global()))?
+    let down = RateLimitLayer::builder(Limiter::new(Down))
+        .limit(Limit::new(rule(), key::global()))
         .on_failure(FailurePolicy::FailClosed)
-        .mode(Mode::Shadow);
+        .mode(Mode::Shadow)
+        .build()?;
     assert_eq!(call(&with(down), get("/")).await.status(), StatusCode::OK);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_grpc_request_without_its_key_gets_invalid_argument() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::new(limiter()).limit(Limit::new(
-        Rule::fixed_window("x", 1, Duration::from_secs(60))?,
-        key::header("user-id")?,
-    ))?;
+    let layer = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(
+            Rule::fixed_window("x", 1, Duration::from_secs(60)),
+            key::header("user-id"),
+        ))
+        .build()?;
     let svc = with(layer);
     let grpc = Request::post("/a.B/C")
         .header("content-type", "application/grpc")

@@ -74,7 +74,7 @@ const MILLION: u32 = 1_000_000;
 #[test]
 fn purge_expired_removes_a_million_idle_keys() {
     let (clock, store) = store_at(BASE);
-    let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1)).unwrap();
+    let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1));
     hit_all(&store, &rule, 0..MILLION);
     // Nothing has expired, so self-sweeping kept everything.
     assert_eq!(store.len(), MILLION as usize);
@@ -114,7 +114,7 @@ fn shards_sweep_themselves_without_purge() {
     let n = MILLION as usize;
     let bound = n + n / 4;
     let (clock, store) = store_at(BASE);
-    let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1)).unwrap();
+    let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1));
     hit_all(&store, &rule, 0..MILLION);
     assert_eq!(store.len(), n);
 
@@ -144,7 +144,6 @@ async fn reset_lifts_a_penalty_lock() {
     let (clock, store) = store_at(BASE);
     let limiter = Limiter::new(store.clone());
     let rule = Rule::fixed_window("login", 2, MINUTE)
-        .unwrap()
         .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
     let user = b"mallory";
     assert!(limiter.check_one(&rule, user).await.unwrap().is_admitted());
@@ -177,7 +176,7 @@ async fn reset_lifts_a_penalty_lock() {
 fn peek_consumes_nothing_and_counts_no_denial() {
     let (_clock, store) = store_at(BASE);
     let limiter = Limiter::new(store.clone());
-    let rule = Rule::fixed_window("otp", 3, MINUTE).unwrap().with_penalty(
+    let rule = Rule::fixed_window("otp", 3, MINUTE).with_penalty(
         Penalty::lock_for(Duration::from_secs(600))
             .after(2)
             .within(MINUTE),
@@ -226,8 +225,8 @@ fn peek_consumes_nothing_and_counts_no_denial() {
 fn the_same_rule_twice_for_one_key_is_an_invalid_batch() {
     let (_clock, store) = store_at(BASE);
     let limiter = Limiter::new(store.clone());
-    let rule = Rule::fixed_window("r", 5, MINUTE).unwrap();
-    let other = Rule::sliding_log("s", 5, MINUTE).unwrap();
+    let rule = Rule::fixed_window("r", 5, MINUTE);
+    let other = Rule::sliding_log("s", 5, MINUTE);
 
     let twice = [
         Check::new(&rule, b"k"),
@@ -271,7 +270,7 @@ fn the_same_rule_twice_for_one_key_is_an_invalid_batch() {
 fn a_one_megabyte_key_is_stored_digested() {
     let (_clock, store) = store_at(BASE);
     let limiter = Limiter::new(store.clone());
-    let rule = Rule::fixed_window("header", 2, MINUTE).unwrap();
+    let rule = Rule::fixed_window("header", 2, MINUTE);
     let a = vec![b'x'; 1 << 20];
     let mut middle = a.clone();
     middle[1 << 19] = b'y';
@@ -317,7 +316,7 @@ fn clones_share_limits() {
     let limiter = Limiter::new(store.clone());
     let limiter_clone = limiter.clone();
     let via_store_clone = Limiter::new(store.clone());
-    let rule = Rule::fixed_window("api", 3, MINUTE).unwrap();
+    let rule = Rule::fixed_window("api", 3, MINUTE);
 
     assert!(check(&limiter, &rule, b"k").is_admitted());
     assert!(check(&limiter_clone, &rule, b"k").is_admitted());
@@ -354,8 +353,7 @@ fn reservations_waiting_forever_do_not_overflow_the_clock() {
         "slow",
         tollgate::Rate::new(1, Duration::from_micros(1 << 50)),
         1,
-    )
-    .unwrap();
+    );
     let batch = [Check::new(&rule, b"k")];
     let mut admitted = 0;
     for _ in 0..20_000 {

@@ -100,6 +100,7 @@ impl Spec {
             Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
             Kind::Gcra => Rule::gcra(name, rate, self.quota),
         }
+        .checked()
         .expect("generated configurations are valid")
     }
 }
@@ -377,7 +378,7 @@ proptest! {
         }),
     ) {
         let (clock, limiter) = store_at(BASE);
-        let rule = Rule::sliding_log("log", limit, Duration::from_micros(window)).unwrap();
+        let rule = Rule::sliding_log("log", limit, Duration::from_micros(window));
         let mut now = BASE;
         let mut admitted: Vec<(u64, u64)> = Vec::new();
         for &(dt, cost) in &steps {
@@ -596,10 +597,10 @@ fn contend(
 fn memory_store_admits_exactly_the_model_total_under_8_threads() {
     let window = Duration::from_secs(60);
     let rules = [
-        Rule::fixed_window("fixed", 1000, window).unwrap(),
-        Rule::sliding_log("log", 1000, window).unwrap(),
-        Rule::token_bucket("bucket", 1000, Rate::per_second(10)).unwrap(),
-        Rule::gcra("gcra", Rate::per_second(10), 1000).unwrap(),
+        Rule::fixed_window("fixed", 1000, window),
+        Rule::sliding_log("log", 1000, window),
+        Rule::token_bucket("bucket", 1000, Rate::per_second(10)),
+        Rule::gcra("gcra", Rate::per_second(10), 1000),
     ];
     for rule in &rules {
         let (_clock, limiter) = store_at(BASE);
@@ -623,8 +624,8 @@ fn memory_store_admits_exactly_the_model_total_under_8_threads() {
 #[test]
 fn contended_batches_are_all_or_nothing() {
     let window = Duration::from_secs(60);
-    let loose = Rule::fixed_window("loose", 1000, window).unwrap();
-    let tight = Rule::sliding_log("tight", 700, window).unwrap();
+    let loose = Rule::fixed_window("loose", 1000, window);
+    let tight = Rule::sliding_log("tight", 700, window);
     let (_clock, limiter) = store_at(BASE);
     let batch = [
         Check::new(&loose, b"user-1"),
@@ -1000,7 +1001,8 @@ proptest! {
             Kind::TokenBucket => Rule::token_bucket("r", quota, rate),
             Kind::LeakyBucket => Rule::leaky_bucket("r", quota, rate),
             _ => Rule::gcra("r", rate, quota),
-        };
+        }
+        .checked();
         // Only buckets that take about 2^52 µs or more to fill are refused.
         let Ok(rule) = built else {
             let fill = u128::from(quota) * u128::from(period) / u128::from(amount);
@@ -1064,8 +1066,7 @@ proptest! {
         ((limit, window), steps) in large_params()
             .prop_flat_map(|(q, _, p)| (Just((q, p)), large_steps(q, p / q, 2 * p))),
     ) {
-        let rule = Rule::sliding_window("r", limit, Duration::from_micros(window))
-            .expect("every sliding window within 2^50 builds");
+        let rule = Rule::sliding_window("r", limit, Duration::from_micros(window));
         let Algorithm::SlidingWindow(model) = rule.algorithm() else { unreachable!() };
         let step = model.weight_step_micros();
         let alg = rule.algorithm();

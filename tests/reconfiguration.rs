@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::redis_server::RedisServer;
 use common::vectors::BASE_MICROS;
 use proptest::prelude::*;
-use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
     key, Check, Clock, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rate, RedisStore,
     Rule, Store,
@@ -40,8 +40,8 @@ async fn admitted_alternating<S: Store>(
 /// The issue's first case: a fixed window and a token bucket named alike, alternating on
 /// one key, admitted 20 of 20 (each read the other's state as no state).
 async fn fixed_window_and_token_bucket_alternating<S: Store>(limiter: Limiter<S>) {
-    let window = Rule::fixed_window("per-user", 1, MINUTE).unwrap();
-    let bucket = Rule::token_bucket("per-user", 1, Rate::per_minute(1)).unwrap();
+    let window = Rule::fixed_window("per-user", 1, MINUTE);
+    let bucket = Rule::token_bucket("per-user", 1, Rate::per_minute(1));
     let admitted = admitted_alternating(&limiter, &[window, bucket], 10).await;
     assert_eq!(admitted, 1, "both configurations allow 1 per minute");
 }
@@ -50,8 +50,8 @@ async fn fixed_window_and_token_bucket_alternating<S: Store>(limiter: Limiter<S>
 /// tokens left (5 × period scaled units) read as a full stepped bucket, 15 of 10 in one
 /// microsecond.
 async fn token_bucket_smooth_then_stepped<S: Store>(limiter: Limiter<S>) {
-    let smooth = Rule::token_bucket("tb", 10, Rate::per_second(10)).unwrap();
-    let stepped = Rule::token_bucket_stepped("tb", 10, Rate::per_second(10)).unwrap();
+    let smooth = Rule::token_bucket("tb", 10, Rate::per_second(10));
+    let stepped = Rule::token_bucket_stepped("tb", 10, Rate::per_second(10));
     let first = limiter
         .check(&[Check::new(&smooth, b"k").with_cost(5)])
         .await
@@ -71,8 +71,8 @@ async fn token_bucket_smooth_then_stepped<S: Store>(limiter: Limiter<S>) {
 
 /// A shorter refill period makes the stored (scaled) level read as more tokens.
 async fn token_bucket_period_shortened<S: Store>(limiter: Limiter<S>) {
-    let slow = Rule::token_bucket("tb", 10, Rate::new(10, SECOND)).unwrap();
-    let fast = Rule::token_bucket("tb", 10, Rate::new(10, SECOND / 10)).unwrap();
+    let slow = Rule::token_bucket("tb", 10, Rate::new(10, SECOND));
+    let fast = Rule::token_bucket("tb", 10, Rate::new(10, SECOND / 10));
     let admitted = admitted_alternating(&limiter, std::slice::from_ref(&slow), 5).await
         + admitted_alternating(&limiter, &[fast, slow], 10).await;
     assert_eq!(
@@ -83,8 +83,8 @@ async fn token_bucket_period_shortened<S: Store>(limiter: Limiter<S>) {
 
 /// A longer drain period makes the stored (scaled) water read as less.
 async fn leaky_bucket_period_lengthened<S: Store>(limiter: Limiter<S>) {
-    let fast = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND / 10)).unwrap();
-    let slow = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND)).unwrap();
+    let fast = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND / 10));
+    let slow = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND));
     let admitted = admitted_alternating(&limiter, &[fast], 10).await
         + admitted_alternating(&limiter, &[slow], 10).await;
     assert_eq!(admitted, 10, "a queue of 10 admits 10 in one microsecond");
@@ -95,8 +95,8 @@ async fn leaky_bucket_period_lengthened<S: Store>(limiter: Limiter<S>) {
 /// configuration starts fresh.
 async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
     // 3 of 5 used in the minute window that started at BASE.
-    let old = Rule::fixed_window("r", 5, MINUTE).unwrap();
-    let new = Rule::token_bucket("r", 4, Rate::per_second(4)).unwrap();
+    let old = Rule::fixed_window("r", 5, MINUTE);
+    let new = Rule::token_bucket("r", 4, Rate::per_second(4));
     clock.advance(Duration::from_secs(10));
     for _ in 0..3 {
         assert!(limiter.check_one(&old, b"k").await.unwrap().is_admitted());
@@ -142,8 +142,8 @@ async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, cl
 /// The old configuration reading the new one's state sees its units too (a rolling
 /// deploy goes both ways).
 async fn both_directions_count<S: Store>(limiter: Limiter<S>) {
-    let old = Rule::sliding_log("r", 4, MINUTE).unwrap();
-    let new = Rule::gcra("r", Rate::per_minute(6), 6).unwrap();
+    let old = Rule::sliding_log("r", 4, MINUTE);
+    let new = Rule::gcra("r", Rate::per_minute(6), 6);
     assert_eq!(
         admitted_alternating(&limiter, std::slice::from_ref(&old), 3).await,
         3
@@ -160,12 +160,8 @@ async fn both_directions_count<S: Store>(limiter: Limiter<S>) {
 /// A penalty lock is independent of the algorithm's state and survives a reconfiguration.
 async fn penalty_survives_reconfiguration<S: Store>(limiter: Limiter<S>) {
     let lock = tollgate::Penalty::lock_for(MINUTE);
-    let old = Rule::fixed_window("r", 1, SECOND)
-        .unwrap()
-        .with_penalty(lock);
-    let new = Rule::fixed_window("r", 100, SECOND)
-        .unwrap()
-        .with_penalty(lock);
+    let old = Rule::fixed_window("r", 1, SECOND).with_penalty(lock);
+    let new = Rule::fixed_window("r", 100, SECOND).with_penalty(lock);
     assert!(limiter.check_one(&old, b"k").await.unwrap().is_admitted());
     let denied = limiter.check_one(&old, b"k").await.unwrap();
     assert!(!denied.is_admitted());
@@ -243,24 +239,24 @@ async fn redis_store_never_reads_another_configuration_as_its_own() {
 // ---------------------------------------------------------------------------------------------
 // Build time: a layer refuses a name bound to two unequal rules.
 
-fn layer() -> RateLimitLayer<MemoryStore> {
-    RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+fn layer() -> RateLimitLayerBuilder<MemoryStore> {
+    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
 }
 
 fn per_user(rule: Rule) -> Limit {
-    Limit::new(rule, key::header("user-id").unwrap())
+    Limit::new(rule, key::header("user-id"))
 }
 
 #[test]
 fn a_layer_refuses_one_name_for_two_rules() {
-    let window = Rule::fixed_window("per-user", 1, MINUTE).unwrap();
-    let bucket = Rule::token_bucket("per-user", 1, Rate::per_minute(1)).unwrap();
+    let window = Rule::fixed_window("per-user", 1, MINUTE);
+    let bucket = Rule::token_bucket("per-user", 1, Rate::per_minute(1));
 
     // The layer's own limits and a route.
     let err = layer()
         .limit(per_user(window.clone()))
-        .unwrap()
         .route("POST /sms/send", [per_user(bucket.clone())])
+        .build()
         .unwrap_err()
         .to_string();
     for part in ["\"per-user\"", "every request", "POST /sms/send"] {
@@ -270,8 +266,8 @@ fn a_layer_refuses_one_name_for_two_rules() {
     // Two routes, in either order of declaration.
     let err = layer()
         .route("/a", [per_user(window.clone())])
-        .unwrap()
         .route("/b", [per_user(bucket.clone())])
+        .build()
         .unwrap_err()
         .to_string();
     for part in ["\"per-user\"", "/a", "/b"] {
@@ -279,8 +275,8 @@ fn a_layer_refuses_one_name_for_two_rules() {
     }
     let err = layer()
         .route("/a", [per_user(window.clone())])
-        .unwrap()
         .limit(per_user(bucket.clone()))
+        .build()
         .unwrap_err()
         .to_string();
     for part in ["\"per-user\"", "/a", "every request"] {
@@ -288,50 +284,47 @@ fn a_layer_refuses_one_name_for_two_rules() {
     }
 
     // Same algorithm, other parameters.
-    let bigger = Rule::fixed_window("per-user", 2, MINUTE).unwrap();
+    let bigger = Rule::fixed_window("per-user", 2, MINUTE);
     assert!(layer()
         .route("/a", [per_user(window.clone())])
-        .unwrap()
         .route("/b", [per_user(bigger)])
+        .build()
         .is_err());
 
     // One rule on several routes is one limit shared by them: allowed.
     assert!(layer()
         .route("/a", [per_user(window.clone())])
-        .unwrap()
         .route("/b", [per_user(window.clone())])
+        .build()
         .is_ok());
 }
 
 #[test]
 fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
-    let a = Rule::fixed_window("a", 5, MINUTE).unwrap();
+    let a = Rule::fixed_window("a", 5, MINUTE);
     let b = Rule::fixed_window("b", 5, MINUTE)
-        .unwrap()
         .with_penalty(tollgate::Penalty::lock_for(MINUTE))
         .with_cost(2);
     assert_eq!(a.fingerprint(), b.fingerprint());
-    let c = Rule::fixed_window("a", 6, MINUTE).unwrap();
+    let c = Rule::fixed_window("a", 6, MINUTE);
     assert_ne!(a.fingerprint(), c.fingerprint());
-    let d = Rule::fixed_window_from_first_hit("a", 5, MINUTE).unwrap();
+    let d = Rule::fixed_window_from_first_hit("a", 5, MINUTE);
     assert_ne!(a.fingerprint(), d.fingerprint());
-    let e = Rule::sliding_log("a", 5, MINUTE).unwrap();
+    let e = Rule::sliding_log("a", 5, MINUTE);
     assert_ne!(a.fingerprint(), e.fingerprint());
     // Two GCRA rates whose emission intervals round to the same whole microsecond keep
     // their states at different scales (a fraction in 1/amount µs): different configurations.
-    let fast = Rule::gcra("g", Rate::per_second(600_000), 10).unwrap();
-    let slow = Rule::gcra("g", Rate::per_second(500_000), 10).unwrap();
+    let fast = Rule::gcra("g", Rate::per_second(600_000), 10);
+    let slow = Rule::gcra("g", Rate::per_second(500_000), 10);
     assert_ne!(fast.fingerprint(), slow.fingerprint());
     // The same rate written two ways is one configuration: 3 per second is 6 per 2 seconds.
-    let three = Rule::token_bucket("t", 3, Rate::per_second(3)).unwrap();
-    let six = Rule::token_bucket("t", 3, Rate::new(6, 2 * SECOND)).unwrap();
+    let three = Rule::token_bucket("t", 3, Rate::per_second(3));
+    let six = Rule::token_bucket("t", 3, Rate::new(6, 2 * SECOND));
     assert_eq!(three.fingerprint(), six.fingerprint());
     // Exact in a Lua double, and the same in every process and version.
     assert!(a.fingerprint() < 1 << 52);
     assert_eq!(
-        Rule::token_bucket("x", 10, Rate::per_second(10))
-            .unwrap()
-            .fingerprint(),
+        Rule::token_bucket("x", 10, Rate::per_second(10)).fingerprint(),
         FINGERPRINT_OF_TOKEN_BUCKET_10_PER_SECOND
     );
 }
@@ -394,6 +387,7 @@ impl Spec {
             Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
             Kind::Gcra => Rule::gcra(name, rate, self.quota),
         }
+        .checked()
         .expect("generated configurations are valid")
     }
 

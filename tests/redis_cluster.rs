@@ -38,9 +38,9 @@ async fn cluster_suite() {
 async fn same_slot_batches_are_one_call(cluster: &RedisCluster) {
     let clock = ManualClock::new(BASE_MICROS);
     let limiter = limiter(cluster, &clock).await;
-    let m = Rule::fixed_window("m", 100, Duration::from_secs(60)).unwrap();
-    let l = Rule::sliding_log("l", 100, Duration::from_secs(60)).unwrap();
-    let g = Rule::gcra("g", tollgate::Rate::per_second(100), 100).unwrap();
+    let m = Rule::fixed_window("m", 100, Duration::from_secs(60));
+    let l = Rule::sliding_log("l", 100, Duration::from_secs(60));
+    let g = Rule::gcra("g", tollgate::Rate::per_second(100), 100);
     reset_stats(cluster);
     const N: u64 = 30;
     for i in 0..N {
@@ -67,13 +67,13 @@ async fn a_later_slot_that_denies_refunds_the_earlier_ones(cluster: &RedisCluste
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
     let rules = [
-        Rule::fixed_window("fw", 2, Duration::from_secs(60)).unwrap(),
-        Rule::sliding_log("sl", 2, Duration::from_secs(60)).unwrap(),
-        Rule::sliding_window("sw", 2, Duration::from_secs(60)).unwrap(),
-        Rule::token_bucket("tb", 2, tollgate::Rate::per_minute(1)).unwrap(),
-        Rule::token_bucket_stepped("ts", 2, tollgate::Rate::per_minute(1)).unwrap(),
-        Rule::leaky_bucket("lb", 2, tollgate::Rate::per_minute(1)).unwrap(),
-        Rule::gcra("gc", tollgate::Rate::per_minute(1), 2).unwrap(),
+        Rule::fixed_window("fw", 2, Duration::from_secs(60)),
+        Rule::sliding_log("sl", 2, Duration::from_secs(60)),
+        Rule::sliding_window("sw", 2, Duration::from_secs(60)),
+        Rule::token_bucket("tb", 2, tollgate::Rate::per_minute(1)),
+        Rule::token_bucket_stepped("ts", 2, tollgate::Rate::per_minute(1)),
+        Rule::leaky_bucket("lb", 2, tollgate::Rate::per_minute(1)),
+        Rule::gcra("gc", tollgate::Rate::per_minute(1), 2),
     ];
     for rule in &rules {
         // Use up b.
@@ -113,9 +113,8 @@ async fn a_first_slot_that_denies_stops_consumption_and_counts_penalties(cluster
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
     let strict = Rule::fixed_window("strict", 1, Duration::from_secs(60))
-        .unwrap()
         .with_penalty(Penalty::lock_for(Duration::from_secs(300)).after(2));
-    let loose = Rule::fixed_window("loose", 5, Duration::from_secs(60)).unwrap();
+    let loose = Rule::fixed_window("loose", 5, Duration::from_secs(60));
     assert!(limiter.check_one(&strict, a).await.unwrap().is_admitted());
     assert!(limiter.check_one(&strict, b).await.unwrap().is_admitted());
     for round in 0..2 {
@@ -151,7 +150,7 @@ async fn a_first_slot_that_denies_stops_consumption_and_counts_penalties(cluster
 async fn scripts_reload_after_a_flush_on_every_node(cluster: &RedisCluster) {
     let clock = ManualClock::new(BASE_MICROS);
     let limiter = limiter(cluster, &clock).await;
-    let rule = Rule::fixed_window("flush", 10, Duration::from_secs(60)).unwrap();
+    let rule = Rule::fixed_window("flush", 10, Duration::from_secs(60));
     for key in [&b"k1"[..], b"k2", b"k3", b"k4"] {
         assert!(limiter.check_one(&rule, key).await.unwrap().is_admitted());
     }
@@ -188,8 +187,8 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
     let clock = ManualClock::new(BASE_MICROS + 50_000_000);
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
-    let window = Rule::fixed_window("wait-fw", 1, Duration::from_secs(60)).unwrap();
-    let paced = Rule::gcra("wait-gcra", tollgate::Rate::per_minute(2), 1).unwrap();
+    let window = Rule::fixed_window("wait-fw", 1, Duration::from_secs(60));
+    let paced = Rule::gcra("wait-gcra", tollgate::Rate::per_minute(2), 1);
     assert!(limiter.check_one(&paced, b).await.unwrap().is_admitted());
     reset_stats(cluster);
     // a's slot admits at once, b's reserves 30 s ahead: the request passes at t=80 s.

@@ -70,8 +70,8 @@ fn rules(limit: u64) -> [Rule; 2] {
     let hour = Duration::from_secs(3600);
     [
         // First-hit anchored, so no window boundary falls inside the test.
-        Rule::fixed_window_from_first_hit("fixed", limit, hour).unwrap(),
-        Rule::sliding_log("log", limit, hour).unwrap(),
+        Rule::fixed_window_from_first_hit("fixed", limit, hour),
+        Rule::sliding_log("log", limit, hour),
     ]
 }
 

@@ -10,7 +10,7 @@ use tollgate::{Limiter, ManualClock, Rate, RedisStore, Rule, StoreError};
 
 /// The quickstart's `/report` limit: bursts of 3, then 1 per second.
 fn report_rule() -> Rule {
-    Rule::token_bucket("report", 3, Rate::per_second(1)).expect("a valid rule")
+    Rule::token_bucket("report", 3, Rate::per_second(1))
 }
 
 /// The message of a connect that must fail.

@@ -16,18 +16,15 @@ fn rules() -> Vec<Rule> {
     let ms = Duration::from_millis;
     let lock = Penalty::lock_for(ms(700)).after(2).within(ms(500));
     vec![
-        Rule::fixed_window("fw", 3, ms(100)).unwrap(),
-        Rule::fixed_window_from_first_hit("ff", 4, ms(150))
-            .unwrap()
-            .with_penalty(lock),
-        Rule::sliding_log("sl", 4, ms(200)).unwrap(),
-        Rule::sliding_window("sw", 5, ms(120)).unwrap(),
-        Rule::token_bucket("tb", 5, Rate::new(3, ms(100))).unwrap(),
+        Rule::fixed_window("fw", 3, ms(100)),
+        Rule::fixed_window_from_first_hit("ff", 4, ms(150)).with_penalty(lock),
+        Rule::sliding_log("sl", 4, ms(200)),
+        Rule::sliding_window("sw", 5, ms(120)),
+        Rule::token_bucket("tb", 5, Rate::new(3, ms(100))),
         Rule::token_bucket_stepped("ts", 4, Rate::new(2, ms(90)))
-            .unwrap()
             .with_penalty(Penalty::lock_for(ms(300))),
-        Rule::leaky_bucket("lb", 4, Rate::new(3, ms(100))).unwrap(),
-        Rule::gcra("gc", Rate::new(3, ms(100)), 3).unwrap(),
+        Rule::leaky_bucket("lb", 4, Rate::new(3, ms(100))),
+        Rule::gcra("gc", Rate::new(3, ms(100)), 3),
     ]
 }
 

@@ -51,7 +51,7 @@ async fn vectors_hold_for_redis_cluster() {
 async fn script_flush_between_requests_is_invisible() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await);
-    let rule = Rule::fixed_window("flush", 3, Duration::from_secs(60)).unwrap();
+    let rule = Rule::fixed_window("flush", 3, Duration::from_secs(60));
     assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
     assert_eq!(server.must(&["SCRIPT", "FLUSH"]).trim(), "OK");
     let outcome = limiter
@@ -66,9 +66,9 @@ async fn script_flush_between_requests_is_invisible() {
 async fn a_batch_of_three_rules_is_one_script_call() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await);
-    let minute = Rule::fixed_window("m", 100, Duration::from_secs(60)).unwrap();
-    let log = Rule::sliding_log("l", 100, Duration::from_secs(60)).unwrap();
-    let bucket = Rule::token_bucket("b", 100, Rate::per_second(10)).unwrap();
+    let minute = Rule::fixed_window("m", 100, Duration::from_secs(60));
+    let log = Rule::sliding_log("l", 100, Duration::from_secs(60));
+    let bucket = Rule::token_bucket("b", 100, Rate::per_second(10));
     server.must(&["CONFIG", "RESETSTAT"]);
     const N: u64 = 25;
     for i in 0..N {
@@ -88,8 +88,8 @@ async fn a_batch_of_three_rules_is_one_script_call() {
 async fn keys_carry_ttls_and_the_documented_layout() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await.with_prefix("app"));
-    let window = Rule::fixed_window("w", 5, Duration::from_secs(60)).unwrap();
-    let log = Rule::sliding_log("log", 5, Duration::from_secs(10)).unwrap();
+    let window = Rule::fixed_window("w", 5, Duration::from_secs(60));
+    let log = Rule::sliding_log("log", 5, Duration::from_secs(10));
     let key: &[u8] = b"\xfe\xff{odd}";
     limiter
         .check(&[Check::new(&window, key), Check::new(&log, key)])
@@ -125,7 +125,7 @@ async fn sliding_log_keeps_two_requests_in_one_microsecond() {
     let server = RedisServer::start();
     let clock = ManualClock::new(BASE_MICROS);
     let limiter = Limiter::new(store(&server).await.with_clock(clock.clone()));
-    let rule = Rule::sliding_log("sl", 3, Duration::from_secs(1)).unwrap();
+    let rule = Rule::sliding_log("sl", 3, Duration::from_secs(1));
     for remaining in [2, 1, 0] {
         let outcome = limiter.check_one(&rule, b"k").await.unwrap();
         assert_eq!(outcome.decision, Decision::Allow);
@@ -144,7 +144,6 @@ async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
     let clock = ManualClock::new(BASE_MICROS);
     let limiter = Limiter::new(store(&server).await.with_clock(clock.clone()));
     let rule = Rule::fixed_window("login", 1, Duration::from_secs(60))
-        .unwrap()
         .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
     for _ in 0..3 {
         let peek = limiter.peek(&rule, b"eve", 1).await.unwrap();
@@ -178,7 +177,7 @@ async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
 async fn server_time_is_used_without_a_clock() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await);
-    let rule = Rule::gcra("g", Rate::per_second(1), 1).unwrap();
+    let rule = Rule::gcra("g", Rate::per_second(1), 1);
     let first = std::time::Instant::now();
     assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
     let denied = limiter.check_one(&rule, b"k").await.unwrap();
@@ -215,7 +214,7 @@ async fn an_unreachable_redis_is_an_error_not_a_panic() {
     let store = store(&server)
         .await
         .with_timeout(Duration::from_millis(500));
-    let rule = Rule::fixed_window("f", 1, Duration::from_secs(1)).unwrap();
+    let rule = Rule::fixed_window("f", 1, Duration::from_secs(1));
     drop(server);
     let started = std::time::Instant::now();
     let err = store
@@ -237,8 +236,8 @@ async fn an_unreachable_redis_is_an_error_not_a_panic() {
 async fn a_sliding_log_does_not_share_a_key_with_another_rule() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await);
-    let log = Rule::sliding_log("api", 1, Duration::from_secs(60)).unwrap();
-    let window = Rule::fixed_window("api:log", 2, Duration::from_secs(60)).unwrap();
+    let log = Rule::sliding_log("api", 1, Duration::from_secs(60));
+    let window = Rule::fixed_window("api:log", 2, Duration::from_secs(60));
     assert!(limiter.check_one(&log, b"k").await.unwrap().is_admitted());
     let outcome = limiter
         .check_one(&window, b"k")

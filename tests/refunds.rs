@@ -28,12 +28,12 @@ async fn a_refunded_reservation_goes_to_the_next_request<S: Store>(
     clock: &ManualClock,
 ) {
     let rules = [
-        Rule::fixed_window("fw", 1, 10 * S).unwrap(),
-        Rule::sliding_window("sw", 1, 10 * S).unwrap(),
-        Rule::sliding_log("sl", 1, 10 * S).unwrap(),
-        Rule::token_bucket("tb", 1, per_10s()).unwrap(),
-        Rule::leaky_bucket("lb", 1, per_10s()).unwrap(),
-        Rule::gcra("gc", per_10s(), 1).unwrap(),
+        Rule::fixed_window("fw", 1, 10 * S),
+        Rule::sliding_window("sw", 1, 10 * S),
+        Rule::sliding_log("sl", 1, 10 * S),
+        Rule::token_bucket("tb", 1, per_10s()),
+        Rule::leaky_bucket("lb", 1, per_10s()),
+        Rule::gcra("gc", per_10s(), 1),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -64,8 +64,8 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
     clock: &ManualClock,
 ) {
     let rules = [
-        Rule::token_bucket("tb2", 1, per_10s()).unwrap(),
-        Rule::gcra("gc2", per_10s(), 1).unwrap(),
+        Rule::token_bucket("tb2", 1, per_10s()),
+        Rule::gcra("gc2", per_10s(), 1),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -107,7 +107,7 @@ async fn a_leaky_bucket_gives_back_only_what_is_still_queued<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
 ) {
-    let rule = Rule::leaky_bucket("lb2", 2, per_10s()).unwrap();
+    let rule = Rule::leaky_bucket("lb2", 2, per_10s());
     let batch = [Check::new(&rule, b"a")];
     clock.set_micros(T0 + 1_000_000);
     assert_eq!(
@@ -145,9 +145,9 @@ async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
     clock: &ManualClock,
 ) {
     let rules = [
-        Rule::fixed_window("fw3", 5, 10 * S).unwrap(),
-        Rule::sliding_window("sw3", 5, 10 * S).unwrap(),
-        Rule::sliding_log("sl3", 5, 10 * S).unwrap(),
+        Rule::fixed_window("fw3", 5, 10 * S),
+        Rule::sliding_window("sw3", 5, 10 * S),
+        Rule::sliding_log("sl3", 5, 10 * S),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -172,9 +172,9 @@ async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
     clock: &ManualClock,
 ) {
     let rules = [
-        Rule::token_bucket("tb4", 10, Rate::per_second(10)).unwrap(),
-        Rule::leaky_bucket("lb4", 10, Rate::per_second(10)).unwrap(),
-        Rule::gcra("gc4", Rate::per_second(10), 10).unwrap(),
+        Rule::token_bucket("tb4", 10, Rate::per_second(10)),
+        Rule::leaky_bucket("lb4", 10, Rate::per_second(10)),
+        Rule::gcra("gc4", Rate::per_second(10), 10),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -233,7 +233,7 @@ async fn refunds_on_redis_cluster() {
         .expect("connect")
         .with_clock(clock.clone());
     let limiter = Limiter::new(store);
-    let rule = Rule::gcra("gc-x", per_10s(), 1).unwrap();
+    let rule = Rule::gcra("gc-x", per_10s(), 1);
     clock.set_micros(T0 + 1_000_000);
     let batch = [Check::new(&rule, b"left"), Check::new(&rule, b"right")];
     assert_eq!(reserve(&limiter, &batch).await.decision, Decision::Allow);

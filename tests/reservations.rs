@@ -26,9 +26,9 @@ async fn request_before_a_reservation_is_denied<S: Store>(
 ) {
     let us = Duration::from_micros;
     for rule in [
-        Rule::fixed_window("fw", 2, us(10)).unwrap(),
-        Rule::sliding_window("sw", 2, us(10)).unwrap(),
-        Rule::sliding_log("sl", 2, us(10)).unwrap(),
+        Rule::fixed_window("fw", 2, us(10)),
+        Rule::sliding_window("sw", 2, us(10)),
+        Rule::sliding_log("sl", 2, us(10)),
     ] {
         let batch = [Check::new(&rule, b"k")];
         clock.set_micros(T0 + 5);
@@ -82,8 +82,8 @@ proptest! {
         let us = Duration::from_micros;
         let (limit, window) = (4u64, 20u64);
         let rules = [
-            Rule::fixed_window("fw", limit, us(window)).unwrap(),
-            Rule::sliding_log("sl", limit, us(window)).unwrap(),
+            Rule::fixed_window("fw", limit, us(window)),
+            Rule::sliding_log("sl", limit, us(window)),
         ];
         for rule in &rules {
             let clock = ManualClock::new(T0);
@@ -128,10 +128,10 @@ proptest! {
 fn batch_rules() -> [Rule; 4] {
     let us = Duration::from_micros;
     [
-        Rule::leaky_bucket("slow-queue", 3, Rate::new(1, us(10))).unwrap(),
-        Rule::leaky_bucket("fast-queue", 4, Rate::new(1, us(4))).unwrap(),
-        Rule::fixed_window("window", 4, us(20)).unwrap(),
-        Rule::sliding_log("log", 4, us(20)).unwrap(),
+        Rule::leaky_bucket("slow-queue", 3, Rate::new(1, us(10))),
+        Rule::leaky_bucket("fast-queue", 4, Rate::new(1, us(4))),
+        Rule::fixed_window("window", 4, us(20)),
+        Rule::sliding_log("log", 4, us(20)),
     ]
 }
 

@@ -27,8 +27,8 @@ fn retry_micros(decision: &Decision) -> u64 {
 /// waits until then, and its retry-after points at an instant that admits it (the model's own
 /// `used + cost − limit` arithmetic is the unit test in `src/algorithm/sliding_log.rs`).
 async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
-    let before = Rule::sliding_log("log", 5, WINDOW).unwrap();
-    let after = Rule::sliding_log("log", 3, WINDOW).unwrap();
+    let before = Rule::sliding_log("log", 5, WINDOW);
+    let after = Rule::sliding_log("log", 3, WINDOW);
     for t in 0..5 {
         clock.set_micros(BASE_MICROS + t);
         let outcome = limiter.check_one(&before, "k").await.unwrap();
@@ -59,7 +59,7 @@ async fn lowered_limit_retry_is_admitted<S: Store>(limiter: Limiter<S>, clock: M
 /// log as it stands: 0 for a key never used, the time until the newest entry ages out
 /// otherwise.
 async fn peek_reports_the_log_reset<S: Store>(limiter: Limiter<S>, clock: ManualClock) {
-    let rule = Rule::sliding_log("log", 3, Duration::from_secs(1)).unwrap();
+    let rule = Rule::sliding_log("log", 3, Duration::from_secs(1));
     clock.set_micros(BASE_MICROS);
     let unused = limiter.peek(&rule, "k", 0).await.unwrap();
     assert_eq!(unused.decision, Decision::Allow);
@@ -127,9 +127,9 @@ async fn cluster_refunds_under_concurrent_admissions_keep_the_count_exact() {
         .await
         .expect("connect to the test cluster");
     let limiter = Limiter::new(store);
-    let log = Rule::sliding_log("log", 1_000_000, Duration::from_secs(3600)).unwrap();
+    let log = Rule::sliding_log("log", 1_000_000, Duration::from_secs(3600));
     // Cost 2 over a limit of 1: always denied, in another slot than the log.
-    let gate = Rule::fixed_window("gate", 1, Duration::from_secs(3600)).unwrap();
+    let gate = Rule::fixed_window("gate", 1, Duration::from_secs(3600));
     const TASKS: usize = 4;
     const EACH: u64 = 150;
     let mut tasks = Vec::new();
@@ -169,7 +169,7 @@ async fn redis_finds_the_freeing_entry_of_a_long_uneven_log_like_the_model() {
     let server = RedisServer::start();
     let (redis, redis_clock) = redis(&server).await;
     let (memory, memory_clock) = memory();
-    let rule = Rule::sliding_log("log", 1000, Duration::from_micros(100_000)).unwrap();
+    let rule = Rule::sliding_log("log", 1000, Duration::from_micros(100_000));
     let at = |t: u64| {
         redis_clock.set_micros(BASE_MICROS + t);
         memory_clock.set_micros(BASE_MICROS + t);

@@ -38,6 +38,14 @@ pub(crate) struct WindowState {
 }
 
 impl FixedWindow {
+    /// What an invalid [`Rule`](crate::Rule) holds in place of its algorithm: never decided
+    /// with, since stores refuse a rule that records a problem.
+    pub(crate) const UNUSABLE: Self = Self {
+        limit: 1,
+        window: 1,
+        anchor: WindowAnchor::Epoch,
+    };
+
     /// At most `limit` units per `window`, windows placed by `anchor`.
     pub fn new(limit: u64, window: Duration, anchor: WindowAnchor) -> Result<Self, ConfigError> {
         let limit = check_range("fixed window limit", limit, MAX_SCALED)?;

@@ -90,20 +90,21 @@ pub fn peer_ip() -> PeerIp {
 
 impl PeerIp {
     /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
-    /// anything else is a configuration error). The
+    /// anything else is a configuration error, reported by
+    /// [`validate`](KeyExtractor::validate) and so by the layer's `build`). The
     /// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit
     /// in one layer.
-    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
-        self.v6_prefix = ipv6_prefix(bits)?;
-        Ok(self)
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits;
+        self
     }
 }
 
-/// `bits` as an IPv6 prefix length: 1 to 128. (/0 would be one key for all of IPv6; a
-/// [`global`](super::global) limit says that plainly.)
-fn ipv6_prefix(bits: u8) -> Result<u8, ConfigError> {
+/// Whether `bits` is an IPv6 prefix length: 1 to 128. (/0 would be one key for all of
+/// IPv6; a [`global`](super::global) limit says that plainly.)
+fn check_ipv6_prefix(bits: u8) -> Result<(), ConfigError> {
     if (1..=128).contains(&bits) {
-        Ok(bits)
+        Ok(())
     } else {
         Err(ConfigError::new(format!(
             "IPv6 prefix /{bits} is not between /1 and /128"
@@ -111,11 +112,23 @@ fn ipv6_prefix(bits: u8) -> Result<u8, ConfigError> {
     }
 }
 
+/// What an address key with a configuration problem answers instead of a key: the
+/// problem itself was reported by `validate` (and refused by the layer's `build`).
+const INVALID_CONFIG: &str =
+    "the key's configuration is invalid; KeyExtractor::validate names the problem";
+
 impl KeyExtractor for PeerIp {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        if !(1..=128).contains(&self.v6_prefix) {
+            return Err(KeyError::misconfigured(INVALID_CONFIG));
+        }
         let ip = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
         push_ip(key, ip, self.v6_prefix);
         Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_ipv6_prefix(self.v6_prefix)
     }
 }
 
@@ -136,6 +149,8 @@ pub enum ForwardedHeader {
 #[derive(Debug, Clone)]
 pub struct ClientIp {
     trusted: Vec<IpNet>,
+    /// The entries of the trusted list that are not addresses or networks.
+    invalid: Vec<Box<str>>,
     header: ForwardedHeader,
     v6_prefix: u8,
 }
@@ -162,35 +177,54 @@ pub struct ClientIp {
 /// [`peer_ip`]'s.
 ///
 /// ```
-/// use tollgate::key::{self, ForwardedHeader};
+/// use tollgate::key::{self, ForwardedHeader, KeyExtractor};
 ///
-/// # fn main() -> Result<(), tollgate::ConfigError> {
-/// let behind_lb = key::client_ip(["10.0.0.0/8", "fd00::/8"])?.header(ForwardedHeader::Forwarded);
-/// assert!(key::client_ip(["not an address"]).is_err());
-/// # Ok(()) }
+/// let behind_lb = key::client_ip(["10.0.0.0/8", "fd00::/8"]).header(ForwardedHeader::Forwarded);
+/// // A mistake in the list is reported by the layer's `build`, naming the rule it keys.
+/// assert!(key::client_ip(["not an address"]).validate().is_err());
+/// // Lists read at run time: `try_client_ip` returns the error at once.
+/// assert!(key::try_client_ip(["not an address"]).is_err());
 /// ```
-pub fn client_ip<I>(trusted: I) -> Result<ClientIp, ConfigError>
+pub fn client_ip<I>(trusted: I) -> ClientIp
 where
     I: IntoIterator,
     I::Item: AsRef<str>,
 {
-    let trusted = trusted
-        .into_iter()
-        .map(|s| {
-            let s = s.as_ref().trim();
-            s.parse::<IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                .map(unmapped_net)
-                .map_err(|_| {
-                    ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR"))
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(ClientIp {
-        trusted,
+    let mut client = ClientIp {
+        trusted: Vec::new(),
+        invalid: Vec::new(),
         header: ForwardedHeader::default(),
         v6_prefix: 64,
-    })
+    };
+    for s in trusted {
+        let s = s.as_ref().trim();
+        match s
+            .parse::<IpNet>()
+            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        {
+            Ok(net) => client.trusted.push(unmapped_net(net)),
+            Err(_) => client.invalid.push(s.into()),
+        }
+    }
+    client
+}
+
+/// [`client_ip`] for a trusted list read at run time: an entry that is not an address or
+/// CIDR is an error at once.
+///
+/// ```
+/// use tollgate::key;
+///
+/// assert!(key::try_client_ip(["10.0.0.0/8"]).is_ok());
+/// assert!(key::try_client_ip(["not an address"]).is_err());
+/// ```
+pub fn try_client_ip<I>(trusted: I) -> Result<ClientIp, ConfigError>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    let client = client_ip(trusted);
+    client.validate().map(|()| client)
 }
 
 impl ClientIp {
@@ -201,10 +235,11 @@ impl ClientIp {
     }
 
     /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
-    /// anything else is a configuration error).
-    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
-        self.v6_prefix = ipv6_prefix(bits)?;
-        Ok(self)
+    /// anything else is a configuration error, reported by
+    /// [`validate`](KeyExtractor::validate) and so by the layer's `build`).
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits;
+        self
     }
 
     /// Whether `ip` is a trusted proxy. The trusted networks hold no IPv4-mapped entries
@@ -256,9 +291,21 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
+        if !self.invalid.is_empty() || !(1..=128).contains(&self.v6_prefix) {
+            return Err(KeyError::misconfigured(INVALID_CONFIG));
+        }
         let peer = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
         push_ip(key, self.client(req, peer), self.v6_prefix);
         Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = self
+            .invalid
+            .iter()
+            .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
+        let prefix = check_ipv6_prefix(self.v6_prefix).err();
+        ConfigError::collect(invalid.chain(prefix)).map_or(Ok(()), Err)
     }
 }
 
@@ -340,29 +387,42 @@ mod tests {
     fn peer_ip_aggregates_ipv6() {
         let req = from("2001:db8:1:2:aaaa::1", &[]);
         assert_eq!(key_of(&peer_ip(), &req), "2001:db8:1:2::/64");
+        assert_eq!(key_of(&peer_ip().ipv6_prefix(48), &req), "2001:db8:1::/48");
         assert_eq!(
-            key_of(&peer_ip().ipv6_prefix(48).unwrap(), &req),
-            "2001:db8:1::/48"
-        );
-        assert_eq!(
-            key_of(&peer_ip().ipv6_prefix(128).unwrap(), &req),
+            key_of(&peer_ip().ipv6_prefix(128), &req),
             "2001:db8:1:2:aaaa::1"
         );
-        assert_eq!(key_of(&peer_ip().ipv6_prefix(1).unwrap(), &req), "::/1");
+        assert_eq!(key_of(&peer_ip().ipv6_prefix(1), &req), "::/1");
         assert_eq!(key_of(&peer_ip(), &from("::ffff:1.2.3.4", &[])), "1.2.3.4");
         for bits in [0, 129, 255] {
-            let err = peer_ip().ipv6_prefix(bits).unwrap_err();
+            let err = peer_ip().ipv6_prefix(bits).validate().unwrap_err();
             assert!(err.to_string().contains(&format!("/{bits} ")), "{err}");
-            assert!(client_ip(["10.0.0.0/8"])
-                .unwrap()
-                .ipv6_prefix(bits)
-                .is_err());
+            let client = client_ip(["10.0.0.0/8"]).ipv6_prefix(bits);
+            assert!(client.validate().is_err());
+            // Used anyway, it finds no key rather than a key of the wrong width.
+            let e = client
+                .extract(&RequestHead::from_request(&req), &mut KeyBuf::new())
+                .unwrap_err();
+            assert_eq!(e.kind(), super::super::KeyErrorKind::Misconfigured);
         }
     }
 
     #[test]
+    fn every_bad_trusted_entry_is_reported() {
+        let client = client_ip(["10.0.0.0/8", "bad", "10.0.0.0/33"]).ipv6_prefix(0);
+        let err = client.validate().unwrap_err();
+        let problems: Vec<&str> = err.problems().collect();
+        assert_eq!(problems.len(), 3, "{err}");
+        assert!(problems[0].contains("\"bad\""), "{err}");
+        assert!(problems[1].contains("\"10.0.0.0/33\""), "{err}");
+        assert!(problems[2].contains("/0 "), "{err}");
+        assert!(try_client_ip(["bad"]).is_err());
+        assert!(try_client_ip(["10.0.0.0/8"]).is_ok());
+    }
+
+    #[test]
     fn mapped_trusted_proxies_are_ipv4_proxies() {
-        let e = client_ip(["::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "::/0"]).unwrap();
+        let e = client_ip(["::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "::/0"]);
         assert_eq!(
             e.trusted,
             [
@@ -400,7 +460,7 @@ mod tests {
 
     #[test]
     fn forwarded_headers_are_read_from_the_right() {
-        let e = client_ip(["10.0.0.0/8"]).unwrap();
+        let e = client_ip(["10.0.0.0/8"]);
         let xff = |v: &'static [u8]| from("10.0.0.1", &[("x-forwarded-for", v)]);
         // Untrusted peer: headers ignored.
         assert_eq!(
@@ -431,9 +491,7 @@ mod tests {
 
     #[test]
     fn rfc7239_forwarded() {
-        let e = client_ip(["10.0.0.0/8"])
-            .unwrap()
-            .header(ForwardedHeader::Forwarded);
+        let e = client_ip(["10.0.0.0/8"]).header(ForwardedHeader::Forwarded);
         let fwd = |v: &'static [u8]| from("10.0.0.1", &[("forwarded", v)]);
         assert_eq!(
             key_of(&e, &fwd(b"for=192.0.2.60;proto=http;by=203.0.113.43")),
@@ -446,9 +504,7 @@ mod tests {
         assert_eq!(key_of(&e, &fwd(b"for=unknown")), "10.0.0.1");
         assert_eq!(key_of(&e, &fwd(b";;==,=;")), "10.0.0.1");
         assert_eq!(key_of(&e, &fwd(b"proto=https")), "10.0.0.1");
-        let real = client_ip(["10.0.0.0/8"])
-            .unwrap()
-            .header(ForwardedHeader::XRealIp);
+        let real = client_ip(["10.0.0.0/8"]).header(ForwardedHeader::XRealIp);
         assert_eq!(
             key_of(&real, &from("10.0.0.1", &[("x-real-ip", b"3.3.3.3")])),
             "3.3.3.3"
@@ -465,7 +521,7 @@ mod tests {
         fn any_forwarding_header_gives_an_address(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
             let Ok(value) = http::HeaderValue::from_bytes(&value) else { return Ok(()) };
             for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded, ForwardedHeader::XRealIp] {
-                let e = client_ip(["10.0.0.0/8"]).unwrap().header(header);
+                let e = client_ip(["10.0.0.0/8"]).header(header);
                 let mut req = Request::get("/").body(()).unwrap();
                 for name in ["x-forwarded-for", "forwarded", "x-real-ip"] {
                     req.headers_mut().append(name, value.clone());

@@ -19,7 +19,7 @@
 //! use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let per_user = key::header("user-id")?.or(key::global());
+//! let per_user = key::header("user-id").or(key::global());
 //! let request = http::Request::get("/").header("user-id", "42").body(())?;
 //! let mut buf = KeyBuf::new();
 //! per_user.extract(&RequestHead::from_request(&request), &mut buf)?;
@@ -56,14 +56,15 @@
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
 //! let minute = Duration::from_secs(60);
-//! let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+//! let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
 //!     // 60 a minute for each /64 (and each IPv4 address)…
-//!     .limit(Limit::new(Rule::fixed_window("ip", 60, minute)?, key::peer_ip()))?
+//!     .limit(Limit::new(Rule::fixed_window("ip", 60, minute), key::peer_ip()))
 //!     // …and 600 a minute for a whole /48, however many /64s it rotates through.
 //!     .limit(Limit::new(
-//!         Rule::fixed_window("ip-48", 600, minute)?,
-//!         key::peer_ip().ipv6_prefix(48)?,
-//!     ))?;
+//!         Rule::fixed_window("ip-48", 600, minute),
+//!         key::peer_ip().ipv6_prefix(48),
+//!     ))
+//!     .build()?;
 //! # let _ = layer; Ok(()) }
 //! ```
 
@@ -79,7 +80,7 @@ use smallvec::SmallVec;
 
 use crate::error::ConfigError;
 
-pub use ip::{client_ip, peer_ip, ClientIp, ForwardedHeader, PeerIp};
+pub use ip::{client_ip, peer_ip, try_client_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.
 #[derive(Debug, Clone, Copy)]
@@ -328,8 +329,18 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// Appends the key of `req` to `key`.
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError>;
 
+    /// Whether this extractor's configuration can work: a layer's
+    /// [`build`](crate::layer::RateLimitLayerBuilder::build) calls it for every limit and
+    /// reports the problems with the rule they key. The built-in extractors whose
+    /// constructors take literals without a `?` ([`client_ip`], `ipv6_prefix`) record their
+    /// problems for this; an extractor used with a problem finds no key
+    /// ([`KeyErrorKind::Misconfigured`]). The default: nothing to check.
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
     /// `self`, or `other` when `self` finds no key ([`KeyErrorKind::Missing`] or
-    /// [`KeyErrorKind::Invalid`]): `key::header("user-id")?.or(key::peer_ip())` limits signed-in users
+    /// [`KeyErrorKind::Invalid`]): `key::header("user-id").or(key::peer_ip())` limits signed-in users
     /// by id and everyone else by address.
     ///
     /// The two branches count in separate key spaces: the user `203.0.113.7` is not the
@@ -350,11 +361,19 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Arc<E> {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         (**self).extract(req, key)
     }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        (**self).validate()
+    }
 }
 
 impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         (**self).extract(req, key)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        (**self).validate()
     }
 }
 
@@ -370,7 +389,7 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
 /// use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let per_user = key::header("user-id")?.or(key::global());
+/// let per_user = key::header("user-id").or(key::global());
 /// let key_of = |request: &http::Request<()>| {
 ///     let mut buf = KeyBuf::new();
 ///     per_user.extract(&RequestHead::from_request(request), &mut buf).map(|()| buf)
@@ -406,6 +425,11 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
             other => other,
         }
     }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let problems = [self.first.validate(), self.second.validate()];
+        ConfigError::collect(problems.into_iter().filter_map(Result::err)).map_or(Ok(()), Err)
+    }
 }
 
 /// Separates the parts of a tuple extractor's key (the ASCII unit separator, which header
@@ -426,6 +450,13 @@ macro_rules! tuple_extractor {
                     $name.extract(req, key)?;
                 )+
                 Ok(())
+            }
+
+            #[allow(non_snake_case)]
+            fn validate(&self) -> Result<(), ConfigError> {
+                let ($($name,)+) = self;
+                let problems = [$($name.validate()),+];
+                ConfigError::collect(problems.into_iter().filter_map(Result::err)).map_or(Ok(()), Err)
             }
         }
     };
@@ -479,19 +510,73 @@ pub enum Duplicates {
 /// client and *replaces* the header (see [`Duplicates`]), or the key is whatever the client
 /// says. Several values on one line (`User-Id: a, b`) are one value, `a, b`.
 ///
-/// An invalid header name is a configuration error.
-pub fn header(name: &str) -> Result<Header, ConfigError> {
+/// The name is a literal (`"user-id"`, any case) or an [`http::HeaderName`]; for a name read
+/// at run time, use [`try_header`].
+///
+/// # Panics
+///
+/// On a `&'static str` that is not a valid header name, as [`HeaderName::from_static`]
+/// does: a literal is the program's own text, and the first start of the service shows the
+/// mistake. Names from configuration go through [`try_header`], which returns the error.
+pub fn header(name: impl IntoHeaderName) -> Header {
+    Header::named(name.into_header_name())
+}
+
+/// [`header`] for a name read at run time: an invalid header name is a configuration error.
+///
+/// ```
+/// use tollgate::key;
+///
+/// assert!(key::try_header("user-id").is_ok());
+/// assert!(key::try_header("user id").is_err());
+/// ```
+pub fn try_header(name: &str) -> Result<Header, ConfigError> {
     HeaderName::from_bytes(name.as_bytes())
-        .map(|name| Header {
+        .map(Header::named)
+        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
+}
+
+/// A header name [`header`] accepts without a `?`: an [`http::HeaderName`], or a
+/// `&'static str` literal (checked as [`HeaderName::from_static`] checks one, but in any
+/// case).
+pub trait IntoHeaderName {
+    /// The name; see [`header`] for what an invalid literal does.
+    fn into_header_name(self) -> HeaderName;
+}
+
+impl IntoHeaderName for HeaderName {
+    fn into_header_name(self) -> HeaderName {
+        self
+    }
+}
+
+impl IntoHeaderName for &HeaderName {
+    fn into_header_name(self) -> HeaderName {
+        self.clone()
+    }
+}
+
+impl IntoHeaderName for &'static str {
+    fn into_header_name(self) -> HeaderName {
+        match HeaderName::from_bytes(self.as_bytes()) {
+            Ok(name) => name,
+            // A literal in the program's source, not input: the documented panic of
+            // `key::header`, as `HeaderName::from_static`'s.
+            Err(_) => panic!("{self:?} is not a valid header name; use key::try_header for names read at run time"),
+        }
+    }
+}
+
+impl Header {
+    fn named(name: HeaderName) -> Self {
+        Self {
             missing: format!("header {name}").into(),
             duplicated: format!("header {name} appears more than once").into(),
             duplicates: Duplicates::default(),
             name,
-        })
-        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-}
+        }
+    }
 
-impl Header {
     /// Which value counts when a request sends the header more than once (default
     /// [`Duplicates::Reject`]: none).
     ///
@@ -500,7 +585,7 @@ impl Header {
     ///
     /// # fn main() -> Result<(), tollgate::ConfigError> {
     /// // Behind a gateway that appends the authenticated id after whatever the client sent.
-    /// let user = key::header("user-id")?.duplicates(Duplicates::Last);
+    /// let user = key::header("user-id").duplicates(Duplicates::Last);
     /// # Ok(()) }
     /// ```
     pub fn duplicates(mut self, duplicates: Duplicates) -> Self {
@@ -660,7 +745,7 @@ mod tests {
             .header("user-id", "u1")
             .body(())
             .unwrap();
-        let user = header("user-id").unwrap();
+        let user = header("user-id");
         assert_eq!(extract(&user, &req).unwrap(), b"u1");
         assert_eq!(
             extract(&(method(), user.clone()), &req).unwrap(),
@@ -676,7 +761,9 @@ mod tests {
             b"\x02global"
         );
         assert_eq!(extract(&user.or(global()), &req).unwrap(), b"\x01u1");
-        assert!(header("bad header").is_err());
+        assert!(try_header("bad header").is_err());
+        assert_eq!(header(http::header::USER_AGENT).name, "user-agent");
+        assert_eq!(header("User-Id").name, "user-id");
     }
 
     #[test]

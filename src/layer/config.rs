@@ -39,8 +39,8 @@ use crate::rule::Rule;
 /// // Downloads: 100 MB per user per hour; a request costs the size of the file it asks for,
 /// // as the server knows it, and at least 1.
 /// let downloads = Limit::new(
-///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600))?,
-///     key::header("user-id")?,
+///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600)),
+///     key::header("user-id"),
 /// )
 /// .cost(|req| req.uri().path().strip_prefix("/files/").and_then(size_mb).unwrap_or(0))
 /// .min_cost(1)
@@ -109,7 +109,7 @@ impl Limit {
     /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
     /// headers. A request it would deny consumes none of its quota and counts towards its
     /// penalty; the would-be denial is reported through `tracing` and
-    /// [`on_decision`](super::RateLimitLayer::on_decision)
+    /// [`on_decision`](super::RateLimitLayerBuilder::on_decision)
     /// ([`DecisionEvent::is_shadow`]). A request the enforced limits deny consumes nothing
     /// of it either. A missing key is logged and the limit left out, whatever
     /// [`on_missing_key`](Self::on_missing_key) says.
@@ -120,10 +120,11 @@ impl Limit {
     /// use tollgate::{key, Limiter, MemoryStore, Rule};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
-    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60))?, key::header("user-id")?))?
+    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
     ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
-    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60))?, key::header("user-id")?).shadow())?;
+    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60)), key::header("user-id")).shadow())
+    ///     .build()?;
     /// # Ok(()) }
     /// ```
     pub fn shadow(mut self) -> Self {
@@ -181,7 +182,7 @@ pub enum Mode {
     #[default]
     Enforce,
     /// Decide and record (the rules' state changes as in enforce mode), report through
-    /// `tracing` and [`on_decision`](super::RateLimitLayer::on_decision), but never reject
+    /// `tracing` and [`on_decision`](super::RateLimitLayerBuilder::on_decision), but never reject
     /// or hold a request: for rolling out a layer safely. The rules are not advertised in
     /// the `RateLimit` headers (clients should not plan around rules that are not
     /// enforced). A request without a key, or a failed store, is logged and let through
@@ -198,7 +199,7 @@ pub enum Mode {
 
 /// What the layer does when the store fails (unreachable, timed out). Logged with
 /// `tracing::warn!` either way (at most once per
-/// [`log_interval`](super::RateLimitLayer::log_interval), with a count).
+/// [`log_interval`](super::RateLimitLayerBuilder::log_interval), with a count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
@@ -210,7 +211,7 @@ pub enum FailurePolicy {
     FailClosed,
 }
 
-/// A decision as the [`on_decision`](super::RateLimitLayer::on_decision) hook sees it.
+/// A decision as the [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook sees it.
 #[derive(Debug)]
 pub struct DecisionEvent<'a> {
     pub(crate) outcome: &'a Outcome,
@@ -267,7 +268,7 @@ pub(crate) struct Route {
 }
 
 /// How many requests a layer holds at once unless told otherwise
-/// ([`RateLimitLayer::max_held`](super::RateLimitLayer::max_held)).
+/// ([`RateLimitLayerBuilder::max_held`](super::RateLimitLayerBuilder::max_held)).
 pub const DEFAULT_MAX_HELD: usize = 10_000;
 
 /// The bounds on held requests and their count, shared by every service a layer makes.

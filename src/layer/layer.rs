@@ -20,8 +20,16 @@ use crate::store::{MemoryStore, Store};
 
 /// Applies [`Limit`]s to the requests of a service; see the [module docs](super).
 ///
-/// The layer holds a [`Limiter`] (a cheap handle on the store) and its configuration behind
-/// an `Arc`: every service it makes, and every clone of those, enforces the same limits.
+/// Made by a [`RateLimitLayerBuilder`]: [`RateLimitLayer::builder`], the limits, the route
+/// table and the options, then [`build`](RateLimitLayerBuilder::build), which checks the
+/// whole configuration once. The layer holds a [`Limiter`] (a cheap handle on the store)
+/// and its configuration behind an `Arc`: every service it makes, and every clone of those,
+/// enforces the same limits.
+///
+/// tower has a `RateLimitLayer` and a `RateLimit` of its own (`tower::limit`), a
+/// per-service counter. Where both are in scope, name this one by its path
+/// (`tollgate::layer::RateLimitLayer`) or import it under another name
+/// (`use tollgate::RateLimitLayer as Tollgate;`).
 #[derive(Clone)]
 pub struct RateLimitLayer<St = MemoryStore> {
     limiter: Limiter<St>,
@@ -29,24 +37,67 @@ pub struct RateLimitLayer<St = MemoryStore> {
 }
 
 impl<St: Store> RateLimitLayer<St> {
-    /// A layer with no limits yet, deciding with `limiter`.
-    pub fn new(limiter: Limiter<St>) -> Self {
-        Self {
+    /// A builder for a layer deciding with `limiter`, with no limits yet.
+    pub fn builder(limiter: Limiter<St>) -> RateLimitLayerBuilder<St> {
+        RateLimitLayerBuilder {
             limiter,
-            config: Arc::new(Config::default()),
+            config: Config::default(),
+            routes: Vec::new(),
         }
     }
 
+    /// The limiter.
+    pub fn limiter(&self) -> &Limiter<St> {
+        &self.limiter
+    }
+}
+
+/// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
+/// [`build`](Self::build) checks the whole configuration once, reporting every problem.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::layer::{Limit, RateLimitLayer};
+/// use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+///
+/// # fn main() -> Result<(), tollgate::ConfigError> {
+/// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+///     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000), key::global()))
+///     .route("POST /sms/send", [Limit::new(
+///         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
+///         key::header("user-id"),
+///     )])
+///     .build()?;
+///
+/// // Every mistake at once, each naming its rule or route.
+/// let err = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+///     .limit(Limit::new(Rule::gcra("global", Rate::per_second(0), 1000), key::global()))
+///     .route("post /sms/send", [])
+///     .build()
+///     .unwrap_err();
+/// assert_eq!(err.problems().count(), 2);
+/// assert!(err.to_string().contains("rule \"global\""));
+/// assert!(err.to_string().contains("route \"post /sms/send\""));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayerBuilder<St = MemoryStore> {
+    limiter: Limiter<St>,
+    /// Everything but the route table, whose patterns `build` parses.
+    config: Config,
+    routes: Vec<(Box<str>, Vec<Limit>)>,
+}
+
+impl<St: Store> RateLimitLayerBuilder<St> {
     fn config_mut(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
+        &mut self.config
     }
 
     /// Applies `limit` to every request. A request's limits (the layer's and its route's)
     /// are decided as one batch: if one denies, none consumes.
-    pub fn limit(mut self, limit: Limit) -> Result<Self, ConfigError> {
-        self.config_mut().global.push(limit);
-        self.validate()?;
-        Ok(self)
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.config.global.push(limit);
+        self
     }
 
     /// Applies `limits` to requests matching `pattern`, in addition to the layer's own
@@ -57,34 +108,79 @@ impl<St: Store> RateLimitLayer<St> {
     /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
     /// `GET` route also covers `HEAD`.
     ///
-    /// A pattern no request can match is an error rather than a route that silently runs
-    /// unlimited: a lower-case method (`"post /x"`: methods are case-sensitive), a `?` or
-    /// `#`, characters clients percent-encode, `.`/`..` segments, and a route an earlier
-    /// route shadows completely (`"/sms/*"` before `"POST /sms/send"`).
-    pub fn route(
-        mut self,
-        pattern: &str,
-        limits: impl IntoIterator<Item = Limit>,
-    ) -> Result<Self, ConfigError> {
-        let pattern = RoutePattern::parse(pattern)?;
-        if let Some(earlier) = self
-            .config
-            .routes
+    /// A pattern no request can match is a [`build`](Self::build) error rather than a route
+    /// that silently runs unlimited: a lower-case method (`"post /x"`: methods are
+    /// case-sensitive), a `?` or `#`, characters clients percent-encode, `.`/`..` segments,
+    /// and a route an earlier route shadows completely (`"/sms/*"` before
+    /// `"POST /sms/send"`).
+    pub fn route(mut self, pattern: &str, limits: impl IntoIterator<Item = Limit>) -> Self {
+        self.routes
+            .push((pattern.into(), limits.into_iter().collect()));
+        self
+    }
+
+    /// The layer, if its configuration can work; otherwise every problem found, each naming
+    /// the rule or route it concerns:
+    ///
+    /// - a rule that cannot work (see [`Rule::validate`]), or a key that cannot
+    ///   ([`KeyExtractor::validate`](crate::key::KeyExtractor::validate));
+    /// - a limit whose every request costs more than its rule admits at once (a
+    ///   [`min_cost`](Limit::min_cost), or the rule's default cost, above its capacity);
+    /// - a route pattern no request can match, or one an earlier route shadows;
+    /// - a rule name applied twice to one request (the layer's limits and each route's are
+    ///   one batch, and a batch that checks one rule twice would count one state twice);
+    /// - a rule name bound to two unequal rules anywhere in the layer (stores keep state by
+    ///   name, so two configurations under one name would share, and fight over, one state).
+    pub fn build(self) -> Result<RateLimitLayer<St>, ConfigError> {
+        let Self {
+            limiter,
+            mut config,
+            routes,
+        } = self;
+        let mut problems = Vec::new();
+        let mut checked: Vec<&Rule> = Vec::new();
+        let all_limits = config
+            .global
             .iter()
-            .find(|r| r.pattern.covers(&pattern))
-        {
-            let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
-            return Err(ConfigError::new(format!(
-                "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
-            )));
+            .chain(routes.iter().flat_map(|(_, limits)| limits));
+        for limit in all_limits {
+            if !checked.contains(&&limit.rule) {
+                checked.push(&limit.rule);
+                problems.extend(limit.rule.validate().err());
+            }
+            problems.extend(costs_problem(limit));
+            problems.extend(
+                limit
+                    .key
+                    .validate()
+                    .err()
+                    .map(|e| e.within(format_args!("the key of rule {:?}", limit.rule.name()))),
+            );
         }
-        let route = Route {
-            pattern,
-            limits: limits.into_iter().collect(),
-        };
-        self.config_mut().routes.push(route);
-        self.validate()?;
-        Ok(self)
+        for (pattern, limits) in routes {
+            let pattern = match RoutePattern::parse(&pattern) {
+                Ok(pattern) => pattern,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
+            if let Some(earlier) = config.routes.iter().find(|r| r.pattern.covers(&pattern)) {
+                let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
+                problems.push(ConfigError::new(format!(
+                    "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
+                )));
+            }
+            config.routes.push(Route { pattern, limits });
+        }
+        problems.extend(names_problems(&config));
+        match ConfigError::collect(problems) {
+            Some(e) => Err(e),
+            None => Ok(RateLimitLayer {
+                limiter,
+                config: Arc::new(config),
+            }),
+        }
     }
 
     /// Sets the mode (default [`Mode::Enforce`]).
@@ -125,9 +221,15 @@ impl<St: Store> RateLimitLayer<St> {
         self
     }
 
-    /// Also writes `RateLimit-Policy` and `RateLimit` on admitted responses (rejections
-    /// always carry them). Rules on trial ([`Limit::shadow`], [`Mode::Shadow`]) are never
-    /// advertised.
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (default
+    /// `true`; rejections always carry them). Rules on trial ([`Limit::shadow`],
+    /// [`Mode::Shadow`]) are never advertised.
+    ///
+    /// On by default because that is what the headers are for: a client that reads
+    /// `r=3` slows down before it meets a 429, and retries less. They cost two small
+    /// allocations per admitted response and tell a client its quota, which a 429 tells it
+    /// anyway. `headers_on_allowed(false)` keeps them to rejections (tower_governor's
+    /// default): for a limit clients should not plan around, or the leanest hot path.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config_mut().headers.on_allowed = yes;
         self
@@ -153,7 +255,8 @@ impl<St: Store> RateLimitLayer<St> {
     /// use tollgate::layer::RateLimitLayer;
     /// use tollgate::{Limiter, MemoryStore};
     ///
-    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new())).on_reject(|rejection| {
+    /// # fn main() -> Result<(), tollgate::ConfigError> {
+    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new())).on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
     ///     let request = rejection.request();
     ///     let wants_problem = request
@@ -175,7 +278,9 @@ impl<St: Store> RateLimitLayer<St> {
     ///         );
     ///     }
     ///     response
-    /// });
+    /// })
+    /// .build()?;
+    /// # let _ = layer; Ok(()) }
     /// ```
     pub fn on_reject<F>(mut self, f: F) -> Self
     where
@@ -221,15 +326,16 @@ impl<St: Store> RateLimitLayer<St> {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // The office's addresses, as the client-IP key writes them.
     /// let office: HashSet<&[u8]> = [&b"203.0.113.7"[..], b"203.0.113.8"].into();
-    /// let client = key::client_ip(["10.0.0.0/8"])?;
-    /// let layer = RateLimitLayer::new(Limiter::new(MemoryStore::new()))
+    /// let client = key::client_ip(["10.0.0.0/8"]);
+    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
     ///     .exempt(|head| head.uri().path() == "/health")
     ///     .exempt(move |head| {
     ///         // A `KeyBuf` keeps an address inline: no allocation per request.
     ///         let mut ip = KeyBuf::new();
     ///         client.extract(head, &mut ip).is_ok() && office.contains(ip.as_bytes())
-    ///     });
-    /// # Ok(()) }
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
     /// ```
     pub fn exempt<F>(mut self, is_exempt: F) -> Self
     where
@@ -244,45 +350,57 @@ impl<St: Store> RateLimitLayer<St> {
         });
         self
     }
+}
 
-    /// The limiter.
-    pub fn limiter(&self) -> &Limiter<St> {
-        &self.limiter
-    }
+/// A limit whose every request costs more than its rule ever admits at once would refuse
+/// every request (`CostExceedsCapacity`): a `min_cost`, or a rule's default cost, above
+/// the rule's capacity.
+fn costs_problem(limit: &Limit) -> Option<ConfigError> {
+    limit.rule.validate().ok()?;
+    let capacity = limit.rule.algorithm().quota().0;
+    let least = match limit.cost {
+        Some(_) => limit.min_cost,
+        None => limit.rule.cost().max(limit.min_cost),
+    };
+    (least > capacity).then(|| {
+        ConfigError::new(format!(
+            "rule {:?}: every request costs at least {least}, more than the {capacity} it admits at once, so every request would be refused",
+            limit.rule.name()
+        ))
+    })
+}
 
-    /// A rule name may appear once per request: the layer's limits and each route's are
-    /// one batch, and a batch that checks one rule twice would count one state twice.
-    /// And a name stands for one rule in the whole layer: stores keep state by name, so two
-    /// configurations under one name would share (and fight over) one state.
-    fn validate(&self) -> Result<(), ConfigError> {
-        let config = &*self.config;
-        let batches = std::iter::once(None).chain((0..config.routes.len()).map(Some));
-        let mut bound: HashMap<&str, (&Rule, Option<usize>)> = HashMap::new();
-        for route in batches {
-            let place = |route| config.route_pattern(route).unwrap_or("every request");
-            let mut seen = HashSet::new();
-            for limit in config.limits(route) {
-                let name = limit.rule.name();
-                let (first, first_route) = *bound.entry(name).or_insert((&limit.rule, route));
-                if *first != limit.rule {
-                    return Err(ConfigError::new(format!(
-                        "rule name {name:?} is bound to two different rules, {first:?} on {} and {:?} on {}; \
-                         a name is one limit (its state is stored under the name): give each configuration its own name",
-                        place(first_route),
-                        limit.rule,
-                        place(route),
-                    )));
-                }
-                if !seen.insert(name) {
-                    return Err(ConfigError::new(format!(
-                        "rule {name:?} is applied twice to {}; give each limit its own rule name",
-                        place(route)
-                    )));
-                }
+/// A rule name may appear once per request, and a name stands for one rule in the whole
+/// layer (see [`RateLimitLayerBuilder::build`]).
+fn names_problems(config: &Config) -> Vec<ConfigError> {
+    let mut problems = Vec::new();
+    let batches = std::iter::once(None).chain((0..config.routes.len()).map(Some));
+    let mut bound: HashMap<&str, (&Rule, Option<usize>)> = HashMap::new();
+    let mut reported: HashSet<&str> = HashSet::new();
+    for route in batches {
+        let place = |route| config.route_pattern(route).unwrap_or("every request");
+        let mut seen = HashSet::new();
+        for limit in config.limits(route) {
+            let name = limit.rule.name();
+            let (first, first_route) = *bound.entry(name).or_insert((&limit.rule, route));
+            if *first != limit.rule && reported.insert(name) {
+                problems.push(ConfigError::new(format!(
+                    "rule name {name:?} is bound to two different rules, {first:?} on {} and {:?} on {}; \
+                     a name is one limit (its state is stored under the name): give each configuration its own name",
+                    place(first_route),
+                    limit.rule,
+                    place(route),
+                )));
+            }
+            if !seen.insert(name) {
+                problems.push(ConfigError::new(format!(
+                    "rule {name:?} is applied twice to {}; give each limit its own rule name",
+                    place(route)
+                )));
             }
         }
-        Ok(())
     }
+    problems
 }
 
 impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
@@ -290,6 +408,16 @@ impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::from_parts(inner, self.limiter.clone(), self.config.clone())
+    }
+}
+
+impl<St: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("limiter", &self.limiter)
+            .field("config", &self.config)
+            .field("routes", &self.routes)
+            .finish()
     }
 }
 

@@ -6,14 +6,22 @@
 //! type. All the limits of a request are decided as one batch by the
 //! [`Limiter`](crate::Limiter): if one denies, none consumes.
 //!
-//! - **Per route.** On axum, put a layer on a route with `route_layer`. Elsewhere (hyper,
-//!   tonic, any tower stack), give one layer a route table with [`RateLimitLayer::route`]:
-//!   `"POST /sms/send"`, `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`. A
-//!   pattern no request can match (`"post /x"`, a `?`, a route an earlier one shadows) is a
-//!   build error, not a route that runs unlimited. Patterns are full paths as clients send
-//!   them, also on a router mounted with axum's `Router::nest` (the layer reads axum's
-//!   `OriginalUri`).
-//! - **Exemptions.** [`RateLimitLayer::exempt`] lets health checks or an allow-list of
+//! A layer is configured like tower-http's: [`RateLimitLayer::builder`], then steps that
+//! take and return the builder, then [`build`](RateLimitLayerBuilder::build), which checks
+//! the whole configuration once — every rule, key and route pattern, and how they fit
+//! together — and reports every problem at once, each naming its rule or route. Rules
+//! and keys built from literals need no `?`; a layer needs one.
+//!
+//! - **Per route.** Give one layer the global limits and a route table
+//!   ([`RateLimitLayerBuilder::route`]): `"POST /sms/send"`, `"GET /files/{id}"`,
+//!   `"/pkg.Service/Method"`, `"/api/*"`. A request's global and route limits are then one
+//!   batch: a request the route refuses consumes nothing of the global limits. A pattern no
+//!   request can match (`"post /x"`, a `?`, a route an earlier one shadows) is a build
+//!   error, not a route that runs unlimited. Patterns are full paths as clients send them,
+//!   also on a router mounted with axum's `Router::nest` (the layer reads axum's
+//!   `OriginalUri`). On axum a layer can also go on one route with `route_layer`; see
+//!   [one layer or two](#one-layer-or-two).
+//! - **Exemptions.** [`RateLimitLayerBuilder::exempt`] lets health checks or an allow-list of
 //!   addresses or API keys through, asked before any key is read.
 //! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
 //!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers of
@@ -25,7 +33,10 @@
 //!   `google.rpc.QuotaFailure`) for clients' retry policies; grpc-web gets the same in its
 //!   own content type. A store failure under `FailClosed` is a 503 with `Retry-After: 1`; a
 //!   key the server cannot provide is a 500 whose fix is logged, not sent.
-//!   [`RateLimitLayer::on_reject`] replaces the response, seeing the request's head.
+//!   [`RateLimitLayerBuilder::on_reject`] replaces the response, seeing the request's head.
+//!   Admitted responses carry `RateLimit-Policy` / `RateLimit` too, so that clients can
+//!   slow down before they meet a 429 ([`RateLimitLayerBuilder::headers_on_allowed`] says
+//!   why, and turns them off).
 //! - **Modes** ([`Mode`]): enforce (the default), shadow (decide and report, never reject),
 //!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
 //!   bucket's shaping delay is honoured the same way in enforce and wait modes; see
@@ -36,7 +47,7 @@
 //!   every rule in shadow mode — are not advertised in the `RateLimit` headers.
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
 //!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
-//!   denials, key problems) come at most once per [`log_interval`](RateLimitLayer::log_interval)
+//!   denials, key problems) come at most once per [`log_interval`](RateLimitLayerBuilder::log_interval)
 //!   per kind (the first at once, then a summary with the count and the last error when
 //!   the interval ends), so an outage or a rollout cannot flood the log, and its end is
 //!   still reported.
@@ -50,8 +61,8 @@
 //!   and drives that clone to readiness only after the wait, so a `ConcurrencyLimit` or
 //!   `Buffer` inside the layer keeps serving other clients while one client's requests
 //!   sleep (the permit a ready service holds is not taken into the wait).
-//! - **is bounded.** At most [`RateLimitLayer::max_held`] requests are held at once
-//!   ([`DEFAULT_MAX_HELD`] unless changed), and, with [`RateLimitLayer::max_held_per_key`],
+//! - **is bounded.** At most [`RateLimitLayerBuilder::max_held`] requests are held at once
+//!   ([`DEFAULT_MAX_HELD`] unless changed), and, with [`RateLimitLayerBuilder::max_held_per_key`],
 //!   at most that many per (rule, key) that delays them. A request beyond a bound is
 //!   refused as if denied: 429 with `Retry-After` its delay, rounded up; its units are given
 //!   back.
@@ -67,10 +78,6 @@
 //!   `MemoryStore`, 2.1 KB with a `RedisStore`), besides the request itself (its head and
 //!   whatever of its body has arrived) and the idle clone of the inner service. At
 //!   [`DEFAULT_MAX_HELD`] held requests that is some 20–30 MB of the layer's own.
-//!
-//! Nested layers are separate batches: with a `route_layer` inside a global layer, a
-//! request the route refuses has already counted against the global limit. When that
-//! matters, put both in one layer with a route table; its batch is all or nothing.
 //!
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
@@ -90,14 +97,15 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
-//! let layer = RateLimitLayer::new(limiter)
+//! let layer = RateLimitLayer::builder(limiter)
 //!     // Everything: 1000 per second in all.
-//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000)?, key::global()))?
+//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000), key::global()))
 //!     // SMS: one per minute and five per hour per user, decided together.
 //!     .route("POST /sms/send", [
-//!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?),
-//!         Limit::new(Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600))?, key::header("user-id")?),
-//!     ])?;
+//!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60)), key::header("user-id")),
+//!         Limit::new(Rule::fixed_window("sms-hour", 5, Duration::from_secs(3600)), key::header("user-id")),
+//!     ])
+//!     .build()?;
 //! let service = ServiceBuilder::new()
 //!     .layer(layer)
 //!     .service(service_fn(|_req: Request<String>| async {
@@ -121,26 +129,50 @@
 //! # Ok(()) }
 //! ```
 //!
-//! With axum, per-route limits go on the route and the global one on the router (with the
-//! `axum` feature, [`key::route`](crate::key::route) reads axum's `MatchedPath` and
-//! [`key::peer_ip`](crate::key::peer_ip) its `ConnectInfo`):
+//! # One layer or two
+//!
+//! Nested layers are separate batches. With a `route_layer` inside a global layer (or two
+//! layers stacked in a `ServiceBuilder`), the outer layer has already counted a request
+//! when the inner one refuses it: a client refused by the SMS limit still spends its
+//! global quota, and the `RateLimit` headers of the refusal show it. One layer with a route
+//! table decides both as one batch, all or nothing. On axum it goes on the router like any
+//! layer (with the `axum` feature, [`key::peer_ip`](crate::key::peer_ip) reads axum's
+//! `ConnectInfo`):
 //!
 //! ```
 //! # use std::time::Duration;
-//! # use axum::{routing::post, Router};
+//! # use axum::{routing::{get, post}, Router};
 //! # use tollgate::layer::{Limit, RateLimitLayer};
 //! # use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limiter = Limiter::new(MemoryStore::new());
-//! let sms = RateLimitLayer::new(limiter.clone())
-//!     .limit(Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60))?, key::header("user-id")?))?;
-//! let global = RateLimitLayer::new(limiter)
-//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10))?, key::peer_ip()))?;
+//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
+//!     .route("POST /sms/send", [Limit::new(
+//!         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
+//!         key::header("user-id"),
+//!     )])
+//!     .build()?;
 //! let app: Router = Router::new()
-//!     .route("/sms/send", post(|| async { "sent" }).route_layer(sms))
-//!     .layer(global);
+//!     .route("/", get(|| async { "hello" }))
+//!     .route("/sms/send", post(|| async { "sent" }))
+//!     .layer(limits);
 //! # Ok(()) }
 //! ```
+//!
+//! Two layers are the right tool when the limits must not be one batch: different stores
+//! (a local `MemoryStore` in front of a shared Redis, to shed a flood before it costs a
+//! round trip), different [modes](Mode) or failure policies, or a limit that should count
+//! every attempt, refused or not (a login route's brute-force counter outside the global
+//! limit). Then the outer layer counts what the inner refuses, by design.
+//!
+//! # tower's `RateLimit`
+//!
+//! tower has a `RateLimitLayer` and a `RateLimit` too (`tower::limit`, a per-service
+//! counter, `ServiceBuilder::rate_limit`). tollgate keeps its names, since they say what the
+//! types are; where both are imported, name tollgate's by path (`tollgate::layer::RateLimitLayer`)
+//! or rename one (`use tollgate::RateLimitLayer as Tollgate;`). For the same reason there is
+//! no `ServiceBuilder` extension method: `ServiceBuilder::rate_limit` is tower's own and
+//! would win; `.layer(layer)` reads as well.
 
 mod body;
 mod config;
@@ -154,5 +186,5 @@ mod service;
 pub use body::RateLimitBody;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use service::RateLimit;

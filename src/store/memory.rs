@@ -42,7 +42,7 @@ const MIN_SWEEP_LEN: usize = 1024;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = Limiter::new(MemoryStore::new());
-/// let rule = Rule::fixed_window("login", 3, Duration::from_secs(60))?;
+/// let rule = Rule::fixed_window("login", 3, Duration::from_secs(60));
 /// for _ in 0..3 {
 ///     assert!(limiter.check_one(&rule, b"alice").await?.is_admitted());
 /// }
@@ -384,6 +384,9 @@ impl Store for MemoryStore {
         &self,
         check: Check<'_>,
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+        if let Err(e) = batch::validate(std::slice::from_ref(&check)) {
+            return std::future::ready(Err(e));
+        }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule.name(), check.key);
         let shard = shared.shards[shared.shard_of(hash)].lock();

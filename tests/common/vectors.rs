@@ -210,7 +210,9 @@ impl RuleSpec {
                 burst,
             } => Rule::gcra(name, Rate::new(amount, us(period_us)), burst),
         };
-        let rule = rule.unwrap_or_else(|e| panic!("rule {name} of the vectors is invalid: {e}"));
+        let rule = rule
+            .checked()
+            .unwrap_or_else(|e| panic!("rule {name} of the vectors is invalid: {e}"));
         match &self.penalty {
             Some(p) => {
                 let mut penalty = Penalty::lock_for(us(p.lock_for_us)).after(p.after);

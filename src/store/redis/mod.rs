@@ -116,7 +116,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///     .with_prefix("myapp")
 ///     .with_timeout(Duration::from_millis(200));
 /// let limiter = Limiter::new(store);
-/// let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))?;
+/// let rule = Rule::fixed_window("login", 5, Duration::from_secs(60));
 /// let outcome = limiter.check_one(&rule, b"alice").await?;
 /// println!("admitted: {}", outcome.is_admitted());
 /// # Ok(()) }
@@ -521,6 +521,7 @@ impl RedisStore {
     }
 
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        batch::validate(std::slice::from_ref(&check))?;
         let reply = self.run(self.call(0, Mode::Peek, 0), &[&check]).await?;
         reply
             .rules
