@@ -368,3 +368,161 @@ impl<S: Store> Store for Breaker<S> {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::store::MemoryStore;
+
+    /// A memory store that can be taken down (fails at once) or made to hang.
+    #[derive(Clone, Default)]
+    pub(crate) struct Flaky {
+        pub(crate) inner: MemoryStore,
+        pub(crate) down: Arc<AtomicBool>,
+        pub(crate) hang: Arc<AtomicBool>,
+        pub(crate) calls: Arc<AtomicUsize>,
+    }
+
+    impl Flaky {
+        async fn gate(&self) -> Result<(), StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            Ok(())
+        }
+
+        pub(crate) fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Store for Flaky {
+        async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+            self.gate().await?;
+            self.inner.check(batch, max_wait).await
+        }
+
+        async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+            self.gate().await?;
+            self.inner.peek(check).await
+        }
+
+        async fn refund(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+            self.gate().await?;
+            self.inner.refund(batch, admission).await
+        }
+
+        async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+            self.gate().await?;
+            self.inner.reset(rule, key).await
+        }
+    }
+
+    fn rule() -> Rule {
+        Rule::fixed_window("r", 1000, Duration::from_secs(60)).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_and_then_skips_the_store() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(3).open_for(Duration::from_secs(1));
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        flaky.down.store(true, Ordering::SeqCst);
+        for _ in 0..2 {
+            assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+            assert_eq!(breaker.state(), BreakerState::Closed);
+        }
+        assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(breaker.health(), Health::Failing);
+        let calls = flaky.calls();
+        for _ in 0..100 {
+            assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+        }
+        assert_eq!(flaky.calls(), calls, "an open breaker sends nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_success_resets_the_count_of_consecutive_failures() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(2);
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        for _ in 0..5 {
+            flaky.down.store(true, Ordering::SeqCst);
+            assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+            flaky.down.store(false, Ordering::SeqCst);
+            assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        }
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(1).open_for(Duration::from_secs(1));
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        flaky.down.store(true, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+
+        // Not before `open_for`.
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+
+        // The probe fails: open for another second.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let calls = flaky.calls();
+        assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+        assert_eq!(flaky.calls(), calls + 1);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+
+        // A probe that hangs: every other call fails at once meanwhile.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        flaky.hang.store(true, Ordering::SeqCst);
+        let probing = breaker.clone();
+        let probe_rule = rule.clone();
+        let probe = tokio::spawn(async move {
+            probing.check(&[Check::new(&probe_rule, b"k")], Duration::ZERO).await
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        let calls = flaky.calls();
+        for _ in 0..50 {
+            assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+        }
+        assert_eq!(flaky.calls(), calls, "no call but the probe reaches the store");
+
+        // Its caller goes away: the next call probes at once, succeeds and closes.
+        probe.abort();
+        assert!(probe.await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+        flaky.hang.store(false, Ordering::SeqCst);
+        flaky.down.store(false, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.health(), Health::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_malformed_batch_is_not_a_store_failure() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(1);
+        let rule = rule();
+        let twice = [Check::new(&rule, b"k"), Check::new(&rule, b"k")];
+        for _ in 0..3 {
+            assert!(matches!(breaker.check(&twice, Duration::ZERO).await, Err(StoreError::InvalidBatch(_))));
+        }
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+}

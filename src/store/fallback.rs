@@ -339,3 +339,101 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         local
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::store::breaker::tests::Flaky;
+    use crate::store::Breaker;
+    use crate::ManualClock;
+
+    fn down(flaky: &Flaky, down: bool) {
+        flaky.down.store(down, Ordering::SeqCst);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_primary_is_away_the_local_store_enforces_the_rules() {
+        let flaky = Flaky::default();
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()).failures(2),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        );
+        let rule = Rule::fixed_window("r", 3, Duration::from_secs(60)).unwrap();
+        let batch = [Check::new(&rule, b"k")];
+        assert!(store.check(&batch, Duration::ZERO).await.unwrap().is_admitted());
+        assert_eq!(store.health(), Health::Healthy);
+
+        down(&flaky, true);
+        let admitted = [
+            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
+            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
+            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
+            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
+        ];
+        // The local store counts from zero: three pass, the fourth is limited.
+        assert_eq!(admitted, [true, true, true, false]);
+        assert_eq!(store.health(), Health::Degraded);
+        assert!(store.is_falling_back());
+        assert_eq!(store.primary().state(), super::super::BreakerState::Open);
+
+        // Back: the primary decides again (it counted one), once the breaker probes.
+        down(&flaky, false);
+        tokio::time::advance(crate::store::DEFAULT_OPEN_FOR).await;
+        let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
+        assert!(outcome.is_admitted());
+        assert_eq!(outcome.rules[0].info.remaining, 1);
+        assert_eq!(store.health(), Health::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn quotas_are_divided_by_the_instances_in_local_decisions() {
+        let flaky = Flaky::default();
+        down(&flaky, true);
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        )
+        .instances(4);
+        let window = Rule::fixed_window("w", 10, Duration::from_secs(60)).unwrap();
+        let gcra = Rule::gcra("g", Rate::per_second(40), 8).unwrap();
+        let mut admitted = [0, 0];
+        for _ in 0..20 {
+            for (n, rule) in admitted.iter_mut().zip([&window, &gcra]) {
+                let outcome = store.check(&[Check::new(rule, b"k")], Duration::ZERO).await.unwrap();
+                *n += usize::from(outcome.is_admitted());
+            }
+        }
+        // 10 / 4 → 2 per window; a burst of 8 / 4 → 2 at once.
+        assert_eq!(admitted, [2, 2]);
+        let divided = divide(&gcra, 4);
+        let Algorithm::Gcra(g) = divided.algorithm() else { unreachable!() };
+        assert_eq!(g.rate().amount() * 4, 40 * g.rate().period_micros() / 1_000_000);
+        // A limit below the instance count stays at 1, not 0.
+        let tiny = Rule::fixed_window("t", 2, Duration::from_secs(60)).unwrap();
+        assert_eq!(divide(&tiny, 4).algorithm().quota().0, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_admission_is_refunded_locally() {
+        let flaky = Flaky::default();
+        down(&flaky, true);
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()).failures(1),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        );
+        let rule = Rule::gcra("g", Rate::per_second(10), 1).unwrap();
+        let batch = [Check::new(&rule, b"k")];
+        let wait = Duration::from_secs(1);
+        assert_eq!(store.check(&batch, wait).await.unwrap().decision, crate::Decision::Allow);
+        let held = store.check(&batch, wait).await.unwrap();
+        let admission = held.admission.unwrap();
+        assert!(admission.local);
+        let calls = flaky.calls();
+        store.refund(&batch, &admission).await.unwrap();
+        assert_eq!(flaky.calls(), calls, "the primary did not take these units");
+        let next = store.check(&batch, wait).await.unwrap();
+        assert_eq!(next.decision, crate::Decision::Delay(Duration::from_millis(100)));
+    }
+}
