@@ -222,7 +222,10 @@ impl Shared {
     fn failed(&self, pass: Pass, error: &StoreError) {
         match pass {
             Pass::Call => {
-                let n = self.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+                let n = self
+                    .consecutive
+                    .fetch_add(1, Ordering::AcqRel)
+                    .saturating_add(1);
                 if n >= self.failures
                     && self
                         .state
@@ -403,7 +406,11 @@ pub(crate) mod tests {
     }
 
     impl Store for Flaky {
-        async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        async fn check(
+            &self,
+            batch: &[Check<'_>],
+            max_wait: Duration,
+        ) -> Result<Outcome, StoreError> {
             self.gate().await?;
             self.inner.check(batch, max_wait).await
         }
@@ -413,7 +420,11 @@ pub(crate) mod tests {
             self.inner.peek(check).await
         }
 
-        async fn refund(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+        async fn refund(
+            &self,
+            batch: &[Check<'_>],
+            admission: &Admission,
+        ) -> Result<(), StoreError> {
             self.gate().await?;
             self.inner.refund(batch, admission).await
         }
@@ -431,21 +442,32 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn opens_after_consecutive_failures_and_then_skips_the_store() {
         let flaky = Flaky::default();
-        let breaker = Breaker::new(flaky.clone()).failures(3).open_for(Duration::from_secs(1));
+        let breaker = Breaker::new(flaky.clone())
+            .failures(3)
+            .open_for(Duration::from_secs(1));
         let rule = rule();
         let batch = [Check::new(&rule, b"k")];
         assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
         flaky.down.store(true, Ordering::SeqCst);
         for _ in 0..2 {
-            assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+            assert!(matches!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::Unavailable(_))
+            ));
             assert_eq!(breaker.state(), BreakerState::Closed);
         }
-        assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::Unavailable(_))
+        ));
         assert_eq!(breaker.state(), BreakerState::Open);
         assert_eq!(breaker.health(), Health::Failing);
         let calls = flaky.calls();
         for _ in 0..100 {
-            assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+            assert_eq!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::CircuitOpen)
+            );
         }
         assert_eq!(flaky.calls(), calls, "an open breaker sends nothing");
     }
@@ -468,7 +490,9 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
         let flaky = Flaky::default();
-        let breaker = Breaker::new(flaky.clone()).failures(1).open_for(Duration::from_secs(1));
+        let breaker = Breaker::new(flaky.clone())
+            .failures(1)
+            .open_for(Duration::from_secs(1));
         let rule = rule();
         let batch = [Check::new(&rule, b"k")];
         flaky.down.store(true, Ordering::SeqCst);
@@ -477,15 +501,24 @@ pub(crate) mod tests {
 
         // Not before `open_for`.
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
 
         // The probe fails: open for another second.
         tokio::time::advance(Duration::from_millis(1)).await;
         let calls = flaky.calls();
-        assert!(matches!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::Unavailable(_))
+        ));
         assert_eq!(flaky.calls(), calls + 1);
         assert_eq!(breaker.state(), BreakerState::Open);
-        assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
 
         // A probe that hangs: every other call fails at once meanwhile.
         tokio::time::advance(Duration::from_secs(1)).await;
@@ -493,15 +526,24 @@ pub(crate) mod tests {
         let probing = breaker.clone();
         let probe_rule = rule.clone();
         let probe = tokio::spawn(async move {
-            probing.check(&[Check::new(&probe_rule, b"k")], Duration::ZERO).await
+            probing
+                .check(&[Check::new(&probe_rule, b"k")], Duration::ZERO)
+                .await
         });
         tokio::task::yield_now().await;
         assert_eq!(breaker.state(), BreakerState::HalfOpen);
         let calls = flaky.calls();
         for _ in 0..50 {
-            assert_eq!(breaker.check(&batch, Duration::ZERO).await, Err(StoreError::CircuitOpen));
+            assert_eq!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::CircuitOpen)
+            );
         }
-        assert_eq!(flaky.calls(), calls, "no call but the probe reaches the store");
+        assert_eq!(
+            flaky.calls(),
+            calls,
+            "no call but the probe reaches the store"
+        );
 
         // Its caller goes away: the next call probes at once, succeeds and closes.
         probe.abort();
@@ -521,7 +563,10 @@ pub(crate) mod tests {
         let rule = rule();
         let twice = [Check::new(&rule, b"k"), Check::new(&rule, b"k")];
         for _ in 0..3 {
-            assert!(matches!(breaker.check(&twice, Duration::ZERO).await, Err(StoreError::InvalidBatch(_))));
+            assert!(matches!(
+                breaker.check(&twice, Duration::ZERO).await,
+                Err(StoreError::InvalidBatch(_))
+            ));
         }
         assert_eq!(breaker.state(), BreakerState::Closed);
     }

@@ -164,7 +164,10 @@ impl Shared {
         let rules = cache.entry(slot).or_default();
         let origin = rule.fingerprint();
         let same = |(o, r): &&(u64, Rule)| {
-            *o == origin && r.name() == rule.name() && r.cost() == rule.cost() && r.penalty() == rule.penalty()
+            *o == origin
+                && r.name() == rule.name()
+                && r.cost() == rule.cost()
+                && r.penalty() == rule.penalty()
         };
         if let Some((_, found)) = rules.iter().find(same) {
             return found.clone();
@@ -254,7 +257,12 @@ impl<P: Store, L: Store> Fallback<P, L> {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(_) => {
                 let rule = self.shared.divided(check.rule);
-                self.local.peek(Check { rule: &rule, ..check }).await
+                self.local
+                    .peek(Check {
+                        rule: &rule,
+                        ..check
+                    })
+                    .await
             }
         }
     }
@@ -362,15 +370,35 @@ mod tests {
         );
         let rule = Rule::fixed_window("r", 3, Duration::from_secs(60)).unwrap();
         let batch = [Check::new(&rule, b"k")];
-        assert!(store.check(&batch, Duration::ZERO).await.unwrap().is_admitted());
+        assert!(store
+            .check(&batch, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_admitted());
         assert_eq!(store.health(), Health::Healthy);
 
         down(&flaky, true);
         let admitted = [
-            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
-            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
-            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
-            store.check(&batch, Duration::ZERO).await.unwrap().is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
         ];
         // The local store counts from zero: three pass, the fourth is limited.
         assert_eq!(admitted, [true, true, true, false]);
@@ -401,15 +429,23 @@ mod tests {
         let mut admitted = [0, 0];
         for _ in 0..20 {
             for (n, rule) in admitted.iter_mut().zip([&window, &gcra]) {
-                let outcome = store.check(&[Check::new(rule, b"k")], Duration::ZERO).await.unwrap();
+                let outcome = store
+                    .check(&[Check::new(rule, b"k")], Duration::ZERO)
+                    .await
+                    .unwrap();
                 *n += usize::from(outcome.is_admitted());
             }
         }
         // 10 / 4 → 2 per window; a burst of 8 / 4 → 2 at once.
         assert_eq!(admitted, [2, 2]);
         let divided = divide(&gcra, 4);
-        let Algorithm::Gcra(g) = divided.algorithm() else { unreachable!() };
-        assert_eq!(g.rate().amount() * 4, 40 * g.rate().period_micros() / 1_000_000);
+        let Algorithm::Gcra(g) = divided.algorithm() else {
+            unreachable!()
+        };
+        assert_eq!(
+            g.rate().amount() * 4,
+            40 * g.rate().period_micros() / 1_000_000
+        );
         // A limit below the instance count stays at 1, not 0.
         let tiny = Rule::fixed_window("t", 2, Duration::from_secs(60)).unwrap();
         assert_eq!(divide(&tiny, 4).algorithm().quota().0, 1);
@@ -426,7 +462,10 @@ mod tests {
         let rule = Rule::gcra("g", Rate::per_second(10), 1).unwrap();
         let batch = [Check::new(&rule, b"k")];
         let wait = Duration::from_secs(1);
-        assert_eq!(store.check(&batch, wait).await.unwrap().decision, crate::Decision::Allow);
+        assert_eq!(
+            store.check(&batch, wait).await.unwrap().decision,
+            crate::Decision::Allow
+        );
         let held = store.check(&batch, wait).await.unwrap();
         let admission = held.admission.unwrap();
         assert!(admission.local);
@@ -434,6 +473,9 @@ mod tests {
         store.refund(&batch, &admission).await.unwrap();
         assert_eq!(flaky.calls(), calls, "the primary did not take these units");
         let next = store.check(&batch, wait).await.unwrap();
-        assert_eq!(next.decision, crate::Decision::Delay(Duration::from_millis(100)));
+        assert_eq!(
+            next.decision,
+            crate::Decision::Delay(Duration::from_millis(100))
+        );
     }
 }

@@ -131,7 +131,11 @@ impl RedisServer {
             if self.wait_ready() {
                 return;
             }
-            assert!(Instant::now() < deadline, "redis-server did not restart on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not restart on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -162,9 +162,12 @@ impl RedisStore {
         S: AsRef<str>,
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        // The store's own per-call timeout governs, not the crate's default.
+        // The store's own per-call timeout governs, not the crate's default. No retries: a
+        // script call whose connection dropped may have run, and sending it again would
+        // count the request twice; the failure policy decides instead (see the type's docs).
         let client = redis::cluster::ClusterClient::builder(urls)
             .response_timeout(Duration::from_secs(3600))
+            .retries(0)
             .build()
             .map_err(unavailable)?;
         let connect = async {
@@ -353,7 +356,10 @@ impl RedisStore {
                     continue;
                 }
                 let early = admitted.remove(p);
-                let redecided = match self.refund(batch, std::slice::from_ref(&early), &mut outcomes).await {
+                let redecided = match self
+                    .refund(batch, std::slice::from_ref(&early), &mut outcomes)
+                    .await
+                {
                     Ok(()) => {
                         self.run_part(batch, early.members, max_wait, Mode::Decide, delay)
                             .await
