@@ -71,9 +71,12 @@ struct Shared {
     falling_back: AtomicBool,
     /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
     /// while falling back with `instances` > 1.
-    divided: Mutex<HashMap<u64, SmallVec<[(u64, Rule); 1]>>>,
+    divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
 }
+
+/// The divided rules of one hash slot, with the fingerprint of the rule each came from.
+type DividedRules = SmallVec<[(u64, Rule); 1]>;
 
 impl<P> Fallback<P, MemoryStore> {
     /// `primary`, with a fresh [`MemoryStore`] deciding while it fails.
@@ -217,7 +220,7 @@ fn divide(rule: &Rule, n: u64) -> Rule {
     };
     let divided = divided.with_cost(rule.cost());
     match rule.penalty() {
-        Some(p) => divided.with_penalty(p.clone()),
+        Some(p) => divided.with_penalty(*p),
         None => divided,
     }
 }
