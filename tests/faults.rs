@@ -483,7 +483,7 @@ async fn a_killed_cluster_master_affects_only_its_slots() {
         after.iter().map(|s| s.latency).max()
     );
     // Refused connections fail at once and are decided locally: no waiting for the timeout
-    // (the cluster client does not retry them; see `a_call_whose_connection_drops_…`).
+    // (the cluster client does not retry them; see `a_cluster_call_whose_connection_drops_…`).
     assert!(
         after.len() > 50,
         "too few requests on the dead key: {}",
@@ -499,14 +499,10 @@ async fn a_killed_cluster_master_affects_only_its_slots() {
 /// request would count twice). Connections are killed under load; Redis's count for the
 /// key can then exceed the admitted requests only by the requests that failed (each counted
 /// at most once), never by a re-sent one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_whose_connection_drops_is_never_sent_again() {
-    let cluster = RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
-        .await
-        .expect("connect")
-        .with_timeout(Duration::from_secs(2));
-    let limiter = Limiter::new(store);
+async fn dropped_connections_count_each_request_once(
+    limiter: Limiter<RedisStore>,
+    node: &RedisServer,
+) {
     let rule = Arc::new(Rule::sliding_log("per-key", 1_000_000, Duration::from_secs(60)).unwrap());
     let length = Duration::from_millis(2500);
     let start = Instant::now();
@@ -524,12 +520,9 @@ async fn a_call_whose_connection_drops_is_never_sent_again() {
             (admitted, failed)
         }));
     }
-    let node = owner(&cluster, "k");
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        tokio::task::block_in_place(|| {
-            cluster.nodes[node].cli(&["CLIENT", "KILL", "TYPE", "normal"])
-        });
+        tokio::task::block_in_place(|| node.cli(&["CLIENT", "KILL", "TYPE", "normal"]));
     }
     let (mut admitted, mut failed) = (0, 0);
     for task in tasks {
@@ -556,4 +549,25 @@ async fn a_call_whose_connection_drops_is_never_sent_again() {
     );
     assert!(counted >= admitted);
     assert!(failed > 0, "no connection was dropped mid-call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_call_whose_connection_drops_is_never_sent_again() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect")
+        .with_timeout(Duration::from_secs(2));
+    let node = owner(&cluster, "k");
+    dropped_connections_count_each_request_once(Limiter::new(store), &cluster.nodes[node]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_call_whose_connection_drops_is_never_sent_again() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .with_timeout(Duration::from_secs(2));
+    dropped_connections_count_each_request_once(Limiter::new(store), &server).await;
 }
