@@ -209,7 +209,13 @@ impl Shared {
 
     fn succeeded(&self, pass: Pass) {
         match pass {
-            Pass::Call => self.consecutive.store(0, Ordering::Release),
+            // A load first: every healthy call passes here, and a write would make the
+            // cores contend for the line.
+            Pass::Call => {
+                if self.consecutive.load(Ordering::Acquire) != 0 {
+                    self.consecutive.store(0, Ordering::Release);
+                }
+            }
             Pass::Probe => {
                 self.consecutive.store(0, Ordering::Release);
                 self.state.store(CLOSED, Ordering::Release);

@@ -138,7 +138,11 @@ impl<P, L> Fallback<P, L> {
 
 impl Shared {
     fn primary_answered(&self) {
-        if self.falling_back.swap(false, Ordering::AcqRel) {
+        // A load first: every healthy request passes here, and a write would make the
+        // cores contend for the line.
+        if self.falling_back.load(Ordering::Acquire)
+            && self.falling_back.swap(false, Ordering::AcqRel)
+        {
             tracing::info!(target: "tollgate::fallback", "decisions come from the primary store again");
         }
     }
