@@ -61,7 +61,7 @@ async fn load<S: Store + Clone>(
             let mut n = 0u64;
             while start.elapsed() < length {
                 n += 1;
-                let hot = n % 2 == 0;
+                let hot = n.is_multiple_of(2);
                 let key = if hot {
                     "hot".to_owned()
                 } else {
@@ -406,7 +406,7 @@ async fn a_killed_cluster_master_affects_only_its_slots() {
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
         let (limiter, rule) = (limiter.clone(), rule.clone());
-        let key = if client % 2 == 0 {
+        let key = if client.is_multiple_of(2) {
             live.clone()
         } else {
             doomed.clone()
@@ -430,7 +430,7 @@ async fn a_killed_cluster_master_affects_only_its_slots() {
                     at: began - start,
                     latency: began.elapsed(),
                     answer,
-                    hot: client % 2 == 0,
+                    hot: client.is_multiple_of(2),
                 });
                 tokio::time::sleep(PACE).await;
             }
