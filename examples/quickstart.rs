@@ -9,7 +9,9 @@
 //! the limits live in Redis, shared by every instance of the server. For a Redis Cluster,
 //! give one node's URL or several, comma-separated (`redis://h1:7000,redis://h2:7001`).
 //! A Redis the limits cannot work on (unreachable, a replica, a user without script
-//! permissions) stops the server at start with the reason. `RUST_LOG` picks what is logged
+//! permissions) stops the server at start with the reason; while Redis is away later, the
+//! limits are decided in this process (`store::Fallback` behind a `store::Breaker`), with no
+//! wait on Redis. `RUST_LOG` picks what is logged
 //! (default `info`; store failures are warnings).
 
 use std::net::SocketAddr;
@@ -17,7 +19,8 @@ use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::Router;
-use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
+use tollgate::store::{Breaker, Fallback};
 use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, RedisStore, Rule, Store};
 
 /// The application: works on any store.
@@ -36,6 +39,8 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
                 key::peer_ip(),
             )],
         )
+        // While Redis is away, decide locally (see `store::Fallback` in `main`).
+        .on_failure(FailurePolicy::Fallback)
         .build()?;
     Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))
@@ -98,7 +103,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // when REDIS_URL is set.
     match std::env::var("REDIS_URL") {
         Ok(url) => {
-            let store = connect_redis(&url).await?;
+            // A short timeout and a circuit breaker: an outage costs no latency, and the
+            // limits hold in this process until Redis answers again (`.instances(n)` divides
+            // each quota among n replicas meanwhile).
+            let redis = connect_redis(&url)
+                .await?
+                .with_timeout(Duration::from_millis(100));
+            let store = Fallback::new(Breaker::new(redis));
             serve(listener, app(Limiter::new(store))?).await?;
         }
         Err(_) => {

@@ -80,6 +80,9 @@ pub enum StoreError {
     Timeout,
     /// The store answered something this version does not understand.
     Protocol(String),
+    /// A [`Breaker`](crate::store::Breaker) in front of the store is open after repeated
+    /// failures: the call was not sent, so it failed at once instead of waiting.
+    CircuitOpen,
 }
 
 impl fmt::Display for StoreError {
@@ -89,6 +92,7 @@ impl fmt::Display for StoreError {
             StoreError::Unavailable(m) => write!(f, "rate limit store unavailable: {m}"),
             StoreError::Timeout => f.write_str("rate limit store timed out"),
             StoreError::Protocol(m) => write!(f, "unexpected answer from rate limit store: {m}"),
+            StoreError::CircuitOpen => f.write_str("rate limit store circuit open"),
         }
     }
 }

@@ -76,7 +76,7 @@ pub use rule::{Rule, MAX_RULE_NAME_LEN};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
-pub use store::{Admission, Check, MemoryStore, Store};
+pub use store::{Admission, Check, Health, MemoryStore, Store};
 
 /// The README's examples compile and run as doc tests.
 #[cfg(doctest)]

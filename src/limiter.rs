@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Admission, Check, Store};
+use crate::store::{Admission, Check, Health, Store};
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
@@ -61,6 +61,14 @@ impl<S: Store> Limiter<S> {
     /// The store.
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// Whether the limiter decides as configured ([`Health::Healthy`]), from a local
+    /// fallback while its primary store is away ([`Health::Degraded`]), or not at all
+    /// because a circuit breaker is open ([`Health::Failing`]). Cheap enough to answer
+    /// every readiness probe; see [`Store::health`].
+    pub fn health(&self) -> Health {
+        self.store.health()
     }
 
     /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than

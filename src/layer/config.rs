@@ -20,6 +20,7 @@ use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::response::{HeaderOptions, Rejection};
 use crate::rule::Rule;
+use crate::store::Health;
 
 /// A rule applied to requests: the [`Rule`], the key it counts under, what a request costs,
 /// and what to do when a request has no key.
@@ -209,6 +210,33 @@ pub enum FailurePolicy {
     FailOpen,
     /// Refuse the request with 503 (gRPC `UNAVAILABLE`).
     FailClosed,
+    /// Decide from a local store while the shared one is away: what the examples use with
+    /// Redis. The fallback lives in the store, so that it serves every user of the
+    /// [`Limiter`](crate::Limiter), gives held requests' units back to the store that took
+    /// them, and works without HTTP: build the limiter on a
+    /// [`store::Fallback`](crate::store::Fallback) (with a
+    /// [`store::Breaker`](crate::store::Breaker) in front of Redis, so no request waits on it
+    /// while it is away). Such a store answers with local decisions instead of failing, so
+    /// this policy is what the layer sees as a matter of course; if the store fails anyway
+    /// (a store without a fallback), the request is let through as with
+    /// [`FailOpen`](Self::FailOpen), and logged.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::layer::{FailurePolicy, RateLimitLayer};
+    /// use tollgate::store::{Breaker, Fallback, RedisStore};
+    /// use tollgate::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = RedisStore::connect("redis://127.0.0.1/").await?
+    ///     .with_timeout(Duration::from_millis(100));
+    /// let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
+    /// let layer = RateLimitLayer::new(limiter).on_failure(FailurePolicy::Fallback);
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    Fallback,
 }
 
 /// A decision as the [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook sees it.
@@ -220,9 +248,17 @@ pub struct DecisionEvent<'a> {
     pub(crate) shadow: &'a [bool],
     pub(crate) mode: Mode,
     pub(crate) route: Option<&'a str>,
+    pub(crate) health: Health,
 }
 
 impl<'a> DecisionEvent<'a> {
+    /// The store's health when it decided: [`Health::Degraded`] means a
+    /// [`Fallback`](crate::store::Fallback)'s local store took this decision (its circuit
+    /// breaker open, or Redis failing).
+    pub fn health(&self) -> Health {
+        self.health
+    }
+
     /// The decision of the batch.
     pub fn outcome(&self) -> &'a Outcome {
         self.outcome

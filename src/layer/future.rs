@@ -25,6 +25,7 @@ use crate::response::{
     RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::rule::Rule;
+use crate::store::Health;
 
 const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";
 
@@ -37,6 +38,8 @@ pub(crate) struct Checked {
     /// For a delayed request the layer may hold: how to give its units back, and what it
     /// counts under.
     pub(crate) to_hold: Option<ToHold>,
+    /// The store's health right after it answered.
+    pub(crate) health: Health,
 }
 
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -395,13 +398,14 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
         Ok(outcome) => outcome,
         Err(error) => {
             if let Some(suppressed) = config.log.admit_store_failure(&error) {
-                tracing::warn!(%error, policy = ?config.on_failure, suppressed, "rate limit store failed");
+                tracing::warn!(%error, policy = ?config.on_failure, health = %checked.health, suppressed, "rate limit store failed");
             }
             return match config.on_failure {
                 FailurePolicy::FailClosed if config.mode != Mode::Shadow => {
                     Next::Reject(reject(config, RejectionKind::StoreUnavailable, head(), &[]))
                 }
-                // Fail open, and shadow mode, which never refuses.
+                // Fail open; a fallback the store could not give (see `FailurePolicy`);
+                // and shadow mode, which never refuses.
                 _ => forward(None),
             };
         }
@@ -449,6 +453,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
             shadow: &shadow,
             mode: config.mode,
             route: config.route_pattern(checked.route),
+            health: checked.health,
         });
     }
     // Clients are told about enforced rules only: a trial rule, or any rule in shadow mode,

@@ -204,6 +204,7 @@ async fn check<St: Store + Clone>(
     let mut limits = SmallVec::new();
     let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
     let result = limiter.reserve(&batch, max_wait).await;
+    let health = limiter.health();
     let to_hold = match &result {
         Ok(outcome)
             if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
@@ -226,6 +227,7 @@ async fn check<St: Store + Clone>(
         route,
         limits,
         to_hold,
+        health,
     }
 }
 

@@ -3,6 +3,8 @@
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
 //! state; the arithmetic comes from [`crate::algorithm`].
 
+mod breaker;
+mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -16,6 +18,8 @@ use smallvec::SmallVec;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+pub use breaker::{Breaker, BreakerState, DEFAULT_FAILURES, DEFAULT_OPEN_FOR};
+pub use fallback::Fallback;
 pub use memory::MemoryStore;
 
 use crate::decision::{Outcome, RuleOutcome};
@@ -71,6 +75,8 @@ impl<'a> Check<'a> {
 pub struct Admission {
     /// Per rule of the batch, in order: (instant in µs, mark).
     pub(crate) taken: SmallVec<[Taken; 4]>,
+    /// Taken by a [`Fallback`]'s local store, which is where it goes back to.
+    pub(crate) local: bool,
 }
 
 /// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
@@ -83,7 +89,10 @@ pub(crate) struct Taken {
 
 impl Admission {
     pub(crate) fn new(taken: SmallVec<[Taken; 4]>) -> Self {
-        Self { taken }
+        Self {
+            taken,
+            local: false,
+        }
     }
 
     /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
@@ -161,4 +170,43 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets the state of `rule` for `key` and lifts any lock on it (an admin "unblock").
     fn reset(&self, rule: &Rule, key: &[u8])
         -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether the store decides as configured now: cheap (a few atomic loads), for a
+    /// readiness endpoint. A store without a circuit breaker is always
+    /// [`Healthy`](Health::Healthy): its failures show only as errors.
+    fn health(&self) -> Health {
+        Health::Healthy
+    }
+}
+
+/// How well a store is deciding, for a `/ready` endpoint or a Kubernetes probe
+/// ([`Store::health`], [`Limiter::health`](crate::Limiter::health)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Health {
+    /// Decisions come from the store as configured (Redis, for a Redis store).
+    Healthy,
+    /// The primary store is unavailable and a [`Fallback`]'s local store decides: limits
+    /// hold per instance, not across instances.
+    Degraded,
+    /// A [`Breaker`] is open and nothing decides in the store's place: requests follow the
+    /// failure policy (the layer's [`FailurePolicy`](crate::layer::FailurePolicy)).
+    Failing,
+}
+
+impl Health {
+    /// The lower-case name (`"healthy"`, `"degraded"`, `"failing"`), for a response body or
+    /// a metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Failing => "failing",
+        }
+    }
+}
+
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

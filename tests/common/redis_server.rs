@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,8 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: PathBuf,
+    /// The arguments it was started with, to restart it the same way.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -49,7 +51,25 @@ impl RedisServer {
             let port = free_port();
             let dir =
                 std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("create a directory for redis-server");
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let child = Self::spawn(port, &dir, &extra);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                extra,
+            };
+            if server.wait_ready() {
+                return server;
+            }
+            // Most likely another process took the port first: try another.
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
+        {
+            std::fs::create_dir_all(dir).expect("create a directory for redis-server");
             let mut cmd = Command::new(redis_server_bin());
             cmd.arg("--port")
                 .arg(port.to_string())
@@ -60,25 +80,64 @@ impl RedisServer {
                 .arg("--appendonly")
                 .arg("no")
                 .arg("--dir")
-                .arg(&dir)
+                .arg(dir)
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let child = match cmd.spawn() {
+            match cmd.spawn() {
                 Ok(child) => child,
                 Err(e) => panic!(
                     "cannot start `{}`: {e}. The Redis tests need a real redis-server: install it \
                      (apt-get install redis-server) or point TOLLGATE_REDIS_SERVER at the binary",
                     redis_server_bin()
                 ),
-            };
-            let mut server = RedisServer { child, port, dir };
-            if server.wait_ready() {
-                return server;
             }
-            // Most likely another process took the port first: try another.
         }
-        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the server process.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the server (SIGKILL): connections drop, connects are refused.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port (empty: nothing is persisted), ready to
+    /// answer.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.child = Self::spawn(self.port, &self.dir, &self.extra);
+            if self.wait_ready() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not restart on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -134,6 +193,7 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // A paused server ignores nothing but SIGKILL, which is what `kill` sends.
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);

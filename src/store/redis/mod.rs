@@ -65,6 +65,19 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// are cheap and share it. Every call is bounded by a timeout; failures come back as
 /// [`StoreError`]s, never as panics.
 ///
+/// **Timeouts and retries**: a call that takes longer than the timeout fails with
+/// [`StoreError::Timeout`] and the request is decided by the caller's failure policy (the
+/// layer's [`FailurePolicy`](crate::layer::FailurePolicy), or a
+/// [`Fallback`](super::Fallback)'s local store). Redis may still run the script it was sent
+/// (the answer came too late, or the connection dropped after the call left), so a timed-out
+/// or failed request may be counted once in Redis; it is never counted twice, because no
+/// script call is ever sent again: the standalone connection does not re-send failed
+/// commands, the Cluster connection is built without retries (a `MOVED` during resharding
+/// fails that one call, and the next goes to the new owner), and the one repeat there is,
+/// after `NOSCRIPT`, follows a call that did not run. The decision a client sees is the
+/// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
+/// so that an outage does not cost every request the timeout.
+///
 /// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
 /// a slot (the usual case: several rules over one client key) is one script call and as
 /// atomic as on a standalone server. A batch spanning slots is split per slot and the parts
@@ -215,9 +228,12 @@ impl RedisStore {
             .collect::<Vec<_>>()
             .join(",");
         let addr = format!("cluster {addr}");
-        // The store's own per-call timeout governs, not the crate's default.
+        // The store's own per-call timeout governs, not the crate's default. No retries: a
+        // script call whose connection dropped may have run, and sending it again would
+        // count the request twice; the failure policy decides instead (see the type's docs).
         let client = redis::cluster::ClusterClient::builder(urls)
             .response_timeout(Duration::from_secs(3600))
+            .retries(0)
             .build()
             .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
         let connect = async {

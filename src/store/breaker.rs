@@ -1,0 +1,579 @@
+//! [`Breaker`]: a circuit breaker around a store, so that an outage costs no latency.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::{Admission, Check, Health, Store};
+use crate::Rule;
+
+/// Consecutive failures that open a [`Breaker`] unless changed with
+/// [`Breaker::failures`].
+pub const DEFAULT_FAILURES: u32 = 3;
+
+/// How long an open [`Breaker`] waits before it lets one probe through, unless changed with
+/// [`Breaker::open_for`].
+pub const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
+
+/// The state of a [`Breaker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go to the store.
+    Closed,
+    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`],
+    /// without waiting on the store.
+    Open,
+    /// One probe call is on its way to the store; every other call fails at once as when
+    /// open. The probe's answer closes the breaker, its failure opens it again.
+    HalfOpen,
+}
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+fn state_of(raw: u8) -> BreakerState {
+    match raw {
+        CLOSED => BreakerState::Closed,
+        OPEN => BreakerState::Open,
+        _ => BreakerState::HalfOpen,
+    }
+}
+
+/// A store behind a circuit breaker.
+///
+/// While the store answers, calls go through unchanged. After
+/// [`failures`](Self::failures) consecutive failures (errors or timeouts, not malformed
+/// batches) the breaker **opens**: every call fails at once with
+/// [`StoreError::CircuitOpen`], so that no request waits on a store that is away. After
+/// [`open_for`](Self::open_for) the next call is let through as the one **probe**
+/// (half-open; any other call meanwhile still fails at once, so a recovering store gets one
+/// request, not a thundering herd). The probe's success closes the breaker; its failure
+/// opens it for another `open_for`. A probe whose caller goes away reopens the breaker
+/// with the next call allowed to probe at once. Every transition is a `tracing` event
+/// (target `tollgate::breaker`: `warn` on opening, `info` otherwise).
+///
+/// What the caller does with a failure is its policy: the tower layer's
+/// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
+/// decides from a local store meanwhile. A timed-out call is never sent again by the
+/// breaker (see [`RedisStore`](super::RedisStore)'s notes on timeouts).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::store::{Breaker, Health, MemoryStore};
+/// use tollgate::Limiter;
+///
+/// let store = Breaker::new(MemoryStore::new())
+///     .failures(5)
+///     .open_for(Duration::from_secs(1));
+/// let limiter = Limiter::new(store);
+/// assert_eq!(limiter.health(), Health::Healthy);
+/// ```
+#[derive(Clone)]
+pub struct Breaker<S> {
+    store: S,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    failures: u32,
+    open_for_micros: u64,
+    state: AtomicU8,
+    consecutive: AtomicU32,
+    /// µs after `epoch` the breaker last opened.
+    opened_at: AtomicU64,
+    probing: AtomicBool,
+    epoch: Instant,
+}
+
+impl<S> Breaker<S> {
+    /// `store` behind a breaker that opens after [`DEFAULT_FAILURES`] consecutive failures
+    /// and probes after [`DEFAULT_OPEN_FOR`].
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            shared: Arc::new(Shared {
+                failures: DEFAULT_FAILURES,
+                open_for_micros: micros(DEFAULT_OPEN_FOR),
+                state: AtomicU8::new(CLOSED),
+                consecutive: AtomicU32::new(0),
+                opened_at: AtomicU64::new(0),
+                probing: AtomicBool::new(false),
+                epoch: Instant::now(),
+            }),
+        }
+    }
+
+    /// Opens after `n` consecutive failures (at least 1; default [`DEFAULT_FAILURES`]).
+    /// Set it before cloning the store: clones share the breaker.
+    pub fn failures(mut self, n: u32) -> Self {
+        self.configure(|s| s.failures = n.max(1));
+        self
+    }
+
+    /// Stays open this long before a probe (default [`DEFAULT_OPEN_FOR`]). Set it before
+    /// cloning the store: clones share the breaker.
+    pub fn open_for(mut self, duration: Duration) -> Self {
+        self.configure(|s| s.open_for_micros = micros(duration));
+        self
+    }
+
+    fn configure(&mut self, f: impl FnOnce(&mut Shared)) {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => f(shared),
+            None => {
+                let old = &self.shared;
+                let mut fresh = Shared {
+                    failures: old.failures,
+                    open_for_micros: old.open_for_micros,
+                    state: AtomicU8::new(CLOSED),
+                    consecutive: AtomicU32::new(0),
+                    opened_at: AtomicU64::new(0),
+                    probing: AtomicBool::new(false),
+                    epoch: old.epoch,
+                };
+                f(&mut fresh);
+                self.shared = Arc::new(fresh);
+            }
+        }
+    }
+
+    /// The breaker's state now.
+    pub fn state(&self) -> BreakerState {
+        state_of(self.shared.state.load(Ordering::Acquire))
+    }
+
+    /// The store behind the breaker.
+    pub fn get_ref(&self) -> &S {
+        &self.store
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Whether a call may go to the store, and as what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Call,
+    Probe,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        micros(self.epoch.elapsed())
+    }
+
+    fn pass(&self) -> Option<Pass> {
+        match self.state.load(Ordering::Acquire) {
+            CLOSED => Some(Pass::Call),
+            OPEN => {
+                let opened_at = self.opened_at.load(Ordering::Acquire);
+                if self.now() < opened_at.saturating_add(self.open_for_micros) {
+                    return None;
+                }
+                // One probe at a time: whoever flips the flag probes, the rest fail fast.
+                if self
+                    .probing
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return None;
+                }
+                if self
+                    .state
+                    .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    self.probing.store(false, Ordering::Release);
+                    return self.pass_after_race();
+                }
+                tracing::info!(target: "tollgate::breaker", "circuit half-open: probing the store");
+                Some(Pass::Probe)
+            }
+            _ => None,
+        }
+    }
+
+    /// The state changed under us (another probe closed it): go by the new state, once.
+    fn pass_after_race(&self) -> Option<Pass> {
+        (self.state.load(Ordering::Acquire) == CLOSED).then_some(Pass::Call)
+    }
+
+    fn succeeded(&self, pass: Pass) {
+        match pass {
+            // A load first: every healthy call passes here, and a write would make the
+            // cores contend for the line.
+            Pass::Call => {
+                if self.consecutive.load(Ordering::Acquire) != 0 {
+                    self.consecutive.store(0, Ordering::Release);
+                }
+            }
+            Pass::Probe => {
+                self.consecutive.store(0, Ordering::Release);
+                self.state.store(CLOSED, Ordering::Release);
+                self.probing.store(false, Ordering::Release);
+                tracing::info!(target: "tollgate::breaker", "circuit closed: the store answers again");
+            }
+        }
+    }
+
+    fn failed(&self, pass: Pass, error: &StoreError) {
+        match pass {
+            Pass::Call => {
+                let n = self
+                    .consecutive
+                    .fetch_add(1, Ordering::AcqRel)
+                    .saturating_add(1);
+                if n >= self.failures
+                    && self
+                        .state
+                        .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    self.opened_at.store(self.now(), Ordering::Release);
+                    tracing::warn!(
+                        target: "tollgate::breaker",
+                        %error,
+                        failures = n,
+                        open_for_ms = self.open_for_micros / 1000,
+                        "circuit open: calls skip the store"
+                    );
+                }
+            }
+            Pass::Probe => {
+                self.opened_at.store(self.now(), Ordering::Release);
+                self.state.store(OPEN, Ordering::Release);
+                self.probing.store(false, Ordering::Release);
+                tracing::warn!(
+                    target: "tollgate::breaker",
+                    %error,
+                    open_for_ms = self.open_for_micros / 1000,
+                    "circuit open again: the probe failed"
+                );
+            }
+        }
+    }
+
+    /// A probe whose caller went away: open, with the next call free to probe at once.
+    fn abandoned(&self) {
+        self.opened_at.store(0, Ordering::Release);
+        self.state.store(OPEN, Ordering::Release);
+        self.probing.store(false, Ordering::Release);
+        tracing::info!(target: "tollgate::breaker", "circuit open: the probe was dropped");
+    }
+}
+
+/// Settles a pass: counts its result, or, if the call is dropped unsettled, frees the probe.
+struct Settle<'a> {
+    shared: &'a Shared,
+    pass: Option<Pass>,
+}
+
+impl Settle<'_> {
+    fn record<T>(mut self, result: &Result<T, StoreError>) {
+        let Some(pass) = self.pass.take() else {
+            return;
+        };
+        match result {
+            Ok(_) => self.shared.succeeded(pass),
+            // The caller's mistake says nothing about the store.
+            Err(StoreError::InvalidBatch(_)) => {
+                if pass == Pass::Probe {
+                    self.shared.abandoned();
+                }
+            }
+            Err(e) => self.shared.failed(pass, e),
+        }
+    }
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        if self.pass == Some(Pass::Probe) {
+            self.shared.abandoned();
+        }
+    }
+}
+
+impl<S: Store> Breaker<S> {
+    /// Runs `call` if the breaker lets it through. `call` makes the store's future only
+    /// then: an in-process store decides as it makes its future.
+    async fn guarded<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let Some(pass) = self.shared.pass() else {
+            return Err(StoreError::CircuitOpen);
+        };
+        let settle = Settle {
+            shared: &self.shared,
+            pass: Some(pass),
+        };
+        let result = call().await;
+        settle.record(&result);
+        result
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Breaker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("store", &self.store)
+            .field("state", &self.state())
+            .field("failures", &self.shared.failures)
+            .field(
+                "open_for",
+                &Duration::from_micros(self.shared.open_for_micros),
+            )
+            .finish()
+    }
+}
+
+impl<S: Store> Store for Breaker<S> {
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        self.guarded(move || self.store.check(batch, max_wait))
+    }
+
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+        self.guarded(move || self.store.peek(check))
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.guarded(move || self.store.refund(batch, admission))
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.guarded(move || self.store.reset(rule, key))
+    }
+
+    fn health(&self) -> Health {
+        match self.state() {
+            BreakerState::Closed => self.store.health(),
+            BreakerState::Open | BreakerState::HalfOpen => Health::Failing,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::store::MemoryStore;
+
+    /// A memory store that can be taken down (fails at once) or made to hang.
+    #[derive(Clone, Default)]
+    pub(crate) struct Flaky {
+        pub(crate) inner: MemoryStore,
+        pub(crate) down: Arc<AtomicBool>,
+        pub(crate) hang: Arc<AtomicBool>,
+        pub(crate) calls: Arc<AtomicUsize>,
+    }
+
+    impl Flaky {
+        async fn gate(&self) -> Result<(), StoreError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            Ok(())
+        }
+
+        pub(crate) fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Store for Flaky {
+        async fn check(
+            &self,
+            batch: &[Check<'_>],
+            max_wait: Duration,
+        ) -> Result<Outcome, StoreError> {
+            self.gate().await?;
+            self.inner.check(batch, max_wait).await
+        }
+
+        async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+            self.gate().await?;
+            self.inner.peek(check).await
+        }
+
+        async fn refund(
+            &self,
+            batch: &[Check<'_>],
+            admission: &Admission,
+        ) -> Result<(), StoreError> {
+            self.gate().await?;
+            self.inner.refund(batch, admission).await
+        }
+
+        async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+            self.gate().await?;
+            self.inner.reset(rule, key).await
+        }
+    }
+
+    fn rule() -> Rule {
+        Rule::fixed_window("r", 1000, Duration::from_secs(60))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_and_then_skips_the_store() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone())
+            .failures(3)
+            .open_for(Duration::from_secs(1));
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        flaky.down.store(true, Ordering::SeqCst);
+        for _ in 0..2 {
+            assert!(matches!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::Unavailable(_))
+            ));
+            assert_eq!(breaker.state(), BreakerState::Closed);
+        }
+        assert!(matches!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(breaker.health(), Health::Failing);
+        let calls = flaky.calls();
+        for _ in 0..100 {
+            assert_eq!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::CircuitOpen)
+            );
+        }
+        assert_eq!(flaky.calls(), calls, "an open breaker sends nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_success_resets_the_count_of_consecutive_failures() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(2);
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        for _ in 0..5 {
+            flaky.down.store(true, Ordering::SeqCst);
+            assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+            flaky.down.store(false, Ordering::SeqCst);
+            assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        }
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone())
+            .failures(1)
+            .open_for(Duration::from_secs(1));
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        flaky.down.store(true, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+
+        // Not before `open_for`.
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
+
+        // The probe fails: open for another second.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let calls = flaky.calls();
+        assert!(matches!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(flaky.calls(), calls + 1);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
+
+        // A probe that hangs: every other call fails at once meanwhile.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        flaky.hang.store(true, Ordering::SeqCst);
+        let probing = breaker.clone();
+        let probe_rule = rule.clone();
+        let probe = tokio::spawn(async move {
+            probing
+                .check(&[Check::new(&probe_rule, b"k")], Duration::ZERO)
+                .await
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        let calls = flaky.calls();
+        for _ in 0..50 {
+            assert_eq!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::CircuitOpen)
+            );
+        }
+        assert_eq!(
+            flaky.calls(),
+            calls,
+            "no call but the probe reaches the store"
+        );
+
+        // Its caller goes away: the next call probes at once, succeeds and closes.
+        probe.abort();
+        assert!(probe.await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+        flaky.hang.store(false, Ordering::SeqCst);
+        flaky.down.store(false, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.health(), Health::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_malformed_batch_is_not_a_store_failure() {
+        let flaky = Flaky::default();
+        let breaker = Breaker::new(flaky.clone()).failures(1);
+        let rule = rule();
+        let twice = [Check::new(&rule, b"k"), Check::new(&rule, b"k")];
+        for _ in 0..3 {
+            assert!(matches!(
+                breaker.check(&twice, Duration::ZERO).await,
+                Err(StoreError::InvalidBatch(_))
+            ));
+        }
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+}

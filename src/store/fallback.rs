@@ -1,0 +1,488 @@
+//! [`Fallback`]: decide from a local store while the primary (Redis) is unavailable.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::{DefaultHashBuilder, HashMap};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket,
+};
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::rate::Rate;
+use crate::store::{Admission, Check, Health, MemoryStore, Store};
+use crate::Rule;
+
+/// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store
+/// that decides while the primary cannot.
+///
+/// Every call goes to the primary first. When it fails (unreachable, timed out, breaker
+/// open; not a malformed batch), the same batch is decided by the local store, by the same
+/// rules (optionally with each quota divided by the number of instances, see
+/// [`instances`](Self::instances)), and that decision is returned as the answer: the caller
+/// sees no error and limits stay enforced, per instance. As soon as the primary answers
+/// again, decisions come from it again. Put a [`Breaker`](super::Breaker) in front of the
+/// primary, or every request still waits for the primary's timeout before the local store
+/// decides.
+///
+/// **What the local decisions mean for the shared counts.** The primary never learns of
+/// the requests admitted locally: when it returns, its counts are those it had when it went
+/// away (or empty, after a restart without persistence). In the worst case a client gets,
+/// over a window that spans the outage, its quota from each instance during the outage plus
+/// its quota from the primary afterwards. With [`instances`](Self::instances) set to the
+/// number of instances, the instances together admit about one quota during the outage.
+/// A penalty lock set locally holds on that instance only; locks in the primary hold again
+/// when it returns.
+///
+/// **A timeout** of the primary means the request is decided locally. The primary may
+/// still have run the call and counted the request (its answer came too late); the call is
+/// never sent again, so it is counted at most once there and once here, never twice in
+/// the primary.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::store::{Breaker, Fallback, Health, MemoryStore};
+/// use tollgate::Limiter;
+///
+/// # fn primary() -> MemoryStore { MemoryStore::new() }
+/// // `primary()` stands for `RedisStore::connect(url).await?`.
+/// let store = Fallback::new(Breaker::new(primary()).failures(3).open_for(Duration::from_millis(500)))
+///     .instances(4); // four replicas share the Redis: each takes a quarter locally
+/// let limiter = Limiter::new(store);
+/// assert_eq!(limiter.health(), Health::Healthy);
+/// ```
+#[derive(Clone)]
+pub struct Fallback<P, L = MemoryStore> {
+    primary: P,
+    local: L,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    instances: u64,
+    /// Whether the last answer came from the local store.
+    falling_back: AtomicBool,
+    /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
+    /// while falling back with `instances` > 1.
+    divided: Mutex<HashMap<u64, DividedRules>>,
+    hasher: DefaultHashBuilder,
+}
+
+/// The divided rules of one hash slot, with the fingerprint of the rule each came from.
+type DividedRules = SmallVec<[(u64, Rule); 1]>;
+
+impl<P> Fallback<P, MemoryStore> {
+    /// `primary`, with a fresh [`MemoryStore`] deciding while it fails.
+    pub fn new(primary: P) -> Self {
+        Self::with_local(primary, MemoryStore::new())
+    }
+}
+
+impl<P, L> Fallback<P, L> {
+    /// `primary`, with `local` deciding while it fails.
+    pub fn with_local(primary: P, local: L) -> Self {
+        Self {
+            primary,
+            local,
+            shared: Arc::new(Shared {
+                instances: 1,
+                falling_back: AtomicBool::new(false),
+                divided: Mutex::new(HashMap::default()),
+                hasher: DefaultHashBuilder::default(),
+            }),
+        }
+    }
+
+    /// Divides every quota by `n` in the local decisions (default 1: the full quota): the
+    /// number of instances you run that share the primary, so that together they admit
+    /// about one quota while it is away. Counts (window limits, capacities, bursts) are
+    /// divided rounding down, but stay at least 1; rates are divided exactly.
+    pub fn instances(mut self, n: u64) -> Self {
+        let n = n.max(1);
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.instances = n,
+            None => {
+                self.shared = Arc::new(Shared {
+                    instances: n,
+                    falling_back: AtomicBool::new(false),
+                    divided: Mutex::new(HashMap::default()),
+                    hasher: DefaultHashBuilder::default(),
+                })
+            }
+        }
+        self
+    }
+
+    /// The primary store.
+    pub fn primary(&self) -> &P {
+        &self.primary
+    }
+
+    /// The local store.
+    pub fn local(&self) -> &L {
+        &self.local
+    }
+
+    /// Whether the last decision came from the local store.
+    pub fn is_falling_back(&self) -> bool {
+        self.shared.falling_back.load(Ordering::Acquire)
+    }
+}
+
+impl Shared {
+    fn primary_answered(&self) {
+        // A load first: every healthy request passes here, and a write would make the
+        // cores contend for the line.
+        if self.falling_back.load(Ordering::Acquire)
+            && self.falling_back.swap(false, Ordering::AcqRel)
+        {
+            tracing::info!(target: "tollgate::fallback", "decisions come from the primary store again");
+        }
+    }
+
+    fn primary_failed(&self, error: &StoreError) {
+        if !self.falling_back.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                target: "tollgate::fallback",
+                %error,
+                instances = self.instances,
+                "primary store failed: deciding from the local store"
+            );
+        }
+    }
+
+    /// `rule` with its quotas divided by `instances`.
+    fn divided(&self, rule: &Rule) -> Rule {
+        if self.instances == 1 {
+            return rule.clone();
+        }
+        let mut h = self.hasher.build_hasher();
+        rule.name().hash(&mut h);
+        rule.fingerprint().hash(&mut h);
+        let slot = h.finish();
+        let mut cache = self.divided.lock();
+        let rules = cache.entry(slot).or_default();
+        let origin = rule.fingerprint();
+        let same = |(o, r): &&(u64, Rule)| {
+            *o == origin
+                && r.name() == rule.name()
+                && r.cost() == rule.cost()
+                && r.penalty() == rule.penalty()
+        };
+        if let Some((_, found)) = rules.iter().find(same) {
+            return found.clone();
+        }
+        let divided = divide(rule, self.instances);
+        rules.push((origin, divided.clone()));
+        divided
+    }
+}
+
+/// `rule` with its counts divided by `n` (rounded down, at least 1) and its rates exactly;
+/// the rule itself where the divided configuration does not build.
+fn divide(rule: &Rule, n: u64) -> Rule {
+    let count = |c: u64| (c / n).max(1);
+    let rate = |r: Rate| {
+        Rate::new(
+            r.amount(),
+            Duration::from_micros(r.period_micros().saturating_mul(n)),
+        )
+    };
+    let algorithm = match rule.algorithm() {
+        Algorithm::FixedWindow(a) => FixedWindow::new(
+            count(a.limit()),
+            Duration::from_micros(a.window_micros()),
+            a.anchor(),
+        )
+        .map(Algorithm::FixedWindow),
+        Algorithm::SlidingLog(a) => {
+            SlidingLog::new(count(a.limit()), Duration::from_micros(a.window_micros()))
+                .map(Algorithm::SlidingLog)
+        }
+        Algorithm::SlidingWindow(a) => {
+            SlidingWindow::new(count(a.limit()), Duration::from_micros(a.window_micros()))
+                .map(Algorithm::SlidingWindow)
+        }
+        Algorithm::TokenBucket(a) => {
+            TokenBucket::new(count(a.capacity()), rate(a.refill()), a.mode())
+                .map(Algorithm::TokenBucket)
+        }
+        Algorithm::LeakyBucket(a) => {
+            LeakyBucket::new(count(a.capacity()), rate(a.drain())).map(Algorithm::LeakyBucket)
+        }
+        Algorithm::Gcra(a) => Gcra::new(rate(a.rate()), count(a.burst())).map(Algorithm::Gcra),
+    };
+    let Ok(divided) = algorithm.and_then(|a| Rule::new(rule.name(), a).checked()) else {
+        return rule.clone();
+    };
+    let divided = divided.with_cost(rule.cost());
+    match rule.penalty() {
+        Some(p) => divided.with_penalty(*p),
+        None => divided,
+    }
+}
+
+impl<P: Store, L: Store> Fallback<P, L> {
+    async fn decide(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        let error = match self.primary.check(batch, max_wait).await {
+            Ok(outcome) => {
+                self.shared.primary_answered();
+                return Ok(outcome);
+            }
+            Err(e @ StoreError::InvalidBatch(_)) => return Err(e),
+            Err(e) => e,
+        };
+        self.shared.primary_failed(&error);
+        let mut outcome = if self.shared.instances == 1 {
+            self.local.check(batch, max_wait).await?
+        } else {
+            let rules: SmallVec<[Rule; 4]> =
+                batch.iter().map(|c| self.shared.divided(c.rule)).collect();
+            let local: SmallVec<[Check<'_>; 4]> = batch
+                .iter()
+                .zip(&rules)
+                .map(|(c, rule)| Check { rule, ..*c })
+                .collect();
+            self.local.check(&local, max_wait).await?
+        };
+        if let Some(admission) = &mut outcome.admission {
+            admission.local = true;
+        }
+        Ok(outcome)
+    }
+
+    async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        match self.primary.peek(check).await {
+            Ok(outcome) => Ok(outcome),
+            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
+            Err(_) => {
+                let rule = self.shared.divided(check.rule);
+                self.local
+                    .peek(Check {
+                        rule: &rule,
+                        ..check
+                    })
+                    .await
+            }
+        }
+    }
+
+    async fn refund_either(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
+        if !admission.local {
+            return self.primary.refund(batch, admission).await;
+        }
+        let rules: SmallVec<[Rule; 4]> =
+            batch.iter().map(|c| self.shared.divided(c.rule)).collect();
+        let local: SmallVec<[Check<'_>; 4]> = batch
+            .iter()
+            .zip(&rules)
+            .map(|(c, rule)| Check { rule, ..*c })
+            .collect();
+        self.local.refund(&local, admission).await
+    }
+
+    /// An unblock lifts the local state too (it may hold a lock set during an outage).
+    async fn reset_both(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        let local = self.shared.divided(rule);
+        self.local.reset(&local, key).await?;
+        self.primary.reset(rule, key).await
+    }
+}
+
+impl<P: fmt::Debug, L: fmt::Debug> fmt::Debug for Fallback<P, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("primary", &self.primary)
+            .field("local", &self.local)
+            .field("instances", &self.shared.instances)
+            .field("falling_back", &self.is_falling_back())
+            .finish()
+    }
+}
+
+impl<P: Store, L: Store> Store for Fallback<P, L> {
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        self.decide(batch, max_wait)
+    }
+
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+        self.peek_one(check)
+    }
+
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.refund_either(batch, admission)
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.reset_both(rule, key)
+    }
+
+    fn health(&self) -> Health {
+        let local = self.local.health();
+        if local == Health::Failing {
+            return Health::Failing;
+        }
+        if self.is_falling_back() || self.primary.health() != Health::Healthy {
+            return Health::Degraded;
+        }
+        local
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::store::breaker::tests::Flaky;
+    use crate::store::Breaker;
+    use crate::ManualClock;
+
+    fn down(flaky: &Flaky, down: bool) {
+        flaky.down.store(down, Ordering::SeqCst);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_primary_is_away_the_local_store_enforces_the_rules() {
+        let flaky = Flaky::default();
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()).failures(2),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        );
+        let rule = Rule::fixed_window("r", 3, Duration::from_secs(60));
+        let batch = [Check::new(&rule, b"k")];
+        assert!(store
+            .check(&batch, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_admitted());
+        assert_eq!(store.health(), Health::Healthy);
+
+        down(&flaky, true);
+        let admitted = [
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+            store
+                .check(&batch, Duration::ZERO)
+                .await
+                .unwrap()
+                .is_admitted(),
+        ];
+        // The local store counts from zero: three pass, the fourth is limited.
+        assert_eq!(admitted, [true, true, true, false]);
+        assert_eq!(store.health(), Health::Degraded);
+        assert!(store.is_falling_back());
+        assert_eq!(store.primary().state(), super::super::BreakerState::Open);
+
+        // Back: the primary decides again (it counted one), once the breaker probes.
+        down(&flaky, false);
+        tokio::time::advance(crate::store::DEFAULT_OPEN_FOR).await;
+        let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
+        assert!(outcome.is_admitted());
+        assert_eq!(outcome.rules[0].info.remaining, 1);
+        assert_eq!(store.health(), Health::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn quotas_are_divided_by_the_instances_in_local_decisions() {
+        let flaky = Flaky::default();
+        down(&flaky, true);
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        )
+        .instances(4);
+        let window = Rule::fixed_window("w", 10, Duration::from_secs(60));
+        let gcra = Rule::gcra("g", Rate::per_second(40), 8);
+        let mut admitted = [0, 0];
+        for _ in 0..20 {
+            for (n, rule) in admitted.iter_mut().zip([&window, &gcra]) {
+                let outcome = store
+                    .check(&[Check::new(rule, b"k")], Duration::ZERO)
+                    .await
+                    .unwrap();
+                *n += usize::from(outcome.is_admitted());
+            }
+        }
+        // 10 / 4 → 2 per window; a burst of 8 / 4 → 2 at once.
+        assert_eq!(admitted, [2, 2]);
+        let divided = divide(&gcra, 4);
+        let Algorithm::Gcra(g) = divided.algorithm() else {
+            unreachable!()
+        };
+        assert_eq!(
+            g.rate().amount() * 4,
+            40 * g.rate().period_micros() / 1_000_000
+        );
+        // A limit below the instance count stays at 1, not 0.
+        let tiny = Rule::fixed_window("t", 2, Duration::from_secs(60));
+        assert_eq!(divide(&tiny, 4).algorithm().quota().0, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_admission_is_refunded_locally() {
+        let flaky = Flaky::default();
+        down(&flaky, true);
+        let store = Fallback::with_local(
+            Breaker::new(flaky.clone()).failures(1),
+            MemoryStore::with_clock(ManualClock::new(0)),
+        );
+        let rule = Rule::gcra("g", Rate::per_second(10), 1);
+        let batch = [Check::new(&rule, b"k")];
+        let wait = Duration::from_secs(1);
+        assert_eq!(
+            store.check(&batch, wait).await.unwrap().decision,
+            crate::Decision::Allow
+        );
+        let held = store.check(&batch, wait).await.unwrap();
+        let admission = held.admission.unwrap();
+        assert!(admission.local);
+        let calls = flaky.calls();
+        store.refund(&batch, &admission).await.unwrap();
+        assert_eq!(flaky.calls(), calls, "the primary did not take these units");
+        let next = store.check(&batch, wait).await.unwrap();
+        assert_eq!(
+            next.decision,
+            crate::Decision::Delay(Duration::from_millis(100))
+        );
+    }
+}
