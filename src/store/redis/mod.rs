@@ -1,5 +1,6 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
+mod deny_cache;
 mod script;
 
 use std::fmt;
@@ -20,6 +21,7 @@ use crate::error::StoreError;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
+use deny_cache::DenyCache;
 use script::{Call, Mode, Reply};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
@@ -122,6 +124,10 @@ pub struct RedisStore {
     prefix: Arc<[u8]>,
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
+    /// Where an invalidation channel can be subscribed (see
+    /// [`with_deny_cache`](Self::with_deny_cache)).
+    servers: Arc<[String]>,
+    deny_cache: Option<Arc<DenyCache>>,
 }
 
 /// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
@@ -147,7 +153,8 @@ impl RedisStore {
             let manager = ConnectionManager::new_with_config(client, config)
                 .await
                 .map_err(unavailable)?;
-            Self::ready(Connection::Standalone(manager)).await
+            let store = Self::ready(Connection::Standalone(manager)).await?;
+            Ok(store.served_by(vec![url.to_owned()]))
         };
         tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
             .await
@@ -163,13 +170,14 @@ impl RedisStore {
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         // The store's own per-call timeout governs, not the crate's default.
-        let client = redis::cluster::ClusterClient::builder(urls)
+        let client = redis::cluster::ClusterClient::builder(urls.clone())
             .response_timeout(Duration::from_secs(3600))
             .build()
             .map_err(unavailable)?;
         let connect = async {
             let conn = client.get_async_connection().await.map_err(unavailable)?;
-            Self::ready(Connection::Cluster(conn)).await
+            let store = Self::ready(Connection::Cluster(conn)).await?;
+            Ok(store.served_by(urls.clone()))
         };
         tokio::time::timeout(DEFAULT_TIMEOUT * 5, connect)
             .await
@@ -187,7 +195,14 @@ impl RedisStore {
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
+            servers: Arc::from(Vec::new()),
+            deny_cache: None,
         })
+    }
+
+    fn served_by(mut self, urls: Vec<String>) -> Self {
+        self.servers = Arc::from(urls);
+        self
     }
 
     /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
@@ -211,6 +226,113 @@ impl RedisStore {
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self
+    }
+
+    /// Keeps the denials Redis gives in this instance and answers them again until they
+    /// end, without calling Redis: under abuse (a client hammering a key it is denied on)
+    /// almost every request is answered locally. At most `capacity` rule-and-key entries
+    /// are kept; each ends with its denial.
+    ///
+    /// Exact: a request is answered from the cache only when Redis would deny it too, with
+    /// the same reason and (up to one round trip shorter, never longer) the same
+    /// Retry-After; everything else goes to Redis. In short: a denial answers the same cost
+    /// (any cost up to the limit for a fixed window, whose window frees everything at
+    /// once), a penalty lock answers every cost, a rule with a penalty that is not locked
+    /// is always asked (its denials are counted), a batch is answered only when each of its
+    /// rules is, and a wait-mode request that could wait for its slot is asked. An
+    /// admission of the rule and key by this instance drops its entry.
+    ///
+    /// Resets ([`Store::reset`], [`Limiter::reset`](crate::Limiter::reset)) and refunds of
+    /// held requests on any instance drop the entry on every instance: stores publish them
+    /// on the channel `{prefix}:deny-cache`, and a cached store listens on a connection of
+    /// its own (subscribed before this returns). While that connection is lost, the cache
+    /// is emptied and bypassed until it is subscribed again. Give every instance sharing
+    /// the keys the same prefix.
+    ///
+    /// Fails when the channel cannot be subscribed. Call it after
+    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock); a store
+    /// built without [`connect`](Self::connect) or
+    /// [`connect_cluster`](Self::connect_cluster) has no server to subscribe to.
+    ///
+    /// ```no_run
+    /// use tollgate::store::RedisStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/").await?
+    ///     .with_deny_cache(100_000)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_deny_cache(mut self, capacity: usize) -> Result<Self, StoreError> {
+        let cache = Arc::new(DenyCache::new(capacity));
+        let channel = self.channel();
+        let servers = Arc::clone(&self.servers);
+        let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        cache.set_live(true);
+        let listener = tokio::spawn(listen(Arc::downgrade(&cache), servers, channel, messages));
+        cache.set_listener(listener.abort_handle());
+        self.deny_cache = Some(cache);
+        Ok(self)
+    }
+
+    /// Rule-and-key entries the deny cache holds (0 without one): for tests and metrics.
+    pub fn deny_cache_len(&self) -> usize {
+        self.deny_cache.as_ref().map_or(0, |c| c.len())
+    }
+
+    /// The channel resets and refunds are published on.
+    fn channel(&self) -> Vec<u8> {
+        let mut channel = self.prefix.to_vec();
+        channel.extend_from_slice(b":deny-cache");
+        channel
+    }
+
+    /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
+    /// (denials are durations, so no wall clock is needed, nor its jumps wanted).
+    fn local_now(&self) -> u64 {
+        match &self.clock {
+            Some(clock) => clock.now_micros(),
+            None => monotonic_micros(),
+        }
+    }
+
+    /// [`Store::check`]: from the deny cache where it holds the answer, else from Redis.
+    async fn decide_cached(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+    ) -> Result<Outcome, StoreError> {
+        let Some(cache) = &self.deny_cache else {
+            return self.decide(batch, max_wait).await;
+        };
+        batch::validate(batch)?;
+        let sent_at = self.local_now();
+        if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
+            return Ok(outcome);
+        }
+        let epoch = cache.epoch();
+        let outcome = self.decide(batch, max_wait).await?;
+        cache.record(batch, max_wait, &outcome, sent_at, epoch);
+        Ok(outcome)
+    }
+
+    /// Tells every instance's deny cache (this one's at once) that `rule`'s state for
+    /// `key` moved under it.
+    async fn invalidate(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(rule.name(), key);
+        }
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(self.channel()).arg(deny_cache::invalidation(rule, key));
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     /// `{prefix}:{<key>}:<rule>`, or its sliding log `…/log`.
@@ -457,6 +579,10 @@ impl RedisStore {
             let call = self.call(0, Mode::RefundHeld, 0);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
+        // Units given back may admit a request a deny cache holds a denial for.
+        for check in batch.iter().filter(|c| !c.shadow) {
+            self.invalidate(check.rule, check.key).await?;
+        }
         Ok(())
     }
 
@@ -481,7 +607,7 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::Timeout)?
             .map_err(unavailable)?;
-        Ok(())
+        self.invalidate(rule, key).await
     }
 }
 
@@ -567,6 +693,73 @@ fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
     }
 }
 
+/// Microseconds since the first call in this process, never going back.
+fn monotonic_micros() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    duration_to_micros(START.get_or_init(std::time::Instant::now).elapsed())
+}
+
+/// A connection subscribed to `channel` on the first of `servers` that answers (on a
+/// Cluster, a message published on any node reaches every node).
+async fn subscribe(
+    servers: &[String],
+    channel: &[u8],
+) -> Result<redis::aio::PubSubStream, StoreError> {
+    let mut last = StoreError::Unavailable("no server to subscribe to".into());
+    for url in servers {
+        let attempt = async {
+            let client = Client::open(url.as_str()).map_err(unavailable)?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
+            pubsub.subscribe(channel).await.map_err(unavailable)?;
+            Ok::<_, StoreError>(pubsub.into_on_message())
+        };
+        match attempt.await {
+            Ok(messages) => return Ok(messages),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Applies the invalidations published on `channel` to `cache` for as long as it lives.
+/// When the subscription is lost, the cache is emptied and bypassed (a reset may have been
+/// missed) until it is subscribed again.
+async fn listen(
+    cache: std::sync::Weak<DenyCache>,
+    servers: Arc<[String]>,
+    channel: Vec<u8>,
+    mut messages: redis::aio::PubSubStream,
+) {
+    use futures_core::Stream;
+    loop {
+        while let Some(message) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
+        {
+            let Some(cache) = cache.upgrade() else { return };
+            cache.on_message(message.get_payload_bytes());
+        }
+        loop {
+            match cache.upgrade() {
+                Some(cache) => cache.set_live(false),
+                None => return,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let again = tokio::time::timeout(DEFAULT_TIMEOUT, subscribe(&servers, &channel));
+            if let Ok(Ok(resubscribed)) = again.await {
+                messages = resubscribed;
+                break;
+            }
+        }
+        match cache.upgrade() {
+            Some(cache) => {
+                cache.clear();
+                cache.set_live(true);
+            }
+            None => return,
+        }
+    }
+}
+
 fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -610,6 +803,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .field("timeout", &self.timeout)
             .field("clock", &self.clock)
+            .field("deny_cache", &self.deny_cache)
             .finish()
     }
 }
@@ -620,7 +814,7 @@ impl Store for RedisStore {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.decide(batch, duration_to_micros(max_wait))
+        self.decide_cached(batch, duration_to_micros(max_wait))
     }
 
     fn peek(
