@@ -238,6 +238,13 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
                 runs.push((decisions, calls, rejected));
             }
             let (off, on) = (&runs[0], &runs[1]);
+            eprintln!(
+                "{}: {} rejected of 2000; script calls {} without the cache, {} with it",
+                rule.name(),
+                on.2,
+                off.1,
+                on.1
+            );
             assert_eq!(off.0, on.0, "{}: decisions differ with the cache", rule.name());
             assert!(
                 off.2 >= 1_850,
