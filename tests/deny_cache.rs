@@ -70,13 +70,15 @@ fn step() -> impl Strategy<Value = Step> {
         prop_oneof![5 => Just(0u64), 1 => 0u64..300_000],
         proptest::bool::weighted(0.1),
     )
-        .prop_map(|(key, cost, rules, max_wait_us, shadow_last)| Action::Check {
-            key,
-            cost,
-            rules,
-            max_wait_us,
-            shadow_last,
-        });
+        .prop_map(
+            |(key, cost, rules, max_wait_us, shadow_last)| Action::Check {
+                key,
+                cost,
+                rules,
+                max_wait_us,
+                shadow_last,
+            },
+        );
     let reset = (0u8..2, 0..n).prop_map(|(key, rule)| Action::Reset { key, rule });
     (
         prop_oneof![3 => Just(0u64), 3 => 0u64..5_000, 2 => 0u64..150_000, 1 => 0u64..800_000],
@@ -245,7 +247,12 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
                 off.1,
                 on.1
             );
-            assert_eq!(off.0, on.0, "{}: decisions differ with the cache", rule.name());
+            assert_eq!(
+                off.0,
+                on.0,
+                "{}: decisions differ with the cache",
+                rule.name()
+            );
             assert!(
                 off.2 >= 1_850,
                 "{}: only {} of 2000 rejected",
@@ -335,7 +342,10 @@ async fn a_lost_subscription_empties_the_cache_until_it_is_back() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(emptied, "the cache was not emptied when its channel was lost");
+    assert!(
+        emptied,
+        "the cache was not emptied when its channel was lost"
+    );
 
     // Subscribed again (the listener retries), denials are cached again.
     let mut cached_again = false;
@@ -414,4 +424,32 @@ async fn a_denial_answers_what_it_exactly_decides() {
         runs.push((decisions, server.calls("evalsha")));
     }
     assert_eq!(runs[0].0, runs[1].0);
+}
+
+/// A copy of a cached store given another prefix (whose resets are published on another
+/// channel) or another clock does not use the cache.
+#[tokio::test]
+async fn a_copy_with_another_prefix_or_clock_does_not_use_the_cache() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let cached = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .with_clock(clock.clone())
+        .with_deny_cache(100)
+        .await
+        .expect("subscribe");
+    let rule = Rule::fixed_window("r", 1, Duration::from_secs(60)).unwrap();
+    for copy in [
+        cached.clone().with_prefix("other"),
+        cached.clone().with_clock(clock.clone()),
+    ] {
+        let limiter = Limiter::new(copy);
+        let before = server.calls("evalsha");
+        for _ in 0..3 {
+            limiter.check_one(&rule, b"k").await.unwrap();
+        }
+        assert_eq!(server.calls("evalsha") - before, 3);
+        assert_eq!(limiter.store().deny_cache_len(), 0);
+    }
 }

@@ -164,7 +164,11 @@ struct Admitted {
 
 /// `CLIENTS` clients hammer `path` for `run`, each over its own connection to one of the
 /// servers; the admissions, and the instants the run started and ended.
-async fn hammer(servers: &[SocketAddr], path: &'static str, run: Duration) -> (Vec<Admitted>, u64, u64) {
+async fn hammer(
+    servers: &[SocketAddr],
+    path: &'static str,
+    run: Duration,
+) -> (Vec<Admitted>, u64, u64) {
     let start = wall_micros();
     let deadline = Instant::now() + run;
     let mut clients = Vec::new();
@@ -186,7 +190,12 @@ async fn hammer(servers: &[SocketAddr], path: &'static str, run: Duration) -> (V
                 let sent = wall_micros();
                 let response = sender.send_request(request).await.expect("a response");
                 let status = response.status();
-                let body = response.into_body().collect().await.expect("a body").to_bytes();
+                let body = response
+                    .into_body()
+                    .collect()
+                    .await
+                    .expect("a body")
+                    .to_bytes();
                 let answered = wall_micros();
                 match status {
                     StatusCode::OK => admitted.push(Admitted {
@@ -223,19 +232,29 @@ async fn four_processes_never_admit_more_than_the_limit() {
     let (admitted, start, end) = hammer(&addrs, "/fixed", Duration::from_millis(4_500)).await;
     let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
     for a in &admitted {
-        assert!(a.answered - a.sent < WINDOW_US / 2, "a round trip of {} µs", a.answered - a.sent);
+        assert!(
+            a.answered - a.sent < WINDOW_US / 2,
+            "a round trip of {} µs",
+            a.answered - a.sent
+        );
         let window_end = (a.sent + a.reset + WINDOW_US / 2) / WINDOW_US;
         *per_window.entry(window_end).or_default() += 1;
     }
     for (&window_end, &n) in &per_window {
-        assert!(n <= LIMIT, "fixed window ending at {window_end} s admitted {n}");
+        assert!(
+            n <= LIMIT,
+            "fixed window ending at {window_end} s admitted {n}"
+        );
     }
     // Windows the clients were busy in from start to end.
     let busy = (start / WINDOW_US + 2)..=(end / WINDOW_US);
     assert!(busy.clone().count() >= 2, "too short a run");
     for window_end in busy {
         let n = per_window.get(&window_end).copied().unwrap_or(0);
-        assert!(n >= LIMIT - 1, "fixed window ending at {window_end} s admitted only {n}");
+        assert!(
+            n >= LIMIT - 1,
+            "fixed window ending at {window_end} s admitted only {n}"
+        );
     }
 
     // Sliding log: admission `j` happened within [sent, answered]. Every interval
@@ -248,7 +267,11 @@ async fn four_processes_never_admit_more_than_the_limit() {
             .iter()
             .filter(|b| b.sent >= a.sent && b.answered < a.sent + WINDOW_US)
             .count() as u64;
-        assert!(inside <= LIMIT, "{inside} admissions within one window from {} µs", a.sent);
+        assert!(
+            inside <= LIMIT,
+            "{inside} admissions within one window from {} µs",
+            a.sent
+        );
     }
     // The log admits in bursts one window apart, from the first admission on: each window
     // around a burst the clients were busy for admits at least the limit less one.
@@ -260,9 +283,15 @@ async fn four_processes_never_admit_more_than_the_limit() {
             .iter()
             .filter(|a| a.sent + WINDOW_US / 2 >= centre && a.sent < centre + WINDOW_US / 2)
             .count() as u64;
-        assert!(n >= LIMIT - 1, "the window around {centre} µs admitted only {n}");
+        assert!(
+            n >= LIMIT - 1,
+            "the window around {centre} µs admitted only {n}"
+        );
         k += 1;
     }
-    assert!(k >= 3, "too short a run: started {start}, first admission {first}, ended {end}");
+    assert!(
+        k >= 3,
+        "too short a run: started {start}, first admission {first}, ended {end}"
+    );
     drop(servers);
 }

@@ -343,7 +343,10 @@ fn build_layer(spec: &LayerSpec, limiter: Limiter<MemoryStore>) -> RateLimitLaye
 
 fn request(spec: &RequestSpec) -> Request<String> {
     let method = Method::from_bytes(&spec.method).unwrap_or(Method::GET);
-    let uri = spec.path.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    let uri = spec
+        .path
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
     let mut request = Request::builder()
         .method(method)
         .uri(uri)
@@ -387,7 +390,10 @@ fn arbitrary_requests_and_rules_through_the_layer() {
     });
     runner
         .run(
-            &(layer_spec(), proptest::collection::vec(request_spec(), 1..8)),
+            &(
+                layer_spec(),
+                proptest::collection::vec(request_spec(), 1..8),
+            ),
             |(layer_spec, requests)| {
                 let clock = ManualClock::new(BASE_MICROS);
                 let store = MemoryStore::with_clock(clock.clone());

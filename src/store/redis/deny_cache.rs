@@ -53,7 +53,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex as StdMutex;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -62,6 +62,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::batch;
+use crate::clock::Clock;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::penalty::Penalty;
 use crate::store::Check;
@@ -84,6 +85,10 @@ pub(super) struct DenyCache {
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
     listener: StdMutex<Option<tokio::task::AbortHandle>>,
+    /// The prefix whose channel it listens on, and the clock its instants are read on: a
+    /// store given another since (`with_prefix`, `with_clock`) must not use it.
+    prefix: Arc<[u8]>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 #[derive(Default)]
@@ -139,7 +144,7 @@ impl Cached {
 
 impl DenyCache {
     /// A cache of at most `capacity` rule-and-key entries (at least one per shard).
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize, prefix: Arc<[u8]>, clock: Option<Arc<dyn Clock>>) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
@@ -148,7 +153,20 @@ impl DenyCache {
             epoch: AtomicU64::new(0),
             live: AtomicBool::new(false),
             listener: StdMutex::new(None),
+            prefix,
+            clock,
         }
+    }
+
+    /// Whether a store with `prefix` and `clock` may use this cache: the ones it was made
+    /// with (the same allocations, so a cheap comparison).
+    pub(super) fn serves(&self, prefix: &Arc<[u8]>, clock: &Option<Arc<dyn Clock>>) -> bool {
+        let same_clock = match (&self.clock, clock) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_clock && Arc::ptr_eq(&self.prefix, prefix)
     }
 
     /// Entries held (rule-and-key pairs).
@@ -222,14 +240,20 @@ impl DenyCache {
         let rule = check.rule.name();
         let hash = self.hash(rule, check.key);
         let mut shard = self.shard(hash).lock();
-        let entry = shard.table.find_entry(hash, |s| s.is(rule, check.key)).ok()?;
+        let entry = shard
+            .table
+            .find_entry(hash, |s| s.is(rule, check.key))
+            .ok()?;
         if entry.get().until() <= now {
             entry.remove();
             self.len.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
         entry.get().denials.iter().copied().find(|d| {
-            d.is_for(check.rule) && d.until > now && d.costs.0 <= check.cost && check.cost <= d.costs.1
+            d.is_for(check.rule)
+                && d.until > now
+                && d.costs.0 <= check.cost
+                && check.cost <= d.costs.1
         })
     }
 
@@ -271,7 +295,8 @@ impl DenyCache {
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
         if let Some(slot) = shard.table.find_mut(hash, |s| s.is(rule, check.key)) {
-            slot.denials.retain(|d| !d.is_for(check.rule) && d.until > now);
+            slot.denials
+                .retain(|d| !d.is_for(check.rule) && d.until > now);
             slot.denials.push(cached);
             shard.next_expiry = shard.next_expiry.min(cached.until);
             return;
@@ -405,7 +430,12 @@ fn decided_on_arrival(batch: &[Check<'_>]) -> bool {
 }
 
 /// The cache entry for a denial of `check` read at `sent_at`, if one is exact.
-fn cacheable(check: &Check<'_>, denial: Denial, info: RateLimitInfo, sent_at: u64) -> Option<Cached> {
+fn cacheable(
+    check: &Check<'_>,
+    denial: Denial,
+    info: RateLimitInfo,
+    sent_at: u64,
+) -> Option<Cached> {
     let retry = crate::clock::duration_to_micros(denial.retry_after?);
     if retry == 0 {
         return None;
@@ -419,9 +449,7 @@ fn cacheable(check: &Check<'_>, denial: Denial, info: RateLimitInfo, sent_at: u6
             _ => (check.cost, check.cost),
         },
         // The lock's own end only when it comes after the algorithm's (see the module docs).
-        DenyReason::Locked if retry > crate::clock::duration_to_micros(info.reset) => {
-            (0, capacity)
-        }
+        DenyReason::Locked if retry > crate::clock::duration_to_micros(info.reset) => (0, capacity),
         DenyReason::Locked | DenyReason::CostExceedsCapacity => return None,
     };
     Some(Cached {

@@ -250,9 +250,9 @@ impl RedisStore {
     /// the keys the same prefix.
     ///
     /// Fails when the channel cannot be subscribed. Call it after
-    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock); a store
-    /// built without [`connect`](Self::connect) or
-    /// [`connect_cluster`](Self::connect_cluster) has no server to subscribe to.
+    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock): the cache
+    /// belongs to that prefix and clock, and a copy of the store given another prefix or
+    /// clock later does not use it.
     ///
     /// ```no_run
     /// use tollgate::store::RedisStore;
@@ -265,7 +265,11 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     pub async fn with_deny_cache(mut self, capacity: usize) -> Result<Self, StoreError> {
-        let cache = Arc::new(DenyCache::new(capacity));
+        let cache = Arc::new(DenyCache::new(
+            capacity,
+            Arc::clone(&self.prefix),
+            self.clock.clone(),
+        ));
         let channel = self.channel();
         let servers = Arc::clone(&self.servers);
         let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
@@ -305,7 +309,11 @@ impl RedisStore {
         batch: &[Check<'_>],
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
-        let Some(cache) = &self.deny_cache else {
+        let Some(cache) = self
+            .deny_cache
+            .as_ref()
+            .filter(|c| c.serves(&self.prefix, &self.clock))
+        else {
             return self.decide(batch, max_wait).await;
         };
         batch::validate(batch)?;
@@ -326,7 +334,8 @@ impl RedisStore {
             cache.invalidate(rule.name(), key);
         }
         let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(self.channel()).arg(deny_cache::invalidation(rule, key));
+        cmd.arg(self.channel())
+            .arg(deny_cache::invalidation(rule, key));
         let mut conn = self.conn.clone();
         tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
             .await
@@ -475,7 +484,10 @@ impl RedisStore {
                     continue;
                 }
                 let early = admitted.remove(p);
-                let redecided = match self.refund(batch, std::slice::from_ref(&early), &mut outcomes).await {
+                let redecided = match self
+                    .refund(batch, std::slice::from_ref(&early), &mut outcomes)
+                    .await
+                {
                     Ok(()) => {
                         self.run_part(batch, early.members, max_wait, Mode::Decide, delay)
                             .await
