@@ -63,6 +63,11 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// are cheap and share it. Every call is bounded by a timeout; failures come back as
 /// [`StoreError`]s, never as panics.
 ///
+/// **Deny cache** ([`with_deny_cache`](Self::with_deny_cache)): optionally, an instance
+/// answers the denials Redis gave it again, exactly, until they end, with no Redis call
+/// (a client hammering a key it is denied on costs Redis almost nothing); a reset on any
+/// instance clears them on all.
+///
 /// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
 /// a slot (the usual case: several rules over one client key) is one script call and as
 /// atomic as on a standalone server. A batch spanning slots is split per slot and the parts
@@ -237,10 +242,18 @@ impl RedisStore {
     /// the same reason and (up to one round trip shorter, never longer) the same
     /// Retry-After; everything else goes to Redis. In short: a denial answers the same cost
     /// (any cost up to the limit for a fixed window, whose window frees everything at
-    /// once), a penalty lock answers every cost, a rule with a penalty that is not locked
-    /// is always asked (its denials are counted), a batch is answered only when each of its
-    /// rules is, and a wait-mode request that could wait for its slot is asked. An
-    /// admission of the rule and key by this instance drops its entry.
+    /// once), a penalty lock that outlasts the rule's own retry answers every cost up to
+    /// the capacity, a rule with a penalty that is not locked is always asked (its denials
+    /// are counted), a batch is answered only when each of its rules is (and has no shadow
+    /// item), and a wait-mode request that could wait for its slot is asked. An admission
+    /// of the rule and key by this instance drops its entry. The `remaining` a cached
+    /// denial reports is the rule's as Redis last reported it (the quota only grows back
+    /// meanwhile, so it may read low); everything else is as Redis would say.
+    ///
+    /// What no instance can see: another instance admitting a cheaper request of the same
+    /// key meanwhile. That only ever moves the real retry later, so the answer is still a
+    /// denial, with the Retry-After the client would get alone on its key (as every
+    /// Retry-After is defined).
     ///
     /// Resets ([`Store::reset`], [`Limiter::reset`](crate::Limiter::reset)) and refunds of
     /// held requests on any instance drop the entry on every instance: stores publish them
