@@ -453,3 +453,44 @@ async fn a_copy_with_another_prefix_or_clock_does_not_use_the_cache() {
         assert_eq!(limiter.store().deny_cache_len(), 0);
     }
 }
+
+/// A held request's refund on one instance gives units back: the denial another instance
+/// cached is dropped there too, and it admits again.
+#[tokio::test]
+async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let instance = || {
+        let (clock, url) = (clock.clone(), server.url());
+        async move {
+            RedisStore::connect(&url)
+                .await
+                .expect("connect")
+                .with_clock(clock)
+                .with_deny_cache(100)
+                .await
+                .expect("subscribe")
+        }
+    };
+    let (a, b) = (
+        Limiter::new(instance().await),
+        Limiter::new(instance().await),
+    );
+    let rule = Rule::fixed_window("download", 1, Duration::from_secs(3600)).unwrap();
+    let batch = [Check::new(&rule, b"alice")];
+    let held = b.check(&batch).await.unwrap();
+    let admission = held.admission.expect("admitted");
+    assert!(!a.check(&batch).await.unwrap().is_admitted());
+    assert_eq!(a.store().deny_cache_len(), 1);
+
+    // The held request's client went away: its unit goes back.
+    b.refund(&batch, &admission).await.unwrap();
+    for _ in 0..500 {
+        if a.store().deny_cache_len() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.store().deny_cache_len(), 0, "the refund on b reached a");
+    assert!(a.check(&batch).await.unwrap().is_admitted());
+}
