@@ -494,3 +494,41 @@ async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
     assert_eq!(a.store().deny_cache_len(), 0, "the refund on b reached a");
     assert!(a.check(&batch).await.unwrap().is_admitted());
 }
+
+/// On a Cluster, a reset published through any node reaches the instance subscribed on
+/// another.
+#[tokio::test]
+async fn a_reset_reaches_every_instance_on_a_cluster() {
+    let cluster = common::redis_server::RedisCluster::start();
+    let urls = cluster.urls();
+    let clock = ManualClock::new(BASE_MICROS);
+    let mut instances = Vec::new();
+    // Each instance subscribes through a different node.
+    for first in 0..2 {
+        let mut order = urls.clone();
+        order.rotate_left(first);
+        let store = RedisStore::connect_cluster(order)
+            .await
+            .expect("connect")
+            .with_clock(clock.clone())
+            .with_deny_cache(100)
+            .await
+            .expect("subscribe");
+        instances.push(Limiter::new(store));
+    }
+    let (a, b) = (&instances[0], &instances[1]);
+    let rule = Rule::fixed_window("login", 1, Duration::from_secs(3600)).unwrap();
+    assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
+    assert!(!a.check_one(&rule, b"alice").await.unwrap().is_admitted());
+    assert_eq!(a.store().deny_cache_len(), 1);
+
+    b.reset(&rule, b"alice").await.unwrap();
+    for _ in 0..500 {
+        if a.store().deny_cache_len() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.store().deny_cache_len(), 0, "the reset on b reached a");
+    assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
+}
