@@ -1,5 +1,6 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
+mod deny_cache;
 mod script;
 mod setup;
 
@@ -21,6 +22,7 @@ use crate::error::StoreError;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
+use deny_cache::DenyCache;
 use script::{Call, Mode, Reply};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
@@ -77,6 +79,10 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// after `NOSCRIPT`, follows a call that did not run. The decision a client sees is the
 /// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
 /// so that an outage does not cost every request the timeout.
+/// **Deny cache** ([`with_deny_cache`](Self::with_deny_cache)): optionally, an instance
+/// answers the denials Redis gave it again, exactly, until they end, with no Redis call
+/// (a client hammering a key it is denied on costs Redis almost nothing); a reset on any
+/// instance clears them on all.
 ///
 /// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
 /// a slot (the usual case: several rules over one client key) is one script call and as
@@ -140,6 +146,10 @@ pub struct RedisStore {
     prefix: Arc<[u8]>,
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
+    /// Where an invalidation channel can be subscribed (see
+    /// [`with_deny_cache`](Self::with_deny_cache)).
+    servers: Arc<[String]>,
+    deny_cache: Option<Arc<DenyCache>>,
 }
 
 /// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
@@ -199,7 +209,8 @@ impl RedisStore {
             if info.cluster {
                 return Ok(None);
             }
-            Self::ready(conn, &addr).await.map(Some)
+            let store = Self::ready(conn, &addr).await?;
+            Ok(Some(store.served_by(vec![url.to_owned()])))
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(Some(store))) => Ok(store),
@@ -231,7 +242,7 @@ impl RedisStore {
         // The store's own per-call timeout governs, not the crate's default. No retries: a
         // script call whose connection dropped may have run, and sending it again would
         // count the request twice; the failure policy decides instead (see the type's docs).
-        let client = redis::cluster::ClusterClient::builder(urls)
+        let client = redis::cluster::ClusterClient::builder(urls.clone())
             .response_timeout(Duration::from_secs(3600))
             .retries(0)
             .build()
@@ -241,7 +252,8 @@ impl RedisStore {
                 .get_async_connection()
                 .await
                 .map_err(|e| setup::setup_error(&addr, &e))?;
-            Self::ready(Connection::Cluster(conn), &addr).await
+            let store = Self::ready(Connection::Cluster(conn), &addr).await?;
+            Ok(store.served_by(urls.clone()))
         };
         tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
@@ -255,12 +267,19 @@ impl RedisStore {
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
+            servers: Arc::from(Vec::new()),
+            deny_cache: None,
         })
     }
 
     /// Whether this store talks to a Redis Cluster (else to one standalone server).
     pub fn is_cluster(&self) -> bool {
         matches!(self.conn, Connection::Cluster(_))
+    }
+
+    fn served_by(mut self, urls: Vec<String>) -> Self {
+        self.servers = Arc::from(urls);
+        self
     }
 
     /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
@@ -284,6 +303,130 @@ impl RedisStore {
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self
+    }
+
+    /// Keeps the denials Redis gives in this instance and answers them again until they
+    /// end, without calling Redis: under abuse (a client hammering a key it is denied on)
+    /// almost every request is answered locally. At most `capacity` rule-and-key entries
+    /// are kept; each ends with its denial.
+    ///
+    /// Exact: a request is answered from the cache only when Redis would deny it too, with
+    /// the same reason and (up to one round trip shorter, never longer) the same
+    /// Retry-After; everything else goes to Redis. In short: a denial answers the same cost
+    /// (any cost up to the limit for a fixed window, whose window frees everything at
+    /// once), a penalty lock that outlasts the rule's own retry answers every cost up to
+    /// the capacity, a rule with a penalty that is not locked is always asked (its denials
+    /// are counted), a batch is answered only when each of its rules is (and has no shadow
+    /// item), and a wait-mode request that could wait for its slot is asked. An admission
+    /// of the rule and key by this instance drops its entry. The `remaining` a cached
+    /// denial reports is the rule's as Redis last reported it (the quota only grows back
+    /// meanwhile, so it may read low); everything else is as Redis would say.
+    ///
+    /// What no instance can see: another instance admitting a cheaper request of the same
+    /// key meanwhile. That only ever moves the real retry later, so the answer is still a
+    /// denial, with the Retry-After the client would get alone on its key (as every
+    /// Retry-After is defined).
+    ///
+    /// Resets ([`Store::reset`], [`Limiter::reset`](crate::Limiter::reset)) and refunds of
+    /// held requests on any instance drop the entry on every instance: stores publish them
+    /// on the channel `{prefix}:deny-cache`, and a cached store listens on a connection of
+    /// its own (subscribed before this returns). While that connection is lost, the cache
+    /// is emptied and bypassed until it is subscribed again. Give every instance sharing
+    /// the keys the same prefix.
+    ///
+    /// Fails when the channel cannot be subscribed. Call it after
+    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock): the cache
+    /// belongs to that prefix and clock, and a copy of the store given another prefix or
+    /// clock later does not use it.
+    ///
+    /// ```no_run
+    /// use tollgate::store::RedisStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1/").await?
+    ///     .with_deny_cache(100_000)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_deny_cache(mut self, capacity: usize) -> Result<Self, StoreError> {
+        let cache = Arc::new(DenyCache::new(
+            capacity,
+            Arc::clone(&self.prefix),
+            self.clock.clone(),
+        ));
+        let channel = self.channel();
+        let servers = Arc::clone(&self.servers);
+        let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        cache.set_live(true);
+        let listener = tokio::spawn(listen(Arc::downgrade(&cache), servers, channel, messages));
+        cache.set_listener(listener.abort_handle());
+        self.deny_cache = Some(cache);
+        Ok(self)
+    }
+
+    /// Rule-and-key entries the deny cache holds (0 without one): for tests and metrics.
+    pub fn deny_cache_len(&self) -> usize {
+        self.deny_cache.as_ref().map_or(0, |c| c.len())
+    }
+
+    /// The channel resets and refunds are published on.
+    fn channel(&self) -> Vec<u8> {
+        let mut channel = self.prefix.to_vec();
+        channel.extend_from_slice(b":deny-cache");
+        channel
+    }
+
+    /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
+    /// (denials are durations, so no wall clock is needed, nor its jumps wanted).
+    fn local_now(&self) -> u64 {
+        match &self.clock {
+            Some(clock) => clock.now_micros(),
+            None => monotonic_micros(),
+        }
+    }
+
+    /// [`Store::check`]: from the deny cache where it holds the answer, else from Redis.
+    async fn decide_cached(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+    ) -> Result<Outcome, StoreError> {
+        let Some(cache) = self
+            .deny_cache
+            .as_ref()
+            .filter(|c| c.serves(&self.prefix, &self.clock))
+        else {
+            return self.decide(batch, max_wait).await;
+        };
+        batch::validate(batch)?;
+        let sent_at = self.local_now();
+        if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
+            return Ok(outcome);
+        }
+        let epoch = cache.epoch();
+        let outcome = self.decide(batch, max_wait).await?;
+        cache.record(batch, max_wait, &outcome, sent_at, epoch);
+        Ok(outcome)
+    }
+
+    /// Tells every instance's deny cache (this one's at once) that `rule`'s state for
+    /// `key` moved under it.
+    async fn invalidate(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(rule.name(), key);
+        }
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(self.channel())
+            .arg(deny_cache::invalidation(rule, key));
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     /// `{prefix}:{<key>}:<rule>`, or its sliding log `…/log`.
@@ -533,6 +676,10 @@ impl RedisStore {
             let call = self.call(0, Mode::RefundHeld, 0);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
+        // Units given back may admit a request a deny cache holds a denial for.
+        for check in batch.iter().filter(|c| !c.shadow) {
+            self.invalidate(check.rule, check.key).await?;
+        }
         Ok(())
     }
 
@@ -558,7 +705,7 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::Timeout)?
             .map_err(unavailable)?;
-        Ok(())
+        self.invalidate(rule, key).await
     }
 }
 
@@ -652,6 +799,73 @@ fn no_answer(addr: &str) -> StoreError {
     ))
 }
 
+/// Microseconds since the first call in this process, never going back.
+fn monotonic_micros() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    duration_to_micros(START.get_or_init(std::time::Instant::now).elapsed())
+}
+
+/// A connection subscribed to `channel` on the first of `servers` that answers (on a
+/// Cluster, a message published on any node reaches every node).
+async fn subscribe(
+    servers: &[String],
+    channel: &[u8],
+) -> Result<redis::aio::PubSubStream, StoreError> {
+    let mut last = StoreError::Unavailable("no server to subscribe to".into());
+    for url in servers {
+        let attempt = async {
+            let client = Client::open(url.as_str()).map_err(unavailable)?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
+            pubsub.subscribe(channel).await.map_err(unavailable)?;
+            Ok::<_, StoreError>(pubsub.into_on_message())
+        };
+        match attempt.await {
+            Ok(messages) => return Ok(messages),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Applies the invalidations published on `channel` to `cache` for as long as it lives.
+/// When the subscription is lost, the cache is emptied and bypassed (a reset may have been
+/// missed) until it is subscribed again.
+async fn listen(
+    cache: std::sync::Weak<DenyCache>,
+    servers: Arc<[String]>,
+    channel: Vec<u8>,
+    mut messages: redis::aio::PubSubStream,
+) {
+    use futures_core::Stream;
+    loop {
+        while let Some(message) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
+        {
+            let Some(cache) = cache.upgrade() else { return };
+            cache.on_message(message.get_payload_bytes());
+        }
+        loop {
+            match cache.upgrade() {
+                Some(cache) => cache.set_live(false),
+                None => return,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let again = tokio::time::timeout(DEFAULT_TIMEOUT, subscribe(&servers, &channel));
+            if let Ok(Ok(resubscribed)) = again.await {
+                messages = resubscribed;
+                break;
+            }
+        }
+        match cache.upgrade() {
+            Some(cache) => {
+                cache.clear();
+                cache.set_live(true);
+            }
+            None => return,
+        }
+    }
+}
+
 fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -695,6 +909,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .field("timeout", &self.timeout)
             .field("clock", &self.clock)
+            .field("deny_cache", &self.deny_cache)
             .finish()
     }
 }
@@ -705,7 +920,7 @@ impl Store for RedisStore {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.decide(batch, duration_to_micros(max_wait))
+        self.decide_cached(batch, duration_to_micros(max_wait))
     }
 
     fn peek(

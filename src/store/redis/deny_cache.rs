@@ -1,0 +1,464 @@
+//! The local deny cache of a [`RedisStore`](super::RedisStore): denials Redis gave, answered
+//! again by this instance until they end, without a script call.
+//!
+//! # What a cached denial may answer
+//!
+//! Redis denied `cost` units of a rule for a key with retry-after `r`: with no other
+//! traffic, the same request is admitted at `now + r` and at no instant before (a denial
+//! changes no algorithm state, and each model's retry is the earliest admitting instant).
+//! Until then the same request gets the same denial, with retry-after the rest of `r`. Which
+//! other requests it answers depends on how the retry depends on the cost:
+//!
+//! - A **cheaper** request may pass earlier: never answered (it goes to Redis).
+//! - A **dearer** request is denied too, but its retry-after is in general later (a token
+//!   bucket, GCRA, leaky bucket, sliding log or sliding window frees units over time), so
+//!   only the same cost is answered, which keeps Retry-After exact. A fixed window frees
+//!   everything at once at its end: a denial of `c` there answers every cost from `c` to
+//!   the limit with the same instant.
+//! - A **lock** ([`DenyReason::Locked`]) reports the later of the lock's end and the
+//!   algorithm's own retry. When that is later than the rule's reset (the instant its state
+//!   is back to empty, by which any cost up to the capacity admits), it is the lock's end,
+//!   and it answers every cost up to the capacity until then. A lock shorter than the
+//!   algorithm's own retry is not cached: the denial turns into a counted quota denial
+//!   when the lock ends.
+//! - A rule with a **penalty** that is not locked is never answered: Redis must count its
+//!   denials (the lock after `n` of them).
+//! - A **batch** is answered only when every one of its items is: then Deny beats
+//!   everything and the longest retry wins, as in Redis. A batch with a shadow item, or
+//!   with a leaky bucket among other rules (whose queue moves the instant the others count
+//!   at), goes to Redis; so does a wait-mode request whose retry is within its `max_wait`
+//!   (it would become a reservation). Denials are recorded only from batches checked
+//!   without waiting, where every rule is decided at its arrival.
+//!
+//! Any admission of the rule and key by this instance drops its entry (the state moved, the
+//! retry with it); a reset or a held request's refund on any instance drops it everywhere
+//! (published on a channel every cached store subscribes to). What the cache cannot see is
+//! another instance admitting a cheaper request meanwhile: that request moves the real
+//! retry later, never earlier, so the answer stays a denial whose Retry-After ignores
+//! other clients, which is what Retry-After promises.
+//!
+//! # Time
+//!
+//! Redis decides on its own clock; the cache keeps local instants. A denial read at local
+//! instant `s` (taken before the call is sent) with retry-after `r` is cached until `s + r`:
+//! Redis decided at some instant after `s`, so its own deadline is no earlier, and the
+//! cache never denies longer than Redis would. Answered from the cache, Retry-After is
+//! at most one round trip shorter than Redis's; a retry then goes to Redis.
+//!
+//! # Memory
+//!
+//! Entries end at their deadline (dropped when met, and swept when a shard is full), and
+//! the cache holds at most its capacity: a full shard refuses new entries (the request
+//! goes to Redis, which stays exact).
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::algorithm::Algorithm;
+use crate::batch;
+use crate::clock::Clock;
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+use crate::penalty::Penalty;
+use crate::store::Check;
+use crate::Rule;
+
+/// Shards of the map, so concurrent requests rarely wait on one another.
+const SHARDS: usize = 16;
+
+/// The denials one instance remembers, keyed by rule name and key.
+pub(super) struct DenyCache {
+    shards: Box<[Mutex<Shard>]>,
+    /// Entries a shard may hold.
+    per_shard: usize,
+    hasher: DefaultHashBuilder,
+    /// Keys with entries, so requests skip the cache while nothing is denied.
+    len: AtomicUsize,
+    /// Bumped by every invalidation: a reply to a call sent before one is not recorded.
+    epoch: AtomicU64,
+    /// Whether the invalidation channel is subscribed: only then are entries kept and used.
+    live: AtomicBool,
+    /// The task that listens for invalidations, stopped with the cache.
+    listener: StdMutex<Option<tokio::task::AbortHandle>>,
+    /// The prefix whose channel it listens on, and the clock its instants are read on: a
+    /// store given another since (`with_prefix`, `with_clock`) must not use it.
+    prefix: Arc<[u8]>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+#[derive(Default)]
+struct Shard {
+    table: HashTable<Slot>,
+    /// The earliest deadline in the shard: a full shard is swept only once it has passed.
+    next_expiry: u64,
+}
+
+/// The denials of one rule name and key (one per configuration, usually one).
+struct Slot {
+    hash: u64,
+    /// The rule name's length (one byte: names are at most 64), the name, the key.
+    id: Box<[u8]>,
+    denials: SmallVec<[Cached; 1]>,
+}
+
+impl Slot {
+    fn is(&self, rule: &str, key: &[u8]) -> bool {
+        let n = rule.len();
+        self.id.len() == 1 + n + key.len()
+            && usize::from(self.id[0]) == n
+            && &self.id[1..1 + n] == rule.as_bytes()
+            && &self.id[1 + n..] == key
+    }
+
+    fn until(&self) -> u64 {
+        self.denials.iter().map(|d| d.until).max().unwrap_or(0)
+    }
+}
+
+/// One denial, for one configuration of the rule.
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    fingerprint: u64,
+    penalty: Option<Penalty>,
+    reason: DenyReason,
+    /// The costs it answers, both included.
+    costs: (u64, u64),
+    /// The local instant (µs) the denial ends at.
+    until: u64,
+    /// What the rule reported: units left then (a lower bound later) and when its state is
+    /// back to empty.
+    remaining: u64,
+    reset_at: u64,
+}
+
+impl Cached {
+    fn is_for(&self, rule: &Rule) -> bool {
+        self.fingerprint == rule.fingerprint() && self.penalty.as_ref() == rule.penalty()
+    }
+}
+
+impl DenyCache {
+    /// A cache of at most `capacity` rule-and-key entries (at least one per shard).
+    pub(super) fn new(capacity: usize, prefix: Arc<[u8]>, clock: Option<Arc<dyn Clock>>) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            hasher: DefaultHashBuilder::default(),
+            len: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
+            live: AtomicBool::new(false),
+            listener: StdMutex::new(None),
+            prefix,
+            clock,
+        }
+    }
+
+    /// Whether a store with `prefix` and `clock` may use this cache: the ones it was made
+    /// with (the same allocations, so a cheap comparison).
+    pub(super) fn serves(&self, prefix: &Arc<[u8]>, clock: &Option<Arc<dyn Clock>>) -> bool {
+        let same_clock = match (&self.clock, clock) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_clock && Arc::ptr_eq(&self.prefix, prefix)
+    }
+
+    /// Entries held (rule-and-key pairs).
+    pub(super) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_live(&self, live: bool) {
+        self.live.store(live, Ordering::Release);
+        if !live {
+            self.clear();
+        }
+    }
+
+    pub(super) fn set_listener(&self, task: tokio::task::AbortHandle) {
+        if let Ok(mut slot) = self.listener.lock() {
+            *slot = Some(task);
+        }
+    }
+
+    fn hash(&self, rule: &str, key: &[u8]) -> u64 {
+        self.hasher.hash_one((rule, key))
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        // The table uses the low bits; the shard takes high ones.
+        &self.shards[(hash >> 57) as usize % SHARDS]
+    }
+
+    /// The outcome of `batch` at local instant `now`, if the cache holds it (see the module
+    /// docs for when it does).
+    pub(super) fn answer(&self, batch: &[Check<'_>], max_wait: u64, now: u64) -> Option<Outcome> {
+        if self.len() == 0 || batch.is_empty() || !self.live.load(Ordering::Acquire) {
+            return None;
+        }
+        if !decided_on_arrival(batch) {
+            return None;
+        }
+        let mut rules = Vec::with_capacity(batch.len());
+        for check in batch {
+            let cached = self.lookup(check, now)?;
+            let retry = cached.until - now;
+            if cached.reason != DenyReason::Locked && retry <= max_wait {
+                // A wait this long would be a reservation.
+                return None;
+            }
+            rules.push(RuleOutcome {
+                decision: Decision::Deny(Denial {
+                    reason: cached.reason,
+                    retry_after: Some(Duration::from_micros(retry)),
+                }),
+                info: RateLimitInfo {
+                    limit: check.rule.algorithm().quota().0,
+                    remaining: cached.remaining,
+                    reset: Duration::from_micros(cached.reset_at.saturating_sub(now)),
+                },
+            });
+        }
+        Some(batch::combine(rules, |_| false))
+    }
+
+    /// The live denial that answers `check` at `now`, if any.
+    fn lookup(&self, check: &Check<'_>, now: u64) -> Option<Cached> {
+        if check.shadow {
+            return None;
+        }
+        let rule = check.rule.name();
+        let hash = self.hash(rule, check.key);
+        let mut shard = self.shard(hash).lock();
+        let entry = shard
+            .table
+            .find_entry(hash, |s| s.is(rule, check.key))
+            .ok()?;
+        if entry.get().until() <= now {
+            entry.remove();
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        entry.get().denials.iter().copied().find(|d| {
+            d.is_for(check.rule)
+                && d.until > now
+                && d.costs.0 <= check.cost
+                && check.cost <= d.costs.1
+        })
+    }
+
+    /// Learns from what Redis decided for `batch`, called at local instant `sent_at` (read
+    /// before the call) when the cache's epoch was `epoch`.
+    pub(super) fn record(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        outcome: &Outcome,
+        sent_at: u64,
+        epoch: u64,
+    ) {
+        if !self.live.load(Ordering::Acquire) {
+            return;
+        }
+        let may_insert = max_wait == 0 && decided_on_arrival(batch) && self.epoch() == epoch;
+        for (check, rule) in batch.iter().zip(&outcome.rules) {
+            match rule.decision {
+                Decision::Deny(denial) if may_insert && !check.shadow => {
+                    if let Some(cached) = cacheable(check, denial, rule.info, sent_at) {
+                        self.insert(check, cached, sent_at);
+                    }
+                }
+                Decision::Deny(_) => {}
+                // The state may have moved (an admission), and a denial's retry with it.
+                _ => {
+                    if self.len() > 0 {
+                        self.remove(check.rule.name(), check.key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn insert(&self, check: &Check<'_>, cached: Cached, now: u64) {
+        let rule = check.rule.name();
+        let hash = self.hash(rule, check.key);
+        let mut guard = self.shard(hash).lock();
+        let shard = &mut *guard;
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(rule, check.key)) {
+            slot.denials
+                .retain(|d| !d.is_for(check.rule) && d.until > now);
+            slot.denials.push(cached);
+            shard.next_expiry = shard.next_expiry.min(cached.until);
+            return;
+        }
+        if shard.table.len() >= self.per_shard {
+            if now < shard.next_expiry {
+                return;
+            }
+            self.sweep(shard, now);
+            if shard.table.len() >= self.per_shard {
+                return;
+            }
+        }
+        let mut id = Vec::with_capacity(1 + rule.len() + check.key.len());
+        // Rule names are at most 64 bytes (`Rule::new`).
+        id.push(u8::try_from(rule.len()).unwrap_or(u8::MAX));
+        id.extend_from_slice(rule.as_bytes());
+        id.extend_from_slice(check.key);
+        let slot = Slot {
+            hash,
+            id: id.into_boxed_slice(),
+            denials: smallvec::smallvec![cached],
+        };
+        if shard.table.is_empty() {
+            shard.next_expiry = cached.until;
+        } else {
+            shard.next_expiry = shard.next_expiry.min(cached.until);
+        }
+        shard.table.insert_unique(hash, slot, |s| s.hash);
+        self.len.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops the ended entries of a shard.
+    fn sweep(&self, shard: &mut Shard, now: u64) {
+        let before = shard.table.len();
+        let mut next = u64::MAX;
+        shard.table.retain(|s| {
+            s.denials.retain(|d| d.until > now);
+            if let Some(until) = s.denials.iter().map(|d| d.until).min() {
+                next = next.min(until);
+                true
+            } else {
+                false
+            }
+        });
+        shard.next_expiry = next;
+        self.len
+            .fetch_sub(before - shard.table.len(), Ordering::AcqRel);
+    }
+
+    fn remove(&self, rule: &str, key: &[u8]) {
+        let hash = self.hash(rule, key);
+        let mut shard = self.shard(hash).lock();
+        if let Ok(entry) = shard.table.find_entry(hash, |s| s.is(rule, key)) {
+            entry.remove();
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Forgets every denial of `rule` for `key` (a reset or refund somewhere), and keeps
+    /// replies to calls already under way from recording one again.
+    pub(super) fn invalidate(&self, rule: &str, key: &[u8]) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.remove(rule, key);
+    }
+
+    /// Forgets everything (the invalidation channel was lost: a reset may have been missed).
+    pub(super) fn clear(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let n = shard.table.len();
+            shard.table.clear();
+            self.len.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Handles a message of the invalidation channel (see [`invalidation`]).
+    pub(super) fn on_message(&self, payload: &[u8]) {
+        let Some((&n, rest)) = payload.split_first() else {
+            return;
+        };
+        let n = usize::from(n);
+        if rest.len() < n {
+            return;
+        }
+        let (rule, key) = rest.split_at(n);
+        if let Ok(rule) = std::str::from_utf8(rule) {
+            self.invalidate(rule, key);
+        }
+    }
+}
+
+impl Drop for DenyCache {
+    fn drop(&mut self) {
+        if let Ok(mut slot) = self.listener.lock() {
+            if let Some(task) = slot.take() {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for DenyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DenyCache")
+            .field("entries", &self.len())
+            .field("capacity", &(self.per_shard * SHARDS))
+            .field("live", &self.live.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// The message that invalidates `rule` for `key`: the name's length, the name, the key.
+pub(super) fn invalidation(rule: &Rule, key: &[u8]) -> Vec<u8> {
+    let name = rule.name().as_bytes();
+    let mut payload = Vec::with_capacity(1 + name.len() + key.len());
+    payload.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(key);
+    payload
+}
+
+/// Whether every rule of `batch` decides at the request's arrival: not so when a leaky
+/// bucket's queue holds the request and the other rules count it at its release.
+fn decided_on_arrival(batch: &[Check<'_>]) -> bool {
+    batch.len() == 1
+        || !batch.iter().any(|c| {
+            !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+        })
+}
+
+/// The cache entry for a denial of `check` read at `sent_at`, if one is exact.
+fn cacheable(
+    check: &Check<'_>,
+    denial: Denial,
+    info: RateLimitInfo,
+    sent_at: u64,
+) -> Option<Cached> {
+    let retry = crate::clock::duration_to_micros(denial.retry_after?);
+    if retry == 0 {
+        return None;
+    }
+    let capacity = check.rule.algorithm().quota().0;
+    let costs = match denial.reason {
+        // A penalty counts each quota denial in Redis.
+        DenyReason::Limited if check.rule.penalty().is_some() => return None,
+        DenyReason::Limited => match check.rule.algorithm() {
+            Algorithm::FixedWindow(_) if check.cost <= capacity => (check.cost, capacity),
+            _ => (check.cost, check.cost),
+        },
+        // The lock's own end only when it comes after the algorithm's (see the module docs).
+        DenyReason::Locked if retry > crate::clock::duration_to_micros(info.reset) => (0, capacity),
+        DenyReason::Locked | DenyReason::CostExceedsCapacity => return None,
+    };
+    Some(Cached {
+        fingerprint: check.rule.fingerprint(),
+        penalty: check.rule.penalty().copied(),
+        reason: denial.reason,
+        costs,
+        until: sent_at.saturating_add(retry),
+        remaining: info.remaining,
+        reset_at: sent_at.saturating_add(crate::clock::duration_to_micros(info.reset)),
+    })
+}
