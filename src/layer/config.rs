@@ -232,7 +232,9 @@ pub enum FailurePolicy {
     /// let redis = RedisStore::connect("redis://127.0.0.1/").await?
     ///     .with_timeout(Duration::from_millis(100));
     /// let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
-    /// let layer = RateLimitLayer::new(limiter).on_failure(FailurePolicy::Fallback);
+    /// let layer = RateLimitLayer::builder(limiter)
+    ///     .on_failure(FailurePolicy::Fallback)
+    ///     .build()?;
     /// # let _ = layer;
     /// # Ok(()) }
     /// ```
