@@ -166,7 +166,8 @@ async fn healthy_after<S: Store>(limiter: &Limiter<S>, from: Instant) -> Duratio
 }
 
 /// What every outage test asserts about the requests in `[opened, back)`: the breaker is
-/// open, the local store decides. Returns (p99, slowest) of those requests.
+/// open, the local store decides, every request is answered within 25 ms. Returns (p99,
+/// slowest) of those requests.
 fn assert_fast_and_limited(
     samples: &[Sample],
     opened: Duration,
@@ -182,25 +183,18 @@ fn assert_fast_and_limited(
         outage.iter().all(|s| s.answer != Answer::Error),
         "an error reached a client"
     );
+    // No client's request is the probe: the breaker probes Redis on its own, so every
+    // request is answered locally, none waits for Redis. Latencies are measured by each
+    // client around its own call, so they include any scheduling delay of a loaded machine.
     let p99 = p99(&outage);
-    assert!(
-        p99 < Duration::from_millis(25),
-        "p99 {p99:?} while the breaker is open"
-    );
-    // Only the probes (one per OPEN_FOR at most) wait for Redis.
+    let slowest = outage.iter().map(|s| s.latency).max().unwrap_or_default();
     let slow = outage
         .iter()
         .filter(|s| s.latency >= Duration::from_millis(25))
         .count();
-    let probes = (back - opened).as_millis() / OPEN_FOR.as_millis() + 2;
     assert!(
-        slow as u128 <= probes,
-        "{slow} slow requests, more than the {probes} probes"
-    );
-    let slowest = outage.iter().map(|s| s.latency).max().unwrap_or_default();
-    assert!(
-        slowest <= TIMEOUT + Duration::from_millis(300),
-        "a request took {slowest:?}"
+        slow == 0,
+        "{slow} requests took 25 ms or more while the breaker was open (slowest {slowest:?}, p99 {p99:?})"
     );
     // The local store enforces the hot key's quota on its own.
     let hot_admitted = outage
@@ -244,12 +238,9 @@ async fn redis_stopped_costs_no_latency_and_keeps_limits() {
     );
 
     // Within one timeout of the fault (plus slack for a loaded machine) the breaker is open.
-    // The last timeout before SIGCONT may still see Redis's late answer: left out.
-    let (p99, slowest) = assert_fast_and_limited(
-        &samples,
-        fault + TIMEOUT + Duration::from_millis(100),
-        back - TIMEOUT,
-    );
+    // Up to SIGCONT: no request waits on a probe, not even the last ones.
+    let (p99, slowest) =
+        assert_fast_and_limited(&samples, fault + TIMEOUT + Duration::from_millis(100), back);
     assert!(
         recovered < Duration::from_secs(1),
         "Redis used again {recovered:?} after SIGCONT"

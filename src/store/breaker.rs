@@ -314,6 +314,9 @@ impl<S: Store> Breaker<S> {
         let Some(pass) = self.shared.pass() else {
             return Err(StoreError::CircuitOpen);
         };
+        if pass == Pass::Probe && self.probe_in_background() {
+            return Err(StoreError::CircuitOpen);
+        }
         let settle = Settle {
             shared: &self.shared,
             pass: Some(pass),
@@ -321,6 +324,55 @@ impl<S: Store> Breaker<S> {
         let result = call().await;
         settle.record(&result);
         result
+    }
+}
+
+impl<S: Store> Breaker<S> {
+    /// Runs the store's own [`probe`](Store::probe) on a task of its own, if the store has
+    /// one and a tokio runtime runs: the call that found the breaker due for a probe then
+    /// fails at once like every other, and no client waits on a store that may still hang.
+    /// `false`: the call must be the probe.
+    fn probe_in_background(&self) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let Some(probe) = self.store.probe() else {
+            return false;
+        };
+        let settle = OwnSettle {
+            shared: Arc::clone(&self.shared),
+            settled: false,
+        };
+        runtime.spawn(async move {
+            let result = probe.await;
+            settle.record(&result);
+        });
+        true
+    }
+}
+
+/// Settles the breaker's own probe; if its task is dropped unsettled (the runtime shuts
+/// down), frees the probe as [`Settle`] does.
+struct OwnSettle {
+    shared: Arc<Shared>,
+    settled: bool,
+}
+
+impl OwnSettle {
+    fn record(mut self, result: &Result<(), StoreError>) {
+        self.settled = true;
+        match result {
+            Ok(()) => self.shared.succeeded(Pass::Probe),
+            Err(e) => self.shared.failed(Pass::Probe, e),
+        }
+    }
+}
+
+impl Drop for OwnSettle {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.shared.abandoned();
+        }
     }
 }
 

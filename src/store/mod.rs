@@ -171,6 +171,16 @@ pub trait Store: Send + Sync + 'static {
     fn reset(&self, rule: &Rule, key: &[u8])
         -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// A health check of the store on its own, for a [`Breaker`] to learn that the store is
+    /// back without making a client's request the probe. `None` (the default) if the store
+    /// has none: the breaker then lets one request through as the probe.
+    ///
+    /// The future borrows nothing (the breaker runs it on a task of its own) and is bounded
+    /// like any call to the store (its timeout). [`RedisStore`] sends a `PING`.
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        None::<std::future::Ready<Result<(), StoreError>>>
+    }
+
     /// Whether the store decides as configured now: cheap (a few atomic loads), for a
     /// readiness endpoint. A store without a circuit breaker is always
     /// [`Healthy`](Health::Healthy): its failures show only as errors.

@@ -945,6 +945,19 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.reset_one(rule, key)
     }
+
+    /// A `PING` on a clone of the connection, bounded by the store's timeout.
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        let mut conn = self.conn.clone();
+        let timeout = self.timeout;
+        Some(async move {
+            tokio::time::timeout(timeout, redis::cmd("PING").query_async::<Value>(&mut conn))
+                .await
+                .map_err(|_| StoreError::Timeout)?
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
