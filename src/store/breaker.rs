@@ -171,6 +171,17 @@ impl Shared {
         micros(self.epoch.elapsed())
     }
 
+    /// Open for `open_for` already, with no probe on its way: loads only.
+    fn due(&self) -> bool {
+        self.state.load(Ordering::Acquire) == OPEN
+            && !self.probing.load(Ordering::Acquire)
+            && self.now()
+                >= self
+                    .opened_at
+                    .load(Ordering::Acquire)
+                    .saturating_add(self.open_for_micros)
+    }
+
     fn pass(&self) -> Option<Pass> {
         match self.state.load(Ordering::Acquire) {
             CLOSED => Some(Pass::Call),
@@ -339,6 +350,34 @@ impl<S: Store> Breaker<S> {
         let Some(probe) = self.store.probe() else {
             return false;
         };
+        self.spawn_probe(&runtime, probe);
+        true
+    }
+
+    /// Starts the store's own probe if one is due, without a call: so that a breaker whose
+    /// [`health`](Store::health) is polled (a readiness endpoint) closes once the store is
+    /// back even when no request arrives (a replica taken out of service while failing).
+    fn probe_if_due(&self) {
+        if !self.shared.due() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(probe) = self.store.probe() else {
+            return;
+        };
+        // Lost the race (another probe, or closed meanwhile): the unsent probe is dropped.
+        if self.shared.pass() == Some(Pass::Probe) {
+            self.spawn_probe(&runtime, probe);
+        }
+    }
+
+    fn spawn_probe(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        probe: impl Future<Output = Result<(), StoreError>> + Send + 'static,
+    ) {
         let settle = OwnSettle {
             shared: Arc::clone(&self.shared),
             settled: false,
@@ -347,7 +386,6 @@ impl<S: Store> Breaker<S> {
             let result = probe.await;
             settle.record(&result);
         });
-        true
     }
 }
 
@@ -425,7 +463,11 @@ impl<S: Store> Store for Breaker<S> {
     fn health(&self) -> Health {
         match self.state() {
             BreakerState::Closed => self.store.health(),
-            BreakerState::Open | BreakerState::HalfOpen => Health::Failing,
+            BreakerState::Open => {
+                self.probe_if_due();
+                Health::Failing
+            }
+            BreakerState::HalfOpen => Health::Failing,
         }
     }
 }
@@ -545,6 +587,7 @@ pub(crate) mod tests {
         assert_eq!(breaker.state(), BreakerState::Closed);
     }
 
+    /// A store without a probe of its own: one request at a time is the probe.
     #[tokio::test(start_paused = true)]
     async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
         let flaky = Flaky::default();
@@ -610,6 +653,148 @@ pub(crate) mod tests {
         flaky.hang.store(false, Ordering::SeqCst);
         flaky.down.store(false, Ordering::SeqCst);
         assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.health(), Health::Healthy);
+    }
+
+    /// [`Flaky`] with a probe of its own, which can be made slow (as a store's timeout).
+    #[derive(Clone, Default)]
+    struct Pinged {
+        flaky: Flaky,
+        slow: Arc<AtomicBool>,
+        probes: Arc<AtomicUsize>,
+    }
+
+    impl Pinged {
+        fn probes(&self) -> usize {
+            self.probes.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Store for Pinged {
+        fn check(
+            &self,
+            batch: &[Check<'_>],
+            max_wait: Duration,
+        ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+            self.flaky.check(batch, max_wait)
+        }
+
+        fn peek(
+            &self,
+            check: Check<'_>,
+        ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+            self.flaky.peek(check)
+        }
+
+        fn reset(
+            &self,
+            rule: &Rule,
+            key: &[u8],
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            self.flaky.reset(rule, key)
+        }
+
+        fn probe(
+            &self,
+        ) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+            let (down, slow) = (self.flaky.down.clone(), self.slow.clone());
+            self.probes.fetch_add(1, Ordering::SeqCst);
+            Some(async move {
+                if slow.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                if down.load(Ordering::SeqCst) {
+                    return Err(StoreError::Unavailable("down".into()));
+                }
+                Ok(())
+            })
+        }
+    }
+
+    async fn let_tasks_run() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
+        let store = Pinged::default();
+        let breaker = Breaker::new(store.clone())
+            .failures(1)
+            .open_for(Duration::from_secs(1));
+        let rule = rule();
+        let batch = [Check::new(&rule, b"k")];
+        store.flaky.down.store(true, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+        let calls = store.flaky.calls();
+
+        // Not before `open_for`.
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
+        let_tasks_run().await;
+        assert_eq!(store.probes(), 0);
+
+        // Due: the call that finds it so fails at once; the breaker's probe fails and
+        // opens it for another second.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
+        let_tasks_run().await;
+        assert_eq!(store.probes(), 1);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(
+            breaker.check(&batch, Duration::ZERO).await,
+            Err(StoreError::CircuitOpen)
+        );
+        let_tasks_run().await;
+        assert_eq!(store.probes(), 1);
+
+        // A probe that takes the timeout: one at a time, every call fails at once meanwhile.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        store.slow.store(true, Ordering::SeqCst);
+        store.flaky.down.store(false, Ordering::SeqCst);
+        for _ in 0..50 {
+            assert_eq!(
+                breaker.check(&batch, Duration::ZERO).await,
+                Err(StoreError::CircuitOpen)
+            );
+            let_tasks_run().await;
+        }
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        assert_eq!(store.probes(), 2, "one probe at a time");
+        assert_eq!(store.flaky.calls(), calls, "no request reaches the store");
+
+        // Its answer closes the breaker; requests go to the store again.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let_tasks_run().await;
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.health(), Health::Healthy);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(store.flaky.calls(), calls + 1);
+
+        // With no request at all, polling `health` probes once due (a replica out of
+        // service while failing comes back).
+        store.slow.store(false, Ordering::SeqCst);
+        store.flaky.down.store(true, Ordering::SeqCst);
+        assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
+        assert_eq!(breaker.state(), BreakerState::Open);
+        store.flaky.down.store(false, Ordering::SeqCst);
+        assert_eq!(breaker.health(), Health::Failing);
+        let_tasks_run().await;
+        assert_eq!(store.probes(), 2, "not before `open_for`");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(breaker.health(), Health::Failing);
+        let_tasks_run().await;
+        assert_eq!(store.probes(), 3);
         assert_eq!(breaker.state(), BreakerState::Closed);
         assert_eq!(breaker.health(), Health::Healthy);
     }
