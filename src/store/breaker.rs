@@ -17,7 +17,7 @@ use crate::Rule;
 /// [`Breaker::failures`].
 pub const DEFAULT_FAILURES: u32 = 3;
 
-/// How long an open [`Breaker`] waits before it lets one probe through, unless changed with
+/// How long an open [`Breaker`] waits before it probes the store, unless changed with
 /// [`Breaker::open_for`].
 pub const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
@@ -29,8 +29,9 @@ pub enum BreakerState {
     /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`],
     /// without waiting on the store.
     Open,
-    /// One probe call is on its way to the store; every other call fails at once as when
-    /// open. The probe's answer closes the breaker, its failure opens it again.
+    /// One probe is on its way to the store (the store's own [`probe`](Store::probe), or
+    /// for a store without one, a call); every call fails at once as when open. The probe's
+    /// answer closes the breaker, its failure opens it again.
     HalfOpen,
 }
 
@@ -51,13 +52,19 @@ fn state_of(raw: u8) -> BreakerState {
 /// While the store answers, calls go through unchanged. After
 /// [`failures`](Self::failures) consecutive failures (errors or timeouts, not malformed
 /// batches) the breaker **opens**: every call fails at once with
-/// [`StoreError::CircuitOpen`], so that no request waits on a store that is away. After
-/// [`open_for`](Self::open_for) the next call is let through as the one **probe**
-/// (half-open; any other call meanwhile still fails at once, so a recovering store gets one
-/// request, not a thundering herd). The probe's success closes the breaker; its failure
-/// opens it for another `open_for`. A probe whose caller goes away reopens the breaker
-/// with the next call allowed to probe at once. Every transition is a `tracing` event
-/// (target `tollgate::breaker`: `warn` on opening, `info` otherwise).
+/// [`StoreError::CircuitOpen`], so that no request waits on a store that is away. Once
+/// open for [`open_for`](Self::open_for), the next call (or the next look at
+/// [`health`](Store::health), as a readiness endpoint polls it) starts the one **probe**
+/// (half-open): the store's own [`probe`](Store::probe) (a `PING` for
+/// [`RedisStore`](super::RedisStore)), run by the breaker on a task of its own on the
+/// tokio runtime, while that call fails at once like every other. So no client's request
+/// ever waits on a store that may still hang, and a recovering store gets one probe at a
+/// time, not a thundering herd. The probe's success closes the breaker; its failure
+/// opens it for another `open_for`. A store without a probe of its own (or a call made
+/// outside a tokio runtime) lets that call through as the probe instead: it waits as long
+/// as the store makes it, and if its caller goes away the breaker reopens with the next
+/// call allowed to probe at once. Every transition is a `tracing` event (target
+/// `tollgate::breaker`: `warn` on opening, `info` otherwise).
 ///
 /// What the caller does with a failure is its policy: the tower layer's
 /// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
@@ -117,7 +124,8 @@ impl<S> Breaker<S> {
         self
     }
 
-    /// Stays open this long before a probe (default [`DEFAULT_OPEN_FOR`]). Set it before
+    /// Stays open this long before a probe, and this long again after a failed one
+    /// (default [`DEFAULT_OPEN_FOR`]). Set it before
     /// cloning the store: clones share the breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = micros(duration));
@@ -695,9 +703,7 @@ pub(crate) mod tests {
             self.flaky.reset(rule, key)
         }
 
-        fn probe(
-            &self,
-        ) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
             let (down, slow) = (self.flaky.down.clone(), self.slow.clone());
             self.probes.fetch_add(1, Ordering::SeqCst);
             Some(async move {

@@ -348,7 +348,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         if local == Health::Failing {
             return Health::Failing;
         }
-        if self.is_falling_back() || self.primary.health() != Health::Healthy {
+        // Asked even while falling back: a breaker's health starts its probe once due.
+        let primary = self.primary.health();
+        if self.is_falling_back() || primary != Health::Healthy {
             return Health::Degraded;
         }
         local

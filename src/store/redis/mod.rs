@@ -78,7 +78,8 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// fails that one call, and the next goes to the new owner), and the one repeat there is,
 /// after `NOSCRIPT`, follows a call that did not run. The decision a client sees is the
 /// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
-/// so that an outage does not cost every request the timeout.
+/// so that an outage does not cost every request the timeout: while it is open it probes
+/// Redis with a `PING` ([`Store::probe`]) on its own, and no request waits.
 /// **Deny cache** ([`with_deny_cache`](Self::with_deny_cache)): optionally, an instance
 /// answers the denials Redis gave it again, exactly, until they end, with no Redis call
 /// (a client hammering a key it is denied on costs Redis almost nothing); a reset on any
