@@ -125,8 +125,8 @@ impl<S> Breaker<S> {
     }
 
     /// Stays open this long before a probe, and this long again after a failed one
-    /// (default [`DEFAULT_OPEN_FOR`]). Set it before
-    /// cloning the store: clones share the breaker.
+    /// (default [`DEFAULT_OPEN_FOR`]). Set it before cloning the store: clones share the
+    /// breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = micros(duration));
         self

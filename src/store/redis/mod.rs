@@ -947,7 +947,9 @@ impl Store for RedisStore {
         self.reset_one(rule, key)
     }
 
-    /// A `PING` on a clone of the connection, bounded by the store's timeout.
+    /// A `PING` on a clone of the connection, bounded by the store's timeout. On a Cluster
+    /// it goes to every master and succeeds only if all answer: a breaker closed while one
+    /// master still hangs would make that master's requests wait the timeout again.
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         let mut conn = self.conn.clone();
         let timeout = self.timeout;
