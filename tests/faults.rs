@@ -574,3 +574,26 @@ async fn a_standalone_call_whose_connection_drops_is_never_sent_again() {
         .with_timeout(Duration::from_secs(2));
     dropped_connections_count_each_request_once(Limiter::new(store), &server).await;
 }
+
+/// The breaker's own probe of Redis: a `PING` bounded by the store's timeout, which on a
+/// Cluster fails while any master is away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_answers_only_when_every_server_does() {
+    let server = RedisServer::start();
+    let store = redis(&server).await;
+    let ping = || store.probe().expect("RedisStore probes on its own");
+    assert_eq!(ping().await, Ok(()));
+    server.pause();
+    assert_eq!(ping().await, Err(tollgate::StoreError::Timeout));
+    server.resume();
+    assert_eq!(ping().await, Ok(()));
+
+    let mut cluster = RedisCluster::start();
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect")
+        .with_timeout(TIMEOUT);
+    assert_eq!(store.probe().expect("a probe").await, Ok(()));
+    tokio::task::block_in_place(|| cluster.nodes[1].kill());
+    assert!(store.probe().expect("a probe").await.is_err());
+}
