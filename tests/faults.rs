@@ -261,6 +261,9 @@ async fn without_a_breaker_every_request_waits_the_timeout() {
     let run = tokio::spawn(load(limiter.clone(), start, length));
     tokio::time::sleep_until(start + fault).await;
     server.pause();
+    // Requests sent before the signal took effect were answered by Redis: the outage
+    // starts once `pause` has returned (sending SIGSTOP takes a process spawn).
+    let paused = start.elapsed();
     tokio::time::sleep_until(start + back).await;
     server.resume();
     let samples = run.await.unwrap();
@@ -269,7 +272,7 @@ async fn without_a_breaker_every_request_waits_the_timeout() {
         &samples,
         length,
     );
-    let outage = within(&samples, fault, back - TIMEOUT);
+    let outage = within(&samples, paused, back - TIMEOUT);
     assert!(outage.iter().all(|s| s.answer != Answer::Error));
     // What the breaker saves: every request pays the timeout before the local decision.
     let fast = outage.iter().filter(|s| s.latency < TIMEOUT).count();
