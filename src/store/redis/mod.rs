@@ -444,7 +444,7 @@ impl RedisStore {
         k
     }
 
-    fn call(&self, max_wait: u64, mode: Mode, refund_at: u64) -> Call {
+    fn call(&self, max_wait: u64, mode: Mode) -> Call {
         Call {
             now: self.clock.as_ref().map(|c| c.now_micros()),
             max_wait,
@@ -454,7 +454,6 @@ impl RedisStore {
             } else {
                 0
             },
-            refund_at,
             min_delay: 0,
         }
     }
@@ -485,7 +484,7 @@ impl RedisStore {
         let checks: Vec<&Check<'_>> = batch.iter().collect();
         let Connection::Cluster(_) = self.conn else {
             let reply = self
-                .run(self.call(max_wait, Mode::Decide, 0), &checks)
+                .run(self.call(max_wait, Mode::Decide), &checks)
                 .await?;
             return Ok(outcome_of(reply, batch));
         };
@@ -500,7 +499,7 @@ impl RedisStore {
         }
         if groups.len() == 1 {
             let reply = self
-                .run(self.call(max_wait, Mode::Decide, 0), &checks)
+                .run(self.call(max_wait, Mode::Decide), &checks)
                 .await?;
             return Ok(outcome_of(reply, batch));
         }
@@ -625,7 +624,7 @@ impl RedisStore {
         let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
         let call = Call {
             min_delay,
-            ..self.call(max_wait, mode, 0)
+            ..self.call(max_wait, mode)
         };
         self.run(call, &checks).await
     }
@@ -640,8 +639,9 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         for part in admitted {
             let checks: Vec<&Check<'_>> = part.consumed.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(part.taken.iter().copied());
             let reply = self
-                .run(self.call(0, Mode::Refund, part.at), &checks)
+                .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
                 .await?;
             for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);
@@ -673,7 +673,7 @@ impl RedisStore {
         for (_, members) in &groups {
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-            let call = self.call(0, Mode::RefundHeld, 0);
+            let call = self.call(0, Mode::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
         // Units given back may admit a request a deny cache holds a denial for.
@@ -685,7 +685,7 @@ impl RedisStore {
 
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
-        let reply = self.run(self.call(0, Mode::Peek, 0), &[&check]).await?;
+        let reply = self.run(self.call(0, Mode::Peek), &[&check]).await?;
         reply
             .rules
             .into_iter()
@@ -721,25 +721,28 @@ struct Part<'m> {
     /// The members that consumed: all but a shadow item that denied (a refund takes back
     /// only what was taken).
     consumed: SmallVec<[usize; 4]>,
-    /// The instant (in its node's clock) its rules count the request at.
-    at: u64,
-    /// µs after its node's now that it releases the request.
+    /// Per consumed member: the instant (in its node's clock) its rule counted the request
+    /// at, which a refund takes it back at.
+    taken: SmallVec<[Taken; 4]>,
+    /// µs after its node's now that it reserved the request at (a wait-mode reservation:
+    /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
     delay: u64,
 }
 
 impl<'m> Part<'m> {
     fn new(members: &'m [usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
-        let consumed = members
+        let (consumed, taken) = members
             .iter()
             .zip(&reply.rules)
-            .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
-            .map(|(&i, _)| i)
-            .collect();
+            .zip(&reply.taken)
+            .filter(|((&i, o), _)| !batch[i].shadow || o.decision.is_admitted())
+            .map(|((&i, _), &t)| (i, t))
+            .unzip();
         Self {
             members,
             consumed,
-            at: reply.at,
-            delay: reply.at.saturating_sub(reply.now),
+            taken,
+            delay: reply.reserved.saturating_sub(reply.now),
         }
     }
 }
@@ -786,8 +789,8 @@ fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
 
 /// Records what the `members` of an admitted slot took, for a later `Store::refund`.
 fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
-    for (&i, &mark) in members.iter().zip(&reply.marks) {
-        taken[i] = Taken { at: reply.at, mark };
+    for (&i, &t) in members.iter().zip(&reply.taken) {
+        taken[i] = t;
     }
 }
 
