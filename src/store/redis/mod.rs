@@ -112,12 +112,14 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
 /// - Every part counts the request at the batch's reservation, as on one node (a fixed
 ///   window in one slot never counts it in a window it does not pass in because a
-///   wait-mode reservation in another slot holds it; a leaky bucket's shaping delay moves
-///   no other rule, see [`Store::check`]). Each part is
-///   decided no earlier than the longest delay the parts before it returned; a part decided
-///   before a later one delayed the batch further is refunded and decided again at the
-///   batch's delay (two more calls for each such part, only when parts delay differently).
-///   If traffic between the calls moves a part's release yet again, after two such rounds
+///   wait-mode reservation in another slot holds it). A leaky bucket's shaping delay moves
+///   only the rules on its own key, which share its slot (see [`Store::check`]), so it
+///   moves no other part. Each part is
+///   decided no earlier than the longest reservation the parts before it returned; a part
+///   decided before a later one reserved further ahead is refunded and decided again at
+///   that reservation (two more calls for each such part, only when parts reserve
+///   differently).
+///   If traffic between the calls moves a part's reservation yet again, after two such rounds
 ///   the batch is refunded and denied rather than admitted with a part counting early.
 ///   Parts compare delays, not instants, so each node's clock governs its own part.
 /// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
@@ -518,8 +520,9 @@ impl RedisStore {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
         let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
         let mut admitted: Vec<Part<'_>> = Vec::new();
-        // The batch's delay so far: the request passes that long after it arrives (a
-        // reservation, a leaky bucket's queue), so no later part may count it earlier.
+        // The batch's reservation so far: the request arrives that long after now (a
+        // wait-mode reservation; a leaky bucket's queue holds only its own slot's rules), so
+        // no later part may count it earlier.
         let mut delay = 0;
         let mut denied = false;
         for (_, members) in groups {
@@ -548,8 +551,8 @@ impl RedisStore {
                 }
             }
         }
-        // A part admitted before a later one delayed the batch counted the request too
-        // early (a fixed window would count it in a window it does not pass in): take it
+        // A part admitted before a later one reserved the batch further ahead counted the
+        // request too early (a fixed window would count it in a window it does not pass in): take it
         // back and decide it again at the batch's delay. Without other traffic that part
         // admits there (an admissible rule stays admissible) and the batch is settled;
         // traffic in between can make it deny or delay further, so this is bounded.
