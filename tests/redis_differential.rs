@@ -52,15 +52,17 @@ fn step() -> impl Strategy<Value = Step> {
         proptest::bool::weighted(0.1),
         prop_oneof![1 => Just(0u8), 1 => 0u8..8],
     )
-        .prop_map(|(advance_us, key, cost, rules, max_wait_us, peek, shared)| Step {
-            advance_us,
-            key,
-            cost,
-            rules,
-            shared,
-            max_wait_us,
-            peek,
-        })
+        .prop_map(
+            |(advance_us, key, cost, rules, max_wait_us, peek, shared)| Step {
+                advance_us,
+                key,
+                cost,
+                rules,
+                shared,
+                max_wait_us,
+                peek,
+            },
+        )
 }
 
 #[test]

@@ -208,7 +208,10 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     let start = T0 - T0 % 60_000_000 + 60_000_000;
     clock.set_micros(start + 50_000_000);
     let fill = [Check::new(&queue, b"c").with_cost(4)];
-    assert_eq!(limiter.check(&fill).await.unwrap().decision, Decision::Allow);
+    assert_eq!(
+        limiter.check(&fill).await.unwrap().decision,
+        Decision::Allow
+    );
 
     clock.set_micros(start + 55_000_000);
     let batch = [
@@ -243,7 +246,10 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     let fill = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
     assert_eq!(fill.decision, Decision::Allow, "shared: {fill:?}");
     // The queue holds the next request past the minute: fw6 counts it at 159 s.
-    let queued = limiter.check(&[Check::new(&queue, b"c").with_cost(4)]).await.unwrap();
+    let queued = limiter
+        .check(&[Check::new(&queue, b"c").with_cost(4)])
+        .await
+        .unwrap();
     assert_eq!(queued.decision, Decision::Allow, "lb5: {queued:?}");
     let denied = [
         Check::new(&queue, b"c"),

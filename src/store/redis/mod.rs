@@ -485,9 +485,7 @@ impl RedisStore {
         batch::validate(batch)?;
         let checks: Vec<&Check<'_>> = batch.iter().collect();
         let Connection::Cluster(_) = self.conn else {
-            let reply = self
-                .run(self.call(max_wait, Mode::Decide), &checks)
-                .await?;
+            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
             return Ok(outcome_of(reply, batch));
         };
         // Group by slot, in the order each slot first appears.
@@ -500,9 +498,7 @@ impl RedisStore {
             }
         }
         if groups.len() == 1 {
-            let reply = self
-                .run(self.call(max_wait, Mode::Decide), &checks)
-                .await?;
+            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
             return Ok(outcome_of(reply, batch));
         }
         self.decide_across_slots(batch, &groups, max_wait).await

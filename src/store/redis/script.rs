@@ -170,9 +170,7 @@ pub(super) struct Reply {
 impl Reply {
     /// What a later `Store::refund` of this call's admissions needs, if it admitted.
     pub(super) fn admission(&self) -> Option<Admission> {
-        self.admitted.then(|| {
-            Admission::new(self.taken.clone())
-        })
+        self.admitted.then(|| Admission::new(self.taken.clone()))
     }
 }
 
