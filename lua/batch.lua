@@ -14,25 +14,30 @@
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
 -- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
 --   Cluster batch denied: count the penalty denials of the rules that reject, admit nothing);
---   3 refund (take back the admissions a mode 0 call made at ARGV[5]); 4 refund where exact
+--   3 refund (take back the admissions a mode 0 call made, each rule at its instant in
+--   ARGV[5]); 4 refund where exact
 --   (give back a held request's admissions, each rule at its own instant, only where its
 --   model's mark says that is exact: Store::refund).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: mode 3, the instant the admissions to refund were recorded at; mode 4, per rule
---   two little-endian doubles: the instant its admission was recorded at, and its mark;
---   other modes, the least delay in µs (another slot of a Redis Cluster batch holds the
---   request that long, so no rule here may count it before now + ARGV[5]).
--- ARGV[6…]: one per rule, twelve little-endian doubles: algorithm code, cost, p1, p2, p3, p4
+-- ARGV[5]: modes 3 and 4, per rule two little-endian doubles: the instant its admission was
+--   recorded at, and its mark (unused by mode 3); other modes, the least delay in µs
+--   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
+--   here may count it before now + ARGV[5]).
+-- ARGV[6…]: one per rule, thirteen little-endian doubles: algorithm code, cost, p1, p2, p3, p4
 --   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 --   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
 --   batch, and consumes only when it admits on its own; batch::admitted), the
---   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`).
--- Returns: admitted (1 or 0), the release (the instant the rules count the request at:
---   now, or later after a reservation), now, then per rule five
---   integers: outcome (0 allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), its
---   value (delay or retry µs), remaining, reset µs, and the admission's refund mark (0 if
---   none).
+--   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`),
+--   its key id (the index of the batch's first rule on the same client key: the rules on
+--   one key count the request when a leaky bucket on that key releases it,
+--   batch::key_release).
+-- Returns: admitted (1 or 0), the reservation (the instant the request arrives at: now, or
+--   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
+--   queue does not move it), now, then per rule six integers: outcome (0 allow, 1 delay,
+--   2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry µs), remaining,
+--   reset µs, the admission's refund mark (0 if none), and the instant the rule counted the
+--   request at (0 if not admitted).
 --
 local now
 if ARGV[1] ~= '' then
@@ -44,10 +49,8 @@ end
 local max_wait = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local slack_ms = tonumber(ARGV[4])
-local refund_at, release_floor = now, now
-if mode == 3 then
-  refund_at = tonumber(ARGV[5])
-elseif mode ~= 4 then
+local release_floor = now
+if mode ~= 3 and mode ~= 4 then
   release_floor = now + tonumber(ARGV[5])
 end
 
@@ -61,8 +64,8 @@ local key_index = 1
 local built = {}
 local formats = {}
 for i = 1, #ARGV - 5 do
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota =
-    struct.unpack('<dddddddddddd', ARGV[5 + i])
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+    struct.unpack('<ddddddddddddd', ARGV[5 + i])
   local model = built[code]
   if not model then
     model = models[code]()
@@ -82,6 +85,7 @@ for i = 1, #ARGV - 5 do
     within = within,
     shadow = shadow == 1,
     key = KEYS[key_index],
+    key_id = key_id,
     pen = nil,
     state = nil,
     fingerprint = fingerprint,
@@ -192,27 +196,50 @@ local function algorithm_evaluate(r, at, cost)
   return e
 end
 
--- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass:
--- its arrival. A leaky bucket's shaping delay is its own queue and holds no other rule (a
--- state dated at a future release would close a shared rule to every other client).
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
+-- A leaky bucket holds it until the water queued before it has drained (a request that adds
+-- no water does not queue); every other rule lets it pass on arrival. Only the rules on the
+-- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
+-- release would admit nothing before then, to every other client.
 local function released_at(r, arrival)
+  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
+    return arrival
+  end
+  local units = held(r, arrival)
+  if units > 0 then
+    -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
+    local adopted = r.model.fresh(r, arrival)
+    r.model.apply(r, adopted, arrival, units)
+    return max(arrival, r.model.expires_at(r, adopted))
+  end
+  if is_live(r, arrival) then
+    return max(arrival, r.model.expires_at(r, r.state))
+  end
   return arrival
 end
 
--- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`,
--- changing nothing. Every rule counts it at the batch's release: its arrival, or later when
--- another Cluster slot reserved further ahead (release_floor).
+-- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
+-- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
+-- rules on one key count it at that key's release, except the leaky bucket whose own queue
+-- holds it until then: that one counts it on arrival.
 local function evaluate_at(arrival)
-  local release = max(arrival, release_floor)
+  local reserved = max(arrival, release_floor)
+  local releases = {}
   for i = 1, #rules do
-    release = max(release, released_at(rules[i], arrival))
+    releases[i] = released_at(rules[i], reserved)
   end
-  local items = { release = release }
+  local items = { reserved = reserved }
   for i = 1, #rules do
     local r = rules[i]
+    local release = releases[i]
+    for j = 1, #rules do
+      if rules[j].key_id == r.key_id then
+        release = max(release, releases[j])
+      end
+    end
     local at = release
-    if released_at(r, arrival) == release then
-      at = arrival
+    if releases[i] == release then
+      at = reserved
     end
     local locked = nil
     if r.after > 0 then
@@ -351,15 +378,15 @@ end
 
 if mode == 3 or mode == 4 then
   local taken = nil
-  if mode == 4 and #rules > 0 then
+  if #rules > 0 then
     taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
   end
   for i = 1, #rules do
     local r = rules[i]
     -- Mode 3 gives back without a mark (a Cluster batch refunded right after it was decided).
-    local at, mark = refund_at, nil
-    if taken then
-      at, mark = taken[2 * i - 1], taken[2 * i]
+    local at, mark = taken[2 * i - 1], nil
+    if mode == 4 then
+      mark = taken[2 * i]
     end
     if r.cost > 0 and is_live(r, now) then
       if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
@@ -368,7 +395,7 @@ if mode == 3 or mode == 4 then
     end
   end
   -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
-  local reply = { 0, refund_at, now }
+  local reply = { 0, now, now }
   for i = 1, #rules do
     local r = rules[i]
     local info = algorithm_evaluate(r, now, 0)
@@ -376,6 +403,7 @@ if mode == 3 or mode == 4 then
     reply[#reply + 1] = 0
     reply[#reply + 1] = info.remaining
     reply[#reply + 1] = info.reset
+    reply[#reply + 1] = 0
     reply[#reply + 1] = 0
   end
   return reply
@@ -394,7 +422,7 @@ if mode == 0 and not admitted then
 end
 
 -- Step 3 (batch::commit / batch::report).
-local reply = { admitted and 1 or 0, items.release, now }
+local reply = { admitted and 1 or 0, items.reserved, now }
 local batch_admitted = admitted
 for i = 1, #rules do
   local r, item = rules[i], items[i]
@@ -468,5 +496,6 @@ for i = 1, #rules do
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = mark
+  reply[#reply + 1] = admitted and item.at or 0
 end
 return reply

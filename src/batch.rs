@@ -2,23 +2,24 @@
 //! beats Allow, where penalties lock keys, and where a denied batch is kept from consuming.
 //!
 //! A store calls it in three steps while it holds every entry of the batch exclusively:
-//! [`evaluate`] each item (read only) at the batch's [`release`], [`admits`] on all of
-//! them, then [`commit`] (or [`report`], for items that change nothing) each item, as
+//! [`evaluate`] each item (read only) at its key's release ([`key_release`]), [`admits`]
+//! on all of them, then [`commit`] (or [`report`], for items that change nothing) each item, as
 //! [`admitted`] says.
 //!
 //! A shadow item (a trial rule) is decided with the others but never vetoes or delays: it
 //! takes the batch's part when it admits on its own, and a denied item's part (nothing
 //! consumed, the penalty counted) when it does not.
 //!
-//! Every rule counts the request at the batch's arrival: now, or the reserved instant in
-//! wait mode (on a Redis Cluster, the latest of the parts' reservations). A leaky bucket's
-//! delay is its own queue and moves no other rule (see [`release`]).
+//! Every rule counts the request at the instant it passes on its key: the batch's arrival
+//! (now, or the reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
+//! reservations), or later where a leaky bucket on the same key holds it in its queue. A
+//! leaky bucket's delay moves no rule on another key (see [`release`]).
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
 
 use std::time::Duration;
 
-use crate::algorithm::{Carried, Eval, State, Verdict, MAX_SCALED};
+use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
@@ -77,7 +78,7 @@ pub(crate) struct Evaluated {
     eval: Eval,
     /// Microseconds of penalty lock left at arrival, if the key is locked.
     locked_for: Option<u64>,
-    /// The instant the rule counts the request at: the batch's release, or the arrival for
+    /// The instant the rule counts the request at: its key's release, or the arrival for
     /// the leaky bucket that holds the request until the release.
     at: u64,
     /// The instant the request arrives: now, or later for a reservation. Locks and the
@@ -130,27 +131,54 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass: its
-/// arrival. A leaky bucket's shaping delay is its own queue and holds no other rule: the
-/// other rules count the request on arrival, where an exact "count at the release" would
-/// date their states in the future, and a state dated in the future admits nothing before
-/// then — so one client's queue would close a shared (global, per-tenant) rule to every
-/// other client until its request leaves (`tests/interactions.rs`
-/// `one_clients_queue_does_not_close_a_shared_bucket`). What that leaves: a rule beside a
-/// leaky bucket may count a shaped request in the window it arrives in rather than the one
-/// it passes in (at most the bucket's queue per window boundary). A wait-mode reservation
-/// does move every rule of its batch to the reserved instant (its arrival).
+/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
+/// bucket holds it until the water queued before it has drained (the end of its delay,
+/// whether or not the water it adds fits; a request that adds no water does not queue);
+/// every other rule lets it pass on arrival, and so does a shadow item, which never holds a
+/// request.
 ///
-/// The batch's release is the latest of these over its items: the instant every rule
-/// counts the request at (see [`evaluate`]).
-pub(crate) fn release(_check: &Check<'_>, _entry: Option<&Entry>, arrival: u64) -> u64 {
-    arrival
+/// The release of a key is the latest of these over the items on that key (see
+/// [`key_release`]): the rules on that key count the request there, so a fixed window
+/// beside the client's own queue never counts the request in a window it does not pass in.
+/// Rules on other keys (a global or per-tenant limit) count it on arrival: a state dated at
+/// a future release admits nothing before then, so dating a shared state by one client's
+/// queue would close it to every other client until the request leaves
+/// (`tests/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`). The
+/// client's own key is already held by its queue. What that leaves: a rule on another key
+/// than the leaky bucket may count a shaped request in the window it arrives in rather than
+/// the one it passes in (at most the bucket's queue per window boundary). A wait-mode
+/// reservation moves every rule of its batch to the reserved instant (its arrival).
+pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
+    match (check.rule.algorithm(), entry) {
+        (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
+            let queued = if e.is_own(check.rule) {
+                algorithm.expires_at(&e.state)
+            } else {
+                // Another configuration's water, held as this bucket's own (see `Rule`).
+                algorithm.expires_at(&algorithm.adopt(e.carried, arrival, 0))
+            };
+            queued.max(arrival)
+        }
+        _ => arrival,
+    }
+}
+
+/// The release of the `i`-th item's key: the latest [`release`] (`releases[j]` for the
+/// `j`-th item) over the items of `batch` on the same key.
+pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u64 {
+    let key = batch[i].key;
+    batch
+        .iter()
+        .zip(releases)
+        .filter(|(c, _)| c.key == key)
+        .fold(releases[i], |latest, (_, &r)| latest.max(r))
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
-/// at `arrival` that the batch releases at `release` (the largest [`release`] of its items).
+/// at `arrival` that its key releases at `release` (see [`key_release`]).
 ///
-/// The rule counts the request at the release (today always the arrival: see [`release`]).
+/// The rule counts the request at the release, unless it is a leaky bucket whose own queue
+/// holds the request until then: that one counts it on arrival, its delay being its queue.
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -172,6 +200,13 @@ pub(crate) fn evaluate(
         at,
         arrival,
         shadow: check.shadow,
+    }
+}
+
+impl Evaluated {
+    /// The instant the rule counts the request at: what a refund of its admission needs.
+    pub(crate) fn counted_at(&self) -> u64 {
+        self.at
     }
 }
 

@@ -1,6 +1,7 @@
 //! Differential property test: random schedules give identical outcomes (decisions,
 //! retry-afters, delays, remaining, reset) from `MemoryStore` and `RedisStore` on the same
-//! injected clock, including penalties, cost 0, costs over capacity and wait mode.
+//! injected clock, including penalties, cost 0, costs over capacity, wait mode and batches
+//! mixing a client's key with a shared one (each rule's counted instant in the admission).
 
 mod common;
 
@@ -35,6 +36,8 @@ struct Step {
     cost: u64,
     /// Indices into `rules()`, distinct.
     rules: Vec<usize>,
+    /// Bit `j` set: the batch's `j`-th rule is on the shared key, not the client's.
+    shared: u8,
     max_wait_us: u64,
     peek: bool,
 }
@@ -47,15 +50,19 @@ fn step() -> impl Strategy<Value = Step> {
         proptest::sample::subsequence((0..8).collect::<Vec<usize>>(), 1..4),
         prop_oneof![3 => Just(0u64), 1 => 0u64..300_000],
         proptest::bool::weighted(0.1),
+        prop_oneof![1 => Just(0u8), 1 => 0u8..8],
     )
-        .prop_map(|(advance_us, key, cost, rules, max_wait_us, peek)| Step {
-            advance_us,
-            key,
-            cost,
-            rules,
-            max_wait_us,
-            peek,
-        })
+        .prop_map(
+            |(advance_us, key, cost, rules, max_wait_us, peek, shared)| Step {
+                advance_us,
+                key,
+                cost,
+                rules,
+                shared,
+                max_wait_us,
+                peek,
+            },
+        )
 }
 
 #[test]
@@ -92,7 +99,15 @@ fn memory_and_redis_decide_alike() {
                     let batch: Vec<Check<'_>> = s
                         .rules
                         .iter()
-                        .map(|&r| Check::new(&rules[r], &key).with_cost(s.cost))
+                        .enumerate()
+                        .map(|(j, &r)| {
+                            let key: &[u8] = if s.shared & (1 << j) != 0 {
+                                b"shared"
+                            } else {
+                                &key
+                            };
+                            Check::new(&rules[r], key).with_cost(s.cost)
+                        })
                         .collect();
                     if s.peek {
                         let m = memory.store_peek(batch[0]).await;

@@ -192,7 +192,79 @@ async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
     }
 }
 
+/// A batch beside a leaky bucket: the rules on the bucket's key counted the request when it
+/// passes (the next minute), the rule on another key on arrival; a refund gives each back
+/// in the window it counted in, and so does a Cluster part refunded because a later slot
+/// denied.
+async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let minute = 60 * S;
+    let queue = Rule::leaky_bucket("lb5", 5, per_10s());
+    let own = Rule::fixed_window("fw5", 1, minute);
+    let log = Rule::sliding_log("sl5", 1, minute);
+    let shared = Rule::fixed_window("fw5-shared", 1, minute);
+    let start = T0 - T0 % 60_000_000 + 60_000_000;
+    clock.set_micros(start + 50_000_000);
+    let fill = [Check::new(&queue, b"c").with_cost(4)];
+    assert_eq!(
+        limiter.check(&fill).await.unwrap().decision,
+        Decision::Allow
+    );
+
+    clock.set_micros(start + 55_000_000);
+    let batch = [
+        Check::new(&queue, b"c"),
+        Check::new(&own, b"c"),
+        Check::new(&log, b"c"),
+        Check::new(&shared, b"g"),
+    ];
+    let held = limiter.check(&batch).await.unwrap();
+    assert_eq!(held.decision, Decision::Delay(35 * S), "{held:?}");
+    limiter
+        .refund(&batch, held.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    // The shared window counted the request in this minute, and has it back.
+    let again = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
+    assert_eq!(again.decision, Decision::Allow, "shared: {again:?}");
+    // The client's rules counted it in the next minute (at 90 s), and have it back: the
+    // window from 60 s, the log from 90 s (a refund reopens no key before the admission's
+    // instant).
+    clock.set_micros(start + 60_000_000);
+    let window = limiter.check(&[Check::new(&own, b"c")]).await.unwrap();
+    assert_eq!(window.decision, Decision::Allow, "fw5: {window:?}");
+    clock.set_micros(start + 90_000_000);
+    let entry = limiter.check(&[Check::new(&log, b"c")]).await.unwrap();
+    assert_eq!(entry.decision, Decision::Allow, "sl5: {entry:?}");
+
+    // The shared window is now full: the batch is denied, and on a Cluster the client's
+    // slot, decided first, is refunded at the instants it counted at.
+    let fresh = Rule::fixed_window("fw6", 1, minute);
+    clock.set_micros(start + 119_000_000);
+    let fill = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
+    assert_eq!(fill.decision, Decision::Allow, "shared: {fill:?}");
+    // The queue holds the next request past the minute: fw6 counts it at 159 s.
+    let queued = limiter
+        .check(&[Check::new(&queue, b"c").with_cost(4)])
+        .await
+        .unwrap();
+    assert_eq!(queued.decision, Decision::Allow, "lb5: {queued:?}");
+    let denied = [
+        Check::new(&queue, b"c"),
+        Check::new(&fresh, b"c"),
+        Check::new(&shared, b"g"),
+    ];
+    let outcome = limiter.check(&denied).await.unwrap();
+    assert!(!outcome.is_admitted(), "{outcome:?}");
+    clock.set_micros(start + 120_000_000);
+    let after = limiter.check(&[Check::new(&fresh, b"c")]).await.unwrap();
+    assert_eq!(after.decision, Decision::Allow, "fw6: {after:?}");
+}
+
 async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
+    each_rule_is_given_back_at_the_instant_it_counted(limiter, clock).await;
     a_refunded_reservation_goes_to_the_next_request(limiter, clock).await;
     a_refund_behind_a_later_admission_gives_nothing_back(limiter, clock).await;
     a_leaky_bucket_gives_back_only_what_is_still_queued(limiter, clock).await;

@@ -2,8 +2,10 @@
 //! reservation takes units at a later instant without forgetting what still counts before
 //! it (regression: fixed window and sliding log used to drop the current window's
 //! admissions when a reservation reached past it). A batch with a leaky bucket passes when
-//! the bucket's queue lets it go, and every rule counts it then, in enforce and wait modes
-//! (regression: the other rules counted it on arrival, in a window it did not pass in).
+//! the bucket's queue lets it go, and every rule on the bucket's key counts it then, in
+//! enforce and wait modes (regression: they counted it on arrival, in a window it did not
+//! pass in); rules on other keys count it on arrival (or its reservation), so one client's
+//! queue never dates a shared state.
 
 mod common;
 
@@ -153,8 +155,10 @@ fn batch_steps() -> impl Strategy<Value = Vec<BatchStep>> {
 }
 
 /// Runs `steps` on `limiter` (rule `i` on `keys[i]`) and checks every rule against the units
-/// it counts at each instant (`now` + the delay it reports: a leaky bucket's own queue, the
-/// others' reservation, which is one instant for all of them, across Cluster slots too): no
+/// it counts at each instant (`now` + the delay it reports: a leaky bucket's own queue; for
+/// the rules on a leaky bucket's key, the instant the request passes there, the longest
+/// delay on that key; for the rules on other keys, the reservation, which is one instant
+/// for all of them, across Cluster slots too): no
 /// fixed window and no window-long interval of the sliding log holds more than 4, and each
 /// leaky bucket lets units leave no faster than it drains (in any `[a, b]`, the units beside
 /// the largest are at most `(b − a) / period`).
@@ -186,18 +190,31 @@ async fn every_rule_counts_where_it_says<S: Store>(
         if !outcome.is_admitted() {
             continue;
         }
-        let mut reserved = None;
+        let mut delays = [None; 4];
         let included = (0..4).filter(|&i| costs[i] > 0);
         for (i, rule) in included.zip(&outcome.rules) {
-            let delay = match rule.decision {
+            delays[i] = Some(match rule.decision {
                 Decision::Delay(d) => d.as_micros() as u64,
                 _ => 0,
-            };
-            if i >= 2 {
-                // The window rules' reservation: one instant for the batch.
+            });
+        }
+        let mut reserved = None;
+        for i in 2..4 {
+            let Some(delay) = delays[i] else { continue };
+            let on_key = || (0..4).filter(|&j| keys[j] == keys[i]);
+            if on_key().any(|j| j < 2 && delays[j].is_some()) {
+                // Beside a leaky bucket on its key: counted when the request passes there.
+                let passes = on_key().filter_map(|j| delays[j]).max();
+                prop_assert_eq!(Some(delay), passes, "{} counts at its key's release", i);
+            } else {
+                // The reservation: one instant for the batch, whatever the queues hold.
                 prop_assert_eq!(*reserved.get_or_insert(delay), delay, "one reservation");
             }
-            passed[i].push((now + delay, costs[i]));
+        }
+        for i in 0..4 {
+            if let Some(delay) = delays[i] {
+                passed[i].push((now + delay, costs[i]));
+            }
         }
     }
     for log in &mut passed {
@@ -285,6 +302,80 @@ fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
             let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
             rt.block_on(every_rule_counts_where_it_says(
                 &limiter, &clock, ONE_KEY, &steps,
+            ))
+        })
+        .unwrap();
+}
+
+/// The keys a mixed batch puts its rules on: the slow queue on the client's key, each other
+/// rule on the client's key or on a shared one.
+fn mixed_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
+    let key = || prop_oneof![Just(&b"client"[..]), Just(&b"shared"[..])];
+    (key(), key(), key()).prop_map(|(fast, window, log)| [&b"client"[..], fast, window, log])
+}
+
+#[test]
+fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runner(256)
+        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
+            let clock = ManualClock::new(T0);
+            let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+            rt.block_on(every_rule_counts_where_it_says(
+                &limiter, &clock, keys, &steps,
+            ))
+        })
+        .unwrap();
+}
+
+#[test]
+fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt
+        .block_on(RedisStore::connect(&server.url()))
+        .expect("connect");
+    let case = AtomicUsize::new(0);
+    runner(48)
+        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
+            let clock = ManualClock::new(T0);
+            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
+            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
+            rt.block_on(every_rule_counts_where_it_says(
+                &limiter, &clock, keys, &steps,
+            ))
+        })
+        .unwrap();
+}
+
+/// The same on a Redis Cluster: the two keys lie in different slots, so a mixed batch is
+/// two script calls, and a leaky bucket's queue in one must not move the other.
+#[test]
+fn mixed_key_batches_count_each_rule_where_it_says_cluster() {
+    let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key([b"{", k, b"}"].concat());
+    assert_ne!(slot(b"client"), slot(b"shared"), "the keys span slots");
+    let cluster = RedisCluster::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt
+        .block_on(RedisStore::connect_cluster(cluster.urls()))
+        .expect("connect to the test cluster");
+    let case = AtomicUsize::new(0);
+    runner(24)
+        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
+            let clock = ManualClock::new(T0);
+            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
+            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
+            rt.block_on(every_rule_counts_where_it_says(
+                &limiter, &clock, keys, &steps,
             ))
         })
         .unwrap();

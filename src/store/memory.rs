@@ -178,39 +178,40 @@ impl MemoryStore {
             .collect();
         let now = shared.clock.now_micros();
 
-        // A request arriving at `arrival` passes once every rule lets it: each rule counts
-        // it then (see `batch::evaluate`).
-        let mut evaluate_at = |arrival: u64| -> (u64, SmallVec<[batch::Evaluated; 4]>) {
-            let release = batch
+        // A request arriving at `arrival` passes on each key once every rule on it lets it:
+        // the rules on that key count it then (see `batch::key_release`).
+        let mut evaluate_at = |arrival: u64| -> SmallVec<[batch::Evaluated; 4]> {
+            let releases: SmallVec<[u64; 4]> = batch
                 .iter()
                 .zip(&hashes)
                 .map(|(check, &hash)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     batch::release(check, shard.get(hash, check), arrival)
                 })
-                .fold(arrival, u64::max);
-            let items = batch
+                .collect();
+            batch
                 .iter()
                 .zip(&hashes)
-                .map(|(check, &hash)| {
+                .enumerate()
+                .map(|(i, (check, &hash))| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
+                    let release = batch::key_release(batch, &releases, i);
                     batch::evaluate(check, shard.get(hash, check), arrival, release)
                 })
-                .collect();
-            (release, items)
+                .collect()
         };
-        let (mut release, mut items) = evaluate_at(now);
+        let mut items = evaluate_at(now);
         let mut admitted = batch::admits(&items);
         if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted) {
-            let (reserved_release, reserved) = evaluate_at(now + wait);
+            let reserved = evaluate_at(now + wait);
             if batch::admits(&reserved) {
-                (release, items, admitted) = (reserved_release, reserved, true);
+                (items, admitted) = (reserved, true);
             }
         }
 
         // One mark per item of an admitted batch (a shadow item that denied took nothing; a
-        // refund skips shadow items), each at the batch's release as the Redis twin records
-        // it (a leaky bucket that counted the request on arrival is refunded by its mark).
+        // refund skips shadow items), each at the instant its rule counted the request, as
+        // the Redis twin records it.
         let mut marks = SmallVec::new();
         let batch_admitted = admitted;
         rules.extend(
@@ -222,7 +223,7 @@ impl MemoryStore {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     let admitted = batch::admitted(item, batch_admitted);
                     let mut taken = Taken {
-                        at: release,
+                        at: item.counted_at(),
                         mark: 0,
                     };
                     let outcome = if batch::writes(check, item, admitted) {

@@ -118,12 +118,15 @@ pub trait Store: Send + Sync + 'static {
     /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
     ///
     /// A reservation counts every rule of the batch at the reserved instant. A leaky
-    /// bucket's shaping delay is its own queue: the other rules count the request on
-    /// arrival, so beside a leaky bucket a rule may count a shaped request in the window it
-    /// arrives in rather than the one it leaves in (at most the bucket's queue per window
-    /// boundary). Counting them at the release instead would date shared states (a global
-    /// limit) in the future and close them to every other client for as long as one
-    /// client's queue holds its request.
+    /// bucket's shaping delay is its queue: the rules on the bucket's own key count the
+    /// request when the queue releases it (so a fixed window on that key never counts a
+    /// request in a window it does not pass in), while rules on other keys (a global or
+    /// per-tenant limit) count it on arrival. Counting those at the release too would date
+    /// shared states in the future and close them to every other client for as long as one
+    /// client's queue holds its request; the client's own key is held by its queue anyway.
+    /// So a rule on another key than a leaky bucket may count a shaped request in the window
+    /// it arrives in rather than the one it leaves in (at most the bucket's queue per window
+    /// boundary): keep the rules that must count at the release on the bucket's key.
     fn check(
         &self,
         batch: &[Check<'_>],

@@ -421,7 +421,7 @@ pub(super) fn invalidation(rule: &Rule, key: &[u8]) -> Vec<u8> {
 }
 
 /// Whether every rule of `batch` decides at the request's arrival: not so when a leaky
-/// bucket's queue holds the request and the other rules count it at its release.
+/// bucket's queue holds the request and the rules on its key count it at its release.
 fn decided_on_arrival(batch: &[Check<'_>]) -> bool {
     batch.len() == 1
         || !batch.iter().any(|c| {

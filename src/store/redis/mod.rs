@@ -113,12 +113,14 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
 /// - Every part counts the request at the batch's reservation, as on one node (a fixed
 ///   window in one slot never counts it in a window it does not pass in because a
-///   wait-mode reservation in another slot holds it; a leaky bucket's shaping delay moves
-///   no other rule, see [`Store::check`]). Each part is
-///   decided no earlier than the longest delay the parts before it returned; a part decided
-///   before a later one delayed the batch further is refunded and decided again at the
-///   batch's delay (two more calls for each such part, only when parts delay differently).
-///   If traffic between the calls moves a part's release yet again, after two such rounds
+///   wait-mode reservation in another slot holds it). A leaky bucket's shaping delay moves
+///   only the rules on its own key, which share its slot (see [`Store::check`]), so it
+///   moves no other part. Each part is
+///   decided no earlier than the longest reservation the parts before it returned; a part
+///   decided before a later one reserved further ahead is refunded and decided again at
+///   that reservation (two more calls for each such part, only when parts reserve
+///   differently).
+///   If traffic between the calls moves a part's reservation yet again, after two such rounds
 ///   the batch is refunded and denied rather than admitted with a part counting early.
 ///   Parts compare delays, not instants, so each node's clock governs its own part.
 /// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
@@ -445,7 +447,7 @@ impl RedisStore {
         k
     }
 
-    fn call(&self, max_wait: u64, mode: Mode, refund_at: u64) -> Call {
+    fn call(&self, max_wait: u64, mode: Mode) -> Call {
         Call {
             now: self.clock.as_ref().map(|c| c.now_micros()),
             max_wait,
@@ -455,7 +457,6 @@ impl RedisStore {
             } else {
                 0
             },
-            refund_at,
             min_delay: 0,
         }
     }
@@ -485,9 +486,7 @@ impl RedisStore {
         batch::validate(batch)?;
         let checks: Vec<&Check<'_>> = batch.iter().collect();
         let Connection::Cluster(_) = self.conn else {
-            let reply = self
-                .run(self.call(max_wait, Mode::Decide, 0), &checks)
-                .await?;
+            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
             return Ok(outcome_of(reply, batch));
         };
         // Group by slot, in the order each slot first appears.
@@ -500,9 +499,7 @@ impl RedisStore {
             }
         }
         if groups.len() == 1 {
-            let reply = self
-                .run(self.call(max_wait, Mode::Decide, 0), &checks)
-                .await?;
+            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
             return Ok(outcome_of(reply, batch));
         }
         self.decide_across_slots(batch, &groups, max_wait).await
@@ -520,8 +517,9 @@ impl RedisStore {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
         let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
         let mut admitted: Vec<Part<'_>> = Vec::new();
-        // The batch's delay so far: the request passes that long after it arrives (a
-        // reservation, a leaky bucket's queue), so no later part may count it earlier.
+        // The batch's reservation so far: the request arrives that long after now (a
+        // wait-mode reservation; a leaky bucket's queue holds only its own slot's rules), so
+        // no later part may count it earlier.
         let mut delay = 0;
         let mut denied = false;
         for (_, members) in groups {
@@ -550,8 +548,8 @@ impl RedisStore {
                 }
             }
         }
-        // A part admitted before a later one delayed the batch counted the request too
-        // early (a fixed window would count it in a window it does not pass in): take it
+        // A part admitted before a later one reserved the batch further ahead counted the
+        // request too early (a fixed window would count it in a window it does not pass in): take it
         // back and decide it again at the batch's delay. Without other traffic that part
         // admits there (an admissible rule stays admissible) and the batch is settled;
         // traffic in between can make it deny or delay further, so this is bounded.
@@ -626,7 +624,7 @@ impl RedisStore {
         let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
         let call = Call {
             min_delay,
-            ..self.call(max_wait, mode, 0)
+            ..self.call(max_wait, mode)
         };
         self.run(call, &checks).await
     }
@@ -641,8 +639,9 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         for part in admitted {
             let checks: Vec<&Check<'_>> = part.consumed.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(part.taken.iter().copied());
             let reply = self
-                .run(self.call(0, Mode::Refund, part.at), &checks)
+                .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
                 .await?;
             for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);
@@ -674,7 +673,7 @@ impl RedisStore {
         for (_, members) in &groups {
             let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-            let call = self.call(0, Mode::RefundHeld, 0);
+            let call = self.call(0, Mode::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
         // Units given back may admit a request a deny cache holds a denial for.
@@ -686,7 +685,7 @@ impl RedisStore {
 
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
-        let reply = self.run(self.call(0, Mode::Peek, 0), &[&check]).await?;
+        let reply = self.run(self.call(0, Mode::Peek), &[&check]).await?;
         reply
             .rules
             .into_iter()
@@ -722,25 +721,28 @@ struct Part<'m> {
     /// The members that consumed: all but a shadow item that denied (a refund takes back
     /// only what was taken).
     consumed: SmallVec<[usize; 4]>,
-    /// The instant (in its node's clock) its rules count the request at.
-    at: u64,
-    /// µs after its node's now that it releases the request.
+    /// Per consumed member: the instant (in its node's clock) its rule counted the request
+    /// at, which a refund takes it back at.
+    taken: SmallVec<[Taken; 4]>,
+    /// µs after its node's now that it reserved the request at (a wait-mode reservation:
+    /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
     delay: u64,
 }
 
 impl<'m> Part<'m> {
     fn new(members: &'m [usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
-        let consumed = members
+        let (consumed, taken) = members
             .iter()
             .zip(&reply.rules)
-            .filter(|(&i, o)| !batch[i].shadow || o.decision.is_admitted())
-            .map(|(&i, _)| i)
-            .collect();
+            .zip(&reply.taken)
+            .filter(|((&i, o), _)| !batch[i].shadow || o.decision.is_admitted())
+            .map(|((&i, _), &t)| (i, t))
+            .unzip();
         Self {
             members,
             consumed,
-            at: reply.at,
-            delay: reply.at.saturating_sub(reply.now),
+            taken,
+            delay: reply.reserved.saturating_sub(reply.now),
         }
     }
 }
@@ -787,8 +789,8 @@ fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
 
 /// Records what the `members` of an admitted slot took, for a later `Store::refund`.
 fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
-    for (&i, &mark) in members.iter().zip(&reply.marks) {
-        taken[i] = Taken { at: reply.at, mark };
+    for (&i, &t) in members.iter().zip(&reply.taken) {
+        taken[i] = t;
     }
 }
 

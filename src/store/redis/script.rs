@@ -61,14 +61,13 @@ pub(super) struct Call {
     pub(super) mode: Mode,
     /// Milliseconds added to every TTL.
     pub(super) slack_ms: u64,
-    /// `Mode::Refund` only: the instant the admissions were recorded at.
-    pub(super) refund_at: u64,
-    /// Other modes: µs the request is held at least (another Cluster slot of its batch
-    /// releases it then), so no rule counts it earlier.
+    /// Modes other than the refunds: µs the request is reserved ahead at least (another
+    /// Cluster slot of its batch reserved it then), so no rule counts it earlier.
     pub(super) min_delay: u64,
 }
 
-/// `ARGV[5]` of a `Mode::RefundHeld` call: per check, its instant and mark as doubles.
+/// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call: per check, its instant and mark
+/// as doubles.
 pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     let mut packed = Vec::new();
     for t in taken {
@@ -79,7 +78,7 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
 }
 
 /// Builds the invocation for `checks` (keys first, built by `key_of`).
-/// `taken` replaces `ARGV[5]` for a `Mode::RefundHeld` call.
+/// `taken` replaces `ARGV[5]` for a `Mode::Refund` or `Mode::RefundHeld` call.
 pub(super) fn invocation<'s>(
     call: Call,
     checks: &[&Check<'_>],
@@ -96,11 +95,15 @@ pub(super) fn invocation<'s>(
         .arg(call.slack_ms);
     match (taken, call.mode) {
         (Some(packed), _) => inv.arg(packed),
-        (None, Mode::Refund) => inv.arg(call.refund_at),
         (None, _) => inv.arg(call.min_delay),
     };
-    for check in checks {
+    for (i, check) in checks.iter().enumerate() {
         let algorithm = check.rule.algorithm();
+        // The rules on one client key share its leaky bucket's release (batch::key_release).
+        let key_id = checks[..i]
+            .iter()
+            .position(|c| c.key == check.key)
+            .unwrap_or(i);
         inv.key(key_of(check, false));
         if has_log(algorithm) {
             inv.key(key_of(check, true));
@@ -127,8 +130,9 @@ pub(super) fn invocation<'s>(
             u64::from(check.shadow),
             check.rule.fingerprint(),
             algorithm.quota().0,
+            key_id as u64,
         ];
-        let mut packed = [0u8; 96];
+        let mut packed = [0u8; 104];
         for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&exact_double(value).to_le_bytes());
         }
@@ -150,24 +154,23 @@ fn exact_double(value: u64) -> f64 {
 #[derive(Debug, Clone)]
 pub(super) struct Reply {
     pub(super) admitted: bool,
-    /// The instant the batch's rules count the request at: its release, later than `now`
-    /// after a reservation or a leaky bucket's queue.
-    pub(super) at: u64,
+    /// The instant the request arrives at: `now`, or later after a wait-mode reservation
+    /// (or another Cluster slot's). A leaky bucket's queue does not move it: only the rules
+    /// on the bucket's key count the request at its release (see `taken`).
+    pub(super) reserved: u64,
     /// The instant the script decided at.
     pub(super) now: u64,
     /// One per check, in order.
     pub(super) rules: Vec<RuleOutcome>,
-    /// One per check: the refund mark of its admission (see `Store::refund`), 0 if none.
-    pub(super) marks: SmallVec<[u64; 4]>,
+    /// One per check: the instant its rule counted the request at and the refund mark of
+    /// its admission (see `Store::refund`), both 0 if none.
+    pub(super) taken: SmallVec<[Taken; 4]>,
 }
 
 impl Reply {
     /// What a later `Store::refund` of this call's admissions needs, if it admitted.
     pub(super) fn admission(&self) -> Option<Admission> {
-        self.admitted.then(|| {
-            let taken = self.marks.iter().map(|&mark| Taken { at: self.at, mark });
-            Admission::new(taken.collect())
-        })
+        self.admitted.then(|| Admission::new(self.taken.clone()))
     }
 }
 
@@ -180,16 +183,16 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             checks.len()
         ))
     };
-    if values.len() != 3 + 5 * checks.len() {
+    if values.len() != 3 + 6 * checks.len() {
         return Err(bad());
     }
     let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
     let admitted = values[0] == 1;
-    let at = uint(values[1])?;
+    let reserved = uint(values[1])?;
     let now = uint(values[2])?;
     let rules = checks
         .iter()
-        .zip(values[3..].chunks_exact(5))
+        .zip(values[3..].chunks_exact(6))
         .map(|(check, v)| {
             let value = uint(v[1])?;
             let us = Duration::from_micros;
@@ -211,16 +214,21 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let marks = values[3..]
-        .chunks_exact(5)
-        .map(|v| uint(v[4]))
+    let taken = values[3..]
+        .chunks_exact(6)
+        .map(|v| {
+            Ok(Taken {
+                at: uint(v[5])?,
+                mark: uint(v[4])?,
+            })
+        })
         .collect::<Result<_, _>>()?;
     Ok(Reply {
         admitted,
-        at,
+        reserved,
         now,
         rules,
-        marks,
+        taken,
     })
 }
 

@@ -109,7 +109,6 @@ pub(super) async fn dry_decision(conn: &mut Connection, addr: &str) -> Result<()
         max_wait: 0,
         mode: Mode::Peek,
         slack_ms: 0,
-        refund_at: 0,
         min_delay: 0,
     };
     let inv = script::invocation(call, &[], |_, _| Vec::new(), None);
