@@ -397,6 +397,8 @@ impl RedisStore {
         batch: &[Check<'_>],
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
+        // Validated once, here: the cache's answer and `decide` both rely on it.
+        batch::validate(batch)?;
         let Some(cache) = self
             .deny_cache
             .as_ref()
@@ -404,7 +406,6 @@ impl RedisStore {
         else {
             return self.decide(batch, max_wait).await;
         };
-        batch::validate(batch)?;
         let sent_at = self.local_now();
         if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
             return Ok(outcome);
@@ -482,8 +483,8 @@ impl RedisStore {
         script::parse(&values, checks)
     }
 
+    /// Decides a batch [`decide_cached`](Self::decide_cached) has validated.
     async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
-        batch::validate(batch)?;
         let checks: Vec<&Check<'_>> = batch.iter().collect();
         let Connection::Cluster(_) = self.conn else {
             let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
