@@ -52,7 +52,7 @@ type TonicTlsConnectInfo = <tokio_rustls::server::TlsStream<tokio::net::TcpStrea
 /// IPv6 as its network at `v6_prefix` bits (`2001:db8:1:2::/64`).
 fn push_ip(key: &mut KeyBuf, ip: IpAddr, v6_prefix: u8) {
     // Writing to a KeyBuf cannot fail.
-    let _ = match unmapped(ip) {
+    let _ = match ip.to_canonical() {
         IpAddr::V4(v4) => write!(key, "{v4}"),
         IpAddr::V6(v6) if v6_prefix >= 128 => write!(key, "{v6}"),
         IpAddr::V6(v6) => {
@@ -245,7 +245,7 @@ impl ClientIp {
     /// Whether `ip` is a trusted proxy. The trusted networks hold no IPv4-mapped entries
     /// (see [`unmapped_net`]), so a mapped address is looked up as its IPv4 address.
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = unmapped(ip);
+        let ip = ip.to_canonical();
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
@@ -306,14 +306,6 @@ impl KeyExtractor for ClientIp {
             .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
         let prefix = check_ipv6_prefix(self.v6_prefix).err();
         ConfigError::collect(invalid.chain(prefix)).map_or(Ok(()), Err)
-    }
-}
-
-/// `ip`, or the IPv4 address an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) stands for.
-fn unmapped(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 
