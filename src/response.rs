@@ -122,8 +122,10 @@ pub(crate) fn write_rate_limit_headers<'a>(
     legacy: bool,
     denied: Option<Decision>,
 ) {
-    let mut policy = String::new();
-    let mut state = String::new();
+    // Sized so that a few rules' lists are written without growing (each doubling is an
+    // allocation); each header value then copies its list once.
+    let mut policy = String::with_capacity(128);
+    let mut state = String::with_capacity(128);
     // The legacy headers' rule: (limit, r, t, decided the denial).
     let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
     for (rule, outcome) in rules {
@@ -150,10 +152,10 @@ pub(crate) fn write_rate_limit_headers<'a>(
         }
     }
     // Rule names are validated to a token-safe alphabet, so these never fail.
-    if let Ok(v) = HeaderValue::try_from(policy) {
+    if let Ok(v) = HeaderValue::from_str(&policy) {
         headers.insert(RATELIMIT_POLICY, v);
     }
-    if let Ok(v) = HeaderValue::try_from(state) {
+    if let Ok(v) = HeaderValue::from_str(&state) {
         headers.insert(RATELIMIT, v);
     }
     if let (true, Some((limit, r, t, _))) = (legacy, legacy_rule) {

@@ -73,3 +73,53 @@ fn a_duplicated_header_falling_back_allocates_nothing() {
     assert_eq!(buf.as_bytes(), b"\x02global");
     assert_eq!(n, 0, "{n} allocations for 100 requests");
 }
+
+/// What the layer allocates for an admitted request on a `MemoryStore`, as its docs say:
+/// two (the boxed store future, the store's `Vec` of per-rule outcomes) without headers on
+/// admitted responses; the `RateLimit` headers, on by default, up to eight more, whatever
+/// the length of the rule's name (their lists are written into buffers sized up front).
+#[test]
+fn an_admitted_request_allocates_what_the_docs_say() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{Limiter, MemoryStore, Rate, Rule};
+    use tower::{Layer, Service};
+
+    let mut counts = Vec::new();
+    for headers in [false, true] {
+        let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+            .limit(Limit::new(
+                Rule::token_bucket("global", 1_000_000, Rate::per_second(1)),
+                key::global(),
+            ))
+            .headers_on_allowed(headers)
+            .build()
+            .expect("a valid layer");
+        let mut service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+        }));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut admit = || {
+            let _ = service.poll_ready(&mut cx);
+            let request = http::Request::get("/").body(()).expect("a request");
+            allocations_of(|| {
+                let mut future = std::pin::pin!(service.call(request));
+                match future.as_mut().poll(&mut cx) {
+                    Poll::Ready(response) => assert!(response.is_ok()),
+                    Poll::Pending => panic!("an in-process store answers at once"),
+                }
+            })
+        };
+        // The first request creates the store's entry.
+        admit();
+        let n = admit();
+        counts.push(n);
+    }
+    assert_eq!(counts[0], 2, "without headers on admitted responses");
+    assert!(
+        counts[1] <= 10,
+        "{} allocations with the headers",
+        counts[1]
+    );
+}
