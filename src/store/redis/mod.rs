@@ -485,7 +485,7 @@ impl RedisStore {
 
     /// Decides a batch [`decide_cached`](Self::decide_cached) has validated.
     async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
-        let checks: Vec<&Check<'_>> = batch.iter().collect();
+        let checks: SmallVec<[&Check<'_>; 4]> = batch.iter().collect();
         let Connection::Cluster(_) = self.conn else {
             let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
             return Ok(outcome_of(reply, batch));
@@ -622,7 +622,7 @@ impl RedisStore {
         mode: Mode,
         min_delay: u64,
     ) -> Result<Reply, StoreError> {
-        let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+        let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
         let call = Call {
             min_delay,
             ..self.call(max_wait, mode)
@@ -639,7 +639,8 @@ impl RedisStore {
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
         for part in admitted {
-            let checks: Vec<&Check<'_>> = part.consumed.iter().map(|&i| &batch[i]).collect();
+            let checks: SmallVec<[&Check<'_>; 4]> =
+                part.consumed.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(part.taken.iter().copied());
             let reply = self
                 .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
@@ -672,7 +673,7 @@ impl RedisStore {
             }
         }
         for (_, members) in &groups {
-            let checks: Vec<&Check<'_>> = members.iter().map(|&i| &batch[i]).collect();
+            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
             let call = self.call(0, Mode::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
