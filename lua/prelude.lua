@@ -64,9 +64,10 @@ local function reject(retry, remaining, reset)
   return { ok = false, wait = retry, remaining = remaining, reset = reset }
 end
 
--- The models by algorithm code (the codes are in src/store/redis/script.rs). Each entry
--- builds its model when first used in a call (a script's closures are created anew on every
--- call, so building only the models a batch uses keeps the call cheap). A model has:
+-- The models by algorithm code (the codes: Algorithm::code_and_params in
+-- src/algorithm/mod.rs). Each entry builds its model when first used in a call (a script's
+-- closures are created anew on every call, so building only the models a batch uses keeps
+-- the call cheap). A model has:
 -- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
 -- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)
