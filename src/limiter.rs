@@ -105,15 +105,10 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Result<Outcome, StoreError> {
-        if batch.iter().all(|c| !needs_digest(c.key)) {
+        let Some(keys) = digested_keys(batch) else {
             return self.store.check(batch, max_wait).await;
-        }
-        let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
-        let hashed: SmallVec<[Check<'_>; 4]> = batch
-            .iter()
-            .zip(&keys)
-            .map(|(c, key)| Check { key, ..*c })
-            .collect();
+        };
+        let hashed = with_keys(batch, &keys);
         self.store.check(&hashed, max_wait).await
     }
 
@@ -148,15 +143,10 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         admission: &Admission,
     ) -> Result<(), StoreError> {
-        if batch.iter().all(|c| !needs_digest(c.key)) {
+        let Some(keys) = digested_keys(batch) else {
             return self.store.refund(batch, admission).await;
-        }
-        let keys: SmallVec<[Cow<'_, [u8]>; 4]> = batch.iter().map(|c| store_key(c.key)).collect();
-        let hashed: SmallVec<[Check<'_>; 4]> = batch
-            .iter()
-            .zip(&keys)
-            .map(|(c, key)| Check { key, ..*c })
-            .collect();
+        };
+        let hashed = with_keys(batch, &keys);
         self.store.refund(&hashed, admission).await
     }
 
@@ -212,6 +202,23 @@ pub fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
 }
 
 /// Whether [`store_key`] replaces `key` by its digest.
+/// The keys a store sees for `batch` ([`store_key`]), or `None` when they are its own.
+fn digested_keys<'k>(batch: &[Check<'k>]) -> Option<SmallVec<[Cow<'k, [u8]>; 4]>> {
+    batch
+        .iter()
+        .any(|c| needs_digest(c.key))
+        .then(|| batch.iter().map(|c| store_key(c.key)).collect())
+}
+
+/// `batch` under `keys`, one per check.
+fn with_keys<'a>(batch: &[Check<'a>], keys: &'a [Cow<'_, [u8]>]) -> SmallVec<[Check<'a>; 4]> {
+    batch
+        .iter()
+        .zip(keys)
+        .map(|(c, key)| Check { key, ..*c })
+        .collect()
+}
+
 fn needs_digest(key: &[u8]) -> bool {
     key.len() > MAX_KEY_LEN || key.first() == Some(&0xFF)
 }
