@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Health, Store};
@@ -107,7 +108,7 @@ impl<S> Breaker<S> {
             store,
             shared: Arc::new(Shared {
                 failures: DEFAULT_FAILURES,
-                open_for_micros: micros(DEFAULT_OPEN_FOR),
+                open_for_micros: duration_to_micros(DEFAULT_OPEN_FOR),
                 state: AtomicU8::new(CLOSED),
                 consecutive: AtomicU32::new(0),
                 opened_at: AtomicU64::new(0),
@@ -128,7 +129,7 @@ impl<S> Breaker<S> {
     /// (default [`DEFAULT_OPEN_FOR`]). Set it before cloning the store: clones share the
     /// breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
-        self.configure(|s| s.open_for_micros = micros(duration));
+        self.configure(|s| s.open_for_micros = duration_to_micros(duration));
         self
     }
 
@@ -163,10 +164,6 @@ impl<S> Breaker<S> {
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 /// Whether a call may go to the store, and as what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pass {
@@ -176,7 +173,7 @@ enum Pass {
 
 impl Shared {
     fn now(&self) -> u64 {
-        micros(self.epoch.elapsed())
+        duration_to_micros(self.epoch.elapsed())
     }
 
     /// Open for `open_for` already, with no probe on its way: loads only.

@@ -678,9 +678,14 @@ impl RedisStore {
             let call = self.call(0, Mode::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
-        // Units given back may admit a request a deny cache holds a denial for.
+        // Units given back may admit a request a deny cache holds a denial for. The units are
+        // back whatever happens here: a lost invalidation only leaves another instance
+        // denying until its cached denial ends (never admitting more), so it is a warning,
+        // not a failed refund.
         for check in batch.iter().filter(|c| !c.shadow) {
-            self.invalidate(check.rule, check.key).await?;
+            if let Err(error) = self.invalidate(check.rule, check.key).await {
+                tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a refund");
+            }
         }
         Ok(())
     }
