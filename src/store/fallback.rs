@@ -158,6 +158,12 @@ impl Shared {
         }
     }
 
+    /// `batch`'s rules with their quotas divided by `instances`, for the local store; `None`
+    /// when there is nothing to divide (one instance).
+    fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Rule; 4]>> {
+        (self.instances > 1).then(|| batch.iter().map(|c| self.divided(c.rule)).collect())
+    }
+
     /// `rule` with its quotas divided by `instances`.
     fn divided(&self, rule: &Rule) -> Rule {
         if self.instances == 1 {
@@ -229,6 +235,15 @@ fn divide(rule: &Rule, n: u64) -> Rule {
     }
 }
 
+/// `batch` with each check's rule replaced by the one at its index in `rules`.
+fn with_rules<'a>(batch: &[Check<'a>], rules: &'a [Rule]) -> SmallVec<[Check<'a>; 4]> {
+    batch
+        .iter()
+        .zip(rules)
+        .map(|(c, rule)| Check { rule, ..*c })
+        .collect()
+}
+
 impl<P: Store, L: Store> Fallback<P, L> {
     async fn decide(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
         let error = match self.primary.check(batch, max_wait).await {
@@ -240,17 +255,13 @@ impl<P: Store, L: Store> Fallback<P, L> {
             Err(e) => e,
         };
         self.shared.primary_failed(&error);
-        let mut outcome = if self.shared.instances == 1 {
-            self.local.check(batch, max_wait).await?
-        } else {
-            let rules: SmallVec<[Rule; 4]> =
-                batch.iter().map(|c| self.shared.divided(c.rule)).collect();
-            let local: SmallVec<[Check<'_>; 4]> = batch
-                .iter()
-                .zip(&rules)
-                .map(|(c, rule)| Check { rule, ..*c })
-                .collect();
-            self.local.check(&local, max_wait).await?
+        let mut outcome = match self.shared.divided_rules(batch) {
+            None => self.local.check(batch, max_wait).await?,
+            Some(rules) => {
+                self.local
+                    .check(&with_rules(batch, &rules), max_wait)
+                    .await?
+            }
         };
         if let Some(admission) = &mut outcome.admission {
             admission.local = true;
@@ -282,14 +293,14 @@ impl<P: Store, L: Store> Fallback<P, L> {
         if !admission.local {
             return self.primary.refund(batch, admission).await;
         }
-        let rules: SmallVec<[Rule; 4]> =
-            batch.iter().map(|c| self.shared.divided(c.rule)).collect();
-        let local: SmallVec<[Check<'_>; 4]> = batch
-            .iter()
-            .zip(&rules)
-            .map(|(c, rule)| Check { rule, ..*c })
-            .collect();
-        self.local.refund(&local, admission).await
+        match self.shared.divided_rules(batch) {
+            None => self.local.refund(batch, admission).await,
+            Some(rules) => {
+                self.local
+                    .refund(&with_rules(batch, &rules), admission)
+                    .await
+            }
+        }
     }
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
