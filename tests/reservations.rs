@@ -256,55 +256,68 @@ async fn every_rule_counts_where_it_says<S: Store>(
     Ok(())
 }
 
-fn runner(cases: u32) -> TestRunner {
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs `cases` random schedules on the rules' `keys` through
+/// [`every_rule_counts_where_it_says`], each on a fresh store `store_for(clock, case)` makes
+/// (a Redis store: under a prefix of its own), on `rt` (the one a Redis store was connected on).
+fn run_schedules<S: Store>(
+    rt: &tokio::runtime::Runtime,
+    cases: u32,
+    keys: impl Strategy<Value = [&'static [u8]; 4]>,
+    store_for: impl Fn(ManualClock, usize) -> S,
+) {
+    let case = AtomicUsize::new(0);
     TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     })
+    .run(&(keys, batch_steps()), |(keys, steps)| {
+        let clock = ManualClock::new(T0);
+        let store = store_for(clock.clone(), case.fetch_add(1, Ordering::Relaxed));
+        rt.block_on(every_rule_counts_where_it_says(
+            &Limiter::new(store),
+            &clock,
+            keys,
+            &steps,
+        ))
+    })
+    .unwrap();
 }
 
-#[test]
-fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runner(256)
-        .run(&batch_steps(), |steps| {
-            let clock = ManualClock::new(T0);
-            let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, ONE_KEY, &steps,
-            ))
-        })
-        .unwrap();
+fn on_redis(store: &RedisStore) -> impl Fn(ManualClock, usize) -> RedisStore + '_ {
+    move |clock, case| {
+        store
+            .clone()
+            .with_clock(clock)
+            .with_prefix(format!("case{case}"))
+    }
 }
 
 /// Every rule on one key: one script call per batch on Redis.
 const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
 
 #[test]
+fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
+    run_schedules(&runtime(), 256, Just(ONE_KEY), |clock, _| {
+        MemoryStore::with_clock(clock)
+    });
+}
+
+#[test]
 fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let store = rt
         .block_on(RedisStore::connect(&server.url()))
         .expect("connect");
-    let case = AtomicUsize::new(0);
-    runner(48)
-        .run(&batch_steps(), |steps| {
-            let clock = ManualClock::new(T0);
-            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
-            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, ONE_KEY, &steps,
-            ))
-        })
-        .unwrap();
+    run_schedules(&rt, 48, Just(ONE_KEY), on_redis(&store));
 }
 
 /// The keys a mixed batch puts its rules on: the slow queue on the client's key, each other
@@ -316,42 +329,19 @@ fn mixed_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
 
 #[test]
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runner(256)
-        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
-            let clock = ManualClock::new(T0);
-            let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, keys, &steps,
-            ))
-        })
-        .unwrap();
+    run_schedules(&runtime(), 256, mixed_keys(), |clock, _| {
+        MemoryStore::with_clock(clock)
+    });
 }
 
 #[test]
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let store = rt
         .block_on(RedisStore::connect(&server.url()))
         .expect("connect");
-    let case = AtomicUsize::new(0);
-    runner(48)
-        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
-            let clock = ManualClock::new(T0);
-            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
-            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, keys, &steps,
-            ))
-        })
-        .unwrap();
+    run_schedules(&rt, 48, mixed_keys(), on_redis(&store));
 }
 
 /// The same on a Redis Cluster: the two keys lie in different slots, so a mixed batch is
@@ -361,24 +351,11 @@ fn mixed_key_batches_count_each_rule_where_it_says_cluster() {
     let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key([b"{", k, b"}"].concat());
     assert_ne!(slot(b"client"), slot(b"shared"), "the keys span slots");
     let cluster = RedisCluster::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let store = rt
         .block_on(RedisStore::connect_cluster(cluster.urls()))
         .expect("connect to the test cluster");
-    let case = AtomicUsize::new(0);
-    runner(24)
-        .run(&(mixed_keys(), batch_steps()), |(keys, steps)| {
-            let clock = ManualClock::new(T0);
-            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
-            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, keys, &steps,
-            ))
-        })
-        .unwrap();
+    run_schedules(&rt, 24, mixed_keys(), on_redis(&store));
 }
 
 /// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots
@@ -392,24 +369,11 @@ fn cross_slot_batches_count_each_rule_where_it_says_cluster() {
         .collect();
     assert!(slots.len() >= 3, "the keys span slots");
     let cluster = RedisCluster::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let store = rt
         .block_on(RedisStore::connect_cluster(cluster.urls()))
         .expect("connect to the test cluster");
-    let case = AtomicUsize::new(0);
-    runner(24)
-        .run(&batch_steps(), |steps| {
-            let clock = ManualClock::new(T0);
-            let prefix = format!("case{}", case.fetch_add(1, Ordering::Relaxed));
-            let limiter = Limiter::new(store.clone().with_clock(clock.clone()).with_prefix(prefix));
-            rt.block_on(every_rule_counts_where_it_says(
-                &limiter, &clock, keys, &steps,
-            ))
-        })
-        .unwrap();
+    run_schedules(&rt, 24, Just(keys), on_redis(&store));
 }
 
 trait NowForTest {
