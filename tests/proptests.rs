@@ -15,6 +15,8 @@
 //! - large configurations whose rate or window weight is rounded never admit more than the
 //!   exact rate or estimate would, and lose at most one rounding step doing so.
 
+mod common;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
@@ -22,6 +24,7 @@ use std::sync::Barrier;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::specs::{params, spec, Kind, Spec, KINDS};
 use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, Eval, State, Verdict};
 use tollgate::{
@@ -47,78 +50,6 @@ fn ready<F: Future>(f: F) -> F::Output {
 
 // ---------------------------------------------------------------------------------------------
 // Rules and schedules
-
-/// Every rule constructor: the six algorithms, with both fixed-window anchors and both
-/// token-bucket refills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    FixedWindow,
-    FixedWindowFromFirstHit,
-    SlidingLog,
-    SlidingWindow,
-    TokenBucket,
-    TokenBucketStepped,
-    LeakyBucket,
-    Gcra,
-}
-
-const KINDS: [Kind; 8] = [
-    Kind::FixedWindow,
-    Kind::FixedWindowFromFirstHit,
-    Kind::SlidingLog,
-    Kind::SlidingWindow,
-    Kind::TokenBucket,
-    Kind::TokenBucketStepped,
-    Kind::LeakyBucket,
-    Kind::Gcra,
-];
-
-/// A rule's configuration: `quota` is the limit, capacity or burst; `amount` per `period` µs
-/// is the refill, drain or GCRA rate (windows are `period` long). Small numbers, so that
-/// limits are hit often and rates rarely divide evenly.
-#[derive(Debug, Clone, Copy)]
-struct Spec {
-    kind: Kind,
-    quota: u64,
-    amount: u64,
-    period: u64,
-}
-
-impl Spec {
-    fn rule(&self, name: &str) -> Rule {
-        let period = Duration::from_micros(self.period);
-        let rate = Rate::new(self.amount, period);
-        match self.kind {
-            Kind::FixedWindow => Rule::fixed_window(name, self.quota, period),
-            Kind::FixedWindowFromFirstHit => {
-                Rule::fixed_window_from_first_hit(name, self.quota, period)
-            }
-            Kind::SlidingLog => Rule::sliding_log(name, self.quota, period),
-            Kind::SlidingWindow => Rule::sliding_window(name, self.quota, period),
-            Kind::TokenBucket => Rule::token_bucket(name, self.quota, rate),
-            Kind::TokenBucketStepped => Rule::token_bucket_stepped(name, self.quota, rate),
-            Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
-            Kind::Gcra => Rule::gcra(name, rate, self.quota),
-        }
-        .checked()
-        .expect("generated configurations are valid")
-    }
-}
-
-fn params() -> impl Strategy<Value = (u64, u64, u64)> {
-    (1..=6u64, 1..=4u64, 1..=2_000u64)
-}
-
-fn spec() -> impl Strategy<Value = Spec> {
-    (prop::sample::select(KINDS.to_vec()), params()).prop_map(|(kind, (quota, amount, period))| {
-        Spec {
-            kind,
-            quota,
-            amount,
-            period,
-        }
-    })
-}
 
 /// Microseconds to move the clock before a step: often not at all or a little (to hit the
 /// limits), sometimes a window or two, now and then long enough for every state to expire.

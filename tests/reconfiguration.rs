@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
+use common::specs::{spec_of, Kind, Spec, KINDS};
 use common::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
@@ -336,90 +337,30 @@ const FINGERPRINT_OF_TOKEN_BUCKET_10_PER_SECOND: u64 = 1_342_366_245_264_369;
 // ---------------------------------------------------------------------------------------------
 // Property: a reconfiguration hands out no second quota.
 
-/// Every rule constructor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    FixedWindow,
-    FixedWindowFromFirstHit,
-    SlidingLog,
-    SlidingWindow,
-    TokenBucket,
-    TokenBucketStepped,
-    LeakyBucket,
-    Gcra,
+/// The test's configurations share one rule name.
+fn rule_of(spec: &Spec) -> Rule {
+    spec.rule("shared-name")
 }
 
-const KINDS: [Kind; 8] = [
-    Kind::FixedWindow,
-    Kind::FixedWindowFromFirstHit,
-    Kind::SlidingLog,
-    Kind::SlidingWindow,
-    Kind::TokenBucket,
-    Kind::TokenBucketStepped,
-    Kind::LeakyBucket,
-    Kind::Gcra,
-];
-
-/// A configuration: `quota` is the limit, capacity or burst; `amount` per `period` µs the
-/// refill, drain or GCRA rate (windows are `period` long).
-#[derive(Debug, Clone, Copy)]
-struct Spec {
-    kind: Kind,
-    quota: u64,
-    amount: u64,
-    period: u64,
-}
-
-impl Spec {
-    fn rule(&self) -> Rule {
-        let name = "shared-name";
-        let period = Duration::from_micros(self.period);
-        let rate = Rate::new(self.amount, period);
-        match self.kind {
-            Kind::FixedWindow => Rule::fixed_window(name, self.quota, period),
-            Kind::FixedWindowFromFirstHit => {
-                Rule::fixed_window_from_first_hit(name, self.quota, period)
-            }
-            Kind::SlidingLog => Rule::sliding_log(name, self.quota, period),
-            Kind::SlidingWindow => Rule::sliding_window(name, self.quota, period),
-            Kind::TokenBucket => Rule::token_bucket(name, self.quota, rate),
-            Kind::TokenBucketStepped => Rule::token_bucket_stepped(name, self.quota, rate),
-            Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
-            Kind::Gcra => Rule::gcra(name, rate, self.quota),
+/// The most units this configuration alone admits in `t` consecutive microseconds
+/// (`t ≥ 1`), from any state: its quota at once, plus what its windows, refill or drain
+/// add over the `t − 1` µs that follow.
+fn most_in(spec: &Spec, t: u64) -> u64 {
+    let (q, a, p) = (spec.quota, spec.amount, spec.period);
+    let after = t - 1;
+    match spec.kind {
+        // One window per `p` µs, plus the one the interval starts in (the boundary
+        // burst); the sliding counter never admits more than a fixed window would.
+        Kind::FixedWindow | Kind::FixedWindowFromFirstHit | Kind::SlidingWindow => {
+            q * (after.div_ceil(p) + 1)
         }
-        .checked()
-        .expect("generated configurations are valid")
+        // At most `q` in any `p` consecutive microseconds.
+        Kind::SlidingLog => q * t.div_ceil(p),
+        // GCRA keeps the fraction of its emission interval: a token bucket in virtual time.
+        Kind::TokenBucket | Kind::LeakyBucket | Kind::Gcra => q + after * a / p,
+        // A step of `a` tokens at most every `p` µs.
+        Kind::TokenBucketStepped => q + a * after.div_ceil(p),
     }
-
-    /// The most units this configuration alone admits in `t` consecutive microseconds
-    /// (`t ≥ 1`), from any state: its quota at once, plus what its windows, refill or drain
-    /// add over the `t − 1` µs that follow.
-    fn most_in(&self, t: u64) -> u64 {
-        let (q, a, p) = (self.quota, self.amount, self.period);
-        let after = t - 1;
-        match self.kind {
-            // One window per `p` µs, plus the one the interval starts in (the boundary
-            // burst); the sliding counter never admits more than a fixed window would.
-            Kind::FixedWindow | Kind::FixedWindowFromFirstHit | Kind::SlidingWindow => {
-                q * (after.div_ceil(p) + 1)
-            }
-            // At most `q` in any `p` consecutive microseconds.
-            Kind::SlidingLog => q * t.div_ceil(p),
-            // GCRA keeps the fraction of its emission interval: a token bucket in virtual time.
-            Kind::TokenBucket | Kind::LeakyBucket | Kind::Gcra => q + after * a / p,
-            // A step of `a` tokens at most every `p` µs.
-            Kind::TokenBucketStepped => q + a * after.div_ceil(p),
-        }
-    }
-}
-
-fn spec_of(kind: Kind) -> impl Strategy<Value = Spec> {
-    (1..=6u64, 1..=4u64, 1..=2_000u64).prop_map(move |(quota, amount, period)| Spec {
-        kind,
-        quota,
-        amount,
-        period,
-    })
 }
 
 fn any_spec() -> impl Strategy<Value = Spec> {
@@ -496,7 +437,7 @@ async fn run_schedule<S: Store>(
 
 /// The bound a reconfiguration must keep. For two configurations `a` and `b` of one name,
 /// let `most_a(t)` be the most units `a` alone admits in `t` consecutive microseconds (its
-/// quota plus what its windows, refill or drain add over the rest; see [`Spec::most_in`]).
+/// quota plus what its windows, refill or drain add over the rest; see [`most_in`]).
 /// Then, however requests alternate between `a` and `b` on one key, the units admitted in
 /// any `t` consecutive microseconds never exceed
 ///
@@ -517,7 +458,7 @@ fn assert_bound(a: &Spec, b: &Spec, admitted: &[(u64, u64)]) -> Result<(), TestC
         for &(at, cost) in &admitted[i..] {
             units += cost;
             let t = at - start + 1;
-            let bound = a.most_in(t) + b.most_in(t) - a.quota.min(b.quota);
+            let bound = most_in(a, t) + most_in(b, t) - a.quota.min(b.quota);
             prop_assert!(
                 units <= bound,
                 "{units} units in {t} µs from {start}, more than {bound}: {admitted:?}"
@@ -545,7 +486,7 @@ proptest! {
     ) {
         let rt = runtime();
         let (clock, limiter) = memory();
-        let rules = [a.rule(), b.rule()];
+        let rules = [rule_of(&a), rule_of(&b)];
         let (admitted, _) = rt.block_on(run_schedule(&limiter, &clock, &rules, &steps));
         assert_bound(&a, &b, &admitted)?;
     }
@@ -571,7 +512,7 @@ fn redis_store_reconfiguration_never_hands_out_a_second_quota_and_matches_memory
     runner
         .run(&(pair(), schedule(40)), |((a, b), steps)| {
             case.set(case.get() + 1);
-            let rules = [a.rule(), b.rule()];
+            let rules = [rule_of(&a), rule_of(&b)];
             let (memory_clock, memory) = memory();
             let redis_clock = ManualClock::new(BASE_MICROS);
             let redis = Limiter::new(

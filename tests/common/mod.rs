@@ -1,4 +1,5 @@
 //! Support shared by the black-box suites.
 
 pub mod redis_server;
+pub mod specs;
 pub mod vectors;
