@@ -1,109 +1,79 @@
-//! A gRPC service limited per method with tonic.
+//! A gRPC service limited per method with tonic, the way tonic services are written: a
+//! `.proto` file (`proto/helloworld.proto`), the server and client code tonic generates
+//! from it, and tollgate's layer on the server.
 //!
-//! `hello.Greeter/SayHello` allows 3 calls per minute per client address, `SayGoodbye` 10.
-//! A limited call fails with `Code::ResourceExhausted` and a message saying when to retry.
+//! `helloworld.Greeter/SayHello` allows 3 calls per minute per client address, `SayGoodbye`
+//! 10. A limited call fails with `RESOURCE_EXHAUSTED`, a message saying when to retry, and
+//! the rich error model (`google.rpc.RetryInfo`, `google.rpc.QuotaFailure`) that gRPC
+//! clients' retry policies read.
 //!
-//! The service is written the way tonic's code generator writes it (a `prost` message, a
-//! `UnaryService`, `tonic::server::Grpc`), so the example needs no `protoc` and no build
-//! script. Run `cargo run --example tonic`: it starts the server, calls it five times and
-//! prints what the client sees.
+//! ```sh
+//! cargo run --example tonic               # the server on 127.0.0.1:50051, until Ctrl-C
+//! cargo run --example tonic -- client     # in another terminal: 5 calls, the last 2 refused
+//! grpcurl -plaintext -import-path proto -proto helloworld.proto \
+//!     -d '{"name": "ann"}' 127.0.0.1:50051 helloworld.Greeter/SayHello
+//! ```
+//!
+//! `PORT` picks another port for both. The generated code is checked in as
+//! `proto/helloworld.rs` rather than built by a build script, so that users of tollgate do not
+//! compile a protobuf compiler; `tests/proto.rs` fails when it is out of date with the
+//! `.proto` file.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{key, ConfigError, Limiter, MemoryStore, Rule, Store};
-use tonic::body::Body;
-use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tonic_prost::ProstCodec;
+use tonic_types::StatusExt;
 
-/// The messages, as `prost-build` would generate them from
-/// `message HelloRequest { string name = 1; }` and `message HelloReply { string message = 1; }`.
-pub mod hello {
-    /// A greeting request.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HelloRequest {
-        /// Who to greet.
-        #[prost(string, tag = "1")]
-        pub name: String,
+/// The code tonic-prost-build generates from `proto/helloworld.proto`.
+pub mod helloworld {
+    include!(concat!(env!("CARGO_MANIFEST_DIR"), "/proto/helloworld.rs"));
+}
+
+use helloworld::greeter_client::GreeterClient;
+use helloworld::greeter_server::{Greeter, GreeterServer};
+use helloworld::{HelloReply, HelloRequest};
+
+/// The greeter: what the service does, with no rate limiting in it.
+#[derive(Debug, Default)]
+pub struct MyGreeter;
+
+#[tonic::async_trait]
+impl Greeter for MyGreeter {
+    async fn say_hello(
+        &self,
+        request: Request<HelloRequest>,
+    ) -> Result<Response<HelloReply>, Status> {
+        let message = format!("hello, {}", request.into_inner().name);
+        Ok(Response::new(HelloReply { message }))
     }
 
-    /// A greeting.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct HelloReply {
-        /// The greeting.
-        #[prost(string, tag = "1")]
-        pub message: String,
+    async fn say_goodbye(
+        &self,
+        request: Request<HelloRequest>,
+    ) -> Result<Response<HelloReply>, Status> {
+        let message = format!("goodbye, {}", request.into_inner().name);
+        Ok(Response::new(HelloReply { message }))
     }
 }
 
-use hello::{HelloReply, HelloRequest};
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-/// The `hello.Greeter` service.
-#[derive(Debug, Clone, Default)]
-pub struct Greeter;
-
-impl NamedService for Greeter {
-    const NAME: &'static str = "hello.Greeter";
-}
-
-/// One unary method: answers `"{greeting}, {name}"`.
-struct Greet(&'static str);
-
-impl UnaryService<HelloRequest> for Greet {
-    type Response = HelloReply;
-    type Future = BoxFuture<Result<Response<HelloReply>, Status>>;
-
-    fn call(&mut self, request: Request<HelloRequest>) -> Self::Future {
-        let message = format!("{}, {}", self.0, request.into_inner().name);
-        Box::pin(async move { Ok(Response::new(HelloReply { message })) })
-    }
-}
-
-impl tower::Service<http::Request<Body>> for Greeter {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<http::Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let method = match request.uri().path() {
-            "/hello.Greeter/SayHello" => Greet("hello"),
-            "/hello.Greeter/SayGoodbye" => Greet("goodbye"),
-            _ => {
-                return Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) })
-            }
-        };
-        Box::pin(async move {
-            let mut grpc = Grpc::new(ProstCodec::<HelloReply, HelloRequest>::default());
-            Ok(grpc.unary(method, request).await)
-        })
-    }
-}
-
-/// The limits, per method and per client address.
+/// The limits, per method and per client address. A gRPC method's route is its path,
+/// `/package.Service/Method`.
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
     let minute = Duration::from_secs(60);
     RateLimitLayer::builder(limiter)
         .route(
-            "/hello.Greeter/SayHello",
+            "/helloworld.Greeter/SayHello",
             [Limit::new(
                 Rule::fixed_window("say-hello", 3, minute),
                 key::peer_ip(),
             )],
         )
         .route(
-            "/hello.Greeter/SayGoodbye",
+            "/helloworld.Greeter/SayGoodbye",
             [Limit::new(
                 Rule::fixed_window("say-goodbye", 10, minute),
                 key::peer_ip(),
@@ -112,7 +82,7 @@ pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, Con
         .build()
 }
 
-/// Serves the limited greeter on `listener`.
+/// Serves the limited greeter on `listener` until the process stops.
 pub async fn serve<St: Store + Clone>(
     listener: tokio::net::TcpListener,
     limiter: Limiter<St>,
@@ -120,36 +90,69 @@ pub async fn serve<St: Store + Clone>(
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tonic::transport::Server::builder()
         .layer(limits(limiter)?)
-        .add_service(Greeter)
+        .add_service(GreeterServer::new(MyGreeter))
         .serve_with_incoming(incoming)
         .await?;
     Ok(())
 }
 
-/// Calls `method` (`SayHello` or `SayGoodbye`) on the server at `addr`.
-pub async fn call(
-    channel: tonic::transport::Channel,
-    method: &'static str,
-    name: &str,
-) -> Result<String, Status> {
-    let mut client = tonic::client::Grpc::new(channel);
-    client
-        .ready()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-    let path = http::uri::PathAndQuery::from_static(method);
-    let request = Request::new(HelloRequest { name: name.into() });
-    let codec = ProstCodec::<HelloRequest, HelloReply>::default();
-    let response = client.unary(request, path, codec).await?;
-    Ok(response.into_inner().message)
+/// A generated client connected to the server at `addr`.
+pub async fn connect(addr: SocketAddr) -> Result<GreeterClient<Channel>, tonic::transport::Error> {
+    GreeterClient::connect(format!("http://{addr}")).await
 }
 
-/// Connects a channel to `addr`.
-pub async fn connect(
-    addr: SocketAddr,
-) -> Result<tonic::transport::Channel, Box<dyn std::error::Error + Send + Sync>> {
-    let endpoint = tonic::transport::Channel::from_shared(format!("http://{addr}"))?;
-    Ok(endpoint.connect().await?)
+/// What a client makes of a refused call: the code, the message, and the retry delay from
+/// the `RetryInfo` detail (exact, where the `retry-after` metadata is whole seconds).
+pub fn describe(status: &Status) -> String {
+    let mut text = format!("{:?}: {}", status.code(), status.message());
+    if let Some(delay) = status.get_details_retry_info().and_then(|r| r.retry_delay) {
+        text += &format!("; RetryInfo: retry in {delay:.3?}");
+    }
+    if let Some(quota) = status.get_details_quota_failure() {
+        for violation in &quota.violations {
+            text += &format!(
+                "; QuotaFailure: {} ({})",
+                violation.subject, violation.description
+            );
+        }
+    }
+    text
+}
+
+fn addr() -> SocketAddr {
+    let port = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(50051);
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+async fn run_server(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    println!("gRPC server on {addr} (Ctrl-C stops it): SayHello allows 3 calls a minute per address, SayGoodbye 10");
+    println!("try, in another terminal:");
+    println!("  cargo run --example tonic -- client");
+    println!(
+        "  grpcurl -plaintext -import-path proto -proto helloworld.proto -d '{{\"name\": \"ann\"}}' {addr} helloworld.Greeter/SayHello"
+    );
+    serve(listener, Limiter::new(MemoryStore::new())).await
+}
+
+async fn run_client(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut client = connect(addr).await.map_err(|e| {
+        format!("no server on {addr} ({e}): start one with `cargo run --example tonic`")
+    })?;
+    for i in 1..=5 {
+        let request = HelloRequest {
+            name: "tollgate".into(),
+        };
+        match client.say_hello(request).await {
+            Ok(reply) => println!("SayHello {i}: {}", reply.into_inner().message),
+            Err(status) => println!("SayHello {i}: {}", describe(&status)),
+        }
+    }
+    Ok(())
 }
 
 #[allow(dead_code)] // Tests include this file.
@@ -164,16 +167,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 .from_env_lossy(),
         )
         .init();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(serve(listener, Limiter::new(MemoryStore::new())));
-    println!("gRPC server on {addr}: SayHello allows 3 calls a minute per address");
-    let channel = connect(addr).await?;
-    for i in 1..=5 {
-        match call(channel.clone(), "/hello.Greeter/SayHello", "tollgate").await {
-            Ok(message) => println!("call {i}: {message}"),
-            Err(status) => println!("call {i}: {:?}: {}", status.code(), status.message()),
+    match std::env::args().nth(1).as_deref() {
+        None | Some("server") => run_server(addr()).await,
+        Some("client") => run_client(addr()).await,
+        Some(other) => {
+            Err(format!("unknown mode {other:?}: `server` (the default) or `client`").into())
         }
     }
-    Ok(())
 }

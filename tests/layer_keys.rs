@@ -387,7 +387,11 @@ async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
     tokio::spawn(
         tonic::transport::Server::builder()
             .layer(layer)
-            .add_service(tonic_example::Greeter)
+            .add_service(
+                tonic_example::helloworld::greeter_server::GreeterServer::new(
+                    tonic_example::MyGreeter,
+                ),
+            )
             .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(incoming)),
     );
 
@@ -403,15 +407,14 @@ async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
         }))
         .await
         .unwrap();
-    let hello = "/hello.Greeter/SayHello";
+    let mut client = tonic_example::helloworld::greeter_client::GreeterClient::new(channel);
+    let hello = || tonic_example::helloworld::HelloRequest { name: "ann".into() };
     // SayHello allows 3 calls a minute per address: the address was read, so the limit holds.
     for _ in 0..3 {
-        let reply = tonic_example::call(channel.clone(), hello, "ann").await;
-        assert_eq!(reply.unwrap(), "hello, ann");
+        let reply = client.say_hello(hello()).await.unwrap();
+        assert_eq!(reply.into_inner().message, "hello, ann");
     }
-    let status = tonic_example::call(channel, hello, "ann")
-        .await
-        .unwrap_err();
+    let status = client.say_hello(hello()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
 }
 

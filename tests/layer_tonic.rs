@@ -5,24 +5,26 @@
 #[allow(dead_code)]
 mod example;
 
+use example::helloworld::HelloRequest;
 use tollgate::{Limiter, MemoryStore};
 use tonic::Code;
+
+fn hello(name: &str) -> HelloRequest {
+    HelloRequest { name: name.into() }
+}
 
 #[tokio::test]
 async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(example::serve(listener, Limiter::new(MemoryStore::new())));
-    let channel = example::connect(addr).await.unwrap();
-    let hello = "/hello.Greeter/SayHello";
+    let mut client = example::connect(addr).await.unwrap();
 
     for _ in 0..3 {
-        let reply = example::call(channel.clone(), hello, "ann").await.unwrap();
-        assert_eq!(reply, "hello, ann");
+        let reply = client.say_hello(hello("ann")).await.unwrap();
+        assert_eq!(reply.into_inner().message, "hello, ann");
     }
-    let status = example::call(channel.clone(), hello, "ann")
-        .await
-        .unwrap_err();
+    let status = client.say_hello(hello("ann")).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status
@@ -42,10 +44,8 @@ async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
         .is_some_and(|v| v.to_str().unwrap().starts_with("\"say-hello\";r=0;")));
 
     // Another method has its own limit.
-    let reply = example::call(channel.clone(), "/hello.Greeter/SayGoodbye", "ann")
-        .await
-        .unwrap();
-    assert_eq!(reply, "goodbye, ann");
+    let reply = client.say_goodbye(hello("ann")).await.unwrap();
+    assert_eq!(reply.into_inner().message, "goodbye, ann");
 }
 
 #[tokio::test]
@@ -55,14 +55,11 @@ async fn a_tonic_client_reads_retry_info_and_the_quota_failure_from_the_status()
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(example::serve(listener, Limiter::new(MemoryStore::new())));
-    let channel = example::connect(addr).await.unwrap();
-    let hello = "/hello.Greeter/SayHello";
+    let mut client = example::connect(addr).await.unwrap();
     for _ in 0..3 {
-        example::call(channel.clone(), hello, "bob").await.unwrap();
+        client.say_hello(hello("bob")).await.unwrap();
     }
-    let status = example::call(channel.clone(), hello, "bob")
-        .await
-        .unwrap_err();
+    let status = client.say_hello(hello("bob")).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
 
     // What a Go or Python client's retry policy reads: the rich error model.
@@ -90,5 +87,29 @@ async fn a_tonic_client_reads_retry_info_and_the_quota_failure_from_the_status()
     assert!(
         quota.violations[0].description.contains("3 per 60 s"),
         "{quota:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_example_client_shows_the_rejection_with_its_retry_hint() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(example::serve(listener, Limiter::new(MemoryStore::new())));
+    let mut client = example::connect(addr).await.unwrap();
+    for _ in 0..3 {
+        client.say_hello(hello("cy")).await.unwrap();
+    }
+    let status = client.say_hello(hello("cy")).await.unwrap_err();
+    let shown = example::describe(&status);
+    assert!(
+        shown.starts_with("ResourceExhausted: rate limit exceeded; retry after "),
+        "{shown}"
+    );
+    assert!(shown.contains("; RetryInfo: retry in "), "{shown}");
+    assert!(shown.contains("; QuotaFailure: say-hello ("), "{shown}");
+    // A call that is not refused carries no details to show.
+    assert_eq!(
+        example::describe(&tonic::Status::not_found("no such greeting")),
+        "NotFound: no such greeting"
     );
 }
