@@ -37,6 +37,10 @@
 //! tonic's `TcpConnectInfo` (also inside the `TlsConnectInfo` of a TLS server). Without them the layer still works with axum and tonic, and a
 //! hyper server inserts the peer's `SocketAddr` into each request's extensions.
 //!
+//! The [`guide`] has a page per use case: an API limited per user, an address behind a
+//! proxy, SMS limits on several levels, downloads by size, login lockout, gRPC per method,
+//! waiting for a permit, several instances on Redis, and rolling out a rule in shadow.
+//!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
 //! service).
@@ -54,6 +58,7 @@ mod batch;
 mod clock;
 mod decision;
 mod error;
+pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;

@@ -1,0 +1,78 @@
+//! # A limit per client address behind a proxy
+//!
+//! Behind a load balancer or reverse proxy, every request arrives from the proxy's address,
+//! so [`key::peer_ip`](crate::key::peer_ip) would put all clients under one key. The
+//! client's address is in a header the proxy writes (`X-Forwarded-For`, `Forwarded` or
+//! `X-Real-IP`) — and clients can write those headers too. [`key::client_ip`](crate::key::client_ip)
+//! reads the header only from the proxies you trust, from the right: the right-most address
+//! that is not a trusted proxy is the client. Whatever a client writes to the left of it is
+//! ignored.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use tollgate::layer::{Limit, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//!     .limit(Limit::new(
+//!         Rule::fixed_window("per-client", 1, Duration::from_secs(60)),
+//!         // The load balancers live in 10.0.0.0/8.
+//!         key::client_ip(["10.0.0.0/8"]),
+//!     ))
+//!     .build()?;
+//! let app = ServiceBuilder::new()
+//!     .layer(limits)
+//!     .service(service_fn(|_req: Request<()>| async {
+//!         Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     }));
+//!
+//! // What a hyper server does for each connection: the peer's address in the extensions
+//! // (axum's `ConnectInfo` and tonic's `TcpConnectInfo` work as well).
+//! let from = |peer: &str, forwarded_for: &str| -> Result<Request<()>, Box<dyn std::error::Error>> {
+//!     let mut request = Request::get("/").header("x-forwarded-for", forwarded_for).body(())?;
+//!     request.extensions_mut().insert(peer.parse::<SocketAddr>()?);
+//!     Ok(request)
+//! };
+//!
+//! // 198.51.100.7, through the load balancer 10.0.0.5, once…
+//! let first = app.clone().oneshot(from("10.0.0.5:40000", "198.51.100.7")?).await?;
+//! assert_eq!(first.status(), StatusCode::OK);
+//! // …then again, pretending to be someone else: the client wrote the left-most entry,
+//! // the load balancer appended the address it saw. Still 198.51.100.7.
+//! let spoofed = app.clone().oneshot(from("10.0.0.5:40001", "1.2.3.4, 198.51.100.7")?).await?;
+//! assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
+//! // Another client behind the same load balancer has its own quota.
+//! let other = app.clone().oneshot(from("10.0.0.5:40002", "203.0.113.9")?).await?;
+//! assert_eq!(other.status(), StatusCode::OK);
+//! // A client reaching the service directly is keyed by its own address; its header is
+//! // ignored, since anyone can write one.
+//! let direct = app.clone().oneshot(from("192.0.2.1:5000", "203.0.113.9")?).await?;
+//! assert_eq!(direct.status(), StatusCode::OK);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Getting it right
+//!
+//! - **Trust exactly your proxies.** List every hop that appends to the header (a CDN in
+//!   front of a load balancer: both ranges). A hop you forget becomes "the client", and
+//!   all clients behind it share its quota. Trusting a range that clients can come from
+//!   lets them choose their key.
+//! - **Read the header your proxy writes**, and only that one:
+//!   [`ClientIp::header`](crate::key::ClientIp::header)`(ForwardedHeader::Forwarded)` for
+//!   RFC 7239, `XRealIp` for nginx's `X-Real-IP`. A proxy that sets one header but passes
+//!   another through from the client would let the client choose its key.
+//! - **IPv6 clients are grouped by /64** (one host usually holds a whole /64); see
+//!   [`ClientIp::ipv6_prefix`](crate::key::ClientIp::ipv6_prefix), and the
+//!   [`key`](crate::key#holders-of-whole-ipv6-networks) docs for a second, coarser limit
+//!   per /48 in the same batch.
+//! - **The peer's address must reach the layer.** Serve axum with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`; without it, an address key is a
+//!   500 whose log line names that fix.
+//! - **Trusted lists from configuration**: [`key::try_client_ip`](crate::key::try_client_ip)
+//!   returns a bad entry as an error at once; with `client_ip`, the layer's `build`
+//!   reports it.

@@ -1,0 +1,32 @@
+//! Guides: one page per use case, each with code that compiles and runs as a test.
+//!
+//! This module holds documentation only. Each page starts from a problem, shows the
+//! configuration that solves it with tollgate's real API, and says what to watch for. The
+//! Redis pages compile but do not run in tests (they need a server); every other example on
+//! these pages runs in `cargo test --doc`.
+//!
+//! | page | use case |
+//! |---|---|
+//! | [`api_limit_by_user_id`] | an API limited per user, keyed by a `User-Id` header a gateway sets |
+//! | [`ip_behind_proxy`] | a limit per client address when the service sits behind a load balancer |
+//! | [`sms_multi_level`] | SMS codes: 1 per minute, 5 per hour, 10 per day per phone, all or nothing |
+//! | [`download_by_cost`] | downloads limited by size: a request costs what it fetches |
+//! | [`login_lockout`] | brute-force protection: lock an address or account out after repeated failures |
+//! | [`grpc_per_method`] | a tonic service limited per gRPC method, with `RetryInfo` for clients |
+//! | [`waiting_for_a_permit`] | hold a request (or a job) until it may go, instead of refusing it |
+//! | [`redis_instances`] | several instances sharing one limit on Redis or Redis Cluster, and Redis outages |
+//! | [`shadow_rollout`] | rolling out a new rule: watch what it would refuse before enforcing it |
+//!
+//! To see how the six algorithms differ on the same traffic, run
+//! `cargo run --example algorithms_chart` (the README shows its chart); the README's
+//! *Choosing an algorithm* table says which to pick for what.
+
+pub mod api_limit_by_user_id;
+pub mod download_by_cost;
+pub mod grpc_per_method;
+pub mod ip_behind_proxy;
+pub mod login_lockout;
+pub mod redis_instances;
+pub mod shadow_rollout;
+pub mod sms_multi_level;
+pub mod waiting_for_a_permit;

@@ -1,0 +1,80 @@
+//! # Rolling out a rule in shadow mode
+//!
+//! A new limit that is too strict refuses good clients; one that is too loose protects
+//! nothing. Before enforcing it, run it in shadow: it is decided with the others and keeps
+//! its state as if enforced, but never refuses or holds a request. Its would-be denials
+//! are logged (`tracing`, at most once per [`log_interval`](crate::RateLimitLayerBuilder::log_interval)
+//! with a count) and shown to the [`on_decision`](crate::RateLimitLayerBuilder::on_decision)
+//! hook, where you can count them per rule in your metrics.
+//!
+//! One rule on trial beside enforced ones: [`Limit::shadow`](crate::layer::Limit::shadow).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use tollgate::layer::{DecisionEvent, Limit, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let minute = Duration::from_secs(60);
+//! let would_refuse = Arc::new(AtomicUsize::new(0));
+//! let counter = would_refuse.clone();
+//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//!     // Enforced today: 100 a minute per user.
+//!     .limit(Limit::new(Rule::fixed_window("search", 100, minute), key::header("user-id")))
+//!     // On trial: 3 a minute. Would it refuse good clients?
+//!     .limit(Limit::new(Rule::sliding_log("search-strict", 3, minute), key::header("user-id")).shadow())
+//!     .on_decision(move |event: &DecisionEvent<'_>| {
+//!         for (rule, outcome) in event.rules() {
+//!             if event.is_shadow(rule) && !outcome.decision.is_admitted() {
+//!                 counter.fetch_add(1, Ordering::Relaxed); // or a metrics counter per rule
+//!             }
+//!         }
+//!     })
+//!     .build()?;
+//! let app = ServiceBuilder::new()
+//!     .layer(limits)
+//!     .service(service_fn(|_req: Request<()>| async {
+//!         Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     }));
+//!
+//! for _ in 0..5 {
+//!     let search = Request::get("/search").header("user-id", "42").body(())?;
+//!     let response = app.clone().oneshot(search).await?;
+//!     // Never refused by the trial rule…
+//!     assert_eq!(response.status(), StatusCode::OK);
+//!     // …nor advertised to clients, who should not plan around it.
+//!     assert!(!response.headers()["ratelimit-policy"].to_str()?.contains("search-strict"));
+//! }
+//! // …but it would have refused the last two.
+//! assert_eq!(would_refuse.load(Ordering::Relaxed), 2);
+//! # Ok(()) }
+//! ```
+//!
+//! A request the trial rule would deny consumes none of its quota, as if it had been
+//! refused, so its counts are those enforcing it would produce. When the numbers look
+//! right, remove `.shadow()`: the rule keeps its name and parameters, so it starts
+//! enforcing with the state it has built up.
+//!
+//! ## A whole layer in shadow
+//!
+//! [`Mode::Shadow`](crate::Mode::Shadow) puts every rule of a layer on trial: for the first
+//! rate limiting in front of a service. A request without a key or a failed store is logged
+//! and let through too, so a mistake in the configuration cannot refuse anyone yet.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::layer::{Limit, Mode, RateLimitLayer};
+//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//!
+//! # fn main() -> Result<(), tollgate::ConfigError> {
+//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
+//!     .mode(Mode::Shadow)
+//!     .build()?;
+//! # let _ = limits; Ok(()) }
+//! ```
