@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the tests need and a fresh machine may lack: redis-server and redis-cli
-# (the Redis tests start their own servers). Idempotent: does nothing when all is present.
+# (the Redis tests start their own servers), python3 (.ci/run's MSRV check). Idempotent: does nothing when all is present.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+# .ci/run's MSRV check (scripts/msrv.py).
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
