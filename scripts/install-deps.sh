@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and a fresh machine may lack: redis-server and redis-cli
-# (the Redis tests start their own servers), python3 (.ci/run's MSRV check). Idempotent: does nothing when all is present.
+# (the Redis tests start their own servers), and python3 (.ci/run's MSRV check).
+# Idempotent: does nothing when all is present.
 set -euo pipefail
 
 missing=()
