@@ -267,6 +267,23 @@ mod tests {
         assert_eq!(most_within(&token, 25 * MS), 10, "{token:?}");
     }
 
+    /// What the README says of the sliding window counter: its estimate assumes the
+    /// previous window was evenly spread, so a burst at a window's end followed by steady
+    /// traffic passes more than the limit within one window's length.
+    #[tokio::test]
+    async fn the_sliding_window_estimate_can_pass_more_than_the_limit_in_some_interval() {
+        let rules = rules();
+        let Some((rule, _)) = rules.iter().find(|(r, _)| r.name() == "sliding-window") else {
+            panic!("no sliding window");
+        };
+        let burst = (0..10).map(|i| 950 * MS + i * 4 * MS);
+        let steady = (SECOND..2 * SECOND).step_by(10_000);
+        let sends: Vec<u64> = burst.chain(steady).collect();
+        let passes = simulate(rule, &sends).await.unwrap();
+        // 19 within one second, for a limit of 10 (a fixed window's worst is 20).
+        assert_eq!(most_within(&passes, SECOND), 19, "{passes:?}");
+    }
+
     #[test]
     fn most_within_counts_the_busiest_interval() {
         assert_eq!(most_within(&[], SECOND), 0);
