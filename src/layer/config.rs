@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use bytes::Bytes;
 use http::Response;
 
+use super::charge::Charge;
 use super::log::EventLog;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
@@ -56,6 +57,7 @@ pub struct Limit {
     pub(crate) min_cost: u64,
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
+    pub(crate) charge: Charge,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -71,6 +73,7 @@ impl Limit {
             min_cost: 0,
             on_missing: MissingKey::Reject,
             shadow: false,
+            charge: Charge::all(),
         }
     }
 
@@ -133,6 +136,39 @@ impl Limit {
         self
     }
 
+    /// Sets which requests count, by the status of their response (default
+    /// [`Charge::all`]): [`Charge::failures`] counts failed logins only (401 and 403),
+    /// [`Charge::except_server_errors`] gives a failing backend's requests back. Units are
+    /// taken at admission and given back when the response does not count, so the
+    /// requests that count never exceed the limit, however many run at once; see
+    /// [`Charge`] for what counts when there is no response, and which algorithms give
+    /// back exactly.
+    pub fn charge(mut self, charge: Charge) -> Self {
+        self.charge = charge;
+        self
+    }
+
+    /// Counts only requests whose response status `counts` accepts: shorthand for
+    /// [`charge(Charge::when(counts))`](Self::charge).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use tollgate::layer::Limit;
+    /// use tollgate::{key, Rule};
+    ///
+    /// // 20 rejected uploads (4xx) per client per hour; accepted ones do not count.
+    /// let bad_uploads = Limit::new(Rule::sliding_log("bad-uploads", 20, Duration::from_secs(3600)), key::peer_ip())
+    ///     .charge_if(|status: StatusCode| status.is_client_error());
+    /// # let _ = bad_uploads;
+    /// ```
+    pub fn charge_if<F>(self, counts: F) -> Self
+    where
+        F: Fn(http::StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.charge(Charge::when(counts))
+    }
+
     /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
     pub fn is_shadow(&self) -> bool {
         self.shadow
@@ -157,6 +193,7 @@ impl fmt::Debug for Limit {
             .field("min_cost", &self.min_cost)
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
+            .field("charge", &self.charge)
             .finish_non_exhaustive()
     }
 }

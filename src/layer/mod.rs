@@ -176,6 +176,7 @@
 //! would win; `.layer(layer)` reads as well.
 
 mod body;
+mod charge;
 mod config;
 pub mod future;
 #[allow(clippy::module_inception)]
@@ -185,6 +186,7 @@ mod routes;
 mod service;
 
 pub use body::RateLimitBody;
+pub use charge::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
