@@ -16,6 +16,7 @@ use smallvec::SmallVec;
 
 use super::config::Config;
 use super::future::{give_back, RefundFuture};
+use super::observe;
 use super::service::{batch_of, Item};
 use crate::decision::{Decision, Outcome};
 use crate::key::KeyBuf;
@@ -238,8 +239,11 @@ pub(crate) fn pending<St: Store + Clone>(
                 })
                 .collect();
             let admission = admission.select(&refunded);
-            if let Err(error) = limiter.refund(&refund, &admission).await {
-                tracing::warn!(%error, "could not give back the units of a request that does not count");
+            match limiter.refund(&refund, &admission).await {
+                Ok(()) => refund.iter().for_each(|c| observe::charge_refunded(c.rule)),
+                Err(error) => {
+                    tracing::warn!(%error, "could not give back the units of a request that does not count")
+                }
             }
         }) as RefundFuture)
     })))

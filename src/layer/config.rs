@@ -16,6 +16,7 @@ use http::Response;
 
 use super::charge::Charge;
 use super::log::EventLog;
+use super::observe;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -421,6 +422,7 @@ impl HeldLimits {
                 (n < max).then_some(n + 1)
             })
             .ok()?;
+        observe::held(true);
         // The slot gives back what it took when dropped, on the way out too.
         let mut slot = HeldSlot {
             counts: counts.clone(),
@@ -462,6 +464,7 @@ impl Drop for HeldSlot {
             }
         }
         self.counts.total.fetch_sub(1, Ordering::AcqRel);
+        observe::held(false);
     }
 }
 

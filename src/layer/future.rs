@@ -18,6 +18,7 @@ use super::body::RateLimitBody;
 use super::charge::Settle;
 use super::config::{Config, DecisionEvent, FailurePolicy, HeldSlot, Mode};
 use super::log::Event;
+use super::observe;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
@@ -583,6 +584,7 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
                         give_back(refund);
                     }
                     tracing::debug!(?delay, "too many held requests: request refused");
+                    observe::held_refused();
                     let limits = &checked.limits;
                     Next::Reject(refuse_hold(
                         config,

@@ -182,6 +182,7 @@ pub mod future;
 #[allow(clippy::module_inception)]
 mod layer;
 mod log;
+pub mod observe;
 mod routes;
 mod service;
 

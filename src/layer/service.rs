@@ -8,12 +8,14 @@ use std::time::Duration;
 use http::{Request, Response};
 use smallvec::SmallVec;
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::body::RateLimitBody;
 use super::charge;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
+use super::observe;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
@@ -217,8 +219,13 @@ async fn check<St: Store + Clone>(
 ) -> Checked {
     let mut limits = SmallVec::new();
     let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
-    let result = limiter.reserve(&batch, max_wait).await;
+    let observation = observe::start(&config, route);
+    let result = limiter
+        .reserve(&batch, max_wait)
+        .instrument(observation.span.clone())
+        .await;
     let health = limiter.health();
+    observe::finish(observation, &config, &batch, &result, health);
     let settle = result
         .as_ref()
         .ok()
