@@ -114,14 +114,12 @@ async fn authorize<St>(
     next.run(request).await
 }
 
-/// The rule named in the path, or a 404 naming the rules there are.
-fn rule_named<'a, St>(admin: &'a Admin<St>, name: &str) -> Result<&'a Rule, Response> {
-    admin.rules.get(name).ok_or_else(|| {
-        let mut known: Vec<&str> = admin.rules.keys().map(String::as_str).collect();
-        known.sort_unstable();
-        let body = serde_json::json!({ "error": "no such rule", "rules": known });
-        (StatusCode::NOT_FOUND, Json(body)).into_response()
-    })
+/// The answer to a rule name the app does not have: a 404 naming the rules there are.
+fn no_such_rule<St>(admin: &Admin<St>) -> Response {
+    let mut known: Vec<&str> = admin.rules.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    let body = serde_json::json!({ "error": "no such rule", "rules": known });
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
 fn store_unavailable(error: tollgate::StoreError) -> Response {
@@ -134,9 +132,8 @@ async fn peek<St: Store>(
     State(admin): State<Arc<Admin<St>>>,
     Path((rule, key)): Path<(String, String)>,
 ) -> Response {
-    let rule = match rule_named(&admin, &rule) {
-        Ok(rule) => rule,
-        Err(response) => return response,
+    let Some(rule) = admin.rules.get(&rule) else {
+        return no_such_rule(&admin);
     };
     // The state as it is (a request of cost 0 takes nothing), and what the next request at
     // the rule's cost would get.
@@ -172,9 +169,8 @@ async fn unblock<St: Store>(
     State(admin): State<Arc<Admin<St>>>,
     Path((rule, key)): Path<(String, String)>,
 ) -> Response {
-    let rule = match rule_named(&admin, &rule) {
-        Ok(rule) => rule,
-        Err(response) => return response,
+    let Some(rule) = admin.rules.get(&rule) else {
+        return no_such_rule(&admin);
     };
     match admin.limiter.reset(rule, &key).await {
         Ok(()) => {

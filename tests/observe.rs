@@ -194,8 +194,11 @@ mod metrics_feature {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use metrics_util::MetricKind;
 
+    /// One recorded metric: its kind, name, labels and value.
+    type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
+
     struct Recorded {
-        metrics: Vec<(MetricKind, String, Vec<(String, String)>, DebugValue)>,
+        metrics: Vec<Metric>,
     }
 
     impl Recorded {
