@@ -45,6 +45,15 @@
 //!   ones (one round trip): it keeps its state as if enforced and reports its would-be
 //!   denials, but never rejects or holds a request. Rules on trial — shadow limits, and
 //!   every rule in shadow mode — are not advertised in the `RateLimit` headers.
+//! - **Charging by outcome.** [`Limit::charge`] counts only the requests whose response
+//!   status counts: failed logins only ([`Charge::failures`]), or everything but a failing
+//!   backend's server errors ([`Charge::except_server_errors`]). Units are taken at
+//!   admission and given back when the response does not count, so the requests that
+//!   count never exceed the limit, however many run at once.
+//! - **Observability.** Each decision is a `tracing` span with its rule, outcome and store
+//!   latency (the key only as a short digest), and, with the `metrics` feature, metrics by
+//!   rule and outcome; see [`observe`]. [`RateLimitLayerBuilder::on_decision`] sees every
+//!   decision too.
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
 //!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
 //!   denials, key problems) come at most once per [`log_interval`](RateLimitLayerBuilder::log_interval)
