@@ -187,6 +187,29 @@ fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
     assert!(!text.contains(IP), "{text}");
 }
 
+/// The `on_decision` hook sees the store's latency, measured because it is there.
+#[test]
+fn the_hook_sees_the_store_latency() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let layer = RateLimitLayer::builder(limiter())
+        .limit(Limit::new(
+            Rule::fixed_window("per-user", 2, Duration::from_secs(60)),
+            key::header("user-id"),
+        ))
+        .on_decision(move |event| record.lock().unwrap().push(event.store_latency()))
+        .build()
+        .unwrap();
+    let status = run(async { service(layer).oneshot(get(USER)).await.unwrap().status() });
+    assert_eq!(status, StatusCode::OK);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].is_some_and(|d| d < Duration::from_secs(10)),
+        "{seen:?}"
+    );
+}
+
 #[cfg(feature = "metrics")]
 mod metrics_feature {
     use super::*;

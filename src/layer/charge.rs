@@ -240,7 +240,10 @@ pub(crate) fn pending<St: Store + Clone>(
                 .collect();
             let admission = admission.select(&refunded);
             match limiter.refund(&refund, &admission).await {
-                Ok(()) => refund.iter().for_each(|c| observe::charge_refunded(c.rule)),
+                Ok(()) => refunded
+                    .iter()
+                    .filter_map(|&i| config.limit(route, items.get(i)?.limit))
+                    .for_each(observe::charge_refunded),
                 Err(error) => {
                     tracing::warn!(%error, "could not give back the units of a request that does not count")
                 }

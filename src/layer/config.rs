@@ -16,7 +16,7 @@ use http::Response;
 
 use super::charge::Charge;
 use super::log::EventLog;
-use super::observe;
+use super::observe::{self, RuleMetrics};
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -59,6 +59,9 @@ pub struct Limit {
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
+    /// The limit's metric keys (with the `metrics` feature), made once here.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) metrics: RuleMetrics,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -68,6 +71,7 @@ impl Limit {
     /// without a key is rejected with 400.
     pub fn new(rule: Rule, key: impl KeyExtractor) -> Self {
         Self {
+            metrics: RuleMetrics::new(&rule),
             rule,
             key: Arc::new(key),
             cost: None,
@@ -289,6 +293,7 @@ pub struct DecisionEvent<'a> {
     pub(crate) mode: Mode,
     pub(crate) route: Option<&'a str>,
     pub(crate) health: Health,
+    pub(crate) store_latency: Option<Duration>,
 }
 
 impl<'a> DecisionEvent<'a> {
@@ -297,6 +302,12 @@ impl<'a> DecisionEvent<'a> {
     /// breaker open, or Redis failing).
     pub fn health(&self) -> Health {
         self.health
+    }
+
+    /// How long the store took to decide (always measured when an
+    /// [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook is set).
+    pub fn store_latency(&self) -> Option<Duration> {
+        self.store_latency
     }
 
     /// The decision of the batch.

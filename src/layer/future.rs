@@ -45,6 +45,8 @@ pub(crate) struct Checked {
     /// For an admitted request with a limit that counts by outcome: what to give back once
     /// the response's status is known.
     pub(crate) settle: Option<Settle>,
+    /// How long the store took, if timed (see `observe`).
+    pub(crate) store_latency: Option<Duration>,
 }
 
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -521,6 +523,7 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
             mode: config.mode,
             route: config.route_pattern(checked.route),
             health: checked.health,
+            store_latency: checked.store_latency,
         });
     }
     // Clients are told about enforced rules only: a trial rule, or any rule in shadow mode,

@@ -18,7 +18,9 @@
 //! - `store_us`: how long the store took, in µs.
 //!
 //! When nothing listens at `DEBUG` for this target, the span costs a check of a cached
-//! interest and the store call is not timed (unless the `metrics` feature is on).
+//! interest, and the store call is not timed unless the `metrics` feature is on or an
+//! [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook reads
+//! [`DecisionEvent::store_latency`](super::DecisionEvent::store_latency).
 //!
 //! # Metrics
 //!
@@ -47,9 +49,12 @@
 //! [`FailurePolicy`](super::FailurePolicy) decided). The span's `outcome` is the batch's,
 //! with the same words.
 //!
-//! Recording a metric with labels costs the recorder a lookup (and, with the `metrics`
-//! facade, a small allocation for the label list): some hundreds of nanoseconds per rule of
-//! each request, paid only with the feature on and a recorder installed.
+//! Each limit's metric keys are made once, with the limit, so recording costs no
+//! allocation of the layer's own: one lookup in the recorder per rule of each request,
+//! plus the store's latency and health (figures in `BENCHMARKS.md`). Every record asks for
+//! the recorder installed now, so a recorder installed after the layer was built records
+//! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
+//! and in `tollgate_held_refused_total`.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -59,10 +64,72 @@ use std::time::{Duration, Instant};
 use tracing::field::{display, Empty};
 use tracing::Span;
 
-use super::config::{Config, Mode};
+use super::config::{Config, Limit, Mode};
 use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
+use crate::rule::Rule;
 use crate::store::{Check, Health};
+
+/// The outcome of a rule, or of a batch (see the [module docs](self#outcomes)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Admitted,
+    Delayed,
+    Denied,
+    Locked,
+    ShadowDenied,
+    DeniedByOther,
+    StoreFailed,
+}
+
+impl Verdict {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const ALL: [Verdict; 7] = [
+        Verdict::Admitted,
+        Verdict::Delayed,
+        Verdict::Denied,
+        Verdict::Locked,
+        Verdict::ShadowDenied,
+        Verdict::DeniedByOther,
+        Verdict::StoreFailed,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Admitted => "admitted",
+            Verdict::Delayed => "delayed",
+            Verdict::Denied => "denied",
+            Verdict::Locked => "locked",
+            Verdict::ShadowDenied => "shadow_denied",
+            Verdict::DeniedByOther => "denied_by_other",
+            Verdict::StoreFailed => "store_failed",
+        }
+    }
+
+    /// A batch's outcome.
+    fn of_batch(mode: Mode, outcome: &Outcome) -> Self {
+        match outcome.decision {
+            Decision::Deny(_) if mode == Mode::Shadow => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            Decision::Delay(_) if mode != Mode::Shadow => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+
+    /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
+        match rule.decision {
+            Decision::Deny(_) if on_trial => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            _ if batch_denied => Verdict::DeniedByOther,
+            Decision::Delay(_) if !on_trial => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+}
 
 /// A decision being observed: its span, and when the store was asked, if timed.
 pub(crate) struct Observation {
@@ -81,36 +148,39 @@ pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
         key = Empty,
         store_us = Empty,
     );
-    let timed = cfg!(feature = "metrics") || !span.is_disabled();
+    let timed = cfg!(feature = "metrics") || !span.is_disabled() || config.on_decision.is_some();
     Observation {
         span,
         start: timed.then(Instant::now),
     }
 }
 
-/// Records the store's answer for `batch`: the span's fields and the metrics.
+/// Records the store's answer for `batch` (whose items are the request's limits at
+/// `limits`): the span's fields and the metrics. Returns how long the store took, if timed.
 pub(crate) fn finish(
     observation: Observation,
     config: &Config,
+    route: Option<usize>,
+    limits: &[usize],
     batch: &[Check<'_>],
     result: &Result<Outcome, StoreError>,
     health: Health,
-) {
+) -> Option<Duration> {
     let elapsed = observation.start.map(|start| start.elapsed());
-    let outcome = match result {
-        Ok(outcome) => batch_outcome(config.mode, outcome),
-        Err(_) => "store_failed",
-    };
     #[cfg(feature = "metrics")]
-    record_metrics(config, batch, result, health, elapsed);
+    recording::record(config, route, limits, result, health, elapsed);
     #[cfg(not(feature = "metrics"))]
-    let _ = health;
+    let _ = (route, limits, health);
 
     let span = &observation.span;
     if span.is_disabled() {
-        return;
+        return elapsed;
     }
-    span.record("outcome", outcome);
+    let verdict = match result {
+        Ok(outcome) => Verdict::of_batch(config.mode, outcome),
+        Err(_) => Verdict::StoreFailed,
+    };
+    span.record("outcome", verdict.as_str());
     if let Some(elapsed) = elapsed {
         span.record("store_us", micros(elapsed));
     }
@@ -119,17 +189,7 @@ pub(crate) fn finish(
         span.record("rule", check.rule.name());
         span.record("key", display(KeyDigest::of(check.key)));
     }
-}
-
-/// The batch's outcome in the words of the metrics.
-fn batch_outcome(mode: Mode, outcome: &Outcome) -> &'static str {
-    match outcome.decision {
-        Decision::Deny(_) if mode == Mode::Shadow => "shadow_denied",
-        Decision::Deny(denial) if denial.reason == DenyReason::Locked => "locked",
-        Decision::Deny(_) => "denied",
-        Decision::Delay(_) if mode != Mode::Shadow => "delayed",
-        _ => "admitted",
-    }
+    elapsed
 }
 
 /// The index of the rule that decided a denial or a delay (the longest wait).
@@ -141,20 +201,6 @@ fn deciding_rule(outcome: &Outcome) -> Option<usize> {
             .iter()
             .position(|r| r.decision == Decision::Delay(wait)),
         Decision::Allow => None,
-    }
-}
-
-/// One rule's outcome in the words of the metrics (see the [module docs](self#outcomes)).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn rule_outcome(mode: Mode, shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> &'static str {
-    let on_trial = shadow || mode == Mode::Shadow;
-    match rule.decision {
-        Decision::Deny(_) if on_trial => "shadow_denied",
-        Decision::Deny(denial) if denial.reason == DenyReason::Locked => "locked",
-        Decision::Deny(_) => "denied",
-        _ if batch_denied => "denied_by_other",
-        Decision::Delay(_) if !on_trial => "delayed",
-        _ => "admitted",
     }
 }
 
@@ -179,70 +225,150 @@ impl fmt::Display for KeyDigest {
     }
 }
 
-#[cfg(feature = "metrics")]
-fn record_metrics(
-    config: &Config,
-    batch: &[Check<'_>],
-    result: &Result<Outcome, StoreError>,
-    health: Health,
-    elapsed: Option<Duration>,
-) {
-    if let Some(elapsed) = elapsed {
-        metrics::histogram!("tollgate_store_duration_seconds").record(elapsed.as_secs_f64());
-    }
-    let health = match health {
-        Health::Healthy => 0.0,
-        Health::Degraded => 1.0,
-        Health::Failing => 2.0,
-    };
-    metrics::gauge!("tollgate_store_health").set(health);
-    match result {
-        Ok(outcome) => {
-            let denied = !outcome.is_admitted();
-            for (check, rule) in batch.iter().zip(&outcome.rules) {
-                let label = rule_outcome(config.mode, check.shadow, denied, rule);
-                decision(check, label);
-            }
-        }
-        Err(_) => batch
-            .iter()
-            .for_each(|check| decision(check, "store_failed")),
-    }
+/// A limit's metric keys, made once with the limit, so that recording one costs no
+/// allocation (a key made per request would allocate its label list). Empty without the
+/// `metrics` feature.
+#[derive(Clone)]
+pub(crate) struct RuleMetrics {
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<recording::RuleKeys>,
 }
 
-#[cfg(feature = "metrics")]
-fn decision(check: &Check<'_>, outcome: &'static str) {
-    metrics::counter!(
-        "tollgate_decisions_total",
-        "rule" => check.rule.shared_name(),
-        "outcome" => outcome,
-    )
-    .increment(1);
+impl RuleMetrics {
+    pub(crate) fn new(_rule: &Rule) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(recording::RuleKeys::new(_rule)),
+        }
+    }
 }
 
 /// A request starts (`true`) or stops (`false`) being held.
 pub(crate) fn held(_starts: bool) {
     #[cfg(feature = "metrics")]
-    {
-        let gauge = metrics::gauge!("tollgate_held_requests");
-        if _starts {
-            gauge.increment(1.0);
-        } else {
-            gauge.decrement(1.0);
-        }
-    }
+    recording::held(_starts);
 }
 
 /// A delayed request was refused: no room to hold it.
 pub(crate) fn held_refused() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_held_refused_total").increment(1);
+    recording::held_refused();
 }
 
-/// A request's units were given back for `rule`: its response did not count.
-pub(crate) fn charge_refunded(_rule: &crate::Rule) {
+/// A request's units were given back for `limit`: its response did not count.
+pub(crate) fn charge_refunded(_limit: &Limit) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_charge_refunds_total", "rule" => _rule.shared_name()).increment(1);
+    recording::charge_refunded(&_limit.metrics);
+}
+
+/// The metrics, through the `metrics` facade: every call asks for the current recorder, so
+/// one installed after the layer was built records too.
+#[cfg(feature = "metrics")]
+mod recording {
+    use std::time::Duration;
+
+    use metrics::{Key, Label, Level, Metadata};
+
+    use super::{RuleMetrics, Verdict};
+    use crate::decision::Outcome;
+    use crate::error::StoreError;
+    use crate::layer::config::{Config, Mode};
+    use crate::rule::Rule;
+    use crate::store::Health;
+
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+    static STORE_DURATION: Key = Key::from_static_name("tollgate_store_duration_seconds");
+    static STORE_HEALTH: Key = Key::from_static_name("tollgate_store_health");
+    static HELD: Key = Key::from_static_name("tollgate_held_requests");
+    static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
+
+    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    pub(super) struct RuleKeys {
+        decisions: [Key; Verdict::ALL.len()],
+        refunds: Key,
+    }
+
+    impl RuleKeys {
+        pub(super) fn new(rule: &Rule) -> Self {
+            let name = rule.shared_name();
+            let decision = |verdict: Verdict| {
+                let labels = vec![
+                    Label::new("rule", name.clone()),
+                    Label::new("outcome", verdict.as_str()),
+                ];
+                Key::from_parts("tollgate_decisions_total", labels)
+            };
+            Self {
+                decisions: Verdict::ALL.map(decision),
+                refunds: Key::from_parts(
+                    "tollgate_charge_refunds_total",
+                    vec![Label::new("rule", name.clone())],
+                ),
+            }
+        }
+    }
+
+    fn count(key: &Key) {
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+    }
+
+    pub(super) fn record(
+        config: &Config,
+        route: Option<usize>,
+        limits: &[usize],
+        result: &Result<Outcome, StoreError>,
+        health: Health,
+        elapsed: Option<Duration>,
+    ) {
+        let health = match health {
+            Health::Healthy => 0.0,
+            Health::Degraded => 1.0,
+            Health::Failing => 2.0,
+        };
+        metrics::with_recorder(|r| {
+            if let Some(elapsed) = elapsed {
+                r.register_histogram(&STORE_DURATION, &METADATA)
+                    .record(elapsed.as_secs_f64());
+            }
+            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
+        });
+        let limits = limits.iter().filter_map(|&i| config.limit(route, i));
+        match result {
+            Ok(outcome) => {
+                let denied = !outcome.is_admitted();
+                for (limit, rule) in limits.zip(&outcome.rules) {
+                    let on_trial = limit.shadow || config.mode == Mode::Shadow;
+                    let verdict = Verdict::of_rule(on_trial, denied, rule);
+                    count(&limit.metrics.keys.decisions[verdict as usize]);
+                }
+            }
+            Err(_) => {
+                for limit in limits {
+                    count(&limit.metrics.keys.decisions[Verdict::StoreFailed as usize]);
+                }
+            }
+        }
+    }
+
+    pub(super) fn held(starts: bool) {
+        metrics::with_recorder(|r| {
+            let gauge = r.register_gauge(&HELD, &METADATA);
+            if starts {
+                gauge.increment(1.0);
+            } else {
+                gauge.decrement(1.0);
+            }
+        });
+    }
+
+    pub(super) fn held_refused() {
+        count(&HELD_REFUSED);
+    }
+
+    pub(super) fn charge_refunded(metrics: &RuleMetrics) {
+        count(&metrics.keys.refunds);
+    }
 }
 
 #[cfg(test)]

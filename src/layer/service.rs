@@ -225,7 +225,15 @@ async fn check<St: Store + Clone>(
         .instrument(observation.span.clone())
         .await;
     let health = limiter.health();
-    observe::finish(observation, &config, &batch, &result, health);
+    let store_latency = observe::finish(
+        observation,
+        &config,
+        route,
+        &limits,
+        &batch,
+        &result,
+        health,
+    );
     let settle = result
         .as_ref()
         .ok()
@@ -254,6 +262,7 @@ async fn check<St: Store + Clone>(
         to_hold,
         health,
         settle,
+        store_latency,
     }
 }
 
