@@ -69,7 +69,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
 pub use layer::{
-    FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
+    RateLimitLayerBuilder,
 };
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
