@@ -1,7 +1,7 @@
 //! The layer's overhead per request on the in-process store: an axum hello-world called with
 //! `ServiceExt::oneshot`, bare and behind the layer, and the cost of the route table.
 //!
-//! `cargo bench --bench layer`
+//! `cargo bench --bench layer` (`--features metrics` adds the cost of recording metrics)
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::Request;
-use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::layer::{Charge, Limit, RateLimitLayer};
 use tollgate::{key, Check, Limiter, MemoryStore, Rate, Rule};
 use tower::{Service, ServiceExt};
 
@@ -134,6 +134,36 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("axum hello, route table (20), no route", |b| {
         b.iter_custom(|n| run(&rt, &unrouted, "/", n))
     });
+
+    // Charging by outcome, its worst case: every response (a 200) is given back.
+    let charged = hello().layer(
+        RateLimitLayer::builder(limiter.clone())
+            .limit(
+                Limit::new(roomy("charged"), key::global())
+                    .charge(Charge::when(|status| !status.is_success())),
+            )
+            .headers_on_allowed(false)
+            .build()
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 1 rule charged by outcome, given back", |b| {
+        b.iter_custom(|n| run(&rt, &charged, "/", n))
+    });
+
+    // The 1-rule layer recording into Prometheus (`--features metrics`): the recorder is
+    // this thread's, where the current-thread runtime runs the requests.
+    #[cfg(feature = "metrics")]
+    {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        group.bench_function(
+            "axum hello, 1 rule (global key), Prometheus recorder",
+            |b| {
+                b.iter_custom(|n| {
+                    metrics::with_local_recorder(&recorder, || run(&rt, &one, "/", n))
+                })
+            },
+        );
+    }
     group.finish();
 }
 

@@ -35,7 +35,9 @@
 //! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
 //! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
 //! tonic's `TcpConnectInfo` (also inside the `TlsConnectInfo` of a TLS server). Without them the layer still works with axum and tonic, and a
-//! hyper server inserts the peer's `SocketAddr` into each request's extensions.
+//! hyper server inserts the peer's `SocketAddr` into each request's extensions. `metrics`
+//! records decisions by rule and outcome, the store's latency and health and the held
+//! requests through the `metrics` facade, for any exporter (see [`layer::observe`]).
 //!
 //! The [`guide`] has a page per use case: an API limited per user, an address behind a
 //! proxy, SMS limits on several levels, downloads by size, login lockout, gRPC per method,
@@ -72,7 +74,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 pub use error::{ConfigError, StoreError};
 pub use layer::{
-    FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
+    RateLimitLayerBuilder,
 };
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;

@@ -288,6 +288,12 @@ impl Rule {
         &self.name
     }
 
+    /// The name, shared (a metric label without a copy).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn shared_name(&self) -> std::sync::Arc<str> {
+        self.name.clone()
+    }
+
     /// The algorithm and its quota.
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm

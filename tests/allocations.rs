@@ -123,3 +123,51 @@ fn an_admitted_request_allocates_what_the_docs_say() {
         counts[1]
     );
 }
+
+/// A limit charged by outcome costs what the layer docs say: one more allocation for the
+/// pending charge, and one more when the response does not count and the units are given
+/// back (the boxed refund).
+#[test]
+fn a_charged_request_allocates_what_the_docs_say() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tollgate::layer::{Charge, Limit, RateLimitLayer};
+    use tollgate::{Limiter, MemoryStore, Rule};
+    use tower::{Layer, Service};
+
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        .limit(
+            Limit::new(
+                Rule::fixed_window(
+                    "failed-logins",
+                    1_000_000,
+                    std::time::Duration::from_secs(60),
+                ),
+                key::global(),
+            )
+            .charge(Charge::failures()),
+        )
+        .headers_on_allowed(false)
+        .build()
+        .expect("a valid layer");
+    let mut service = layer.layer(tower::service_fn(|req: http::Request<u16>| async move {
+        let mut response = http::Response::new(());
+        *response.status_mut() = http::StatusCode::from_u16(*req.body()).expect("a status");
+        Ok::<_, std::convert::Infallible>(response)
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut answer = |status: u16| {
+        let _ = service.poll_ready(&mut cx);
+        let request = http::Request::get("/").body(status).expect("a request");
+        allocations_of(|| {
+            let mut future = std::pin::pin!(service.call(request));
+            match future.as_mut().poll(&mut cx) {
+                Poll::Ready(response) => assert!(response.is_ok()),
+                Poll::Pending => panic!("an in-process store answers at once"),
+            }
+        })
+    };
+    answer(401);
+    assert_eq!(answer(401), 3, "a failure counts: nothing to give back");
+    assert_eq!(answer(200), 4, "a success is given back");
+}

@@ -14,7 +14,9 @@ use smallvec::SmallVec;
 use bytes::Bytes;
 use http::Response;
 
+use super::charge::Charge;
 use super::log::EventLog;
+use super::observe::{self, RuleMetrics};
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -56,6 +58,10 @@ pub struct Limit {
     pub(crate) min_cost: u64,
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
+    pub(crate) charge: Charge,
+    /// The limit's metric keys (with the `metrics` feature), made once here.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) metrics: RuleMetrics,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -65,12 +71,14 @@ impl Limit {
     /// without a key is rejected with 400.
     pub fn new(rule: Rule, key: impl KeyExtractor) -> Self {
         Self {
+            metrics: RuleMetrics::new(&rule),
             rule,
             key: Arc::new(key),
             cost: None,
             min_cost: 0,
             on_missing: MissingKey::Reject,
             shadow: false,
+            charge: Charge::all(),
         }
     }
 
@@ -133,6 +141,39 @@ impl Limit {
         self
     }
 
+    /// Sets which requests count, by the status of their response (default
+    /// [`Charge::all`]): [`Charge::failures`] counts failed logins only (401 and 403),
+    /// [`Charge::except_server_errors`] gives a failing backend's requests back. Units are
+    /// taken at admission and given back when the response does not count, so the
+    /// requests that count never exceed the limit, however many run at once; see
+    /// [`Charge`] for what counts when there is no response, and which algorithms give
+    /// back exactly.
+    pub fn charge(mut self, charge: Charge) -> Self {
+        self.charge = charge;
+        self
+    }
+
+    /// Counts only requests whose response status `counts` accepts: shorthand for
+    /// [`charge(Charge::when(counts))`](Self::charge).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use tollgate::layer::Limit;
+    /// use tollgate::{key, Rule};
+    ///
+    /// // 20 rejected uploads (4xx) per client per hour; accepted ones do not count.
+    /// let bad_uploads = Limit::new(Rule::sliding_log("bad-uploads", 20, Duration::from_secs(3600)), key::peer_ip())
+    ///     .charge_if(|status: StatusCode| status.is_client_error());
+    /// # let _ = bad_uploads;
+    /// ```
+    pub fn charge_if<F>(self, counts: F) -> Self
+    where
+        F: Fn(http::StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.charge(Charge::when(counts))
+    }
+
     /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
     pub fn is_shadow(&self) -> bool {
         self.shadow
@@ -157,6 +198,7 @@ impl fmt::Debug for Limit {
             .field("min_cost", &self.min_cost)
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
+            .field("charge", &self.charge)
             .finish_non_exhaustive()
     }
 }
@@ -251,6 +293,7 @@ pub struct DecisionEvent<'a> {
     pub(crate) mode: Mode,
     pub(crate) route: Option<&'a str>,
     pub(crate) health: Health,
+    pub(crate) store_latency: Option<Duration>,
 }
 
 impl<'a> DecisionEvent<'a> {
@@ -259,6 +302,12 @@ impl<'a> DecisionEvent<'a> {
     /// breaker open, or Redis failing).
     pub fn health(&self) -> Health {
         self.health
+    }
+
+    /// How long the store took to decide (always measured when an
+    /// [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook is set).
+    pub fn store_latency(&self) -> Option<Duration> {
+        self.store_latency
     }
 
     /// The decision of the batch.
@@ -384,6 +433,7 @@ impl HeldLimits {
                 (n < max).then_some(n + 1)
             })
             .ok()?;
+        observe::held(true);
         // The slot gives back what it took when dropped, on the way out too.
         let mut slot = HeldSlot {
             counts: counts.clone(),
@@ -425,6 +475,7 @@ impl Drop for HeldSlot {
             }
         }
         self.counts.total.fetch_sub(1, Ordering::AcqRel);
+        observe::held(false);
     }
 }
 

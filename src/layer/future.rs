@@ -15,8 +15,10 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::body::RateLimitBody;
+use super::charge::Settle;
 use super::config::{Config, DecisionEvent, FailurePolicy, HeldSlot, Mode};
 use super::log::Event;
+use super::observe;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
@@ -40,6 +42,11 @@ pub(crate) struct Checked {
     pub(crate) to_hold: Option<ToHold>,
     /// The store's health right after it answered.
     pub(crate) health: Health,
+    /// For an admitted request with a limit that counts by outcome: what to give back once
+    /// the response's status is known.
+    pub(crate) settle: Option<Settle>,
+    /// How long the store took, if timed (see `observe`).
+    pub(crate) store_latency: Option<Duration>,
 }
 
 pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
@@ -83,7 +90,7 @@ impl Drop for Hold {
 /// Runs a refund from synchronous code: an in-process store answers on the first poll;
 /// another store's call finishes as a task on the runtime. Best effort: without a runtime
 /// (a future dropped outside one) the units stay taken.
-fn give_back(mut refund: RefundFuture) {
+pub(super) fn give_back(mut refund: RefundFuture) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::debug!("no tokio runtime here: a dropped held request's units stay taken");
         return;
@@ -130,6 +137,7 @@ pin_project! {
             pending: Option<Pending<S, ReqB>>,
             headers: Option<HeaderMap>,
             hold: Option<Hold>,
+            settle: Option<Settle>,
         },
         Sleeping {
             #[pin]
@@ -137,15 +145,19 @@ pin_project! {
             pending: Option<Pending<S, ReqB>>,
             headers: Option<HeaderMap>,
             hold: Option<Hold>,
+            settle: Option<Settle>,
         },
         Readying {
             pending: Option<Pending<S, ReqB>>,
             headers: Option<HeaderMap>,
+            settle: Option<Settle>,
         },
         Forwarding {
             #[pin]
             future: S::Future,
             headers: Option<HeaderMap>,
+            // Given the response's status: what of its units to give back.
+            settle: Option<Settle>,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -180,6 +192,7 @@ where
         inner: S,
         headers: Option<HeaderMap>,
         hold: Option<Hold>,
+        settle: Option<Settle>,
     ) -> Self {
         Self {
             state: State::Delayed {
@@ -187,13 +200,22 @@ where
                 pending: Some(Pending { request, inner }),
                 headers,
                 hold,
+                settle,
             },
         }
     }
 
-    pub(crate) fn forwarding(future: S::Future, headers: Option<HeaderMap>) -> Self {
+    pub(crate) fn forwarding(
+        future: S::Future,
+        headers: Option<HeaderMap>,
+        settle: Option<Settle>,
+    ) -> Self {
         Self {
-            state: State::Forwarding { future, headers },
+            state: State::Forwarding {
+                future,
+                headers,
+                settle,
+            },
         }
     }
 
@@ -229,14 +251,24 @@ where
                         Next::Reject(response) => state.set(State::Rejected {
                             response: Some(response),
                         }),
-                        Next::Forward { delay, headers, .. } if delay.is_zero() => {
+                        Next::Forward {
+                            delay,
+                            headers,
+                            settle,
+                            ..
+                        } if delay.is_zero() => {
                             let future = inner.call(request);
-                            state.set(State::Forwarding { future, headers });
+                            state.set(State::Forwarding {
+                                future,
+                                headers,
+                                settle,
+                            });
                         }
                         Next::Forward {
                             delay,
                             headers,
                             hold,
+                            settle,
                         } => {
                             // The ready service may hold a permit (`ConcurrencyLimit`,
                             // `Buffer`): keeping it through the hold would let held requests
@@ -251,6 +283,7 @@ where
                                 }),
                                 headers,
                                 hold,
+                                settle,
                             });
                         }
                     }
@@ -260,14 +293,21 @@ where
                     pending,
                     headers,
                     hold,
+                    settle,
                 } => {
-                    let (delay, pending, headers, hold) =
-                        (*delay, pending.take(), headers.take(), hold.take());
+                    let (delay, pending, headers, hold, settle) = (
+                        *delay,
+                        pending.take(),
+                        headers.take(),
+                        hold.take(),
+                        settle.take(),
+                    );
                     state.set(State::Sleeping {
                         sleep: tokio::time::sleep(delay),
                         pending,
                         headers,
                         hold,
+                        settle,
                     });
                 }
                 StateProj::Sleeping {
@@ -275,25 +315,48 @@ where
                     pending,
                     headers,
                     hold,
+                    settle,
                 } => {
                     ready!(sleep.poll(cx));
                     if let Some(hold) = hold.take() {
                         hold.release();
                     }
-                    let (pending, headers) = (pending.take(), headers.take());
-                    state.set(State::Readying { pending, headers });
+                    let (pending, headers, settle) =
+                        (pending.take(), headers.take(), settle.take());
+                    state.set(State::Readying {
+                        pending,
+                        headers,
+                        settle,
+                    });
                 }
-                StateProj::Readying { pending, headers } => {
+                StateProj::Readying {
+                    pending,
+                    headers,
+                    settle,
+                } => {
                     let Pending { inner, .. } = pending.as_mut().expect(POLLED_AFTER_COMPLETION);
                     ready!(inner.poll_ready(cx))?;
                     let Pending { request, mut inner } =
                         pending.take().expect(POLLED_AFTER_COMPLETION);
                     let future = inner.call(request);
-                    let headers = headers.take();
-                    state.set(State::Forwarding { future, headers });
+                    let (headers, settle) = (headers.take(), settle.take());
+                    state.set(State::Forwarding {
+                        future,
+                        headers,
+                        settle,
+                    });
                 }
-                StateProj::Forwarding { future, headers } => {
+                StateProj::Forwarding {
+                    future,
+                    headers,
+                    settle,
+                } => {
+                    // An error of the inner service counts (see `Charge`): `?` drops the
+                    // pending charge unsettled.
                     let mut response = ready!(future.poll(cx))?;
+                    if let Some(settle) = settle.take() {
+                        settle.settle(response.status());
+                    }
                     if let Some(ours) = headers.take() {
                         merge_headers(response.headers_mut(), ours);
                     }
@@ -366,6 +429,8 @@ pub(crate) enum Next {
         headers: Option<HeaderMap>,
         /// For a held request (`delay` > 0).
         hold: Option<Hold>,
+        /// For a limit that counts by outcome: settled with the response's status.
+        settle: Option<Settle>,
     },
     Reject(Response<Bytes>),
 }
@@ -386,13 +451,17 @@ pub(crate) fn reject(
 
 /// Acts on the store's answer according to the mode and the failure policy. The request's
 /// head is read only to build a rejection.
-pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>) -> Next {
+pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request<B>) -> Next {
     let head =
         || RequestHead::from_request(request).with_route(config.route_pattern(checked.route));
-    let forward = |headers| Next::Forward {
+    // Only an admitted batch has a pending charge (a store failure or a shadow-mode denial
+    // consumed nothing).
+    let settle = checked.settle.take();
+    let forward = |headers, settle| Next::Forward {
         delay: Duration::ZERO,
         headers,
         hold: None,
+        settle,
     };
     let outcome = match checked.result {
         Ok(outcome) => outcome,
@@ -406,7 +475,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
                 }
                 // Fail open; a fallback the store could not give (see `FailurePolicy`);
                 // and shadow mode, which never refuses.
-                _ => forward(None),
+                _ => forward(None, None),
             };
         }
     };
@@ -454,6 +523,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
             mode: config.mode,
             route: config.route_pattern(checked.route),
             health: checked.health,
+            store_latency: checked.store_latency,
         });
     }
     // Clients are told about enforced rules only: a trial rule, or any rule in shadow mode,
@@ -487,7 +557,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
                 if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
                     tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
                 }
-                forward(headers())
+                forward(headers(), None)
             } else {
                 tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
                 Next::Reject(reject(
@@ -499,7 +569,7 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
             }
         }
         // Shadow mode never holds a request.
-        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(headers()),
+        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(headers(), settle),
         (Decision::Delay(delay), _) => {
             let ToHold { refund, keys } = checked.to_hold.unwrap_or_default();
             match config.held.try_hold(keys) {
@@ -510,12 +580,14 @@ pub(crate) fn decide<B>(config: &Config, checked: Checked, request: &Request<B>)
                         refund,
                         _slot: slot,
                     }),
+                    settle,
                 },
                 None => {
                     if let Some(refund) = refund {
                         give_back(refund);
                     }
                     tracing::debug!(?delay, "too many held requests: request refused");
+                    observe::held_refused();
                     let limits = &checked.limits;
                     Next::Reject(refuse_hold(
                         config,

@@ -45,6 +45,15 @@
 //!   ones (one round trip): it keeps its state as if enforced and reports its would-be
 //!   denials, but never rejects or holds a request. Rules on trial — shadow limits, and
 //!   every rule in shadow mode — are not advertised in the `RateLimit` headers.
+//! - **Charging by outcome.** [`Limit::charge`] counts only the requests whose response
+//!   status counts: failed logins only ([`Charge::failures`]), or everything but a failing
+//!   backend's server errors ([`Charge::except_server_errors`]). Units are taken at
+//!   admission and given back when the response does not count, so the requests that
+//!   count never exceed the limit, however many run at once.
+//! - **Observability.** Each decision is a `tracing` span with its rule, outcome and store
+//!   latency (the key only as a short digest), and, with the `metrics` feature, metrics by
+//!   rule and outcome; see [`observe`]. [`RateLimitLayerBuilder::on_decision`] sees every
+//!   decision too.
 //! - **Store failures** follow the [`FailurePolicy`] (fail open by default), logged with
 //!   `tracing`; they never panic. The layer's own log lines (store failures, shadow
 //!   denials, key problems) come at most once per [`log_interval`](RateLimitLayerBuilder::log_interval)
@@ -86,7 +95,9 @@
 //! allocations (the boxed store future, and the `Vec` of per-rule outcomes the store
 //! returns), and up to eight more for the `RateLimit` headers of an admitted response
 //! (see [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
-//! costs none; a held one costs one more (the boxed refund of its units).
+//! costs none; a held one costs one more (the boxed refund of its units); an admitted one
+//! with a limit [charged by outcome](Limit::charge) one more (its pending charge), and
+//! another when its units are given back.
 //!
 //! ```
 //! use std::time::Duration;
@@ -176,15 +187,18 @@
 //! would win; `.layer(layer)` reads as well.
 
 mod body;
+mod charge;
 mod config;
 pub mod future;
 #[allow(clippy::module_inception)]
 mod layer;
 mod log;
+pub mod observe;
 mod routes;
 mod service;
 
 pub use body::RateLimitBody;
+pub use charge::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};

@@ -8,11 +8,14 @@ use std::time::Duration;
 use http::{Request, Response};
 use smallvec::SmallVec;
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::body::RateLimitBody;
+use super::charge;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
+use super::observe;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
@@ -88,7 +91,7 @@ where
             .as_ref()
             .is_some_and(|is_exempt| is_exempt(&head))
         {
-            return ResponseFuture::forwarding(self.inner.call(request), None);
+            return ResponseFuture::forwarding(self.inner.call(request), None, None);
         }
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
@@ -129,7 +132,7 @@ where
             }
         }
         if items.is_empty() {
-            return ResponseFuture::forwarding(self.inner.call(request), None);
+            return ResponseFuture::forwarding(self.inner.call(request), None, None);
         }
 
         let max_wait = match config.mode {
@@ -149,8 +152,13 @@ where
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             return match decide(config, checked, &request) {
-                Next::Forward { delay, headers, .. } if delay.is_zero() => {
-                    ResponseFuture::forwarding(self.inner.call(request), headers)
+                Next::Forward {
+                    delay,
+                    headers,
+                    settle,
+                    ..
+                } if delay.is_zero() => {
+                    ResponseFuture::forwarding(self.inner.call(request), headers, settle)
                 }
                 // A held request takes an idle clone, driven to readiness after the hold; the
                 // ready service stays here for the next call instead of keeping its permit
@@ -159,7 +167,15 @@ where
                     delay,
                     headers,
                     hold,
-                } => ResponseFuture::delayed(delay, request, self.inner.clone(), headers, hold),
+                    settle,
+                } => ResponseFuture::delayed(
+                    delay,
+                    request,
+                    self.inner.clone(),
+                    headers,
+                    hold,
+                    settle,
+                ),
                 Next::Reject(response) => ResponseFuture::rejected(response),
             };
         }
@@ -203,8 +219,25 @@ async fn check<St: Store + Clone>(
 ) -> Checked {
     let mut limits = SmallVec::new();
     let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
-    let result = limiter.reserve(&batch, max_wait).await;
+    let observation = observe::start(&config, route);
+    let result = limiter
+        .reserve(&batch, max_wait)
+        .instrument(observation.span.clone())
+        .await;
     let health = limiter.health();
+    let store_latency = observe::finish(
+        observation,
+        &config,
+        route,
+        &limits,
+        &batch,
+        &result,
+        health,
+    );
+    let settle = result
+        .as_ref()
+        .ok()
+        .and_then(|outcome| charge::pending(&limiter, &config, route, &items, &keys, outcome));
     let to_hold = match &result {
         Ok(outcome)
             if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
@@ -228,12 +261,14 @@ async fn check<St: Store + Clone>(
         limits,
         to_hold,
         health,
+        settle,
+        store_latency,
     }
 }
 
 /// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
 /// asked, each item's index among the request's limits.
-fn batch_of<'a>(
+pub(super) fn batch_of<'a>(
     config: &'a Config,
     route: Option<usize>,
     items: &[Item],

@@ -99,6 +99,15 @@ impl Admission {
     pub(crate) fn taken(&self, i: usize) -> Taken {
         self.taken.get(i).copied().unwrap_or_default()
     }
+
+    /// The admission of the sub-batch made of the rules at `indices` (in that order), to
+    /// give back the units of only some rules of a batch.
+    pub(crate) fn select(&self, indices: &[usize]) -> Admission {
+        Admission {
+            taken: indices.iter().map(|&i| self.taken(i)).collect(),
+            local: self.local,
+        }
+    }
 }
 
 /// Keeps rule state and decides batches.

@@ -1,0 +1,253 @@
+//! Charging by outcome: a [`Limit`](super::Limit) that counts only some responses (failed
+//! logins, say) takes its units when the request is admitted, like any limit, and gives
+//! them back once the response shows that this request does not count.
+//!
+//! Taking first and giving back later is what keeps it exact under concurrency: a request
+//! in flight holds its units, so however many arrive at once, no more are admitted than the
+//! limit allows, even if every one of them turns out to count. Asking only after the
+//! response would let a burst of simultaneous failed logins all through before the first
+//! one is counted.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::StatusCode;
+use smallvec::SmallVec;
+
+use super::config::Config;
+use super::future::{give_back, RefundFuture};
+use super::observe;
+use super::service::{batch_of, Item};
+use crate::decision::{Decision, Outcome};
+use crate::key::KeyBuf;
+use crate::limiter::Limiter;
+use crate::store::{Check, Store};
+
+/// Which responses a [`Limit`](super::Limit) counts
+/// ([`Limit::charge`](super::Limit::charge)); by default, [every one](Self::all).
+///
+/// A limit with a charge takes its units when the request is admitted, as every limit does,
+/// and gives them back ([`Store::refund`]) when the inner service answers with a status the
+/// charge does not count. So, under any concurrency, the requests that count never exceed
+/// the limit: a request in flight holds its units until its response says whether it
+/// counts. Requests that will not count can be refused while the quota is held by requests
+/// in flight (a login burst at the limit), never more than that.
+///
+/// What counts, besides the statuses the charge names:
+/// - an **error of the inner service** (its `Service::Error`, not a response): counted.
+///   There is no status to judge it by, and counting is the choice that never admits more
+///   than the limit (a backend that errs is what a brute-force attempt can provoke).
+/// - a request whose **response never comes** (its client hung up, a timeout above the
+///   layer dropped it): counted, for the same reason.
+/// - a rejection by the layer itself: it consumed nothing to begin with.
+///
+/// The refund follows [`Store::refund`]: exact for the counting algorithms (fixed window,
+/// sliding window, sliding log), which give back a request's units whatever was admitted
+/// meanwhile, as long as its window is still stored. A token bucket, GCRA or leaky bucket
+/// gives back only what it still can exactly (nothing once a later request was admitted),
+/// so under concurrent traffic it counts more than the charge says: for "failed logins
+/// only", use a fixed window or a sliding log. A refund from Redis runs as a task on the
+/// tokio runtime after the response is returned (an in-process store's, at once): a
+/// client's next request may still see the units taken for the length of a round trip.
+///
+/// Only the HTTP status is read: a gRPC service answers `200` with a `grpc-status`
+/// trailer, which a charge does not see.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{Request, Response, StatusCode};
+/// use tollgate::layer::{Charge, Limit, RateLimitLayer};
+/// use tollgate::{key, Limiter, MemoryStore, Rule};
+/// use tower::{service_fn, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 3 failed logins per user per 15 minutes; successful logins do not count.
+/// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+///     .route("POST /login", [Limit::new(
+///         Rule::fixed_window("failed-logins", 3, Duration::from_secs(900)),
+///         key::header("user"),
+///     )
+///     .charge(Charge::failures())])
+///     .build()?;
+/// let login = tower::ServiceBuilder::new().layer(layer).service(service_fn(|req: Request<String>| async move {
+///     let status = if req.body() == "right" { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+///     Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(String::new()).unwrap())
+/// }));
+/// let attempt = |password: &str| {
+///     Request::post("/login").header("user", "alice").body(password.to_owned())
+/// };
+/// for _ in 0..10 {
+///     assert_eq!(login.clone().oneshot(attempt("right")?).await?.status(), StatusCode::OK);
+/// }
+/// for _ in 0..3 {
+///     assert_eq!(login.clone().oneshot(attempt("wrong")?).await?.status(), StatusCode::UNAUTHORIZED);
+/// }
+/// // The fourth failure is not even tried.
+/// assert_eq!(login.oneshot(attempt("wrong")?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct Charge {
+    kind: Kind,
+}
+
+#[derive(Clone, Default)]
+enum Kind {
+    #[default]
+    All,
+    Failures,
+    ExceptServerErrors,
+    When(Arc<dyn Fn(StatusCode) -> bool + Send + Sync>),
+}
+
+impl Charge {
+    /// Every request counts, whatever its response (the default).
+    pub fn all() -> Self {
+        Self { kind: Kind::All }
+    }
+
+    /// Only `401 Unauthorized` and `403 Forbidden` count: failed logins, bad API keys. A
+    /// client that signs in correctly never uses up the quota of failed attempts.
+    pub fn failures() -> Self {
+        Self {
+            kind: Kind::Failures,
+        }
+    }
+
+    /// Every response but a server error (`5xx`) counts, so that a failing backend does not
+    /// use up its clients' quotas.
+    pub fn except_server_errors() -> Self {
+        Self {
+            kind: Kind::ExceptServerErrors,
+        }
+    }
+
+    /// The responses for which `counts` says `true` count.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tollgate::layer::Charge;
+    ///
+    /// // Only successful uploads count towards the upload quota.
+    /// let successes = Charge::when(|status: StatusCode| status.is_success());
+    /// assert!(successes.counts(StatusCode::CREATED));
+    /// assert!(!successes.counts(StatusCode::BAD_REQUEST));
+    /// ```
+    pub fn when<F>(counts: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        Self {
+            kind: Kind::When(Arc::new(counts)),
+        }
+    }
+
+    /// Whether a response with `status` counts.
+    pub fn counts(&self, status: StatusCode) -> bool {
+        match &self.kind {
+            Kind::All => true,
+            Kind::Failures => status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN,
+            Kind::ExceptServerErrors => !status.is_server_error(),
+            Kind::When(f) => f(status),
+        }
+    }
+
+    /// Whether every response counts (nothing is ever given back).
+    pub fn counts_all(&self) -> bool {
+        matches!(self.kind, Kind::All)
+    }
+}
+
+impl fmt::Debug for Charge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.kind {
+            Kind::All => "Charge::all()",
+            Kind::Failures => "Charge::failures()",
+            Kind::ExceptServerErrors => "Charge::except_server_errors()",
+            Kind::When(_) => "Charge::when(..)",
+        })
+    }
+}
+
+/// An admitted request's pending charge: given the response's status, the refund of the
+/// units of each limit that does not count it. Made only for requests with a limit whose
+/// charge is not [`Charge::all`].
+pub(crate) struct Settle(Box<dyn FnOnce(StatusCode) -> Option<RefundFuture> + Send>);
+
+impl Settle {
+    /// The inner service answered with `status`: give back what does not count.
+    pub(crate) fn settle(self, status: StatusCode) {
+        if let Some(refund) = (self.0)(status) {
+            give_back(refund);
+        }
+    }
+}
+
+/// The pending charge of an admitted batch, if one of its limits counts by outcome.
+pub(crate) fn pending<St: Store + Clone>(
+    limiter: &Limiter<St>,
+    config: &Arc<Config>,
+    route: Option<usize>,
+    items: &[Item],
+    keys: &KeyBuf,
+    outcome: &Outcome,
+) -> Option<Settle> {
+    let by_outcome = |item: &Item| {
+        config
+            .limit(route, item.limit)
+            .is_some_and(|l| !l.charge.counts_all())
+    };
+    if !outcome.is_admitted() || !items.iter().any(by_outcome) {
+        return None;
+    }
+    let admission = outcome.admission.clone()?;
+    // What each item took: every rule of an admitted batch, except a trial rule that would
+    // have denied (it consumed nothing).
+    let took: SmallVec<[bool; 4]> = outcome
+        .rules
+        .iter()
+        .map(|r| !matches!(r.decision, Decision::Deny(_)))
+        .collect();
+    let (limiter, config) = (limiter.clone(), config.clone());
+    let (items, keys): (SmallVec<[Item; 4]>, KeyBuf) = (items.into(), keys.clone());
+    Some(Settle(Box::new(move |status| {
+        let refunded: SmallVec<[usize; 4]> = items
+            .iter()
+            .enumerate()
+            .filter(|&(i, item)| {
+                took.get(i).copied().unwrap_or(false)
+                    && config
+                        .limit(route, item.limit)
+                        .is_some_and(|l| !l.charge.counts(status))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if refunded.is_empty() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let batch = batch_of(&config, route, &items, &keys, None);
+            // A trial rule that took its units gives them back like any other: the store
+            // skips trial items only because it cannot tell whether they took any.
+            let refund: SmallVec<[Check<'_>; 4]> = refunded
+                .iter()
+                .filter_map(|&i| batch.get(i))
+                .map(|c| Check {
+                    shadow: false,
+                    ..*c
+                })
+                .collect();
+            let admission = admission.select(&refunded);
+            match limiter.refund(&refund, &admission).await {
+                Ok(()) => refunded
+                    .iter()
+                    .filter_map(|&i| config.limit(route, items.get(i)?.limit))
+                    .for_each(observe::charge_refunded),
+                Err(error) => {
+                    tracing::warn!(%error, "could not give back the units of a request that does not count")
+                }
+            }
+        }) as RefundFuture)
+    })))
+}

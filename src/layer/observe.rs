@@ -1,0 +1,385 @@
+//! What the layer tells operators about each decision: a `tracing` span, and with the
+//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! # The span
+//!
+//! Every checked request gets a span `rate_limit` (target `tollgate::decision`, level
+//! `DEBUG`) around the store's decision, so the store's own events (a breaker opening, a
+//! Redis error) are its children, and a tracing exporter shows the decision inside the
+//! request's trace. Its fields:
+//!
+//! - `route`: the route-table pattern the request matched, if any;
+//! - `outcome`: the batch's outcome, one of the [outcomes](#outcomes);
+//! - `rule`: the rule that decided (the longest wait of a denial or a delay), or the first
+//!   of an admitted batch;
+//! - `key`: that rule's key, only as a short digest (8 hex digits of a hash keyed with a
+//!   random value per process): enough to tell whether two lines are about the same client,
+//!   not to learn which client, nor to match lines of two processes;
+//! - `store_us`: how long the store took, in µs.
+//!
+//! When nothing listens at `DEBUG` for this target, the span costs a check of a cached
+//! interest, and the store call is not timed unless the `metrics` feature is on or an
+//! [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook reads
+//! [`DecisionEvent::store_latency`](super::DecisionEvent::store_latency).
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature the layer records, through whatever recorder the application
+//! installs (Prometheus, StatsD, OpenTelemetry…):
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `tollgate_decisions_total` | counter | `rule`, `outcome` | per rule of each checked request |
+//! | `tollgate_store_duration_seconds` | histogram | | how long the store took to decide a batch |
+//! | `tollgate_store_health` | gauge | | the store's [`Health`] after its last decision: 0 healthy, 1 degraded (a fallback decides), 2 failing (a breaker is open) |
+//! | `tollgate_held_requests` | gauge | | requests the layer holds now (wait mode, leaky-bucket delays) |
+//! | `tollgate_held_refused_total` | counter | | delayed requests refused because `max_held` or `max_held_per_key` was reached |
+//! | `tollgate_charge_refunds_total` | counter | `rule` | requests whose units were given back because their response did not count ([`Charge`](super::Charge)) |
+//!
+//! Labels are the rule's name and fixed words only. A key never becomes a label: keys are
+//! unbounded (every client IP would be a series) and may be personal data.
+//!
+//! # Outcomes
+//!
+//! Per rule (`tollgate_decisions_total`): `admitted`, `delayed` (held for a leaky bucket's
+//! shaping or a wait-mode reservation), `denied`, `locked` (a penalty lock), `shadow_denied`
+//! (a rule on trial, or any rule in shadow mode, would have denied; nothing was refused),
+//! `denied_by_other` (this rule would admit, but another rule of the batch denied, so this
+//! one consumed nothing), and `store_failed` (the store failed; the
+//! [`FailurePolicy`](super::FailurePolicy) decided). The span's `outcome` is the batch's,
+//! with the same words.
+//!
+//! Each limit's metric keys are made once, with the limit, so recording costs no
+//! allocation of the layer's own: one lookup in the recorder per rule of each request,
+//! plus the store's latency and health (figures in `BENCHMARKS.md`). Every record asks for
+//! the recorder installed now, so a recorder installed after the layer was built records
+//! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
+//! and in `tollgate_held_refused_total`.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tracing::field::{display, Empty};
+use tracing::Span;
+
+use super::config::{Config, Limit, Mode};
+use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::{Check, Health};
+
+/// The outcome of a rule, or of a batch (see the [module docs](self#outcomes)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Admitted,
+    Delayed,
+    Denied,
+    Locked,
+    ShadowDenied,
+    DeniedByOther,
+    StoreFailed,
+}
+
+impl Verdict {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const ALL: [Verdict; 7] = [
+        Verdict::Admitted,
+        Verdict::Delayed,
+        Verdict::Denied,
+        Verdict::Locked,
+        Verdict::ShadowDenied,
+        Verdict::DeniedByOther,
+        Verdict::StoreFailed,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Admitted => "admitted",
+            Verdict::Delayed => "delayed",
+            Verdict::Denied => "denied",
+            Verdict::Locked => "locked",
+            Verdict::ShadowDenied => "shadow_denied",
+            Verdict::DeniedByOther => "denied_by_other",
+            Verdict::StoreFailed => "store_failed",
+        }
+    }
+
+    /// A batch's outcome.
+    fn of_batch(mode: Mode, outcome: &Outcome) -> Self {
+        match outcome.decision {
+            Decision::Deny(_) if mode == Mode::Shadow => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            Decision::Delay(_) if mode != Mode::Shadow => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+
+    /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
+        match rule.decision {
+            Decision::Deny(_) if on_trial => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            _ if batch_denied => Verdict::DeniedByOther,
+            Decision::Delay(_) if !on_trial => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+}
+
+/// A decision being observed: its span, and when the store was asked, if timed.
+pub(crate) struct Observation {
+    pub(crate) span: Span,
+    start: Option<Instant>,
+}
+
+/// Opens the span of a request's decision, and starts the clock if anyone will read it.
+pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
+    let span = tracing::debug_span!(
+        target: "tollgate::decision",
+        "rate_limit",
+        route = config.route_pattern(route),
+        outcome = Empty,
+        rule = Empty,
+        key = Empty,
+        store_us = Empty,
+    );
+    let timed = cfg!(feature = "metrics") || !span.is_disabled() || config.on_decision.is_some();
+    Observation {
+        span,
+        start: timed.then(Instant::now),
+    }
+}
+
+/// Records the store's answer for `batch` (whose items are the request's limits at
+/// `limits`): the span's fields and the metrics. Returns how long the store took, if timed.
+pub(crate) fn finish(
+    observation: Observation,
+    config: &Config,
+    route: Option<usize>,
+    limits: &[usize],
+    batch: &[Check<'_>],
+    result: &Result<Outcome, StoreError>,
+    health: Health,
+) -> Option<Duration> {
+    let elapsed = observation.start.map(|start| start.elapsed());
+    #[cfg(feature = "metrics")]
+    recording::record(config, route, limits, result, health, elapsed);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (route, limits, health);
+
+    let span = &observation.span;
+    if span.is_disabled() {
+        return elapsed;
+    }
+    let verdict = match result {
+        Ok(outcome) => Verdict::of_batch(config.mode, outcome),
+        Err(_) => Verdict::StoreFailed,
+    };
+    span.record("outcome", verdict.as_str());
+    if let Some(elapsed) = elapsed {
+        span.record("store_us", micros(elapsed));
+    }
+    let deciding = result.as_ref().ok().and_then(deciding_rule).unwrap_or(0);
+    if let Some(check) = batch.get(deciding) {
+        span.record("rule", check.rule.name());
+        span.record("key", display(KeyDigest::of(check.key)));
+    }
+    elapsed
+}
+
+/// The index of the rule that decided a denial or a delay (the longest wait).
+fn deciding_rule(outcome: &Outcome) -> Option<usize> {
+    match outcome.decision {
+        Decision::Deny(_) => outcome.deciding_rule(),
+        Decision::Delay(wait) => outcome
+            .rules
+            .iter()
+            .position(|r| r.decision == Decision::Delay(wait)),
+        Decision::Allow => None,
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A key as the span shows it: 32 bits of a hash keyed per process.
+struct KeyDigest(u32);
+
+impl KeyDigest {
+    fn of(key: &[u8]) -> Self {
+        static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+        let hash = SEED.get_or_init(Default::default).hash_one(key);
+        Self((hash >> 32) as u32)
+    }
+}
+
+impl fmt::Display for KeyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:08x}", self.0)
+    }
+}
+
+/// A limit's metric keys, made once with the limit, so that recording one costs no
+/// allocation (a key made per request would allocate its label list). Empty without the
+/// `metrics` feature.
+#[derive(Clone)]
+pub(crate) struct RuleMetrics {
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<recording::RuleKeys>,
+}
+
+impl RuleMetrics {
+    pub(crate) fn new(_rule: &Rule) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(recording::RuleKeys::new(_rule)),
+        }
+    }
+}
+
+/// A request starts (`true`) or stops (`false`) being held.
+pub(crate) fn held(_starts: bool) {
+    #[cfg(feature = "metrics")]
+    recording::held(_starts);
+}
+
+/// A delayed request was refused: no room to hold it.
+pub(crate) fn held_refused() {
+    #[cfg(feature = "metrics")]
+    recording::held_refused();
+}
+
+/// A request's units were given back for `limit`: its response did not count.
+pub(crate) fn charge_refunded(_limit: &Limit) {
+    #[cfg(feature = "metrics")]
+    recording::charge_refunded(&_limit.metrics);
+}
+
+/// The metrics, through the `metrics` facade: every call asks for the current recorder, so
+/// one installed after the layer was built records too.
+#[cfg(feature = "metrics")]
+mod recording {
+    use std::time::Duration;
+
+    use metrics::{Key, Label, Level, Metadata};
+
+    use super::{RuleMetrics, Verdict};
+    use crate::decision::Outcome;
+    use crate::error::StoreError;
+    use crate::layer::config::{Config, Mode};
+    use crate::rule::Rule;
+    use crate::store::Health;
+
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+    static STORE_DURATION: Key = Key::from_static_name("tollgate_store_duration_seconds");
+    static STORE_HEALTH: Key = Key::from_static_name("tollgate_store_health");
+    static HELD: Key = Key::from_static_name("tollgate_held_requests");
+    static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
+
+    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    pub(super) struct RuleKeys {
+        decisions: [Key; Verdict::ALL.len()],
+        refunds: Key,
+    }
+
+    impl RuleKeys {
+        pub(super) fn new(rule: &Rule) -> Self {
+            let name = rule.shared_name();
+            let decision = |verdict: Verdict| {
+                let labels = vec![
+                    Label::new("rule", name.clone()),
+                    Label::new("outcome", verdict.as_str()),
+                ];
+                Key::from_parts("tollgate_decisions_total", labels)
+            };
+            Self {
+                decisions: Verdict::ALL.map(decision),
+                refunds: Key::from_parts(
+                    "tollgate_charge_refunds_total",
+                    vec![Label::new("rule", name.clone())],
+                ),
+            }
+        }
+    }
+
+    fn count(key: &Key) {
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+    }
+
+    pub(super) fn record(
+        config: &Config,
+        route: Option<usize>,
+        limits: &[usize],
+        result: &Result<Outcome, StoreError>,
+        health: Health,
+        elapsed: Option<Duration>,
+    ) {
+        let health = match health {
+            Health::Healthy => 0.0,
+            Health::Degraded => 1.0,
+            Health::Failing => 2.0,
+        };
+        metrics::with_recorder(|r| {
+            if let Some(elapsed) = elapsed {
+                r.register_histogram(&STORE_DURATION, &METADATA)
+                    .record(elapsed.as_secs_f64());
+            }
+            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
+        });
+        let limits = limits.iter().filter_map(|&i| config.limit(route, i));
+        match result {
+            Ok(outcome) => {
+                let denied = !outcome.is_admitted();
+                for (limit, rule) in limits.zip(&outcome.rules) {
+                    let on_trial = limit.shadow || config.mode == Mode::Shadow;
+                    let verdict = Verdict::of_rule(on_trial, denied, rule);
+                    count(&limit.metrics.keys.decisions[verdict as usize]);
+                }
+            }
+            Err(_) => {
+                for limit in limits {
+                    count(&limit.metrics.keys.decisions[Verdict::StoreFailed as usize]);
+                }
+            }
+        }
+    }
+
+    pub(super) fn held(starts: bool) {
+        metrics::with_recorder(|r| {
+            let gauge = r.register_gauge(&HELD, &METADATA);
+            if starts {
+                gauge.increment(1.0);
+            } else {
+                gauge.decrement(1.0);
+            }
+        });
+    }
+
+    pub(super) fn held_refused() {
+        count(&HELD_REFUSED);
+    }
+
+    pub(super) fn charge_refunded(metrics: &RuleMetrics) {
+        count(&metrics.keys.refunds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_digest_is_short_stable_and_not_the_key() {
+        let a = KeyDigest::of(b"203.0.113.7").to_string();
+        assert_eq!(a.len(), 8);
+        assert_eq!(a, KeyDigest::of(b"203.0.113.7").to_string());
+        assert_ne!(a, KeyDigest::of(b"203.0.113.8").to_string());
+    }
+}
