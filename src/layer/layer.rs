@@ -9,6 +9,7 @@ use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
 use super::log::EventLog;
+use super::reload::ConfigSource;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
@@ -32,8 +33,8 @@ use crate::store::{MemoryStore, Store};
 /// (`use tollgate::RateLimitLayer as Tollgate;`).
 #[derive(Clone)]
 pub struct RateLimitLayer<St = MemoryStore> {
-    limiter: Limiter<St>,
-    config: Arc<Config>,
+    pub(super) limiter: Limiter<St>,
+    pub(super) config: ConfigSource,
 }
 
 impl<St: Store> RateLimitLayer<St> {
@@ -178,7 +179,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                config: Arc::new(config),
+                config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
     }

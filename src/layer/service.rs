@@ -13,6 +13,7 @@ use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
+use super::reload::ConfigSource;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
@@ -27,7 +28,7 @@ use crate::store::{Admission, Check, MemoryStore, Store};
 pub struct RateLimit<S, St = MemoryStore> {
     inner: S,
     limiter: Limiter<St>,
-    config: Arc<Config>,
+    config: ConfigSource,
 }
 
 /// One limit of a request's batch: its index among the request's limits, its key's bytes in
@@ -41,7 +42,7 @@ pub(crate) struct Item {
 }
 
 impl<S, St> RateLimit<S, St> {
-    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: Arc<Config>) -> Self {
+    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: ConfigSource) -> Self {
         Self {
             inner,
             limiter,
@@ -80,7 +81,9 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let config = &*self.config;
+        // One configuration for the whole request, however often a reload swaps it.
+        let current = self.config.current();
+        let config: &Config = &current;
         let route = config.route_for(request.method(), matched_path(&request));
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config
@@ -138,7 +141,7 @@ where
         };
         let mut check = Box::pin(check(
             self.limiter.clone(),
-            self.config.clone(),
+            Arc::clone(&current),
             route,
             items,
             keys,
@@ -163,8 +166,10 @@ where
                 Next::Reject(response) => ResponseFuture::rejected(response),
             };
         }
+        let config = Arc::clone(&current);
+        drop(current);
         let inner = self.take_ready_inner();
-        ResponseFuture::checking(check, request, inner, self.config.clone())
+        ResponseFuture::checking(check, request, inner, config)
     }
 }
 
