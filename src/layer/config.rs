@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::log::EventLog;
+use super::plans::PlanGuard;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -56,6 +57,9 @@ pub struct Limit {
     pub(crate) min_cost: u64,
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
+    /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
+    /// requests of that plan only.
+    pub(crate) plan: Option<PlanGuard>,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -64,13 +68,19 @@ impl Limit {
     /// `rule`, counted under the key `key` finds, at the rule's default cost; a request
     /// without a key is rejected with 400.
     pub fn new(rule: Rule, key: impl KeyExtractor) -> Self {
+        Self::from_shared(rule, Arc::new(key))
+    }
+
+    /// [`new`](Self::new) with a key extractor already shared.
+    pub(crate) fn from_shared(rule: Rule, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
             rule,
-            key: Arc::new(key),
+            key,
             cost: None,
             min_cost: 0,
             on_missing: MissingKey::Reject,
             shadow: false,
+            plan: None,
         }
     }
 
@@ -157,6 +167,7 @@ impl fmt::Debug for Limit {
             .field("min_cost", &self.min_cost)
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
+            .field("plan", &self.plan)
             .finish_non_exhaustive()
     }
 }

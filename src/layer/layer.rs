@@ -101,6 +101,13 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
+    /// Applies each of `limits` to every request, as [`limit`](Self::limit) does: a
+    /// [`Plans`](super::Plans), say.
+    pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
+        self.config.global.extend(limits);
+        self
+    }
+
     /// Applies `limits` to requests matching `pattern`, in addition to the layer's own
     /// limits. Patterns: `"POST /sms/send"` (method and path), `"/pkg.Service/Method"` (any
     /// method: gRPC), `"GET /files/{id}"` (`{id}` is any one segment), `"/api/*"` or
@@ -150,6 +157,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
                 problems.extend(limit.rule.validate().err());
             }
             problems.extend(costs_problem(limit));
+            problems.extend(limit.plan.as_ref().and_then(|plan| plan.problem()));
             problems.extend(
                 limit
                     .key

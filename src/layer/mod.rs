@@ -181,6 +181,7 @@ pub mod future;
 #[allow(clippy::module_inception)]
 mod layer;
 mod log;
+mod plans;
 mod reload;
 mod routes;
 mod service;
@@ -189,5 +190,6 @@ pub use body::RateLimitBody;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use plans::{PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;

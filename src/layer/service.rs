@@ -13,6 +13,7 @@ use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
+use super::plans::RequestPlans;
 use super::reload::ConfigSource;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
@@ -97,9 +98,15 @@ where
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
         let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+        let mut plans = RequestPlans::default();
         for (i, limit) in config.limits(route).enumerate() {
             let start = keys.len();
-            match limit.key.extract(&head, &mut keys) {
+            let extracted = match plans.applies(limit, &head) {
+                Ok(true) => limit.key.extract(&head, &mut keys),
+                Ok(false) => continue,
+                Err(unknown_plan) => Err(unknown_plan),
+            };
+            match extracted {
                 Ok(()) => items.push(Item {
                     limit: i,
                     start,
