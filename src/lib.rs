@@ -61,6 +61,9 @@ mod penalty;
 mod rate;
 pub mod response;
 mod rule;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod rules_file;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -68,6 +71,7 @@ pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOut
 pub use error::{ConfigError, StoreError};
 pub use layer::{
     FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    ReloadHandle,
 };
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
