@@ -3,6 +3,10 @@
 //! layer's own checks are located at the limit or route they name; and a reloaded file
 //! that cannot work leaves the running rules in place.
 
+#[path = "../examples/reload.rs"]
+#[allow(dead_code)]
+mod reload_example;
+
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -395,5 +399,63 @@ async fn an_invalid_file_leaves_the_running_rules() {
         svc.oneshot(get()).await.unwrap().status(),
         StatusCode::TOO_MANY_REQUESTS
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_example_reloads_a_changed_file_and_keeps_the_rules_of_a_broken_one() {
+    let dir = std::env::temp_dir().join(format!("tollgate-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rules.toml");
+    let rules = |limit: &str| {
+        format!("[[limit]]\nname = \"all\"\nfixed_window = {{ limit = {limit}, window = \"1m\" }}\nkey = \"global\"\n")
+    };
+    std::fs::write(&path, rules("1")).unwrap();
+    let loader = reload_example::loader();
+    let (layer, handle) =
+        reload_example::load(&loader, &path, Limiter::new(MemoryStore::new())).unwrap();
+    let svc = service(&layer);
+    let watcher = tokio::spawn(reload_example::watch(
+        loader,
+        path.clone(),
+        handle,
+        Duration::from_millis(10),
+    ));
+    let current = || async {
+        let res = svc
+            .clone()
+            .oneshot(Request::get("/").body(String::new()).unwrap())
+            .await
+            .unwrap();
+        policy(&res)
+    };
+    let wait_for = |want: &'static str| {
+        let current = &current;
+        async move {
+            for _ in 0..500 {
+                if current().await == want {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    };
+    assert!(wait_for("\"all\";q=1;w=60").await);
+    std::fs::write(&path, rules("7")).unwrap();
+    assert!(
+        wait_for("\"all\";q=7;w=60").await,
+        "the changed file was loaded"
+    );
+    // Broken: a limit of "many". The rules stay; a later good file is still taken.
+    std::fs::write(&path, rules("\"many\"")).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(current().await, "\"all\";q=7;w=60");
+    std::fs::write(&path, rules("12")).unwrap();
+    assert!(
+        wait_for("\"all\";q=12;w=60").await,
+        "a good file after a broken one"
+    );
+    watcher.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
