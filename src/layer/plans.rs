@@ -275,7 +275,7 @@ struct Selector {
 
 impl Selector {
     /// The index of the request's plan; `None`: no plan applies.
-    fn resolve(&self, head: &RequestHead<'_>) -> Result<Option<usize>, KeyError> {
+    fn resolve(&self, head: &RequestHead<'_>) -> Resolved {
         let found = (self.plan_of.find)(head);
         if let Some(i) = found
             .as_deref()
@@ -315,10 +315,13 @@ impl fmt::Debug for PlanGuard {
     }
 }
 
+/// A request's plan among a group's: its index, `None` for no limit, or why it is refused.
+type Resolved = Result<Option<usize>, KeyError>;
+
 /// The plans of one request, found once per group of plans.
 #[derive(Default)]
 pub(crate) struct RequestPlans<'c> {
-    last: Option<(&'c Arc<Selector>, Result<Option<usize>, KeyError>)>,
+    last: Option<(&'c Arc<Selector>, Resolved)>,
 }
 
 impl<'c> RequestPlans<'c> {
