@@ -36,9 +36,9 @@
 //! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
 //! tonic's `TcpConnectInfo` (also inside the `TlsConnectInfo` of a TLS server). Without them the layer still works with axum and tonic, and a
 //! hyper server inserts the peer's `SocketAddr` into each request's extensions. `serde`
-//! reads a layer's rules from a file ([`rules_file`]: TOML, or any serde format), whose
-//! problems name the file, line and field; with a [`ReloadHandle`] a new file replaces the
-//! rules of a running layer.
+//! reads a layer's rules from a file (`tollgate::rules_file`: TOML, or any serde format),
+//! whose problems name the file, line and field; with a [`ReloadHandle`] a new file
+//! replaces the rules of a running layer.
 //!
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the

@@ -147,7 +147,10 @@ impl<St: Store + Clone> RateLimitLayer<St> {
 
 impl<St: Store + Clone> ReloadHandle<St> {
     /// A builder on the layer's limiter, with no limits yet: configure it as at start-up,
-    /// then give it to [`reload`](Self::reload).
+    /// then give it to [`reload`](Self::reload). Everything the builder sets is replaced,
+    /// hooks ([`on_reject`](RateLimitLayerBuilder::on_reject),
+    /// [`on_decision`](RateLimitLayerBuilder::on_decision), exemptions) included: make the
+    /// base builder in one function, used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
         RateLimitLayer::builder(self.limiter.clone())
     }
@@ -160,9 +163,9 @@ impl<St: Store + Clone> ReloadHandle<St> {
         Ok(())
     }
 
-    /// Installs the configuration of `layer`, a layer already built (a
-    /// [`rules_file`](crate::rules_file) builds one with its messages naming the file's
-    /// lines), in the running layer. `layer`'s own limiter is not used: the running layer
+    /// Installs the configuration of `layer`, a layer already built (the `serde` feature's
+    /// `rules_file::Loader` builds one, its messages naming the file's lines), in the
+    /// running layer. `layer`'s own limiter is not used: the running layer
     /// keeps its own.
     pub fn replace(&self, layer: RateLimitLayer<St>) {
         let mut config = match layer.config {
