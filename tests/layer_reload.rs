@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{Limit, Mode, RateLimitBody, RateLimitLayer, ReloadHandle};
+use tollgate::layer::{Limit, Mode, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -38,34 +38,28 @@ const B_POLICY: &str = "\"b-total\";q=1000000;w=3600, \"b-once\";q=1;w=3600";
 /// Configuration A admits everything, holding some requests briefly (a leaky bucket's
 /// shaping); configuration B admits one request in all, then denies. Both rules of each
 /// must always be applied together.
-fn configure_a(handle: &ReloadHandle<MemoryStore>) -> Result<(), tollgate::ConfigError> {
-    handle.reload(
-        handle
-            .builder()
-            .limit(Limit::new(
-                Rule::leaky_bucket("a-shape", 1000, Rate::per_second(1000)),
-                key::global(),
-            ))
-            .limit(Limit::new(
-                Rule::fixed_window("a-total", 1_000_000, Duration::from_secs(3600)),
-                key::global(),
-            )),
-    )
+fn configure_a(builder: RateLimitLayerBuilder) -> RateLimitLayerBuilder {
+    builder
+        .limit(Limit::new(
+            Rule::leaky_bucket("a-shape", 1000, Rate::per_second(1000)),
+            key::global(),
+        ))
+        .limit(Limit::new(
+            Rule::fixed_window("a-total", 1_000_000, Duration::from_secs(3600)),
+            key::global(),
+        ))
 }
 
-fn configure_b(handle: &ReloadHandle<MemoryStore>) -> Result<(), tollgate::ConfigError> {
-    handle.reload(
-        handle
-            .builder()
-            .limit(Limit::new(
-                Rule::fixed_window("b-total", 1_000_000, Duration::from_secs(3600)),
-                key::global(),
-            ))
-            .limit(Limit::new(
-                Rule::fixed_window("b-once", 1, Duration::from_secs(3600)),
-                key::global(),
-            )),
-    )
+fn configure_b(builder: RateLimitLayerBuilder) -> RateLimitLayerBuilder {
+    builder
+        .limit(Limit::new(
+            Rule::fixed_window("b-total", 1_000_000, Duration::from_secs(3600)),
+            key::global(),
+        ))
+        .limit(Limit::new(
+            Rule::fixed_window("b-once", 1, Duration::from_secs(3600)),
+            key::global(),
+        ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,23 +68,31 @@ async fn rules_swapped_under_load_are_applied_whole() {
         .build()
         .unwrap()
         .reloadable();
-    configure_a(&handle).unwrap();
+    handle.reload(configure_a(handle.builder())).unwrap();
     let svc = service(&layer);
 
+    // Both configurations built once; a thread swaps them as fast as it can, so that swaps
+    // land between any two steps of a request.
+    let (build_a, build_b) = {
+        let limiter = handle.limiter().clone();
+        let a = configure_a(RateLimitLayer::builder(limiter.clone()))
+            .build()
+            .unwrap();
+        let b = configure_b(RateLimitLayer::builder(limiter))
+            .build()
+            .unwrap();
+        (a, b)
+    };
     let done = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicUsize::new(0));
     let swapper = {
         let (done, swaps) = (done.clone(), swaps.clone());
-        tokio::spawn(async move {
+        std::thread::spawn(move || {
             while !done.load(Ordering::Acquire) {
-                let n = swaps.fetch_add(1, Ordering::AcqRel);
-                let result = if n % 2 == 0 {
-                    configure_b(&handle)
-                } else {
-                    configure_a(&handle)
-                };
-                result.unwrap();
-                tokio::time::sleep(Duration::from_micros(200)).await;
+                handle.replace(build_b.clone());
+                handle.replace(build_a.clone());
+                swaps.fetch_add(2, Ordering::AcqRel);
+                std::thread::yield_now();
             }
         })
     };
@@ -118,7 +120,7 @@ async fn rules_swapped_under_load_are_applied_whole() {
         responses.extend(client.await.unwrap());
     }
     done.store(true, Ordering::Release);
-    swapper.await.unwrap();
+    swapper.join().unwrap();
 
     // No request lost: every one answered, by exactly one configuration's rules.
     assert_eq!(responses.len(), CLIENTS * REQUESTS);
