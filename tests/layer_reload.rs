@@ -267,3 +267,37 @@ async fn state_is_kept_by_rule_name_across_reloads() {
         StatusCode::OK
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn held_requests_count_under_one_bound_across_a_reload() {
+    let config = |builder: RateLimitLayerBuilder| {
+        builder
+            .mode(Mode::Wait {
+                max_wait: Duration::from_secs(10),
+            })
+            .max_held(1)
+            .limit(Limit::new(
+                Rule::fixed_window("one-a-second", 1, Duration::from_secs(1)),
+                key::global(),
+            ))
+    };
+    let (layer, handle) = config(RateLimitLayer::builder(Limiter::new(MemoryStore::new())))
+        .build()
+        .unwrap()
+        .reloadable();
+    let svc = service(&layer);
+    let request = || Request::get("/").body(String::new()).unwrap();
+    assert_eq!(
+        svc.clone().oneshot(request()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    // Held under the old configuration, for the next second's slot.
+    let held = tokio::spawn(svc.clone().oneshot(request()));
+    tokio::task::yield_now().await;
+
+    handle.reload(config(handle.builder())).unwrap();
+    // The new configuration's bound of one is taken by the request held under the old.
+    let refused = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
+}
