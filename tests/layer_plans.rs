@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
-use tollgate::layer::{Limit, PlanOf, Plans, RateLimitBody, RateLimitLayer, UnknownPlan};
+use tollgate::layer::{
+    Limit, MissingKey, PlanOf, Plans, RateLimitBody, RateLimitLayer, UnknownPlan,
+};
 use tollgate::{key, Limiter, MemoryStore, Rule, Store};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
@@ -328,5 +330,36 @@ async fn plans_on_redis() {
     assert!(
         keys.contains("api-free") && keys.contains("api-pro"),
         "{keys}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_plan_is_refused_even_by_a_limit_that_skips_missing_keys() {
+    // free skips requests without an API key; an unknown plan is still refused.
+    let free = Limit::new(
+        Rule::fixed_window("api-free", 1, MINUTE),
+        key::header("x-api-key"),
+    )
+    .on_missing_key(MissingKey::Skip);
+    let plans = Plans::new(
+        key::header("x-api-key"),
+        PlanOf::header("x-plan"),
+        UnknownPlan::Reject,
+    )
+    .plan_limit("free", free)
+    .plan("pro", Rule::fixed_window("api-pro", 3, MINUTE));
+    let svc = service(&layer(plans));
+    let anonymous_free = Request::get("/")
+        .header("x-plan", "free")
+        .body(String::new())
+        .unwrap();
+    assert_eq!(status(&svc, anonymous_free).await, StatusCode::OK);
+    assert_eq!(
+        status(&svc, request("k1", Some("gold"))).await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        status(&svc, request("k1", None)).await,
+        StatusCode::BAD_REQUEST
     );
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::header::HeaderName;
 
-use super::config::{Limit, MissingKey};
+use super::config::Limit;
 use crate::error::ConfigError;
 use crate::key::{IntoHeaderName, KeyError, KeyExtractor, RequestHead};
 use crate::rule::Rule;
@@ -243,10 +243,6 @@ impl IntoIterator for Plans {
             .into_iter()
             .enumerate()
             .map(|(index, (_, mut limit))| {
-                if index == 0 && selector.unknown == Fallback::Reject {
-                    // The unknown plan's refusal goes through this limit, and must refuse.
-                    limit.on_missing = MissingKey::Reject;
-                }
                 limit.plan = Some(PlanGuard {
                     selector: selector.clone(),
                     index,

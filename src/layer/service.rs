@@ -101,10 +101,12 @@ where
         let mut plans = RequestPlans::default();
         for (i, limit) in config.limits(route).enumerate() {
             let start = keys.len();
-            let extracted = match plans.applies(limit, &head) {
-                Ok(true) => limit.key.extract(&head, &mut keys),
+            // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
+            // the limit does with a missing key.
+            let (extracted, plan_refused) = match plans.applies(limit, &head) {
+                Ok(true) => (limit.key.extract(&head, &mut keys), false),
                 Ok(false) => continue,
-                Err(unknown_plan) => Err(unknown_plan),
+                Err(unknown_plan) => (Err(unknown_plan), true),
             };
             match extracted {
                 Ok(()) => items.push(Item {
@@ -119,7 +121,7 @@ where
                         if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
                             tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
                         }
-                    } else if limit.on_missing == MissingKey::Skip {
+                    } else if limit.on_missing == MissingKey::Skip && !plan_refused {
                         continue;
                     }
                     if config.mode == Mode::Shadow || limit.shadow {
