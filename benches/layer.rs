@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::Request;
-use tollgate::layer::{Charge, Limit, RateLimitLayer};
+use tollgate::layer::{Charge, Limit, PlanOf, Plans, RateLimitLayer, UnknownPlan};
 use tollgate::{key, Check, Limiter, MemoryStore, Rate, Rule};
 use tower::{Service, ServiceExt};
 
@@ -28,6 +28,7 @@ fn roomy(name: &str) -> Rule {
 fn request(path: &str) -> Request<Body> {
     let mut req = Request::get(path)
         .header("user-id", "user-42")
+        .header("x-plan", "enterprise")
         .body(Body::empty())
         .unwrap();
     req.extensions_mut()
@@ -87,6 +88,38 @@ fn overhead(c: &mut Criterion) {
     );
     group.bench_function("axum hello, 1 rule (global key)", |b| {
         b.iter_custom(|n| run(&rt, &one, "/", n))
+    });
+
+    // The same layer made reloadable: the configuration read through an `ArcSwap`.
+    let (reloadable, _handle) = RateLimitLayer::builder(limiter.clone())
+        .limit(Limit::new(roomy("global-live"), key::global()))
+        .headers_on_allowed(false)
+        .build()
+        .unwrap()
+        .reloadable();
+    let live = hello().layer(reloadable);
+    group.bench_function("axum hello, 1 rule (global key), reloadable", |b| {
+        b.iter_custom(|n| run(&rt, &live, "/", n))
+    });
+
+    // Three plans chosen by a header: one rule per request, picked among three.
+    let plans = Plans::new(
+        key::header("user-id"),
+        PlanOf::header("x-plan"),
+        UnknownPlan::Plan("free".into()),
+    )
+    .plan("free", roomy("plan-free"))
+    .plan("pro", roomy("plan-pro"))
+    .plan("enterprise", roomy("plan-enterprise"));
+    let planned = hello().layer(
+        RateLimitLayer::builder(limiter.clone())
+            .limits(plans)
+            .headers_on_allowed(false)
+            .build()
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 3 plans by header (1 rule applies)", |b| {
+        b.iter_custom(|n| run(&rt, &planned, "/", n))
     });
 
     let two = hello().layer(

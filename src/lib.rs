@@ -38,6 +38,9 @@
 //! hyper server inserts the peer's `SocketAddr` into each request's extensions. `metrics`
 //! records decisions by rule and outcome, the store's latency and health and the held
 //! requests through the `metrics` facade, for any exporter (see [`layer::observe`]).
+//! `serde` reads a layer's rules from a file (`tollgate::rules_file`: TOML, or any serde
+//! format), whose problems name the file, line and field; with a [`ReloadHandle`] a new
+//! file replaces the rules of a running layer.
 //!
 //! The [`guide`] has a page per use case: an API limited per user, an address behind a
 //! proxy, SMS limits on several levels, downloads by size, login lockout, gRPC per method,
@@ -68,6 +71,9 @@ mod penalty;
 mod rate;
 pub mod response;
 mod rule;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod rules_file;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -75,7 +81,7 @@ pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOut
 pub use error::{ConfigError, StoreError};
 pub use layer::{
     Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
-    RateLimitLayerBuilder,
+    RateLimitLayerBuilder, ReloadHandle,
 };
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;

@@ -17,6 +17,7 @@ use http::Response;
 use super::charge::Charge;
 use super::log::EventLog;
 use super::observe::{self, RuleMetrics};
+use super::plans::PlanGuard;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
@@ -62,6 +63,9 @@ pub struct Limit {
     /// The limit's metric keys (with the `metrics` feature), made once here.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
+    /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
+    /// requests of that plan only.
+    pub(crate) plan: Option<PlanGuard>,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -70,15 +74,21 @@ impl Limit {
     /// `rule`, counted under the key `key` finds, at the rule's default cost; a request
     /// without a key is rejected with 400.
     pub fn new(rule: Rule, key: impl KeyExtractor) -> Self {
+        Self::from_shared(rule, Arc::new(key))
+    }
+
+    /// [`new`](Self::new) with a key extractor already shared.
+    pub(crate) fn from_shared(rule: Rule, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
             metrics: RuleMetrics::new(&rule),
             rule,
-            key: Arc::new(key),
+            key,
             cost: None,
             min_cost: 0,
             on_missing: MissingKey::Reject,
             shadow: false,
             charge: Charge::all(),
+            plan: None,
         }
     }
 
@@ -199,6 +209,7 @@ impl fmt::Debug for Limit {
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
             .field("charge", &self.charge)
+            .field("plan", &self.plan)
             .finish_non_exhaustive()
     }
 }

@@ -9,6 +9,7 @@ use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
 use super::log::EventLog;
+use super::reload::ConfigSource;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
@@ -32,8 +33,8 @@ use crate::store::{MemoryStore, Store};
 /// (`use tollgate::RateLimitLayer as Tollgate;`).
 #[derive(Clone)]
 pub struct RateLimitLayer<St = MemoryStore> {
-    limiter: Limiter<St>,
-    config: Arc<Config>,
+    pub(super) limiter: Limiter<St>,
+    pub(super) config: ConfigSource,
 }
 
 impl<St: Store> RateLimitLayer<St> {
@@ -100,6 +101,13 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
+    /// Applies each of `limits` to every request, as [`limit`](Self::limit) does: a
+    /// [`Plans`](super::Plans), say.
+    pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
+        self.config.global.extend(limits);
+        self
+    }
+
     /// Applies `limits` to requests matching `pattern`, in addition to the layer's own
     /// limits. Patterns: `"POST /sms/send"` (method and path), `"/pkg.Service/Method"` (any
     /// method: gRPC), `"GET /files/{id}"` (`{id}` is any one segment), `"/api/*"` or
@@ -149,6 +157,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
                 problems.extend(limit.rule.validate().err());
             }
             problems.extend(costs_problem(limit));
+            problems.extend(limit.plan.as_ref().and_then(|plan| plan.problem()));
             problems.extend(
                 limit
                     .key
@@ -178,7 +187,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                config: Arc::new(config),
+                config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
     }

@@ -21,6 +21,13 @@
 //!   also on a router mounted with axum's `Router::nest` (the layer reads axum's
 //!   `OriginalUri`). On axum a layer can also go on one route with `route_layer`; see
 //!   [one layer or two](#one-layer-or-two).
+//! - **Plans.** [`Plans`] chooses a limit's rule per request from the request's plan (free,
+//!   pro, enterprise: a header the gateway sets, or an API key's plan looked up by a
+//!   closure), with an explicit [`UnknownPlan`] policy; each plan keeps its own state.
+//! - **Changed live.** [`RateLimitLayer::reloadable`] gives a [`ReloadHandle`] that replaces
+//!   the configuration of the running layer atomically, with no lock on the request path;
+//!   requests in flight finish under the rules they started with. With the `serde` feature
+//!   the rules can come from a file (`tollgate::rules_file`).
 //! - **Exemptions.** [`RateLimitLayerBuilder::exempt`] lets health checks or an allow-list of
 //!   addresses or API keys through, asked before any key is read.
 //! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
@@ -194,6 +201,8 @@ pub mod future;
 mod layer;
 mod log;
 pub mod observe;
+mod plans;
+mod reload;
 mod routes;
 mod service;
 
@@ -202,4 +211,6 @@ pub use charge::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use plans::{PlanOf, Plans, UnknownPlan};
+pub use reload::ReloadHandle;
 pub use service::RateLimit;

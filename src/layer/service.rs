@@ -16,6 +16,8 @@ use super::config::{Config, MissingKey, Mode};
 use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
 use super::log::Event;
 use super::observe;
+use super::plans::RequestPlans;
+use super::reload::ConfigSource;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
@@ -30,7 +32,7 @@ use crate::store::{Admission, Check, MemoryStore, Store};
 pub struct RateLimit<S, St = MemoryStore> {
     inner: S,
     limiter: Limiter<St>,
-    config: Arc<Config>,
+    config: ConfigSource,
 }
 
 /// One limit of a request's batch: its index among the request's limits, its key's bytes in
@@ -44,7 +46,7 @@ pub(crate) struct Item {
 }
 
 impl<S, St> RateLimit<S, St> {
-    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: Arc<Config>) -> Self {
+    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: ConfigSource) -> Self {
         Self {
             inner,
             limiter,
@@ -83,7 +85,9 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let config = &*self.config;
+        // One configuration for the whole request, however often a reload swaps it.
+        let current = self.config.current();
+        let config: &Config = &current;
         let route = config.route_for(request.method(), matched_path(&request));
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config
@@ -97,9 +101,17 @@ where
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
         let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+        let mut plans = RequestPlans::default();
         for (i, limit) in config.limits(route).enumerate() {
             let start = keys.len();
-            match limit.key.extract(&head, &mut keys) {
+            // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
+            // the limit does with a missing key.
+            let (extracted, plan_refused) = match plans.applies(limit, &head) {
+                Ok(true) => (limit.key.extract(&head, &mut keys), false),
+                Ok(false) => continue,
+                Err(unknown_plan) => (Err(unknown_plan), true),
+            };
+            match extracted {
                 Ok(()) => items.push(Item {
                     limit: i,
                     start,
@@ -112,7 +124,7 @@ where
                         if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
                             tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
                         }
-                    } else if limit.on_missing == MissingKey::Skip {
+                    } else if limit.on_missing == MissingKey::Skip && !plan_refused {
                         continue;
                     }
                     if config.mode == Mode::Shadow || limit.shadow {
@@ -141,7 +153,7 @@ where
         };
         let mut check = Box::pin(check(
             self.limiter.clone(),
-            self.config.clone(),
+            Arc::clone(&current),
             route,
             items,
             keys,
@@ -179,8 +191,10 @@ where
                 Next::Reject(response) => ResponseFuture::rejected(response),
             };
         }
+        let config = Arc::clone(&current);
+        drop(current);
         let inner = self.take_ready_inner();
-        ResponseFuture::checking(check, request, inner, self.config.clone())
+        ResponseFuture::checking(check, request, inner, config)
     }
 }
 

@@ -1,0 +1,206 @@
+//! Live reconfiguration: [`ReloadHandle`] swaps the configuration of a running layer.
+//!
+//! A layer's configuration lives behind an `Arc`. A reloadable layer keeps that `Arc` in an
+//! [`ArcSwap`]: a request takes the configuration current when it is called (a load with no
+//! lock and, on the request path, no reference count), keeps an `Arc` of it for as long as
+//! it needs one (its store call, a hold, a refund), and so finishes under the rules it
+//! started with however often they change meanwhile. A swap is one pointer store: no request
+//! ever sees half of a configuration.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, Guard};
+
+use super::config::Config;
+use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
+use crate::error::ConfigError;
+use crate::limiter::Limiter;
+use crate::store::Store;
+
+/// Where a layer, and every service it makes, finds its configuration.
+#[derive(Clone)]
+pub(crate) enum ConfigSource {
+    /// Built once, never changed: a plain `Arc`.
+    Fixed(Arc<Config>),
+    /// Swapped by a [`ReloadHandle`].
+    Live(Arc<ArcSwap<Config>>),
+}
+
+/// The configuration a request runs under: borrowed from a fixed source, or a guard on the
+/// live one (no reference count taken unless the request clones the `Arc`).
+pub(crate) enum Current<'a> {
+    Fixed(&'a Arc<Config>),
+    Live(Guard<Arc<Config>>),
+}
+
+impl ConfigSource {
+    /// The configuration now.
+    pub(crate) fn current(&self) -> Current<'_> {
+        match self {
+            ConfigSource::Fixed(config) => Current::Fixed(config),
+            ConfigSource::Live(config) => Current::Live(config.load()),
+        }
+    }
+}
+
+impl Deref for Current<'_> {
+    type Target = Arc<Config>;
+
+    fn deref(&self) -> &Arc<Config> {
+        match self {
+            Current::Fixed(config) => config,
+            Current::Live(guard) => guard,
+        }
+    }
+}
+
+impl fmt::Debug for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::Fixed(config) => fmt::Debug::fmt(config, f),
+            ConfigSource::Live(config) => f.debug_tuple("Live").field(&config.load()).finish(),
+        }
+    }
+}
+
+/// Replaces the configuration of a running [`RateLimitLayer`] — its limits, route table,
+/// mode, policies and hooks — atomically, in every service the layer made and every clone
+/// of them; made by [`RateLimitLayer::reloadable`].
+///
+/// - **Atomic.** A request runs under one configuration from start to end: the one current
+///   when the service was called. Requests in flight (being decided, held, or forwarded)
+///   finish under the rules they started with; the next call sees the new ones. No request
+///   sees part of the old configuration and part of the new.
+/// - **No lock on the request path.** A request reads the configuration with one atomic
+///   load ([`arc_swap`]); a reload never waits for requests, nor they for it.
+/// - **Checked first.** [`reload`](Self::reload) builds the new configuration with the same
+///   [`build`](RateLimitLayerBuilder::build) as any layer and installs it only if it can
+///   work: on an error the running configuration stays, and the error says why.
+/// - **The same limiter.** The layer keeps deciding with its own [`Limiter`] (its store);
+///   [`builder`](Self::builder) starts from it. The count of held requests carries over, so
+///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under the old
+///   configuration and the new one together.
+///
+/// State is kept by rule name in the store, so a rule that keeps its name and parameters
+/// across a reload keeps its counts; a rule whose parameters change under the same name is
+/// converted as [Reconfiguring a rule](crate::Rule#reconfiguring-a-rule) describes (never a
+/// fresh quota); a new name starts fresh.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{Request, Response, StatusCode};
+/// use tollgate::layer::{Limit, RateLimitLayer};
+/// use tollgate::{key, Limiter, MemoryStore, Rule};
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let minute = Duration::from_secs(60);
+/// let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+///     .limit(Limit::new(Rule::fixed_window("per-user", 1, minute), key::header("user-id")))
+///     .build()?
+///     .reloadable();
+/// let service = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+/// }));
+/// let request = || Request::get("/").header("user-id", "7").body(String::new());
+/// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::OK);
+/// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+///
+/// // A configuration that cannot work is refused; the running one stays.
+/// let broken = handle.builder().limit(Limit::new(Rule::fixed_window("per-user", 0, minute), key::global()));
+/// assert!(handle.reload(broken).is_err());
+/// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+///
+/// // Every service the layer made sees the new rules at once.
+/// handle.reload(handle.builder())?;
+/// assert_eq!(service.oneshot(request()?).await?.status(), StatusCode::OK);
+/// # Ok(()) }
+/// ```
+pub struct ReloadHandle<St> {
+    limiter: Limiter<St>,
+    config: Arc<ArcSwap<Config>>,
+}
+
+impl<St: Store + Clone> RateLimitLayer<St> {
+    /// This layer, made reloadable, and the [`ReloadHandle`] that replaces its
+    /// configuration. Services the layer made before this call keep the configuration they
+    /// have; make the services from the returned layer.
+    pub fn reloadable(self) -> (Self, ReloadHandle<St>) {
+        let live = match self.config {
+            ConfigSource::Live(live) => live,
+            ConfigSource::Fixed(config) => Arc::new(ArcSwap::new(config)),
+        };
+        let handle = ReloadHandle {
+            limiter: self.limiter.clone(),
+            config: live.clone(),
+        };
+        let layer = RateLimitLayer {
+            limiter: self.limiter,
+            config: ConfigSource::Live(live),
+        };
+        (layer, handle)
+    }
+}
+
+impl<St: Store + Clone> ReloadHandle<St> {
+    /// A builder on the layer's limiter, with no limits yet: configure it as at start-up,
+    /// then give it to [`reload`](Self::reload). Everything the builder sets is replaced,
+    /// hooks ([`on_reject`](RateLimitLayerBuilder::on_reject),
+    /// [`on_decision`](RateLimitLayerBuilder::on_decision), exemptions) included: make the
+    /// base builder in one function, used at start-up and for every reload.
+    pub fn builder(&self) -> RateLimitLayerBuilder<St> {
+        RateLimitLayer::builder(self.limiter.clone())
+    }
+
+    /// Builds `builder` and, if its configuration can work, installs it in the running
+    /// layer; otherwise returns every problem (as
+    /// [`build`](RateLimitLayerBuilder::build) does) and the running configuration stays.
+    pub fn reload(&self, builder: RateLimitLayerBuilder<St>) -> Result<(), ConfigError> {
+        self.replace(builder.build()?);
+        Ok(())
+    }
+
+    /// Installs the configuration of `layer`, a layer already built (the `serde` feature's
+    /// `rules_file::Loader` builds one, its messages naming the file's lines), in the
+    /// running layer. `layer`'s own limiter is not used: the running layer
+    /// keeps its own.
+    pub fn replace(&self, layer: RateLimitLayer<St>) {
+        let mut config = match layer.config {
+            ConfigSource::Fixed(config) => config,
+            ConfigSource::Live(live) => live.load_full(),
+        };
+        let held = self.config.load().held.counts.clone();
+        // Requests held under the old configuration and the new share one bound.
+        Arc::make_mut(&mut config).held.counts = held;
+        self.config.store(config);
+    }
+
+    /// The limiter the layer decides with.
+    pub fn limiter(&self) -> &Limiter<St> {
+        &self.limiter
+    }
+}
+
+impl<St> Clone for ReloadHandle<St>
+where
+    Limiter<St>: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<St: fmt::Debug> fmt::Debug for ReloadHandle<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadHandle")
+            .field("limiter", &self.limiter)
+            .field("config", &self.config.load())
+            .finish()
+    }
+}
