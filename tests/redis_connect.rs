@@ -89,9 +89,9 @@ async fn nothing_listening_is_an_error_naming_the_address() {
 #[tokio::test]
 async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     let server = RedisServer::start();
-    // Everything but EVALSHA: the script loads, but no decision could ever run.
+    // Everything but EVALSHA and FCALL: the code loads, but no decision could ever run.
     server.must(&[
-        "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-evalsha",
+        "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-evalsha", "-fcall",
     ]);
     let url = format!("redis://limited:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;
@@ -103,9 +103,9 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     // The password stays out of the message.
     assert!(!msg.contains("secret"), "{msg}");
 
-    // Without SCRIPT LOAD either.
+    // Without SCRIPT LOAD and FUNCTION LOAD either.
     server.must(&[
-        "ACL", "SETUSER", "noload", "on", ">secret", "~*", "&*", "+@all", "-script",
+        "ACL", "SETUSER", "noload", "on", ">secret", "~*", "&*", "+@all", "-script", "-function",
     ]);
     let url = format!("redis://noload:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;

@@ -189,6 +189,12 @@ impl RedisServer {
             .and_then(|rest| rest.split(',').next())
             .map_or(0, |n| n.parse().expect("a call count"))
     }
+
+    /// How many decision calls ran here: `FCALL` (the function library) and `EVALSHA`
+    /// (the script) together.
+    pub fn script_calls(&self) -> u64 {
+        self.calls("fcall") + self.calls("evalsha")
+    }
 }
 
 impl Drop for RedisServer {
