@@ -45,28 +45,271 @@
 -- a function library (FCALL) it is built once per library load; in a script, once per call.
 local built = {}
 
+-- The batch being decided, set by decide_batch: batches are decided one at a time, so the
+-- helpers below read these instead of being built anew for every batch (closures cost
+-- allocations; in a function library they are built once per library load).
+local now, max_wait, mode, slack_ms, release_floor, rules
+
+local SLIDING_LOG = 2
+local LEAKY_BUCKET = 5
+
+-- Whether the rule's stored state is live at `at` (expired or absent state is none).
+local function is_live(r, at)
+  return r.state and r.model.expires_at(r, r.state) > at
+end
+
+-- Carried::held: the units another configuration's state still holds at `at`.
+local function held(r, at)
+  if r.carried and at < r.carried.empty_at then
+    return min(r.carried.used, r.quota)
+  end
+  return 0
+end
+
+-- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
+local function algorithm_evaluate(r, at, cost)
+  local model, c, s = r.model, r, r.state
+  local e
+  local units = held(r, at)
+  if units > 0 then
+    -- Algorithm::evaluate_carried: the other configuration's units count as this one's
+    -- and are held until its state would be empty, so a request that does not fit waits
+    -- exactly until then.
+    local adopted = model.fresh(c, at)
+    model.apply(c, adopted, at, units)
+    e = model.evaluate(c, adopted, at, cost)
+    local held_for = r.carried.empty_at - at
+    if not e.ok and e.wait ~= nil then
+      e = reject(held_for, e.remaining, held_for)
+    elseif not (e.ok and cost > 0) then
+      e.reset = held_for
+    end
+  elseif not is_live(r, at) then
+    e = model.evaluate(c, model.fresh(c, at), at, cost)
+  else
+    local settled = model.settled_at(c, s)
+    if settled <= at then
+      e = model.evaluate(c, s, at, cost)
+    else
+      -- A reservation holds the state until `settled`: nothing is admitted before then,
+      -- and what would be admitted then is a retry for now.
+      local wait = settled - at
+      local later = model.evaluate(c, s, settled, cost)
+      local retry = wait
+      if not later.ok then
+        retry = later.wait and later.wait + wait
+      end
+      e = reject(retry, 0, later.reset + wait)
+    end
+  end
+  -- A cost of 0 asks for nothing and passes, even where reservations took more than is
+  -- left now.
+  if cost == 0 and not e.ok then
+    return admit(0, e.remaining, e.reset)
+  end
+  return e
+end
+
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
+-- A leaky bucket holds it until the water queued before it has drained (a request that adds
+-- no water does not queue); every other rule lets it pass on arrival. Only the rules on the
+-- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
+-- release would admit nothing before then, to every other client.
+local function released_at(r, arrival)
+  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
+    return arrival
+  end
+  local units = held(r, arrival)
+  if units > 0 then
+    -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
+    local adopted = r.model.fresh(r, arrival)
+    r.model.apply(r, adopted, arrival, units)
+    return max(arrival, r.model.expires_at(r, adopted))
+  end
+  if is_live(r, arrival) then
+    return max(arrival, r.model.expires_at(r, r.state))
+  end
+  return arrival
+end
+
+-- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
+-- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
+-- rules on one key count it at that key's release, except the leaky bucket whose own queue
+-- holds it until then: that one counts it on arrival.
+local function evaluate_at(arrival)
+  local reserved = max(arrival, release_floor)
+  local releases = {}
+  for i = 1, #rules do
+    releases[i] = released_at(rules[i], reserved)
+  end
+  local items = { reserved = reserved }
+  for i = 1, #rules do
+    local r = rules[i]
+    local release = releases[i]
+    for j = 1, #rules do
+      if rules[j].key_id == r.key_id then
+        release = max(release, releases[j])
+      end
+    end
+    local at = release
+    if releases[i] == release then
+      at = reserved
+    end
+    local locked = nil
+    if r.after > 0 then
+      locked = locked_for(r.pen, arrival)
+    end
+    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow }
+  end
+  return items
+end
+
+-- batch::retry_from: µs after `from` until the item's rule admits (nil: no wait helps); the
+-- rule's own retry counts from the instant it counts the request at.
+local function retry_from(item, from)
+  local counted_in = sub0(item.at, from)
+  if item.eval.ok then
+    return counted_in
+  end
+  if item.eval.wait == nil then
+    return nil
+  end
+  return counted_in + item.eval.wait
+end
+
+local function rejects(item)
+  return item.locked ~= nil or not item.eval.ok
+end
+
+-- Step 2 (batch::admits): a shadow item never vetoes.
+local function admits(items)
+  for i = 1, #items do
+    if not items[i].shadow and rejects(items[i]) then
+      return false
+    end
+  end
+  return true
+end
+
+-- Step 2 in wait mode (batch::reservation): the wait after which the batch admits, if any
+-- wait can help and it is within max_wait.
+-- Waits are capped at 2^50 µs whatever max_wait says, so instants stay exact.
+local function reservation(items)
+  local max_wait = min(max_wait, 1125899906842624)
+  local wait = 0
+  for i = 1, #items do
+    local item = items[i]
+    if not item.shadow and rejects(item) then
+      local retry = retry_from(item, item.arrival)
+      if item.locked ~= nil or retry == nil then
+        return nil
+      end
+      wait = max(wait, retry)
+    end
+  end
+  if wait <= max_wait then
+    return wait
+  end
+  return nil
+end
+
+-- Writes a rule's state back with a TTL that ends once it is back to empty.
+local function ttl_ms(expires_at)
+  return cdiv(expires_at - now, 1000) + slack_ms
+end
+
+local function store_log(r)
+  local s = r.state
+  if s.clear then
+    -- A dead log may be large: UNLINK frees it off the main thread.
+    redis.call('UNLINK', r.log_key)
+  elseif s.prune_before then
+    local expired = redis.call('ZCOUNT', r.log_key, '-inf', int(s.prune_before))
+    if expired > 0 then
+      redis.call('ZREMRANGEBYRANK', r.log_key, 0, min(expired, r.model.PRUNE_BATCH) - 1)
+    end
+  end
+  if #s.removed > 0 then
+    redis.call('ZREM', r.log_key, unpack(s.removed))
+  end
+  if #s.added > 0 then
+    local args = {}
+    for i = 1, #s.added do
+      args[#args + 1] = int(s.added[i][1])
+      args[#args + 1] = s.added[i][2]
+    end
+    redis.call('ZADD', r.log_key, unpack(args))
+  end
+  local expires_at = r.model.expires_at(r, s)
+  if expires_at > now then
+    redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
+  elseif not s.newest then
+    redis.call('DEL', r.log_key)
+  end
+end
+
+local function store(r)
+  -- A lock belongs to the name: a configuration without the penalty keeps it too.
+  local expires_at = r.pen[1]
+  if r.after > 0 then
+    expires_at = penalty_expires_at(r, r.pen)
+  end
+  local s = r.state
+  local fields = r.foreign
+  if r.own then
+    fields = ''
+    if s then
+      expires_at = max(expires_at, r.model.expires_at(r, s))
+      local n = r.model.fields
+      if n == 1 then
+        fields = struct.pack('<d', s[1])
+      elseif n == 2 then
+        fields = struct.pack('<dd', s[1], s[2])
+      elseif n == 3 then
+        fields = struct.pack('<ddd', s[1], s[2], s[3])
+      end
+    end
+  elseif r.head[1] ~= 0 then
+    expires_at = max(expires_at, r.head[3])
+  end
+  local h, p = r.head, r.pen
+  local packed = struct.pack('<ddd', h[1], h[2], h[3]) .. fields .. struct.pack('<ddd', p[1], p[2], p[3])
+  if expires_at > now then
+    redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
+  else
+    redis.call('DEL', r.key)
+  end
+end
+
+-- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
+-- in a sorted set of their own.
+local function store_state(r)
+  if r.code == SLIDING_LOG then
+    store_log(r)
+  end
+  store(r)
+end
+
+
 local function decide_batch(KEYS, ARGV)
-  local now
+  -- The batch being decided: the shared locals above.
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
   else
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local max_wait = tonumber(ARGV[2])
-  local mode = tonumber(ARGV[3])
-  local slack_ms = tonumber(ARGV[4])
-  local release_floor = now
+  max_wait = tonumber(ARGV[2])
+  mode = tonumber(ARGV[3])
+  slack_ms = tonumber(ARGV[4])
+  release_floor = now
   if mode ~= 3 and mode ~= 4 then
     release_floor = now + tonumber(ARGV[5])
   end
 
-  local SLIDING_LOG = 2
-  local LEAKY_BUCKET = 5
-
   -- Load every rule's configuration and stored state: one GET per rule (a sliding log: one
   -- ZRANGE of its newest member), nothing else before the decision.
-  local rules = {}
+  rules = {}
   local key_index = 1
   local formats = {}
   for i = 1, #ARGV - 5 do
@@ -143,243 +386,6 @@ local function decide_batch(KEYS, ARGV)
       r.state = model.load(r)
     end
     rules[i] = r
-  end
-
-  -- Whether the rule's stored state is live at `at` (expired or absent state is none).
-  local function is_live(r, at)
-    return r.state and r.model.expires_at(r, r.state) > at
-  end
-
-  -- Carried::held: the units another configuration's state still holds at `at`.
-  local function held(r, at)
-    if r.carried and at < r.carried.empty_at then
-      return min(r.carried.used, r.quota)
-    end
-    return 0
-  end
-
-  -- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
-  local function algorithm_evaluate(r, at, cost)
-    local model, c, s = r.model, r, r.state
-    local e
-    local units = held(r, at)
-    if units > 0 then
-      -- Algorithm::evaluate_carried: the other configuration's units count as this one's
-      -- and are held until its state would be empty, so a request that does not fit waits
-      -- exactly until then.
-      local adopted = model.fresh(c, at)
-      model.apply(c, adopted, at, units)
-      e = model.evaluate(c, adopted, at, cost)
-      local held_for = r.carried.empty_at - at
-      if not e.ok and e.wait ~= nil then
-        e = reject(held_for, e.remaining, held_for)
-      elseif not (e.ok and cost > 0) then
-        e.reset = held_for
-      end
-    elseif not is_live(r, at) then
-      e = model.evaluate(c, model.fresh(c, at), at, cost)
-    else
-      local settled = model.settled_at(c, s)
-      if settled <= at then
-        e = model.evaluate(c, s, at, cost)
-      else
-        -- A reservation holds the state until `settled`: nothing is admitted before then,
-        -- and what would be admitted then is a retry for now.
-        local wait = settled - at
-        local later = model.evaluate(c, s, settled, cost)
-        local retry = wait
-        if not later.ok then
-          retry = later.wait and later.wait + wait
-        end
-        e = reject(retry, 0, later.reset + wait)
-      end
-    end
-    -- A cost of 0 asks for nothing and passes, even where reservations took more than is
-    -- left now.
-    if cost == 0 and not e.ok then
-      return admit(0, e.remaining, e.reset)
-    end
-    return e
-  end
-
-  -- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
-  -- A leaky bucket holds it until the water queued before it has drained (a request that adds
-  -- no water does not queue); every other rule lets it pass on arrival. Only the rules on the
-  -- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
-  -- release would admit nothing before then, to every other client.
-  local function released_at(r, arrival)
-    if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
-      return arrival
-    end
-    local units = held(r, arrival)
-    if units > 0 then
-      -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
-      local adopted = r.model.fresh(r, arrival)
-      r.model.apply(r, adopted, arrival, units)
-      return max(arrival, r.model.expires_at(r, adopted))
-    end
-    if is_live(r, arrival) then
-      return max(arrival, r.model.expires_at(r, r.state))
-    end
-    return arrival
-  end
-
-  -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
-  -- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
-  -- rules on one key count it at that key's release, except the leaky bucket whose own queue
-  -- holds it until then: that one counts it on arrival.
-  local function evaluate_at(arrival)
-    local reserved = max(arrival, release_floor)
-    local releases = {}
-    for i = 1, #rules do
-      releases[i] = released_at(rules[i], reserved)
-    end
-    local items = { reserved = reserved }
-    for i = 1, #rules do
-      local r = rules[i]
-      local release = releases[i]
-      for j = 1, #rules do
-        if rules[j].key_id == r.key_id then
-          release = max(release, releases[j])
-        end
-      end
-      local at = release
-      if releases[i] == release then
-        at = reserved
-      end
-      local locked = nil
-      if r.after > 0 then
-        locked = locked_for(r.pen, arrival)
-      end
-      items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow }
-    end
-    return items
-  end
-
-  -- batch::retry_from: µs after `from` until the item's rule admits (nil: no wait helps); the
-  -- rule's own retry counts from the instant it counts the request at.
-  local function retry_from(item, from)
-    local counted_in = sub0(item.at, from)
-    if item.eval.ok then
-      return counted_in
-    end
-    if item.eval.wait == nil then
-      return nil
-    end
-    return counted_in + item.eval.wait
-  end
-
-  local function rejects(item)
-    return item.locked ~= nil or not item.eval.ok
-  end
-
-  -- Step 2 (batch::admits): a shadow item never vetoes.
-  local function admits(items)
-    for i = 1, #items do
-      if not items[i].shadow and rejects(items[i]) then
-        return false
-      end
-    end
-    return true
-  end
-
-  -- Step 2 in wait mode (batch::reservation): the wait after which the batch admits, if any
-  -- wait can help and it is within max_wait.
-  -- Waits are capped at 2^50 µs whatever max_wait says, so instants stay exact.
-  local function reservation(items)
-    local max_wait = min(max_wait, 1125899906842624)
-    local wait = 0
-    for i = 1, #items do
-      local item = items[i]
-      if not item.shadow and rejects(item) then
-        local retry = retry_from(item, item.arrival)
-        if item.locked ~= nil or retry == nil then
-          return nil
-        end
-        wait = max(wait, retry)
-      end
-    end
-    if wait <= max_wait then
-      return wait
-    end
-    return nil
-  end
-
-  -- Writes a rule's state back with a TTL that ends once it is back to empty.
-  local function ttl_ms(expires_at)
-    return cdiv(expires_at - now, 1000) + slack_ms
-  end
-
-  local function store_log(r)
-    local s = r.state
-    if s.clear then
-      -- A dead log may be large: UNLINK frees it off the main thread.
-      redis.call('UNLINK', r.log_key)
-    elseif s.prune_before then
-      local expired = redis.call('ZCOUNT', r.log_key, '-inf', int(s.prune_before))
-      if expired > 0 then
-        redis.call('ZREMRANGEBYRANK', r.log_key, 0, min(expired, r.model.PRUNE_BATCH) - 1)
-      end
-    end
-    if #s.removed > 0 then
-      redis.call('ZREM', r.log_key, unpack(s.removed))
-    end
-    if #s.added > 0 then
-      local args = {}
-      for i = 1, #s.added do
-        args[#args + 1] = int(s.added[i][1])
-        args[#args + 1] = s.added[i][2]
-      end
-      redis.call('ZADD', r.log_key, unpack(args))
-    end
-    local expires_at = r.model.expires_at(r, s)
-    if expires_at > now then
-      redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
-    elseif not s.newest then
-      redis.call('DEL', r.log_key)
-    end
-  end
-
-  local function store(r)
-    -- A lock belongs to the name: a configuration without the penalty keeps it too.
-    local expires_at = r.pen[1]
-    if r.after > 0 then
-      expires_at = penalty_expires_at(r, r.pen)
-    end
-    local s = r.state
-    local fields = r.foreign
-    if r.own then
-      fields = ''
-      if s then
-        expires_at = max(expires_at, r.model.expires_at(r, s))
-        local n = r.model.fields
-        if n == 1 then
-          fields = struct.pack('<d', s[1])
-        elseif n == 2 then
-          fields = struct.pack('<dd', s[1], s[2])
-        elseif n == 3 then
-          fields = struct.pack('<ddd', s[1], s[2], s[3])
-        end
-      end
-    elseif r.head[1] ~= 0 then
-      expires_at = max(expires_at, r.head[3])
-    end
-    local h, p = r.head, r.pen
-    local packed = struct.pack('<ddd', h[1], h[2], h[3]) .. fields .. struct.pack('<ddd', p[1], p[2], p[3])
-    if expires_at > now then
-      redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
-    else
-      redis.call('DEL', r.key)
-    end
-  end
-
-  -- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
-  -- in a sorted set of their own.
-  local function store_state(r)
-    if r.code == SLIDING_LOG then
-      store_log(r)
-    end
-    store(r)
   end
 
   if mode == 3 or mode == 4 then

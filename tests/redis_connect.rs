@@ -105,7 +105,16 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
 
     // Without SCRIPT LOAD and FUNCTION LOAD either.
     server.must(&[
-        "ACL", "SETUSER", "noload", "on", ">secret", "~*", "&*", "+@all", "-script", "-function",
+        "ACL",
+        "SETUSER",
+        "noload",
+        "on",
+        ">secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-script",
+        "-function",
     ]);
     let url = format!("redis://noload:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;

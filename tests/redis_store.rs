@@ -134,7 +134,10 @@ async fn coalesced_requests_are_each_decided_and_an_error_fails_only_its_own() {
     }
     assert_eq!((admitted, denied, failed), (100, 260, 40));
     let calls = server.script_calls();
-    assert!(calls < 400, "{calls} calls for 400 requests: nothing coalesced");
+    assert!(
+        calls < 400,
+        "{calls} calls for 400 requests: nothing coalesced"
+    );
     let peek = limiter.peek(&rule, b"hot", 0).await.unwrap();
     assert_eq!(peek.info.remaining, 0);
 
@@ -144,7 +147,9 @@ async fn coalesced_requests_are_each_decided_and_an_error_fails_only_its_own() {
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let (single, rule) = (single.clone(), rule.clone());
-        tasks.push(tokio::spawn(async move { single.check_one(&rule, b"hot").await }));
+        tasks.push(tokio::spawn(async move {
+            single.check_one(&rule, b"hot").await
+        }));
     }
     for task in tasks {
         assert!(task.await.unwrap().unwrap().is_admitted());

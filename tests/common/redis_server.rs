@@ -46,7 +46,13 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
-    fn start_with(extra: &[&str]) -> Self {
+    /// The server's process id (for its CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A standalone server started with `extra` arguments too (`--loadmodule …`).
+    pub fn start_with(extra: &[&str]) -> Self {
         for _ in 0..5 {
             let port = free_port();
             let dir =

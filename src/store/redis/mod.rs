@@ -44,12 +44,20 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 
 /// Rule state kept in Redis (standalone or Cluster), shared by every instance of a service.
 ///
-/// Each batch of rules for one request is decided by one Lua script call (`EVALSHA`), all
+/// Each batch of rules for one request is decided by one call of tollgate's Lua code, all
 /// or nothing, on the server: the six algorithms, penalty lockouts and wait-mode
 /// reservations are the Lua twins of the Rust models (kept in step by the shared
-/// conformance vectors). The script is hashed once, loaded when the store connects, and
-/// reloaded transparently when Redis answers `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or
-/// a failover).
+/// conformance vectors). On Redis 7 and later (standalone) the code is a function library,
+/// loaded when the store connects and called with `FCALL`, so a call pays only for its
+/// decisions; elsewhere (older servers, a Cluster, users allowed scripts only,
+/// [`with_functions(false)`](Self::with_functions)) it is a script run with `EVALSHA`. Either
+/// is loaded again transparently when Redis lost it (`FUNCTION FLUSH`, `SCRIPT FLUSH`, a
+/// restart or a failover): the call that found it missing did not run, and is sent again.
+///
+/// **Coalescing** ([`with_coalescing`](Self::with_coalescing), on by default on a standalone
+/// server): the batches of requests waiting for Redis at the same moment go out as one
+/// call, each still decided all or nothing on its own, in the order they queued; a request
+/// that finds nothing waiting is sent at once.
 ///
 /// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
 /// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
@@ -78,7 +86,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// script call is ever sent again: the standalone connection does not re-send failed
 /// commands, the Cluster connection is built without retries (a `MOVED` during resharding
 /// fails that one call, and the next goes to the new owner), and the one repeat there is,
-/// after `NOSCRIPT`, follows a call that did not run. The decision a client sees is the
+/// after `NOSCRIPT` or a missing function, follows a call that did not run. The decision a client sees is the
 /// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
 /// so that an outage does not cost every request the timeout: while it is open it probes
 /// Redis with a `PING` ([`Store::probe`]) on its own, and no request waits.
@@ -180,11 +188,12 @@ impl RedisStore {
     /// standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which it
     /// became).
     ///
-    /// Before it returns, the store loads its script and decides one empty batch (a dry
+    /// Before it returns, the store loads its code and decides one empty batch (a dry
     /// peek, touching no key), all within a few seconds. It fails with
     /// [`StoreError::Unavailable`], the address and the fix in the message, when:
     /// - nothing answers at the URL, or the password is wrong;
-    /// - the Redis user may not run the script (an ACL without `EVALSHA` / `SCRIPT LOAD`);
+    /// - the Redis user may not run tollgate's code (an ACL without `FCALL` / `FUNCTION
+    ///   LOAD` and without `EVALSHA` / `SCRIPT LOAD`);
     /// - the server is a replica (it would refuse or lose the writes);
     /// - the server is older than Redis 5.0, or cannot run the script.
     ///

@@ -196,7 +196,9 @@ impl Encoded {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        cmd.arg(call.max_wait).arg(call.mode as u8).arg(call.slack_ms);
+        cmd.arg(call.max_wait)
+            .arg(call.mode as u8)
+            .arg(call.slack_ms);
         match &self.taken {
             Some(packed) => cmd.arg(&packed[..]),
             None => cmd.arg(call.min_delay),
