@@ -14,7 +14,7 @@
 //! longer client keys add their length (twice: key name, and a log's second key).
 
 #[path = "../tests/common/redis_server.rs"]
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub)]
 mod redis_server;
 
 use std::time::Duration;
@@ -65,7 +65,7 @@ async fn run(server: &redis_server::RedisServer) {
         (
             "GCRA + penalty",
             Rule::gcra("r", Rate::per_hour(1000), 1000)
-                .penalty(Penalty::lock_for(hour).after(5).within(hour)),
+                .with_penalty(Penalty::lock_for(hour).after(5).within(hour)),
             1,
         ),
         (
