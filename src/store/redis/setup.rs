@@ -100,30 +100,38 @@ pub(super) async fn server_info(
 /// chosen later and an ACL limited to it are no obstacle): the code loads, the user may run
 /// it, it runs on this server, and the reply is understood. With `functions`, the code is
 /// loaded as a function library where the server has functions (Redis 7 and later) and the
-/// user may load it; else as a script. Returns the route that worked.
+/// user may load and call it; else as a script. Returns the route that worked.
 pub(super) async fn dry_decision(
     conn: &mut Connection,
     addr: &str,
     functions: bool,
 ) -> Result<Route, StoreError> {
-    let mut route = Route::Script;
     if functions {
         match script::load_command(Route::Function)
             .query_async::<Value>(&mut *conn)
             .await
         {
-            Ok(_) => route = Route::Function,
+            Ok(_) => match dry_call(conn, addr, Route::Function).await {
+                Ok(()) => return Ok(Route::Function),
+                // A user who may load functions but not call them: the script will do.
+                Err(StoreError::Unavailable(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
+                Err(e) => return Err(e),
+            },
             // Redis before 7, or a user who may not load functions: the script will do.
             Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("unknown command") => {}
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
-    if route == Route::Script {
-        script::load_command(Route::Script)
-            .query_async::<Value>(&mut *conn)
-            .await
-            .map_err(|e| setup_error(addr, &e))?;
-    }
+    script::load_command(Route::Script)
+        .query_async::<Value>(&mut *conn)
+        .await
+        .map_err(|e| setup_error(addr, &e))?;
+    dry_call(conn, addr, Route::Script).await?;
+    Ok(Route::Script)
+}
+
+/// The empty peek of [`dry_decision`] through `route`, its code loaded.
+async fn dry_call(conn: &Connection, addr: &str, route: Route) -> Result<(), StoreError> {
     let call = Call {
         now: None,
         max_wait: 0,
@@ -151,7 +159,7 @@ pub(super) async fn dry_decision(
             "redis at {addr} answered a dry decision with {values:?}"
         )));
     }
-    Ok(caller.route())
+    Ok(())
 }
 
 const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it FCALL and \
