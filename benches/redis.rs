@@ -1,16 +1,23 @@
 //! RedisStore throughput and latency against the raw ceiling, measured in the same run.
 //!
 //! `cargo bench --bench redis` starts its own `redis-server` (from `PATH`, or
-//! `TOLLGATE_REDIS_SERVER`) on a free port and, for concurrency 1, 16 and 64 and for one and
-//! three rules per request, measures:
-//! - tollgate: `Limiter::check` through `RedisStore` (server time, every request admitted,
-//!   so every rule writes);
-//! - raw script: the same Lua script called straight through `redis::Script` with the same
-//!   keys and arguments, no tollgate code;
-//! - raw INCR: a plain `INCR` per request.
+//! `TOLLGATE_REDIS_SERVER`) on a free port and, for concurrency 1, 4, 16 and 64 and for one
+//! and three rules per request, measures:
+//! - tollgate per call: `Limiter::check` through a `RedisStore` with coalescing off (one
+//!   `FCALL` per request; server time, every request admitted, so every rule writes);
+//! - tollgate coalesced: the same through a default `RedisStore` (the batches of requests
+//!   waiting at the same moment go out as one `FCALL`);
+//! - raw same script: the same code as a script (`EVALSHA`, one batch per call) with the
+//!   same keys and arguments, through `redis::Script`, no tollgate code;
+//! - raw INCR: a plain `INCR` per request;
+//! - redis-cell: `CL.THROTTLE` (a GCRA inside Redis, one rule), only when
+//!   `TOLLGATE_REDIS_CELL=/path/libredis_cell.so` names the module to load.
 //!
-//! Each line reports decisions per second, p50 / p99 latency, and the client process's CPU
-//! time (user + system, from `/proc/self/stat`) divided by the requests.
+//! Each line reports decisions per second, p50 / p99 latency, the client process's CPU
+//! time (user + system, from `/proc/self/stat`) divided by the decisions, and Redis's own
+//! time in the measured commands (`INFO commandstats`) and the redis-server process's CPU
+//! time (all of its work: sockets, parsing, commands), each divided by the decisions. The rows also go to
+//! `target/bench-redis.csv` (path, rules, concurrency, decisions/s, …) for a chart.
 //! `TOLLGATE_BENCH_SECS` sets the seconds per measurement (default 2).
 
 #[path = "../tests/common/redis_server.rs"]
@@ -31,20 +38,27 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
-    let server = redis_server::RedisServer::start();
+    let cell = std::env::var("TOLLGATE_REDIS_CELL").ok();
+    let server = match &cell {
+        Some(module) => redis_server::RedisServer::start_with(&["--loadmodule", module]),
+        None => redis_server::RedisServer::start(),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    rt.block_on(run(&server, Duration::from_secs_f64(secs)));
+    rt.block_on(run(&server, Duration::from_secs_f64(secs), cell.is_some()));
 }
 
 struct Measured {
-    /// Server-side µs per command of the measured path (`INFO commandstats`).
+    /// Redis's µs in the measured commands (`INFO commandstats`), in total.
     server_us: f64,
     requests: u64,
     elapsed: Duration,
     cpu: Duration,
+    /// The redis-server process's CPU time over the run: unlike `server_us`, not inflated
+    /// when the machine is busy and Redis is descheduled mid-command.
+    redis_cpu: Duration,
     latencies: Vec<Duration>,
 }
 
@@ -58,14 +72,22 @@ impl Measured {
         self.latencies[i]
     }
 
+    fn server_us_per_decision(&self) -> f64 {
+        self.server_us / self.requests as f64
+    }
+
+    fn redis_cpu_per_request_us(&self) -> f64 {
+        self.redis_cpu.as_secs_f64() * 1e6 / self.requests as f64
+    }
+
     fn cpu_per_request_us(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.requests as f64
     }
 }
 
-/// The client process's user + system CPU time.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// The user + system CPU time of the process `pid` (`"self"`: the client).
+fn process_cpu(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start at ") ".
     let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -81,25 +103,27 @@ fn process_cpu() -> Duration {
     Duration::from_millis(total * 10)
 }
 
-/// `usec_per_call` of `command` in `INFO commandstats`.
-fn server_usec_per_call(server: &redis_server::RedisServer, command: &str) -> f64 {
+/// `usec` (total µs) of `commands` in `INFO commandstats`.
+fn server_usec(server: &redis_server::RedisServer, commands: &[&str]) -> f64 {
     let stats = server.must(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:");
-    stats
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&prefix))
-        .and_then(|rest| {
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix("usec_per_call="))
+    commands
+        .iter()
+        .map(|command| {
+            let prefix = format!("cmdstat_{command}:");
+            stats
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(&prefix))
+                .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("usec=")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
         })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+        .sum()
 }
 
 /// Runs `concurrency` tasks, each calling `op(task, i)` back to back for `run_for`.
 async fn measure<F, Fut>(
     server: &redis_server::RedisServer,
-    command: &str,
+    commands: &[&str],
     concurrency: usize,
     run_for: Duration,
     op: F,
@@ -115,7 +139,9 @@ where
     }
     server.must(&["CONFIG", "RESETSTAT"]);
     let deadline = Instant::now() + run_for;
-    let cpu_before = process_cpu();
+    let redis_pid = server.pid().to_string();
+    let cpu_before = process_cpu("self");
+    let redis_cpu_before = process_cpu(&redis_pid);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
@@ -137,14 +163,16 @@ where
         latencies.extend(task.await.expect("bench task"));
     }
     let elapsed = started.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu_before);
+    let cpu = process_cpu("self").saturating_sub(cpu_before);
+    let redis_cpu = process_cpu(&redis_pid).saturating_sub(redis_cpu_before);
     latencies.sort_unstable();
-    let server_us = server_usec_per_call(server, command);
+    let server_us = server_usec(server, commands);
     Measured {
         server_us,
         requests: latencies.len() as u64,
         elapsed,
         cpu,
+        redis_cpu,
         latencies,
     }
 }
@@ -163,18 +191,36 @@ fn key_of(task: usize, i: u64) -> Vec<u8> {
     format!("user-{}", (task * 7919 + i as usize) % KEYS).into_bytes()
 }
 
-/// The per-rule arguments tollgate sends for `rules` (see lua/batch.lua: nine
-/// little-endian doubles), written out by hand.
+/// The per-rule arguments tollgate sends for `rules` (see lua/batch.lua: thirteen
+/// little-endian doubles), written out by hand. 2^30 per second is 2^24 per 15,625 µs in
+/// lowest terms.
 fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
     let big = (1u64 << 30) as f64;
+    let amount = (1u64 << 24) as f64;
     rules
         .iter()
         .map(|r| {
-            let fields: [f64; 9] = match r.name() {
-                "api" => [6.0, 1.0, big, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-                "minute" => [1.0, 1.0, big, 60e6, 0.0, 0.0, 0.0, 0.0, 0.0],
-                _ => [4.0, 1.0, big, big, 1e6, 0.0, 0.0, 0.0, 0.0],
+            let [code, p1, p2, p3, p4] = match r.name() {
+                "api" => [6.0, big, 15625.0, amount, 0.0],
+                "minute" => [1.0, big, 60e6, 0.0, 0.0],
+                _ => [4.0, big, amount, 15625.0, 0.0],
             };
+            let fingerprint = r.fingerprint() as f64;
+            let fields: [f64; 13] = [
+                code,
+                1.0,
+                p1,
+                p2,
+                p3,
+                p4,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                fingerprint,
+                big,
+                0.0,
+            ];
             fields.iter().flat_map(|f| f.to_le_bytes()).collect()
         })
         .collect()
@@ -191,83 +237,116 @@ fn script() -> redis::Script {
         include_str!("../lua/gcra.lua"),
         include_str!("../lua/penalty.lua"),
         include_str!("../lua/batch.lua"),
+        include_str!("../lua/call.lua"),
+        "return decide_call(KEYS, ARGV)\n",
     ))
 }
 
-fn row(what: &str, conc: usize, rules: &str, m: &Measured) {
-    println!(
-        "| {what} | {conc} | {rules} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
-        m.per_sec(),
-        m.percentile(0.50).as_secs_f64() * 1e6,
-        m.percentile(0.99).as_secs_f64() * 1e6,
-        m.cpu_per_request_us(),
-        m.server_us,
-    );
+struct Rows {
+    csv: String,
 }
 
-async fn run(server: &redis_server::RedisServer, run_for: Duration) {
+impl Rows {
+    fn row(&mut self, what: &str, conc: usize, rules: &str, m: &Measured) {
+        println!(
+            "| {what} | {conc} | {rules} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            m.per_sec(),
+            m.percentile(0.50).as_secs_f64() * 1e6,
+            m.percentile(0.99).as_secs_f64() * 1e6,
+            m.cpu_per_request_us(),
+            m.server_us_per_decision(),
+            m.redis_cpu_per_request_us(),
+        );
+        self.csv.push_str(&format!(
+            "{what},{rules},{conc},{:.0},{:.1},{:.1},{:.3},{:.3},{:.3}\n",
+            m.per_sec(),
+            m.percentile(0.50).as_secs_f64() * 1e6,
+            m.percentile(0.99).as_secs_f64() * 1e6,
+            m.cpu_per_request_us(),
+            m.server_us_per_decision(),
+            m.redis_cpu_per_request_us(),
+        ));
+    }
+}
+
+/// One request through `limiter` for task `t`'s `i`-th key, every rule admitted.
+async fn check(limiter: Limiter<RedisStore>, rules: Arc<Vec<Rule>>, t: usize, i: u64) {
+    let key = key_of(t, i);
+    let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, &key)).collect();
+    let outcome = limiter.check(&batch).await.expect("decided");
+    assert!(outcome.is_admitted());
+}
+
+async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) {
     let store = RedisStore::connect(&server.url())
         .await
         .expect("connect to the bench redis-server");
+    assert!(
+        store.uses_functions(),
+        "the bench needs Redis 7 (functions)"
+    );
+    let per_call = store.clone().with_coalescing(false);
     let client = redis::Client::open(server.url()).expect("client");
     let raw = ConnectionManager::new(client)
         .await
         .expect("raw connection");
     let script = Arc::new(script());
+    let mut rows = Rows {
+        csv: "path,rules,concurrency,decisions_per_s,p50_us,p99_us,client_cpu_us,redis_us,redis_cpu_us\n"
+            .to_owned(),
+    };
 
     println!(
-        "| path | concurrency | rules | decisions/s | p50 µs | p99 µs | client CPU µs/decision | server µs/call |"
+        "| path | concurrency | rules | decisions/s | p50 µs | p99 µs | client CPU µs/decision | Redis µs/decision | Redis CPU µs/decision |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
-    for conc in [1usize, 16, 64] {
+    for conc in [1usize, 4, 16, 64] {
         for n in [1usize, 3] {
             let rules = Arc::new(rules(n));
-            let limiter = Limiter::new(store.clone());
-            let tollgate = {
+            let mut tollgate = Vec::new();
+            for s in [&per_call, &store] {
+                let limiter = Limiter::new(s.clone());
                 let rules = rules.clone();
-                measure(server, "evalsha", conc, run_for, move |t, i| {
-                    let limiter = limiter.clone();
-                    let rules = rules.clone();
-                    async move {
-                        let key = key_of(t, i);
-                        let batch: Vec<Check<'_>> =
-                            rules.iter().map(|r| Check::new(r, &key)).collect();
-                        let outcome = limiter.check(&batch).await.expect("decided");
-                        assert!(outcome.is_admitted());
-                    }
-                })
-                .await
-            };
+                tollgate.push(
+                    measure(server, &["fcall"], conc, run_for, move |t, i| {
+                        check(limiter.clone(), rules.clone(), t, i)
+                    })
+                    .await,
+                );
+            }
             let args = Arc::new(raw_args(&rules));
             let names: Vec<String> = rules.iter().map(|r| r.name().to_owned()).collect();
             let raw_script = {
                 let (raw, script) = (raw.clone(), script.clone());
-                measure(server, "evalsha", conc, run_for, move |t, i| {
+                measure(server, &["evalsha"], conc, run_for, move |t, i| {
                     let (mut raw, script, args) = (raw.clone(), script.clone(), args.clone());
                     let key = String::from_utf8(key_of(t, i)).expect("ascii");
                     let keys: Vec<String> =
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
                         let mut inv = script.prepare_invoke();
+                        inv.arg(keys.len()).arg(args.len());
                         inv.arg("").arg(0).arg(0).arg(0).arg(0);
                         for (k, a) in keys.iter().zip(args.iter()) {
                             inv.key(k);
                             inv.arg(&a[..]);
                         }
-                        let reply: Vec<i64> = inv.invoke_async(&mut raw).await.expect("raw");
-                        assert_eq!(reply[0], 1);
+                        let reply: Vec<Vec<i64>> = inv.invoke_async(&mut raw).await.expect("raw");
+                        assert_eq!(reply[0][0], 1, "{reply:?}");
                     }
                 })
                 .await
             };
-            row("tollgate RedisStore", conc, &n.to_string(), &tollgate);
-            row("raw same script", conc, &n.to_string(), &raw_script);
-            ratios.push((conc, n, tollgate.per_sec() / raw_script.per_sec()));
+            let n_text = n.to_string();
+            rows.row("tollgate per call", conc, &n_text, &tollgate[0]);
+            rows.row("tollgate coalesced", conc, &n_text, &tollgate[1]);
+            rows.row("raw same script", conc, &n_text, &raw_script);
+            ratios.push((conc, n, tollgate[1].per_sec() / tollgate[0].per_sec()));
         }
         let incr = {
             let raw = raw.clone();
-            measure(server, "incr", conc, run_for, move |t, i| {
+            measure(server, &["incr"], conc, run_for, move |t, i| {
                 let mut raw = raw.clone();
                 let key = key_of(t, i);
                 async move {
@@ -280,10 +359,41 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration) {
             })
             .await
         };
-        row("raw INCR", conc, "-", &incr);
+        rows.row("raw INCR", conc, "-", &incr);
+        if cell {
+            let raw = raw.clone();
+            let cell = measure(server, &["cl.throttle"], conc, run_for, move |t, i| {
+                let mut raw = raw.clone();
+                let key = key_of(t, i);
+                async move {
+                    let big = 1u64 << 30;
+                    let reply: Vec<i64> = redis::cmd("CL.THROTTLE")
+                        .arg(key)
+                        .arg(big)
+                        .arg(big)
+                        .arg(1)
+                        .query_async(&mut raw)
+                        .await
+                        .expect("CL.THROTTLE");
+                    assert_eq!(reply[0], 0, "redis-cell limited");
+                }
+            })
+            .await;
+            rows.row("redis-cell CL.THROTTLE", conc, "1", &cell);
+        }
+    }
+    if !cell {
+        println!(
+            "\n(redis-cell row skipped: set TOLLGATE_REDIS_CELL=/path/libredis_cell.so to load it)"
+        );
     }
     println!();
     for (conc, n, ratio) in ratios {
-        println!("tollgate / raw same script, concurrency {conc}, {n} rule(s): {ratio:.2}x");
+        println!("tollgate coalesced / per call, concurrency {conc}, {n} rule(s): {ratio:.2}x");
+    }
+    let csv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-redis.csv");
+    match std::fs::write(&csv, &rows.csv) {
+        Ok(()) => println!("rows written to {}", csv.display()),
+        Err(e) => println!("could not write {}: {e}", csv.display()),
     }
 }

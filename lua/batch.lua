@@ -39,105 +39,19 @@
 --   reset µs, the admission's refund mark (0 if none), and the instant the rule counted the
 --   request at (0 if not admitted).
 --
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local max_wait = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local slack_ms = tonumber(ARGV[4])
-local release_floor = now
-if mode ~= 3 and mode ~= 4 then
-  release_floor = now + tonumber(ARGV[5])
-end
+-- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
+
+-- The models a batch has built, by algorithm code. A model holds no state of its own, so in
+-- a function library (FCALL) it is built once per library load; in a script, once per call.
+local built = {}
+
+-- The batch being decided, set by decide_batch: batches are decided one at a time, so the
+-- helpers below read these instead of being built anew for every batch (closures cost
+-- allocations; in a function library they are built once per library load).
+local now, max_wait, mode, slack_ms, release_floor, rules
 
 local SLIDING_LOG = 2
 local LEAKY_BUCKET = 5
-
--- Load every rule's configuration and stored state: one GET per rule (a sliding log: one
--- ZRANGE of its newest member), nothing else before the decision.
-local rules = {}
-local key_index = 1
-local built = {}
-local formats = {}
-for i = 1, #ARGV - 5 do
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
-    struct.unpack('<ddddddddddddd', ARGV[5 + i])
-  local model = built[code]
-  if not model then
-    model = models[code]()
-    built[code] = model
-  end
-  -- The rule is its own configuration table (`c` in the models and penalty.lua).
-  local r = {
-    code = code,
-    model = model,
-    cost = cost,
-    p1 = p1,
-    p2 = p2,
-    p3 = p3,
-    p4 = p4,
-    lock_for = lock_for,
-    after = after,
-    within = within,
-    shadow = shadow == 1,
-    key = KEYS[key_index],
-    key_id = key_id,
-    pen = nil,
-    state = nil,
-    fingerprint = fingerprint,
-    quota = quota,
-    -- The record's fingerprint, units in use and empty-at instant; `own` when this
-    -- configuration wrote the state. Otherwise `carried` holds what another configuration
-    -- left (its state fields are kept as they are in `foreign`).
-    head = { 0, 0, 0 },
-    own = false,
-    carried = nil,
-    foreign = '',
-  }
-  key_index = key_index + 1
-  if code == SLIDING_LOG then
-    r.log_key = KEYS[key_index]
-    key_index = key_index + 1
-  end
-  local raw = redis.call('GET', r.key)
-  local n = raw and #raw / 8 or 0
-  if n >= 6 and n == math.floor(n) then
-    local format = formats[n]
-    if not format then
-      format = '<' .. string.rep('d', n)
-      formats[n] = format
-    end
-    local t = { struct.unpack(format, raw) }
-    r.pen = { t[n - 2], t[n - 1], t[n] }
-    r.head = { t[1], t[2], t[3] }
-    if t[1] == fingerprint and n == model.fields + 6 then
-      r.own = true
-      if code ~= SLIDING_LOG then
-        local s = {}
-        for f = 1, model.fields do
-          s[f] = t[3 + f]
-        end
-        r.state = s
-      end
-    elseif t[1] ~= 0 then
-      -- Another configuration's state: never read as this one's, nor as empty.
-      r.carried = { used = t[2], empty_at = t[3] }
-      r.foreign = string.sub(raw, 25, #raw - 24)
-    end
-  end
-  if not r.pen then
-    r.pen = { 0, 0, 0 }
-  end
-  if code == SLIDING_LOG and not r.carried then
-    -- Only the newest entry: the model looks up the rest of the log as it needs it.
-    r.state = model.load(r)
-  end
-  rules[i] = r
-end
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -376,126 +290,225 @@ local function store_state(r)
   store(r)
 end
 
-if mode == 3 or mode == 4 then
-  local taken = nil
-  if #rules > 0 then
-    taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
+
+local function decide_batch(KEYS, ARGV)
+  -- The batch being decided: the shared locals above.
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  for i = 1, #rules do
-    local r = rules[i]
-    -- Mode 3 gives back without a mark (a Cluster batch refunded right after it was decided).
-    local at, mark = taken[2 * i - 1], nil
-    if mode == 4 then
-      mark = taken[2 * i]
+  max_wait = tonumber(ARGV[2])
+  mode = tonumber(ARGV[3])
+  slack_ms = tonumber(ARGV[4])
+  release_floor = now
+  if mode ~= 3 and mode ~= 4 then
+    release_floor = now + tonumber(ARGV[5])
+  end
+
+  -- Load every rule's configuration and stored state: one GET per rule (a sliding log: one
+  -- ZRANGE of its newest member), nothing else before the decision.
+  rules = {}
+  local key_index = 1
+  local formats = {}
+  for i = 1, #ARGV - 5 do
+    local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+      struct.unpack('<ddddddddddddd', ARGV[5 + i])
+    local model = built[code]
+    if not model then
+      model = models[code]()
+      built[code] = model
     end
-    if r.cost > 0 and is_live(r, now) then
-      if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
-        store_state(r)
+    -- The rule is its own configuration table (`c` in the models and penalty.lua).
+    local r = {
+      code = code,
+      model = model,
+      cost = cost,
+      p1 = p1,
+      p2 = p2,
+      p3 = p3,
+      p4 = p4,
+      lock_for = lock_for,
+      after = after,
+      within = within,
+      shadow = shadow == 1,
+      key = KEYS[key_index],
+      key_id = key_id,
+      pen = nil,
+      state = nil,
+      fingerprint = fingerprint,
+      quota = quota,
+      -- The record's fingerprint, units in use and empty-at instant; `own` when this
+      -- configuration wrote the state. Otherwise `carried` holds what another configuration
+      -- left (its state fields are kept as they are in `foreign`).
+      head = { 0, 0, 0 },
+      own = false,
+      carried = nil,
+      foreign = '',
+    }
+    key_index = key_index + 1
+    if code == SLIDING_LOG then
+      r.log_key = KEYS[key_index]
+      key_index = key_index + 1
+    end
+    local raw = redis.call('GET', r.key)
+    local n = raw and #raw / 8 or 0
+    if n >= 6 and n == math.floor(n) then
+      local format = formats[n]
+      if not format then
+        format = '<' .. string.rep('d', n)
+        formats[n] = format
+      end
+      local t = { struct.unpack(format, raw) }
+      r.pen = { t[n - 2], t[n - 1], t[n] }
+      r.head = { t[1], t[2], t[3] }
+      if t[1] == fingerprint and n == model.fields + 6 then
+        r.own = true
+        if code ~= SLIDING_LOG then
+          local s = {}
+          for f = 1, model.fields do
+            s[f] = t[3 + f]
+          end
+          r.state = s
+        end
+      elseif t[1] ~= 0 then
+        -- Another configuration's state: never read as this one's, nor as empty.
+        r.carried = { used = t[2], empty_at = t[3] }
+        r.foreign = string.sub(raw, 25, #raw - 24)
+      end
+    end
+    if not r.pen then
+      r.pen = { 0, 0, 0 }
+    end
+    if code == SLIDING_LOG and not r.carried then
+      -- Only the newest entry: the model looks up the rest of the log as it needs it.
+      r.state = model.load(r)
+    end
+    rules[i] = r
+  end
+
+  if mode == 3 or mode == 4 then
+    local taken = nil
+    if #rules > 0 then
+      taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
+    end
+    for i = 1, #rules do
+      local r = rules[i]
+      -- Mode 3 gives back without a mark (a Cluster batch refunded right after it was decided).
+      local at, mark = taken[2 * i - 1], nil
+      if mode == 4 then
+        mark = taken[2 * i]
+      end
+      if r.cost > 0 and is_live(r, now) then
+        if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
+          store_state(r)
+        end
+      end
+    end
+    -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
+    local reply = { 0, now, now }
+    for i = 1, #rules do
+      local r = rules[i]
+      local info = algorithm_evaluate(r, now, 0)
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = info.remaining
+      reply[#reply + 1] = info.reset
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = 0
+    end
+    return reply
+  end
+
+  local items = evaluate_at(now)
+  local admitted = mode ~= 2 and admits(items)
+  if mode == 0 and not admitted then
+    local wait = reservation(items)
+    if wait then
+      local reserved = evaluate_at(now + wait)
+      if admits(reserved) then
+        items, admitted = reserved, true
       end
     end
   end
-  -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
-  local reply = { 0, now, now }
+
+  -- Step 3 (batch::commit / batch::report).
+  local reply = { admitted and 1 or 0, items.reserved, now }
+  local batch_admitted = admitted
   for i = 1, #rules do
-    local r = rules[i]
-    local info = algorithm_evaluate(r, now, 0)
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = info.remaining
-    reply[#reply + 1] = info.reset
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    local r, item = rules[i], items[i]
+    -- batch::admitted: a shadow item that would deny takes a denied item's part.
+    local admitted = batch_admitted and not (item.shadow and rejects(item))
+    -- What identifies this admission for a later refund (Store::refund), where the model
+    -- needs more than the instant.
+    local mark = 0
+    if mode ~= 1 then
+      if admitted then
+        if r.cost > 0 then
+          if not r.carried then
+            if not is_live(r, item.at) then
+              r.state = r.model.fresh(r, item.at)
+            end
+            r.model.apply(r, r.state, item.at, r.cost)
+            r.own = true
+          else
+            -- Algorithm::adopt: a fresh state that has just admitted the units another
+            -- configuration still held and this request; a sliding log's old entries go.
+            if r.code == SLIDING_LOG then
+              redis.call('DEL', r.log_key)
+            end
+            local units = held(r, item.at) + r.cost
+            r.state = r.model.fresh(r, item.at)
+            r.model.apply(r, r.state, item.at, units)
+            r.own, r.carried = true, nil
+          end
+          r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
+          store_state(r)
+          if r.model.mark then
+            mark = r.model.mark(r, r.state, item.at, item.eval.wait)
+          end
+        end
+      elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+        -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
+        -- already locked out or costing more than the rule can ever admit does not.
+        if record_denial(r, r.pen, item.arrival) then
+          item.locked = locked_for(r.pen, item.arrival)
+        end
+        store(r)
+      end
+    end
+    local e = item.eval
+    local outcome, value, remaining, reset
+    if admitted then
+      local delay = 0
+      if e.ok then
+        delay = (item.at - now) + e.wait
+      end
+      outcome = delay > 0 and 1 or 0
+      -- The eval was made at the reserved instant; the reset a client sees counts from now.
+      value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
+    else
+      local retry = retry_from(item, now)
+      if retry == nil then
+        outcome, value = 4, 0
+      elseif item.locked ~= nil then
+        outcome, value = 3, max(retry, item.locked)
+      elseif e.ok then
+        outcome, value = 0, 0
+      else
+        outcome, value = 2, retry
+      end
+      -- Nothing was consumed: report the quota as it stands.
+      local info = algorithm_evaluate(r, now, 0)
+      remaining, reset = info.remaining, info.reset
+    end
+    reply[#reply + 1] = outcome
+    reply[#reply + 1] = value
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = mark
+    reply[#reply + 1] = admitted and item.at or 0
   end
   return reply
 end
-
-local items = evaluate_at(now)
-local admitted = mode ~= 2 and admits(items)
-if mode == 0 and not admitted then
-  local wait = reservation(items)
-  if wait then
-    local reserved = evaluate_at(now + wait)
-    if admits(reserved) then
-      items, admitted = reserved, true
-    end
-  end
-end
-
--- Step 3 (batch::commit / batch::report).
-local reply = { admitted and 1 or 0, items.reserved, now }
-local batch_admitted = admitted
-for i = 1, #rules do
-  local r, item = rules[i], items[i]
-  -- batch::admitted: a shadow item that would deny takes a denied item's part.
-  local admitted = batch_admitted and not (item.shadow and rejects(item))
-  -- What identifies this admission for a later refund (Store::refund), where the model
-  -- needs more than the instant.
-  local mark = 0
-  if mode ~= 1 then
-    if admitted then
-      if r.cost > 0 then
-        if not r.carried then
-          if not is_live(r, item.at) then
-            r.state = r.model.fresh(r, item.at)
-          end
-          r.model.apply(r, r.state, item.at, r.cost)
-          r.own = true
-        else
-          -- Algorithm::adopt: a fresh state that has just admitted the units another
-          -- configuration still held and this request; a sliding log's old entries go.
-          if r.code == SLIDING_LOG then
-            redis.call('DEL', r.log_key)
-          end
-          local units = held(r, item.at) + r.cost
-          r.state = r.model.fresh(r, item.at)
-          r.model.apply(r, r.state, item.at, units)
-          r.own, r.carried = true, nil
-        end
-        r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
-        store_state(r)
-        if r.model.mark then
-          mark = r.model.mark(r, r.state, item.at, item.eval.wait)
-        end
-      end
-    elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-      -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
-      -- already locked out or costing more than the rule can ever admit does not.
-      if record_denial(r, r.pen, item.arrival) then
-        item.locked = locked_for(r.pen, item.arrival)
-      end
-      store(r)
-    end
-  end
-  local e = item.eval
-  local outcome, value, remaining, reset
-  if admitted then
-    local delay = 0
-    if e.ok then
-      delay = (item.at - now) + e.wait
-    end
-    outcome = delay > 0 and 1 or 0
-    -- The eval was made at the reserved instant; the reset a client sees counts from now.
-    value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
-  else
-    local retry = retry_from(item, now)
-    if retry == nil then
-      outcome, value = 4, 0
-    elseif item.locked ~= nil then
-      outcome, value = 3, max(retry, item.locked)
-    elseif e.ok then
-      outcome, value = 0, 0
-    else
-      outcome, value = 2, retry
-    end
-    -- Nothing was consumed: report the quota as it stands.
-    local info = algorithm_evaluate(r, now, 0)
-    remaining, reset = info.remaining, info.reset
-  end
-  reply[#reply + 1] = outcome
-  reply[#reply + 1] = value
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = mark
-  reply[#reply + 1] = admitted and item.at or 0
-end
-return reply

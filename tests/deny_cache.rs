@@ -158,9 +158,9 @@ fn decisions_are_identical_with_the_cache_on_and_off() {
                         .with_clock(clock_off.clone())
                         .with_prefix(format!("off{}", case.get())),
                 );
-                let before = server.calls("evalsha");
+                let before = server.script_calls();
                 let expected = run(&off, &clock_off, &rules, &steps).await;
-                let middle = server.calls("evalsha");
+                let middle = server.script_calls();
 
                 let clock_on = ManualClock::new(BASE_MICROS + 123_457);
                 let on = Limiter::new(
@@ -173,7 +173,7 @@ fn decisions_are_identical_with_the_cache_on_and_off() {
                 );
                 let got = run(&on, &clock_on, &rules, &steps).await;
                 calls_off.set(calls_off.get() + middle - before);
-                calls_on.set(calls_on.get() + server.calls("evalsha") - middle);
+                calls_on.set(calls_on.get() + server.script_calls() - middle);
                 for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
                     prop_assert_eq!(e, g, "decision {} of {:?}", i, steps);
                 }
@@ -222,7 +222,7 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
                     store = store.with_deny_cache(1_000).await.expect("subscribe");
                 }
                 let limiter = Limiter::new(store);
-                let before = server.calls("evalsha");
+                let before = server.script_calls();
                 let mut decisions = Vec::new();
                 // 100 requests per second for 20 s: 5 per second are within the limit.
                 for _ in 0..2_000 {
@@ -230,7 +230,7 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
                     decisions.push(outcome.decision);
                     clock.advance(Duration::from_millis(10));
                 }
-                let calls = server.calls("evalsha") - before;
+                let calls = server.script_calls() - before;
                 let rejected = decisions.iter().filter(|d| !d.is_admitted()).count();
                 runs.push((decisions, calls, rejected));
             }
@@ -416,7 +416,7 @@ async fn a_denial_answers_what_it_exactly_decides() {
                 clock.advance(Duration::from_millis(100));
             }
         }
-        runs.push((decisions, server.calls("evalsha")));
+        runs.push((decisions, server.script_calls()));
     }
     assert_eq!(runs[0].0, runs[1].0);
 }
@@ -440,11 +440,11 @@ async fn a_copy_with_another_prefix_or_clock_does_not_use_the_cache() {
         cached.clone().with_clock(clock.clone()),
     ] {
         let limiter = Limiter::new(copy);
-        let before = server.calls("evalsha");
+        let before = server.script_calls();
         for _ in 0..3 {
             limiter.check_one(&rule, b"k").await.unwrap();
         }
-        assert_eq!(server.calls("evalsha") - before, 3);
+        assert_eq!(server.script_calls() - before, 3);
         assert_eq!(limiter.store().deny_cache_len(), 0);
     }
 }

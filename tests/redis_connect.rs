@@ -86,12 +86,38 @@ async fn nothing_listening_is_an_error_naming_the_address() {
     assert!(msg.contains("invalid redis URL"), "{msg}");
 }
 
+/// A user who may not call functions (or not load them) runs the script instead: the
+/// fallback works, and no decision goes through `FCALL`.
+#[tokio::test]
+async fn a_user_allowed_scripts_only_runs_the_script() {
+    let server = RedisServer::start();
+    for (user, denied) in [
+        ("nocall", &["-fcall"][..]),
+        ("nofunction", &["-function"][..]),
+    ] {
+        let mut acl = vec!["ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all"];
+        acl.extend_from_slice(denied);
+        server.must(&acl);
+        let url = format!("redis://{user}:secret@127.0.0.1:{}/", server.port);
+        let store = RedisStore::connect(&url).await.expect("connect");
+        assert!(!store.uses_functions(), "{user}");
+        server.must(&["CONFIG", "RESETSTAT"]);
+        let limiter = Limiter::new(store);
+        let rule = Rule::fixed_window("r", 2, std::time::Duration::from_secs(60));
+        let outcome = limiter.check_one(&rule, user.as_bytes()).await.unwrap();
+        assert!(outcome.is_admitted());
+        assert_eq!(outcome.rules[0].info.remaining, 1);
+        assert_eq!(server.calls("fcall"), 0);
+        assert_eq!(server.calls("evalsha"), 1);
+    }
+}
+
 #[tokio::test]
 async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     let server = RedisServer::start();
-    // Everything but EVALSHA: the script loads, but no decision could ever run.
+    // Everything but EVALSHA and FCALL: the code loads, but no decision could ever run.
     server.must(&[
-        "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-evalsha",
+        "ACL", "SETUSER", "limited", "on", ">secret", "~*", "&*", "+@all", "-evalsha", "-fcall",
     ]);
     let url = format!("redis://limited:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;
@@ -103,9 +129,18 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     // The password stays out of the message.
     assert!(!msg.contains("secret"), "{msg}");
 
-    // Without SCRIPT LOAD either.
+    // Without SCRIPT LOAD and FUNCTION LOAD either.
     server.must(&[
-        "ACL", "SETUSER", "noload", "on", ">secret", "~*", "&*", "+@all", "-script",
+        "ACL",
+        "SETUSER",
+        "noload",
+        "on",
+        ">secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-script",
+        "-function",
     ]);
     let url = format!("redis://noload:secret@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;

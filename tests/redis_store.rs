@@ -38,6 +38,21 @@ async fn vectors_hold_for_redis_standalone() {
     run_all_vectors(&base).await;
 }
 
+/// The script route (`EVALSHA`), forced where functions are available: the fallback for
+/// servers before Redis 7 and users allowed scripts only.
+#[tokio::test]
+async fn vectors_hold_for_redis_standalone_through_the_script() {
+    let server = RedisServer::start();
+    let base = store(&server).await;
+    assert!(base.uses_functions(), "Redis 7 takes the function library");
+    let base = base.with_functions(false);
+    assert!(!base.uses_functions());
+    server.must(&["CONFIG", "RESETSTAT"]);
+    run_all_vectors(&base).await;
+    assert_eq!(server.calls("fcall"), 0);
+    assert!(server.calls("evalsha") > 0);
+}
+
 #[tokio::test]
 async fn vectors_hold_for_redis_cluster() {
     let cluster = RedisCluster::start();
@@ -62,6 +77,86 @@ async fn script_flush_between_requests_is_invisible() {
     assert_eq!(outcome.rules[0].info.remaining, 1);
 }
 
+/// `FUNCTION FLUSH` (or a restart) loses the library: the next call finds it missing, loads
+/// it again and is decided, invisibly; `FLUSHALL` keeps functions but drops the state.
+#[tokio::test]
+async fn function_flush_between_requests_is_invisible() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await);
+    assert!(limiter.store().uses_functions());
+    let rule = Rule::fixed_window("flush", 3, Duration::from_secs(60));
+    assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+    assert_eq!(server.must(&["FUNCTION", "FLUSH"]).trim(), "OK");
+    let outcome = limiter
+        .check_one(&rule, b"k")
+        .await
+        .expect("reloaded when the function was not found");
+    assert!(outcome.is_admitted());
+    assert_eq!(outcome.rules[0].info.remaining, 1);
+    assert_eq!(server.calls("evalsha"), 0, "still through FCALL");
+    assert_eq!(server.must(&["FUNCTION", "FLUSH"]).trim(), "OK");
+    assert_eq!(server.must(&["FLUSHALL"]).trim(), "OK");
+    let outcome = limiter.check_one(&rule, b"k").await.expect("reloaded");
+    assert_eq!(outcome.rules[0].info.remaining, 2);
+}
+
+/// Many requests at once on one store go out in fewer calls than requests (coalesced), and
+/// each is still decided exactly: a limit of 100 over 400 concurrent requests admits 100.
+/// A request whose batch fails inside Redis (its key holds a set, not tollgate's state)
+/// fails alone; the requests coalesced with it are decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_requests_are_each_decided_and_an_error_fails_only_its_own() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(store(&server).await.with_prefix("c"));
+    let rule = std::sync::Arc::new(Rule::fixed_window("w", 100, Duration::from_secs(60)));
+    // A key whose state is a set: the script's GET of it fails (WRONGTYPE).
+    server.must(&["SADD", "c:{bad}:w", "x"]);
+    server.must(&["CONFIG", "RESETSTAT"]);
+    let mut tasks = Vec::new();
+    for i in 0..400u32 {
+        let (limiter, rule) = (limiter.clone(), rule.clone());
+        tasks.push(tokio::spawn(async move {
+            let key: &[u8] = if i % 10 == 0 { b"bad" } else { b"hot" };
+            limiter.check_one(&rule, key).await
+        }));
+    }
+    let (mut admitted, mut denied, mut failed) = (0, 0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(o) if o.is_admitted() => admitted += 1,
+            Ok(_) => denied += 1,
+            Err(StoreError::Unavailable(m)) => {
+                assert!(m.contains("WRONGTYPE"), "{m}");
+                failed += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((admitted, denied, failed), (100, 260, 40));
+    let calls = server.script_calls();
+    assert!(
+        calls < 400,
+        "{calls} calls for 400 requests: nothing coalesced"
+    );
+    let peek = limiter.peek(&rule, b"hot", 0).await.unwrap();
+    assert_eq!(peek.info.remaining, 0);
+
+    // The same without coalescing: one call per request.
+    let single = Limiter::new(store(&server).await.with_prefix("s").with_coalescing(false));
+    server.must(&["CONFIG", "RESETSTAT"]);
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (single, rule) = (single.clone(), rule.clone());
+        tasks.push(tokio::spawn(async move {
+            single.check_one(&rule, b"hot").await
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap().unwrap().is_admitted());
+    }
+    assert_eq!(server.script_calls(), 50);
+}
+
 #[tokio::test]
 async fn a_batch_of_three_rules_is_one_script_call() {
     let server = RedisServer::start();
@@ -80,7 +175,7 @@ async fn a_batch_of_three_rules_is_one_script_call() {
         ];
         assert!(limiter.check(&batch).await.unwrap().is_admitted());
     }
-    assert_eq!(server.calls("evalsha"), N, "one EVALSHA per request");
+    assert_eq!(server.script_calls(), N, "one script call per request");
     assert_eq!(server.calls("eval"), 0);
 }
 

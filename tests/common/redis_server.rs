@@ -46,7 +46,13 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
-    fn start_with(extra: &[&str]) -> Self {
+    /// The server's process id (for its CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A standalone server started with `extra` arguments too (`--loadmodule …`).
+    pub fn start_with(extra: &[&str]) -> Self {
         for _ in 0..5 {
             let port = free_port();
             let dir =
@@ -188,6 +194,12 @@ impl RedisServer {
             .find_map(|l| l.trim().strip_prefix(&prefix))
             .and_then(|rest| rest.split(',').next())
             .map_or(0, |n| n.parse().expect("a call count"))
+    }
+
+    /// How many decision calls ran here: `FCALL` (the function library) and `EVALSHA`
+    /// (the script) together.
+    pub fn script_calls(&self) -> u64 {
+        self.calls("fcall") + self.calls("evalsha")
     }
 }
 

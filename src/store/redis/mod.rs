@@ -1,6 +1,7 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
 mod deny_cache;
+mod dispatch;
 mod script;
 mod setup;
 
@@ -23,7 +24,8 @@ use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
 use deny_cache::DenyCache;
-use script::{Call, Mode, Reply};
+use dispatch::{Caller, Calls};
+use script::{Call, Encoded, Mode, Reply, Route};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
 /// with [`RedisStore::with_timeout`].
@@ -42,12 +44,20 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 
 /// Rule state kept in Redis (standalone or Cluster), shared by every instance of a service.
 ///
-/// Each batch of rules for one request is decided by one Lua script call (`EVALSHA`), all
+/// Each batch of rules for one request is decided by one call of tollgate's Lua code, all
 /// or nothing, on the server: the six algorithms, penalty lockouts and wait-mode
 /// reservations are the Lua twins of the Rust models (kept in step by the shared
-/// conformance vectors). The script is hashed once, loaded when the store connects, and
-/// reloaded transparently when Redis answers `NOSCRIPT` (after `SCRIPT FLUSH`, a restart or
-/// a failover).
+/// conformance vectors). On Redis 7 and later (standalone) the code is a function library,
+/// loaded when the store connects and called with `FCALL`, so a call pays only for its
+/// decisions; elsewhere (older servers, a Cluster, users allowed scripts only,
+/// [`with_functions(false)`](Self::with_functions)) it is a script run with `EVALSHA`. Either
+/// is loaded again transparently when Redis lost it (`FUNCTION FLUSH`, `SCRIPT FLUSH`, a
+/// restart or a failover): the call that found it missing did not run, and is sent again.
+///
+/// **Coalescing** ([`with_coalescing`](Self::with_coalescing), on by default on a standalone
+/// server): the batches of requests waiting for Redis at the same moment go out as one
+/// call, each still decided all or nothing on its own, in the order they queued; a request
+/// that finds nothing waiting is sent at once.
 ///
 /// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
 /// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
@@ -76,7 +86,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// script call is ever sent again: the standalone connection does not re-send failed
 /// commands, the Cluster connection is built without retries (a `MOVED` during resharding
 /// fails that one call, and the next goes to the new owner), and the one repeat there is,
-/// after `NOSCRIPT`, follows a call that did not run. The decision a client sees is the
+/// after `NOSCRIPT` or a missing function, follows a call that did not run. The decision a client sees is the
 /// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
 /// so that an outage does not cost every request the timeout: while it is open it probes
 /// Redis with a `PING` ([`Store::probe`]) on its own, and no request waits.
@@ -146,6 +156,10 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Connection,
+    /// Script calls: their route and, on a standalone server, their coalescing.
+    calls: Arc<Calls>,
+    /// Whether the server took the function library when the store connected.
+    functions_loaded: bool,
     prefix: Arc<[u8]>,
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
@@ -174,11 +188,12 @@ impl RedisStore {
     /// standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which it
     /// became).
     ///
-    /// Before it returns, the store loads its script and decides one empty batch (a dry
+    /// Before it returns, the store loads its code and decides one empty batch (a dry
     /// peek, touching no key), all within a few seconds. It fails with
     /// [`StoreError::Unavailable`], the address and the fix in the message, when:
     /// - nothing answers at the URL, or the password is wrong;
-    /// - the Redis user may not run the script (an ACL without `EVALSHA` / `SCRIPT LOAD`);
+    /// - the Redis user may not run tollgate's code (an ACL without `FCALL` / `FUNCTION
+    ///   LOAD` and without `EVALSHA` / `SCRIPT LOAD`);
     /// - the server is a replica (it would refuse or lose the writes);
     /// - the server is older than Redis 5.0, or cannot run the script.
     ///
@@ -264,15 +279,58 @@ impl RedisStore {
     }
 
     async fn ready(mut conn: Connection, addr: &str) -> Result<Self, StoreError> {
-        setup::dry_decision(&mut conn, addr).await?;
+        // A Cluster runs the script: its calls are not coalesced (each batch's keys route
+        // to their own node), and a script needs no loading per node ahead of time.
+        let cluster = matches!(conn, Connection::Cluster(_));
+        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
+        let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
         Ok(Self {
             conn,
+            calls: Arc::new(calls),
+            functions_loaded: route == Route::Function,
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
             servers: Arc::from(Vec::new()),
             deny_cache: None,
         })
+    }
+
+    /// Whether decisions run as a Redis function (`FCALL`), the default where the server
+    /// has functions (Redis 7 and later, standalone), or else as a script (`EVALSHA`).
+    ///
+    /// `false` makes this store (and its later clones) run the script even where functions
+    /// are available, e.g. for a Redis user allowed `EVALSHA` but not `FCALL`. `true`
+    /// changes nothing where the server did not take the library when the store connected.
+    pub fn with_functions(mut self, enabled: bool) -> Self {
+        let route = if enabled && self.functions_loaded {
+            Route::Function
+        } else {
+            Route::Script
+        };
+        let coalesce = self.calls.coalesces();
+        self.calls = Arc::new(Calls::new(Caller::new(self.conn.clone(), route), coalesce));
+        self
+    }
+
+    /// Whether decisions run as a Redis function (`FCALL`) rather than a script.
+    pub fn uses_functions(&self) -> bool {
+        self.calls.caller().route() == Route::Function
+    }
+
+    /// Whether the batches of requests that wait for Redis at the same moment go out as one
+    /// call (default: yes, on a standalone server; a Redis Cluster never coalesces).
+    ///
+    /// A request that finds nothing waiting is sent at once, so a lone request waits no
+    /// longer for it; under load one call decides many batches, which cuts Redis's time per
+    /// decision and raises decisions per second. Each batch is still decided all or nothing
+    /// on its own, in the order the requests queued, an error in one batch fails that batch
+    /// only, and a request that timed out before its call left is never sent.
+    pub fn with_coalescing(mut self, enabled: bool) -> Self {
+        let coalesce = enabled && !self.is_cluster();
+        let caller = Caller::new(self.conn.clone(), self.calls.caller().route());
+        self.calls = Arc::new(Calls::new(caller, coalesce));
+        self
     }
 
     /// Whether this store talks to a Redis Cluster (else to one standalone server).
@@ -474,12 +532,8 @@ impl RedisStore {
         checks: &[&Check<'_>],
         taken: Option<&[u8]>,
     ) -> Result<Reply, StoreError> {
-        let inv = script::invocation(call, checks, |c, log| self.key(c, log), taken);
-        let mut conn = self.conn.clone();
-        let values: Vec<i64> = tokio::time::timeout(self.timeout, inv.invoke_async(&mut conn))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(unavailable)?;
+        let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
+        let values = self.calls.decide(batch, self.timeout).await?;
         script::parse(&values, checks)
     }
 

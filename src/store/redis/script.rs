@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
@@ -14,22 +14,62 @@ use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Taken};
 
-/// The whole script: the helpers, the six models, penalties and the batch driver, in the
-/// order `lua/prelude.lua` describes.
-pub(super) const SOURCE: &str = concat!(
-    include_str!("../../../lua/prelude.lua"),
-    include_str!("../../../lua/fixed_window.lua"),
-    include_str!("../../../lua/sliding_log.lua"),
-    include_str!("../../../lua/sliding_window.lua"),
-    include_str!("../../../lua/token_bucket.lua"),
-    include_str!("../../../lua/leaky_bucket.lua"),
-    include_str!("../../../lua/gcra.lua"),
-    include_str!("../../../lua/penalty.lua"),
-    include_str!("../../../lua/batch.lua"),
-);
+/// Expands to the script's files, in the order `lua/prelude.lua` describes, followed by
+/// the given tails: the helpers, the six models, penalties, the batch driver and the call
+/// driver (`lua/call.lua`, which decides several batches in one call).
+macro_rules! source {
+    ($($tail:expr),*) => {
+        concat!(
+            include_str!("../../../lua/prelude.lua"),
+            include_str!("../../../lua/fixed_window.lua"),
+            include_str!("../../../lua/sliding_log.lua"),
+            include_str!("../../../lua/sliding_window.lua"),
+            include_str!("../../../lua/token_bucket.lua"),
+            include_str!("../../../lua/leaky_bucket.lua"),
+            include_str!("../../../lua/gcra.lua"),
+            include_str!("../../../lua/penalty.lua"),
+            include_str!("../../../lua/batch.lua"),
+            include_str!("../../../lua/call.lua"),
+            $($tail),*
+        )
+    };
+}
 
-/// Hashed once; `invoke_async` runs it with `EVALSHA` and loads it on `NOSCRIPT`.
+/// The code without an entry point: the library's body.
+const BODY: &str = source!();
+
+/// The code as a script (`EVALSHA`): everything is defined anew on every call.
+pub(super) const SOURCE: &str = source!("return decide_call(KEYS, ARGV)\n");
+
+/// Hashed once; `EVALSHA` runs it, and `SCRIPT LOAD` loads it on `NOSCRIPT`.
 pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+
+/// The code as a Redis function library (`FUNCTION LOAD`, `FCALL`, Redis 7 and later): the
+/// helpers and models are defined once, when the library loads, so a call pays only for its
+/// decisions. The library and its one function are named after the script's hash, so
+/// instances running different versions of tollgate never call each other's code.
+pub(super) struct Library {
+    /// The library's name, which is also its function's.
+    pub(super) name: String,
+    /// `#!lua name=…`, the body, and the registration.
+    pub(super) source: String,
+}
+
+/// Built once.
+pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let name = format!("tollgate_{}", &SCRIPT.get_hash()[..16]);
+    // Redis 7.0 runs a library's top level without Lua's standard library (no `math`,
+    // `string`, `struct`), so the code is built on the function's first call and kept.
+    let source = format!(
+        "#!lua name={name}\n\
+         local function build()\n{BODY}return decide_call\nend\n\
+         local decide_call = nil\n\
+         redis.register_function('{name}', function(keys, args)\n\
+         \x20 if not decide_call then\n    decide_call = build()\n  end\n\
+         \x20 return decide_call(keys, args)\nend)\n"
+    );
+    Library { name, source }
+});
 
 /// What the script does with a batch (`ARGV[3]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,68 +117,195 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     packed
 }
 
-/// Builds the invocation for `checks` (keys first, built by `key_of`).
-/// `taken` replaces `ARGV[5]` for a `Mode::Refund` or `Mode::RefundHeld` call.
-pub(super) fn invocation<'s>(
+/// One batch's keys and arguments, encoded for a call (see `lua/call.lua`): built by the
+/// requesting task, so a coalesced call only copies them into its command.
+#[derive(Debug, Clone)]
+pub(super) struct Encoded {
+    keys: SmallVec<[Vec<u8>; 4]>,
     call: Call,
-    checks: &[&Check<'_>],
-    mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
-    taken: Option<&[u8]>,
-) -> ScriptInvocation<'s> {
-    let mut inv = SCRIPT.prepare_invoke();
-    match call.now {
-        Some(now) => inv.arg(now),
-        None => inv.arg(""),
-    };
-    inv.arg(call.max_wait)
-        .arg(call.mode as u8)
-        .arg(call.slack_ms);
-    match (taken, call.mode) {
-        (Some(packed), _) => inv.arg(packed),
-        (None, _) => inv.arg(call.min_delay),
-    };
-    for (i, check) in checks.iter().enumerate() {
-        let algorithm = check.rule.algorithm();
-        // The rules on one client key share its leaky bucket's release (batch::key_release).
-        let key_id = checks[..i]
-            .iter()
-            .position(|c| c.key == check.key)
-            .unwrap_or(i);
-        inv.key(key_of(check, false));
-        if has_log(algorithm) {
-            inv.key(key_of(check, true));
+    /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
+    taken: Option<Vec<u8>>,
+    /// Per rule, thirteen little-endian doubles.
+    rules: SmallVec<[[u8; 104]; 4]>,
+}
+
+impl Encoded {
+    /// Encodes `checks` (keys built by `key_of`). `taken` replaces `ARGV[5]` for a
+    /// `Mode::Refund` or `Mode::RefundHeld` call.
+    pub(super) fn new(
+        call: Call,
+        checks: &[&Check<'_>],
+        mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
+        taken: Option<&[u8]>,
+    ) -> Self {
+        let mut keys = SmallVec::new();
+        let mut rules = SmallVec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            let algorithm = check.rule.algorithm();
+            // The rules on one client key share its leaky bucket's release (batch::key_release).
+            let key_id = checks[..i]
+                .iter()
+                .position(|c| c.key == check.key)
+                .unwrap_or(i);
+            keys.push(key_of(check, false));
+            if has_log(algorithm) {
+                keys.push(key_of(check, true));
+            }
+            let [code, p1, p2, p3, p4] = algorithm.code_and_params();
+            let (lock_for, after, within) = match check.rule.penalty() {
+                Some(p) => (
+                    duration_to_micros(p.lock_duration()),
+                    p.denials(),
+                    duration_to_micros(p.window()),
+                ),
+                None => (0, 0, 0),
+            };
+            let fields = [
+                code,
+                check.cost,
+                p1,
+                p2,
+                p3,
+                p4,
+                lock_for,
+                after,
+                within,
+                u64::from(check.shadow),
+                check.rule.fingerprint(),
+                algorithm.quota().0,
+                key_id as u64,
+            ];
+            let mut packed = [0u8; 104];
+            for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
+                chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+            }
+            rules.push(packed);
         }
-        let [code, p1, p2, p3, p4] = algorithm.code_and_params();
-        let (lock_for, after, within) = match check.rule.penalty() {
-            Some(p) => (
-                duration_to_micros(p.lock_duration()),
-                p.denials(),
-                duration_to_micros(p.window()),
-            ),
-            None => (0, 0, 0),
-        };
-        let fields = [
-            code,
-            check.cost,
-            p1,
-            p2,
-            p3,
-            p4,
-            lock_for,
-            after,
-            within,
-            u64::from(check.shadow),
-            check.rule.fingerprint(),
-            algorithm.quota().0,
-            key_id as u64,
-        ];
-        let mut packed = [0u8; 104];
-        for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
-            chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+        Self {
+            keys,
+            call,
+            taken: taken.map(<[u8]>::to_vec),
+            rules,
         }
-        inv.arg(&packed[..]);
     }
-    inv
+
+    fn push_args(&self, cmd: &mut Cmd) {
+        let call = &self.call;
+        cmd.arg(self.keys.len()).arg(self.rules.len());
+        match call.now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(call.max_wait)
+            .arg(call.mode as u8)
+            .arg(call.slack_ms);
+        match &self.taken {
+            Some(packed) => cmd.arg(&packed[..]),
+            None => cmd.arg(call.min_delay),
+        };
+        for rule in &self.rules {
+            cmd.arg(&rule[..]);
+        }
+    }
+}
+
+/// How a call reaches the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `FCALL` of the function library ([`LIBRARY`]).
+    Function,
+    /// `EVALSHA` of the script ([`SCRIPT`]).
+    Script,
+}
+
+/// The command that decides `batches` in one call, in order.
+pub(super) fn command(route: Route, batches: &[&Encoded]) -> Cmd {
+    let mut cmd = match route {
+        Route::Function => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(&LIBRARY.name);
+            cmd
+        }
+        Route::Script => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(SCRIPT.get_hash());
+            cmd
+        }
+    };
+    cmd.arg(batches.iter().map(|b| b.keys.len()).sum::<usize>());
+    for batch in batches {
+        for key in &batch.keys {
+            cmd.arg(&key[..]);
+        }
+    }
+    for batch in batches {
+        batch.push_args(&mut cmd);
+    }
+    cmd
+}
+
+/// The command that loads the code for `route` (`FUNCTION LOAD REPLACE`, `SCRIPT LOAD`).
+pub(super) fn load_command(route: Route) -> Cmd {
+    match route {
+        Route::Function => {
+            let mut cmd = redis::cmd("FUNCTION");
+            cmd.arg("LOAD").arg("REPLACE").arg(&LIBRARY.source);
+            cmd
+        }
+        Route::Script => {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(SOURCE);
+            cmd
+        }
+    }
+}
+
+/// Whether `e` says the code for `route` is not loaded (a restart, a failover, `SCRIPT
+/// FLUSH`, `FUNCTION FLUSH`): the call did not run, and may be sent again once loaded.
+pub(super) fn is_not_loaded(route: Route, e: &redis::RedisError) -> bool {
+    match route {
+        Route::Function => e.to_string().contains("Function not found"),
+        Route::Script => e.code() == Some("NOSCRIPT"),
+    }
+}
+
+/// Splits the reply to a call of `n` batches into each batch's integers, or the error that
+/// batch alone met.
+pub(super) fn split_reply(
+    value: Value,
+    n: usize,
+) -> Result<Vec<Result<Vec<i64>, StoreError>>, StoreError> {
+    let bad = || StoreError::Protocol(format!("a call of {n} batches answered otherwise"));
+    let Value::Array(batches) = value else {
+        return Err(bad());
+    };
+    if batches.len() != n {
+        return Err(bad());
+    }
+    batches
+        .into_iter()
+        .map(|batch| {
+            let Value::Array(values) = batch else {
+                return Err(bad());
+            };
+            if let [Value::Int(-1), message] = &values[..] {
+                let message = match message {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    Value::SimpleString(text) => text.clone(),
+                    other => format!("{other:?}"),
+                };
+                return Ok(Err(StoreError::Unavailable(message)));
+            }
+            values
+                .into_iter()
+                .map(|v| match v {
+                    Value::Int(i) => Ok(i),
+                    _ => Err(bad()),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Ok)
+        })
+        .collect()
 }
 
 /// `value` as a double, exact: configuration validation keeps every parameter below 2^50.

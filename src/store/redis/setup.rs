@@ -5,7 +5,8 @@ use redis::{RedisError, Value};
 
 use crate::error::StoreError;
 
-use super::script::{self, Call, Mode};
+use super::dispatch::Caller;
+use super::script::{self, Call, Encoded, Mode, Route};
 use super::Connection;
 
 /// The oldest Redis the script runs on: it reads `TIME` and then writes, which needs
@@ -95,15 +96,42 @@ pub(super) async fn server_info(
     }
 }
 
-/// Loads the script and decides one empty batch in peek mode (no key is touched, so a
-/// prefix chosen later and an ACL limited to it are no obstacle): the script loads, the
-/// user may run it, it runs on this server, and the reply is understood.
-pub(super) async fn dry_decision(conn: &mut Connection, addr: &str) -> Result<(), StoreError> {
-    script::SCRIPT
-        .prepare_invoke()
-        .load_async(conn)
+/// Loads the code and decides one empty batch in peek mode (no key is touched, so a prefix
+/// chosen later and an ACL limited to it are no obstacle): the code loads, the user may run
+/// it, it runs on this server, and the reply is understood. With `functions`, the code is
+/// loaded as a function library where the server has functions (Redis 7 and later) and the
+/// user may load and call it; else as a script. Returns the route that worked.
+pub(super) async fn dry_decision(
+    conn: &mut Connection,
+    addr: &str,
+    functions: bool,
+) -> Result<Route, StoreError> {
+    if functions {
+        match script::load_command(Route::Function)
+            .query_async::<Value>(&mut *conn)
+            .await
+        {
+            Ok(_) => match dry_call(conn, addr, Route::Function).await {
+                Ok(()) => return Ok(Route::Function),
+                // A user who may load functions but not call them: the script will do.
+                Err(StoreError::Unavailable(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
+                Err(e) => return Err(e),
+            },
+            // Redis before 7, or a user who may not load functions: the script will do.
+            Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("unknown command") => {}
+            Err(e) => return Err(setup_error(addr, &e)),
+        }
+    }
+    script::load_command(Route::Script)
+        .query_async::<Value>(&mut *conn)
         .await
         .map_err(|e| setup_error(addr, &e))?;
+    dry_call(conn, addr, Route::Script).await?;
+    Ok(Route::Script)
+}
+
+/// The empty peek of [`dry_decision`] through `route`, its code loaded.
+async fn dry_call(conn: &Connection, addr: &str, route: Route) -> Result<(), StoreError> {
     let call = Call {
         now: None,
         max_wait: 0,
@@ -111,11 +139,20 @@ pub(super) async fn dry_decision(conn: &mut Connection, addr: &str) -> Result<()
         slack_ms: 0,
         min_delay: 0,
     };
-    let inv = script::invocation(call, &[], |_, _| Vec::new(), None);
-    let values: Vec<i64> = inv
-        .invoke_async(conn)
-        .await
-        .map_err(|e| setup_error(addr, &e))?;
+    let batch = Encoded::new(call, &[], |_, _| Vec::new(), None);
+    let caller = Caller::new(conn.clone(), route);
+    let mut replies = caller.call(&[&batch]).await.map_err(|e| match e {
+        StoreError::Unavailable(message) if message.to_ascii_uppercase().contains("NOPERM") => {
+            StoreError::Unavailable(format!("redis at {addr}: {message} ({NOPERM_FIX})"))
+        }
+        StoreError::Unavailable(message) => {
+            StoreError::Unavailable(format!("redis at {addr}: {message}"))
+        }
+        e => e,
+    })?;
+    let values = replies
+        .pop()
+        .ok_or_else(|| StoreError::Protocol(format!("redis at {addr} answered no batch")))??;
     let reply = script::parse(&values, &[])?;
     if !reply.admitted || reply.now == 0 {
         return Err(StoreError::Protocol(format!(
@@ -125,14 +162,15 @@ pub(super) async fn dry_decision(conn: &mut Connection, addr: &str) -> Result<()
     Ok(())
 }
 
+const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it FCALL and \
+     FUNCTION LOAD, or EVALSHA, EVAL and SCRIPT LOAD \
+     (ACL SETUSER <user> +fcall +function|load +evalsha +eval +script|load) and the keys \
+     under the store's prefix (~tollgate:*)";
+
 /// A start-up failure at `addr`, with the fix where there is a known one.
 pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
     let fix = match e.code() {
-        Some("NOPERM") => {
-            "the Redis user may not run tollgate's script: grant it EVALSHA, EVAL and SCRIPT \
-             LOAD (ACL SETUSER <user> +evalsha +eval +script|load) and the keys under the \
-             store's prefix (~tollgate:*)"
-        }
+        Some("NOPERM") => NOPERM_FIX,
         Some("READONLY") => "this is a read-only replica: point the store at the primary",
         Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => {
             "this is a Redis Cluster node: connect with RedisStore::connect_cluster, or \

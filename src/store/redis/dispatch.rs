@@ -1,0 +1,237 @@
+//! How script calls reach Redis: as a function (`FCALL`) or a script (`EVALSHA`), reloaded
+//! when Redis lost the code, and, on a standalone server, coalesced: the batches of requests
+//! that wait at the same moment go out as one call.
+//!
+//! Coalescing: at most [`MAX_IN_FLIGHT`] calls are in flight at once. A request that finds
+//! a call slot free and nobody queued sends its call itself, at once (a lone request waits
+//! for nothing). Otherwise it queues, and the dispatcher task sends everything queued as one
+//! call as soon as a slot frees (up to [`MAX_BATCHES_PER_CALL`]). Each batch of a call is
+//! still decided all or nothing, in queue order, and an error in one batch (a Redis error
+//! inside the script) fails that batch only. A request that gave up waiting (its timeout)
+//! before its call left is not sent at all; once sent, nothing is ever sent again, except
+//! after Redis said the code was not loaded (then the call did not run).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::error::StoreError;
+
+use super::script::{self, Encoded, Route};
+use super::{unavailable, Connection};
+
+/// Calls in flight at once on a coalescing store: while they are, Redis works on one and
+/// the next is on its way, and the requests arriving meanwhile queue for the call after.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// Batches one call decides at most, so a call stays short next to other clients' commands.
+const MAX_BATCHES_PER_CALL: usize = 64;
+
+/// What a call answers per batch: the script's integers, or that batch's error.
+type BatchReply = Result<Vec<i64>, StoreError>;
+
+/// Sends calls on one connection, by the route it was told to use.
+#[derive(Clone)]
+pub(super) struct Caller {
+    conn: Connection,
+    /// Whether calls go through `FCALL` (else `EVALSHA`); cleared for good if the server
+    /// stops knowing `FCALL` (a failover to an older server).
+    functions: Arc<AtomicBool>,
+}
+
+impl Caller {
+    pub(super) fn new(conn: Connection, route: Route) -> Self {
+        Self {
+            conn,
+            functions: Arc::new(AtomicBool::new(route == Route::Function)),
+        }
+    }
+
+    pub(super) fn route(&self) -> Route {
+        if self.functions.load(Ordering::Relaxed) {
+            Route::Function
+        } else {
+            Route::Script
+        }
+    }
+
+    /// One call deciding `batches`, in order; the code is loaded again if Redis lost it.
+    pub(super) async fn call(&self, batches: &[&Encoded]) -> Result<Vec<BatchReply>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut route = self.route();
+        let mut cmd = script::command(route, batches);
+        let mut reloaded = false;
+        loop {
+            match cmd.query_async::<Value>(&mut conn).await {
+                Ok(value) => return script::split_reply(value, batches.len()),
+                // Neither ran the call: it is sent again, once.
+                Err(e) if !reloaded && script::is_not_loaded(route, &e) => {
+                    script::load_command(route)
+                        .query_async::<Value>(&mut conn)
+                        .await
+                        .map_err(unavailable)?;
+                    reloaded = true;
+                }
+                Err(e) if route == Route::Function && is_unknown_command(&e) => {
+                    self.functions.store(false, Ordering::Relaxed);
+                    route = Route::Script;
+                    cmd = script::command(route, batches);
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+    }
+}
+
+fn is_unknown_command(e: &redis::RedisError) -> bool {
+    e.to_string().contains("unknown command")
+}
+
+/// A standalone store's calls: sent by the requesting task, or coalesced.
+pub(super) struct Calls {
+    caller: Caller,
+    coalesce: bool,
+    /// Free call slots (`MAX_IN_FLIGHT` of them).
+    slots: Arc<Semaphore>,
+    /// Requests queued and not yet taken by the dispatcher.
+    queued: Arc<AtomicUsize>,
+    /// The dispatcher's queue, started on first use (inside the caller's runtime).
+    queue: OnceLock<mpsc::UnboundedSender<Pending>>,
+}
+
+struct Pending {
+    batch: Encoded,
+    reply: oneshot::Sender<BatchReply>,
+}
+
+impl Calls {
+    pub(super) fn new(caller: Caller, coalesce: bool) -> Self {
+        Self {
+            caller,
+            coalesce,
+            slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            queued: Arc::new(AtomicUsize::new(0)),
+            queue: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    pub(super) fn coalesces(&self) -> bool {
+        self.coalesce
+    }
+
+    /// Decides `batch`, within `timeout`.
+    pub(super) async fn decide(&self, batch: Encoded, timeout: Duration) -> BatchReply {
+        if !self.coalesce {
+            return within(timeout, one(&self.caller, &batch)).await;
+        }
+        if self.queued.load(Ordering::Acquire) == 0 {
+            if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
+                let reply = within(timeout, one(&self.caller, &batch)).await;
+                drop(slot);
+                return reply;
+            }
+        }
+        let (reply, answer) = oneshot::channel();
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.queue().send(Pending { batch, reply }).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(StoreError::Unavailable(
+                "the store's call dispatcher has stopped".into(),
+            ));
+        }
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the call deciding this request was dropped".into(),
+            )),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    fn queue(&self) -> &mpsc::UnboundedSender<Pending> {
+        self.queue.get_or_init(|| {
+            let (queue, pending) = mpsc::unbounded_channel();
+            tokio::spawn(dispatch(
+                pending,
+                self.caller.clone(),
+                Arc::clone(&self.slots),
+                Arc::clone(&self.queued),
+            ));
+            queue
+        })
+    }
+}
+
+async fn within(
+    timeout: Duration,
+    call: impl std::future::Future<Output = BatchReply>,
+) -> BatchReply {
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| StoreError::Timeout)?
+}
+
+/// One batch, one call.
+async fn one(caller: &Caller, batch: &Encoded) -> BatchReply {
+    caller
+        .call(&[batch])
+        .await?
+        .pop()
+        .ok_or_else(|| StoreError::Protocol("a call answered no batch".into()))?
+}
+
+/// The dispatcher: waits for a free call slot, then sends everything queued as one call.
+/// Ends when the store (the queue's sender) is dropped.
+async fn dispatch(
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    caller: Caller,
+    slots: Arc<Semaphore>,
+    queued: Arc<AtomicUsize>,
+) {
+    while let Some(first) = pending.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let mut call = Vec::with_capacity(8);
+        call.push(first);
+        while call.len() < MAX_BATCHES_PER_CALL {
+            match pending.try_recv() {
+                Ok(p) => call.push(p),
+                Err(_) => break,
+            }
+        }
+        queued.fetch_sub(call.len(), Ordering::AcqRel);
+        // A request that stopped waiting (its timeout) is not decided.
+        call.retain(|p| !p.reply.is_closed());
+        if call.is_empty() {
+            continue;
+        }
+        tokio::spawn(send(caller.clone(), call, slot));
+    }
+}
+
+async fn send(caller: Caller, call: Vec<Pending>, slot: OwnedSemaphorePermit) {
+    let batches: Vec<&Encoded> = call.iter().map(|p| &p.batch).collect();
+    let replies = caller.call(&batches).await;
+    drop(slot);
+    match replies {
+        Ok(replies) => {
+            for (p, reply) in call.into_iter().zip(replies) {
+                // A request that stopped waiting meanwhile is told nothing.
+                let _ = p.reply.send(reply);
+            }
+        }
+        Err(e) => {
+            for p in call {
+                let _ = p.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
