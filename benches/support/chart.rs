@@ -1,5 +1,6 @@
 //! Line charts of benchmark figures, as PNG: one line per series, a y value against a
-//! concurrency on a log₂ x axis. The rows come from a CSV of `series,concurrency,value`
+//! concurrency, each concurrency measured one step along the x axis (1, 4, 16, 64 evenly
+//! spaced, as on a log scale). The rows come from a CSV of `series,concurrency,value`
 //! (a header line is skipped), the format the benches write to `target/bench-*.csv`.
 //!
 //! Shared by `benches/http.rs` and `examples/bench_chart.rs` (`#[path]`-included, so it
@@ -70,7 +71,11 @@ pub fn draw(
             series.push(&row.series);
         }
     }
-    let x_max = rows.iter().map(|r| r.concurrency).max().unwrap_or(1).max(2);
+    let mut levels: Vec<u32> = rows.iter().map(|r| r.concurrency).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let step = |c: u32| levels.iter().position(|&l| l == c).unwrap_or(0) as u32;
+    let last = (levels.len() as u32).saturating_sub(1).max(1);
     let y_max = rows.iter().map(|r| r.value).fold(0.0, f64::max) * 1.1;
     let y_max = if y_max > 0.0 { y_max } else { 1.0 };
 
@@ -81,13 +86,15 @@ pub fn draw(
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(90)
-        .build_cartesian_2d((1u32..x_max).log_scale(), 0.0..y_max)?;
+        .build_cartesian_2d(0u32..last, 0.0..y_max)?;
     chart
         .configure_mesh()
         .x_desc(x_label)
         .y_desc(y_label)
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
+        .x_labels(levels.len().max(2))
+        .x_label_formatter(&|i| levels.get(*i as usize).map_or(String::new(), u32::to_string))
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     for (i, name) in series.iter().enumerate() {
@@ -95,7 +102,7 @@ pub fn draw(
         let mut points: Vec<(u32, f64)> = rows
             .iter()
             .filter(|r| r.series == *name)
-            .map(|r| (r.concurrency, r.value))
+            .map(|r| (step(r.concurrency), r.value))
             .collect();
         points.sort_by_key(|p| p.0);
         chart
