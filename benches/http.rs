@@ -168,9 +168,7 @@ fn main() {
                 let listener = listener.tap_io(|tcp| {
                     let _ = tcp.set_nodelay(true);
                 });
-                let app = case
-                    .app
-                    .into_make_service_with_connect_info::<SocketAddr>();
+                let app = case.app.into_make_service_with_connect_info::<SocketAddr>();
                 tokio::spawn(async move { axum::serve(listener, app).await });
             }
             addrs_tx.send(addrs).expect("the load thread waits");
@@ -216,7 +214,13 @@ fn main() {
 
 /// `n` keep-alive connections to `addr`, each sending `GET /` after `GET /` for the warm-up
 /// and the measured time; the requests that complete within the measured time count.
-async fn load(addr: SocketAddr, n: usize, warm_up: Duration, measure: Duration, expect: Expect) -> Run {
+async fn load(
+    addr: SocketAddr,
+    n: usize,
+    warm_up: Duration,
+    measure: Duration,
+    expect: Expect,
+) -> Run {
     let start = Instant::now();
     let (from, until) = (start + warm_up, start + warm_up + measure);
     let mut tasks = Vec::new();
@@ -236,7 +240,13 @@ async fn load(addr: SocketAddr, n: usize, warm_up: Duration, measure: Duration, 
 /// One keep-alive connection; the latencies (µs) of its requests started in `from..until`
 /// and finished by `until`. Panics on a response the case does not expect: a benchmark
 /// of the wrong path is worse than none.
-async fn connection(addr: SocketAddr, i: usize, from: Instant, until: Instant, expect: Expect) -> Vec<u32> {
+async fn connection(
+    addr: SocketAddr,
+    i: usize,
+    from: Instant,
+    until: Instant,
+    expect: Expect,
+) -> Vec<u32> {
     let stream = TcpStream::connect(addr).await.expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -299,7 +309,9 @@ fn report(
     pinned: bool,
 ) {
     let governor = names.iter().position(|n| *n == "tower_governor, peer IP");
-    let governor_429 = names.iter().position(|n| *n == "tower_governor, peer IP, 429");
+    let governor_429 = names
+        .iter()
+        .position(|n| *n == "tower_governor, peer IP, 429");
     // The ratio of case `c` to the bare app, per round, at connections index `ci`.
     let ratios = |c: usize, ci: usize| -> Vec<f64> {
         runs[c][ci]
@@ -324,7 +336,11 @@ fn report(
                 .collect();
             lat.sort_unstable();
             let vs_bare = median(ratios(c, ci));
-            let baseline = if name.ends_with("429") { governor_429 } else { governor };
+            let baseline = if name.ends_with("429") {
+                governor_429
+            } else {
+                governor
+            };
             let vs_governor = match baseline {
                 Some(g) if g != c && c != 0 => {
                     // The ratio of the two ratios, round by round.

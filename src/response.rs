@@ -198,9 +198,7 @@ impl RateLimitHeaders {
                 Some((_, _, _, true)) => false,
                 Some(_) if deciding => true,
                 // Otherwise the rule with the least left (the longest wait on a tie).
-                Some((_, lr, lt, false)) => {
-                    (r, std::cmp::Reverse(t)) < (lr, std::cmp::Reverse(lt))
-                }
+                Some((_, lr, lt, false)) => (r, std::cmp::Reverse(t)) < (lr, std::cmp::Reverse(lt)),
             };
             if better {
                 legacy_rule = Some((outcome.info.limit, r, t, deciding));
@@ -447,7 +445,8 @@ impl<'a> Rejection<'a> {
                 RejectionKind::Limited(outcome) => Some(outcome.decision),
                 _ => None,
             };
-            RateLimitHeaders::new(self.rules(), None, self.legacy, denied).insert_into(&mut headers);
+            RateLimitHeaders::new(self.rules(), None, self.legacy, denied)
+                .insert_into(&mut headers);
         }
         headers
     }

@@ -115,7 +115,11 @@ fn an_admitted_request_allocates_what_the_docs_say() {
     let bare = call(&mut hello.clone());
 
     let mut added = Vec::new();
-    for (headers, name) in [(false, "global"), (true, "global"), (true, "a-much-longer-rule-name")] {
+    for (headers, name) in [
+        (false, "global"),
+        (true, "global"),
+        (true, "a-much-longer-rule-name"),
+    ] {
         let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
             .limit(Limit::new(
                 Rule::token_bucket(name, 1_000_000, Rate::per_second(1)),
@@ -129,5 +133,9 @@ fn an_admitted_request_allocates_what_the_docs_say() {
         call(&mut service);
         added.push(call(&mut service) - bare);
     }
-    assert_eq!(added, [2, 3, 3], "allocations the layer adds (bare: {bare})");
+    assert_eq!(
+        added,
+        [2, 3, 3],
+        "allocations the layer adds (bare: {bare})"
+    );
 }

@@ -424,14 +424,16 @@ async fn the_cached_policy_lists_exactly_the_rules_a_request_was_checked_against
         )
         .build()?;
     let svc = with(layer);
-    let policy_and_state = |res: &Response<_>| {
-        (
-            header(res, "ratelimit-policy"),
-            header(res, "ratelimit"),
-        )
-    };
+    let policy_and_state =
+        |res: &Response<_>| (header(res, "ratelimit-policy"), header(res, "ratelimit"));
 
-    let signed_in = call(&svc, Request::get("/sms").header("user-id", "u1").body(String::new())?).await;
+    let signed_in = call(
+        &svc,
+        Request::get("/sms")
+            .header("user-id", "u1")
+            .body(String::new())?,
+    )
+    .await;
     assert_eq!(
         policy_and_state(&signed_in),
         (

@@ -94,7 +94,11 @@ pub fn draw(
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .x_labels(levels.len().max(2))
-        .x_label_formatter(&|i| levels.get(*i as usize).map_or(String::new(), u32::to_string))
+        .x_label_formatter(&|i| {
+            levels
+                .get(*i as usize)
+                .map_or(String::new(), u32::to_string)
+        })
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     for (i, name) in series.iter().enumerate() {
