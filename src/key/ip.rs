@@ -71,21 +71,28 @@ fn push_ip(key: &mut KeyBuf, ip: IpAddr, v6_prefix: u8) {
 /// Writes `ip` in dotted decimal, as `Display` does, without `fmt`'s machinery: the key of
 /// every request by IPv4 address is written here.
 fn push_ipv4(key: &mut KeyBuf, ip: Ipv4Addr) {
+    // At most 15 bytes ("255.255.255.255"), gathered on the stack and pushed at once.
+    let mut text = [0u8; 15];
+    let mut len = 0;
+    let mut put = |byte: u8| {
+        if let Some(slot) = text.get_mut(len) {
+            *slot = byte;
+            len += 1;
+        }
+    };
     for (i, octet) in ip.octets().into_iter().enumerate() {
         if i > 0 {
-            key.push(b".");
+            put(b'.');
         }
-        let (hundreds, tens, ones) = (
-            b'0' + octet / 100,
-            b'0' + octet / 10 % 10,
-            b'0' + octet % 10,
-        );
-        match octet {
-            0..=9 => key.push(&[ones]),
-            10..=99 => key.push(&[tens, ones]),
-            _ => key.push(&[hundreds, tens, ones]),
+        if octet >= 100 {
+            put(b'0' + octet / 100);
         }
+        if octet >= 10 {
+            put(b'0' + octet / 10 % 10);
+        }
+        put(b'0' + octet % 10);
     }
+    key.push(text.get(..len).unwrap_or_default());
 }
 
 /// The TCP peer's address; see [`peer_ip`].
