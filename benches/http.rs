@@ -8,8 +8,11 @@
 //! after the other) runs on another pinned to core 1. Every round measures every case at
 //! every number of connections, interleaved, so each ratio compares figures taken minutes
 //! apart at most; each ratio is the median over the rounds of (case ÷ bare of the same round
-//! and concurrency). Prints a Markdown table, writes `target/bench-http.csv` (series,
-//! connections, requests/s) and draws it to `target/bench-http.png`.
+//! and concurrency). The server thread's CPU time per request is read from
+//! `/proc/self/task/<tid>/schedstat` around each measured window (Linux): on a machine shared
+//! with other work it moves far less with the load than requests per second. Prints a
+//! Markdown table, writes `target/bench-http.csv` (series, connections, requests/s) and
+//! draws it to `target/bench-http.png`.
 //!
 //! `HTTP_BENCH_SECS` (measured seconds per case, default 1), `HTTP_BENCH_ROUNDS` (default 3)
 //! and `HTTP_BENCH_CONNECTIONS` (default `1,4,16,64`) shorten or lengthen it.
@@ -119,6 +122,22 @@ fn cases() -> Vec<Case> {
 struct Run {
     requests_per_s: f64,
     latencies_us: Vec<u32>,
+    /// The server thread's CPU time per request, if the system tells it.
+    server_cpu_ns: Option<f64>,
+}
+
+/// The CPU time a thread has run, in ns (Linux: `/proc/self/task/<tid>/schedstat`).
+/// On a machine shared with other work, the server's CPU time per request moves much less
+/// with the load than its requests per second do.
+fn cpu_ns(thread: Option<&str>) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{}/schedstat", thread?)).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The calling thread's id, as `/proc` names it.
+fn thread_id() -> Option<String> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -171,12 +190,16 @@ fn main() {
                 let app = case.app.into_make_service_with_connect_info::<SocketAddr>();
                 tokio::spawn(async move { axum::serve(listener, app).await });
             }
-            addrs_tx.send(addrs).expect("the load thread waits");
+            addrs_tx
+                .send((addrs, thread_id()))
+                .expect("the load thread waits");
             // Serve until the process exits.
             std::future::pending::<()>().await;
         });
     });
-    let addrs: Vec<SocketAddr> = addrs_rx.recv().expect("the servers start");
+    let (addrs, server_thread): (Vec<SocketAddr>, Option<String>) =
+        addrs_rx.recv().expect("the servers start");
+    let server_thread = server_thread.as_deref();
     drop(server);
 
     if let (true, Some(core)) = (pinned, load_core) {
@@ -198,7 +221,14 @@ fn main() {
             // Rotate the order each round so no case always follows the same one.
             for k in 0..names.len() {
                 let case = (k + round) % names.len();
-                let run = rt.block_on(load(addrs[case], n, warm_up, measure, expects[case]));
+                let run = rt.block_on(load(
+                    addrs[case],
+                    n,
+                    warm_up,
+                    measure,
+                    expects[case],
+                    server_thread,
+                ));
                 runs[case][ci].push(run);
             }
         }
@@ -220,6 +250,7 @@ async fn load(
     warm_up: Duration,
     measure: Duration,
     expect: Expect,
+    server_thread: Option<&str>,
 ) -> Run {
     let start = Instant::now();
     let (from, until) = (start + warm_up, start + warm_up + measure);
@@ -227,13 +258,21 @@ async fn load(
     for i in 0..n {
         tasks.push(tokio::spawn(connection(addr, i, from, until, expect)));
     }
+    tokio::time::sleep_until(from.into()).await;
+    let cpu_from = cpu_ns(server_thread);
+    tokio::time::sleep_until(until.into()).await;
+    let cpu_until = cpu_ns(server_thread);
     let mut latencies_us = Vec::new();
     for task in tasks {
         latencies_us.extend(task.await.expect("a connection task"));
     }
+    let requests = latencies_us.len().max(1) as f64;
     Run {
         requests_per_s: latencies_us.len() as f64 / measure.as_secs_f64(),
         latencies_us,
+        server_cpu_ns: cpu_from
+            .zip(cpu_until)
+            .map(|(a, b)| b.saturating_sub(a) as f64 / requests),
     }
 }
 
@@ -324,8 +363,8 @@ fn report(
         "\n{rounds} rounds × {secs} s per case; server and load {}pinned to separate cores\n",
         if pinned { "" } else { "NOT " }
     );
-    println!("| connections | case | requests/s | p50 µs | p99 µs | vs bare | vs tower_governor |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("| connections | case | requests/s | p50 µs | p99 µs | vs bare | vs tower_governor | server CPU µs/req | CPU over bare µs |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for (ci, &n) in connections.iter().enumerate() {
         for (c, name) in names.iter().enumerate() {
@@ -353,8 +392,20 @@ fn report(
                 }
                 _ => "—".to_owned(),
             };
+            let cpu = |c: usize| -> Vec<f64> {
+                runs[c][ci].iter().filter_map(|r| r.server_cpu_ns).collect()
+            };
+            let (cpu_us, extra_us) = match (cpu(c).is_empty(), cpu(0).is_empty()) {
+                (false, false) => {
+                    let own = median(cpu(c)) / 1000.0;
+                    // The extra CPU per request over the bare app's, round by round.
+                    let extra = median(cpu(c).iter().zip(cpu(0)).map(|(a, b)| a - b).collect());
+                    (format!("{own:.1}"), format!("{:+.1}", extra / 1000.0))
+                }
+                _ => ("—".to_owned(), "—".to_owned()),
+            };
             println!(
-                "| {n} | {name} | {rps:.0} | {} | {} | {vs_bare:.2}× | {vs_governor} |",
+                "| {n} | {name} | {rps:.0} | {} | {} | {vs_bare:.2}× | {vs_governor} | {cpu_us} | {extra_us} |",
                 percentile(&lat, 0.50),
                 percentile(&lat, 0.99),
             );
