@@ -15,7 +15,8 @@
 //! draws it to `target/bench-http.png`.
 //!
 //! `HTTP_BENCH_SECS` (measured seconds per case, default 1), `HTTP_BENCH_ROUNDS` (default 3)
-//! and `HTTP_BENCH_CONNECTIONS` (default `1,4,16,64`) shorten or lengthen it.
+//! and `HTTP_BENCH_CONNECTIONS` (default `1,4,16,64`) shorten or lengthen it;
+//! `HTTP_BENCH_CASES` (names separated by `;`) keeps some cases and the bare app.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -165,7 +166,18 @@ fn main() {
     }
     let (server_core, load_core) = (cores.first().copied(), cores.get(1).copied());
 
-    let cases = cases();
+    // `HTTP_BENCH_CASES="tollgate, peer IP;tower_governor, peer IP"` keeps those cases
+    // (and the bare app, which every ratio needs): for a profile of one path.
+    let only = std::env::var("HTTP_BENCH_CASES").ok();
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| {
+            c.name == "bare"
+                || only
+                    .as_deref()
+                    .is_none_or(|o| o.split(';').any(|n| n == c.name))
+        })
+        .collect();
     let names: Vec<&'static str> = cases.iter().map(|c| c.name).collect();
     let expects: Vec<Expect> = cases.iter().map(|c| c.expect).collect();
 
