@@ -3,7 +3,9 @@
 //!
 //! `cargo run --example bench_chart -- target/bench-redis.csv docs/redis.png "title" "decisions/s"`
 
+// Shared with benches/http.rs, which also writes CSVs.
 #[path = "../benches/support/chart.rs"]
+#[allow(dead_code)]
 mod chart;
 
 use std::path::Path;

@@ -126,7 +126,7 @@ pub(crate) struct RateLimitHeaders {
 }
 
 /// Where header lists are written: on the stack for a few rules, on the heap beyond.
-type ListBuf = SmallVec<[u8; 192]>;
+type ListBuf = SmallVec<[u8; 256]>;
 
 /// One rule's `RateLimit-Policy` item: `"name";q=10;w=60`.
 fn write_policy_item(out: &mut ListBuf, rule: &Rule) {

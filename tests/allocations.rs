@@ -112,7 +112,9 @@ fn an_admitted_request_allocates_what_the_docs_say() {
         );
         Ok::<_, std::convert::Infallible>(response)
     });
-    let bare = call(&mut hello.clone());
+    // `ServiceFn` is `Copy`: each use below is a fresh service.
+    let mut bare_service = hello;
+    let bare = call(&mut bare_service);
 
     let mut added = Vec::new();
     for (headers, name) in [
@@ -128,7 +130,7 @@ fn an_admitted_request_allocates_what_the_docs_say() {
             .headers_on_allowed(headers)
             .build()
             .expect("a valid layer");
-        let mut service = layer.layer(hello.clone());
+        let mut service = layer.layer(hello);
         // The first request creates the store's entry.
         call(&mut service);
         added.push(call(&mut service) - bare);
