@@ -31,8 +31,11 @@ fn request(path: &str) -> Request<Body> {
         .header("x-plan", "enterprise")
         .body(Body::empty())
         .unwrap();
+    let peer = SocketAddr::from(([203, 0, 113, 7], 40_000));
+    req.extensions_mut().insert(peer);
+    // What axum's `into_make_service_with_connect_info` adds (tower_governor reads only this).
     req.extensions_mut()
-        .insert(SocketAddr::from(([203, 0, 113, 7], 40_000)));
+        .insert(axum::extract::ConnectInfo(peer));
     req
 }
 
@@ -143,6 +146,51 @@ fn overhead(c: &mut Criterion) {
     );
     group.bench_function("axum hello, 1 rule + headers on allowed", |b| {
         b.iter_custom(|n| run(&rt, &headers, "/", n))
+    });
+
+    // The defaults a user gets: one rule by peer IP, headers on admitted responses; and
+    // tower_governor's README configuration (peer IP) with a quota the bench never reaches.
+    let defaults = hello().layer(
+        RateLimitLayer::builder(limiter.clone())
+            .limit(Limit::new(roomy("ip3"), key::peer_ip()))
+            .build()
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 1 rule (peer ip), defaults", |b| {
+        b.iter_custom(|n| run(&rt, &defaults, "/", n))
+    });
+    let governor = hello().layer(tower_governor::GovernorLayer::new(
+        tower_governor::governor::GovernorConfigBuilder::default()
+            .per_nanosecond(1)
+            .burst_size(u32::MAX)
+            .finish()
+            .unwrap(),
+    ));
+    group.bench_function("axum hello, tower_governor (peer ip)", |b| {
+        b.iter_custom(|n| run(&rt, &governor, "/", n))
+    });
+    // Every request refused (a quota of one per hour, spent by the warm-up).
+    let refusing = hello().layer(
+        RateLimitLayer::builder(limiter.clone())
+            .limit(Limit::new(
+                Rule::fixed_window("tight", 1, Duration::from_secs(3600)),
+                key::peer_ip(),
+            ))
+            .build()
+            .unwrap(),
+    );
+    group.bench_function("axum hello, 1 rule (peer ip), 429", |b| {
+        b.iter_custom(|n| run(&rt, &refusing, "/", n))
+    });
+    let governor_refusing = hello().layer(tower_governor::GovernorLayer::new(
+        tower_governor::governor::GovernorConfigBuilder::default()
+            .per_second(3600)
+            .burst_size(1)
+            .finish()
+            .unwrap(),
+    ));
+    group.bench_function("axum hello, tower_governor (peer ip), 429", |b| {
+        b.iter_custom(|n| run(&rt, &governor_refusing, "/", n))
     });
 
     // A table of 20 routes: the request matches the last one, or none (no limit applies).

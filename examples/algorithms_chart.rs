@@ -13,8 +13,8 @@
 //! cargo run --example algorithms_chart -- out.png   # or another file
 //! ```
 //!
-//! The text is drawn with a font embedded in the example (DejaVu Sans Mono, in
-//! `examples/fonts/`), so it renders on a machine without any fonts installed.
+//! The text is drawn with a font that ships inside a crate (Hack, from
+//! `epaint_default_fonts`), so it renders on a machine without any fonts installed.
 
 use std::time::Duration;
 
@@ -161,7 +161,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     plotters::style::register_font(
         "sans-serif",
         FontStyle::Normal,
-        include_bytes!("fonts/DejaVuSansMono.ttf"),
+        epaint_default_fonts::HACK_REGULAR,
     )
     .map_err(|_| "the embedded font does not load")?;
 

@@ -394,3 +394,68 @@ async fn admitted_responses_advertise_the_limits_by_default() -> Result<(), BoxE
     assert!(off.headers().get("ratelimit-policy").is_none());
     Ok(())
 }
+
+/// The `RateLimit-Policy` of admitted responses is rendered once per route when the layer is
+/// built; a request that does not carry every limit of its route (a key skipped) gets the
+/// list of the rules it was checked against, and a trial limit is never advertised.
+#[tokio::test]
+async fn the_cached_policy_lists_exactly_the_rules_a_request_was_checked_against(
+) -> Result<(), BoxError> {
+    use tollgate::layer::MissingKey;
+    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+        .limit(Limit::new(
+            Rule::fixed_window("global", 100, Duration::from_secs(60)),
+            key::global(),
+        ))
+        .limit(
+            Limit::new(
+                Rule::fixed_window("trial", 1, Duration::from_secs(60)),
+                key::global(),
+            )
+            .shadow(),
+        )
+        .route(
+            "GET /sms",
+            [Limit::new(
+                Rule::fixed_window("per-user", 5, Duration::from_secs(3600)),
+                key::header("user-id"),
+            )
+            .on_missing_key(MissingKey::Skip)],
+        )
+        .build()?;
+    let svc = with(layer);
+    let policy_and_state =
+        |res: &Response<_>| (header(res, "ratelimit-policy"), header(res, "ratelimit"));
+
+    let signed_in = call(
+        &svc,
+        Request::get("/sms")
+            .header("user-id", "u1")
+            .body(String::new())?,
+    )
+    .await;
+    assert_eq!(
+        policy_and_state(&signed_in),
+        (
+            "\"global\";q=100;w=60, \"per-user\";q=5;w=3600".to_owned(),
+            "\"global\";r=99;t=60, \"per-user\";r=4;t=3600".to_owned()
+        )
+    );
+    let anonymous = call(&svc, Request::get("/sms").body(String::new())?).await;
+    assert_eq!(
+        policy_and_state(&anonymous),
+        (
+            "\"global\";q=100;w=60".to_owned(),
+            "\"global\";r=98;t=60".to_owned()
+        )
+    );
+    let elsewhere = call(&svc, Request::get("/other").body(String::new())?).await;
+    assert_eq!(
+        policy_and_state(&elsewhere),
+        (
+            "\"global\";q=100;w=60".to_owned(),
+            "\"global\";r=97;t=60".to_owned()
+        )
+    );
+    Ok(())
+}

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderValue, Response};
 
 use super::charge::Charge;
 use super::log::EventLog;
@@ -21,7 +21,7 @@ use super::plans::PlanGuard;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::response::{HeaderOptions, Rejection};
+use crate::response::{policy_value, HeaderOptions, Rejection};
 use crate::rule::Rule;
 use crate::store::Health;
 
@@ -503,6 +503,10 @@ pub(crate) struct Config {
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     pub(crate) log: Arc<EventLog>,
     pub(crate) held: HeldLimits,
+    /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
+    /// enforced limits and their number: the configuration's part of the headers, rendered
+    /// once by [`Config::cache_policies`] rather than on every admitted response.
+    pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
 }
 
 impl Config {
@@ -526,6 +530,33 @@ impl Config {
         match i.checked_sub(self.global.len()) {
             None => self.global.get(i),
             Some(j) => self.routes.get(route?)?.limits.get(j),
+        }
+    }
+
+    /// Renders the `RateLimit-Policy` value of each route's enforced limits (those not on
+    /// trial), once the limits and the route table are final.
+    pub(crate) fn cache_policies(&mut self) {
+        let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
+        self.policies = routes
+            .map(|route| {
+                let enforced = || self.limits(route).filter(|l| !l.shadow);
+                (
+                    enforced().count(),
+                    policy_value(enforced().map(|l| &l.rule)),
+                )
+            })
+            .collect();
+    }
+
+    /// The cached `RateLimit-Policy` value for a response on `route` that advertises
+    /// `enforced` rules: it applies when they are all of the route's enforced limits (they
+    /// are then the same rules in the same order, as a request's are a subsequence of its
+    /// route's).
+    pub(crate) fn policy(&self, route: Option<usize>, enforced: usize) -> Option<&HeaderValue> {
+        let index = route.map_or(0, |r| r + 1);
+        match self.policies.get(index) {
+            Some((n, value)) if *n == enforced => value.as_ref(),
+            _ => None,
         }
     }
 

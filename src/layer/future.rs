@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use smallvec::SmallVec;
 use tokio::time::Sleep;
@@ -22,10 +22,7 @@ use super::observe;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
-use crate::response::{
-    retry_after_secs, write_rate_limit_headers, Rejection, RejectionKind, RATELIMIT,
-    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-};
+use crate::response::{retry_after_secs, RateLimitHeaders, Rejection, RejectionKind};
 use crate::rule::Rule;
 use crate::store::Health;
 
@@ -135,7 +132,7 @@ pin_project! {
         Delayed {
             delay: Duration,
             pending: Option<Pending<S, ReqB>>,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
             hold: Option<Hold>,
             settle: Option<Settle>,
         },
@@ -143,19 +140,19 @@ pin_project! {
             #[pin]
             sleep: Sleep,
             pending: Option<Pending<S, ReqB>>,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
             hold: Option<Hold>,
             settle: Option<Settle>,
         },
         Readying {
             pending: Option<Pending<S, ReqB>>,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
             settle: Option<Settle>,
         },
         Forwarding {
             #[pin]
             future: S::Future,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
             // Given the response's status: what of its units to give back.
             settle: Option<Settle>,
         },
@@ -190,7 +187,7 @@ where
         delay: Duration,
         request: Request<ReqB>,
         inner: S,
-        headers: Option<HeaderMap>,
+        headers: Option<RateLimitHeaders>,
         hold: Option<Hold>,
         settle: Option<Settle>,
     ) -> Self {
@@ -207,7 +204,7 @@ where
 
     pub(crate) fn forwarding(
         future: S::Future,
-        headers: Option<HeaderMap>,
+        headers: Option<RateLimitHeaders>,
         settle: Option<Settle>,
     ) -> Self {
         Self {
@@ -358,7 +355,7 @@ where
                         settle.settle(response.status());
                     }
                     if let Some(ours) = headers.take() {
-                        merge_headers(response.headers_mut(), ours);
+                        ours.merge_into(response.headers_mut());
                     }
                     return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
                 }
@@ -389,44 +386,11 @@ where
     }
 }
 
-/// Adds our headers to a response: the structured-field lists are appended, so that nested
-/// layers (a `route_layer` inside a global layer) each contribute their rules; the legacy
-/// single-valued headers are replaced, except on a response that carries `Retry-After`
-/// (an inner layer's rejection), whose legacy headers describe the rule that decided it.
-fn merge_headers(target: &mut HeaderMap, ours: HeaderMap) {
-    let keep_legacy = target.contains_key(http::header::RETRY_AFTER);
-    let mut last = None;
-    for (name, value) in ours {
-        let name = match name {
-            Some(n) => {
-                last = Some(n.clone());
-                n
-            }
-            None => match &last {
-                Some(n) => n.clone(),
-                None => continue,
-            },
-        };
-        if name == RATELIMIT || name == RATELIMIT_POLICY {
-            target.append(name, value);
-        } else if keep_legacy
-            && (name == X_RATELIMIT_LIMIT
-                || name == X_RATELIMIT_REMAINING
-                || name == X_RATELIMIT_RESET)
-            && target.contains_key(&name)
-        {
-            continue;
-        } else {
-            target.insert(name, value);
-        }
-    }
-}
-
 /// What to do with a checked request.
 pub(crate) enum Next {
     Forward {
         delay: Duration,
-        headers: Option<HeaderMap>,
+        headers: Option<RateLimitHeaders>,
         /// For a held request (`delay` > 0).
         hold: Option<Hold>,
         /// For a limit that counts by outcome: settled with the response's status.
@@ -540,10 +504,9 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
     };
     let headers = || {
         (config.headers.on_allowed && !enforced.is_empty()).then(|| {
-            let mut headers = HeaderMap::new();
             let items = enforced.iter().map(|(r, o)| (*r, o));
-            write_rate_limit_headers(&mut headers, items, config.headers.legacy, None);
-            headers
+            let policy = config.policy(checked.route, enforced.len());
+            RateLimitHeaders::new(items, policy, config.headers.legacy, None)
         })
     };
     match (outcome.decision, config.mode) {

@@ -183,6 +183,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             config.routes.push(Route { pattern, limits });
         }
         problems.extend(names_problems(&config));
+        config.cache_policies();
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
@@ -235,10 +236,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// [`Mode::Shadow`]) are never advertised.
     ///
     /// On by default because that is what the headers are for: a client that reads
-    /// `r=3` slows down before it meets a 429, and retries less. They cost up to eight
-    /// small allocations per admitted response (the two lists, their header values, a
-    /// header map, room in the response's) and tell a client its quota, which a 429 tells
-    /// it anyway. `headers_on_allowed(false)` keeps them to rejections (tower_governor's
+    /// `r=3` slows down before it meets a 429, and retries less. They cost one small
+    /// allocation per admitted response (the `RateLimit` value; `RateLimit-Policy` is
+    /// rendered once, when the layer is built) and tell a client its quota, which a 429
+    /// tells it anyway. `headers_on_allowed(false)` keeps them to rejections (tower_governor's
     /// default): for a limit clients should not plan around, or the leanest hot path.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config_mut().headers.on_allowed = yes;

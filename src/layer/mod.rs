@@ -100,8 +100,8 @@
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
 //! service's; the store is asked in the response future. A checked request costs two
 //! allocations (the boxed store future, and the `Vec` of per-rule outcomes the store
-//! returns), and up to eight more for the `RateLimit` headers of an admitted response
-//! (see [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
+//! returns), and one more for the `RateLimit` header of an admitted response (see
+//! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
 //! costs none; a held one costs one more (the boxed refund of its units); an admitted one
 //! with a limit [charged by outcome](Limit::charge) one more (its pending charge), and
 //! another when its units are given back.
