@@ -29,6 +29,61 @@ impl Clock for SystemClock {
     }
 }
 
+/// The monotonic clock, anchored once to the wall clock: microseconds since the Unix epoch
+/// as [`SystemClock`] read them when the clock was made, plus the monotonic time elapsed
+/// since. The default of [`MemoryStore`](crate::MemoryStore).
+///
+/// It reads the CPU's time-stamp counter where that is invariant (through
+/// [`quanta`](https://docs.rs/quanta), calibrated against the monotonic clock once per
+/// process), a few nanoseconds a read against some 20 ns for the wall clock, which matters
+/// to an in-process decision of well under a microsecond; elsewhere it reads the OS's
+/// monotonic clock.
+///
+/// Because it follows the monotonic clock, it never jumps: an NTP step or an administrator
+/// setting the wall clock back does not move it, so limits neither freeze nor reopen when
+/// the wall clock does. In exchange it drifts from the wall clock by however far the
+/// counter's calibration is off (parts per million; seconds a month at worst) and by the
+/// wall clock's own corrections since. Neither matters to an in-process store, whose instants
+/// are only ever compared with each other (a retry-after or a reset is a duration); a store
+/// whose instants other processes read (Redis) takes the server's time instead. Make a new
+/// clock to re-anchor it.
+///
+/// Clones share the anchor.
+#[derive(Debug, Clone)]
+pub struct MonotonicClock {
+    clock: quanta::Clock,
+    /// The counter's reading at the anchor.
+    start: u64,
+    /// The wall clock at the anchor, in µs since the Unix epoch.
+    anchor_micros: u64,
+}
+
+impl MonotonicClock {
+    /// A clock anchored to the wall clock now.
+    pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let start = clock.raw();
+        Self {
+            clock,
+            start,
+            anchor_micros: SystemClock.now_micros(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_micros(&self) -> u64 {
+        let elapsed = self.clock.delta_as_nanos(self.start, self.clock.raw()) / 1_000;
+        self.anchor_micros.saturating_add(elapsed)
+    }
+}
+
 /// A clock that moves only when told to: for tests and simulations.
 ///
 /// Clones share the same instant.

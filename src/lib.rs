@@ -63,8 +63,10 @@ pub mod response;
 mod rule;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use decision::{
+    Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
+};
 pub use error::{ConfigError, StoreError};
 pub use layer::{
     FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,

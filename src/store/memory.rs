@@ -13,8 +13,8 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::batch::{self, Entry};
-use crate::clock::{duration_to_micros, Clock, SystemClock};
-use crate::decision::{Outcome, RuleOutcome};
+use crate::clock::{duration_to_micros, Clock, MonotonicClock};
+use crate::decision::{Outcome, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
@@ -115,9 +115,9 @@ struct Slot {
 }
 
 impl MemoryStore {
-    /// An empty store on the system clock.
+    /// An empty store on a [`MonotonicClock`] (see there why not the wall clock).
     pub fn new() -> Self {
-        Self::with_clock(SystemClock)
+        Self::with_clock(MonotonicClock::new())
     }
 
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
@@ -159,6 +159,88 @@ impl MemoryStore {
     }
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        match batch {
+            [check] => self.decide_one(check, max_wait),
+            _ => self.decide_batch(batch, max_wait),
+        }
+    }
+
+    /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup of the entry
+    /// under one lock, and the same steps of [`batch`] on it (a property test compares the
+    /// two paths).
+    fn decide_one(&self, check: &Check<'_>, max_wait: u64) -> Result<Outcome, StoreError> {
+        batch::validate(std::slice::from_ref(check))?;
+        let shared = &*self.shared;
+        let hash = shared.hash(check.rule.name(), check.key);
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.clock.now_micros();
+        let (rule, taken, admitted) = match shard
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(check))
+        {
+            RawEntryMut::Occupied(o) => {
+                let slot = o.into_mut();
+                let (item, admitted) = decide_item(check, Some(&slot.entry), now, max_wait);
+                let item_admitted = batch::admitted(&item, admitted);
+                let mut taken = Taken {
+                    at: item.counted_at(),
+                    mark: 0,
+                };
+                let rule = if batch::writes(check, &item, item_admitted) {
+                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
+                    if item_admitted {
+                        taken.mark = batch::mark(check, &slot.entry, &item);
+                    }
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                    rule
+                } else {
+                    batch::report(check, Some(&slot.entry), now, &item, item_admitted)
+                };
+                (rule, taken, admitted)
+            }
+            RawEntryMut::Vacant(v) => {
+                let (item, admitted) = decide_item(check, None, now, max_wait);
+                let item_admitted = batch::admitted(&item, admitted);
+                let mut taken = Taken {
+                    at: item.counted_at(),
+                    mark: 0,
+                };
+                let rule = if batch::writes(check, &item, item_admitted) {
+                    let (_, slot) = v.insert_hashed_nocheck(
+                        hash,
+                        StoreKey::new(check.rule.name(), check.key),
+                        Slot {
+                            entry: Entry::default(),
+                            expires_at: 0,
+                        },
+                    );
+                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
+                    if item_admitted {
+                        taken.mark = batch::mark(check, &slot.entry, &item);
+                    }
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                    shard.sweep_if_grown(now);
+                    rule
+                } else {
+                    batch::report(check, None, now, &item, item_admitted)
+                };
+                (rule, taken, admitted)
+            }
+        };
+        drop(shard);
+        let mut rules = RuleOutcomes::new();
+        rules.push(rule);
+        let mut outcome = batch::combine(rules, |_| check.shadow);
+        if admitted {
+            outcome.admission = Some(Admission::new(std::iter::once(taken).collect()));
+        }
+        Ok(outcome)
+    }
+
+    /// Decides a batch of any length: every shard it touches locked (in index order), every
+    /// item evaluated, then committed or reported.
+    fn decide_batch(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         let hashes: SmallVec<[u64; 4]> = batch
@@ -169,8 +251,7 @@ impl MemoryStore {
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        // Allocated before locking: the shards are held for the decision only.
-        let mut rules = Vec::with_capacity(batch.len());
+        let mut rules = RuleOutcomes::new();
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
             .iter()
@@ -296,6 +377,31 @@ fn guard_for<'a, 'g>(
     &mut slot.expect("shard of a batch item is locked").1
 }
 
+/// Steps 1 and 2 of [`batch`] for a batch of one on `entry`: the item as decided (at now,
+/// or at a reserved instant within `max_wait`) and whether the batch is admitted, exactly
+/// as [`MemoryStore::decide_batch`] evaluates a batch of one.
+fn decide_item(
+    check: &Check<'_>,
+    entry: Option<&Entry>,
+    now: u64,
+    max_wait: u64,
+) -> (batch::Evaluated, bool) {
+    let evaluate_at = |arrival: u64| {
+        batch::evaluate(check, entry, arrival, batch::release(check, entry, arrival))
+    };
+    let item = evaluate_at(now);
+    if batch::admits(std::slice::from_ref(&item)) {
+        return (item, true);
+    }
+    if let Some(wait) = batch::reservation(std::slice::from_ref(&item), max_wait) {
+        let reserved = evaluate_at(now + wait);
+        if batch::admits(std::slice::from_ref(&reserved)) {
+            return (reserved, true);
+        }
+    }
+    (item, false)
+}
+
 impl Shard {
     fn get(&self, hash: u64, check: &Check<'_>) -> Option<&Entry> {
         self.map
@@ -343,10 +449,15 @@ impl Shard {
         };
         let out = f(&mut slot.entry);
         slot.expires_at = slot.entry.expires_at(check.rule);
+        self.sweep_if_grown(now);
+        out
+    }
+
+    /// Sweeps the shard if it has doubled since its last sweep (see [`MIN_SWEEP_LEN`]).
+    fn sweep_if_grown(&mut self, now: u64) {
         if self.map.len() >= (2 * self.len_after_sweep).max(MIN_SWEEP_LEN) {
             self.sweep(now);
         }
-        out
     }
 
     fn sweep(&mut self, now: u64) -> usize {
