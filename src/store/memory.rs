@@ -536,3 +536,88 @@ impl Store for MemoryStore {
         std::future::ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{ManualClock, Penalty, Rate};
+
+    /// A rule of one of the six algorithms (both token-bucket refills) with small numbers,
+    /// perhaps with a penalty; `variant` picks another configuration of the same name.
+    fn rule(kind: u8, quota: u64, period: u64, penalty: bool) -> Rule {
+        let window = Duration::from_micros(period);
+        let rate = Rate::new(quota.div_ceil(2), window);
+        let rule = match kind % 7 {
+            0 => Rule::fixed_window("r", quota, window),
+            1 => Rule::sliding_log("r", quota, window),
+            2 => Rule::sliding_window("r", quota, window),
+            3 => Rule::token_bucket("r", quota, rate),
+            4 => Rule::token_bucket_stepped("r", quota, rate),
+            5 => Rule::leaky_bucket("r", quota, rate),
+            _ => Rule::gcra("r", rate, quota),
+        };
+        if penalty {
+            rule.with_penalty(Penalty::lock_for(window).after(2))
+        } else {
+            rule
+        }
+    }
+
+    /// (advance µs, which of the two configurations, cost, shadow, max wait µs, refund it)
+    type Step = (u64, bool, u64, bool, u64, bool);
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            prop_oneof![Just(0u64), 0..300u64, 0..5_000u64],
+            proptest::bool::weighted(0.2),
+            prop_oneof![4 => Just(1u64), 1 => 0..5u64],
+            proptest::bool::weighted(0.1),
+            prop_oneof![Just(0u64), Just(700), Just(10_000)],
+            proptest::bool::weighted(0.1),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The path for a batch of one decides exactly as the general path on every
+        /// schedule: the same outcomes (decision, per-rule info, admission) step by step,
+        /// under reconfiguration, penalties, shadow items, costs, reservations and refunds.
+        #[test]
+        fn a_batch_of_one_decides_as_the_general_path(
+            kinds in (0u8..7, 0u8..7),
+            quotas in (1u64..5, 1u64..5),
+            periods in (100u64..3_000, 100u64..3_000),
+            penalties in (any::<bool>(), any::<bool>()),
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            let rules = [
+                rule(kinds.0, quotas.0, periods.0, penalties.0),
+                rule(kinds.1, quotas.1, periods.1, penalties.1),
+            ];
+            let start = 1_700_000_000_000_000;
+            let (fast_clock, general_clock) = (ManualClock::new(start), ManualClock::new(start));
+            let fast = MemoryStore::with_clock(fast_clock.clone());
+            let general = MemoryStore::with_clock(general_clock.clone());
+            for (advance, second, cost, shadow, max_wait, refund) in steps {
+                fast_clock.advance_micros(advance);
+                general_clock.advance_micros(advance);
+                let mut check = Check::new(&rules[usize::from(second)], b"k").with_cost(cost);
+                check.shadow = shadow;
+                let batch = [check];
+                let a = fast.decide_one(&check, max_wait).unwrap();
+                let b = general.decide_batch(&batch, max_wait).unwrap();
+                prop_assert_eq!(&a, &b);
+                if let (true, Some(admission)) = (refund, &a.admission) {
+                    fast.give_back(&batch, admission).unwrap();
+                    general.give_back(&batch, admission).unwrap();
+                }
+            }
+            prop_assert_eq!(fast.len(), general.len());
+        }
+    }
+}
