@@ -289,7 +289,7 @@ pub(crate) fn commit(
                 entry.fingerprint = check.rule.fingerprint();
             }
             entry.carried = Carried {
-                used: algorithm.quota().0.saturating_sub(item.eval.remaining),
+                used: algorithm.limit().saturating_sub(item.eval.remaining),
                 until: algorithm.expires_at(&entry.state),
             };
         }
@@ -334,7 +334,7 @@ pub(crate) fn report(
     item: &Evaluated,
     admitted: bool,
 ) -> RuleOutcome {
-    let (limit, _) = check.rule.algorithm().quota();
+    let limit = check.rule.algorithm().limit();
     let info = |eval: &Eval| RateLimitInfo {
         limit,
         remaining: eval.remaining,

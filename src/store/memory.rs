@@ -65,19 +65,43 @@ struct Shard {
     len_after_sweep: usize,
 }
 
-/// A rule's name and a key in one allocation, `name ‖ key`, so a lookup follows one pointer
-/// and an entry costs one allocation.
-struct StoreKey {
-    rule_len: usize,
-    bytes: Box<[u8]>,
+/// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
+/// lookup then compares them in the map's own memory, and an entry costs no allocation of
+/// its own), else in one allocation.
+enum StoreKey {
+    Inline {
+        rule_len: u8,
+        len: u8,
+        bytes: [u8; INLINE_KEY],
+    },
+    Heap {
+        rule_len: usize,
+        bytes: Box<[u8]>,
+    },
 }
+
+/// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
+/// the 32 bytes its heap form takes anyway.
+const INLINE_KEY: usize = 29;
 
 impl StoreKey {
     fn new(rule: &str, key: &[u8]) -> Self {
-        let mut bytes = Vec::with_capacity(rule.len() + key.len());
+        let len = rule.len() + key.len();
+        if len <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..rule.len()].copy_from_slice(rule.as_bytes());
+            bytes[rule.len()..len].copy_from_slice(key);
+            // Both fit in INLINE_KEY bytes, so in a u8.
+            return Self::Inline {
+                rule_len: rule.len() as u8,
+                len: len as u8,
+                bytes,
+            };
+        }
+        let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(rule.as_bytes());
         bytes.extend_from_slice(key);
-        Self {
+        Self::Heap {
             rule_len: rule.len(),
             bytes: bytes.into_boxed_slice(),
         }
@@ -85,7 +109,14 @@ impl StoreKey {
 
     /// The rule's name and the key.
     fn parts(&self) -> (&[u8], &[u8]) {
-        self.bytes.split_at(self.rule_len)
+        match self {
+            Self::Inline {
+                rule_len,
+                len,
+                bytes,
+            } => bytes[..usize::from(*len)].split_at(usize::from(*rule_len)),
+            Self::Heap { rule_len, bytes } => bytes.split_at(*rule_len),
+        }
     }
 
     fn matches(&self, check: &Check<'_>) -> bool {
@@ -579,6 +610,40 @@ mod tests {
             prop_oneof![Just(0u64), Just(700), Just(10_000)],
             proptest::bool::weighted(0.1),
         )
+    }
+
+    fn ready<F: Future>(fut: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("MemoryStore futures are ready on first poll"),
+        }
+    }
+
+    /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
+    /// that spells another pair's bytes, are each their own key with their own quota.
+    #[test]
+    fn keys_inline_and_on_the_heap_are_distinct() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let window = Duration::from_secs(60);
+        let (a, ab) = (
+            Rule::fixed_window("a", 1, window),
+            Rule::fixed_window("ab", 1, window),
+        );
+        let mut checks = vec![Check::new(&ab, b"c"), Check::new(&a, b"bc")];
+        let long: Vec<Vec<u8>> = (INLINE_KEY - 3..INLINE_KEY + 3)
+            .flat_map(|n| [vec![b'x'; n], vec![b'y'; n]])
+            .collect();
+        checks.extend(long.iter().map(|k| Check::new(&a, k)));
+        for check in &checks {
+            let first = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
+            assert!(first.unwrap().is_admitted(), "{check:?}");
+        }
+        assert_eq!(store.len(), checks.len());
+        for check in &checks {
+            let again = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
+            assert!(!again.unwrap().is_admitted(), "{check:?}");
+        }
     }
 
     proptest! {
