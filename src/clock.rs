@@ -14,6 +14,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current instant in microseconds since the Unix epoch.
     fn now_micros(&self) -> u64;
+
+    /// Whether a reading is never earlier than one taken before it on another thread
+    /// (`true` by default). A clock that reads a per-core counter without a fence
+    /// ([`MonotonicClock`]) may read a fraction of a microsecond behind another core's
+    /// earlier reading; a [`MemoryStore`](crate::MemoryStore) on such a clock never lets its
+    /// time go backwards within a shard (it takes the latest instant it has decided at
+    /// there). Clocks that say `true` are read as they are, so a [`ManualClock`] set back is
+    /// seen set back.
+    fn ordered_across_threads(&self) -> bool {
+        true
+    }
 }
 
 /// The system's wall clock.
@@ -81,6 +92,12 @@ impl Clock for MonotonicClock {
     fn now_micros(&self) -> u64 {
         let elapsed = self.clock.delta_as_nanos(self.start, self.clock.raw()) / 1_000;
         self.anchor_micros.saturating_add(elapsed)
+    }
+
+    /// The time-stamp counter is read without a fence, and cores' counters may differ by a
+    /// few cycles: two readings on two cores can come out of order.
+    fn ordered_across_threads(&self) -> bool {
+        false
     }
 }
 

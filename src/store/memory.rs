@@ -58,11 +58,16 @@ struct Shared {
     shards: Box<[Mutex<Shard>]>,
     hasher: DefaultHashBuilder,
     clock: Arc<dyn Clock>,
+    /// `!clock.ordered_across_threads()`: time is kept from going backwards per shard.
+    clamp: bool,
 }
 
 struct Shard {
     map: HashMap<StoreKey, Slot, DefaultHashBuilder>,
     len_after_sweep: usize,
+    /// The latest instant a decision in this shard was taken at, for clocks whose readings
+    /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
+    latest: u64,
 }
 
 /// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
@@ -164,10 +169,12 @@ impl MemoryStore {
                         Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
                             len_after_sweep: 0,
+                            latest: 0,
                         })
                     })
                     .collect(),
                 hasher,
+                clamp: !clock.ordered_across_threads(),
                 clock: Arc::new(clock),
             }),
         }
@@ -204,7 +211,7 @@ impl MemoryStore {
         let shared = &*self.shared;
         let hash = shared.hash(check.rule.name(), check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.clock.now_micros();
+        let now = shared.now(&mut [&mut shard]);
         let (rule, taken, admitted) = match shard
             .map
             .raw_entry_mut()
@@ -288,7 +295,12 @@ impl MemoryStore {
             .iter()
             .map(|&i| (i, shared.shards[i].lock()))
             .collect();
-        let now = shared.clock.now_micros();
+        let now = shared.now(
+            &mut guards
+                .iter_mut()
+                .map(|(_, g)| &mut **g)
+                .collect::<SmallVec<[_; 4]>>(),
+        );
 
         // A request arriving at `arrival` passes on each key once every rule on it lets it:
         // the rules on that key count it then (see `batch::key_release`).
@@ -374,7 +386,7 @@ impl MemoryStore {
             }
             let hash = shared.hash(check.rule.name(), check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.clock.now_micros();
+            let now = shared.now(&mut [&mut shard]);
             if let Some(slot) = shard.get_mut(hash, check) {
                 let taken = admission.taken(i);
                 if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
@@ -387,6 +399,21 @@ impl MemoryStore {
 }
 
 impl Shared {
+    /// The instant to decide at in `shards` (all locked): the clock's reading, or for a
+    /// clock whose readings on different threads may come out of order, never earlier than
+    /// an instant already decided at in one of them (and recorded as the latest in each).
+    fn now(&self, shards: &mut [&mut Shard]) -> u64 {
+        let now = self.clock.now_micros();
+        if !self.clamp {
+            return now;
+        }
+        let now = shards.iter().fold(now, |t, s| t.max(s.latest));
+        for shard in shards {
+            shard.latest = now;
+        }
+        now
+    }
+
     fn hash(&self, rule: &str, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
         hash_pair(&mut h, rule.as_bytes(), key);
@@ -532,8 +559,8 @@ impl Store for MemoryStore {
         }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule.name(), check.key);
-        let shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.clock.now_micros();
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.now(&mut [&mut shard]);
         let entry = shard.get(hash, &check);
         let item = batch::evaluate(&check, entry, now, batch::release(&check, entry, now));
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
@@ -644,6 +671,51 @@ mod tests {
             let again = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
             assert!(!again.unwrap().is_admitted(), "{check:?}");
         }
+    }
+
+    /// A clock whose readings on different threads may come out of order, as
+    /// `MonotonicClock`'s can (one core's counter a fraction of a µs behind another's).
+    #[derive(Debug)]
+    struct Skewed(ManualClock);
+
+    impl Clock for Skewed {
+        fn now_micros(&self) -> u64 {
+            self.0.now_micros()
+        }
+        fn ordered_across_threads(&self) -> bool {
+            false
+        }
+    }
+
+    /// A reading a microsecond behind the last decision in the shard is taken as that
+    /// decision's instant: a roomy bucket keeps admitting (read as is, the state would lie
+    /// in the future and deny as a reservation), through both paths and a refund.
+    #[test]
+    fn a_clock_out_of_order_across_threads_never_moves_a_shard_back() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(Skewed(clock.clone()));
+        let rule = Rule::token_bucket("r", 1 << 20, Rate::per_second(1));
+        let other = Rule::gcra("g", Rate::per_second(1), 1 << 20);
+        let one = [Check::new(&rule, b"k")];
+        let two = [Check::new(&rule, b"k"), Check::new(&other, b"k")];
+        for i in 0..10 {
+            clock.set_micros(1_000_000 - i % 2);
+            let outcome = ready(store.check(&one, Duration::ZERO)).unwrap();
+            assert_eq!(outcome.decision, crate::Decision::Allow, "{i}");
+            let both = ready(store.check(&two, Duration::ZERO)).unwrap();
+            assert_eq!(both.decision, crate::Decision::Allow, "{i}");
+            ready(store.refund(&two, &both.admission.unwrap())).unwrap();
+        }
+        // Read as they are, the same readings deny.
+        let store = MemoryStore::with_clock(clock.clone());
+        clock.set_micros(1_000_000);
+        assert!(ready(store.check(&one, Duration::ZERO))
+            .unwrap()
+            .is_admitted());
+        clock.set_micros(999_999);
+        assert!(!ready(store.check(&one, Duration::ZERO))
+            .unwrap()
+            .is_admitted());
     }
 
     proptest! {
