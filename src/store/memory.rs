@@ -271,7 +271,7 @@ impl MemoryStore {
         rules.push(rule);
         let mut outcome = batch::combine(rules, |_| check.shadow);
         if admitted {
-            outcome.admission = Some(Admission::new(std::iter::once(taken).collect()));
+            outcome.admission = Some(Admission::new([taken]));
         }
         Ok(outcome)
     }
@@ -336,7 +336,7 @@ impl MemoryStore {
         // One mark per item of an admitted batch (a shadow item that denied took nothing; a
         // refund skips shadow items), each at the instant its rule counted the request, as
         // the Redis twin records it.
-        let mut marks = SmallVec::new();
+        let mut marks: SmallVec<[Taken; 2]> = SmallVec::new();
         let batch_admitted = admitted;
         rules.extend(
             batch
