@@ -52,9 +52,9 @@ impl Clock for SystemClock {
 ///
 /// Because it follows the monotonic clock, it never jumps: an NTP step or an administrator
 /// setting the wall clock back does not move it, so limits neither freeze nor reopen when
-/// the wall clock does. In exchange it drifts from the wall clock by however far the
-/// counter's calibration is off (parts per million; seconds a month at worst) and by the
-/// wall clock's own corrections since. Neither matters to an in-process store, whose instants
+/// the wall clock does. In exchange it drifts from the wall clock: by however far the
+/// counter's rate, calibrated once per process against the monotonic clock (for up to
+/// 200 ms), is off, and by the wall clock's own corrections since the anchor. Neither matters to an in-process store, whose instants
 /// are only ever compared with each other (a retry-after or a reset is a duration); a store
 /// whose instants other processes read (Redis) takes the server's time instead. Make a new
 /// clock to re-anchor it.

@@ -647,6 +647,13 @@ mod tests {
         }
     }
 
+    /// What a key costs in the map: the boxed form's 32 bytes, inline or not.
+    #[test]
+    fn a_stored_key_takes_32_bytes() {
+        assert_eq!(std::mem::size_of::<StoreKey>(), 32);
+        assert_eq!(std::mem::size_of::<Slot>(), 96);
+    }
+
     /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
     /// that spells another pair's bytes, are each their own key with their own quota.
     #[test]
