@@ -651,7 +651,7 @@ mod tests {
     #[test]
     fn a_stored_key_takes_32_bytes() {
         assert_eq!(std::mem::size_of::<StoreKey>(), 32);
-        assert_eq!(std::mem::size_of::<Slot>(), 96);
+        assert_eq!(std::mem::size_of::<Slot>(), 88);
     }
 
     /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
