@@ -22,7 +22,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use tollgate::algorithm::{Algorithm, State};
-use tollgate::{Limiter, MemoryStore, Rate, Rule};
+use tollgate::{Clock, Limiter, MemoryStore, MonotonicClock, Rate, Rule, SystemClock};
 
 /// Distinct keys cycled through by the "many keys" benchmarks.
 const KEYS: usize = 100_000;
@@ -146,6 +146,15 @@ fn models(c: &mut Criterion) {
         }
         group.bench_function(name, |b| b.iter(&mut decide));
     }
+    group.finish();
+}
+
+/// One reading of each clock a `MemoryStore` can run on.
+fn clocks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    group.bench_function("system_clock", |b| b.iter(|| SystemClock.now_micros()));
+    let monotonic = MonotonicClock::new();
+    group.bench_function("monotonic_clock", |b| b.iter(|| monotonic.now_micros()));
     group.finish();
 }
 
@@ -321,6 +330,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = models, single_thread, two_threads
+    targets = models, clocks, single_thread, two_threads
 }
 criterion_main!(benches);
