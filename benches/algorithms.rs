@@ -1,7 +1,8 @@
 //! Decision costs: each algorithm's pure model, one `MemoryStore` decision (one hot key and
 //! 100k distinct keys), the store under two threads, and baselines measured in the same run
-//! (a bare `AtomicU64::fetch_add`, a `parking_lot::Mutex<HashMap>` increment) so results read
-//! as ratios that hold across machines better than absolute numbers do.
+//! (a bare `AtomicU64::fetch_add`, a `parking_lot::Mutex<HashMap>` increment, and the peer:
+//! governor's keyed GCRA, `DefaultKeyedRateLimiter::check_key` on its dashmap state) so
+//! results read as ratios that hold across machines better than absolute numbers do.
 //!
 //! `cargo bench --bench algorithms` takes about two minutes; results and their reading are in
 //! BENCHMARKS.md. Contended benchmarks report wall time per decision across both threads
@@ -18,9 +19,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use tollgate::algorithm::{Algorithm, State};
-use tollgate::{Limiter, MemoryStore, Rate, Rule};
+use tollgate::{Clock, Limiter, MemoryStore, MonotonicClock, Rate, Rule, SystemClock};
 
 /// Distinct keys cycled through by the "many keys" benchmarks.
 const KEYS: usize = 100_000;
@@ -44,6 +46,21 @@ fn admit(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
     );
 }
 
+/// governor's keyed limiter with the store rule's quota (2^30 at 1 per second), so every
+/// decision admits, as the store's do.
+fn governor() -> DefaultKeyedRateLimiter<Box<[u8]>> {
+    let burst = std::num::NonZeroU32::new(1 << 30).expect("non-zero");
+    let per_second = std::num::NonZeroU32::new(1).expect("non-zero");
+    RateLimiter::keyed(Quota::per_second(per_second).allow_burst(burst))
+}
+
+/// One governor decision; every benchmarked one must admit. (`check_key` takes `&K`, and
+/// `K` is the boxed slice the map owns.)
+#[allow(clippy::borrowed_box)]
+fn governor_admit(limiter: &DefaultKeyedRateLimiter<Box<[u8]>>, key: &Box<[u8]>) {
+    assert!(limiter.check_key(black_box(key)).is_ok(), "governor admits");
+}
+
 fn keys() -> Vec<Box<[u8]>> {
     (0..KEYS)
         .map(|i| format!("client-{i:06}").into_bytes().into_boxed_slice())
@@ -55,6 +72,11 @@ fn keys() -> Vec<Box<[u8]>> {
 /// for the whole run, so the store finds them rather than recreating them.
 fn store_rule() -> Rule {
     Rule::token_bucket("api", 1 << 30, Rate::per_second(1))
+}
+
+/// The GCRA twin of [`store_rule`] (governor's algorithm), equally roomy.
+fn gcra_rule() -> Rule {
+    Rule::gcra("api", Rate::per_second(1), 1 << 30)
 }
 
 /// Runs `work(thread, iters)` on `THREADS` threads started together; returns the wall time
@@ -127,6 +149,15 @@ fn models(c: &mut Criterion) {
     group.finish();
 }
 
+/// One reading of each clock a `MemoryStore` can run on.
+fn clocks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    group.bench_function("system_clock", |b| b.iter(|| SystemClock.now_micros()));
+    let monotonic = MonotonicClock::new();
+    group.bench_function("monotonic_clock", |b| b.iter(|| monotonic.now_micros()));
+    group.finish();
+}
+
 fn single_thread(c: &mut Criterion) {
     let rule = store_rule();
     let keys = keys();
@@ -148,9 +179,33 @@ fn single_thread(c: &mut Criterion) {
         })
     });
 
+    let hot: Box<[u8]> = Box::from(&b"hot-key"[..]);
+    let peer = governor();
+    group.bench_function("governor_one_key", |b| {
+        b.iter(|| governor_admit(&peer, &hot))
+    });
+
     let limiter = Limiter::new(MemoryStore::new());
     group.bench_function("memory_store_one_key", |b| {
-        b.iter(|| admit(&limiter, &rule, b"hot-key"))
+        b.iter(|| admit(&limiter, &rule, &hot))
+    });
+
+    let gcra = gcra_rule();
+    let limiter = Limiter::new(MemoryStore::new());
+    group.bench_function("memory_store_gcra_one_key", |b| {
+        b.iter(|| admit(&limiter, &gcra, &hot))
+    });
+
+    let peer = governor();
+    for key in &keys {
+        governor_admit(&peer, key);
+    }
+    let mut i = 0;
+    group.bench_function("governor_100k_keys", |b| {
+        b.iter(|| {
+            i = if i + 1 == KEYS { 0 } else { i + 1 };
+            governor_admit(&peer, &keys[i]);
+        })
     });
 
     let limiter = Limiter::new(MemoryStore::new());
@@ -162,6 +217,18 @@ fn single_thread(c: &mut Criterion) {
         b.iter(|| {
             i = if i + 1 == KEYS { 0 } else { i + 1 };
             admit(&limiter, &rule, &keys[i]);
+        })
+    });
+
+    let limiter = Limiter::new(MemoryStore::new());
+    for key in &keys {
+        admit(&limiter, &gcra, key);
+    }
+    let mut i = 0;
+    group.bench_function("memory_store_gcra_100k_keys", |b| {
+        b.iter(|| {
+            i = if i + 1 == KEYS { 0 } else { i + 1 };
+            admit(&limiter, &gcra, &keys[i]);
         })
     });
     group.finish();
@@ -196,12 +263,40 @@ fn two_threads(c: &mut Criterion) {
         })
     });
 
+    let hot: Box<[u8]> = Box::from(&b"hot-key"[..]);
+    let peer = governor();
+    group.bench_function("governor_one_key", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |_, n| {
+                for _ in 0..n {
+                    governor_admit(&peer, &hot);
+                }
+            })
+        })
+    });
+
     let limiter = Limiter::new(MemoryStore::new());
     group.bench_function("memory_store_one_key", |b| {
         b.iter_custom(|iters| {
             contended(iters, |_, n| {
                 for _ in 0..n {
-                    admit(&limiter, &rule, b"hot-key");
+                    admit(&limiter, &rule, &hot);
+                }
+            })
+        })
+    });
+
+    let peer = governor();
+    for key in &keys {
+        governor_admit(&peer, key);
+    }
+    let per_thread = KEYS / THREADS;
+    group.bench_function("governor_distinct_keys", |b| {
+        b.iter_custom(|iters| {
+            contended(iters, |t, n| {
+                let mine = &keys[t * per_thread..(t + 1) * per_thread];
+                for key in mine.iter().cycle().take(n as usize) {
+                    governor_admit(&peer, key);
                 }
             })
         })
@@ -212,7 +307,6 @@ fn two_threads(c: &mut Criterion) {
         admit(&limiter, &rule, key);
     }
     // Each thread cycles through its own half of the keys.
-    let per_thread = KEYS / THREADS;
     group.bench_function("memory_store_distinct_keys", |b| {
         b.iter_custom(|iters| {
             contended(iters, |t, n| {
@@ -236,6 +330,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = models, single_thread, two_threads
+    targets = models, clocks, single_thread, two_threads
 }
 criterion_main!(benches);

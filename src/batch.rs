@@ -20,7 +20,9 @@
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+use crate::decision::{
+    Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
+};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
 use crate::store::Check;
@@ -287,7 +289,7 @@ pub(crate) fn commit(
                 entry.fingerprint = check.rule.fingerprint();
             }
             entry.carried = Carried {
-                used: algorithm.quota().0.saturating_sub(item.eval.remaining),
+                used: algorithm.limit().saturating_sub(item.eval.remaining),
                 until: algorithm.expires_at(&entry.state),
             };
         }
@@ -332,7 +334,7 @@ pub(crate) fn report(
     item: &Evaluated,
     admitted: bool,
 ) -> RuleOutcome {
-    let (limit, _) = check.rule.algorithm().quota();
+    let limit = check.rule.algorithm().limit();
     let info = |eval: &Eval| RateLimitInfo {
         limit,
         remaining: eval.remaining,
@@ -385,7 +387,11 @@ fn deny(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
 /// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
 /// longest retry-after wins, and a denial no wait can lift beats every other. The items
 /// `is_shadow` names (by index) take no part.
-pub(crate) fn combine(rules: Vec<RuleOutcome>, is_shadow: impl Fn(usize) -> bool) -> Outcome {
+pub(crate) fn combine(
+    rules: impl Into<RuleOutcomes>,
+    is_shadow: impl Fn(usize) -> bool,
+) -> Outcome {
+    let rules = rules.into();
     let mut decision = Decision::Allow;
     for (_, rule) in rules.iter().enumerate().filter(|(i, _)| !is_shadow(*i)) {
         decision = match (decision, rule.decision) {

@@ -1,6 +1,9 @@
 //! What a check decides: [`Decision`], per-rule [`RuleOutcome`]s and the batch [`Outcome`].
 
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
+
+use smallvec::SmallVec;
 
 use crate::store::Admission;
 
@@ -80,7 +83,7 @@ pub struct Outcome {
     /// denying rules (or `None` if any of them can never admit).
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
-    pub rules: Vec<RuleOutcome>,
+    pub rules: RuleOutcomes,
     /// For an admitted batch, what the store needs to give its units back
     /// ([`Store::refund`](crate::store::Store::refund)); `None` when denied.
     pub admission: Option<Admission>,
@@ -100,5 +103,82 @@ impl Outcome {
         self.rules
             .iter()
             .position(|r| r.decision == Decision::Deny(batch))
+    }
+}
+
+/// The per-rule outcomes of a batch ([`Outcome::rules`]), in the order of the batch: a
+/// slice (it derefs to `[RuleOutcome]`) held inline up to [`RuleOutcomes::INLINE`] rules,
+/// so deciding a batch of one or two rules allocates nothing.
+///
+/// ```
+/// use tollgate::{Decision, RateLimitInfo, RuleOutcome, RuleOutcomes};
+/// use std::time::Duration;
+///
+/// let info = RateLimitInfo { limit: 5, remaining: 4, reset: Duration::from_secs(60) };
+/// let rules: RuleOutcomes = [RuleOutcome { decision: Decision::Allow, info }].into_iter().collect();
+/// assert_eq!(rules.len(), 1);
+/// assert_eq!(rules[0].info.remaining, 4);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleOutcomes(SmallVec<[RuleOutcome; RuleOutcomes::INLINE]>);
+
+impl RuleOutcomes {
+    /// How many outcomes are held without a heap allocation.
+    pub const INLINE: usize = 2;
+
+    /// No outcomes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends the outcome of the next rule of the batch.
+    pub fn push(&mut self, outcome: RuleOutcome) {
+        self.0.push(outcome);
+    }
+
+    /// The outcomes in a `Vec`.
+    pub fn into_vec(self) -> Vec<RuleOutcome> {
+        self.0.into_vec()
+    }
+}
+
+impl Deref for RuleOutcomes {
+    type Target = [RuleOutcome];
+
+    fn deref(&self) -> &[RuleOutcome] {
+        &self.0
+    }
+}
+
+impl DerefMut for RuleOutcomes {
+    fn deref_mut(&mut self) -> &mut [RuleOutcome] {
+        &mut self.0
+    }
+}
+
+impl FromIterator<RuleOutcome> for RuleOutcomes {
+    fn from_iter<I: IntoIterator<Item = RuleOutcome>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl Extend<RuleOutcome> for RuleOutcomes {
+    fn extend<I: IntoIterator<Item = RuleOutcome>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+impl From<Vec<RuleOutcome>> for RuleOutcomes {
+    fn from(rules: Vec<RuleOutcome>) -> Self {
+        Self(SmallVec::from_vec(rules))
+    }
+}
+
+impl<'a> IntoIterator for &'a RuleOutcomes {
+    type Item = &'a RuleOutcome;
+    type IntoIter = std::slice::Iter<'a, RuleOutcome>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
     }
 }

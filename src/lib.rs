@@ -76,8 +76,10 @@ mod rule;
 pub mod rules_file;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use decision::{
+    Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
+};
 pub use error::{ConfigError, StoreError};
 pub use layer::{
     Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,

@@ -156,7 +156,8 @@ impl<S: Store> Limiter<S> {
         rule: &Rule,
         key: impl AsRef<[u8]>,
     ) -> Result<Outcome, StoreError> {
-        self.check(&[Check::new(rule, key.as_ref())]).await
+        self.reserve(&[Check::new(rule, key.as_ref())], Duration::ZERO)
+            .await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.

@@ -75,8 +75,8 @@ fn a_duplicated_header_falling_back_allocates_nothing() {
 }
 
 /// What the layer adds to an admitted request on a `MemoryStore`, pinned so that it cannot
-/// grow unnoticed: two allocations (the boxed store future, the store's per-rule outcomes)
-/// without headers on admitted responses, and with the `RateLimit` headers (on by default)
+/// grow unnoticed: one allocation (the boxed store future; the store's per-rule outcomes
+/// are inline) without headers on admitted responses, and with the `RateLimit` headers (on by default)
 /// one more, the `RateLimit` value: the `RateLimit-Policy` value is rendered once, when the
 /// layer is built, and the headers go straight into the response's map. The inner service
 /// answers like axum's hello-world, with a `content-type`, so the map has room already.
@@ -137,9 +137,61 @@ fn an_admitted_request_allocates_what_the_docs_say() {
     }
     assert_eq!(
         added,
-        [2, 3, 3],
+        [1, 2, 2],
         "allocations the layer adds (bare: {bare})"
     );
+}
+
+/// A single-rule decision on a warm key allocates nothing, whatever the algorithm, through
+/// `check_one`, `check` and `reserve`, admitted or denied: the outcome of a rule or two is
+/// held inline and the entry exists already.
+#[test]
+fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule};
+
+    fn ready<F: Future>(fut: F) -> F::Output {
+        match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("an in-process store answers at once"),
+        }
+    }
+
+    let second = Duration::from_secs(1);
+    let rules = [
+        Rule::fixed_window("fw", 2, second),
+        Rule::sliding_window("sw", 2, second),
+        Rule::token_bucket("tb", 2, Rate::per_second(2)),
+        Rule::leaky_bucket("lb", 2, Rate::per_second(2)),
+        Rule::gcra("gcra", Rate::per_second(2), 2),
+        Rule::gcra("locks", Rate::per_second(2), 2).with_penalty(Penalty::lock_for(second)),
+    ];
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+    for rule in &rules {
+        // The first request creates the entry.
+        assert!(ready(limiter.check_one(rule, b"alice"))
+            .unwrap()
+            .is_admitted());
+        let mut admitted = 0;
+        let n = allocations_of(|| {
+            for _ in 0..4 {
+                let one = ready(limiter.check_one(rule, b"alice")).unwrap();
+                let batch = ready(limiter.check(&[Check::new(rule, b"alice")])).unwrap();
+                let held = ready(limiter.reserve(&[Check::new(rule, b"alice")], second)).unwrap();
+                admitted += [one, batch, held]
+                    .iter()
+                    .filter(|o| o.is_admitted())
+                    .count();
+            }
+        });
+        assert!(admitted > 0, "{}: some admitted", rule.name());
+        assert!(admitted < 12, "{}: some denied", rule.name());
+        assert_eq!(n, 0, "{}: {n} allocations for 12 decisions", rule.name());
+        clock.advance(Duration::from_secs(10));
+    }
 }
 
 /// A limit charged by outcome costs what the layer docs say: one more allocation for the

@@ -283,7 +283,7 @@ impl Reference {
         }
         Outcome {
             decision: combine(&outcomes),
-            rules: outcomes,
+            rules: outcomes.into(),
             admission: None,
         }
     }

@@ -312,18 +312,31 @@ impl Algorithm {
         eval
     }
 
+    /// The most units admitted at once: [`quota`](Self::quota)'s first half, without
+    /// computing the period.
+    pub(crate) fn limit(&self) -> u64 {
+        match self {
+            Algorithm::FixedWindow(m) => m.limit(),
+            Algorithm::SlidingLog(m) => m.limit(),
+            Algorithm::SlidingWindow(m) => m.limit(),
+            Algorithm::TokenBucket(m) => m.capacity(),
+            Algorithm::LeakyBucket(m) => m.capacity(),
+            Algorithm::Gcra(m) => m.burst(),
+        }
+    }
+
     /// The quota a client sees: the most units admitted at once, and the period over which
     /// that quota is restored (used for `RateLimit-Policy` headers).
     pub fn quota(&self) -> (u64, Duration) {
-        let (q, w) = match self {
-            Algorithm::FixedWindow(m) => (m.limit(), m.window_micros()),
-            Algorithm::SlidingLog(m) => (m.limit(), m.window_micros()),
-            Algorithm::SlidingWindow(m) => (m.limit(), m.window_micros()),
-            Algorithm::TokenBucket(m) => (m.capacity(), m.fill_micros()),
-            Algorithm::LeakyBucket(m) => (m.capacity(), m.drain_micros()),
-            Algorithm::Gcra(m) => (m.burst(), m.fill_micros()),
+        let w = match self {
+            Algorithm::FixedWindow(m) => m.window_micros(),
+            Algorithm::SlidingLog(m) => m.window_micros(),
+            Algorithm::SlidingWindow(m) => m.window_micros(),
+            Algorithm::TokenBucket(m) => m.fill_micros(),
+            Algorithm::LeakyBucket(m) => m.drain_micros(),
+            Algorithm::Gcra(m) => m.fill_micros(),
         };
-        (q, Duration::from_micros(w))
+        (self.limit(), Duration::from_micros(w))
     }
 }
 

@@ -98,9 +98,10 @@
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
-//! service's; the store is asked in the response future. A checked request costs two
-//! allocations (the boxed store future, and the `Vec` of per-rule outcomes the store
-//! returns), and one more for the `RateLimit` header of an admitted response (see
+//! service's; the store is asked in the response future. A checked request costs one
+//! allocation (the boxed store future; a `MemoryStore` decides a batch of up to
+//! [`RuleOutcomes::INLINE`](crate::RuleOutcomes::INLINE) rules without any), and one more
+//! for the `RateLimit` header of an admitted response (see
 //! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
 //! costs none; a held one costs one more (the boxed refund of its units); an admitted one
 //! with a limit [charged by outcome](Limit::charge) one more (its pending charge), and

@@ -221,7 +221,7 @@ impl<S: Clone, St> RateLimit<S, St> {
 
 /// Asks the store about a request's batch. The layer's own allocation for a checked request
 /// is the box around this future (its type cannot be named in `ResponseFuture` on stable
-/// Rust); the store's `Outcome` carries the other, its per-rule `Vec`. A delayed request
+/// Rust). A delayed request
 /// the layer will hold costs one more: the boxed refund of its units.
 async fn check<St: Store + Clone>(
     limiter: Limiter<St>,

@@ -13,8 +13,8 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::batch::{self, Entry};
-use crate::clock::{duration_to_micros, Clock, SystemClock};
-use crate::decision::{Outcome, RuleOutcome};
+use crate::clock::{duration_to_micros, Clock, MonotonicClock};
+use crate::decision::{Outcome, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
@@ -58,26 +58,55 @@ struct Shared {
     shards: Box<[Mutex<Shard>]>,
     hasher: DefaultHashBuilder,
     clock: Arc<dyn Clock>,
+    /// `!clock.ordered_across_threads()`: time is kept from going backwards per shard.
+    clamp: bool,
 }
 
 struct Shard {
     map: HashMap<StoreKey, Slot, DefaultHashBuilder>,
     len_after_sweep: usize,
+    /// The latest instant a decision in this shard was taken at, for clocks whose readings
+    /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
+    latest: u64,
 }
 
-/// A rule's name and a key in one allocation, `name ‖ key`, so a lookup follows one pointer
-/// and an entry costs one allocation.
-struct StoreKey {
-    rule_len: usize,
-    bytes: Box<[u8]>,
+/// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
+/// lookup then compares them in the map's own memory, and an entry costs no allocation of
+/// its own), else in one allocation.
+enum StoreKey {
+    Inline {
+        rule_len: u8,
+        len: u8,
+        bytes: [u8; INLINE_KEY],
+    },
+    Heap {
+        rule_len: usize,
+        bytes: Box<[u8]>,
+    },
 }
+
+/// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
+/// the 32 bytes its heap form takes anyway.
+const INLINE_KEY: usize = 29;
 
 impl StoreKey {
     fn new(rule: &str, key: &[u8]) -> Self {
-        let mut bytes = Vec::with_capacity(rule.len() + key.len());
+        let len = rule.len() + key.len();
+        if len <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..rule.len()].copy_from_slice(rule.as_bytes());
+            bytes[rule.len()..len].copy_from_slice(key);
+            // Both fit in INLINE_KEY bytes, so in a u8.
+            return Self::Inline {
+                rule_len: rule.len() as u8,
+                len: len as u8,
+                bytes,
+            };
+        }
+        let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(rule.as_bytes());
         bytes.extend_from_slice(key);
-        Self {
+        Self::Heap {
             rule_len: rule.len(),
             bytes: bytes.into_boxed_slice(),
         }
@@ -85,7 +114,14 @@ impl StoreKey {
 
     /// The rule's name and the key.
     fn parts(&self) -> (&[u8], &[u8]) {
-        self.bytes.split_at(self.rule_len)
+        match self {
+            Self::Inline {
+                rule_len,
+                len,
+                bytes,
+            } => bytes[..usize::from(*len)].split_at(usize::from(*rule_len)),
+            Self::Heap { rule_len, bytes } => bytes.split_at(*rule_len),
+        }
     }
 
     fn matches(&self, check: &Check<'_>) -> bool {
@@ -115,9 +151,9 @@ struct Slot {
 }
 
 impl MemoryStore {
-    /// An empty store on the system clock.
+    /// An empty store on a [`MonotonicClock`] (see there why not the wall clock).
     pub fn new() -> Self {
-        Self::with_clock(SystemClock)
+        Self::with_clock(MonotonicClock::new())
     }
 
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
@@ -133,10 +169,12 @@ impl MemoryStore {
                         Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
                             len_after_sweep: 0,
+                            latest: 0,
                         })
                     })
                     .collect(),
                 hasher,
+                clamp: !clock.ordered_across_threads(),
                 clock: Arc::new(clock),
             }),
         }
@@ -159,6 +197,88 @@ impl MemoryStore {
     }
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        match batch {
+            [check] => self.decide_one(check, max_wait),
+            _ => self.decide_batch(batch, max_wait),
+        }
+    }
+
+    /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup of the entry
+    /// under one lock, and the same steps of [`batch`] on it (a property test compares the
+    /// two paths).
+    fn decide_one(&self, check: &Check<'_>, max_wait: u64) -> Result<Outcome, StoreError> {
+        batch::validate(std::slice::from_ref(check))?;
+        let shared = &*self.shared;
+        let hash = shared.hash(check.rule.name(), check.key);
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.now(&mut [&mut shard]);
+        let (rule, taken, admitted) = match shard
+            .map
+            .raw_entry_mut()
+            .from_hash(hash, |k| k.matches(check))
+        {
+            RawEntryMut::Occupied(o) => {
+                let slot = o.into_mut();
+                let (item, admitted) = decide_item(check, Some(&slot.entry), now, max_wait);
+                let item_admitted = batch::admitted(&item, admitted);
+                let mut taken = Taken {
+                    at: item.counted_at(),
+                    mark: 0,
+                };
+                let rule = if batch::writes(check, &item, item_admitted) {
+                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
+                    if item_admitted {
+                        taken.mark = batch::mark(check, &slot.entry, &item);
+                    }
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                    rule
+                } else {
+                    batch::report(check, Some(&slot.entry), now, &item, item_admitted)
+                };
+                (rule, taken, admitted)
+            }
+            RawEntryMut::Vacant(v) => {
+                let (item, admitted) = decide_item(check, None, now, max_wait);
+                let item_admitted = batch::admitted(&item, admitted);
+                let mut taken = Taken {
+                    at: item.counted_at(),
+                    mark: 0,
+                };
+                let rule = if batch::writes(check, &item, item_admitted) {
+                    let (_, slot) = v.insert_hashed_nocheck(
+                        hash,
+                        StoreKey::new(check.rule.name(), check.key),
+                        Slot {
+                            entry: Entry::default(),
+                            expires_at: 0,
+                        },
+                    );
+                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
+                    if item_admitted {
+                        taken.mark = batch::mark(check, &slot.entry, &item);
+                    }
+                    slot.expires_at = slot.entry.expires_at(check.rule);
+                    shard.sweep_if_grown(now);
+                    rule
+                } else {
+                    batch::report(check, None, now, &item, item_admitted)
+                };
+                (rule, taken, admitted)
+            }
+        };
+        drop(shard);
+        let mut rules = RuleOutcomes::new();
+        rules.push(rule);
+        let mut outcome = batch::combine(rules, |_| check.shadow);
+        if admitted {
+            outcome.admission = Some(Admission::new([taken]));
+        }
+        Ok(outcome)
+    }
+
+    /// Decides a batch of any length: every shard it touches locked (in index order), every
+    /// item evaluated, then committed or reported.
+    fn decide_batch(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         let hashes: SmallVec<[u64; 4]> = batch
@@ -169,14 +289,18 @@ impl MemoryStore {
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        // Allocated before locking: the shards are held for the decision only.
-        let mut rules = Vec::with_capacity(batch.len());
+        let mut rules = RuleOutcomes::new();
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
             .iter()
             .map(|&i| (i, shared.shards[i].lock()))
             .collect();
-        let now = shared.clock.now_micros();
+        let now = shared.now(
+            &mut guards
+                .iter_mut()
+                .map(|(_, g)| &mut **g)
+                .collect::<SmallVec<[_; 4]>>(),
+        );
 
         // A request arriving at `arrival` passes on each key once every rule on it lets it:
         // the rules on that key count it then (see `batch::key_release`).
@@ -212,7 +336,7 @@ impl MemoryStore {
         // One mark per item of an admitted batch (a shadow item that denied took nothing; a
         // refund skips shadow items), each at the instant its rule counted the request, as
         // the Redis twin records it.
-        let mut marks = SmallVec::new();
+        let mut marks: SmallVec<[Taken; 2]> = SmallVec::new();
         let batch_admitted = admitted;
         rules.extend(
             batch
@@ -262,7 +386,7 @@ impl MemoryStore {
             }
             let hash = shared.hash(check.rule.name(), check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.clock.now_micros();
+            let now = shared.now(&mut [&mut shard]);
             if let Some(slot) = shard.get_mut(hash, check) {
                 let taken = admission.taken(i);
                 if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
@@ -275,6 +399,21 @@ impl MemoryStore {
 }
 
 impl Shared {
+    /// The instant to decide at in `shards` (all locked): the clock's reading, or for a
+    /// clock whose readings on different threads may come out of order, never earlier than
+    /// an instant already decided at in one of them (and recorded as the latest in each).
+    fn now(&self, shards: &mut [&mut Shard]) -> u64 {
+        let now = self.clock.now_micros();
+        if !self.clamp {
+            return now;
+        }
+        let now = shards.iter().fold(now, |t, s| t.max(s.latest));
+        for shard in shards {
+            shard.latest = now;
+        }
+        now
+    }
+
     fn hash(&self, rule: &str, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
         hash_pair(&mut h, rule.as_bytes(), key);
@@ -294,6 +433,31 @@ fn guard_for<'a, 'g>(
     let slot = guards.iter_mut().find(|(i, _)| *i == shard);
     // Every shard of the batch was locked above.
     &mut slot.expect("shard of a batch item is locked").1
+}
+
+/// Steps 1 and 2 of [`batch`] for a batch of one on `entry`: the item as decided (at now,
+/// or at a reserved instant within `max_wait`) and whether the batch is admitted, exactly
+/// as [`MemoryStore::decide_batch`] evaluates a batch of one.
+fn decide_item(
+    check: &Check<'_>,
+    entry: Option<&Entry>,
+    now: u64,
+    max_wait: u64,
+) -> (batch::Evaluated, bool) {
+    let evaluate_at = |arrival: u64| {
+        batch::evaluate(check, entry, arrival, batch::release(check, entry, arrival))
+    };
+    let item = evaluate_at(now);
+    if batch::admits(std::slice::from_ref(&item)) {
+        return (item, true);
+    }
+    if let Some(wait) = batch::reservation(std::slice::from_ref(&item), max_wait) {
+        let reserved = evaluate_at(now + wait);
+        if batch::admits(std::slice::from_ref(&reserved)) {
+            return (reserved, true);
+        }
+    }
+    (item, false)
 }
 
 impl Shard {
@@ -343,10 +507,15 @@ impl Shard {
         };
         let out = f(&mut slot.entry);
         slot.expires_at = slot.entry.expires_at(check.rule);
+        self.sweep_if_grown(now);
+        out
+    }
+
+    /// Sweeps the shard if it has doubled since its last sweep (see [`MIN_SWEEP_LEN`]).
+    fn sweep_if_grown(&mut self, now: u64) {
         if self.map.len() >= (2 * self.len_after_sweep).max(MIN_SWEEP_LEN) {
             self.sweep(now);
         }
-        out
     }
 
     fn sweep(&mut self, now: u64) -> usize {
@@ -390,8 +559,8 @@ impl Store for MemoryStore {
         }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule.name(), check.key);
-        let shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.clock.now_micros();
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.now(&mut [&mut shard]);
         let entry = shard.get(hash, &check);
         let item = batch::evaluate(&check, entry, now, batch::release(&check, entry, now));
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
@@ -423,5 +592,176 @@ impl Store for MemoryStore {
             o.remove();
         }
         std::future::ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{ManualClock, Penalty, Rate};
+
+    /// A rule of one of the six algorithms (both token-bucket refills) with small numbers,
+    /// perhaps with a penalty; `variant` picks another configuration of the same name.
+    fn rule(kind: u8, quota: u64, period: u64, penalty: bool) -> Rule {
+        let window = Duration::from_micros(period);
+        let rate = Rate::new(quota.div_ceil(2), window);
+        let rule = match kind % 7 {
+            0 => Rule::fixed_window("r", quota, window),
+            1 => Rule::sliding_log("r", quota, window),
+            2 => Rule::sliding_window("r", quota, window),
+            3 => Rule::token_bucket("r", quota, rate),
+            4 => Rule::token_bucket_stepped("r", quota, rate),
+            5 => Rule::leaky_bucket("r", quota, rate),
+            _ => Rule::gcra("r", rate, quota),
+        };
+        if penalty {
+            rule.with_penalty(Penalty::lock_for(window).after(2))
+        } else {
+            rule
+        }
+    }
+
+    /// (advance µs, which of the two configurations, cost, shadow, max wait µs, refund it)
+    type Step = (u64, bool, u64, bool, u64, bool);
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            prop_oneof![Just(0u64), 0..300u64, 0..5_000u64],
+            proptest::bool::weighted(0.2),
+            prop_oneof![4 => Just(1u64), 1 => 0..5u64],
+            proptest::bool::weighted(0.1),
+            prop_oneof![Just(0u64), Just(700), Just(10_000)],
+            proptest::bool::weighted(0.1),
+        )
+    }
+
+    fn ready<F: Future>(fut: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("MemoryStore futures are ready on first poll"),
+        }
+    }
+
+    /// What a key costs in the map: the boxed form's 32 bytes, inline or not.
+    #[test]
+    fn a_stored_key_takes_32_bytes() {
+        assert_eq!(std::mem::size_of::<StoreKey>(), 32);
+        assert_eq!(std::mem::size_of::<Slot>(), 88);
+    }
+
+    /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
+    /// that spells another pair's bytes, are each their own key with their own quota.
+    #[test]
+    fn keys_inline_and_on_the_heap_are_distinct() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let window = Duration::from_secs(60);
+        let (a, ab) = (
+            Rule::fixed_window("a", 1, window),
+            Rule::fixed_window("ab", 1, window),
+        );
+        let mut checks = vec![Check::new(&ab, b"c"), Check::new(&a, b"bc")];
+        let long: Vec<Vec<u8>> = (INLINE_KEY - 3..INLINE_KEY + 3)
+            .flat_map(|n| [vec![b'x'; n], vec![b'y'; n]])
+            .collect();
+        checks.extend(long.iter().map(|k| Check::new(&a, k)));
+        for check in &checks {
+            let first = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
+            assert!(first.unwrap().is_admitted(), "{check:?}");
+        }
+        assert_eq!(store.len(), checks.len());
+        for check in &checks {
+            let again = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
+            assert!(!again.unwrap().is_admitted(), "{check:?}");
+        }
+    }
+
+    /// A clock whose readings on different threads may come out of order, as
+    /// `MonotonicClock`'s can (one core's counter a fraction of a µs behind another's).
+    #[derive(Debug)]
+    struct Skewed(ManualClock);
+
+    impl Clock for Skewed {
+        fn now_micros(&self) -> u64 {
+            self.0.now_micros()
+        }
+        fn ordered_across_threads(&self) -> bool {
+            false
+        }
+    }
+
+    /// A reading a microsecond behind the last decision in the shard is taken as that
+    /// decision's instant: a roomy bucket keeps admitting (read as is, the state would lie
+    /// in the future and deny as a reservation), through both paths and a refund.
+    #[test]
+    fn a_clock_out_of_order_across_threads_never_moves_a_shard_back() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(Skewed(clock.clone()));
+        let rule = Rule::token_bucket("r", 1 << 20, Rate::per_second(1));
+        let other = Rule::gcra("g", Rate::per_second(1), 1 << 20);
+        let one = [Check::new(&rule, b"k")];
+        let two = [Check::new(&rule, b"k"), Check::new(&other, b"k")];
+        for i in 0..10 {
+            clock.set_micros(1_000_000 - i % 2);
+            let outcome = ready(store.check(&one, Duration::ZERO)).unwrap();
+            assert_eq!(outcome.decision, crate::Decision::Allow, "{i}");
+            let both = ready(store.check(&two, Duration::ZERO)).unwrap();
+            assert_eq!(both.decision, crate::Decision::Allow, "{i}");
+            ready(store.refund(&two, &both.admission.unwrap())).unwrap();
+        }
+        // Read as they are, the same readings deny.
+        let store = MemoryStore::with_clock(clock.clone());
+        clock.set_micros(1_000_000);
+        assert!(ready(store.check(&one, Duration::ZERO))
+            .unwrap()
+            .is_admitted());
+        clock.set_micros(999_999);
+        assert!(!ready(store.check(&one, Duration::ZERO))
+            .unwrap()
+            .is_admitted());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The path for a batch of one decides exactly as the general path on every
+        /// schedule: the same outcomes (decision, per-rule info, admission) step by step,
+        /// under reconfiguration, penalties, shadow items, costs, reservations and refunds.
+        #[test]
+        fn a_batch_of_one_decides_as_the_general_path(
+            kinds in (0u8..7, 0u8..7),
+            quotas in (1u64..5, 1u64..5),
+            periods in (100u64..3_000, 100u64..3_000),
+            penalties in (any::<bool>(), any::<bool>()),
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            let rules = [
+                rule(kinds.0, quotas.0, periods.0, penalties.0),
+                rule(kinds.1, quotas.1, periods.1, penalties.1),
+            ];
+            let start = 1_700_000_000_000_000;
+            let (fast_clock, general_clock) = (ManualClock::new(start), ManualClock::new(start));
+            let fast = MemoryStore::with_clock(fast_clock.clone());
+            let general = MemoryStore::with_clock(general_clock.clone());
+            for (advance, second, cost, shadow, max_wait, refund) in steps {
+                fast_clock.advance_micros(advance);
+                general_clock.advance_micros(advance);
+                let mut check = Check::new(&rules[usize::from(second)], b"k").with_cost(cost);
+                check.shadow = shadow;
+                let batch = [check];
+                let a = fast.decide_one(&check, max_wait).unwrap();
+                let b = general.decide_batch(&batch, max_wait).unwrap();
+                prop_assert_eq!(&a, &b);
+                if let (true, Some(admission)) = (refund, &a.admission) {
+                    fast.give_back(&batch, admission).unwrap();
+                    general.give_back(&batch, admission).unwrap();
+                }
+            }
+            prop_assert_eq!(fast.len(), general.len());
+        }
     }
 }

@@ -74,7 +74,7 @@ impl<'a> Check<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
     /// Per rule of the batch, in order: (instant in µs, mark).
-    pub(crate) taken: SmallVec<[Taken; 4]>,
+    pub(crate) taken: SmallVec<[Taken; 2]>,
     /// Taken by a [`Fallback`]'s local store, which is where it goes back to.
     pub(crate) local: bool,
 }
@@ -88,9 +88,9 @@ pub(crate) struct Taken {
 }
 
 impl Admission {
-    pub(crate) fn new(taken: SmallVec<[Taken; 4]>) -> Self {
+    pub(crate) fn new(taken: impl IntoIterator<Item = Taken>) -> Self {
         Self {
-            taken,
+            taken: taken.into_iter().collect(),
             local: false,
         }
     }
