@@ -6,6 +6,8 @@
 #[allow(dead_code)]
 mod common;
 
+use common::http::policy;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -47,14 +49,6 @@ fn request(api_key: &str, plan: Option<&str>) -> Request<String> {
 
 async fn status(svc: &Svc, request: Request<String>) -> StatusCode {
     svc.clone().oneshot(request).await.unwrap().status()
-}
-
-fn policy(res: &Response<impl Sized>) -> String {
-    res.headers()
-        .get("ratelimit-policy")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn layer(plans: Plans) -> RateLimitLayer {

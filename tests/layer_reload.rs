@@ -3,6 +3,10 @@
 //! in flight finish under the rules they started with, a refused reload keeps the running
 //! rules, and state is kept by rule name across reloads.
 
+mod common;
+
+use common::http::policy;
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,14 +26,6 @@ fn service(layer: &RateLimitLayer) -> Svc {
         tokio::task::yield_now().await;
         Ok::<_, Infallible>(Response::new(String::from("ok")))
     })))
-}
-
-fn policy(res: &Response<impl Sized>) -> String {
-    res.headers()
-        .get("ratelimit-policy")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 const A_POLICY: &str = "\"a-shape\";q=1000;w=1, \"a-total\";q=1000000;w=3600";

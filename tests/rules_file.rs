@@ -3,6 +3,10 @@
 //! layer's own checks are located at the limit or route they name; and a reloaded file
 //! that cannot work leaves the running rules in place.
 
+mod common;
+
+use common::http::policy;
+
 #[path = "../examples/reload.rs"]
 #[allow(dead_code)]
 mod reload_example;
@@ -39,14 +43,6 @@ fn errors(toml: &str) -> Vec<String> {
         .from_toml(toml, "rules.toml", builder())
         .unwrap_err();
     err.problems().map(str::to_owned).collect()
-}
-
-fn policy(res: &Response<impl Sized>) -> String {
-    res.headers()
-        .get("ratelimit-policy")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn from(peer: &str) -> http::request::Builder {
