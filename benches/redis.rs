@@ -237,6 +237,7 @@ fn script() -> redis::Script {
         include_str!("../lua/gcra.lua"),
         include_str!("../lua/penalty.lua"),
         include_str!("../lua/batch.lua"),
+        include_str!("../lua/fast.lua"),
         include_str!("../lua/call.lua"),
         "return decide_call(KEYS, ARGV)\n",
     ))
