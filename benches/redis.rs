@@ -237,6 +237,7 @@ fn script() -> redis::Script {
         include_str!("../lua/gcra.lua"),
         include_str!("../lua/penalty.lua"),
         include_str!("../lua/batch.lua"),
+        include_str!("../lua/fast.lua"),
         include_str!("../lua/call.lua"),
         "return decide_call(KEYS, ARGV)\n",
     ))
@@ -366,11 +367,13 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                 let mut raw = raw.clone();
                 let key = key_of(t, i);
                 async move {
-                    let big = 1u64 << 30;
+                    // max_burst 2^30, 1,000,000 per second: never limited here, and an
+                    // emission interval (1 µs) redis-cell can hold in whole nanoseconds
+                    // (2^30 per second rounds to 0, which it refuses).
                     let reply: Vec<i64> = redis::cmd("CL.THROTTLE")
                         .arg(key)
-                        .arg(big)
-                        .arg(big)
+                        .arg(1u64 << 30)
+                        .arg(1_000_000)
                         .arg(1)
                         .query_async(&mut raw)
                         .await

@@ -2,7 +2,7 @@
 --
 -- The scripts are concatenated in this order (see src/store/redis/script.rs):
 --   prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua, token_bucket.lua,
---   leaky_bucket.lua, gcra.lua, penalty.lua, batch.lua, call.lua
+--   leaky_bucket.lua, gcra.lua, penalty.lua, batch.lua, fast.lua, call.lua
 -- and run as one chunk (a script whose last line calls decide_call, or the body of a
 -- function library's builder), so every file sees the locals declared before it.
 --

@@ -29,6 +29,7 @@ macro_rules! source {
             include_str!("../../../lua/gcra.lua"),
             include_str!("../../../lua/penalty.lua"),
             include_str!("../../../lua/batch.lua"),
+            include_str!("../../../lua/fast.lua"),
             include_str!("../../../lua/call.lua"),
             $($tail),*
         )

@@ -1,0 +1,231 @@
+-- The streamlined batch: the common case decided without the tables batch.lua builds.
+--
+-- A batch takes this path when it decides or peeks (mode 0 or 1), no other Cluster slot
+-- reserved it ahead (ARGV[5] = 0), and every rule is a plain one: no penalty, not a trial
+-- (shadow), not a leaky bucket (whose queue moves the instant a rule counts at), not a
+-- sliding log (whose state is a sorted set), and its stored state is absent, expired or its
+-- own configuration's (not another configuration's carried units). Then every rule counts
+-- the request at `now`, and the batch admits when every rule does. A batch that is denied
+-- in wait mode (max_wait > 0) goes back to batch.lua, which looks for a reservation; so
+-- does every other batch. Nothing is written before that choice is made, so the general
+-- path decides such a batch from the same state. What is decided and written is exactly
+-- what decide_batch decides and writes (tests/vectors.rs compares both with the Rust
+-- models).
+
+-- Rule configurations by their packed argument (thirteen doubles, see batch.lua's ARGV[6…]).
+-- Lua interns strings, so the lookup is a hash of a pointer; the coalesced batches of one
+-- call usually share their rules, and in a function library the table outlives the call.
+-- Costs are part of the argument, so the table is emptied once it holds `CONFIGS_MAX`.
+local configs = {}
+local config_count = 0
+local CONFIGS_MAX = 512
+
+local function config_of(packed)
+  local c = configs[packed]
+  if c then
+    return c
+  end
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+    struct.unpack('<ddddddddddddd', packed)
+  local model = built[code]
+  if not model then
+    model = models[code]()
+    built[code] = model
+  end
+  c = {
+    model = model,
+    cost = cost,
+    p1 = p1,
+    p2 = p2,
+    p3 = p3,
+    p4 = p4,
+    lock_for = lock_for,
+    after = after,
+    within = within,
+    fingerprint = fingerprint,
+    quota = quota,
+    -- Whether the rule may take this path at all; its stored state decides the rest.
+    plain = after == 0 and shadow == 0 and code ~= LEAKY_BUCKET and code ~= SLIDING_LOG,
+    -- The stored record's length in doubles (head, state, penalty) and its format.
+    length = model.fields + 6,
+    format = '<' .. string.rep('d', model.fields + 6),
+  }
+  if config_count >= CONFIGS_MAX then
+    configs, config_count = {}, 0
+  end
+  configs[packed] = c
+  config_count = config_count + 1
+  return c
+end
+
+-- The batch's rules, reused from batch to batch: per rule, its configuration, its state
+-- (nil when absent or expired), its penalty fields (kept as they are: a lock belongs to the
+-- name) and what its model says.
+local f_config, f_state, f_pen1, f_pen2, f_pen3, f_eval = {}, {}, {}, {}, {}, {}
+
+-- algorithm_evaluate for state that is this configuration's own or none.
+local function plain_evaluate(c, s, at, cost)
+  local model = c.model
+  local e
+  if not s then
+    e = model.evaluate(c, model.fresh(c, at), at, cost)
+  else
+    local settled = model.settled_at(c, s)
+    if settled <= at then
+      e = model.evaluate(c, s, at, cost)
+    else
+      local wait = settled - at
+      local later = model.evaluate(c, s, settled, cost)
+      local retry = wait
+      if not later.ok then
+        retry = later.wait and later.wait + wait
+      end
+      e = reject(retry, 0, later.reset + wait)
+    end
+  end
+  if cost == 0 and not e.ok then
+    return admit(0, e.remaining, e.reset)
+  end
+  return e
+end
+
+-- Decides the batch whose keys start after KEYS[k] and whose arguments start at ARGV[a]
+-- (its key count), at `time` (the call's TIME, or nil). Returns batch.lua's reply, or nil
+-- when the batch needs the general path (nothing written then).
+local function decide_plain(KEYS, k, ARGV, a, time)
+  local nrules = tonumber(ARGV[a + 1])
+  if tonumber(ARGV[a]) ~= nrules or tonumber(ARGV[a + 6]) ~= 0 then
+    return nil
+  end
+  local mode = tonumber(ARGV[a + 4])
+  if mode ~= 0 and mode ~= 1 then
+    return nil
+  end
+  for i = 1, nrules do
+    local c = config_of(ARGV[a + 6 + i])
+    if not c.plain then
+      return nil
+    end
+    f_config[i] = c
+  end
+  local now = ARGV[a + 2]
+  if now == '' then
+    now = time
+  else
+    now = tonumber(now)
+  end
+
+  local admitted = true
+  for i = 1, nrules do
+    local c = f_config[i]
+    local raw = redis.call('GET', KEYS[k + i])
+    local s, p1, p2, p3 = nil, 0, 0, 0
+    if raw then
+      local n = #raw / 8
+      if n == c.length then
+        local model = c.model
+        local t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
+        -- Fingerprints are never 0: 0 says the record holds no algorithm state.
+        local own = t1 == c.fingerprint
+        if not own and t1 ~= 0 then
+          return nil
+        end
+        -- The penalty fields are the record's last three.
+        local fields = model.fields
+        if fields == 1 then
+          p1, p2, p3 = t5, t6, t7
+          if own then
+            s = { t4 }
+          end
+        elseif fields == 2 then
+          p1, p2, p3 = t6, t7, t8
+          if own then
+            s = { t4, t5 }
+          end
+        else
+          p1, p2, p3 = t7, t8, t9
+          if own then
+            s = { t4, t5, t6 }
+          end
+        end
+        if s and model.expires_at(c, s) <= now then
+          s = nil
+        end
+      elseif n >= 6 and n == floor(n) then
+        -- Another length: another configuration's record, or bare penalty fields.
+        return nil
+      end
+    end
+    f_state[i], f_pen1[i], f_pen2[i], f_pen3[i] = s, p1, p2, p3
+    local e = plain_evaluate(c, s, now, c.cost)
+    f_eval[i] = e
+    if not e.ok then
+      admitted = false
+    end
+  end
+  if not admitted and mode == 0 and tonumber(ARGV[a + 3]) > 0 then
+    -- Wait mode: batch.lua looks for a reservation.
+    return nil
+  end
+
+  local slack = tonumber(ARGV[a + 5])
+  local reply = { admitted and 1 or 0, now, now }
+  local r = 3
+  for i = 1, nrules do
+    local c, e = f_config[i], f_eval[i]
+    local model = c.model
+    local outcome, value, remaining, reset, mark = 0, 0, 0, 0, 0
+    if admitted then
+      if mode == 0 and c.cost > 0 then
+        local s = f_state[i]
+        if not s then
+          s = model.fresh(c, now)
+        end
+        model.apply(c, s, now, c.cost)
+        local expires_at = model.expires_at(c, s)
+        local p1 = f_pen1[i]
+        local keep = max(p1, expires_at)
+        local packed
+        local fields = model.fields
+        if fields == 1 then
+          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], p1, f_pen2[i], f_pen3[i])
+        elseif fields == 2 then
+          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+        else
+          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+        end
+        if keep > now then
+          redis.call('SET', KEYS[k + i], packed, 'PX', int(cdiv(keep - now, 1000) + slack))
+        else
+          redis.call('DEL', KEYS[k + i])
+        end
+        if model.mark then
+          mark = model.mark(c, s, now, e.wait)
+        end
+      end
+      value = e.wait
+      if value > 0 then
+        outcome = 1
+      end
+      remaining, reset = e.remaining, e.reset
+    else
+      if e.ok then
+        outcome, value = 0, 0
+      elseif e.wait == nil then
+        outcome, value = 4, 0
+      else
+        outcome, value = 2, e.wait
+      end
+      local info = plain_evaluate(c, f_state[i], now, 0)
+      remaining, reset = info.remaining, info.reset
+    end
+    reply[r + 1] = outcome
+    reply[r + 2] = value
+    reply[r + 3] = remaining
+    reply[r + 4] = reset
+    reply[r + 5] = mark
+    reply[r + 6] = admitted and now or 0
+    r = r + 6
+  end
+  return reply
+end
