@@ -142,8 +142,6 @@ pub trait Store: Send + Sync + 'static {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
-    /// What `check` would say for one item, without consuming anything or counting a
-    /// denial.
     /// Decides `batch` at once, without a future, when this store can (an in-process store
     /// can; a networked one cannot): the same decision [`check`](Self::check) would give,
     /// or `None` when the caller must await `check` instead. [`Limiter::check_one`] takes
@@ -160,6 +158,8 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What `check` would say for one item, without consuming anything or counting a
+    /// denial.
     fn peek(
         &self,
         check: Check<'_>,
