@@ -156,8 +156,15 @@ impl<S: Store> Limiter<S> {
         rule: &Rule,
         key: impl AsRef<[u8]>,
     ) -> Result<Outcome, StoreError> {
-        self.reserve(&[Check::new(rule, key.as_ref())], Duration::ZERO)
-            .await
+        let key = key.as_ref();
+        let batch = [Check::new(rule, key)];
+        if !needs_digest(key) {
+            // A store that decides at once (MemoryStore) skips the nested futures.
+            if let Some(outcome) = self.store.check_now(&batch, Duration::ZERO) {
+                return outcome;
+            }
+        }
+        self.reserve(&batch, Duration::ZERO).await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
@@ -260,6 +267,25 @@ mod tests {
 
     /// A hand-built rule that cannot work is refused by every entry point, naming the rule,
     /// and never decided with its placeholder.
+    /// The synchronous path `check_one` takes on a MemoryStore decides as `check` does:
+    /// the same admissions, the same refusal once the limit is spent.
+    #[tokio::test(flavor = "current_thread")]
+    async fn check_now_decides_as_check_does() {
+        let store = crate::MemoryStore::with_clock(crate::ManualClock::new(0));
+        let rule = Rule::fixed_window("r", 2, Duration::from_secs(60));
+        let batch = [Check::new(&rule, b"k")];
+        let now = store.check_now(&batch, Duration::ZERO).unwrap().unwrap();
+        assert!(now.is_admitted());
+        assert!(store
+            .check(&batch, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_admitted());
+        let refused = store.check_now(&batch, Duration::ZERO).unwrap().unwrap();
+        assert!(!refused.is_admitted());
+        assert_eq!(refused, store.check(&batch, Duration::ZERO).await.unwrap());
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn an_invalid_rule_is_refused_not_decided() {
         let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));

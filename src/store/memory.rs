@@ -550,6 +550,14 @@ impl Store for MemoryStore {
         std::future::ready(self.decide(batch, duration_to_micros(max_wait)))
     }
 
+    fn check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        Some(self.decide(batch, duration_to_micros(max_wait)))
+    }
+
     fn peek(
         &self,
         check: Check<'_>,

@@ -142,6 +142,22 @@ pub trait Store: Send + Sync + 'static {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
+    /// Decides `batch` at once, without a future, when this store can (an in-process store
+    /// can; a networked one cannot): the same decision [`check`](Self::check) would give,
+    /// or `None` when the caller must await `check` instead. [`Limiter::check_one`] takes
+    /// this path, so a single-rule decision on a [`MemoryStore`] does not go through nested
+    /// futures. The default returns `None`.
+    ///
+    /// [`Limiter::check_one`]: crate::Limiter::check_one
+    fn check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let _ = (batch, max_wait);
+        None
+    }
+
     /// What `check` would say for one item, without consuming anything or counting a
     /// denial.
     fn peek(
