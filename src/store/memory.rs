@@ -12,7 +12,7 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
-use crate::batch::{self, Entry};
+use crate::batch::{self, Entry, Evaluated};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
 use crate::decision::{Outcome, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
@@ -212,59 +212,47 @@ impl MemoryStore {
         let hash = shared.hash(check.rule.name(), check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(&mut [&mut shard]);
-        let (rule, taken, admitted) = match shard
+        let entry = shard
             .map
             .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(check))
-        {
-            RawEntryMut::Occupied(o) => {
-                let slot = o.into_mut();
-                let (item, admitted) = decide_item(check, Some(&slot.entry), now, max_wait);
-                let item_admitted = batch::admitted(&item, admitted);
-                let mut taken = Taken {
-                    at: item.counted_at(),
-                    mark: 0,
-                };
-                let rule = if batch::writes(check, &item, item_admitted) {
-                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
-                    if item_admitted {
-                        taken.mark = batch::mark(check, &slot.entry, &item);
-                    }
-                    slot.expires_at = slot.entry.expires_at(check.rule);
-                    rule
-                } else {
-                    batch::report(check, Some(&slot.entry), now, &item, item_admitted)
-                };
-                (rule, taken, admitted)
+            .from_hash(hash, |k| k.matches(check));
+        let existing = match &entry {
+            RawEntryMut::Occupied(o) => Some(&o.get().entry),
+            RawEntryMut::Vacant(_) => None,
+        };
+        let (item, admitted) = decide_item(check, existing, now, max_wait);
+        let item_admitted = batch::admitted(&item, admitted);
+        let mut taken = Taken {
+            at: item.counted_at(),
+            mark: 0,
+        };
+        let rule = if batch::writes(check, &item, item_admitted) {
+            let (slot, created) = match entry {
+                RawEntryMut::Occupied(o) => (o.into_mut(), false),
+                RawEntryMut::Vacant(v) => {
+                    let key = StoreKey::new(check.rule.name(), check.key);
+                    let slot = Slot {
+                        entry: Entry::default(),
+                        expires_at: 0,
+                    };
+                    (v.insert_hashed_nocheck(hash, key, slot).1, true)
+                }
+            };
+            let rule = write(
+                check,
+                &mut slot.entry,
+                now,
+                &item,
+                item_admitted,
+                &mut taken,
+            );
+            slot.expires_at = slot.entry.expires_at(check.rule);
+            if created {
+                shard.sweep_if_grown(now);
             }
-            RawEntryMut::Vacant(v) => {
-                let (item, admitted) = decide_item(check, None, now, max_wait);
-                let item_admitted = batch::admitted(&item, admitted);
-                let mut taken = Taken {
-                    at: item.counted_at(),
-                    mark: 0,
-                };
-                let rule = if batch::writes(check, &item, item_admitted) {
-                    let (_, slot) = v.insert_hashed_nocheck(
-                        hash,
-                        StoreKey::new(check.rule.name(), check.key),
-                        Slot {
-                            entry: Entry::default(),
-                            expires_at: 0,
-                        },
-                    );
-                    let rule = batch::commit(check, &mut slot.entry, now, &item, item_admitted);
-                    if item_admitted {
-                        taken.mark = batch::mark(check, &slot.entry, &item);
-                    }
-                    slot.expires_at = slot.entry.expires_at(check.rule);
-                    shard.sweep_if_grown(now);
-                    rule
-                } else {
-                    batch::report(check, None, now, &item, item_admitted)
-                };
-                (rule, taken, admitted)
-            }
+            rule
+        } else {
+            batch::report(check, existing, now, &item, item_admitted)
         };
         drop(shard);
         let mut rules = RuleOutcomes::new();
@@ -352,11 +340,7 @@ impl MemoryStore {
                     };
                     let outcome = if batch::writes(check, item, admitted) {
                         shard.update(hash, check, now, |entry| {
-                            let outcome = batch::commit(check, entry, now, item, admitted);
-                            if admitted {
-                                taken.mark = batch::mark(check, entry, item);
-                            }
-                            outcome
+                            write(check, entry, now, item, admitted, &mut taken)
                         })
                     } else {
                         batch::report(check, shard.get(hash, check), now, item, admitted)
@@ -433,6 +417,23 @@ fn guard_for<'a, 'g>(
     let slot = guards.iter_mut().find(|(i, _)| *i == shard);
     // Every shard of the batch was locked above.
     &mut slot.expect("shard of a batch item is locked").1
+}
+
+/// Commits an item's decision into its entry, and notes in `taken` what a refund of an
+/// admitted item needs (its mark).
+fn write(
+    check: &Check<'_>,
+    entry: &mut Entry,
+    now: u64,
+    item: &Evaluated,
+    admitted: bool,
+    taken: &mut Taken,
+) -> RuleOutcome {
+    let outcome = batch::commit(check, entry, now, item, admitted);
+    if admitted {
+        taken.mark = batch::mark(check, entry, item);
+    }
+    outcome
 }
 
 /// Steps 1 and 2 of [`batch`] for a batch of one on `entry`: the item as decided (at now,
