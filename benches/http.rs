@@ -66,8 +66,19 @@ fn tight() -> Rule {
 }
 
 fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor) -> RateLimitLayer {
+    tollgate_headers(rule, key, true)
+}
+
+/// With `headers_on_allowed(false)`: like for like with tower_governor's default, which
+/// sends no rate-limit headers on admitted responses.
+fn tollgate_headers(
+    rule: Rule,
+    key: impl tollgate::key::KeyExtractor,
+    on_allowed: bool,
+) -> RateLimitLayer {
     RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(rule, key))
+        .headers_on_allowed(on_allowed)
         .build()
         .expect("a valid layer")
 }
@@ -95,6 +106,11 @@ fn cases() -> Vec<Case> {
             name: "tollgate, peer IP",
             expect: Expect::Admitted,
             app: hello().layer(tollgate(roomy(), key::peer_ip())),
+        },
+        Case {
+            name: "tollgate, peer IP, no headers",
+            expect: Expect::Admitted,
+            app: hello().layer(tollgate_headers(roomy(), key::peer_ip(), false)),
         },
         Case {
             name: "tollgate, header",
