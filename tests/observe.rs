@@ -20,6 +20,18 @@ type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Inf
 const USER: &str = "alice@example.com";
 const IP: &str = "203.0.113.77";
 
+/// The tests of this file run one at a time: `tracing` caches whether a callsite is
+/// enabled, and a test driving the layer with no subscriber on another thread while the
+/// span test's subscriber is being installed can leave the `rate_limit` span disabled for
+/// it (seen under load in CI).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn service<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
     let svc =
         ServiceBuilder::new()
@@ -138,6 +150,7 @@ impl std::io::Write for Sink {
 
 #[test]
 fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
+    let _serial = serial();
     let sink = Sink::default();
     let writer = sink.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -190,6 +203,7 @@ fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
 /// The `on_decision` hook sees the store's latency, measured because it is there.
 #[test]
 fn the_hook_sees_the_store_latency() {
+    let _serial = serial();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let layer = RateLimitLayer::builder(limiter())
@@ -279,6 +293,7 @@ mod metrics_feature {
 
     #[test]
     fn decisions_are_counted_by_rule_and_outcome_and_no_key_is_a_label() {
+        let _serial = super::serial();
         let recorder = DebuggingRecorder::new();
         let statuses = metrics::with_local_recorder(&recorder, || run(drive(&service(layer()))));
         assert_eq!(statuses, EXPECTED);
@@ -354,6 +369,7 @@ mod metrics_feature {
 
     #[test]
     fn a_failed_store_is_counted_per_rule() {
+        let _serial = super::serial();
         let recorder = DebuggingRecorder::new();
         let layer = RateLimitLayer::builder(Limiter::new(Down))
             .limit(Limit::new(
@@ -373,6 +389,7 @@ mod metrics_feature {
     /// Requests held for a leaky bucket's delay show in the gauge while held.
     #[test]
     fn held_requests_are_a_gauge() {
+        let _serial = super::serial();
         let recorder = DebuggingRecorder::new();
         let layer = RateLimitLayer::builder(limiter())
             .limit(Limit::new(
