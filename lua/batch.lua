@@ -66,48 +66,57 @@ local function held(r, at)
   return 0
 end
 
--- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
-local function algorithm_evaluate(r, at, cost)
-  local model, c, s = r.model, r, r.state
-  local e
-  local units = held(r, at)
-  if units > 0 then
-    -- Algorithm::evaluate_carried: the other configuration's units count as this one's
-    -- and are held until its state would be empty, so a request that does not fit waits
-    -- exactly until then.
-    local adopted = model.fresh(c, at)
-    model.apply(c, adopted, at, units)
-    e = model.evaluate(c, adopted, at, cost)
-    local held_for = r.carried.empty_at - at
-    if not e.ok and e.wait ~= nil then
-      e = reject(held_for, e.remaining, held_for)
-    elseif not (e.ok and cost > 0) then
-      e.reset = held_for
-    end
-  elseif not is_live(r, at) then
-    e = model.evaluate(c, model.fresh(c, at), at, cost)
-  else
-    local settled = model.settled_at(c, s)
-    if settled <= at then
-      e = model.evaluate(c, s, at, cost)
-    else
-      -- A reservation holds the state until `settled`: nothing is admitted before then,
-      -- and what would be admitted then is a retry for now.
-      local wait = settled - at
-      local later = model.evaluate(c, s, settled, cost)
-      local retry = wait
-      if not later.ok then
-        retry = later.wait and later.wait + wait
-      end
-      e = reject(retry, 0, later.reset + wait)
-    end
-  end
-  -- A cost of 0 asks for nothing and passes, even where reservations took more than is
-  -- left now.
+-- A cost of 0 asks for nothing and passes, even where reservations took more than is
+-- left now.
+local function free_passes(cost, e)
   if cost == 0 and not e.ok then
     return admit(0, e.remaining, e.reset)
   end
   return e
+end
+
+-- Algorithm::evaluate for a state that is the configuration's own, or none (`s` nil: a
+-- fresh one). Shared with the streamlined path (fast.lua).
+local function own_evaluate(c, s, at, cost)
+  local model = c.model
+  if not s then
+    return free_passes(cost, model.evaluate(c, model.fresh(c, at), at, cost))
+  end
+  local settled = model.settled_at(c, s)
+  if settled <= at then
+    return free_passes(cost, model.evaluate(c, s, at, cost))
+  end
+  -- A reservation holds the state until `settled`: nothing is admitted before then,
+  -- and what would be admitted then is a retry for now.
+  local wait = settled - at
+  local later = model.evaluate(c, s, settled, cost)
+  local retry = wait
+  if not later.ok then
+    retry = later.wait and later.wait + wait
+  end
+  return free_passes(cost, reject(retry, 0, later.reset + wait))
+end
+
+-- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
+local function algorithm_evaluate(r, at, cost)
+  local units = held(r, at)
+  if units == 0 then
+    return own_evaluate(r, is_live(r, at) and r.state or nil, at, cost)
+  end
+  -- Algorithm::evaluate_carried: the other configuration's units count as this one's
+  -- and are held until its state would be empty, so a request that does not fit waits
+  -- exactly until then.
+  local model = r.model
+  local adopted = model.fresh(r, at)
+  model.apply(r, adopted, at, units)
+  local e = model.evaluate(r, adopted, at, cost)
+  local held_for = r.carried.empty_at - at
+  if not e.ok and e.wait ~= nil then
+    e = reject(held_for, e.remaining, held_for)
+  elseif not (e.ok and cost > 0) then
+    e.reset = held_for
+  end
+  return free_passes(cost, e)
 end
 
 -- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.

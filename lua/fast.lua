@@ -63,32 +63,6 @@ end
 -- name) and what its model says.
 local f_config, f_state, f_pen1, f_pen2, f_pen3, f_eval = {}, {}, {}, {}, {}, {}
 
--- algorithm_evaluate for state that is this configuration's own or none.
-local function plain_evaluate(c, s, at, cost)
-  local model = c.model
-  local e
-  if not s then
-    e = model.evaluate(c, model.fresh(c, at), at, cost)
-  else
-    local settled = model.settled_at(c, s)
-    if settled <= at then
-      e = model.evaluate(c, s, at, cost)
-    else
-      local wait = settled - at
-      local later = model.evaluate(c, s, settled, cost)
-      local retry = wait
-      if not later.ok then
-        retry = later.wait and later.wait + wait
-      end
-      e = reject(retry, 0, later.reset + wait)
-    end
-  end
-  if cost == 0 and not e.ok then
-    return admit(0, e.remaining, e.reset)
-  end
-  return e
-end
-
 -- Decides the batch whose keys start after KEYS[k] and whose arguments start at ARGV[a]
 -- (its key count), at `time` (the call's TIME, or nil). Returns batch.lua's reply, or nil
 -- when the batch needs the general path (nothing written then).
@@ -157,7 +131,7 @@ local function decide_plain(KEYS, k, ARGV, a, time)
       end
     end
     f_state[i], f_pen1[i], f_pen2[i], f_pen3[i] = s, p1, p2, p3
-    local e = plain_evaluate(c, s, now, c.cost)
+    local e = own_evaluate(c, s, now, c.cost)
     f_eval[i] = e
     if not e.ok then
       admitted = false
@@ -216,7 +190,7 @@ local function decide_plain(KEYS, k, ARGV, a, time)
       else
         outcome, value = 2, e.wait
       end
-      local info = plain_evaluate(c, f_state[i], now, 0)
+      local info = own_evaluate(c, f_state[i], now, 0)
       remaining, reset = info.remaining, info.reset
     end
     reply[r + 1] = outcome
