@@ -37,7 +37,9 @@
 --   queue does not move it), now, then per rule six integers: outcome (0 allow, 1 delay,
 --   2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry µs), remaining,
 --   reset µs, the admission's refund mark (0 if none), and the instant the rule counted the
---   request at (0 if not admitted).
+--   request at (0 if not admitted; -1 if pending: a rule on another key than the leaky
+--   bucket that holds the request, evaluated at the batch's release and counted only when
+--   the request is released, batch::evaluate).
 --
 -- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
@@ -144,12 +146,16 @@ end
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
 -- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
 -- rules on one key count it at that key's release, except the leaky bucket whose own queue
--- holds it until then: that one counts it on arrival.
+-- holds it until then: that one counts it on arrival. A rule whose key releases it before
+-- the batch does (the latest release) is pending: evaluated at the batch's release, counted
+-- only when the request is released.
 local function evaluate_at(arrival)
   local reserved = max(arrival, release_floor)
   local releases = {}
+  local last = reserved
   for i = 1, #rules do
     releases[i] = released_at(rules[i], reserved)
+    last = max(last, releases[i])
   end
   local items = { reserved = reserved }
   for i = 1, #rules do
@@ -160,15 +166,18 @@ local function evaluate_at(arrival)
         release = max(release, releases[j])
       end
     end
+    local pending = releases[i] == reserved and release < last and r.cost > 0 and not r.shadow
     local at = release
-    if releases[i] == release then
+    if pending then
+      at = last
+    elseif releases[i] == release then
       at = reserved
     end
     local locked = nil
     if r.after > 0 then
       locked = locked_for(r.pen, arrival)
     end
-    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow }
+    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending }
   end
   return items
 end
@@ -454,7 +463,7 @@ local function decide_batch(KEYS, ARGV)
     local mark = 0
     if mode ~= 1 then
       if admitted then
-        if r.cost > 0 then
+        if r.cost > 0 and not item.pending then
           if not r.carried then
             if not is_live(r, item.at) then
               r.state = r.model.fresh(r, item.at)
@@ -517,7 +526,13 @@ local function decide_batch(KEYS, ARGV)
     reply[#reply + 1] = remaining
     reply[#reply + 1] = reset
     reply[#reply + 1] = mark
-    reply[#reply + 1] = admitted and item.at or 0
+    if not admitted then
+      reply[#reply + 1] = 0
+    elseif item.pending then
+      reply[#reply + 1] = -1
+    else
+      reply[#reply + 1] = item.at
+    end
   end
   return reply
 end

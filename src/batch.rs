@@ -10,10 +10,13 @@
 //! takes the batch's part when it admits on its own, and a denied item's part (nothing
 //! consumed, the penalty counted) when it does not.
 //!
-//! Every rule counts the request at the instant it passes on its key: the batch's arrival
-//! (now, or the reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
-//! reservations), or later where a leaky bucket on the same key holds it in its queue. A
-//! leaky bucket's delay moves no rule on another key (see [`release`]).
+//! Every rule counts the request at the instant it passes: the batch's arrival (now, or the
+//! reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
+//! reservations), or later where a leaky bucket holds it in its queue. The rules on the
+//! bucket's own key count it at the release; the rules on other keys are pending: checked
+//! now at the release, counted when the request is released
+//! ([`Limiter::confirm`](crate::Limiter::confirm)), so one client's queue never dates a
+//! shared state in the future (see [`evaluate`]).
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
 
@@ -88,6 +91,10 @@ pub(crate) struct Evaluated {
     arrival: u64,
     /// A trial item: it never denies or delays the batch.
     shadow: bool,
+    /// Counted only when the request passes: a rule on a key that releases the request
+    /// before the batch does (see [`evaluate`]), evaluated here at the batch's release and
+    /// left unwritten until the caller confirms it then.
+    pending: bool,
 }
 
 impl Evaluated {
@@ -142,14 +149,10 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
 /// The release of a key is the latest of these over the items on that key (see
 /// [`key_release`]): the rules on that key count the request there, so a fixed window
 /// beside the client's own queue never counts the request in a window it does not pass in.
-/// Rules on other keys (a global or per-tenant limit) count it on arrival: a state dated at
-/// a future release admits nothing before then, so dating a shared state by one client's
-/// queue would close it to every other client until the request leaves
-/// (`tests/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`). The
-/// client's own key is already held by its queue. What that leaves: a rule on another key
-/// than the leaky bucket may count a shaped request in the window it arrives in rather than
-/// the one it passes in (at most the bucket's queue per window boundary). A wait-mode
-/// reservation moves every rule of its batch to the reserved instant (its arrival).
+/// Rules on other keys (a global or per-tenant limit) wait for the batch's release, the
+/// latest over its keys, without closing their state before then: they are pending (see
+/// [`evaluate`]). A wait-mode reservation moves every rule of its batch to the reserved
+/// instant (its arrival).
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
         (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
@@ -177,17 +180,30 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
-/// at `arrival` that its key releases at `release` (see [`key_release`]).
+/// at `arrival` that its key releases at `release` (see [`key_release`]) and the batch at
+/// `batch_release` (the latest release over every key).
 ///
 /// The rule counts the request at the release, unless it is a leaky bucket whose own queue
 /// holds the request until then: that one counts it on arrival, its delay being its queue.
+/// A rule whose key releases the request before the batch does (a global or per-tenant
+/// limit beside one client's queue) is *pending*: counting it at the batch's release would
+/// date a shared state in the future and close it to every other client until then
+/// (`tests/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`), counting it
+/// on arrival would count the request in a window it does not pass in. So it is evaluated
+/// at the batch's release, changing nothing, and counted when the request is released
+/// ([`Limiter::confirm`](crate::Limiter::confirm)).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
     arrival: u64,
     release: u64,
+    batch_release: u64,
 ) -> Evaluated {
-    let at = if self::release(check, entry, arrival) == release {
+    let own = self::release(check, entry, arrival);
+    let pending = own == arrival && release < batch_release && check.cost > 0 && !check.shadow;
+    let at = if pending {
+        batch_release
+    } else if own == release {
         arrival
     } else {
         release
@@ -202,13 +218,25 @@ pub(crate) fn evaluate(
         at,
         arrival,
         shadow: check.shadow,
+        pending,
     }
+}
+
+/// [`evaluate`] for a batch of one, whose key and batch release are the rule's own.
+pub(crate) fn evaluate_alone(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> Evaluated {
+    let release = release(check, entry, arrival);
+    evaluate(check, entry, arrival, release, release)
 }
 
 impl Evaluated {
     /// The instant the rule counts the request at: what a refund of its admission needs.
     pub(crate) fn counted_at(&self) -> u64 {
         self.at
+    }
+
+    /// Whether the rule is counted only when the request is released (see [`evaluate`]).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending
     }
 }
 
@@ -263,7 +291,7 @@ pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
 /// avoid creating entries for keys that stay empty).
 pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> bool {
     if admitted {
-        check.cost > 0
+        check.cost > 0 && !item.pending
     } else {
         item.counts_for_penalty() && check.rule.penalty().is_some()
     }

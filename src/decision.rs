@@ -95,6 +95,15 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
+    /// Whether the request is delayed with rules still to count it when it is released:
+    /// rules on other keys than the leaky bucket that shapes it (see
+    /// [`Store::check`](crate::store::Store::check)). Hold the request for the delay, then
+    /// call [`Limiter::confirm`](crate::Limiter::confirm), which counts them and says
+    /// whether it may pass.
+    pub fn needs_confirmation(&self) -> bool {
+        self.admission.as_ref().is_some_and(|a| a.is_pending())
+    }
+
     /// Index of the rule that decided a denial (the one with the longest wait), if denied.
     pub fn deciding_rule(&self) -> Option<usize> {
         let Decision::Deny(batch) = self.decision else {

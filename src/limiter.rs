@@ -6,7 +6,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
 
-use crate::decision::{Outcome, RuleOutcome};
+use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Health, Store};
 use crate::Rule;
@@ -148,6 +148,101 @@ impl<S: Store> Limiter<S> {
         };
         let hashed = with_keys(batch, &keys);
         self.store.refund(&hashed, admission).await
+    }
+
+    /// Finishes a held request at its release: counts the rules its batch left to the
+    /// release (an outcome that [`needs_confirmation`](Outcome::needs_confirmation): rules
+    /// on other keys than the leaky bucket that delays it) and says what the request gets
+    /// now. `batch` exactly as it was checked, `held` the outcome
+    /// [`check`](Self::check) or [`reserve`](Self::reserve) gave it, `max_wait` as given
+    /// there (zero for `check`). Call it once, when the delay is over. The tower layer does
+    /// this on its own for the requests it holds.
+    ///
+    /// The answer is [`Decision::Allow`] (pass now: every rule has counted it),
+    /// [`Decision::Delay`] (a pending rule reserved a later slot within `max_wait`: hold
+    /// the request again, then confirm that outcome), or [`Decision::Deny`] (other requests
+    /// took the pending rules' room during the hold: the units the other rules of the batch
+    /// took are given back). An outcome with nothing pending comes back as it was, its delay
+    /// served.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clock = ManualClock::new(1_200_000_000_000);
+    /// let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+    /// // Each user's requests leave one a second; 100 requests a minute in all.
+    /// let queue = Rule::leaky_bucket("per-user", 5, Rate::per_second(1));
+    /// let global = Rule::fixed_window("global", 100, Duration::from_secs(60));
+    /// let batch = [Check::new(&queue, b"alice"), Check::new(&global, b"all")];
+    ///
+    /// assert_eq!(limiter.check(&batch).await?.decision, Decision::Allow);
+    /// let held = limiter.check(&batch).await?;
+    /// assert_eq!(held.decision, Decision::Delay(Duration::from_secs(1)));
+    /// // The global window counts the request when it passes, not while it queues.
+    /// assert!(held.needs_confirmation());
+    ///
+    /// clock.advance(Duration::from_secs(1));
+    /// let now = limiter.confirm(&batch, &held, Duration::ZERO).await?;
+    /// assert_eq!(now.decision, Decision::Allow);
+    /// assert_eq!(now.rules[1].info.remaining, 98);
+    /// # Ok(()) }
+    /// ```
+    pub async fn confirm(
+        &self,
+        batch: &[Check<'_>],
+        held: &Outcome,
+        max_wait: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let mut outcome = held.clone();
+        // The hold is over: the rules that counted the request at its release pass it now.
+        for rule in outcome.rules.iter_mut() {
+            if matches!(rule.decision, Decision::Delay(_)) {
+                rule.decision = Decision::Allow;
+            }
+        }
+        let Some(admission) = held.admission.as_ref().filter(|a| a.is_pending()) else {
+            if outcome.decision.is_admitted() {
+                outcome.decision = Decision::Allow;
+            }
+            return Ok(outcome);
+        };
+        let pending: SmallVec<[usize; 4]> = admission.pending().collect();
+        let rest: SmallVec<[Check<'_>; 4]> = pending
+            .iter()
+            .filter_map(|&i| batch.get(i).copied())
+            .collect();
+        if rest.len() != pending.len() {
+            return Err(StoreError::InvalidBatch(
+                "confirm: the batch is not the one that was checked".into(),
+            ));
+        }
+        let now = self.reserve(&rest, max_wait).await?;
+        for (&i, rule) in pending.iter().zip(&now.rules) {
+            outcome.rules[i] = *rule;
+        }
+        match &now.admission {
+            Some(taken) => {
+                let mut merged = admission.clone();
+                for (k, &i) in pending.iter().enumerate() {
+                    merged.taken[i] = taken.taken(k);
+                }
+                outcome.admission = Some(merged);
+            }
+            None => {
+                // Denied at the release: give back what the other rules took for it.
+                if let Err(error) = self.refund(batch, admission).await {
+                    tracing::warn!(%error, "could not give back the units of a request denied at its release");
+                }
+                outcome.admission = None;
+            }
+        }
+        let admission = outcome.admission.take();
+        outcome = crate::batch::combine(outcome.rules, |i| batch.get(i).is_some_and(|c| c.shadow));
+        outcome.admission = admission;
+        Ok(outcome)
     }
 
     /// Decides one rule for `key` at the rule's default cost.

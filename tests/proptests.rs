@@ -177,7 +177,9 @@ fn denial(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
 /// never) decides; an admitted batch applies each item (a cost of 0 consumes nothing) at
 /// the instant the request passes on its key: the leaky bucket whose queue on that key
 /// drains last counts it on arrival and holds it until then, every other rule on that key
-/// counts it then; rules on keys without a queue count it on arrival.
+/// counts it then. The rules on keys the batch releases earlier (the other keys of a batch
+/// whose queue holds it) are pending: evaluated at the batch's release and not applied
+/// (`Limiter::confirm` counts them then).
 /// Penalties are not modelled: the properties use rules without them.
 #[derive(Default)]
 struct Reference {
@@ -213,11 +215,19 @@ impl Reference {
                 .map(lets_go)
                 .fold(now, u64::max)
         };
+        let last = items.iter().map(|i| release(i.1)).fold(now, u64::max);
+        let pending: Vec<bool> = items
+            .iter()
+            .map(|item| lets_go(item) == now && release(item.1) < last && item.2 > 0)
+            .collect();
         let counted_at: Vec<u64> = items
             .iter()
-            .map(|item| {
+            .zip(&pending)
+            .map(|(item, &pending)| {
                 let release = release(item.1);
-                if lets_go(item) == release {
+                if pending {
+                    last
+                } else if lets_go(item) == release {
                     now
                 } else {
                     release
@@ -274,8 +284,8 @@ impl Reference {
             outcomes.push(outcome);
         }
         if admitted {
-            for (&(r, k, c), &at) in items.iter().zip(&counted_at) {
-                if c > 0 {
+            for ((&(r, k, c), &at), &pending) in items.iter().zip(&counted_at).zip(&pending) {
+                if c > 0 && !pending {
                     let state = self.states.entry((r, k)).or_default();
                     rules[r].algorithm().apply(state, at, c);
                 }

@@ -138,6 +138,41 @@ async fn a_leaky_bucket_gives_back_only_what_is_still_queued<S: Store>(
     );
 }
 
+/// A leaky bucket tells each queued request when it leaves: giving back the units of one
+/// with another queued behind it would let the next request leave with the last one (two
+/// at once from a queue that lets one out every 10 s). Only the queue's last admission can
+/// go back.
+async fn a_leaky_bucket_gives_back_only_the_end_of_its_queue<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rule = Rule::leaky_bucket("lb3", 4, per_10s());
+    let batch = [Check::new(&rule, b"a")];
+    clock.set_micros(T0 + 1_000_000);
+    assert_eq!(
+        limiter.check(&batch).await.unwrap().decision,
+        Decision::Allow
+    );
+    let second = limiter.check(&batch).await.unwrap();
+    assert_eq!(second.decision, Decision::Delay(10 * S));
+    let third = limiter.check(&batch).await.unwrap();
+    assert_eq!(third.decision, Decision::Delay(20 * S));
+    // The second's units stay taken: the third leaves at 20 s whatever happens.
+    limiter
+        .refund(&batch, second.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    let fourth = limiter.check(&batch).await.unwrap();
+    assert_eq!(fourth.decision, Decision::Delay(30 * S), "{fourth:?}");
+    // The last one's go back: the next request takes its place.
+    limiter
+        .refund(&batch, fourth.admission.as_ref().unwrap())
+        .await
+        .unwrap();
+    let fifth = limiter.check(&batch).await.unwrap();
+    assert_eq!(fifth.decision, Decision::Delay(30 * S), "{fifth:?}");
+}
+
 /// Counting algorithms: a refund takes back exactly its own units, whatever else was admitted
 /// since.
 async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
@@ -193,9 +228,9 @@ async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
 }
 
 /// A batch beside a leaky bucket: the rules on the bucket's key counted the request when it
-/// passes (the next minute), the rule on another key on arrival; a refund gives each back
-/// in the window it counted in, and so does a Cluster part refunded because a later slot
-/// denied.
+/// passes (the next minute), the rule on another key is left to the release (nothing to
+/// give back); a refund gives each back in the window it counted in, and so does a Cluster
+/// part refunded because a later slot denied.
 async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
@@ -226,7 +261,9 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
         .refund(&batch, held.admission.as_ref().unwrap())
         .await
         .unwrap();
-    // The shared window counted the request in this minute, and has it back.
+    // The shared window was left to the release: it has nothing to give back, and its
+    // minute is untouched.
+    assert!(held.needs_confirmation(), "{held:?}");
     let again = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
     assert_eq!(again.decision, Decision::Allow, "shared: {again:?}");
     // The client's rules counted it in the next minute (at 90 s), and have it back: the
@@ -239,13 +276,14 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     let entry = limiter.check(&[Check::new(&log, b"c")]).await.unwrap();
     assert_eq!(entry.decision, Decision::Allow, "sl5: {entry:?}");
 
-    // The shared window is now full: the batch is denied, and on a Cluster the client's
-    // slot, decided first, is refunded at the instants it counted at.
+    // The shared window is full where the request would pass: the batch is denied, and on
+    // a Cluster the client's slot, decided first, is refunded at the instants it counted at.
     let fresh = Rule::fixed_window("fw6", 1, minute);
-    clock.set_micros(start + 119_000_000);
+    clock.set_micros(start + 121_000_000);
     let fill = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
     assert_eq!(fill.decision, Decision::Allow, "shared: {fill:?}");
-    // The queue holds the next request past the minute: fw6 counts it at 159 s.
+    // The queue holds the next request 40 s: fw6 would count it at 161 s, the shared window
+    // at its release too, in the same full minute.
     let queued = limiter
         .check(&[Check::new(&queue, b"c").with_cost(4)])
         .await
@@ -258,7 +296,7 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     ];
     let outcome = limiter.check(&denied).await.unwrap();
     assert!(!outcome.is_admitted(), "{outcome:?}");
-    clock.set_micros(start + 120_000_000);
+    clock.set_micros(start + 122_000_000);
     let after = limiter.check(&[Check::new(&fresh, b"c")]).await.unwrap();
     assert_eq!(after.decision, Decision::Allow, "fw6: {after:?}");
 }
@@ -268,6 +306,7 @@ async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_refunded_reservation_goes_to_the_next_request(limiter, clock).await;
     a_refund_behind_a_later_admission_gives_nothing_back(limiter, clock).await;
     a_leaky_bucket_gives_back_only_what_is_still_queued(limiter, clock).await;
+    a_leaky_bucket_gives_back_only_the_end_of_its_queue(limiter, clock).await;
     a_counting_refund_takes_back_exactly_its_own(limiter, clock).await;
     a_bucket_refund_gives_back_its_own_units_at_any_rate(limiter, clock).await;
 }

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    Check, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+};
 
 const T0: u64 = 1_000_000_000;
 
@@ -158,10 +160,16 @@ fn batch_steps() -> impl Strategy<Value = Vec<BatchStep>> {
 /// it counts at each instant (`now` + the delay it reports: a leaky bucket's own queue; for
 /// the rules on a leaky bucket's key, the instant the request passes there, the longest
 /// delay on that key; for the rules on other keys, the reservation, which is one instant
-/// for all of them, across Cluster slots too): no
-/// fixed window and no window-long interval of the sliding log holds more than 4, and each
-/// leaky bucket lets units leave no faster than it drains (in any `[a, b]`, the units beside
-/// the largest are at most `(b − a) / period`).
+/// for all of them, across Cluster slots too, or, when a queue holds the request longer,
+/// the release, where they are confirmed as the layer does: `Limiter::confirm`, run when
+/// the clock reaches it). Only requests that pass count: one denied at its release counts
+/// nowhere. No fixed window and no window-long interval of the sliding log holds more than
+/// 4, and each leaky bucket lets units leave no faster than it drains (in any `[a, b]`, the
+/// units beside the largest are at most `(b − a) / period`).
+/// A request held to confirm at its release: (release, costs, max_wait, outcome, the
+/// instants its rules counted at so far).
+type Held = (u64, [u64; 4], u64, Outcome, [Option<u64>; 4]);
+
 async fn every_rule_counts_where_it_says<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
@@ -170,16 +178,81 @@ async fn every_rule_counts_where_it_says<S: Store>(
 ) -> Result<(), TestCaseError> {
     let rules = batch_rules();
     let mut passed: [Vec<(u64, u64)>; 4] = Default::default();
-    for &(advance, costs, wait) in steps {
-        clock.advance_micros(advance);
-        let now = clock.now_micros_for_test();
-        let batch: Vec<Check<'_>> = rules
+    let mut held: Vec<Held> = Vec::new();
+    let batch_of = |costs: [u64; 4]| -> Vec<Check<'_>> {
+        rules
             .iter()
             .zip(costs)
             .zip(keys)
             .filter(|((_, cost), _)| *cost > 0)
             .map(|((rule, cost), key)| Check::new(rule, key).with_cost(cost))
-            .collect();
+            .collect()
+    };
+    // Each rule's delay in `outcome` (indexed by rule, `None` if not in the batch).
+    let delays_of = |costs: [u64; 4], outcome: &Outcome| {
+        let mut delays = [None; 4];
+        let included = (0..4).filter(|&i| costs[i] > 0);
+        for (i, rule) in included.zip(&outcome.rules) {
+            delays[i] = Some(match rule.decision {
+                Decision::Delay(d) => d.as_micros() as u64,
+                _ => 0,
+            });
+        }
+        delays
+    };
+    let steps = steps.iter().map(Some).chain([None]);
+    for step in steps {
+        let target = match step {
+            Some(&(advance, _, _)) => clock.now_micros_for_test() + advance,
+            None => u64::MAX,
+        };
+        // The held requests released by then, in order.
+        while let Some(next) = held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.0 <= target)
+            .min_by_key(|(_, h)| h.0)
+            .map(|(i, _)| i)
+        {
+            let (release, costs, wait, outcome, mut counted) = held.remove(next);
+            clock.set_micros(release);
+            let batch = batch_of(costs);
+            let now = limiter
+                .confirm(&batch, &outcome, Duration::from_micros(wait))
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            if !now.is_admitted() {
+                continue;
+            }
+            let pending: Vec<usize> = outcome.admission.iter().flat_map(|a| a.pending()).collect();
+            let included: Vec<usize> = (0..4).filter(|&i| costs[i] > 0).collect();
+            for (k, &i) in included.iter().enumerate() {
+                if pending.contains(&k) {
+                    let delay = match now.rules[k].decision {
+                        Decision::Delay(d) => d.as_micros() as u64,
+                        _ => 0,
+                    };
+                    counted[i] = Some(release + delay);
+                }
+            }
+            if now.needs_confirmation() {
+                let d = match now.decision {
+                    Decision::Delay(d) => d.as_micros() as u64,
+                    _ => 0,
+                };
+                held.push((release + d, costs, wait, now, counted));
+            } else {
+                for i in 0..4 {
+                    if let Some(t) = counted[i] {
+                        passed[i].push((t, costs[i]));
+                    }
+                }
+            }
+        }
+        let Some(&(_, costs, wait)) = step else { break };
+        clock.set_micros(target);
+        let now = target;
+        let batch = batch_of(costs);
         if batch.is_empty() {
             continue;
         }
@@ -190,14 +263,7 @@ async fn every_rule_counts_where_it_says<S: Store>(
         if !outcome.is_admitted() {
             continue;
         }
-        let mut delays = [None; 4];
-        let included = (0..4).filter(|&i| costs[i] > 0);
-        for (i, rule) in included.zip(&outcome.rules) {
-            delays[i] = Some(match rule.decision {
-                Decision::Delay(d) => d.as_micros() as u64,
-                _ => 0,
-            });
-        }
+        let delays = delays_of(costs, &outcome);
         let mut reserved = None;
         for i in 2..4 {
             let Some(delay) = delays[i] else { continue };
@@ -207,13 +273,31 @@ async fn every_rule_counts_where_it_says<S: Store>(
                 let passes = on_key().filter_map(|j| delays[j]).max();
                 prop_assert_eq!(Some(delay), passes, "{} counts at its key's release", i);
             } else {
-                // The reservation: one instant for the batch, whatever the queues hold.
+                // The reservation, or the release where it is pending: one instant for the
+                // batch, whatever the queues hold.
                 prop_assert_eq!(*reserved.get_or_insert(delay), delay, "one reservation");
             }
         }
+        let mut counted = [None; 4];
         for i in 0..4 {
-            if let Some(delay) = delays[i] {
-                passed[i].push((now + delay, costs[i]));
+            counted[i] = delays[i].map(|d| now + d);
+        }
+        if outcome.needs_confirmation() {
+            let pending: Vec<usize> = outcome.admission.iter().flat_map(|a| a.pending()).collect();
+            let included: Vec<usize> = (0..4).filter(|&i| costs[i] > 0).collect();
+            for k in pending {
+                counted[included[k]] = None;
+            }
+            let d = match outcome.decision {
+                Decision::Delay(d) => d.as_micros() as u64,
+                _ => 0,
+            };
+            held.push((now + d, costs, wait, outcome, counted));
+            continue;
+        }
+        for i in 0..4 {
+            if let Some(t) = counted[i] {
+                passed[i].push((t, costs[i]));
             }
         }
     }

@@ -122,23 +122,26 @@ impl Model for LeakyBucket {
         };
     }
 
-    /// The instant the admission leaves the queue: until then, all its units are queued.
-    fn mark(&self, _s: &LevelState, at: u64, delay: u64) -> u64 {
-        at.saturating_add(delay)
+    /// The end of the queue right after the admission (the instant the queue is empty again
+    /// if nothing more joins): draining leaves it where it is, so while it has not moved,
+    /// nothing joined the queue behind this admission.
+    fn mark(&self, s: &LevelState, _at: u64, _delay: u64) -> u64 {
+        self.expires_at(s)
     }
 
-    /// Drains the units back out of the queue while they are all still in it (the queue is
-    /// first in, first out, so that is until the admission's own release, `mark`): then
-    /// the water queued before and after it is exactly what remains, whatever was admitted
-    /// since.
+    /// Drains the units back out of the queue while they are all still in it (until the
+    /// admission's own release) and nothing queued behind them (the queue's end is still
+    /// `mark`). Requests queued behind keep the release they were told, so taking water
+    /// from the middle of the queue would let a new request leave with the last of them:
+    /// their units stay taken instead.
     fn refund(&self, s: &mut LevelState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
-        if now.max(s.last) > mark {
+        let level = self.level(s, now);
+        let water = cost * self.pace.period_micros();
+        if self.expires_at(s) != mark || level < water {
             return false;
         }
         *s = LevelState {
-            level: self
-                .level(s, now)
-                .saturating_sub(cost * self.pace.period_micros()),
+            level: level - water,
             last: now.max(s.last),
         };
         true

@@ -93,4 +93,6 @@
 //!
 //! A [leaky bucket](crate::Rule::leaky_bucket) shapes traffic the same way in enforce mode:
 //! its admitted requests are held so that they leave evenly spaced, and a full queue is
-//! refused (nginx's `limit_req` without `nodelay`).
+//! refused (nginx's `limit_req` without `nodelay`). Rules on other keys in the same batch (a
+//! global limit beside a per-client queue) count a shaped request when it leaves the queue,
+//! not when it joins it: see [`Limiter::confirm`](crate::Limiter::confirm).

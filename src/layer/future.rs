@@ -59,13 +59,24 @@ pub(crate) struct ToHold {
     pub(crate) refund: Option<RefundFuture>,
     /// What it counts under for `max_held_per_key`: each (rule, key) that delays it.
     pub(crate) keys: SmallVec<[u64; 4]>,
+    /// For a batch with rules left to the release (`Outcome::needs_confirmation`): the
+    /// store call that counts them, run when the hold is over.
+    pub(crate) confirm: Option<Confirm>,
+}
+
+/// The confirmation of a held request at its release (`Limiter::confirm`), and the
+/// configuration to act on its answer with.
+pub(crate) struct Confirm {
+    pub(crate) check: CheckFuture,
+    pub(crate) config: Arc<Config>,
 }
 
 /// A held request's claim: its reserved units, given back if it is dropped before its
-/// release (once: the refund is taken when it runs or when the request is released), and
-/// its place under the layer's bounds, freed either way.
+/// release (once: the refund is taken when it runs or when the request is released), its
+/// place under the layer's bounds, freed either way, and what confirms it at its release.
 pub(crate) struct Hold {
     refund: Option<RefundFuture>,
+    confirm: Option<Confirm>,
     _slot: HeldSlot,
 }
 
@@ -143,6 +154,13 @@ pin_project! {
             headers: Option<RateLimitHeaders>,
             hold: Option<Hold>,
             settle: Option<Settle>,
+        },
+        // The hold is over; the rules left to the release count the request now.
+        Confirming {
+            check: CheckFuture,
+            config: Arc<Config>,
+            pending: Option<Pending<S, ReqB>>,
+            hold: Option<Hold>,
         },
         Readying {
             pending: Option<Pending<S, ReqB>>,
@@ -315,6 +333,19 @@ where
                     settle,
                 } => {
                     ready!(sleep.poll(cx));
+                    if let Some(Confirm { check, config }) =
+                        hold.as_mut().and_then(|h| h.confirm.take())
+                    {
+                        // Its hold (and the refund of what it took) lasts until confirmed.
+                        let (pending, hold) = (pending.take(), hold.take());
+                        state.set(State::Confirming {
+                            check,
+                            config,
+                            pending,
+                            hold,
+                        });
+                        continue;
+                    }
                     if let Some(hold) = hold.take() {
                         hold.release();
                     }
@@ -325,6 +356,38 @@ where
                         headers,
                         settle,
                     });
+                }
+                StateProj::Confirming {
+                    check,
+                    config,
+                    pending,
+                    hold,
+                } => {
+                    let checked = ready!(check.as_mut().poll(cx));
+                    // What the confirmation took, or gives back on a denial, is in its
+                    // answer: the first hold's refund is done with.
+                    if let Some(hold) = hold.take() {
+                        hold.release();
+                    }
+                    let pending = pending.take().expect(POLLED_AFTER_COMPLETION);
+                    let next = decide(config, checked, &pending.request);
+                    match next {
+                        Next::Reject(response) => state.set(State::Rejected {
+                            response: Some(response),
+                        }),
+                        Next::Forward {
+                            delay,
+                            headers,
+                            hold,
+                            settle,
+                        } => state.set(State::Sleeping {
+                            sleep: tokio::time::sleep(delay),
+                            pending: Some(pending),
+                            headers,
+                            hold,
+                            settle,
+                        }),
+                    }
                 }
                 StateProj::Readying {
                     pending,
@@ -376,6 +439,7 @@ where
         let state = match &self.state {
             State::Checking { .. } => "checking",
             State::Delayed { .. } | State::Sleeping { .. } => "sleeping",
+            State::Confirming { .. } => "confirming",
             State::Readying { .. } => "readying",
             State::Forwarding { .. } => "forwarding",
             State::Rejected { .. } => "rejected",
@@ -534,13 +598,18 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
         // Shadow mode never holds a request.
         (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(headers(), settle),
         (Decision::Delay(delay), _) => {
-            let ToHold { refund, keys } = checked.to_hold.unwrap_or_default();
+            let ToHold {
+                refund,
+                keys,
+                confirm,
+            } = checked.to_hold.unwrap_or_default();
             match config.held.try_hold(keys) {
                 Some(slot) => Next::Forward {
                     delay,
                     headers: headers(),
                     hold: Some(Hold {
                         refund,
+                        confirm,
                         _slot: slot,
                     }),
                     settle,

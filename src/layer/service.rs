@@ -13,7 +13,9 @@ use tracing::Instrument;
 use super::body::RateLimitBody;
 use super::charge;
 use super::config::{Config, MissingKey, Mode};
-use super::future::{decide, reject, Checked, Next, RefundFuture, ResponseFuture, ToHold};
+use super::future::{
+    decide, reject, CheckFuture, Checked, Confirm, Next, RefundFuture, ResponseFuture, ToHold,
+};
 use super::log::Event;
 use super::observe;
 use super::plans::RequestPlans;
@@ -23,6 +25,7 @@ use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::response::RejectionKind;
 use crate::store::{Admission, Check, MemoryStore, Store};
+use crate::StoreError;
 
 /// Rate limits the requests of an inner service; made by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -248,35 +251,131 @@ async fn check<St: Store + Clone>(
         &result,
         health,
     );
-    let settle = result
-        .as_ref()
-        .ok()
-        .and_then(|outcome| charge::pending(&limiter, &config, route, &items, &keys, outcome));
-    let to_hold = match &result {
-        Ok(outcome)
-            if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
-        {
-            let keys_held = held_keys(&config, &batch, outcome);
-            drop(batch);
-            let refund = outcome.admission.clone().map(|admission| {
-                let refund = give_back(limiter, config.clone(), route, items, keys, admission);
-                Box::pin(refund) as RefundFuture
-            });
-            Some(ToHold {
-                refund,
-                keys: keys_held,
-            })
-        }
-        _ => None,
-    };
-    Checked {
-        result,
+    let held = held_keys(&config, &batch, &result);
+    drop(batch);
+    let call = StoreCall {
+        limiter,
+        config,
         route,
-        limits,
-        to_hold,
+        items,
+        keys,
+        max_wait,
+    };
+    call.checked(limits, result, held, health, store_latency)
+}
+
+/// Counts the rules a held request's batch left to its release (`Limiter::confirm`), when
+/// its hold is over. Observed (metrics, span) for those rules only: the others were when
+/// the request was checked.
+async fn confirm<St: Store + Clone>(call: StoreCall<St>, held: Outcome) -> Checked {
+    let StoreCall {
+        limiter,
+        config,
+        route,
+        items,
+        keys,
+        max_wait,
+    } = &call;
+    let mut limits = SmallVec::new();
+    let batch = batch_of(config, *route, items, keys, Some(&mut limits));
+    let pending: SmallVec<[usize; 4]> = held
+        .admission
+        .iter()
+        .flat_map(|a| a.pending())
+        .filter(|&i| i < batch.len())
+        .collect();
+    let observation = observe::start(config, *route);
+    let result = limiter
+        .confirm(&batch, &held, *max_wait)
+        .instrument(observation.span.clone())
+        .await;
+    let health = limiter.health();
+    let counted_now = result.as_ref().map(|outcome| Outcome {
+        decision: outcome.decision,
+        rules: pending.iter().map(|&i| outcome.rules[i]).collect(),
+        admission: None,
+    });
+    let store_latency = observe::finish(
+        observation,
+        config,
+        *route,
+        &pending
+            .iter()
+            .map(|&i| limits[i])
+            .collect::<SmallVec<[_; 4]>>(),
+        &pending
+            .iter()
+            .map(|&i| batch[i])
+            .collect::<SmallVec<[_; 4]>>(),
+        &counted_now.map_err(|e| e.clone()),
         health,
-        settle,
-        store_latency,
+    );
+    let held = held_keys(config, &batch, &result);
+    drop(batch);
+    call.checked(limits, result, held, health, store_latency)
+}
+
+/// What a store call for a request needs, kept for what follows it: giving its units back,
+/// confirming it at its release.
+#[derive(Clone)]
+struct StoreCall<St> {
+    limiter: Limiter<St>,
+    config: Arc<Config>,
+    route: Option<usize>,
+    items: SmallVec<[Item; 4]>,
+    keys: KeyBuf,
+    max_wait: Duration,
+}
+
+impl<St: Store + Clone> StoreCall<St> {
+    /// The layer's view of the store's answer: for a delayed request, what holding it
+    /// takes (`held`: the keys it counts under).
+    fn checked(
+        self,
+        limits: SmallVec<[usize; 4]>,
+        result: Result<Outcome, StoreError>,
+        held: Option<SmallVec<[u64; 4]>>,
+        health: crate::store::Health,
+        store_latency: Option<Duration>,
+    ) -> Checked {
+        let route = self.route;
+        let settle = result.as_ref().ok().and_then(|outcome| {
+            charge::pending(
+                &self.limiter,
+                &self.config,
+                route,
+                &self.items,
+                &self.keys,
+                outcome,
+            )
+        });
+        let to_hold = match (&result, held) {
+            (Ok(outcome), Some(keys_held)) => {
+                let confirm = outcome.needs_confirmation().then(|| Confirm {
+                    config: self.config.clone(),
+                    check: Box::pin(confirm(self.clone(), outcome.clone())) as CheckFuture,
+                });
+                let refund = outcome
+                    .admission
+                    .clone()
+                    .map(|admission| Box::pin(give_back(self, admission)) as RefundFuture);
+                Some(ToHold {
+                    refund,
+                    keys: keys_held,
+                    confirm,
+                })
+            }
+            _ => None,
+        };
+        Checked {
+            result,
+            route,
+            limits,
+            to_hold,
+            health,
+            settle,
+            store_latency,
+        }
     }
 }
 
@@ -309,35 +408,57 @@ pub(super) fn batch_of<'a>(
     batch
 }
 
-/// What a held request counts under for `max_held_per_key`: each (rule, key) whose rule
-/// delays it, once. A trial rule never delays a request (its `Delay` says what enforcing it
-/// would do), so it takes no place: else it could refuse a request.
-fn held_keys(config: &Config, batch: &[Check<'_>], outcome: &Outcome) -> SmallVec<[u64; 4]> {
+/// For a request the layer will hold (delayed, not in shadow mode), what it counts under
+/// for `max_held_per_key`: each (rule, key) whose rule delays it, once. A trial rule never
+/// delays a request (its `Delay` says what enforcing it would do), so it takes no place:
+/// else it could refuse a request.
+fn held_keys(
+    config: &Config,
+    batch: &[Check<'_>],
+    result: &Result<Outcome, StoreError>,
+) -> Option<SmallVec<[u64; 4]>> {
+    let outcome = match result {
+        Ok(outcome)
+            if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
+        {
+            outcome
+        }
+        _ => return None,
+    };
     let mut keys = SmallVec::new();
     if config.held.max_per_key.is_none() {
-        return keys;
+        return Some(keys);
     }
-    for (check, rule) in batch.iter().zip(&outcome.rules) {
-        if !check.shadow && matches!(rule.decision, Decision::Delay(_)) {
+    // A rule left pending to the release says `Delay` only because another rule holds the
+    // request.
+    let pending = |i: usize| {
+        outcome
+            .admission
+            .as_ref()
+            .is_some_and(|a| a.taken(i).pending)
+    };
+    for (i, (check, rule)) in batch.iter().zip(&outcome.rules).enumerate() {
+        if !check.shadow && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
             let key = config.held.counts.key_of(check.rule.name(), check.key);
             if !keys.contains(&key) {
                 keys.push(key);
             }
         }
     }
-    keys
+    Some(keys)
 }
 
 /// Gives back the units of a held request dropped before its release: the same batch as
 /// it was checked, so each rule finds its own part of the admission.
-async fn give_back<St: Store>(
-    limiter: Limiter<St>,
-    config: Arc<Config>,
-    route: Option<usize>,
-    items: SmallVec<[Item; 4]>,
-    keys: KeyBuf,
-    admission: Admission,
-) {
+async fn give_back<St: Store>(call: StoreCall<St>, admission: Admission) {
+    let StoreCall {
+        limiter,
+        config,
+        route,
+        items,
+        keys,
+        ..
+    } = call;
     let batch = batch_of(&config, route, &items, &keys, None);
     if let Err(error) = limiter.refund(&batch, &admission).await {
         tracing::warn!(%error, "could not give back the units of a dropped held request");

@@ -224,7 +224,7 @@ impl MemoryStore {
         let item_admitted = batch::admitted(&item, admitted);
         let mut taken = Taken {
             at: item.counted_at(),
-            mark: 0,
+            ..Taken::default()
         };
         let rule = if batch::writes(check, &item, item_admitted) {
             let (slot, created) = match entry {
@@ -301,6 +301,7 @@ impl MemoryStore {
                     batch::release(check, shard.get(hash, check), arrival)
                 })
                 .collect();
+            let last = releases.iter().copied().max().unwrap_or(arrival);
             batch
                 .iter()
                 .zip(&hashes)
@@ -308,7 +309,7 @@ impl MemoryStore {
                 .map(|(i, (check, &hash))| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     let release = batch::key_release(batch, &releases, i);
-                    batch::evaluate(check, shard.get(hash, check), arrival, release)
+                    batch::evaluate(check, shard.get(hash, check), arrival, release, last)
                 })
                 .collect()
         };
@@ -334,9 +335,13 @@ impl MemoryStore {
                 .map(|((check, &hash), item)| {
                     let shard = guard_for(&mut guards, shared.shard_of(hash));
                     let admitted = batch::admitted(item, batch_admitted);
-                    let mut taken = Taken {
-                        at: item.counted_at(),
-                        mark: 0,
+                    let mut taken = if item.is_pending() {
+                        Taken::pending()
+                    } else {
+                        Taken {
+                            at: item.counted_at(),
+                            ..Taken::default()
+                        }
                     };
                     let outcome = if batch::writes(check, item, admitted) {
                         shard.update(hash, check, now, |entry| {
@@ -373,6 +378,10 @@ impl MemoryStore {
             let now = shared.now(&mut [&mut shard]);
             if let Some(slot) = shard.get_mut(hash, check) {
                 let taken = admission.taken(i);
+                if taken.pending {
+                    // Never counted: nothing to give back.
+                    continue;
+                }
                 if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
                     slot.expires_at = slot.entry.expires_at(check.rule);
                 }
@@ -445,9 +454,7 @@ fn decide_item(
     now: u64,
     max_wait: u64,
 ) -> (batch::Evaluated, bool) {
-    let evaluate_at = |arrival: u64| {
-        batch::evaluate(check, entry, arrival, batch::release(check, entry, arrival))
-    };
+    let evaluate_at = |arrival: u64| batch::evaluate_alone(check, entry, arrival);
     let item = evaluate_at(now);
     if batch::admits(std::slice::from_ref(&item)) {
         return (item, true);
@@ -571,7 +578,7 @@ impl Store for MemoryStore {
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(&mut [&mut shard]);
         let entry = shard.get(hash, &check);
-        let item = batch::evaluate(&check, entry, now, batch::release(&check, entry, now));
+        let item = batch::evaluate_alone(&check, entry, now);
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
         std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
     }

@@ -80,11 +80,24 @@ pub struct Admission {
 }
 
 /// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
-/// model's mark of the state it left (see `Algorithm::mark`).
+/// model's mark of the state it left (see `Algorithm::mark`); or, `pending`, nothing taken
+/// yet: the rule counts the request when it is released (see
+/// [`Limiter::confirm`](crate::Limiter::confirm)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Taken {
     pub(crate) at: u64,
     pub(crate) mark: u64,
+    pub(crate) pending: bool,
+}
+
+impl Taken {
+    /// A rule left to the request's release: nothing taken yet.
+    pub(crate) fn pending() -> Self {
+        Self {
+            pending: true,
+            ..Self::default()
+        }
+    }
 }
 
 impl Admission {
@@ -98,6 +111,22 @@ impl Admission {
     /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
     pub(crate) fn taken(&self, i: usize) -> Taken {
         self.taken.get(i).copied().unwrap_or_default()
+    }
+
+    /// Whether some rules of the batch are still to be counted when the request is
+    /// released ([`Limiter::confirm`](crate::Limiter::confirm)).
+    pub fn is_pending(&self) -> bool {
+        self.taken.iter().any(|t| t.pending)
+    }
+
+    /// The indices (in the batch, in order) of the rules still to be counted when the
+    /// request is released ([`Limiter::confirm`](crate::Limiter::confirm)).
+    pub fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.taken
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.pending)
+            .map(|(i, _)| i)
     }
 
     /// The admission of the sub-batch made of the rules at `indices` (in that order), to
@@ -129,13 +158,14 @@ pub trait Store: Send + Sync + 'static {
     /// A reservation counts every rule of the batch at the reserved instant. A leaky
     /// bucket's shaping delay is its queue: the rules on the bucket's own key count the
     /// request when the queue releases it (so a fixed window on that key never counts a
-    /// request in a window it does not pass in), while rules on other keys (a global or
-    /// per-tenant limit) count it on arrival. Counting those at the release too would date
-    /// shared states in the future and close them to every other client for as long as one
-    /// client's queue holds its request; the client's own key is held by its queue anyway.
-    /// So a rule on another key than a leaky bucket may count a shaped request in the window
-    /// it arrives in rather than the one it leaves in (at most the bucket's queue per window
-    /// boundary): keep the rules that must count at the release on the bucket's key.
+    /// request in a window it does not pass in). The rules on other keys (a global or
+    /// per-tenant limit) are *pending*: checked now as they will stand at the release
+    /// (a batch they would deny then is denied now), but not counted, so that one client's
+    /// queue never dates a shared state in the future (which would close it to every other
+    /// client until then). Their rule outcomes say `Delay` until the release, and the
+    /// outcome [`needs_confirmation`](Outcome::needs_confirmation): the caller counts them
+    /// when the request passes, with [`Limiter::confirm`](crate::Limiter::confirm). The tower layer does this on its
+    /// own.
     fn check(
         &self,
         batch: &[Check<'_>],

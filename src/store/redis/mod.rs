@@ -16,6 +16,7 @@ use redis::cluster_routing::Slot;
 use redis::{Client, RedisError, Value};
 use smallvec::SmallVec;
 
+use crate::algorithm::Algorithm;
 use crate::batch;
 use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
@@ -571,91 +572,180 @@ impl RedisStore {
     ) -> Result<Outcome, StoreError> {
         let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
         let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
-        let mut admitted: Vec<Part<'_>> = Vec::new();
+        let mut admitted: Vec<Part> = Vec::new();
         // The batch's reservation so far: the request arrives that long after now (a
         // wait-mode reservation; a leaky bucket's queue holds only its own slot's rules), so
         // no later part may count it earlier.
         let mut delay = 0;
         let mut denied = false;
-        for (_, members) in groups {
-            let mode = if denied { Mode::Deny } else { Mode::Decide };
-            let reply = match self.run_part(batch, members, max_wait, mode, delay).await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    // Leave nothing behind that a failed check consumed, as far as we can.
-                    self.refund(batch, &admitted, &mut outcomes).await?;
-                    return Err(e);
-                }
-            };
-            if reply.admitted {
-                record_taken(&mut taken, members, &reply);
-                let part = Part::new(members, &reply, batch);
-                delay = delay.max(part.delay);
-                admitted.push(part);
-            } else if !denied {
-                denied = true;
-                self.refund(batch, &admitted, &mut outcomes).await?;
-                admitted.clear();
+        // The parts with a leaky bucket go first: how long their queues hold the request
+        // (µs after their node's now) decides which rules of the later parts are pending.
+        let shapes = |members: &[usize]| {
+            members.iter().any(|&i| {
+                let c = &batch[i];
+                !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+            })
+        };
+        let mut order: SmallVec<[&(Slot, Vec<usize>); 4]> = groups.iter().collect();
+        order.sort_by_key(|(_, members)| !shapes(members));
+        let mut shaped = 0;
+        // The members left to the release, and the release they were checked at.
+        let mut pending: Vec<(Vec<usize>, u64)> = Vec::new();
+        for (_, members) in order {
+            // Its rules pass the request before the queue does: pending (see
+            // `batch::evaluate`), checked now as they stand at the release. Trial rules and
+            // rules that take nothing count it on arrival, as in one call.
+            let (later, now): (Vec<usize>, Vec<usize>) =
+                if !denied && shaped > delay && !shapes(members) {
+                    members
+                        .iter()
+                        .partition(|&&i| !batch[i].shadow && batch[i].cost > 0)
+                } else {
+                    (Vec::new(), members.clone())
+                };
+            // What to decide and commit here, each no earlier than its least delay.
+            let mut parts: SmallVec<[(Vec<usize>, u64); 2]> = SmallVec::new();
+            if !now.is_empty() {
+                parts.push((now, delay));
             }
-            for (&i, outcome) in members.iter().zip(reply.rules) {
-                if outcomes[i].is_none() {
-                    outcomes[i] = Some(outcome);
-                }
-            }
-        }
-        // A part admitted before a later one reserved the batch further ahead counted the
-        // request too early (a fixed window would count it in a window it does not pass in): take it
-        // back and decide it again at the batch's delay. Without other traffic that part
-        // admits there (an admissible rule stays admissible) and the batch is settled;
-        // traffic in between can make it deny or delay further, so this is bounded.
-        let mut rounds = 0;
-        while !denied && admitted.iter().any(|p| p.delay < delay) {
-            if rounds == MAX_REALIGN_ROUNDS {
-                // Still no agreement: deny rather than let a part count the request early.
-                self.refund(batch, &admitted, &mut outcomes).await?;
-                return Ok(unsettled(outcomes, delay));
-            }
-            rounds += 1;
-            let mut p = 0;
-            while p < admitted.len() {
-                if admitted[p].delay >= delay {
-                    p += 1;
-                    continue;
-                }
-                let early = admitted.remove(p);
-                let redecided = match self
-                    .refund(batch, std::slice::from_ref(&early), &mut outcomes)
+            if !later.is_empty() {
+                let reply = match self
+                    .run_part(batch, &later, max_wait, Mode::Peek, shaped)
                     .await
                 {
-                    Ok(()) => {
-                        self.run_part(batch, early.members, max_wait, Mode::Decide, delay)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                let reply = match redecided {
                     Ok(reply) => reply,
                     Err(e) => {
                         self.refund(batch, &admitted, &mut outcomes).await?;
                         return Err(e);
                     }
                 };
-                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
-                    outcomes[i] = Some(*outcome);
-                }
-                if !reply.admitted {
+                if reply.admitted {
+                    for &i in &later {
+                        taken[i] = Taken::pending();
+                    }
+                    for (&i, outcome) in later.iter().zip(reply.rules) {
+                        outcomes[i] = Some(outcome);
+                    }
+                    pending.push((later, shaped));
+                } else if max_wait > 0 {
+                    // Not at the release: a reservation from there, the queue's part
+                    // realigned to it below (it then holds the request no longer).
+                    parts.push((later, shaped));
+                } else {
                     denied = true;
                     self.refund(batch, &admitted, &mut outcomes).await?;
                     admitted.clear();
-                    break;
+                    for (&i, outcome) in later.iter().zip(reply.rules) {
+                        outcomes[i] = Some(outcome);
+                    }
                 }
-                record_taken(&mut taken, early.members, &reply);
-                let part = Part::new(early.members, &reply, batch);
-                delay = delay.max(part.delay);
-                admitted.insert(p, part);
-                p += 1;
+            }
+            for (members, least) in &parts {
+                let members: &[usize] = members;
+                let mode = if denied { Mode::Deny } else { Mode::Decide };
+                let reply = match self
+                    .run_part(batch, members, max_wait, mode, delay.max(*least))
+                    .await
+                {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        // Leave nothing behind that a failed check consumed, as far as we can.
+                        self.refund(batch, &admitted, &mut outcomes).await?;
+                        return Err(e);
+                    }
+                };
+                if reply.admitted {
+                    record_taken(&mut taken, members, &reply);
+                    let part = Part::new(members, &reply, batch);
+                    delay = delay.max(part.delay);
+                    shaped = shaped.max(part.shaped);
+                    admitted.push(part);
+                } else if !denied {
+                    denied = true;
+                    self.refund(batch, &admitted, &mut outcomes).await?;
+                    admitted.clear();
+                }
+                for (&i, outcome) in members.iter().zip(reply.rules) {
+                    if outcomes[i].is_none() {
+                        outcomes[i] = Some(outcome);
+                    }
+                }
             }
         }
+        let mut settle = Settle {
+            admitted,
+            outcomes,
+            taken,
+            delay,
+            denied,
+        };
+        if let Some(unsettled) = self.realign(batch, max_wait, &mut settle).await? {
+            return Ok(unsettled);
+        }
+        // The rules left to the release were checked at the queue's release as it stood
+        // then; realigning may have moved it and the reservation. Where the queue still
+        // holds the request past its reservation they stay pending (checked again where the
+        // release moved); where it no longer does, they count at the reservation like the
+        // rest, which may move it again.
+        let mut rounds = 0;
+        while !settle.denied {
+            let shaped = settle.admitted.iter().map(|p| p.shaped).max().unwrap_or(0);
+            let (stale, fresh): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .partition(|(_, at)| !(shaped > settle.delay && *at == shaped));
+            pending = fresh;
+            if stale.is_empty() {
+                break;
+            }
+            if rounds == MAX_REALIGN_ROUNDS {
+                self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                    .await?;
+                return Ok(unsettled(settle.outcomes, settle.delay));
+            }
+            rounds += 1;
+            for (members, _) in stale {
+                let (mode, least) = if shaped > settle.delay {
+                    (Mode::Peek, shaped)
+                } else {
+                    (Mode::Decide, settle.delay)
+                };
+                let reply = match self.run_part(batch, &members, max_wait, mode, least).await {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                            .await?;
+                        return Err(e);
+                    }
+                };
+                for (&i, outcome) in members.iter().zip(&reply.rules) {
+                    settle.outcomes[i] = Some(*outcome);
+                }
+                if !reply.admitted {
+                    settle.denied = true;
+                    self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                        .await?;
+                    settle.admitted.clear();
+                    break;
+                }
+                if mode == Mode::Peek {
+                    pending.push((members, shaped));
+                } else {
+                    record_taken(&mut settle.taken, &members, &reply);
+                    let part = Part::new(&members, &reply, batch);
+                    settle.delay = settle.delay.max(part.delay);
+                    settle.admitted.push(part);
+                }
+            }
+            if let Some(unsettled) = self.realign(batch, max_wait, &mut settle).await? {
+                return Ok(unsettled);
+            }
+        }
+        let Settle {
+            outcomes,
+            taken,
+            denied,
+            ..
+        } = settle;
         let rules = outcomes
             .into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
@@ -665,6 +755,77 @@ impl RedisStore {
             outcome.admission = Some(Admission::new(taken));
         }
         Ok(outcome)
+    }
+
+    /// Decides again the admitted parts of a cross-slot batch that counted the request
+    /// before its reservation (`settle.delay`); `Some` outcome: no agreement, denied and
+    /// refunded.
+    async fn realign(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        settle: &mut Settle,
+    ) -> Result<Option<Outcome>, StoreError> {
+        // A part admitted before a later one reserved the batch further ahead counted the
+        // request too early (a fixed window would count it in a window it does not pass in): take it
+        // back and decide it again at the batch's delay. Without other traffic that part
+        // admits there (an admissible rule stays admissible) and the batch is settled;
+        // traffic in between can make it deny or delay further, so this is bounded.
+        let mut rounds = 0;
+        while !settle.denied && settle.admitted.iter().any(|p| p.delay < settle.delay) {
+            if rounds == MAX_REALIGN_ROUNDS {
+                // Still no agreement: deny rather than let a part count the request early.
+                self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                    .await?;
+                return Ok(Some(unsettled(
+                    std::mem::take(&mut settle.outcomes),
+                    settle.delay,
+                )));
+            }
+            rounds += 1;
+            let mut p = 0;
+            while p < settle.admitted.len() {
+                if settle.admitted[p].delay >= settle.delay {
+                    p += 1;
+                    continue;
+                }
+                let early = settle.admitted.remove(p);
+                let redecided = match self
+                    .refund(batch, std::slice::from_ref(&early), &mut settle.outcomes)
+                    .await
+                {
+                    Ok(()) => {
+                        self.run_part(batch, &early.members, max_wait, Mode::Decide, settle.delay)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let reply = match redecided {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                            .await?;
+                        return Err(e);
+                    }
+                };
+                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
+                    settle.outcomes[i] = Some(*outcome);
+                }
+                if !reply.admitted {
+                    settle.denied = true;
+                    self.refund(batch, &settle.admitted, &mut settle.outcomes)
+                        .await?;
+                    settle.admitted.clear();
+                    break;
+                }
+                record_taken(&mut settle.taken, &early.members, &reply);
+                let part = Part::new(&early.members, &reply, batch);
+                settle.delay = settle.delay.max(part.delay);
+                settle.admitted.insert(p, part);
+                p += 1;
+            }
+        }
+        Ok(None)
     }
 
     /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
@@ -689,7 +850,7 @@ impl RedisStore {
     async fn refund(
         &self,
         batch: &[Check<'_>],
-        admitted: &[Part<'_>],
+        admitted: &[Part],
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
         for part in admitted {
@@ -715,8 +876,13 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         batch::validate(batch)?;
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
-        // A trial rule's units are not given back: it may have taken nothing.
-        for (i, check) in batch.iter().enumerate().filter(|(_, c)| !c.shadow) {
+        // A trial rule's units are not given back: it may have taken nothing; a pending rule
+        // took nothing yet.
+        for (i, check) in batch
+            .iter()
+            .enumerate()
+            .filter(|&(i, c)| !c.shadow && !admission.taken(i).pending)
+        {
             let slot = match self.conn {
                 Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
                 Connection::Standalone(_) => None,
@@ -774,11 +940,25 @@ impl RedisStore {
 /// each round only follows traffic that moved a part's release in between.
 const MAX_REALIGN_ROUNDS: u32 = 2;
 
+/// Where a cross-slot batch stands while its parts are decided.
+struct Settle {
+    /// The parts admitted so far.
+    admitted: Vec<Part>,
+    /// Per rule of the batch: its outcome so far.
+    outcomes: Vec<Option<RuleOutcome>>,
+    /// Per rule of the batch: what it took (for `Admission`).
+    taken: SmallVec<[Taken; 4]>,
+    /// The batch's reservation: µs after now that the request arrives at.
+    delay: u64,
+    /// Whether a part denied.
+    denied: bool,
+}
+
 /// One slot's part of a cross-slot batch, admitted.
 #[derive(Debug, Clone)]
-struct Part<'m> {
+struct Part {
     /// The batch indices of its checks.
-    members: &'m [usize],
+    members: SmallVec<[usize; 4]>,
     /// The members that consumed: all but a shadow item that denied (a refund takes back
     /// only what was taken).
     consumed: SmallVec<[usize; 4]>,
@@ -788,22 +968,39 @@ struct Part<'m> {
     /// µs after its node's now that it reserved the request at (a wait-mode reservation:
     /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
     delay: u64,
+    /// µs after its node's now that its leaky buckets release the request at (0 if none
+    /// holds it): the rules of other slots are pending until then.
+    shaped: u64,
 }
 
-impl<'m> Part<'m> {
-    fn new(members: &'m [usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
+impl Part {
+    fn new(members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
         let (consumed, taken) = members
             .iter()
             .zip(&reply.rules)
             .zip(&reply.taken)
-            .filter(|((&i, o), _)| !batch[i].shadow || o.decision.is_admitted())
+            .filter(|((&i, o), t)| !t.pending && (!batch[i].shadow || o.decision.is_admitted()))
             .map(|((&i, _), &t)| (i, t))
             .unzip();
+        let shaped = members
+            .iter()
+            .zip(&reply.rules)
+            .filter(|&(&i, _)| {
+                let c = &batch[i];
+                !c.shadow && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+            })
+            .filter_map(|(_, o)| match o.decision {
+                Decision::Delay(d) => Some(duration_to_micros(d)),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
         Self {
-            members,
+            members: members.into(),
             consumed,
             taken,
             delay: reply.reserved.saturating_sub(reply.now),
+            shaped,
         }
     }
 }

@@ -385,9 +385,14 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     let taken = values[3..]
         .chunks_exact(6)
         .map(|v| {
-            Ok(Taken {
-                at: uint(v[5])?,
-                mark: uint(v[4])?,
+            // -1: a pending rule, counted only when the request is released.
+            Ok(match v[5] {
+                -1 => Taken::pending(),
+                at => Taken {
+                    at: uint(at)?,
+                    mark: uint(v[4])?,
+                    pending: false,
+                },
             })
         })
         .collect::<Result<_, _>>()?;
