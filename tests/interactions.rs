@@ -811,14 +811,31 @@ impl tollgate::Clock for TokioClock {
 /// 55 s queues behind its 50 s one until 60 s; b sends at 60 s and 60.5 s. Counting a's
 /// held request in the window it arrives in ([0, 60 s)) lets three pass in [60 s, 120 s):
 /// the layer must count it where it passes.
-async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter: Limiter<St>) {
-    use std::sync::{Arc, Mutex};
+/// The instants (since `start`) at which requests reached the inner service.
+type Passed = std::sync::Arc<std::sync::Mutex<Vec<Duration>>>;
+
+/// A per-user leaky bucket (5 units, one per 10 s) beside a global fixed window of 2 a
+/// minute, in `mode`, over a service that records when each request reaches it.
+fn shaping_service<St: Store + Clone>(
+    limiter: Limiter<St>,
+    mode: tollgate::layer::Mode,
+    start: tokio::time::Instant,
+) -> (
+    impl tower::Service<
+            http::Request<String>,
+            Response = http::Response<tollgate::layer::RateLimitBody<String>>,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static,
+    Passed,
+) {
     use tollgate::key;
     use tollgate::layer::{Limit, RateLimitLayer};
-    use tower::{service_fn, ServiceBuilder, ServiceExt};
+    use tower::{service_fn, ServiceBuilder};
 
-    let start = tokio::time::Instant::now();
-    let passed: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let passed = Passed::default();
     let layer = RateLimitLayer::builder(limiter)
         .limit(Limit::new(
             Rule::leaky_bucket("per-user", 5, Rate::new(1, Duration::from_secs(10))),
@@ -828,6 +845,7 @@ async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter
             Rule::fixed_window("global", 2, Duration::from_secs(60)),
             key::global(),
         ))
+        .mode(mode)
         .build()
         .expect("valid layer");
     let seen = passed.clone();
@@ -840,15 +858,26 @@ async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter
             }
         },
     ));
+    (service, passed)
+}
+
+fn from_user(user: &str) -> http::Request<String> {
+    http::Request::get("/")
+        .header("user-id", user)
+        .body(String::new())
+        .unwrap()
+}
+
+async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter: Limiter<St>) {
+    use tower::ServiceExt;
+
+    let start = tokio::time::Instant::now();
+    let (service, passed) = shaping_service(limiter, tollgate::layer::Mode::Enforce, start);
     let send = |user: &'static str, at: Duration| {
         let service = service.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(start + at).await;
-            let request = http::Request::get("/")
-                .header("user-id", user)
-                .body(String::new())
-                .unwrap();
-            let response = service.oneshot(request).await.unwrap();
+            let response = service.oneshot(from_user(user)).await.unwrap();
             response.status()
         })
     };
@@ -882,4 +911,92 @@ async fn shaped_requests_pass_within_the_global_limit_on_memory() {
     let clock = TokioClock(tokio::time::Instant::now());
     shaped_requests_pass_within_the_global_limit(Limiter::new(MemoryStore::with_clock(clock)))
         .await;
+}
+
+/// A held request whose client goes away gives its queue slot back, and the global window,
+/// left to its release, never counted it: a's next request takes the slot and the
+/// window's second unit.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_shaped_request_is_counted_nowhere() {
+    use tower::ServiceExt;
+
+    let start = tokio::time::Instant::now();
+    let limiter = Limiter::new(MemoryStore::with_clock(TokioClock(start)));
+    let (service, passed) = shaping_service(limiter, tollgate::layer::Mode::Enforce, start);
+    let s = Duration::from_secs;
+    let ok = |r: http::Response<_>| r.status().as_u16();
+    assert_eq!(
+        ok(service.clone().oneshot(from_user("a")).await.unwrap()),
+        200
+    );
+    tokio::time::sleep(s(1)).await;
+    let dropped = tokio::spawn(service.clone().oneshot(from_user("a")));
+    tokio::time::sleep(s(4)).await;
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(s(1)).await;
+    // At 6 s: behind the first request only (it drains at 10 s), not behind the dropped one.
+    let next = tokio::spawn(service.clone().oneshot(from_user("a")));
+    assert_eq!(ok(next.await.unwrap().unwrap()), 200);
+    // b at 11 s: the window has a's two requests that passed.
+    tokio::time::sleep_until(start + s(11)).await;
+    assert_eq!(
+        ok(service.clone().oneshot(from_user("b")).await.unwrap()),
+        429
+    );
+    assert_eq!(*passed.lock().unwrap(), [s(0), s(10)]);
+}
+
+/// Wait mode: a held request whose global window filled up while it queued waits again at
+/// its release, for the next window, instead of being refused.
+#[tokio::test(start_paused = true)]
+async fn in_wait_mode_a_shaped_request_waits_again_at_its_release() {
+    use tower::ServiceExt;
+
+    let start = tokio::time::Instant::now();
+    let limiter = Limiter::new(MemoryStore::with_clock(TokioClock(start)));
+    let mode = tollgate::layer::Mode::Wait {
+        max_wait: Duration::from_secs(120),
+    };
+    let (service, passed) = shaping_service(limiter, mode, start);
+    let s = Duration::from_secs;
+    let send = |user: &'static str, at: Duration| {
+        let service = service.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(start + at).await;
+            service
+                .oneshot(from_user(user))
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    // a queues its second request until 55 s; b and c fill the window at 50 s and 52 s.
+    let requests = [
+        send("a", s(45)),
+        send("a", s(46)),
+        send("b", s(50)),
+        send("c", s(52)),
+    ];
+    let mut statuses = Vec::new();
+    for request in requests {
+        statuses.push(request.await.unwrap());
+    }
+    assert_eq!(statuses, [200; 4]);
+    let passed = passed.lock().unwrap().clone();
+    // a's first and b pass in [0, 60 s) (c waits, a's second too, for the next minute).
+    assert_eq!(
+        passed.iter().filter(|t| **t < s(60)).count(),
+        2,
+        "{passed:?}"
+    );
+    assert_eq!(
+        passed
+            .iter()
+            .filter(|t| **t >= s(60) && **t < s(120))
+            .count(),
+        2,
+        "{passed:?}"
+    );
 }
