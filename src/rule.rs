@@ -171,6 +171,12 @@ impl Rule {
         }
     }
 
+    /// Whether [`validate`](Self::validate) passes, without building its error: what a
+    /// store asks on every request.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.problem.is_none()
+    }
+
     /// The rule if it can work (see [`validate`](Self::validate)): the path for rules read
     /// at run time.
     ///

@@ -12,9 +12,10 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
+use crate::algorithm::{Carried, State, Verdict};
 use crate::batch::{self, Entry, Evaluated};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
-use crate::decision::{Outcome, RuleOutcome, RuleOutcomes};
+use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
@@ -207,7 +208,11 @@ impl MemoryStore {
     /// under one lock, and the same steps of [`batch`] on it (a property test compares the
     /// two paths).
     fn decide_one(&self, check: &Check<'_>, max_wait: u64) -> Result<Outcome, StoreError> {
-        batch::validate(std::slice::from_ref(check))?;
+        // A batch of one holds no rule twice: only the rule's own validity is in question,
+        // checked when it was built.
+        if !check.rule.is_valid() {
+            batch::validate(std::slice::from_ref(check))?;
+        }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule.name(), check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
@@ -216,6 +221,15 @@ impl MemoryStore {
             .map
             .raw_entry_mut()
             .from_hash(hash, |k| k.matches(check));
+        let entry = match admit_at_once(check, entry, hash, now) {
+            Ok((outcome, created)) => {
+                if created {
+                    shard.sweep_if_grown(now);
+                }
+                return Ok(outcome);
+            }
+            Err(entry) => entry,
+        };
         let existing = match &entry {
             RawEntryMut::Occupied(o) => Some(&o.get().entry),
             RawEntryMut::Vacant(_) => None,
@@ -434,6 +448,90 @@ fn write(
         taken.mark = batch::mark(check, entry, item);
     }
     outcome
+}
+
+/// The map's entry for one item, found or not.
+type MapEntry<'a> = RawEntryMut<'a, StoreKey, Slot, DefaultHashBuilder>;
+
+/// The common case of a batch of one, decided without the batch steps: an enforced item
+/// that costs something, on a key holding its own configuration's state (or none) that no
+/// penalty of its rule locks, admitted at once. It decides exactly as the steps of
+/// [`batch`] do on such an item (evaluate at now, commit, report, combine), with the
+/// entry's expiry taken from the commit instead of computed again; the property test
+/// below holds it to the general path. Anything else (a denial, a wait, another
+/// configuration's state, a lock, a shadow item, a cost of 0) goes back as `Err` for the
+/// general steps to decide. `Ok` carries the outcome and whether the entry was created.
+fn admit_at_once<'a>(
+    check: &Check<'_>,
+    entry: MapEntry<'a>,
+    hash: u64,
+    now: u64,
+) -> Result<(Outcome, bool), MapEntry<'a>> {
+    let (rule, cost) = (check.rule, check.cost);
+    if check.shadow || cost == 0 {
+        return Err(entry);
+    }
+    let algorithm = rule.algorithm();
+    let eval = match &entry {
+        RawEntryMut::Occupied(o) => {
+            let e = &o.get().entry;
+            let locked = rule.penalty().is_some() && e.penalty.locked_for(now).is_some();
+            if !e.is_own(rule) || locked {
+                return Err(entry);
+            }
+            algorithm.evaluate(&e.state, now, cost)
+        }
+        RawEntryMut::Vacant(_) => algorithm.evaluate(&State::default(), now, cost),
+    };
+    let Verdict::Admit { delay_micros } = eval.verdict else {
+        return Err(entry);
+    };
+    let (slot, created) = match entry {
+        RawEntryMut::Occupied(o) => (o.into_mut(), false),
+        RawEntryMut::Vacant(v) => {
+            let slot = Slot {
+                entry: Entry {
+                    fingerprint: rule.fingerprint(),
+                    ..Entry::default()
+                },
+                expires_at: 0,
+            };
+            let key = StoreKey::new(rule.name(), check.key);
+            (v.insert_hashed_nocheck(hash, key, slot).1, true)
+        }
+    };
+    let e = &mut slot.entry;
+    algorithm.apply(&mut e.state, now, cost);
+    let until = algorithm.expires_at(&e.state);
+    e.carried = Carried {
+        used: algorithm.limit().saturating_sub(eval.remaining),
+        until,
+    };
+    slot.expires_at = until.max(e.penalty_expires_at(rule));
+    let taken = Taken {
+        at: now,
+        mark: algorithm.mark(&e.state, now, delay_micros),
+    };
+    let decision = if delay_micros > 0 {
+        Decision::Delay(Duration::from_micros(delay_micros))
+    } else {
+        Decision::Allow
+    };
+    let mut rules = RuleOutcomes::new();
+    rules.push(RuleOutcome {
+        decision,
+        info: RateLimitInfo {
+            limit: algorithm.limit(),
+            remaining: eval.remaining,
+            reset: Duration::from_micros(eval.reset_micros),
+        },
+    });
+    let outcome = Outcome {
+        decision,
+        rules,
+        admission: Some(Admission::new([taken])),
+    };
+    Ok((outcome, created))
 }
 
 /// Steps 1 and 2 of [`batch`] for a batch of one on `entry`: the item as decided (at now,
@@ -656,6 +754,28 @@ mod tests {
         }
     }
 
+    /// Every entry with its expiry, by name ‖ key: what two stores hold, comparable
+    /// whatever their hashers.
+    fn entries(store: &MemoryStore) -> Vec<(Vec<u8>, Entry, u64)> {
+        let mut all: Vec<_> = store
+            .shared
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .map
+                    .iter()
+                    .map(|(k, slot)| {
+                        let (rule, key) = k.parts();
+                        ([rule, key].concat(), slot.entry.clone(), slot.expires_at)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// What a key costs in the map: the boxed form's 32 bytes, inline or not.
     #[test]
     fn a_stored_key_takes_32_bytes() {
@@ -765,6 +885,8 @@ mod tests {
                 let a = fast.decide_one(&check, max_wait).unwrap();
                 let b = general.decide_batch(&batch, max_wait).unwrap();
                 prop_assert_eq!(&a, &b);
+                // The same entries too, expiry included (which only a sweep would show).
+                prop_assert_eq!(entries(&fast), entries(&general));
                 if let (true, Some(admission)) = (refund, &a.admission) {
                     fast.give_back(&batch, admission).unwrap();
                     general.give_back(&batch, admission).unwrap();
