@@ -75,16 +75,18 @@ struct Shard {
 /// lookup then compares them in the map's own memory, and an entry costs no allocation of
 /// its own), else in one allocation.
 enum StoreKey {
-    Inline {
-        rule_len: u8,
-        len: u8,
-        bytes: [u8; INLINE_KEY],
-    },
+    /// See [`Inline`].
+    Inline(Inline),
     Heap {
         rule_len: usize,
         bytes: Box<[u8]>,
     },
 }
+
+/// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. Being one
+/// fixed-size array, a lookup hashes it in one pass and compares it whole, without a call
+/// to `memcmp`; the zeros after the bytes make equal pairs equal arrays.
+type Inline = [u8; INLINE_KEY + 2];
 
 /// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
 /// the 32 bytes its heap form takes anyway.
@@ -92,19 +94,10 @@ const INLINE_KEY: usize = 29;
 
 impl StoreKey {
     fn new(rule: &str, key: &[u8]) -> Self {
-        let len = rule.len() + key.len();
-        if len <= INLINE_KEY {
-            let mut bytes = [0; INLINE_KEY];
-            bytes[..rule.len()].copy_from_slice(rule.as_bytes());
-            bytes[rule.len()..len].copy_from_slice(key);
-            // Both fit in INLINE_KEY bytes, so in a u8.
-            return Self::Inline {
-                rule_len: rule.len() as u8,
-                len: len as u8,
-                bytes,
-            };
+        if let Some(inline) = Self::inline(rule, key) {
+            return Self::Inline(inline);
         }
-        let mut bytes = Vec::with_capacity(len);
+        let mut bytes = Vec::with_capacity(rule.len() + key.len());
         bytes.extend_from_slice(rule.as_bytes());
         bytes.extend_from_slice(key);
         Self::Heap {
@@ -113,14 +106,27 @@ impl StoreKey {
         }
     }
 
+    /// The inline form of `rule ‖ key`, if it fits.
+    fn inline(rule: &str, key: &[u8]) -> Option<Inline> {
+        let len = rule.len() + key.len();
+        if len > INLINE_KEY {
+            return None;
+        }
+        let mut bytes = [0; INLINE_KEY + 2];
+        // Both fit in INLINE_KEY bytes, so in a u8.
+        bytes[0] = rule.len() as u8;
+        bytes[1] = len as u8;
+        bytes[2..2 + rule.len()].copy_from_slice(rule.as_bytes());
+        bytes[2 + rule.len()..2 + len].copy_from_slice(key);
+        Some(bytes)
+    }
+
     /// The rule's name and the key.
     fn parts(&self) -> (&[u8], &[u8]) {
         match self {
-            Self::Inline {
-                rule_len,
-                len,
-                bytes,
-            } => bytes[..usize::from(*len)].split_at(usize::from(*rule_len)),
+            Self::Inline(bytes) => {
+                bytes[2..2 + usize::from(bytes[1])].split_at(usize::from(bytes[0]))
+            }
             Self::Heap { rule_len, bytes } => bytes.split_at(*rule_len),
         }
     }
@@ -132,15 +138,26 @@ impl StoreKey {
 }
 
 /// The map rehashes stored keys with this when it grows, so it must agree with
-/// [`Shared::hash`]: both go through [`hash_pair`].
+/// [`Shared::hash`]: both go through [`hash_inline`] or [`hash_pair`], by the pair's length.
 impl Hash for StoreKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let (rule, key) = self.parts();
-        hash_pair(state, rule, key);
+        match self {
+            Self::Inline(bytes) => hash_inline(state, bytes),
+            Self::Heap { rule_len, bytes } => {
+                let (rule, key) = bytes.split_at(*rule_len);
+                hash_pair(state, rule, key);
+            }
+        }
     }
 }
 
-/// The one way a (rule name, key) pair is hashed, for lookups and for stored keys alike.
+/// How a (rule name, key) pair that fits inline is hashed, for lookups and stored keys
+/// alike: its inline form, up to its last byte.
+fn hash_inline<H: Hasher>(state: &mut H, bytes: &Inline) {
+    state.write(&bytes[..2 + usize::from(bytes[1])]);
+}
+
+/// How a longer (rule name, key) pair is hashed, for lookups and stored keys alike.
 fn hash_pair<H: Hasher>(state: &mut H, rule: &[u8], key: &[u8]) {
     rule.hash(state);
     key.hash(state);
@@ -214,13 +231,23 @@ impl MemoryStore {
             batch::validate(std::slice::from_ref(check))?;
         }
         let shared = &*self.shared;
-        let hash = shared.hash(check.rule.name(), check.key);
+        let inline = StoreKey::inline(check.rule.name(), check.key);
+        let hash = match &inline {
+            Some(bytes) => shared.hash_inline(bytes),
+            None => shared.hash(check.rule.name(), check.key),
+        };
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(&mut [&mut shard]);
-        let entry = shard
-            .map
-            .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(check));
+        let entry = match &inline {
+            Some(bytes) => shard
+                .map
+                .raw_entry_mut()
+                .from_hash(hash, |k| matches!(k, StoreKey::Inline(b) if b == bytes)),
+            None => shard
+                .map
+                .raw_entry_mut()
+                .from_hash(hash, |k| k.matches(check)),
+        };
         let entry = match admit_at_once(check, entry, hash, now) {
             Ok((outcome, created)) => {
                 if created {
@@ -413,8 +440,19 @@ impl Shared {
     }
 
     fn hash(&self, rule: &str, key: &[u8]) -> u64 {
+        match StoreKey::inline(rule, key) {
+            Some(bytes) => self.hash_inline(&bytes),
+            None => {
+                let mut h = self.hasher.build_hasher();
+                hash_pair(&mut h, rule.as_bytes(), key);
+                h.finish()
+            }
+        }
+    }
+
+    fn hash_inline(&self, bytes: &Inline) -> u64 {
         let mut h = self.hasher.build_hasher();
-        hash_pair(&mut h, rule.as_bytes(), key);
+        hash_inline(&mut h, bytes);
         h.finish()
     }
 
@@ -529,7 +567,7 @@ fn admit_at_once<'a>(
     let outcome = Outcome {
         decision,
         rules,
-        admission: Some(Admission::new([taken])),
+        admission: Some(Admission::one(taken)),
     };
     Ok((outcome, created))
 }
@@ -807,6 +845,26 @@ mod tests {
             let again = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
             assert!(!again.unwrap().is_admitted(), "{check:?}");
         }
+    }
+
+    /// The map rehashes its keys as it grows: a stored key must hash as a lookup of the
+    /// same pair does, inline (short) or on the heap (long), or the grown map would lose it.
+    #[test]
+    fn keys_are_found_after_the_map_has_grown() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let rule = Rule::fixed_window("a", 1, Duration::from_secs(60));
+        let keys: Vec<Vec<u8>> = (0..3000)
+            .map(|i| format!("{i}{}", "x".repeat(i % 40)).into_bytes())
+            .collect();
+        for key in &keys {
+            let first = ready(store.check(&[Check::new(&rule, key)], Duration::ZERO));
+            assert!(first.unwrap().is_admitted());
+        }
+        for key in &keys {
+            let again = ready(store.check(&[Check::new(&rule, key)], Duration::ZERO));
+            assert!(!again.unwrap().is_admitted());
+        }
+        assert_eq!(store.len(), keys.len());
     }
 
     /// A clock whose readings on different threads may come out of order, as
