@@ -12,7 +12,7 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
-use crate::algorithm::{Carried, State, Verdict};
+use crate::algorithm::{Admitted, Carried, State, Verdict};
 use crate::batch::{self, Entry, Evaluated};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
@@ -510,45 +510,50 @@ fn admit_at_once<'a>(
         return Err(entry);
     }
     let algorithm = rule.algorithm();
-    let eval = match &entry {
-        RawEntryMut::Occupied(o) => {
-            let e = &o.get().entry;
+    let (slot, admitted, created) = match entry {
+        RawEntryMut::Occupied(mut o) => {
+            let e = &mut o.get_mut().entry;
             let locked = rule.penalty().is_some() && e.penalty.locked_for(now).is_some();
             if !e.is_own(rule) || locked {
-                return Err(entry);
+                return Err(RawEntryMut::Occupied(o));
             }
-            algorithm.evaluate(&e.state, now, cost)
+            match algorithm.admit(&mut e.state, now, cost) {
+                Ok(admitted) => (o.into_mut(), admitted, false),
+                Err(_) => return Err(RawEntryMut::Occupied(o)),
+            }
         }
-        RawEntryMut::Vacant(_) => algorithm.evaluate(&State::default(), now, cost),
-    };
-    let Verdict::Admit { delay_micros } = eval.verdict else {
-        return Err(entry);
-    };
-    let (slot, created) = match entry {
-        RawEntryMut::Occupied(o) => (o.into_mut(), false),
         RawEntryMut::Vacant(v) => {
+            let mut state = State::default();
+            let Ok(admitted) = algorithm.admit(&mut state, now, cost) else {
+                return Err(RawEntryMut::Vacant(v));
+            };
             let slot = Slot {
                 entry: Entry {
+                    state,
                     fingerprint: rule.fingerprint(),
                     ..Entry::default()
                 },
                 expires_at: 0,
             };
             let key = StoreKey::new(rule.name(), check.key);
-            (v.insert_hashed_nocheck(hash, key, slot).1, true)
+            (v.insert_hashed_nocheck(hash, key, slot).1, admitted, true)
         }
     };
+    let Admitted {
+        eval,
+        expires_at,
+        mark,
+    } = admitted;
     let e = &mut slot.entry;
-    algorithm.apply(&mut e.state, now, cost);
-    let until = algorithm.expires_at(&e.state);
     e.carried = Carried {
         used: algorithm.limit().saturating_sub(eval.remaining),
-        until,
+        until: expires_at,
     };
-    slot.expires_at = until.max(e.penalty_expires_at(rule));
-    let taken = Taken {
-        at: now,
-        mark: algorithm.mark(&e.state, now, delay_micros),
+    slot.expires_at = expires_at.max(e.penalty_expires_at(rule));
+    let taken = Taken { at: now, mark };
+    let delay_micros = match eval.verdict {
+        Verdict::Admit { delay_micros } => delay_micros,
+        Verdict::Reject { .. } => 0,
     };
     let decision = if delay_micros > 0 {
         Decision::Delay(Duration::from_micros(delay_micros))
