@@ -199,7 +199,7 @@ impl Algorithm {
     }
 
     /// [`evaluate`](Self::evaluate) at `now`, and if that admits, [`apply`](Self::apply)
-    /// (for a cost above 0), with the [`expires_at`](Self::expires_at) and the
+    /// (for a cost above 0; a cost of 0 changes nothing), with the [`expires_at`](Self::expires_at) and the
     /// [`mark`](Self::mark) of the state it leaves: one pass for a store's common case, the
     /// same results as the four calls. A rejection (`Err`) changes nothing.
     pub(crate) fn admit(&self, state: &mut State, now: u64, cost: u64) -> Result<Admitted, Eval> {
@@ -381,6 +381,13 @@ pub(crate) trait Model {
     /// stands at `now`, if the state still shows it such that giving it back is exact;
     /// returns whether it did.
     fn refund(&self, s: &mut Self::State, now: u64, at: u64, cost: u64, mark: u64) -> bool;
+    /// [`admit_with`] in one pass where the model has one (a smooth token bucket does):
+    /// the admission of `cost` units at `now` recorded in `inner`, exactly as
+    /// `admit_with`'s general steps would, or `None` (and `inner` unchanged) to leave the
+    /// request, admitted or not, to those steps.
+    fn admit_in_one_pass(&self, _inner: &mut Inner, _now: u64, _cost: u64) -> Option<Admitted> {
+        None
+    }
     /// The model's own state inside the stored enum, if it is there.
     fn get(inner: &Inner) -> Option<&Self::State>;
     fn get_mut(inner: &mut Inner) -> Option<&mut Self::State>;
@@ -460,6 +467,21 @@ fn admit_with<M: Model>(
     now: u64,
     cost: u64,
 ) -> Result<Admitted, Eval> {
+    if cost == 0 {
+        // Nothing to record: the state stays as it is, expired or not.
+        let eval = evaluate_with(model, inner, now, cost);
+        let Verdict::Admit { delay_micros } = eval.verdict else {
+            return Err(eval);
+        };
+        return Ok(Admitted {
+            eval,
+            expires_at: live(model, inner, 0).map_or(0, |s| model.expires_at(s)),
+            mark: mark_with(model, inner, now, delay_micros),
+        });
+    }
+    if let Some(admitted) = model.admit_in_one_pass(inner, now, cost) {
+        return Ok(admitted);
+    }
     let live = live(model, inner, now);
     let is_live = live.is_some();
     let eval = evaluate_state(model, live, now, cost);
@@ -473,9 +495,7 @@ fn admit_with<M: Model>(
     let Some(s) = M::get_mut(inner) else {
         return Err(eval);
     };
-    if cost > 0 {
-        model.apply(s, now, cost);
-    }
+    model.apply(s, now, cost);
     Ok(Admitted {
         eval,
         expires_at: model.expires_at(s),
@@ -544,4 +564,75 @@ pub(crate) fn scaled_rate(what: &str, quota: u64, rate: Rate) -> Result<Rate, Co
             rate.period_micros()
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::Rule;
+
+    /// One of the six algorithms (both token-bucket refills) with small numbers.
+    fn algorithm(kind: u8, quota: u64, period: u64) -> Algorithm {
+        let window = Duration::from_micros(period);
+        let rate = Rate::new(quota.div_ceil(2), window);
+        let rule = match kind % 7 {
+            0 => Rule::fixed_window("r", quota, window),
+            1 => Rule::sliding_log("r", quota, window),
+            2 => Rule::sliding_window("r", quota, window),
+            3 => Rule::token_bucket("r", quota, rate),
+            4 => Rule::token_bucket_stepped("r", quota, rate),
+            5 => Rule::leaky_bucket("r", quota, rate),
+            _ => Rule::gcra("r", rate, quota),
+        };
+        rule.algorithm().clone()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// `admit` (with its one-pass shortcuts) says and records exactly what `evaluate`,
+        /// then `apply`, `expires_at` and `mark` do, on states left by admissions now and
+        /// reserved ahead.
+        #[test]
+        fn admit_is_evaluate_then_apply(
+            kind in 0u8..7,
+            quota in 1u64..6,
+            period in 1u64..3_000,
+            steps in proptest::collection::vec(
+                (0u64..2_000, 0u64..8, prop_oneof![3 => Just(0u64), 1 => 0u64..3_000]),
+                1..60,
+            ),
+        ) {
+            let algorithm = algorithm(kind, quota, period);
+            let mut state = State::default();
+            let mut now = 1_000_000;
+            for (advance, cost, ahead) in steps {
+                now += advance;
+                let at = now + ahead;
+                let mut admitted = state.clone();
+                let got = algorithm.admit(&mut admitted, at, cost);
+                let eval = algorithm.evaluate(&state, at, cost);
+                match eval.verdict {
+                    Verdict::Admit { delay_micros } => {
+                        if cost > 0 {
+                            algorithm.apply(&mut state, at, cost);
+                        }
+                        let want = Admitted {
+                            eval,
+                            expires_at: algorithm.expires_at(&state),
+                            mark: algorithm.mark(&state, at, delay_micros),
+                        };
+                        prop_assert_eq!(got, Ok(want));
+                        prop_assert_eq!(&admitted, &state);
+                    }
+                    Verdict::Reject { .. } => {
+                        prop_assert_eq!(got, Err(eval));
+                        prop_assert_eq!(&admitted, &state);
+                    }
+                }
+            }
+        }
+    }
 }
