@@ -17,6 +17,7 @@ use crate::batch::{self, Entry, Evaluated};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
+use crate::rule::name_digest;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 
@@ -84,8 +85,8 @@ enum StoreKey {
 }
 
 /// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. Being one
-/// fixed-size array, a lookup hashes it in one pass and compares it whole, without a call
-/// to `memcmp`; the zeros after the bytes make equal pairs equal arrays.
+/// fixed-size array, a lookup compares it whole, without a call to `memcmp`; the zeros
+/// after the bytes make equal pairs equal arrays.
 type Inline = [u8; INLINE_KEY + 2];
 
 /// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
@@ -138,29 +139,20 @@ impl StoreKey {
 }
 
 /// The map rehashes stored keys with this when it grows, so it must agree with
-/// [`Shared::hash`]: both go through [`hash_inline`] or [`hash_pair`], by the pair's length.
+/// [`Shared::hash`]: both go through [`hash_pair`].
 impl Hash for StoreKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        match self {
-            Self::Inline(bytes) => hash_inline(state, bytes),
-            Self::Heap { rule_len, bytes } => {
-                let (rule, key) = bytes.split_at(*rule_len);
-                hash_pair(state, rule, key);
-            }
-        }
+        let (rule, key) = self.parts();
+        hash_pair(state, name_digest(rule), key);
     }
 }
 
-/// How a (rule name, key) pair that fits inline is hashed, for lookups and stored keys
-/// alike: its inline form, up to its last byte.
-fn hash_inline<H: Hasher>(state: &mut H, bytes: &Inline) {
-    state.write(&bytes[..2 + usize::from(bytes[1])]);
-}
-
-/// How a longer (rule name, key) pair is hashed, for lookups and stored keys alike.
-fn hash_pair<H: Hasher>(state: &mut H, rule: &[u8], key: &[u8]) {
-    rule.hash(state);
-    key.hash(state);
+/// The one way a (rule name, key) pair is hashed, for lookups and stored keys alike: the
+/// name's digest ([`name_digest`], cached in the rule) and the key's bytes, read where they
+/// are (a copy made just before would be read back before it is written out, a stall).
+fn hash_pair<H: Hasher>(state: &mut H, name_digest: u64, key: &[u8]) {
+    state.write_u64(name_digest);
+    state.write(key);
 }
 
 struct Slot {
@@ -231,11 +223,9 @@ impl MemoryStore {
             batch::validate(std::slice::from_ref(check))?;
         }
         let shared = &*self.shared;
+        let hash = shared.hash(check.rule, check.key);
+        // Compared only after the lock, whose fence has written it out by then.
         let inline = StoreKey::inline(check.rule.name(), check.key);
-        let hash = match &inline {
-            Some(bytes) => shared.hash_inline(bytes),
-            None => shared.hash(check.rule.name(), check.key),
-        };
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(&mut [&mut shard]);
         let entry = match &inline {
@@ -310,10 +300,7 @@ impl MemoryStore {
     fn decide_batch(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[u64; 4]> = batch
-            .iter()
-            .map(|c| shared.hash(c.rule.name(), c.key))
-            .collect();
+        let hashes: SmallVec<[u64; 4]> = batch.iter().map(|c| shared.hash(c.rule, c.key)).collect();
         let mut shard_ids: SmallVec<[usize; 4]> =
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
@@ -409,7 +396,7 @@ impl MemoryStore {
             if check.cost == 0 || check.shadow {
                 continue;
             }
-            let hash = shared.hash(check.rule.name(), check.key);
+            let hash = shared.hash(check.rule, check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(&mut [&mut shard]);
             if let Some(slot) = shard.get_mut(hash, check) {
@@ -439,20 +426,9 @@ impl Shared {
         now
     }
 
-    fn hash(&self, rule: &str, key: &[u8]) -> u64 {
-        match StoreKey::inline(rule, key) {
-            Some(bytes) => self.hash_inline(&bytes),
-            None => {
-                let mut h = self.hasher.build_hasher();
-                hash_pair(&mut h, rule.as_bytes(), key);
-                h.finish()
-            }
-        }
-    }
-
-    fn hash_inline(&self, bytes: &Inline) -> u64 {
+    fn hash(&self, rule: &Rule, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
-        hash_inline(&mut h, bytes);
+        hash_pair(&mut h, rule.name_digest(), key);
         h.finish()
     }
 
@@ -708,7 +684,7 @@ impl Store for MemoryStore {
             return std::future::ready(Err(e));
         }
         let shared = &*self.shared;
-        let hash = shared.hash(check.rule.name(), check.key);
+        let hash = shared.hash(check.rule, check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(&mut [&mut shard]);
         let entry = shard.get(hash, &check);
@@ -732,7 +708,7 @@ impl Store for MemoryStore {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let shared = &*self.shared;
         let check = Check::new(rule, key);
-        let hash = shared.hash(rule.name(), key);
+        let hash = shared.hash(rule, key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         if let RawEntryMut::Occupied(o) = shard
             .map
