@@ -6,7 +6,8 @@
 //! (see BENCHMARKS.md).
 //!
 //! `cargo bench --bench profile --no-run`, then
-//! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor] [rounds]`;
+//! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [rounds]`
+//! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30);
 //! the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
@@ -39,7 +40,11 @@ fn main() {
     if args.iter().any(|a| a == "governor") {
         return governor(&which, rounds);
     }
-    let rule = Rule::token_bucket("api", 1 << 30, Rate::per_second(1));
+    let rule = if args.iter().any(|a| a == "gcra") {
+        Rule::gcra("api", Rate::per_second(1), 1 << 30)
+    } else {
+        Rule::token_bucket("api", 1 << 30, Rate::per_second(1))
+    };
     let limiter = Limiter::new(MemoryStore::new());
     let keys: Vec<Vec<u8>> = (0..KEYS)
         .map(|i| format!("client-{i:06}").into_bytes())

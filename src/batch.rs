@@ -47,7 +47,7 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// Whether the algorithm's state was written by `rule`'s configuration.
-    fn is_own(&self, rule: &Rule) -> bool {
+    pub(crate) fn is_own(&self, rule: &Rule) -> bool {
         self.fingerprint == rule.fingerprint()
     }
 
@@ -56,15 +56,18 @@ impl Entry {
     /// configuration without the penalty keeps it too (else the entry, and the lock, would
     /// go with its state).
     pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
-        let penalty = rule
-            .penalty()
-            .map_or(self.penalty.locked_until, |p| p.expires_at(&self.penalty));
         let state = if self.is_own(rule) {
             rule.algorithm().expires_at(&self.state)
         } else {
             self.carried.until
         };
-        state.max(penalty)
+        state.max(self.penalty_expires_at(rule))
+    }
+
+    /// The penalty's part of [`expires_at`](Self::expires_at).
+    pub(crate) fn penalty_expires_at(&self, rule: &Rule) -> u64 {
+        rule.penalty()
+            .map_or(self.penalty.locked_until, |p| p.expires_at(&self.penalty))
     }
 }
 

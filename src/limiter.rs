@@ -251,15 +251,22 @@ impl<S: Store> Limiter<S> {
         rule: &Rule,
         key: impl AsRef<[u8]>,
     ) -> Result<Outcome, StoreError> {
+        // What `reserve` does for a batch of one, without its future inside this one: the
+        // future stays small (a caller moves it at least once), and a store that decides
+        // at once (MemoryStore) is not polled through a future at all.
         let key = key.as_ref();
-        let batch = [Check::new(rule, key)];
-        if !needs_digest(key) {
-            // A store that decides at once (MemoryStore) skips the nested futures.
-            if let Some(outcome) = self.store.check_now(&batch, Duration::ZERO) {
-                return outcome;
-            }
+        if needs_digest(key) {
+            let key = store_key(key);
+            return self
+                .store
+                .check(&[Check::new(rule, &key)], Duration::ZERO)
+                .await;
         }
-        self.reserve(&batch, Duration::ZERO).await
+        let batch = [Check::new(rule, key)];
+        if let Some(outcome) = self.store.check_now(&batch, Duration::ZERO) {
+            return outcome;
+        }
+        self.store.check(&batch, Duration::ZERO).await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.

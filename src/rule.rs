@@ -105,6 +105,9 @@ pub struct Rule {
     algorithm: Algorithm,
     /// `algorithm.fingerprint()`, computed once: stores compare it on every request.
     fingerprint: u64,
+    /// [`name_digest`] of the name, computed once: the in-process store hashes it with
+    /// the key on every request.
+    name_digest: u64,
     penalty: Option<Penalty>,
     cost: u64,
     /// Why this rule cannot work, if it cannot (see [`Rule::validate`]).
@@ -140,6 +143,7 @@ impl Rule {
             .map(|e| Arc::new(e.within(format_args!("rule {name:?}"))));
         Self {
             name: Arc::from(name),
+            name_digest: name_digest(name.as_bytes()),
             fingerprint: algorithm.fingerprint(),
             algorithm,
             penalty: None,
@@ -169,6 +173,12 @@ impl Rule {
             None => Ok(()),
             Some(problem) => Err(ConfigError::clone(problem)),
         }
+    }
+
+    /// Whether [`validate`](Self::validate) passes, without building its error: what a
+    /// store asks on every request.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.problem.is_none()
     }
 
     /// The rule if it can work (see [`validate`](Self::validate)): the path for rules read
@@ -294,6 +304,11 @@ impl Rule {
         self.name.clone()
     }
 
+    /// [`name_digest`] of the name.
+    pub(crate) fn name_digest(&self) -> u64 {
+        self.name_digest
+    }
+
     /// The algorithm and its quota.
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
@@ -315,6 +330,15 @@ impl Rule {
     pub fn cost(&self) -> u64 {
         self.cost
     }
+}
+
+/// A rule name folded into 64 bits (FNV-1a): what a store's hasher takes in place of the
+/// name's bytes, so a lookup hashes a word and the key. The same for a name however it is
+/// held (a [`Rule`] caches it; a stored key recomputes it from its bytes).
+pub(crate) fn name_digest(name: &[u8]) -> u64 {
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl fmt::Debug for Rule {

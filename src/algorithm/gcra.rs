@@ -1,6 +1,6 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_range, scaled_rate, Eval, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -123,6 +123,40 @@ impl Model for Gcra {
                 Eval::reject(Some(retry), remaining, reset)
             }
         }
+    }
+
+    /// A request that fits: the backlog after it, `after` (scaled), says everything: the
+    /// new TAT is `now + after / amount` with the remainder as its fraction, the state
+    /// expires (and the eval resets) `⌈after / amount⌉` µs from now, and `after` is the
+    /// mark. One division by the amount (quotient and remainder) instead of four.
+    fn admit_in_one_pass(&self, inner: &mut Inner, now: u64, cost: u64) -> Option<Admitted> {
+        if cost == 0 || cost > self.burst {
+            return None;
+        }
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let tolerance = self.tolerance();
+        // An expired state (or none) reads as a fresh one, a TAT of now: no backlog.
+        let (whole, fraction) = match inner {
+            Inner::Gcra(s) if s.tat >= now => (s.tat - now, s.fraction),
+            _ => (0, 0),
+        };
+        // Within the tolerance each term is below 2^52, so the sum cannot overflow.
+        let after = whole
+            .checked_mul(amount)
+            .filter(|backlog| *backlog <= tolerance)
+            .map(|backlog| backlog + fraction + cost * period)
+            .filter(|after| *after <= tolerance)?;
+        let (ahead, rest) = (after / amount, after % amount);
+        *inner = Inner::Gcra(TatState {
+            tat: now + ahead,
+            fraction: rest,
+        });
+        let reset = ahead + u64::from(rest > 0);
+        Some(Admitted {
+            eval: Eval::admit(0, (tolerance - after) / period, reset),
+            expires_at: now + reset,
+            mark: after,
+        })
     }
 
     fn apply(&self, s: &mut TatState, now: u64, cost: u64) {

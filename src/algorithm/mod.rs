@@ -145,6 +145,17 @@ impl Carried {
     }
 }
 
+/// What [`Algorithm::admit`] says of an admission it recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// What [`Algorithm::evaluate`] said.
+    pub(crate) eval: Eval,
+    /// [`Algorithm::expires_at`] of the state it left.
+    pub(crate) expires_at: u64,
+    /// [`Algorithm::mark`] of the admission (at `now`, held for the eval's delay).
+    pub(crate) mark: u64,
+}
+
 /// The state one rule keeps for one key. Opaque: stores hold it, models read and write it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State(pub(crate) Inner);
@@ -185,6 +196,14 @@ impl Algorithm {
     /// [`evaluate`](Self::evaluate) admitted it with the same arguments.
     pub fn apply(&self, state: &mut State, now: u64, cost: u64) {
         each_model!(self, m => apply_with(m, &mut state.0, now, cost))
+    }
+
+    /// [`evaluate`](Self::evaluate) at `now`, and if that admits, [`apply`](Self::apply)
+    /// (for a cost above 0; a cost of 0 changes nothing), with the [`expires_at`](Self::expires_at) and the
+    /// [`mark`](Self::mark) of the state it leaves: one pass for a store's common case, the
+    /// same results as the four calls. A rejection (`Err`) changes nothing.
+    pub(crate) fn admit(&self, state: &mut State, now: u64, cost: u64) -> Result<Admitted, Eval> {
+        each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
 
     /// What identifies the admission [`apply`](Self::apply) just recorded at `at`, held
@@ -362,6 +381,13 @@ pub(crate) trait Model {
     /// stands at `now`, if the state still shows it such that giving it back is exact;
     /// returns whether it did.
     fn refund(&self, s: &mut Self::State, now: u64, at: u64, cost: u64, mark: u64) -> bool;
+    /// [`admit_with`] in one pass where the model has one (a smooth token bucket does):
+    /// the admission of `cost` units at `now` recorded in `inner`, exactly as
+    /// `admit_with`'s general steps would, or `None` (and `inner` unchanged) to leave the
+    /// request, admitted or not, to those steps.
+    fn admit_in_one_pass(&self, _inner: &mut Inner, _now: u64, _cost: u64) -> Option<Admitted> {
+        None
+    }
     /// The model's own state inside the stored enum, if it is there.
     fn get(inner: &Inner) -> Option<&Self::State>;
     fn get_mut(inner: &mut Inner) -> Option<&mut Self::State>;
@@ -397,7 +423,12 @@ fn live<'a, M: Model>(model: &M, inner: &'a Inner, now: u64) -> Option<&'a M::St
 }
 
 fn evaluate_with<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
-    let eval = evaluate_live(model, inner, now, cost);
+    evaluate_state(model, live(model, inner, now), now, cost)
+}
+
+/// [`evaluate_with`] on the live state `live` (see [`live`]).
+fn evaluate_state<M: Model>(model: &M, live: Option<&M::State>, now: u64, cost: u64) -> Eval {
+    let eval = evaluate_live(model, live, now, cost);
     // A cost of 0 asks for nothing and passes, even where reservations have taken more than
     // is left now (a GCRA's TAT pushed past the burst, or a sliding window weighing a unit
     // reserved later in the window): an admissible request must stay admissible, or a
@@ -408,8 +439,8 @@ fn evaluate_with<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eva
     eval
 }
 
-fn evaluate_live<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eval {
-    let Some(s) = live(model, inner, now) else {
+fn evaluate_live<M: Model>(model: &M, live: Option<&M::State>, now: u64, cost: u64) -> Eval {
+    let Some(s) = live else {
         return model.evaluate(&model.fresh(now), now, cost);
     };
     let settled = model.settled_at(s);
@@ -426,6 +457,50 @@ fn evaluate_live<M: Model>(model: &M, inner: &Inner, now: u64, cost: u64) -> Eva
         Verdict::Reject { retry_micros } => retry_micros.map(|r| r + wait),
     };
     Eval::reject(retry, 0, at_settled.reset_micros + wait)
+}
+
+/// [`evaluate_with`], then, if that admits, [`apply_with`], [`Model::expires_at`] and
+/// [`mark_with`] on the state it leaves: the state's liveness found once for all four.
+fn admit_with<M: Model>(
+    model: &M,
+    inner: &mut Inner,
+    now: u64,
+    cost: u64,
+) -> Result<Admitted, Eval> {
+    if cost == 0 {
+        // Nothing to record: the state stays as it is, expired or not.
+        let eval = evaluate_with(model, inner, now, cost);
+        let Verdict::Admit { delay_micros } = eval.verdict else {
+            return Err(eval);
+        };
+        return Ok(Admitted {
+            eval,
+            expires_at: live(model, inner, 0).map_or(0, |s| model.expires_at(s)),
+            mark: mark_with(model, inner, now, delay_micros),
+        });
+    }
+    if let Some(admitted) = model.admit_in_one_pass(inner, now, cost) {
+        return Ok(admitted);
+    }
+    let live = live(model, inner, now);
+    let is_live = live.is_some();
+    let eval = evaluate_state(model, live, now, cost);
+    let Verdict::Admit { delay_micros } = eval.verdict else {
+        return Err(eval);
+    };
+    if !is_live {
+        *inner = M::wrap(model.fresh(now));
+    }
+    // The state is the model's own here (live, or just made fresh).
+    let Some(s) = M::get_mut(inner) else {
+        return Err(eval);
+    };
+    model.apply(s, now, cost);
+    Ok(Admitted {
+        eval,
+        expires_at: model.expires_at(s),
+        mark: model.mark(s, now, delay_micros),
+    })
 }
 
 fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
@@ -489,4 +564,75 @@ pub(crate) fn scaled_rate(what: &str, quota: u64, rate: Rate) -> Result<Rate, Co
             rate.period_micros()
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::Rule;
+
+    /// One of the six algorithms (both token-bucket refills) with small numbers.
+    fn algorithm(kind: u8, quota: u64, period: u64) -> Algorithm {
+        let window = Duration::from_micros(period);
+        let rate = Rate::new(quota.div_ceil(2), window);
+        let rule = match kind % 7 {
+            0 => Rule::fixed_window("r", quota, window),
+            1 => Rule::sliding_log("r", quota, window),
+            2 => Rule::sliding_window("r", quota, window),
+            3 => Rule::token_bucket("r", quota, rate),
+            4 => Rule::token_bucket_stepped("r", quota, rate),
+            5 => Rule::leaky_bucket("r", quota, rate),
+            _ => Rule::gcra("r", rate, quota),
+        };
+        rule.algorithm().clone()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// `admit` (with its one-pass shortcuts) says and records exactly what `evaluate`,
+        /// then `apply`, `expires_at` and `mark` do, on states left by admissions now and
+        /// reserved ahead.
+        #[test]
+        fn admit_is_evaluate_then_apply(
+            kind in 0u8..7,
+            quota in 1u64..6,
+            period in 1u64..3_000,
+            steps in proptest::collection::vec(
+                (0u64..2_000, 0u64..8, prop_oneof![3 => Just(0u64), 1 => 0u64..3_000]),
+                1..60,
+            ),
+        ) {
+            let algorithm = algorithm(kind, quota, period);
+            let mut state = State::default();
+            let mut now = 1_000_000;
+            for (advance, cost, ahead) in steps {
+                now += advance;
+                let at = now + ahead;
+                let mut admitted = state.clone();
+                let got = algorithm.admit(&mut admitted, at, cost);
+                let eval = algorithm.evaluate(&state, at, cost);
+                match eval.verdict {
+                    Verdict::Admit { delay_micros } => {
+                        if cost > 0 {
+                            algorithm.apply(&mut state, at, cost);
+                        }
+                        let want = Admitted {
+                            eval,
+                            expires_at: algorithm.expires_at(&state),
+                            mark: algorithm.mark(&state, at, delay_micros),
+                        };
+                        prop_assert_eq!(got, Ok(want));
+                        prop_assert_eq!(&admitted, &state);
+                    }
+                    Verdict::Reject { .. } => {
+                        prop_assert_eq!(got, Err(eval));
+                        prop_assert_eq!(&admitted, &state);
+                    }
+                }
+            }
+        }
+    }
 }

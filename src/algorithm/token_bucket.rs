@@ -1,6 +1,6 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
-use super::{check_product, check_range, scaled_rate, Eval, Model, MAX_SCALED};
+use super::{check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -215,6 +215,48 @@ impl Model for TokenBucket {
 
     fn mark(&self, s: &BucketState, _at: u64, _delay: u64) -> u64 {
         s.last
+    }
+
+    /// Smooth refill, a request that fits: the level at `now` is found once (its distance
+    /// to full also says whether the state is live), and the state it leaves expires when
+    /// the eval's reset says. Three divisions instead of the general steps' six.
+    fn admit_in_one_pass(&self, inner: &mut Inner, now: u64, cost: u64) -> Option<Admitted> {
+        if self.mode != Refill::Smooth || cost == 0 || cost > self.capacity {
+            return None;
+        }
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let full = self.capacity * period;
+        let level = match inner {
+            // A reservation still pending: the general steps wait it out.
+            Inner::TokenBucket(s) if s.last > now => return None,
+            // Live while it has not refilled to full (`expires_at` > now), else fresh.
+            Inner::TokenBucket(s) => {
+                let to_full = (full - s.level.min(full)).div_ceil(amount);
+                let elapsed = now - s.last;
+                if elapsed >= to_full {
+                    full
+                } else {
+                    s.level + elapsed * amount
+                }
+            }
+            // No state, or another algorithm's: a fresh bucket.
+            _ => full,
+        };
+        let need = cost * period;
+        if level < need {
+            return None;
+        }
+        let after = level - need;
+        let reset = (full - after).div_ceil(amount);
+        *inner = Inner::TokenBucket(BucketState {
+            level: after,
+            last: now,
+        });
+        Some(Admitted {
+            eval: Eval::admit(0, after / period, reset),
+            expires_at: now.saturating_add(reset),
+            mark: now,
+        })
     }
 
     /// Puts the tokens back (up to a full bucket), but only while no admission has been

@@ -108,6 +108,16 @@ impl Admission {
         }
     }
 
+    /// The admission of a batch of one (a push, not a collect: the hot path's).
+    pub(crate) fn one(taken: Taken) -> Self {
+        let mut all = SmallVec::new();
+        all.push(taken);
+        Self {
+            taken: all,
+            local: false,
+        }
+    }
+
     /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
     pub(crate) fn taken(&self, i: usize) -> Taken {
         self.taken.get(i).copied().unwrap_or_default()
