@@ -50,16 +50,14 @@ models[5] = function()
     mark = function(c, s, at, delay)
       return s[2] + cdiv(s[1], c.p2)
     end,
-    -- Drains `cost` units back out of the queue, as it stands at `now`; with a mark, only
-    -- while they are all still queued (before their release) and nothing queued behind
-    -- them (the queue's end is still the mark): requests behind keep their release.
+    -- Drains `cost` units back out of the queue, as much as is still in it at `now`; with a
+    -- mark, only while nothing queued behind them (the queue's end is still the mark):
+    -- requests behind keep their release.
     refund = function(c, s, now, at, cost, mark)
-      local level = leaky_level(c, s, now)
-      local water = cost * c.p3
-      if mark ~= nil and (s[2] + cdiv(s[1], c.p2) ~= mark or level < water) then
+      if mark ~= nil and s[2] + cdiv(s[1], c.p2) ~= mark then
         return false
       end
-      s[1] = sub0(level, water)
+      s[1] = sub0(leaky_level(c, s, now), cost * c.p3)
       s[2] = max(now, s[2])
       return true
     end,

@@ -159,11 +159,14 @@ impl<S: Store> Limiter<S> {
     /// this on its own for the requests it holds.
     ///
     /// The answer is [`Decision::Allow`] (pass now: every rule has counted it),
-    /// [`Decision::Delay`] (a pending rule reserved a later slot within `max_wait`: hold
-    /// the request again, then confirm that outcome), or [`Decision::Deny`] (other requests
-    /// took the pending rules' room during the hold: the units the other rules of the batch
-    /// took are given back). An outcome with nothing pending comes back as it was, its delay
-    /// served.
+    /// [`Decision::Delay`] (a pending rule reserved a later slot within `max_wait`, or a
+    /// pending leaky bucket whose queue was empty at the check now holds it: hold the request
+    /// again, then confirm that outcome if it still
+    /// [`needs_confirmation`](Outcome::needs_confirmation)), or [`Decision::Deny`] (other
+    /// requests took the pending rules' room during the hold: the units the other rules of
+    /// the batch took are given back, as far as [`Store::refund`] can exactly). An outcome
+    /// with nothing pending comes back as it was, its delay served. On a store error nothing
+    /// is given back.
     ///
     /// ```
     /// use std::time::Duration;

@@ -762,6 +762,8 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
         limiter.check(&request(b"b")).await.unwrap().decision,
         Decision::Allow
     );
+    // Confirmed a little after its release, as a layer's timer does.
+    clock.set_micros(s(180) + 1_000);
     let denied = limiter
         .confirm(&request(b"a"), &held, Duration::ZERO)
         .await
@@ -770,7 +772,7 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
         denied.decision,
         Decision::Deny(tollgate::Denial {
             reason: tollgate::DenyReason::Limited,
-            retry_after: Some(Duration::from_secs(60)),
+            retry_after: Some(Duration::from_micros(59_999_000)),
         }),
         "{denied:?}"
     );
@@ -999,4 +1001,47 @@ async fn in_wait_mode_a_shaped_request_waits_again_at_its_release() {
         2,
         "{passed:?}"
     );
+}
+
+/// Shadow mode holds nothing, so the rules left to a shaped request's release count it at
+/// once: the global window of 2 a minute would refuse a's third to fifth requests.
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_shaped_requests_count_on_every_rule() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tollgate::key;
+    use tollgate::layer::{Limit, Mode, RateLimitLayer};
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+
+    let start = tokio::time::Instant::now();
+    let limiter = Limiter::new(MemoryStore::with_clock(TokioClock(start)));
+    let would_deny = Arc::new(AtomicUsize::new(0));
+    let seen = would_deny.clone();
+    let layer = RateLimitLayer::builder(limiter)
+        .limit(Limit::new(
+            Rule::leaky_bucket("per-user", 5, Rate::new(1, Duration::from_secs(10))),
+            key::header("user-id"),
+        ))
+        .limit(Limit::new(
+            Rule::fixed_window("global", 2, Duration::from_secs(60)),
+            key::global(),
+        ))
+        .mode(Mode::Shadow)
+        .on_decision(move |event| {
+            if !event.outcome().is_admitted() {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .build()
+        .expect("valid layer");
+    let service = ServiceBuilder::new().layer(layer).service(service_fn(
+        |_req: http::Request<String>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        },
+    ));
+    for _ in 0..5 {
+        let response = service.clone().oneshot(from_user("a")).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(would_deny.load(Ordering::Relaxed), 3);
 }

@@ -129,19 +129,18 @@ impl Model for LeakyBucket {
         self.expires_at(s)
     }
 
-    /// Drains the units back out of the queue while they are all still in it (until the
-    /// admission's own release) and nothing queued behind them (the queue's end is still
-    /// `mark`). Requests queued behind keep the release they were told, so taking water
-    /// from the middle of the queue would let a new request leave with the last of them:
-    /// their units stay taken instead.
+    /// Drains the admission's units back out of the queue, as much of them as is still in
+    /// it, while nothing queued behind them (the queue's end is still `mark`). Requests
+    /// queued behind keep the release they were told, so taking water from the middle of
+    /// the queue would let a new request leave with the last of them: their units stay
+    /// taken instead.
     fn refund(&self, s: &mut LevelState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
-        let level = self.level(s, now);
-        let water = cost * self.pace.period_micros();
-        if self.expires_at(s) != mark || level < water {
+        if self.expires_at(s) != mark {
             return false;
         }
+        let level = self.level(s, now);
         *s = LevelState {
-            level: level - water,
+            level: level.saturating_sub(cost * self.pace.period_micros()),
             last: now.max(s.last),
         };
         true

@@ -85,6 +85,16 @@ impl Hold {
     fn release(mut self) {
         self.refund = None;
     }
+
+    /// The hold is over and the rules left to the release are being counted: from here the
+    /// confirmation gives back what the request took if it is denied, and a request dropped
+    /// meanwhile keeps its units taken (never a second refund of the same units). Its place
+    /// is kept until the confirmation answers.
+    fn confirming(&mut self) -> Option<Confirm> {
+        let confirm = self.confirm.take()?;
+        self.refund = None;
+        Some(confirm)
+    }
 }
 
 impl Drop for Hold {
@@ -334,9 +344,9 @@ where
                 } => {
                     ready!(sleep.poll(cx));
                     if let Some(Confirm { check, config }) =
-                        hold.as_mut().and_then(|h| h.confirm.take())
+                        hold.as_mut().and_then(Hold::confirming)
                     {
-                        // Its hold (and the refund of what it took) lasts until confirmed.
+                        // Its place under the layer's bounds lasts until confirmed.
                         let (pending, hold) = (pending.take(), hold.take());
                         state.set(State::Confirming {
                             check,
@@ -364,8 +374,7 @@ where
                     hold,
                 } => {
                     let checked = ready!(check.as_mut().poll(cx));
-                    // What the confirmation took, or gives back on a denial, is in its
-                    // answer: the first hold's refund is done with.
+                    // What the confirmation took, or gave back on a denial, is in its answer.
                     if let Some(hold) = hold.take() {
                         hold.release();
                     }
@@ -374,6 +383,16 @@ where
                     match next {
                         Next::Reject(response) => state.set(State::Rejected {
                             response: Some(response),
+                        }),
+                        Next::Forward {
+                            delay,
+                            headers,
+                            settle,
+                            ..
+                        } if delay.is_zero() => state.set(State::Readying {
+                            pending: Some(pending),
+                            headers,
+                            settle,
                         }),
                         Next::Forward {
                             delay,

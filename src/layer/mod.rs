@@ -88,18 +88,22 @@
 //!   exact (see that method for what each algorithm gives back). The refund of a store
 //!   that answers at once runs where the request is dropped; another store's runs as a
 //!   task on the tokio runtime. A request dropped while the store is still deciding has no
-//!   units to give back yet: whatever that decision reserves stays taken.
+//!   units to give back yet: whatever that decision reserves stays taken; so does what a
+//!   request dropped while it is being confirmed at its release (below) took.
 //! - **is counted where it passes.** The rules on other keys than the leaky bucket that
 //!   holds a request (a global or per-tenant limit beside a per-client queue) count it
 //!   when its hold ends, not when it queues: the store checks them at once as they will
 //!   stand at the release (a request they would deny then is refused now), and the layer
 //!   confirms them at the release ([`Limiter::confirm`](crate::Limiter::confirm)). If other
-//!   requests took their room in between, the held request is refused then (429, its queue
-//!   slot given back), so a shared window never admits more than its limit among the
-//!   requests that pass in it, and one client's queue never closes a shared limit to the
-//!   others. Confirming costs a second store call for such requests only; metrics and the
-//!   `rate_limit` span see the confirmed rules a second time, with their outcome at the
-//!   release.
+//!   requests took their room in between, the held request is refused then (429; what it
+//!   took is given back where that is exact: its queue slot when nothing queued behind
+//!   it), so a shared window never admits more than its limit among the requests that
+//!   pass in it, and one client's queue never closes a shared limit to the others. In wait
+//!   mode the request may wait again at the release, for what is left of `max_wait`; in
+//!   shadow mode, which holds nothing, they count it at once. Confirming costs a second
+//!   store call (and a boxed future) for such requests only; metrics and the `rate_limit`
+//!   span see the confirmed rules a second time, with their outcome at the release, and
+//!   `on_decision` sees the confirmation as a second decision.
 //! - **costs memory** until it is released: its response future (some 550 bytes plus the
 //!   inner service's size) and the boxed refund of its units (some 1.3 KB with a
 //!   `MemoryStore`, 2.1 KB with a `RedisStore`), besides the request itself (its head and

@@ -241,6 +241,19 @@ async fn check<St: Store + Clone>(
         .reserve(&batch, max_wait)
         .instrument(observation.span.clone())
         .await;
+    let result = match result {
+        // Shadow mode forwards at once: the rules left to the release count it now.
+        Ok(outcome) if config.mode == Mode::Shadow && outcome.needs_confirmation() => {
+            match limiter.confirm(&batch, &outcome, max_wait).await {
+                Ok(now) if now.is_admitted() => Ok(Outcome {
+                    admission: now.admission,
+                    ..outcome
+                }),
+                other => other,
+            }
+        }
+        other => other,
+    };
     let health = limiter.health();
     let store_latency = observe::finish(
         observation,
@@ -351,9 +364,20 @@ impl<St: Store + Clone> StoreCall<St> {
         });
         let to_hold = match (&result, held) {
             (Ok(outcome), Some(keys_held)) => {
+                // A wait at the release takes what is left of `max_wait` after this one.
+                let held_for = match outcome.decision {
+                    Decision::Delay(delay) => delay,
+                    _ => Duration::ZERO,
+                };
                 let confirm = outcome.needs_confirmation().then(|| Confirm {
                     config: self.config.clone(),
-                    check: Box::pin(confirm(self.clone(), outcome.clone())) as CheckFuture,
+                    check: Box::pin(confirm(
+                        StoreCall {
+                            max_wait: self.max_wait.saturating_sub(held_for),
+                            ..self.clone()
+                        },
+                        outcome.clone(),
+                    )) as CheckFuture,
                 });
                 let refund = outcome
                     .admission

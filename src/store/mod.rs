@@ -206,9 +206,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send;
 
     /// Gives back the units an admitted batch took, for a request that will never pass (a
-    /// held request whose client went away): `batch` as it was checked, `admission` from its
-    /// [`Outcome::admission`]. Call it at most once per admission, and before the instant the
-    /// request would have been released.
+    /// held request whose client went away, or one denied at its release by a rule left
+    /// pending there): `batch` as it was checked, `admission` from its
+    /// [`Outcome::admission`]. Call it at most once per admission, and not for a request that
+    /// passed (its rules would hand its units to the next request).
     ///
     /// Best effort, and never more than is exact. Each rule gives its units back only where
     /// the result is a state that admits no more than the admissions left in it allow:
@@ -218,8 +219,11 @@ pub trait Store: Send + Sync + 'static {
     /// - token bucket and GCRA: only while no other admission has been recorded at a later
     ///   instant (a later refill step, when stepped); otherwise the units stay taken (a
     ///   bucket that filled up meanwhile would have absorbed them).
-    /// - leaky bucket: only while the admission is still queued (before its own release);
-    ///   the queue is first in, first out, so what was queued around it stays exact.
+    /// - leaky bucket: what of the admission's water is still queued, only while nothing
+    ///   has queued behind it (the requests behind were told when they leave, and taking
+    ///   water from before them would let the next request leave with the last of them).
+    /// - a rule left pending to the release ([`Admission::pending`]): nothing, it took
+    ///   nothing.
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
