@@ -568,6 +568,47 @@ mod twins {
         same("shaped", &rules, &ops).await;
     }
 
+    /// Queues in two slots: the one that holds the request longer decides its release, and
+    /// the other slot's rules (its empty queue too) are pending until then.
+    fn queues_in_two_places() -> (Vec<Rule>, Vec<Op>) {
+        let rules = vec![
+            Rule::leaky_bucket("q", 5, rate(1, 100)),
+            Rule::leaky_bucket("tq", 5, rate(1, 100)),
+            Rule::fixed_window("tfw", 1, US * 1000),
+        ];
+        use Op::*;
+        let ops = vec![
+            Check(900, vec![(0, "a", 1, false)], 0),
+            Check(
+                950,
+                vec![(0, "a", 1, false), (1, "t", 1, false), (2, "t", 1, false)],
+                0,
+            ),
+            Check(1000, vec![(2, "t", 1, false)], 0),
+            Confirm(1000, 1),
+            Check(1020, vec![(1, "t", 1, false), (0, "b", 1, false)], 0),
+            Check(
+                1030,
+                vec![(1, "t", 2, false), (0, "b", 1, false), (2, "u", 1, false)],
+                0,
+            ),
+            Confirm(1200, 5),
+        ];
+        (rules, ops)
+    }
+
+    #[tokio::test]
+    async fn queues_in_two_places_leave_the_other_rules_pending() {
+        let (rules, ops) = queues_in_two_places();
+        same("two queues", &rules, &ops).await;
+    }
+
+    #[tokio::test]
+    async fn queues_in_two_places_leave_the_other_rules_pending_on_cluster() {
+        let (rules, ops) = queues_in_two_places();
+        same_on_cluster("two queues (cluster)", &rules, &ops).await;
+    }
+
     #[tokio::test]
     async fn shaped_requests_with_shared_rules_confirmed_at_release_on_cluster() {
         let (rules, ops) = shaped_with_shared_rules();

@@ -578,28 +578,54 @@ impl RedisStore {
         // no later part may count it earlier.
         let mut delay = 0;
         let mut denied = false;
-        // The parts with a leaky bucket go first: how long their queues hold the request
-        // (µs after their node's now) decides which rules of the later parts are pending.
-        let shapes = |members: &[usize]| {
-            members.iter().any(|&i| {
-                let c = &batch[i];
-                !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
-            })
+        // The part whose leaky bucket holds the request longest goes first: how long its
+        // queue holds the request (µs after its node's now) decides which rules of the other
+        // parts are pending. With queues in several slots, each is looked at first.
+        let is_queue = |i: usize| {
+            let c = &batch[i];
+            !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
         };
-        let mut order: SmallVec<[&(Slot, Vec<usize>); 4]> = groups.iter().collect();
-        order.sort_by_key(|(_, members)| !shapes(members));
+        let shaping: SmallVec<[usize; 4]> = (0..groups.len())
+            .filter(|&g| groups[g].1.iter().any(|&i| is_queue(i)))
+            .collect();
+        // The first part, and the queues of the other parts that hold the request (they
+        // count it on arrival, their delay being their queue).
+        let mut leader = shaping.first().copied();
+        let mut holding: SmallVec<[usize; 4]> = SmallVec::new();
+        if shaping.len() > 1 {
+            let mut longest = 0;
+            for &g in &shaping {
+                let members = &groups[g].1;
+                let reply = self
+                    .run_part(batch, members, max_wait, Mode::Peek, delay)
+                    .await?;
+                let mut release = 0;
+                for (&i, outcome) in members.iter().zip(&reply.rules) {
+                    if let (true, Decision::Delay(d)) = (is_queue(i), outcome.decision) {
+                        release = release.max(duration_to_micros(d));
+                        holding.push(i);
+                    }
+                }
+                if release > longest {
+                    (leader, longest) = (Some(g), release);
+                }
+            }
+        }
+        let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| Some(g) != leader);
         let mut shaped = 0;
         // The members left to the release, and the release they were checked at.
         let mut pending: Vec<(Vec<usize>, u64)> = Vec::new();
-        for (_, members) in order {
-            // Its rules pass the request before the queue does: pending (see
-            // `batch::evaluate`), checked now as they stand at the release. Trial rules and
-            // rules that take nothing count it on arrival, as in one call.
+        for g in order {
+            let members = &groups[g].1;
+            // Its rules pass the request before the leader's queue does: pending (see
+            // `batch::evaluate`), checked now as they stand at the release. Trial rules,
+            // rules that take nothing and queues that hold the request count it on arrival.
             let (later, now): (Vec<usize>, Vec<usize>) =
-                if !denied && shaped > delay && !shapes(members) {
-                    members
-                        .iter()
-                        .partition(|&&i| !batch[i].shadow && batch[i].cost > 0)
+                if !denied && shaped > delay && Some(g) != leader {
+                    members.iter().partition(|&&i| {
+                        !batch[i].shadow && batch[i].cost > 0 && !holding.contains(&i)
+                    })
                 } else {
                     (Vec::new(), members.clone())
                 };
