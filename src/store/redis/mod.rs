@@ -600,10 +600,20 @@ impl RedisStore {
                     .run_part(batch, members, max_wait, Mode::Peek, delay)
                     .await?;
                 let mut release = 0;
-                for (&i, outcome) in members.iter().zip(&reply.rules) {
-                    if let (true, Decision::Delay(d)) = (is_queue(i), outcome.decision) {
-                        release = release.max(duration_to_micros(d));
-                        holding.push(i);
+                // A queue holds the request while it is not empty, whether or not the
+                // request fits (one that does not denies the batch anyway).
+                for (&i, outcome) in members
+                    .iter()
+                    .zip(&reply.rules)
+                    .filter(|(&i, _)| is_queue(i))
+                {
+                    match outcome.decision {
+                        Decision::Delay(d) => {
+                            release = release.max(duration_to_micros(d));
+                            holding.push(i);
+                        }
+                        Decision::Deny(_) if !outcome.info.reset.is_zero() => holding.push(i),
+                        _ => {}
                     }
                 }
                 if release > longest {
