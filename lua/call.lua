@@ -45,7 +45,7 @@ local function decide_call(KEYS, ARGV)
   local k, a = 0, 1
   local nargv = #ARGV
   while a <= nargv do
-    local nkeys, nrules = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local nkeys, nrules = number_of(ARGV[a]), number_of(ARGV[a + 1])
     if not time and ARGV[a + 2] == '' then
       -- Read at most once per call, so every batch of a call decides at the same instant.
       local t = redis.call('TIME')

@@ -44,6 +44,8 @@ local function config_of(packed)
     within = within,
     fingerprint = fingerprint,
     quota = quota,
+    -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
+    gcra = code == GCRA,
     -- Whether the rule may take this path at all; its stored state decides the rest.
     plain = after == 0 and shadow == 0 and code ~= LEAKY_BUCKET and code ~= SLIDING_LOG,
     -- The stored record's length in doubles (head, state, penalty) and its format.
@@ -58,23 +60,51 @@ local function config_of(packed)
   return c
 end
 
+-- Small integer arguments (key and rule counts, modes, slack) by their text: a lookup
+-- instead of `tonumber`, whose string conversion costs more than the lookup. At most
+-- `NUMBERS_MAX` are kept; others are converted each time.
+local numbers = {}
+local number_count = 0
+local NUMBERS_MAX = 256
+
+local function number_of(text)
+  local n = numbers[text]
+  if n then
+    return n
+  end
+  n = tonumber(text)
+  if number_count < NUMBERS_MAX then
+    numbers[text] = n
+    number_count = number_count + 1
+  end
+  return n
+end
+
 -- The batch's rules, reused from batch to batch: per rule, its configuration, its state
--- (nil when absent or expired), its penalty fields (kept as they are: a lock belongs to the
--- name) and what its model says.
-local f_config, f_state, f_pen1, f_pen2, f_pen3, f_eval = {}, {}, {}, {}, {}, {}
+-- (nil when absent or expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as
+-- they are: a lock belongs to the name) and what its model says (ok, the delay or retry,
+-- remaining, reset).
+local f_config, f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}, {}
+local f_tat, f_fraction = {}, {}
+local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 
 -- Decides the batch whose keys start after KEYS[k] and whose arguments start at ARGV[a]
 -- (its key count), at `time` (the call's TIME, or nil). Returns batch.lua's reply, or nil
 -- when the batch needs the general path (nothing written then).
 local function decide_plain(KEYS, k, ARGV, a, time)
-  local nrules = tonumber(ARGV[a + 1])
-  if tonumber(ARGV[a]) ~= nrules or tonumber(ARGV[a + 6]) ~= 0 then
+  -- Interned strings: equal texts are equal numbers here ("0" is the only form of 0).
+  if ARGV[a] ~= ARGV[a + 1] or ARGV[a + 6] ~= '0' then
     return nil
   end
-  local mode = tonumber(ARGV[a + 4])
-  if mode ~= 0 and mode ~= 1 then
+  local mode = ARGV[a + 4]
+  if mode == '0' then
+    mode = 0
+  elseif mode == '1' then
+    mode = 1
+  else
     return nil
   end
+  local nrules = number_of(ARGV[a + 1])
   for i = 1, nrules do
     local c = config_of(ARGV[a + 6 + i])
     if not c.plain then
@@ -94,17 +124,42 @@ local function decide_plain(KEYS, k, ARGV, a, time)
     local c = f_config[i]
     local raw = redis.call('GET', KEYS[k + i])
     local s, p1, p2, p3 = nil, 0, 0, 0
+    local own = false
+    local t1, t2, t3, t4, t5, t6, t7, t8, t9
     if raw then
       local n = #raw / 8
       if n == c.length then
-        local model = c.model
-        local t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
+        t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
         -- Fingerprints are never 0: 0 says the record holds no algorithm state.
-        local own = t1 == c.fingerprint
+        own = t1 == c.fingerprint
         if not own and t1 ~= 0 then
           return nil
         end
+      elseif n >= 6 and n == floor(n) then
+        -- Another length: another configuration's record, or bare penalty fields.
+        return nil
+      end
+    end
+    local ok, wait, remaining, reset
+    if c.gcra then
+      -- The record: head (3), tat, fraction, penalty (3). Expired or absent: a fresh state.
+      if t1 then
+        p1, p2, p3 = t6, t7, t8
+      end
+      local tat, fraction = now, 0
+      if own and (t5 > 0 and t4 + 1 or t4) > now then
+        tat, fraction = t4, t5
+      end
+      f_tat[i], f_fraction[i] = tat, fraction
+      ok, wait, remaining, reset = gcra_evaluate(c, tat, fraction, now, c.cost)
+      -- A cost of 0 asks for nothing and passes (free_passes).
+      if c.cost == 0 and not ok then
+        ok, wait = true, 0
+      end
+    else
+      if t1 then
         -- The penalty fields are the record's last three.
+        local model = c.model
         local fields = model.fields
         if fields == 1 then
           p1, p2, p3 = t5, t6, t7
@@ -125,15 +180,14 @@ local function decide_plain(KEYS, k, ARGV, a, time)
         if s and model.expires_at(c, s) <= now then
           s = nil
         end
-      elseif n >= 6 and n == floor(n) then
-        -- Another length: another configuration's record, or bare penalty fields.
-        return nil
       end
+      f_state[i] = s
+      local e = own_evaluate(c, s, now, c.cost)
+      ok, wait, remaining, reset = e.ok, e.wait, e.remaining, e.reset
     end
-    f_state[i], f_pen1[i], f_pen2[i], f_pen3[i] = s, p1, p2, p3
-    local e = own_evaluate(c, s, now, c.cost)
-    f_eval[i] = e
-    if not e.ok then
+    f_pen1[i], f_pen2[i], f_pen3[i] = p1, p2, p3
+    f_ok[i], f_wait[i], f_remaining[i], f_reset[i] = ok, wait, remaining, reset
+    if not ok then
       admitted = false
     end
   end
@@ -142,56 +196,72 @@ local function decide_plain(KEYS, k, ARGV, a, time)
     return nil
   end
 
-  local slack = tonumber(ARGV[a + 5])
+  local slack = number_of(ARGV[a + 5])
   local reply = { admitted and 1 or 0, now, now }
   local r = 3
   for i = 1, nrules do
-    local c, e = f_config[i], f_eval[i]
-    local model = c.model
+    local c = f_config[i]
     local outcome, value, remaining, reset, mark = 0, 0, 0, 0, 0
     if admitted then
       if mode == 0 and c.cost > 0 then
-        local s = f_state[i]
-        if not s then
-          s = model.fresh(c, now)
-        end
-        model.apply(c, s, now, c.cost)
-        local expires_at = model.expires_at(c, s)
         local p1 = f_pen1[i]
-        local keep = max(p1, expires_at)
-        local packed
-        local fields = model.fields
-        if fields == 1 then
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], p1, f_pen2[i], f_pen3[i])
-        elseif fields == 2 then
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+        local packed, expires_at
+        if c.gcra then
+          local tat, fraction = gcra_apply(c, f_tat[i], f_fraction[i], now, c.cost)
+          expires_at = fraction > 0 and tat + 1 or tat
+          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, f_remaining[i]), expires_at, tat, fraction, p1, f_pen2[i], f_pen3[i])
+          -- Algorithm::mark: the scaled backlog the admission left.
+          mark = sub0(tat, now) * c.p3 + fraction
         else
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+          local model = c.model
+          local s = f_state[i]
+          if not s then
+            s = model.fresh(c, now)
+          end
+          model.apply(c, s, now, c.cost)
+          expires_at = model.expires_at(c, s)
+          local fields = model.fields
+          local used = sub0(c.quota, f_remaining[i])
+          if fields == 1 then
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], p1, f_pen2[i], f_pen3[i])
+          elseif fields == 2 then
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+          else
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+          end
+          if model.mark then
+            mark = model.mark(c, s, now, f_wait[i])
+          end
         end
+        local keep = max(p1, expires_at)
         if keep > now then
           redis.call('SET', KEYS[k + i], packed, 'PX', int(cdiv(keep - now, 1000) + slack))
         else
           redis.call('DEL', KEYS[k + i])
         end
-        if model.mark then
-          mark = model.mark(c, s, now, e.wait)
-        end
       end
-      value = e.wait
+      value = f_wait[i]
       if value > 0 then
         outcome = 1
       end
-      remaining, reset = e.remaining, e.reset
+      remaining, reset = f_remaining[i], f_reset[i]
     else
-      if e.ok then
+      local wait = f_wait[i]
+      if f_ok[i] then
         outcome, value = 0, 0
-      elseif e.wait == nil then
+      elseif wait == nil then
         outcome, value = 4, 0
       else
-        outcome, value = 2, e.wait
+        outcome, value = 2, wait
       end
-      local info = own_evaluate(c, f_state[i], now, 0)
-      remaining, reset = info.remaining, info.reset
+      -- What a cost of 0 would see.
+      if c.gcra then
+        local _
+        _, _, remaining, reset = gcra_evaluate(c, f_tat[i], f_fraction[i], now, 0)
+      else
+        local info = own_evaluate(c, f_state[i], now, 0)
+        remaining, reset = info.remaining, info.reset
+      end
     end
     reply[r + 1] = outcome
     reply[r + 2] = value
