@@ -327,8 +327,9 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
                         let mut inv = script.prepare_invoke();
-                        inv.arg(keys.len()).arg(args.len());
-                        inv.arg("").arg(0).arg(0).arg(0).arg(0);
+                        // The header (keys, rules, max_wait, mode, slack), the instant, ARGV[5].
+                        inv.arg(format!("{} {} 0 0 0", keys.len(), args.len()));
+                        inv.arg("").arg(0);
                         for (k, a) in keys.iter().zip(args.iter()) {
                             inv.key(k);
                             inv.arg(&a[..]);

@@ -132,8 +132,9 @@ fn main() {
                 }
             }
             for _ in 0..batches {
-                cmd.arg(rules.len()).arg(rules.len());
-                cmd.arg("").arg(0).arg(0).arg(0).arg(0);
+                // The header (keys, rules, max_wait, mode, slack), the instant, ARGV[5].
+                cmd.arg(format!("{0} {0} 0 0 0", rules.len()));
+                cmd.arg("").arg(0);
                 for a in &args {
                     cmd.arg(&a[..]);
                 }

@@ -60,24 +60,37 @@ local function config_of(packed)
   return c
 end
 
--- Small integer arguments (key and rule counts, modes, slack) by their text: a lookup
--- instead of `tonumber`, whose string conversion costs more than the lookup. At most
--- `NUMBERS_MAX` are kept; others are converted each time.
-local numbers = {}
-local number_count = 0
-local NUMBERS_MAX = 256
+-- Batch headers (lua/call.lua's ARGV) by their text, parsed once: a store sends the same
+-- few (counts, max_wait, mode and slack are its configuration), and Lua interns strings,
+-- so the lookup hashes a pointer. At most `HEADERS_MAX` are kept; the table is emptied
+-- once full.
+local headers = {}
+local header_count = 0
+local HEADERS_MAX = 256
 
-local function number_of(text)
-  local n = numbers[text]
-  if n then
-    return n
+local function header_of(text)
+  local h = headers[text]
+  if h then
+    return h
   end
-  n = tonumber(text)
-  if number_count < NUMBERS_MAX then
-    numbers[text] = n
-    number_count = number_count + 1
+  local nkeys, nrules, max_wait, mode, slack =
+    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not nkeys then
+    error('tollgate: a malformed batch header')
   end
-  return n
+  h = {
+    nkeys = tonumber(nkeys),
+    nrules = tonumber(nrules),
+    max_wait = tonumber(max_wait),
+    mode = tonumber(mode),
+    slack = tonumber(slack),
+  }
+  if header_count >= HEADERS_MAX then
+    headers, header_count = {}, 0
+  end
+  headers[text] = h
+  header_count = header_count + 1
+  return h
 end
 
 -- The batch's rules, reused from batch to batch: per rule, its configuration, its state
@@ -88,31 +101,28 @@ local f_config, f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
 local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 
--- Decides the batch whose keys start after KEYS[k] and whose arguments start at ARGV[a]
--- (its key count), at `time` (the call's TIME, or nil). Returns batch.lua's reply, or nil
--- when the batch needs the general path (nothing written then).
-local function decide_plain(KEYS, k, ARGV, a, time)
-  -- Interned strings: equal texts are equal numbers here ("0" is the only form of 0).
-  if ARGV[a] ~= ARGV[a + 1] or ARGV[a + 6] ~= '0' then
+-- Decides the batch whose keys start after KEYS[k], whose header is `h` (header_of) and
+-- whose other arguments start at ARGV[a] (its instant), at `time` (the call's TIME, or
+-- nil). Returns batch.lua's reply, or nil when the batch needs the general path (nothing
+-- written then).
+local function decide_plain(KEYS, k, ARGV, a, h, time)
+  -- "0" is the only text of 0 a store sends as ARGV[5].
+  if h.nkeys ~= h.nrules or ARGV[a + 1] ~= '0' then
     return nil
   end
-  local mode = ARGV[a + 4]
-  if mode == '0' then
-    mode = 0
-  elseif mode == '1' then
-    mode = 1
-  else
+  local mode = h.mode
+  if mode ~= 0 and mode ~= 1 then
     return nil
   end
-  local nrules = number_of(ARGV[a + 1])
+  local nrules = h.nrules
   for i = 1, nrules do
-    local c = config_of(ARGV[a + 6 + i])
+    local c = config_of(ARGV[a + 1 + i])
     if not c.plain then
       return nil
     end
     f_config[i] = c
   end
-  local now = ARGV[a + 2]
+  local now = ARGV[a]
   if now == '' then
     now = time
   else
@@ -191,13 +201,19 @@ local function decide_plain(KEYS, k, ARGV, a, time)
       admitted = false
     end
   end
-  if not admitted and mode == 0 and tonumber(ARGV[a + 3]) > 0 then
+  if not admitted and mode == 0 and h.max_wait > 0 then
     -- Wait mode: batch.lua looks for a reservation.
     return nil
   end
 
-  local slack = number_of(ARGV[a + 5])
-  local reply = { admitted and 1 or 0, now, now }
+  local slack = h.slack
+  -- Sized for a rule up front: a table grown one field at a time is reallocated as it grows.
+  local reply
+  if nrules > 0 then
+    reply = { admitted and 1 or 0, now, now, 0, 0, 0, 0, 0, 0 }
+  else
+    reply = { admitted and 1 or 0, now, now }
+  end
   local r = 3
   for i = 1, nrules do
     local c = f_config[i]

@@ -1,6 +1,7 @@
 //! The Lua twin of the models and of `batch.rs`: the script's source, its arguments and
 //! its reply.
 
+use std::io::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -192,14 +193,28 @@ impl Encoded {
 
     fn push_args(&self, cmd: &mut Cmd) {
         let call = &self.call;
-        cmd.arg(self.keys.len()).arg(self.rules.len());
+        // The header (lua/call.lua): one argument, the same text for every batch of the same
+        // shape, which the script parses once and then looks up; written on the stack.
+        let mut header = [0u8; 120];
+        let free = {
+            let mut rest = &mut header[..];
+            // Five integers of at most 20 digits and four spaces fit in 120 bytes.
+            let _ = write!(
+                rest,
+                "{} {} {} {} {}",
+                self.keys.len(),
+                self.rules.len(),
+                call.max_wait,
+                call.mode as u8,
+                call.slack_ms
+            );
+            rest.len()
+        };
+        cmd.arg(&header[..header.len() - free]);
         match call.now {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        cmd.arg(call.max_wait)
-            .arg(call.mode as u8)
-            .arg(call.slack_ms);
         match &self.taken {
             Some(packed) => cmd.arg(&packed[..]),
             None => cmd.arg(call.min_delay),
