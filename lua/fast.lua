@@ -10,7 +10,10 @@
 -- does every other batch. Nothing is written before that choice is made, so the general
 -- path decides such a batch from the same state. What is decided and written is exactly
 -- what decide_batch decides and writes (tests/vectors.rs compares both with the Rust
--- models).
+-- models). Its reply is decide_batch's, except that an admitted batch is answered in short:
+-- { 2, now, then per rule: its delay, remaining, reset µs and refund mark }, which says
+-- what the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and
+-- the request counted at now); src/store/redis/script.rs `parse` reads both.
 
 -- Rule configurations by their packed argument (thirteen doubles, see batch.lua's ARGV[6…]).
 -- Lua interns strings, so the lookup is a hash of a pointer; the coalesced batches of one
@@ -207,14 +210,25 @@ local function decide_plain(KEYS, k, ARGV, a, h, time)
   end
 
   local slack = h.slack
-  -- Sized for a rule up front: a table grown one field at a time is reallocated as it grows.
-  local reply
-  if nrules > 0 then
-    reply = { admitted and 1 or 0, now, now, 0, 0, 0, 0, 0, 0 }
+  -- An admission is answered in short (see the header): 2, now, then per rule its delay,
+  -- remaining, reset and mark. Sized for a rule up front: a table grown one field at a time
+  -- is reallocated as it grows.
+  local reply, r
+  if admitted then
+    if nrules > 0 then
+      reply = { 2, now, 0, 0, 0, 0 }
+    else
+      reply = { 2, now }
+    end
+    r = 2
   else
-    reply = { admitted and 1 or 0, now, now }
+    if nrules > 0 then
+      reply = { 0, now, now, 0, 0, 0, 0, 0, 0 }
+    else
+      reply = { 0, now, now }
+    end
+    r = 3
   end
-  local r = 3
   for i = 1, nrules do
     local c = f_config[i]
     local outcome, value, remaining, reset, mark = 0, 0, 0, 0, 0
@@ -279,13 +293,21 @@ local function decide_plain(KEYS, k, ARGV, a, h, time)
         remaining, reset = info.remaining, info.reset
       end
     end
-    reply[r + 1] = outcome
-    reply[r + 2] = value
-    reply[r + 3] = remaining
-    reply[r + 4] = reset
-    reply[r + 5] = mark
-    reply[r + 6] = admitted and now or 0
-    r = r + 6
+    if admitted then
+      reply[r + 1] = value
+      reply[r + 2] = remaining
+      reply[r + 3] = reset
+      reply[r + 4] = mark
+      r = r + 4
+    else
+      reply[r + 1] = outcome
+      reply[r + 2] = value
+      reply[r + 3] = remaining
+      reply[r + 4] = reset
+      reply[r + 5] = mark
+      reply[r + 6] = 0
+      r = r + 6
+    end
   end
   return reply
 end

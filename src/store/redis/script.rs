@@ -366,10 +366,13 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             checks.len()
         ))
     };
+    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
+    if values.first() == Some(&2) {
+        return parse_admitted(values, checks).ok_or_else(bad);
+    }
     if values.len() != 3 + 6 * checks.len() {
         return Err(bad());
     }
-    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
     let admitted = values[0] == 1;
     let reserved = uint(values[1])?;
     let now = uint(values[2])?;
@@ -409,6 +412,45 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     Ok(Reply {
         admitted,
         reserved,
+        now,
+        rules,
+        taken,
+    })
+}
+
+/// The short reply of an admission (lua/fast.lua): 2, now, then per check its delay,
+/// remaining, reset and mark; every rule counted the request at now, which is also when it
+/// arrives.
+fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
+    if values.len() != 2 + 4 * checks.len() {
+        return None;
+    }
+    let uint = |v: i64| u64::try_from(v).ok();
+    let now = uint(values[1])?;
+    let mut rules = Vec::with_capacity(checks.len());
+    let mut taken = SmallVec::with_capacity(checks.len());
+    for (check, v) in checks.iter().zip(values[2..].chunks_exact(4)) {
+        let delay = Duration::from_micros(uint(v[0])?);
+        rules.push(RuleOutcome {
+            decision: if delay.is_zero() {
+                Decision::Allow
+            } else {
+                Decision::Delay(delay)
+            },
+            info: RateLimitInfo {
+                limit: check.rule.algorithm().quota().0,
+                remaining: uint(v[1])?,
+                reset: Duration::from_micros(uint(v[2])?),
+            },
+        });
+        taken.push(Taken {
+            at: now,
+            mark: uint(v[3])?,
+        });
+    }
+    Some(Reply {
+        admitted: true,
+        reserved: now,
         now,
         rules,
         taken,
