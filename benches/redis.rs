@@ -337,13 +337,15 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
                         let mut inv = script.prepare_invoke();
-                        // The header (keys, rules, max_wait, mode, slack), the instant, ARGV[5].
-                        inv.arg(format!("{} {} 0 0 0", keys.len(), args.len()));
-                        inv.arg("").arg(0);
+                        // The shape (keys, rules, max_wait, mode, slack, no instant or
+                        // ARGV[5] following, then the rules), as lua/call.lua reads it.
+                        let mut shape =
+                            format!("{} {} 0 0 0 0\n", keys.len(), args.len()).into_bytes();
                         for (k, a) in keys.iter().zip(args.iter()) {
                             inv.key(k);
-                            inv.arg(&a[..]);
+                            shape.extend_from_slice(a);
                         }
+                        inv.arg(shape);
                         let reply: Vec<Vec<i64>> = inv.invoke_async(&mut raw).await.expect("raw");
                         // 2: admitted, in short (lua/fast.lua).
                         assert_eq!(reply[0][0], 2, "{reply:?}");

@@ -136,12 +136,13 @@ fn main() {
                 }
             }
             for _ in 0..batches {
-                // The header (keys, rules, max_wait, mode, slack), the instant, ARGV[5].
-                cmd.arg(format!("{0} {0} 0 0 0", rules.len()));
-                cmd.arg("").arg(0);
+                // The shape (keys, rules, max_wait, mode, slack, no instant or ARGV[5]
+                // following, then the rules), as lua/call.lua reads it.
+                let mut shape = format!("{0} {0} 0 0 0 0\n", rules.len()).into_bytes();
                 for a in &args {
-                    cmd.arg(&a[..]);
+                    shape.extend_from_slice(a);
                 }
+                cmd.arg(shape);
             }
             cmd
         };

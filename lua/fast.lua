@@ -63,36 +63,61 @@ local function config_of(packed)
   return c
 end
 
--- Batch headers (lua/call.lua's ARGV) by their text, parsed once: a store sends the same
--- few (counts, max_wait, mode and slack are its configuration), and Lua interns strings,
--- so the lookup hashes a pointer. At most `HEADERS_MAX` are kept; the table is emptied
--- once full.
-local headers = {}
-local header_count = 0
-local HEADERS_MAX = 256
+-- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
+-- few (counts, max_wait, mode and slack are its configuration, the rules and costs its
+-- routes'), and Lua interns strings, so the lookup hashes a pointer. At most `SHAPES_MAX`
+-- are kept; the table is emptied once full.
+local shapes = {}
+local shape_count = 0
+local SHAPES_MAX = 256
+local RULE_BYTES = 104
 
-local function header_of(text)
-  local h = headers[text]
+local function shape_of(bytes)
+  local h = shapes[bytes]
   if h then
     return h
   end
-  local nkeys, nrules, max_wait, mode, slack =
-    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local newline = string.find(bytes, '\n', 1, true)
+  local nkeys, nrules, max_wait, mode, slack, extra
+  if newline then
+    nkeys, nrules, max_wait, mode, slack, extra =
+      string.match(string.sub(bytes, 1, newline - 1), '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d)$')
+  end
   if not nkeys then
-    error('tollgate: a malformed batch header')
+    error('tollgate: a malformed batch shape')
+  end
+  nrules = tonumber(nrules)
+  if #bytes ~= newline + nrules * RULE_BYTES then
+    error('tollgate: a malformed batch shape')
   end
   h = {
     nkeys = tonumber(nkeys),
-    nrules = tonumber(nrules),
+    nrules = nrules,
     max_wait = tonumber(max_wait),
     mode = tonumber(mode),
     slack = tonumber(slack),
+    -- Whether the instant and ARGV[5] follow as arguments (else "" and "0").
+    extra = extra == '1',
+    -- The rules' arguments (batch.lua's ARGV[6…]) and configurations.
+    rules = {},
+    configs = {},
+    -- Whether every rule may take the streamlined path.
+    plain = true,
   }
-  if header_count >= HEADERS_MAX then
-    headers, header_count = {}, 0
+  for i = 1, nrules do
+    local from = newline + (i - 1) * RULE_BYTES + 1
+    local rule = string.sub(bytes, from, from + RULE_BYTES - 1)
+    local c = config_of(rule)
+    h.rules[i], h.configs[i] = rule, c
+    if not c.plain then
+      h.plain = false
+    end
   end
-  headers[text] = h
-  header_count = header_count + 1
+  if shape_count >= SHAPES_MAX then
+    shapes, shape_count = {}, 0
+  end
+  shapes[bytes] = h
+  shape_count = shape_count + 1
   return h
 end
 
@@ -104,13 +129,13 @@ local f_config, f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
 local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 
--- Decides the batch whose keys start after KEYS[k], whose header is `h` (header_of) and
--- whose other arguments start at ARGV[a] (its instant), at `time` (the call's TIME, or
--- nil). Returns batch.lua's reply, or nil when the batch needs the general path (nothing
--- written then).
-local function decide_plain(KEYS, k, ARGV, a, h, time)
+-- Decides the batch whose keys start after KEYS[k], whose shape is `h` (shape_of), with
+-- batch.lua's ARGV[1] `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil).
+-- Returns batch.lua's reply, or nil when the batch needs the general path (nothing written
+-- then).
+local function decide_plain(KEYS, k, h, now, arg5, time)
   -- "0" is the only text of 0 a store sends as ARGV[5].
-  if h.nkeys ~= h.nrules or ARGV[a + 1] ~= '0' then
+  if not h.plain or h.nkeys ~= h.nrules or arg5 ~= '0' then
     return nil
   end
   local mode = h.mode
@@ -118,14 +143,10 @@ local function decide_plain(KEYS, k, ARGV, a, h, time)
     return nil
   end
   local nrules = h.nrules
+  local configs = h.configs
   for i = 1, nrules do
-    local c = config_of(ARGV[a + 1 + i])
-    if not c.plain then
-      return nil
-    end
-    f_config[i] = c
+    f_config[i] = configs[i]
   end
-  local now = ARGV[a]
   if now == '' then
     now = time
   else

@@ -193,34 +193,41 @@ impl Encoded {
 
     fn push_args(&self, cmd: &mut Cmd) {
         let call = &self.call;
-        // The header (lua/call.lua): one argument, the same text for every batch of the same
-        // shape, which the script parses once and then looks up; written on the stack.
-        let mut header = [0u8; 120];
+        // The instant and ARGV[5] follow only when they are not "" and 0.
+        let extra = call.now.is_some() || self.taken.is_some() || call.min_delay != 0;
+        // The shape (lua/call.lua): one argument, the same bytes for every batch of the same
+        // rules and configuration, which the script parses once and then looks up.
+        let mut head = [0u8; 128];
         let free = {
-            let mut rest = &mut header[..];
-            // Five integers of at most 20 digits and four spaces fit in 120 bytes.
-            let _ = write!(
+            let mut rest = &mut head[..];
+            // Five integers of at most 20 digits, a digit, five spaces and a newline fit.
+            let _ = writeln!(
                 rest,
-                "{} {} {} {} {}",
+                "{} {} {} {} {} {}",
                 self.keys.len(),
                 self.rules.len(),
                 call.max_wait,
                 call.mode as u8,
-                call.slack_ms
+                call.slack_ms,
+                u8::from(extra)
             );
             rest.len()
         };
-        cmd.arg(&header[..header.len() - free]);
-        match call.now {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        match &self.taken {
-            Some(packed) => cmd.arg(&packed[..]),
-            None => cmd.arg(call.min_delay),
-        };
+        let mut shape = SmallVec::<[u8; 256]>::new();
+        shape.extend_from_slice(&head[..head.len() - free]);
         for rule in &self.rules {
-            cmd.arg(&rule[..]);
+            shape.extend_from_slice(rule);
+        }
+        cmd.arg(&shape[..]);
+        if extra {
+            match call.now {
+                Some(now) => cmd.arg(now),
+                None => cmd.arg(""),
+            };
+            match &self.taken {
+                Some(packed) => cmd.arg(&packed[..]),
+                None => cmd.arg(call.min_delay),
+            };
         }
     }
 }
