@@ -119,6 +119,15 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     packed
 }
 
+/// Whether a batch's instant and `ARGV[5]` follow its shape: only when they are not ""
+/// (the server's `TIME`) and 0.
+fn extra_follows(call: &Call, taken: bool) -> bool {
+    call.now.is_some() || taken || call.min_delay != 0
+}
+
+/// Bytes of one rule's argument: thirteen little-endian doubles (see `lua/batch.lua`).
+const RULE_BYTES: usize = 13 * 8;
+
 /// One batch's keys and arguments, encoded for a call (see `lua/call.lua`): built by the
 /// requesting task, so a coalesced call only copies them into its command.
 #[derive(Debug, Clone)]
@@ -127,8 +136,10 @@ pub(super) struct Encoded {
     call: Call,
     /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
-    /// Per rule, thirteen little-endian doubles.
-    rules: SmallVec<[[u8; 104]; 4]>,
+    /// The batch's shape (`lua/call.lua`): its header line, then per rule thirteen
+    /// little-endian doubles. Built here, once, and kept on the heap, so the batch stays
+    /// small while it moves through the queue into its call.
+    shape: Vec<u8>,
 }
 
 impl Encoded {
@@ -140,8 +151,27 @@ impl Encoded {
         mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
         taken: Option<&[u8]>,
     ) -> Self {
+        let nkeys = checks.len()
+            + checks
+                .iter()
+                .filter(|c| has_log(c.rule.algorithm()))
+                .count();
+        let extra = extra_follows(&call, taken.is_some());
+        // The shape: one argument, the same bytes for every batch of the same rules and
+        // configuration, which the script parses once and then looks up.
+        let mut shape = Vec::with_capacity(64 + RULE_BYTES * checks.len());
+        // Writing to a Vec does not fail.
+        let _ = writeln!(
+            shape,
+            "{} {} {} {} {} {}",
+            nkeys,
+            checks.len(),
+            call.max_wait,
+            call.mode as u8,
+            call.slack_ms,
+            u8::from(extra)
+        );
         let mut keys = SmallVec::new();
-        let mut rules = SmallVec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
             let algorithm = check.rule.algorithm();
             // The rules on one client key share its leaky bucket's release (batch::key_release).
@@ -177,49 +207,32 @@ impl Encoded {
                 algorithm.quota().0,
                 key_id as u64,
             ];
-            let mut packed = [0u8; 104];
-            for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
-                chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+            for value in fields {
+                shape.extend_from_slice(&exact_double(value).to_le_bytes());
             }
-            rules.push(packed);
         }
         Self {
             keys,
             call,
             taken: taken.map(<[u8]>::to_vec),
-            rules,
+            shape,
         }
+    }
+
+    /// Whether the instant and `ARGV[5]` follow the shape (the header's last digit).
+    fn extra(&self) -> bool {
+        extra_follows(&self.call, self.taken.is_some())
+    }
+
+    /// Bytes this batch adds to a command, about.
+    fn size(&self) -> usize {
+        self.keys.iter().map(|k| k.len() + 16).sum::<usize>() + self.shape.len() + 64
     }
 
     fn push_args(&self, cmd: &mut Cmd) {
         let call = &self.call;
-        // The instant and ARGV[5] follow only when they are not "" and 0.
-        let extra = call.now.is_some() || self.taken.is_some() || call.min_delay != 0;
-        // The shape (lua/call.lua): one argument, the same bytes for every batch of the same
-        // rules and configuration, which the script parses once and then looks up.
-        let mut head = [0u8; 128];
-        let free = {
-            let mut rest = &mut head[..];
-            // Five integers of at most 20 digits, a digit, five spaces and a newline fit.
-            let _ = writeln!(
-                rest,
-                "{} {} {} {} {} {}",
-                self.keys.len(),
-                self.rules.len(),
-                call.max_wait,
-                call.mode as u8,
-                call.slack_ms,
-                u8::from(extra)
-            );
-            rest.len()
-        };
-        let mut shape = SmallVec::<[u8; 256]>::new();
-        shape.extend_from_slice(&head[..head.len() - free]);
-        for rule in &self.rules {
-            shape.extend_from_slice(rule);
-        }
-        cmd.arg(&shape[..]);
-        if extra {
+        cmd.arg(&self.shape[..]);
+        if self.extra() {
             match call.now {
                 Some(now) => cmd.arg(now),
                 None => cmd.arg(""),
@@ -243,17 +256,13 @@ pub(super) enum Route {
 
 /// The command that decides `batches` in one call, in order.
 pub(super) fn command(route: Route, batches: &[&Encoded]) -> Cmd {
-    let mut cmd = match route {
-        Route::Function => {
-            let mut cmd = redis::cmd("FCALL");
-            cmd.arg(&LIBRARY.name);
-            cmd
-        }
-        Route::Script => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(SCRIPT.get_hash());
-            cmd
-        }
+    // Sized up front: a coalesced call's command would otherwise be reallocated as it grows.
+    let args = 3 + batches.iter().map(|b| b.keys.len() + 3).sum::<usize>();
+    let bytes = 64 + batches.iter().map(|b| b.size()).sum::<usize>();
+    let mut cmd = Cmd::with_capacity(args, bytes);
+    match route {
+        Route::Function => cmd.arg("FCALL").arg(&LIBRARY.name),
+        Route::Script => cmd.arg("EVALSHA").arg(SCRIPT.get_hash()),
     };
     cmd.arg(batches.iter().map(|b| b.keys.len()).sum::<usize>());
     for batch in batches {
