@@ -1,7 +1,6 @@
 //! The Lua twin of the models and of `batch.rs`: the script's source, its arguments and
 //! its reply.
 
-use std::io::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -125,6 +124,21 @@ fn extra_follows(call: &Call, taken: bool) -> bool {
     call.now.is_some() || taken || call.min_delay != 0
 }
 
+/// Appends `value` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// Bytes of one rule's argument: thirteen little-endian doubles (see `lua/batch.lua`).
 const RULE_BYTES: usize = 13 * 8;
 
@@ -160,17 +174,24 @@ impl Encoded {
         // The shape: one argument, the same bytes for every batch of the same rules and
         // configuration, which the script parses once and then looks up.
         let mut shape = Vec::with_capacity(64 + RULE_BYTES * checks.len());
-        // Writing to a Vec does not fail.
-        let _ = writeln!(
-            shape,
-            "{} {} {} {} {} {}",
-            nkeys,
-            checks.len(),
+        // The header line, written by hand: `write!` costs more than the rest of the batch.
+        for (i, value) in [
+            nkeys as u64,
+            checks.len() as u64,
             call.max_wait,
-            call.mode as u8,
+            call.mode as u64,
             call.slack_ms,
-            u8::from(extra)
-        );
+            u64::from(extra),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                shape.push(b' ');
+            }
+            push_decimal(&mut shape, value);
+        }
+        shape.push(b'\n');
         let mut keys = SmallVec::new();
         for (i, check) in checks.iter().enumerate() {
             let algorithm = check.rule.algorithm();
@@ -483,4 +504,17 @@ fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
 /// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).
 pub(super) fn combine(rules: Vec<RuleOutcome>, batch: &[Check<'_>]) -> crate::decision::Outcome {
     batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals_are_written_as_lua_reads_them() {
+        let mut out = Vec::new();
+        for value in [0, 7, 10, 1_234_567_890, u64::MAX] {
+            out.clear();
+            super::push_decimal(&mut out, value);
+            assert_eq!(out, value.to_string().into_bytes());
+        }
+    }
 }
