@@ -18,7 +18,9 @@
 //! time in the measured commands (`INFO commandstats`) and the redis-server process's CPU
 //! time (all of its work: sockets, parsing, commands), each divided by the decisions. The rows also go to
 //! `target/bench-redis.csv` (path, rules, concurrency, decisions/s, …) for a chart.
-//! `TOLLGATE_BENCH_SECS` sets the seconds per measurement (default 2).
+//! `TOLLGATE_BENCH_SECS` sets the seconds per measurement (default 2);
+//! `TOLLGATE_BENCH_CONCURRENCY` and `TOLLGATE_BENCH_RULES` (comma-separated) pick some of the
+//! concurrencies (1, 4, 16, 64) and rule counts (1, 3).
 
 #[path = "../tests/common/redis_server.rs"]
 #[allow(unreachable_pub)]
@@ -270,6 +272,14 @@ impl Rows {
     }
 }
 
+/// The comma-separated numbers in the environment variable `var`, or `default`.
+fn list(var: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
 /// One request through `limiter` for task `t`'s `i`-th key, every rule admitted.
 async fn check(limiter: Limiter<RedisStore>, rules: Arc<Vec<Rule>>, t: usize, i: u64) {
     let key = key_of(t, i);
@@ -302,8 +312,8 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
-    for conc in [1usize, 4, 16, 64] {
-        for n in [1usize, 3] {
+    for conc in list("TOLLGATE_BENCH_CONCURRENCY", &[1, 4, 16, 64]) {
+        for n in list("TOLLGATE_BENCH_RULES", &[1, 3]) {
             let rules = Arc::new(rules(n));
             let mut tollgate = Vec::new();
             for s in [&per_call, &store] {
@@ -327,14 +337,18 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
                         let mut inv = script.prepare_invoke();
-                        inv.arg(keys.len()).arg(args.len());
-                        inv.arg("").arg(0).arg(0).arg(0).arg(0);
+                        // The shape (keys, rules, max_wait, mode, slack, no instant or
+                        // ARGV[5] following, then the rules), as lua/call.lua reads it.
+                        let mut shape =
+                            format!("{} {} 0 0 0 0\n", keys.len(), args.len()).into_bytes();
                         for (k, a) in keys.iter().zip(args.iter()) {
                             inv.key(k);
-                            inv.arg(&a[..]);
+                            shape.extend_from_slice(a);
                         }
+                        inv.arg(shape);
                         let reply: Vec<Vec<i64>> = inv.invoke_async(&mut raw).await.expect("raw");
-                        assert_eq!(reply[0][0], 1, "{reply:?}");
+                        // 2: admitted, in short (lua/fast.lua).
+                        assert_eq!(reply[0][0], 2, "{reply:?}");
                     }
                 })
                 .await

@@ -4,9 +4,13 @@
 -- Redis's Lua, reading TIME, building the reply) are paid once for all of them.
 --
 -- KEYS: the batches' keys (batch.lua's KEYS), one batch after another.
--- ARGV: per batch, its key count, its rule count, then its ARGV[1…] as batch.lua describes:
---   the instant (or "" for the server's TIME, read at most once per call, so every batch of
---   a call decides at the same instant), max_wait, mode, slack, ARGV[5], one per rule.
+-- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" (its key
+--   and rule counts, batch.lua's ARGV[2], ARGV[3], ARGV[4] as decimal integers, and 1 when
+--   two more arguments follow, else 0) and then its rules' arguments (batch.lua's ARGV[6…],
+--   104 bytes each), all one argument, which a call parses once per distinct value
+--   (fast.lua's shape_of); then, when <extra> is 1, batch.lua's ARGV[1] (the instant, or ""
+--   for the server's TIME) and ARGV[5]; when 0, they are "" and "0". TIME is read at most
+--   once per call, so every batch of a call decides at the same instant.
 -- Returns: per batch, an array: batch.lua's reply, or { -1, message } when the batch failed
 --   (a Redis error, say); the other batches of the call are decided as if it were alone.
 
@@ -19,18 +23,20 @@ local function failed(err)
   return { -1, tostring(err) }
 end
 
--- The general path (lua/batch.lua) for the batch whose keys start after KEYS[k] and whose
--- arguments start at ARGV[a].
-local function decide_general(KEYS, ARGV, k, a, nkeys, nrules, time)
-  local keys, args = {}, {}
-  for i = 1, nkeys do
+-- The general path (lua/batch.lua) for the batch whose keys start after KEYS[k], whose
+-- shape is `h`, with batch.lua's ARGV[1] `now` and ARGV[5] `arg5`.
+local function decide_general(KEYS, k, h, now, arg5, time)
+  local keys = {}
+  for i = 1, h.nkeys do
     keys[i] = KEYS[k + i]
   end
-  for i = 1, 5 + nrules do
-    args[i] = ARGV[a + 1 + i]
+  if now == '' then
+    now = time
   end
-  if args[1] == '' then
-    args[1] = time
+  local args = { now, h.max_wait, h.mode, h.slack, arg5 }
+  local rules = h.rules
+  for i = 1, h.nrules do
+    args[5 + i] = rules[i]
   end
   local ok, reply = pcall(decide_batch, keys, args)
   if not ok then
@@ -42,25 +48,34 @@ end
 local function decide_call(KEYS, ARGV)
   local time = nil
   local replies = {}
+  local n = 0
   local k, a = 0, 1
   local nargv = #ARGV
   while a <= nargv do
-    local nkeys, nrules = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-    if not time and ARGV[a + 2] == '' then
+    local h = shape_of(ARGV[a])
+    local now, arg5 = '', '0'
+    if h.extra then
+      now, arg5 = ARGV[a + 1], ARGV[a + 2]
+      a = a + 3
+    else
+      a = a + 1
+    end
+    if not time and now == '' then
       -- Read at most once per call, so every batch of a call decides at the same instant.
       local t = redis.call('TIME')
       time = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     -- The common case first (lua/fast.lua), straight from the call's arguments; nil sends
     -- the batch to the general path, with nothing written.
-    local ok, reply = pcall(decide_plain, KEYS, k, ARGV, a, time)
+    local ok, reply = pcall(decide_plain, KEYS, k, h, now, arg5, time)
     if not ok then
       reply = failed(reply)
     elseif not reply then
-      reply = decide_general(KEYS, ARGV, k, a, nkeys, nrules, time)
+      reply = decide_general(KEYS, k, h, now, arg5, time)
     end
-    replies[#replies + 1] = reply
-    k, a = k + nkeys, a + 7 + nrules
+    n = n + 1
+    replies[n] = reply
+    k = k + h.nkeys
   end
   return replies
 end

@@ -10,7 +10,10 @@
 -- does every other batch. Nothing is written before that choice is made, so the general
 -- path decides such a batch from the same state. What is decided and written is exactly
 -- what decide_batch decides and writes (tests/vectors.rs compares both with the Rust
--- models).
+-- models). Its reply is decide_batch's, except that an admitted batch is answered in short:
+-- { 2, now, then per rule: its delay, remaining, reset µs and refund mark }, which says
+-- what the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and
+-- the request counted at now); src/store/redis/script.rs `parse` reads both.
 
 -- Rule configurations by their packed argument (thirteen doubles, see batch.lua's ARGV[6…]).
 -- Lua interns strings, so the lookup is a hash of a pointer; the coalesced batches of one
@@ -44,6 +47,8 @@ local function config_of(packed)
     within = within,
     fingerprint = fingerprint,
     quota = quota,
+    -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
+    gcra = code == GCRA,
     -- Whether the rule may take this path at all; its stored state decides the rest.
     plain = after == 0 and shadow == 0 and code ~= LEAKY_BUCKET and code ~= SLIDING_LOG,
     -- The stored record's length in doubles (head, state, penalty) and its format.
@@ -58,31 +63,90 @@ local function config_of(packed)
   return c
 end
 
--- The batch's rules, reused from batch to batch: per rule, its configuration, its state
--- (nil when absent or expired), its penalty fields (kept as they are: a lock belongs to the
--- name) and what its model says.
-local f_config, f_state, f_pen1, f_pen2, f_pen3, f_eval = {}, {}, {}, {}, {}, {}
+-- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
+-- few (counts, max_wait, mode and slack are its configuration, the rules and costs its
+-- routes'), and Lua interns strings, so the lookup hashes a pointer. At most `SHAPES_MAX`
+-- are kept; the table is emptied once full.
+local shapes = {}
+local shape_count = 0
+local SHAPES_MAX = 256
+local RULE_BYTES = 104
 
--- Decides the batch whose keys start after KEYS[k] and whose arguments start at ARGV[a]
--- (its key count), at `time` (the call's TIME, or nil). Returns batch.lua's reply, or nil
--- when the batch needs the general path (nothing written then).
-local function decide_plain(KEYS, k, ARGV, a, time)
-  local nrules = tonumber(ARGV[a + 1])
-  if tonumber(ARGV[a]) ~= nrules or tonumber(ARGV[a + 6]) ~= 0 then
+local function shape_of(bytes)
+  local h = shapes[bytes]
+  if h then
+    return h
+  end
+  local newline = string.find(bytes, '\n', 1, true)
+  local nkeys, nrules, max_wait, mode, slack, extra
+  if newline then
+    nkeys, nrules, max_wait, mode, slack, extra =
+      string.match(string.sub(bytes, 1, newline - 1), '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d)$')
+  end
+  if not nkeys then
+    error('tollgate: a malformed batch shape')
+  end
+  nrules = tonumber(nrules)
+  if #bytes ~= newline + nrules * RULE_BYTES then
+    error('tollgate: a malformed batch shape')
+  end
+  h = {
+    nkeys = tonumber(nkeys),
+    nrules = nrules,
+    max_wait = tonumber(max_wait),
+    mode = tonumber(mode),
+    slack = tonumber(slack),
+    -- Whether the instant and ARGV[5] follow as arguments (else "" and "0").
+    extra = extra == '1',
+    -- The rules' arguments (batch.lua's ARGV[6…]) and configurations.
+    rules = {},
+    configs = {},
+    -- Whether every rule may take the streamlined path.
+    plain = true,
+  }
+  for i = 1, nrules do
+    local from = newline + (i - 1) * RULE_BYTES + 1
+    local rule = string.sub(bytes, from, from + RULE_BYTES - 1)
+    local c = config_of(rule)
+    h.rules[i], h.configs[i] = rule, c
+    if not c.plain then
+      h.plain = false
+    end
+  end
+  if shape_count >= SHAPES_MAX then
+    shapes, shape_count = {}, 0
+  end
+  shapes[bytes] = h
+  shape_count = shape_count + 1
+  return h
+end
+
+-- The batch's rules, reused from batch to batch: per rule, its configuration, its state
+-- (nil when absent or expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as
+-- they are: a lock belongs to the name) and what its model says (ok, the delay or retry,
+-- remaining, reset).
+local f_config, f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}, {}
+local f_tat, f_fraction = {}, {}
+local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
+
+-- Decides the batch whose keys start after KEYS[k], whose shape is `h` (shape_of), with
+-- batch.lua's ARGV[1] `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil).
+-- Returns batch.lua's reply, or nil when the batch needs the general path (nothing written
+-- then).
+local function decide_plain(KEYS, k, h, now, arg5, time)
+  -- "0" is the only text of 0 a store sends as ARGV[5].
+  if not h.plain or h.nkeys ~= h.nrules or arg5 ~= '0' then
     return nil
   end
-  local mode = tonumber(ARGV[a + 4])
+  local mode = h.mode
   if mode ~= 0 and mode ~= 1 then
     return nil
   end
+  local nrules = h.nrules
+  local configs = h.configs
   for i = 1, nrules do
-    local c = config_of(ARGV[a + 6 + i])
-    if not c.plain then
-      return nil
-    end
-    f_config[i] = c
+    f_config[i] = configs[i]
   end
-  local now = ARGV[a + 2]
   if now == '' then
     now = time
   else
@@ -94,17 +158,42 @@ local function decide_plain(KEYS, k, ARGV, a, time)
     local c = f_config[i]
     local raw = redis.call('GET', KEYS[k + i])
     local s, p1, p2, p3 = nil, 0, 0, 0
+    local own = false
+    local t1, t2, t3, t4, t5, t6, t7, t8, t9
     if raw then
       local n = #raw / 8
       if n == c.length then
-        local model = c.model
-        local t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
+        t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
         -- Fingerprints are never 0: 0 says the record holds no algorithm state.
-        local own = t1 == c.fingerprint
+        own = t1 == c.fingerprint
         if not own and t1 ~= 0 then
           return nil
         end
+      elseif n >= 6 and n == floor(n) then
+        -- Another length: another configuration's record, or bare penalty fields.
+        return nil
+      end
+    end
+    local ok, wait, remaining, reset
+    if c.gcra then
+      -- The record: head (3), tat, fraction, penalty (3). Expired or absent: a fresh state.
+      if t1 then
+        p1, p2, p3 = t6, t7, t8
+      end
+      local tat, fraction = now, 0
+      if own and (t5 > 0 and t4 + 1 or t4) > now then
+        tat, fraction = t4, t5
+      end
+      f_tat[i], f_fraction[i] = tat, fraction
+      ok, wait, remaining, reset = gcra_evaluate(c, tat, fraction, now, c.cost)
+      -- A cost of 0 asks for nothing and passes (free_passes).
+      if c.cost == 0 and not ok then
+        ok, wait = true, 0
+      end
+    else
+      if t1 then
         -- The penalty fields are the record's last three.
+        local model = c.model
         local fields = model.fields
         if fields == 1 then
           p1, p2, p3 = t5, t6, t7
@@ -125,81 +214,121 @@ local function decide_plain(KEYS, k, ARGV, a, time)
         if s and model.expires_at(c, s) <= now then
           s = nil
         end
-      elseif n >= 6 and n == floor(n) then
-        -- Another length: another configuration's record, or bare penalty fields.
-        return nil
       end
+      f_state[i] = s
+      local e = own_evaluate(c, s, now, c.cost)
+      ok, wait, remaining, reset = e.ok, e.wait, e.remaining, e.reset
     end
-    f_state[i], f_pen1[i], f_pen2[i], f_pen3[i] = s, p1, p2, p3
-    local e = own_evaluate(c, s, now, c.cost)
-    f_eval[i] = e
-    if not e.ok then
+    f_pen1[i], f_pen2[i], f_pen3[i] = p1, p2, p3
+    f_ok[i], f_wait[i], f_remaining[i], f_reset[i] = ok, wait, remaining, reset
+    if not ok then
       admitted = false
     end
   end
-  if not admitted and mode == 0 and tonumber(ARGV[a + 3]) > 0 then
+  if not admitted and mode == 0 and h.max_wait > 0 then
     -- Wait mode: batch.lua looks for a reservation.
     return nil
   end
 
-  local slack = tonumber(ARGV[a + 5])
-  local reply = { admitted and 1 or 0, now, now }
-  local r = 3
+  local slack = h.slack
+  -- An admission is answered in short (see the header): 2, now, then per rule its delay,
+  -- remaining, reset and mark. Sized for a rule up front: a table grown one field at a time
+  -- is reallocated as it grows.
+  local reply, r
+  if admitted then
+    if nrules > 0 then
+      reply = { 2, now, 0, 0, 0, 0 }
+    else
+      reply = { 2, now }
+    end
+    r = 2
+  else
+    if nrules > 0 then
+      reply = { 0, now, now, 0, 0, 0, 0, 0, 0 }
+    else
+      reply = { 0, now, now }
+    end
+    r = 3
+  end
   for i = 1, nrules do
-    local c, e = f_config[i], f_eval[i]
-    local model = c.model
+    local c = f_config[i]
     local outcome, value, remaining, reset, mark = 0, 0, 0, 0, 0
     if admitted then
       if mode == 0 and c.cost > 0 then
-        local s = f_state[i]
-        if not s then
-          s = model.fresh(c, now)
-        end
-        model.apply(c, s, now, c.cost)
-        local expires_at = model.expires_at(c, s)
         local p1 = f_pen1[i]
-        local keep = max(p1, expires_at)
-        local packed
-        local fields = model.fields
-        if fields == 1 then
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], p1, f_pen2[i], f_pen3[i])
-        elseif fields == 2 then
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+        local packed, expires_at
+        if c.gcra then
+          local tat, fraction = gcra_apply(c, f_tat[i], f_fraction[i], now, c.cost)
+          expires_at = fraction > 0 and tat + 1 or tat
+          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, f_remaining[i]), expires_at, tat, fraction, p1, f_pen2[i], f_pen3[i])
+          -- Algorithm::mark: the scaled backlog the admission left.
+          mark = sub0(tat, now) * c.p3 + fraction
         else
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, e.remaining), expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+          local model = c.model
+          local s = f_state[i]
+          if not s then
+            s = model.fresh(c, now)
+          end
+          model.apply(c, s, now, c.cost)
+          expires_at = model.expires_at(c, s)
+          local fields = model.fields
+          local used = sub0(c.quota, f_remaining[i])
+          if fields == 1 then
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], p1, f_pen2[i], f_pen3[i])
+          elseif fields == 2 then
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+          else
+            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+          end
+          if model.mark then
+            mark = model.mark(c, s, now, f_wait[i])
+          end
         end
+        local keep = max(p1, expires_at)
         if keep > now then
           redis.call('SET', KEYS[k + i], packed, 'PX', int(cdiv(keep - now, 1000) + slack))
         else
           redis.call('DEL', KEYS[k + i])
         end
-        if model.mark then
-          mark = model.mark(c, s, now, e.wait)
-        end
       end
-      value = e.wait
+      value = f_wait[i]
       if value > 0 then
         outcome = 1
       end
-      remaining, reset = e.remaining, e.reset
+      remaining, reset = f_remaining[i], f_reset[i]
     else
-      if e.ok then
+      local wait = f_wait[i]
+      if f_ok[i] then
         outcome, value = 0, 0
-      elseif e.wait == nil then
+      elseif wait == nil then
         outcome, value = 4, 0
       else
-        outcome, value = 2, e.wait
+        outcome, value = 2, wait
       end
-      local info = own_evaluate(c, f_state[i], now, 0)
-      remaining, reset = info.remaining, info.reset
+      -- What a cost of 0 would see.
+      if c.gcra then
+        local _
+        _, _, remaining, reset = gcra_evaluate(c, f_tat[i], f_fraction[i], now, 0)
+      else
+        local info = own_evaluate(c, f_state[i], now, 0)
+        remaining, reset = info.remaining, info.reset
+      end
     end
-    reply[r + 1] = outcome
-    reply[r + 2] = value
-    reply[r + 3] = remaining
-    reply[r + 4] = reset
-    reply[r + 5] = mark
-    reply[r + 6] = admitted and now or 0
-    r = r + 6
+    if admitted then
+      reply[r + 1] = value
+      reply[r + 2] = remaining
+      reply[r + 3] = reset
+      reply[r + 4] = mark
+      r = r + 4
+    else
+      reply[r + 1] = outcome
+      reply[r + 2] = value
+      reply[r + 3] = remaining
+      reply[r + 4] = reset
+      reply[r + 5] = mark
+      reply[r + 6] = 0
+      r = r + 6
+    end
   end
   return reply
 end

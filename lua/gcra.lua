@@ -3,7 +3,63 @@
 -- computes with it (in lowest terms, or rounded down): one unit every p2 / p3 µs.
 -- State fields: tat, fraction: the theoretical arrival time is tat + fraction / p3 µs, with
 -- 0 <= fraction < p3.
-models[6] = function()
+
+local GCRA = 6
+
+-- The model's arithmetic on plain numbers, without tables, so the streamlined path
+-- (fast.lua) decides a GCRA rule without building any; the model below wraps it.
+-- What `cost` gets at `now` from the state (tat, fraction): ok, then the delay (ok) or the
+-- exact retry (nil when no wait helps), the units remaining and the µs until reset.
+local function gcra_evaluate(c, tat, fraction, now, cost)
+  local burst, period, amount = c.p1, c.p2, c.p3
+  local tolerance = burst * period
+  -- The backlog (TAT - now) in whole µs and scaled units: `whole` may be far beyond the
+  -- tolerance after a reservation, so it is scaled only once known to be within it.
+  local whole = 0
+  if tat >= now then
+    whole = tat - now
+  else
+    fraction = 0
+  end
+  local reset = whole
+  if fraction > 0 then
+    reset = whole + 1
+  end
+  local backlog = nil
+  local remaining = 0
+  if whole <= div(tolerance, amount) then
+    backlog = whole * amount + fraction
+    remaining = div(sub0(tolerance, backlog), period)
+  end
+  if cost > burst then
+    return false, nil, remaining, reset
+  end
+  if backlog and backlog + cost * period <= tolerance then
+    local after = backlog + cost * period
+    return true, 0, div(tolerance - after, period), cdiv(after, amount)
+  end
+  -- Admitted once the backlog has shrunk to tolerance - cost * period.
+  local over = fraction + cost * period
+  local retry
+  if over >= tolerance then
+    retry = whole + cdiv(over - tolerance, amount)
+  else
+    retry = whole - div(tolerance - over, amount)
+  end
+  return false, retry, remaining, reset
+end
+
+-- The state (tat, fraction) after `cost` is counted at `now`.
+local function gcra_apply(c, tat, fraction, now, cost)
+  if tat < now then
+    tat, fraction = now, 0
+  end
+  fraction = fraction + cost * c.p2
+  local carry = div(fraction, c.p3)
+  return tat + carry, fraction - carry * c.p3
+end
+
+models[GCRA] = function()
   return {
     fields = 2,
     -- The TAT already says when the next unit is due; a future TAT is no reservation to
@@ -15,49 +71,14 @@ models[6] = function()
       return { now, 0 }
     end,
     evaluate = function(c, s, now, cost)
-      local burst, period, amount = c.p1, c.p2, c.p3
-      local tolerance = burst * period
-      -- The backlog (TAT - now) in whole µs and scaled units: `whole` may be far beyond the
-      -- tolerance after a reservation, so it is scaled only once known to be within it.
-      local whole, fraction = 0, 0
-      if s[1] >= now then
-        whole, fraction = s[1] - now, s[2]
+      local ok, wait, remaining, reset = gcra_evaluate(c, s[1], s[2], now, cost)
+      if ok then
+        return admit(wait, remaining, reset)
       end
-      local reset = whole
-      if fraction > 0 then
-        reset = whole + 1
-      end
-      local backlog = nil
-      local remaining = 0
-      if whole <= div(tolerance, amount) then
-        backlog = whole * amount + fraction
-        remaining = div(sub0(tolerance, backlog), period)
-      end
-      if cost > burst then
-        return reject(nil, remaining, reset)
-      end
-      if backlog and backlog + cost * period <= tolerance then
-        local after = backlog + cost * period
-        return admit(0, div(tolerance - after, period), cdiv(after, amount))
-      end
-      -- Admitted once the backlog has shrunk to tolerance - cost * period.
-      local over = fraction + cost * period
-      local retry
-      if over >= tolerance then
-        retry = whole + cdiv(over - tolerance, amount)
-      else
-        retry = whole - div(tolerance - over, amount)
-      end
-      return reject(retry, remaining, reset)
+      return reject(wait, remaining, reset)
     end,
     apply = function(c, s, now, cost)
-      local tat, fraction = s[1], s[2]
-      if tat < now then
-        tat, fraction = now, 0
-      end
-      fraction = fraction + cost * c.p2
-      local carry = div(fraction, c.p3)
-      s[1], s[2] = tat + carry, fraction - carry * c.p3
+      s[1], s[2] = gcra_apply(c, s[1], s[2], now, cost)
     end,
     expires_at = function(c, s)
       if s[2] > 0 then

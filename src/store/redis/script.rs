@@ -118,6 +118,30 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     packed
 }
 
+/// Whether a batch's instant and `ARGV[5]` follow its shape: only when they are not ""
+/// (the server's `TIME`) and 0.
+fn extra_follows(call: &Call, taken: bool) -> bool {
+    call.now.is_some() || taken || call.min_delay != 0
+}
+
+/// Appends `value` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Bytes of one rule's argument: thirteen little-endian doubles (see `lua/batch.lua`).
+const RULE_BYTES: usize = 13 * 8;
+
 /// One batch's keys and arguments, encoded for a call (see `lua/call.lua`): built by the
 /// requesting task, so a coalesced call only copies them into its command.
 #[derive(Debug, Clone)]
@@ -126,8 +150,10 @@ pub(super) struct Encoded {
     call: Call,
     /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
-    /// Per rule, thirteen little-endian doubles.
-    rules: SmallVec<[[u8; 104]; 4]>,
+    /// The batch's shape (`lua/call.lua`): its header line, then per rule thirteen
+    /// little-endian doubles. Built here, once, and kept on the heap, so the batch stays
+    /// small while it moves through the queue into its call.
+    shape: Vec<u8>,
 }
 
 impl Encoded {
@@ -139,8 +165,34 @@ impl Encoded {
         mut key_of: impl FnMut(&Check<'_>, bool) -> Vec<u8>,
         taken: Option<&[u8]>,
     ) -> Self {
+        let nkeys = checks.len()
+            + checks
+                .iter()
+                .filter(|c| has_log(c.rule.algorithm()))
+                .count();
+        let extra = extra_follows(&call, taken.is_some());
+        // The shape: one argument, the same bytes for every batch of the same rules and
+        // configuration, which the script parses once and then looks up.
+        let mut shape = Vec::with_capacity(64 + RULE_BYTES * checks.len());
+        // The header line, written by hand: `write!` costs more than the rest of the batch.
+        for (i, value) in [
+            nkeys as u64,
+            checks.len() as u64,
+            call.max_wait,
+            call.mode as u64,
+            call.slack_ms,
+            u64::from(extra),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                shape.push(b' ');
+            }
+            push_decimal(&mut shape, value);
+        }
+        shape.push(b'\n');
         let mut keys = SmallVec::new();
-        let mut rules = SmallVec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
             let algorithm = check.rule.algorithm();
             // The rules on one client key share its leaky bucket's release (batch::key_release).
@@ -176,36 +228,40 @@ impl Encoded {
                 algorithm.quota().0,
                 key_id as u64,
             ];
-            let mut packed = [0u8; 104];
-            for (chunk, value) in packed.chunks_exact_mut(8).zip(fields) {
-                chunk.copy_from_slice(&exact_double(value).to_le_bytes());
+            for value in fields {
+                shape.extend_from_slice(&exact_double(value).to_le_bytes());
             }
-            rules.push(packed);
         }
         Self {
             keys,
             call,
             taken: taken.map(<[u8]>::to_vec),
-            rules,
+            shape,
         }
+    }
+
+    /// Whether the instant and `ARGV[5]` follow the shape (the header's last digit).
+    fn extra(&self) -> bool {
+        extra_follows(&self.call, self.taken.is_some())
+    }
+
+    /// Bytes this batch adds to a command, about.
+    fn size(&self) -> usize {
+        self.keys.iter().map(|k| k.len() + 16).sum::<usize>() + self.shape.len() + 64
     }
 
     fn push_args(&self, cmd: &mut Cmd) {
         let call = &self.call;
-        cmd.arg(self.keys.len()).arg(self.rules.len());
-        match call.now {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        cmd.arg(call.max_wait)
-            .arg(call.mode as u8)
-            .arg(call.slack_ms);
-        match &self.taken {
-            Some(packed) => cmd.arg(&packed[..]),
-            None => cmd.arg(call.min_delay),
-        };
-        for rule in &self.rules {
-            cmd.arg(&rule[..]);
+        cmd.arg(&self.shape[..]);
+        if self.extra() {
+            match call.now {
+                Some(now) => cmd.arg(now),
+                None => cmd.arg(""),
+            };
+            match &self.taken {
+                Some(packed) => cmd.arg(&packed[..]),
+                None => cmd.arg(call.min_delay),
+            };
         }
     }
 }
@@ -221,17 +277,13 @@ pub(super) enum Route {
 
 /// The command that decides `batches` in one call, in order.
 pub(super) fn command(route: Route, batches: &[&Encoded]) -> Cmd {
-    let mut cmd = match route {
-        Route::Function => {
-            let mut cmd = redis::cmd("FCALL");
-            cmd.arg(&LIBRARY.name);
-            cmd
-        }
-        Route::Script => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(SCRIPT.get_hash());
-            cmd
-        }
+    // Sized up front: a coalesced call's command would otherwise be reallocated as it grows.
+    let args = 3 + batches.iter().map(|b| b.keys.len() + 3).sum::<usize>();
+    let bytes = 64 + batches.iter().map(|b| b.size()).sum::<usize>();
+    let mut cmd = Cmd::with_capacity(args, bytes);
+    match route {
+        Route::Function => cmd.arg("FCALL").arg(&LIBRARY.name),
+        Route::Script => cmd.arg("EVALSHA").arg(SCRIPT.get_hash()),
     };
     cmd.arg(batches.iter().map(|b| b.keys.len()).sum::<usize>());
     for batch in batches {
@@ -351,10 +403,13 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             checks.len()
         ))
     };
+    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
+    if values.first() == Some(&2) {
+        return parse_admitted(values, checks).ok_or_else(bad);
+    }
     if values.len() != 3 + 6 * checks.len() {
         return Err(bad());
     }
-    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
     let admitted = values[0] == 1;
     let reserved = uint(values[1])?;
     let now = uint(values[2])?;
@@ -405,6 +460,45 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     })
 }
 
+/// The short reply of an admission (lua/fast.lua): 2, now, then per check its delay,
+/// remaining, reset and mark; every rule counted the request at now, which is also when it
+/// arrives.
+fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
+    if values.len() != 2 + 4 * checks.len() {
+        return None;
+    }
+    let uint = |v: i64| u64::try_from(v).ok();
+    let now = uint(values[1])?;
+    let mut rules = Vec::with_capacity(checks.len());
+    let mut taken = SmallVec::with_capacity(checks.len());
+    for (check, v) in checks.iter().zip(values[2..].chunks_exact(4)) {
+        let delay = Duration::from_micros(uint(v[0])?);
+        rules.push(RuleOutcome {
+            decision: if delay.is_zero() {
+                Decision::Allow
+            } else {
+                Decision::Delay(delay)
+            },
+            info: RateLimitInfo {
+                limit: check.rule.algorithm().quota().0,
+                remaining: uint(v[1])?,
+                reset: Duration::from_micros(uint(v[2])?),
+            },
+        });
+        taken.push(Taken {
+            at: now,
+            mark: uint(v[3])?,
+        });
+    }
+    Some(Reply {
+        admitted: true,
+        reserved: now,
+        now,
+        rules,
+        taken,
+    })
+}
+
 fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
     Decision::Deny(Denial {
         reason,
@@ -415,4 +509,17 @@ fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
 /// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).
 pub(super) fn combine(rules: Vec<RuleOutcome>, batch: &[Check<'_>]) -> crate::decision::Outcome {
     batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals_are_written_as_lua_reads_them() {
+        let mut out = Vec::new();
+        for value in [0, 7, 10, 1_234_567_890, u64::MAX] {
+            out.clear();
+            super::push_decimal(&mut out, value);
+            assert_eq!(out, value.to_string().into_bytes());
+        }
+    }
 }

@@ -1,0 +1,255 @@
+//! A fixed workload for instruction-count profiles of redis-server (`valgrind
+//! --tool=callgrind redis-server …`), whose counts stay steady on a noisy machine where
+//! `INFO commandstats` times do not: `rounds` calls of tollgate's function library (`FCALL`),
+//! each deciding `batches` one-GCRA-rule requests on distinct keys (all admitted, so every
+//! rule reads and writes its state), as a coalescing `RedisStore` sends them.
+//!
+//! `cargo bench --bench redis_profile --no-run`, start `valgrind --tool=callgrind
+//! redis-server --port P --save ''`, then
+//! `target/release/deps/redis_profile-* redis://127.0.0.1:P <batches> <rounds> [rules]`:
+//! it warms up (loads the library, writes every key once), zeroes the counters
+//! (`callgrind_control -z`), runs the rounds and dumps (`callgrind_control -d`); the dump's
+//! total divided by `batches * rounds` is the server's instructions per decision.
+//! Without valgrind it prints Redis's `usec` per decision from `INFO commandstats`.
+
+use redis::Value;
+use tollgate::{Check, Limiter, Rate, RedisStore, Rule};
+
+const KEYS: usize = 1000;
+
+fn rules(n: usize) -> Vec<Rule> {
+    let big = 1 << 30;
+    let all = vec![
+        Rule::gcra("api", Rate::per_second(big), big),
+        Rule::fixed_window("minute", big, std::time::Duration::from_secs(60)),
+        Rule::token_bucket("burst", big, Rate::per_second(big)),
+    ];
+    all.into_iter().take(n).collect()
+}
+
+/// The per-rule arguments tollgate sends (see lua/batch.lua: thirteen little-endian
+/// doubles), as benches/redis.rs writes them.
+fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
+    let big = (1u64 << 30) as f64;
+    let amount = (1u64 << 24) as f64;
+    rules
+        .iter()
+        .map(|r| {
+            let [code, p1, p2, p3, p4] = match r.name() {
+                "api" => [6.0, big, 15625.0, amount, 0.0],
+                "minute" => [1.0, big, 60e6, 0.0, 0.0],
+                _ => [4.0, big, amount, 15625.0, 0.0],
+            };
+            let fields: [f64; 13] = [
+                code,
+                1.0,
+                p1,
+                p2,
+                p3,
+                p4,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                r.fingerprint() as f64,
+                big,
+                0.0,
+            ];
+            fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+        })
+        .collect()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .expect("usage: redis_profile URL BATCHES ROUNDS [RULES]");
+    let batches: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let nrules: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if std::env::var("TOLLGATE_PROFILE_CLIENT").is_ok() {
+        rt.block_on(client(url, batches, rounds, nrules));
+        return;
+    }
+    rt.block_on(async move {
+        let store = RedisStore::connect(&url).await.expect("connect");
+        let rules = rules(nrules);
+        // Loads the library.
+        let limiter = Limiter::new(store);
+        let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, b"warm")).collect();
+        limiter.check(&batch).await.expect("decided");
+        let client = redis::Client::open(url.as_str()).expect("client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let list: Value = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .query_async(&mut conn)
+            .await
+            .expect("FUNCTION LIST");
+        let listed = format!("{list:?}");
+        let start = listed.find("tollgate_").expect("the library is loaded");
+        let mut name = listed[start..start + "tollgate_".len() + 16].to_owned();
+        // TOLLGATE_LUA_DIR=lua: the library built from the files as they are now (as
+        // src/store/redis/script.rs builds it), for trying Lua changes without a rebuild.
+        if let Ok(dir) = std::env::var("TOLLGATE_LUA_DIR") {
+            let files = [
+                "prelude", "fixed_window", "sliding_log", "sliding_window", "token_bucket",
+                "leaky_bucket", "gcra", "penalty", "batch", "fast", "call",
+            ];
+            let body: String = files
+                .iter()
+                .map(|f| std::fs::read_to_string(format!("{dir}/{f}.lua")).expect("lua file"))
+                .collect();
+            name = "tollgate_profile".to_owned();
+            let source = format!(
+                "#!lua name={name}\n\
+                 local function build()\n{body}return decide_call\nend\n\
+                 local decide_call = nil\n\
+                 redis.register_function('{name}', function(keys, args)\n\
+                 \x20 if not decide_call then\n    decide_call = build()\n  end\n\
+                 \x20 return decide_call(keys, args)\nend)\n"
+            );
+            let _: Value = redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(source)
+                .query_async(&mut conn)
+                .await
+                .expect("FUNCTION LOAD");
+        }
+        let name = name.as_str();
+        let args = raw_args(&rules);
+        let call = |round: usize| {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(name).arg(batches * rules.len());
+            for b in 0..batches {
+                let key = (round * batches + b) % KEYS;
+                for r in &rules {
+                    cmd.arg(format!("p:{{user-{key}}}:{}", r.name()));
+                }
+            }
+            for _ in 0..batches {
+                // The shape (keys, rules, max_wait, mode, slack, no instant or ARGV[5]
+                // following, then the rules), as lua/call.lua reads it.
+                let mut shape = format!("{0} {0} 0 0 0 0\n", rules.len()).into_bytes();
+                for a in &args {
+                    shape.extend_from_slice(a);
+                }
+                cmd.arg(shape);
+            }
+            cmd
+        };
+        let check = |reply: &Value| {
+            let Value::Array(replies) = reply else {
+                panic!("{reply:?}")
+            };
+            assert_eq!(replies.len(), batches);
+            for r in replies {
+                match r {
+                    // 2: admitted, in short (lua/fast.lua).
+                    Value::Array(v) if v.first() == Some(&Value::Int(2)) => {}
+                    other => panic!("not admitted: {other:?}"),
+                }
+            }
+        };
+        for round in 0..KEYS.div_ceil(batches) {
+            let reply: Value = call(round).query_async(&mut conn).await.expect("FCALL");
+            check(&reply);
+        }
+        let pid: Value = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        let pid = match pid {
+            Value::BulkString(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("process_id:").map(str::to_owned))
+                .unwrap_or_default(),
+            Value::VerbatimString { text, .. } => text
+                .lines()
+                .find_map(|l| l.strip_prefix("process_id:").map(str::to_owned))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let callgrind = std::process::Command::new("callgrind_control")
+            .args(["-z", pid.trim()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("OK"))
+            .unwrap_or(false);
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .expect("RESETSTAT");
+        let started = std::time::Instant::now();
+        for round in 0..rounds {
+            let reply: Value = call(round).query_async(&mut conn).await.expect("FCALL");
+            check(&reply);
+        }
+        let elapsed = started.elapsed();
+        let decisions = (rounds * batches) as f64;
+        if callgrind {
+            let _ = std::process::Command::new("callgrind_control")
+                .args(["-d", pid.trim()])
+                .status();
+            println!("dumped; divide the total by {decisions} decisions");
+        }
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        let usec: f64 = stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cmdstat_fcall:"))
+            .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("usec=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        println!(
+            "{batches} batches per call, {rounds} calls: {:.2} µs of FCALL per decision, {:.2} µs wall per decision",
+            usec / decisions,
+            elapsed.as_secs_f64() * 1e6 / decisions
+        );
+    });
+}
+
+/// The client's side (`TOLLGATE_PROFILE_CLIENT=1`, for `perf record` or callgrind on this
+/// process): `concurrency` tasks deciding `requests` one-rule requests in all, back to back,
+/// through a default (coalescing) `RedisStore`, as benches/redis.rs does.
+async fn client(url: String, concurrency: usize, requests: usize, nrules: usize) {
+    let store = RedisStore::connect(&url).await.expect("connect");
+    let limiter = Limiter::new(store);
+    let rules = std::sync::Arc::new(rules(nrules));
+    let per_task = requests / concurrency;
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|t| {
+            let (limiter, rules) = (limiter.clone(), rules.clone());
+            tokio::spawn(async move {
+                for i in 0..per_task {
+                    let key = format!("user-{}", (t * 7919 + i) % KEYS).into_bytes();
+                    let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, &key)).collect();
+                    let outcome = limiter.check(&batch).await.expect("decided");
+                    assert!(outcome.is_admitted());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{} decisions at concurrency {concurrency}: {:.0}/s",
+        per_task * concurrency,
+        (per_task * concurrency) as f64 / elapsed.as_secs_f64()
+    );
+}
