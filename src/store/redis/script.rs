@@ -488,6 +488,7 @@ fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
         taken.push(Taken {
             at: now,
             mark: uint(v[3])?,
+            pending: false,
         });
     }
     Some(Reply {
