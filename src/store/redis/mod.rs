@@ -612,7 +612,11 @@ impl RedisStore {
                             release = release.max(duration_to_micros(d));
                             holding.push(i);
                         }
-                        Decision::Deny(_) if !outcome.info.reset.is_zero() => holding.push(i),
+                        // Not before its queue's end (in wait mode it reserves later).
+                        Decision::Deny(_) if !outcome.info.reset.is_zero() => {
+                            release = release.max(duration_to_micros(outcome.info.reset));
+                            holding.push(i);
+                        }
                         _ => {}
                     }
                 }
