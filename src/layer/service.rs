@@ -1,8 +1,7 @@
 use std::fmt;
-use std::future::Future;
 use std::mem;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -154,18 +153,28 @@ where
             Mode::Wait { max_wait } => max_wait,
             _ => Duration::ZERO,
         };
-        let mut check = Box::pin(check(
-            self.limiter.clone(),
-            Arc::clone(&current),
+        let call = StoreCallRef {
+            limiter: &self.limiter,
+            config: &current,
             route,
-            items,
-            keys,
+            items: &items,
+            keys: &keys,
             max_wait,
-        ));
-        // An in-process store answers at once. Then the decision is taken here and the inner
-        // service that was driven to readiness is called directly, without a clone; a store
-        // that is not ready yet is polled again, with the caller's waker, by the future.
-        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        };
+        let mut limits = SmallVec::new();
+        let batch = batch_of(config, route, &items, &keys, Some(&mut limits));
+        let observation = observe::start(config, route);
+        // An in-process store answers at once (`Store::check_now`). Then the decision is
+        // taken here, without a future, and the inner service that was driven to readiness
+        // is called directly, without a clone; a store that cannot answer yet is asked by
+        // the boxed `check` future, polled with the caller's waker.
+        let now = {
+            let _entered = observation.span.enter();
+            self.limiter.reserve_now(&batch, max_wait)
+        };
+        if let Some(result) = now {
+            let checked = call.checked(observation, limits, &batch, result);
+            drop(batch);
             return match decide(config, checked, &request) {
                 Next::Forward {
                     delay,
@@ -194,6 +203,18 @@ where
                 Next::Reject(response) => ResponseFuture::rejected(response),
             };
         }
+        drop(batch);
+        let check = Box::pin(check(
+            StoreCall {
+                limiter: self.limiter.clone(),
+                config: Arc::clone(&current),
+                route,
+                items,
+                keys,
+                max_wait,
+            },
+            observation,
+        ));
         let config = Arc::clone(&current);
         drop(current);
         let inner = self.take_ready_inner();
@@ -222,46 +243,30 @@ impl<S: Clone, St> RateLimit<S, St> {
     }
 }
 
-/// Asks the store about a request's batch. The layer's own allocation for a checked request
-/// is the box around this future (its type cannot be named in `ResponseFuture` on stable
-/// Rust). A delayed request
-/// the layer will hold costs one more: the boxed refund of its units.
+/// Asks a store that could not answer at once (`Store::check_now`) about a request's
+/// batch, under the observation `call` started. The layer's own allocation for such a
+/// request is the box around this future (its type cannot be named in `ResponseFuture` on
+/// stable Rust).
 async fn check<St: Store + Clone>(
-    limiter: Limiter<St>,
-    config: Arc<Config>,
-    route: Option<usize>,
-    items: SmallVec<[Item; 4]>,
-    keys: KeyBuf,
-    max_wait: Duration,
+    call: StoreCall<St>,
+    observation: observe::Observation,
 ) -> Checked {
     let mut limits = SmallVec::new();
-    let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
-    let observation = observe::start(&config, route);
-    let result = limiter
-        .reserve(&batch, max_wait)
+    let batch = batch_of(
+        &call.config,
+        call.route,
+        &call.items,
+        &call.keys,
+        Some(&mut limits),
+    );
+    let result = call
+        .limiter
+        .reserve(&batch, call.max_wait)
         .instrument(observation.span.clone())
         .await;
-    let health = limiter.health();
-    let store_latency = observe::finish(
-        observation,
-        &config,
-        route,
-        &limits,
-        &batch,
-        &result,
-        health,
-    );
-    let held = held_keys(&config, &batch, &result);
+    let checked = call.as_ref().checked(observation, limits, &batch, result);
     drop(batch);
-    let call = StoreCall {
-        limiter,
-        config,
-        route,
-        items,
-        keys,
-        max_wait,
-    };
-    call.checked(limits, result, held, health, store_latency)
+    checked
 }
 
 /// Counts the rules a held request's batch left to its release (`Limiter::confirm`), when
@@ -310,9 +315,11 @@ async fn confirm<St: Store + Clone>(call: StoreCall<St>, held: Outcome) -> Check
         &counted_now.map_err(|e| e.clone()),
         health,
     );
-    let held = held_keys(config, &batch, &result);
+    let checked = call
+        .as_ref()
+        .answered(limits, &batch, result, health, store_latency);
     drop(batch);
-    call.checked(limits, result, held, health, store_latency)
+    checked
 }
 
 /// What a store call for a request needs, kept for what follows it: giving its units back,
@@ -327,38 +334,98 @@ struct StoreCall<St> {
     max_wait: Duration,
 }
 
-impl<St: Store + Clone> StoreCall<St> {
-    /// The layer's view of the store's answer: for a delayed request, what holding it
-    /// takes (`held`: the keys it counts under).
+impl<St: Clone> StoreCall<St> {
+    fn as_ref(&self) -> StoreCallRef<'_, St> {
+        StoreCallRef {
+            limiter: &self.limiter,
+            config: &self.config,
+            route: self.route,
+            items: &self.items,
+            keys: &self.keys,
+            max_wait: self.max_wait,
+        }
+    }
+}
+
+/// A store call's parts, borrowed: a request decided at once keeps them on `call`'s stack,
+/// and copies them only for what outlives `call` (a held request's refund and
+/// confirmation).
+struct StoreCallRef<'a, St> {
+    limiter: &'a Limiter<St>,
+    config: &'a Arc<Config>,
+    route: Option<usize>,
+    items: &'a [Item],
+    keys: &'a KeyBuf,
+    max_wait: Duration,
+}
+
+impl<St: Store + Clone> StoreCallRef<'_, St> {
+    fn to_owned(&self) -> StoreCall<St> {
+        StoreCall {
+            limiter: self.limiter.clone(),
+            config: Arc::clone(self.config),
+            route: self.route,
+            items: self.items.into(),
+            keys: self.keys.clone(),
+            max_wait: self.max_wait,
+        }
+    }
+
+    /// The store's answer for `batch` (this call's items, at `limits` among the request's
+    /// limits), observed.
     fn checked(
-        self,
+        &self,
+        observation: observe::Observation,
         limits: SmallVec<[usize; 4]>,
+        batch: &[Check<'_>],
         result: Result<Outcome, StoreError>,
-        held: Option<SmallVec<[u64; 4]>>,
+    ) -> Checked {
+        let health = self.limiter.health();
+        let store_latency = observe::finish(
+            observation,
+            self.config,
+            self.route,
+            &limits,
+            batch,
+            &result,
+            health,
+        );
+        self.answered(limits, batch, result, health, store_latency)
+    }
+
+    /// The layer's view of the store's answer: for an admitted request counted by outcome,
+    /// its pending charge; for a delayed request, what holding it takes.
+    fn answered(
+        &self,
+        limits: SmallVec<[usize; 4]>,
+        batch: &[Check<'_>],
+        result: Result<Outcome, StoreError>,
         health: crate::store::Health,
         store_latency: Option<Duration>,
     ) -> Checked {
         let route = self.route;
+        let held = held_keys(self.config, batch, &result);
         let settle = result.as_ref().ok().and_then(|outcome| {
             charge::pending(
-                &self.limiter,
-                &self.config,
+                self.limiter,
+                self.config,
                 route,
-                &self.items,
-                &self.keys,
+                self.items,
+                self.keys,
                 outcome,
             )
         });
         let to_hold = match (&result, held) {
             (Ok(outcome), Some(keys_held)) => {
+                let call = self.to_owned();
                 let confirm = outcome.needs_confirmation().then(|| Confirm {
-                    config: self.config.clone(),
-                    check: Box::pin(confirm(self.clone(), outcome.clone())) as CheckFuture,
+                    config: Arc::clone(self.config),
+                    check: Box::pin(confirm(call.clone(), outcome.clone())) as CheckFuture,
                 });
                 let refund = outcome
                     .admission
                     .clone()
-                    .map(|admission| Box::pin(give_back(self, admission)) as RefundFuture);
+                    .map(|admission| Box::pin(give_back(call, admission)) as RefundFuture);
                 Some(ToHold {
                     refund,
                     keys: keys_held,
