@@ -90,7 +90,12 @@ where
         // One configuration for the whole request, however often a reload swaps it.
         let current = self.config.current();
         let config: &Config = &current;
-        let route = config.route_for(request.method(), matched_path(&request));
+        // Without a route table, the path is not even looked up.
+        let route = if config.routes.is_empty() {
+            None
+        } else {
+            config.route_for(request.method(), matched_path(&request))
+        };
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config
             .exempt
