@@ -1,7 +1,8 @@
 use std::fmt;
+use std::future::Future;
 use std::mem;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -180,36 +181,10 @@ where
         if let Some(result) = now {
             let checked = call.checked(observation, limits, &batch, result);
             drop(batch);
-            return match decide(config, checked, &request) {
-                Next::Forward {
-                    delay,
-                    headers,
-                    settle,
-                    ..
-                } if delay.is_zero() => {
-                    ResponseFuture::forwarding(self.inner.call(request), headers, settle)
-                }
-                // A held request takes an idle clone, driven to readiness after the hold; the
-                // ready service stays here for the next call instead of keeping its permit
-                // (`ConcurrencyLimit`, `Buffer`) through the hold.
-                Next::Forward {
-                    delay,
-                    headers,
-                    hold,
-                    settle,
-                } => ResponseFuture::delayed(
-                    delay,
-                    request,
-                    self.inner.clone(),
-                    headers,
-                    hold,
-                    settle,
-                ),
-                Next::Reject(response) => ResponseFuture::rejected(response),
-            };
+            return decided(&mut self.inner, config, checked, request);
         }
         drop(batch);
-        let check = Box::pin(check(
+        let mut check = Box::pin(check(
             StoreCall {
                 limiter: self.limiter.clone(),
                 config: Arc::clone(&current),
@@ -220,10 +195,47 @@ where
             },
             observation,
         ));
+        // A store may still answer on the first poll (a local deny cache, a fallback while
+        // its breaker is open): then too the inner service is called without a clone. One
+        // that is not ready yet is polled again, with the caller's waker, by the future.
+        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return decided(&mut self.inner, config, checked, request);
+        }
         let config = Arc::clone(&current);
         drop(current);
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, config)
+    }
+}
+
+/// The response future of a request decided in `call`. A forwarded request calls `inner`,
+/// the service that was driven to readiness, without a clone.
+fn decided<S, ReqB, ResB>(
+    inner: &mut S,
+    config: &Config,
+    checked: Checked,
+    request: Request<ReqB>,
+) -> ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+{
+    match decide(config, checked, &request) {
+        Next::Forward {
+            delay,
+            headers,
+            settle,
+            ..
+        } if delay.is_zero() => ResponseFuture::forwarding(inner.call(request), headers, settle),
+        // A held request takes an idle clone, driven to readiness after the hold; the ready
+        // service stays here for the next call instead of keeping its permit
+        // (`ConcurrencyLimit`, `Buffer`) through the hold.
+        Next::Forward {
+            delay,
+            headers,
+            hold,
+            settle,
+        } => ResponseFuture::delayed(delay, request, inner.clone(), headers, hold, settle),
+        Next::Reject(response) => ResponseFuture::rejected(response),
     }
 }
 
