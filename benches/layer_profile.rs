@@ -14,32 +14,22 @@
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::routing::get;
 use axum::Router;
 use http::Request;
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{key, Limiter, MemoryStore, Rule};
 use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
+#[path = "support/apps.rs"]
+mod apps;
+use apps::{hello, roomy, tight};
+
 const ROUNDS: usize = 20_000;
-
-fn hello() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
-}
-
-fn roomy() -> Rule {
-    Rule::token_bucket("roomy", 1_000_000_000, Rate::per_second(1_000_000_000))
-}
-
-fn tight() -> Rule {
-    Rule::fixed_window("tight", 1, Duration::from_secs(3600))
-}
 
 fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor, on_allowed: bool) -> Router {
     hello().layer(
