@@ -22,7 +22,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::Router;
 use http_body_util::{BodyExt, Empty};
@@ -30,14 +29,17 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{key, Limiter, MemoryStore, Rule};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
 // Shared with examples/bench_chart.rs, which also reads CSVs back.
+#[path = "support/apps.rs"]
+mod apps;
 #[path = "support/chart.rs"]
 #[allow(dead_code)]
 mod chart;
+use apps::{hello, roomy, tight};
 
 /// What a case's every response must be.
 #[derive(Clone, Copy, PartialEq)]
@@ -50,19 +52,6 @@ struct Case {
     name: &'static str,
     expect: Expect,
     app: Router,
-}
-
-fn hello() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
-}
-
-/// A rule no benchmark load reaches, and one that refuses all but the first request.
-fn roomy() -> Rule {
-    Rule::token_bucket("roomy", 1_000_000_000, Rate::per_second(1_000_000_000))
-}
-
-fn tight() -> Rule {
-    Rule::fixed_window("tight", 1, Duration::from_secs(3600))
 }
 
 fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor) -> RateLimitLayer {

@@ -112,6 +112,20 @@ impl<S: Store> Limiter<S> {
         self.store.check(&hashed, max_wait).await
     }
 
+    /// [`reserve`](Self::reserve) without a future, for a store that decides at once
+    /// ([`Store::check_now`]): the same answer, or `None` when the store cannot give it now.
+    pub(crate) fn reserve_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let Some(keys) = digested_keys(batch) else {
+            return self.store.check_now(batch, max_wait);
+        };
+        let hashed = with_keys(batch, &keys);
+        self.store.check_now(&hashed, max_wait)
+    }
+
     /// Gives back the units of an admitted batch whose request will never pass (a held
     /// request whose client went away): `batch` exactly as it was checked, `admission` from
     /// its outcome. Call it once, before the request would have been released. Best effort

@@ -526,6 +526,25 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
             };
         }
     };
+    // The common case, without the per-rule lists below: an admitted batch of enforced
+    // rules only, and no hook to tell.
+    let route = checked.route;
+    if outcome.decision == Decision::Allow
+        && config.mode != Mode::Shadow
+        && config.on_decision.is_none()
+        && checked
+            .limits
+            .iter()
+            .all(|&i| config.limit(route, i).is_some_and(|l| !l.shadow))
+    {
+        let rules = checked
+            .limits
+            .iter()
+            .zip(&outcome.rules)
+            .filter_map(|(&i, o)| Some((&config.limit(route, i)?.rule, o)));
+        let enforced = checked.limits.len().min(outcome.rules.len());
+        return forward(allowed_headers(config, route, enforced, rules), settle);
+    }
     let denied = !outcome.is_admitted();
     let rules: SmallVec<[(&Rule, RuleOutcome); 4]> =
         if denied || config.on_decision.is_some() || config.headers.on_allowed {
@@ -586,11 +605,8 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
             .collect()
     };
     let headers = || {
-        (config.headers.on_allowed && !enforced.is_empty()).then(|| {
-            let items = enforced.iter().map(|(r, o)| (*r, o));
-            let policy = config.policy(checked.route, enforced.len());
-            RateLimitHeaders::new(items, policy, config.headers.legacy, None)
-        })
+        let items = enforced.iter().map(|(r, o)| (*r, o));
+        allowed_headers(config, route, enforced.len(), items)
     };
     match (outcome.decision, config.mode) {
         (Decision::Deny(denial), mode) => {
@@ -652,6 +668,20 @@ pub(crate) fn decide<B>(config: &Config, mut checked: Checked, request: &Request
             }
         }
     }
+}
+
+/// The headers of a forwarded request, if the layer sends them on admitted responses: the
+/// `enforced` rules of its batch (none on trial) with their outcomes.
+fn allowed_headers<'a>(
+    config: &Config,
+    route: Option<usize>,
+    enforced: usize,
+    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)>,
+) -> Option<RateLimitHeaders> {
+    (config.headers.on_allowed && enforced > 0).then(|| {
+        let policy = config.policy(route, enforced);
+        RateLimitHeaders::new(rules, policy, config.headers.legacy, None)
+    })
 }
 
 /// The rejection of a delayed request the layer has no room to hold: a denial, each

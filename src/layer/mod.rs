@@ -113,9 +113,11 @@
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
 //! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
-//! service's; the store is asked in the response future. A checked request costs one
-//! allocation (the boxed store future; a `MemoryStore` decides a batch of up to
-//! [`RuleOutcomes::INLINE`](crate::RuleOutcomes::INLINE) rules without any), and one more
+//! service's; a store that decides at once (a `MemoryStore`) is asked in `call`, any other
+//! through a boxed future, polled once in `call` and then by the response future. A
+//! request checked by a `MemoryStore` costs no allocation of the layer's own (the store
+//! decides a batch of up to [`RuleOutcomes::INLINE`](crate::RuleOutcomes::INLINE) rules
+//! without any), one checked by another store one (the boxed store future); add one
 //! for the `RateLimit` header of an admitted response (see
 //! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
 //! costs none; a held one costs one more (the boxed refund of its units); an admitted one

@@ -14,7 +14,8 @@ use super::body::RateLimitBody;
 use super::charge;
 use super::config::{Config, MissingKey, Mode};
 use super::future::{
-    decide, reject, CheckFuture, Checked, Confirm, Next, RefundFuture, ResponseFuture, ToHold,
+    decide, give_back as run_detached, reject, CheckFuture, Checked, Confirm, Next, RefundFuture,
+    ResponseFuture, ToHold,
 };
 use super::log::Event;
 use super::observe;
@@ -91,7 +92,12 @@ where
         // One configuration for the whole request, however often a reload swaps it.
         let current = self.config.current();
         let config: &Config = &current;
-        let route = config.route_for(request.method(), matched_path(&request));
+        // Without a route table, the path is not even looked up.
+        let route = if config.routes.is_empty() {
+            None
+        } else {
+            config.route_for(request.method(), matched_path(&request))
+        };
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config
             .exempt
@@ -154,50 +160,83 @@ where
             Mode::Wait { max_wait } => max_wait,
             _ => Duration::ZERO,
         };
-        let mut check = Box::pin(check(
-            self.limiter.clone(),
-            Arc::clone(&current),
+        let call = StoreCallRef {
+            limiter: &self.limiter,
+            config: &current,
             route,
-            items,
-            keys,
+            items: &items,
+            keys: &keys,
             max_wait,
+        };
+        let mut limits = SmallVec::new();
+        let batch = batch_of(config, route, &items, &keys, Some(&mut limits));
+        let observation = observe::start(config, route);
+        // An in-process store answers at once (`Store::check_now`). Then the decision is
+        // taken here, without a future, and the inner service that was driven to readiness
+        // is called directly, without a clone; a store that cannot answer yet is asked by
+        // the boxed `check` future, polled with the caller's waker.
+        let now = {
+            let _entered = observation.span.enter();
+            self.limiter.reserve_now(&batch, max_wait)
+        };
+        if let Some(result) = now {
+            let checked = call.checked(observation, limits, &batch, result);
+            drop(batch);
+            return decided(&mut self.inner, config, checked, request);
+        }
+        drop(batch);
+        let mut check = Box::pin(check(
+            StoreCall {
+                limiter: self.limiter.clone(),
+                config: Arc::clone(&current),
+                route,
+                items,
+                keys,
+                max_wait,
+            },
+            observation,
         ));
-        // An in-process store answers at once. Then the decision is taken here and the inner
-        // service that was driven to readiness is called directly, without a clone; a store
+        // A store may still answer on the first poll (a local deny cache, a fallback while
+        // its breaker is open): then too the inner service is called without a clone. One
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            return match decide(config, checked, &request) {
-                Next::Forward {
-                    delay,
-                    headers,
-                    settle,
-                    ..
-                } if delay.is_zero() => {
-                    ResponseFuture::forwarding(self.inner.call(request), headers, settle)
-                }
-                // A held request takes an idle clone, driven to readiness after the hold; the
-                // ready service stays here for the next call instead of keeping its permit
-                // (`ConcurrencyLimit`, `Buffer`) through the hold.
-                Next::Forward {
-                    delay,
-                    headers,
-                    hold,
-                    settle,
-                } => ResponseFuture::delayed(
-                    delay,
-                    request,
-                    self.inner.clone(),
-                    headers,
-                    hold,
-                    settle,
-                ),
-                Next::Reject(response) => ResponseFuture::rejected(response),
-            };
+            return decided(&mut self.inner, config, checked, request);
         }
         let config = Arc::clone(&current);
         drop(current);
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, config)
+    }
+}
+
+/// The response future of a request decided in `call`. A forwarded request calls `inner`,
+/// the service that was driven to readiness, without a clone.
+fn decided<S, ReqB, ResB>(
+    inner: &mut S,
+    config: &Config,
+    checked: Checked,
+    request: Request<ReqB>,
+) -> ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+{
+    match decide(config, checked, &request) {
+        Next::Forward {
+            delay,
+            headers,
+            settle,
+            ..
+        } if delay.is_zero() => ResponseFuture::forwarding(inner.call(request), headers, settle),
+        // A held request takes an idle clone, driven to readiness after the hold; the ready
+        // service stays here for the next call instead of keeping its permit
+        // (`ConcurrencyLimit`, `Buffer`) through the hold.
+        Next::Forward {
+            delay,
+            headers,
+            hold,
+            settle,
+        } => ResponseFuture::delayed(delay, request, inner.clone(), headers, hold, settle),
+        Next::Reject(response) => ResponseFuture::rejected(response),
     }
 }
 
@@ -222,59 +261,30 @@ impl<S: Clone, St> RateLimit<S, St> {
     }
 }
 
-/// Asks the store about a request's batch. The layer's own allocation for a checked request
-/// is the box around this future (its type cannot be named in `ResponseFuture` on stable
-/// Rust). A delayed request
-/// the layer will hold costs one more: the boxed refund of its units.
+/// Asks a store that could not answer at once (`Store::check_now`) about a request's
+/// batch, under the observation `call` started. The layer's own allocation for such a
+/// request is the box around this future (its type cannot be named in `ResponseFuture` on
+/// stable Rust).
 async fn check<St: Store + Clone>(
-    limiter: Limiter<St>,
-    config: Arc<Config>,
-    route: Option<usize>,
-    items: SmallVec<[Item; 4]>,
-    keys: KeyBuf,
-    max_wait: Duration,
+    call: StoreCall<St>,
+    observation: observe::Observation,
 ) -> Checked {
     let mut limits = SmallVec::new();
-    let batch = batch_of(&config, route, &items, &keys, Some(&mut limits));
-    let observation = observe::start(&config, route);
-    let result = limiter
-        .reserve(&batch, max_wait)
+    let batch = batch_of(
+        &call.config,
+        call.route,
+        &call.items,
+        &call.keys,
+        Some(&mut limits),
+    );
+    let result = call
+        .limiter
+        .reserve(&batch, call.max_wait)
         .instrument(observation.span.clone())
         .await;
-    let result = match result {
-        // Shadow mode forwards at once: the rules left to the release count it now.
-        Ok(outcome) if config.mode == Mode::Shadow && outcome.needs_confirmation() => {
-            match limiter.confirm(&batch, &outcome, max_wait).await {
-                Ok(now) if now.is_admitted() => Ok(Outcome {
-                    admission: now.admission,
-                    ..outcome
-                }),
-                other => other,
-            }
-        }
-        other => other,
-    };
-    let health = limiter.health();
-    let store_latency = observe::finish(
-        observation,
-        &config,
-        route,
-        &limits,
-        &batch,
-        &result,
-        health,
-    );
-    let held = held_keys(&config, &batch, &result);
+    let checked = call.as_ref().checked(observation, limits, &batch, result);
     drop(batch);
-    let call = StoreCall {
-        limiter,
-        config,
-        route,
-        items,
-        keys,
-        max_wait,
-    };
-    call.checked(limits, result, held, health, store_latency)
+    checked
 }
 
 /// Counts the rules a held request's batch left to its release (`Limiter::confirm`), when
@@ -323,9 +333,11 @@ async fn confirm<St: Store + Clone>(call: StoreCall<St>, held: Outcome) -> Check
         &counted_now.map_err(|e| e.clone()),
         health,
     );
-    let held = held_keys(config, &batch, &result);
+    let checked = call
+        .as_ref()
+        .answered(limits, &batch, result, health, store_latency);
     drop(batch);
-    call.checked(limits, result, held, health, store_latency)
+    checked
 }
 
 /// What a store call for a request needs, kept for what follows it: giving its units back,
@@ -340,41 +352,101 @@ struct StoreCall<St> {
     max_wait: Duration,
 }
 
-impl<St: Store + Clone> StoreCall<St> {
-    /// The layer's view of the store's answer: for a delayed request, what holding it
-    /// takes (`held`: the keys it counts under).
+impl<St: Clone> StoreCall<St> {
+    fn as_ref(&self) -> StoreCallRef<'_, St> {
+        StoreCallRef {
+            limiter: &self.limiter,
+            config: &self.config,
+            route: self.route,
+            items: &self.items,
+            keys: &self.keys,
+            max_wait: self.max_wait,
+        }
+    }
+}
+
+/// A store call's parts, borrowed: a request decided at once keeps them on `call`'s stack,
+/// and copies them only for what outlives `call` (a held request's refund and
+/// confirmation).
+struct StoreCallRef<'a, St> {
+    limiter: &'a Limiter<St>,
+    config: &'a Arc<Config>,
+    route: Option<usize>,
+    items: &'a [Item],
+    keys: &'a KeyBuf,
+    max_wait: Duration,
+}
+
+impl<St: Store + Clone> StoreCallRef<'_, St> {
+    fn to_owned(&self) -> StoreCall<St> {
+        StoreCall {
+            limiter: self.limiter.clone(),
+            config: Arc::clone(self.config),
+            route: self.route,
+            items: self.items.into(),
+            keys: self.keys.clone(),
+            max_wait: self.max_wait,
+        }
+    }
+
+    /// The store's answer for `batch` (this call's items, at `limits` among the request's
+    /// limits), observed.
     fn checked(
-        self,
+        &self,
+        observation: observe::Observation,
         limits: SmallVec<[usize; 4]>,
+        batch: &[Check<'_>],
         result: Result<Outcome, StoreError>,
-        held: Option<SmallVec<[u64; 4]>>,
+    ) -> Checked {
+        let health = self.limiter.health();
+        let store_latency = observe::finish(
+            observation,
+            self.config,
+            self.route,
+            &limits,
+            batch,
+            &result,
+            health,
+        );
+        self.answered(limits, batch, result, health, store_latency)
+    }
+
+    /// The layer's view of the store's answer: for an admitted request counted by outcome,
+    /// its pending charge; for a delayed request, what holding it takes.
+    fn answered(
+        &self,
+        limits: SmallVec<[usize; 4]>,
+        batch: &[Check<'_>],
+        result: Result<Outcome, StoreError>,
         health: crate::store::Health,
         store_latency: Option<Duration>,
     ) -> Checked {
         let route = self.route;
+        let held = held_keys(self.config, batch, &result);
         let settle = result.as_ref().ok().and_then(|outcome| {
             charge::pending(
-                &self.limiter,
-                &self.config,
+                self.limiter,
+                self.config,
                 route,
-                &self.items,
-                &self.keys,
+                self.items,
+                self.keys,
                 outcome,
             )
         });
         let to_hold = match (&result, held) {
             (Ok(outcome), Some(keys_held)) => {
+                let call = self.to_owned();
                 // A wait at the release takes what is left of `max_wait` after this one.
                 let held_for = match outcome.decision {
                     Decision::Delay(delay) => delay,
                     _ => Duration::ZERO,
                 };
                 let confirm = outcome.needs_confirmation().then(|| Confirm {
-                    config: self.config.clone(),
+                    config: Arc::clone(self.config),
                     check: Box::pin(confirm(
                         StoreCall {
-                            max_wait: self.max_wait.saturating_sub(held_for),
-                            ..self.clone()
+                            max_wait: call.max_wait.saturating_sub(held_for),
+                            ..call.clone()
                         },
                         outcome.clone(),
                     )) as CheckFuture,
@@ -382,7 +454,7 @@ impl<St: Store + Clone> StoreCall<St> {
                 let refund = outcome
                     .admission
                     .clone()
-                    .map(|admission| Box::pin(give_back(self, admission)) as RefundFuture);
+                    .map(|admission| Box::pin(give_back(call, admission)) as RefundFuture);
                 Some(ToHold {
                     refund,
                     keys: keys_held,
@@ -391,6 +463,15 @@ impl<St: Store + Clone> StoreCall<St> {
             }
             _ => None,
         };
+        if let Ok(outcome) = &result {
+            if self.config.mode == Mode::Shadow && outcome.needs_confirmation() {
+                // Shadow mode holds nothing: the rules left to the release count it now.
+                let confirmation = confirm(self.to_owned(), outcome.clone());
+                run_detached(Box::pin(async move {
+                    drop(confirmation.await);
+                }));
+            }
+        }
         Checked {
             result,
             route,

@@ -1,0 +1,106 @@
+//! A fixed workload for instruction-count profiles of the layer (`valgrind --tool=callgrind`):
+//! `ROUNDS` requests to an axum hello-world called in process (`ServiceExt::oneshot`, the
+//! request made as `benches/http.rs`'s server would hand it over: peer address in
+//! `ConnectInfo`, a `user-id` header), bare or behind one of the HTTP bench's layers. Not a
+//! timing benchmark: counts stay steady on a loaded machine where timings do not.
+//!
+//! `cargo bench --bench layer_profile --no-run`, then
+//! `valgrind --tool=callgrind target/release/deps/layer_profile-* <case> [rounds]`, with
+//! `<case>` one of `bare`, `peer-ip`, `peer-ip-no-headers`, `header`, `governor`,
+//! `peer-ip-429`, `governor-429`. The difference between two runs of different `rounds`
+//! divided by the difference in rounds is the cost of one request, without the set-up; add
+//! `--toggle-collect='layer_profile::run*'` to count only the requests (steadier).
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::Router;
+use http::Request;
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, Limiter, MemoryStore, Rule};
+use tower::{Service, ServiceExt};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+
+#[path = "support/apps.rs"]
+mod apps;
+use apps::{hello, roomy, tight};
+
+const ROUNDS: usize = 20_000;
+
+fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor, on_allowed: bool) -> Router {
+    hello().layer(
+        RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+            .limit(Limit::new(rule, key))
+            .headers_on_allowed(on_allowed)
+            .build()
+            .expect("a valid layer"),
+    )
+}
+
+fn request() -> Request<Body> {
+    let mut req = Request::get("/")
+        .header("host", "127.0.0.1")
+        .header("user-id", "user-7")
+        .body(Body::empty())
+        .expect("a valid request");
+    let peer = SocketAddr::from(([127, 0, 0, 1], 40_000));
+    req.extensions_mut().insert(ConnectInfo(peer));
+    req
+}
+
+/// Not inlined, so that `--toggle-collect='layer_profile::run*'` counts the requests only,
+/// without the set-up (the clock's calibration varies from run to run).
+#[inline(never)]
+fn run<S>(svc: S, rounds: usize) -> usize
+where
+    S: Service<Request<Body>, Response = http::Response<Body>, Error = Infallible> + Clone,
+    S::Future: Send,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let mut ok = 0;
+        for _ in 0..rounds {
+            let res = svc.clone().oneshot(black_box(request())).await;
+            ok += usize::from(res.is_ok_and(|r| r.status().is_success()));
+        }
+        ok
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let case = args.first().map_or("peer-ip", String::as_str);
+    let rounds = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(ROUNDS);
+    let governor = |per_nanos: bool| {
+        let mut builder = GovernorConfigBuilder::default();
+        if per_nanos {
+            builder.per_nanosecond(1).burst_size(u32::MAX);
+        } else {
+            builder.per_second(3600).burst_size(1);
+        }
+        hello().layer(GovernorLayer::new(
+            builder.finish().expect("a valid governor config"),
+        ))
+    };
+    let ok = match case {
+        "bare" => run(hello(), rounds),
+        "peer-ip" => run(tollgate(roomy(), key::peer_ip(), true), rounds),
+        "peer-ip-no-headers" => run(tollgate(roomy(), key::peer_ip(), false), rounds),
+        "header" => run(tollgate(roomy(), key::header("user-id"), true), rounds),
+        "peer-ip-429" => run(tollgate(tight(), key::peer_ip(), true), rounds),
+        "governor" => run(governor(true), rounds),
+        "governor-429" => run(governor(false), rounds),
+        other => {
+            eprintln!("unknown case {other}");
+            std::process::exit(2);
+        }
+    };
+    println!("{case}: {ok} of {rounds} admitted");
+}
