@@ -22,6 +22,8 @@
 //! `TOLLGATE_BENCH_CONCURRENCY` and `TOLLGATE_BENCH_RULES` (comma-separated) pick some of the
 //! concurrencies (1, 4, 16, 64) and rule counts (1, 3).
 
+#[path = "support/redis_args.rs"]
+mod redis_args;
 #[path = "../tests/common/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
@@ -31,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use tollgate::{Check, Limiter, Rate, RedisStore, Rule};
+use tollgate::{Check, Limiter, RedisStore, Rule};
+
+use redis_args::{raw_args, rules};
 
 const KEYS: usize = 1000;
 
@@ -179,53 +183,8 @@ where
     }
 }
 
-fn rules(n: usize) -> Vec<Rule> {
-    let big = 1 << 30;
-    let all = vec![
-        Rule::gcra("api", Rate::per_second(big), big),
-        Rule::fixed_window("minute", big, Duration::from_secs(60)),
-        Rule::token_bucket("burst", big, Rate::per_second(big)),
-    ];
-    all.into_iter().take(n).collect()
-}
-
 fn key_of(task: usize, i: u64) -> Vec<u8> {
     format!("user-{}", (task * 7919 + i as usize) % KEYS).into_bytes()
-}
-
-/// The per-rule arguments tollgate sends for `rules` (see lua/batch.lua: thirteen
-/// little-endian doubles), written out by hand. 2^30 per second is 2^24 per 15,625 µs in
-/// lowest terms.
-fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
-    let big = (1u64 << 30) as f64;
-    let amount = (1u64 << 24) as f64;
-    rules
-        .iter()
-        .map(|r| {
-            let [code, p1, p2, p3, p4] = match r.name() {
-                "api" => [6.0, big, 15625.0, amount, 0.0],
-                "minute" => [1.0, big, 60e6, 0.0, 0.0],
-                _ => [4.0, big, amount, 15625.0, 0.0],
-            };
-            let fingerprint = r.fingerprint() as f64;
-            let fields: [f64; 13] = [
-                code,
-                1.0,
-                p1,
-                p2,
-                p3,
-                p4,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                fingerprint,
-                big,
-                0.0,
-            ];
-            fields.iter().flat_map(|f| f.to_le_bytes()).collect()
-        })
-        .collect()
 }
 
 fn script() -> redis::Script {

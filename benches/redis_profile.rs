@@ -13,52 +13,14 @@
 //! Without valgrind it prints Redis's `usec` per decision from `INFO commandstats`.
 
 use redis::Value;
-use tollgate::{Check, Limiter, Rate, RedisStore, Rule};
+use tollgate::{Check, Limiter, RedisStore};
+
+#[path = "support/redis_args.rs"]
+mod redis_args;
+
+use redis_args::{raw_args, rules};
 
 const KEYS: usize = 1000;
-
-fn rules(n: usize) -> Vec<Rule> {
-    let big = 1 << 30;
-    let all = vec![
-        Rule::gcra("api", Rate::per_second(big), big),
-        Rule::fixed_window("minute", big, std::time::Duration::from_secs(60)),
-        Rule::token_bucket("burst", big, Rate::per_second(big)),
-    ];
-    all.into_iter().take(n).collect()
-}
-
-/// The per-rule arguments tollgate sends (see lua/batch.lua: thirteen little-endian
-/// doubles), as benches/redis.rs writes them.
-fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
-    let big = (1u64 << 30) as f64;
-    let amount = (1u64 << 24) as f64;
-    rules
-        .iter()
-        .map(|r| {
-            let [code, p1, p2, p3, p4] = match r.name() {
-                "api" => [6.0, big, 15625.0, amount, 0.0],
-                "minute" => [1.0, big, 60e6, 0.0, 0.0],
-                _ => [4.0, big, amount, 15625.0, 0.0],
-            };
-            let fields: [f64; 13] = [
-                code,
-                1.0,
-                p1,
-                p2,
-                p3,
-                p4,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                r.fingerprint() as f64,
-                big,
-                0.0,
-            ];
-            fields.iter().flat_map(|f| f.to_le_bytes()).collect()
-        })
-        .collect()
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
