@@ -231,7 +231,7 @@ impl<S: Store> Limiter<S> {
             .iter()
             .filter_map(|&i| batch.get(i).copied())
             .collect();
-        if rest.len() != pending.len() {
+        if rest.len() != pending.len() || outcome.rules.len() != batch.len() {
             return Err(StoreError::InvalidBatch(
                 "confirm: the batch is not the one that was checked".into(),
             ));
