@@ -358,6 +358,23 @@ impl fmt::Debug for Rule {
     }
 }
 
+/// For the crate's property tests: a rule named `r` of one of the six algorithms (both
+/// token-bucket refills, picked by `kind % 7`) with small numbers.
+#[cfg(test)]
+pub(crate) fn sample(kind: u8, quota: u64, period: u64) -> Rule {
+    let window = std::time::Duration::from_micros(period);
+    let rate = Rate::new(quota.div_ceil(2), window);
+    match kind % 7 {
+        0 => Rule::fixed_window("r", quota, window),
+        1 => Rule::sliding_log("r", quota, window),
+        2 => Rule::sliding_window("r", quota, window),
+        3 => Rule::token_bucket("r", quota, rate),
+        4 => Rule::token_bucket_stepped("r", quota, rate),
+        5 => Rule::leaky_bucket("r", quota, rate),
+        _ => Rule::gcra("r", rate, quota),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

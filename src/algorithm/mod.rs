@@ -571,22 +571,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::Rule;
 
     /// One of the six algorithms (both token-bucket refills) with small numbers.
     fn algorithm(kind: u8, quota: u64, period: u64) -> Algorithm {
-        let window = Duration::from_micros(period);
-        let rate = Rate::new(quota.div_ceil(2), window);
-        let rule = match kind % 7 {
-            0 => Rule::fixed_window("r", quota, window),
-            1 => Rule::sliding_log("r", quota, window),
-            2 => Rule::sliding_window("r", quota, window),
-            3 => Rule::token_bucket("r", quota, rate),
-            4 => Rule::token_bucket_stepped("r", quota, rate),
-            5 => Rule::leaky_bucket("r", quota, rate),
-            _ => Rule::gcra("r", rate, quota),
-        };
-        rule.algorithm().clone()
+        crate::rule::sample(kind, quota, period).algorithm().clone()
     }
 
     proptest! {

@@ -744,19 +744,9 @@ mod tests {
     /// A rule of one of the six algorithms (both token-bucket refills) with small numbers,
     /// perhaps with a penalty; `variant` picks another configuration of the same name.
     fn rule(kind: u8, quota: u64, period: u64, penalty: bool) -> Rule {
-        let window = Duration::from_micros(period);
-        let rate = Rate::new(quota.div_ceil(2), window);
-        let rule = match kind % 7 {
-            0 => Rule::fixed_window("r", quota, window),
-            1 => Rule::sliding_log("r", quota, window),
-            2 => Rule::sliding_window("r", quota, window),
-            3 => Rule::token_bucket("r", quota, rate),
-            4 => Rule::token_bucket_stepped("r", quota, rate),
-            5 => Rule::leaky_bucket("r", quota, rate),
-            _ => Rule::gcra("r", rate, quota),
-        };
+        let rule = crate::rule::sample(kind, quota, period);
         if penalty {
-            rule.with_penalty(Penalty::lock_for(window).after(2))
+            rule.with_penalty(Penalty::lock_for(Duration::from_micros(period)).after(2))
         } else {
             rule
         }
