@@ -305,9 +305,11 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                             shape.extend_from_slice(a);
                         }
                         inv.arg(shape);
-                        let reply: Vec<Vec<i64>> = inv.invoke_async(&mut raw).await.expect("raw");
-                        // 2: admitted, in short (lua/fast.lua).
-                        assert_eq!(reply[0][0], 2, "{reply:?}");
+                        // One flat array for the call (lua/call.lua), here of one batch:
+                        // 2 (admitted, in short: lua/fast.lua), now, four per rule.
+                        let reply: Vec<i64> = inv.invoke_async(&mut raw).await.expect("raw");
+                        assert_eq!(reply.len(), 2 + 4 * keys.len(), "{reply:?}");
+                        assert_eq!(reply[0], 2, "{reply:?}");
                     }
                 })
                 .await

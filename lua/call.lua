@@ -11,21 +11,29 @@
 --   (fast.lua's shape_of); then, when <extra> is 1, batch.lua's ARGV[1] (the instant, or ""
 --   for the server's TIME) and ARGV[5]; when 0, they are "" and "0". TIME is read at most
 --   once per call, so every batch of a call decides at the same instant.
--- Returns: per batch, an array: batch.lua's reply, or { -1, message } when the batch failed
---   (a Redis error, say); the other batches of the call are decided as if it were alone.
+-- Returns: one flat array for the whole call (one table to build here, one array for the
+--   client to parse, instead of a table per batch): per batch, in order, batch.lua's reply
+--   (its length follows from its first integer and the batch's rule count: 2 + 4 per rule
+--   for fast.lua's short admission, else 3 + 6 per rule), or -1 and a message when the batch
+--   failed (a Redis error, say); the other batches of the call are decided as if it were
+--   alone. src/store/redis/script.rs `split_reply` splits it.
 
--- A failed batch's reply. Redis 7 raises a command's error as a table with the message in
--- `err`.
-local function failed(err)
+-- A failed batch's reply, written into the call's reply `out` after its position `o`;
+-- returns the new position. Redis 7 raises a command's error as a table with the message
+-- in `err`.
+local function failed(out, o, err)
   if type(err) == 'table' then
     err = err.err
   end
-  return { -1, tostring(err) }
+  out[o + 1] = -1
+  out[o + 2] = tostring(err)
+  return o + 2
 end
 
 -- The general path (lua/batch.lua) for the batch whose keys start after KEYS[k], whose
--- shape is `h`, with batch.lua's ARGV[1] `now` and ARGV[5] `arg5`.
-local function decide_general(KEYS, k, h, now, arg5, time)
+-- shape is `h`, with batch.lua's ARGV[1] `now` and ARGV[5] `arg5`; its reply is written
+-- into `out` after position `o`, and the new position returned.
+local function decide_general(KEYS, k, h, now, arg5, time, out, o)
   local keys = {}
   for i = 1, h.nkeys do
     keys[i] = KEYS[k + i]
@@ -40,15 +48,22 @@ local function decide_general(KEYS, k, h, now, arg5, time)
   end
   local ok, reply = pcall(decide_batch, keys, args)
   if not ok then
-    return failed(reply)
+    return failed(out, o, reply)
   end
-  return reply
+  for i = 1, #reply do
+    out[o + i] = reply[i]
+  end
+  return o + #reply
 end
+
+-- The call's reply, reused from call to call in a function library (where this chunk runs
+-- once): Redis copies it out as the call returns, and what a longer reply left past the
+-- end is cleared below.
+local out = {}
 
 local function decide_call(KEYS, ARGV)
   local time = nil
-  local replies = {}
-  local n = 0
+  local o = 0
   local k, a = 0, 1
   local nargv = #ARGV
   while a <= nargv do
@@ -67,15 +82,21 @@ local function decide_call(KEYS, ARGV)
     end
     -- The common case first (lua/fast.lua), straight from the call's arguments; nil sends
     -- the batch to the general path, with nothing written.
-    local ok, reply = pcall(decide_plain, KEYS, k, h, now, arg5, time)
+    local ok, e = pcall(decide_plain, KEYS, k, h, now, arg5, time, out, o)
     if not ok then
-      reply = failed(reply)
-    elseif not reply then
-      reply = decide_general(KEYS, k, h, now, arg5, time)
+      o = failed(out, o, e)
+    elseif not e then
+      o = decide_general(KEYS, k, h, now, arg5, time, out, o)
+    else
+      o = e
     end
-    n = n + 1
-    replies[n] = reply
     k = k + h.nkeys
   end
-  return replies
+  -- A batch that failed midway may have written past its end: nothing follows the reply.
+  o = o + 1
+  while out[o] ~= nil do
+    out[o] = nil
+    o = o + 1
+  end
+  return out
 end

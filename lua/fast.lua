@@ -11,9 +11,10 @@
 -- path decides such a batch from the same state. What is decided and written is exactly
 -- what decide_batch decides and writes (tests/vectors.rs compares both with the Rust
 -- models). Its reply is decide_batch's, except that an admitted batch is answered in short:
--- { 2, now, then per rule: its delay, remaining, reset µs and refund mark }, which says
--- what the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and
--- the request counted at now); src/store/redis/script.rs `parse` reads both.
+-- 2, now, then per rule: its delay, remaining, reset µs and refund mark, which says what
+-- the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and the
+-- request counted at now); src/store/redis/script.rs `parse` reads both. It is written
+-- straight into the call's one reply (lua/call.lua), with no table of its own.
 
 -- Rule configurations by their packed argument (thirteen doubles, see batch.lua's ARGV[6…]).
 -- Lua interns strings, so the lookup is a hash of a pointer; the coalesced batches of one
@@ -131,9 +132,10 @@ local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 
 -- Decides the batch whose keys start after KEYS[k], whose shape is `h` (shape_of), with
 -- batch.lua's ARGV[1] `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil).
--- Returns batch.lua's reply, or nil when the batch needs the general path (nothing written
--- then).
-local function decide_plain(KEYS, k, h, now, arg5, time)
+-- Writes batch.lua's reply into the call's reply `out` after position `o` and returns the
+-- new position, or returns nil when the batch needs the general path (nothing written
+-- then, to Redis or to `out`).
+local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   -- "0" is the only text of 0 a store sends as ARGV[5].
   if not h.plain or h.nkeys ~= h.nrules or arg5 ~= '0' then
     return nil
@@ -232,23 +234,17 @@ local function decide_plain(KEYS, k, h, now, arg5, time)
 
   local slack = h.slack
   -- An admission is answered in short (see the header): 2, now, then per rule its delay,
-  -- remaining, reset and mark. Sized for a rule up front: a table grown one field at a time
-  -- is reallocated as it grows.
-  local reply, r
+  -- remaining, reset and mark.
+  local r
   if admitted then
-    if nrules > 0 then
-      reply = { 2, now, 0, 0, 0, 0 }
-    else
-      reply = { 2, now }
-    end
-    r = 2
+    out[o + 1] = 2
+    out[o + 2] = now
+    r = o + 2
   else
-    if nrules > 0 then
-      reply = { 0, now, now, 0, 0, 0, 0, 0, 0 }
-    else
-      reply = { 0, now, now }
-    end
-    r = 3
+    out[o + 1] = 0
+    out[o + 2] = now
+    out[o + 3] = now
+    r = o + 3
   end
   for i = 1, nrules do
     local c = f_config[i]
@@ -315,20 +311,20 @@ local function decide_plain(KEYS, k, h, now, arg5, time)
       end
     end
     if admitted then
-      reply[r + 1] = value
-      reply[r + 2] = remaining
-      reply[r + 3] = reset
-      reply[r + 4] = mark
+      out[r + 1] = value
+      out[r + 2] = remaining
+      out[r + 3] = reset
+      out[r + 4] = mark
       r = r + 4
     else
-      reply[r + 1] = outcome
-      reply[r + 2] = value
-      reply[r + 3] = remaining
-      reply[r + 4] = reset
-      reply[r + 5] = mark
-      reply[r + 6] = 0
+      out[r + 1] = outcome
+      out[r + 2] = value
+      out[r + 3] = remaining
+      out[r + 4] = reset
+      out[r + 5] = mark
+      out[r + 6] = 0
       r = r + 6
     end
   end
-  return reply
+  return r
 end

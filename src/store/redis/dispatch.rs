@@ -66,7 +66,7 @@ impl Caller {
         let mut reloaded = false;
         loop {
             match cmd.query_async::<Value>(&mut conn).await {
-                Ok(value) => return script::split_reply(value, batches.len()),
+                Ok(value) => return script::split_reply(value, batches.iter().map(|b| b.rules())),
                 // Neither ran the call: it is sent again, once.
                 Err(e) if !reloaded && script::is_not_loaded(route, &e) => {
                     script::load_command(route)

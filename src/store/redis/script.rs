@@ -147,6 +147,8 @@ const RULE_BYTES: usize = 13 * 8;
 #[derive(Debug, Clone)]
 pub(super) struct Encoded {
     keys: SmallVec<[Vec<u8>; 4]>,
+    /// How many rules (checks) the batch holds: the length of its reply follows from it.
+    rules: usize,
     call: Call,
     /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
@@ -234,10 +236,16 @@ impl Encoded {
         }
         Self {
             keys,
+            rules: checks.len(),
             call,
             taken: taken.map(<[u8]>::to_vec),
             shape,
         }
+    }
+
+    /// How many rules the batch holds.
+    pub(super) fn rules(&self) -> usize {
+        self.rules
     }
 
     /// Whether the instant and `ARGV[5]` follow the shape (the header's last digit).
@@ -322,43 +330,58 @@ pub(super) fn is_not_loaded(route: Route, e: &redis::RedisError) -> bool {
     }
 }
 
-/// Splits the reply to a call of `n` batches into each batch's integers, or the error that
-/// batch alone met.
+/// Splits the reply to a call into each batch's integers, or the error that batch alone
+/// met; `rules` holds each batch's rule count, in order.
+///
+/// The reply is one flat array (`lua/call.lua`): per batch, either its integers — 2, now
+/// and four per rule for an admission in short (`lua/fast.lua`), else 3 and six per rule —
+/// or -1 and the batch's error message. One array for the call keeps Redis from building,
+/// and the client from parsing, a nested array per batch.
 pub(super) fn split_reply(
     value: Value,
-    n: usize,
+    rules: impl ExactSizeIterator<Item = usize>,
 ) -> Result<Vec<Result<Vec<i64>, StoreError>>, StoreError> {
+    let n = rules.len();
     let bad = || StoreError::Protocol(format!("a call of {n} batches answered otherwise"));
-    let Value::Array(batches) = value else {
+    let Value::Array(values) = value else {
         return Err(bad());
     };
-    if batches.len() != n {
+    let mut values = values.into_iter();
+    let mut replies = Vec::with_capacity(n);
+    for rules in rules {
+        let first = match values.next() {
+            Some(Value::Int(first)) => first,
+            _ => return Err(bad()),
+        };
+        let len = match first {
+            -1 => {
+                let message = match values.next() {
+                    Some(Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Some(Value::SimpleString(text)) => text,
+                    Some(other) => format!("{other:?}"),
+                    None => return Err(bad()),
+                };
+                replies.push(Err(StoreError::Unavailable(message)));
+                continue;
+            }
+            2 => rules.checked_mul(4).and_then(|r| r.checked_add(2)),
+            _ => rules.checked_mul(6).and_then(|r| r.checked_add(3)),
+        }
+        .ok_or_else(bad)?;
+        let mut batch = Vec::with_capacity(len);
+        batch.push(first);
+        for _ in 1..len {
+            match values.next() {
+                Some(Value::Int(i)) => batch.push(i),
+                _ => return Err(bad()),
+            }
+        }
+        replies.push(Ok(batch));
+    }
+    if values.next().is_some() {
         return Err(bad());
     }
-    batches
-        .into_iter()
-        .map(|batch| {
-            let Value::Array(values) = batch else {
-                return Err(bad());
-            };
-            if let [Value::Int(-1), message] = &values[..] {
-                let message = match message {
-                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                    Value::SimpleString(text) => text.clone(),
-                    other => format!("{other:?}"),
-                };
-                return Ok(Err(StoreError::Unavailable(message)));
-            }
-            values
-                .into_iter()
-                .map(|v| match v {
-                    Value::Int(i) => Ok(i),
-                    _ => Err(bad()),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Ok)
-        })
-        .collect()
+    Ok(replies)
 }
 
 /// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
@@ -514,6 +537,53 @@ pub(super) fn combine(rules: Vec<RuleOutcome>, batch: &[Check<'_>]) -> crate::de
 
 #[cfg(test)]
 mod tests {
+    use redis::Value;
+
+    use crate::error::StoreError;
+
+    #[test]
+    fn a_call_reply_is_split_by_batch() {
+        let ints = |v: &[i64]| v.iter().map(|&i| Value::Int(i)).collect::<Vec<_>>();
+        // An admission in short of one rule, a failed batch, a long reply of two rules and
+        // the empty admission of a batch without rules.
+        let mut flat = ints(&[2, 100, 0, 9, 10, 0]);
+        flat.push(Value::Int(-1));
+        flat.push(Value::BulkString(b"ERR oom".to_vec()));
+        flat.extend(ints(&[0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0]));
+        flat.extend(ints(&[2, 100]));
+        let replies =
+            super::split_reply(Value::Array(flat), [1, 1, 2, 0].into_iter()).expect("well formed");
+        assert_eq!(replies.len(), 4);
+        assert_eq!(replies[0], Ok(vec![2, 100, 0, 9, 10, 0]));
+        assert!(matches!(&replies[1], Err(StoreError::Unavailable(m)) if m == "ERR oom"));
+        assert_eq!(
+            replies[2],
+            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0])
+        );
+        assert_eq!(replies[3], Ok(vec![2, 100]));
+    }
+
+    #[test]
+    fn a_call_reply_of_another_length_is_refused() {
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+        for (reply, rules) in [
+            // Too short, too long, a count of batches that differs.
+            (ints(&[2, 100, 0, 9, 10]), vec![1]),
+            (ints(&[2, 100, 0, 9, 10, 0, 0]), vec![1]),
+            (ints(&[2, 100, 0, 9, 10, 0]), vec![1, 1]),
+            (ints(&[-1]), vec![1]),
+            (Value::Int(2), vec![0]),
+        ] {
+            assert!(
+                matches!(
+                    super::split_reply(reply, rules.into_iter()),
+                    Err(StoreError::Protocol(_))
+                ),
+                "accepted"
+            );
+        }
+    }
+
     #[test]
     fn decimals_are_written_as_lua_reads_them() {
         let mut out = Vec::new();
