@@ -77,7 +77,7 @@ local function decide_call(KEYS, ARGV)
     end
     if not time and now == '' then
       -- Read at most once per call, so every batch of a call decides at the same instant.
-      local t = redis.call('TIME')
+      local t = redis_call('TIME')
       time = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     -- The common case first (lua/fast.lua), straight from the call's arguments; nil sends

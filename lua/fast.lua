@@ -30,7 +30,7 @@ local function config_of(packed)
     return c
   end
   local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
-    struct.unpack('<ddddddddddddd', packed)
+    struct_unpack('<ddddddddddddd', packed)
   local model = built[code]
   if not model then
     model = models[code]()
@@ -158,14 +158,14 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   local admitted = true
   for i = 1, nrules do
     local c = f_config[i]
-    local raw = redis.call('GET', KEYS[k + i])
+    local raw = redis_call('GET', KEYS[k + i])
     local s, p1, p2, p3 = nil, 0, 0, 0
     local own = false
     local t1, t2, t3, t4, t5, t6, t7, t8, t9
     if raw then
       local n = #raw / 8
       if n == c.length then
-        t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct.unpack(c.format, raw)
+        t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct_unpack(c.format, raw)
         -- Fingerprints are never 0: 0 says the record holds no algorithm state.
         own = t1 == c.fingerprint
         if not own and t1 ~= 0 then
@@ -251,14 +251,23 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
     local outcome, value, remaining, reset, mark = 0, 0, 0, 0, 0
     if admitted then
       if mode == 0 and c.cost > 0 then
+        -- `sub0`, `max` and `cdiv` are written out below: every admission pays for them.
         local p1 = f_pen1[i]
+        local used = c.quota - f_remaining[i]
+        if used < 0 then
+          used = 0
+        end
         local packed, expires_at
         if c.gcra then
           local tat, fraction = gcra_apply(c, f_tat[i], f_fraction[i], now, c.cost)
           expires_at = fraction > 0 and tat + 1 or tat
-          packed = struct.pack(c.format, c.fingerprint, sub0(c.quota, f_remaining[i]), expires_at, tat, fraction, p1, f_pen2[i], f_pen3[i])
+          packed = struct_pack(c.format, c.fingerprint, used, expires_at, tat, fraction, p1, f_pen2[i], f_pen3[i])
           -- Algorithm::mark: the scaled backlog the admission left.
-          mark = sub0(tat, now) * c.p3 + fraction
+          if tat > now then
+            mark = (tat - now) * c.p3 + fraction
+          else
+            mark = fraction
+          end
         else
           local model = c.model
           local s = f_state[i]
@@ -268,24 +277,26 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
           model.apply(c, s, now, c.cost)
           expires_at = model.expires_at(c, s)
           local fields = model.fields
-          local used = sub0(c.quota, f_remaining[i])
           if fields == 1 then
-            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], p1, f_pen2[i], f_pen3[i])
+            packed = struct_pack(c.format, c.fingerprint, used, expires_at, s[1], p1, f_pen2[i], f_pen3[i])
           elseif fields == 2 then
-            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
+            packed = struct_pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], p1, f_pen2[i], f_pen3[i])
           else
-            packed = struct.pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
+            packed = struct_pack(c.format, c.fingerprint, used, expires_at, s[1], s[2], s[3], p1, f_pen2[i], f_pen3[i])
           end
           if model.mark then
             mark = model.mark(c, s, now, f_wait[i])
           end
         end
-        local keep = max(p1, expires_at)
+        local keep = expires_at
+        if p1 > keep then
+          keep = p1
+        end
         if keep > now then
           -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
-          redis.call('PSETEX', KEYS[k + i], int(cdiv(keep - now, 1000) + slack), packed)
+          redis_call('PSETEX', KEYS[k + i], string_format('%d', ceil((keep - now) / 1000) + slack), packed)
         else
-          redis.call('DEL', KEYS[k + i])
+          redis_call('DEL', KEYS[k + i])
         end
       end
       value = f_wait[i]

@@ -10,6 +10,7 @@ local GCRA = 6
 -- (fast.lua) decides a GCRA rule without building any; the model below wraps it.
 -- What `cost` gets at `now` from the state (tat, fraction): ok, then the delay (ok) or the
 -- exact retry (nil when no wait helps), the units remaining and the µs until reset.
+-- Called for every GCRA decision, so `div`, `cdiv` and `sub0` are written out.
 local function gcra_evaluate(c, tat, fraction, now, cost)
   local burst, period, amount = c.p1, c.p2, c.p3
   local tolerance = burst * period
@@ -27,24 +28,26 @@ local function gcra_evaluate(c, tat, fraction, now, cost)
   end
   local backlog = nil
   local remaining = 0
-  if whole <= div(tolerance, amount) then
+  if whole <= floor(tolerance / amount) then
     backlog = whole * amount + fraction
-    remaining = div(sub0(tolerance, backlog), period)
+    if tolerance > backlog then
+      remaining = floor((tolerance - backlog) / period)
+    end
   end
   if cost > burst then
     return false, nil, remaining, reset
   end
   if backlog and backlog + cost * period <= tolerance then
     local after = backlog + cost * period
-    return true, 0, div(tolerance - after, period), cdiv(after, amount)
+    return true, 0, floor((tolerance - after) / period), ceil(after / amount)
   end
   -- Admitted once the backlog has shrunk to tolerance - cost * period.
   local over = fraction + cost * period
   local retry
   if over >= tolerance then
-    retry = whole + cdiv(over - tolerance, amount)
+    retry = whole + ceil((over - tolerance) / amount)
   else
-    retry = whole - div(tolerance - over, amount)
+    retry = whole - floor((tolerance - over) / amount)
   end
   return false, retry, remaining, reset
 end
@@ -54,9 +57,10 @@ local function gcra_apply(c, tat, fraction, now, cost)
   if tat < now then
     tat, fraction = now, 0
   end
+  local amount = c.p3
   fraction = fraction + cost * c.p2
-  local carry = div(fraction, c.p3)
-  return tat + carry, fraction - carry * c.p3
+  local carry = floor(fraction / amount)
+  return tat + carry, fraction - carry * amount
 end
 
 models[GCRA] = function()

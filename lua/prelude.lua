@@ -11,13 +11,25 @@
 -- period, within 2^52; instants are microseconds since the epoch, below 2^52 until 2112), so
 -- Lua's doubles hold them exactly. The one sum that may pass 2^53 (GCRA's backlog plus a
 -- cost, up to twice the tolerance) is only compared with a smaller value, which rounding
--- (monotonic) cannot turn around. Division goes through `div` / `cdiv`: for |a| < 2^53 and
+-- (monotonic) cannot turn around. Division goes through `div` / `cdiv` (written out as
+-- floor(a / b) and ceil(a / b) where a decision would pay for the call): for |a| < 2^53 and
 -- b >= 1, the correctly rounded double a/b is never on the wrong side of an integer (a
 -- non-integer quotient is at least 1/b away from one, more than the rounding error
 -- |a/b| * 2^-53), so floor / ceil of it are the exact integer quotients.
 
+-- The library functions a decision calls, held in locals once (in a function library, once
+-- per library load): a global is a table lookup by name on every use, a local a register
+-- or an upvalue.
 local floor = math.floor
 local ceil = math.ceil
+local string_format = string.format
+local struct_pack = struct.pack
+local struct_unpack = struct.unpack
+local redis_call = redis.call
+local tonumber = tonumber
+local tostring = tostring
+local type = type
+local pcall = pcall
 
 local function div(a, b)
   return floor(a / b)
@@ -51,7 +63,7 @@ end
 
 -- Integers as decimal text without exponent (tostring would print 1.7e+15).
 local function int(x)
-  return string.format('%d', x)
+  return string_format('%d', x)
 end
 
 -- What a model says about one request: admitted (with a delay) or rejected (with the exact
