@@ -240,15 +240,15 @@ local function store_log(r)
   local s = r.state
   if s.clear then
     -- A dead log may be large: UNLINK frees it off the main thread.
-    redis_call('UNLINK', r.log_key)
+    redis.call('UNLINK', r.log_key)
   elseif s.prune_before then
-    local expired = redis_call('ZCOUNT', r.log_key, '-inf', int(s.prune_before))
+    local expired = redis.call('ZCOUNT', r.log_key, '-inf', int(s.prune_before))
     if expired > 0 then
-      redis_call('ZREMRANGEBYRANK', r.log_key, 0, min(expired, r.model.PRUNE_BATCH) - 1)
+      redis.call('ZREMRANGEBYRANK', r.log_key, 0, min(expired, r.model.PRUNE_BATCH) - 1)
     end
   end
   if #s.removed > 0 then
-    redis_call('ZREM', r.log_key, unpack(s.removed))
+    redis.call('ZREM', r.log_key, unpack(s.removed))
   end
   if #s.added > 0 then
     local args = {}
@@ -256,13 +256,13 @@ local function store_log(r)
       args[#args + 1] = int(s.added[i][1])
       args[#args + 1] = s.added[i][2]
     end
-    redis_call('ZADD', r.log_key, unpack(args))
+    redis.call('ZADD', r.log_key, unpack(args))
   end
   local expires_at = r.model.expires_at(r, s)
   if expires_at > now then
-    redis_call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
+    redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
   elseif not s.newest then
-    redis_call('DEL', r.log_key)
+    redis.call('DEL', r.log_key)
   end
 end
 
@@ -280,22 +280,22 @@ local function store(r)
       expires_at = max(expires_at, r.model.expires_at(r, s))
       local n = r.model.fields
       if n == 1 then
-        fields = struct_pack('<d', s[1])
+        fields = struct.pack('<d', s[1])
       elseif n == 2 then
-        fields = struct_pack('<dd', s[1], s[2])
+        fields = struct.pack('<dd', s[1], s[2])
       elseif n == 3 then
-        fields = struct_pack('<ddd', s[1], s[2], s[3])
+        fields = struct.pack('<ddd', s[1], s[2], s[3])
       end
     end
   elseif r.head[1] ~= 0 then
     expires_at = max(expires_at, r.head[3])
   end
   local h, p = r.head, r.pen
-  local packed = struct_pack('<ddd', h[1], h[2], h[3]) .. fields .. struct_pack('<ddd', p[1], p[2], p[3])
+  local packed = struct.pack('<ddd', h[1], h[2], h[3]) .. fields .. struct.pack('<ddd', p[1], p[2], p[3])
   if expires_at > now then
-    redis_call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
+    redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
   else
-    redis_call('DEL', r.key)
+    redis.call('DEL', r.key)
   end
 end
 
@@ -314,7 +314,7 @@ local function decide_batch(KEYS, ARGV)
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
   else
-    local t = redis_call('TIME')
+    local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   max_wait = tonumber(ARGV[2])
@@ -332,7 +332,7 @@ local function decide_batch(KEYS, ARGV)
   local formats = {}
   for i = 1, #ARGV - 5 do
     local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
-      struct_unpack('<ddddddddddddd', ARGV[5 + i])
+      struct.unpack('<ddddddddddddd', ARGV[5 + i])
     local model = built[code]
     if not model then
       model = models[code]()
@@ -370,7 +370,7 @@ local function decide_batch(KEYS, ARGV)
       r.log_key = KEYS[key_index]
       key_index = key_index + 1
     end
-    local raw = redis_call('GET', r.key)
+    local raw = redis.call('GET', r.key)
     local n = raw and #raw / 8 or 0
     if n >= 6 and n == floor(n) then
       local format = formats[n]
@@ -378,7 +378,7 @@ local function decide_batch(KEYS, ARGV)
         format = '<' .. string.rep('d', n)
         formats[n] = format
       end
-      local t = { struct_unpack(format, raw) }
+      local t = { struct.unpack(format, raw) }
       r.pen = { t[n - 2], t[n - 1], t[n] }
       r.head = { t[1], t[2], t[3] }
       if t[1] == fingerprint and n == model.fields + 6 then
@@ -409,7 +409,7 @@ local function decide_batch(KEYS, ARGV)
   if mode == 3 or mode == 4 then
     local taken = nil
     if #rules > 0 then
-      taken = { struct_unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
+      taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
     end
     for i = 1, #rules do
       local r = rules[i]
@@ -474,7 +474,7 @@ local function decide_batch(KEYS, ARGV)
             -- Algorithm::adopt: a fresh state that has just admitted the units another
             -- configuration still held and this request; a sliding log's old entries go.
             if r.code == SLIDING_LOG then
-              redis_call('DEL', r.log_key)
+              redis.call('DEL', r.log_key)
             end
             local units = held(r, item.at) + r.cost
             r.state = r.model.fresh(r, item.at)

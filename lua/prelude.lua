@@ -17,19 +17,8 @@
 -- non-integer quotient is at least 1/b away from one, more than the rounding error
 -- |a/b| * 2^-53), so floor / ceil of it are the exact integer quotients.
 
--- The library functions a decision calls, held in locals once (in a function library, once
--- per library load): a global is a table lookup by name on every use, a local a register
--- or an upvalue.
 local floor = math.floor
 local ceil = math.ceil
-local string_format = string.format
-local struct_pack = struct.pack
-local struct_unpack = struct.unpack
-local redis_call = redis.call
-local tonumber = tonumber
-local tostring = tostring
-local type = type
-local pcall = pcall
 
 local function div(a, b)
   return floor(a / b)
@@ -63,7 +52,7 @@ end
 
 -- Integers as decimal text without exponent (tostring would print 1.7e+15).
 local function int(x)
-  return string_format('%d', x)
+  return string.format('%d', x)
 end
 
 -- What a model says about one request: admitted (with a delay) or rejected (with the exact

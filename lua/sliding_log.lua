@@ -69,7 +69,7 @@ models[2] = function()
       return nil
     end
     if s.oldest_for ~= now then
-      s.oldest = first_of(redis_call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - c.p2), '+inf',
+      s.oldest = first_of(redis.call('ZRANGEBYSCORE', c.log_key, '(' .. int(now - c.p2), '+inf',
         'LIMIT', 0, 1))
       s.oldest_for = now
     end
@@ -82,7 +82,7 @@ models[2] = function()
     -- The log's state, or nil when the set is empty (or written in another format, which
     -- reads as no log: the next admission replaces it).
     load = function(c)
-      local newest = first_of(redis_call('ZRANGE', c.log_key, -1, -1))
+      local newest = first_of(redis.call('ZRANGE', c.log_key, -1, -1))
       if newest then
         return state(newest)
       end
@@ -134,8 +134,8 @@ models[2] = function()
         -- are spread evenly (one or two probes when costs are alike); a guess that does not
         -- halve the range is followed by a bisection, so a probe count stays within twice
         -- that of a binary search whatever the costs. Every probe is an O(log n) ZRANGE.
-        local lo = redis_call('ZCOUNT', c.log_key, '-inf', int(now - window)) + 1
-        local hi = redis_call('ZCARD', c.log_key) - 1
+        local lo = redis.call('ZCOUNT', c.log_key, '-inf', int(now - window)) + 1
+        local hi = redis.call('ZCARD', c.log_key) - 1
         local lo_units, hi_units = oldest.cost, used
         local bisect = false
         freeing = newest
@@ -148,7 +148,7 @@ models[2] = function()
             mid = lo - 1 + cdiv((to_free - lo_units) * (hi - lo + 1), hi_units - lo_units)
             mid = max(lo, min(mid, hi - 1))
           end
-          local e = first_of(redis_call('ZRANGE', c.log_key, mid, mid))
+          local e = first_of(redis.call('ZRANGE', c.log_key, mid, mid))
           if not e then
             break
           end
@@ -200,13 +200,13 @@ models[2] = function()
     -- trip of the refunded one, so few.
     refund = function(c, s, now, at, cost)
       local key = c.log_key
-      local e = first_of(redis_call('ZRANGEBYSCORE', key, int(at), int(at)))
+      local e = first_of(redis.call('ZRANGEBYSCORE', key, int(at), int(at)))
       if not e then
         return
       end
       local back = min(e.cost, cost)
       s.oldest_for = nil
-      local later = redis_call('ZRANGEBYSCORE', key, '(' .. int(at), '+inf')
+      local later = redis.call('ZRANGEBYSCORE', key, '(' .. int(at), '+inf')
       s.removed[#s.removed + 1] = member(e)
       -- An entry left with no units stays until it expires: it keeps the key closed until
       -- `at` (a reservation there pruned the entries that expire by then, and those still
@@ -222,7 +222,7 @@ models[2] = function()
         end
       end
       if not newest then
-        newest = first_of(redis_call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf',
+        newest = first_of(redis.call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf',
           'LIMIT', 0, 1))
       end
       s.newest = newest
