@@ -58,7 +58,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// **Coalescing** ([`with_coalescing`](Self::with_coalescing), on by default on a standalone
 /// server): the batches of requests waiting for Redis at the same moment go out as one
 /// call, each still decided all or nothing on its own, in the order they queued; a request
-/// that finds nothing waiting is sent at once.
+/// that finds nothing waiting and no call in flight is sent at once.
 ///
 /// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
 /// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
@@ -322,8 +322,8 @@ impl RedisStore {
     /// Whether the batches of requests that wait for Redis at the same moment go out as one
     /// call (default: yes, on a standalone server; a Redis Cluster never coalesces).
     ///
-    /// A request that finds nothing waiting is sent at once, so a lone request waits no
-    /// longer for it; under load one call decides many batches, which cuts Redis's time per
+    /// A request that finds nothing waiting and no call in flight is sent at once, so a
+    /// lone request waits no longer for it; under load one call decides many batches, which cuts Redis's time per
     /// decision and raises decisions per second. Each batch is still decided all or nothing
     /// on its own, in the order the requests queued, an error in one batch fails that batch
     /// only, and a request that timed out before its call left is never sent.
