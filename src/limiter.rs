@@ -384,8 +384,6 @@ mod tests {
             .is_admitted());
     }
 
-    /// A hand-built rule that cannot work is refused by every entry point, naming the rule,
-    /// and never decided with its placeholder.
     /// The synchronous path `check_one` takes on a MemoryStore decides as `check` does:
     /// the same admissions, the same refusal once the limit is spent.
     #[tokio::test(flavor = "current_thread")]
@@ -405,6 +403,8 @@ mod tests {
         assert_eq!(refused, store.check(&batch, Duration::ZERO).await.unwrap());
     }
 
+    /// A hand-built rule that cannot work is refused by every entry point, naming the rule,
+    /// and never decided with its placeholder.
     #[tokio::test(flavor = "current_thread")]
     async fn an_invalid_rule_is_refused_not_decided() {
         let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
