@@ -129,6 +129,7 @@ impl Model for Gcra {
     /// new TAT is `now + after / amount` with the remainder as its fraction, the state
     /// expires (and the eval resets) `⌈after / amount⌉` µs from now, and `after` is the
     /// mark. One division by the amount (quotient and remainder) instead of four.
+    #[inline]
     fn admit_in_one_pass(&self, inner: &mut Inner, now: u64, cost: u64) -> Option<Admitted> {
         if cost == 0 || cost > self.burst {
             return None;

@@ -202,6 +202,7 @@ impl Algorithm {
     /// (for a cost above 0; a cost of 0 changes nothing), with the [`expires_at`](Self::expires_at) and the
     /// [`mark`](Self::mark) of the state it leaves: one pass for a store's common case, the
     /// same results as the four calls. A rejection (`Err`) changes nothing.
+    #[inline]
     pub(crate) fn admit(&self, state: &mut State, now: u64, cost: u64) -> Result<Admitted, Eval> {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
@@ -461,6 +462,7 @@ fn evaluate_live<M: Model>(model: &M, live: Option<&M::State>, now: u64, cost: u
 
 /// [`evaluate_with`], then, if that admits, [`apply_with`], [`Model::expires_at`] and
 /// [`mark_with`] on the state it leaves: the state's liveness found once for all four.
+#[inline]
 fn admit_with<M: Model>(
     model: &M,
     inner: &mut Inner,
