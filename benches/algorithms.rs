@@ -46,6 +46,16 @@ fn admit(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
     );
 }
 
+/// The same decision without a future (`Limiter::check_one_now`), as governor's `check_key`
+/// is called.
+fn admit_now(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
+    let outcome = limiter.check_one_now(rule, black_box(key));
+    assert!(
+        outcome.is_ok_and(|o| o.is_admitted()),
+        "the store rule admits"
+    );
+}
+
 /// governor's keyed limiter with the store rule's quota (2^30 at 1 per second), so every
 /// decision admits, as the store's do.
 fn governor() -> DefaultKeyedRateLimiter<Box<[u8]>> {
@@ -190,10 +200,17 @@ fn single_thread(c: &mut Criterion) {
         b.iter(|| admit(&limiter, &rule, &hot))
     });
 
+    group.bench_function("memory_store_one_key_now", |b| {
+        b.iter(|| admit_now(&limiter, &rule, &hot))
+    });
+
     let gcra = gcra_rule();
     let limiter = Limiter::new(MemoryStore::new());
     group.bench_function("memory_store_gcra_one_key", |b| {
         b.iter(|| admit(&limiter, &gcra, &hot))
+    });
+    group.bench_function("memory_store_gcra_one_key_now", |b| {
+        b.iter(|| admit_now(&limiter, &gcra, &hot))
     });
 
     let peer = governor();
@@ -229,6 +246,12 @@ fn single_thread(c: &mut Criterion) {
         b.iter(|| {
             i = if i + 1 == KEYS { 0 } else { i + 1 };
             admit(&limiter, &gcra, &keys[i]);
+        })
+    });
+    group.bench_function("memory_store_gcra_100k_keys_now", |b| {
+        b.iter(|| {
+            i = if i + 1 == KEYS { 0 } else { i + 1 };
+            admit_now(&limiter, &gcra, &keys[i]);
         })
     });
     group.finish();

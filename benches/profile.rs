@@ -7,7 +7,8 @@
 //!
 //! `cargo bench --bench profile --no-run`, then
 //! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [rounds]`
-//! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30);
+//! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30; `now`: through
+//! `Limiter::check_one_now`, without a future);
 //! the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
@@ -16,7 +17,7 @@ use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use tollgate::{Limiter, MemoryStore, Rate, Rule};
+use tollgate::{Limiter, MemoryStore, Outcome, Rate, Rule, StoreError};
 
 /// Decisions of each kind, unless the command line gives another number.
 const ROUNDS: usize = 200_000;
@@ -46,26 +47,41 @@ fn main() {
         Rule::token_bucket("api", 1 << 30, Rate::per_second(1))
     };
     let limiter = Limiter::new(MemoryStore::new());
+    let admitted = if args.iter().any(|a| a == "now") {
+        run(&which, rounds, |key| {
+            limiter.check_one_now(&rule, black_box(key))
+        })
+    } else {
+        run(&which, rounds, |key| {
+            ready(limiter.check_one(&rule, black_box(key)))
+        })
+    };
+    println!("{admitted} admitted");
+}
+
+/// `rounds` decisions on the hot key and/or on 100k keys (after creating them); returns how
+/// many admitted. Generic, so each way of deciding is compiled on its own.
+fn run(which: &str, rounds: usize, decide: impl Fn(&[u8]) -> Result<Outcome, StoreError>) -> usize {
     let keys: Vec<Vec<u8>> = (0..KEYS)
         .map(|i| format!("client-{i:06}").into_bytes())
         .collect();
     let mut admitted = 0usize;
     if which != "many" {
         for _ in 0..rounds {
-            let outcome = ready(limiter.check_one(&rule, black_box(b"hot-key")));
+            let outcome = decide(b"hot-key");
             admitted += usize::from(outcome.is_ok_and(|o| o.is_admitted()));
         }
     }
     if which != "hot" {
         for key in &keys {
-            let _ = ready(limiter.check_one(&rule, key));
+            let _ = decide(key);
         }
         for i in 0..rounds {
-            let outcome = ready(limiter.check_one(&rule, black_box(&keys[i % KEYS])));
+            let outcome = decide(&keys[i % KEYS]);
             admitted += usize::from(outcome.is_ok_and(|o| o.is_admitted()));
         }
     }
-    println!("{admitted} admitted");
+    admitted
 }
 
 /// The same workload on governor's keyed GCRA with the same quota (2^30 at 1 per second).

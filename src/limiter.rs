@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Admission, Check, Health, Store};
+use crate::store::{Admission, Check, Health, MemoryStore, Store};
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
@@ -313,6 +313,44 @@ impl<S: Store> Limiter<S> {
 /// sending a 1 MB header costs the store 33 bytes, not 1 MB.
 pub const MAX_KEY_LEN: usize = 128;
 
+/// Decisions without a future, for the in-process store, which never waits: what
+/// [`check`](Limiter::check) and [`check_one`](Limiter::check_one) answer, returned at once,
+/// from synchronous code too (a CLI, a worker thread, a callback), as governor's
+/// `check_key` is called.
+///
+/// ```
+/// use tollgate::{Limiter, MemoryStore, Rate, Rule};
+///
+/// # fn main() -> Result<(), tollgate::StoreError> {
+/// let limiter = Limiter::new(MemoryStore::new());
+/// let rule = Rule::gcra("api", Rate::per_second(10), 2);
+/// assert!(limiter.check_one_now(&rule, b"alice")?.is_admitted());
+/// assert!(limiter.check_one_now(&rule, b"alice")?.is_admitted());
+/// assert!(!limiter.check_one_now(&rule, b"alice")?.is_admitted());
+/// # Ok(()) }
+/// ```
+impl Limiter<MemoryStore> {
+    /// [`check`](Self::check) without a future: the same decision, taken now.
+    pub fn check_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        let Some(keys) = digested_keys(batch) else {
+            return self.store.decide_now(batch);
+        };
+        let hashed = with_keys(batch, &keys);
+        self.store.decide_now(&hashed)
+    }
+
+    /// [`check_one`](Self::check_one) without a future: the same decision, taken now. A
+    /// quarter faster than awaiting `check_one` on a hot key: the outcome is written where
+    /// the caller keeps it, not moved out of a future (see BENCHMARKS.md).
+    pub fn check_one_now(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<Outcome, StoreError> {
+        let key = key.as_ref();
+        if needs_digest(key) {
+            return self.store.decide_now(&[Check::new(rule, &store_key(key))]);
+        }
+        self.store.decide_now(&[Check::new(rule, key)])
+    }
+}
+
 /// The key a store sees for `key`: `key` itself up to [`MAX_KEY_LEN`] bytes, otherwise a
 /// marker byte (0xFF, never the start of UTF-8 text) followed by the 32-byte SHA-256 digest.
 /// A short key that starts with the marker (keys are bytes, not text) is digested too, so no
@@ -401,6 +439,40 @@ mod tests {
         let refused = store.check_now(&batch, Duration::ZERO).unwrap().unwrap();
         assert!(!refused.is_admitted());
         assert_eq!(refused, store.check(&batch, Duration::ZERO).await.unwrap());
+    }
+
+    /// The limiter's synchronous decisions match its futures step by step on twin stores:
+    /// single rules and batches, costs, a long key (digested by both), the refusal once the
+    /// limit is spent, and an invalid rule refused by both.
+    #[tokio::test(flavor = "current_thread")]
+    async fn decisions_now_match_the_futures() {
+        let clock = crate::ManualClock::new(1_000_000);
+        let sync = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
+        let futures = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
+        let minute = Rule::fixed_window("minute", 3, Duration::from_secs(60));
+        let bucket = Rule::gcra("bucket", crate::Rate::per_second(1), 4);
+        let long = vec![b'x'; MAX_KEY_LEN + 1];
+        for step in 0..12 {
+            clock.advance(Duration::from_millis(300));
+            let key: &[u8] = if step % 3 == 0 { &long } else { b"alice" };
+            assert_eq!(
+                sync.check_one_now(&bucket, key),
+                futures.check_one(&bucket, key).await,
+                "step {step}"
+            );
+            let batch = [
+                Check::new(&minute, key),
+                Check::new(&bucket, key).with_cost(step % 2),
+            ];
+            assert_eq!(
+                sync.check_now(&batch),
+                futures.check(&batch).await,
+                "step {step}"
+            );
+        }
+        assert!(!sync.check_one_now(&minute, b"alice").unwrap().is_admitted());
+        let bad = Rule::fixed_window("bad", 0, Duration::from_secs(60));
+        assert!(sync.check_one_now(&bad, b"alice").is_err());
     }
 
     /// A hand-built rule that cannot work is refused by every entry point, naming the rule,

@@ -208,6 +208,11 @@ impl MemoryStore {
         self.shared.shards.iter().map(|s| s.lock().sweep(now)).sum()
     }
 
+    /// Decides `batch` now (see [`Limiter::check_now`](crate::Limiter::check_now)).
+    pub(crate) fn decide_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        self.decide(batch, 0)
+    }
+
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         match batch {
             [check] => self.decide_one(check, max_wait),
