@@ -138,16 +138,24 @@ pub(crate) struct Observation {
 }
 
 /// Opens the span of a request's decision, and starts the clock if anyone will read it.
+///
+/// The span is made only when a subscriber wants it: without one, making a disabled span
+/// still costs tracing's `log` compatibility (its records and enter/exit), some 250
+/// instructions a request when a dependency turns on tracing's `log` feature, as axum does.
 pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
-    let span = tracing::debug_span!(
-        target: "tollgate::decision",
-        "rate_limit",
-        route = config.route_pattern(route),
-        outcome = Empty,
-        rule = Empty,
-        key = Empty,
-        store_us = Empty,
-    );
+    let span = if tracing::enabled!(target: "tollgate::decision", tracing::Level::DEBUG) {
+        tracing::debug_span!(
+            target: "tollgate::decision",
+            "rate_limit",
+            route = config.route_pattern(route),
+            outcome = Empty,
+            rule = Empty,
+            key = Empty,
+            store_us = Empty,
+        )
+    } else {
+        Span::none()
+    };
     let timed = cfg!(feature = "metrics") || !span.is_disabled() || config.on_decision.is_some();
     Observation {
         span,
