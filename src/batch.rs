@@ -79,8 +79,9 @@ impl Entry {
 
     /// The penalty's part of [`expires_at`](Self::expires_at).
     pub(crate) fn penalty_expires_at(&self, rule: &Rule) -> u64 {
-        rule.penalty()
-            .map_or(self.penalty().locked_until, |p| p.expires_at(&self.penalty()))
+        rule.penalty().map_or(self.penalty().locked_until, |p| {
+            p.expires_at(&self.penalty())
+        })
     }
 }
 
