@@ -143,8 +143,10 @@ fn an_admitted_request_allocates_what_the_docs_say() {
 }
 
 /// A single-rule decision on a warm key allocates nothing, whatever the algorithm, through
-/// `check_one`, `check`, `reserve` and their synchronous twins, admitted or denied: the outcome of a rule or two is
-/// held inline and the entry exists already.
+/// `check_one`, `check`, `reserve` and their synchronous twins, admitted or denied: the
+/// outcome of a rule or two is held inline and the entry exists already. (A rule with a
+/// penalty puts its bookkeeping on the heap at the first denial it counts: once per key,
+/// before the count here; see `a_penalty_allocates_once_per_key`.)
 #[test]
 fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
     use std::future::Future;
@@ -171,10 +173,15 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
     let clock = ManualClock::new(1_700_000_000_000_000);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
     for rule in &rules {
-        // The first request creates the entry.
+        // The first request creates the entry; a penalty's first counted denial its
+        // bookkeeping.
         assert!(ready(limiter.check_one(rule, b"alice"))
             .unwrap()
             .is_admitted());
+        if rule.penalty().is_some() {
+            while limiter.check_one_now(rule, b"alice").unwrap().is_admitted() {}
+            clock.advance(Duration::from_secs(10));
+        }
         let mut admitted = 0;
         let n = allocations_of(|| {
             for _ in 0..4 {
@@ -194,6 +201,50 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
         assert_eq!(n, 0, "{}: {n} allocations for 20 decisions", rule.name());
         clock.advance(Duration::from_secs(10));
     }
+}
+
+/// A rule with a penalty allocates once per key, at the first denial it counts (its
+/// bookkeeping leaves the map's entry for the heap), and never again for that key: not for
+/// later denials, nor for the lock, nor once the lock is over.
+#[test]
+fn a_penalty_allocates_once_per_key() {
+    use std::time::Duration;
+    use tollgate::{Limiter, ManualClock, MemoryStore, Penalty, Rule};
+
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+    let second = Duration::from_secs(1);
+    let rule =
+        Rule::fixed_window("login", 1, second).with_penalty(Penalty::lock_for(second).after(2));
+    assert!(limiter
+        .check_one_now(&rule, b"alice")
+        .unwrap()
+        .is_admitted());
+    let first = allocations_of(|| {
+        assert!(!limiter
+            .check_one_now(&rule, b"alice")
+            .unwrap()
+            .is_admitted());
+    });
+    assert_eq!(first, 1, "the first counted denial");
+    let later = allocations_of(|| {
+        for _ in 0..3 {
+            assert!(!limiter
+                .check_one_now(&rule, b"alice")
+                .unwrap()
+                .is_admitted());
+        }
+        clock.advance(second * 3);
+        assert!(limiter
+            .check_one_now(&rule, b"alice")
+            .unwrap()
+            .is_admitted());
+        assert!(!limiter
+            .check_one_now(&rule, b"alice")
+            .unwrap()
+            .is_admitted());
+    });
+    assert_eq!(later, 0, "later denials, the lock and after it");
 }
 
 /// A limit charged by outcome costs what the layer docs say: one more allocation for the

@@ -81,15 +81,15 @@ fn push_ipv4(key: &mut KeyBuf, ip: Ipv4Addr) {
         if let Some(slot) = text.get_mut(len..len + 4) {
             slot.copy_from_slice(&digits);
         }
-        len += width;
+        len += usize::from(width);
     }
     key.push(text.get(..len - 1).unwrap_or_default());
 }
 
 /// Each octet's decimal digits followed by a dot (zeros after), and how many of those
 /// bytes count: `7` is `("7.", 2)`, `255` is `("255.", 4)`.
-const OCTETS: [([u8; 4], usize); 256] = {
-    let mut table = [([0u8; 4], 0usize); 256];
+static OCTETS: [([u8; 4], u8); 256] = {
+    let mut table = [([0u8; 4], 0u8); 256];
     let mut n = 0;
     while n < 256 {
         // `n` < 256: each digit below is a single decimal digit.

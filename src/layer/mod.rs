@@ -117,7 +117,8 @@
 //! through a boxed future, polled once in `call` and then by the response future. A
 //! request checked by a `MemoryStore` costs no allocation of the layer's own (the store
 //! decides a batch of up to [`RuleOutcomes::INLINE`](crate::RuleOutcomes::INLINE) rules
-//! without any), one checked by another store one (the boxed store future); add one
+//! without any, but once per key for a rule with a penalty, at the first denial it counts),
+//! one checked by another store one (the boxed store future); add one
 //! for the `RateLimit` header of an admitted response (see
 //! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
 //! costs none; a held one costs one more (the boxed refund of its units); an admitted one

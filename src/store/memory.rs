@@ -35,6 +35,11 @@ const MIN_SWEEP_LEN: usize = 1024;
 /// sweep, which bounds memory to about twice the live keys, and
 /// [`purge_expired`](Self::purge_expired) sweeps everything on demand.
 ///
+/// A decision allocates nothing once its key's entry exists (a key whose rule name and key
+/// together exceed 29 bytes takes one allocation when its entry is made), except once per
+/// key for a rule with a [`Penalty`](crate::Penalty): its bookkeeping goes on the heap at
+/// the first denial it counts, so that the entries of every other key stay small.
+///
 /// `Clone` is cheap and shares the state.
 ///
 /// ```
@@ -485,7 +490,8 @@ type MapEntry<'a> = RawEntryMut<'a, StoreKey, Slot, DefaultHashBuilder>;
 /// entry's expiry taken from the commit instead of computed again; the property test
 /// below holds it to the general path. Anything else (a denial, a wait, another
 /// configuration's state, a lock, a shadow item, a cost of 0) goes back as `Err` for the
-/// general steps to decide. `Ok` carries the outcome and whether the entry was created.
+/// general steps to decide. `Ok` carries the admission, whose outcome is written once the
+/// shard's lock is released ([`AdmittedAt::into_outcome`]), and whether the entry was created.
 fn admit_at_once<'a>(
     check: &Check<'_>,
     entry: MapEntry<'a>,
