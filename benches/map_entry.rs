@@ -1,0 +1,92 @@
+//! What the size of a map entry costs a decision on many keys: 100k entries in 32 sharded
+//! hashbrown tables (as `MemoryStore` keeps them), each lookup under its shard's
+//! `parking_lot::Mutex` (as a decision is) or without one, cycling through the keys in
+//! order (as `benches/algorithms.rs`'s 100k-key rows do), for entries of 64 bytes, of 104
+//! (`MemoryStore`'s now: a 32-byte key and a 72-byte slot) and of 120 (before the penalty
+//! went to the heap). Each lookup reads the key and writes three words of the entry, as
+//! an admission does. Nothing of tollgate is measured: this isolates the memory.
+//!
+//! `cargo bench --bench map_entry` (about 20 s). The lock matters: its atomic operation
+//! keeps the next lookup's cache miss from overlapping this one's, so each miss costs its
+//! full latency; without the lock several lookups' misses overlap.
+
+use std::hash::BuildHasher;
+use std::hint::black_box;
+use std::time::Instant;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use parking_lot::Mutex;
+
+const KEYS: usize = 100_000;
+const SHARDS: usize = 32;
+const ROUNDS: usize = 10_000_000;
+
+/// A map entry of `N` words after its 32-byte key.
+struct Entry<const N: usize> {
+    key: [u8; 32],
+    words: [u64; N],
+}
+
+fn key(i: usize) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    let text = format!("api client-{i:06}");
+    key[..text.len()].copy_from_slice(text.as_bytes());
+    key
+}
+
+/// Best of three runs: ns per lookup-and-write, under each shard's lock or without one.
+fn measure<const N: usize>(locked: bool) -> f64 {
+    let hasher = DefaultHashBuilder::default();
+    let mut shards: Vec<HashTable<Entry<N>>> = (0..SHARDS).map(|_| HashTable::new()).collect();
+    let keys: Vec<[u8; 32]> = (0..KEYS).map(key).collect();
+    let shard_of = |hash: u64| (hash >> 48) as usize % SHARDS;
+    for key in &keys {
+        let hash = hasher.hash_one(key);
+        let entry = Entry {
+            key: *key,
+            words: [1; N],
+        };
+        shards[shard_of(hash)].insert_unique(hash, entry, |e| hasher.hash_one(e.key));
+    }
+    let touch = |table: &mut HashTable<Entry<N>>, hash: u64, key: &[u8; 32]| {
+        if let Some(e) = table.find_mut(hash, |e| &e.key == key) {
+            e.words[0] += 1;
+            e.words[N / 2] = e.words[0];
+            e.words[N - 1] = black_box(e.words[0]);
+        }
+    };
+    let locked_shards: Vec<Mutex<HashTable<Entry<N>>>> = if locked {
+        shards.drain(..).map(Mutex::new).collect()
+    } else {
+        Vec::new()
+    };
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for i in 0..ROUNDS {
+            let key = &keys[i % KEYS];
+            let hash = hasher.hash_one(key);
+            if locked {
+                touch(&mut locked_shards[shard_of(hash)].lock(), hash, key);
+            } else {
+                touch(&mut shards[shard_of(hash)], hash, key);
+            }
+        }
+        best = best.min(start.elapsed().as_nanos() as f64 / ROUNDS as f64);
+    }
+    best
+}
+
+fn main() {
+    println!("| entry bytes | under the shard's lock, ns | without a lock, ns |");
+    println!("|---:|---:|---:|");
+    for _ in 0..2 {
+        for (bytes, locked, unlocked) in [
+            (64, measure::<4>(true), measure::<4>(false)),
+            (104, measure::<9>(true), measure::<9>(false)),
+            (120, measure::<11>(true), measure::<11>(false)),
+        ] {
+            println!("| {bytes} | {locked:.1} | {unlocked:.1} |");
+        }
+    }
+}
