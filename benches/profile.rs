@@ -6,7 +6,7 @@
 //! (see BENCHMARKS.md).
 //!
 //! `cargo bench --bench profile --no-run`, then
-//! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [rounds]`
+//! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [now] [rounds]`
 //! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30; `now`: through
 //! `Limiter::check_one_now`, without a future);
 //! the difference between two runs of different `rounds` divided by the difference in
