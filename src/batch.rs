@@ -45,10 +45,19 @@ pub(crate) struct Entry {
     /// The penalty's bookkeeping, on the heap from the first denial it counts: most entries
     /// never have one, and an entry of the in-process map is 16 bytes smaller without it
     /// (the map's size is what a decision on many keys waits for).
-    pub(crate) penalty: Option<Box<PenaltyState>>,
+    penalty: Option<Box<PenaltyState>>,
 }
 
 impl Entry {
+    /// An entry holding `state`, written by the configuration of `fingerprint`.
+    pub(crate) fn own(state: State, fingerprint: u64) -> Self {
+        Self {
+            state,
+            fingerprint,
+            ..Self::default()
+        }
+    }
+
     /// The penalty's bookkeeping (all zeros until a denial counted).
     pub(crate) fn penalty(&self) -> PenaltyState {
         self.penalty.as_deref().copied().unwrap_or_default()
@@ -79,9 +88,9 @@ impl Entry {
 
     /// The penalty's part of [`expires_at`](Self::expires_at).
     pub(crate) fn penalty_expires_at(&self, rule: &Rule) -> u64 {
-        rule.penalty().map_or(self.penalty().locked_until, |p| {
-            p.expires_at(&self.penalty())
-        })
+        let state = self.penalty();
+        rule.penalty()
+            .map_or(state.locked_until, |p| p.expires_at(&state))
     }
 }
 

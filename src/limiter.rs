@@ -119,11 +119,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.check_now(batch, max_wait);
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.check_now(&hashed, max_wait)
+        with_store_keys(batch, |batch| self.store.check_now(batch, max_wait))
     }
 
     /// Gives back the units of an admitted batch whose request will never pass (a held
@@ -332,11 +328,7 @@ pub const MAX_KEY_LEN: usize = 128;
 impl Limiter<MemoryStore> {
     /// [`check`](Self::check) without a future: the same decision, taken now.
     pub fn check_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.decide_now(batch);
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.decide_now(&hashed)
+        with_store_keys(batch, |batch| self.store.decide_now(batch))
     }
 
     /// [`check_one`](Self::check_one) without a future: the same decision, taken now. About
@@ -376,6 +368,15 @@ fn digested_keys<'k>(batch: &[Check<'k>]) -> Option<SmallVec<[Cow<'k, [u8]>; 4]>
 }
 
 /// `batch` under `keys`, one per check.
+/// `decide` on the batch the store sees ([`store_key`] for each key), for the synchronous
+/// entry points (a future would borrow the digested batch past this frame).
+fn with_store_keys<R>(batch: &[Check<'_>], decide: impl FnOnce(&[Check<'_>]) -> R) -> R {
+    match digested_keys(batch) {
+        None => decide(batch),
+        Some(keys) => decide(&with_keys(batch, &keys)),
+    }
+}
+
 fn with_keys<'a>(batch: &[Check<'a>], keys: &'a [Cow<'_, [u8]>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()

@@ -250,7 +250,7 @@ impl MemoryStore {
                 // The outcome is written out after the lock is released: the unlock's
                 // atomic operation then waits on the entry's few stores only.
                 drop(shard);
-                return Ok(admitted.into_outcome(check.rule));
+                return Ok(admitted_outcome(check.rule, admitted, now));
             }
             Err(entry) => entry,
         };
@@ -491,13 +491,13 @@ type MapEntry<'a> = RawEntryMut<'a, StoreKey, Slot, DefaultHashBuilder>;
 /// below holds it to the general path. Anything else (a denial, a wait, another
 /// configuration's state, a lock, a shadow item, a cost of 0) goes back as `Err` for the
 /// general steps to decide. `Ok` carries the admission, whose outcome is written once the
-/// shard's lock is released ([`AdmittedAt::into_outcome`]), and whether the entry was created.
+/// shard's lock is released ([`admitted_outcome`]), and whether the entry was created.
 fn admit_at_once<'a>(
     check: &Check<'_>,
     entry: MapEntry<'a>,
     hash: u64,
     now: u64,
-) -> Result<(AdmittedAt, bool), MapEntry<'a>> {
+) -> Result<(Admitted, bool), MapEntry<'a>> {
     let (rule, cost) = (check.rule, check.cost);
     if check.shadow || cost == 0 {
         return Err(entry);
@@ -521,11 +521,7 @@ fn admit_at_once<'a>(
                 return Err(RawEntryMut::Vacant(v));
             };
             let slot = Slot {
-                entry: Entry {
-                    state,
-                    fingerprint: rule.fingerprint(),
-                    ..Entry::default()
-                },
+                entry: Entry::own(state, rule.fingerprint()),
                 expires_at: 0,
             };
             let key = StoreKey::new(rule.name(), check.key);
@@ -538,48 +534,39 @@ fn admit_at_once<'a>(
         until: admitted.expires_at,
     };
     slot.expires_at = admitted.expires_at.max(e.penalty_expires_at(rule));
-    Ok((AdmittedAt { admitted, now }, created))
+    Ok((admitted, created))
 }
 
-/// An admission [`admit_at_once`] recorded at `now`, for its outcome to be written once
-/// the shard's lock is released.
-struct AdmittedAt {
-    admitted: Admitted,
-    now: u64,
-}
-
-impl AdmittedAt {
-    /// The outcome of the batch of one: what [`batch::combine`] makes of the one rule's
-    /// report, with the admission's mark for a refund.
-    fn into_outcome(self, rule: &Rule) -> Outcome {
-        let Admitted { eval, mark, .. } = self.admitted;
-        let delay_micros = match eval.verdict {
-            Verdict::Admit { delay_micros } => delay_micros,
-            Verdict::Reject { .. } => 0,
-        };
-        let decision = if delay_micros > 0 {
-            Decision::Delay(Duration::from_micros(delay_micros))
-        } else {
-            Decision::Allow
-        };
-        let mut rules = RuleOutcomes::new();
-        rules.push(RuleOutcome {
-            decision,
-            info: RateLimitInfo {
-                limit: rule.algorithm().limit(),
-                remaining: eval.remaining,
-                reset: Duration::from_micros(eval.reset_micros),
-            },
-        });
-        Outcome {
-            decision,
-            rules,
-            admission: Some(Admission::one(Taken {
-                at: self.now,
-                mark,
-                pending: false,
-            })),
-        }
+/// The outcome of a batch of one that [`admit_at_once`] admitted at `now`: what
+/// [`batch::combine`] makes of the one rule's report, with the admission's mark for a refund.
+fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64) -> Outcome {
+    let Admitted { eval, mark, .. } = admitted;
+    let delay_micros = match eval.verdict {
+        Verdict::Admit { delay_micros } => delay_micros,
+        Verdict::Reject { .. } => 0,
+    };
+    let decision = if delay_micros > 0 {
+        Decision::Delay(Duration::from_micros(delay_micros))
+    } else {
+        Decision::Allow
+    };
+    let mut rules = RuleOutcomes::new();
+    rules.push(RuleOutcome {
+        decision,
+        info: RateLimitInfo {
+            limit: rule.algorithm().limit(),
+            remaining: eval.remaining,
+            reset: Duration::from_micros(eval.reset_micros),
+        },
+    });
+    Outcome {
+        decision,
+        rules,
+        admission: Some(Admission::one(Taken {
+            at: now,
+            mark,
+            pending: false,
+        })),
     }
 }
 
