@@ -22,7 +22,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use tollgate::algorithm::{Algorithm, State};
-use tollgate::{Clock, Limiter, MemoryStore, MonotonicClock, Rate, Rule, SystemClock};
+use tollgate::{Check, Clock, Limiter, MemoryStore, MonotonicClock, Rate, Rule, SystemClock};
 
 /// Distinct keys cycled through by the "many keys" benchmarks.
 const KEYS: usize = 100_000;
@@ -46,10 +46,10 @@ fn admit(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
     );
 }
 
-/// The same decision without a future (`Limiter::check_one_now`), as governor's `check_key`
+/// The same decision without a future (`Limiter::check_now`), as governor's `check_key`
 /// is called.
 fn admit_now(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) {
-    let outcome = limiter.check_one_now(rule, black_box(key));
+    let outcome = limiter.check_now(&[Check::new(rule, black_box(key))]);
     assert!(
         outcome.is_ok_and(|o| o.is_admitted()),
         "the store rule admits"

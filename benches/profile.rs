@@ -8,7 +8,7 @@
 //! `cargo bench --bench profile --no-run`, then
 //! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [now] [rounds]`
 //! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30; `now`: through
-//! `Limiter::check_one_now`, without a future);
+//! `Limiter::check_now`, without a future);
 //! the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use tollgate::{Limiter, MemoryStore, Outcome, Rate, Rule, StoreError};
+use tollgate::{Check, Limiter, MemoryStore, Outcome, Rate, Rule, StoreError};
 
 /// Decisions of each kind, unless the command line gives another number.
 const ROUNDS: usize = 200_000;
@@ -49,7 +49,7 @@ fn main() {
     let limiter = Limiter::new(MemoryStore::new());
     let admitted = if args.iter().any(|a| a == "now") {
         run(&which, rounds, |key| {
-            limiter.check_one_now(&rule, black_box(key))
+            limiter.check_now(&[Check::new(&rule, black_box(key))])
         })
     } else {
         run(&which, rounds, |key| {

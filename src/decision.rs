@@ -84,9 +84,9 @@ pub struct Outcome {
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
     pub rules: RuleOutcomes,
-    /// For an admitted batch, what the store needs to give its units back
-    /// ([`Store::refund`](crate::store::Store::refund)); `None` when denied.
-    pub admission: Option<Admission>,
+    /// For an admitted batch, what the store needs to give its units back; `None` when
+    /// denied, or when the store records nothing to give back.
+    pub(crate) admission: Option<Admission>,
 }
 
 impl Outcome {
@@ -95,12 +95,18 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
+    /// A batch's outcome from each rule's: Deny beats Delay beats Allow, and a denial
+    /// carries the longest retry-after of the denying rules (`None` if any can never admit).
+    /// For a [`Store`](crate::Store) written outside this crate; its admitted outcomes carry
+    /// nothing to give back.
+    pub fn new(rules: RuleOutcomes) -> Self {
+        crate::batch::combine(rules, |_| false)
+    }
+
     /// Whether the request is delayed with rules still to count it when it is released:
     /// rules on other keys than the leaky bucket that shapes it (see
-    /// [`Store::check`](crate::store::Store::check)). Hold the request for the delay, then
-    /// call [`Limiter::confirm`](crate::Limiter::confirm), which counts them and says
-    /// whether it may pass.
-    pub fn needs_confirmation(&self) -> bool {
+    /// [`Store::check`](crate::store::Store::check)).
+    pub(crate) fn needs_confirmation(&self) -> bool {
         self.admission.as_ref().is_some_and(|a| a.is_pending())
     }
 

@@ -67,8 +67,10 @@ pub mod guide;
 pub mod key;
 pub mod layer;
 mod limiter;
+mod log;
 mod penalty;
 mod rate;
+mod reservation;
 pub mod response;
 mod rule;
 #[cfg(feature = "serde")]
@@ -88,11 +90,12 @@ pub use layer::{
 pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
 pub use penalty::Penalty;
 pub use rate::Rate;
+pub use reservation::Reservation;
 pub use rule::{Rule, MAX_RULE_NAME_LEN};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;
-pub use store::{Admission, Check, Health, MemoryStore, Store};
+pub use store::{Check, Health, MemoryStore, Store};
 
 /// The README's examples compile and run as doc tests.
 #[cfg(doctest)]

@@ -6,9 +6,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
 
-use crate::decision::{Decision, Outcome, RuleOutcome};
+use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Admission, Check, Health, MemoryStore, Store};
+use crate::reservation::Reservation;
+use crate::store::{Check, Health, MemoryStore, Store};
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
@@ -76,31 +77,54 @@ impl<S: Store> Limiter<S> {
     /// that cannot work ([`Rule::validate`]) is refused with
     /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        self.reserve(batch, Duration::ZERO).await
+        self.reserve_outcome(batch, Duration::ZERO).await
     }
 
     /// Like [`check`](Self::check), but a batch that would be admitted within `max_wait`
-    /// reserves its units now and gets [`Decision::Delay`](crate::Decision::Delay) for the
-    /// wait: hold the request that long, then forward it. No polling: the reservation is
-    /// atomic, so the slot is the caller's.
+    /// reserves its units now, atomically, so the slot is the caller's: the
+    /// [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for the wait, and
+    /// owns the units until the request passes ([`Reservation::confirm`]) or gives them back
+    /// ([`Reservation::cancel`], or dropping it). A batch with rules that count the request
+    /// only at its release (rules on other keys than the leaky bucket that delays it) is
+    /// counted by the confirmation. A denied batch's reservation holds nothing.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
     ///
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
     /// let rule = Rule::gcra("api", Rate::per_second(10), 1);
     /// let batch = [Check::new(&rule, b"k")];
     /// let wait = Duration::from_millis(250);
-    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
-    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Delay(Duration::from_millis(100)));
-    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Delay(Duration::from_millis(200)));
-    /// assert!(!limiter.reserve(&batch, wait).await?.is_admitted()); // 300 ms is too long
+    /// let first = limiter.reserve(&batch, wait).await?;
+    /// assert_eq!(first.outcome().decision, Decision::Allow);
+    /// let mut second = limiter.reserve(&batch, wait).await?;
+    /// assert_eq!(second.outcome().decision, Decision::Delay(Duration::from_millis(100)));
+    /// let third = limiter.reserve(&batch, wait).await?;
+    /// assert_eq!(third.outcome().decision, Decision::Delay(Duration::from_millis(200)));
+    /// let fourth = limiter.reserve(&batch, wait).await?;
+    /// assert!(!fourth.outcome().is_admitted()); // 300 ms is too long
+    ///
+    /// // Waits until due, then passes.
+    /// assert_eq!(second.confirm().await?.decision, Decision::Allow);
     /// # Ok(()) }
     /// ```
     pub async fn reserve(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Result<Reservation<S>, StoreError>
+    where
+        S: Clone,
+    {
+        let outcome = self.reserve_outcome(batch, max_wait).await?;
+        Ok(Reservation::new(self.clone(), batch, outcome, max_wait))
+    }
+
+    /// What [`reserve`](Self::reserve) decides, as the store answers it.
+    pub(crate) async fn reserve_outcome(
         &self,
         batch: &[Check<'_>],
         max_wait: Duration,
@@ -112,8 +136,9 @@ impl<S: Store> Limiter<S> {
         self.store.check(&hashed, max_wait).await
     }
 
-    /// [`reserve`](Self::reserve) without a future, for a store that decides at once
-    /// ([`Store::check_now`]): the same answer, or `None` when the store cannot give it now.
+    /// [`reserve_outcome`](Self::reserve_outcome) without a future, for a store that decides
+    /// at once ([`Store::check_now`]): the same answer, or `None` when the store cannot give
+    /// it now.
     pub(crate) fn reserve_now(
         &self,
         batch: &[Check<'_>],
@@ -122,140 +147,18 @@ impl<S: Store> Limiter<S> {
         with_store_keys(batch, |batch| self.store.check_now(batch, max_wait))
     }
 
-    /// Gives back the units of an admitted batch whose request will never pass (a held
-    /// request whose client went away): `batch` exactly as it was checked, `admission` from
-    /// its outcome. Call it once, before the request would have been released. Best effort
-    /// and never more than is exact; see [`Store::refund`] for what each algorithm gives
-    /// back. The tower layer does this on its own for the requests it holds.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-    /// let rule = Rule::gcra("api", Rate::per_second(10), 1);
-    /// let batch = [Check::new(&rule, b"k")];
-    /// let wait = Duration::from_secs(1);
-    /// assert_eq!(limiter.reserve(&batch, wait).await?.decision, Decision::Allow);
-    /// let held = limiter.reserve(&batch, wait).await?;
-    /// assert_eq!(held.decision, Decision::Delay(Duration::from_millis(100)));
-    ///
-    /// // Its client went away: the slot at 100 ms goes to the next request.
-    /// limiter.refund(&batch, held.admission.as_ref().unwrap()).await?;
-    /// let next = limiter.reserve(&batch, wait).await?;
-    /// assert_eq!(next.decision, Decision::Delay(Duration::from_millis(100)));
-    /// # Ok(()) }
-    /// ```
-    pub async fn refund(
+    /// Gives back the units `outcome` took for `batch` ([`Store::refund`]), under the keys
+    /// the store saw.
+    pub(crate) async fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> Result<(), StoreError> {
         let Some(keys) = digested_keys(batch) else {
-            return self.store.refund(batch, admission).await;
+            return self.store.refund(batch, outcome).await;
         };
         let hashed = with_keys(batch, &keys);
-        self.store.refund(&hashed, admission).await
-    }
-
-    /// Finishes a held request at its release: counts the rules its batch left to the
-    /// release (an outcome that [`needs_confirmation`](Outcome::needs_confirmation): rules
-    /// on other keys than the leaky bucket that delays it) and says what the request gets
-    /// now. `batch` exactly as it was checked, `held` the outcome
-    /// [`check`](Self::check) or [`reserve`](Self::reserve) gave it, `max_wait` as given
-    /// there (zero for `check`). Call it once, when the delay is over. The tower layer does
-    /// this on its own for the requests it holds.
-    ///
-    /// The answer is [`Decision::Allow`] (pass now: every rule has counted it),
-    /// [`Decision::Delay`] (a pending rule reserved a later slot within `max_wait`, or a
-    /// pending leaky bucket whose queue was empty at the check now holds it: hold the request
-    /// again, then confirm that outcome if it still
-    /// [`needs_confirmation`](Outcome::needs_confirmation)), or [`Decision::Deny`] (other
-    /// requests took the pending rules' room during the hold: the units the other rules of
-    /// the batch took are given back, as far as [`Store::refund`] can exactly). An outcome
-    /// with nothing pending comes back as it was, its delay served. On a store error nothing
-    /// is given back.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let clock = ManualClock::new(1_200_000_000_000);
-    /// let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
-    /// // Each user's requests leave one a second; 100 requests a minute in all.
-    /// let queue = Rule::leaky_bucket("per-user", 5, Rate::per_second(1));
-    /// let global = Rule::fixed_window("global", 100, Duration::from_secs(60));
-    /// let batch = [Check::new(&queue, b"alice"), Check::new(&global, b"all")];
-    ///
-    /// assert_eq!(limiter.check(&batch).await?.decision, Decision::Allow);
-    /// let held = limiter.check(&batch).await?;
-    /// assert_eq!(held.decision, Decision::Delay(Duration::from_secs(1)));
-    /// // The global window counts the request when it passes, not while it queues.
-    /// assert!(held.needs_confirmation());
-    ///
-    /// clock.advance(Duration::from_secs(1));
-    /// let now = limiter.confirm(&batch, &held, Duration::ZERO).await?;
-    /// assert_eq!(now.decision, Decision::Allow);
-    /// assert_eq!(now.rules[1].info.remaining, 98);
-    /// # Ok(()) }
-    /// ```
-    pub async fn confirm(
-        &self,
-        batch: &[Check<'_>],
-        held: &Outcome,
-        max_wait: Duration,
-    ) -> Result<Outcome, StoreError> {
-        let mut outcome = held.clone();
-        // The hold is over: the rules that counted the request at its release pass it now.
-        for rule in outcome.rules.iter_mut() {
-            if matches!(rule.decision, Decision::Delay(_)) {
-                rule.decision = Decision::Allow;
-            }
-        }
-        let Some(admission) = held.admission.as_ref().filter(|a| a.is_pending()) else {
-            if outcome.decision.is_admitted() {
-                outcome.decision = Decision::Allow;
-            }
-            return Ok(outcome);
-        };
-        let pending: SmallVec<[usize; 4]> = admission.pending().collect();
-        let rest: SmallVec<[Check<'_>; 4]> = pending
-            .iter()
-            .filter_map(|&i| batch.get(i).copied())
-            .collect();
-        if rest.len() != pending.len() || outcome.rules.len() != batch.len() {
-            return Err(StoreError::InvalidBatch(
-                "confirm: the batch is not the one that was checked".into(),
-            ));
-        }
-        let now = self.reserve(&rest, max_wait).await?;
-        for (&i, rule) in pending.iter().zip(&now.rules) {
-            outcome.rules[i] = *rule;
-        }
-        match &now.admission {
-            Some(taken) => {
-                let mut merged = admission.clone();
-                for (k, &i) in pending.iter().enumerate() {
-                    merged.taken[i] = taken.taken(k);
-                }
-                outcome.admission = Some(merged);
-            }
-            None => {
-                // Denied at the release: give back what the other rules took for it.
-                if let Err(error) = self.refund(batch, admission).await {
-                    tracing::warn!(%error, "could not give back the units of a request denied at its release");
-                }
-                outcome.admission = None;
-            }
-        }
-        let admission = outcome.admission.take();
-        outcome = crate::batch::combine(outcome.rules, |i| batch.get(i).is_some_and(|c| c.shadow));
-        outcome.admission = admission;
-        Ok(outcome)
+        self.store.refund(&hashed, outcome).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.
@@ -310,36 +213,25 @@ impl<S: Store> Limiter<S> {
 pub const MAX_KEY_LEN: usize = 128;
 
 /// Decisions without a future, for the in-process store, which never waits: what
-/// [`check`](Limiter::check) and [`check_one`](Limiter::check_one) answer, returned at once,
-/// from synchronous code too (a CLI, a worker thread, a callback), as governor's
-/// `check_key` is called.
+/// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
+/// worker thread, a callback), as governor's `check_key` is called.
 ///
 /// ```
-/// use tollgate::{Limiter, MemoryStore, Rate, Rule};
+/// use tollgate::{Check, Limiter, MemoryStore, Rate, Rule};
 ///
 /// # fn main() -> Result<(), tollgate::StoreError> {
 /// let limiter = Limiter::new(MemoryStore::new());
 /// let rule = Rule::gcra("api", Rate::per_second(10), 2);
-/// assert!(limiter.check_one_now(&rule, b"alice")?.is_admitted());
-/// assert!(limiter.check_one_now(&rule, b"alice")?.is_admitted());
-/// assert!(!limiter.check_one_now(&rule, b"alice")?.is_admitted());
+/// let alice = [Check::new(&rule, b"alice")];
+/// assert!(limiter.check_now(&alice)?.is_admitted());
+/// assert!(limiter.check_now(&alice)?.is_admitted());
+/// assert!(!limiter.check_now(&alice)?.is_admitted());
 /// # Ok(()) }
 /// ```
 impl Limiter<MemoryStore> {
     /// [`check`](Self::check) without a future: the same decision, taken now.
     pub fn check_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
         with_store_keys(batch, |batch| self.store.decide_now(batch))
-    }
-
-    /// [`check_one`](Self::check_one) without a future: the same decision, taken now. About
-    /// a quarter faster than awaiting `check_one` on a hot key: the outcome is written where
-    /// the caller keeps it, not copied out of a future (see BENCHMARKS.md).
-    pub fn check_one_now(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<Outcome, StoreError> {
-        let key = key.as_ref();
-        if needs_digest(key) {
-            return self.store.decide_now(&[Check::new(rule, &store_key(key))]);
-        }
-        self.store.decide_now(&[Check::new(rule, key)])
     }
 }
 
@@ -457,7 +349,7 @@ mod tests {
             clock.advance(Duration::from_millis(300));
             let key: &[u8] = if step % 3 == 0 { &long } else { b"alice" };
             assert_eq!(
-                sync.check_one_now(&bucket, key),
+                sync.check_now(&[Check::new(&bucket, key)]),
                 futures.check_one(&bucket, key).await,
                 "step {step}"
             );
@@ -471,18 +363,24 @@ mod tests {
                 "step {step}"
             );
         }
-        assert!(!sync.check_one_now(&minute, b"alice").unwrap().is_admitted());
+        assert!(!sync
+            .check_now(&[Check::new(&minute, b"alice")])
+            .unwrap()
+            .is_admitted());
         // On one limiter the synchronous and the awaited paths share a long key's quota:
         // both digest it alike.
         let once = Rule::fixed_window("once", 1, Duration::from_secs(60));
-        assert!(sync.check_one_now(&once, &long).unwrap().is_admitted());
+        assert!(sync
+            .check_now(&[Check::new(&once, &long)])
+            .unwrap()
+            .is_admitted());
         assert!(!sync.check_one(&once, &long).await.unwrap().is_admitted());
         assert!(!sync
             .check_now(&[Check::new(&once, &long)])
             .unwrap()
             .is_admitted());
         let bad = Rule::fixed_window("bad", 0, Duration::from_secs(60));
-        assert!(sync.check_one_now(&bad, b"alice").is_err());
+        assert!(sync.check_now(&[Check::new(&bad, b"alice")]).is_err());
         assert!(sync.check_now(&[Check::new(&bad, b"alice")]).is_err());
     }
 

@@ -152,7 +152,7 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
-    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule};
+    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule, Store};
 
     fn ready<F: Future>(fut: F) -> F::Output {
         match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
@@ -179,8 +179,12 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
             .unwrap()
             .is_admitted());
         if rule.penalty().is_some() {
-            let denied =
-                (0..10).any(|_| !limiter.check_one_now(rule, b"alice").unwrap().is_admitted());
+            let denied = (0..10).any(|_| {
+                !limiter
+                    .check_now(&[Check::new(rule, b"alice")])
+                    .unwrap()
+                    .is_admitted()
+            });
             assert!(denied, "{}: a denial before the count", rule.name());
             clock.advance(Duration::from_secs(10));
         }
@@ -189,8 +193,9 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
             for _ in 0..4 {
                 let one = ready(limiter.check_one(rule, b"alice")).unwrap();
                 let batch = ready(limiter.check(&[Check::new(rule, b"alice")])).unwrap();
-                let held = ready(limiter.reserve(&[Check::new(rule, b"alice")], second)).unwrap();
-                let one_now = limiter.check_one_now(rule, b"alice").unwrap();
+                let held =
+                    ready(limiter.store().check(&[Check::new(rule, b"alice")], second)).unwrap();
+                let one_now = limiter.check_now(&[Check::new(rule, b"alice")]).unwrap();
                 let batch_now = limiter.check_now(&[Check::new(rule, b"alice")]).unwrap();
                 admitted += [one, batch, held, one_now, batch_now]
                     .iter()
@@ -211,7 +216,7 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
 #[test]
 fn a_penalty_allocates_once_per_key() {
     use std::time::Duration;
-    use tollgate::{Limiter, ManualClock, MemoryStore, Penalty, Rule};
+    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rule};
 
     let clock = ManualClock::new(1_700_000_000_000_000);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
@@ -219,12 +224,12 @@ fn a_penalty_allocates_once_per_key() {
     let rule =
         Rule::fixed_window("login", 1, second).with_penalty(Penalty::lock_for(second).after(2));
     assert!(limiter
-        .check_one_now(&rule, b"alice")
+        .check_now(&[Check::new(&rule, b"alice")])
         .unwrap()
         .is_admitted());
     let first = allocations_of(|| {
         assert!(!limiter
-            .check_one_now(&rule, b"alice")
+            .check_now(&[Check::new(&rule, b"alice")])
             .unwrap()
             .is_admitted());
     });
@@ -232,17 +237,17 @@ fn a_penalty_allocates_once_per_key() {
     let later = allocations_of(|| {
         for _ in 0..3 {
             assert!(!limiter
-                .check_one_now(&rule, b"alice")
+                .check_now(&[Check::new(&rule, b"alice")])
                 .unwrap()
                 .is_admitted());
         }
         clock.advance(second * 3);
         assert!(limiter
-            .check_one_now(&rule, b"alice")
+            .check_now(&[Check::new(&rule, b"alice")])
             .unwrap()
             .is_admitted());
         assert!(!limiter
-            .check_one_now(&rule, b"alice")
+            .check_now(&[Check::new(&rule, b"alice")])
             .unwrap()
             .is_admitted());
     });

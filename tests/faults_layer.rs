@@ -101,3 +101,125 @@ async fn a_breaker_without_a_fallback_is_failing_and_fails_fast() -> Result<(), 
     );
     Ok(())
 }
+
+/// A primary that can be switched away and back, deciding from its own memory when up.
+#[derive(Clone)]
+struct Flaky {
+    inner: MemoryStore,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flaky {
+    fn up(&self) -> Result<(), StoreError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("connection refused".into()));
+        }
+        Ok(())
+    }
+
+    fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Store for Flaky {
+    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+        self.up()?;
+        self.inner.check(batch, wait).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.up()?;
+        self.inner.peek(check).await
+    }
+    async fn refund(&self, batch: &[Check<'_>], taken: &Outcome) -> Result<(), StoreError> {
+        self.up()?;
+        self.inner.refund(batch, taken).await
+    }
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        self.up()?;
+        self.inner.reset(rule, key).await
+    }
+}
+
+/// Units go back to the store that took them: a held request whose waiting rule is counted
+/// by the fallback's local store (the primary went away during the hold) and whose response
+/// does not count gives that unit back to the local store, never to the primary, which
+/// took nothing for it. So a global limit of 2 failed logins a minute admits no third one.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError> {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let primary = Flaky {
+        inner: MemoryStore::with_clock(clock.clone()),
+        down: Arc::default(),
+    };
+    let store = Fallback::with_local(primary.clone(), MemoryStore::with_clock(clock.clone()));
+    let layer = RateLimitLayer::builder(Limiter::new(store))
+        .route(
+            "POST /login",
+            [
+                // Each user's attempts leave one a second: a user's second attempt is held.
+                Limit::new(
+                    Rule::leaky_bucket("per-user", 5, tollgate::Rate::per_second(1)),
+                    key::header("user"),
+                ),
+                Limit::new(
+                    Rule::fixed_window("failed-logins", 2, Duration::from_secs(60)),
+                    key::global(),
+                )
+                .charge(tollgate::Charge::failures()),
+            ],
+        )
+        .on_failure(FailurePolicy::Fallback)
+        .build()?;
+    // The right password logs in; the handler runs once the primary is back.
+    let back = primary.clone();
+    let svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(move |req: Request<String>| {
+                back.set_down(false);
+                let status = if req.body() == "right" {
+                    StatusCode::OK
+                } else {
+                    StatusCode::UNAUTHORIZED
+                };
+                async move {
+                    Ok::<_, Infallible>(
+                        Response::builder()
+                            .status(status)
+                            .body(String::new())
+                            .unwrap(),
+                    )
+                }
+            }));
+    let login = |user: &str, password: &str| {
+        Request::post("/login")
+            .header("user", user)
+            .body(password.to_owned())
+            .unwrap()
+    };
+
+    // A first failure, counted by the primary.
+    let first = svc.clone().oneshot(login("alice", "wrong")).await?;
+    assert_eq!(first.status(), StatusCode::UNAUTHORIZED);
+    // Alice's second attempt is held a second; the primary goes away meanwhile, so the
+    // global rule counts it at the release in the local store. It succeeds: its unit goes
+    // back.
+    let held = tokio::spawn(svc.clone().oneshot(login("alice", "right")));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    primary.set_down(true);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(held.await??.status(), StatusCode::OK);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+
+    // Two more failures from other users: the second is the third failure of the minute.
+    let second = svc.clone().oneshot(login("bob", "wrong")).await?;
+    assert_eq!(second.status(), StatusCode::UNAUTHORIZED);
+    let third = svc.clone().oneshot(login("carol", "wrong")).await?;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    Ok(())
+}

@@ -76,12 +76,8 @@ impl Store for Later {
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.0.peek(check).await
     }
-    async fn refund(
-        &self,
-        batch: &[Check<'_>],
-        admission: &tollgate::Admission,
-    ) -> Result<(), StoreError> {
-        self.0.refund(batch, admission).await
+    async fn refund(&self, batch: &[Check<'_>], taken: &Outcome) -> Result<(), StoreError> {
+        self.0.refund(batch, taken).await
     }
     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
         self.0.reset(rule, key).await

@@ -29,7 +29,7 @@ use proptest::prelude::*;
 use tollgate::algorithm::{Algorithm, Eval, State, Verdict};
 use tollgate::{
     Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Outcome, Rate,
-    RateLimitInfo, Rule, RuleOutcome,
+    RateLimitInfo, Rule, RuleOutcome, Store,
 };
 
 /// 20,000 days after the epoch: a realistic instant.
@@ -150,7 +150,11 @@ fn batch_admits_at(rules: &[Rule], history: &History, items: &[Item], t: u64) ->
     for (at, admitted, max_wait) in history {
         clock.set_micros(*at);
         let batch = checks(rules, admitted);
-        let outcome = ready(limiter.reserve(&batch, Duration::from_micros(*max_wait)));
+        let outcome = ready(
+            limiter
+                .store()
+                .check(&batch, Duration::from_micros(*max_wait)),
+        );
         assert!(
             outcome.is_ok_and(|o| o.is_admitted()),
             "the replay diverged"
@@ -674,7 +678,12 @@ fn run_wait_schedule(specs: &[Spec], steps: &[WaitStep]) -> Result<Dues, TestCas
         let items: Vec<Item> = (0..rules.len()).map(|i| (i, 0, costs[i])).collect();
         let batch = checks(&rules, &items);
         let before = snapshot(&limiter, &rules);
-        let outcome = ready(limiter.reserve(&batch, Duration::from_micros(max_wait))).unwrap();
+        let outcome = ready(
+            limiter
+                .store()
+                .check(&batch, Duration::from_micros(max_wait)),
+        )
+        .unwrap();
         let at = format!(
             "step {step} at +{}: costs {costs:?}, max_wait {max_wait}",
             now - BASE

@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::redis_server::RedisCluster;
 use common::vectors::BASE_MICROS;
 use redis::cluster_routing::Slot;
-use tollgate::{Check, Decision, DenyReason, Limiter, ManualClock, Penalty, RedisStore, Rule};
+use tollgate::{
+    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, RedisStore, Rule, Store,
+};
 
 async fn limiter(cluster: &RedisCluster, clock: &ManualClock) -> Limiter<RedisStore> {
     let store = RedisStore::connect_cluster(cluster.urls())
@@ -200,7 +202,8 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
     reset_stats(cluster);
     // a's slot admits at once, b's reserves 30 s ahead: the request passes at t=80 s.
     let outcome = limiter
-        .reserve(
+        .store()
+        .check(
             &[Check::new(&window, a), Check::new(&paced, b)],
             Duration::from_secs(60),
         )

@@ -11,7 +11,7 @@ use common::redis_server::RedisServer;
 use common::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Rule};
+use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Rule, Store};
 
 fn rules() -> Vec<Rule> {
     let ms = Duration::from_millis;
@@ -116,8 +116,8 @@ fn memory_and_redis_decide_alike() {
                         continue;
                     }
                     let wait = Duration::from_micros(s.max_wait_us);
-                    let m = memory.reserve(&batch, wait).await.unwrap();
-                    let r = redis.reserve(&batch, wait).await.unwrap();
+                    let m = memory.store().check(&batch, wait).await.unwrap();
+                    let r = redis.store().check(&batch, wait).await.unwrap();
                     prop_assert_eq!(m, r, "step {}: {:?}", i, s);
                 }
                 Ok(())

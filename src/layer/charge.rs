@@ -15,19 +15,18 @@ use http::StatusCode;
 use smallvec::SmallVec;
 
 use super::config::Config;
-use super::future::{give_back, RefundFuture};
+use super::held::LayerBatch;
 use super::observe;
-use super::service::{batch_of, Item};
-use crate::decision::{Decision, Outcome};
-use crate::key::KeyBuf;
-use crate::limiter::Limiter;
-use crate::store::{Check, Store};
+use super::service::Item;
+use crate::decision::Decision;
+use crate::reservation::Reservation;
+use crate::store::Store;
 
 /// Which responses a [`Limit`](super::Limit) counts
 /// ([`Limit::charge`](super::Limit::charge)); by default, [every one](Self::all).
 ///
 /// A limit with a charge takes its units when the request is admitted, as every limit does,
-/// and gives them back ([`Store::refund`]) when the inner service answers with a status the
+/// and gives them back ([`Store::refund`](crate::Store::refund)) when the inner service answers with a status the
 /// charge does not count. So, under any concurrency, the requests that count never exceed
 /// the limit: a request in flight holds its units until its response says whether it
 /// counts. Requests that will not count can be refused while the quota is held by requests
@@ -41,7 +40,7 @@ use crate::store::{Check, Store};
 ///   layer dropped it): counted, for the same reason.
 /// - a rejection by the layer itself: it consumed nothing to begin with.
 ///
-/// The refund follows [`Store::refund`]: exact for the counting algorithms (fixed window,
+/// The refund follows [`Store::refund`](crate::Store::refund): exact for the counting algorithms (fixed window,
 /// sliding window, sliding log), which give back a request's units whatever was admitted
 /// meanwhile, as long as its window is still stored. A token bucket, GCRA or leaky bucket
 /// gives back only what it still can exactly (nothing once a later request was admitted),
@@ -170,84 +169,60 @@ impl fmt::Debug for Charge {
     }
 }
 
-/// An admitted request's pending charge: given the response's status, the refund of the
-/// units of each limit that does not count it. Made only for requests with a limit whose
-/// charge is not [`Charge::all`].
-pub(crate) struct Settle(Box<dyn FnOnce(StatusCode) -> Option<RefundFuture> + Send>);
-
-impl Settle {
-    /// The inner service answered with `status`: give back what does not count.
-    pub(crate) fn settle(self, status: StatusCode) {
-        if let Some(refund) = (self.0)(status) {
-            give_back(refund);
-        }
-    }
+/// An admitted request's charge by outcome: its reservation, settled with the response's
+/// status, which gives back the units of each limit that does not count the response. Made
+/// only for requests with a limit whose charge is not [`Charge::all`].
+pub(crate) struct Charging<St: Store + Clone> {
+    reservation: Reservation<St>,
+    batch: Arc<LayerBatch>,
 }
 
-/// The pending charge of an admitted batch, if one of its limits counts by outcome.
-pub(crate) fn pending<St: Store + Clone>(
-    limiter: &Limiter<St>,
-    config: &Arc<Config>,
-    route: Option<usize>,
-    items: &[Item],
-    keys: &KeyBuf,
-    outcome: &Outcome,
-) -> Option<Settle> {
-    let by_outcome = |item: &Item| {
-        config
-            .limit(route, item.limit)
-            .is_some_and(|l| !l.charge.counts_all())
-    };
-    if !outcome.is_admitted() || !items.iter().any(by_outcome) {
-        return None;
+impl<St: Store + Clone> Charging<St> {
+    /// The charge of an admitted request, if one of its limits counts by outcome.
+    pub(crate) fn new(
+        config: &Config,
+        reservation: Reservation<St>,
+        batch: Arc<LayerBatch>,
+    ) -> Option<Self> {
+        let by_outcome = |item: &Item| {
+            config
+                .limit(batch.route, item.limit)
+                .is_some_and(|l| !l.charge.counts_all())
+        };
+        batch
+            .items
+            .iter()
+            .any(by_outcome)
+            .then_some(Self { reservation, batch })
     }
-    let admission = outcome.admission.clone()?;
-    // What each item took: every rule of an admitted batch, except a trial rule that would
-    // have denied (it consumed nothing).
-    let took: SmallVec<[bool; 4]> = outcome
-        .rules
-        .iter()
-        .map(|r| !matches!(r.decision, Decision::Deny(_)))
-        .collect();
-    let (limiter, config) = (limiter.clone(), config.clone());
-    let (items, keys): (SmallVec<[Item; 4]>, KeyBuf) = (items.into(), keys.clone());
-    Some(Settle(Box::new(move |status| {
+
+    /// The inner service answered with `status`: give back what does not count. Every rule
+    /// of an admitted batch took its units, except a trial rule that would have denied.
+    pub(crate) fn settle(self, status: StatusCode) {
+        let LayerBatch {
+            config,
+            route,
+            items,
+            ..
+        } = &*self.batch;
+        let rules = &self.reservation.outcome().rules;
         let refunded: SmallVec<[usize; 4]> = items
             .iter()
             .enumerate()
             .filter(|&(i, item)| {
-                took.get(i).copied().unwrap_or(false)
+                rules
+                    .get(i)
+                    .is_some_and(|r| !matches!(r.decision, Decision::Deny(_)))
                     && config
-                        .limit(route, item.limit)
+                        .limit(*route, item.limit)
                         .is_some_and(|l| !l.charge.counts(status))
             })
             .map(|(i, _)| i)
             .collect();
-        if refunded.is_empty() {
-            return None;
-        }
-        Some(Box::pin(async move {
-            let batch = batch_of(&config, route, &items, &keys, None);
-            // A trial rule that took its units gives them back like any other: the store
-            // skips trial items only because it cannot tell whether they took any.
-            let refund: SmallVec<[Check<'_>; 4]> = refunded
-                .iter()
-                .filter_map(|&i| batch.get(i))
-                .map(|c| Check {
-                    shadow: false,
-                    ..*c
-                })
-                .collect();
-            let admission = admission.select(&refunded);
-            match limiter.refund(&refund, &admission).await {
-                Ok(()) => refunded
-                    .iter()
-                    .filter_map(|&i| config.limit(route, items.get(i)?.limit))
-                    .for_each(observe::charge_refunded),
-                Err(error) => {
-                    tracing::warn!(%error, "could not give back the units of a request that does not count")
-                }
-            }
-        }) as RefundFuture)
-    })))
+        refunded
+            .iter()
+            .filter_map(|&i| config.limit(*route, items.get(i)?.limit))
+            .for_each(observe::charge_refunded);
+        self.reservation.cancel_rules(&refunded);
+    }
 }

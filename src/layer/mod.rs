@@ -215,10 +215,11 @@
 mod body;
 mod charge;
 mod config;
+mod decide;
 pub mod future;
+mod held;
 #[allow(clippy::module_inception)]
 mod layer;
-mod log;
 pub mod observe;
 mod plans;
 mod reload;
@@ -227,8 +228,9 @@ mod service;
 
 pub use body::RateLimitBody;
 pub use charge::Charge;
-pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode, DEFAULT_MAX_HELD};
+pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;
+pub use held::DEFAULT_MAX_HELD;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use plans::{PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;

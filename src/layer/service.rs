@@ -1,5 +1,4 @@
 use std::fmt;
-use std::future::Future;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -11,21 +10,20 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::body::RateLimitBody;
-use super::charge;
 use super::config::{Config, MissingKey, Mode};
-use super::future::{
-    decide, give_back as run_detached, reject, CheckFuture, Checked, Confirm, Next, RefundFuture,
-    ResponseFuture, ToHold,
-};
-use super::log::Event;
+use super::decide::{decide, reject, Checked};
+use super::future::{CheckFuture, ResponseFuture};
+use super::held::LayerBatch;
 use super::observe;
 use super::plans::RequestPlans;
 use super::reload::ConfigSource;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
+use crate::log::Event;
+use crate::reservation::Reservation;
 use crate::response::RejectionKind;
-use crate::store::{Admission, Check, MemoryStore, Store};
+use crate::store::{Check, MemoryStore, Store};
 use crate::StoreError;
 
 /// Rate limits the requests of an inner service; made by
@@ -81,7 +79,7 @@ where
 {
     type Response = Response<RateLimitBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqB>;
+    type Future = ResponseFuture<S, ReqB, St>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // The store is asked in `call`, per request; readiness is the inner service's.
@@ -104,7 +102,7 @@ where
             .as_ref()
             .is_some_and(|is_exempt| is_exempt(&head))
         {
-            return ResponseFuture::forwarding(self.inner.call(request), None, None);
+            return ResponseFuture::forwarding(self.inner.call(request));
         }
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
@@ -153,7 +151,7 @@ where
             }
         }
         if items.is_empty() {
-            return ResponseFuture::forwarding(self.inner.call(request), None, None);
+            return ResponseFuture::forwarding(self.inner.call(request));
         }
 
         let max_wait = match config.mode {
@@ -182,10 +180,11 @@ where
         if let Some(result) = now {
             let checked = call.checked(observation, limits, &batch, result);
             drop(batch);
-            return decided(&mut self.inner, config, checked, request);
+            let next = decide(config, checked, &request);
+            return ResponseFuture::decided(next, request, &mut self.inner, &current);
         }
         drop(batch);
-        let mut check = Box::pin(check(
+        let mut check: CheckFuture<St> = Box::pin(check(
             StoreCall {
                 limiter: self.limiter.clone(),
                 config: Arc::clone(&current),
@@ -200,43 +199,13 @@ where
         // its breaker is open): then too the inner service is called without a clone. One
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            return decided(&mut self.inner, config, checked, request);
+            let next = decide(config, checked, &request);
+            return ResponseFuture::decided(next, request, &mut self.inner, &current);
         }
         let config = Arc::clone(&current);
         drop(current);
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, config)
-    }
-}
-
-/// The response future of a request decided in `call`. A forwarded request calls `inner`,
-/// the service that was driven to readiness, without a clone.
-fn decided<S, ReqB, ResB>(
-    inner: &mut S,
-    config: &Config,
-    checked: Checked,
-    request: Request<ReqB>,
-) -> ResponseFuture<S, ReqB>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-{
-    match decide(config, checked, &request) {
-        Next::Forward {
-            delay,
-            headers,
-            settle,
-            ..
-        } if delay.is_zero() => ResponseFuture::forwarding(inner.call(request), headers, settle),
-        // A held request takes an idle clone, driven to readiness after the hold; the ready
-        // service stays here for the next call instead of keeping its permit
-        // (`ConcurrencyLimit`, `Buffer`) through the hold.
-        Next::Forward {
-            delay,
-            headers,
-            hold,
-            settle,
-        } => ResponseFuture::delayed(delay, request, inner.clone(), headers, hold, settle),
-        Next::Reject(response) => ResponseFuture::rejected(response),
     }
 }
 
@@ -268,7 +237,7 @@ impl<S: Clone, St> RateLimit<S, St> {
 async fn check<St: Store + Clone>(
     call: StoreCall<St>,
     observation: observe::Observation,
-) -> Checked {
+) -> Checked<St> {
     let mut limits = SmallVec::new();
     let batch = batch_of(
         &call.config,
@@ -279,7 +248,7 @@ async fn check<St: Store + Clone>(
     );
     let result = call
         .limiter
-        .reserve(&batch, call.max_wait)
+        .reserve_outcome(&batch, call.max_wait)
         .instrument(observation.span.clone())
         .await;
     let checked = call.as_ref().checked(observation, limits, &batch, result);
@@ -287,62 +256,8 @@ async fn check<St: Store + Clone>(
     checked
 }
 
-/// Counts the rules a held request's batch left to its release (`Limiter::confirm`), when
-/// its hold is over. Observed (metrics, span) for those rules only: the others were when
-/// the request was checked.
-async fn confirm<St: Store + Clone>(call: StoreCall<St>, held: Outcome) -> Checked {
-    let StoreCall {
-        limiter,
-        config,
-        route,
-        items,
-        keys,
-        max_wait,
-    } = &call;
-    let mut limits = SmallVec::new();
-    let batch = batch_of(config, *route, items, keys, Some(&mut limits));
-    let pending: SmallVec<[usize; 4]> = held
-        .admission
-        .iter()
-        .flat_map(|a| a.pending())
-        .filter(|&i| i < batch.len())
-        .collect();
-    let observation = observe::start(config, *route);
-    let result = limiter
-        .confirm(&batch, &held, *max_wait)
-        .instrument(observation.span.clone())
-        .await;
-    let health = limiter.health();
-    let counted_now = result.as_ref().map(|outcome| Outcome {
-        decision: outcome.decision,
-        rules: pending.iter().map(|&i| outcome.rules[i]).collect(),
-        admission: None,
-    });
-    let store_latency = observe::finish(
-        observation,
-        config,
-        *route,
-        &pending
-            .iter()
-            .map(|&i| limits[i])
-            .collect::<SmallVec<[_; 4]>>(),
-        &pending
-            .iter()
-            .map(|&i| batch[i])
-            .collect::<SmallVec<[_; 4]>>(),
-        &counted_now.map_err(|e| e.clone()),
-        health,
-    );
-    let checked = call
-        .as_ref()
-        .answered(limits, &batch, result, health, store_latency);
-    drop(batch);
-    checked
-}
-
-/// What a store call for a request needs, kept for what follows it: giving its units back,
-/// confirming it at its release.
-#[derive(Clone)]
+/// What a store call for a request needs, owned by the future that asks a store that
+/// cannot answer at once.
 struct StoreCall<St> {
     limiter: Limiter<St>,
     config: Arc<Config>,
@@ -352,7 +267,7 @@ struct StoreCall<St> {
     max_wait: Duration,
 }
 
-impl<St: Clone> StoreCall<St> {
+impl<St> StoreCall<St> {
     fn as_ref(&self) -> StoreCallRef<'_, St> {
         StoreCallRef {
             limiter: &self.limiter,
@@ -366,8 +281,7 @@ impl<St: Clone> StoreCall<St> {
 }
 
 /// A store call's parts, borrowed: a request decided at once keeps them on `call`'s stack,
-/// and copies them only for what outlives `call` (a held request's refund and
-/// confirmation).
+/// and copies them only for what outlives `call` (a reservation the layer keeps).
 struct StoreCallRef<'a, St> {
     limiter: &'a Limiter<St>,
     config: &'a Arc<Config>,
@@ -378,26 +292,15 @@ struct StoreCallRef<'a, St> {
 }
 
 impl<St: Store + Clone> StoreCallRef<'_, St> {
-    fn to_owned(&self) -> StoreCall<St> {
-        StoreCall {
-            limiter: self.limiter.clone(),
-            config: Arc::clone(self.config),
-            route: self.route,
-            items: self.items.into(),
-            keys: self.keys.clone(),
-            max_wait: self.max_wait,
-        }
-    }
-
     /// The store's answer for `batch` (this call's items, at `limits` among the request's
-    /// limits), observed.
+    /// limits), observed; with a reservation when the layer may give units back.
     fn checked(
         &self,
         observation: observe::Observation,
         limits: SmallVec<[usize; 4]>,
         batch: &[Check<'_>],
         result: Result<Outcome, StoreError>,
-    ) -> Checked {
+    ) -> Checked<St> {
         let health = self.limiter.health();
         let store_latency = observe::finish(
             observation,
@@ -408,79 +311,47 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
             &result,
             health,
         );
-        self.answered(limits, batch, result, health, store_latency)
-    }
-
-    /// The layer's view of the store's answer: for an admitted request counted by outcome,
-    /// its pending charge; for a delayed request, what holding it takes.
-    fn answered(
-        &self,
-        limits: SmallVec<[usize; 4]>,
-        batch: &[Check<'_>],
-        result: Result<Outcome, StoreError>,
-        health: crate::store::Health,
-        store_latency: Option<Duration>,
-    ) -> Checked {
-        let route = self.route;
-        let held = held_keys(self.config, batch, &result);
-        let settle = result.as_ref().ok().and_then(|outcome| {
-            charge::pending(
-                self.limiter,
-                self.config,
-                route,
-                self.items,
-                self.keys,
-                outcome,
-            )
-        });
-        let to_hold = match (&result, held) {
-            (Ok(outcome), Some(keys_held)) => {
-                let call = self.to_owned();
-                // A wait at the release takes what is left of `max_wait` after this one.
-                let held_for = match outcome.decision {
-                    Decision::Delay(delay) => delay,
-                    _ => Duration::ZERO,
-                };
-                let confirm = outcome.needs_confirmation().then(|| Confirm {
+        let (reservation, batch) = match &result {
+            Ok(outcome) if self.keeps(outcome) => {
+                let batch = Arc::new(LayerBatch {
                     config: Arc::clone(self.config),
-                    check: Box::pin(confirm(
-                        StoreCall {
-                            max_wait: call.max_wait.saturating_sub(held_for),
-                            ..call.clone()
-                        },
-                        outcome.clone(),
-                    )) as CheckFuture,
+                    route: self.route,
+                    items: self.items.into(),
+                    keys: self.keys.clone(),
                 });
-                let refund = outcome
-                    .admission
-                    .clone()
-                    .map(|admission| Box::pin(give_back(call, admission)) as RefundFuture);
-                Some(ToHold {
-                    refund,
-                    keys: keys_held,
-                    confirm,
-                })
+                let reservation = Reservation::of(
+                    self.limiter.clone(),
+                    batch.clone(),
+                    outcome.clone(),
+                    self.max_wait,
+                    Some(Arc::clone(&self.config.log)),
+                );
+                (Some(reservation), Some(batch))
             }
-            _ => None,
+            _ => (None, None),
         };
-        if let Ok(outcome) = &result {
-            if self.config.mode == Mode::Shadow && outcome.needs_confirmation() {
-                // Shadow mode holds nothing: the rules left to the release count it now.
-                let confirmation = confirm(self.to_owned(), outcome.clone());
-                run_detached(Box::pin(async move {
-                    drop(confirmation.await);
-                }));
-            }
-        }
         Checked {
             result,
-            route,
+            route: self.route,
             limits,
-            to_hold,
+            reservation,
+            batch,
             health,
-            settle,
             store_latency,
         }
+    }
+
+    /// Whether the layer keeps a reservation of `outcome`: it may give units back for a
+    /// request it holds, or whose limits count by outcome, or count it at the release.
+    fn keeps(&self, outcome: &Outcome) -> bool {
+        outcome.is_admitted()
+            && (outcome.decision != Decision::Allow
+                || outcome.needs_confirmation()
+                || self.items.iter().any(|item| {
+                    self.config
+                        .limit(self.route, item.limit)
+                        .is_some_and(|l| !l.charge.counts_all())
+                }))
     }
 }
 
@@ -511,63 +382,6 @@ pub(super) fn batch_of<'a>(
         }
     }
     batch
-}
-
-/// For a request the layer will hold (delayed, not in shadow mode), what it counts under
-/// for `max_held_per_key`: each (rule, key) whose rule delays it, once. A trial rule never
-/// delays a request (its `Delay` says what enforcing it would do), so it takes no place:
-/// else it could refuse a request.
-fn held_keys(
-    config: &Config,
-    batch: &[Check<'_>],
-    result: &Result<Outcome, StoreError>,
-) -> Option<SmallVec<[u64; 4]>> {
-    let outcome = match result {
-        Ok(outcome)
-            if matches!(outcome.decision, Decision::Delay(_)) && config.mode != Mode::Shadow =>
-        {
-            outcome
-        }
-        _ => return None,
-    };
-    let mut keys = SmallVec::new();
-    if config.held.max_per_key.is_none() {
-        return Some(keys);
-    }
-    // A rule left pending to the release says `Delay` only because another rule holds the
-    // request.
-    let pending = |i: usize| {
-        outcome
-            .admission
-            .as_ref()
-            .is_some_and(|a| a.taken(i).pending)
-    };
-    for (i, (check, rule)) in batch.iter().zip(&outcome.rules).enumerate() {
-        if !check.shadow && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
-            let key = config.held.counts.key_of(check.rule.name(), check.key);
-            if !keys.contains(&key) {
-                keys.push(key);
-            }
-        }
-    }
-    Some(keys)
-}
-
-/// Gives back the units of a held request dropped before its release: the same batch as
-/// it was checked, so each rule finds its own part of the admission.
-async fn give_back<St: Store>(call: StoreCall<St>, admission: Admission) {
-    let StoreCall {
-        limiter,
-        config,
-        route,
-        items,
-        keys,
-        ..
-    } = call;
-    let batch = batch_of(&config, route, &items, &keys, None);
-    if let Err(error) = limiter.refund(&batch, &admission).await {
-        tracing::warn!(%error, "could not give back the units of a dropped held request");
-    }
 }
 
 impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {

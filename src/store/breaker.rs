@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Admission, Check, Health, Store};
+use crate::store::{Check, Health, Store};
 use crate::Rule;
 
 /// Consecutive failures that open a [`Breaker`] unless changed with
@@ -452,9 +452,9 @@ impl<S: Store> Store for Breaker<S> {
     fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.guarded(move || self.store.refund(batch, admission))
+        self.guarded(move || self.store.refund(batch, outcome))
     }
 
     fn reset(
@@ -525,13 +525,9 @@ pub(crate) mod tests {
             self.inner.peek(check).await
         }
 
-        async fn refund(
-            &self,
-            batch: &[Check<'_>],
-            admission: &Admission,
-        ) -> Result<(), StoreError> {
+        async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
             self.gate().await?;
-            self.inner.refund(batch, admission).await
+            self.inner.refund(batch, outcome).await
         }
 
         async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {

@@ -17,7 +17,7 @@ use crate::algorithm::{
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::rate::Rate;
-use crate::store::{Admission, Check, Health, MemoryStore, Store};
+use crate::store::{Check, Health, MemoryStore, Store};
 use crate::Rule;
 
 /// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store
@@ -264,7 +264,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
             }
         };
         if let Some(admission) = &mut outcome.admission {
-            admission.local = true;
+            admission.taken.iter_mut().for_each(|t| t.local = true);
         }
         Ok(outcome)
     }
@@ -285,22 +285,50 @@ impl<P: Store, L: Store> Fallback<P, L> {
         }
     }
 
+    /// Gives each rule's units back to the store that took them: a held request confirmed
+    /// while the primary was away took its waiting rules' units locally, the others in the
+    /// primary.
     async fn refund_either(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        if !admission.local {
-            return self.primary.refund(batch, admission).await;
+        let Some(admission) = &outcome.admission else {
+            return Ok(());
+        };
+        let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+            (0..batch.len()).partition(|&i| admission.taken(i).local);
+        let part = |indices: &[usize]| {
+            let checks: SmallVec<[Check<'_>; 4]> = indices.iter().map(|&i| batch[i]).collect();
+            let outcome = Outcome {
+                admission: Some(admission.select(indices)),
+                ..Outcome::new(
+                    indices
+                        .iter()
+                        .filter_map(|&i| outcome.rules.get(i).copied())
+                        .collect(),
+                )
+            };
+            (checks, outcome)
+        };
+        let mut result = Ok(());
+        if !primary.is_empty() {
+            let (checks, outcome) = part(&primary);
+            result = self.primary.refund(&checks, &outcome).await;
         }
-        match self.shared.divided_rules(batch) {
-            None => self.local.refund(batch, admission).await,
+        if local.is_empty() {
+            return result;
+        }
+        let (checks, outcome) = part(&local);
+        let local = match self.shared.divided_rules(&checks) {
+            None => self.local.refund(&checks, &outcome).await,
             Some(rules) => {
                 self.local
-                    .refund(&with_rules(batch, &rules), admission)
+                    .refund(&with_rules(&checks, &rules), &outcome)
                     .await
             }
-        }
+        };
+        result.and(local)
     }
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
@@ -341,9 +369,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.refund_either(batch, admission)
+        self.refund_either(batch, outcome)
     }
 
     fn reset(
@@ -487,10 +515,9 @@ mod tests {
             crate::Decision::Allow
         );
         let held = store.check(&batch, wait).await.unwrap();
-        let admission = held.admission.unwrap();
-        assert!(admission.local);
+        assert!(held.admission.as_ref().unwrap().taken(0).local);
         let calls = flaky.calls();
-        store.refund(&batch, &admission).await.unwrap();
+        store.refund(&batch, &held).await.unwrap();
         assert_eq!(flaky.calls(), calls, "the primary did not take these units");
         let next = store.check(&batch, wait).await.unwrap();
         assert_eq!(

@@ -562,11 +562,7 @@ fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64) -> Outcome {
     Outcome {
         decision,
         rules,
-        admission: Some(Admission::one(Taken {
-            at: now,
-            mark,
-            pending: false,
-        })),
+        admission: Some(Admission::one(Taken::at(now, mark))),
     }
 }
 
@@ -711,9 +707,12 @@ impl Store for MemoryStore {
     fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        std::future::ready(self.give_back(batch, admission))
+        std::future::ready(match &outcome.admission {
+            Some(admission) => self.give_back(batch, admission),
+            None => Ok(()),
+        })
     }
 
     fn reset(
@@ -885,7 +884,7 @@ mod tests {
             assert_eq!(outcome.decision, crate::Decision::Allow, "{i}");
             let both = ready(store.check(&two, Duration::ZERO)).unwrap();
             assert_eq!(both.decision, crate::Decision::Allow, "{i}");
-            ready(store.refund(&two, &both.admission.unwrap())).unwrap();
+            ready(store.refund(&two, &both)).unwrap();
         }
         // Read as they are, the same readings deny.
         let store = MemoryStore::with_clock(clock.clone());

@@ -67,30 +67,38 @@ impl<'a> Check<'a> {
     }
 }
 
-/// What a store recorded for an admitted batch, so that it can give the units back: for
-/// each rule, the instant its units were taken at and what its state looked like right
-/// after. Found in [`Outcome::admission`](crate::Outcome::admission); hand it to
-/// [`Store::refund`] (or [`Limiter::refund`](crate::Limiter::refund)) with the same batch.
+/// What a store recorded for an admitted batch, so that the units can go back to the store
+/// that took them: per rule, the instant its units were taken at, the model's mark of the
+/// state it left, and which store took them. Kept inside the [`Outcome`]; the
+/// [`Reservation`](crate::Reservation) that owns a held request reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admission {
-    /// Per rule of the batch, in order: (instant in µs, mark).
+pub(crate) struct Admission {
+    /// Per rule of the batch, in order.
     pub(crate) taken: SmallVec<[Taken; 2]>,
-    /// Taken by a [`Fallback`]'s local store, which is where it goes back to.
-    pub(crate) local: bool,
 }
 
 /// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
 /// model's mark of the state it left (see `Algorithm::mark`); or, `pending`, nothing taken
-/// yet: the rule counts the request when it is released (see
-/// [`Limiter::confirm`](crate::Limiter::confirm)).
+/// yet: the rule counts the request when it is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Taken {
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
+    /// Taken by a [`Fallback`]'s local store, which is where the units go back to.
+    pub(crate) local: bool,
 }
 
 impl Taken {
+    /// Units taken at `at`, leaving the state `mark`.
+    pub(crate) fn at(at: u64, mark: u64) -> Self {
+        Self {
+            at,
+            mark,
+            ..Self::default()
+        }
+    }
+
     /// A rule left to the request's release: nothing taken yet.
     pub(crate) fn pending() -> Self {
         Self {
@@ -104,7 +112,6 @@ impl Admission {
     pub(crate) fn new(taken: impl IntoIterator<Item = Taken>) -> Self {
         Self {
             taken: taken.into_iter().collect(),
-            local: false,
         }
     }
 
@@ -112,10 +119,7 @@ impl Admission {
     pub(crate) fn one(taken: Taken) -> Self {
         let mut all = SmallVec::new();
         all.push(taken);
-        Self {
-            taken: all,
-            local: false,
-        }
+        Self { taken: all }
     }
 
     /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
@@ -124,14 +128,14 @@ impl Admission {
     }
 
     /// Whether some rules of the batch are still to be counted when the request is
-    /// released ([`Limiter::confirm`](crate::Limiter::confirm)).
-    pub fn is_pending(&self) -> bool {
+    /// released.
+    pub(crate) fn is_pending(&self) -> bool {
         self.taken.iter().any(|t| t.pending)
     }
 
     /// The indices (in the batch, in order) of the rules still to be counted when the
-    /// request is released ([`Limiter::confirm`](crate::Limiter::confirm)).
-    pub fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+    /// request is released.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
         self.taken
             .iter()
             .enumerate()
@@ -144,7 +148,6 @@ impl Admission {
     pub(crate) fn select(&self, indices: &[usize]) -> Admission {
         Admission {
             taken: indices.iter().map(|&i| self.taken(i)).collect(),
-            local: self.local,
         }
     }
 }
@@ -172,10 +175,8 @@ pub trait Store: Send + Sync + 'static {
     /// per-tenant limit) are *pending*: checked now as they will stand at the release
     /// (a batch they would deny then is denied now), but not counted, so that one client's
     /// queue never dates a shared state in the future (which would close it to every other
-    /// client until then). Their rule outcomes say `Delay` until the release, and the
-    /// outcome [`needs_confirmation`](Outcome::needs_confirmation): the caller counts them
-    /// when the request passes, with [`Limiter::confirm`](crate::Limiter::confirm). The tower layer does this on its
-    /// own.
+    /// client until then). Their rule outcomes say `Delay` until the release, when the
+    /// [`Reservation`](crate::Reservation) that holds the request counts them.
     fn check(
         &self,
         batch: &[Check<'_>],
@@ -205,11 +206,10 @@ pub trait Store: Send + Sync + 'static {
         check: Check<'_>,
     ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send;
 
-    /// Gives back the units an admitted batch took, for a request that will never pass (a
-    /// held request whose client went away, or one denied at its release by a rule left
-    /// pending there): `batch` as it was checked, `admission` from its
-    /// [`Outcome::admission`]. Call it at most once per admission, and not for a request that
-    /// passed (its rules would hand its units to the next request).
+    /// Gives back the units an admitted batch took, for a request that will never pass or
+    /// does not count: `batch` as it was checked, `outcome` the answer [`check`](Self::check)
+    /// gave for it. A [`Reservation`](crate::Reservation) calls it when it is cancelled or
+    /// dropped before its release; callers never need to.
     ///
     /// Best effort, and never more than is exact. Each rule gives its units back only where
     /// the result is a state that admits no more than the admissions left in it allow:
@@ -222,20 +222,18 @@ pub trait Store: Send + Sync + 'static {
     /// - leaky bucket: what of the admission's water is still queued, only while nothing
     ///   has queued behind it (the requests behind were told when they leave, and taking
     ///   water from before them would let the next request leave with the last of them).
-    /// - a rule left pending to the release ([`Admission::pending`]): nothing, it took
-    ///   nothing.
+    /// - a rule left pending to the release: nothing, it took nothing.
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
-    /// After a [`reset`](Self::reset) of the key in between, a refund can take back units of
-    /// requests admitted since the reset (the reset already gave everything back). Penalty
-    /// state is never touched. The default implementation gives nothing back.
+    /// Penalty state is never touched. The default implementation gives nothing back: a
+    /// store outside this crate keeps what it took, and its reservations keep their units.
     fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (batch, admission);
+        let _ = (batch, outcome);
         std::future::ready(Ok(()))
     }
 

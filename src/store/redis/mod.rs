@@ -912,8 +912,11 @@ impl RedisStore {
     async fn refund_held(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        admission: Option<&Admission>,
     ) -> Result<(), StoreError> {
+        let Some(admission) = admission else {
+            return Ok(());
+        };
         batch::validate(batch)?;
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
         // A trial rule's units are not given back: it may have taken nothing; a pending rule
@@ -1234,9 +1237,9 @@ impl Store for RedisStore {
     fn refund(
         &self,
         batch: &[Check<'_>],
-        admission: &Admission,
+        outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.refund_held(batch, admission)
+        self.refund_held(batch, outcome.admission.as_ref())
     }
 
     fn reset(

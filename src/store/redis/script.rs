@@ -466,11 +466,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             // -1: a pending rule, counted only when the request is released.
             Ok(match v[5] {
                 -1 => Taken::pending(),
-                at => Taken {
-                    at: uint(at)?,
-                    mark: uint(v[4])?,
-                    pending: false,
-                },
+                at => Taken::at(uint(at)?, uint(v[4])?),
             })
         })
         .collect::<Result<_, _>>()?;
@@ -508,11 +504,7 @@ fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
                 reset: Duration::from_micros(uint(v[2])?),
             },
         });
-        taken.push(Taken {
-            at: now,
-            mark: uint(v[3])?,
-            pending: false,
-        });
+        taken.push(Taken::at(now, uint(v[3])?));
     }
     Some(Reply {
         admitted: true,

@@ -40,14 +40,18 @@ pub(crate) enum Event {
     ShadowMissingKey,
     /// A key the server can never provide (a peer-IP key without connection info).
     KeyUnavailable,
+    /// The units of a request that will not pass (or does not count) could not be given
+    /// back: the store failed.
+    GiveBackFailure,
 }
 
-const KINDS: usize = 4;
+const KINDS: usize = 5;
 const ALL: [Event; KINDS] = [
     Event::StoreFailure,
     Event::ShadowDenial,
     Event::ShadowMissingKey,
     Event::KeyUnavailable,
+    Event::GiveBackFailure,
 ];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
@@ -208,6 +212,11 @@ impl EventLog {
                 suppressed,
                 interval_s,
                 "rate limit key unavailable again (summary of the last interval)"
+            ),
+            Event::GiveBackFailure => tracing::warn!(
+                suppressed,
+                interval_s,
+                "more units could not be given back (summary of the last interval)"
             ),
         }
     }

@@ -1,0 +1,409 @@
+//! [`Reservation`]: an admitted request that has not passed yet, and owns what it took.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+use crate::decision::{Decision, Outcome};
+use crate::error::StoreError;
+use crate::limiter::Limiter;
+use crate::log::{Event, EventLog};
+use crate::store::{Check, Store};
+use crate::Rule;
+
+/// An admitted request that has not passed yet: the units each rule took, in the store
+/// that took them (a [`Fallback`](crate::store::Fallback)'s primary or its local store),
+/// the rules that wait for the release, and the instant the request is due. Made by
+/// [`Limiter::reserve`].
+///
+/// [`confirm`](Self::confirm) it when the request is about to pass: it waits until the
+/// request is due, counts the waiting rules (a global limit beside the per-user leaky bucket
+/// that delays it) and says [`Allow`](Decision::Allow) or [`Deny`](Decision::Deny) (other
+/// requests took the room meanwhile; what the other rules took is given back).
+/// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
+/// back, never more than is exact (see [`Store::refund`]). After a confirmation, dropping it
+/// keeps the units (the request passed), and `cancel` still gives them back (a request that
+/// turns out not to count). The tower layer holds its requests with this same type.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
+/// let rule = Rule::gcra("api", Rate::per_second(10), 1);
+/// let batch = [Check::new(&rule, b"k")];
+/// let wait = Duration::from_secs(1);
+/// let mut first = limiter.reserve(&batch, wait).await?;
+/// assert_eq!(first.confirm().await?.decision, Decision::Allow);
+///
+/// let held = limiter.reserve(&batch, wait).await?;
+/// assert_eq!(held.outcome().decision, Decision::Delay(Duration::from_millis(100)));
+/// // Its client went away: the slot at 100 ms goes to the next request.
+/// drop(held);
+/// let next = limiter.reserve(&batch, wait).await?;
+/// assert_eq!(next.outcome().decision, Decision::Delay(Duration::from_millis(100)));
+/// # Ok(()) }
+/// ```
+pub struct Reservation<S: Store + Clone> {
+    limiter: Limiter<S>,
+    batch: Arc<dyn Batch>,
+    outcome: Outcome,
+    max_wait: Duration,
+    reserved_at: Instant,
+    due: Instant,
+    state: State,
+    log: Arc<EventLog>,
+}
+
+/// Where a reservation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Admitted, not released: dropping it gives its units back.
+    Held,
+    /// The waiting rules are being counted: dropped now, it keeps its units, since the
+    /// store may have counted them and units never go back twice.
+    Confirming,
+    /// Released: the units are the request's. Dropping it keeps them; `cancel` gives them
+    /// back.
+    Passed,
+    /// Nothing left to give back: denied, given back, or unknown after a store failure.
+    Spent,
+}
+
+/// The batch a reservation was checked with, owned so that its units can go back after the
+/// caller's borrow has ended.
+pub(crate) trait Batch: Send + Sync + 'static {
+    /// The checks, in the order they were decided.
+    fn checks(&self) -> SmallVec<[Check<'_>; 4]>;
+}
+
+/// A batch copied from a caller's checks.
+struct Copied {
+    rules: SmallVec<[Rule; 2]>,
+    keys: Vec<u8>,
+    /// Per check: where its key ends in `keys`, its cost, whether it is on trial.
+    items: SmallVec<[(usize, u64, bool); 2]>,
+}
+
+impl Copied {
+    fn new(batch: &[Check<'_>]) -> Self {
+        let mut keys = Vec::with_capacity(batch.iter().map(|c| c.key.len()).sum());
+        let items = batch
+            .iter()
+            .map(|c| {
+                keys.extend_from_slice(c.key);
+                (keys.len(), c.cost, c.shadow)
+            })
+            .collect();
+        Self {
+            rules: batch.iter().map(|c| c.rule.clone()).collect(),
+            keys,
+            items,
+        }
+    }
+}
+
+impl Batch for Copied {
+    fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
+        let mut start = 0;
+        self.rules
+            .iter()
+            .zip(&self.items)
+            .map(|(rule, &(end, cost, shadow))| {
+                let key = self.keys.get(start..end).unwrap_or_default();
+                start = end;
+                Check {
+                    rule,
+                    key,
+                    cost,
+                    shadow,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The log of reservations made outside a layer: one for the process, so that a store
+/// outage logs a line per interval, not one per request.
+fn process_log() -> Arc<EventLog> {
+    static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
+    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
+}
+
+impl<S: Store + Clone> Reservation<S> {
+    /// The reservation of `batch`, which the store answered with `outcome`.
+    pub(crate) fn new(
+        limiter: Limiter<S>,
+        batch: &[Check<'_>],
+        outcome: Outcome,
+        max_wait: Duration,
+    ) -> Self {
+        Self::of(
+            limiter,
+            Arc::new(Copied::new(batch)),
+            outcome,
+            max_wait,
+            None,
+        )
+    }
+
+    /// The reservation of `batch` (owned by the caller's own type), logging failed
+    /// give-backs through `log` (the layer's), or the process's log.
+    pub(crate) fn of(
+        limiter: Limiter<S>,
+        batch: Arc<dyn Batch>,
+        outcome: Outcome,
+        max_wait: Duration,
+        log: Option<Arc<EventLog>>,
+    ) -> Self {
+        let reserved_at = Instant::now();
+        let delay = match outcome.decision {
+            Decision::Delay(delay) => delay,
+            _ => Duration::ZERO,
+        };
+        let state = if outcome.is_admitted() && outcome.admission.is_some() {
+            State::Held
+        } else if outcome.is_admitted() {
+            State::Passed
+        } else {
+            State::Spent
+        };
+        Self {
+            limiter,
+            batch,
+            outcome,
+            max_wait,
+            reserved_at,
+            due: reserved_at.checked_add(delay).unwrap_or(reserved_at),
+            state,
+            log: log.unwrap_or_else(process_log),
+        }
+    }
+
+    /// The store's answer: the batch's decision ([`Delay`](Decision::Delay) until the
+    /// request is due) and each rule's outcome. After [`confirm`](Self::confirm), the answer
+    /// at the release.
+    pub fn outcome(&self) -> &Outcome {
+        &self.outcome
+    }
+
+    /// When the request may pass (on tokio's clock, so a paused test clock moves it).
+    pub fn due(&self) -> Instant {
+        self.due
+    }
+
+    /// Waits until the request is due.
+    pub async fn wait(&self) {
+        tokio::time::sleep_until(self.due).await;
+    }
+
+    /// Releases the request: waits until it is due, then counts the rules that wait for the
+    /// release, and says whether it passes: [`Allow`](Decision::Allow), or
+    /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the
+    /// hold (then the units the other rules took go back). A waiting rule that delays the
+    /// request again (a leaky bucket of its own) is waited for too. A denied reservation
+    /// answers its denial; a confirmed one, the same answer again. On a store error the
+    /// units stay taken.
+    pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
+        while self.state == State::Held {
+            tokio::time::sleep_until(self.due).await;
+            self.released();
+            let pending: SmallVec<[usize; 4]> = self.pending().collect();
+            if pending.is_empty() {
+                self.state = State::Passed;
+                break;
+            }
+            self.state = State::Confirming;
+            let counted = self.count(&pending).await;
+            self.state = State::Passed;
+            self.merge(&pending, counted?);
+        }
+        Ok(self.outcome.clone())
+    }
+
+    /// Gives the units back now (the request will not pass, or passed and does not count),
+    /// and says whether the store took them back. Dropping the reservation does the same
+    /// without waiting, before its confirmation.
+    pub async fn cancel(mut self) -> Result<(), StoreError> {
+        if !matches!(self.state, State::Held | State::Passed) {
+            return Ok(());
+        }
+        self.state = State::Spent;
+        let checks = self.batch.checks();
+        self.limiter.refund(&checks, &self.outcome).await
+    }
+
+    /// Gives back, without waiting, the units of the rules at `indices` only (the limits
+    /// that do not count a response); the other rules keep theirs. Trial rules give back
+    /// like any other: the caller knows they took their units.
+    pub(crate) fn cancel_rules(mut self, indices: &[usize]) {
+        if !matches!(self.state, State::Held | State::Passed) || indices.is_empty() {
+            return;
+        }
+        self.state = State::Spent;
+        let Some(admission) = &self.outcome.admission else {
+            return;
+        };
+        let outcome = Outcome {
+            admission: Some(admission.select(indices)),
+            ..Outcome::new(
+                indices
+                    .iter()
+                    .filter_map(|&i| self.outcome.rules.get(i).copied())
+                    .collect(),
+            )
+        };
+        let indices: SmallVec<[usize; 4]> = indices.into();
+        self.give_back(outcome, move |checks| {
+            indices
+                .iter()
+                .filter_map(|&i| checks.get(i))
+                .map(|c| Check {
+                    shadow: false,
+                    ..*c
+                })
+                .collect()
+        });
+    }
+
+    /// The rules that wait for the release.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.outcome.admission.iter().flat_map(|a| a.pending())
+    }
+
+    /// The store's health, as the limiter sees it now.
+    pub(crate) fn health(&self) -> crate::store::Health {
+        self.limiter.health()
+    }
+
+    /// The request passes now, its delay not waited for (shadow mode holds nothing): a
+    /// rule that waits for the release is counted by the next `confirm`, at once.
+    pub(crate) fn release_now(&mut self) {
+        self.due = Instant::now();
+    }
+
+    /// The request passes now, with nothing left to count: its units are the request's.
+    pub(crate) fn pass(&mut self) {
+        if self.state == State::Held && self.pending().next().is_none() {
+            self.state = State::Passed;
+        }
+    }
+
+    /// The delay is served: the rules that delayed the request pass it now.
+    fn released(&mut self) {
+        for rule in self.outcome.rules.iter_mut() {
+            if matches!(rule.decision, Decision::Delay(_)) {
+                rule.decision = Decision::Allow;
+            }
+        }
+        if self.outcome.is_admitted() {
+            self.outcome.decision = Decision::Allow;
+        }
+    }
+
+    /// Counts the rules at `pending` now, with what is left of the wait.
+    async fn count(&self, pending: &[usize]) -> Result<Outcome, StoreError> {
+        let checks = self.batch.checks();
+        let rest: SmallVec<[Check<'_>; 4]> = pending
+            .iter()
+            .filter_map(|&i| checks.get(i).copied())
+            .collect();
+        if rest.len() != pending.len() || self.outcome.rules.len() != checks.len() {
+            return Err(StoreError::InvalidBatch(
+                "a reservation's batch changed under it".into(),
+            ));
+        }
+        let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
+        self.limiter.reserve_outcome(&rest, max_wait).await
+    }
+
+    /// Takes in what counting the rules at `pending` answered: their outcomes and units, or,
+    /// on a denial, gives back what the other rules took.
+    fn merge(&mut self, pending: &[usize], counted: Outcome) {
+        for (&i, rule) in pending.iter().zip(&counted.rules) {
+            if let Some(slot) = self.outcome.rules.get_mut(i) {
+                *slot = *rule;
+            }
+        }
+        let admission = match (counted.admission, self.outcome.admission.take()) {
+            (Some(taken), Some(mut merged)) => {
+                for (k, &i) in pending.iter().enumerate() {
+                    if let Some(slot) = merged.taken.get_mut(i) {
+                        *slot = taken.taken(k);
+                    }
+                }
+                Some(merged)
+            }
+            (_, before) => {
+                // Denied at the release: what the other rules took goes back.
+                self.state = State::Spent;
+                let given = Outcome {
+                    admission: before,
+                    ..self.outcome.clone()
+                };
+                self.give_back(given, |checks| checks.clone());
+                None
+            }
+        };
+        let rules = std::mem::take(&mut self.outcome.rules);
+        let checks = self.batch.checks();
+        self.outcome = crate::batch::combine(rules, |i| checks.get(i).is_some_and(|c| c.shadow));
+        self.outcome.admission = admission;
+        if let (Decision::Delay(delay), State::Passed) = (self.outcome.decision, self.state) {
+            self.due = Instant::now().checked_add(delay).unwrap_or(self.due);
+            self.state = State::Held;
+        }
+    }
+
+    /// Gives `outcome`'s units back without waiting: at once for a store that answers at
+    /// once, else on a task of the runtime. Outside a runtime the units stay taken.
+    fn give_back<F>(&self, outcome: Outcome, select: F)
+    where
+        F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
+    {
+        let (limiter, batch, log) = (self.limiter.clone(), self.batch.clone(), self.log.clone());
+        let mut refund = Box::pin(async move {
+            let checks = batch.checks();
+            let checks = select(&checks);
+            if let Err(error) = limiter.refund(&checks, &outcome).await {
+                if let Some(suppressed) = log.admit(Event::GiveBackFailure) {
+                    tracing::warn!(%error, suppressed, "could not give back the units of a request");
+                }
+            }
+        });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!("no tokio runtime here: the units of a dropped request stay taken");
+            return;
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        if refund.as_mut().poll(&mut cx).is_pending() {
+            drop(runtime.spawn(refund));
+        }
+    }
+}
+
+impl<S: Store + Clone> Drop for Reservation<S> {
+    fn drop(&mut self) {
+        if self.state == State::Held {
+            self.state = State::Spent;
+            self.give_back(self.outcome.clone(), |checks| checks.clone());
+        }
+    }
+}
+
+impl<S: Store + Clone> fmt::Debug for Reservation<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("outcome", &self.outcome)
+            .field("due", &self.due)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
