@@ -12,21 +12,18 @@
 //! use tollgate::{Check, Decision, Limiter, MemoryStore, Rate, Rule, Store};
 //!
 //! /// Waits until `rule` admits one more call for `key`, up to `max_wait`.
-//! async fn acquire<S: Store>(
+//! async fn acquire<S: Store + Clone>(
 //!     limiter: &Limiter<S>,
 //!     rule: &Rule,
 //!     key: &[u8],
 //!     max_wait: Duration,
 //! ) -> Result<(), Box<dyn std::error::Error>> {
-//!     let outcome = limiter.reserve(&[Check::new(rule, key)], max_wait).await?;
-//!     match outcome.decision {
-//!         Decision::Allow => Ok(()),
-//!         // The slot is ours: sleep until it comes due.
-//!         Decision::Delay(wait) => {
-//!             tokio::time::sleep(wait).await;
-//!             Ok(())
-//!         }
+//!     let mut reservation = limiter.reserve(&[Check::new(rule, key)], max_wait).await?;
+//!     // The slot is ours: `confirm` waits until it comes due. Were this task cancelled
+//!     // while it waits, dropping the reservation would give the slot to the next caller.
+//!     match reservation.confirm().await?.decision {
 //!         Decision::Deny(denial) => Err(format!("busy; retry after {:?}", denial.retry_after).into()),
+//!         _ => Ok(()),
 //!     }
 //! }
 //!
@@ -45,9 +42,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! If the caller goes away while waiting (its task is cancelled), give the slot back with
-//! [`Limiter::refund`](crate::Limiter::refund) and the outcome's
-//! [`admission`](crate::Outcome::admission), so the next caller can have it.
+//! If the caller goes away while waiting (its task is cancelled), the dropped
+//! [`Reservation`](crate::Reservation) gives the slot back, so the next caller can have it.
 //!
 //! ## In the layer: [`Mode::Wait`](crate::Mode::Wait)
 //!
@@ -95,4 +91,4 @@
 //! its admitted requests are held so that they leave evenly spaced, and a full queue is
 //! refused (nginx's `limit_req` without `nodelay`). Rules on other keys in the same batch (a
 //! global limit beside a per-client queue) count a shaped request when it leaves the queue,
-//! not when it joins it: see [`Limiter::confirm`](crate::Limiter::confirm).
+//! not when it joins it: [`Reservation::confirm`](crate::Reservation::confirm) counts them.
