@@ -253,7 +253,8 @@ impl<S: Store> Limiter<S> {
             }
         }
         let admission = outcome.admission.take();
-        outcome = crate::batch::combine(outcome.rules, |i| batch.get(i).is_some_and(|c| c.shadow));
+        outcome =
+            crate::store::batch::combine(outcome.rules, |i| batch.get(i).is_some_and(|c| c.shadow));
         outcome.admission = admission;
         Ok(outcome)
     }

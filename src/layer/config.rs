@@ -15,13 +15,14 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::Charge;
+use super::headers::{policy_value, HeaderOptions};
 use super::log::EventLog;
 use super::observe::{self, RuleMetrics};
 use super::plans::PlanGuard;
+use super::response::Rejection;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::response::{policy_value, HeaderOptions, Rejection};
 use crate::rule::Rule;
 use crate::store::Health;
 

@@ -17,12 +17,13 @@ use tower_service::Service;
 use super::body::RateLimitBody;
 use super::charge::Settle;
 use super::config::{Config, DecisionEvent, FailurePolicy, HeldSlot, Mode};
+use super::headers::{retry_after_secs, RateLimitHeaders};
 use super::log::Event;
 use super::observe;
+use super::response::{Rejection, RejectionKind};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
-use crate::response::{retry_after_secs, RateLimitHeaders, Rejection, RejectionKind};
 use crate::rule::Rule;
 use crate::store::Health;
 

@@ -21,10 +21,10 @@ use super::log::Event;
 use super::observe;
 use super::plans::RequestPlans;
 use super::reload::ConfigSource;
+use super::response::RejectionKind;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
-use crate::response::RejectionKind;
 use crate::store::{Admission, Check, MemoryStore, Store};
 use crate::StoreError;
 

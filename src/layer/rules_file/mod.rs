@@ -115,7 +115,7 @@ use crate::store::Store;
 ///
 /// ```
 /// use tollgate::layer::RateLimitLayer;
-/// use tollgate::rules_file::{Loader, RulesFile};
+/// use tollgate::layer::rules_file::{Loader, RulesFile};
 /// use tollgate::{Limiter, MemoryStore};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -487,7 +487,7 @@ impl<'de> Deserialize<'de> for KeySpec {
 /// ```
 /// use tollgate::key;
 /// use tollgate::layer::{PlanOf, RateLimitLayer};
-/// use tollgate::rules_file::Loader;
+/// use tollgate::layer::rules_file::Loader;
 /// use tollgate::{Limiter, MemoryStore};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
