@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 
 use axum::routing::{get, post};
 use axum::Router;
+use tollgate::layer::rules_file::Loader;
 use tollgate::layer::{RateLimitLayer, ReloadHandle};
-use tollgate::rules_file::Loader;
 use tollgate::{key, ConfigError, Limiter, MemoryStore, Store};
 
 /// What the code gives the file: the key extractors (and plan lookups) it names.

@@ -1,5 +1,5 @@
 -- The batch driver: decides a batch of rules for one request all or nothing.
--- Mirrors src/batch.rs (the release → evaluate every rule → admits? → reservation in
+-- Mirrors src/store/batch.rs (the release → evaluate every rule → admits? → reservation in
 -- wait mode → commit / report) and src/store/memory.rs's use of it.
 --
 -- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
@@ -7,7 +7,7 @@
 --   rule's key holds little-endian doubles (struct.pack "<d…", exact for these integers):
 --   the fingerprint of the configuration that wrote the state (0 = no algorithm state),
 --   the units it had in use then and the instant it is back to empty (what another
---   configuration reads: src/batch.rs `Entry`, src/algorithm/mod.rs `Carried`), the
+--   configuration reads: src/store/batch.rs `Entry`, src/algorithm/mod.rs `Carried`), the
 --   algorithm's state fields (none for a sliding log, whose entries are in its log), then
 --   the penalty's locked_until, denials, window_start.
 -- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).

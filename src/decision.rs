@@ -100,7 +100,7 @@ impl Outcome {
     /// For a [`Store`](crate::Store) written outside this crate; its admitted outcomes carry
     /// nothing to give back.
     pub fn new(rules: RuleOutcomes) -> Self {
-        crate::batch::combine(rules, |_| false)
+        crate::store::batch::combine(rules, |_| false)
     }
 
     /// Whether the request is delayed with rules still to count it when it is released:

@@ -28,7 +28,7 @@
 //!
 //! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
-//! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`response`]),
+//! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`layer::response`]),
 //! and enforce, shadow and wait modes. A layer is built like tower-http's, its whole
 //! configuration checked once at the end: see [`layer`] for a complete example.
 //!
@@ -38,7 +38,7 @@
 //! hyper server inserts the peer's `SocketAddr` into each request's extensions. `metrics`
 //! records decisions by rule and outcome, the store's latency and health and the held
 //! requests through the `metrics` facade, for any exporter (see [`layer::observe`]).
-//! `serde` reads a layer's rules from a file (`tollgate::rules_file`: TOML, or any serde
+//! `serde` reads a layer's rules from a file (`tollgate::layer::rules_file`: TOML, or any serde
 //! format), whose problems name the file, line and field; with a [`ReloadHandle`] a new
 //! file replaces the rules of a running layer.
 //!
@@ -59,7 +59,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
-mod batch;
 mod clock;
 mod decision;
 mod error;
@@ -71,11 +70,7 @@ mod log;
 mod penalty;
 mod rate;
 mod reservation;
-pub mod response;
 mod rule;
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub mod rules_file;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};

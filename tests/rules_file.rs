@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::key;
+use tollgate::layer::rules_file::{Loader, RulesFile};
 use tollgate::layer::{Limit, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
-use tollgate::rules_file::{Loader, RulesFile};
 use tollgate::{ConfigError, Limiter, MemoryStore, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};

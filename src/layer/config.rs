@@ -9,13 +9,14 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::Charge;
+use super::headers::{policy_value, HeaderOptions};
 use super::observe::RuleMetrics;
 use super::plans::PlanGuard;
+use super::response::Rejection;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::log::EventLog;
-use crate::response::{policy_value, HeaderOptions, Rejection};
 use crate::rule::Rule;
 use crate::store::Health;
 

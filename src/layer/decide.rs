@@ -10,14 +10,15 @@ use smallvec::SmallVec;
 
 use super::charge::Charging;
 use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
+use super::headers::{retry_after_secs, RateLimitHeaders};
 use super::held::{held_keys, Hold, HoldFuture, LayerBatch};
 use super::observe;
+use super::response::{Rejection, RejectionKind};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
 use crate::log::Event;
 use crate::reservation::{Batch, Reservation};
-use crate::response::{retry_after_secs, RateLimitHeaders, Rejection, RejectionKind};
 use crate::rule::Rule;
 use crate::store::{Health, Store};
 

@@ -16,8 +16,8 @@ use super::body::RateLimitBody;
 use super::charge::Charging;
 use super::config::Config;
 use super::decide::{decide, Checked, Next};
+use super::headers::RateLimitHeaders;
 use super::held::{HoldFuture, Released};
-use crate::response::RateLimitHeaders;
 use crate::store::{MemoryStore, Store};
 
 const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";

@@ -18,12 +18,12 @@ use tracing::Instrument;
 use super::charge::Charging;
 use super::config::Config;
 use super::decide::Checked;
+use super::headers::RateLimitHeaders;
 use super::observe;
 use super::service::{batch_of, Item};
 use crate::decision::{Decision, Outcome};
 use crate::key::KeyBuf;
 use crate::reservation::{Batch, Reservation};
-use crate::response::RateLimitHeaders;
 use crate::store::{Check, Store};
 
 /// How many requests a layer holds at once unless told otherwise

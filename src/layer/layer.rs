@@ -9,13 +9,13 @@ use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
 use super::reload::ConfigSource;
+use super::response::Rejection;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
 use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
 use crate::log::EventLog;
-use crate::response::Rejection;
 use crate::rule::Rule;
 use crate::store::{MemoryStore, Store};
 

@@ -27,13 +27,13 @@
 //! - **Changed live.** [`RateLimitLayer::reloadable`] gives a [`ReloadHandle`] that replaces
 //!   the configuration of the running layer atomically, with no lock on the request path;
 //!   requests in flight finish under the rules they started with. With the `serde` feature
-//!   the rules can come from a file (`tollgate::rules_file`).
+//!   the rules can come from a file (`tollgate::layer::rules_file`).
 //! - **Exemptions.** [`RateLimitLayerBuilder::exempt`] lets health checks or an allow-list of
 //!   addresses or API keys through, asked before any key is read.
 //! - **Responses.** A denied request gets `429 Too Many Requests` with `Retry-After` (whole
 //!   seconds, rounded up, never 0) and the `RateLimit-Policy` / `RateLimit` headers of
 //!   draft-ietf-httpapi-ratelimit-headers-11, whose `t` for the deciding rule equals
-//!   `Retry-After` (see [`crate::response`]). A gRPC request (`content-type` exactly
+//!   `Retry-After` (see [`response`]). A gRPC request (`content-type` exactly
 //!   `application/grpc` or `application/grpc+…`) gets HTTP 200 with `grpc-status: 8`
 //!   (`RESOURCE_EXHAUSTED`), which a tonic client sees as `Code::ResourceExhausted`, and
 //!   the rich error model in `grpc-status-details-bin` (`google.rpc.RetryInfo` and
@@ -217,13 +217,18 @@ mod charge;
 mod config;
 mod decide;
 pub mod future;
+mod headers;
 mod held;
 #[allow(clippy::module_inception)]
 mod layer;
 pub mod observe;
 mod plans;
 mod reload;
+pub mod response;
 mod routes;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod rules_file;
 mod service;
 
 pub use body::RateLimitBody;

@@ -17,12 +17,12 @@ use super::held::LayerBatch;
 use super::observe;
 use super::plans::RequestPlans;
 use super::reload::ConfigSource;
+use super::response::RejectionKind;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::log::Event;
 use crate::reservation::Reservation;
-use crate::response::RejectionKind;
 use crate::store::{Check, MemoryStore, Store};
 use crate::StoreError;
 

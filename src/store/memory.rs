@@ -13,11 +13,11 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algorithm::{Admitted, Carried, State, Verdict};
-use crate::batch::{self, Entry, Evaluated};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
 use crate::rule::name_digest;
+use crate::store::batch::{self, Entry, Evaluated};
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 

@@ -3,6 +3,7 @@
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
 //! state; the arithmetic comes from [`crate::algorithm`].
 
+pub(crate) mod batch;
 mod breaker;
 mod fallback;
 mod memory;

@@ -61,10 +61,10 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::batch;
 use crate::clock::Clock;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::penalty::Penalty;
+use crate::store::batch;
 use crate::store::Check;
 use crate::Rule;
 

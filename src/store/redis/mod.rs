@@ -17,10 +17,10 @@ use redis::{Client, RedisError, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::batch;
 use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
+use crate::store::batch;
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
 

@@ -8,10 +8,10 @@ use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::batch;
 use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
+use crate::store::batch;
 use crate::store::{Admission, Check, Taken};
 
 /// Expands to the script's files, in the order `lua/prelude.lua` describes, followed by

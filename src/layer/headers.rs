@@ -1,0 +1,230 @@
+//! The rate-limit headers of a response, rendered: `RateLimit-Policy` and `RateLimit`
+//! (draft-ietf-httpapi-ratelimit-headers-11, one list item per rule) and the legacy
+//! `X-RateLimit-*`, on rejections and admitted responses alike. What each figure means is
+//! told in the [`response`](super::response) module's docs.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+use http::HeaderMap;
+use smallvec::SmallVec;
+
+use crate::decision::{Decision, Denial, DenyReason, RuleOutcome};
+use crate::rule::Rule;
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// Legacy `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// Legacy `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// Legacy `X-RateLimit-Reset` (seconds from now).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// `d` in whole seconds, rounded up.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` seconds for a wait of `d`: rounded up and at least 1, so a client is
+/// never told to retry at once when it was just refused.
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
+}
+
+/// Which headers the layer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeaderOptions {
+    /// Also on admitted responses (always on rejections).
+    pub(crate) on_allowed: bool,
+    /// Also `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+    pub(crate) legacy: bool,
+}
+
+impl Default for HeaderOptions {
+    /// `RateLimit` on admitted responses too: the headers exist so that clients slow down
+    /// before a 429 (see `RateLimitLayerBuilder::headers_on_allowed`).
+    fn default() -> Self {
+        Self {
+            on_allowed: true,
+            legacy: false,
+        }
+    }
+}
+
+/// What a rule advertises in `RateLimit`: the units available now and the seconds until
+/// more come back (see the module docs).
+fn advertised(outcome: &RuleOutcome) -> (u64, u64) {
+    match outcome.decision {
+        // A lock refuses everything until it ends, whatever the algorithm's state says.
+        Decision::Deny(Denial {
+            reason: DenyReason::Locked,
+            retry_after,
+        }) => (0, retry_after.map_or(0, retry_after_secs)),
+        Decision::Deny(Denial {
+            retry_after: Some(wait),
+            ..
+        }) => (outcome.info.remaining, retry_after_secs(wait)),
+        _ => (outcome.info.remaining, ceil_secs(outcome.info.reset)),
+    }
+}
+
+/// The rate-limit headers of one response, rendered: `RateLimit-Policy`, `RateLimit` and
+/// the legacy headers' figures. Built once per response with no intermediate `String`: the
+/// lists are written into a buffer on the stack, and each header value is one exactly
+/// sized copy of it (the policy list, which depends only on the configuration, is usually
+/// a cached value whose clone allocates nothing).
+pub(crate) struct RateLimitHeaders {
+    policy: Option<HeaderValue>,
+    state: Option<HeaderValue>,
+    /// The legacy headers' (limit, remaining, reset), if asked for.
+    legacy: Option<(u64, u64, u64)>,
+}
+
+/// Where header lists are written: on the stack for a few rules, on the heap beyond.
+type ListBuf = SmallVec<[u8; 256]>;
+
+/// One rule's `RateLimit-Policy` item: `"name";q=10;w=60`.
+fn write_policy_item(out: &mut ListBuf, rule: &Rule) {
+    let (q, w) = rule.algorithm().quota();
+    write_name(out, rule);
+    out.extend_from_slice(b";q=");
+    write_u64(out, q);
+    out.extend_from_slice(b";w=");
+    write_u64(out, ceil_secs(w).max(1));
+}
+
+fn write_name(out: &mut ListBuf, rule: &Rule) {
+    if !out.is_empty() {
+        out.extend_from_slice(b", ");
+    }
+    out.push(b'"');
+    out.extend_from_slice(rule.name().as_bytes());
+    out.push(b'"');
+}
+
+fn write_u64(out: &mut ListBuf, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// A header value of `list`; rule names are validated to a token-safe alphabet, so this
+/// never fails for our lists.
+fn list_value(list: &[u8]) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(list)).ok()
+}
+
+/// The `RateLimit-Policy` value of `rules`, for a layer to keep and reuse for every
+/// response that advertises exactly these rules.
+pub(crate) fn policy_value<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Option<HeaderValue> {
+    let mut policy = ListBuf::new();
+    for rule in rules {
+        write_policy_item(&mut policy, rule);
+    }
+    list_value(&policy)
+}
+
+impl RateLimitHeaders {
+    /// The headers for `rules`. `policy`, if given, is the `RateLimit-Policy` value of
+    /// exactly these rules (see [`policy_value`]). `denied` is the decision of a denied
+    /// batch: its deciding rule (the first whose own decision it is) is the one the legacy
+    /// headers describe, so they agree with `Retry-After`.
+    pub(crate) fn new<'a>(
+        rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)>,
+        policy: Option<&HeaderValue>,
+        legacy: bool,
+        denied: Option<Decision>,
+    ) -> Self {
+        let mut policy_list = ListBuf::new();
+        let mut state = ListBuf::new();
+        // The legacy headers' rule: (limit, r, t, decided the denial).
+        let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
+        for (rule, outcome) in rules {
+            if policy.is_none() {
+                write_policy_item(&mut policy_list, rule);
+            }
+            let (r, t) = advertised(outcome);
+            write_name(&mut state, rule);
+            state.extend_from_slice(b";r=");
+            write_u64(&mut state, r);
+            state.extend_from_slice(b";t=");
+            write_u64(&mut state, t);
+            let deciding = denied.is_some_and(|d| d == outcome.decision);
+            let better = match legacy_rule {
+                None => true,
+                Some((_, _, _, true)) => false,
+                Some(_) if deciding => true,
+                // Otherwise the rule with the least left (the longest wait on a tie).
+                Some((_, lr, lt, false)) => (r, std::cmp::Reverse(t)) < (lr, std::cmp::Reverse(lt)),
+            };
+            if better {
+                legacy_rule = Some((outcome.info.limit, r, t, deciding));
+            }
+        }
+        Self {
+            policy: policy.cloned().or_else(|| list_value(&policy_list)),
+            state: list_value(&state),
+            legacy: legacy
+                .then_some(legacy_rule)
+                .flatten()
+                .map(|(limit, r, t, _)| (limit, r, t)),
+        }
+    }
+
+    /// Sets the headers on `headers`, replacing any there.
+    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.state {
+            headers.insert(RATELIMIT, v);
+        }
+        if let Some((limit, r, t)) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(r));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(t));
+        }
+    }
+
+    /// Adds the headers to an inner service's response: the structured-field lists are
+    /// appended, so that nested layers (a `route_layer` inside a global layer) each
+    /// contribute their rules; the legacy single-valued headers are replaced, except on a
+    /// response that carries `Retry-After` (an inner layer's rejection), whose legacy
+    /// headers describe the rule that decided it.
+    pub(crate) fn merge_into(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.append(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.state {
+            headers.append(RATELIMIT, v);
+        }
+        if let Some((limit, r, t)) = self.legacy {
+            let keep_legacy = headers.contains_key(RETRY_AFTER);
+            for (name, value) in [
+                (X_RATELIMIT_LIMIT, limit),
+                (X_RATELIMIT_REMAINING, r),
+                (X_RATELIMIT_RESET, t),
+            ] {
+                if !(keep_legacy && headers.contains_key(&name)) {
+                    headers.insert(name, HeaderValue::from(value));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up_and_a_deny_never_says_zero() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_micros(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
+}

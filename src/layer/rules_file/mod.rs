@@ -1,0 +1,232 @@
+//! Rules from a file (feature `serde`): a layer's limits, routes, keys, plans, mode and
+//! policies written in TOML (or any format serde reads), checked with messages that name
+//! the file, the line and the field.
+//!
+//! ```
+//! # use tollgate::layer::rules_file::Loader;
+//! # use tollgate::layer::RateLimitLayer;
+//! # use tollgate::{Limiter, MemoryStore};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rules = r#"
+//! mode = "enforce"            # "enforce", "shadow", or "wait" with max_wait = "2s"
+//! on_failure = "fail_open"    # "fail_open", "fail_closed", "fallback"
+//! headers_on_allowed = true
+//!
+//! [[limit]]                   # applies to every request
+//! name = "ip"
+//! token_bucket = { capacity = 100, refill = "10/s" }
+//! key = { client_ip = { trusted = ["10.0.0.0/8"] } }
+//! penalty = { lock_for = "10m", after = 20, within = "1m" }
+//!
+//! [[route]]
+//! pattern = "POST /sms/send"
+//! [[route.limit]]
+//! name = "sms-min"
+//! fixed_window = { limit = 1, window = "1m" }
+//! key = { header = "user-id" }
+//!
+//! [[route]]
+//! pattern = "/api/*"
+//! [[route.limit]]             # plans: the rule is chosen by the request's plan
+//! key = { header = "x-api-key" }
+//! plan_of = { header = "x-plan" }
+//! unknown_plan = { plan = "free" }    # or "reject", or "unlimited"
+//! plans = [
+//!   { plan = "free", name = "api-free", fixed_window = { limit = 100, window = "1h" } },
+//!   { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
+//! ]
+//! "#;
+//! let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+//! let layer = Loader::new().from_toml(rules, "rules.toml", builder)?;
+//! # let _ = layer; Ok(()) }
+//! ```
+//!
+//! # Limits
+//!
+//! A limit has a `name` (its rule's), exactly one algorithm, a `key`, and optionally a
+//! `penalty`, a default `cost`, a `min_cost`, `on_missing_key` (`"reject"` or `"skip"`) and
+//! `shadow = true`. The algorithms, with what [`Rule`](crate::Rule)'s constructors of the same names take:
+//!
+//! | field | parameters |
+//! |---|---|
+//! | `fixed_window`, `fixed_window_from_first_hit`, `sliding_log`, `sliding_window` | `limit`, `window` |
+//! | `token_bucket`, `token_bucket_stepped` | `capacity`, `refill` |
+//! | `leaky_bucket` | `capacity`, `drain` |
+//! | `gcra` | `rate`, `burst` |
+//!
+//! Durations are strings of whole numbers with units `us`, `ms`, `s`, `m`, `h`, `d`
+//! (`"90s"`, `"1h30m"`); rates are an amount per duration, the number 1 optional
+//! (`"10/s"`, `"100/1m"`, `"3/500ms"`).
+//!
+//! # Keys
+//!
+//! | `key = …` | extractor |
+//! |---|---|
+//! | `"peer_ip"`, `{ peer_ip = { ipv6_prefix = 48 } }` | [`key::peer_ip`](crate::key::peer_ip) |
+//! | `{ client_ip = { trusted = ["10.0.0.0/8"], header = "x_forwarded_for", ipv6_prefix = 64 } }` | [`key::client_ip`](crate::key::client_ip) (`header`: `"x_forwarded_for"`, `"forwarded"`, `"x_real_ip"`) |
+//! | `{ header = "user-id" }`, `{ header = { name = "user-id", duplicates = "last" } }` | [`key::header`](crate::key::header) |
+//! | `"route"`, `"method"`, `"global"`, `{ constant = "abc" }` | [`key::route`](crate::key::route), [`key::method`](crate::key::method), [`key::global`](crate::key::global), [`key::constant`](crate::key::constant) |
+//! | `{ or = [key, key, …] }` | the first that finds a key ([`KeyExtractor::or`]) |
+//! | `{ all = [key, key] }` | both keys joined (two or three: a tuple) |
+//! | `{ named = "api-key" }` | an extractor the code registered with [`Loader::key`] |
+//!
+//! # File and code together
+//!
+//! Closures cannot come from a file: a key read by code, a cost function, a plan looked up
+//! in the server's records. The code registers them on the [`Loader`] by name
+//! ([`Loader::key`], [`Loader::plan_of`]) and the file names them (`{ named = "api-key" }`,
+//! `plan_of = { named = "plan-of-key" }`). The file's limits are added to a builder the code
+//! gives ([`Loader::load`]), so hooks ([`on_reject`](crate::layer::RateLimitLayerBuilder::on_reject),
+//! [`on_decision`](crate::layer::RateLimitLayerBuilder::on_decision), exemptions) and limits
+//! that need code (a [`Limit::cost`](crate::layer::Limit::cost) function) stay in the code,
+//! beside the file's, decided in the same batch.
+//!
+//! # Errors
+//!
+//! Every problem is reported at once, in a [`ConfigError`] whose problems each start with
+//! `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`): the TOML
+//! syntax, a field that does not exist or has the wrong type, a duration or rate that
+//! does not parse (from `toml`'s own spans), and whatever the layer's
+//! [`build`](crate::layer::RateLimitLayerBuilder::build) refuses — a zero limit, a route no
+//! request can match, a name bound to two rules — located at the limit or route it names.
+//! A [`RulesFile`] read from another format is checked the same way, its problems named by
+//! path without lines.
+//!
+//! With a [`ReloadHandle`](crate::layer::ReloadHandle), a new file replaces the rules of a
+//! running layer, and a file with a problem leaves them as they were: see
+//! `examples/reload.rs`.
+
+mod convert;
+mod report;
+mod schema;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use convert::Registered;
+use report::Index;
+pub use schema::RulesFile;
+
+use crate::error::ConfigError;
+use crate::key::KeyExtractor;
+use crate::layer::{PlanOf, RateLimitLayer, RateLimitLayerBuilder};
+use crate::store::Store;
+
+/// Turns rules files into layers, with the key extractors and plan lookups that only code
+/// can provide, registered by name. See the [module docs](self).
+///
+/// ```
+/// use tollgate::key;
+/// use tollgate::layer::{PlanOf, RateLimitLayer};
+/// use tollgate::layer::rules_file::Loader;
+/// use tollgate::{Limiter, MemoryStore};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let loader = Loader::new()
+///     // The API key from the query string, for `key = { named = "api-key" }`.
+///     .key("api-key", key::from_fn(|req| {
+///         req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("api_key=")).map(str::to_owned)
+///     }))
+///     .plan_of("plan-of-key", PlanOf::from_fn(|_req| Some("free")));
+/// let toml = r#"
+///     [[limit]]
+///     key = { named = "api-key" }
+///     plan_of = { named = "plan-of-key" }
+///     unknown_plan = "reject"
+///     plans = [
+///       { plan = "free", name = "api-free", fixed_window = { limit = 100, window = "1h" } },
+///       { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
+///     ]
+/// "#;
+/// let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+/// let layer = loader.from_toml(toml, "rules.toml", builder)?;
+///
+/// // A problem names the file, the line and the field.
+/// let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+/// let err = loader.from_toml("[[limit]]\nname = \"x\"\nkey = \"global\"\nfixed_window = { limit = 0, window = \"1m\" }\n", "rules.toml", builder)
+///     .unwrap_err();
+/// assert!(err.to_string().contains("rules.toml:2:1: limit[0].name: rule \"x\": fixed window limit must be at least 1"), "{err}");
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct Loader {
+    registered: Registered,
+}
+
+impl Loader {
+    /// A loader knowing only the built-in extractors.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `extractor` under `name`, for `key = { named = "name" }` (a later one
+    /// under the same name replaces it).
+    pub fn key(mut self, name: impl Into<String>, extractor: impl KeyExtractor) -> Self {
+        self.registered
+            .keys
+            .insert(name.into(), Arc::new(extractor));
+        self
+    }
+
+    /// Registers `plan_of` under `name`, for `plan_of = { named = "name" }`.
+    pub fn plan_of(mut self, name: impl Into<String>, plan_of: PlanOf) -> Self {
+        self.registered.plans.insert(name.into(), plan_of);
+        self
+    }
+
+    /// Reads the TOML file at `path` and builds a layer of its rules added to `builder`;
+    /// every problem is reported at once, each naming the file, the line and the field.
+    pub fn load<St: Store>(
+        &self,
+        path: impl AsRef<Path>,
+        builder: RateLimitLayerBuilder<St>,
+    ) -> Result<RateLimitLayer<St>, ConfigError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(format!("{origin}: cannot read the rules file: {e}")))?;
+        self.from_toml(&text, &origin, builder)
+    }
+
+    /// [`load`](Self::load) for TOML text; `origin` names it in messages (a file name).
+    pub fn from_toml<St: Store>(
+        &self,
+        text: &str,
+        origin: &str,
+        builder: RateLimitLayerBuilder<St>,
+    ) -> Result<RateLimitLayer<St>, ConfigError> {
+        let index = Index::of(text, origin);
+        let file: RulesFile = toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|span| index.at_span(&span))
+                .unwrap_or_default();
+            ConfigError::new(format!("{origin}{at}: {}", e.message().trim()))
+        })?;
+        self.registered.build(&file, builder, &index)
+    }
+
+    /// Builds a layer of `file`'s rules (read from any serde format) added to `builder`;
+    /// every problem is reported at once, each naming the field's path.
+    pub fn build<St: Store>(
+        &self,
+        file: &RulesFile,
+        builder: RateLimitLayerBuilder<St>,
+    ) -> Result<RateLimitLayer<St>, ConfigError> {
+        self.registered.build(file, builder, &Index::default())
+    }
+}
+
+impl fmt::Debug for Loader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut keys: Vec<&String> = self.registered.keys.keys().collect();
+        keys.sort();
+        let mut plans: Vec<&String> = self.registered.plans.keys().collect();
+        plans.sort();
+        f.debug_struct("Loader")
+            .field("keys", &keys)
+            .field("plan_of", &plans)
+            .finish()
+    }
+}

@@ -1,0 +1,409 @@
+//! The schema of a rules file: the types serde reads it into, field for field, and the
+//! text forms of durations (`"90s"`), rates (`"10/s"`) and key extractors. Nothing here
+//! knows the layer; [`convert`](super::convert) turns these into its pieces.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use crate::rate::Rate;
+
+/// The contents of a rules file, as any serde format reads them (see the
+/// [module docs](super) for the fields). [`Loader::load`](super::Loader::load) reads TOML files with line
+/// numbers; for JSON, YAML or anything else, deserialize a `RulesFile` and give it to
+/// [`Loader::build`](super::Loader::build).
+///
+/// ```
+/// use tollgate::layer::RateLimitLayer;
+/// use tollgate::layer::rules_file::{Loader, RulesFile};
+/// use tollgate::{Limiter, MemoryStore};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let file: RulesFile = serde_json::from_str(r#"{
+///     "limit": [{ "name": "per-user", "fixed_window": { "limit": 100, "window": "1m" },
+///                 "key": { "header": "user-id" } }]
+/// }"#)?;
+/// let layer = Loader::new().build(&file, RateLimitLayer::builder(Limiter::new(MemoryStore::new())))?;
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesFile {
+    #[serde(default)]
+    pub(super) mode: Option<ModeSpec>,
+    #[serde(default)]
+    pub(super) max_wait: Option<Dur>,
+    #[serde(default)]
+    pub(super) on_failure: Option<FailureSpec>,
+    #[serde(default)]
+    pub(super) headers_on_allowed: Option<bool>,
+    #[serde(default)]
+    pub(super) legacy_headers: Option<bool>,
+    #[serde(default)]
+    pub(super) max_held: Option<usize>,
+    #[serde(default)]
+    pub(super) max_held_per_key: Option<usize>,
+    #[serde(default)]
+    pub(super) log_interval: Option<Dur>,
+    #[serde(default, rename = "limit")]
+    pub(super) limits: Vec<LimitSpec>,
+    #[serde(default, rename = "route")]
+    pub(super) routes: Vec<RouteSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ModeSpec {
+    Enforce,
+    Shadow,
+    Wait,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum FailureSpec {
+    FailOpen,
+    FailClosed,
+    Fallback,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RouteSpec {
+    pub(super) pattern: String,
+    #[serde(default, rename = "limit")]
+    pub(super) limits: Vec<LimitSpec>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitSpec {
+    #[serde(default)]
+    pub(super) name: Option<String>,
+    #[serde(default)]
+    pub(super) fixed_window: Option<WindowSpec>,
+    #[serde(default)]
+    pub(super) fixed_window_from_first_hit: Option<WindowSpec>,
+    #[serde(default)]
+    pub(super) sliding_log: Option<WindowSpec>,
+    #[serde(default)]
+    pub(super) sliding_window: Option<WindowSpec>,
+    #[serde(default)]
+    pub(super) token_bucket: Option<BucketSpec>,
+    #[serde(default)]
+    pub(super) token_bucket_stepped: Option<BucketSpec>,
+    #[serde(default)]
+    pub(super) leaky_bucket: Option<LeakySpec>,
+    #[serde(default)]
+    pub(super) gcra: Option<GcraSpec>,
+    #[serde(default)]
+    pub(super) penalty: Option<PenaltySpec>,
+    #[serde(default)]
+    pub(super) cost: Option<u64>,
+    #[serde(default)]
+    pub(super) min_cost: Option<u64>,
+    #[serde(default)]
+    pub(super) on_missing_key: Option<MissingSpec>,
+    #[serde(default)]
+    pub(super) shadow: bool,
+    #[serde(default)]
+    pub(super) key: Option<KeySpec>,
+    /// In a plan's entry: the plan's name.
+    #[serde(default)]
+    pub(super) plan: Option<String>,
+    /// Makes this limit a group of plans.
+    #[serde(default)]
+    pub(super) plan_of: Option<PlanOfSpec>,
+    #[serde(default)]
+    pub(super) unknown_plan: Option<UnknownPlanSpec>,
+    #[serde(default, rename = "plans")]
+    pub(super) plan_entries: Vec<LimitSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WindowSpec {
+    pub(super) limit: u64,
+    pub(super) window: Dur,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BucketSpec {
+    pub(super) capacity: u64,
+    pub(super) refill: RateSpec,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LeakySpec {
+    pub(super) capacity: u64,
+    pub(super) drain: RateSpec,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GcraSpec {
+    pub(super) rate: RateSpec,
+    pub(super) burst: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PenaltySpec {
+    pub(super) lock_for: Dur,
+    #[serde(default)]
+    pub(super) after: Option<u64>,
+    #[serde(default)]
+    pub(super) within: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum MissingSpec {
+    Reject,
+    Skip,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum PlanOfSpec {
+    Header(String),
+    Named(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum UnknownPlanSpec {
+    Reject,
+    Unlimited,
+    Plan(String),
+}
+
+/// A duration written `"90s"`, `"1h30m"`, `"250ms"`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dur(pub(super) Duration);
+
+/// A rate written `"10/s"`, `"100/1m"`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RateSpec(pub(super) Rate);
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "{text:?} is not a duration: write whole numbers with units us, ms, s, m, h, d (\"90s\", \"1h30m\")"
+        )
+    };
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut micros: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let number: u64 = number.parse().map_err(|_| bad())?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let per_unit: u64 = match unit.trim() {
+            "us" | "µs" => 1,
+            "ms" => 1_000,
+            "s" => 1_000_000,
+            "m" | "min" => 60_000_000,
+            "h" => 3_600_000_000,
+            "d" => 86_400_000_000,
+            _ => return Err(bad()),
+        };
+        micros = number
+            .checked_mul(per_unit)
+            .and_then(|m| micros.checked_add(m))
+            .ok_or_else(bad)?;
+        rest = after.trim_start();
+    }
+    Ok(Duration::from_micros(micros))
+}
+
+fn parse_rate(text: &str) -> Result<Rate, String> {
+    let bad = |why: String| format!("{text:?} is not a rate (\"10/s\", \"100/1m\"): {why}");
+    let (amount, period) = text.split_once('/').ok_or_else(|| bad("no '/'".into()))?;
+    let amount: u64 = amount
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("{:?} is not a whole number", amount.trim())))?;
+    let period = period.trim();
+    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration(period).map_err(bad)?
+    } else {
+        parse_duration(&format!("1{period}")).map_err(bad)?
+    };
+    Ok(Rate::new(amount, period))
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(Dur).map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for RateSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_rate(&text).map(RateSpec).map_err(de::Error::custom)
+    }
+}
+
+/// A key extractor as written in a file: a name, or a table of one entry.
+#[derive(Debug, Clone)]
+pub(super) enum KeySpec {
+    PeerIp(PeerIpSpec),
+    ClientIp(ClientIpSpec),
+    Header(HeaderSpec),
+    Route,
+    Method,
+    Global,
+    Constant(String),
+    Named(String),
+    Or(Vec<KeySpec>),
+    All(Vec<KeySpec>),
+}
+
+/// The table forms of [`KeySpec`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum KeyTable {
+    PeerIp(PeerIpSpec),
+    ClientIp(ClientIpSpec),
+    Header(HeaderSpec),
+    Constant(String),
+    Named(String),
+    Or(Vec<KeySpec>),
+    All(Vec<KeySpec>),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PeerIpSpec {
+    #[serde(default)]
+    pub(super) ipv6_prefix: Option<u8>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClientIpSpec {
+    pub(super) trusted: Vec<String>,
+    #[serde(default)]
+    pub(super) header: Option<ForwardedSpec>,
+    #[serde(default)]
+    pub(super) ipv6_prefix: Option<u8>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ForwardedSpec {
+    XForwardedFor,
+    Forwarded,
+    XRealIp,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum HeaderSpec {
+    Name(String),
+    Table {
+        name: String,
+        #[serde(default)]
+        duplicates: Option<DuplicatesSpec>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum DuplicatesSpec {
+    Reject,
+    First,
+    Last,
+}
+
+const KEY_NAMES: &[&str] = &["peer_ip", "route", "method", "global"];
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = KeySpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a key extractor: \"peer_ip\", \"route\", \"method\", \"global\", or a table of one entry \
+                     (peer_ip, client_ip, header, constant, named, or, all)",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<KeySpec, E> {
+                match name {
+                    "peer_ip" => Ok(KeySpec::PeerIp(PeerIpSpec::default())),
+                    "route" => Ok(KeySpec::Route),
+                    "method" => Ok(KeySpec::Method),
+                    "global" => Ok(KeySpec::Global),
+                    "client_ip" | "header" | "constant" | "named" | "or" | "all" => {
+                        Err(E::custom(format_args!(
+                            "the key extractor {name:?} needs parameters: write it as a table, {{ {name} = … }}"
+                        )))
+                    }
+                    other => Err(E::custom(format_args!(
+                        "unknown key extractor {other:?}: expected one of {KEY_NAMES:?}, a table (peer_ip, client_ip, header, constant, or, all), \
+                         or {{ named = \"…\" }} for one the code registered"
+                    ))),
+                }
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KeySpec, A::Error> {
+                let table = KeyTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(match table {
+                    KeyTable::PeerIp(s) => KeySpec::PeerIp(s),
+                    KeyTable::ClientIp(s) => KeySpec::ClientIp(s),
+                    KeyTable::Header(s) => KeySpec::Header(s),
+                    KeyTable::Constant(s) => KeySpec::Constant(s),
+                    KeyTable::Named(s) => KeySpec::Named(s),
+                    KeyTable::Or(s) => KeySpec::Or(s),
+                    KeyTable::All(s) => KeySpec::All(s),
+                })
+            }
+        }
+
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_rates() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5 weeks").is_err());
+        assert!(parse_duration("99999999999999999999s").is_err());
+        assert_eq!(parse_rate("10/s"), Ok(Rate::per_second(10)));
+        assert_eq!(parse_rate("100 / 1m"), Ok(Rate::per_minute(100)));
+        assert_eq!(
+            parse_rate("3/500ms"),
+            Ok(Rate::new(3, Duration::from_millis(500)))
+        );
+        assert!(parse_rate("10").is_err());
+        assert!(parse_rate("x/s").is_err());
+    }
+}
