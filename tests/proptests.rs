@@ -295,11 +295,11 @@ impl Reference {
                 }
             }
         }
-        Outcome {
-            decision: combine(&outcomes),
-            rules: outcomes.into(),
-            admission: None,
-        }
+        // The model's own combination, not the crate's.
+        let decision = combine(&outcomes);
+        let mut outcome = Outcome::new(outcomes.into());
+        outcome.decision = decision;
+        outcome
     }
 }
 
