@@ -69,7 +69,7 @@
 //! ```
 
 mod error;
-mod header;
+mod headers;
 mod ip;
 
 use std::borrow::Cow;
@@ -82,7 +82,7 @@ use smallvec::SmallVec;
 use crate::error::ConfigError;
 
 pub use error::{KeyError, KeyErrorKind};
-pub use header::{header, try_header, Duplicates, Header, IntoHeaderName};
+pub use headers::{header, try_header, Duplicates, Header, IntoHeaderName};
 pub use ip::{client_ip, peer_ip, try_client_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.

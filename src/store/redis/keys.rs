@@ -1,4 +1,4 @@
-//! The names a [`RedisStore`](super::RedisStore) gives its keys and its invalidation
+//! The names a [`RedisStore`] gives its keys and its invalidation
 //! channel, with the hash-tag escaping that keeps distinct client keys apart.
 
 use crate::store::Check;
