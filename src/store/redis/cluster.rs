@@ -92,7 +92,7 @@ impl RedisStore {
 
     /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
     /// later one denies, and deciding again the slots that would count the request before
-    /// the batch releases it (see the type's docs for the guarantee).
+    /// the batch releases it (see [`RedisStore`]'s docs for the guarantee).
     pub(super) async fn decide_across_slots(
         &self,
         batch: &[Check<'_>],
