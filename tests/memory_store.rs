@@ -95,7 +95,7 @@ fn purge_expired_removes_a_million_idle_keys() {
 
 /// A million keys expire; a million others arrive; no one calls `purge_expired`.
 ///
-/// The sweep rule (memory.rs): a shard sweeps its expired entries when its length reaches
+/// The sweep rule (store/memory): a shard sweeps its expired entries when its length reaches
 /// `max(2 × its length after the last sweep, 1024)`. In the first phase nothing expires, so
 /// a shard holding `n₁` keys last swept at `L = 1024 · 2^j ≤ n₁` and sweeps next at
 /// `2L > n₁`. In the second phase every old key has expired, so a shard reaching `2L` removes

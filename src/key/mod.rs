@@ -68,18 +68,21 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 
+mod error;
+mod headers;
 mod ip;
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use http::header::HeaderName;
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 use smallvec::SmallVec;
 
 use crate::error::ConfigError;
 
+pub use error::{KeyError, KeyErrorKind};
+pub use headers::{header, try_header, Duplicates, Header, IntoHeaderName};
 pub use ip::{client_ip, peer_ip, try_client_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.
@@ -194,116 +197,6 @@ impl fmt::Debug for KeyBuf {
         write!(f, "KeyBuf({:?})", String::from_utf8_lossy(&self.bytes))
     }
 }
-
-/// What kind of problem kept an extractor from finding a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyErrorKind {
-    /// The request lacks what the key is read from (a header, for instance). The rule's
-    /// [`MissingKey`](crate::layer::MissingKey) policy decides: reject with 400 or skip it.
-    Missing,
-    /// The request has it, but it cannot be read (an unparsable address, say) or does not
-    /// name one client (a key header sent twice). Treated like [`Missing`](Self::Missing).
-    Invalid,
-    /// The server is set up so that the key can never be found (no connection info for a
-    /// peer-IP key). Answered with 500 and a message naming the fix, whatever the policy.
-    Misconfigured,
-}
-
-/// Why an extractor found no key.
-#[derive(Debug, Clone)]
-pub struct KeyError {
-    kind: KeyErrorKind,
-    message: Message,
-}
-
-/// A [`KeyError`]'s message: given by the caller, or shared by an extractor that gives it on
-/// every request without its key (an `Arc` clone, so a fallback costs no allocation).
-#[derive(Clone)]
-enum Message {
-    Given(Cow<'static, str>),
-    Shared(Arc<str>),
-}
-
-impl Message {
-    fn as_str(&self) -> &str {
-        match self {
-            Message::Given(m) => m,
-            Message::Shared(m) => m,
-        }
-    }
-}
-
-impl fmt::Debug for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-/// Errors are equal when their kind and text are, however the text is held.
-impl PartialEq for KeyError {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind == other.kind && self.message() == other.message()
-    }
-}
-
-impl Eq for KeyError {}
-
-impl KeyError {
-    /// The request lacks the key (`message` says what is missing).
-    pub fn missing(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Missing, message)
-    }
-
-    /// The request's key cannot be read.
-    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Invalid, message)
-    }
-
-    /// The server cannot provide the key; `message` should name the fix.
-    pub fn misconfigured(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Misconfigured, message)
-    }
-
-    fn new(kind: KeyErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            kind,
-            message: Message::Given(message.into()),
-        }
-    }
-
-    /// An error of `kind` whose `message` is shared, not copied.
-    fn shared(kind: KeyErrorKind, message: &Arc<str>) -> Self {
-        Self {
-            kind,
-            message: Message::Shared(Arc::clone(message)),
-        }
-    }
-
-    /// What kind of problem it is.
-    pub fn kind(&self) -> KeyErrorKind {
-        self.kind
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        self.message.as_str()
-    }
-}
-
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            KeyErrorKind::Missing => write!(f, "missing rate limit key: {}", self.message()),
-            KeyErrorKind::Invalid => write!(f, "invalid rate limit key: {}", self.message()),
-            KeyErrorKind::Misconfigured => {
-                write!(f, "rate limit key unavailable: {}", self.message())
-            }
-        }
-    }
-}
-
-impl std::error::Error for KeyError {}
 
 /// Turns a request into the key a rule counts under.
 ///
@@ -465,158 +358,6 @@ macro_rules! tuple_extractor {
 tuple_extractor!(A, B);
 tuple_extractor!(A, B, C);
 tuple_extractor!(A, B, C, D);
-
-/// The value of a header; see [`header`].
-#[derive(Debug, Clone)]
-pub struct Header {
-    name: HeaderName,
-    duplicates: Duplicates,
-    /// The messages of a request without the header, and with it twice: made once, so a
-    /// fallback costs no allocation.
-    missing: Arc<str>,
-    duplicated: Arc<str>,
-}
-
-/// Which value of a header that a request sends more than once is its key; see
-/// [`Header::duplicates`].
-///
-/// A gateway that *appends* an identity header after the client's own leaves the client's
-/// value first, and one that keeps the client's copy lets it through untouched: with either,
-/// a client that sends `User-Id: random-$RANDOM` would get a fresh limit per request. So the
-/// default refuses such a request. Gateways must *replace* identity headers (nginx
-/// `proxy_set_header`, Envoy `request_headers_to_add` with `OVERWRITE_IF_EXISTS_OR_ADD`,
-/// HAProxy `http-request set-header`), and then every request carries exactly one value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Duplicates {
-    /// A request with the header more than once has no key
-    /// ([`KeyErrorKind::Invalid`], `header user-id appears more than once`): the limit's
-    /// [`MissingKey`](crate::layer::MissingKey) policy applies (400 by default), and
-    /// [`KeyExtractor::or`] falls back to its other extractor. The default.
-    #[default]
-    Reject,
-    /// The first value counts: only right when the client cannot add values of its own.
-    First,
-    /// The last value counts: for a gateway that appends its value after the client's on
-    /// every request (one that only sometimes adds it leaves the client's value last).
-    Last,
-}
-
-/// The value of header `name` (any bytes; an absent or empty header is
-/// [`KeyErrorKind::Missing`]). A request that sends the header more than once has no key
-/// ([`KeyErrorKind::Invalid`]) unless [`Header::duplicates`] says which value counts.
-///
-/// The client writes this header: put the service behind a gateway that authenticates the
-/// client and *replaces* the header (see [`Duplicates`]), or the key is whatever the client
-/// says. Several values on one line (`User-Id: a, b`) are one value, `a, b`.
-///
-/// The name is a literal (`"user-id"`, any case) or an [`http::HeaderName`]; for a name read
-/// at run time, use [`try_header`].
-///
-/// # Panics
-///
-/// On a `&'static str` that is not a valid header name, as [`HeaderName::from_static`]
-/// does: a literal is the program's own text, and the first start of the service shows the
-/// mistake. Names from configuration go through [`try_header`], which returns the error.
-pub fn header(name: impl IntoHeaderName) -> Header {
-    Header::named(name.into_header_name())
-}
-
-/// [`header`] for a name read at run time: an invalid header name is a configuration error.
-///
-/// ```
-/// use tollgate::key;
-///
-/// assert!(key::try_header("user-id").is_ok());
-/// assert!(key::try_header("user id").is_err());
-/// ```
-pub fn try_header(name: &str) -> Result<Header, ConfigError> {
-    HeaderName::from_bytes(name.as_bytes())
-        .map(Header::named)
-        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-}
-
-/// A header name [`header`] accepts without a `?`: an [`http::HeaderName`], or a
-/// `&'static str` literal (checked as [`HeaderName::from_static`] checks one, but in any
-/// case).
-pub trait IntoHeaderName {
-    /// The name; see [`header`] for what an invalid literal does.
-    fn into_header_name(self) -> HeaderName;
-}
-
-impl IntoHeaderName for HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self
-    }
-}
-
-impl IntoHeaderName for &HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self.clone()
-    }
-}
-
-impl IntoHeaderName for &'static str {
-    fn into_header_name(self) -> HeaderName {
-        match HeaderName::from_bytes(self.as_bytes()) {
-            Ok(name) => name,
-            // A literal in the program's source, not input: the documented panic of
-            // `key::header`, as `HeaderName::from_static`'s.
-            Err(_) => panic!("{self:?} is not a valid header name; use key::try_header for names read at run time"),
-        }
-    }
-}
-
-impl Header {
-    fn named(name: HeaderName) -> Self {
-        Self {
-            missing: format!("header {name}").into(),
-            duplicated: format!("header {name} appears more than once").into(),
-            duplicates: Duplicates::default(),
-            name,
-        }
-    }
-
-    /// Which value counts when a request sends the header more than once (default
-    /// [`Duplicates::Reject`]: none).
-    ///
-    /// ```
-    /// use tollgate::key::{self, Duplicates};
-    ///
-    /// # fn main() -> Result<(), tollgate::ConfigError> {
-    /// // Behind a gateway that appends the authenticated id after whatever the client sent.
-    /// let user = key::header("user-id").duplicates(Duplicates::Last);
-    /// # Ok(()) }
-    /// ```
-    pub fn duplicates(mut self, duplicates: Duplicates) -> Self {
-        self.duplicates = duplicates;
-        self
-    }
-}
-
-impl KeyExtractor for Header {
-    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        let mut values = req.headers().get_all(&self.name).iter();
-        let value = match self.duplicates {
-            Duplicates::Reject => {
-                let first = values.next();
-                if values.next().is_some() {
-                    return Err(KeyError::shared(KeyErrorKind::Invalid, &self.duplicated));
-                }
-                first
-            }
-            Duplicates::First => values.next(),
-            Duplicates::Last => values.next_back(),
-        };
-        match value {
-            Some(value) if !value.is_empty() => {
-                key.push(value.as_bytes());
-                Ok(())
-            }
-            _ => Err(KeyError::shared(KeyErrorKind::Missing, &self.missing)),
-        }
-    }
-}
 
 /// The HTTP method; see [`method`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -24,8 +24,8 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::StoreError;
 
+use super::connection::{unavailable, Connection};
 use super::script::{self, Encoded, Route};
-use super::{unavailable, Connection};
 
 /// Calls in flight at once on a coalescing store: while they are, Redis works on one and
 /// the next is on its way, and the requests arriving meanwhile queue for the call after.

@@ -1,7 +1,11 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
+mod cluster;
+mod connection;
 mod deny_cache;
 mod dispatch;
+mod invalidation;
+mod keys;
 mod script;
 mod setup;
 
@@ -11,21 +15,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Client, RedisError, Value};
+use redis::{Client, Value};
 use smallvec::SmallVec;
 
-use crate::algorithm::Algorithm;
 use crate::clock::{duration_to_micros, Clock};
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
-use crate::store::{Admission, Check, Store, Taken};
+use crate::store::{Admission, Check, Store};
 use crate::Rule;
 
+use connection::{unavailable, Connection};
 use deny_cache::DenyCache;
 use dispatch::{Caller, Calls};
+use invalidation::{listen, subscribe};
+use keys::escape_into;
 use script::{Call, Encoded, Mode, Reply, Route};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
@@ -168,13 +173,6 @@ pub struct RedisStore {
     /// [`with_deny_cache`](Self::with_deny_cache)).
     servers: Arc<[String]>,
     deny_cache: Option<Arc<DenyCache>>,
-}
-
-/// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
-#[derive(Clone)]
-enum Connection {
-    Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
 }
 
 impl RedisStore {
@@ -434,13 +432,6 @@ impl RedisStore {
         self.deny_cache.as_ref().map_or(0, |c| c.len())
     }
 
-    /// The channel resets and refunds are published on.
-    fn channel(&self) -> Vec<u8> {
-        let mut channel = self.prefix.to_vec();
-        channel.extend_from_slice(b":deny-cache");
-        channel
-    }
-
     /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
     /// (denials are durations, so no wall clock is needed, nor its jumps wanted).
     fn local_now(&self) -> u64 {
@@ -473,38 +464,6 @@ impl RedisStore {
         let outcome = self.decide(batch, max_wait).await?;
         cache.record(batch, max_wait, &outcome, sent_at, epoch);
         Ok(outcome)
-    }
-
-    /// Tells every instance's deny cache (this one's at once) that `rule`'s state for
-    /// `key` moved under it.
-    async fn invalidate(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
-        if let Some(cache) = &self.deny_cache {
-            cache.invalidate(rule.name(), key);
-        }
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(self.channel())
-            .arg(deny_cache::invalidation(rule, key));
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(unavailable)?;
-        Ok(())
-    }
-
-    /// `{prefix}:{<key>}:<rule>`, or its sliding log `…/log`.
-    fn key(&self, check: &Check<'_>, log: bool) -> Vec<u8> {
-        let rule = check.rule.name().as_bytes();
-        let mut k = Vec::with_capacity(self.prefix.len() + check.key.len() + rule.len() + 10);
-        k.extend_from_slice(&self.prefix);
-        k.extend_from_slice(b":{");
-        escape_into(&mut k, check.key);
-        k.extend_from_slice(b"}:");
-        k.extend_from_slice(rule);
-        if log {
-            k.extend_from_slice(b"/log");
-        }
-        k
     }
 
     fn call(&self, max_wait: u64, mode: Mode) -> Call {
@@ -540,371 +499,15 @@ impl RedisStore {
 
     /// Decides a batch [`decide_cached`](Self::decide_cached) has validated.
     async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        if let Connection::Cluster(_) = self.conn {
+            let groups = self.by_slot(batch);
+            if groups.len() > 1 {
+                return self.decide_across_slots(batch, &groups, max_wait).await;
+            }
+        }
         let checks: SmallVec<[&Check<'_>; 4]> = batch.iter().collect();
-        let Connection::Cluster(_) = self.conn else {
-            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
-            return Ok(outcome_of(reply, batch));
-        };
-        // Group by slot, in the order each slot first appears.
-        let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
-        for (i, check) in batch.iter().enumerate() {
-            let slot = Slot::for_key(self.key(check, false));
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
-            }
-        }
-        if groups.len() == 1 {
-            let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
-            return Ok(outcome_of(reply, batch));
-        }
-        self.decide_across_slots(batch, &groups, max_wait).await
-    }
-
-    /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
-    /// later one denies, and deciding again the slots that would count the request before
-    /// the batch releases it (see the type's docs for the guarantee).
-    async fn decide_across_slots(
-        &self,
-        batch: &[Check<'_>],
-        groups: &[(Slot, Vec<usize>)],
-        max_wait: u64,
-    ) -> Result<Outcome, StoreError> {
-        let mut outcomes: Vec<Option<RuleOutcome>> = vec![None; batch.len()];
-        let mut taken: SmallVec<[Taken; 4]> = smallvec::smallvec![Taken::default(); batch.len()];
-        let mut admitted: Vec<Part> = Vec::new();
-        // The batch's reservation so far: the request arrives that long after now (a
-        // wait-mode reservation; a leaky bucket's queue holds only its own slot's rules), so
-        // no later part may count it earlier.
-        let mut delay = 0;
-        let mut denied = false;
-        // The part whose leaky bucket holds the request longest goes first: how long its
-        // queue holds the request (µs after its node's now) decides which rules of the other
-        // parts are pending. With queues in several slots, each is looked at first.
-        let is_queue = |i: usize| {
-            let c = &batch[i];
-            !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
-        };
-        let shaping: SmallVec<[usize; 4]> = (0..groups.len())
-            .filter(|&g| groups[g].1.iter().any(|&i| is_queue(i)))
-            .collect();
-        // The first part, and the queues of the other parts that hold the request (they
-        // count it on arrival, their delay being their queue).
-        let mut leader = shaping.first().copied();
-        let mut holding: SmallVec<[usize; 4]> = SmallVec::new();
-        if shaping.len() > 1 {
-            let mut longest = 0;
-            for &g in &shaping {
-                let members = &groups[g].1;
-                let reply = self
-                    .run_part(batch, members, max_wait, Mode::Peek, delay)
-                    .await?;
-                let mut release = 0;
-                // A queue holds the request while it is not empty, whether or not the
-                // request fits (one that does not denies the batch anyway).
-                for (&i, outcome) in members
-                    .iter()
-                    .zip(&reply.rules)
-                    .filter(|(&i, _)| is_queue(i))
-                {
-                    match outcome.decision {
-                        Decision::Delay(d) => {
-                            release = release.max(duration_to_micros(d));
-                            holding.push(i);
-                        }
-                        // Not before its queue's end (in wait mode it reserves later).
-                        Decision::Deny(_) if !outcome.info.reset.is_zero() => {
-                            release = release.max(duration_to_micros(outcome.info.reset));
-                            holding.push(i);
-                        }
-                        _ => {}
-                    }
-                }
-                if release > longest {
-                    (leader, longest) = (Some(g), release);
-                }
-            }
-        }
-        let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
-        order.sort_by_key(|&g| Some(g) != leader);
-        let mut shaped = 0;
-        // The members left to the release, and the release they were checked at.
-        let mut pending: Vec<(Vec<usize>, u64)> = Vec::new();
-        for g in order {
-            let members = &groups[g].1;
-            // Its rules pass the request before the leader's queue does: pending (see
-            // `batch::evaluate`), checked now as they stand at the release. Trial rules,
-            // rules that take nothing and queues that hold the request count it on arrival.
-            let (later, now): (Vec<usize>, Vec<usize>) =
-                if !denied && shaped > delay && Some(g) != leader {
-                    members.iter().partition(|&&i| {
-                        !batch[i].shadow && batch[i].cost > 0 && !holding.contains(&i)
-                    })
-                } else {
-                    (Vec::new(), members.clone())
-                };
-            // What to decide and commit here, each no earlier than its least delay.
-            let mut parts: SmallVec<[(Vec<usize>, u64); 2]> = SmallVec::new();
-            if !now.is_empty() {
-                parts.push((now, delay));
-            }
-            if !later.is_empty() {
-                let reply = match self
-                    .run_part(batch, &later, max_wait, Mode::Peek, shaped)
-                    .await
-                {
-                    Ok(reply) => reply,
-                    Err(e) => {
-                        self.refund(batch, &admitted, &mut outcomes).await?;
-                        return Err(e);
-                    }
-                };
-                if reply.admitted {
-                    for &i in &later {
-                        taken[i] = Taken::pending();
-                    }
-                    for (&i, outcome) in later.iter().zip(reply.rules) {
-                        outcomes[i] = Some(outcome);
-                    }
-                    pending.push((later, shaped));
-                } else if max_wait > 0 {
-                    // Not at the release: a reservation from there, the queue's part
-                    // realigned to it below (it then holds the request no longer).
-                    parts.push((later, shaped));
-                } else {
-                    denied = true;
-                    self.refund(batch, &admitted, &mut outcomes).await?;
-                    admitted.clear();
-                    for (&i, outcome) in later.iter().zip(reply.rules) {
-                        outcomes[i] = Some(outcome);
-                    }
-                }
-            }
-            for (members, least) in &parts {
-                let members: &[usize] = members;
-                let mode = if denied { Mode::Deny } else { Mode::Decide };
-                let reply = match self
-                    .run_part(batch, members, max_wait, mode, delay.max(*least))
-                    .await
-                {
-                    Ok(reply) => reply,
-                    Err(e) => {
-                        // Leave nothing behind that a failed check consumed, as far as we can.
-                        self.refund(batch, &admitted, &mut outcomes).await?;
-                        return Err(e);
-                    }
-                };
-                if reply.admitted {
-                    record_taken(&mut taken, members, &reply);
-                    let part = Part::new(members, &reply, batch);
-                    delay = delay.max(part.delay);
-                    shaped = shaped.max(part.shaped);
-                    admitted.push(part);
-                } else if !denied {
-                    denied = true;
-                    self.refund(batch, &admitted, &mut outcomes).await?;
-                    admitted.clear();
-                }
-                for (&i, outcome) in members.iter().zip(reply.rules) {
-                    if outcomes[i].is_none() {
-                        outcomes[i] = Some(outcome);
-                    }
-                }
-            }
-        }
-        let mut settle = Settle {
-            admitted,
-            outcomes,
-            taken,
-            delay,
-            denied,
-        };
-        if let Some(unsettled) = self.realign(batch, max_wait, &mut settle).await? {
-            return Ok(unsettled);
-        }
-        // The rules left to the release were checked at the queue's release as it stood
-        // then; realigning may have moved it and the reservation. Where the queue still
-        // holds the request past its reservation they stay pending (checked again where the
-        // release moved); where it no longer does, they count at the reservation like the
-        // rest, which may move it again.
-        let mut rounds = 0;
-        while !settle.denied {
-            let shaped = settle.admitted.iter().map(|p| p.shaped).max().unwrap_or(0);
-            let (stale, fresh): (Vec<_>, Vec<_>) = pending
-                .into_iter()
-                .partition(|(_, at)| !(shaped > settle.delay && *at == shaped));
-            pending = fresh;
-            if stale.is_empty() {
-                break;
-            }
-            if rounds == MAX_REALIGN_ROUNDS {
-                self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                    .await?;
-                return Ok(unsettled(settle.outcomes, settle.delay));
-            }
-            rounds += 1;
-            for (members, _) in stale {
-                let (mode, least) = if shaped > settle.delay {
-                    (Mode::Peek, shaped)
-                } else {
-                    (Mode::Decide, settle.delay)
-                };
-                let reply = match self.run_part(batch, &members, max_wait, mode, least).await {
-                    Ok(reply) => reply,
-                    Err(e) => {
-                        self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                            .await?;
-                        return Err(e);
-                    }
-                };
-                for (&i, outcome) in members.iter().zip(&reply.rules) {
-                    settle.outcomes[i] = Some(*outcome);
-                }
-                if !reply.admitted {
-                    settle.denied = true;
-                    self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                        .await?;
-                    settle.admitted.clear();
-                    break;
-                }
-                if mode == Mode::Peek {
-                    pending.push((members, shaped));
-                } else {
-                    record_taken(&mut settle.taken, &members, &reply);
-                    let part = Part::new(&members, &reply, batch);
-                    settle.delay = settle.delay.max(part.delay);
-                    settle.admitted.push(part);
-                }
-            }
-            if let Some(unsettled) = self.realign(batch, max_wait, &mut settle).await? {
-                return Ok(unsettled);
-            }
-        }
-        let Settle {
-            outcomes,
-            taken,
-            denied,
-            ..
-        } = settle;
-        let rules = outcomes
-            .into_iter()
-            .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut outcome = script::combine(rules, batch);
-        if !denied {
-            outcome.admission = Some(Admission::new(taken));
-        }
-        Ok(outcome)
-    }
-
-    /// Decides again the admitted parts of a cross-slot batch that counted the request
-    /// before its reservation (`settle.delay`); `Some` outcome: no agreement, denied and
-    /// refunded.
-    async fn realign(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: u64,
-        settle: &mut Settle,
-    ) -> Result<Option<Outcome>, StoreError> {
-        // A part admitted before a later one reserved the batch further ahead counted the
-        // request too early (a fixed window would count it in a window it does not pass in): take it
-        // back and decide it again at the batch's delay. Without other traffic that part
-        // admits there (an admissible rule stays admissible) and the batch is settled;
-        // traffic in between can make it deny or delay further, so this is bounded.
-        let mut rounds = 0;
-        while !settle.denied && settle.admitted.iter().any(|p| p.delay < settle.delay) {
-            if rounds == MAX_REALIGN_ROUNDS {
-                // Still no agreement: deny rather than let a part count the request early.
-                self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                    .await?;
-                return Ok(Some(unsettled(
-                    std::mem::take(&mut settle.outcomes),
-                    settle.delay,
-                )));
-            }
-            rounds += 1;
-            let mut p = 0;
-            while p < settle.admitted.len() {
-                if settle.admitted[p].delay >= settle.delay {
-                    p += 1;
-                    continue;
-                }
-                let early = settle.admitted.remove(p);
-                let redecided = match self
-                    .refund(batch, std::slice::from_ref(&early), &mut settle.outcomes)
-                    .await
-                {
-                    Ok(()) => {
-                        self.run_part(batch, &early.members, max_wait, Mode::Decide, settle.delay)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                let reply = match redecided {
-                    Ok(reply) => reply,
-                    Err(e) => {
-                        self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                            .await?;
-                        return Err(e);
-                    }
-                };
-                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
-                    settle.outcomes[i] = Some(*outcome);
-                }
-                if !reply.admitted {
-                    settle.denied = true;
-                    self.refund(batch, &settle.admitted, &mut settle.outcomes)
-                        .await?;
-                    settle.admitted.clear();
-                    break;
-                }
-                record_taken(&mut settle.taken, &early.members, &reply);
-                let part = Part::new(&early.members, &reply, batch);
-                settle.delay = settle.delay.max(part.delay);
-                settle.admitted.insert(p, part);
-                p += 1;
-            }
-        }
-        Ok(None)
-    }
-
-    /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
-    async fn run_part(
-        &self,
-        batch: &[Check<'_>],
-        members: &[usize],
-        max_wait: u64,
-        mode: Mode,
-        min_delay: u64,
-    ) -> Result<Reply, StoreError> {
-        let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-        let call = Call {
-            min_delay,
-            ..self.call(max_wait, mode)
-        };
-        self.run(call, &checks).await
-    }
-
-    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
-    /// their quota after the refund.
-    async fn refund(
-        &self,
-        batch: &[Check<'_>],
-        admitted: &[Part],
-        outcomes: &mut [Option<RuleOutcome>],
-    ) -> Result<(), StoreError> {
-        for part in admitted {
-            let checks: SmallVec<[&Check<'_>; 4]> =
-                part.consumed.iter().map(|&i| &batch[i]).collect();
-            let packed = script::packed_taken(part.taken.iter().copied());
-            let reply = self
-                .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
-                .await?;
-            for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
-                outcomes[i] = Some(outcome);
-            }
-        }
-        Ok(())
+        let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
+        Ok(outcome_of(reply, batch))
     }
 
     /// [`Store::refund`]: one `Mode::RefundHeld` call per slot (one call on a standalone
@@ -979,120 +582,12 @@ impl RedisStore {
     }
 }
 
-/// How often a cross-slot batch decides its early parts again before it gives up (denies):
-/// each round only follows traffic that moved a part's release in between.
-const MAX_REALIGN_ROUNDS: u32 = 2;
-
-/// Where a cross-slot batch stands while its parts are decided.
-struct Settle {
-    /// The parts admitted so far.
-    admitted: Vec<Part>,
-    /// Per rule of the batch: its outcome so far.
-    outcomes: Vec<Option<RuleOutcome>>,
-    /// Per rule of the batch: what it took (for `Admission`).
-    taken: SmallVec<[Taken; 4]>,
-    /// The batch's reservation: µs after now that the request arrives at.
-    delay: u64,
-    /// Whether a part denied.
-    denied: bool,
-}
-
-/// One slot's part of a cross-slot batch, admitted.
-#[derive(Debug, Clone)]
-struct Part {
-    /// The batch indices of its checks.
-    members: SmallVec<[usize; 4]>,
-    /// The members that consumed: all but a shadow item that denied (a refund takes back
-    /// only what was taken).
-    consumed: SmallVec<[usize; 4]>,
-    /// Per consumed member: the instant (in its node's clock) its rule counted the request
-    /// at, which a refund takes it back at.
-    taken: SmallVec<[Taken; 4]>,
-    /// µs after its node's now that it reserved the request at (a wait-mode reservation:
-    /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
-    delay: u64,
-    /// µs after its node's now that its leaky buckets release the request at (0 if none
-    /// holds it): the rules of other slots are pending until then.
-    shaped: u64,
-}
-
-impl Part {
-    fn new(members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
-        let (consumed, taken) = members
-            .iter()
-            .zip(&reply.rules)
-            .zip(&reply.taken)
-            .filter(|((&i, o), t)| !t.pending && (!batch[i].shadow || o.decision.is_admitted()))
-            .map(|((&i, _), &t)| (i, t))
-            .unzip();
-        let shaped = members
-            .iter()
-            .zip(&reply.rules)
-            .filter(|&(&i, _)| {
-                let c = &batch[i];
-                !c.shadow && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
-            })
-            .filter_map(|(_, o)| match o.decision {
-                Decision::Delay(d) => Some(duration_to_micros(d)),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        Self {
-            members: members.into(),
-            consumed,
-            taken,
-            delay: reply.reserved.saturating_sub(reply.now),
-            shaped,
-        }
-    }
-}
-
-/// The outcome of a cross-slot batch whose parts kept moving each other's release (traffic
-/// between the calls): denied, every part refunded, retry once the longest release seen.
-fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
-    let rules = outcomes.into_iter().flatten().collect();
-    Outcome {
-        decision: Decision::Deny(Denial {
-            reason: DenyReason::Limited,
-            retry_after: Some(Duration::from_micros(delay)),
-        }),
-        rules,
-        admission: None,
-    }
-}
-
-/// Appends `bytes` with the hash-tag delimiters escaped (`\` → `\\`, `{` → `\[`,
-/// `}` → `\]`), and an empty key as `\0`, so the escaped key is a non-empty hash tag and
-/// distinct keys stay distinct.
-fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.is_empty() {
-        out.extend_from_slice(b"\\0");
-        return;
-    }
-    for &b in bytes {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'{' => out.extend_from_slice(b"\\["),
-            b'}' => out.extend_from_slice(b"\\]"),
-            _ => out.push(b),
-        }
-    }
-}
-
 /// The outcome of a batch decided in one script call.
 fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
     let admission = reply.admission();
     let mut outcome = script::combine(reply.rules, batch);
     outcome.admission = admission;
     outcome
-}
-
-/// Records what the `members` of an admitted slot took, for a later `Store::refund`.
-fn record_taken(taken: &mut [Taken], members: &[usize], reply: &Reply) {
-    for (&i, &t) in members.iter().zip(&reply.taken) {
-        taken[i] = t;
-    }
 }
 
 /// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
@@ -1107,99 +602,6 @@ fn no_answer(addr: &str) -> StoreError {
 fn monotonic_micros() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     duration_to_micros(START.get_or_init(std::time::Instant::now).elapsed())
-}
-
-/// A connection subscribed to `channel` on the first of `servers` that answers (on a
-/// Cluster, a message published on any node reaches every node).
-async fn subscribe(
-    servers: &[String],
-    channel: &[u8],
-) -> Result<redis::aio::PubSubStream, StoreError> {
-    let mut last = StoreError::Unavailable("no server to subscribe to".into());
-    for url in servers {
-        let attempt = async {
-            let client = Client::open(url.as_str()).map_err(unavailable)?;
-            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
-            pubsub.subscribe(channel).await.map_err(unavailable)?;
-            Ok::<_, StoreError>(pubsub.into_on_message())
-        };
-        match attempt.await {
-            Ok(messages) => return Ok(messages),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Applies the invalidations published on `channel` to `cache` for as long as it lives.
-/// When the subscription is lost, the cache is emptied and bypassed (a reset may have been
-/// missed) until it is subscribed again.
-async fn listen(
-    cache: std::sync::Weak<DenyCache>,
-    servers: Arc<[String]>,
-    channel: Vec<u8>,
-    mut messages: redis::aio::PubSubStream,
-) {
-    use futures_core::Stream;
-    loop {
-        while let Some(message) =
-            std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
-        {
-            let Some(cache) = cache.upgrade() else { return };
-            cache.on_message(message.get_payload_bytes());
-        }
-        loop {
-            match cache.upgrade() {
-                Some(cache) => cache.set_live(false),
-                None => return,
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let again = tokio::time::timeout(DEFAULT_TIMEOUT, subscribe(&servers, &channel));
-            if let Ok(Ok(resubscribed)) = again.await {
-                messages = resubscribed;
-                break;
-            }
-        }
-        match cache.upgrade() {
-            Some(cache) => {
-                cache.clear();
-                cache.set_live(true);
-            }
-            None => return,
-        }
-    }
-}
-
-fn unavailable(e: RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-impl redis::aio::ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        match self {
-            Connection::Standalone(c) => c.req_packed_command(cmd),
-            Connection::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<Value>> {
-        match self {
-            Connection::Standalone(c) => c.req_packed_commands(cmd, offset, count),
-            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Connection::Standalone(c) => c.get_db(),
-            Connection::Cluster(c) => c.get_db(),
-        }
-    }
 }
 
 impl fmt::Debug for RedisStore {
@@ -1263,30 +665,5 @@ impl Store for RedisStore {
                 .map_err(unavailable)?;
             Ok(())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn escaped(b: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        escape_into(&mut out, b);
-        out
-    }
-
-    #[test]
-    fn escaping_keeps_keys_distinct_and_tags_whole() {
-        let keys: [&[u8]; 7] = [b"", b"\\0", b"a}b", b"a\\]b", b"{x}", b"\\", b"plain"];
-        let all: Vec<_> = keys.iter().map(|k| escaped(k)).collect();
-        for (i, a) in all.iter().enumerate() {
-            assert!(!a.is_empty());
-            assert!(!a.contains(&b'}') && !a.contains(&b'{'));
-            for b in &all[..i] {
-                assert_ne!(a, b);
-            }
-        }
-        assert_eq!(escaped(b"plain"), b"plain");
     }
 }

@@ -5,9 +5,9 @@ use redis::{RedisError, Value};
 
 use crate::error::StoreError;
 
+use super::connection::Connection;
 use super::dispatch::Caller;
 use super::script::{self, Call, Encoded, Mode, Route};
-use super::Connection;
 
 /// The oldest Redis the script runs on: it reads `TIME` and then writes, which needs
 /// effects replication, the default from 5.0 on (and `UNLINK`, from 4.0).

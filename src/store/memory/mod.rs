@@ -1,8 +1,10 @@
 //! The in-process store: a sharded map of entries, decided under the shards' locks.
 
+mod key;
+
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +18,11 @@ use crate::algorithm::{Admitted, Carried, State, Verdict};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
 use crate::error::StoreError;
-use crate::rule::name_digest;
 use crate::store::batch::{self, Entry, Evaluated};
 use crate::store::{Admission, Check, Store, Taken};
 use crate::Rule;
+
+use key::{hash_pair, StoreKey};
 
 /// Shards are swept of expired entries when they have doubled since the last sweep, but not
 /// below this size (sweeping tiny shards often gains nothing).
@@ -75,91 +78,6 @@ struct Shard {
     /// The latest instant a decision in this shard was taken at, for clocks whose readings
     /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
     latest: u64,
-}
-
-/// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
-/// lookup then compares them in the map's own memory, and an entry costs no allocation of
-/// its own), else in one allocation.
-enum StoreKey {
-    /// See [`Inline`].
-    Inline(Inline),
-    Heap {
-        rule_len: usize,
-        bytes: Box<[u8]>,
-    },
-}
-
-/// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. A lookup
-/// compares the name and the key with the stored parts where they are: building a probe of
-/// this form first and reading it back whole stalls the load on the copy's narrower stores
-/// (a store-forwarding stall: 13 % of the store's samples on a hot key in a profile).
-type Inline = [u8; INLINE_KEY + 2];
-
-/// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
-/// the 32 bytes its heap form takes anyway.
-const INLINE_KEY: usize = 29;
-
-impl StoreKey {
-    fn new(rule: &str, key: &[u8]) -> Self {
-        if let Some(inline) = Self::inline(rule, key) {
-            return Self::Inline(inline);
-        }
-        let mut bytes = Vec::with_capacity(rule.len() + key.len());
-        bytes.extend_from_slice(rule.as_bytes());
-        bytes.extend_from_slice(key);
-        Self::Heap {
-            rule_len: rule.len(),
-            bytes: bytes.into_boxed_slice(),
-        }
-    }
-
-    /// The inline form of `rule ‖ key`, if it fits.
-    fn inline(rule: &str, key: &[u8]) -> Option<Inline> {
-        let len = rule.len() + key.len();
-        if len > INLINE_KEY {
-            return None;
-        }
-        let mut bytes = [0; INLINE_KEY + 2];
-        // Both fit in INLINE_KEY bytes, so in a u8.
-        bytes[0] = rule.len() as u8;
-        bytes[1] = len as u8;
-        bytes[2..2 + rule.len()].copy_from_slice(rule.as_bytes());
-        bytes[2 + rule.len()..2 + len].copy_from_slice(key);
-        Some(bytes)
-    }
-
-    /// The rule's name and the key.
-    fn parts(&self) -> (&[u8], &[u8]) {
-        match self {
-            Self::Inline(bytes) => {
-                bytes[2..2 + usize::from(bytes[1])].split_at(usize::from(bytes[0]))
-            }
-            Self::Heap { rule_len, bytes } => bytes.split_at(*rule_len),
-        }
-    }
-
-    #[inline]
-    fn matches(&self, check: &Check<'_>) -> bool {
-        let (rule, key) = self.parts();
-        rule == check.rule.name().as_bytes() && key == check.key
-    }
-}
-
-/// The map rehashes stored keys with this when it grows, so it must agree with
-/// [`Shared::hash`]: both go through [`hash_pair`].
-impl Hash for StoreKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let (rule, key) = self.parts();
-        hash_pair(state, name_digest(rule), key);
-    }
-}
-
-/// The one way a (rule name, key) pair is hashed, for lookups and stored keys alike: the
-/// name's digest ([`name_digest`], cached in the rule) and the key's bytes, read where they
-/// are (a copy made just before would be read back before it is written out, a stall).
-fn hash_pair<H: Hasher>(state: &mut H, name_digest: u64, key: &[u8]) {
-    state.write_u64(name_digest);
-    state.write(key);
 }
 
 struct Slot {
@@ -736,207 +654,4 @@ impl Store for MemoryStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use proptest::prelude::*;
-
-    use super::*;
-    use crate::{ManualClock, Penalty, Rate};
-
-    /// A rule of one of the six algorithms (both token-bucket refills) with small numbers,
-    /// perhaps with a penalty; `variant` picks another configuration of the same name.
-    fn rule(kind: u8, quota: u64, period: u64, penalty: bool) -> Rule {
-        let rule = crate::rule::sample(kind, quota, period);
-        if penalty {
-            rule.with_penalty(Penalty::lock_for(Duration::from_micros(period)).after(2))
-        } else {
-            rule
-        }
-    }
-
-    /// (advance µs, which of the two configurations, cost, shadow, max wait µs, refund it)
-    type Step = (u64, bool, u64, bool, u64, bool);
-
-    fn step() -> impl Strategy<Value = Step> {
-        (
-            prop_oneof![Just(0u64), 0..300u64, 0..5_000u64],
-            proptest::bool::weighted(0.2),
-            prop_oneof![4 => Just(1u64), 1 => 0..5u64],
-            proptest::bool::weighted(0.1),
-            prop_oneof![Just(0u64), Just(700), Just(10_000)],
-            proptest::bool::weighted(0.1),
-        )
-    }
-
-    fn ready<F: Future>(fut: F) -> F::Output {
-        use std::task::{Context, Poll, Waker};
-        match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(out) => out,
-            Poll::Pending => panic!("MemoryStore futures are ready on first poll"),
-        }
-    }
-
-    /// Every entry with its expiry, by name ‖ key: what two stores hold, comparable
-    /// whatever their hashers.
-    fn entries(store: &MemoryStore) -> Vec<(Vec<u8>, Entry, u64)> {
-        let mut all: Vec<_> = store
-            .shared
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.lock()
-                    .map
-                    .iter()
-                    .map(|(k, slot)| {
-                        let (rule, key) = k.parts();
-                        ([rule, key].concat(), slot.entry.clone(), slot.expires_at)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
-    }
-
-    /// What a key costs in the map: the boxed form's 32 bytes, inline or not, and its slot
-    /// 72 (the penalty on the heap).
-    #[test]
-    fn a_stored_key_takes_32_bytes() {
-        assert_eq!(std::mem::size_of::<StoreKey>(), 32);
-        assert_eq!(std::mem::size_of::<Slot>(), 72);
-    }
-
-    /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
-    /// that spells another pair's bytes, are each their own key with their own quota.
-    #[test]
-    fn keys_inline_and_on_the_heap_are_distinct() {
-        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
-        let window = Duration::from_secs(60);
-        let (a, ab) = (
-            Rule::fixed_window("a", 1, window),
-            Rule::fixed_window("ab", 1, window),
-        );
-        let mut checks = vec![Check::new(&ab, b"c"), Check::new(&a, b"bc")];
-        let long: Vec<Vec<u8>> = (INLINE_KEY - 3..INLINE_KEY + 3)
-            .flat_map(|n| [vec![b'x'; n], vec![b'y'; n]])
-            .collect();
-        checks.extend(long.iter().map(|k| Check::new(&a, k)));
-        for check in &checks {
-            let first = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
-            assert!(first.unwrap().is_admitted(), "{check:?}");
-        }
-        assert_eq!(store.len(), checks.len());
-        for check in &checks {
-            let again = ready(store.check(std::slice::from_ref(check), Duration::ZERO));
-            assert!(!again.unwrap().is_admitted(), "{check:?}");
-        }
-    }
-
-    /// The map rehashes its keys as it grows: a stored key must hash as a lookup of the
-    /// same pair does, inline (short) or on the heap (long), or the grown map would lose it.
-    #[test]
-    fn keys_are_found_after_the_map_has_grown() {
-        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
-        let rule = Rule::fixed_window("a", 1, Duration::from_secs(60));
-        let keys: Vec<Vec<u8>> = (0..3000)
-            .map(|i| format!("{i}{}", "x".repeat(i % 40)).into_bytes())
-            .collect();
-        for key in &keys {
-            let first = ready(store.check(&[Check::new(&rule, key)], Duration::ZERO));
-            assert!(first.unwrap().is_admitted());
-        }
-        for key in &keys {
-            let again = ready(store.check(&[Check::new(&rule, key)], Duration::ZERO));
-            assert!(!again.unwrap().is_admitted());
-        }
-        assert_eq!(store.len(), keys.len());
-    }
-
-    /// A clock whose readings on different threads may come out of order, as
-    /// `MonotonicClock`'s can (one core's counter a fraction of a µs behind another's).
-    #[derive(Debug)]
-    struct Skewed(ManualClock);
-
-    impl Clock for Skewed {
-        fn now_micros(&self) -> u64 {
-            self.0.now_micros()
-        }
-        fn ordered_across_threads(&self) -> bool {
-            false
-        }
-    }
-
-    /// A reading a microsecond behind the last decision in the shard is taken as that
-    /// decision's instant: a roomy bucket keeps admitting (read as is, the state would lie
-    /// in the future and deny as a reservation), through both paths and a refund.
-    #[test]
-    fn a_clock_out_of_order_across_threads_never_moves_a_shard_back() {
-        let clock = ManualClock::new(1_000_000);
-        let store = MemoryStore::with_clock(Skewed(clock.clone()));
-        let rule = Rule::token_bucket("r", 1 << 20, Rate::per_second(1));
-        let other = Rule::gcra("g", Rate::per_second(1), 1 << 20);
-        let one = [Check::new(&rule, b"k")];
-        let two = [Check::new(&rule, b"k"), Check::new(&other, b"k")];
-        for i in 0..10 {
-            clock.set_micros(1_000_000 - i % 2);
-            let outcome = ready(store.check(&one, Duration::ZERO)).unwrap();
-            assert_eq!(outcome.decision, crate::Decision::Allow, "{i}");
-            let both = ready(store.check(&two, Duration::ZERO)).unwrap();
-            assert_eq!(both.decision, crate::Decision::Allow, "{i}");
-            ready(store.refund(&two, &both)).unwrap();
-        }
-        // Read as they are, the same readings deny.
-        let store = MemoryStore::with_clock(clock.clone());
-        clock.set_micros(1_000_000);
-        assert!(ready(store.check(&one, Duration::ZERO))
-            .unwrap()
-            .is_admitted());
-        clock.set_micros(999_999);
-        assert!(!ready(store.check(&one, Duration::ZERO))
-            .unwrap()
-            .is_admitted());
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-
-        /// The path for a batch of one decides exactly as the general path on every
-        /// schedule: the same outcomes (decision, per-rule info, admission) step by step,
-        /// under reconfiguration, penalties, shadow items, costs, reservations and refunds.
-        #[test]
-        fn a_batch_of_one_decides_as_the_general_path(
-            kinds in (0u8..7, 0u8..7),
-            quotas in (1u64..5, 1u64..5),
-            periods in (100u64..3_000, 100u64..3_000),
-            penalties in (any::<bool>(), any::<bool>()),
-            steps in proptest::collection::vec(step(), 1..80),
-        ) {
-            let rules = [
-                rule(kinds.0, quotas.0, periods.0, penalties.0),
-                rule(kinds.1, quotas.1, periods.1, penalties.1),
-            ];
-            let start = 1_700_000_000_000_000;
-            let (fast_clock, general_clock) = (ManualClock::new(start), ManualClock::new(start));
-            let fast = MemoryStore::with_clock(fast_clock.clone());
-            let general = MemoryStore::with_clock(general_clock.clone());
-            for (advance, second, cost, shadow, max_wait, refund) in steps {
-                fast_clock.advance_micros(advance);
-                general_clock.advance_micros(advance);
-                let mut check = Check::new(&rules[usize::from(second)], b"k").with_cost(cost);
-                check.shadow = shadow;
-                let batch = [check];
-                let a = fast.decide_one(&check, max_wait).unwrap();
-                let b = general.decide_batch(&batch, max_wait).unwrap();
-                prop_assert_eq!(&a, &b);
-                // The same entries too, expiry included (which only a sweep would show).
-                prop_assert_eq!(entries(&fast), entries(&general));
-                if let (true, Some(admission)) = (refund, &a.admission) {
-                    fast.give_back(&batch, admission).unwrap();
-                    general.give_back(&batch, admission).unwrap();
-                }
-            }
-            prop_assert_eq!(fast.len(), general.len());
-        }
-    }
-}
+mod tests;

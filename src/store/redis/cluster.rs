@@ -1,0 +1,582 @@
+//! A Redis Cluster batch whose keys span slots, decided part by part (one part per slot):
+//! the guarantee it keeps is in [`RedisStore`]'s docs.
+//!
+//! The phases, in the order [`decide_across_slots`](RedisStore::decide_across_slots) runs
+//! them: split the batch by slot; find the part whose leaky bucket holds the request
+//! longest, which goes first; decide each part in turn, refunding the admitted parts when a
+//! later one denies; realign the parts that counted the request before the batch's
+//! reservation; settle the rules left pending to a queue's release; combine the parts'
+//! outcomes into the batch's.
+
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use smallvec::SmallVec;
+
+use crate::algorithm::Algorithm;
+use crate::clock::duration_to_micros;
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::{Admission, Check, Taken};
+
+use super::script::{self, Call, Mode, Reply};
+use super::RedisStore;
+
+/// How often a cross-slot batch decides its early parts again before it gives up (denies):
+/// each round only follows traffic that moved a part's release in between.
+const MAX_REALIGN_ROUNDS: u32 = 2;
+
+/// The batch indices of one slot's checks, with their slot.
+pub(super) type SlotGroup = (Slot, Vec<usize>);
+
+/// What a cross-slot batch has taken and decided so far, while its parts are decided: the
+/// record a refund or the final outcome is made from.
+struct Ledger {
+    /// The parts admitted so far.
+    admitted: Vec<Part>,
+    /// Per rule of the batch: its outcome so far.
+    outcomes: Vec<Option<RuleOutcome>>,
+    /// Per rule of the batch: what it took (for `Admission`).
+    taken: SmallVec<[Taken; 4]>,
+    /// The batch's reservation: µs after now that the request arrives at (a wait-mode
+    /// reservation; a leaky bucket's queue holds only its own slot's rules), so no later
+    /// part may count it earlier.
+    delay: u64,
+    /// Whether a part denied.
+    denied: bool,
+    /// The members left to a queue's release, and the release they were checked at.
+    pending: Vec<(Vec<usize>, u64)>,
+}
+
+/// One slot's part of a cross-slot batch, admitted.
+#[derive(Debug, Clone)]
+struct Part {
+    /// The batch indices of its checks.
+    members: SmallVec<[usize; 4]>,
+    /// The members that consumed: all but a shadow item that denied (a refund takes back
+    /// only what was taken).
+    consumed: SmallVec<[usize; 4]>,
+    /// Per consumed member: the instant (in its node's clock) its rule counted the request
+    /// at, which a refund takes it back at.
+    taken: SmallVec<[Taken; 4]>,
+    /// µs after its node's now that it reserved the request at (a wait-mode reservation:
+    /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
+    delay: u64,
+    /// µs after its node's now that its leaky buckets release the request at (0 if none
+    /// holds it): the rules of other slots are pending until then.
+    shaped: u64,
+}
+
+/// Which part goes first, and the queues of the other parts that hold the request.
+struct Lead {
+    /// The part whose leaky bucket holds the request longest (`None`: no part has one).
+    leader: Option<usize>,
+    /// The queue members that hold the request: they count it on arrival, their delay
+    /// being their queue.
+    holding: SmallVec<[usize; 4]>,
+}
+
+impl RedisStore {
+    /// The batch's indices grouped by slot, in the order each slot first appears.
+    pub(super) fn by_slot(&self, batch: &[Check<'_>]) -> Vec<SlotGroup> {
+        let mut groups: Vec<SlotGroup> = Vec::new();
+        for (i, check) in batch.iter().enumerate() {
+            let slot = Slot::for_key(self.key(check, false));
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
+    /// later one denies, and deciding again the slots that would count the request before
+    /// the batch releases it (see [`RedisStore`]'s docs for the guarantee).
+    pub(super) async fn decide_across_slots(
+        &self,
+        batch: &[Check<'_>],
+        groups: &[SlotGroup],
+        max_wait: u64,
+    ) -> Result<Outcome, StoreError> {
+        let lead = self.lead(batch, groups, max_wait).await?;
+        let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| Some(g) != lead.leader);
+        let mut ledger = Ledger::new(batch.len());
+        for g in order {
+            let leads = Some(g) == lead.leader;
+            self.decide_slot(batch, &groups[g].1, leads, &lead, max_wait, &mut ledger)
+                .await?;
+        }
+        if let Some(unsettled) = self.realign(batch, max_wait, &mut ledger).await? {
+            return Ok(unsettled);
+        }
+        if let Some(unsettled) = self.settle_pending(batch, max_wait, &mut ledger).await? {
+            return Ok(unsettled);
+        }
+        ledger.into_outcome(batch)
+    }
+
+    /// The part whose leaky bucket holds the request longest goes first: how long its
+    /// queue holds the request (µs after its node's now) decides which rules of the other
+    /// parts are pending. With queues in several slots, each is looked at first.
+    async fn lead(
+        &self,
+        batch: &[Check<'_>],
+        groups: &[SlotGroup],
+        max_wait: u64,
+    ) -> Result<Lead, StoreError> {
+        let shaping: SmallVec<[usize; 4]> = (0..groups.len())
+            .filter(|&g| groups[g].1.iter().any(|&i| is_queue(&batch[i])))
+            .collect();
+        let mut lead = Lead {
+            leader: shaping.first().copied(),
+            holding: SmallVec::new(),
+        };
+        if shaping.len() <= 1 {
+            return Ok(lead);
+        }
+        let mut longest = 0;
+        for &g in &shaping {
+            let members = &groups[g].1;
+            let reply = self
+                .run_part(batch, members, max_wait, Mode::Peek, 0)
+                .await?;
+            let release = queue_release(batch, members, &reply, &mut lead.holding);
+            if release > longest {
+                (lead.leader, longest) = (Some(g), release);
+            }
+        }
+        Ok(lead)
+    }
+
+    /// Decides one slot's `members` in their turn: the rules the leader's queue releases
+    /// the request to are checked at that release, the others decided and committed now.
+    async fn decide_slot(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        leads: bool,
+        lead: &Lead,
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<(), StoreError> {
+        let shaped = ledger.shaped();
+        // Its rules pass the request before the leader's queue does: pending (see
+        // `batch::evaluate`), checked now as they stand at the release. Trial rules,
+        // rules that take nothing and queues that hold the request count it on arrival.
+        let (later, now): (Vec<usize>, Vec<usize>) =
+            if !ledger.denied && shaped > ledger.delay && !leads {
+                members.iter().partition(|&&i| {
+                    !batch[i].shadow && batch[i].cost > 0 && !lead.holding.contains(&i)
+                })
+            } else {
+                (Vec::new(), members.to_vec())
+            };
+        // What to decide and commit here, each no earlier than its least delay.
+        let mut parts: SmallVec<[(Vec<usize>, u64); 2]> = SmallVec::new();
+        if !now.is_empty() {
+            parts.push((now, ledger.delay));
+        }
+        if !later.is_empty() {
+            if let Some(reserve) = self
+                .check_at_release(batch, later, shaped, max_wait, ledger)
+                .await?
+            {
+                parts.push(reserve);
+            }
+        }
+        for (members, least) in &parts {
+            self.commit_part(batch, members, *least, max_wait, ledger)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Checks the rules a queue releases the request to (`later`) at that release
+    /// (`shaped`): they stay pending if they admit there. If they do not, a wait-mode batch
+    /// reserves from there (the part to commit is returned: the queue's part is realigned
+    /// to it later and then holds the request no longer); any other batch is denied.
+    async fn check_at_release(
+        &self,
+        batch: &[Check<'_>],
+        later: Vec<usize>,
+        shaped: u64,
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<Option<(Vec<usize>, u64)>, StoreError> {
+        let reply = self
+            .run_part(batch, &later, max_wait, Mode::Peek, shaped)
+            .await;
+        let reply = self.or_refund(batch, ledger, reply).await?;
+        if reply.admitted {
+            for &i in &later {
+                ledger.taken[i] = Taken::pending();
+            }
+            for (&i, outcome) in later.iter().zip(reply.rules) {
+                ledger.outcomes[i] = Some(outcome);
+            }
+            ledger.pending.push((later, shaped));
+            Ok(None)
+        } else if max_wait > 0 {
+            Ok(Some((later, shaped)))
+        } else {
+            self.deny(batch, ledger).await?;
+            for (&i, outcome) in later.iter().zip(reply.rules) {
+                ledger.outcomes[i] = Some(outcome);
+            }
+            Ok(None)
+        }
+    }
+
+    /// Decides and commits `members`, no earlier than `least` nor the batch's reservation;
+    /// once a part has denied, the rest only record their penalty denials.
+    async fn commit_part(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        least: u64,
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<(), StoreError> {
+        let mode = if ledger.denied {
+            Mode::Deny
+        } else {
+            Mode::Decide
+        };
+        let reply = self
+            .run_part(batch, members, max_wait, mode, ledger.delay.max(least))
+            .await;
+        let reply = self.or_refund(batch, ledger, reply).await?;
+        if reply.admitted {
+            let part = ledger.admit(members, &reply, batch);
+            ledger.admitted.push(part);
+        } else if !ledger.denied {
+            self.deny(batch, ledger).await?;
+        }
+        for (&i, outcome) in members.iter().zip(reply.rules) {
+            if ledger.outcomes[i].is_none() {
+                ledger.outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides again the admitted parts of a cross-slot batch that counted the request
+    /// before its reservation (`ledger.delay`); `Some` outcome: no agreement, denied and
+    /// refunded.
+    async fn realign(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<Option<Outcome>, StoreError> {
+        // A part admitted before a later one reserved the batch further ahead counted the
+        // request too early (a fixed window would count it in a window it does not pass in): take it
+        // back and decide it again at the batch's delay. Without other traffic that part
+        // admits there (an admissible rule stays admissible) and the batch is settled;
+        // traffic in between can make it deny or delay further, so this is bounded.
+        let mut rounds = 0;
+        while !ledger.denied && ledger.admitted.iter().any(|p| p.delay < ledger.delay) {
+            if rounds == MAX_REALIGN_ROUNDS {
+                // Still no agreement: deny rather than let a part count the request early.
+                return self.unsettled(batch, ledger).await.map(Some);
+            }
+            rounds += 1;
+            let mut p = 0;
+            while p < ledger.admitted.len() {
+                if ledger.admitted[p].delay >= ledger.delay {
+                    p += 1;
+                    continue;
+                }
+                let early = ledger.admitted.remove(p);
+                let redecided = match self
+                    .refund(batch, std::slice::from_ref(&early), &mut ledger.outcomes)
+                    .await
+                {
+                    Ok(()) => {
+                        self.run_part(batch, &early.members, max_wait, Mode::Decide, ledger.delay)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let reply = self.or_refund(batch, ledger, redecided).await?;
+                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
+                    ledger.outcomes[i] = Some(*outcome);
+                }
+                if !reply.admitted {
+                    self.deny(batch, ledger).await?;
+                    break;
+                }
+                let part = ledger.admit(&early.members, &reply, batch);
+                ledger.admitted.insert(p, part);
+                p += 1;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The rules left to the release were checked at the queue's release as it stood
+    /// then; realigning may have moved it and the reservation. Where the queue still holds
+    /// the request past its reservation they stay pending (checked again where the release
+    /// moved); where it no longer does, they count at the reservation like the rest, which
+    /// may move it again. `Some` outcome: no agreement, denied and refunded.
+    async fn settle_pending(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<Option<Outcome>, StoreError> {
+        let mut rounds = 0;
+        while !ledger.denied {
+            let shaped = ledger.shaped();
+            let delay = ledger.delay;
+            let (stale, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut ledger.pending)
+                .into_iter()
+                .partition(|(_, at)| !(shaped > delay && *at == shaped));
+            ledger.pending = fresh;
+            if stale.is_empty() {
+                break;
+            }
+            if rounds == MAX_REALIGN_ROUNDS {
+                return self.unsettled(batch, ledger).await.map(Some);
+            }
+            rounds += 1;
+            for (members, _) in stale {
+                let (mode, least) = if shaped > ledger.delay {
+                    (Mode::Peek, shaped)
+                } else {
+                    (Mode::Decide, ledger.delay)
+                };
+                let reply = self.run_part(batch, &members, max_wait, mode, least).await;
+                let reply = self.or_refund(batch, ledger, reply).await?;
+                for (&i, outcome) in members.iter().zip(&reply.rules) {
+                    ledger.outcomes[i] = Some(*outcome);
+                }
+                if !reply.admitted {
+                    self.deny(batch, ledger).await?;
+                    break;
+                }
+                if mode == Mode::Peek {
+                    ledger.pending.push((members, shaped));
+                } else {
+                    let part = ledger.admit(&members, &reply, batch);
+                    ledger.admitted.push(part);
+                }
+            }
+            if let Some(unsettled) = self.realign(batch, max_wait, ledger).await? {
+                return Ok(Some(unsettled));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
+    async fn run_part(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        max_wait: u64,
+        mode: Mode,
+        min_delay: u64,
+    ) -> Result<Reply, StoreError> {
+        let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
+        let call = Call {
+            min_delay,
+            ..self.call(max_wait, mode)
+        };
+        self.run(call, &checks).await
+    }
+
+    /// `result`, after refunding the admitted parts when it is an error: a failed check
+    /// leaves nothing behind that it consumed, as far as it can.
+    async fn or_refund<T>(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+                    .await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Marks the batch denied and refunds the parts it admitted.
+    async fn deny(&self, batch: &[Check<'_>], ledger: &mut Ledger) -> Result<(), StoreError> {
+        ledger.denied = true;
+        self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+            .await?;
+        ledger.admitted.clear();
+        Ok(())
+    }
+
+    /// The parts kept moving each other's release (traffic between the calls): every part
+    /// refunded and the batch denied, rather than admitted with a part counting early.
+    async fn unsettled(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+    ) -> Result<Outcome, StoreError> {
+        self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+            .await?;
+        Ok(unsettled(
+            std::mem::take(&mut ledger.outcomes),
+            ledger.delay,
+        ))
+    }
+
+    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
+    /// their quota after the refund.
+    async fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admitted: &[Part],
+        outcomes: &mut [Option<RuleOutcome>],
+    ) -> Result<(), StoreError> {
+        for part in admitted {
+            let checks: SmallVec<[&Check<'_>; 4]> =
+                part.consumed.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(part.taken.iter().copied());
+            let reply = self
+                .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
+                .await?;
+            for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Ledger {
+    /// Nothing decided yet for a batch of `len` rules.
+    fn new(len: usize) -> Self {
+        Self {
+            admitted: Vec::new(),
+            outcomes: vec![None; len],
+            taken: smallvec::smallvec![Taken::default(); len],
+            delay: 0,
+            denied: false,
+            pending: Vec::new(),
+        }
+    }
+
+    /// µs after now that the admitted parts' leaky buckets release the request at (0 if
+    /// none holds it).
+    fn shaped(&self) -> u64 {
+        self.admitted.iter().map(|p| p.shaped).max().unwrap_or(0)
+    }
+
+    /// Records what the `members` of an admitted part took and moves the batch's
+    /// reservation to the part's if later; the part, for the caller to place.
+    fn admit(&mut self, members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Part {
+        for (&i, &t) in members.iter().zip(&reply.taken) {
+            self.taken[i] = t;
+        }
+        let part = Part::new(members, reply, batch);
+        self.delay = self.delay.max(part.delay);
+        part
+    }
+
+    /// The batch's outcome: the parts' outcomes combined, with what it took when admitted.
+    fn into_outcome(self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        let rules = self
+            .outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Protocol("a rule got no decision".into())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outcome = script::combine(rules, batch);
+        if !self.denied {
+            outcome.admission = Some(Admission::new(self.taken));
+        }
+        Ok(outcome)
+    }
+}
+
+impl Part {
+    fn new(members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
+        let (consumed, taken) = members
+            .iter()
+            .zip(&reply.rules)
+            .zip(&reply.taken)
+            .filter(|((&i, o), t)| !t.pending && (!batch[i].shadow || o.decision.is_admitted()))
+            .map(|((&i, _), &t)| (i, t))
+            .unzip();
+        let shaped = members
+            .iter()
+            .zip(&reply.rules)
+            .filter(|&(&i, _)| {
+                let c = &batch[i];
+                !c.shadow && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+            })
+            .filter_map(|(_, o)| match o.decision {
+                Decision::Delay(d) => Some(duration_to_micros(d)),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        Self {
+            members: members.into(),
+            consumed,
+            taken,
+            delay: reply.reserved.saturating_sub(reply.now),
+            shaped,
+        }
+    }
+}
+
+/// Whether `check` is a leaky bucket's queue the request joins.
+fn is_queue(check: &Check<'_>) -> bool {
+    !check.shadow && check.cost > 0 && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
+}
+
+/// How long the queues among `members` hold the request (µs after their node's now), as a
+/// peek found them; the queue members that hold it are added to `holding`.
+fn queue_release(
+    batch: &[Check<'_>],
+    members: &[usize],
+    reply: &Reply,
+    holding: &mut SmallVec<[usize; 4]>,
+) -> u64 {
+    let mut release = 0;
+    // A queue holds the request while it is not empty, whether or not the request fits
+    // (one that does not denies the batch anyway).
+    for (&i, outcome) in members
+        .iter()
+        .zip(&reply.rules)
+        .filter(|(&i, _)| is_queue(&batch[i]))
+    {
+        match outcome.decision {
+            Decision::Delay(d) => {
+                release = release.max(duration_to_micros(d));
+                holding.push(i);
+            }
+            // Not before its queue's end (in wait mode it reserves later).
+            Decision::Deny(_) if !outcome.info.reset.is_zero() => {
+                release = release.max(duration_to_micros(outcome.info.reset));
+                holding.push(i);
+            }
+            _ => {}
+        }
+    }
+    release
+}
+
+/// The outcome of a cross-slot batch whose parts kept moving each other's release (traffic
+/// between the calls): denied, every part refunded, retry once the longest release seen.
+fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
+    let rules = outcomes.into_iter().flatten().collect();
+    Outcome {
+        decision: Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(Duration::from_micros(delay)),
+        }),
+        rules,
+        admission: None,
+    }
+}

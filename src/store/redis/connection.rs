@@ -1,0 +1,49 @@
+//! The connection a [`RedisStore`](super::RedisStore) runs over: one standalone server or a
+//! Cluster, behind one `ConnectionLike` so that the rest of the store does not tell them
+//! apart.
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, Value};
+
+use crate::error::StoreError;
+
+/// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
+#[derive(Clone)]
+pub(super) enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A failed Redis call as the store reports it.
+pub(super) fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Standalone(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}

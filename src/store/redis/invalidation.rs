@@ -1,0 +1,95 @@
+//! The invalidation channel of the deny caches: a store publishes there what moved a
+//! rule's state under the caches (a reset, a refund), and a cached store listens on a
+//! connection of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Client, Value};
+
+use crate::error::StoreError;
+use crate::Rule;
+
+use super::connection::unavailable;
+use super::deny_cache::{self, DenyCache};
+use super::{RedisStore, DEFAULT_TIMEOUT};
+
+impl RedisStore {
+    /// Tells every instance's deny cache (this one's at once) that `rule`'s state for
+    /// `key` moved under it.
+    pub(super) async fn invalidate(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(rule.name(), key);
+        }
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(self.channel())
+            .arg(deny_cache::invalidation(rule, key));
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+/// A connection subscribed to `channel` on the first of `servers` that answers (on a
+/// Cluster, a message published on any node reaches every node).
+pub(super) async fn subscribe(
+    servers: &[String],
+    channel: &[u8],
+) -> Result<redis::aio::PubSubStream, StoreError> {
+    let mut last = StoreError::Unavailable("no server to subscribe to".into());
+    for url in servers {
+        let attempt = async {
+            let client = Client::open(url.as_str()).map_err(unavailable)?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
+            pubsub.subscribe(channel).await.map_err(unavailable)?;
+            Ok::<_, StoreError>(pubsub.into_on_message())
+        };
+        match attempt.await {
+            Ok(messages) => return Ok(messages),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Applies the invalidations published on `channel` to `cache` for as long as it lives.
+/// When the subscription is lost, the cache is emptied and bypassed (a reset may have been
+/// missed) until it is subscribed again.
+pub(super) async fn listen(
+    cache: std::sync::Weak<DenyCache>,
+    servers: Arc<[String]>,
+    channel: Vec<u8>,
+    mut messages: redis::aio::PubSubStream,
+) {
+    use futures_core::Stream;
+    loop {
+        while let Some(message) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
+        {
+            let Some(cache) = cache.upgrade() else { return };
+            cache.on_message(message.get_payload_bytes());
+        }
+        loop {
+            match cache.upgrade() {
+                Some(cache) => cache.set_live(false),
+                None => return,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let again = tokio::time::timeout(DEFAULT_TIMEOUT, subscribe(&servers, &channel));
+            if let Ok(Ok(resubscribed)) = again.await {
+                messages = resubscribed;
+                break;
+            }
+        }
+        match cache.upgrade() {
+            Some(cache) => {
+                cache.clear();
+                cache.set_live(true);
+            }
+            None => return,
+        }
+    }
+}
