@@ -14,14 +14,13 @@
 //! | [`login_lockout`] | brute-force protection: lock an address or account out after repeated failures |
 //! | [`grpc_per_method`] | a tonic service limited per gRPC method, with `RetryInfo` for clients |
 //! | [`waiting_for_a_permit`] | hold a request (or a job) until it may go, instead of refusing it |
-//! | [`redis_instances`] | several instances sharing one limit on Redis or Redis Cluster, and Redis outages |
+//! | [`redis_instances`] | several instances sharing one limit on Redis or Redis Cluster |
+//! | [`when_redis_is_away`] | what a Redis outage costs under each failure policy, and a local fallback |
 //! | [`shadow_rollout`] | rolling out a new rule: watch what it would refuse before enforcing it |
-//!
-//! To see how the six algorithms differ on the same traffic, run
-//! `cargo run --example algorithms_chart` (the README shows its chart); the README's
-//! *Choosing an algorithm* table says which to pick for what.
+//! | [`choosing_an_algorithm`] | the six algorithms: what each is for, its memory, exactness and cost |
 
 pub mod api_limit_by_user_id;
+pub mod choosing_an_algorithm;
 pub mod download_by_cost;
 pub mod grpc_per_method;
 pub mod ip_behind_proxy;
@@ -30,3 +29,4 @@ pub mod redis_instances;
 pub mod shadow_rollout;
 pub mod sms_multi_level;
 pub mod waiting_for_a_permit;
+pub mod when_redis_is_away;

@@ -71,9 +71,9 @@
 //!   [`Limiter::health`](crate::Limiter::health) says which is deciding, for a readiness
 //!   probe (`cargo run --example ready`).
 //!
-//! A call that timed out is never sent again, so no request is counted twice. The README's
-//! *When Redis is away* section has a table of what clients see under each policy, and
-//! BENCHMARKS.md the figures the fault tests measure.
+//! A call that timed out is never sent again, so no request is counted twice.
+//! [`when_redis_is_away`](super::when_redis_is_away) has a table of what clients see under
+//! each policy.
 //!
 //! ## Several services, one Redis
 //!
