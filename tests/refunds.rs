@@ -1,6 +1,8 @@
 //! `Store::refund` on MemoryStore and RedisStore (standalone and Cluster): a held request's units go to the next
 //! request, and a refund never gives back more than is exact when other requests were
-//! admitted meanwhile.
+//! admitted meanwhile. The store is driven directly (`Store::check`, then `Store::refund`
+//! with the outcome it answered), and through the limiter's [`Reservation`]s
+//! (`cancel`).
 
 mod common;
 
@@ -17,8 +19,15 @@ fn per_10s() -> Rate {
     Rate::new(1, 10 * S)
 }
 
-async fn reserve<S: Store>(limiter: &Limiter<S>, batch: &[Check<'_>]) -> tollgate::Outcome {
-    limiter.reserve(batch, 60 * S).await.unwrap()
+/// The store's answer to `batch` with a minute's wait: a reservation for a later instant
+/// when it is admissible within it.
+async fn reserve<S: Store>(limiter: &Limiter<S>, batch: &[Check<'_>]) -> Outcome {
+    limiter.store().check(batch, 60 * S).await.unwrap()
+}
+
+/// Gives back the units `outcome` took for `batch`, in the store that answered it.
+async fn refund<S: Store>(limiter: &Limiter<S>, batch: &[Check<'_>], outcome: &Outcome) {
+    limiter.store().refund(batch, outcome).await.unwrap()
 }
 
 /// Every algorithm: one admitted, one held (reserved for later); the held one is given back,
