@@ -49,6 +49,27 @@
 //! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
 //! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
 //! service).
+//!
+//! # Glossary
+//!
+//! The words the documentation and the code use for the life of a request:
+//!
+//! - **check**: a store decides a batch of rules for a request, all or nothing.
+//! - **hold**: an admitted request waits before it passes (a leaky bucket's shaping delay, or
+//!   wait mode's reserved slot). The layer holds it; outside the layer its [`Reservation`]
+//!   does.
+//! - **release**: the instant a held request passes.
+//! - **pending**: a rule that counts a held request only at its release (a global limit
+//!   beside the per-user leaky bucket that delays it), so that one client's queue never
+//!   dates a shared state in the future. [`Reservation::confirm`] counts it.
+//! - **refund**: units a request took go back to the store that took them, for a request
+//!   that will not pass or does not count ([`Reservation::cancel`], [`layer::Charge`]).
+//! - **mark**: what identifies the state an admission left, so that a refund takes back
+//!   that admission's units and no one else's.
+//! - **carried**: units a rule's previous configuration had in use, counted by its new one
+//!   after a change under the same name.
+//! - **trial**: a rule checked and reported but not enforced (a shadow limit, or any rule in
+//!   shadow mode).
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

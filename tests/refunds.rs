@@ -1,7 +1,7 @@
 //! `Store::refund` on MemoryStore and RedisStore (standalone and Cluster): a held request's units go to the next
 //! request, and a refund never gives back more than is exact when other requests were
 //! admitted meanwhile. The store is driven directly (`Store::check`, then `Store::refund`
-//! with the outcome it answered), and through the limiter's [`Reservation`]s
+//! with the outcome it answered), and through the limiter's `Reservation`s
 //! (`cancel`).
 
 mod common;
@@ -9,7 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    Check, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+};
 
 /// A multiple of every window below, so epoch-aligned windows start here.
 const T0: u64 = 1_000_000_000_000;
@@ -30,9 +32,9 @@ async fn refund<S: Store>(limiter: &Limiter<S>, batch: &[Check<'_>], outcome: &O
     limiter.store().refund(batch, outcome).await.unwrap()
 }
 
-/// Every algorithm: one admitted, one held (reserved for later); the held one is given back,
-/// and the next request gets the very slot it had.
-async fn a_refunded_reservation_goes_to_the_next_request<S: Store>(
+/// Every algorithm: one admitted, one held (reserved for later); the held reservation is
+/// cancelled, and the next request gets the very slot it had.
+async fn a_cancelled_reservation_goes_to_the_next_request<S: Store + Clone>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
 ) {
@@ -47,17 +49,17 @@ async fn a_refunded_reservation_goes_to_the_next_request<S: Store>(
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
         let batch = [Check::new(rule, b"a")];
-        let first = reserve(limiter, &batch).await;
-        assert_eq!(first.decision, Decision::Allow, "{}", rule.name());
-        let held = reserve(limiter, &batch).await;
-        let Decision::Delay(wait) = held.decision else {
-            panic!("{}: {:?}", rule.name(), held.decision)
+        // Each reservation lives to the end of the turn: dropped, it would give back too.
+        let first = limiter.reserve(&batch, 60 * S).await.unwrap();
+        assert_eq!(first.outcome().decision, Decision::Allow, "{}", rule.name());
+        let held = limiter.reserve(&batch, 60 * S).await.unwrap();
+        let Decision::Delay(wait) = held.outcome().decision else {
+            panic!("{}: {:?}", rule.name(), held.outcome().decision)
         };
-        let admission = held.admission.expect("an admitted batch has an admission");
-        limiter.refund(&batch, &admission).await.unwrap();
-        let next = reserve(limiter, &batch).await;
+        held.cancel().await.unwrap();
+        let next = limiter.reserve(&batch, 60 * S).await.unwrap();
         assert_eq!(
-            next.decision,
+            next.outcome().decision,
             Decision::Delay(wait),
             "{}: the given-back slot is the next request's",
             rule.name()
@@ -85,10 +87,7 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
         let b = reserve(limiter, &batch).await;
         assert_eq!(b.decision, Decision::Delay(20 * S), "{}", rule.name());
 
-        limiter
-            .refund(&batch, a.admission.as_ref().unwrap())
-            .await
-            .unwrap();
+        refund(limiter, &batch, &a).await;
         let c = reserve(limiter, &batch).await;
         assert_eq!(
             c.decision,
@@ -96,10 +95,7 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
             "{}: a's units stay taken behind b",
             rule.name()
         );
-        limiter
-            .refund(&batch, c.admission.as_ref().unwrap())
-            .await
-            .unwrap();
+        refund(limiter, &batch, &c).await;
         let d = reserve(limiter, &batch).await;
         assert_eq!(
             d.decision,
@@ -125,10 +121,7 @@ async fn a_leaky_bucket_gives_back_what_is_still_queued<S: Store>(
     );
     let held = limiter.check(&batch).await.unwrap();
     assert_eq!(held.decision, Decision::Delay(10 * S));
-    limiter
-        .refund(&batch, held.admission.as_ref().unwrap())
-        .await
-        .unwrap();
+    refund(limiter, &batch, &held).await;
     let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
     assert_eq!(peek.info.remaining, 1, "the held unit left the queue");
 
@@ -137,10 +130,7 @@ async fn a_leaky_bucket_gives_back_what_is_still_queued<S: Store>(
     // 11 s later it has been released (a request denied there by a rule on another key) and
     // 1 s of it has drained: the 0.9 unit still queued goes, nothing more.
     clock.set_micros(T0 + 12_000_000);
-    limiter
-        .refund(&batch, held.admission.as_ref().unwrap())
-        .await
-        .unwrap();
+    refund(limiter, &batch, &held).await;
     let peek = limiter.peek(&rule, b"a", 0).await.unwrap();
     assert_eq!(
         peek.info.remaining, 2,
@@ -170,17 +160,11 @@ async fn a_leaky_bucket_gives_back_only_the_end_of_its_queue<S: Store>(
     let third = limiter.check(&batch).await.unwrap();
     assert_eq!(third.decision, Decision::Delay(20 * S));
     // The second's units stay taken: the third leaves at 20 s whatever happens.
-    limiter
-        .refund(&batch, second.admission.as_ref().unwrap())
-        .await
-        .unwrap();
+    refund(limiter, &batch, &second).await;
     let fourth = limiter.check(&batch).await.unwrap();
     assert_eq!(fourth.decision, Decision::Delay(30 * S), "{fourth:?}");
     // The last one's go back: the next request takes its place.
-    limiter
-        .refund(&batch, fourth.admission.as_ref().unwrap())
-        .await
-        .unwrap();
+    refund(limiter, &batch, &fourth).await;
     let fifth = limiter.check(&batch).await.unwrap();
     assert_eq!(fifth.decision, Decision::Delay(30 * S), "{fifth:?}");
 }
@@ -203,10 +187,7 @@ async fn a_counting_refund_takes_back_exactly_its_own<S: Store>(
         let a = limiter.check(&two).await.unwrap();
         clock.set_micros(T0 + 2_000_000);
         assert!(limiter.check(&one).await.unwrap().is_admitted());
-        limiter
-            .refund(&two, a.admission.as_ref().unwrap())
-            .await
-            .unwrap();
+        refund(limiter, &two, &a).await;
         let peek = limiter.peek(rule, b"a", 0).await.unwrap();
         assert_eq!(peek.info.remaining, 4, "{}", rule.name());
     }
@@ -230,10 +211,7 @@ async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
         assert!(limiter.check(&five).await.unwrap().is_admitted());
         let taken = limiter.check(&three).await.unwrap();
         assert!(taken.is_admitted(), "{}", rule.name());
-        limiter
-            .refund(&three, taken.admission.as_ref().unwrap())
-            .await
-            .unwrap();
+        refund(limiter, &three, &taken).await;
         let peek = limiter.peek(rule, b"a", 0).await.unwrap();
         assert_eq!(peek.info.remaining, 5, "{}", rule.name());
     }
@@ -269,13 +247,14 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     ];
     let held = limiter.check(&batch).await.unwrap();
     assert_eq!(held.decision, Decision::Delay(35 * S), "{held:?}");
-    limiter
-        .refund(&batch, held.admission.as_ref().unwrap())
-        .await
-        .unwrap();
-    // The shared window was left to the release: it has nothing to give back, and its
-    // minute is untouched.
-    assert!(held.needs_confirmation(), "{held:?}");
+    // The shared window is left to the release: nothing is counted in it, in the minute
+    // the request would pass in either.
+    clock.set_micros(start + 90_000_000);
+    let pending = limiter.peek(&shared, b"g", 0).await.unwrap();
+    assert_eq!(pending.info.remaining, 1, "shared: {pending:?}");
+    clock.set_micros(start + 55_000_000);
+    refund(limiter, &batch, &held).await;
+    // It has nothing to give back, and its minute is untouched.
     let again = limiter.check(&[Check::new(&shared, b"g")]).await.unwrap();
     assert_eq!(again.decision, Decision::Allow, "shared: {again:?}");
     // The client's rules counted it in the next minute (at 90 s), and have it back: the
@@ -313,9 +292,9 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     assert_eq!(after.decision, Decision::Allow, "fw6: {after:?}");
 }
 
-async fn all<S: Store>(limiter: &Limiter<S>, clock: &ManualClock) {
+async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     each_rule_is_given_back_at_the_instant_it_counted(limiter, clock).await;
-    a_refunded_reservation_goes_to_the_next_request(limiter, clock).await;
+    a_cancelled_reservation_goes_to_the_next_request(limiter, clock).await;
     a_refund_behind_a_later_admission_gives_nothing_back(limiter, clock).await;
     a_leaky_bucket_gives_back_what_is_still_queued(limiter, clock).await;
     a_leaky_bucket_gives_back_only_the_end_of_its_queue(limiter, clock).await;
@@ -359,15 +338,11 @@ async fn refunds_on_redis_cluster() {
     let rule = Rule::gcra("gc-x", per_10s(), 1);
     clock.set_micros(T0 + 1_000_000);
     let batch = [Check::new(&rule, b"left"), Check::new(&rule, b"right")];
-    assert_eq!(reserve(&limiter, &batch).await.decision, Decision::Allow);
-    let held = reserve(&limiter, &batch).await;
-    assert_eq!(held.decision, Decision::Delay(10 * S));
-    limiter
-        .refund(&batch, held.admission.as_ref().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        reserve(&limiter, &batch).await.decision,
-        Decision::Delay(10 * S)
-    );
+    let first = limiter.reserve(&batch, 60 * S).await.unwrap();
+    assert_eq!(first.outcome().decision, Decision::Allow);
+    let held = limiter.reserve(&batch, 60 * S).await.unwrap();
+    assert_eq!(held.outcome().decision, Decision::Delay(10 * S));
+    held.cancel().await.unwrap();
+    let next = limiter.reserve(&batch, 60 * S).await.unwrap();
+    assert_eq!(next.outcome().decision, Decision::Delay(10 * S));
 }
