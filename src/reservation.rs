@@ -212,20 +212,28 @@ impl<S: Store + Clone> Reservation<S> {
     /// answers its denial; a confirmed one, the same answer again. On a store error the
     /// units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
-        while self.state == State::Held {
+        if !self.outcome.is_admitted() {
+            return Ok(self.outcome.clone());
+        }
+        loop {
             tokio::time::sleep_until(self.due).await;
             self.released();
             let pending: SmallVec<[usize; 4]> = self.pending().collect();
-            if pending.is_empty() {
-                self.state = State::Passed;
-                break;
+            if self.state != State::Held || pending.is_empty() {
+                if self.state == State::Held {
+                    self.state = State::Passed;
+                }
+                return Ok(self.outcome.clone());
             }
             self.state = State::Confirming;
             let counted = self.count(&pending).await;
+            // On a store error the units stay taken: whether the store counted is unknown.
             self.state = State::Passed;
             self.merge(&pending, counted?);
+            if self.state != State::Held {
+                return Ok(self.outcome.clone());
+            }
         }
-        Ok(self.outcome.clone())
     }
 
     /// Gives the units back now (the request will not pass, or passed and does not count),
@@ -332,25 +340,29 @@ impl<S: Store + Clone> Reservation<S> {
                 *slot = *rule;
             }
         }
-        let admission = match (counted.admission, self.outcome.admission.take()) {
-            (Some(taken), Some(mut merged)) => {
-                for (k, &i) in pending.iter().enumerate() {
-                    if let Some(slot) = merged.taken.get_mut(i) {
-                        *slot = taken.taken(k);
+        let before = self.outcome.admission.take();
+        let admission = if counted.is_admitted() {
+            match (counted.admission, before) {
+                (Some(taken), Some(mut merged)) => {
+                    for (k, &i) in pending.iter().enumerate() {
+                        if let Some(slot) = merged.taken.get_mut(i) {
+                            *slot = taken.taken(k);
+                        }
                     }
+                    Some(merged)
                 }
-                Some(merged)
+                // A store that records nothing to give back.
+                (_, before) => before,
             }
-            (_, before) => {
-                // Denied at the release: what the other rules took goes back.
-                self.state = State::Spent;
-                let given = Outcome {
-                    admission: before,
-                    ..self.outcome.clone()
-                };
-                self.give_back(given, |checks| checks.clone());
-                None
-            }
+        } else {
+            // Denied at the release: what the other rules took goes back.
+            self.state = State::Spent;
+            let given = Outcome {
+                admission: before,
+                ..self.outcome.clone()
+            };
+            self.give_back(given, |checks| checks.clone());
+            None
         };
         let rules = std::mem::take(&mut self.outcome.rules);
         let checks = self.batch.checks();
@@ -406,5 +418,62 @@ impl<S: Store + Clone> fmt::Debug for Reservation<S> {
             .field("due", &self.due)
             .field("state", &self.state)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, MemoryStore, Rate};
+
+    fn limiter() -> Limiter<MemoryStore> {
+        Limiter::new(MemoryStore::with_clock(ManualClock::new(1_000_000)))
+    }
+
+    /// A confirmed reservation's units are the request's: dropping it keeps them, while
+    /// `cancel` gives them back.
+    #[tokio::test(start_paused = true)]
+    async fn after_confirm_drop_keeps_and_cancel_gives_back() {
+        let limiter = limiter();
+        let rule = Rule::fixed_window("w", 1, Duration::from_secs(60));
+        let batch = [Check::new(&rule, b"k")];
+        let mut kept = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
+        assert!(kept.confirm().await.unwrap().is_admitted());
+        drop(kept);
+        assert!(!limiter.check(&batch).await.unwrap().is_admitted());
+
+        limiter.reset(&rule, b"k").await.unwrap();
+        let mut given = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
+        assert!(given.confirm().await.unwrap().is_admitted());
+        given.cancel().await.unwrap();
+        assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    }
+
+    /// A denied reservation holds nothing, and confirming it answers its denial.
+    #[tokio::test(start_paused = true)]
+    async fn a_denied_reservation_answers_its_denial() {
+        let limiter = limiter();
+        let rule = Rule::gcra("g", Rate::per_second(1), 1);
+        let batch = [Check::new(&rule, b"k")];
+        let mut first = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
+        assert!(first.confirm().await.unwrap().is_admitted());
+        let mut denied = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
+        assert!(!denied.confirm().await.unwrap().is_admitted());
+        drop(denied);
+        assert!(!limiter.check(&batch).await.unwrap().is_admitted());
+    }
+
+    /// `confirm` waits until the request is due on tokio's clock.
+    #[tokio::test(start_paused = true)]
+    async fn confirm_waits_until_due() {
+        let limiter = limiter();
+        let rule = Rule::gcra("g", Rate::per_second(10), 1);
+        let batch = [Check::new(&rule, b"k")];
+        let wait = Duration::from_secs(1);
+        drop(limiter.reserve(&batch, wait).await.unwrap().confirm().await);
+        let mut held = limiter.reserve(&batch, wait).await.unwrap();
+        let started = Instant::now();
+        assert_eq!(held.confirm().await.unwrap().decision, Decision::Allow);
+        assert_eq!(started.elapsed(), Duration::from_millis(100));
     }
 }
