@@ -42,7 +42,7 @@ pub(crate) enum Event {
     KeyUnavailable,
     /// The units of a request that will not pass (or does not count) could not be given
     /// back: the store failed.
-    GiveBackFailure,
+    RefundFailure,
 }
 
 const KINDS: usize = 5;
@@ -51,7 +51,7 @@ const ALL: [Event; KINDS] = [
     Event::ShadowDenial,
     Event::ShadowMissingKey,
     Event::KeyUnavailable,
-    Event::GiveBackFailure,
+    Event::RefundFailure,
 ];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
@@ -213,7 +213,7 @@ impl EventLog {
                 interval_s,
                 "rate limit key unavailable again (summary of the last interval)"
             ),
-            Event::GiveBackFailure => tracing::warn!(
+            Event::RefundFailure => tracing::warn!(
                 suppressed,
                 interval_s,
                 "more units could not be given back (summary of the last interval)"

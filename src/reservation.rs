@@ -269,7 +269,7 @@ impl<S: Store + Clone> Reservation<S> {
             )
         };
         let indices: SmallVec<[usize; 4]> = indices.into();
-        self.give_back(outcome, move |checks| {
+        self.refund_detached(outcome, move |checks| {
             indices
                 .iter()
                 .filter_map(|&i| checks.get(i))
@@ -361,7 +361,7 @@ impl<S: Store + Clone> Reservation<S> {
                 admission: before,
                 ..self.outcome.clone()
             };
-            self.give_back(given, |checks| checks.clone());
+            self.refund_detached(given, |checks| checks.clone());
             None
         };
         let rules = std::mem::take(&mut self.outcome.rules);
@@ -377,7 +377,7 @@ impl<S: Store + Clone> Reservation<S> {
 
     /// Gives `outcome`'s units back without waiting: at once for a store that answers at
     /// once, else on a task of the runtime. Outside a runtime the units stay taken.
-    fn give_back<F>(&self, outcome: Outcome, select: F)
+    fn refund_detached<F>(&self, outcome: Outcome, select: F)
     where
         F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
     {
@@ -386,7 +386,7 @@ impl<S: Store + Clone> Reservation<S> {
             let checks = batch.checks();
             let checks = select(&checks);
             if let Err(error) = limiter.refund(&checks, &outcome).await {
-                if let Some(suppressed) = log.admit(Event::GiveBackFailure) {
+                if let Some(suppressed) = log.admit(Event::RefundFailure) {
                     tracing::warn!(%error, suppressed, "could not give back the units of a request");
                 }
             }
@@ -406,7 +406,7 @@ impl<S: Store + Clone> Drop for Reservation<S> {
     fn drop(&mut self) {
         if self.state == State::Held {
             self.state = State::Spent;
-            self.give_back(self.outcome.clone(), |checks| checks.clone());
+            self.refund_detached(self.outcome.clone(), |checks| checks.clone());
         }
     }
 }

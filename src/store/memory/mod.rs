@@ -318,7 +318,7 @@ impl MemoryStore {
     }
 
     /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
-    fn give_back(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+    fn refund_admission(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         for (i, check) in batch.iter().enumerate() {
@@ -628,7 +628,7 @@ impl Store for MemoryStore {
         outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         std::future::ready(match &outcome.admission {
-            Some(admission) => self.give_back(batch, admission),
+            Some(admission) => self.refund_admission(batch, admission),
             None => Ok(()),
         })
     }

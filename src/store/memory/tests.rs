@@ -194,8 +194,8 @@ proptest! {
             // The same entries too, expiry included (which only a sweep would show).
             prop_assert_eq!(entries(&fast), entries(&general));
             if let (true, Some(admission)) = (refund, &a.admission) {
-                fast.give_back(&batch, admission).unwrap();
-                general.give_back(&batch, admission).unwrap();
+                fast.refund_admission(&batch, admission).unwrap();
+                general.refund_admission(&batch, admission).unwrap();
             }
         }
         prop_assert_eq!(fast.len(), general.len());
