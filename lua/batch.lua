@@ -108,7 +108,7 @@ end
 -- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
 -- release would admit nothing before then, to every other client.
 local function released_at(r, arrival)
-  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
+  if not r.leaky or r.cost == 0 or r.shadow then
     return arrival
   end
   local units = held(r, arrival)
@@ -273,7 +273,7 @@ end
 -- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
 -- in a sorted set of their own.
 local function store_state(r)
-  if r.code == SLIDING_LOG then
+  if r.log_key then
     store_log(r)
   end
   store(r)
@@ -290,6 +290,9 @@ local function load_rule(KEYS, key_index, packed)
   -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
   local r = {
     code = code,
+    -- Whether the rule is a leaky bucket (read here rather than where it matters, so that
+    -- one closure, not every one, captures the codes; a sliding log has its `log_key`).
+    leaky = code == LEAKY_BUCKET,
     model = model,
     fields = model.fields,
     bytes = model.bytes,
@@ -342,10 +345,10 @@ local function load_rule(KEYS, key_index, packed)
   return r, key_index
 end
 
--- MODE_REFUND and MODE_REFUND_HELD: gives back each rule's admission at its instant in
--- `taken` (ARGV[5]) and replies that each rule allows, with its quota as it stands (the
--- batch was denied elsewhere).
-local function refund_batch(taken)
+-- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
+-- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
+-- stands (the batch was denied elsewhere).
+local function refund_batch(taken, marked)
   if #rules > 0 then
     taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), taken) }
   end
@@ -354,7 +357,7 @@ local function refund_batch(taken)
     -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
     -- decided).
     local at, mark = taken[2 * i - 1], nil
-    if mode == MODE_REFUND_HELD then
+    if marked then
       mark = taken[2 * i]
     end
     if r.cost > 0 and is_live(r, now) then
@@ -376,23 +379,6 @@ local function refund_batch(taken)
   return reply
 end
 
--- Step 2 (batch::admits, and batch::reservation in wait mode): what each rule says about
--- the request and whether the batch admits it, now or after a reservation.
-local function choose()
-  local items = evaluate_at(now)
-  local admitted = mode ~= MODE_DENY and admits(items)
-  if mode == MODE_DECIDE and not admitted then
-    local wait = reservation(items)
-    if wait then
-      local reserved = evaluate_at(now + wait)
-      if admits(reserved) then
-        items, admitted = reserved, true
-      end
-    end
-  end
-  return items, admitted
-end
-
 -- Step 3 (batch::commit) for rule `r` and its item: counts an admission (`admitted`) in its
 -- state, or a denial in its penalty, and writes what changed. Returns the admission's refund
 -- mark: what identifies it for a later refund (Store::refund), where the model needs more
@@ -411,7 +397,7 @@ local function commit(r, item, admitted)
     else
       -- Algorithm::adopt: a fresh state that has just admitted the units another
       -- configuration still held and this request; a sliding log's old entries go.
-      if r.code == SLIDING_LOG then
+      if r.log_key then
         redis.call('DEL', r.log_key)
       end
       local units = held(r, item.at) + r.cost
@@ -494,10 +480,22 @@ local function decide_batch(KEYS, ARGV)
     rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
   end
   if refunds then
-    return refund_batch(ARGV[5])
+    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD)
   end
 
-  local items, admitted = choose()
+  -- Step 2 (batch::admits, and batch::reservation in wait mode).
+  local items = evaluate_at(now)
+  local admitted = mode ~= MODE_DENY and admits(items)
+  if mode == MODE_DECIDE and not admitted then
+    local wait = reservation(items)
+    if wait then
+      local reserved = evaluate_at(now + wait)
+      if admits(reserved) then
+        items, admitted = reserved, true
+      end
+    end
+  end
+  -- Step 3 (batch::commit / batch::report).
   local reply = { admitted and 1 or 0, items.reserved, now }
   for i = 1, #rules do
     local r, item = rules[i], items[i]
