@@ -2,7 +2,7 @@
 -- path (batch.lua) and the streamlined one (fast.lua) both go through these functions.
 --
 -- A rule's packed argument (batch.lua's ARGV[6…]): thirteen little-endian doubles,
--- `RuleArgs` in src/store/redis/script.rs: algorithm code, cost, p1, p2, p3, p4 (the
+-- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
 -- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 -- (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the batch,
 -- and consumes only when it admits on its own; batch::admitted), the configuration's
@@ -19,11 +19,12 @@
 -- window_start. The functions pass its parts as multiple values, not a table, so the
 -- streamlined path builds none.
 
--- The library functions the record's readers and writers call, held in locals: a global is
--- a table lookup by name on every use. Declared here rather than in prelude.lua: a script
--- (EVALSHA) creates every closure anew on each call, and a closure's capture of a local
--- searches the open upvalues from the newest local down, so the nearer to the closures that
--- capture them, the cheaper the call.
+-- The library functions a decision calls, held in locals once (in a function library, once
+-- per library load): a global is a table lookup by name on every use, a local a register
+-- or an upvalue. Declared here rather than in prelude.lua: a script (EVALSHA) creates every
+-- closure anew on each call, and a closure's capture of a local searches the open upvalues
+-- from the newest local down, so capturing these from the prelude would cost every script
+-- call; here only the closures from this file on capture them.
 local struct_pack = struct.pack
 local struct_unpack = struct.unpack
 local redis_call = redis.call
@@ -33,9 +34,8 @@ local string_format = string.format
 -- function library (FCALL) it is built once per library load; in a script, once per call.
 local built = {}
 
--- The model of algorithm `code`, with the length of its record in bytes and the record's
--- struct format (the configurations of both paths copy them, with `fields`, for
--- read_record and write_record).
+-- The model of algorithm `code`, built on first use, with its record's length in bytes and
+-- struct format (which a rule's configuration copies for read_record and write_record).
 local function model_of(code)
   local model = built[code]
   if not model then
