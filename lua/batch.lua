@@ -280,7 +280,7 @@ local function store_state(r)
 end
 
 
--- The batch's rule `i`: its packed argument `packed`, its key KEYS[key_index] (and, for a
+-- One rule of the batch: its packed argument `packed`, its key KEYS[key_index] (and, for a
 -- sliding log, its log after it) and its stored state, read with one GET (a sliding log:
 -- one ZRANGE of its newest member). Returns the rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
@@ -290,8 +290,8 @@ local function load_rule(KEYS, key_index, packed)
   -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
   local r = {
     code = code,
-    -- Whether the rule is a leaky bucket (read here rather than where it matters, so that
-    -- one closure, not every one, captures the codes; a sliding log has its `log_key`).
+    -- Whether the rule is a leaky bucket (a sliding log is the rule with a `log_key`): read
+    -- here, so that one closure rather than several captures the codes.
     leaky = code == LEAKY_BUCKET,
     model = model,
     fields = model.fields,
