@@ -63,7 +63,7 @@ fn main() {
         if let Ok(dir) = std::env::var("TOLLGATE_LUA_DIR") {
             let files = [
                 "prelude", "fixed_window", "sliding_log", "sliding_window", "token_bucket",
-                "leaky_bucket", "gcra", "penalty", "batch", "fast", "call",
+                "leaky_bucket", "gcra", "penalty", "record", "batch", "fast", "call",
             ];
             let body: String = files
                 .iter()

@@ -1,37 +1,25 @@
 -- The batch driver: decides a batch of rules for one request all or nothing.
 -- Mirrors src/store/batch.rs (the release → evaluate every rule → admits? → reservation in
--- wait mode → commit / report) and src/store/memory.rs's use of it.
+-- wait mode → commit / report) and src/store/memory/mod.rs's use of it.
 --
--- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>`, followed, for a
---   sliding log rule only, by its log `{prefix}:{<key>}:<rule>/log` (a sorted set). The
---   rule's key holds little-endian doubles (struct.pack "<d…", exact for these integers):
---   the fingerprint of the configuration that wrote the state (0 = no algorithm state),
---   the units it had in use then and the instant it is back to empty (what another
---   configuration reads: src/store/batch.rs `Entry`, src/algorithm/mod.rs `Carried`), the
---   algorithm's state fields (none for a sliding log, whose entries are in its log), then
---   the penalty's locked_until, denials, window_start.
+-- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>` (its record, see
+--   record.lua), followed, for a sliding log rule only, by its log
+--   `{prefix}:{<key>}:<rule>/log` (a sorted set).
 -- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
--- ARGV[3]: mode. 0 decide; 1 peek (decide, write nothing); 2 deny (another slot of a Redis
---   Cluster batch denied: count the penalty denials of the rules that reject, admit nothing);
---   3 refund (take back the admissions a mode 0 call made, each rule at its instant in
---   ARGV[5]); 4 refund where exact
---   (give back a held request's admissions, each rule at its own instant, only where its
---   model's mark says that is exact: Store::refund).
+-- ARGV[3]: mode (prelude.lua's MODE_*). MODE_DECIDE decides; MODE_PEEK decides and writes
+--   nothing; MODE_DENY: another slot of a Redis Cluster batch denied: count the penalty
+--   denials of the rules that reject, admit nothing; MODE_REFUND takes back the admissions a
+--   MODE_DECIDE call made, each rule at its instant in ARGV[5]; MODE_REFUND_HELD gives back a
+--   held request's admissions, each rule at its own instant, only where its model's mark
+--   says that is exact (Store::refund).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: modes 3 and 4, per rule two little-endian doubles: the instant its admission was
---   recorded at, and its mark (unused by mode 3); other modes, the least delay in µs
+-- ARGV[5]: the refunds, per rule two little-endian doubles: the instant its admission was
+--   recorded at, and its mark (unused by MODE_REFUND); other modes, the least delay in µs
 --   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
 --   here may count it before now + ARGV[5]).
--- ARGV[6…]: one per rule, thirteen little-endian doubles: algorithm code, cost, p1, p2, p3, p4
---   (the algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
---   (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the
---   batch, and consumes only when it admits on its own; batch::admitted), the
---   configuration's fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`),
---   its key id (the index of the batch's first rule on the same client key: the rules on
---   one key count the request when a leaky bucket on that key releases it,
---   batch::key_release).
+-- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
 -- Returns: admitted (1 or 0), the reservation (the instant the request arrives at: now, or
 --   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
 --   queue does not move it), now, then per rule six integers: outcome (0 allow, 1 delay,
@@ -43,17 +31,10 @@
 --
 -- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
--- The models a batch has built, by algorithm code. A model holds no state of its own, so in
--- a function library (FCALL) it is built once per library load; in a script, once per call.
-local built = {}
-
 -- The batch being decided, set by decide_batch: batches are decided one at a time, so the
 -- helpers below read these instead of being built anew for every batch (closures cost
 -- allocations; in a function library they are built once per library load).
 local now, max_wait, mode, slack_ms, release_floor, rules
-
-local SLIDING_LOG = 2
-local LEAKY_BUCKET = 5
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -127,7 +108,7 @@ end
 -- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
 -- release would admit nothing before then, to every other client.
 local function released_at(r, arrival)
-  if r.code ~= LEAKY_BUCKET or r.cost == 0 or r.shadow then
+  if not r.leaky or r.cost == 0 or r.shadow then
     return arrival
   end
   local units = held(r, arrival)
@@ -272,42 +253,209 @@ local function store(r)
   if r.after > 0 then
     expires_at = penalty_expires_at(r, r.pen)
   end
-  local s = r.state
-  local fields = r.foreign
+  local s, h, p = r.state, r.head, r.pen
+  local f1, f2, f3
+  local foreign = nil
   if r.own then
-    fields = ''
     if s then
       expires_at = max(expires_at, r.model.expires_at(r, s))
-      local n = r.model.fields
-      if n == 1 then
-        fields = struct.pack('<d', s[1])
-      elseif n == 2 then
-        fields = struct.pack('<dd', s[1], s[2])
-      elseif n == 3 then
-        fields = struct.pack('<ddd', s[1], s[2], s[3])
-      end
+      f1, f2, f3 = s[1], s[2], s[3]
     end
-  elseif r.head[1] ~= 0 then
-    expires_at = max(expires_at, r.head[3])
-  end
-  local h, p = r.head, r.pen
-  local packed = struct.pack('<ddd', h[1], h[2], h[3]) .. fields .. struct.pack('<ddd', p[1], p[2], p[3])
-  if expires_at > now then
-    redis.call('PSETEX', r.key, int(ttl_ms(expires_at)), packed)
   else
-    redis.call('DEL', r.key)
+    if h[1] ~= 0 then
+      expires_at = max(expires_at, h[3])
+    end
+    foreign = r.foreign
   end
+  write_record(r, r.key, expires_at, now, slack_ms, h[1], h[2], h[3], f1, f2, f3, p[1], p[2], p[3], foreign)
 end
 
 -- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
 -- in a sorted set of their own.
 local function store_state(r)
-  if r.code == SLIDING_LOG then
+  if r.log_key then
     store_log(r)
   end
   store(r)
 end
 
+
+-- One rule of the batch: its packed argument `packed`, its key KEYS[key_index] (and, for a
+-- sliding log, its log after it) and its stored state, read with one GET (a sliding log:
+-- one ZRANGE of its newest member). Returns the rule and the index of the next rule's key.
+local function load_rule(KEYS, key_index, packed)
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+    rule_args(packed)
+  local model = model_of(code)
+  -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
+  local r = {
+    code = code,
+    -- Whether the rule is a leaky bucket (a sliding log is the rule with a `log_key`): read
+    -- here, so that one closure rather than several captures the codes.
+    leaky = code == LEAKY_BUCKET,
+    model = model,
+    fields = model.fields,
+    bytes = model.bytes,
+    format = model.format,
+    cost = cost,
+    p1 = p1,
+    p2 = p2,
+    p3 = p3,
+    p4 = p4,
+    lock_for = lock_for,
+    after = after,
+    within = within,
+    shadow = shadow == 1,
+    key = KEYS[key_index],
+    key_id = key_id,
+    pen = nil,
+    state = nil,
+    fingerprint = fingerprint,
+    quota = quota,
+    -- The record's head (fingerprint, units in use and empty-at instant); `own` when this
+    -- configuration wrote the state. Otherwise `carried` holds what another configuration
+    -- left (its state fields are kept as they are in `foreign`).
+    head = nil,
+    own = false,
+    carried = nil,
+    foreign = '',
+  }
+  key_index = key_index + 1
+  if code == SLIDING_LOG then
+    r.log_key = KEYS[key_index]
+    key_index = key_index + 1
+  end
+  local raw = redis.call('GET', r.key)
+  local kind, f1, f2, f3, l1, l2, l3, h1, h2, h3 = read_record(r, raw)
+  r.head, r.pen = { h1, h2, h3 }, { l1, l2, l3 }
+  if kind == 'own' then
+    r.own = true
+    if code ~= SLIDING_LOG then
+      r.state = { f1, f2, f3 }
+    end
+  elseif kind == 'foreign' then
+    -- Another configuration's state: never read as this one's, nor as empty.
+    r.carried = { used = h2, empty_at = h3 }
+    r.foreign = string.sub(raw, 25, #raw - 24)
+  end
+  if code == SLIDING_LOG and not r.carried then
+    -- Only the newest entry: the model looks up the rest of the log as it needs it.
+    r.state = model.load(r)
+  end
+  return r, key_index
+end
+
+-- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
+-- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
+-- stands (the batch was denied elsewhere).
+local function refund_batch(taken, marked)
+  if #rules > 0 then
+    taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), taken) }
+  end
+  for i = 1, #rules do
+    local r = rules[i]
+    -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
+    -- decided).
+    local at, mark = taken[2 * i - 1], nil
+    if marked then
+      mark = taken[2 * i]
+    end
+    if r.cost > 0 and is_live(r, now) then
+      if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
+        store_state(r)
+      end
+    end
+  end
+  local reply = { 0, now, now }
+  for i = 1, #rules do
+    local info = algorithm_evaluate(rules[i], now, 0)
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = info.remaining
+    reply[#reply + 1] = info.reset
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+  end
+  return reply
+end
+
+-- Step 3 (batch::commit) for rule `r` and its item: counts an admission (`admitted`) in its
+-- state, or a denial in its penalty, and writes what changed. Returns the admission's refund
+-- mark: what identifies it for a later refund (Store::refund), where the model needs more
+-- than the instant; 0 if none.
+local function commit(r, item, admitted)
+  if admitted then
+    if r.cost == 0 or item.pending then
+      return 0
+    end
+    if not r.carried then
+      if not is_live(r, item.at) then
+        r.state = r.model.fresh(r, item.at)
+      end
+      r.model.apply(r, r.state, item.at, r.cost)
+      r.own = true
+    else
+      -- Algorithm::adopt: a fresh state that has just admitted the units another
+      -- configuration still held and this request; a sliding log's old entries go.
+      if r.log_key then
+        redis.call('DEL', r.log_key)
+      end
+      local units = held(r, item.at) + r.cost
+      r.state = r.model.fresh(r, item.at)
+      r.model.apply(r, r.state, item.at, units)
+      r.own, r.carried = true, nil
+    end
+    r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
+    store_state(r)
+    if r.model.mark then
+      return r.model.mark(r, r.state, item.at, item.eval.wait)
+    end
+  elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+    -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
+    -- already locked out or costing more than the rule can ever admit does not.
+    if record_denial(r, r.pen, item.arrival) then
+      item.locked = locked_for(r.pen, item.arrival)
+    end
+    store(r)
+  end
+  return 0
+end
+
+-- Step 3 (batch::report) for rule `r` and its item: appends its six integers to `reply`.
+local function report(reply, r, item, admitted, mark)
+  local e = item.eval
+  local outcome, value, remaining, reset
+  if admitted then
+    local delay = 0
+    if e.ok then
+      delay = (item.at - now) + e.wait
+    end
+    outcome = delay > 0 and 1 or 0
+    -- The eval was made at the reserved instant; the reset a client sees counts from now.
+    value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
+  else
+    local retry = retry_from(item, now)
+    if retry == nil then
+      outcome, value = 4, 0
+    elseif item.locked ~= nil then
+      outcome, value = 3, max(retry, item.locked)
+    elseif e.ok then
+      outcome, value = 0, 0
+    else
+      outcome, value = 2, retry
+    end
+    -- Nothing was consumed: report the quota as it stands.
+    local info = algorithm_evaluate(r, now, 0)
+    remaining, reset = info.remaining, info.reset
+  end
+  local at = 0
+  if admitted then
+    at = item.pending and -1 or item.at
+  end
+  local n = #reply
+  reply[n + 1], reply[n + 2], reply[n + 3] = outcome, value, remaining
+  reply[n + 4], reply[n + 5], reply[n + 6] = reset, mark, at
+end
 
 local function decide_batch(KEYS, ARGV)
   -- The batch being decided: the shared locals above.
@@ -320,128 +468,25 @@ local function decide_batch(KEYS, ARGV)
   max_wait = tonumber(ARGV[2])
   mode = tonumber(ARGV[3])
   slack_ms = tonumber(ARGV[4])
+  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD
   release_floor = now
-  if mode ~= 3 and mode ~= 4 then
+  if not refunds then
     release_floor = now + tonumber(ARGV[5])
   end
-
-  -- Load every rule's configuration and stored state: one GET per rule (a sliding log: one
-  -- ZRANGE of its newest member), nothing else before the decision.
+  -- Every rule's configuration and stored state, nothing else before the decision.
   rules = {}
   local key_index = 1
-  local formats = {}
   for i = 1, #ARGV - 5 do
-    local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
-      struct.unpack('<ddddddddddddd', ARGV[5 + i])
-    local model = built[code]
-    if not model then
-      model = models[code]()
-      built[code] = model
-    end
-    -- The rule is its own configuration table (`c` in the models and penalty.lua).
-    local r = {
-      code = code,
-      model = model,
-      cost = cost,
-      p1 = p1,
-      p2 = p2,
-      p3 = p3,
-      p4 = p4,
-      lock_for = lock_for,
-      after = after,
-      within = within,
-      shadow = shadow == 1,
-      key = KEYS[key_index],
-      key_id = key_id,
-      pen = nil,
-      state = nil,
-      fingerprint = fingerprint,
-      quota = quota,
-      -- The record's fingerprint, units in use and empty-at instant; `own` when this
-      -- configuration wrote the state. Otherwise `carried` holds what another configuration
-      -- left (its state fields are kept as they are in `foreign`).
-      head = { 0, 0, 0 },
-      own = false,
-      carried = nil,
-      foreign = '',
-    }
-    key_index = key_index + 1
-    if code == SLIDING_LOG then
-      r.log_key = KEYS[key_index]
-      key_index = key_index + 1
-    end
-    local raw = redis.call('GET', r.key)
-    local n = raw and #raw / 8 or 0
-    if n >= 6 and n == floor(n) then
-      local format = formats[n]
-      if not format then
-        format = '<' .. string.rep('d', n)
-        formats[n] = format
-      end
-      local t = { struct.unpack(format, raw) }
-      r.pen = { t[n - 2], t[n - 1], t[n] }
-      r.head = { t[1], t[2], t[3] }
-      if t[1] == fingerprint and n == model.fields + 6 then
-        r.own = true
-        if code ~= SLIDING_LOG then
-          local s = {}
-          for f = 1, model.fields do
-            s[f] = t[3 + f]
-          end
-          r.state = s
-        end
-      elseif t[1] ~= 0 then
-        -- Another configuration's state: never read as this one's, nor as empty.
-        r.carried = { used = t[2], empty_at = t[3] }
-        r.foreign = string.sub(raw, 25, #raw - 24)
-      end
-    end
-    if not r.pen then
-      r.pen = { 0, 0, 0 }
-    end
-    if code == SLIDING_LOG and not r.carried then
-      -- Only the newest entry: the model looks up the rest of the log as it needs it.
-      r.state = model.load(r)
-    end
-    rules[i] = r
+    rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
+  end
+  if refunds then
+    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD)
   end
 
-  if mode == 3 or mode == 4 then
-    local taken = nil
-    if #rules > 0 then
-      taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), ARGV[5]) }
-    end
-    for i = 1, #rules do
-      local r = rules[i]
-      -- Mode 3 gives back without a mark (a Cluster batch refunded right after it was decided).
-      local at, mark = taken[2 * i - 1], nil
-      if mode == 4 then
-        mark = taken[2 * i]
-      end
-      if r.cost > 0 and is_live(r, now) then
-        if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
-          store_state(r)
-        end
-      end
-    end
-    -- Each rule now says Allow with its quota as it stands (the batch was denied elsewhere).
-    local reply = { 0, now, now }
-    for i = 1, #rules do
-      local r = rules[i]
-      local info = algorithm_evaluate(r, now, 0)
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = info.remaining
-      reply[#reply + 1] = info.reset
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = 0
-    end
-    return reply
-  end
-
+  -- Step 2 (batch::admits, and batch::reservation in wait mode).
   local items = evaluate_at(now)
-  local admitted = mode ~= 2 and admits(items)
-  if mode == 0 and not admitted then
+  local admitted = mode ~= MODE_DENY and admits(items)
+  if mode == MODE_DECIDE and not admitted then
     local wait = reservation(items)
     if wait then
       local reserved = evaluate_at(now + wait)
@@ -450,89 +495,17 @@ local function decide_batch(KEYS, ARGV)
       end
     end
   end
-
   -- Step 3 (batch::commit / batch::report).
   local reply = { admitted and 1 or 0, items.reserved, now }
-  local batch_admitted = admitted
   for i = 1, #rules do
     local r, item = rules[i], items[i]
     -- batch::admitted: a shadow item that would deny takes a denied item's part.
-    local admitted = batch_admitted and not (item.shadow and rejects(item))
-    -- What identifies this admission for a later refund (Store::refund), where the model
-    -- needs more than the instant.
+    local counted = admitted and not (item.shadow and rejects(item))
     local mark = 0
-    if mode ~= 1 then
-      if admitted then
-        if r.cost > 0 and not item.pending then
-          if not r.carried then
-            if not is_live(r, item.at) then
-              r.state = r.model.fresh(r, item.at)
-            end
-            r.model.apply(r, r.state, item.at, r.cost)
-            r.own = true
-          else
-            -- Algorithm::adopt: a fresh state that has just admitted the units another
-            -- configuration still held and this request; a sliding log's old entries go.
-            if r.code == SLIDING_LOG then
-              redis.call('DEL', r.log_key)
-            end
-            local units = held(r, item.at) + r.cost
-            r.state = r.model.fresh(r, item.at)
-            r.model.apply(r, r.state, item.at, units)
-            r.own, r.carried = true, nil
-          end
-          r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
-          store_state(r)
-          if r.model.mark then
-            mark = r.model.mark(r, r.state, item.at, item.eval.wait)
-          end
-        end
-      elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-        -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
-        -- already locked out or costing more than the rule can ever admit does not.
-        if record_denial(r, r.pen, item.arrival) then
-          item.locked = locked_for(r.pen, item.arrival)
-        end
-        store(r)
-      end
+    if mode ~= MODE_PEEK then
+      mark = commit(r, item, counted)
     end
-    local e = item.eval
-    local outcome, value, remaining, reset
-    if admitted then
-      local delay = 0
-      if e.ok then
-        delay = (item.at - now) + e.wait
-      end
-      outcome = delay > 0 and 1 or 0
-      -- The eval was made at the reserved instant; the reset a client sees counts from now.
-      value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
-    else
-      local retry = retry_from(item, now)
-      if retry == nil then
-        outcome, value = 4, 0
-      elseif item.locked ~= nil then
-        outcome, value = 3, max(retry, item.locked)
-      elseif e.ok then
-        outcome, value = 0, 0
-      else
-        outcome, value = 2, retry
-      end
-      -- Nothing was consumed: report the quota as it stands.
-      local info = algorithm_evaluate(r, now, 0)
-      remaining, reset = info.remaining, info.reset
-    end
-    reply[#reply + 1] = outcome
-    reply[#reply + 1] = value
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = mark
-    if not admitted then
-      reply[#reply + 1] = 0
-    elseif item.pending then
-      reply[#reply + 1] = -1
-    else
-      reply[#reply + 1] = item.at
-    end
+    report(reply, r, item, counted, mark)
   end
   return reply
 end

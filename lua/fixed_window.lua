@@ -1,7 +1,7 @@
 -- Fixed window. Mirrors src/algorithm/fixed_window.rs.
 -- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = anchor (0 epoch, 1 first hit).
 -- State fields: start, count.
-models[1] = function()
+models[FIXED_WINDOW] = function()
   return {
     fields = 2,
     settled_at = function(c, s)

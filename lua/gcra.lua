@@ -4,8 +4,6 @@
 -- State fields: tat, fraction: the theoretical arrival time is tat + fraction / p3 µs, with
 -- 0 <= fraction < p3.
 
-local GCRA = 6
-
 -- The model's arithmetic on plain numbers, without tables, so the streamlined path
 -- (fast.lua) decides a GCRA rule without building any; the model below wraps it.
 -- What `cost` gets at `now` from the state (tat, fraction): ok, then the delay (ok) or the

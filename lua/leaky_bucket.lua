@@ -1,7 +1,7 @@
 -- Leaky bucket (shaping). Mirrors src/algorithm/leaky_bucket.rs.
 -- Config: c.p1 = capacity, c.p2 = drain amount, c.p3 = drain period (µs).
 -- State fields: level (scaled: one unit = period; `amount` drains per µs), last.
-models[5] = function()
+models[LEAKY_BUCKET] = function()
   local function leaky_level(c, s, now)
     local drained = sub0(now, s[2])
     if drained >= cdiv(s[1], c.p2) then

@@ -2,7 +2,7 @@
 --
 -- The scripts are concatenated in this order (see src/store/redis/script.rs):
 --   prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua, token_bucket.lua,
---   leaky_bucket.lua, gcra.lua, penalty.lua, batch.lua, fast.lua, call.lua
+--   leaky_bucket.lua, gcra.lua, penalty.lua, record.lua, batch.lua, fast.lua, call.lua
 -- and run as one chunk (a script whose last line calls decide_call, or the body of a
 -- function library's builder), so every file sees the locals declared before it.
 --
@@ -66,10 +66,16 @@ local function reject(retry, remaining, reset)
   return { ok = false, wait = retry, remaining = remaining, reset = reset }
 end
 
--- The models by algorithm code (the codes: Algorithm::code_and_params in
--- src/algorithm/mod.rs). Each entry builds its model when first used in a call (a script's
--- closures are created anew on every call, so building only the models a batch uses keeps
--- the call cheap). A model has:
+-- The algorithm codes (the first of a rule's packed arguments, record.lua): `Code` in
+-- src/store/redis/script/args.rs.
+local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCRA = 1, 2, 3, 4, 5, 6
+
+-- What a call does with a batch (batch.lua's ARGV[3]): `Mode` in src/store/redis/script.rs.
+local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD = 0, 1, 2, 3, 4
+
+-- The models by algorithm code. Each entry builds its model when first used in a call (a
+-- script's closures are created anew on every call, so building only the models a batch
+-- uses keeps the call cheap). A model has:
 -- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
 -- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)

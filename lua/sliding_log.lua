@@ -12,7 +12,7 @@
 -- set, apply and refund leave the commands to send in s.clear (the set is dead: unlink it),
 -- s.prune_before (drop up to PRUNE_BATCH members scored at or below it), s.removed and
 -- s.added.
-models[2] = function()
+models[SLIDING_LOG] = function()
   -- Totals wrap at 2^52: a total plus a cost (at most 2^50) stays exact in a double, and a
   -- run of live entries never holds 2^52 units.
   local TOTAL = 4503599627370496

@@ -2,7 +2,7 @@
 -- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = the weight's step (µs, 1 = exact),
 -- c.p4 = steps per window (ceil(window / step)).
 -- State fields: start (of the current window), previous, current.
-models[3] = function()
+models[SLIDING_WINDOW] = function()
   -- The counters as they stand at `now` (a stored state may belong to the window before).
   local function counters_at(c, s, now)
     if now < s[1] + c.p2 then

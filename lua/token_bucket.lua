@@ -3,7 +3,7 @@
 -- c.p4 = mode (0 smooth, 1 stepped).
 -- State fields: level, last. Smooth: level in scaled units (one token = period units,
 -- `amount` units refill per µs) as of `last`. Stepped: whole tokens as of the step `last`.
-models[4] = function()
+models[TOKEN_BUCKET] = function()
   -- Smooth refill: the level (scaled) at `now`.
   local function smooth_level(c, s, now)
     local full = c.p1 * c.p3

@@ -6,11 +6,64 @@ mod common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    Check, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule,
+    RuleOutcome, Store, StoreError,
+};
 
 /// A multiple of every window below.
 const T0: u64 = 1_000_000_000_000;
 const US: Duration = Duration::from_micros(1);
+
+/// A Redis store on tokio's paused clock: the clock is held still while the store waits
+/// for Redis (a blocking task in flight stops its auto-advance), so a round trip takes no
+/// time on it and no timeout fires for want of an answer. Tests that wait on a
+/// [`Reservation`](tollgate::Reservation) pause the clock; the store's time is a
+/// `ManualClock`.
+#[derive(Clone)]
+struct Still<S>(S);
+
+impl Still<RedisStore> {
+    async fn connect(url: &str) -> Self {
+        Self(still(RedisStore::connect(url)).await.expect("connect"))
+    }
+
+    async fn connect_cluster(urls: Vec<String>) -> Self {
+        let store = still(RedisStore::connect_cluster(urls)).await;
+        Self(store.expect("connect to the test cluster"))
+    }
+
+    fn with_clock(self, clock: ManualClock) -> Self {
+        Self(self.0.with_clock(clock))
+    }
+}
+
+/// Runs `call` with tokio's paused clock held still (see [`Still`]).
+async fn still<F: std::future::Future>(call: F) -> F::Output {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let holder = tokio::task::spawn_blocking(move || {
+        let _ = wait.recv();
+    });
+    let output = call.await;
+    drop(done);
+    holder.await.expect("the blocking task ends");
+    output
+}
+
+impl<S: Store> Store for Still<S> {
+    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+        still(self.0.check(batch, wait)).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        still(self.0.peek(check)).await
+    }
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        still(self.0.refund(batch, outcome)).await
+    }
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        still(self.0.reset(rule, key)).await
+    }
+}
 
 fn memory() -> (Limiter<MemoryStore>, ManualClock) {
     let clock = ManualClock::new(T0);
@@ -277,35 +330,41 @@ mod held {
 }
 
 mod twins {
-    //! MemoryStore and RedisStore (the Lua twin) on the same scripts of checks and refunds,
-    //! across the merged features: every outcome must be the same.
+    //! MemoryStore and RedisStore (the Lua twin) on the same scripts of reservations,
+    //! confirmations and cancellations, across the merged features: every outcome is the
+    //! same.
 
     use std::time::Duration;
 
     use super::common::redis_server::RedisServer;
+    use super::Still;
     use tollgate::{
-        Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+        Check, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Reservation, Rule, Store,
     };
 
     const T0: u64 = 1_000_000_000_000;
     const US: Duration = Duration::from_micros(1);
+    /// The unit of the scripts that confirm: tokio's timer, which ends a reservation's
+    /// wait, has a resolution of 1 ms.
+    const MS: Duration = Duration::from_millis(1);
 
     pub(super) enum Op {
-        /// At µs after T0: the items (rule index, key, cost, shadow), max_wait µs.
+        /// At a time after T0: the items (rule index, key, cost, shadow), max_wait.
         Check(u64, Vec<(usize, &'static str, u64, bool)>, u64),
-        /// At µs after T0: refund the batch of the op at this index.
+        /// At a time after T0: cancel the reservation of the op at this index (a check, or a
+        /// confirmation of one).
         Refund(u64, usize),
-        /// At µs after T0: confirm the outcome of the op at this index (a check or a
-        /// confirmation), at the release of the request it held (`Limiter::confirm`).
+        /// At a time after T0: confirm the reservation of the op at this index (a check, or
+        /// a confirmation of one) (`Reservation::confirm`, which waits for the release of
+        /// the request it holds).
         Confirm(u64, usize),
     }
 
-    /// The items and max_wait of the check behind op `i` (a check, or a confirmation of one).
-    fn checked_by(ops: &[Op], i: usize) -> (&[(usize, &'static str, u64, bool)], u64) {
+    /// The index of the check behind op `i` (a check, or a confirmation or refund of one).
+    fn check_behind(ops: &[Op], i: usize) -> usize {
         match &ops[i] {
-            Op::Check(_, items, max_wait) => (items, *max_wait),
-            Op::Confirm(_, j) => checked_by(ops, *j),
-            Op::Refund(..) => panic!("op {i} is no check"),
+            Op::Check(..) => i,
+            Op::Confirm(_, j) | Op::Refund(_, j) => check_behind(ops, *j),
         }
     }
 
@@ -323,84 +382,80 @@ mod twins {
             .collect()
     }
 
-    async fn run<S: Store>(
+    /// Runs `ops`, whose times and waits are in `unit`s, on `limiter`: the store on `clock`,
+    /// set to each op's time, and tokio's paused clock following it (never back), so that a
+    /// reservation's wait and what is left of its `max_wait` are the script's.
+    async fn run<S: Store + Clone>(
         limiter: &Limiter<S>,
         clock: &ManualClock,
+        unit: Duration,
         rules: &[Rule],
         ops: &[Op],
     ) -> Vec<String> {
+        let start = tokio::time::Instant::now();
+        let units = |n: u64| Duration::from_micros(unit.as_micros() as u64 * n);
         let mut seen = Vec::new();
-        let mut outcomes: Vec<Option<Outcome>> = Vec::new();
+        // Per op, the reservation of a check (until it is cancelled).
+        let mut held: Vec<Option<Reservation<S>>> = Vec::new();
         for op in ops {
+            let (Op::Check(t, ..) | Op::Refund(t, _) | Op::Confirm(t, _)) = op;
+            clock.set_micros(T0 + units(*t).as_micros() as u64);
+            let now = tokio::time::Instant::now();
+            if start + units(*t) > now {
+                tokio::time::advance(start + units(*t) - now).await;
+            }
             match op {
-                Op::Check(t, items, max_wait) => {
-                    clock.set_micros(T0 + t);
+                Op::Check(_, items, max_wait) => {
                     let batch = batch(rules, items);
-                    let outcome = limiter
-                        .reserve(&batch, Duration::from_micros(*max_wait))
-                        .await
-                        .unwrap();
-                    seen.push(format!(
-                        "{:?} {:?} pending {}",
-                        outcome.decision,
-                        outcome.rules,
-                        outcome.needs_confirmation()
-                    ));
-                    outcomes.push(Some(outcome));
+                    let reservation = limiter.reserve(&batch, units(*max_wait)).await.unwrap();
+                    let outcome = reservation.outcome();
+                    seen.push(format!("{:?} {:?}", outcome.decision, outcome.rules));
+                    held.push(Some(reservation));
                 }
-                Op::Confirm(t, i) => {
-                    clock.set_micros(T0 + t);
-                    let (items, max_wait) = checked_by(ops, *i);
-                    let batch = batch(rules, items);
-                    let Some(held) = outcomes[*i].as_ref() else {
-                        panic!("op {i} has no outcome to confirm")
+                Op::Confirm(_, i) => {
+                    let i = check_behind(ops, *i);
+                    let Some(reservation) = held[i].as_mut() else {
+                        panic!("op {i} holds no reservation to confirm")
                     };
-                    let outcome = limiter
-                        .confirm(&batch, held, Duration::from_micros(max_wait))
-                        .await
-                        .unwrap();
+                    let outcome = reservation.confirm().await.unwrap();
                     seen.push(format!(
-                        "confirmed: {:?} {:?} pending {}",
-                        outcome.decision,
-                        outcome.rules,
-                        outcome.needs_confirmation()
+                        "confirmed: {:?} {:?}",
+                        outcome.decision, outcome.rules
                     ));
-                    outcomes.push(Some(outcome));
+                    held.push(None);
                 }
-                Op::Refund(t, i) => {
-                    clock.set_micros(T0 + t);
-                    let (items, _) = checked_by(ops, *i);
-                    let batch = batch(rules, items);
-                    let Some(admission) = outcomes[*i].as_ref().and_then(|o| o.admission.clone())
-                    else {
-                        seen.push("nothing to refund".into());
-                        outcomes.push(None);
-                        continue;
+                Op::Refund(_, i) => {
+                    let i = check_behind(ops, *i);
+                    let Some(reservation) = held[i].take() else {
+                        panic!("op {i} holds no reservation to cancel")
                     };
-                    limiter.refund(&batch, &admission).await.unwrap();
-                    seen.push("refunded".into());
-                    outcomes.push(None);
+                    reservation.cancel().await.unwrap();
+                    seen.push("cancelled".into());
+                    held.push(None);
                 }
             }
         }
         seen
     }
 
-    pub(super) async fn same(name: &str, rules: &[Rule], ops: &[Op]) {
+    /// Memory and a Redis server, on the script `ops` in `unit`s.
+    pub(super) async fn same(name: &str, unit: Duration, rules: &[Rule], ops: &[Op]) {
         let clock = ManualClock::new(T0);
         let memory = run(
             &Limiter::new(MemoryStore::with_clock(clock.clone())),
             &clock,
+            unit,
             rules,
             ops,
         )
         .await;
         let server = RedisServer::start();
         let clock = ManualClock::new(T0);
-        let store = RedisStore::connect(&server.url()).await.expect("connect");
+        let store = Still::connect(&server.url()).await;
         let redis = run(
             &Limiter::new(store.with_clock(clock.clone())),
             &clock,
+            unit,
             rules,
             ops,
         )
@@ -418,23 +473,23 @@ mod twins {
 
     /// Memory and a 3-node Cluster, whose cross-slot batches are decided slot by slot
     /// (realigned to the release, refunded when a later slot denies).
-    pub(super) async fn same_on_cluster(name: &str, rules: &[Rule], ops: &[Op]) {
+    pub(super) async fn same_on_cluster(name: &str, unit: Duration, rules: &[Rule], ops: &[Op]) {
         let clock = ManualClock::new(T0);
         let memory = run(
             &Limiter::new(MemoryStore::with_clock(clock.clone())),
             &clock,
+            unit,
             rules,
             ops,
         )
         .await;
         let cluster = super::common::redis_server::RedisCluster::start();
         let clock = ManualClock::new(T0);
-        let store = RedisStore::connect_cluster(cluster.urls())
-            .await
-            .expect("connect");
+        let store = Still::connect_cluster(cluster.urls()).await;
         let redis = run(
             &Limiter::new(store.with_clock(clock.clone())),
             &clock,
+            unit,
             rules,
             ops,
         )
@@ -450,7 +505,7 @@ mod twins {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn cross_slot_batches_with_queues_shadows_and_refunds() {
         let rules = [
             Rule::leaky_bucket("lb", 5, rate(1, 100)),
@@ -494,22 +549,22 @@ mod twins {
                 0,
             ),
         ];
-        same_on_cluster("cross-slot", &rules, &ops).await;
+        same_on_cluster("cross-slot", US, &rules, &ops).await;
     }
 
     /// Issue #9 item 3: rules on other keys than a leaky bucket are pending while it holds
     /// the request and count it at its release; denied there, the queue's slot goes back.
     fn shaped_with_shared_rules() -> (Vec<Rule>, Vec<Op>) {
         let rules = vec![
-            Rule::leaky_bucket("queue", 5, rate(1, 100)),
-            Rule::fixed_window("window", 2, US * 1000),
-            Rule::token_bucket("bucket", 3, rate(1, 300)),
-            Rule::sliding_log("log", 2, US * 600),
-            Rule::gcra("g", rate(1, 200), 2),
+            Rule::leaky_bucket("queue", 5, rate_ms(1, 100)),
+            Rule::fixed_window("window", 2, MS * 1000),
+            Rule::token_bucket("bucket", 3, rate_ms(1, 300)),
+            Rule::sliding_log("log", 2, MS * 600),
+            Rule::gcra("g", rate_ms(1, 200), 2),
         ];
         use Op::*;
         let ops = vec![
-            // 0, 1: a's queue holds its second request 100 µs; the window is pending.
+            // 0, 1: a's queue holds its second request 100 ms; the window is pending.
             Check(900, vec![(0, "a", 1, false), (1, "all", 1, false)], 0),
             Check(950, vec![(0, "a", 1, false), (1, "all", 1, false)], 0),
             // 2: b takes the window's last unit in [0, 1000).
@@ -562,19 +617,19 @@ mod twins {
         (rules, ops)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn shaped_requests_with_shared_rules_confirmed_at_release() {
         let (rules, ops) = shaped_with_shared_rules();
-        same("shaped", &rules, &ops).await;
+        same("shaped", MS, &rules, &ops).await;
     }
 
     /// Queues in two slots: the one that holds the request longer decides its release, and
     /// the other slot's rules (its empty queue too) are pending until then.
     fn queues_in_two_places() -> (Vec<Rule>, Vec<Op>) {
         let rules = vec![
-            Rule::leaky_bucket("q", 5, rate(1, 100)),
-            Rule::leaky_bucket("tq", 5, rate(1, 100)),
-            Rule::fixed_window("tfw", 1, US * 1000),
+            Rule::leaky_bucket("q", 5, rate_ms(1, 100)),
+            Rule::leaky_bucket("tq", 5, rate_ms(1, 100)),
+            Rule::fixed_window("tfw", 1, MS * 1000),
         ];
         use Op::*;
         let ops = vec![
@@ -597,29 +652,33 @@ mod twins {
         (rules, ops)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn queues_in_two_places_leave_the_other_rules_pending() {
         let (rules, ops) = queues_in_two_places();
-        same("two queues", &rules, &ops).await;
+        same("two queues", MS, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn queues_in_two_places_leave_the_other_rules_pending_on_cluster() {
         let (rules, ops) = queues_in_two_places();
-        same_on_cluster("two queues (cluster)", &rules, &ops).await;
+        same_on_cluster("two queues (cluster)", MS, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn shaped_requests_with_shared_rules_confirmed_at_release_on_cluster() {
         let (rules, ops) = shaped_with_shared_rules();
-        same_on_cluster("shaped (cluster)", &rules, &ops).await;
+        same_on_cluster("shaped (cluster)", MS, &rules, &ops).await;
     }
 
     fn rate(amount: u64, us: u64) -> Rate {
-        Rate::new(amount, Duration::from_micros(us))
+        Rate::new(amount, US * us as u32)
     }
 
-    #[tokio::test]
+    fn rate_ms(amount: u64, ms: u64) -> Rate {
+        Rate::new(amount, MS * ms as u32)
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn gcra_refunds_with_fractions() {
         let rules = [Rule::gcra("g", rate(3, 5), 2)];
         use Op::*;
@@ -634,10 +693,10 @@ mod twins {
             Check(2, vec![(0, "k", 1, false)], 100),
             Check(2, vec![(0, "k", 1, false)], 100),
         ];
-        same("gcra", &rules, &ops).await;
+        same("gcra", US, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn sliding_log_refunds_amid_later_entries_and_pruning() {
         let rules = [Rule::sliding_log("l", 3, US * 100)];
         use Op::*;
@@ -653,10 +712,10 @@ mod twins {
             Check(160, vec![(0, "k", 3, false)], 500),
             Check(400, vec![(0, "k", 1, false)], 0),
         ];
-        same("sliding log", &rules, &ops).await;
+        same("sliding log", US, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn carried_leaky_bucket_behind_another_release() {
         let rules = [
             Rule::leaky_bucket("queue", 10, rate(1, 100)),
@@ -681,10 +740,10 @@ mod twins {
             ),
             Check(30, vec![(2, "k", 1, false)], 0),
         ];
-        same("carried leaky bucket", &rules, &ops).await;
+        same("carried leaky bucket", US, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn shadow_leaky_bucket_behind_a_reservation() {
         let rules = [
             Rule::gcra("g", rate(1, 100), 1),
@@ -701,10 +760,10 @@ mod twins {
             Refund(6, 5),
             Check(7, vec![(1, "k", 1, false)], 0),
         ];
-        same("shadow leaky bucket", &rules, &ops).await;
+        same("shadow leaky bucket", US, &rules, &ops).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn refund_after_a_reconfiguration_in_between() {
         let rules = [
             Rule::token_bucket("b", 4, rate(1, 100)),
@@ -726,7 +785,7 @@ mod twins {
             Refund(30, 8),
             Check(40, vec![(2, "k", 1, false)], 0),
         ];
-        same("reconfigured refunds", &rules, &ops).await;
+        same("reconfigured refunds", US, &rules, &ops).await;
     }
 }
 

@@ -17,37 +17,84 @@ pub fn rules(n: usize) -> Vec<Rule> {
     all.into_iter().take(n).collect()
 }
 
-/// The per-rule arguments tollgate sends for `rules` (see lua/batch.lua: thirteen
-/// little-endian doubles), written out by hand. 2^30 per second is 2^24 per 15,625 µs in
-/// lowest terms.
+/// The algorithm codes of `rules` (`FIXED_WINDOW`, `TOKEN_BUCKET`, `GCRA` in
+/// lua/prelude.lua).
+const FIXED_WINDOW: u64 = 1;
+const TOKEN_BUCKET: u64 = 4;
+const GCRA: u64 = 6;
+
+/// A rule's packed argument, field for field as `RuleArgs` in src/store/redis/script.rs
+/// (which a bench cannot reach: it is private to the crate) and lua/record.lua's
+/// `rule_args` read it: thirteen little-endian doubles, in this order.
+struct RuleArgs {
+    code: u64,
+    cost: u64,
+    p1: u64,
+    p2: u64,
+    p3: u64,
+    p4: u64,
+    lock_for: u64,
+    after: u64,
+    within: u64,
+    shadow: bool,
+    fingerprint: u64,
+    quota: u64,
+    key_id: u64,
+}
+
+impl RuleArgs {
+    fn encode(&self) -> Vec<u8> {
+        [
+            self.code,
+            self.cost,
+            self.p1,
+            self.p2,
+            self.p3,
+            self.p4,
+            self.lock_for,
+            self.after,
+            self.within,
+            u64::from(self.shadow),
+            self.fingerprint,
+            self.quota,
+            self.key_id,
+        ]
+        .iter()
+        .flat_map(|&v| (v as f64).to_le_bytes())
+        .collect()
+    }
+}
+
+/// The per-rule arguments tollgate sends for `rules`, written out by hand: cost 1, no
+/// penalty, enforced, each rule on its own key id 0. 2^30 per second is 2^24 per 15,625 µs
+/// in lowest terms.
 pub fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
-    let big = (1u64 << 30) as f64;
-    let amount = (1u64 << 24) as f64;
+    let big = 1u64 << 30;
+    let amount = 1u64 << 24;
     rules
         .iter()
         .map(|r| {
-            let [code, p1, p2, p3, p4] = match r.name() {
-                "api" => [6.0, big, 15625.0, amount, 0.0],
-                "minute" => [1.0, big, 60e6, 0.0, 0.0],
-                _ => [4.0, big, amount, 15625.0, 0.0],
+            let (code, [p1, p2, p3, p4]) = match r.name() {
+                "api" => (GCRA, [big, 15625, amount, 0]),
+                "minute" => (FIXED_WINDOW, [big, 60_000_000, 0, 0]),
+                _ => (TOKEN_BUCKET, [big, amount, 15625, 0]),
             };
-            let fingerprint = r.fingerprint() as f64;
-            let fields: [f64; 13] = [
+            RuleArgs {
                 code,
-                1.0,
+                cost: 1,
                 p1,
                 p2,
                 p3,
                 p4,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                fingerprint,
-                big,
-                0.0,
-            ];
-            fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+                lock_for: 0,
+                after: 0,
+                within: 0,
+                shadow: false,
+                fingerprint: r.fingerprint(),
+                quota: big,
+                key_id: 0,
+            }
+            .encode()
         })
         .collect()
 }

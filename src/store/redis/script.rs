@@ -8,15 +8,19 @@ use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::{Admission, Check, Taken};
 
+mod args;
+
+use self::args::{Code, RuleArgs};
+
 /// Expands to the script's files, in the order `lua/prelude.lua` describes, followed by
-/// the given tails: the helpers, the six models, penalties, the batch driver and the call
-/// driver (`lua/call.lua`, which decides several batches in one call).
+/// the given tails: the helpers, the six models, penalties, the rules' arguments and stored
+/// records, the batch driver, the streamlined batch and the call driver (`lua/call.lua`,
+/// which decides several batches in one call).
 macro_rules! source {
     ($($tail:expr),*) => {
         concat!(
@@ -28,6 +32,7 @@ macro_rules! source {
             include_str!("../../../lua/leaky_bucket.lua"),
             include_str!("../../../lua/gcra.lua"),
             include_str!("../../../lua/penalty.lua"),
+            include_str!("../../../lua/record.lua"),
             include_str!("../../../lua/batch.lua"),
             include_str!("../../../lua/fast.lua"),
             include_str!("../../../lua/call.lua"),
@@ -72,7 +77,7 @@ pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     Library { name, source }
 });
 
-/// What the script does with a batch (`ARGV[3]`).
+/// What the script does with a batch (`ARGV[3]`; `MODE_*` in `lua/prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
     /// Decide and commit.
@@ -90,7 +95,7 @@ pub(super) enum Mode {
 
 /// Whether the rule keeps a second key (the sliding log's sorted set).
 pub(super) fn has_log(algorithm: &Algorithm) -> bool {
-    matches!(algorithm, Algorithm::SlidingLog(_))
+    Code::of(algorithm) == Code::SlidingLog
 }
 
 /// The arguments common to every call.
@@ -139,8 +144,29 @@ fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// Bytes of one rule's argument: thirteen little-endian doubles (see `lua/batch.lua`).
-const RULE_BYTES: usize = 13 * 8;
+/// Appends a shape's header line (`lua/call.lua`): the key and rule counts, max_wait, the
+/// mode, the TTL slack and whether the instant and `ARGV[5]` follow. Written by hand:
+/// `write!` costs more than the rest of the batch.
+fn push_header(shape: &mut Vec<u8>, call: &Call, nkeys: usize, nrules: usize, taken: bool) {
+    let extra = extra_follows(call, taken);
+    for (i, value) in [
+        nkeys as u64,
+        nrules as u64,
+        call.max_wait,
+        call.mode as u64,
+        call.slack_ms,
+        u64::from(extra),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            shape.push(b' ');
+        }
+        push_decimal(shape, value);
+    }
+    shape.push(b'\n');
+}
 
 /// One batch's keys and arguments, encoded for a call (see `lua/call.lua`): built by the
 /// requesting task, so a coalesced call only copies them into its command.
@@ -152,8 +178,8 @@ pub(super) struct Encoded {
     call: Call,
     /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
-    /// The batch's shape (`lua/call.lua`): its header line, then per rule thirteen
-    /// little-endian doubles. Built here, once, and kept on the heap, so the batch stays
+    /// The batch's shape (`lua/call.lua`): its header line, then per rule its
+    /// [`RuleArgs`]. Built here, once, and kept on the heap, so the batch stays
     /// small while it moves through the queue into its call.
     shape: Vec<u8>,
 }
@@ -172,67 +198,22 @@ impl Encoded {
                 .iter()
                 .filter(|c| has_log(c.rule.algorithm()))
                 .count();
-        let extra = extra_follows(&call, taken.is_some());
         // The shape: one argument, the same bytes for every batch of the same rules and
         // configuration, which the script parses once and then looks up.
-        let mut shape = Vec::with_capacity(64 + RULE_BYTES * checks.len());
-        // The header line, written by hand: `write!` costs more than the rest of the batch.
-        for (i, value) in [
-            nkeys as u64,
-            checks.len() as u64,
-            call.max_wait,
-            call.mode as u64,
-            call.slack_ms,
-            u64::from(extra),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if i > 0 {
-                shape.push(b' ');
-            }
-            push_decimal(&mut shape, value);
-        }
-        shape.push(b'\n');
+        let mut shape = Vec::with_capacity(64 + RuleArgs::BYTES * checks.len());
+        push_header(&mut shape, &call, nkeys, checks.len(), taken.is_some());
         let mut keys = SmallVec::new();
         for (i, check) in checks.iter().enumerate() {
-            let algorithm = check.rule.algorithm();
             // The rules on one client key share its leaky bucket's release (batch::key_release).
             let key_id = checks[..i]
                 .iter()
                 .position(|c| c.key == check.key)
                 .unwrap_or(i);
             keys.push(key_of(check, false));
-            if has_log(algorithm) {
+            if has_log(check.rule.algorithm()) {
                 keys.push(key_of(check, true));
             }
-            let [code, p1, p2, p3, p4] = algorithm.code_and_params();
-            let (lock_for, after, within) = match check.rule.penalty() {
-                Some(p) => (
-                    duration_to_micros(p.lock_duration()),
-                    p.denials(),
-                    duration_to_micros(p.window()),
-                ),
-                None => (0, 0, 0),
-            };
-            let fields = [
-                code,
-                check.cost,
-                p1,
-                p2,
-                p3,
-                p4,
-                lock_for,
-                after,
-                within,
-                u64::from(check.shadow),
-                check.rule.fingerprint(),
-                algorithm.quota().0,
-                key_id as u64,
-            ];
-            for value in fields {
-                shape.extend_from_slice(&exact_double(value).to_le_bytes());
-            }
+            RuleArgs::of(check, key_id).encode(&mut shape);
         }
         Self {
             keys,

@@ -1,0 +1,140 @@
+-- A rule's packed arguments and its stored record, read and written here alone: the general
+-- path (batch.lua) and the streamlined one (fast.lua) both go through these functions.
+--
+-- A rule's packed argument (batch.lua's ARGV[6…]): thirteen little-endian doubles,
+-- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
+-- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
+-- (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the batch,
+-- and consumes only when it admits on its own; batch::admitted), the configuration's
+-- fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`), its key id (the
+-- index of the batch's first rule on the same client key: the rules on one key count the
+-- request when a leaky bucket on that key releases it, batch::key_release).
+--
+-- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
+-- (struct.pack "<d…", exact for these integers): the head, which is the fingerprint of the
+-- configuration that wrote the state (0 = no algorithm state), the units it had in use then
+-- and the instant it is back to empty (what another configuration reads: src/store/batch.rs
+-- `Entry`, src/algorithm/mod.rs `Carried`); then the algorithm's state fields (none for a
+-- sliding log, whose entries are in its log); then the penalty's locked_until, denials,
+-- window_start. The functions pass its parts as multiple values, not a table, so the
+-- streamlined path builds none.
+
+-- The library functions a decision calls, held in locals once (in a function library, once
+-- per library load): a global is a table lookup by name on every use, a local a register
+-- or an upvalue. Declared here rather than in prelude.lua: a script (EVALSHA) creates every
+-- closure anew on each call, and a closure's capture of a local searches the open upvalues
+-- from the newest local down, so capturing these from the prelude would cost every script
+-- call; here only the closures from this file on capture them.
+local struct_pack = struct.pack
+local struct_unpack = struct.unpack
+local redis_call = redis.call
+local string_format = string.format
+
+-- The models built so far, by algorithm code. A model holds no state of its own, so in a
+-- function library (FCALL) it is built once per library load; in a script, once per call.
+local built = {}
+
+-- The model of algorithm `code`, built on first use, with its record's length in bytes and
+-- struct format (which a rule's configuration copies for read_record and write_record).
+local function model_of(code)
+  local model = built[code]
+  if not model then
+    model = models[code]()
+    model.bytes = 8 * (model.fields + 6)
+    model.format = '<' .. string.rep('d', model.fields + 6)
+    built[code] = model
+  end
+  return model
+end
+
+-- The bytes of a rule's packed argument: thirteen doubles.
+local RULE_BYTES = 104
+
+-- A rule's packed argument, unpacked: code, cost, p1, p2, p3, p4, lock_for, after, within,
+-- shadow, fingerprint, quota, key_id.
+local function rule_args(packed)
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+    struct_unpack('<ddddddddddddd', packed)
+  return code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id
+end
+
+-- The record `raw` (a GET's reply) as configuration `c` (its model's `fields`, `bytes` and
+-- `format`, and its `fingerprint`) reads it: what it holds ('own': c's state; 'foreign':
+-- another configuration's; 'none': no algorithm state, or no record), c's own state fields
+-- f1, f2, f3 (nil past its model's fields, and unless 'own': a model's state table is
+-- { f1, f2, f3 }, whose unused slots stay empty), the penalty's three fields,
+-- and the head (fingerprint, units in use, empty-at instant). A value that is no record (not
+-- a whole number of doubles, or fewer than six) reads as no record. Every decision calls
+-- it, so the record of c's own length is read with as few steps as Lua allows.
+local function read_record(c, raw)
+  if raw and #raw == c.bytes then
+    local fields = c.fields
+    if fields == 2 then
+      local t1, t2, t3, t4, t5, t6, t7, t8 = struct_unpack(c.format, raw)
+      if t1 == c.fingerprint then
+        return 'own', t4, t5, nil, t6, t7, t8, t1, t2, t3
+      end
+      return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t6, t7, t8, t1, t2, t3
+    elseif fields == 3 then
+      local t1, t2, t3, t4, t5, t6, t7, t8, t9 = struct_unpack(c.format, raw)
+      if t1 == c.fingerprint then
+        return 'own', t4, t5, t6, t7, t8, t9, t1, t2, t3
+      end
+      return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t7, t8, t9, t1, t2, t3
+    elseif fields == 1 then
+      local t1, t2, t3, t4, t5, t6, t7 = struct_unpack(c.format, raw)
+      if t1 == c.fingerprint then
+        return 'own', t4, nil, nil, t5, t6, t7, t1, t2, t3
+      end
+      return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t5, t6, t7, t1, t2, t3
+    end
+    -- No state fields: the sliding log's record, whose state is its log.
+    local t1, t2, t3, t4, t5, t6 = struct_unpack(c.format, raw)
+    if t1 == c.fingerprint then
+      return 'own', nil, nil, nil, t4, t5, t6, t1, t2, t3
+    end
+    return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t4, t5, t6, t1, t2, t3
+  end
+  local n = raw and #raw / 8 or 0
+  if n < 6 or n ~= floor(n) then
+    return 'none', nil, nil, nil, 0, 0, 0, 0, 0, 0
+  end
+  -- Another length: another configuration's record, or bare penalty fields.
+  local t1, t2, t3 = struct_unpack('<ddd', raw)
+  local l1, l2, l3 = struct_unpack('<ddd', raw, #raw - 23)
+  if t1 == 0 then
+    return 'none', nil, nil, nil, l1, l2, l3, t1, t2, t3
+  end
+  return 'foreign', nil, nil, nil, l1, l2, l3, t1, t2, t3
+end
+
+-- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (the latest
+-- instant it says anything about), or deletes the key once that has passed; the TTL is only
+-- garbage collection, the state's own expiry instant is what counts, compared exactly in µs.
+-- The record: the head h1, h2, h3, then the state fields (`foreign`, bytes kept as another
+-- configuration wrote them, '' for none; or, when `foreign` is nil, configuration `c`'s own
+-- f1, f2, f3, as many as its model has), then the penalty's l1, l2, l3. One function, so a
+-- write costs the streamlined path one call.
+local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign)
+  local record
+  if foreign then
+    record = struct_pack('<ddd', h1, h2, h3) .. foreign .. struct_pack('<ddd', l1, l2, l3)
+  else
+    local fields = c.fields
+    if fields == 2 then
+      record = struct_pack(c.format, h1, h2, h3, f1, f2, l1, l2, l3)
+    elseif fields == 1 then
+      record = struct_pack(c.format, h1, h2, h3, f1, l1, l2, l3)
+    elseif fields == 3 then
+      record = struct_pack(c.format, h1, h2, h3, f1, f2, f3, l1, l2, l3)
+    else
+      record = struct_pack(c.format, h1, h2, h3, l1, l2, l3)
+    end
+  end
+  if expires_at > now then
+    -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
+    redis_call('PSETEX', key, string_format('%d', ceil((expires_at - now) / 1000) + slack), record)
+  else
+    redis_call('DEL', key)
+  end
+end
