@@ -216,7 +216,7 @@ impl EventLog {
             Event::RefundFailure => tracing::warn!(
                 suppressed,
                 interval_s,
-                "more units could not be given back (summary of the last interval)"
+                "more refunds failed (summary of the last interval)"
             ),
         }
     }

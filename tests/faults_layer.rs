@@ -223,3 +223,79 @@ async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError
     assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
     Ok(())
 }
+
+/// A store that decides from memory but cannot give units back.
+#[derive(Clone)]
+struct NoRefund(MemoryStore);
+
+impl Store for NoRefund {
+    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+        self.0.check(batch, wait).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.0.peek(check).await
+    }
+    async fn refund(&self, _: &[Check<'_>], _: &Outcome) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        self.0.reset(rule, key).await
+    }
+}
+
+/// Captures what is logged.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Refunds that fail are logged through the layer's log limiter: one line per interval,
+/// however many requests fail to give their units back.
+#[tokio::test(flavor = "current_thread")]
+async fn failed_refunds_log_once_per_interval() -> Result<(), BoxError> {
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let layer = RateLimitLayer::builder(Limiter::new(NoRefund(MemoryStore::new())))
+        .limit(
+            Limit::new(
+                Rule::fixed_window("failed-logins", 1_000_000, Duration::from_secs(60)),
+                key::global(),
+            )
+            .charge(tollgate::Charge::failures()),
+        )
+        .log_interval(Duration::from_secs(3600))
+        .build()?;
+    let svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|_req: Request<String>| async {
+                Ok::<_, Infallible>(Response::new(String::from("ok")))
+            }));
+    for _ in 0..1_000 {
+        let response = svc
+            .clone()
+            .oneshot(Request::get("/").body(String::new())?)
+            .await?;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let text = String::from_utf8(sink.0.lock().unwrap().clone())?;
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("could not refund"))
+        .count();
+    assert_eq!(lines, 1, "{text}");
+    Ok(())
+}

@@ -339,7 +339,7 @@ mod twins {
     use super::common::redis_server::RedisServer;
     use super::Still;
     use tollgate::{
-        Check, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Reservation, Rule, Store,
+        Check, Limiter, ManualClock, MemoryStore, Rate, Reservation, Rule, Store,
     };
 
     const T0: u64 = 1_000_000_000_000;
@@ -794,9 +794,11 @@ const T60: u64 = 1_200_000_000_000;
 
 /// Issue #9 item 3 on the `Limiter`: a global fixed window (1 a minute) beside a per-user
 /// leaky bucket (5 units, one per 10 s) counts a shaped request in the window it passes in,
-/// not the one it queues in; a request whose window filled up while it was held is denied at
-/// its release, and its queue slot goes back.
-async fn a_shaped_request_counts_where_it_passes<S: Store>(
+/// not the one it queues in: the window is left to the release, where confirming the
+/// `Reservation` counts it. A request whose window filled up while it was held is denied at
+/// its release, and its queue slot goes back. The store's clock is the test's; tokio's
+/// paused clock ends each reservation's wait.
+async fn a_shaped_request_counts_where_it_passes<S: Store + Clone>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
 ) {
@@ -813,23 +815,21 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
     );
     // a's next request queues until 60 s: the window is left to the release.
     clock.set_micros(s(55));
-    let held = limiter.check(&request(b"a")).await.unwrap();
+    let mut held = limiter
+        .reserve(&request(b"a"), Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(
-        held.decision,
+        held.outcome().decision,
         Decision::Delay(Duration::from_secs(5)),
         "{held:?}"
     );
-    assert!(held.needs_confirmation());
     // [0, 60 s) is full with a's first request: b is denied.
     clock.set_micros(s(58));
     assert!(!limiter.check(&request(b"b")).await.unwrap().is_admitted());
     clock.set_micros(s(60));
-    let passed = limiter
-        .confirm(&request(b"a"), &held, Duration::ZERO)
-        .await
-        .unwrap();
+    let passed = held.confirm().await.unwrap();
     assert_eq!(passed.decision, Decision::Allow, "{passed:?}");
-    assert!(!passed.needs_confirmation());
     // a's held request counts in [60 s, 120 s), where it passed: b waits for 120 s.
     clock.set_micros(s(61));
     let b = limiter.check(&request(b"b")).await.unwrap();
@@ -850,9 +850,12 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
         .unwrap()
         .is_admitted());
     clock.set_micros(s(175));
-    let held = limiter.check(&request(b"a")).await.unwrap();
+    let mut held = limiter
+        .reserve(&request(b"a"), Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(
-        held.decision,
+        held.outcome().decision,
         Decision::Delay(Duration::from_secs(5)),
         "{held:?}"
     );
@@ -864,10 +867,7 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
     );
     // Confirmed a little after its release, as a layer's timer does.
     clock.set_micros(s(180) + 1_000);
-    let denied = limiter
-        .confirm(&request(b"a"), &held, Duration::ZERO)
-        .await
-        .unwrap();
+    let denied = held.confirm().await.unwrap();
     assert_eq!(
         denied.decision,
         Decision::Deny(tollgate::Denial {
@@ -876,24 +876,31 @@ async fn a_shaped_request_counts_where_it_passes<S: Store>(
         }),
         "{denied:?}"
     );
-    assert!(denied.admission.is_none());
     // Its queue slot went back: a's next request (alone) is not queued behind it.
     let next = limiter.check(&queue_only(b"a")).await.unwrap();
     assert_eq!(next.decision, Decision::Allow, "{next:?}");
+    // Cancelling the denied reservation gives nothing back twice.
+    held.cancel().await.unwrap();
+    let after = limiter.check(&queue_only(b"a")).await.unwrap();
+    assert_eq!(
+        after.decision,
+        Decision::Delay(Duration::from_secs(10)),
+        "{after:?}"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_shaped_request_counts_where_it_passes_on_memory() {
     let clock = ManualClock::new(T60);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
     a_shaped_request_counts_where_it_passes(&limiter, &clock).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_shaped_request_counts_where_it_passes_on_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T60);
-    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let store = Still::connect(&server.url()).await;
     let limiter = Limiter::new(store.with_clock(clock.clone()));
     a_shaped_request_counts_where_it_passes(&limiter, &clock).await;
 }

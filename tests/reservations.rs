@@ -403,11 +403,21 @@ async fn every_rule_counts_where_it_says<S: Store + Clone>(
     for &(t, _) in &passed[2] {
         let start = t - t % window;
         let n = units(&passed[2], start, start + window);
-        prop_assert!(n <= 4, "fixed window [{} µs, +20 ms) passed {}", start - T0, n);
+        prop_assert!(
+            n <= 4,
+            "fixed window [{} µs, +20 ms) passed {}",
+            start - T0,
+            n
+        );
     }
     for &(a, _) in &passed[3] {
         let n = units(&passed[3], a, a + window);
-        prop_assert!(n <= 4, "sliding log passed {} in [{} µs, +20 ms)", n, a - T0);
+        prop_assert!(
+            n <= 4,
+            "sliding log passed {} in [{} µs, +20 ms)",
+            n,
+            a - T0
+        );
     }
     Ok(())
 }

@@ -318,7 +318,11 @@ impl MemoryStore {
     }
 
     /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
-    fn refund_admission(&self, batch: &[Check<'_>], admission: &Admission) -> Result<(), StoreError> {
+    fn refund_admission(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         for (i, check) in batch.iter().enumerate() {
