@@ -1,5 +1,5 @@
-//! Bugs in the interactions of features merged together (ident × quotas, ident ×
-//! batchtime, held × routes, …): each test states what the combination should do.
+//! Features in combination (ident × quotas, ident × batchtime, held × routes, …): each
+//! test states what the combination does.
 
 mod common;
 
@@ -71,10 +71,9 @@ fn memory() -> (Limiter<MemoryStore>, ManualClock) {
 }
 
 /// ident × quotas: GCRA's state keeps a fraction of a µs in units of `1 / amount` (of the
-/// rate in lowest terms), but its fingerprint names only the emission interval rounded up
-/// to a whole µs. 3 per 5 µs and 1 per 2 µs (600,000/s and 500,000/s) share a fingerprint,
-/// so each reads the other's fraction as its own, in the wrong unit: a reconfiguration then
-/// hands out more than the larger burst within one microsecond (the bound `Rule` documents).
+/// rate in lowest terms), so its fingerprint names the rate itself, not only the emission
+/// interval rounded to a whole µs: 3 per 5 µs and 1 per 2 µs (600,000/s and 500,000/s),
+/// whose intervals round alike, have fingerprints of their own.
 #[tokio::test]
 async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() {
     let a = Rule::gcra("g", Rate::new(3, 5 * US), 10);
@@ -86,6 +85,9 @@ async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() 
     );
 }
 
+/// A GCRA rule reconfigured between two rates whose intervals round alike hands out no
+/// more than the larger burst within one microsecond (the bound `Rule` documents): neither
+/// configuration reads the other's fraction as its own.
 #[tokio::test]
 async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond() {
     let (limiter, _clock) = memory();
@@ -104,12 +106,11 @@ async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond()
     );
 }
 
-/// ident × slog, the Lua twin: a sliding log that finds another configuration's log
-/// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`), but
-/// `sliding_log.lua` looks up that log's oldest live entry in the Redis set, which still
-/// holds the other configuration's entries: their running totals are mixed with the
-/// virtual log's, and the carried units shrink. `MemoryStore` holds the key closed until
-/// the old log would have been empty; Redis admits at once.
+/// ident × slog, and the Lua twin: a sliding log that finds another configuration's log
+/// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`);
+/// the other configuration's entries still in the Redis set take no part in it, so the
+/// carried units hold the key closed until the old log would have been empty, on both
+/// stores.
 async fn a_lowered_window_holds_the_carried_units<S: Store>(
     limiter: &Limiter<S>,
     clock: &ManualClock,
@@ -135,12 +136,14 @@ async fn a_lowered_window_holds_the_carried_units<S: Store>(
     );
 }
 
+/// [`a_lowered_window_holds_the_carried_units`] on MemoryStore.
 #[tokio::test]
 async fn a_lowered_window_holds_the_carried_units_on_memory() {
     let (limiter, clock) = memory();
     a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
 }
 
+/// [`a_lowered_window_holds_the_carried_units`] on a Redis server.
 #[tokio::test]
 async fn a_lowered_window_holds_the_carried_units_on_redis() {
     let server = RedisServer::start();
@@ -150,11 +153,11 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
     a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
 }
 
-/// batchtime × leaky bucket: a batch held by one client's leaky-bucket queue counts the
-/// request in every other rule at its release, recorded like a wait-mode reservation,
-/// which closes the state until then (`evaluate_live`: nothing is admitted before a
-/// reservation's instant). One client's queue thereby closes a shared bucket with room to
-/// spare to every other client until its release: in check mode they are denied.
+/// batchtime × leaky bucket: a batch held by one client's leaky-bucket queue leaves the
+/// rules on other keys to the request's release instead of recording it there like a
+/// wait-mode reservation (which would close their state until then: nothing is admitted
+/// before a reservation's instant). So one client's queue never closes a shared bucket
+/// with room to spare to the other clients: in check mode they are admitted.
 #[tokio::test]
 async fn one_clients_queue_does_not_close_a_shared_bucket() {
     let (limiter, clock) = memory();
@@ -176,12 +179,10 @@ async fn one_clients_queue_does_not_close_a_shared_bucket() {
     assert_eq!(b.decision, Decision::Allow, "{b:?}");
 }
 
-/// ident × penalty: "the penalty survives a reconfiguration unchanged" (`Rule` docs), but a
-/// store keeps an entry only as long as the configuration that last wrote it says
-/// (`Entry::expires_at` takes the writer's penalty; `store` in batch.lua sets the TTL
-/// alike). A configuration without the penalty (a rolling deploy adding one) writes the
-/// entry with its state's expiry, and the lock the other configuration set is swept with
-/// it.
+/// ident × penalty: "the penalty survives a reconfiguration unchanged" (`Rule` docs): an
+/// entry written by a configuration without the penalty (a rolling deploy adding one)
+/// keeps the lock another configuration set until the lock ends, whatever the writer's own
+/// expiry (`Entry::expires_at` on MemoryStore; the TTL `store` sets in batch.lua).
 #[tokio::test]
 async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty() {
     let (limiter, clock) = memory();
@@ -319,9 +320,8 @@ mod held {
         Rule::fixed_window("per-tenant", 1000, 60 * S)
     }
 
-    /// A trial limit never denies: its key must not count under `max_held_per_key`
-    /// (`held_keys` in src/layer/service.rs took every rule reporting `Delay`, and with
-    /// batchtime every rule of a reserved batch reports one).
+    /// A trial limit never denies: its key takes no place under `max_held_per_key`, though
+    /// with batchtime every rule of a reserved batch reports `Delay`, a trial rule too.
     #[tokio::test(start_paused = true)]
     async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
         let tenant = Limit::new(per_tenant(), key::header("tenant")).shadow();
@@ -338,9 +338,7 @@ mod twins {
 
     use super::common::redis_server::RedisServer;
     use super::Still;
-    use tollgate::{
-        Check, Limiter, ManualClock, MemoryStore, Rate, Reservation, Rule, Store,
-    };
+    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Reservation, Rule, Store};
 
     const T0: u64 = 1_000_000_000_000;
     const US: Duration = Duration::from_micros(1);
@@ -505,6 +503,8 @@ mod twins {
         }
     }
 
+    /// Cross-slot batches with a queue, shadow items, waits and cancellations: each slot's
+    /// part is decided, realigned and given back as MemoryStore decides the whole batch.
     #[tokio::test(start_paused = true)]
     async fn cross_slot_batches_with_queues_shadows_and_refunds() {
         let rules = [
@@ -617,6 +617,7 @@ mod twins {
         (rules, ops)
     }
 
+    /// [`shaped_with_shared_rules`] on MemoryStore and a Redis server: the same answers.
     #[tokio::test(start_paused = true)]
     async fn shaped_requests_with_shared_rules_confirmed_at_release() {
         let (rules, ops) = shaped_with_shared_rules();
@@ -652,18 +653,21 @@ mod twins {
         (rules, ops)
     }
 
+    /// [`queues_in_two_places`] on MemoryStore and a Redis server: the same answers.
     #[tokio::test(start_paused = true)]
     async fn queues_in_two_places_leave_the_other_rules_pending() {
         let (rules, ops) = queues_in_two_places();
         same("two queues", MS, &rules, &ops).await;
     }
 
+    /// [`queues_in_two_places`] on MemoryStore and a Redis Cluster: the same answers.
     #[tokio::test(start_paused = true)]
     async fn queues_in_two_places_leave_the_other_rules_pending_on_cluster() {
         let (rules, ops) = queues_in_two_places();
         same_on_cluster("two queues (cluster)", MS, &rules, &ops).await;
     }
 
+    /// [`shaped_with_shared_rules`] on MemoryStore and a Redis Cluster: the same answers.
     #[tokio::test(start_paused = true)]
     async fn shaped_requests_with_shared_rules_confirmed_at_release_on_cluster() {
         let (rules, ops) = shaped_with_shared_rules();
@@ -678,6 +682,8 @@ mod twins {
         Rate::new(amount, MS * ms as u32)
     }
 
+    /// GCRA at a rate with a fraction of a µs per unit: cancelled reservations give back
+    /// (or keep, behind a later one) the same units on both stores.
     #[tokio::test(start_paused = true)]
     async fn gcra_refunds_with_fractions() {
         let rules = [Rule::gcra("g", rate(3, 5), 2)];
@@ -696,6 +702,8 @@ mod twins {
         same("gcra", US, &rules, &ops).await;
     }
 
+    /// A sliding log gives back a reservation's entries amid later entries and after
+    /// pruning, alike on both stores.
     #[tokio::test(start_paused = true)]
     async fn sliding_log_refunds_amid_later_entries_and_pruning() {
         let rules = [Rule::sliding_log("l", 3, US * 100)];
@@ -715,6 +723,8 @@ mod twins {
         same("sliding log", US, &rules, &ops).await;
     }
 
+    /// A leaky bucket reconfigured between two drain rates (its level carried over) behind
+    /// another queue's release: a cancelled reservation gives back alike on both stores.
     #[tokio::test(start_paused = true)]
     async fn carried_leaky_bucket_behind_another_release() {
         let rules = [
@@ -743,6 +753,8 @@ mod twins {
         same("carried leaky bucket", US, &rules, &ops).await;
     }
 
+    /// A leaky bucket on trial beside a waiting GCRA: what the trial item took goes back
+    /// with the reservation, alike on both stores.
     #[tokio::test(start_paused = true)]
     async fn shadow_leaky_bucket_behind_a_reservation() {
         let rules = [
@@ -763,6 +775,8 @@ mod twins {
         same("shadow leaky bucket", US, &rules, &ops).await;
     }
 
+    /// A reservation cancelled after its rule was reconfigured (and used) in between gives
+    /// back the same on both stores.
     #[tokio::test(start_paused = true)]
     async fn refund_after_a_reconfiguration_in_between() {
         let rules = [
@@ -889,6 +903,7 @@ async fn a_shaped_request_counts_where_it_passes<S: Store + Clone>(
     );
 }
 
+/// [`a_shaped_request_counts_where_it_passes`] on MemoryStore.
 #[tokio::test(start_paused = true)]
 async fn a_shaped_request_counts_where_it_passes_on_memory() {
     let clock = ManualClock::new(T60);
@@ -896,6 +911,7 @@ async fn a_shaped_request_counts_where_it_passes_on_memory() {
     a_shaped_request_counts_where_it_passes(&limiter, &clock).await;
 }
 
+/// [`a_shaped_request_counts_where_it_passes`] on a Redis server.
 #[tokio::test(start_paused = true)]
 async fn a_shaped_request_counts_where_it_passes_on_redis() {
     let server = RedisServer::start();
@@ -915,11 +931,6 @@ impl tollgate::Clock for TokioClock {
     }
 }
 
-/// The shaped-request schedule of issue #9 item 3, through the layer: a global fixed window
-/// of 2 per minute beside a per-user leaky bucket (5 units, one per 10 s). a's request at
-/// 55 s queues behind its 50 s one until 60 s; b sends at 60 s and 60.5 s. Counting a's
-/// held request in the window it arrives in ([0, 60 s)) lets three pass in [60 s, 120 s):
-/// the layer must count it where it passes.
 /// The instants (since `start`) at which requests reached the inner service.
 type Passed = std::sync::Arc<std::sync::Mutex<Vec<Duration>>>;
 
@@ -977,6 +988,11 @@ fn from_user(user: &str) -> http::Request<String> {
         .unwrap()
 }
 
+/// The shaped-request schedule of issue #9 item 3, through the layer: a global fixed window
+/// of 2 per minute beside a per-user leaky bucket (5 units, one per 10 s). a's request at
+/// 55 s queues behind its 50 s one until 60 s; b sends at 60 s and 60.5 s. The layer
+/// counts a's held request in the window it passes in ([60 s, 120 s)), so no more than 2
+/// pass in any minute: b's second request is refused.
 async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter: Limiter<St>) {
     use tower::ServiceExt;
 
@@ -1015,6 +1031,7 @@ async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter
     assert_eq!(passed.len(), 3, "{passed:?}");
 }
 
+/// [`shaped_requests_pass_within_the_global_limit`] on MemoryStore, on tokio's clock.
 #[tokio::test(start_paused = true)]
 async fn shaped_requests_pass_within_the_global_limit_on_memory() {
     let clock = TokioClock(tokio::time::Instant::now());

@@ -302,6 +302,7 @@ async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_bucket_refund_gives_back_its_own_units_at_any_rate(limiter, clock).await;
 }
 
+/// Every refund rule above holds on MemoryStore.
 #[tokio::test]
 async fn refunds_on_memory_store() {
     let clock = ManualClock::new(T0);
@@ -312,6 +313,7 @@ async fn refunds_on_memory_store() {
     .await;
 }
 
+/// Every refund rule above holds on a Redis server (the Lua twin).
 #[tokio::test]
 async fn refunds_on_redis_store() {
     let server = RedisServer::start();
@@ -320,6 +322,8 @@ async fn refunds_on_redis_store() {
     all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
 }
 
+/// Every refund rule above holds on a Redis Cluster, and a reservation across slots
+/// gives its units back slot by slot: the next request gets the very slot it had.
 #[tokio::test]
 async fn refunds_on_redis_cluster() {
     let cluster = common::redis_server::RedisCluster::start();

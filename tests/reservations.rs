@@ -60,6 +60,7 @@ async fn request_before_a_reservation_is_denied<S: Store + Clone>(
     }
 }
 
+/// [`request_before_a_reservation_is_denied`] on MemoryStore.
 #[tokio::test]
 async fn a_reservation_keeps_the_current_window_memory() {
     let clock = ManualClock::new(T0);
@@ -67,6 +68,7 @@ async fn a_reservation_keeps_the_current_window_memory() {
     request_before_a_reservation_is_denied(&limiter, &clock).await;
 }
 
+/// [`request_before_a_reservation_is_denied`] on a Redis server.
 #[tokio::test]
 async fn a_reservation_keeps_the_current_window_redis() {
     let server = RedisServer::start();
@@ -216,17 +218,22 @@ struct Call {
     rules: Vec<(usize, u64, u64)>,
 }
 
-/// A store that logs each decision it gives for a request (made in [`REQUEST`]'s scope) and
-/// keeps tokio's clock still while its inner store answers.
+/// A store that logs each decision it gives for a request (made in [`REQUEST`]'s scope),
+/// keeps tokio's clock still while its inner store answers, and takes one call at a time:
+/// a schedule's decisions follow one another as its steps say, the releases confirmed on
+/// tasks of their own included, so a Cluster's cross-slot batch is decided part by part
+/// with no other decision in between.
 #[derive(Clone)]
 struct Recorded<S> {
     inner: S,
     clock: TokioClock,
     calls: Arc<Mutex<Vec<Call>>>,
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<S: Store + Clone> Store for Recorded<S> {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+        let _turn = self.turn.lock().await;
         let at = self.clock.now_micros();
         let outcome = still(self.inner.check(batch, wait)).await?;
         if let Ok(request) = REQUEST.try_with(|r| *r) {
@@ -253,12 +260,15 @@ impl<S: Store + Clone> Store for Recorded<S> {
         Ok(outcome)
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        let _turn = self.turn.lock().await;
         still(self.inner.peek(check)).await
     }
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        let _turn = self.turn.lock().await;
         still(self.inner.refund(batch, outcome)).await
     }
     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        let _turn = self.turn.lock().await;
         still(self.inner.reset(rule, key)).await
     }
 }
@@ -287,6 +297,7 @@ async fn every_rule_counts_where_it_says<S: Store + Clone>(
         inner: store,
         clock: clock.clone(),
         calls: calls.clone(),
+        turn: Arc::default(),
     });
     let batch_of = |costs: [u64; 4]| -> Vec<Check<'_>> {
         rules
@@ -469,6 +480,8 @@ fn on_redis(store: &RedisStore) -> impl Fn(TokioClock, usize) -> RedisStore + '_
 /// Every rule on one key: one script call per batch on Redis.
 const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
 
+/// Random batches with every rule on one key count each rule where it says
+/// ([`every_rule_counts_where_it_says`]), on MemoryStore.
 #[test]
 fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     run_schedules(&runtime(), 256, Just(ONE_KEY), |clock, _| {
@@ -476,6 +489,7 @@ fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     });
 }
 
+/// The same on a Redis server: one script call per batch.
 #[test]
 fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
@@ -493,6 +507,9 @@ fn mixed_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
     (key(), key(), key()).prop_map(|(fast, window, log)| [&b"client"[..], fast, window, log])
 }
 
+/// Random batches whose rules lie on the client's key or a shared one count each rule
+/// where it says, on MemoryStore: the shared rules beside a client's queue are counted at
+/// the release.
 #[test]
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     run_schedules(&runtime(), 256, mixed_keys(), |clock, _| {
@@ -500,6 +517,7 @@ fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() 
     });
 }
 
+/// The same on a Redis server.
 #[test]
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
