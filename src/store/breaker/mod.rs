@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Health, Store};
+use crate::store::check::{Check, Health, Store};
 use crate::Rule;
 
 /// Consecutive failures that open a [`Breaker`] unless changed with

@@ -16,10 +16,12 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{Admitted, Carried, State, Verdict};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
-use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
+use crate::decision::{
+    Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, Taken,
+};
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
-use crate::store::{Admission, Check, Store, Taken};
+use crate::store::check::{Check, Store};
 use crate::Rule;
 
 use key::{hash_pair, StoreKey};
