@@ -8,9 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Response};
 
-use super::charge::Charge;
+use super::charge::counts::Charge;
 use super::headers::{policy_value, HeaderOptions};
-use super::observe::RuleMetrics;
+use super::held::bounds::HeldLimits;
+use super::observe::record::RuleMetrics;
 use super::plans::PlanGuard;
 use super::response::Rejection;
 use super::routes::RoutePattern;
@@ -372,7 +373,7 @@ pub(crate) struct Config {
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     pub(crate) log: Arc<EventLog>,
-    pub(crate) held: super::held::HeldLimits,
+    pub(crate) held: HeldLimits,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.

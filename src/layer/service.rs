@@ -9,11 +9,11 @@ use smallvec::SmallVec;
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::batch::{batch_of, Checked, Item, LayerBatch};
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
-use super::decide::{decide, reject, Checked};
+use super::decide::{decide, reject};
 use super::future::{CheckFuture, ResponseFuture};
-use super::held::LayerBatch;
 use super::observe;
 use super::plans::RequestPlans;
 use super::reload::ConfigSource;
@@ -35,16 +35,6 @@ pub struct RateLimit<S, St = MemoryStore> {
     inner: S,
     limiter: Limiter<St>,
     config: ConfigSource,
-}
-
-/// One limit of a request's batch: its index among the request's limits, its key's bytes in
-/// the shared key buffer, its cost.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Item {
-    pub(crate) limit: usize,
-    start: usize,
-    end: usize,
-    cost: u64,
 }
 
 impl<S, St> RateLimit<S, St> {
@@ -353,35 +343,6 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                         .is_some_and(|l| !l.charge.counts_all())
                 }))
     }
-}
-
-/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
-/// asked, each item's index among the request's limits.
-pub(super) fn batch_of<'a>(
-    config: &'a Config,
-    route: Option<usize>,
-    items: &[Item],
-    keys: &'a KeyBuf,
-    mut limits: Option<&mut SmallVec<[usize; 4]>>,
-) -> SmallVec<[Check<'a>; 4]> {
-    let mut batch = SmallVec::new();
-    for item in items {
-        // Always present: the items were made from these limits and this buffer.
-        let limit = config.limit(route, item.limit);
-        let key = keys.as_bytes().get(item.start..item.end);
-        if let (Some(limit), Some(key)) = (limit, key) {
-            if let Some(limits) = limits.as_deref_mut() {
-                limits.push(item.limit);
-            }
-            batch.push(Check {
-                rule: &limit.rule,
-                key,
-                cost: item.cost,
-                shadow: limit.shadow,
-            });
-        }
-    }
-    batch
 }
 
 impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {
