@@ -247,6 +247,17 @@ pub enum Mode {
     },
 }
 
+impl Mode {
+    /// The longest a request is held for its units to come due: `max_wait` in
+    /// [`Mode::Wait`], zero otherwise.
+    pub(crate) fn max_wait(self) -> Duration {
+        match self {
+            Mode::Wait { max_wait } => max_wait,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
 /// What the layer does when the store fails (unreachable, timed out). Logged with
 /// `tracing::warn!` either way (at most once per
 /// [`log_interval`](super::RateLimitLayerBuilder::log_interval), with a count).
