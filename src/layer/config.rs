@@ -12,7 +12,7 @@ use super::charge::counts::Charge;
 use super::headers::{policy_value, HeaderOptions};
 use super::held::bounds::HeldLimits;
 use super::observe::record::RuleMetrics;
-use super::plans::PlanGuard;
+use super::plans::select::PlanGuard;
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};

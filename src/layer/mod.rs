@@ -238,6 +238,6 @@ pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;
 pub use held::bounds::DEFAULT_MAX_HELD;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
-pub use plans::{PlanOf, Plans, UnknownPlan};
+pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;

@@ -15,8 +15,8 @@ use super::config::{Config, MissingKey, Mode};
 use super::decide::{decide, reject};
 use super::future::{CheckFuture, ResponseFuture};
 use super::observe;
-use super::plans::RequestPlans;
-use super::reload::ConfigSource;
+use super::plans::select::RequestPlans;
+use super::reload::source::ConfigSource;
 use super::response::RejectionKind;
 use crate::decision::{Decision, Outcome};
 use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
@@ -170,7 +170,7 @@ fn items(
         let start = keys.len();
         // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
         // the limit does with a missing key.
-        let (extracted, plan_refused) = match plans.applies(limit, head) {
+        let (extracted, plan_refused) = match plans.applies(limit.plan.as_ref(), head) {
             Ok(true) => (limit.key.extract(head, keys), false),
             Ok(false) => continue,
             Err(unknown_plan) => (Err(unknown_plan), true),
