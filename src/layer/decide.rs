@@ -24,6 +24,9 @@ use crate::rule::Rule;
 use crate::store::{Health, Store};
 
 /// What to do with a checked request.
+// Made once per request and moved at once into the response future's state: boxing the
+// large variant would allocate on the request path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Next<St: Store + Clone> {
     /// Forward it now.
     Forward {

@@ -16,7 +16,7 @@
 //! reservations), or later where a leaky bucket holds it in its queue. The rules on the
 //! bucket's own key count it at the release; the rules on other keys are pending: checked
 //! now at the release, counted when the request is released
-//! ([`Limiter::confirm`](crate::Limiter::confirm)), so one client's queue never dates a
+//! ([`Reservation::confirm`](crate::Reservation::confirm)), so one client's queue never dates a
 //! shared state in the future (see [`evaluate`]).
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
@@ -220,7 +220,7 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 /// (`tests/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`), counting it
 /// on arrival would count the request in a window it does not pass in. So it is evaluated
 /// at the batch's release, changing nothing, and counted when the request is released
-/// ([`Limiter::confirm`](crate::Limiter::confirm)).
+/// ([`Reservation::confirm`](crate::Reservation::confirm)).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
