@@ -251,7 +251,8 @@ pub(crate) struct Taken {
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
-    /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the units go back to.
+    /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the
+    /// units go back to.
     pub(crate) local: bool,
 }
 
