@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::store::Admission;
-
 /// Whether a request may pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -100,7 +98,7 @@ impl Outcome {
     /// For a [`Store`](crate::Store) written outside this crate; its admitted outcomes carry
     /// nothing to give back.
     pub fn new(rules: RuleOutcomes) -> Self {
-        crate::store::batch::combine(rules, |_| false)
+        combine(rules, |_| false)
     }
 
     /// Whether the request is delayed with rules still to count it when it is released:
@@ -195,5 +193,128 @@ impl<'a> IntoIterator for &'a RuleOutcomes {
 
     fn into_iter(self) -> Self::IntoIter {
         self.0.iter()
+    }
+}
+
+/// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
+/// longest retry-after wins, and a denial no wait can lift beats every other. The items
+/// `is_shadow` names (by index) take no part.
+pub(crate) fn combine(
+    rules: impl Into<RuleOutcomes>,
+    is_shadow: impl Fn(usize) -> bool,
+) -> Outcome {
+    let rules = rules.into();
+    let mut decision = Decision::Allow;
+    for (_, rule) in rules.iter().enumerate().filter(|(i, _)| !is_shadow(*i)) {
+        decision = match (decision, rule.decision) {
+            (Decision::Deny(a), Decision::Deny(b)) => Decision::Deny(longer(a, b)),
+            (Decision::Deny(a), _) => Decision::Deny(a),
+            (_, Decision::Deny(b)) => Decision::Deny(b),
+            (Decision::Delay(a), Decision::Delay(b)) => Decision::Delay(a.max(b)),
+            (Decision::Delay(a), Decision::Allow) | (Decision::Allow, Decision::Delay(a)) => {
+                Decision::Delay(a)
+            }
+            (Decision::Allow, Decision::Allow) => Decision::Allow,
+        };
+    }
+    Outcome {
+        decision,
+        rules,
+        admission: None,
+    }
+}
+
+fn longer(a: Denial, b: Denial) -> Denial {
+    match (a.retry_after, b.retry_after) {
+        (None, _) => a,
+        (_, None) => b,
+        (Some(x), Some(y)) if y > x => b,
+        _ => a,
+    }
+}
+
+/// What a store recorded for an admitted batch, so that the units can go back to the store
+/// that took them: per rule, the instant its units were taken at, the model's mark of the
+/// state it left, and which store took them. Kept inside the [`Outcome`]; the
+/// [`Reservation`](crate::Reservation) that owns a held request reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Admission {
+    /// Per rule of the batch, in order.
+    pub(crate) taken: SmallVec<[Taken; 2]>,
+}
+
+/// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
+/// model's mark of the state it left (see `Algorithm::mark`); or, `pending`, nothing taken
+/// yet: the rule counts the request when it is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Taken {
+    pub(crate) at: u64,
+    pub(crate) mark: u64,
+    pub(crate) pending: bool,
+    /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the
+    /// units go back to.
+    pub(crate) local: bool,
+}
+
+impl Taken {
+    /// Units taken at `at`, leaving the state `mark`.
+    pub(crate) fn at(at: u64, mark: u64) -> Self {
+        Self {
+            at,
+            mark,
+            ..Self::default()
+        }
+    }
+
+    /// A rule left to the request's release: nothing taken yet.
+    pub(crate) fn pending() -> Self {
+        Self {
+            pending: true,
+            ..Self::default()
+        }
+    }
+}
+
+impl Admission {
+    pub(crate) fn new(taken: impl IntoIterator<Item = Taken>) -> Self {
+        Self {
+            taken: taken.into_iter().collect(),
+        }
+    }
+
+    /// The admission of a batch of one (a push, not a collect: the hot path's).
+    pub(crate) fn one(taken: Taken) -> Self {
+        let mut all = SmallVec::new();
+        all.push(taken);
+        Self { taken: all }
+    }
+
+    /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
+    pub(crate) fn taken(&self, i: usize) -> Taken {
+        self.taken.get(i).copied().unwrap_or_default()
+    }
+
+    /// Whether some rules of the batch are still to be counted when the request is
+    /// released.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.taken.iter().any(|t| t.pending)
+    }
+
+    /// The indices (in the batch, in order) of the rules still to be counted when the
+    /// request is released.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.taken
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.pending)
+            .map(|(i, _)| i)
+    }
+
+    /// The admission of the sub-batch made of the rules at `indices` (in that order), to
+    /// give back the units of only some rules of a batch.
+    pub(crate) fn select(&self, indices: &[usize]) -> Admission {
+        Admission {
+            taken: indices.iter().map(|&i| self.taken(i)).collect(),
+        }
     }
 }

@@ -366,8 +366,7 @@ impl<S: Store + Clone> Reservation<S> {
         };
         let rules = std::mem::take(&mut self.outcome.rules);
         let checks = self.batch.checks();
-        self.outcome =
-            crate::store::batch::combine(rules, |i| checks.get(i).is_some_and(|c| c.shadow));
+        self.outcome = crate::decision::combine(rules, |i| checks.get(i).is_some_and(|c| c.shadow));
         self.outcome.admission = admission;
         if let (Decision::Delay(delay), State::Passed) = (self.outcome.decision, self.state) {
             self.due = Instant::now().checked_add(delay).unwrap_or(self.due);

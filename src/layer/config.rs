@@ -8,10 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Response};
 
-use super::charge::Charge;
+use super::charge::counts::Charge;
 use super::headers::{policy_value, HeaderOptions};
-use super::observe::RuleMetrics;
-use super::plans::PlanGuard;
+use super::held::bounds::HeldLimits;
+use super::observe::record::RuleMetrics;
+use super::plans::select::PlanGuard;
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
@@ -246,6 +247,17 @@ pub enum Mode {
     },
 }
 
+impl Mode {
+    /// The longest a request is held for its units to come due: `max_wait` in
+    /// [`Mode::Wait`], zero otherwise.
+    pub(crate) fn max_wait(self) -> Duration {
+        match self {
+            Mode::Wait { max_wait } => max_wait,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
 /// What the layer does when the store fails (unreachable, timed out). Logged with
 /// `tracing::warn!` either way (at most once per
 /// [`log_interval`](super::RateLimitLayerBuilder::log_interval), with a count).
@@ -372,7 +384,7 @@ pub(crate) struct Config {
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     pub(crate) log: Arc<EventLog>,
-    pub(crate) held: super::held::HeldLimits,
+    pub(crate) held: HeldLimits,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.

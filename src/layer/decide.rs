@@ -8,11 +8,12 @@ use bytes::Bytes;
 use http::{Request, Response};
 use smallvec::SmallVec;
 
+use super::batch::{Checked, LayerBatch};
 use super::charge::Charging;
 use super::config::{Config, DecisionEvent, FailurePolicy, Mode};
 use super::headers::{retry_after_secs, RateLimitHeaders};
-use super::held::{held_keys, Hold, HoldFuture, LayerBatch};
-use super::observe;
+use super::held::{held_keys, Hold, HoldFuture};
+use super::observe::record;
 use super::response::{Rejection, RejectionKind};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
@@ -22,24 +23,10 @@ use crate::reservation::{Batch, Reservation};
 use crate::rule::Rule;
 use crate::store::{Health, Store};
 
-/// The store's answer for a request's batch.
-pub(crate) struct Checked<St: Store + Clone> {
-    pub(crate) result: Result<Outcome, StoreError>,
-    pub(crate) route: Option<usize>,
-    /// The index (among the request's limits) of each item of the batch, in order.
-    pub(crate) limits: SmallVec<[usize; 4]>,
-    /// For an admitted request whose units the layer may still give back (it is held, or a
-    /// limit counts by outcome): the reservation that owns them.
-    pub(crate) reservation: Option<Reservation<St>>,
-    /// The batch the reservation was made of.
-    pub(crate) batch: Option<Arc<LayerBatch>>,
-    /// The store's health right after it answered.
-    pub(crate) health: Health,
-    /// How long the store took, if timed (see `observe`).
-    pub(crate) store_latency: Option<Duration>,
-}
-
 /// What to do with a checked request.
+// Made once per request and moved at once into the response future's state: boxing the
+// large variant would allocate on the request path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Next<St: Store + Clone> {
     /// Forward it now.
     Forward {
@@ -130,7 +117,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
             Some(hold) => Next::Hold(hold),
             None => {
                 tracing::debug!(?delay, "too many held requests: request refused");
-                observe::held_refused();
+                record::held_refused();
                 Next::Reject(refuse_hold(config, &outcome, route, &limits, delay, head()))
             }
         },

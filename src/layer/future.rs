@@ -12,10 +12,11 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::batch::Checked;
 use super::body::RateLimitBody;
 use super::charge::Charging;
 use super::config::Config;
-use super::decide::{decide, Checked, Next};
+use super::decide::{decide, Next};
 use super::headers::RateLimitHeaders;
 use super::held::{HoldFuture, Released};
 use crate::store::{MemoryStore, Store};

@@ -8,7 +8,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
-use super::reload::ConfigSource;
+use super::reload::source::ConfigSource;
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use super::service::RateLimit;

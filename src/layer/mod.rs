@@ -212,6 +212,7 @@
 //! no `ServiceBuilder` extension method: `ServiceBuilder::rate_limit` is tower's own and
 //! would win; `.layer(layer)` reads as well.
 
+mod batch;
 mod body;
 mod charge;
 mod config;
@@ -232,11 +233,11 @@ pub mod rules_file;
 mod service;
 
 pub use body::RateLimitBody;
-pub use charge::Charge;
+pub use charge::counts::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;
-pub use held::DEFAULT_MAX_HELD;
+pub use held::bounds::DEFAULT_MAX_HELD;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
-pub use plans::{PlanOf, Plans, UnknownPlan};
+pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;

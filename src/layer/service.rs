@@ -9,17 +9,17 @@ use smallvec::SmallVec;
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::batch::{batch_of, Checked, Item, LayerBatch};
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
-use super::decide::{decide, reject, Checked};
+use super::decide::{decide, reject};
 use super::future::{CheckFuture, ResponseFuture};
-use super::held::LayerBatch;
 use super::observe;
-use super::plans::RequestPlans;
-use super::reload::ConfigSource;
+use super::plans::select::RequestPlans;
+use super::reload::source::ConfigSource;
 use super::response::RejectionKind;
 use crate::decision::{Decision, Outcome};
-use crate::key::{KeyBuf, KeyErrorKind, RequestHead};
+use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::log::Event;
 use crate::reservation::Reservation;
@@ -35,16 +35,6 @@ pub struct RateLimit<S, St = MemoryStore> {
     inner: S,
     limiter: Limiter<St>,
     config: ConfigSource,
-}
-
-/// One limit of a request's batch: its index among the request's limits, its key's bytes in
-/// the shared key buffer, its cost.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Item {
-    pub(crate) limit: usize,
-    start: usize,
-    end: usize,
-    cost: u64,
 }
 
 impl<S, St> RateLimit<S, St> {
@@ -90,12 +80,7 @@ where
         // One configuration for the whole request, however often a reload swaps it.
         let current = self.config.current();
         let config: &Config = &current;
-        // Without a route table, the path is not even looked up.
-        let route = if config.routes.is_empty() {
-            None
-        } else {
-            config.route_for(request.method(), matched_path(&request))
-        };
+        let route = route_of(config, &request);
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config
             .exempt
@@ -107,57 +92,18 @@ where
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
-        let mut items: SmallVec<[Item; 4]> = SmallVec::new();
-        let mut plans = RequestPlans::default();
-        for (i, limit) in config.limits(route).enumerate() {
-            let start = keys.len();
-            // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
-            // the limit does with a missing key.
-            let (extracted, plan_refused) = match plans.applies(limit, &head) {
-                Ok(true) => (limit.key.extract(&head, &mut keys), false),
-                Ok(false) => continue,
-                Err(unknown_plan) => (Err(unknown_plan), true),
-            };
-            match extracted {
-                Ok(()) => items.push(Item {
-                    limit: i,
-                    start,
-                    end: keys.len(),
-                    cost: limit.cost_of(&head),
-                }),
-                Err(e) => {
-                    keys.truncate(start);
-                    if e.kind() == KeyErrorKind::Misconfigured {
-                        if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
-                            tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
-                        }
-                    } else if limit.on_missing == MissingKey::Skip && !plan_refused {
-                        continue;
-                    }
-                    if config.mode == Mode::Shadow || limit.shadow {
-                        // Shadow mode reports and never refuses: the rule is left out.
-                        if let Some(suppressed) = config.log.admit(Event::ShadowMissingKey) {
-                            tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
-                        }
-                        continue;
-                    }
-                    return ResponseFuture::rejected(reject(
-                        config,
-                        RejectionKind::Key(&e),
-                        head,
-                        &[],
-                    ));
-                }
+        let items = match items(config, route, &head, &mut keys) {
+            Ok(items) => items,
+            Err(e) => {
+                let kind = RejectionKind::Key(&e);
+                return ResponseFuture::rejected(reject(config, kind, head, &[]));
             }
-        }
+        };
         if items.is_empty() {
             return ResponseFuture::forwarding(self.inner.call(request));
         }
 
-        let max_wait = match config.mode {
-            Mode::Wait { max_wait } => max_wait,
-            _ => Duration::ZERO,
-        };
+        let max_wait = config.mode.max_wait();
         let call = StoreCallRef {
             limiter: &self.limiter,
             config: &current,
@@ -207,6 +153,65 @@ where
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, config)
     }
+}
+
+/// The items of a request's batch: each of its limits on `route` that applies to it, with
+/// its key (read into `keys`) and its cost. A limit without a key is left out, or the
+/// request is refused with the key's error, as the limit and the mode say.
+fn items(
+    config: &Config,
+    route: Option<usize>,
+    head: &RequestHead<'_>,
+    keys: &mut KeyBuf,
+) -> Result<SmallVec<[Item; 4]>, KeyError> {
+    let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+    let mut plans = RequestPlans::default();
+    for (i, limit) in config.limits(route).enumerate() {
+        let start = keys.len();
+        // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
+        // the limit does with a missing key.
+        let (extracted, plan_refused) = match plans.applies(limit.plan.as_ref(), head) {
+            Ok(true) => (limit.key.extract(head, keys), false),
+            Ok(false) => continue,
+            Err(unknown_plan) => (Err(unknown_plan), true),
+        };
+        match extracted {
+            Ok(()) => items.push(Item {
+                limit: i,
+                start,
+                end: keys.len(),
+                cost: limit.cost_of(head),
+            }),
+            Err(e) => {
+                keys.truncate(start);
+                if e.kind() == KeyErrorKind::Misconfigured {
+                    if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
+                        tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
+                    }
+                } else if limit.on_missing == MissingKey::Skip && !plan_refused {
+                    continue;
+                }
+                if config.mode == Mode::Shadow || limit.shadow {
+                    // Shadow mode reports and never refuses: the rule is left out.
+                    if let Some(suppressed) = config.log.admit(Event::ShadowMissingKey) {
+                        tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
+                    }
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// The index of the first route-table entry the request matches, if any. Without a route
+/// table, the path is not even looked up.
+fn route_of<B>(config: &Config, request: &Request<B>) -> Option<usize> {
+    if config.routes.is_empty() {
+        return None;
+    }
+    config.route_for(request.method(), matched_path(request))
 }
 
 /// The path the route table matches: the one the client sent. A router nested with axum's
@@ -353,35 +358,6 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                         .is_some_and(|l| !l.charge.counts_all())
                 }))
     }
-}
-
-/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
-/// asked, each item's index among the request's limits.
-pub(super) fn batch_of<'a>(
-    config: &'a Config,
-    route: Option<usize>,
-    items: &[Item],
-    keys: &'a KeyBuf,
-    mut limits: Option<&mut SmallVec<[usize; 4]>>,
-) -> SmallVec<[Check<'a>; 4]> {
-    let mut batch = SmallVec::new();
-    for item in items {
-        // Always present: the items were made from these limits and this buffer.
-        let limit = config.limit(route, item.limit);
-        let key = keys.as_bytes().get(item.start..item.end);
-        if let (Some(limit), Some(key)) = (limit, key) {
-            if let Some(limits) = limits.as_deref_mut() {
-                limits.push(item.limit);
-            }
-            batch.push(Check {
-                rule: &limit.rule,
-                key,
-                cost: item.cost,
-                shadow: limit.shadow,
-            });
-        }
-    }
-    batch
 }
 
 impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {

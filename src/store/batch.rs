@@ -1,5 +1,6 @@
-//! The decision of a batch of rules, all or nothing: the one place where Deny beats Delay
-//! beats Allow, where penalties lock keys, and where a denied batch is kept from consuming.
+//! The decision of a batch of rules, all or nothing: where penalties lock keys, where a
+//! denied batch is kept from consuming, and where its rules' decisions make the batch's
+//! ([`combine`]: Deny beats Delay beats Allow).
 //!
 //! A store calls it in three steps while it holds every entry of the batch exclusively:
 //! [`evaluate`] each item (read only) at its key's release ([`key_release`]), [`admits`]
@@ -23,13 +24,15 @@
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
-use crate::decision::{
-    Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
-};
+use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
-use crate::store::Check;
+use crate::store::check::Check;
 use crate::Rule;
+
+/// The batch's decision from its rules' (Deny beats Delay beats Allow): the outcome's own
+/// rule, which every store applies to its batches.
+pub(crate) use crate::decision::combine;
 
 /// What a store keeps for one rule name and one key.
 ///
@@ -437,41 +440,4 @@ fn deny(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
         reason,
         retry_after: retry_micros.map(Duration::from_micros),
     })
-}
-
-/// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
-/// longest retry-after wins, and a denial no wait can lift beats every other. The items
-/// `is_shadow` names (by index) take no part.
-pub(crate) fn combine(
-    rules: impl Into<RuleOutcomes>,
-    is_shadow: impl Fn(usize) -> bool,
-) -> Outcome {
-    let rules = rules.into();
-    let mut decision = Decision::Allow;
-    for (_, rule) in rules.iter().enumerate().filter(|(i, _)| !is_shadow(*i)) {
-        decision = match (decision, rule.decision) {
-            (Decision::Deny(a), Decision::Deny(b)) => Decision::Deny(longer(a, b)),
-            (Decision::Deny(a), _) => Decision::Deny(a),
-            (_, Decision::Deny(b)) => Decision::Deny(b),
-            (Decision::Delay(a), Decision::Delay(b)) => Decision::Delay(a.max(b)),
-            (Decision::Delay(a), Decision::Allow) | (Decision::Allow, Decision::Delay(a)) => {
-                Decision::Delay(a)
-            }
-            (Decision::Allow, Decision::Allow) => Decision::Allow,
-        };
-    }
-    Outcome {
-        decision,
-        rules,
-        admission: None,
-    }
-}
-
-fn longer(a: Denial, b: Denial) -> Denial {
-    match (a.retry_after, b.retry_after) {
-        (None, _) => a,
-        (_, None) => b,
-        (Some(x), Some(y)) if y > x => b,
-        _ => a,
-    }
 }

@@ -17,7 +17,8 @@ use crate::algorithm::{
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::rate::Rate;
-use crate::store::{Check, Health, MemoryStore, Store};
+use crate::store::check::{Check, Health, Store};
+use crate::store::memory::MemoryStore;
 use crate::Rule;
 
 /// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::{Check, Health, Store};
+use crate::store::check::{Check, Health, Store};
 use crate::Rule;
 
 /// Consecutive failures that open a [`Breaker`] unless changed with
@@ -287,13 +287,14 @@ impl Shared {
     }
 }
 
-/// Settles a pass: counts its result, or, if the call is dropped unsettled, frees the probe.
-struct Settle<'a> {
+/// A call the breaker let through, until it answers: counts its result, or, if the call is
+/// dropped before it answers, frees the probe.
+struct PassGuard<'a> {
     shared: &'a Shared,
     pass: Option<Pass>,
 }
 
-impl Settle<'_> {
+impl PassGuard<'_> {
     fn record<T>(mut self, result: &Result<T, StoreError>) {
         let Some(pass) = self.pass.take() else {
             return;
@@ -311,7 +312,7 @@ impl Settle<'_> {
     }
 }
 
-impl Drop for Settle<'_> {
+impl Drop for PassGuard<'_> {
     fn drop(&mut self) {
         if self.pass == Some(Pass::Probe) {
             self.shared.abandoned();
@@ -333,12 +334,12 @@ impl<S: Store> Breaker<S> {
         if pass == Pass::Probe && self.probe_in_background() {
             return Err(StoreError::CircuitOpen);
         }
-        let settle = Settle {
+        let guard = PassGuard {
             shared: &self.shared,
             pass: Some(pass),
         };
         let result = call().await;
-        settle.record(&result);
+        guard.record(&result);
         result
     }
 }
@@ -383,27 +384,27 @@ impl<S: Store> Breaker<S> {
         runtime: &tokio::runtime::Handle,
         probe: impl Future<Output = Result<(), StoreError>> + Send + 'static,
     ) {
-        let settle = OwnSettle {
+        let guard = ProbeGuard {
             shared: Arc::clone(&self.shared),
-            settled: false,
+            recorded: false,
         };
         runtime.spawn(async move {
             let result = probe.await;
-            settle.record(&result);
+            guard.record(&result);
         });
     }
 }
 
-/// Settles the breaker's own probe; if its task is dropped unsettled (the runtime shuts
-/// down), frees the probe as [`Settle`] does.
-struct OwnSettle {
+/// The breaker's own probe, until it answers: counts its result; if its task is dropped
+/// before that (the runtime shuts down), frees the probe as [`PassGuard`] does.
+struct ProbeGuard {
     shared: Arc<Shared>,
-    settled: bool,
+    recorded: bool,
 }
 
-impl OwnSettle {
+impl ProbeGuard {
     fn record(mut self, result: &Result<(), StoreError>) {
-        self.settled = true;
+        self.recorded = true;
         match result {
             Ok(()) => self.shared.succeeded(Pass::Probe),
             Err(e) => self.shared.failed(Pass::Probe, e),
@@ -411,9 +412,9 @@ impl OwnSettle {
     }
 }
 
-impl Drop for OwnSettle {
+impl Drop for ProbeGuard {
     fn drop(&mut self) {
-        if !self.settled {
+        if !self.recorded {
             self.shared.abandoned();
         }
     }

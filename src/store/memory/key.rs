@@ -4,7 +4,7 @@
 use std::hash::{Hash, Hasher};
 
 use crate::rule::name_digest;
-use crate::store::Check;
+use crate::store::check::Check;
 
 /// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
 /// lookup then compares them in the map's own memory, and an entry costs no allocation of

@@ -16,10 +16,12 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{Admitted, Carried, State, Verdict};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock};
-use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes};
+use crate::decision::{
+    Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, Taken,
+};
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
-use crate::store::{Admission, Check, Store, Taken};
+use crate::store::check::{Check, Store};
 use crate::Rule;
 
 use key::{hash_pair, StoreKey};
@@ -230,7 +232,6 @@ impl MemoryStore {
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        let mut rules = RuleOutcomes::new();
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
             .iter()
@@ -275,40 +276,7 @@ impl MemoryStore {
             }
         }
 
-        // One mark per item of an admitted batch (a shadow item that denied took nothing; a
-        // refund skips shadow items), each at the instant its rule counted the request, as
-        // the Redis twin records it.
-        let mut marks: SmallVec<[Taken; 2]> = SmallVec::new();
-        let batch_admitted = admitted;
-        rules.extend(
-            batch
-                .iter()
-                .zip(&hashes)
-                .zip(&items)
-                .map(|((check, &hash), item)| {
-                    let shard = guard_for(&mut guards, shared.shard_of(hash));
-                    let admitted = batch::admitted(item, batch_admitted);
-                    let mut taken = if item.is_pending() {
-                        Taken::pending()
-                    } else {
-                        Taken {
-                            at: item.counted_at(),
-                            ..Taken::default()
-                        }
-                    };
-                    let outcome = if batch::writes(check, item, admitted) {
-                        shard.update(hash, check, now, |entry| {
-                            write(check, entry, now, item, admitted, &mut taken)
-                        })
-                    } else {
-                        batch::report(check, shard.get(hash, check), now, item, admitted)
-                    };
-                    if batch_admitted {
-                        marks.push(taken);
-                    }
-                    outcome
-                }),
-        );
+        let (rules, marks) = shared.commit(&mut guards, batch, &hashes, &items, admitted, now);
         drop(guards);
         let mut outcome = batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow));
         if admitted {
@@ -349,6 +317,52 @@ impl MemoryStore {
 }
 
 impl Shared {
+    /// Commits (or reports, for items that change nothing) each item of an evaluated batch
+    /// in its shard, all locked in `guards`: the rules' outcomes, and for an admitted batch
+    /// one mark per item (a shadow item that denied took nothing; a refund skips shadow
+    /// items), each at the instant its rule counted the request, as the Redis twin records
+    /// it.
+    fn commit(
+        &self,
+        guards: &mut [(usize, MutexGuard<'_, Shard>)],
+        batch: &[Check<'_>],
+        hashes: &[u64],
+        items: &[batch::Evaluated],
+        batch_admitted: bool,
+        now: u64,
+    ) -> (RuleOutcomes, SmallVec<[Taken; 2]>) {
+        let mut marks: SmallVec<[Taken; 2]> = SmallVec::new();
+        let rules = batch
+            .iter()
+            .zip(hashes)
+            .zip(items)
+            .map(|((check, &hash), item)| {
+                let shard = guard_for(guards, self.shard_of(hash));
+                let admitted = batch::admitted(item, batch_admitted);
+                let mut taken = if item.is_pending() {
+                    Taken::pending()
+                } else {
+                    Taken {
+                        at: item.counted_at(),
+                        ..Taken::default()
+                    }
+                };
+                let outcome = if batch::writes(check, item, admitted) {
+                    shard.update(hash, check, now, |entry| {
+                        write(check, entry, now, item, admitted, &mut taken)
+                    })
+                } else {
+                    batch::report(check, shard.get(hash, check), now, item, admitted)
+                };
+                if batch_admitted {
+                    marks.push(taken);
+                }
+                outcome
+            })
+            .collect();
+        (rules, marks)
+    }
+
     /// The instant to decide at in `shards` (all locked): the clock's reading, or for a
     /// clock whose readings on different threads may come out of order, never earlier than
     /// an instant already decided at in one of them (and recorded as the latest in each).

@@ -15,9 +15,9 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::decision::{Admission, Decision, Denial, DenyReason, Outcome, RuleOutcome, Taken};
 use crate::error::StoreError;
-use crate::store::{Admission, Check, Taken};
+use crate::store::check::Check;
 
 use super::script::{self, Call, Mode, Reply};
 use super::RedisStore;

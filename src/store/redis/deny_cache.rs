@@ -65,7 +65,7 @@ use crate::clock::Clock;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::penalty::Penalty;
 use crate::store::batch;
-use crate::store::Check;
+use crate::store::check::Check;
 use crate::Rule;
 
 /// Shards of the map, so concurrent requests rarely wait on one another.

@@ -1,7 +1,7 @@
 //! The names a [`RedisStore`] gives its keys and its invalidation
 //! channel, with the hash-tag escaping that keeps distinct client keys apart.
 
-use crate::store::Check;
+use crate::store::check::Check;
 
 use super::RedisStore;
 

@@ -20,10 +20,10 @@ use redis::{Client, Value};
 use smallvec::SmallVec;
 
 use crate::clock::{duration_to_micros, Clock};
-use crate::decision::{Outcome, RuleOutcome};
+use crate::decision::{Admission, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
-use crate::store::{Admission, Check, Store};
+use crate::store::check::{Check, Store};
 use crate::Rule;
 
 use connection::{unavailable, Connection};

@@ -3,168 +3,24 @@
 //! the request is dropped before its release, and the rules that wait for the release
 //! count it when the hold is over.
 
-use std::fmt;
+pub(super) mod bounds;
+
 use std::future::Future;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::{DefaultHashBuilder, HashMap};
-use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
+use self::bounds::HeldSlot;
+use super::batch::{Checked, LayerBatch};
 use super::charge::Charging;
 use super::config::Config;
-use super::decide::Checked;
 use super::headers::RateLimitHeaders;
 use super::observe;
-use super::service::{batch_of, Item};
 use crate::decision::{Decision, Outcome};
-use crate::key::KeyBuf;
 use crate::reservation::{Batch, Reservation};
 use crate::store::{Check, Store};
-
-/// How many requests a layer holds at once unless told otherwise
-/// ([`RateLimitLayerBuilder::max_held`](super::RateLimitLayerBuilder::max_held)).
-pub const DEFAULT_MAX_HELD: usize = 10_000;
-
-/// The bounds on held requests and their count, shared by every service a layer makes.
-#[derive(Clone)]
-pub(crate) struct HeldLimits {
-    pub(crate) max: usize,
-    pub(crate) max_per_key: Option<usize>,
-    pub(crate) counts: Arc<HeldCounts>,
-}
-
-impl Default for HeldLimits {
-    fn default() -> Self {
-        Self {
-            max: DEFAULT_MAX_HELD,
-            max_per_key: None,
-            counts: Arc::new(HeldCounts::new()),
-        }
-    }
-}
-
-impl fmt::Debug for HeldLimits {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeldLimits")
-            .field("max", &self.max)
-            .field("max_per_key", &self.max_per_key)
-            .field("held", &self.counts.total.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-/// Shards of the per-key counts: held requests are few next to requests, so a handful of
-/// locks is enough to keep them from queueing on one.
-const HELD_SHARDS: usize = 16;
-
-/// The requests held now: in all, and per (rule, key) that delays them.
-pub(crate) struct HeldCounts {
-    total: AtomicUsize,
-    /// By the hash of (rule name, key): no allocation per key, and with a per-process random
-    /// seed a client cannot aim at another's count.
-    per_key: [Mutex<HashMap<u64, usize>>; HELD_SHARDS],
-    hasher: DefaultHashBuilder,
-}
-
-impl HeldCounts {
-    fn new() -> Self {
-        Self {
-            total: AtomicUsize::new(0),
-            per_key: std::array::from_fn(|_| Mutex::new(HashMap::default())),
-            hasher: DefaultHashBuilder::default(),
-        }
-    }
-
-    /// What a held request counts under for `rule` and `key`.
-    pub(crate) fn key_of(&self, rule: &str, key: &[u8]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        rule.hash(&mut h);
-        key.hash(&mut h);
-        h.finish()
-    }
-
-    fn shard(&self, key: u64) -> &Mutex<HashMap<u64, usize>> {
-        &self.per_key[(key >> 60) as usize % HELD_SHARDS]
-    }
-}
-
-impl HeldLimits {
-    /// Counts one more held request under `keys` (distinct), or says `None` when that would
-    /// pass a bound.
-    pub(crate) fn try_hold(&self, keys: SmallVec<[u64; 4]>) -> Option<HeldSlot> {
-        let counts = &self.counts;
-        let max = self.max;
-        counts
-            .total
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()?;
-        observe::held(true);
-        // The slot gives back what it took when dropped, on the way out too.
-        let mut slot = HeldSlot {
-            counts: counts.clone(),
-            keys: SmallVec::new(),
-        };
-        if let Some(max_per_key) = self.max_per_key {
-            for key in keys {
-                let mut shard = counts.shard(key).lock();
-                let n = shard.entry(key).or_insert(0);
-                if *n >= max_per_key {
-                    if *n == 0 {
-                        shard.remove(&key);
-                    }
-                    return None;
-                }
-                *n += 1;
-                slot.keys.push(key);
-            }
-        }
-        Some(slot)
-    }
-}
-
-/// One held request's place under the bounds; given back when dropped.
-pub(crate) struct HeldSlot {
-    counts: Arc<HeldCounts>,
-    keys: SmallVec<[u64; 4]>,
-}
-
-impl Drop for HeldSlot {
-    fn drop(&mut self) {
-        for &key in &self.keys {
-            let mut shard = self.counts.shard(key).lock();
-            if let Some(n) = shard.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    shard.remove(&key);
-                }
-            }
-        }
-        self.counts.total.fetch_sub(1, Ordering::AcqRel);
-        observe::held(false);
-    }
-}
-
-/// A request's batch as the layer keeps it: the configuration it was checked under, its
-/// route, and its keys in one buffer.
-pub(crate) struct LayerBatch {
-    pub(crate) config: Arc<Config>,
-    pub(crate) route: Option<usize>,
-    pub(crate) items: SmallVec<[Item; 4]>,
-    pub(crate) keys: KeyBuf,
-}
-
-impl Batch for LayerBatch {
-    fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
-        batch_of(&self.config, self.route, &self.items, &self.keys, None)
-    }
-}
 
 /// A held request: its reservation, its place under the layer's bounds, and the headers
 /// it is forwarded with when nothing is counted at its release.

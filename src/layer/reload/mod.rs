@@ -7,63 +7,19 @@
 //! started with however often they change meanwhile. A swap is one pointer store: no request
 //! ever sees half of a configuration.
 
+pub(super) mod source;
+
 use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::ArcSwap;
 
+use self::source::ConfigSource;
 use super::config::Config;
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use crate::error::ConfigError;
 use crate::limiter::Limiter;
 use crate::store::Store;
-
-/// Where a layer, and every service it makes, finds its configuration.
-#[derive(Clone)]
-pub(crate) enum ConfigSource {
-    /// Built once, never changed: a plain `Arc`.
-    Fixed(Arc<Config>),
-    /// Swapped by a [`ReloadHandle`].
-    Live(Arc<ArcSwap<Config>>),
-}
-
-/// The configuration a request runs under: borrowed from a fixed source, or a guard on the
-/// live one (no reference count taken unless the request clones the `Arc`).
-pub(crate) enum Current<'a> {
-    Fixed(&'a Arc<Config>),
-    Live(Guard<Arc<Config>>),
-}
-
-impl ConfigSource {
-    /// The configuration now.
-    pub(crate) fn current(&self) -> Current<'_> {
-        match self {
-            ConfigSource::Fixed(config) => Current::Fixed(config),
-            ConfigSource::Live(config) => Current::Live(config.load()),
-        }
-    }
-}
-
-impl Deref for Current<'_> {
-    type Target = Arc<Config>;
-
-    fn deref(&self) -> &Arc<Config> {
-        match self {
-            Current::Fixed(config) => config,
-            Current::Live(guard) => guard,
-        }
-    }
-}
-
-impl fmt::Debug for ConfigSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigSource::Fixed(config) => fmt::Debug::fmt(config, f),
-            ConfigSource::Live(config) => f.debug_tuple("Live").field(&config.load()).finish(),
-        }
-    }
-}
 
 /// Replaces the configuration of a running [`RateLimitLayer`] — its limits, route table,
 /// mode, policies and hooks — atomically, in every service the layer made and every clone

@@ -1,86 +1,16 @@
 //! Plans: a limit whose rule is chosen per request — free, pro, enterprise.
 
+pub(super) mod select;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use http::header::HeaderName;
-
+use self::select::{Fallback, PlanGuard, PlanOf, Selector};
 use super::config::Limit;
 use crate::error::ConfigError;
-use crate::key::{IntoHeaderName, KeyError, KeyExtractor, RequestHead};
+use crate::key::KeyExtractor;
 use crate::rule::Rule;
-
-type PlanFn = dyn for<'a> Fn(&RequestHead<'a>) -> Option<Cow<'a, str>> + Send + Sync;
-
-/// How a request's plan is found: a header the gateway sets, or a closure (an API key's
-/// plan looked up in the server's records). See [`Plans`].
-#[derive(Clone)]
-pub struct PlanOf {
-    find: Arc<PlanFn>,
-    what: Cow<'static, str>,
-}
-
-impl PlanOf {
-    /// The plan named in the header `name` (a literal; see [`key::header`](crate::key::header)
-    /// for what an invalid one does, and [`try_header`](Self::try_header) for names read at
-    /// run time). A header only the gateway writes: a client that could set it would choose
-    /// its own plan.
-    pub fn header(name: impl IntoHeaderName) -> Self {
-        Self::header_named(name.into_header_name())
-    }
-
-    /// [`header`](Self::header) for a name read at run time: an invalid header name is a
-    /// configuration error.
-    pub fn try_header(name: &str) -> Result<Self, ConfigError> {
-        HeaderName::from_bytes(name.as_bytes())
-            .map(Self::header_named)
-            .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-    }
-
-    fn header_named(name: HeaderName) -> Self {
-        let what = format!("header {name}").into();
-        Self {
-            find: Arc::new(move |head: &RequestHead<'_>| {
-                let value = head.headers().get(&name)?.to_str().ok()?;
-                Some(Cow::Borrowed(value))
-            }),
-            what,
-        }
-    }
-
-    /// The plan `f` finds for a request, `None` if it finds none. It runs on the request
-    /// path, once per request and group of plans: a lookup in memory, not a database call.
-    ///
-    /// ```
-    /// use std::collections::HashMap;
-    /// use tollgate::layer::PlanOf;
-    ///
-    /// // Each API key's plan, as the server's records say.
-    /// let plans: HashMap<String, &'static str> =
-    ///     [("key-1".to_owned(), "pro"), ("key-2".to_owned(), "free")].into();
-    /// let plan_of = PlanOf::from_fn(move |req| {
-    ///     let api_key = req.headers().get("x-api-key")?.to_str().ok()?;
-    ///     plans.get(api_key).copied()
-    /// });
-    /// ```
-    pub fn from_fn<F, P>(f: F) -> Self
-    where
-        F: Fn(&RequestHead<'_>) -> Option<P> + Send + Sync + 'static,
-        P: Into<Cow<'static, str>>,
-    {
-        Self {
-            find: Arc::new(move |head: &RequestHead<'_>| f(head).map(Into::into)),
-            what: Cow::Borrowed("the request's plan"),
-        }
-    }
-}
-
-impl fmt::Debug for PlanOf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("PlanOf").field(&self.what).finish()
-    }
-}
 
 /// What a request whose plan is not one of the [`Plans`] (or that has none) gets. There is
 /// no default: each answer suits another service, so [`Plans::new`] asks for one.
@@ -251,98 +181,5 @@ impl IntoIterator for Plans {
             })
             .collect();
         limits.into_iter()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fallback {
-    Reject,
-    Plan(usize),
-    Unlimited,
-}
-
-/// What the limits of one [`Plans`] share: how to find the plan, and the plans.
-struct Selector {
-    plan_of: PlanOf,
-    names: Box<[Box<str>]>,
-    unknown: Fallback,
-    problem: Option<ConfigError>,
-}
-
-impl Selector {
-    /// The index of the request's plan; `None`: no plan applies.
-    fn resolve(&self, head: &RequestHead<'_>) -> Resolved {
-        let found = (self.plan_of.find)(head);
-        if let Some(i) = found
-            .as_deref()
-            .and_then(|plan| self.names.iter().position(|n| **n == *plan))
-        {
-            return Ok(Some(i));
-        }
-        match self.unknown {
-            Fallback::Plan(i) => Ok(Some(i)),
-            Fallback::Unlimited => Ok(None),
-            Fallback::Reject if found.is_none() => {
-                Err(KeyError::missing(self.plan_of.what.clone()))
-            }
-            Fallback::Reject => Err(KeyError::invalid("unknown plan")),
-        }
-    }
-}
-
-/// Marks a [`Limit`] as one plan of a [`Plans`].
-#[derive(Clone)]
-pub(crate) struct PlanGuard {
-    selector: Arc<Selector>,
-    index: usize,
-}
-
-impl PlanGuard {
-    /// Why the plans cannot work, reported once (by their first limit).
-    pub(crate) fn problem(&self) -> Option<ConfigError> {
-        (self.index == 0).then(|| self.selector.problem.clone())?
-    }
-}
-
-impl fmt::Debug for PlanGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.selector.names.get(self.index);
-        f.debug_struct("Plan").field("name", &name).finish()
-    }
-}
-
-/// A request's plan among a group's: its index, `None` for no limit, or why it is refused.
-type Resolved = Result<Option<usize>, KeyError>;
-
-/// The plans of one request, found once per group of plans.
-#[derive(Default)]
-pub(crate) struct RequestPlans<'c> {
-    last: Option<(&'c Arc<Selector>, Resolved)>,
-}
-
-impl<'c> RequestPlans<'c> {
-    /// Whether `limit` applies to the request: a limit that is no plan always does; a plan
-    /// when it is the request's. An error: the request's plan is unknown and refused (told
-    /// once, by the first plan).
-    pub(crate) fn applies(
-        &mut self,
-        limit: &'c Limit,
-        head: &RequestHead<'_>,
-    ) -> Result<bool, KeyError> {
-        let Some(guard) = &limit.plan else {
-            return Ok(true);
-        };
-        let resolved = match &self.last {
-            Some((selector, resolved)) if Arc::ptr_eq(selector, &guard.selector) => resolved,
-            _ => {
-                let resolved = guard.selector.resolve(head);
-                &self.last.insert((&guard.selector, resolved)).1
-            }
-        };
-        match resolved {
-            Ok(plan) => Ok(*plan == Some(guard.index)),
-            Err(e) if guard.index == 0 => Err(e.clone()),
-            Err(_) => Ok(false),
-        }
     }
 }

@@ -56,6 +56,8 @@
 //! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
 //! and in `tollgate_held_refused_total`.
 
+pub(super) mod record;
+
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
@@ -64,72 +66,11 @@ use std::time::{Duration, Instant};
 use tracing::field::{display, Empty};
 use tracing::Span;
 
-use super::config::{Config, Limit, Mode};
-use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
+use self::record::Verdict;
+use super::config::{Config, Mode};
+use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
-use crate::rule::Rule;
 use crate::store::{Check, Health};
-
-/// The outcome of a rule, or of a batch (see the [module docs](self#outcomes)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Admitted,
-    Delayed,
-    Denied,
-    Locked,
-    ShadowDenied,
-    DeniedByOther,
-    StoreFailed,
-}
-
-impl Verdict {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [Verdict; 7] = [
-        Verdict::Admitted,
-        Verdict::Delayed,
-        Verdict::Denied,
-        Verdict::Locked,
-        Verdict::ShadowDenied,
-        Verdict::DeniedByOther,
-        Verdict::StoreFailed,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Admitted => "admitted",
-            Verdict::Delayed => "delayed",
-            Verdict::Denied => "denied",
-            Verdict::Locked => "locked",
-            Verdict::ShadowDenied => "shadow_denied",
-            Verdict::DeniedByOther => "denied_by_other",
-            Verdict::StoreFailed => "store_failed",
-        }
-    }
-
-    /// A batch's outcome.
-    fn of_batch(mode: Mode, outcome: &Outcome) -> Self {
-        match outcome.decision {
-            Decision::Deny(_) if mode == Mode::Shadow => Verdict::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
-            Decision::Deny(_) => Verdict::Denied,
-            Decision::Delay(_) if mode != Mode::Shadow => Verdict::Delayed,
-            _ => Verdict::Admitted,
-        }
-    }
-
-    /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
-        match rule.decision {
-            Decision::Deny(_) if on_trial => Verdict::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
-            Decision::Deny(_) => Verdict::Denied,
-            _ if batch_denied => Verdict::DeniedByOther,
-            Decision::Delay(_) if !on_trial => Verdict::Delayed,
-            _ => Verdict::Admitted,
-        }
-    }
-}
 
 /// A decision being observed: its span, and when the store was asked, if timed.
 pub(crate) struct Observation {
@@ -181,7 +122,12 @@ pub(crate) fn finish(
 ) -> Option<Duration> {
     let elapsed = observation.start.map(|start| start.elapsed());
     #[cfg(feature = "metrics")]
-    recording::record(config, route, limits, result, health, elapsed);
+    {
+        let limits = limits.iter().filter_map(|&i| config.limit(route, i));
+        let on_trial = |shadow| shadow || config.mode == Mode::Shadow;
+        let limits = limits.map(|l| (&l.metrics, on_trial(l.shadow)));
+        record::decision(limits, result, health, elapsed);
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = (route, limits, health);
 
@@ -190,7 +136,7 @@ pub(crate) fn finish(
         return elapsed;
     }
     let verdict = match result {
-        Ok(outcome) => Verdict::of_batch(config.mode, outcome),
+        Ok(outcome) => Verdict::of_batch(config.mode == Mode::Shadow, outcome),
         Err(_) => Verdict::StoreFailed,
     };
     span.record("outcome", verdict.as_str());
@@ -235,152 +181,6 @@ impl KeyDigest {
 impl fmt::Display for KeyDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:08x}", self.0)
-    }
-}
-
-/// A limit's metric keys, made once with the limit, so that recording one costs no
-/// allocation (a key made per request would allocate its label list). Empty without the
-/// `metrics` feature.
-#[derive(Clone)]
-pub(crate) struct RuleMetrics {
-    #[cfg(feature = "metrics")]
-    keys: std::sync::Arc<recording::RuleKeys>,
-}
-
-impl RuleMetrics {
-    pub(crate) fn new(_rule: &Rule) -> Self {
-        Self {
-            #[cfg(feature = "metrics")]
-            keys: std::sync::Arc::new(recording::RuleKeys::new(_rule)),
-        }
-    }
-}
-
-/// A request starts (`true`) or stops (`false`) being held.
-pub(crate) fn held(_starts: bool) {
-    #[cfg(feature = "metrics")]
-    recording::held(_starts);
-}
-
-/// A delayed request was refused: no room to hold it.
-pub(crate) fn held_refused() {
-    #[cfg(feature = "metrics")]
-    recording::held_refused();
-}
-
-/// A request's units were given back for `limit`: its response did not count.
-pub(crate) fn charge_refunded(_limit: &Limit) {
-    #[cfg(feature = "metrics")]
-    recording::charge_refunded(&_limit.metrics);
-}
-
-/// The metrics, through the `metrics` facade: every call asks for the current recorder, so
-/// one installed after the layer was built records too.
-#[cfg(feature = "metrics")]
-mod recording {
-    use std::time::Duration;
-
-    use metrics::{Key, Label, Level, Metadata};
-
-    use super::{RuleMetrics, Verdict};
-    use crate::decision::Outcome;
-    use crate::error::StoreError;
-    use crate::layer::config::{Config, Mode};
-    use crate::rule::Rule;
-    use crate::store::Health;
-
-    static METADATA: Metadata<'static> =
-        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
-    static STORE_DURATION: Key = Key::from_static_name("tollgate_store_duration_seconds");
-    static STORE_HEALTH: Key = Key::from_static_name("tollgate_store_health");
-    static HELD: Key = Key::from_static_name("tollgate_held_requests");
-    static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
-
-    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
-    pub(super) struct RuleKeys {
-        decisions: [Key; Verdict::ALL.len()],
-        refunds: Key,
-    }
-
-    impl RuleKeys {
-        pub(super) fn new(rule: &Rule) -> Self {
-            let name = rule.shared_name();
-            let decision = |verdict: Verdict| {
-                let labels = vec![
-                    Label::new("rule", name.clone()),
-                    Label::new("outcome", verdict.as_str()),
-                ];
-                Key::from_parts("tollgate_decisions_total", labels)
-            };
-            Self {
-                decisions: Verdict::ALL.map(decision),
-                refunds: Key::from_parts(
-                    "tollgate_charge_refunds_total",
-                    vec![Label::new("rule", name.clone())],
-                ),
-            }
-        }
-    }
-
-    fn count(key: &Key) {
-        metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
-    }
-
-    pub(super) fn record(
-        config: &Config,
-        route: Option<usize>,
-        limits: &[usize],
-        result: &Result<Outcome, StoreError>,
-        health: Health,
-        elapsed: Option<Duration>,
-    ) {
-        let health = match health {
-            Health::Healthy => 0.0,
-            Health::Degraded => 1.0,
-            Health::Failing => 2.0,
-        };
-        metrics::with_recorder(|r| {
-            if let Some(elapsed) = elapsed {
-                r.register_histogram(&STORE_DURATION, &METADATA)
-                    .record(elapsed.as_secs_f64());
-            }
-            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
-        });
-        let limits = limits.iter().filter_map(|&i| config.limit(route, i));
-        match result {
-            Ok(outcome) => {
-                let denied = !outcome.is_admitted();
-                for (limit, rule) in limits.zip(&outcome.rules) {
-                    let on_trial = limit.shadow || config.mode == Mode::Shadow;
-                    let verdict = Verdict::of_rule(on_trial, denied, rule);
-                    count(&limit.metrics.keys.decisions[verdict as usize]);
-                }
-            }
-            Err(_) => {
-                for limit in limits {
-                    count(&limit.metrics.keys.decisions[Verdict::StoreFailed as usize]);
-                }
-            }
-        }
-    }
-
-    pub(super) fn held(starts: bool) {
-        metrics::with_recorder(|r| {
-            let gauge = r.register_gauge(&HELD, &METADATA);
-            if starts {
-                gauge.increment(1.0);
-            } else {
-                gauge.decrement(1.0);
-            }
-        });
-    }
-
-    pub(super) fn held_refused() {
-        count(&HELD_REFUSED);
-    }
-
-    pub(super) fn charge_refunded(metrics: &RuleMetrics) {
-        count(&metrics.keys.refunds);
     }
 }
 

@@ -1,0 +1,85 @@
+//! A request's batch as the layer keeps it (its limits' items, their keys in one buffer,
+//! the configuration they come from), and the store's answer for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use super::config::Config;
+use crate::decision::Outcome;
+use crate::error::StoreError;
+use crate::key::KeyBuf;
+use crate::reservation::{Batch, Reservation};
+use crate::store::{Check, Health, Store};
+
+/// One limit of a request's batch: its index among the request's limits, its key's bytes in
+/// the shared key buffer, its cost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    pub(crate) limit: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) cost: u64,
+}
+
+/// A request's batch as the layer keeps it: the configuration it was checked under, its
+/// route, and its keys in one buffer.
+pub(crate) struct LayerBatch {
+    pub(crate) config: Arc<Config>,
+    pub(crate) route: Option<usize>,
+    pub(crate) items: SmallVec<[Item; 4]>,
+    pub(crate) keys: KeyBuf,
+}
+
+impl Batch for LayerBatch {
+    fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
+        batch_of(&self.config, self.route, &self.items, &self.keys, None)
+    }
+}
+
+/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
+/// asked, each item's index among the request's limits.
+pub(crate) fn batch_of<'a>(
+    config: &'a Config,
+    route: Option<usize>,
+    items: &[Item],
+    keys: &'a KeyBuf,
+    mut limits: Option<&mut SmallVec<[usize; 4]>>,
+) -> SmallVec<[Check<'a>; 4]> {
+    let mut batch = SmallVec::new();
+    for item in items {
+        // Always present: the items were made from these limits and this buffer.
+        let limit = config.limit(route, item.limit);
+        let key = keys.as_bytes().get(item.start..item.end);
+        if let (Some(limit), Some(key)) = (limit, key) {
+            if let Some(limits) = limits.as_deref_mut() {
+                limits.push(item.limit);
+            }
+            batch.push(Check {
+                rule: &limit.rule,
+                key,
+                cost: item.cost,
+                shadow: limit.shadow,
+            });
+        }
+    }
+    batch
+}
+
+/// The store's answer for a request's batch.
+pub(crate) struct Checked<St: Store + Clone> {
+    pub(crate) result: Result<Outcome, StoreError>,
+    pub(crate) route: Option<usize>,
+    /// The index (among the request's limits) of each item of the batch, in order.
+    pub(crate) limits: SmallVec<[usize; 4]>,
+    /// For an admitted request whose units the layer may still give back (it is held, or a
+    /// limit counts by outcome): the reservation that owns them.
+    pub(crate) reservation: Option<Reservation<St>>,
+    /// The batch the reservation was made of.
+    pub(crate) batch: Option<Arc<LayerBatch>>,
+    /// The store's health right after it answered.
+    pub(crate) health: Health,
+    /// How long the store took, if timed (see `observe`).
+    pub(crate) store_latency: Option<Duration>,
+}

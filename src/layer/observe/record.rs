@@ -1,0 +1,228 @@
+//! What is recorded of a decision, below the layer's configuration (which keeps a limit's
+//! metric keys): the outcome words, each limit's metric keys, and the records through the
+//! `metrics` facade (see the [module docs](super) for the names and labels).
+
+#[cfg(feature = "metrics")]
+use std::time::Duration;
+
+use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
+#[cfg(feature = "metrics")]
+use crate::error::StoreError;
+use crate::rule::Rule;
+#[cfg(feature = "metrics")]
+use crate::store::Health;
+/// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Admitted,
+    Delayed,
+    Denied,
+    Locked,
+    ShadowDenied,
+    DeniedByOther,
+    StoreFailed,
+}
+
+impl Verdict {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const ALL: [Verdict; 7] = [
+        Verdict::Admitted,
+        Verdict::Delayed,
+        Verdict::Denied,
+        Verdict::Locked,
+        Verdict::ShadowDenied,
+        Verdict::DeniedByOther,
+        Verdict::StoreFailed,
+    ];
+
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Admitted => "admitted",
+            Verdict::Delayed => "delayed",
+            Verdict::Denied => "denied",
+            Verdict::Locked => "locked",
+            Verdict::ShadowDenied => "shadow_denied",
+            Verdict::DeniedByOther => "denied_by_other",
+            Verdict::StoreFailed => "store_failed",
+        }
+    }
+
+    /// A batch's outcome: `shadow_mode` for a layer in shadow mode.
+    pub(super) fn of_batch(shadow_mode: bool, outcome: &Outcome) -> Self {
+        match outcome.decision {
+            Decision::Deny(_) if shadow_mode => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            Decision::Delay(_) if !shadow_mode => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+
+    /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
+        match rule.decision {
+            Decision::Deny(_) if on_trial => Verdict::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
+            Decision::Deny(_) => Verdict::Denied,
+            _ if batch_denied => Verdict::DeniedByOther,
+            Decision::Delay(_) if !on_trial => Verdict::Delayed,
+            _ => Verdict::Admitted,
+        }
+    }
+}
+
+/// A limit's metric keys, made once with the limit, so that recording one costs no
+/// allocation (a key made per request would allocate its label list). Empty without the
+/// `metrics` feature.
+#[derive(Clone)]
+pub(crate) struct RuleMetrics {
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<recording::RuleKeys>,
+}
+
+impl RuleMetrics {
+    pub(crate) fn new(_rule: &Rule) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(recording::RuleKeys::new(_rule)),
+        }
+    }
+}
+
+/// A request starts (`true`) or stops (`false`) being held.
+pub(crate) fn held(_starts: bool) {
+    #[cfg(feature = "metrics")]
+    recording::held(_starts);
+}
+
+/// A delayed request was refused: no room to hold it.
+pub(crate) fn held_refused() {
+    #[cfg(feature = "metrics")]
+    recording::held_refused();
+}
+
+/// A request's units were given back for the limit of `_metrics`: its response did not
+/// count.
+pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
+    #[cfg(feature = "metrics")]
+    recording::charge_refunded(_metrics);
+}
+
+/// Records the store's answer for a request: per limit of its batch, in order, the limit's
+/// keys and whether it is on trial (a shadow limit, or shadow mode); the store's health,
+/// and how long it took, if timed.
+#[cfg(feature = "metrics")]
+pub(super) fn decision<'a>(
+    limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
+    result: &Result<Outcome, StoreError>,
+    health: Health,
+    elapsed: Option<Duration>,
+) {
+    recording::record(limits, result, health, elapsed);
+}
+
+/// The metrics, through the `metrics` facade: every call asks for the current recorder, so
+/// one installed after the layer was built records too.
+#[cfg(feature = "metrics")]
+mod recording {
+    use std::time::Duration;
+
+    use metrics::{Key, Label, Level, Metadata};
+
+    use crate::decision::Outcome;
+    use crate::error::StoreError;
+    use crate::layer::observe::record::{RuleMetrics, Verdict};
+    use crate::rule::Rule;
+    use crate::store::Health;
+
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+    static STORE_DURATION: Key = Key::from_static_name("tollgate_store_duration_seconds");
+    static STORE_HEALTH: Key = Key::from_static_name("tollgate_store_health");
+    static HELD: Key = Key::from_static_name("tollgate_held_requests");
+    static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
+
+    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    pub(super) struct RuleKeys {
+        decisions: [Key; Verdict::ALL.len()],
+        refunds: Key,
+    }
+
+    impl RuleKeys {
+        pub(super) fn new(rule: &Rule) -> Self {
+            let name = rule.shared_name();
+            let decision = |verdict: Verdict| {
+                let labels = vec![
+                    Label::new("rule", name.clone()),
+                    Label::new("outcome", verdict.as_str()),
+                ];
+                Key::from_parts("tollgate_decisions_total", labels)
+            };
+            Self {
+                decisions: Verdict::ALL.map(decision),
+                refunds: Key::from_parts(
+                    "tollgate_charge_refunds_total",
+                    vec![Label::new("rule", name.clone())],
+                ),
+            }
+        }
+    }
+
+    fn count(key: &Key) {
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+    }
+
+    pub(super) fn record<'a>(
+        limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
+        result: &Result<Outcome, StoreError>,
+        health: Health,
+        elapsed: Option<Duration>,
+    ) {
+        let health = match health {
+            Health::Healthy => 0.0,
+            Health::Degraded => 1.0,
+            Health::Failing => 2.0,
+        };
+        metrics::with_recorder(|r| {
+            if let Some(elapsed) = elapsed {
+                r.register_histogram(&STORE_DURATION, &METADATA)
+                    .record(elapsed.as_secs_f64());
+            }
+            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
+        });
+        match result {
+            Ok(outcome) => {
+                let denied = !outcome.is_admitted();
+                for ((metrics, on_trial), rule) in limits.zip(&outcome.rules) {
+                    let verdict = Verdict::of_rule(on_trial, denied, rule);
+                    count(&metrics.keys.decisions[verdict as usize]);
+                }
+            }
+            Err(_) => {
+                for (metrics, _) in limits {
+                    count(&metrics.keys.decisions[Verdict::StoreFailed as usize]);
+                }
+            }
+        }
+    }
+
+    pub(super) fn held(starts: bool) {
+        metrics::with_recorder(|r| {
+            let gauge = r.register_gauge(&HELD, &METADATA);
+            if starts {
+                gauge.increment(1.0);
+            } else {
+                gauge.decrement(1.0);
+            }
+        });
+    }
+
+    pub(super) fn held_refused() {
+        count(&HELD_REFUSED);
+    }
+
+    pub(super) fn charge_refunded(metrics: &RuleMetrics) {
+        count(&metrics.keys.refunds);
+    }
+}

@@ -1,0 +1,190 @@
+//! What a store is asked and what it answers: the [`Check`]s of a batch, the [`Store`]
+//! trait every store implements, and its [`Health`]. The stores import it from here, never
+//! from the folder's root, which re-exports them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::Rule;
+
+/// One item of a batch: a rule, the key it applies to, and what the request costs.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The rule to check.
+    pub rule: &'a Rule,
+    /// The key the rule counts under (a client IP, a user id, a route…).
+    pub key: &'a [u8],
+    /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
+    /// nothing and is always admitted unless the key is locked.
+    pub cost: u64,
+    /// A trial ("shadow") item: decided and recorded in the same batch, but it never denies
+    /// or delays the batch. It consumes when the batch is admitted and it admits on its own;
+    /// when it would deny, it consumes nothing and counts its penalty denial, and its
+    /// [`RuleOutcome`] says `Deny`, which is how a caller learns what enforcing it would do.
+    pub shadow: bool,
+}
+
+impl<'a> Check<'a> {
+    /// `rule` for `key` at the rule's default cost.
+    pub fn new(rule: &'a Rule, key: &'a [u8]) -> Self {
+        Self {
+            rule,
+            key,
+            cost: rule.cost(),
+            shadow: false,
+        }
+    }
+
+    /// The same check at `cost` units.
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The same check as a trial item (see [`shadow`](Self::shadow)).
+    pub fn as_shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+}
+
+/// Keeps rule state and decides batches.
+///
+/// Implementations are cheap handles (`Clone` shares the state), so every clone of a service
+/// using one enforces the same limits.
+pub trait Store: Send + Sync + 'static {
+    /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
+    /// the penalty bookkeeping of the denied items). Deny beats Delay beats Allow; the
+    /// longest retry-after among the denials is the batch's. [Shadow](Check::shadow) items
+    /// take no part in the batch's decision.
+    ///
+    /// With a non-zero `max_wait`, a batch that would be admitted within `max_wait` is
+    /// admitted now as a reservation: its units are taken at the instant it becomes
+    /// admissible (atomically, so no other request can take them), and the decision is
+    /// `Delay` until then. Locked keys and requests costing more than a rule's capacity are
+    /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
+    ///
+    /// A reservation counts every rule of the batch at the reserved instant. A leaky
+    /// bucket's shaping delay is its queue: the rules on the bucket's own key count the
+    /// request when the queue releases it (so a fixed window on that key never counts a
+    /// request in a window it does not pass in). The rules on other keys (a global or
+    /// per-tenant limit) are *pending*: checked now as they will stand at the release
+    /// (a batch they would deny then is denied now), but not counted, so that one client's
+    /// queue never dates a shared state in the future (which would close it to every other
+    /// client until then). Their rule outcomes say `Delay` until the release, when the
+    /// [`Reservation`](crate::Reservation) that holds the request counts them.
+    fn check(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+
+    /// Decides `batch` at once, without a future, when this store can (an in-process store
+    /// can; a networked one cannot): the same decision [`check`](Self::check) would give,
+    /// or `None` when the caller must await `check` instead. [`Limiter::check_one`] takes
+    /// this path, so a single-rule decision on a [`MemoryStore`](super::MemoryStore) does not go through nested
+    /// futures. The default returns `None`.
+    ///
+    /// [`Limiter::check_one`]: crate::Limiter::check_one
+    fn check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let _ = (batch, max_wait);
+        None
+    }
+
+    /// What `check` would say for one item, without consuming anything or counting a
+    /// denial.
+    fn peek(
+        &self,
+        check: Check<'_>,
+    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send;
+
+    /// Gives back the units an admitted batch took, for a request that will never pass or
+    /// does not count: `batch` as it was checked, `outcome` the answer [`check`](Self::check)
+    /// gave for it. A [`Reservation`](crate::Reservation) calls it when it is cancelled or
+    /// dropped before its release; callers never need to.
+    ///
+    /// Best effort, and never more than is exact. Each rule gives its units back only where
+    /// the result is a state that admits no more than the admissions left in it allow:
+    /// - fixed window, sliding window, sliding log: always, while the window (or log entry)
+    ///   of the admission is still stored; counts add up, so other admissions since do not
+    ///   matter.
+    /// - token bucket and GCRA: only while no other admission has been recorded at a later
+    ///   instant (a later refill step, when stepped); otherwise the units stay taken (a
+    ///   bucket that filled up meanwhile would have absorbed them).
+    /// - leaky bucket: what of the admission's water is still queued, only while nothing
+    ///   has queued behind it (the requests behind were told when they leave, and taking
+    ///   water from before them would let the next request leave with the last of them).
+    /// - a rule left pending to the release: nothing, it took nothing.
+    ///
+    /// A refund does not reopen a key earlier than the admission's instant: after a
+    /// wait-mode reservation, the units go to the next request that waits for that instant.
+    /// Penalty state is never touched. The default implementation gives nothing back: a
+    /// store outside this crate keeps what it took, and its reservations keep their units.
+    fn refund(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (batch, outcome);
+        std::future::ready(Ok(()))
+    }
+
+    /// Forgets the state of `rule` for `key` and lifts any lock on it (an admin "unblock").
+    fn reset(&self, rule: &Rule, key: &[u8])
+        -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A health check of the store on its own, for a [`Breaker`](super::Breaker) to learn that the store is
+    /// back without making a client's request the probe. `None` (the default) if the store
+    /// has none: the breaker then lets one request through as the probe.
+    ///
+    /// The future borrows nothing (the breaker runs it on a task of its own) and is bounded
+    /// like any call to the store (its timeout). [`RedisStore`](super::RedisStore) sends a `PING`.
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        None::<std::future::Ready<Result<(), StoreError>>>
+    }
+
+    /// Whether the store decides as configured now: cheap (a few atomic loads), for a
+    /// readiness endpoint. A store without a circuit breaker is always
+    /// [`Healthy`](Health::Healthy): its failures show only as errors.
+    fn health(&self) -> Health {
+        Health::Healthy
+    }
+}
+
+/// How well a store is deciding, for a `/ready` endpoint or a Kubernetes probe
+/// ([`Store::health`], [`Limiter::health`](crate::Limiter::health)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Health {
+    /// Decisions come from the store as configured (Redis, for a Redis store).
+    Healthy,
+    /// The primary store is unavailable and a [`Fallback`](super::Fallback)'s local store decides: limits
+    /// hold per instance, not across instances.
+    Degraded,
+    /// A [`Breaker`](super::Breaker) is open and nothing decides in the store's place: requests follow the
+    /// failure policy (the layer's [`FailurePolicy`](crate::layer::FailurePolicy)).
+    Failing,
+}
+
+impl Health {
+    /// The lower-case name (`"healthy"`, `"degraded"`, `"failing"`), for a response body or
+    /// a metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Failing => "failing",
+        }
+    }
+}
+
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
