@@ -51,6 +51,7 @@ use crate::Rule;
 /// assert_eq!(next.outcome().decision, Decision::Delay(Duration::from_millis(100)));
 /// # Ok(()) }
 /// ```
+#[must_use = "a reservation dropped before it is confirmed gives its units back"]
 pub struct Reservation<S: Store + Clone> {
     limiter: Limiter<S>,
     batch: Arc<dyn Batch>,
@@ -201,7 +202,9 @@ impl<S: Store + Clone> Reservation<S> {
 
     /// Waits until the request is due.
     pub async fn wait(&self) {
-        tokio::time::sleep_until(self.due).await;
+        if Instant::now() < self.due {
+            tokio::time::sleep_until(self.due).await;
+        }
     }
 
     /// Releases the request: waits until it is due, then counts the rules that wait for the
@@ -216,7 +219,9 @@ impl<S: Store + Clone> Reservation<S> {
             return Ok(self.outcome.clone());
         }
         loop {
-            tokio::time::sleep_until(self.due).await;
+            if Instant::now() < self.due {
+                tokio::time::sleep_until(self.due).await;
+            }
             self.released();
             let pending: SmallVec<[usize; 4]> = self.pending().collect();
             if self.state != State::Held || pending.is_empty() {
@@ -381,7 +386,7 @@ impl<S: Store + Clone> Reservation<S> {
         F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
     {
         let (limiter, batch, log) = (self.limiter.clone(), self.batch.clone(), self.log.clone());
-        let mut refund = Box::pin(async move {
+        run_detached(async move {
             let checks = batch.checks();
             let checks = select(&checks);
             if let Err(error) = limiter.refund(&checks, &outcome).await {
@@ -390,14 +395,21 @@ impl<S: Store + Clone> Reservation<S> {
                 }
             }
         });
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!("no tokio runtime here: the units of a dropped request stay taken");
-            return;
-        };
-        let mut cx = Context::from_waker(Waker::noop());
-        if refund.as_mut().poll(&mut cx).is_pending() {
-            drop(runtime.spawn(refund));
-        }
+    }
+}
+
+/// Runs `work` without waiting for it: to the end at once when it needs no wait (an
+/// in-process store answers on the first poll), else as a task on the runtime. Outside a
+/// runtime, work that must wait is left undone.
+pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
+    let mut work = Box::pin(work);
+    let mut cx = Context::from_waker(Waker::noop());
+    if work.as_mut().poll(&mut cx).is_ready() {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(work)),
+        Err(_) => tracing::debug!("no tokio runtime here: work that must wait is left undone"),
     }
 }
 

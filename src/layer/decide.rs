@@ -19,7 +19,7 @@ use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
 use crate::log::Event;
-use crate::reservation::{Batch, Reservation};
+use crate::reservation::{run_detached, Batch, Reservation};
 use crate::rule::Rule;
 use crate::store::{Health, Store};
 
@@ -165,13 +165,11 @@ impl<St: Store + Clone> Held<St> {
             };
         };
         if reservation.pending().next().is_some() {
+            // At once on a store that answers at once, so that the next request sees them.
             reservation.release_now();
-            let confirmation = async move {
+            run_detached(async move {
                 drop(reservation.confirm().await);
-            };
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                drop(runtime.spawn(confirmation));
-            }
+            });
             return Next::Forward {
                 headers,
                 charge: None,

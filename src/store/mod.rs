@@ -20,6 +20,3 @@ pub use fallback::Fallback;
 pub use memory::MemoryStore;
 
 pub use check::{Check, Health, Store};
-// The admission types are the outcome's; the Redis script encodes them from this path.
-#[cfg(feature = "redis")]
-pub(crate) use crate::decision::{Admission, Taken};

@@ -8,10 +8,11 @@ use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
+use crate::decision::{Admission, Taken};
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
-use crate::store::{Admission, Check, Taken};
+use crate::store::Check;
 
 mod args;
 
