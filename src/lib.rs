@@ -58,7 +58,7 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod algorithm;
+mod algorithm;
 mod clock;
 mod decision;
 mod error;
@@ -73,7 +73,7 @@ mod reservation;
 mod rule;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{
     Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
 };
@@ -82,11 +82,11 @@ pub use layer::{
     Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
     RateLimitLayerBuilder, ReloadHandle,
 };
-pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
+pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
 pub use reservation::Reservation;
-pub use rule::{Rule, MAX_RULE_NAME_LEN};
+pub use rule::Rule;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;

@@ -78,7 +78,7 @@ impl Rate {
     }
 
     /// The period in microseconds.
-    pub fn period_micros(&self) -> u64 {
+    pub(crate) fn period_micros(&self) -> u64 {
         self.period_micros
     }
 
