@@ -626,3 +626,9 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod vectors;
+
+#[cfg(test)]
+mod proptests;
