@@ -2,8 +2,9 @@
 //!
 //! tollgate decides whether a request may pass under one or more [`Rule`]s, each counting
 //! under a key (a client IP, a user id, a route, a constant for a global limit). Six
-//! algorithms, all exact integer models ([`algorithm`]): fixed window, sliding log, sliding
-//! window counter, token bucket, leaky bucket (shaping) and GCRA. Rules can lock a key out
+//! algorithms, all exact integer models, each built by a [`Rule`] constructor: fixed window,
+//! sliding log, sliding window counter, token bucket, leaky bucket (shaping) and GCRA (see
+//! [choosing an algorithm](guide::choosing_an_algorithm)). Rules can lock a key out
 //! after abuse ([`Penalty`]). State lives in a [`Store`]; [`MemoryStore`] keeps it in this
 //! process.
 //!

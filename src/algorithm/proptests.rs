@@ -74,7 +74,9 @@ impl Reference {
             .count()
     }
 
-    fn check(&mut self, rules: &[Rule], items: &[Item], now: u64) -> Outcome {
+    /// For each item, the instant its rule counts the request, and whether it is pending
+    /// (counted at the batch's release, not now).
+    fn timing(&self, rules: &[Rule], items: &[Item], now: u64) -> (Vec<u64>, Vec<bool>) {
         // When each rule lets the request go: a leaky bucket once the water before it drained.
         let lets_go = |&(r, k, c): &Item| match rules[r].algorithm() {
             queue @ Algorithm::LeakyBucket(_) if c > 0 => {
@@ -95,7 +97,7 @@ impl Reference {
             .iter()
             .map(|item| lets_go(item) == now && release(item.1) < last && item.2 > 0)
             .collect();
-        let counted_at: Vec<u64> = items
+        let counted_at = items
             .iter()
             .zip(&pending)
             .map(|(item, &pending)| {
@@ -109,55 +111,75 @@ impl Reference {
                 }
             })
             .collect();
+        (counted_at, pending)
+    }
+
+    /// The outcome of rule `r` for key `k` whose model said `eval` at `at` (the batch being
+    /// decided at `now`, admitted or not).
+    #[allow(clippy::too_many_arguments)]
+    fn outcome(
+        &self,
+        rule: &Rule,
+        (r, k): (usize, usize),
+        eval: &Eval,
+        at: u64,
+        now: u64,
+        admitted: bool,
+    ) -> RuleOutcome {
+        let algorithm = rule.algorithm();
+        let info = |e: &Eval| RateLimitInfo {
+            limit: algorithm.quota().0,
+            remaining: e.remaining,
+            reset: Duration::from_micros(e.reset_micros),
+        };
+        if admitted {
+            let decision = match eval.verdict {
+                Verdict::Admit { delay_micros } if at - now + delay_micros > 0 => {
+                    Decision::Delay(Duration::from_micros(at - now + delay_micros))
+                }
+                _ => Decision::Allow,
+            };
+            // Evaluated where the rule counts the request; its reset counts from now.
+            let from_now = Eval {
+                reset_micros: eval.reset_micros + (at - now),
+                ..*eval
+            };
+            return RuleOutcome {
+                decision,
+                info: info(&from_now),
+            };
+        }
+        let decision = match eval.verdict {
+            Verdict::Admit { .. } => Decision::Allow,
+            Verdict::Reject { retry_micros: None } => denial(DenyReason::CostExceedsCapacity, None),
+            Verdict::Reject { retry_micros } => {
+                denial(DenyReason::Limited, retry_micros.map(|r| at - now + r))
+            }
+        };
+        // Nothing consumed: the quota as it stands.
+        let standing = algorithm.evaluate(&self.state(r, k), now, 0);
+        RuleOutcome {
+            decision,
+            info: info(&standing),
+        }
+    }
+
+    fn check(&mut self, rules: &[Rule], items: &[Item], now: u64) -> Outcome {
+        let (counted_at, pending) = self.timing(rules, items, now);
         let evals: Vec<Eval> = items
             .iter()
             .zip(&counted_at)
             .map(|(&(r, k, c), &at)| rules[r].algorithm().evaluate(&self.state(r, k), at, c))
             .collect();
         let admitted = evals.iter().all(Eval::is_admitted);
-        let mut outcomes = Vec::new();
-        for ((&(r, k, _), eval), &at) in items.iter().zip(&evals).zip(&counted_at) {
-            let algorithm = rules[r].algorithm();
-            let info = |e: &Eval| RateLimitInfo {
-                limit: algorithm.quota().0,
-                remaining: e.remaining,
-                reset: Duration::from_micros(e.reset_micros),
-            };
-            let outcome = if admitted {
-                let decision = match eval.verdict {
-                    Verdict::Admit { delay_micros } if at - now + delay_micros > 0 => {
-                        Decision::Delay(Duration::from_micros(at - now + delay_micros))
-                    }
-                    _ => Decision::Allow,
-                };
-                // Evaluated where the rule counts the request; its reset counts from now.
-                let from_now = Eval {
-                    reset_micros: eval.reset_micros + (at - now),
-                    ..*eval
-                };
-                RuleOutcome {
-                    decision,
-                    info: info(&from_now),
-                }
-            } else {
-                let decision = match eval.verdict {
-                    Verdict::Admit { .. } => Decision::Allow,
-                    Verdict::Reject { retry_micros: None } => {
-                        denial(DenyReason::CostExceedsCapacity, None)
-                    }
-                    Verdict::Reject { retry_micros } => {
-                        denial(DenyReason::Limited, retry_micros.map(|r| at - now + r))
-                    }
-                };
-                // Nothing consumed: the quota as it stands.
-                let standing = algorithm.evaluate(&self.state(r, k), now, 0);
-                RuleOutcome {
-                    decision,
-                    info: info(&standing),
-                }
-            };
-            outcomes.push(outcome);
-        }
+        let outcomes: Vec<RuleOutcome> = items
+            .iter()
+            .zip(&evals)
+            .zip(&counted_at)
+            .map(|((&(r, k, _), eval), &at)| {
+                self.outcome(&rules[r], (r, k), eval, at, now, admitted)
+            })
+            .collect();
         if admitted {
             for ((&(r, k, c), &at), &pending) in items.iter().zip(&counted_at).zip(&pending) {
                 if c > 0 && !pending {

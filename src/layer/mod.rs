@@ -94,7 +94,7 @@
 //!   holds a request (a global or per-tenant limit beside a per-client queue) count it
 //!   when its hold ends, not when it queues: the store checks them at once as they will
 //!   stand at the release (a request they would deny then is refused now), and the layer
-//!   confirms them at the release ([`Limiter::confirm`](crate::Limiter::confirm)). If other
+//!   confirms them at the release ([`Reservation::confirm`](crate::Reservation::confirm)). If other
 //!   requests took their room in between, the held request is refused then (429; what it
 //!   took is given back where that is exact: its queue slot when nothing queued behind
 //!   it), so a shared window never admits more than its limit among the requests that
