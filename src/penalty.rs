@@ -53,16 +53,19 @@ impl Penalty {
     }
 
     /// How long a lock lasts.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn lock_duration(&self) -> Duration {
         Duration::from_micros(self.lock_for)
     }
 
     /// How many denials lock the key.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn denials(&self) -> u64 {
         self.after
     }
 
     /// The window denials are counted in.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn window(&self) -> Duration {
         Duration::from_micros(self.within)
     }
