@@ -16,8 +16,8 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now_micros(&self) -> u64;
 
     /// Whether a reading is never earlier than one taken before it on another thread
-    /// (`true` by default). A clock that reads a per-core counter without a fence
-    /// ([`MonotonicClock`]) may read a fraction of a microsecond behind another core's
+    /// (`true` by default). A clock that reads a per-core counter without a fence (the
+    /// default clock of [`MemoryStore::new`](crate::MemoryStore::new)) may read a fraction of a microsecond behind another core's
     /// earlier reading; a [`MemoryStore`](crate::MemoryStore) on such a clock never lets its
     /// time go backwards within a shard (it takes the latest instant it has decided at
     /// there). Clocks that say `true` are read as they are, so a [`ManualClock`] set back is
@@ -42,7 +42,7 @@ impl Clock for SystemClock {
 
 /// The monotonic clock, anchored once to the wall clock: microseconds since the Unix epoch
 /// as [`SystemClock`] read them when the clock was made, plus the monotonic time elapsed
-/// since. The default of [`MemoryStore`](crate::MemoryStore).
+/// since. The default of [`MemoryStore`](crate::MemoryStore::new).
 ///
 /// It reads the CPU's time-stamp counter where that is invariant (through
 /// [`quanta`](https://docs.rs/quanta), calibrated against the monotonic clock once per
@@ -61,7 +61,7 @@ impl Clock for SystemClock {
 ///
 /// Clones share the anchor.
 #[derive(Debug, Clone)]
-pub struct MonotonicClock {
+pub(crate) struct MonotonicClock {
     clock: quanta::Clock,
     /// The counter's reading at the anchor.
     start: u64,
@@ -71,7 +71,7 @@ pub struct MonotonicClock {
 
 impl MonotonicClock {
     /// A clock anchored to the wall clock now.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let clock = quanta::Clock::new();
         let start = clock.raw();
         Self {

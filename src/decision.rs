@@ -120,8 +120,8 @@ impl Outcome {
 }
 
 /// The per-rule outcomes of a batch ([`Outcome::rules`]), in the order of the batch: a
-/// slice (it derefs to `[RuleOutcome]`) held inline up to [`RuleOutcomes::INLINE`] rules,
-/// so deciding a batch of one or two rules allocates nothing.
+/// slice (it derefs to `[RuleOutcome]`) held inline up to two rules, so deciding a batch of
+/// one or two rules allocates nothing. Built by collecting, extending or from a `Vec`.
 ///
 /// ```
 /// use tollgate::{Decision, RateLimitInfo, RuleOutcome, RuleOutcomes};
@@ -137,21 +137,16 @@ pub struct RuleOutcomes(SmallVec<[RuleOutcome; RuleOutcomes::INLINE]>);
 
 impl RuleOutcomes {
     /// How many outcomes are held without a heap allocation.
-    pub const INLINE: usize = 2;
+    pub(crate) const INLINE: usize = 2;
 
     /// No outcomes.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Appends the outcome of the next rule of the batch.
-    pub fn push(&mut self, outcome: RuleOutcome) {
+    pub(crate) fn push(&mut self, outcome: RuleOutcome) {
         self.0.push(outcome);
-    }
-
-    /// The outcomes in a `Vec`.
-    pub fn into_vec(self) -> Vec<RuleOutcome> {
-        self.0.into_vec()
     }
 }
 

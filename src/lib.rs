@@ -2,8 +2,9 @@
 //!
 //! tollgate decides whether a request may pass under one or more [`Rule`]s, each counting
 //! under a key (a client IP, a user id, a route, a constant for a global limit). Six
-//! algorithms, all exact integer models ([`algorithm`]): fixed window, sliding log, sliding
-//! window counter, token bucket, leaky bucket (shaping) and GCRA. Rules can lock a key out
+//! algorithms, all exact integer models, each built by a [`Rule`] constructor: fixed window,
+//! sliding log, sliding window counter, token bucket, leaky bucket (shaping) and GCRA (see
+//! [choosing an algorithm](guide::choosing_an_algorithm)). Rules can lock a key out
 //! after abuse ([`Penalty`]). State lives in a [`Store`]; [`MemoryStore`] keeps it in this
 //! process.
 //!
@@ -79,7 +80,7 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod algorithm;
+mod algorithm;
 mod clock;
 mod decision;
 mod error;
@@ -94,7 +95,7 @@ mod reservation;
 mod rule;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{
     Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
 };
@@ -103,11 +104,11 @@ pub use layer::{
     Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
     RateLimitLayerBuilder, ReloadHandle,
 };
-pub use limiter::{store_key, Limiter, MAX_KEY_LEN};
+pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
 pub use reservation::Reservation;
-pub use rule::{Rule, MAX_RULE_NAME_LEN};
+pub use rule::Rule;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::RedisStore;

@@ -72,8 +72,10 @@ impl<S: Store> Limiter<S> {
         self.store.health()
     }
 
-    /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than
-    /// [`MAX_KEY_LEN`] are replaced by their digest (see [`store_key`]). A batch with a rule
+    /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than 128 bytes
+    /// (and keys starting with the byte `0xFF`) are stored under a digest: the byte `0xFF`
+    /// and their 32-byte SHA-256, the same on every instance, so a client sending a 1 MB
+    /// header costs the store 33 bytes and instances sharing a Redis share the limit. A batch with a rule
     /// that cannot work ([`Rule::validate`]) is refused with
     /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
@@ -186,7 +188,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
-    /// Keys longer than [`MAX_KEY_LEN`] are digested as in [`check`](Self::check).
+    /// Long keys are digested as in [`check`](Self::check).
     pub async fn peek(
         &self,
         rule: &Rule,
@@ -210,7 +212,7 @@ impl<S: Store> Limiter<S> {
 
 /// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
 /// sending a 1 MB header costs the store 33 bytes, not 1 MB.
-pub const MAX_KEY_LEN: usize = 128;
+pub(crate) const MAX_KEY_LEN: usize = 128;
 
 /// Decisions without a future, for the in-process store, which never waits: what
 /// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
@@ -240,7 +242,7 @@ impl Limiter<MemoryStore> {
 /// A short key that starts with the marker (keys are bytes, not text) is digested too, so no
 /// key can pose as another's digest. The same on every instance, so instances sharing a
 /// Redis share the limit.
-pub fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
     if !needs_digest(key) {
         return Cow::Borrowed(key);
     }

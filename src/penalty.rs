@@ -13,13 +13,14 @@ use crate::clock::duration_to_micros;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::Penalty;
+/// use tollgate::{Penalty, Rule};
 ///
 /// // Ten denials within a minute lock the key for ten minutes.
 /// let penalty = Penalty::lock_for(Duration::from_secs(600))
 ///     .after(10)
 ///     .within(Duration::from_secs(60));
-/// assert_eq!(penalty.denials(), 10);
+/// let login = Rule::fixed_window("login", 5, Duration::from_secs(60)).with_penalty(penalty);
+/// assert_eq!(login.penalty(), Some(&penalty));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Penalty {
@@ -52,17 +53,20 @@ impl Penalty {
     }
 
     /// How long a lock lasts.
-    pub fn lock_duration(&self) -> Duration {
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn lock_duration(&self) -> Duration {
         Duration::from_micros(self.lock_for)
     }
 
     /// How many denials lock the key.
-    pub fn denials(&self) -> u64 {
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn denials(&self) -> u64 {
         self.after
     }
 
     /// The window denials are counted in.
-    pub fn window(&self) -> Duration {
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn window(&self) -> Duration {
         Duration::from_micros(self.within)
     }
 

@@ -28,8 +28,8 @@ use crate::clock::duration_to_micros;
 /// use tollgate::Rate;
 ///
 /// assert_eq!(Rate::per_second(100), Rate::new(100, Duration::from_secs(1)));
-/// assert_eq!(Rate::per_minute(6).amount(), 6);
-/// assert_eq!(Rate::per_minute(6).period(), Duration::from_secs(60));
+/// // Kept as given: 6 per minute, in steps, adds 6 once a minute, not 1 every 10 s.
+/// assert_ne!(Rate::per_minute(6), Rate::new(1, Duration::from_secs(10)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -68,17 +68,12 @@ impl Rate {
     }
 
     /// The number of units per period.
-    pub fn amount(&self) -> u64 {
+    pub(crate) fn amount(&self) -> u64 {
         self.amount
     }
 
-    /// The period.
-    pub fn period(&self) -> Duration {
-        Duration::from_micros(self.period_micros)
-    }
-
     /// The period in microseconds.
-    pub fn period_micros(&self) -> u64 {
+    pub(crate) fn period_micros(&self) -> u64 {
         self.period_micros
     }
 

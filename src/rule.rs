@@ -13,7 +13,7 @@ use crate::penalty::Penalty;
 use crate::rate::Rate;
 
 /// The longest rule name; names appear in store keys and response headers.
-pub const MAX_RULE_NAME_LEN: usize = 64;
+pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 
 /// A named limit: which algorithm, with which quota, what a request costs by default, and
 /// whether abuse locks the key out.
@@ -115,10 +115,8 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// A rule named `name` running `algorithm`. Names are 1 to 64 characters of
-    /// `A–Z a–z 0–9 - _ . :`; a name that is not is reported by [`validate`](Self::validate)
-    /// (and by the layer's `build`).
-    pub fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Self {
+    /// A rule named `name` running `algorithm`, its name checked as every constructor's.
+    pub(crate) fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Self {
         Self::with(name, Ok(algorithm))
     }
 
@@ -198,8 +196,14 @@ impl Rule {
     }
 
     /// Fixed window aligned to the epoch: at most `limit` units in each `window`
-    /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour). Up to 2 × `limit` can pass
-    /// across a window boundary.
+    /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour), windows being
+    /// `[k·window, (k+1)·window)`, so every key's windows turn over at the same instants.
+    ///
+    /// Cheap (one counter per key) but coarse: a client can spend `limit` at the end of one
+    /// window and `limit` again at the start of the next, so up to 2 × `limit` pass within
+    /// one window-long interval that straddles a boundary. Use
+    /// [`sliding_log`](Self::sliding_log) or [`sliding_window`](Self::sliding_window) where
+    /// that burst matters.
     pub fn fixed_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -208,7 +212,9 @@ impl Rule {
     }
 
     /// Fixed window that starts at a key's first request: at most `limit` units in the
-    /// `window` that follows it, then a new window starts at the next request.
+    /// `window` that follows it, then a new window starts at the next request (the seeds'
+    /// `SET key 1 EX window` / `INCR` pattern). The same boundary burst as
+    /// [`fixed_window`](Self::fixed_window).
     pub fn fixed_window_from_first_hit(
         name: impl AsRef<str>,
         limit: u64,
@@ -221,6 +227,11 @@ impl Rule {
     }
 
     /// Sliding log: never more than `limit` units in any interval of length `window`.
+    ///
+    /// Every admission is logged with its time and cost, and counts until `window` after it
+    /// was made. Exact, at the price of memory proportional to the admissions in one window:
+    /// one entry per instant that admitted, so at most `limit` live entries per key. A
+    /// decision costs O(log n) in the number of entries, in process and in Redis alike.
     pub fn sliding_log(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -229,11 +240,25 @@ impl Rule {
     }
 
     /// Sliding window counter: at most `limit` units per `window`, estimated from the current
-    /// and the previous window's counts (exact to the µs while `limit × window` in µs is at
-    /// most 2^52, else in steps that never admit more: see [`SlidingWindow`]). Under
-    /// sustained traffic it admits `limit − 1` per window (with `limit` 1: one request per
-    /// two windows), because the previous window's weight rounds up; a burst after a quiet
-    /// window gets `limit`.
+    /// and the previous window's counts: admits while
+    /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, with windows
+    /// aligned to the epoch and `elapsed` the time into the current window. O(1) memory (two
+    /// counters) and no boundary burst of 2 × `limit`; the estimate assumes the previous
+    /// window's requests were spread evenly.
+    ///
+    /// **Under sustained traffic it admits `limit − 1` per window, not `limit`.** While the
+    /// previous window counted anything, its weight rounds up to at least one unit until the
+    /// very end of the current window, so the current window fills only to `limit − 1`
+    /// (with `limit` 1: one request per two windows). A burst after a quiet window gets the
+    /// full `limit`. Choose the limit with this in mind (`limit + 1` for "`limit` per window,
+    /// sustained"), or use a [`sliding_log`](Self::sliding_log), which is exact.
+    ///
+    /// Exact to the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per
+    /// day is). For larger configurations the previous window's weight moves in steps of
+    /// about `window × limit / 2^52` µs (19 ms for a billion per day, 7 s for a billion per
+    /// 366 days): `elapsed` is rounded down to a whole step, so the weight is never lighter
+    /// than the exact one and the window never admits more. Retry-After stays exact for the
+    /// weight as computed.
     pub fn sliding_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -243,8 +268,12 @@ impl Rule {
 
     /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
     /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
-    /// Exact for every rate whose `capacity × period / gcd(amount, period)` is at most 2^52;
-    /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]).
+    /// A new key starts full; refill is computed from the elapsed time when a request
+    /// arrives, no timer runs. Exact to the microsecond for every rate whose
+    /// `capacity × period / gcd(amount, period)` is at most 2^52
+    /// (`token_bucket("d", 100_000, Rate::per_day(100_000))` gains one token every 864 ms
+    /// exactly); beyond, the refill is rounded down by less than 1 µs per token (see
+    /// [`Rate`]). A bucket that takes more than 2^52 µs to fill is refused.
     pub fn token_bucket(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
         Self::with(
             name,
@@ -253,9 +282,13 @@ impl Rule {
     }
 
     /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
-    /// period (`Rate::per_second(10)` adds 10 tokens once a second). Periods count from the
-    /// request that found the bucket full (the key's first, and the first after each refill
-    /// to full), not from a fixed clock: see [`Refill::Stepped`](crate::algorithm::Refill::Stepped).
+    /// period (`Rate::per_second(10)` adds 10 tokens once a second; the seeds' FireflySoft
+    /// script). Always exact.
+    ///
+    /// Periods count from the request that found the bucket full: a key's first request,
+    /// and again the first request after the bucket has refilled to full (a full bucket's
+    /// state is dropped, so idle keys cost no memory). So the steps of one key are not on a
+    /// fixed grid: after each refill to full they restart from the next request.
     pub fn token_bucket_stepped(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
         Self::with(
             name,
@@ -264,8 +297,11 @@ impl Rule {
     }
 
     /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
-    /// an admitted request may be delayed, a request that does not fit is denied. The drain
-    /// is rounded like a token bucket's refill (see [`Rate`]).
+    /// an admitted request is held until the units queued before it have drained
+    /// ([`Decision::Delay`](crate::Decision::Delay)), so traffic leaves evenly spaced; a
+    /// request that does not fit is denied. This is nginx's `limit_req` without `nodelay`,
+    /// with `capacity` counting the request being served. The drain is exact or rounded like
+    /// a token bucket's refill (see [`token_bucket`](Self::token_bucket) and [`Rate`]).
     pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
         Self::with(
             name,
@@ -275,8 +311,10 @@ impl Rule {
 
     /// GCRA: `rate` sustained with bursts of up to `burst` units
     /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms). The
-    /// emission interval keeps its fraction of a µs; the rate is rounded like a token
-    /// bucket's refill (see [`Rate`]).
+    /// emission interval keeps its fraction of a µs (600,000 per second is 3 units every
+    /// 5 µs, not one every 2 µs); one instant per key is stored, the theoretical arrival
+    /// time of the next unit. The rate is exact or rounded like a token bucket's refill (see
+    /// [`token_bucket`](Self::token_bucket) and [`Rate`]).
     pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Self {
         Self::with(name, Gcra::new(rate, burst).map(Algorithm::Gcra))
     }
@@ -310,12 +348,15 @@ impl Rule {
     }
 
     /// The algorithm and its quota.
-    pub fn algorithm(&self) -> &Algorithm {
+    pub(crate) fn algorithm(&self) -> &Algorithm {
         &self.algorithm
     }
 
     /// The fingerprint of the algorithm and its parameters (not of the name, the penalty or
-    /// the cost): see [`Algorithm::fingerprint`] and [Reconfiguring a
+    /// the cost): a digest that is the same in every process and every version of tollgate,
+    /// shared by two rules exactly when their algorithms read and write state alike (the
+    /// same algorithm with the same parameters as enforced, rates in lowest terms). See
+    /// [Reconfiguring a
     /// rule](#reconfiguring-a-rule).
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint

@@ -3,18 +3,23 @@
 //! small terms are exact however large they look; a rate that cannot be represented exactly
 //! is rounded so that it never admits more.
 //!
-//! These drive the bare models (`Algorithm::evaluate` / `apply`); the same configurations run
-//! on every store through the vector scenarios (`tests/vectors/*.json`). The Lua twins'
-//! refunds of fractional state (a Redis Cluster batch across slots) are checked here too.
+//! These drive a `MemoryStore` on a `ManualClock` (which decides exactly as the bare models:
+//! `src/algorithm/proptests.rs`) one key at a time; the same configurations run on every
+//! store through the vector scenarios (`tests/vectors/*.json`). The Lua twins' refunds of
+//! fractional state (a Redis Cluster batch across slots) are checked here too.
 
 mod common;
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::redis_server::RedisCluster;
 use redis::cluster_routing::Slot;
-use tollgate::algorithm::{Algorithm, State, Verdict};
-use tollgate::{Check, Limiter, ManualClock, Rate, RedisStore, Rule, RuleOutcome};
+use tollgate::{
+    Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, RuleOutcome,
+};
 
 /// 20,000 days after the epoch: a realistic instant, a multiple of every day.
 const BASE: u64 = 20_000 * 86_400 * 1_000_000;
@@ -105,40 +110,69 @@ fn every_quota_from_1_to_a_billion_over_1_ms_to_366_days_builds() {
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
 }
 
+/// Polls a future once: `MemoryStore` decides synchronously, so its futures are ready at once.
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("a MemoryStore future was not ready at once"),
+    }
+}
+
+/// One key of one rule in a fresh in-process store, on a clock each call sets.
+struct Key {
+    rule: Rule,
+    clock: ManualClock,
+    limiter: Limiter<MemoryStore>,
+}
+
+impl Key {
+    fn new(rule: Rule) -> Self {
+        let clock = ManualClock::new(BASE);
+        let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
+        Self {
+            rule,
+            clock,
+            limiter,
+        }
+    }
+
+    /// Admits `cost` at `now` if the rule does; returns whether it did.
+    fn check(&self, now: u64, cost: u64) -> bool {
+        self.clock.set_micros(now);
+        let check = [Check::new(&self.rule, b"k").with_cost(cost)];
+        self.limiter.check_now(&check).unwrap().is_admitted()
+    }
+
+    /// What `cost` would get at `now`, consuming nothing.
+    fn peek(&self, now: u64, cost: u64) -> RuleOutcome {
+        self.clock.set_micros(now);
+        ready(self.limiter.peek(&self.rule, b"k", cost)).unwrap()
+    }
+
+    /// The wait (µs) until `cost` is admitted after `now`: 0 if it is now, `None` if never.
+    fn retry(&self, now: u64, cost: u64) -> Option<u64> {
+        match self.peek(now, cost).decision {
+            Decision::Deny(d) => d.retry_after.map(|r| u64::try_from(r.as_micros()).unwrap()),
+            Decision::Allow | Decision::Delay(_) => Some(0),
+        }
+    }
+}
+
 /// A fresh key admits the rule's whole quota in one request and nothing more, at an instant
 /// where every window starts (a built rule must also decide without overflowing).
 fn admits_its_quota_at_once(rule: &Rule, amount: u64) {
-    let alg = rule.algorithm();
-    let quota = alg.quota().0;
+    let key = Key::new(rule.clone());
+    let quota = key.peek(BASE, 0).info.limit;
     assert!(quota == amount || quota == 1, "{rule:?}");
-    let mut state = State::default();
-    let now = BASE;
-    let eval = alg.evaluate(&state, now, quota);
-    assert!(eval.is_admitted(), "{rule:?} refused its quota: {eval:?}");
-    alg.apply(&mut state, now, quota);
-    let eval = alg.evaluate(&state, now, 1);
-    match eval.verdict {
-        Verdict::Reject {
-            retry_micros: Some(retry),
-        } => assert!(retry > 0, "{rule:?}"),
+    assert!(key.check(BASE, quota), "{rule:?} refused its quota");
+    match key.peek(BASE, 1).decision {
+        Decision::Deny(d) => assert!(
+            d.retry_after.is_some_and(|r| r > Duration::ZERO),
+            "{rule:?}"
+        ),
         // A leaky bucket queues rather than rejecting only while it has room: it has none.
         other => panic!("{rule:?} admitted past its quota: {other:?}"),
-    }
-}
-
-/// Admits `cost` at `now` if the model does; returns whether it did.
-fn check(alg: &Algorithm, state: &mut State, now: u64, cost: u64) -> bool {
-    let admitted = alg.evaluate(state, now, cost).is_admitted();
-    if admitted {
-        alg.apply(state, now, cost);
-    }
-    admitted
-}
-
-fn retry(alg: &Algorithm, state: &State, now: u64, cost: u64) -> Option<u64> {
-    match alg.evaluate(state, now, cost).verdict {
-        Verdict::Reject { retry_micros } => retry_micros,
-        Verdict::Admit { .. } => Some(0),
     }
 }
 
@@ -147,32 +181,35 @@ fn retry(alg: &Algorithm, state: &State, now: u64, cost: u64) -> Option<u64> {
 #[test]
 fn token_bucket_of_100_000_per_day_refills_one_every_864_ms_exactly() {
     let rule = Rule::token_bucket("d", 100_000, Rate::per_day(100_000));
-    let alg = rule.algorithm();
-    let mut s = State::default();
-    assert!(check(alg, &mut s, BASE, 100_000));
-    assert_eq!(retry(alg, &s, BASE, 1), Some(864_000));
+    let key = Key::new(rule);
+    assert!(key.check(BASE, 100_000));
+    assert_eq!(key.retry(BASE, 1), Some(864_000));
     for k in 1..=1_000u64 {
         let due = BASE + k * 864_000;
-        assert!(!check(alg, &mut s, due - 1, 1), "unit {k} came early");
-        assert!(check(alg, &mut s, due, 1), "unit {k} was late");
+        assert!(!key.check(due - 1, 1), "unit {k} came early");
+        assert!(key.check(due, 1), "unit {k} was late");
     }
     // A full day refills the whole capacity, exactly.
     let later = BASE + 1_000 * 864_000 + DAY_US;
-    assert!(check(alg, &mut s, later, 100_000));
-    assert!(!check(alg, &mut s, later, 1));
-    assert_eq!(alg.quota(), (100_000, Duration::from_secs(86_400)));
+    assert!(key.check(later, 100_000));
+    assert!(!key.check(later, 1));
+    // The quota a client is told: 100,000, whole again a day after it is spent.
+    let info = key.peek(later, 0).info;
+    assert_eq!(
+        (info.limit, info.reset),
+        (100_000, Duration::from_secs(86_400))
+    );
 }
 
 /// The stepped bucket adds the whole 100,000 at the end of the day.
 #[test]
 fn stepped_token_bucket_of_100_000_per_day_refills_at_the_day_boundary() {
     let rule = Rule::token_bucket_stepped("d", 100_000, Rate::per_day(100_000));
-    let alg = rule.algorithm();
-    let mut s = State::default();
-    assert!(check(alg, &mut s, BASE, 100_000));
-    assert_eq!(retry(alg, &s, BASE + 1, 1), Some(DAY_US - 1));
-    assert!(!check(alg, &mut s, BASE + DAY_US - 1, 1));
-    assert!(check(alg, &mut s, BASE + DAY_US, 100_000));
+    let key = Key::new(rule);
+    assert!(key.check(BASE, 100_000));
+    assert_eq!(key.retry(BASE + 1, 1), Some(DAY_US - 1));
+    assert!(!key.check(BASE + DAY_US - 1, 1));
+    assert!(key.check(BASE + DAY_US, 100_000));
 }
 
 /// A leaky bucket of 100,000 per day drains one unit every 864 ms: a full queue delays the
@@ -180,33 +217,31 @@ fn stepped_token_bucket_of_100_000_per_day_refills_at_the_day_boundary() {
 #[test]
 fn leaky_bucket_of_100_000_per_day_drains_one_every_864_ms_exactly() {
     let rule = Rule::leaky_bucket("d", 100_000, Rate::per_day(100_000));
-    let alg = rule.algorithm();
-    let mut s = State::default();
-    assert!(check(alg, &mut s, BASE, 99_999));
-    match alg.evaluate(&s, BASE, 1).verdict {
-        Verdict::Admit { delay_micros } => assert_eq!(delay_micros, 99_999 * 864_000),
+    let key = Key::new(rule);
+    assert!(key.check(BASE, 99_999));
+    match key.peek(BASE, 1).decision {
+        Decision::Delay(delay) => assert_eq!(delay, Duration::from_micros(99_999 * 864_000)),
         other => panic!("{other:?}"),
     }
-    assert!(check(alg, &mut s, BASE, 1));
-    assert_eq!(retry(alg, &s, BASE, 1), Some(864_000));
-    assert!(!check(alg, &mut s, BASE + 863_999, 1));
-    assert!(check(alg, &mut s, BASE + 864_000, 1));
+    assert!(key.check(BASE, 1));
+    assert_eq!(key.retry(BASE, 1), Some(864_000));
+    assert!(!key.check(BASE + 863_999, 1));
+    assert!(key.check(BASE + 864_000, 1));
 }
 
 /// A sliding window of 50,000 per day weighs the previous day exactly (to the microsecond).
 #[test]
 fn sliding_window_of_50_000_per_day_is_exact() {
     let rule = Rule::sliding_window("d", 50_000, Duration::from_secs(86_400));
-    let alg = rule.algorithm();
-    let mut s = State::default();
-    assert!(check(alg, &mut s, BASE, 50_000));
-    assert!(!check(alg, &mut s, BASE + DAY_US - 1, 1));
+    let key = Key::new(rule);
+    assert!(key.check(BASE, 50_000));
+    assert!(!key.check(BASE + DAY_US - 1, 1));
     // In the next day the previous 50,000 weigh 50,000 × (day − e) / day: one unit fits once
     // that is at most 49,999, at e = day / 50,000 = 1,728,000 µs.
     let next = BASE + DAY_US;
-    assert_eq!(retry(alg, &s, next, 1), Some(1_728_000));
-    assert!(!check(alg, &mut s, next + 1_727_999, 1));
-    assert!(check(alg, &mut s, next + 1_728_000, 1));
+    assert_eq!(key.retry(next, 1), Some(1_728_000));
+    assert!(!key.check(next + 1_727_999, 1));
+    assert!(key.check(next + 1_728_000, 1));
 }
 
 /// 600,000 per second is 3 units every 5 µs; GCRA keeps the fraction instead of rounding the
@@ -214,12 +249,11 @@ fn sliding_window_of_50_000_per_day_is_exact() {
 #[test]
 fn gcra_of_600_000_per_second_admits_600_000_per_second() {
     let rule = Rule::gcra("g", Rate::per_second(600_000), 3);
-    let alg = rule.algorithm();
-    let mut s = State::default();
-    assert!(check(alg, &mut s, BASE, 3));
-    assert_eq!(retry(alg, &s, BASE, 3), Some(5));
-    assert!(!check(alg, &mut s, BASE + 4, 3));
-    assert!(check(alg, &mut s, BASE + 5, 3));
+    let key = Key::new(rule);
+    assert!(key.check(BASE, 3));
+    assert_eq!(key.retry(BASE, 3), Some(5));
+    assert!(!key.check(BASE + 4, 3));
+    assert!(key.check(BASE + 5, 3));
     // One request of one unit every microsecond: the first second also spends the burst the
     // idle bucket had saved (3 units, one of them still refilling at the end); from then on
     // exactly 600,000 in every whole second.
@@ -227,7 +261,7 @@ fn gcra_of_600_000_per_second_admits_600_000_per_second() {
     for second in 1..=4u64 {
         let start = BASE + second * 1_000_000;
         let admitted = (start..start + 1_000_000)
-            .filter(|&t| check(alg, &mut s, t, 1))
+            .filter(|&t| key.check(t, 1))
             .count();
         per_second.push(admitted);
     }
@@ -238,11 +272,10 @@ fn gcra_of_600_000_per_second_admits_600_000_per_second() {
 #[test]
 fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
     let rule = Rule::gcra("g", Rate::per_second(1_000_000_000), 1_000);
-    let alg = rule.algorithm();
-    let mut s = State::default();
+    let key = Key::new(rule);
     for t in 0..10_000 {
-        assert!(check(alg, &mut s, BASE + t, 1_000), "at {t} µs");
-        assert!(!check(alg, &mut s, BASE + t, 1), "at {t} µs");
+        assert!(key.check(BASE + t, 1_000), "at {t} µs");
+        assert!(!key.check(BASE + t, 1), "at {t} µs");
     }
 }
 
@@ -269,7 +302,7 @@ async fn cluster_refunds_restore_fractional_state_exactly() {
         Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)),
     ];
     for rule in &rules {
-        let quota = rule.algorithm().quota().0;
+        let quota = limiter.peek(rule, a, 0).await.unwrap().info.limit;
         // a holds a partly used, fractional state; b is used up.
         clock.set_micros(BASE);
         assert!(limiter.check_one(rule, a).await.unwrap().is_admitted());

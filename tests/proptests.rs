@@ -6,37 +6,35 @@
 //! - a denied batch changes no state;
 //! - Retry-After is exact for every algorithm (a retry at that instant is admitted, one
 //!   microsecond earlier is denied), and `None` exactly when the cost exceeds the capacity;
-//! - `MemoryStore` decides exactly as the bare models (`Algorithm::evaluate` / `apply`);
-//! - `MemoryStore` admits exactly the model's total under 8 contending threads;
+//! - `MemoryStore` admits under 8 contending threads exactly what it admits sequentially;
 //! - wait mode (reservations mixed with plain checks, one rule or two) never lets through more
 //!   than a rule allows, counting each admission when it is due; never delays past
 //!   `max_wait`; never refuses a batch whose retry-after is within `max_wait`; and a refused
-//!   reservation consumes nothing;
-//! - large configurations whose rate or window weight is rounded never admit more than the
-//!   exact rate or estimate would, and lose at most one rounding step doing so.
+//!   reservation consumes nothing.
+//!
+//! The properties that need the bare models (`MemoryStore` decides exactly as they do;
+//! rounded rates and stepped sliding windows never admit more than the exact ones) are the
+//! crate's unit tests, in `src/algorithm/proptests.rs`.
 
 mod common;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Barrier;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::specs::{params, spec, Kind, Spec, KINDS};
+use common::specs::{
+    advance, batch, checks, cost, dedup, params, spec, Item, Kind, Spec, KEYS, KINDS,
+};
 use proptest::prelude::*;
-use tollgate::algorithm::{Algorithm, Eval, State, Verdict};
 use tollgate::{
-    Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Outcome, Rate,
-    RateLimitInfo, Rule, RuleOutcome, Store,
+    Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Rate, Rule,
+    RuleOutcome, Store,
 };
 
 /// 20,000 days after the epoch: a realistic instant.
 const BASE: u64 = 20_000 * 86_400 * 1_000_000;
-
-/// Keys used by the multi-key properties (`key(i)`).
-const KEYS: [&[u8]; 2] = [b"alice", b"bob"];
 
 /// Polls a future once: `MemoryStore` decides synchronously, so its futures are ready at once
 /// (and a future that is not would be a bug worth failing on).
@@ -49,18 +47,7 @@ fn ready<F: Future>(f: F) -> F::Output {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rules and schedules
-
-/// Microseconds to move the clock before a step: often not at all or a little (to hit the
-/// limits), sometimes a window or two, now and then long enough for every state to expire.
-fn advance() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 1..=100u64,
-        2 => 1..=3_000u64,
-        1 => 3_000..=20_000u64,
-    ]
-}
+// Schedules (the shared ones are in `common::specs`)
 
 /// Microseconds to move the clock, scaled to a window of `window` µs, with the instants
 /// around an entry's expiry (one window after it) likely.
@@ -73,44 +60,6 @@ fn advance_within(window: u64) -> impl Strategy<Value = u64> {
         3 => 0..=window / 4,
         2 => 0..=2 * window,
     ]
-}
-
-/// Units a request costs: mostly 1, sometimes 0 or a few, now and then more than any
-/// generated capacity (6).
-fn cost() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        5 => Just(1u64),
-        3 => 0..=4u64,
-        1 => 0..=8u64,
-    ]
-}
-
-/// A batch as (rule index, key index, cost); indices are reduced modulo the pool sizes and
-/// repeated (rule, key) pairs dropped by [`dedup`].
-type Item = (usize, usize, u64);
-
-fn batch() -> impl Strategy<Value = Vec<Item>> {
-    prop::collection::vec((0..4usize, 0..KEYS.len(), cost()), 1..=4)
-}
-
-/// The batch over a pool of `rules` rules, with each (rule, key) at most once (the store
-/// refuses repeats; that is tested in `tests/memory_store.rs`).
-fn dedup(items: &[Item], rules: usize) -> Vec<Item> {
-    let mut out: Vec<Item> = Vec::new();
-    for &(r, k, c) in items {
-        let r = r % rules;
-        if !out.iter().any(|&(r2, k2, _)| (r2, k2) == (r, k)) {
-            out.push((r, k, c));
-        }
-    }
-    out
-}
-
-fn checks<'a>(rules: &'a [Rule], items: &[Item]) -> Vec<Check<'a>> {
-    items
-        .iter()
-        .map(|&(r, k, c)| Check::new(&rules[r], KEYS[k]).with_cost(c))
-        .collect()
 }
 
 fn store_at(now: u64) -> (ManualClock, Limiter<MemoryStore>) {
@@ -164,171 +113,6 @@ fn batch_admits_at(rules: &[Rule], history: &History, items: &[Item], t: u64) ->
     ready(limiter.check(&checks(rules, items)))
         .expect("MemoryStore never fails")
         .is_admitted()
-}
-
-fn denial(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
-    Decision::Deny(Denial {
-        reason,
-        retry_after: retry_micros.map(Duration::from_micros),
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// The bare models, as a reference
-
-/// Keeps one model state per (rule, key) and answers batches as the design says a store
-/// must: all or nothing, Deny beats Delay beats Allow, the longest retry-after (`None`:
-/// never) decides; an admitted batch applies each item (a cost of 0 consumes nothing) at
-/// the instant the request passes on its key: the leaky bucket whose queue on that key
-/// drains last counts it on arrival and holds it until then, every other rule on that key
-/// counts it then. The rules on keys the batch releases earlier (the other keys of a batch
-/// whose queue holds it) are pending: evaluated at the batch's release and not applied
-/// (`Limiter::confirm` counts them then).
-/// Penalties are not modelled: the properties use rules without them.
-#[derive(Default)]
-struct Reference {
-    states: HashMap<(usize, usize), State>,
-}
-
-impl Reference {
-    fn state(&self, r: usize, k: usize) -> State {
-        self.states.get(&(r, k)).cloned().unwrap_or_default()
-    }
-
-    /// How many states are not yet back to empty at `now`.
-    fn live(&self, rules: &[Rule], now: u64) -> usize {
-        self.states
-            .iter()
-            .filter(|((r, _), state)| rules[*r].algorithm().expires_at(state) > now)
-            .count()
-    }
-
-    fn check(&mut self, rules: &[Rule], items: &[Item], now: u64) -> Outcome {
-        // When each rule lets the request go: a leaky bucket once the water before it drained.
-        let lets_go = |&(r, k, c): &Item| match rules[r].algorithm() {
-            queue @ Algorithm::LeakyBucket(_) if c > 0 => {
-                queue.expires_at(&self.state(r, k)).max(now)
-            }
-            _ => now,
-        };
-        // The rules on one key wait for its queues; rules on other keys do not.
-        let release = |key: usize| {
-            items
-                .iter()
-                .filter(|&&(_, k, _)| k == key)
-                .map(lets_go)
-                .fold(now, u64::max)
-        };
-        let last = items.iter().map(|i| release(i.1)).fold(now, u64::max);
-        let pending: Vec<bool> = items
-            .iter()
-            .map(|item| lets_go(item) == now && release(item.1) < last && item.2 > 0)
-            .collect();
-        let counted_at: Vec<u64> = items
-            .iter()
-            .zip(&pending)
-            .map(|(item, &pending)| {
-                let release = release(item.1);
-                if pending {
-                    last
-                } else if lets_go(item) == release {
-                    now
-                } else {
-                    release
-                }
-            })
-            .collect();
-        let evals: Vec<Eval> = items
-            .iter()
-            .zip(&counted_at)
-            .map(|(&(r, k, c), &at)| rules[r].algorithm().evaluate(&self.state(r, k), at, c))
-            .collect();
-        let admitted = evals.iter().all(Eval::is_admitted);
-        let mut outcomes = Vec::new();
-        for ((&(r, k, _), eval), &at) in items.iter().zip(&evals).zip(&counted_at) {
-            let algorithm = rules[r].algorithm();
-            let info = |e: &Eval| RateLimitInfo {
-                limit: algorithm.quota().0,
-                remaining: e.remaining,
-                reset: Duration::from_micros(e.reset_micros),
-            };
-            let outcome = if admitted {
-                let decision = match eval.verdict {
-                    Verdict::Admit { delay_micros } if at - now + delay_micros > 0 => {
-                        Decision::Delay(Duration::from_micros(at - now + delay_micros))
-                    }
-                    _ => Decision::Allow,
-                };
-                // Evaluated where the rule counts the request; its reset counts from now.
-                let from_now = Eval {
-                    reset_micros: eval.reset_micros + (at - now),
-                    ..*eval
-                };
-                RuleOutcome {
-                    decision,
-                    info: info(&from_now),
-                }
-            } else {
-                let decision = match eval.verdict {
-                    Verdict::Admit { .. } => Decision::Allow,
-                    Verdict::Reject { retry_micros: None } => {
-                        denial(DenyReason::CostExceedsCapacity, None)
-                    }
-                    Verdict::Reject { retry_micros } => {
-                        denial(DenyReason::Limited, retry_micros.map(|r| at - now + r))
-                    }
-                };
-                // Nothing consumed: the quota as it stands.
-                let standing = algorithm.evaluate(&self.state(r, k), now, 0);
-                RuleOutcome {
-                    decision,
-                    info: info(&standing),
-                }
-            };
-            outcomes.push(outcome);
-        }
-        if admitted {
-            for ((&(r, k, c), &at), &pending) in items.iter().zip(&counted_at).zip(&pending) {
-                if c > 0 && !pending {
-                    let state = self.states.entry((r, k)).or_default();
-                    rules[r].algorithm().apply(state, at, c);
-                }
-            }
-        }
-        // The model's own combination, not the crate's.
-        let decision = combine(&outcomes);
-        let mut outcome = Outcome::new(outcomes.into());
-        outcome.decision = decision;
-        outcome
-    }
-}
-
-/// Deny beats Delay beats Allow; among denials the longest wait (a `None` wait is forever),
-/// the first of equals.
-fn combine(rules: &[RuleOutcome]) -> Decision {
-    let waits_longer = |a: &Denial, b: &Denial| match (a.retry_after, b.retry_after) {
-        (_, None) => false,
-        (None, Some(_)) => true,
-        (Some(x), Some(y)) => x > y,
-    };
-    let mut deny: Option<Denial> = None;
-    let mut delay: Option<Duration> = None;
-    for rule in rules {
-        match rule.decision {
-            Decision::Deny(d) => {
-                if deny.is_none_or(|best| waits_longer(&d, &best)) {
-                    deny = Some(d);
-                }
-            }
-            Decision::Delay(d) => delay = Some(delay.map_or(d, |e| e.max(d))),
-            Decision::Allow => {}
-        }
-    }
-    match (deny, delay) {
-        (Some(d), _) => Decision::Deny(d),
-        (None, Some(d)) => Decision::Delay(d),
-        (None, None) => Decision::Allow,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,9 +225,9 @@ proptest! {
     ) {
         for kind in KINDS {
             let rule = Spec { kind, quota, amount, period }.rule("r");
-            let capacity = rule.algorithm().quota().0;
-            prop_assert_eq!(capacity, quota);
             let (clock, limiter) = store_at(BASE);
+            let capacity = peek(&limiter, &rule, b"k", 0).info.limit;
+            prop_assert_eq!(capacity, quota);
             let mut now = BASE;
             for &(dt, cost) in &steps {
                 now += dt;
@@ -482,51 +266,20 @@ proptest! {
             }
         }
     }
-
-    /// `MemoryStore` with a `ManualClock` answers random batches over several rules and keys
-    /// exactly (decisions, delays, retry-afters, remaining and reset of every rule) as the
-    /// bare models driven through `Algorithm::evaluate` / `apply`. The long advances let
-    /// states expire, and `purge_expired` runs now and then: it must remove exactly the
-    /// states the models hold as expired, and change no answer.
-    #[test]
-    fn memory_store_decides_as_the_bare_models(
-        specs in prop::collection::vec(spec(), 1..=3),
-        steps in prop::collection::vec((advance(), batch(), prop::bool::weighted(0.2)), 1..=80),
-    ) {
-        let rules: Vec<Rule> = specs.iter().enumerate().map(|(i, s)| s.rule(&format!("r{i}"))).collect();
-        let (clock, limiter) = store_at(BASE);
-        let mut reference = Reference::default();
-        let mut now = BASE;
-        for (step, (dt, items, purge)) in steps.iter().enumerate() {
-            now += dt;
-            clock.set_micros(now);
-            if *purge {
-                limiter.store().purge_expired();
-                prop_assert_eq!(limiter.store().len(), reference.live(&rules, now), "step {}", step);
-            }
-            let items = dedup(items, rules.len());
-            let expected = reference.check(&rules, &items, now);
-            let outcome = ready(limiter.check(&checks(&rules, &items))).unwrap();
-            // The model keeps no refund marks: compare what it decides.
-            prop_assert_eq!((outcome.decision, outcome.rules), (expected.decision, expected.rules), "step {} at +{}: {:?}", step, now - BASE, items);
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Contention
 
-/// How many of `attempts` unit requests the bare model admits at one frozen instant.
-fn model_total(rule: &Rule, attempts: usize) -> usize {
-    let mut state = State::default();
-    let mut admitted = 0;
-    for _ in 0..attempts {
-        if rule.algorithm().evaluate(&state, BASE, 1).is_admitted() {
-            rule.algorithm().apply(&mut state, BASE, 1);
-            admitted += 1;
-        }
-    }
-    admitted
+/// How many of `attempts` unit requests a store admits at one frozen instant when they come
+/// one after another (`MemoryStore` decides exactly as the bare models: the crate's unit
+/// tests check that in `src/algorithm/proptests.rs`).
+fn sequential_total(rule: &Rule, attempts: usize) -> usize {
+    let (_clock, limiter) = store_at(BASE);
+    let check = [Check::new(rule, b"hot")];
+    (0..attempts)
+        .filter(|_| ready(limiter.check(&check)).unwrap().is_admitted())
+        .count()
 }
 
 /// Runs `attempts` checks of `batch` on each of `threads` OS threads at once (each thread on
@@ -562,10 +315,10 @@ fn contend(
     })
 }
 
-/// 8 threads × 500 requests on one key: exactly the model's total passes (1000), for fixed
+/// 8 threads × 500 requests on one key: exactly the sequential total passes (1000), for fixed
 /// window, sliding log, token bucket and GCRA; no thread's check sees another's half-done.
 #[test]
-fn memory_store_admits_exactly_the_model_total_under_8_threads() {
+fn memory_store_admits_exactly_the_sequential_total_under_8_threads() {
     let window = Duration::from_secs(60);
     let rules = [
         Rule::fixed_window("fixed", 1000, window),
@@ -575,7 +328,7 @@ fn memory_store_admits_exactly_the_model_total_under_8_threads() {
     ];
     for rule in &rules {
         let (_clock, limiter) = store_at(BASE);
-        let expected = model_total(rule, 8 * 500);
+        let expected = sequential_total(rule, 8 * 500);
         assert_eq!(expected, 1000, "{}", rule.name());
         let admitted = contend(&limiter, &[Check::new(rule, b"hot")], 8, 500);
         assert_eq!(
@@ -886,190 +639,4 @@ proptest! {
             }
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Large configurations: rounded, never more
-
-/// A quota, amount and period (µs) large enough that `quota × period / gcd(amount, period)`
-/// often exceeds 2^52, so the rate or the window's weight is rounded.
-fn large_params() -> impl Strategy<Value = (u64, u64, u64)> {
-    (
-        prop_oneof![1 => 1..=1_000u64, 3 => 1_000_000..=1_000_000_000u64],
-        prop_oneof![1 => 1..=1_000u64, 3 => 1_000..=1_000_000_000u64],
-        prop_oneof![
-            1 => 1_000..=1_000_000u64,
-            3 => 1_000_000..=366 * 86_400_000_000u64,
-        ],
-    )
-}
-
-/// Steps of (µs to advance, cost, to the brim): costs from one unit to the whole quota, or
-/// (to the brim) exactly what the model says remains, or one unit more, so that the edge of
-/// the quota is hit where rounding would show; advances from nothing to a few times `unit`
-/// (the time one unit takes) to `whole` (the time the whole quota takes).
-fn large_steps(quota: u64, unit: u64, whole: u64) -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
-    prop::collection::vec(
-        (
-            prop_oneof![
-                2 => Just(0u64),
-                2 => 0..=1_000u64,
-                3 => 0..=4 * unit.max(1),
-                1 => 0..=whole.clamp(1, 1 << 50),
-            ],
-            prop_oneof![3 => Just(1u64), 2 => 1..=quota.min(1_000), 1 => 1..=quota],
-            any::<bool>(),
-        ),
-        1..60,
-    )
-}
-
-/// The cost of a step: as generated, or to the brim (what remains, or one more).
-fn step_cost(alg: &Algorithm, state: &State, now: u64, cost: u64, to_the_brim: bool) -> u64 {
-    if to_the_brim {
-        alg.evaluate(state, now, 0).remaining.max(1) + cost % 2
-    } else {
-        cost
-    }
-}
-
-/// Units `amount` per `period` µs lets through in `micros` µs (exactly, rounded down).
-fn exact_refill(amount: u64, period: u64, micros: u64) -> u128 {
-    u128::from(micros) * u128::from(amount) / u128::from(period)
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    /// A token bucket (smooth), leaky bucket or GCRA whose rate is rounded to stay exact is
-    /// never faster than the rate asked for: the units admitted from any admission instant `s`
-    /// to any later one `t` never exceed the quota plus what the exact rate refills in
-    /// `t − s`. The rate enforced is slower by less than 1 µs per unit, and exactly the rate
-    /// in lowest terms wherever that fits; Retry-After stays exact.
-    #[test]
-    fn rounded_rates_never_admit_more_than_the_exact_rate(
-        ((quota, amount, period), steps) in large_params()
-            .prop_flat_map(|(q, a, p)| {
-                let unit = p.div_ceil(a);
-                (Just((q, a, p)), large_steps(q, unit, unit.saturating_mul(q)))
-            }),
-        kind in prop::sample::select(vec![Kind::TokenBucket, Kind::LeakyBucket, Kind::Gcra]),
-    ) {
-        let spec = Spec { kind, quota, amount, period };
-        let rate = Rate::new(amount, Duration::from_micros(period));
-        let built = match kind {
-            Kind::TokenBucket => Rule::token_bucket("r", quota, rate),
-            Kind::LeakyBucket => Rule::leaky_bucket("r", quota, rate),
-            _ => Rule::gcra("r", rate, quota),
-        }
-        .checked();
-        // Only buckets that take about 2^52 µs or more to fill are refused.
-        let Ok(rule) = built else {
-            let fill = u128::from(quota) * u128::from(period) / u128::from(amount);
-            prop_assert!(fill + u128::from(quota) > 1 << 52, "{spec:?} refused: {built:?}");
-            return Ok(());
-        };
-        let enforced = match rule.algorithm() {
-            Algorithm::TokenBucket(m) => m.enforced_refill(),
-            Algorithm::LeakyBucket(m) => m.enforced_drain(),
-            Algorithm::Gcra(m) => m.enforced_rate(),
-            other => unreachable!("{other:?}"),
-        };
-        // n units per p' µs against a per p: 0 ≤ p'/n − p/a < 1/n µs per unit.
-        let (n, p2) = (u128::from(enforced.amount()), u128::from(enforced.period_micros()));
-        let (a, p) = (u128::from(amount), u128::from(period));
-        prop_assert!(p2 * a >= p * n, "{spec:?}: enforced {enforced:?} is faster");
-        prop_assert!(p2 * a - p * n < a, "{spec:?}: enforced {enforced:?} is 1 µs per unit slower or more");
-        // Exact wherever the arithmetic allows.
-        let g = gcd(amount, period);
-        if u128::from(quota) * p / u128::from(g) <= 1 << 52 {
-            prop_assert_eq!((n, p2), (a / u128::from(g), p / u128::from(g)), "{:?}", spec);
-        }
-
-        let alg = rule.algorithm();
-        let mut state = State::default();
-        let mut now = BASE;
-        let mut admitted: Vec<(u64, u64)> = Vec::new();
-        for &(advance, cost, brim) in &steps {
-            now += advance;
-            let cost = step_cost(alg, &state, now, cost, brim);
-            let eval = alg.evaluate(&state, now, cost);
-            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
-                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "{spec:?}: retry {retry} at {now}");
-                prop_assert!(!alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "{spec:?}: retry {retry} at {now} is late");
-            }
-            if eval.is_admitted() {
-                alg.apply(&mut state, now, cost);
-                admitted.push((now, cost));
-            }
-        }
-        for (i, &(s, _)) in admitted.iter().enumerate() {
-            let mut units = 0u128;
-            for &(t, cost) in &admitted[i..] {
-                units += u128::from(cost);
-                let allowed = u128::from(quota) + exact_refill(amount, period, t - s);
-                prop_assert!(
-                    units <= allowed,
-                    "{spec:?}: {units} units admitted in [{s}, {t}], the exact rate allows {allowed}"
-                );
-            }
-        }
-    }
-
-    /// A sliding window whose weight moves in steps never admits what the exact estimate
-    /// (`previous × (window − elapsed) / window + current`, in integers) would deny, and
-    /// admits whatever the exact estimate admits two steps of the weight earlier (the steps
-    /// cover `⌈window / step⌉ × step` µs, up to one step more than the window); its
-    /// Retry-After is exact (admitted then, denied a microsecond earlier).
-    #[test]
-    fn stepped_sliding_windows_never_admit_more_than_the_exact_estimate(
-        ((limit, window), steps) in large_params()
-            .prop_flat_map(|(q, _, p)| (Just((q, p)), large_steps(q, p / q, 2 * p))),
-    ) {
-        let rule = Rule::sliding_window("r", limit, Duration::from_micros(window));
-        let Algorithm::SlidingWindow(model) = rule.algorithm() else { unreachable!() };
-        let step = model.weight_step_micros();
-        let alg = rule.algorithm();
-        let mut state = State::default();
-        let mut now = BASE;
-        // Units admitted per epoch-aligned window.
-        let mut counts: HashMap<u64, u64> = HashMap::new();
-        for &(advance, cost, brim) in &steps {
-            now += advance;
-            let cost = step_cost(alg, &state, now, cost, brim);
-            let index = now / window;
-            let elapsed = now % window;
-            let current = counts.get(&index).copied().unwrap_or(0);
-            let previous = index.checked_sub(1).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
-            let exact_admits = |elapsed: u64| {
-                let w = u128::from(window);
-                u128::from(previous) * (w - u128::from(elapsed))
-                    + u128::from(current + cost) * w
-                    <= u128::from(limit) * w
-            };
-            let eval = alg.evaluate(&state, now, cost);
-            let admits = eval.is_admitted();
-            // Retry-After stays exact at the step's resolution.
-            if let Verdict::Reject { retry_micros: Some(retry) } = eval.verdict {
-                prop_assert!(alg.evaluate(&state, now + retry, cost).is_admitted(), "retry {retry} at {now}");
-                prop_assert!(retry == 0 || !alg.evaluate(&state, now + retry - 1, cost).is_admitted(), "retry {retry} at {now} is late");
-            }
-            prop_assert!(!admits || exact_admits(elapsed), "admitted past the exact estimate at {now}");
-            prop_assert!(
-                admits || !exact_admits(elapsed.saturating_sub(2 * step)),
-                "denied at {now} what the exact estimate admits two steps ({step} µs) earlier"
-            );
-            if admits {
-                alg.apply(&mut state, now, cost);
-                *counts.entry(index).or_default() += cost;
-            }
-        }
-    }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }

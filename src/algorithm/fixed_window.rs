@@ -8,7 +8,7 @@ use crate::error::ConfigError;
 
 /// Where a fixed window starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WindowAnchor {
+pub(crate) enum WindowAnchor {
     /// Windows are aligned to the Unix epoch: `[k·window, (k+1)·window)`. Every key's windows
     /// turn over at the same instants (a minute window turns at each whole minute).
     #[default]
@@ -25,7 +25,7 @@ pub enum WindowAnchor {
 /// window-long interval that straddles a boundary. Use [`SlidingLog`](super::SlidingLog) or
 /// [`SlidingWindow`](super::SlidingWindow) where that burst matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedWindow {
+pub(crate) struct FixedWindow {
     limit: u64,
     window: u64,
     anchor: WindowAnchor,
@@ -47,7 +47,11 @@ impl FixedWindow {
     };
 
     /// At most `limit` units per `window`, windows placed by `anchor`.
-    pub fn new(limit: u64, window: Duration, anchor: WindowAnchor) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        limit: u64,
+        window: Duration,
+        anchor: WindowAnchor,
+    ) -> Result<Self, ConfigError> {
         let limit = check_range("fixed window limit", limit, MAX_SCALED)?;
         let window = check_range(
             "fixed window length (µs)",
@@ -62,17 +66,17 @@ impl FixedWindow {
     }
 
     /// The most units admitted per window.
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
     /// The window length in microseconds.
-    pub fn window_micros(&self) -> u64 {
+    pub(crate) fn window_micros(&self) -> u64 {
         self.window
     }
 
     /// Where windows start.
-    pub fn anchor(&self) -> WindowAnchor {
+    pub(crate) fn anchor(&self) -> WindowAnchor {
         self.anchor
     }
 }

@@ -16,7 +16,7 @@ use crate::rate::Rate;
 /// [`enforced_rate`](Self::enforced_rate)). A burst that takes more than 2^52 µs to refill
 /// is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gcra {
+pub(crate) struct Gcra {
     rate: Rate,
     burst: u64,
     /// `amount` units every `period` µs: the rate the arithmetic uses, in lowest terms (or
@@ -33,7 +33,7 @@ pub(crate) struct TatState {
 
 impl Gcra {
     /// `rate` sustained, with up to `burst` units at once.
-    pub fn new(rate: Rate, burst: u64) -> Result<Self, ConfigError> {
+    pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, ConfigError> {
         check_range("GCRA rate amount", rate.amount(), MAX_SCALED)?;
         check_range("GCRA rate period (µs)", rate.period_micros(), MAX_SCALED)?;
         check_range("GCRA burst", burst, MAX_SCALED)?;
@@ -42,25 +42,19 @@ impl Gcra {
     }
 
     /// The sustained rate.
-    pub fn rate(&self) -> Rate {
+    pub(crate) fn rate(&self) -> Rate {
         self.rate
     }
 
     /// The rate the algorithm enforces: [`rate`](Self::rate) itself, unless it had to be
     /// rounded down (by less than 1 µs per unit) to stay exact.
-    pub fn enforced_rate(&self) -> Rate {
+    pub(crate) fn enforced_rate(&self) -> Rate {
         self.pace
     }
 
     /// The most units admitted at once.
-    pub fn burst(&self) -> u64 {
+    pub(crate) fn burst(&self) -> u64 {
         self.burst
-    }
-
-    /// Microseconds between units at the sustained rate, rounded up to a whole microsecond
-    /// (the algorithm itself keeps the fraction: see [`enforced_rate`](Self::enforced_rate)).
-    pub fn emission_interval_micros(&self) -> u64 {
-        self.pace.period_micros().div_ceil(self.pace.amount())
     }
 
     pub(crate) fn fill_micros(&self) -> u64 {

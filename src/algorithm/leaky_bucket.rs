@@ -15,7 +15,7 @@ use crate::rate::Rate;
 /// unit (see [`Rate`]'s exactness notes and [`enforced_drain`](Self::enforced_drain)). A
 /// queue that takes more than 2^52 µs to drain is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeakyBucket {
+pub(crate) struct LeakyBucket {
     capacity: u64,
     drain: Rate,
     /// The rate the arithmetic uses: `drain` in lowest terms, or rounded down.
@@ -32,7 +32,7 @@ pub(crate) struct LevelState {
 
 impl LeakyBucket {
     /// A queue of `capacity` units drained at `drain`.
-    pub fn new(capacity: u64, drain: Rate) -> Result<Self, ConfigError> {
+    pub(crate) fn new(capacity: u64, drain: Rate) -> Result<Self, ConfigError> {
         check_range("leaky bucket capacity", capacity, MAX_SCALED)?;
         check_range("leaky bucket drain amount", drain.amount(), MAX_SCALED)?;
         check_range(
@@ -50,17 +50,17 @@ impl LeakyBucket {
 
     /// The drain rate the queue enforces: [`drain`](Self::drain) itself, unless it had to be
     /// rounded down (by less than 1 µs per unit) to stay exact.
-    pub fn enforced_drain(&self) -> Rate {
+    pub(crate) fn enforced_drain(&self) -> Rate {
         self.pace
     }
 
     /// The most units queued, including the one being served.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// The drain rate.
-    pub fn drain(&self) -> Rate {
+    pub(crate) fn drain(&self) -> Rate {
         self.drain
     }
 

@@ -34,12 +34,12 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-pub use fixed_window::{FixedWindow, WindowAnchor};
-pub use gcra::Gcra;
-pub use leaky_bucket::LeakyBucket;
-pub use sliding_log::SlidingLog;
-pub use sliding_window::SlidingWindow;
-pub use token_bucket::{Refill, TokenBucket};
+pub(crate) use fixed_window::{FixedWindow, WindowAnchor};
+pub(crate) use gcra::Gcra;
+pub(crate) use leaky_bucket::LeakyBucket;
+pub(crate) use sliding_log::SlidingLog;
+pub(crate) use sliding_window::SlidingWindow;
+pub(crate) use token_bucket::{Refill, TokenBucket};
 
 use crate::error::ConfigError;
 use crate::rate::Rate;
@@ -54,18 +54,18 @@ pub(crate) const MAX_PRODUCT: u64 = 1 << 52;
 
 /// What a model says about one request against one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Eval {
+pub(crate) struct Eval {
     /// Admit (perhaps after a delay) or reject.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// Units still available after this request (if admitted) or now (if rejected).
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// Microseconds until the state is back to empty (the full quota is available again).
-    pub reset_micros: u64,
+    pub(crate) reset_micros: u64,
 }
 
 /// The admission part of an [`Eval`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Admitted; the request should be held for `delay_micros` first (non-zero only for the
     /// leaky bucket, which shapes traffic).
     Admit {
@@ -98,7 +98,7 @@ impl Eval {
     }
 
     /// Whether the request is admitted (with or without a delay).
-    pub fn is_admitted(&self) -> bool {
+    pub(crate) fn is_admitted(&self) -> bool {
         matches!(self.verdict, Verdict::Admit { .. })
     }
 }
@@ -108,7 +108,7 @@ impl Eval {
 /// Build one through the [`Rule`](crate::Rule) constructors, or through each algorithm's
 /// `new`, which validate the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Algorithm {
+pub(crate) enum Algorithm {
     /// Counter per window; see [`FixedWindow`].
     FixedWindow(FixedWindow),
     /// Exact log of admissions; see [`SlidingLog`].
@@ -158,7 +158,7 @@ pub(crate) struct Admitted {
 
 /// The state one rule keeps for one key. Opaque: stores hold it, models read and write it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct State(pub(crate) Inner);
+pub(crate) struct State(pub(crate) Inner);
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum Inner {
@@ -188,13 +188,13 @@ macro_rules! each_model {
 
 impl Algorithm {
     /// What a request of `cost` units would get at `now` (µs) given `state`; changes nothing.
-    pub fn evaluate(&self, state: &State, now: u64, cost: u64) -> Eval {
+    pub(crate) fn evaluate(&self, state: &State, now: u64, cost: u64) -> Eval {
         each_model!(self, m => evaluate_with(m, &state.0, now, cost))
     }
 
     /// Records the admission of a request of `cost` units at `now`. Call only after
     /// [`evaluate`](Self::evaluate) admitted it with the same arguments.
-    pub fn apply(&self, state: &mut State, now: u64, cost: u64) {
+    pub(crate) fn apply(&self, state: &mut State, now: u64, cost: u64) {
         each_model!(self, m => apply_with(m, &mut state.0, now, cost))
     }
 
@@ -230,7 +230,7 @@ impl Algorithm {
     }
 
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
-    pub fn expires_at(&self, state: &State) -> u64 {
+    pub(crate) fn expires_at(&self, state: &State) -> u64 {
         each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))
     }
 
@@ -242,7 +242,7 @@ impl Algorithm {
     /// It is a truncated SHA-256 of a fixed encoding: a version tag, the algorithm's code
     /// and up to four parameters as little-endian 64-bit integers. Changing that encoding
     /// makes every stored state foreign to the new version, so it is pinned by a test.
-    pub fn fingerprint(&self) -> u64 {
+    pub(crate) fn fingerprint(&self) -> u64 {
         let mut digest = Sha256::new();
         digest.update(b"tollgate/algorithm/v1");
         for value in self.code_and_params() {
@@ -347,7 +347,7 @@ impl Algorithm {
 
     /// The quota a client sees: the most units admitted at once, and the period over which
     /// that quota is restored (used for `RateLimit-Policy` headers).
-    pub fn quota(&self) -> (u64, Duration) {
+    pub(crate) fn quota(&self) -> (u64, Duration) {
         let w = match self {
             Algorithm::FixedWindow(m) => m.window_micros(),
             Algorithm::SlidingLog(m) => m.window_micros(),
@@ -626,3 +626,9 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod vectors;
+
+#[cfg(test)]
+mod proptests;

@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 /// `limit` live entries per key. A decision costs O(log n) in the number of entries, in
 /// this model and in Redis alike: running totals count the live units without walking them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlidingLog {
+pub(crate) struct SlidingLog {
     limit: u64,
     window: u64,
 }
@@ -45,7 +45,7 @@ pub(crate) struct Logged {
 
 impl SlidingLog {
     /// At most `limit` units in any interval of length `window`.
-    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+    pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let limit = check_range("sliding log limit", limit, MAX_SCALED)?;
         let window = check_range(
             "sliding log window (µs)",
@@ -56,12 +56,12 @@ impl SlidingLog {
     }
 
     /// The most units in any window.
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
     /// The window length in microseconds.
-    pub fn window_micros(&self) -> u64 {
+    pub(crate) fn window_micros(&self) -> u64 {
         self.window
     }
 

@@ -29,7 +29,7 @@ use crate::error::ConfigError;
 /// whole step, so the weight is never lighter than the exact one and the window never admits
 /// more. Retry-After stays exact for the weight as computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlidingWindow {
+pub(crate) struct SlidingWindow {
     limit: u64,
     window: u64,
     /// The weight's resolution in µs (1: exact).
@@ -48,7 +48,7 @@ pub(crate) struct CountersState {
 
 impl SlidingWindow {
     /// At most `limit` units per `window`, estimated over the last two windows.
-    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+    pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let limit = check_range("sliding window limit", limit, MAX_SCALED)?;
         let window = check_range(
             "sliding window length (µs)",
@@ -68,19 +68,19 @@ impl SlidingWindow {
     }
 
     /// The most units per window.
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
     /// The window length in microseconds.
-    pub fn window_micros(&self) -> u64 {
+    pub(crate) fn window_micros(&self) -> u64 {
         self.window
     }
 
     /// The resolution, in µs, of the previous window's weight: 1 (exact) whenever `limit ×
     /// window (µs)` is at most 2^52, more for larger configurations (rounded so that the
     /// window never admits more than the exact estimate).
-    pub fn weight_step_micros(&self) -> u64 {
+    pub(crate) fn weight_step_micros(&self) -> u64 {
         self.step
     }
 

@@ -6,7 +6,7 @@ use crate::rate::Rate;
 
 /// How a [`TokenBucket`] refills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Refill {
+pub(crate) enum Refill {
     /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
     #[default]
     Smooth,
@@ -29,7 +29,7 @@ pub enum Refill {
 /// per token (see [`Rate`]'s exactness notes and [`enforced_refill`](Self::enforced_refill)).
 /// Stepped refill is always exact. A bucket that takes more than 2^52 µs to fill is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     capacity: u64,
     refill: Rate,
     mode: Refill,
@@ -49,7 +49,7 @@ pub(crate) struct BucketState {
 
 impl TokenBucket {
     /// A bucket of `capacity` tokens refilled at `refill`, continuously or in steps.
-    pub fn new(capacity: u64, refill: Rate, mode: Refill) -> Result<Self, ConfigError> {
+    pub(crate) fn new(capacity: u64, refill: Rate, mode: Refill) -> Result<Self, ConfigError> {
         check_range("token bucket capacity", capacity, MAX_SCALED)?;
         check_range("token bucket refill amount", refill.amount(), MAX_SCALED)?;
         check_range(
@@ -78,22 +78,22 @@ impl TokenBucket {
 
     /// The refill rate the bucket enforces: [`refill`](Self::refill) itself, unless a smooth
     /// refill had to be rounded down (by less than 1 µs per token) to stay exact.
-    pub fn enforced_refill(&self) -> Rate {
+    pub(crate) fn enforced_refill(&self) -> Rate {
         self.pace
     }
 
     /// The most tokens the bucket holds.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// The refill rate.
-    pub fn refill(&self) -> Rate {
+    pub(crate) fn refill(&self) -> Rate {
         self.refill
     }
 
     /// Smooth or stepped refill.
-    pub fn mode(&self) -> Refill {
+    pub(crate) fn mode(&self) -> Refill {
         self.mode
     }
 

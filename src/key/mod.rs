@@ -12,7 +12,7 @@
 //! | [`method`] | the HTTP method |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
-//! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined |
+//! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain) |
 //! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was |
 //!
 //! ```
@@ -39,7 +39,7 @@
 //! /64, so limiting single addresses would let it rotate through 2^64 of them. IPv4-mapped
 //! addresses (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) are
 //! their IPv4 address, as peers, as trusted proxies and as keys. Keys longer
-//! than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes are digested by the [`Limiter`](crate::Limiter),
+//! than 128 bytes are digested by the [`Limiter`](crate::Limiter),
 //! so a client sending a 64 KB header value costs the store 33 bytes.
 //!
 //! ## Holders of whole IPv6 networks
@@ -108,7 +108,7 @@ impl<'a> RequestHead<'a> {
     }
 
     /// The same head with `route` as its matched route.
-    pub fn with_route(mut self, route: Option<&'a str>) -> Self {
+    pub(crate) fn with_route(mut self, route: Option<&'a str>) -> Self {
         self.route = route;
         self
     }
@@ -170,17 +170,12 @@ impl KeyBuf {
     }
 
     /// Its length in bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.bytes.len()
     }
 
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
     /// Drops everything after the first `len` bytes.
-    pub fn truncate(&mut self, len: usize) {
+    pub(crate) fn truncate(&mut self, len: usize) {
         self.bytes.truncate(len);
     }
 }
@@ -272,8 +267,8 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
 
 /// The first extractor that finds a key; see [`KeyExtractor::or`].
 ///
-/// The key is tagged with the branch that found it: [`OR_FIRST`] and the first extractor's key,
-/// or [`OR_SECOND`] and the second's. One byte, so the key stays inline and a fallback
+/// The key is tagged with the branch that found it: the byte `0x01` and the first
+/// extractor's key, or `0x02` and the second's. One byte, so the key stays inline and a fallback
 /// allocates nothing; a fixed-length tag, so no key of one branch can spell a key of the other,
 /// whatever bytes the extractors write. (Pass the tagged bytes to
 /// [`Limiter::reset`](crate::Limiter::reset) to unblock a key by hand.)
@@ -300,10 +295,10 @@ pub struct Or<A, B> {
 }
 
 /// The byte before a key found by the first extractor of an [`Or`].
-pub const OR_FIRST: u8 = 0x01;
+pub(crate) const OR_FIRST: u8 = 0x01;
 
 /// The byte before a key found by the second extractor of an [`Or`].
-pub const OR_SECOND: u8 = 0x02;
+pub(crate) const OR_SECOND: u8 = 0x02;
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
@@ -327,7 +322,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 
 /// Separates the parts of a tuple extractor's key (the ASCII unit separator, which header
 /// values cannot contain).
-pub const KEY_SEPARATOR: u8 = 0x1F;
+pub(crate) const KEY_SEPARATOR: u8 = 0x1F;
 
 macro_rules! tuple_extractor {
     ($($name:ident),+) => {

@@ -18,11 +18,12 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// `RateLimit`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// Legacy `X-RateLimit-Limit`.
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// Legacy `X-RateLimit-Remaining`.
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
 /// Legacy `X-RateLimit-Reset` (seconds from now).
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// `d` in whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {

@@ -116,7 +116,7 @@
 //! service's; a store that decides at once (a `MemoryStore`) is asked in `call`, any other
 //! through a boxed future, polled once in `call` and then by the response future. A
 //! request checked by a `MemoryStore` costs no allocation of the layer's own (the store
-//! decides a batch of up to [`RuleOutcomes::INLINE`](crate::RuleOutcomes::INLINE) rules
+//! decides a batch of up to two rules
 //! without any, but once per key for a rule with a penalty, at the first denial it counts),
 //! one checked by another store one (the boxed store future); add one
 //! for the `RateLimit` header of an admitted response (see
@@ -217,7 +217,7 @@ mod body;
 mod charge;
 mod config;
 mod decide;
-pub mod future;
+mod future;
 mod headers;
 mod held;
 #[allow(clippy::module_inception)]

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `q` and `w` are the rule's quota and the period over which it is restored
-//! ([`Algorithm::quota`](crate::algorithm::Algorithm::quota)); `r` is what remains now.
+//! (a window's limit and length; a bucket's capacity and the time it takes to refill or
+//! drain from empty); `r` is what remains now.
 //! `t` is the draft's effective window, the seconds until more quota comes back:
 //!
 //! - for a rule that refused the request, the wait until that request would pass, so the
@@ -42,9 +43,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
 use super::headers::{ceil_secs, retry_after_secs, RateLimitHeaders};
-pub use super::headers::{
-    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-};
+pub use super::headers::{RATELIMIT, RATELIMIT_POLICY};
 use crate::decision::{DenyReason, Outcome, RuleOutcome};
 use crate::key::{KeyError, KeyErrorKind, RequestHead};
 use crate::rule::Rule;
@@ -427,6 +426,7 @@ fn grpc_percent_encode(message: &str) -> String {
 mod tests {
     use super::*;
     use crate::decision::{Decision, Denial, RateLimitInfo};
+    use crate::layer::headers::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 
     #[test]
     fn headers_have_one_item_per_rule() {

@@ -457,7 +457,7 @@ mod tests {
 
         // Back: the primary decides again (it counted one), once the breaker probes.
         down(&flaky, false);
-        tokio::time::advance(crate::store::DEFAULT_OPEN_FOR).await;
+        tokio::time::advance(crate::store::breaker::DEFAULT_OPEN_FOR).await;
         let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
         assert!(outcome.is_admitted());
         assert_eq!(outcome.rules[0].info.remaining, 1);

@@ -1,12 +1,13 @@
 //! Rule configurations for the property suites: every rule constructor with small numbers,
-//! so that limits are hit often and rates rarely divide evenly.
+//! so that limits are hit often and rates rarely divide evenly. Shared with the crate's unit
+//! tests (`src/algorithm/proptests.rs`), hence the crate named `tg` (see `vectors.rs`).
 
 #![allow(dead_code)]
 
 use std::time::Duration;
 
+use super::tg::{Check, Rate, Rule};
 use proptest::prelude::*;
-use tollgate::{Rate, Rule};
 
 /// Every rule constructor: the six algorithms, with both fixed-window anchors and both
 /// token-bucket refills.
@@ -88,4 +89,58 @@ pub fn spec_of(kind: Kind) -> impl Strategy<Value = Spec> {
         amount,
         period,
     })
+}
+
+// Schedules: when requests come, what they cost, which rules and keys they check.
+
+/// The keys of the multi-key properties (an [`Item`]'s key index).
+pub const KEYS: [&[u8]; 2] = [b"alice", b"bob"];
+
+/// Microseconds to move the clock before a step: often not at all or a little (to hit the
+/// limits), sometimes a window or two, now and then long enough for every state to expire.
+pub fn advance() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 1..=100u64,
+        2 => 1..=3_000u64,
+        1 => 3_000..=20_000u64,
+    ]
+}
+
+/// Units a request costs: mostly 1, sometimes 0 or a few, now and then more than any
+/// generated capacity (6).
+pub fn cost() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        5 => Just(1u64),
+        3 => 0..=4u64,
+        1 => 0..=8u64,
+    ]
+}
+
+/// A batch as (rule index, key index, cost); indices are reduced modulo the pool sizes and
+/// repeated (rule, key) pairs dropped by [`dedup`].
+pub type Item = (usize, usize, u64);
+
+pub fn batch() -> impl Strategy<Value = Vec<Item>> {
+    prop::collection::vec((0..4usize, 0..KEYS.len(), cost()), 1..=4)
+}
+
+/// The batch over a pool of `rules` rules, with each (rule, key) at most once (the store
+/// refuses repeats; that is tested in `tests/memory_store.rs`).
+pub fn dedup(items: &[Item], rules: usize) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::new();
+    for &(r, k, c) in items {
+        let r = r % rules;
+        if !out.iter().any(|&(r2, k2, _)| (r2, k2) == (r, k)) {
+            out.push((r, k, c));
+        }
+    }
+    out
+}
+
+pub fn checks<'a>(rules: &'a [Rule], items: &[Item]) -> Vec<Check<'a>> {
+    items
+        .iter()
+        .map(|&(r, k, c)| Check::new(&rules[r], KEYS[k]).with_cost(c))
+        .collect()
 }

@@ -1,5 +1,8 @@
 //! The shared conformance vectors: loading `tests/vectors/*.json` and running a scenario
-//! against any [`Store`] whose clock the runner controls, or against a bare algorithm model.
+//! against any [`Store`] whose clock the runner controls. The crate's own unit tests include
+//! this file too (`src/algorithm/vectors.rs`), to run the scenarios against the bare
+//! algorithm models, which are not public: so it names the crate `tg`, which its parent
+//! module declares (`tollgate` here, `crate` there).
 //!
 //! Format (one file per topic, each `{"scenarios": [...]}`):
 //!
@@ -41,9 +44,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::tg::{Check, Decision, DenyReason, ManualClock, Outcome, Penalty, Rate, Rule, Store};
 use serde::Deserialize;
-use tollgate::algorithm::{Algorithm, State, Verdict};
-use tollgate::{Check, Decision, DenyReason, ManualClock, Outcome, Penalty, Rate, Rule, Store};
 
 /// 20,000 days after the epoch: a multiple of every day, hour, minute and second.
 pub const BASE_MICROS: u64 = 20_000 * 86_400 * 1_000_000;
@@ -297,13 +299,14 @@ impl Seen {
 }
 
 /// What each rule of a step reported, in batch order.
-struct PerRule {
-    remaining: Vec<u64>,
-    rules: Vec<String>,
-    reset_us: Vec<u64>,
+pub struct PerRule {
+    pub remaining: Vec<u64>,
+    pub rules: Vec<String>,
+    pub reset_us: Vec<u64>,
 }
 
-fn check_step(
+/// Asserts that step `i` of `scenario` saw what it expects.
+pub fn check_step(
     file: &str,
     scenario: &Scenario,
     i: usize,
@@ -397,74 +400,6 @@ pub async fn run_on_store<S: Store>(
                     remaining,
                     rules: each,
                     reset_us,
-                },
-                expect,
-            );
-        }
-    }
-}
-
-/// Whether `scenario` can run on a bare algorithm model: one rule, no penalty, no reset,
-/// one key.
-pub fn runs_on_model(scenario: &Scenario) -> bool {
-    scenario.rules.len() == 1
-        && scenario.rules[0].penalty.is_none()
-        && !scenario.rules[0].shadow
-        && scenario.steps.iter().all(|s| s.max_wait_us == 0)
-        && scenario
-            .steps
-            .iter()
-            .all(|s| s.reset.is_none() && s.checks.len() <= 1)
-        && scenario
-            .steps
-            .iter()
-            .flat_map(|s| s.checks.iter().map(|c| &c.1))
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-            <= 1
-}
-
-/// Runs a single-rule scenario against the pure model: `evaluate`, then `apply` on admission.
-pub fn run_on_model(file: &str, scenario: &Scenario) {
-    let rule = scenario.rules[0].build();
-    let model: &Algorithm = rule.algorithm();
-    let mut state = State::default();
-    for (i, step) in scenario.steps.iter().enumerate() {
-        let Some((_, _, cost)) = step.checks.first() else {
-            continue;
-        };
-        let now = BASE_MICROS + step.t;
-        let eval = model.evaluate(&state, now, *cost);
-        let decision = match eval.verdict {
-            Verdict::Admit { delay_micros: 0 } => Decision::Allow,
-            Verdict::Admit { delay_micros } => Decision::Delay(Duration::from_micros(delay_micros)),
-            Verdict::Reject { retry_micros } => Decision::Deny(tollgate::Denial {
-                reason: if retry_micros.is_some() {
-                    DenyReason::Limited
-                } else {
-                    DenyReason::CostExceedsCapacity
-                },
-                retry_after: retry_micros.map(Duration::from_micros),
-            }),
-        };
-        if eval.is_admitted() && *cost > 0 {
-            model.apply(&mut state, now, *cost);
-        }
-        let info = if eval.is_admitted() {
-            eval
-        } else {
-            model.evaluate(&state, now, 0)
-        };
-        if let Some(expect) = &step.expect {
-            check_step(
-                file,
-                scenario,
-                i,
-                Seen::of(&decision),
-                PerRule {
-                    remaining: vec![info.remaining],
-                    rules: vec![Seen::of(&decision).decision],
-                    reset_us: vec![info.reset_micros],
                 },
                 expect,
             );

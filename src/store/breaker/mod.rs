@@ -16,11 +16,11 @@ use crate::Rule;
 
 /// Consecutive failures that open a [`Breaker`] unless changed with
 /// [`Breaker::failures`].
-pub const DEFAULT_FAILURES: u32 = 3;
+pub(crate) const DEFAULT_FAILURES: u32 = 3;
 
 /// How long an open [`Breaker`] waits before it probes the store, unless changed with
 /// [`Breaker::open_for`].
-pub const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
 /// The state of a [`Breaker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,8 +101,8 @@ struct Shared {
 }
 
 impl<S> Breaker<S> {
-    /// `store` behind a breaker that opens after [`DEFAULT_FAILURES`] consecutive failures
-    /// and probes after [`DEFAULT_OPEN_FOR`].
+    /// `store` behind a breaker that opens after 3 consecutive failures
+    /// and probes after 500 ms.
     pub fn new(store: S) -> Self {
         Self {
             store,
@@ -118,7 +118,7 @@ impl<S> Breaker<S> {
         }
     }
 
-    /// Opens after `n` consecutive failures (at least 1; default [`DEFAULT_FAILURES`]).
+    /// Opens after `n` consecutive failures (at least 1; default 3).
     /// Set it before cloning the store: clones share the breaker.
     pub fn failures(mut self, n: u32) -> Self {
         self.configure(|s| s.failures = n.max(1));
@@ -126,7 +126,7 @@ impl<S> Breaker<S> {
     }
 
     /// Stays open this long before a probe, and this long again after a failed one
-    /// (default [`DEFAULT_OPEN_FOR`]). Set it before cloning the store: clones share the
+    /// (default 500 ms). Set it before cloning the store: clones share the
     /// breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = duration_to_micros(duration));

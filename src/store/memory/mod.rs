@@ -88,7 +88,11 @@ struct Slot {
 }
 
 impl MemoryStore {
-    /// An empty store on a [`MonotonicClock`] (see there why not the wall clock).
+    /// An empty store on the monotonic clock, anchored once to the wall clock: it reads the
+    /// CPU's time-stamp counter where that is invariant (several times cheaper than the wall
+    /// clock), and never jumps, so an NTP step or an administrator setting the wall clock
+    /// back neither freezes nor reopens limits. It drifts from the wall clock in exchange,
+    /// which an in-process store never sees: its instants are only compared with each other.
     pub fn new() -> Self {
         Self::with_clock(MonotonicClock::new())
     }

@@ -35,10 +35,10 @@ use script::{Call, Encoded, Mode, Reply, Route};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
 /// with [`RedisStore::with_timeout`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The key prefix unless changed with [`RedisStore::with_prefix`].
-pub const DEFAULT_PREFIX: &str = "tollgate";
+pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
 
 /// How long connecting, with its checks, may take before it fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -351,7 +351,7 @@ impl RedisStore {
         self
     }
 
-    /// Bounds every call to Redis (default [`DEFAULT_TIMEOUT`]); a call that takes longer
+    /// Bounds every call to Redis (default 1 second); a call that takes longer
     /// fails with [`StoreError::Timeout`].
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
