@@ -1,6 +1,5 @@
-//! Support shared by the black-box suites.
+//! What the vector and property suites share; the other binaries reach it through
+//! `tests/support`.
 
-pub mod http;
-pub mod redis_server;
 pub mod specs;
 pub mod vectors;

@@ -7,11 +7,9 @@
 //! on every store through the vector scenarios (`tests/vectors/*.json`). The Lua twins'
 //! refunds of fractional state (a Redis Cluster batch across slots) are checked here too.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisCluster;
+use crate::support::redis_server::RedisCluster;
 use redis::cluster_routing::Slot;
 use tollgate::algorithm::{Algorithm, State, Verdict};
 use tollgate::{Check, Limiter, ManualClock, Rate, RedisStore, Rule, RuleOutcome};

@@ -3,10 +3,7 @@
 //! between plans is well defined), plans share one batch with the other limits, and the
 //! same holds on Redis.
 
-#[allow(dead_code)]
-mod common;
-
-use common::http::policy;
+use crate::support::service::policy;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -290,7 +287,7 @@ fn plans_that_cannot_work_are_build_errors() {
 
 #[tokio::test]
 async fn plans_on_redis() {
-    let server = common::redis_server::RedisServer::start();
+    let server = crate::support::redis_server::RedisServer::start();
     let store = tollgate::RedisStore::connect(&server.url()).await.unwrap();
     let layer = RateLimitLayer::builder(Limiter::new(store))
         .limits(plans(PlanOf::header("x-plan"), UnknownPlan::Reject))

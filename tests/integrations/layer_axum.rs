@@ -1,15 +1,14 @@
 //! The quickstart app over real TCP: statuses, Retry-After, RateLimit headers, and a retry
 //! at Retry-After that passes.
 
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 #[allow(dead_code)]
 mod quickstart;
-mod support;
 
 use std::time::Duration;
 
+use crate::support::server::{client_from, request, send, serve_axum};
 use http::StatusCode;
-use support::{client_from, request, send, serve_axum};
 use tollgate::{Limiter, MemoryStore};
 
 #[tokio::test]
@@ -95,7 +94,7 @@ async fn the_global_limit_is_per_peer_address() {
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
 }
 
-#[path = "../examples/axum_routes.rs"]
+#[path = "../../examples/axum_routes.rs"]
 #[allow(dead_code)]
 mod axum_routes;
 

@@ -3,12 +3,10 @@
 //! injected clock, including penalties, cost 0, costs over capacity, wait mode and batches
 //! mixing a client's key with a shared one (each rule's counted instant in the admission).
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisServer;
+use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Rule, Store};

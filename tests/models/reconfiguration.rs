@@ -3,13 +3,11 @@
 //! its own, nor as empty. Each case runs on `MemoryStore` and on `RedisStore` (standalone,
 //! started by the test).
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
-use common::specs::{spec_of, Kind, Spec, KINDS};
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisServer;
+use crate::support::specs::{spec_of, Kind, Spec, KINDS};
+use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{

@@ -387,7 +387,7 @@ async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Re
     );
 
     // The same rule twice in one request's batch is refused when built (and a name bound
-    // to another rule is refused as such: tests/reconfiguration.rs).
+    // to another rule is refused as such: tests/models/reconfiguration.rs).
     let twice = builder.route(
         "/x",
         [Limit::new(

@@ -7,15 +7,13 @@
 //! (`TOLLGATE_DISTRIBUTED_REDIS` set, running only [`child_server`]): cargo builds no
 //! example for an integration test, but it always has this binary.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::redis_server::RedisServer;
+use crate::support::redis_server::RedisServer;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
@@ -123,7 +121,8 @@ impl Server {
     fn start(redis_url: &str) -> Self {
         let exe = std::env::current_exe().expect("the test binary");
         let mut child = Command::new(exe)
-            .args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
+            .arg(crate::support::test_name(module_path!(), "child_server"))
+            .args(["--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, redis_url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -132,7 +131,8 @@ impl Server {
             .expect("start a server process");
         let stdout = child.stdout.take().expect("its stdout");
         let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-        // The harness writes its own "test child_server ... " before it on the same line.
+        // The harness writes its own "test distributed::child_server ... " before it on the
+        // same line.
         let port = lines
             .find_map(|line| line.split("PORT ").nth(1)?.trim().parse::<u16>().ok())
             .expect("the server printed its port");

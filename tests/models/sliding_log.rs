@@ -1,12 +1,10 @@
 //! The sliding log on MemoryStore and RedisStore where the shared vectors cannot reach: a
 //! limit lowered under the same rule name, peeks, and the size of a log in Redis.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisServer;
+use crate::support::vectors::BASE_MICROS;
 use tollgate::{Decision, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
 
 const WINDOW: Duration = Duration::from_micros(1000);
@@ -122,7 +120,7 @@ async fn redis_peek_reports_the_log_reset() {
 /// key; afterwards the log counts exactly the plain admissions.
 #[tokio::test]
 async fn cluster_refunds_under_concurrent_admissions_keep_the_count_exact() {
-    let cluster = common::redis_server::RedisCluster::start();
+    let cluster = crate::support::redis_server::RedisCluster::start();
     let store = RedisStore::connect_cluster(cluster.urls())
         .await
         .expect("connect to the test cluster");

@@ -6,7 +6,7 @@
 //! 10,000 cases by default. For a long run:
 //!
 //! ```text
-//! TOLLGATE_ROBUSTNESS_CASES=1000000 cargo test --release --all-features --test robustness
+//! TOLLGATE_ROBUSTNESS_CASES=1000000 cargo test --release --all-features --test layer robustness
 //! ```
 
 use std::convert::Infallible;

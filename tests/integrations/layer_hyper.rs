@@ -1,13 +1,12 @@
 //! The hyper example over real TCP: one layer, a route table, the peer address from a
 //! `SocketAddr` extension.
 
-#[path = "../examples/hyper.rs"]
+#[path = "../../examples/hyper.rs"]
 #[allow(dead_code)]
 mod example;
-mod support;
 
+use crate::support::server::{client_from, request, send};
 use http::StatusCode;
-use support::{client_from, request, send};
 use tollgate::{Limiter, MemoryStore};
 
 #[tokio::test]

@@ -1,12 +1,10 @@
 //! RedisStore against a real redis-server started by the test: the shared vectors, script
 //! reloads, one script call per batch, key hygiene, peek / reset, and failures as values.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::{RedisCluster, RedisServer};
-use common::vectors::{load_all, run_on_store, BASE_MICROS};
+use crate::support::redis_server::{RedisCluster, RedisServer};
+use crate::support::vectors::{load_all, run_on_store, BASE_MICROS};
 use tollgate::{
     Check, Decision, DenyReason, Limiter, ManualClock, Penalty, Rate, RedisStore, Rule, Store,
     StoreError,

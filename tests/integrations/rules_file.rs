@@ -3,11 +3,9 @@
 //! layer's own checks are located at the limit or route they name; and a reloaded file
 //! that cannot work leaves the running rules in place.
 
-mod common;
+use crate::support::service::policy;
 
-use common::http::policy;
-
-#[path = "../examples/reload.rs"]
+#[path = "../../examples/reload.rs"]
 #[allow(dead_code)]
 mod reload_example;
 

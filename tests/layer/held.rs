@@ -2,9 +2,6 @@
 //! does not keep the inner service's readiness, the layer holds a bounded number of them, and
 //! one whose client goes away gives its reserved units back.
 
-mod common;
-mod support;
-
 use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
@@ -21,7 +18,7 @@ use tollgate::{
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 
-use common::redis_server::RedisServer;
+use crate::support::redis_server::RedisServer;
 
 const T0: u64 = 1_700_000_000_000_000;
 const S: Duration = Duration::from_secs(1);
@@ -312,11 +309,11 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(wait_layer(limiter.clone()).build().unwrap());
-    let addr = support::serve_axum(app).await;
-    let client = support::client_from("127.0.0.1");
-    let reply = support::send(
+    let addr = crate::support::server::serve_axum(app).await;
+    let client = crate::support::server::client_from("127.0.0.1");
+    let reply = crate::support::server::send(
         &client,
-        support::request(addr, "GET", "/", &[("user-id", b"a")]),
+        crate::support::server::request(addr, "GET", "/", &[("user-id", b"a")]),
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK);

@@ -3,17 +3,16 @@
 //! fail-closed 503 says when to retry, gRPC is told from grpc-web and plain HTTP by its exact
 //! content type, and a custom rejection sees the request head.
 
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 #[allow(dead_code)]
 mod quickstart;
-mod support;
 
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::support::server::{client_from, request, send, serve_axum};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use support::{client_from, request, send, serve_axum};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 use tollgate::{
     key, Check, Limiter, ManualClock, MemoryStore, Outcome, Penalty, Rate, Rule, RuleOutcome,

@@ -1,15 +1,13 @@
 //! Keys over real TCP: forwarded-address spoofing, IPv6 aggregation, and bad input (non-UTF-8
 //! and 64 KB header values, malformed `Forwarded`, missing headers, no connection info).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::server::{client_from, request, send, serve_axum};
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use support::{client_from, request, send, serve_axum};
 use tollgate::key::{self, Duplicates, ForwardedHeader, KeyExtractor};
 use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
 use tollgate::{Limiter, MemoryStore, Rule};
@@ -333,7 +331,7 @@ async fn a_mapped_address_and_its_ipv4_form_are_one_client() {
     );
 }
 
-#[path = "../examples/tonic.rs"]
+#[path = "../../examples/tonic.rs"]
 #[allow(dead_code)]
 mod tonic_example;
 
@@ -456,7 +454,7 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let twice = |path, a: &'static [u8], b: &'static [u8]| {
         request(addr, "GET", path, &[("user-id", a), ("user-id", b)])
     };
-    let status = |reply: support::Reply| reply.status;
+    let status = |reply: crate::support::server::Reply| reply.status;
 
     assert_eq!(
         status(send(&client, twice("/first", b"a", b"x")).await),
@@ -525,7 +523,7 @@ async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
     .await;
     let proxy = client_from("127.0.0.1");
     let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
-    let status = |reply: support::Reply| reply.status;
+    let status = |reply: crate::support::server::Reply| reply.status;
 
     assert_eq!(
         status(send(&proxy, xff("2001:db8:1:1::1")).await),

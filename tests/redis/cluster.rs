@@ -2,12 +2,10 @@
 //! across slots through refunds, and every part of a cross-slot batch counting the request
 //! at the instant the batch releases it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisCluster;
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisCluster;
+use crate::support::vectors::BASE_MICROS;
 use redis::cluster_routing::Slot;
 use tollgate::{
     Check, Decision, DenyReason, Limiter, ManualClock, Penalty, RedisStore, Rule, Store,

@@ -5,8 +5,6 @@
 //!
 //! Each test prints its per-second table (`--nocapture`): the figures in BENCHMARKS.md.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use tokio::time::Instant;
 use tollgate::store::{Breaker, Fallback, RedisStore};
 use tollgate::{Check, Health, Limiter, Rule, Store};
 
-use common::redis_server::{RedisCluster, RedisServer};
+use crate::support::redis_server::{RedisCluster, RedisServer};
 
 /// The store's per-call timeout in these tests (a production setting would be similar:
 /// a few times the usual round trip).

@@ -1,15 +1,13 @@
 //! Many clients on one key: tasks over several connections, and two OS processes, admit
 //! exactly the limit (no over-admission from races, no under-admission from lost updates).
 
-mod common;
-
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisServer;
+use crate::support::vectors::BASE_MICROS;
 use tollgate::{Limiter, ManualClock, RedisStore, Rule};
 
 const WORKER_ENV: &str = "TOLLGATE_CONCURRENCY_WORKER_URL";
@@ -103,12 +101,8 @@ fn two_processes_share_one_limit() {
     let spawned: Vec<_> = (0..2)
         .map(|_| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "worker_process",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+                .arg(crate::support::test_name(module_path!(), "worker_process"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
                 .env(WORKER_ENV, server.url())
                 .env(START_ENV, start_at.to_string())
                 .stdout(std::process::Stdio::piped())

@@ -2,8 +2,6 @@
 //! never more of them are admitted than the limit, however many requests run at once; on
 //! MemoryStore and RedisStore.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
@@ -13,7 +11,7 @@ use tollgate::{key, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
-use common::redis_server::RedisServer;
+use crate::support::redis_server::RedisServer;
 
 type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, BoxError>;
 

@@ -2,12 +2,10 @@
 //! cache on and off gives identical decisions), cheap under abuse (script calls per
 //! rejected request), cleared everywhere by a reset on any instance, and bounded.
 
-mod common;
-
 use std::time::Duration;
 
-use common::redis_server::RedisServer;
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::RedisServer;
+use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
@@ -494,7 +492,7 @@ async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
 /// another.
 #[tokio::test]
 async fn a_reset_reaches_every_instance_on_a_cluster() {
-    let cluster = common::redis_server::RedisCluster::start();
+    let cluster = crate::support::redis_server::RedisCluster::start();
     let urls = cluster.urls();
     let clock = ManualClock::new(BASE_MICROS);
     let mut instances = Vec::new();

@@ -1,7 +1,7 @@
 //! A tonic server behind the layer and a tonic client: after the limit, the client sees
 //! `Code::ResourceExhausted`; limits are per method.
 
-#[path = "../examples/tonic.rs"]
+#[path = "../../examples/tonic.rs"]
 #[allow(dead_code)]
 mod example;
 

@@ -2,10 +2,8 @@
 //! Cluster client, and a wrong URL, a user without script permissions or a replica are an
 //! error at start naming the fix, not a silent fail-open on every request.
 
-mod common;
-
-use common::redis_server::{RedisCluster, RedisServer};
-use common::vectors::BASE_MICROS;
+use crate::support::redis_server::{RedisCluster, RedisServer};
+use crate::support::vectors::BASE_MICROS;
 use tollgate::{Limiter, ManualClock, Rate, RedisStore, Rule, StoreError};
 
 /// The quickstart's `/report` limit: bursts of 3, then 1 per second.

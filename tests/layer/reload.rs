@@ -3,9 +3,7 @@
 //! in flight finish under the rules they started with, a refused reload keeps the running
 //! rules, and state is kept by rule name across reloads.
 
-mod common;
-
-use common::http::policy;
+use crate::support::service::policy;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
