@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::down::Down;
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 use tollgate::store::{Breaker, Fallback};
@@ -14,22 +15,6 @@ use tollgate::{
     StoreError,
 };
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
-
-/// A store that is always away.
-#[derive(Clone)]
-struct Down;
-
-impl Store for Down {
-    async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
-        Err(StoreError::Unavailable("connection refused".into()))
-    }
-    async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        Err(StoreError::Unavailable("connection refused".into()))
-    }
-    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("connection refused".into()))
-    }
-}
 
 #[tokio::test]
 async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<(), BoxError> {

@@ -9,24 +9,15 @@ use crate::support::service::policy;
 #[allow(dead_code)]
 mod reload_example;
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use crate::support::service::with;
+use http::{Request, StatusCode};
 use tollgate::key;
 use tollgate::layer::rules_file::{Loader, RulesFile};
-use tollgate::layer::{Limit, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
+use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{ConfigError, Limiter, MemoryStore, Rule};
-use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
-
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
-
-fn service(layer: &RateLimitLayer) -> Svc {
-    BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::from("ok")))
-    })))
-}
+use tower::ServiceExt;
 
 fn builder() -> RateLimitLayerBuilder {
     RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
@@ -54,7 +45,7 @@ fn from(peer: &str) -> http::request::Builder {
 async fn the_example_file_builds_and_enforces_what_it_says() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml");
     let layer = loader().load(path, builder()).unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
 
     let sms = || {
         from("127.0.0.1")
@@ -123,7 +114,7 @@ async fn json_works_too_and_code_limits_sit_beside_the_files() {
     let layer = Loader::new()
         .build(&file, builder().limit(downloads))
         .unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     let get = || Request::get("/files/1").body(String::new()).unwrap();
     let first = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
@@ -320,7 +311,7 @@ async fn a_named_extractor_is_the_codes() {
     // The file names it; the code decides what it reads.
     let toml = "[[limit]]\nname = \"k\"\nfixed_window = { limit = 1, window = \"1m\" }\nkey = { named = \"api-key\" }\n";
     let layer = loader().from_toml(toml, "rules.toml", builder()).unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     let with_key = |k: &str| {
         Request::get("/")
             .header("x-api-key", k)
@@ -360,7 +351,7 @@ async fn an_invalid_file_leaves_the_running_rules() {
     };
     write(1);
     let (layer, handle) = loader().load(&path, builder()).unwrap().reloadable();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     let get = || Request::get("/").body(String::new()).unwrap();
     assert_eq!(
         policy(&svc.clone().oneshot(get()).await.unwrap()),
@@ -408,7 +399,7 @@ async fn the_example_reloads_a_changed_file_and_keeps_the_rules_of_a_broken_one(
     let loader = reload_example::loader();
     let (layer, handle) =
         reload_example::load(&loader, &path, Limiter::new(MemoryStore::new())).unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     let watcher = tokio::spawn(reload_example::watch(
         loader,
         path.clone(),

@@ -10,40 +10,18 @@ mod quickstart;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::support::down::Down;
 use crate::support::server::{client_from, request, send, serve_axum};
+use crate::support::service::{call, header, with, Svc};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
-use tollgate::{
-    key, Check, Limiter, ManualClock, MemoryStore, Outcome, Penalty, Rate, Rule, RuleOutcome,
-    Store, StoreError,
-};
-use tower::util::BoxCloneService;
+use tollgate::{key, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule};
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
-
-type Svc =
-    BoxCloneService<Request<String>, Response<tollgate::layer::RateLimitBody<String>>, Infallible>;
-
-fn with<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
-    let svc =
-        ServiceBuilder::new()
-            .layer(layer)
-            .service(service_fn(|_req: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }));
-    BoxCloneService::new(svc)
-}
 
 fn clock() -> ManualClock {
     // On an hour boundary, so fixed windows start now.
     ManualClock::new(1_699_999_200_000_000)
-}
-
-async fn call(
-    svc: &Svc,
-    request: Request<String>,
-) -> Response<tollgate::layer::RateLimitBody<String>> {
-    svc.clone().oneshot(request).await.unwrap()
 }
 
 async fn body(res: Response<tollgate::layer::RateLimitBody<String>>) -> String {
@@ -52,15 +30,6 @@ async fn body(res: Response<tollgate::layer::RateLimitBody<String>>) -> String {
         .unwrap()
         .to_bytes();
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn header(res: &Response<impl Sized>, name: &str) -> String {
-    res.headers()
-        .get_all(name)
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[tokio::test]
@@ -183,22 +152,6 @@ async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Resul
     assert_eq!(header(&locked, "x-ratelimit-reset"), "840");
     assert!(body(locked).await.contains("locked out"));
     Ok(())
-}
-
-/// A store that is down.
-#[derive(Clone)]
-struct Down;
-
-impl Store for Down {
-    async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
-        Err(StoreError::Unavailable("connection refused".into()))
-    }
-    async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        Err(StoreError::Timeout)
-    }
-    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), StoreError> {
-        Err(StoreError::Timeout)
-    }
 }
 
 #[tokio::test]

@@ -2,40 +2,14 @@
 //! never match, exemptions, shadow rules in the headers and in the batch, logs that cannot
 //! flood (issue #10).
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use crate::support::down::Down;
+use crate::support::service::{call, header, limiter, with};
+use http::{Request, StatusCode};
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{key, Limiter, ManualClock, MemoryStore, Rule, Store};
-use tower::util::BoxCloneService;
-use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
-
-type Svc =
-    BoxCloneService<Request<String>, Response<tollgate::layer::RateLimitBody<String>>, Infallible>;
-
-fn with<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
-    let svc =
-        ServiceBuilder::new()
-            .layer(layer)
-            .service(service_fn(|_req: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }));
-    BoxCloneService::new(svc)
-}
-
-fn limiter() -> Limiter<MemoryStore> {
-    Limiter::new(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
-    )))
-}
-
-async fn call(
-    svc: &Svc,
-    request: Request<String>,
-) -> Response<tollgate::layer::RateLimitBody<String>> {
-    svc.clone().oneshot(request).await.unwrap()
-}
+use tower::BoxError;
 
 fn one_per_minute(name: &str) -> Result<Limit, BoxError> {
     Ok(Limit::new(
@@ -278,15 +252,6 @@ impl Store for Counted {
     }
 }
 
-fn header(res: &Response<impl Sized>, name: &str) -> String {
-    res.headers()
-        .get_all(name)
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 #[tokio::test]
 async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_advertised(
 ) -> Result<(), BoxError> {
@@ -431,31 +396,6 @@ impl tracing::Subscriber for Captured {
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
-}
-
-/// A store that is down.
-#[derive(Clone)]
-struct Down;
-
-impl Store for Down {
-    async fn check(
-        &self,
-        _: &[tollgate::Check<'_>],
-        _: Duration,
-    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
-        Err(tollgate::StoreError::Unavailable(
-            "connection refused".into(),
-        ))
-    }
-    async fn peek(
-        &self,
-        _: tollgate::Check<'_>,
-    ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
-        Err(tollgate::StoreError::Timeout)
-    }
-    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), tollgate::StoreError> {
-        Err(tollgate::StoreError::Timeout)
-    }
 }
 
 #[tokio::test(start_paused = true)]

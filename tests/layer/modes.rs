@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::down::Down;
+use crate::support::service::{call, header, limiter, with, Svc};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
@@ -14,43 +16,7 @@ use tollgate::{
     key, Check, Limiter, ManualClock, MemoryStore, Outcome, Penalty, Rate, Rule, RuleOutcome,
     Store, StoreError,
 };
-use tower::util::BoxCloneService;
-use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
-
-type Svc =
-    BoxCloneService<Request<String>, Response<tollgate::layer::RateLimitBody<String>>, Infallible>;
-
-fn with<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
-    let svc =
-        ServiceBuilder::new()
-            .layer(layer)
-            .service(service_fn(|_req: Request<String>| async {
-                Ok::<_, Infallible>(Response::new(String::from("ok")))
-            }));
-    BoxCloneService::new(svc)
-}
-
-fn limiter() -> Limiter<MemoryStore> {
-    Limiter::new(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
-    )))
-}
-
-async fn call(
-    svc: &Svc,
-    request: Request<String>,
-) -> Response<tollgate::layer::RateLimitBody<String>> {
-    svc.clone().oneshot(request).await.unwrap()
-}
-
-fn header(res: &Response<impl Sized>, name: &str) -> String {
-    res.headers()
-        .get_all(name)
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+use tower::{BoxError, ServiceExt};
 
 fn get(path: &str) -> Request<String> {
     Request::get(path).body(String::new()).unwrap()
@@ -296,22 +262,6 @@ async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), B
     let locked = call(&svc, attempt()).await;
     assert_eq!(header(&locked, "retry-after"), "600");
     Ok(())
-}
-
-/// A store that is down.
-#[derive(Clone)]
-struct Down;
-
-impl Store for Down {
-    async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
-        Err(StoreError::Unavailable("connection refused".into()))
-    }
-    async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        Err(StoreError::Timeout)
-    }
-    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), StoreError> {
-        Err(StoreError::Timeout)
-    }
 }
 
 #[tokio::test]

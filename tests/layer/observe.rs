@@ -8,13 +8,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::service::{limiter, Svc};
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{Limit, MissingKey, RateLimitBody, RateLimitLayer};
-use tollgate::{key, Limiter, ManualClock, MemoryStore, Penalty, Rule, Store};
+use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
+use tollgate::{key, Limiter, MemoryStore, Penalty, Rule, Store};
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
 
 /// Keys that must never show in a label or a log line.
 const USER: &str = "alice@example.com";
@@ -44,12 +43,6 @@ fn service<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
                 Ok::<_, Infallible>(response)
             }));
     BoxCloneService::new(svc)
-}
-
-fn limiter() -> Limiter<MemoryStore> {
-    Limiter::new(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
-    )))
 }
 
 /// Per user 2 a minute, a trial rule of 1 a minute beside it; a login route that locks a
@@ -231,6 +224,8 @@ mod metrics_feature {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use metrics_util::MetricKind;
 
+    use crate::support::down::Down;
+
     /// One recorded metric: its kind, name, labels and value.
     type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
 
@@ -341,29 +336,6 @@ mod metrics_feature {
                 assert!(allowed_values.contains(&v.as_str()), "{name}: {k}={v}");
                 assert!(!v.contains("alice") && !v.contains(IP));
             }
-        }
-    }
-
-    /// A store that always fails.
-    #[derive(Clone)]
-    struct Down;
-
-    impl Store for Down {
-        async fn check(
-            &self,
-            _: &[tollgate::Check<'_>],
-            _: Duration,
-        ) -> Result<tollgate::Outcome, tollgate::StoreError> {
-            Err(tollgate::StoreError::Timeout)
-        }
-        async fn peek(
-            &self,
-            _: tollgate::Check<'_>,
-        ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
-            Err(tollgate::StoreError::Timeout)
-        }
-        async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), tollgate::StoreError> {
-            Err(tollgate::StoreError::Timeout)
         }
     }
 

@@ -6,26 +6,15 @@
 use crate::support::service::policy;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use crate::support::service::{with, Svc};
+use http::{Request, StatusCode};
 use parking_lot::Mutex;
-use tollgate::layer::{
-    Limit, MissingKey, PlanOf, Plans, RateLimitBody, RateLimitLayer, UnknownPlan,
-};
-use tollgate::{key, Limiter, MemoryStore, Rule, Store};
-use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
-
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
-
-fn service<St: Store + Clone>(layer: &RateLimitLayer<St>) -> Svc {
-    BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::from("ok")))
-    })))
-}
+use tollgate::layer::{Limit, MissingKey, PlanOf, Plans, RateLimitLayer, UnknownPlan};
+use tollgate::{key, Limiter, MemoryStore, Rule};
+use tower::ServiceExt;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -57,7 +46,7 @@ fn layer(plans: Plans) -> RateLimitLayer {
 
 #[tokio::test]
 async fn the_rule_is_the_plans() {
-    let svc = service(&layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
+    let svc = with(layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
     let free = svc
         .clone()
         .oneshot(request("k1", Some("free")))
@@ -88,7 +77,7 @@ async fn the_rule_is_the_plans() {
 #[tokio::test]
 async fn unknown_plans_follow_the_chosen_policy() {
     // Reject: a plan that is not one, and a request without a plan, are refused.
-    let svc = service(&layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
+    let svc = with(layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
     let gold = svc
         .clone()
         .oneshot(request("k1", Some("gold")))
@@ -109,7 +98,7 @@ async fn unknown_plans_follow_the_chosen_policy() {
     );
 
     // A default plan: counted as free, in free's own state.
-    let svc = service(&layer(plans(
+    let svc = with(layer(plans(
         PlanOf::header("x-plan"),
         UnknownPlan::Plan("free".into()),
     )));
@@ -127,7 +116,7 @@ async fn unknown_plans_follow_the_chosen_policy() {
     );
 
     // No limit: unknown plans pass without one, and without its headers.
-    let svc = service(&layer(plans(
+    let svc = with(layer(plans(
         PlanOf::header("x-plan"),
         UnknownPlan::Unlimited,
     )));
@@ -162,7 +151,7 @@ async fn moving_a_key_between_plans_uses_each_plans_own_state() {
             records.lock().get(api_key).copied()
         })
     };
-    let svc = service(&layer(plans(plan_of, UnknownPlan::Reject)));
+    let svc = with(layer(plans(plan_of, UnknownPlan::Reject)));
     assert_eq!(status(&svc, request("k1", None)).await, StatusCode::OK);
     assert_eq!(
         status(&svc, request("k1", None)).await,
@@ -206,7 +195,7 @@ async fn plans_are_one_batch_with_the_other_limits() {
         )
         .build()
         .unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     let api = |plan: &str| {
         Request::get("/api/x")
             .header("x-api-key", "k1")
@@ -293,7 +282,7 @@ async fn plans_on_redis() {
         .limits(plans(PlanOf::header("x-plan"), UnknownPlan::Reject))
         .build()
         .unwrap();
-    let svc = service(&layer);
+    let svc = with(layer.clone());
     assert_eq!(
         status(&svc, request("k1", Some("free"))).await,
         StatusCode::OK
@@ -339,7 +328,7 @@ async fn an_unknown_plan_is_refused_even_by_a_limit_that_skips_missing_keys() {
     )
     .plan_limit("free", free)
     .plan("pro", Rule::fixed_window("api-pro", 3, MINUTE));
-    let svc = service(&layer(plans));
+    let svc = with(layer(plans));
     let anonymous_free = Request::get("/")
         .header("x-plan", "free")
         .body(String::new())
