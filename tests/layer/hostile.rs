@@ -1,6 +1,6 @@
 //! The layer against hostile clients and careless configuration: route patterns that can
 //! never match, exemptions, shadow rules in the headers and in the batch, logs that cannot
-//! flood (issue #10).
+//! flood.
 
 use std::time::Duration;
 

@@ -335,8 +335,9 @@ async fn a_mapped_address_and_its_ipv4_form_are_one_client() {
 #[allow(dead_code)]
 mod tonic_example;
 
-/// A tonic server that terminates TLS itself (`serve_with_incoming` over rustls streams) puts
-/// `TlsConnectInfo<TcpConnectInfo>` in the extensions, not `TcpConnectInfo`.
+/// `key::peer_ip` finds the client's address on a tonic server that terminates TLS itself
+/// (`serve_with_incoming` over rustls streams), which puts `TlsConnectInfo<TcpConnectInfo>`
+/// in the extensions, not `TcpConnectInfo`.
 #[tokio::test]
 async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
     use std::sync::Arc;

@@ -145,7 +145,7 @@ async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
         let res = call(&svc, get("/")).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert!(res.headers().get("retry-after").is_none());
-        // A rule on trial is not the client's to plan around: not advertised (issue #10).
+        // A rule on trial is not the client's to plan around: not advertised.
         assert!(res.headers().get("ratelimit").is_none());
         assert!(res.headers().get("ratelimit-policy").is_none());
     }

@@ -1,4 +1,4 @@
-//! Large quotas build and stay exact (issue #9, item 6): every amount from 1 to 10^9 over
+//! Large quotas build and stay exact: every amount from 1 to 10^9 over
 //! every period from 1 ms to 366 days builds for all six algorithms; rates that reduce to
 //! small terms are exact however large they look; a rate that cannot be represented exactly
 //! is rounded so that it never admits more.

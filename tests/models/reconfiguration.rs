@@ -1,4 +1,4 @@
-//! One rule name, two configurations (issue #9, items 1 and 2): a layer refuses a name bound
+//! One rule name, two configurations: a layer refuses a name bound
 //! to two unequal rules, and a store never reads state written under other parameters as
 //! its own, nor as empty. Each case runs on `MemoryStore` and on `RedisStore` (standalone,
 //! started by the test).
@@ -36,8 +36,8 @@ async fn admitted_alternating<S: Store>(
     admitted
 }
 
-/// The issue's first case: a fixed window and a token bucket named alike, alternating on
-/// one key, admitted 20 of 20 (each read the other's state as no state).
+/// A fixed window and a token bucket named alike, alternating on one key, admit one
+/// request a minute in all, as each does alone: neither reads the other's state as none.
 async fn fixed_window_and_token_bucket_alternating<S: Store>(limiter: Limiter<S>) {
     let window = Rule::fixed_window("per-user", 1, MINUTE);
     let bucket = Rule::token_bucket("per-user", 1, Rate::per_minute(1));
@@ -45,9 +45,9 @@ async fn fixed_window_and_token_bucket_alternating<S: Store>(limiter: Limiter<S>
     assert_eq!(admitted, 1, "both configurations allow 1 per minute");
 }
 
-/// Smooth and stepped refill store the level at different scales: a smooth bucket's 5
-/// tokens left (5 × period scaled units) read as a full stepped bucket, 15 of 10 in one
-/// microsecond.
+/// Smooth and stepped refill store the level at different scales, and neither reads the
+/// other's level as its own: after 5 of a capacity of 10, 5 more pass in the same
+/// microsecond, whichever refill asks.
 async fn token_bucket_smooth_then_stepped<S: Store>(limiter: Limiter<S>) {
     let smooth = Rule::token_bucket("tb", 10, Rate::per_second(10));
     let stepped = Rule::token_bucket_stepped("tb", 10, Rate::per_second(10));
@@ -68,7 +68,8 @@ async fn token_bucket_smooth_then_stepped<S: Store>(limiter: Limiter<S>) {
     );
 }
 
-/// A shorter refill period makes the stored (scaled) level read as more tokens.
+/// A bucket whose refill period is shortened admits no more than its capacity at once,
+/// though the stored (scaled) level would read as more tokens under the new period.
 async fn token_bucket_period_shortened<S: Store>(limiter: Limiter<S>) {
     let slow = Rule::token_bucket("tb", 10, Rate::new(10, SECOND));
     let fast = Rule::token_bucket("tb", 10, Rate::new(10, SECOND / 10));
@@ -80,7 +81,8 @@ async fn token_bucket_period_shortened<S: Store>(limiter: Limiter<S>) {
     );
 }
 
-/// A longer drain period makes the stored (scaled) water read as less.
+/// A bucket whose drain period is lengthened queues no more than its capacity at once,
+/// though the stored (scaled) water would read as less under the new period.
 async fn leaky_bucket_period_lengthened<S: Store>(limiter: Limiter<S>) {
     let fast = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND / 10));
     let slow = Rule::leaky_bucket("lb", 10, Rate::new(10, SECOND));

@@ -171,9 +171,9 @@ async fn scripts_reload_after_a_flush_on_every_node(cluster: &RedisCluster) {
 }
 
 /// A fixed window of 1 per minute on `a` in a batch with another slot's rule that holds the
-/// request from t=50 s until `release`, in the next minute: the window must count it there,
-/// so a lone request at t=60 s is denied (regression: the first slot counted it at t=50 s
-/// and a second request passed in [60 s, 120 s)).
+/// request from t=50 s until `release`, in the next minute: the window counts it there, not
+/// at t=50 s, so a lone request at t=60 s is denied and no second request passes in
+/// [60 s, 120 s).
 async fn the_window_counts_at_the_release(
     limiter: &Limiter<RedisStore>,
     clock: &ManualClock,
