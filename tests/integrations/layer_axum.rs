@@ -7,7 +7,7 @@ mod quickstart;
 
 use std::time::Duration;
 
-use crate::support::server::{client_from, request, send, serve_axum};
+use crate::support::{client_from, request, send, serve_axum};
 use http::StatusCode;
 use tollgate::{Limiter, MemoryStore};
 

@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 mod example;
 
-use crate::support::server::{client_from, request, send};
+use crate::support::{client_from, request, send};
 use http::StatusCode;
 use tollgate::{Limiter, MemoryStore};
 

@@ -11,8 +11,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use crate::support::down::Down;
-use crate::support::server::{client_from, request, send, serve_axum};
 use crate::support::service::{call, header, with, Svc};
+use crate::support::{client_from, request, send, serve_axum};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};

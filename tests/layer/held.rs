@@ -309,11 +309,11 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(wait_layer(limiter.clone()).build().unwrap());
-    let addr = crate::support::server::serve_axum(app).await;
-    let client = crate::support::server::client_from("127.0.0.1");
-    let reply = crate::support::server::send(
+    let addr = crate::support::serve_axum(app).await;
+    let client = crate::support::client_from("127.0.0.1");
+    let reply = crate::support::send(
         &client,
-        crate::support::server::request(addr, "GET", "/", &[("user-id", b"a")]),
+        crate::support::request(addr, "GET", "/", &[("user-id", b"a")]),
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK);

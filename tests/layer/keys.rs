@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::server::{client_from, request, send, serve_axum};
+use crate::support::{client_from, request, send, serve_axum};
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
@@ -455,7 +455,7 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let twice = |path, a: &'static [u8], b: &'static [u8]| {
         request(addr, "GET", path, &[("user-id", a), ("user-id", b)])
     };
-    let status = |reply: crate::support::server::Reply| reply.status;
+    let status = |reply: crate::support::Reply| reply.status;
 
     assert_eq!(
         status(send(&client, twice("/first", b"a", b"x")).await),
@@ -524,7 +524,7 @@ async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
     .await;
     let proxy = client_from("127.0.0.1");
     let xff = |v: &'static str| request(addr, "GET", "/", &[("x-forwarded-for", v.as_bytes())]);
-    let status = |reply: crate::support::server::Reply| reply.status;
+    let status = |reply: crate::support::Reply| reply.status;
 
     assert_eq!(
         status(send(&proxy, xff("2001:db8:1:1::1")).await),
