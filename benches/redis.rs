@@ -24,7 +24,7 @@
 
 #[path = "support/redis_args.rs"]
 mod redis_args;
-#[path = "../tests/common/redis_server.rs"]
+#[path = "../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 

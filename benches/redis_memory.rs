@@ -13,7 +13,7 @@
 //! Keys are `tollgate:{user-NNNNN}:<rule>` (a 10-byte client key, a short rule name), so
 //! longer client keys add their length (twice: key name, and a log's second key).
 
-#[path = "../tests/common/redis_server.rs"]
+#[path = "../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 

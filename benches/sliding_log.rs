@@ -23,7 +23,7 @@
 //! each time because a shared machine's load moves it.
 //! `TOLLGATE_BENCH_CALLS` sets the calls per measurement (default 2000).
 
-#[path = "../tests/common/redis_server.rs"]
+#[path = "../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 

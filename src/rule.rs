@@ -69,7 +69,7 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// capacities: a change hands out no second quota. Over any `t` microseconds they never
 /// exceed what each configuration alone admits in `t` (its capacity plus its refill, drain
 /// or further windows), added, less the smaller capacity: each keeps its own refill, but
-/// no second burst (`tests/reconfiguration.rs` checks this bound on random pairs of
+/// no second burst (`tests/models/reconfiguration.rs` checks this bound on random pairs of
 /// configurations and rolling-deploy schedules). No stored summary can do better in
 /// general: units the old configuration has already freed (refilled, or whose window
 /// ended) are not in use any more, though the new configuration might have counted them.

@@ -60,5 +60,5 @@
 //! the timeout, since the answers from the other masters keep the breaker closed. Once
 //! open, its `PING` goes to every master, and it closes only when all of them answer.
 //!
-//! The fault suite (`tests/faults.rs`) stops, kills, flushes and disconnects Redis under
+//! The fault suite (`tests/faults/faults.rs`) stops, kills, flushes and disconnects Redis under
 //! load; its figures are in `BENCHMARKS.md` ("Redis outages").

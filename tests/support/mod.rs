@@ -1,5 +1,18 @@
-//! A real server on an ephemeral port and a real HTTP client, for the layer's suites.
+//! Support shared by the test binaries: each binary's `main.rs` declares it once as
+//! `mod support;`, and its modules use it as `crate::support`. Here: a real server on an
+//! ephemeral port and a real HTTP client.
 #![allow(dead_code)]
+
+/// The crate under test, under the name the files shared with its unit tests use for it.
+use tollgate as tg;
+
+pub mod down;
+pub mod redis_server;
+pub mod service;
+#[path = "../common/specs.rs"]
+pub mod specs;
+#[path = "../common/vectors.rs"]
+pub mod vectors;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -87,4 +100,11 @@ pub fn request(
         builder = builder.header(*name, http::HeaderValue::from_bytes(value).unwrap());
     }
     builder.body(Full::new(Bytes::new())).unwrap()
+}
+
+/// The harness's name for test `name` in module `module` (a `module_path!()`): the path
+/// without the binary's own name, which a child process given `--exact` must match.
+pub fn test_name(module: &str, name: &str) -> String {
+    let path = module.split_once("::").map_or("", |(_, rest)| rest);
+    format!("{path}::{name}")
 }

@@ -1,0 +1,11 @@
+//! The layer in the frameworks and files users bring: axum, hyper, tonic, the rules file, and
+//! the generated protobuf code of the tonic example.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod layer_axum;
+mod layer_hyper;
+mod layer_tonic;
+mod proto;
+mod rules_file;

@@ -1,0 +1,446 @@
+//! Rules from a file: the example file builds and enforces what it says, from TOML and from
+//! JSON; every kind of mistake is reported with the file, line and field, all at once; the
+//! layer's own checks are located at the limit or route they name; and a reloaded file
+//! that cannot work leaves the running rules in place.
+
+use crate::support::service::policy;
+
+#[path = "../../examples/reload.rs"]
+#[allow(dead_code)]
+mod reload_example;
+
+use std::time::Duration;
+
+use crate::support::service::with;
+use http::{Request, StatusCode};
+use tollgate::key;
+use tollgate::layer::rules_file::{Loader, RulesFile};
+use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
+use tollgate::{ConfigError, Limiter, MemoryStore, Rule};
+use tower::ServiceExt;
+
+fn builder() -> RateLimitLayerBuilder {
+    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+}
+
+fn loader() -> Loader {
+    Loader::new().key("api-key", key::header("x-api-key"))
+}
+
+fn errors(toml: &str) -> Vec<String> {
+    let err: ConfigError = loader()
+        .from_toml(toml, "rules.toml", builder())
+        .unwrap_err();
+    err.problems().map(str::to_owned).collect()
+}
+
+fn from(peer: &str) -> http::request::Builder {
+    let addr: std::net::SocketAddr = format!("{peer}:5000").parse().unwrap();
+    let mut builder = Request::builder();
+    builder.extensions_mut().unwrap().insert(addr);
+    builder
+}
+
+#[tokio::test]
+async fn the_example_file_builds_and_enforces_what_it_says() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml");
+    let layer = loader().load(path, builder()).unwrap();
+    let svc = with(layer.clone());
+
+    let sms = || {
+        from("127.0.0.1")
+            .method("POST")
+            .uri("/sms/send")
+            .header("user-id", "u1")
+            .header("x-forwarded-for", "203.0.113.9")
+            .body(String::new())
+            .unwrap()
+    };
+    let first = svc.clone().oneshot(sms()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        policy(&first),
+        "\"ip\";q=100;w=10, \"sms-min\";q=1;w=60, \"sms-hour\";q=5;w=3600"
+    );
+    assert_eq!(
+        svc.clone().oneshot(sms()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Plans, with the key extractor the code registered.
+    let api = |plan: &str| {
+        from("127.0.0.1")
+            .uri("/api/x")
+            .header("x-api-key", "k1")
+            .header("x-plan", plan)
+            .header("x-forwarded-for", "203.0.113.10")
+            .body(String::new())
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            svc.clone().oneshot(api("free")).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    // Unknown plans count as free.
+    assert_eq!(
+        svc.clone().oneshot(api("gold")).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let pro = svc.clone().oneshot(api("pro")).await.unwrap();
+    assert_eq!(pro.status(), StatusCode::OK);
+    assert!(
+        policy(&pro).contains("\"api-pro\";q=20;w=2"),
+        "{}",
+        policy(&pro)
+    );
+}
+
+#[tokio::test]
+async fn json_works_too_and_code_limits_sit_beside_the_files() {
+    let file: RulesFile = serde_json::from_str(
+        r#"{ "route": [{ "pattern": "GET /files/{id}", "limit": [
+              { "name": "per-user", "fixed_window": { "limit": 2, "window": "1m" },
+                "key": { "or": [{ "header": "user-id" }, "global"] } } ] }] }"#,
+    )
+    .unwrap();
+    // A limit that needs code (a cost function) stays in the code, in the same batch.
+    let downloads = Limit::new(
+        Rule::fixed_window("download-mb", 10, Duration::from_secs(60)),
+        key::global(),
+    )
+    .cost(|_req| 4);
+    let layer = Loader::new()
+        .build(&file, builder().limit(downloads))
+        .unwrap();
+    let svc = with(layer.clone());
+    let get = || Request::get("/files/1").body(String::new()).unwrap();
+    let first = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        policy(&first),
+        "\"download-mb\";q=10;w=60, \"per-user\";q=2;w=60"
+    );
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Paths, without lines, for a problem in a format without spans.
+    let file: RulesFile = serde_json::from_str(
+        r#"{ "limit": [{ "name": "x", "sliding_log": { "limit": 0, "window": "1s" }, "key": "global" }] }"#,
+    )
+    .unwrap();
+    let err = Loader::new().build(&file, builder()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("limit[0].name: rule \"x\": sliding log limit must be at least 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_name_the_line_and_field() {
+    let problems = errors(
+        "[[limit]]\nname = \"x\"\nfixed_window = { limit = 1, window = \"1m\" \nkey = \"global\"\n",
+    );
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    // TOML 1.1 lets an inline table go on on the next line: the comma is missing there.
+    assert!(
+        problems[0].starts_with("rules.toml:4:") && problems[0].contains("missing comma"),
+        "{problems:?}"
+    );
+
+    let problems = errors(
+        "[[limit]]\nname = \"x\"\nfixed_window = { limit = 1, windw = \"1m\" }\nkey = \"global\"\n",
+    );
+    assert!(
+        problems[0].starts_with("rules.toml:3:")
+            && problems[0].contains("limit[0].fixed_window")
+            && problems[0].contains("unknown field `windw`"),
+        "{problems:?}"
+    );
+
+    let problems = errors(
+        "[[limit]]\nname = \"x\"\nfixed_window = { limit = 1, window = \"1 fortnight\" }\nkey = \"global\"\n",
+    );
+    assert!(
+        problems[0].starts_with("rules.toml:3:")
+            && problems[0].contains("limit[0].fixed_window.window")
+            && problems[0].contains("\"1 fortnight\" is not a duration"),
+        "{problems:?}"
+    );
+
+    let problems = errors("mode = \"loud\"\n");
+    assert!(
+        problems[0].starts_with("rules.toml:1:8: mode") && problems[0].contains("`loud`"),
+        "{problems:?}"
+    );
+
+    let problems = errors(
+        "[[limit]]\nname = \"x\"\nfixed_window = { limit = 1, window = \"1m\" }\nkey = \"peer\"\n",
+    );
+    assert!(
+        problems[0].starts_with("rules.toml:4:")
+            && problems[0].contains("limit[0].key")
+            && problems[0].contains("unknown key extractor \"peer\""),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn every_semantic_problem_at_once_each_where_it_is_written() {
+    let toml = r#"
+mode = "wait"
+
+[[limit]]
+name = "zero"
+token_bucket = { capacity = 10, refill = "0/s" }
+key = { named = "user" }
+
+[[limit]]
+name = "two"
+fixed_window = { limit = 1, window = "1m" }
+gcra = { rate = "1/s", burst = 1 }
+key = "global"
+
+[[limit]]
+name = "bad-proxy"
+fixed_window = { limit = 1, window = "1m" }
+key = { client_ip = { trusted = ["10.0.0.0/8", "not-a-net"] } }
+"#;
+    let problems = errors(toml);
+    let find = |needle: &str| {
+        problems
+            .iter()
+            .find(|p| p.contains(needle))
+            .unwrap_or_else(|| panic!("no problem with {needle:?} in {problems:#?}"))
+            .clone()
+    };
+    assert!(find("mode \"wait\" needs max_wait").starts_with("rules.toml:2:1: mode"));
+    let named = find("unknown key extractor \"user\"");
+    assert!(named.starts_with("rules.toml:7:1: limit[0].key"), "{named}");
+    assert!(named.contains("registered: [\"api-key\"]"), "{named}");
+    assert!(find("needs exactly one algorithm").starts_with("rules.toml:9:1: limit[1]"));
+    assert!(find("not-a-net").starts_with("rules.toml:18:1: limit[2].key"));
+    // Found before the layer's checks, which run once these are fixed.
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+
+    // The layer's own checks, each located at the limit or route it names.
+    let toml = r#"
+[[limit]]
+name = "zero"
+token_bucket = { capacity = 10, refill = "0/s" }
+key = "global"
+
+[[route]]
+pattern = "/sms/*"
+[[route.limit]]
+name = "sms"
+fixed_window = { limit = 1, window = "1m" }
+key = "global"
+
+[[route]]
+pattern = "POST /sms/send"
+[[route.limit]]
+name = "sms"
+fixed_window = { limit = 2, window = "1m" }
+key = "global"
+"#;
+    let problems = errors(toml);
+    let find = |needle: &str| {
+        problems
+            .iter()
+            .find(|p| p.contains(needle))
+            .unwrap_or_else(|| panic!("no problem with {needle:?} in {problems:#?}"))
+            .clone()
+    };
+    assert!(find("rule \"zero\"").starts_with("rules.toml:3:1: limit[0].name"));
+    assert!(find("can never match").starts_with("rules.toml:15:1: route[1].pattern"));
+    assert!(
+        find("bound to two different rules").starts_with("rules.toml:10:1: route[0].limit[0].name")
+    );
+}
+
+#[test]
+fn plans_in_a_file_are_checked() {
+    let problems = errors(
+        r#"
+[[limit]]
+key = "global"
+plan_of = { named = "nobody" }
+plans = [{ plan = "free", name = "free", fixed_window = { limit = 1, window = "1m" } }]
+"#,
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("rules.toml:4:1: limit[0].plan_of")
+                && p.contains("no plan lookup is registered as \"nobody\"")),
+        "{problems:#?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("rules.toml:2:1: limit[0]") && p.contains("need unknown_plan")),
+        "{problems:#?}"
+    );
+
+    let problems = errors(
+        r#"
+[[limit]]
+key = "global"
+plan_of = { header = "x-plan" }
+unknown_plan = { plan = "gold" }
+plans = [{ plan = "free", name = "free", fixed_window = { limit = 1, window = "1m" } }]
+"#,
+    );
+    assert!(
+        problems[0].starts_with("rules.toml:2:1: limit[0]") && problems[0].contains("\"gold\""),
+        "{problems:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_named_extractor_is_the_codes() {
+    // The file names it; the code decides what it reads.
+    let toml = "[[limit]]\nname = \"k\"\nfixed_window = { limit = 1, window = \"1m\" }\nkey = { named = \"api-key\" }\n";
+    let layer = loader().from_toml(toml, "rules.toml", builder()).unwrap();
+    let svc = with(layer.clone());
+    let with_key = |k: &str| {
+        Request::get("/")
+            .header("x-api-key", k)
+            .body(String::new())
+            .unwrap()
+    };
+    assert_eq!(
+        svc.clone().oneshot(with_key("a")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone().oneshot(with_key("a")).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        svc.clone().oneshot(with_key("b")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    // Without it: the limit's missing-key policy (reject, by default).
+    let bare = Request::get("/").body(String::new()).unwrap();
+    assert_eq!(
+        svc.oneshot(bare).await.unwrap().status(),
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_file_leaves_the_running_rules() {
+    let dir = std::env::temp_dir().join(format!("tollgate-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rules.toml");
+    let write = |limit: u64| {
+        let text = format!(
+            "[[limit]]\nname = \"all\"\nfixed_window = {{ limit = {limit}, window = \"1m\" }}\nkey = \"global\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+    };
+    write(1);
+    let (layer, handle) = loader().load(&path, builder()).unwrap().reloadable();
+    let svc = with(layer.clone());
+    let get = || Request::get("/").body(String::new()).unwrap();
+    assert_eq!(
+        policy(&svc.clone().oneshot(get()).await.unwrap()),
+        "\"all\";q=1;w=60"
+    );
+
+    write(0);
+    let err = loader().load(&path, handle.builder()).unwrap_err();
+    assert!(
+        err.to_string().contains("rules.toml:2:1: limit[0].name"),
+        "{err}"
+    );
+    // Not replaced: still the old rule's limit.
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    write(3);
+    handle.replace(loader().load(&path, handle.builder()).unwrap());
+    let res = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(policy(&res), "\"all\";q=3;w=60");
+    // The same name with other parameters: the unit used under the old rule still counts.
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        svc.clone().oneshot(get()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.oneshot(get()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_example_reloads_a_changed_file_and_keeps_the_rules_of_a_broken_one() {
+    let dir = std::env::temp_dir().join(format!("tollgate-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rules.toml");
+    let rules = |limit: &str| {
+        format!("[[limit]]\nname = \"all\"\nfixed_window = {{ limit = {limit}, window = \"1m\" }}\nkey = \"global\"\n")
+    };
+    std::fs::write(&path, rules("1")).unwrap();
+    let loader = reload_example::loader();
+    let (layer, handle) =
+        reload_example::load(&loader, &path, Limiter::new(MemoryStore::new())).unwrap();
+    let svc = with(layer.clone());
+    let watcher = tokio::spawn(reload_example::watch(
+        loader,
+        path.clone(),
+        handle,
+        Duration::from_millis(10),
+    ));
+    let current = || async {
+        let res = svc
+            .clone()
+            .oneshot(Request::get("/").body(String::new()).unwrap())
+            .await
+            .unwrap();
+        policy(&res)
+    };
+    let wait_for = |want: &'static str| {
+        let current = &current;
+        async move {
+            for _ in 0..500 {
+                if current().await == want {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    };
+    assert!(wait_for("\"all\";q=1;w=60").await);
+    std::fs::write(&path, rules("7")).unwrap();
+    assert!(
+        wait_for("\"all\";q=7;w=60").await,
+        "the changed file was loaded"
+    );
+    // Broken: a limit of "many". The rules stay; a later good file is still taken.
+    std::fs::write(&path, rules("\"many\"")).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(current().await, "\"all\";q=7;w=60");
+    std::fs::write(&path, rules("12")).unwrap();
+    assert!(
+        wait_for("\"all\";q=12;w=60").await,
+        "a good file after a broken one"
+    );
+    watcher.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

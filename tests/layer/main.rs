@@ -1,0 +1,17 @@
+//! The layer as a tower service: routes, keys, modes, plans, headers, held requests, charging
+//! by outcome, reloads, what operators see, hostile input, and what a request allocates.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod allocations;
+mod charge;
+mod headers;
+mod held;
+mod hostile;
+mod keys;
+mod modes;
+mod observe;
+mod plans;
+mod reload;
+mod robustness;

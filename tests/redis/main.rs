@@ -1,0 +1,13 @@
+//! `RedisStore` against real Redis servers and Clusters: the vectors, connection handling,
+//! the deny cache, concurrent limiters in one and in several processes.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cluster;
+mod concurrency;
+mod connect;
+mod deny_cache;
+mod differential;
+mod distributed;
+mod store;

@@ -1,0 +1,10 @@
+//! The stores as a user drives them: `MemoryStore`, reservations and refunds, and features
+//! that meet in one batch.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod interactions;
+mod memory_store;
+mod refunds;
+mod reservations;

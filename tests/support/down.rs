@@ -1,0 +1,25 @@
+//! A store that is down: every call fails as a refused connection does.
+
+use std::time::Duration;
+
+use tollgate::{Check, Outcome, Rule, RuleOutcome, Store, StoreError};
+
+/// A store whose every call fails with [`StoreError::Unavailable`].
+#[derive(Clone, Debug)]
+pub struct Down;
+
+impl Store for Down {
+    async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
+        Err(refused())
+    }
+    async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        Err(refused())
+    }
+    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), StoreError> {
+        Err(refused())
+    }
+}
+
+fn refused() -> StoreError {
+    StoreError::Unavailable("connection refused".into())
+}
