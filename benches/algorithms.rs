@@ -142,7 +142,7 @@ fn each_algorithm(c: &mut Criterion) {
         let clock = ManualClock::new(1_700_000_000_000_000);
         let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
         let mut decide = move || {
-            clock.advance_micros(step);
+            clock.advance(Duration::from_micros(step));
             let check = [Check::new(&rule, black_box(b"k"))];
             limiter.check_now(&check).expect("in process").is_admitted()
         };

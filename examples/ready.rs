@@ -21,7 +21,8 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use tollgate::store::{Breaker, Fallback, RedisStore};
+use tollgate::store::{Breaker, Fallback};
+use tollgate::RedisStore;
 use tollgate::{Health, Limiter, MemoryStore, Rate, Rule, Store};
 
 /// `/ready` and a limited `/`, on any store.

@@ -131,11 +131,6 @@ impl ManualClock {
         self.now.fetch_add(duration_to_micros(by), Ordering::SeqCst);
     }
 
-    /// Moves the clock forward by `micros` microseconds.
-    pub fn advance_micros(&self, micros: u64) {
-        self.now.fetch_add(micros, Ordering::SeqCst);
-    }
-
     /// Sets the clock to `micros` microseconds since the epoch (it may go backwards).
     pub fn set_micros(&self, micros: u64) {
         self.now.store(micros, Ordering::SeqCst);

@@ -109,10 +109,11 @@ pub use penalty::Penalty;
 pub use rate::Rate;
 pub use reservation::Reservation;
 pub use rule::Rule;
+pub use store::check::{Check, Health, Store};
+pub use store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::RedisStore;
-pub use store::{Check, Health, MemoryStore, Store};
+pub use store::redis::RedisStore;
 
 /// The README's examples compile and run as doc tests.
 #[cfg(doctest)]

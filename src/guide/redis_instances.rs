@@ -1,14 +1,15 @@
 //! # Several instances on Redis or Redis Cluster
 //!
 //! A service running as several instances needs one limit across them, or each instance
-//! admits a full quota. [`RedisStore`](crate::store::RedisStore) (feature `redis`) keeps
+//! admits a full quota. [`RedisStore`](crate::RedisStore) (feature `redis`) keeps
 //! the state in Redis and decides each request with one `EVALSHA`, whatever the number of
 //! rules, atomically, on the Redis server's clock (so the instances' clocks may disagree).
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
-//! use tollgate::store::{Breaker, Fallback, RedisStore};
+//! use tollgate::store::{Breaker, Fallback};
+//! use tollgate::RedisStore;
 //! use tollgate::{key, Limiter, Rate, Rule};
 //!
 //! # #[tokio::main]
@@ -33,7 +34,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`connect`](crate::store::RedisStore::connect) checks the deployment before it returns: a
+//! [`connect`](crate::RedisStore::connect) checks the deployment before it returns: a
 //! wrong URL or password, a user without script permissions, a replica, or a server older
 //! than Redis 5.0 is an error at start, naming the fix, rather than a limiter that fails
 //! open for every request.
@@ -41,10 +42,10 @@
 //! ## Redis Cluster
 //!
 //! Give `connect` any node's URL (it detects a Cluster and discovers the others), or several
-//! with [`connect_cluster`](crate::store::RedisStore::connect_cluster):
+//! with [`connect_cluster`](crate::RedisStore::connect_cluster):
 //!
 //! ```no_run
-//! use tollgate::store::RedisStore;
+//! use tollgate::RedisStore;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -80,5 +81,5 @@
 //! A rule's identity is its name and its parameters: the state of `Rule::fixed_window("api",
 //! 100, 60 s)` is not read by `Rule::fixed_window("api", 50, 60 s)`, so a rolling deploy that
 //! changes a rule never admits more than the stricter of the two would. Give unrelated
-//! services their own prefix ([`with_prefix`](crate::store::RedisStore::with_prefix)) so that
+//! services their own prefix ([`with_prefix`](crate::RedisStore::with_prefix)) so that
 //! their rule names cannot meet.

@@ -5,7 +5,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use tollgate::store::{Breaker, Fallback, RedisStore};
+//! use tollgate::store::{Breaker, Fallback};
+//! use tollgate::RedisStore;
 //! use tollgate::{Health, Limiter};
 //!
 //! # #[tokio::main]

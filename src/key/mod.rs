@@ -356,10 +356,10 @@ tuple_extractor!(A, B, C, D);
 
 /// The HTTP method; see [`method`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MethodKey;
+pub(crate) struct MethodKey;
 
 /// The HTTP method (`GET`, `POST`, …).
-pub fn method() -> MethodKey {
+pub fn method() -> impl KeyExtractor + Clone + fmt::Debug {
     MethodKey
 }
 
@@ -372,14 +372,14 @@ impl KeyExtractor for MethodKey {
 
 /// The matched route; see [`route`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Route;
+pub(crate) struct Route;
 
 /// The matched route: the pattern of the layer's route table that matched the request
 /// (`POST /sms/send`, `/pkg.Service/Method`), else axum's `MatchedPath` (with the `axum`
 /// feature; `/files/{id}`, so all files share one key), else the URI path — which for gRPC is
 /// the method (`/pkg.Service/Method`), and for other requests can take as many values as
 /// clients send paths.
-pub fn route() -> Route {
+pub fn route() -> impl KeyExtractor + Clone + fmt::Debug {
     Route
 }
 
@@ -393,18 +393,18 @@ impl KeyExtractor for Route {
 
 /// The same key for every request; see [`constant`] and [`global`].
 #[derive(Debug, Clone)]
-pub struct Constant {
+pub(crate) struct Constant {
     key: Cow<'static, [u8]>,
 }
 
 /// The key `key` for every request: one shared limit.
-pub fn constant(key: impl Into<Cow<'static, [u8]>>) -> Constant {
+pub fn constant(key: impl Into<Cow<'static, [u8]>>) -> impl KeyExtractor + Clone + fmt::Debug {
     Constant { key: key.into() }
 }
 
 /// The key `global` for every request: a limit on the whole service (or, in a
 /// `route_layer`, on the whole route).
-pub fn global() -> Constant {
+pub fn global() -> impl KeyExtractor + Clone + fmt::Debug {
     constant(&b"global"[..])
 }
 
@@ -417,7 +417,7 @@ impl KeyExtractor for Constant {
 
 /// A closure as an extractor; see [`from_fn`].
 #[derive(Clone)]
-pub struct FromFn<F> {
+pub(crate) struct FromFn<F> {
     f: F,
 }
 
@@ -435,7 +435,7 @@ pub struct FromFn<F> {
 /// api_key.extract(&RequestHead::from_request(&request), &mut buf).unwrap();
 /// assert_eq!(buf.as_bytes(), b"abc");
 /// ```
-pub fn from_fn<F, K>(f: F) -> FromFn<F>
+pub fn from_fn<F, K>(f: F) -> impl KeyExtractor
 where
     F: Fn(&RequestHead<'_>) -> Option<K> + Send + Sync + 'static,
     K: AsRef<[u8]>,

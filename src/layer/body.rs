@@ -32,14 +32,14 @@ pin_project! {
 
 impl<B> RateLimitBody<B> {
     /// The inner service's body.
-    pub fn inner(body: B) -> Self {
+    pub(crate) fn inner(body: B) -> Self {
         Self {
             kind: Kind::Inner { body },
         }
     }
 
     /// A complete body of `data` (a rejection).
-    pub fn full(data: Bytes) -> Self {
+    pub(crate) fn full(data: Bytes) -> Self {
         let data = (!data.is_empty()).then_some(data);
         Self {
             kind: Kind::Full { data },

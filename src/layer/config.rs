@@ -159,35 +159,9 @@ impl Limit {
         self
     }
 
-    /// Counts only requests whose response status `counts` accepts: shorthand for
-    /// [`charge(Charge::when(counts))`](Self::charge).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use http::StatusCode;
-    /// use tollgate::layer::Limit;
-    /// use tollgate::{key, Rule};
-    ///
-    /// // 20 rejected uploads (4xx) per client per hour; accepted ones do not count.
-    /// let bad_uploads = Limit::new(Rule::sliding_log("bad-uploads", 20, Duration::from_secs(3600)), key::peer_ip())
-    ///     .charge_if(|status: StatusCode| status.is_client_error());
-    /// # let _ = bad_uploads;
-    /// ```
-    pub fn charge_if<F>(self, counts: F) -> Self
-    where
-        F: Fn(http::StatusCode) -> bool + Send + Sync + 'static,
-    {
-        self.charge(Charge::when(counts))
-    }
-
     /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
-    pub fn is_shadow(&self) -> bool {
+    pub(crate) fn is_shadow(&self) -> bool {
         self.shadow
-    }
-
-    /// The rule.
-    pub fn rule(&self) -> &Rule {
-        &self.rule
     }
 
     pub(crate) fn cost_of(&self, req: &RequestHead<'_>) -> u64 {
@@ -284,7 +258,8 @@ pub enum FailurePolicy {
     /// ```no_run
     /// use std::time::Duration;
     /// use tollgate::layer::{FailurePolicy, RateLimitLayer};
-    /// use tollgate::store::{Breaker, Fallback, RedisStore};
+    /// use tollgate::store::{Breaker, Fallback};
+    /// use tollgate::RedisStore;
     /// use tollgate::Limiter;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -347,12 +322,6 @@ impl<'a> DecisionEvent<'a> {
                 .iter()
                 .zip(self.shadow)
                 .any(|((r, _), &shadow)| shadow && r.name() == rule.name())
-    }
-
-    /// The layer's mode: in [`Mode::Shadow`] a denial here was not enforced (nor is a
-    /// [shadow limit](Self::is_shadow)'s in any mode).
-    pub fn mode(&self) -> Mode {
-        self.mode
     }
 
     /// The route-table pattern the request matched, if any.

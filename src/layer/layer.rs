@@ -46,11 +46,6 @@ impl<St: Store> RateLimitLayer<St> {
             routes: Vec::new(),
         }
     }
-
-    /// The limiter.
-    pub fn limiter(&self) -> &Limiter<St> {
-        &self.limiter
-    }
 }
 
 /// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
@@ -199,7 +194,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Holds at most `n` requests at once (default [`DEFAULT_MAX_HELD`](super::DEFAULT_MAX_HELD)): requests waiting
+    /// Holds at most `n` requests at once (default 10,000): requests waiting
     /// out a leaky bucket's delay or a wait-mode reservation. A request beyond it is refused
     /// as if denied (429 with `Retry-After` = its delay, rounded up), and the units reserved
     /// for it are given back. The count is shared by every service the layer makes (and by

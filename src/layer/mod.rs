@@ -78,7 +78,7 @@
 //!   `Buffer` inside the layer keeps serving other clients while one client's requests
 //!   sleep (the permit a ready service holds is not taken into the wait).
 //! - **is bounded.** At most [`RateLimitLayerBuilder::max_held`] requests are held at once
-//!   ([`DEFAULT_MAX_HELD`] unless changed), and, with [`RateLimitLayerBuilder::max_held_per_key`],
+//!   (10,000 unless changed), and, with [`RateLimitLayerBuilder::max_held_per_key`],
 //!   at most that many per (rule, key) that delays them. A request beyond a bound is
 //!   refused as if denied: 429 with `Retry-After` its delay, rounded up; its units are given
 //!   back.
@@ -108,7 +108,7 @@
 //!   inner service's size) and the boxed refund of its units (some 1.3 KB with a
 //!   `MemoryStore`, 2.1 KB with a `RedisStore`), besides the request itself (its head and
 //!   whatever of its body has arrived) and the idle clone of the inner service. At
-//!   [`DEFAULT_MAX_HELD`] held requests that is some 20–30 MB of the layer's own.
+//!   10,000 held requests that is some 20–30 MB of the layer's own.
 //!
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
@@ -236,7 +236,6 @@ pub use body::RateLimitBody;
 pub use charge::counts::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;
-pub use held::bounds::DEFAULT_MAX_HELD;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;

@@ -43,7 +43,6 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 
 use super::headers::{ceil_secs, retry_after_secs, RateLimitHeaders};
-pub use super::headers::{RATELIMIT, RATELIMIT_POLICY};
 use crate::decision::{DenyReason, Outcome, RuleOutcome};
 use crate::key::{KeyError, KeyErrorKind, RequestHead};
 use crate::rule::Rule;
@@ -156,15 +155,9 @@ impl<'a> Rejection<'a> {
     }
 
     /// Whether it is a gRPC request: `content-type` is exactly `application/grpc` or
-    /// `application/grpc+…` (grpc-web is not; see [`is_grpc_web`](Self::is_grpc_web)).
+    /// `application/grpc+…` (grpc-web is not).
     pub fn is_grpc(&self) -> bool {
         self.protocol == Protocol::Grpc
-    }
-
-    /// Whether it is a grpc-web request (`application/grpc-web…`); the default response
-    /// answers it in grpc-web's content type with the same `grpc-*` headers as gRPC.
-    pub fn is_grpc_web(&self) -> bool {
-        matches!(self.protocol, Protocol::GrpcWeb | Protocol::GrpcWebText)
     }
 
     /// Each enforced rule checked and what it decided (empty unless
@@ -199,7 +192,7 @@ impl<'a> Rejection<'a> {
 
     /// The gRPC status code of the default response: 8 (`RESOURCE_EXHAUSTED`), 3
     /// (`INVALID_ARGUMENT`), 13 (`INTERNAL`) or 14 (`UNAVAILABLE`).
-    pub fn grpc_status(&self) -> u8 {
+    pub(crate) fn grpc_status(&self) -> u8 {
         match self.status() {
             StatusCode::TOO_MANY_REQUESTS => 8,
             StatusCode::BAD_REQUEST => 3,
@@ -257,7 +250,7 @@ impl<'a> Rejection<'a> {
     /// `google.rpc.RetryInfo` when waiting helps and a `google.rpc.QuotaFailure` with one
     /// violation per refusing rule (its name as the subject). `None` when there is nothing
     /// to add to `grpc-status` and `grpc-message` (a missing key).
-    pub fn grpc_status_details(&self) -> Option<Vec<u8>> {
+    pub(crate) fn grpc_status_details(&self) -> Option<Vec<u8>> {
         let retry = self.retry_after();
         let violations = self
             .rules()
@@ -309,8 +302,7 @@ impl<'a> Rejection<'a> {
     /// The response the layer sends by default: for HTTP the [`status`](Self::status) with
     /// the [`headers`](Self::headers) and the [`message`](Self::message) as a plain-text
     /// body; for gRPC (and grpc-web) an HTTP 200 trailers-only response with `grpc-status`,
-    /// `grpc-message` and `grpc-status-details-bin` (see
-    /// [`grpc_status_details`](Self::grpc_status_details)): a tonic client sees
+    /// `grpc-message` and `grpc-status-details-bin`: a tonic client sees
     /// `Code::ResourceExhausted` for a limit, and `tonic-types` reads the details.
     pub fn default_response(&self) -> Response<Bytes> {
         let mut response = Response::new(Bytes::new());
@@ -426,7 +418,9 @@ fn grpc_percent_encode(message: &str) -> String {
 mod tests {
     use super::*;
     use crate::decision::{Decision, Denial, RateLimitInfo};
-    use crate::layer::headers::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+    use crate::layer::headers::{
+        RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    };
 
     #[test]
     fn headers_have_one_item_per_rule() {

@@ -42,12 +42,6 @@ impl<'a> Check<'a> {
         self.cost = cost;
         self
     }
-
-    /// The same check as a trial item (see [`shadow`](Self::shadow)).
-    pub fn as_shadow(mut self) -> Self {
-        self.shadow = true;
-        self
-    }
 }
 
 /// Keeps rule state and decides batches.
@@ -144,7 +138,7 @@ pub trait Store: Send + Sync + 'static {
     /// has none: the breaker then lets one request through as the probe.
     ///
     /// The future borrows nothing (the breaker runs it on a task of its own) and is bounded
-    /// like any call to the store (its timeout). [`RedisStore`](super::RedisStore) sends a `PING`.
+    /// like any call to the store (its timeout). [`RedisStore`](crate::RedisStore) sends a `PING`.
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         None::<std::future::Ready<Result<(), StoreError>>>
     }
@@ -174,7 +168,7 @@ pub enum Health {
 impl Health {
     /// The lower-case name (`"healthy"`, `"degraded"`, `"failing"`), for a response body or
     /// a metric label.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Health::Healthy => "healthy",
             Health::Degraded => "degraded",

@@ -126,13 +126,8 @@ impl<P, L> Fallback<P, L> {
         &self.primary
     }
 
-    /// The local store.
-    pub fn local(&self) -> &L {
-        &self.local
-    }
-
     /// Whether the last decision came from the local store.
-    pub fn is_falling_back(&self) -> bool {
+    pub(crate) fn is_falling_back(&self) -> bool {
         self.shared.falling_back.load(Ordering::Acquire)
     }
 }

@@ -2,22 +2,20 @@
 //!
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
 //! state; the arithmetic comes from the algorithms' models, which the Lua scripts of a
-//! [`RedisStore`] twin.
+//! [`RedisStore`](crate::RedisStore) twin.
 
 pub(crate) mod batch;
 mod breaker;
-mod check;
+pub(crate) mod check;
 mod fallback;
-mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-mod redis;
+pub(crate) mod redis;
 
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::RedisStore;
 pub use breaker::{Breaker, BreakerState};
 pub use fallback::Fallback;
-pub use memory::MemoryStore;
 
-pub use check::{Check, Health, Store};
+// The store's vocabulary and the stores themselves are at the crate's root
+// (`tollgate::Store`, `tollgate::MemoryStore`, `tollgate::RedisStore`).
+pub(crate) use check::{Check, Health, Store};
+pub(crate) use memory::MemoryStore;

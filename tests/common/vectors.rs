@@ -367,11 +367,9 @@ pub async fn run_on_store<S: Store>(
                 let (rule, shadow) = rules
                     .get(rule.as_str())
                     .unwrap_or_else(|| panic!("{:?}: unknown rule {rule}", scenario.name));
-                let check = Check::new(rule, key.as_bytes()).with_cost(*cost);
-                if *shadow {
-                    check.as_shadow()
-                } else {
-                    check
+                Check {
+                    shadow: *shadow,
+                    ..Check::new(rule, key.as_bytes()).with_cost(*cost)
                 }
             })
             .collect();

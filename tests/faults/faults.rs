@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate::store::{Breaker, Fallback, RedisStore};
+use tollgate::store::{Breaker, Fallback};
+use tollgate::RedisStore;
 use tollgate::{Check, Health, Limiter, Rule, Store};
 
 use crate::support::redis_server::{RedisCluster, RedisServer};

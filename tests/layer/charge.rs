@@ -208,7 +208,7 @@ async fn only_the_limits_that_do_not_count_give_back() {
             [
                 Limit::new(failed.clone(), key::header("user")).charge(Charge::failures()),
                 Limit::new(trial.clone(), key::header("user"))
-                    .charge_if(|s: StatusCode| s == StatusCode::UNAUTHORIZED)
+                    .charge(Charge::when(|s: StatusCode| s == StatusCode::UNAUTHORIZED))
                     .shadow(),
             ],
         )

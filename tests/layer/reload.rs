@@ -58,7 +58,8 @@ fn configure_b(builder: RateLimitLayerBuilder) -> RateLimitLayerBuilder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_swapped_under_load_are_applied_whole() {
-    let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let limiter = Limiter::new(MemoryStore::new());
+    let (layer, handle) = RateLimitLayer::builder(limiter.clone())
         .build()
         .unwrap()
         .reloadable();
@@ -68,7 +69,6 @@ async fn rules_swapped_under_load_are_applied_whole() {
     // Both configurations built once; a thread swaps them as fast as it can, so that swaps
     // land between any two steps of a request.
     let (build_a, build_b) = {
-        let limiter = handle.limiter().clone();
         let a = configure_a(RateLimitLayer::builder(limiter.clone()))
             .build()
             .unwrap();

@@ -129,7 +129,7 @@ async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, cl
         !early.is_admitted(),
         "one microsecond before the retry-after"
     );
-    clock.advance_micros(1);
+    clock.advance(std::time::Duration::from_micros(1));
     let on_time = limiter
         .check(&[Check::new(&new, b"k").with_cost(4)])
         .await
@@ -421,7 +421,7 @@ async fn run_schedule<S: Store>(
     let mut admitted = Vec::new();
     let mut outcomes = Vec::new();
     for step in steps {
-        clock.advance_micros(step.advance);
+        clock.advance(std::time::Duration::from_micros(step.advance));
         current ^= usize::from(step.switch);
         let outcome = limiter
             .check(&[Check::new(&rules[current], b"k").with_cost(step.cost)])

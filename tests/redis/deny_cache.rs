@@ -90,7 +90,7 @@ async fn run<S: Store>(
 ) -> Vec<(Decision, Vec<Decision>)> {
     let mut decisions = Vec::new();
     for s in steps {
-        clock.advance_micros(s.advance_us);
+        clock.advance(std::time::Duration::from_micros(s.advance_us));
         match &s.action {
             Action::Check {
                 key,
@@ -106,7 +106,10 @@ async fn run<S: Store>(
                     .collect();
                 if *shadow_last && batch.len() > 1 {
                     if let Some(last) = batch.pop() {
-                        batch.push(last.as_shadow());
+                        batch.push(Check {
+                            shadow: true,
+                            ..last
+                        });
                     }
                 }
                 let wait = Duration::from_micros(*max_wait_us);

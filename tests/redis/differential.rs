@@ -92,7 +92,7 @@ fn memory_and_redis_decide_alike() {
             );
             rt.block_on(async {
                 for (i, s) in steps.iter().enumerate() {
-                    clock.advance_micros(s.advance_us);
+                    clock.advance(std::time::Duration::from_micros(s.advance_us));
                     let key = [b'k', s.key];
                     let batch: Vec<Check<'_>> = s
                         .rules

@@ -367,13 +367,9 @@ mod twins {
     fn batch<'r>(rules: &'r [Rule], items: &[(usize, &'static str, u64, bool)]) -> Vec<Check<'r>> {
         items
             .iter()
-            .map(|&(r, k, cost, shadow)| {
-                let c = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
-                if shadow {
-                    c.as_shadow()
-                } else {
-                    c
-                }
+            .map(|&(r, k, cost, shadow)| Check {
+                shadow,
+                ..Check::new(&rules[r], k.as_bytes()).with_cost(cost)
             })
             .collect()
     }

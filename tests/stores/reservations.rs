@@ -100,7 +100,7 @@ proptest! {
             // The reservations are held to the end: each keeps the units it took.
             let mut held = Vec::new();
             for &(advance, cost, wait) in &steps {
-                clock.advance_micros(advance);
+                clock.advance(std::time::Duration::from_micros(advance));
                 let now = clock.now_micros_for_test();
                 let reservation = rt
                     .block_on(limiter.reserve(&[Check::new(rule, b"k").with_cost(cost)], us(wait)))

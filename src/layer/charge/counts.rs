@@ -109,13 +109,16 @@ impl Charge {
     /// The responses for which `counts` says `true` count.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use http::StatusCode;
-    /// use tollgate::layer::Charge;
+    /// use tollgate::layer::{Charge, Limit};
+    /// use tollgate::{key, Rule};
     ///
-    /// // Only successful uploads count towards the upload quota.
-    /// let successes = Charge::when(|status: StatusCode| status.is_success());
-    /// assert!(successes.counts(StatusCode::CREATED));
-    /// assert!(!successes.counts(StatusCode::BAD_REQUEST));
+    /// // 20 rejected uploads (4xx) per client per hour; accepted ones do not count.
+    /// let rejected = Charge::when(|status: StatusCode| status.is_client_error());
+    /// let uploads = Limit::new(Rule::sliding_log("bad-uploads", 20, Duration::from_secs(3600)), key::peer_ip())
+    ///     .charge(rejected);
+    /// # let _ = uploads;
     /// ```
     pub fn when<F>(counts: F) -> Self
     where
@@ -127,7 +130,7 @@ impl Charge {
     }
 
     /// Whether a response with `status` counts.
-    pub fn counts(&self, status: StatusCode) -> bool {
+    pub(crate) fn counts(&self, status: StatusCode) -> bool {
         match &self.kind {
             Kind::All => true,
             Kind::Failures => status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN,
@@ -137,7 +140,7 @@ impl Charge {
     }
 
     /// Whether every response counts (nothing is ever given back).
-    pub fn counts_all(&self) -> bool {
+    pub(crate) fn counts_all(&self) -> bool {
         matches!(self.kind, Kind::All)
     }
 }

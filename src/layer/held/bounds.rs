@@ -14,7 +14,7 @@ use crate::layer::observe::record;
 
 /// How many requests a layer holds at once unless told otherwise
 /// ([`RateLimitLayerBuilder::max_held`](crate::layer::RateLimitLayerBuilder::max_held)).
-pub const DEFAULT_MAX_HELD: usize = 10_000;
+pub(crate) const DEFAULT_MAX_HELD: usize = 10_000;
 
 /// The bounds on held requests and their count, shared by every service a layer makes.
 #[derive(Clone)]

@@ -110,11 +110,6 @@ impl Plans {
         self.plans.push((name.into().into(), limit));
         self
     }
-
-    /// The plans' names, in order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.plans.iter().map(|(name, _)| &**name)
-    }
 }
 
 impl fmt::Debug for Plans {

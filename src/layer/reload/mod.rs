@@ -133,11 +133,6 @@ impl<St: Store + Clone> ReloadHandle<St> {
         Arc::make_mut(&mut config).held.counts = held;
         self.config.store(config);
     }
-
-    /// The limiter the layer decides with.
-    pub fn limiter(&self) -> &Limiter<St> {
-        &self.limiter
-    }
 }
 
 impl<St> Clone for ReloadHandle<St>

@@ -183,8 +183,8 @@ proptest! {
         let fast = MemoryStore::with_clock(fast_clock.clone());
         let general = MemoryStore::with_clock(general_clock.clone());
         for (advance, second, cost, shadow, max_wait, refund) in steps {
-            fast_clock.advance_micros(advance);
-            general_clock.advance_micros(advance);
+            fast_clock.advance(std::time::Duration::from_micros(advance));
+            general_clock.advance(std::time::Duration::from_micros(advance));
             let mut check = Check::new(&rules[usize::from(second)], b"k").with_cost(cost);
             check.shadow = shadow;
             let batch = [check];
