@@ -48,6 +48,55 @@ impl<'a> Check<'a> {
 ///
 /// Implementations are cheap handles (`Clone` shares the state), so every clone of a service
 /// using one enforces the same limits.
+///
+/// # Implementing a store
+///
+/// `Store` is an extension point: a wrapper that adds behaviour around another store
+/// (injected faults, a metric, a routing rule between two stores), or a store of your own.
+/// A wrapper delegates every method and passes [`refund`](Self::refund)'s `outcome` through
+/// untouched, so units still go back to the store that took them. A store of your own
+/// decides with the semantics documented on [`check`](Self::check) and answers with
+/// [`Outcome::new`](crate::Outcome::new); it records nothing to give back, so the default
+/// `refund` keeps the units a cancelled [`Reservation`](crate::Reservation) took (never more
+/// than the limit, sometimes less). Exact refunds, penalties, shaping and the shared test
+/// vectors come with the stores of this crate.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Check, Limiter, MemoryStore, Outcome, Rule, RuleOutcome, Store, StoreError};
+///
+/// /// Counts the batches its inner store decides.
+/// #[derive(Clone, Default)]
+/// struct Counted {
+///     inner: MemoryStore,
+///     calls: std::sync::Arc<std::sync::atomic::AtomicU64>,
+/// }
+///
+/// impl Store for Counted {
+///     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+///         self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///         self.inner.check(batch, wait).await
+///     }
+///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+///         self.inner.peek(check).await
+///     }
+///     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+///         self.inner.refund(batch, outcome).await
+///     }
+///     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+///         self.inner.reset(rule, key).await
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), StoreError> {
+/// let store = Counted::default();
+/// let limiter = Limiter::new(store.clone());
+/// let rule = Rule::fixed_window("api", 1, Duration::from_secs(60));
+/// assert!(limiter.check_one(&rule, b"alice").await?.is_admitted());
+/// assert_eq!(store.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+/// # Ok(()) }
+/// ```
 pub trait Store: Send + Sync + 'static {
     /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
     /// the penalty bookkeeping of the denied items). Deny beats Delay beats Allow; the

@@ -49,7 +49,8 @@ use crate::Rule;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::store::{Breaker, Fallback, Health, MemoryStore};
+/// use tollgate::store::{Breaker, Fallback};
+/// use tollgate::{Health, MemoryStore};
 /// use tollgate::Limiter;
 ///
 /// # fn primary() -> MemoryStore { MemoryStore::new() }

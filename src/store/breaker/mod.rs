@@ -74,7 +74,8 @@ fn state_of(raw: u8) -> BreakerState {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::store::{Breaker, Health, MemoryStore};
+/// use tollgate::store::Breaker;
+/// use tollgate::{Health, MemoryStore};
 /// use tollgate::Limiter;
 ///
 /// let store = Breaker::new(MemoryStore::new())
