@@ -85,7 +85,7 @@ fn store_rule() -> Rule {
 
 /// The GCRA twin of [`store_rule`] (governor's algorithm), equally roomy.
 fn gcra_rule() -> Rule {
-    Rule::gcra("api", Rate::per_second(1), 1 << 30)
+    Rule::gcra("api", 1 << 30, Rate::per_second(1))
 }
 
 /// Runs `work(thread, iters)` on `THREADS` threads started together; returns the wall time
@@ -133,7 +133,7 @@ fn each_algorithm(c: &mut Criterion) {
         ("sliding_window", Rule::sliding_window("m", 100, second)),
         ("token_bucket", Rule::token_bucket("m", 100, per_second)),
         ("leaky_bucket", Rule::leaky_bucket("m", 100, per_second)),
-        ("gcra", Rule::gcra("m", per_second, 100)),
+        ("gcra", Rule::gcra("m", 100, per_second)),
     ];
     let step = 12_500;
     let mut group = c.benchmark_group("algorithm");

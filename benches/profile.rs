@@ -42,7 +42,7 @@ fn main() {
         return governor(&which, rounds);
     }
     let rule = if args.iter().any(|a| a == "gcra") {
-        Rule::gcra("api", Rate::per_second(1), 1 << 30)
+        Rule::gcra("api", 1 << 30, Rate::per_second(1))
     } else {
         Rule::token_bucket("api", 1 << 30, Rate::per_second(1))
     };

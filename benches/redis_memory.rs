@@ -61,10 +61,10 @@ async fn run(server: &redis_server::RedisServer) {
             Rule::leaky_bucket("r", 1000, Rate::per_hour(1000)),
             1,
         ),
-        ("GCRA", Rule::gcra("r", Rate::per_hour(1000), 1000), 1),
+        ("GCRA", Rule::gcra("r", 1000, Rate::per_hour(1000)), 1),
         (
             "GCRA + penalty",
-            Rule::gcra("r", Rate::per_hour(1000), 1000)
+            Rule::gcra("r", 1000, Rate::per_hour(1000))
                 .with_penalty(Penalty::lock_for(hour).after(5).within(hour)),
             1,
         ),

@@ -166,7 +166,7 @@ async fn run(server: &redis_server::RedisServer, calls: u64) {
     );
     println!("|---:|---|---:|---:|---:|---:|");
     let big = 1 << 30;
-    let floor = Rule::gcra("floor", Rate::per_second(big), big);
+    let floor = Rule::gcra("floor", big, Rate::per_second(big));
     let limiter_ref = &limiter;
 
     for n in [10u64, 1_000, 100_000, 1_000_000] {

@@ -96,7 +96,7 @@ pub fn rules() -> Vec<(Rule, &'static str)> {
             Rule::leaky_bucket("leaky-bucket", 10, rate),
             "leaky bucket: queue of 10, 10/s out",
         ),
-        (Rule::gcra("gcra", rate, 10), "GCRA: 10/s, burst 10"),
+        (Rule::gcra("gcra", 10, rate), "GCRA: 10/s, burst 10"),
     ]
 }
 

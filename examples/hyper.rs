@@ -23,7 +23,7 @@ use tower::ServiceBuilder;
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
     RateLimitLayer::builder(limiter)
         .limit(Limit::new(
-            Rule::gcra("per-ip", Rate::per_second(100), 100),
+            Rule::gcra("per-ip", 100, Rate::per_second(100)),
             key::peer_ip(),
         ))
         .route(

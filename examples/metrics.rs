@@ -22,7 +22,7 @@ use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
 fn app(handle: PrometheusHandle) -> Result<Router, tollgate::ConfigError> {
     let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .limit(Limit::new(
-            Rule::gcra("per-key", Rate::per_second(1), 10),
+            Rule::gcra("per-key", 10, Rate::per_second(1)),
             key::header("api-key"),
         ))
         .build()?;

@@ -28,7 +28,7 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
     let limits = RateLimitLayer::builder(limiter)
         // Everything: 20 requests per client, refilled at 10 per second.
         .limit(Limit::new(
-            Rule::gcra("per-ip", Rate::per_second(10), 20),
+            Rule::gcra("per-ip", 20, Rate::per_second(10)),
             key::peer_ip(),
         ))
         // POST /report is expensive: bursts of 3 per client, then 1 per second.

@@ -27,7 +27,7 @@ use tollgate::{Health, Limiter, MemoryStore, Rate, Rule, Store};
 
 /// `/ready` and a limited `/`, on any store.
 fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, tollgate::ConfigError> {
-    let rule = Rule::gcra("per-ip", Rate::per_second(10), 20).checked()?;
+    let rule = Rule::gcra("per-ip", 20, Rate::per_second(10)).checked()?;
     Ok(Router::new()
         .route("/ready", get(ready::<St>))
         .route(

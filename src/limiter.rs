@@ -97,7 +97,7 @@ impl<S: Store> Limiter<S> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-    /// let rule = Rule::gcra("api", Rate::per_second(10), 1);
+    /// let rule = Rule::gcra("api", 1, Rate::per_second(10));
     /// let batch = [Check::new(&rule, b"k")];
     /// let wait = Duration::from_millis(250);
     /// let first = limiter.reserve(&batch, wait).await?;
@@ -223,7 +223,7 @@ pub(crate) const MAX_KEY_LEN: usize = 128;
 ///
 /// # fn main() -> Result<(), tollgate::StoreError> {
 /// let limiter = Limiter::new(MemoryStore::new());
-/// let rule = Rule::gcra("api", Rate::per_second(10), 2);
+/// let rule = Rule::gcra("api", 2, Rate::per_second(10));
 /// let alice = [Check::new(&rule, b"alice")];
 /// assert!(limiter.check_now(&alice)?.is_admitted());
 /// assert!(limiter.check_now(&alice)?.is_admitted());
@@ -345,7 +345,7 @@ mod tests {
         let sync = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
         let futures = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
         let minute = Rule::fixed_window("minute", 3, Duration::from_secs(60));
-        let bucket = Rule::gcra("bucket", crate::Rate::per_second(1), 4);
+        let bucket = Rule::gcra("bucket", 4, crate::Rate::per_second(1));
         let long = vec![b'x'; MAX_KEY_LEN + 1];
         for step in 0..12 {
             clock.advance(Duration::from_millis(300));

@@ -37,7 +37,7 @@ use crate::Rule;
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-/// let rule = Rule::gcra("api", Rate::per_second(10), 1);
+/// let rule = Rule::gcra("api", 1, Rate::per_second(10));
 /// let batch = [Check::new(&rule, b"k")];
 /// let wait = Duration::from_secs(1);
 /// let mut first = limiter.reserve(&batch, wait).await?;
@@ -464,7 +464,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_denied_reservation_answers_its_denial() {
         let limiter = limiter();
-        let rule = Rule::gcra("g", Rate::per_second(1), 1);
+        let rule = Rule::gcra("g", 1, Rate::per_second(1));
         let batch = [Check::new(&rule, b"k")];
         let mut first = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
         assert!(first.confirm().await.unwrap().is_admitted());
@@ -478,7 +478,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn confirm_waits_until_due() {
         let limiter = limiter();
-        let rule = Rule::gcra("g", Rate::per_second(10), 1);
+        let rule = Rule::gcra("g", 1, Rate::per_second(10));
         let batch = [Check::new(&rule, b"k")];
         let wait = Duration::from_secs(1);
         drop(limiter.reserve(&batch, wait).await.unwrap().confirm().await);

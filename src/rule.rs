@@ -309,14 +309,14 @@ impl Rule {
         )
     }
 
-    /// GCRA: `rate` sustained with bursts of up to `burst` units
-    /// (`gcra("x", Rate::per_second(5), 5)` admits 5 at once, then one every 200 ms). The
+    /// GCRA: bursts of up to `burst` units, `rate` sustained
+    /// (`gcra("x", 5, Rate::per_second(5))` admits 5 at once, then one every 200 ms). The
     /// emission interval keeps its fraction of a µs (600,000 per second is 3 units every
     /// 5 µs, not one every 2 µs); one instant per key is stored, the theoretical arrival
     /// time of the next unit. The rate is exact or rounded like a token bucket's refill (see
     /// [`token_bucket`](Self::token_bucket) and [`Rate`]).
-    pub fn gcra(name: impl AsRef<str>, rate: Rate, burst: u64) -> Self {
-        Self::with(name, Gcra::new(rate, burst).map(Algorithm::Gcra))
+    pub fn gcra(name: impl AsRef<str>, burst: u64, rate: Rate) -> Self {
+        Self::with(name, Gcra::new(burst, rate).map(Algorithm::Gcra))
     }
 
     /// Adds a penalty lockout.
@@ -412,7 +412,7 @@ pub(crate) fn sample(kind: u8, quota: u64, period: u64) -> Rule {
         3 => Rule::token_bucket("r", quota, rate),
         4 => Rule::token_bucket_stepped("r", quota, rate),
         5 => Rule::leaky_bucket("r", quota, rate),
-        _ => Rule::gcra("r", rate, quota),
+        _ => Rule::gcra("r", quota, rate),
     }
 }
 
@@ -439,7 +439,7 @@ mod tests {
         assert!(Rule::token_bucket("t", 1 << 40, Rate::per_day(1))
             .validate()
             .is_err());
-        assert!(Rule::gcra("g", Rate::new(1, Duration::ZERO), 1)
+        assert!(Rule::gcra("g", 1, Rate::new(1, Duration::ZERO))
             .validate()
             .is_err());
     }

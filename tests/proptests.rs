@@ -324,7 +324,7 @@ fn memory_store_admits_exactly_the_sequential_total_under_8_threads() {
         Rule::fixed_window("fixed", 1000, window),
         Rule::sliding_log("log", 1000, window),
         Rule::token_bucket("bucket", 1000, Rate::per_second(10)),
-        Rule::gcra("gcra", Rate::per_second(10), 1000),
+        Rule::gcra("gcra", 1000, Rate::per_second(10)),
     ];
     for rule in &rules {
         let (_clock, limiter) = store_at(BASE);

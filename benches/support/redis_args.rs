@@ -10,7 +10,7 @@ use tollgate::{Rate, Rule};
 pub fn rules(n: usize) -> Vec<Rule> {
     let big = 1 << 30;
     let all = vec![
-        Rule::gcra("api", Rate::per_second(big), big),
+        Rule::gcra("api", big, Rate::per_second(big)),
         Rule::fixed_window("minute", big, Duration::from_secs(60)),
         Rule::token_bucket("burst", big, Rate::per_second(big)),
     ];

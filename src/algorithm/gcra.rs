@@ -33,7 +33,7 @@ pub(crate) struct TatState {
 
 impl Gcra {
     /// `rate` sustained, with up to `burst` units at once.
-    pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, ConfigError> {
+    pub(crate) fn new(burst: u64, rate: Rate) -> Result<Self, ConfigError> {
         check_range("GCRA rate amount", rate.amount(), MAX_SCALED)?;
         check_range("GCRA rate period (µs)", rate.period_micros(), MAX_SCALED)?;
         check_range("GCRA burst", burst, MAX_SCALED)?;

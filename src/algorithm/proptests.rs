@@ -329,7 +329,7 @@ proptest! {
         let built = match kind {
             Kind::TokenBucket => Rule::token_bucket("r", quota, rate),
             Kind::LeakyBucket => Rule::leaky_bucket("r", quota, rate),
-            _ => Rule::gcra("r", rate, quota),
+            _ => Rule::gcra("r", quota, rate),
         }
         .checked();
         // Only buckets that take about 2^52 µs or more to fill are refused.

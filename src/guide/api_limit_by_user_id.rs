@@ -15,7 +15,7 @@
 //! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
 //!     // GCRA: 100 a minute, evenly, after a burst of up to 20.
 //!     .limit(Limit::new(
-//!         Rule::gcra("api-user", Rate::per_minute(100), 20),
+//!         Rule::gcra("api-user", 20, Rate::per_minute(100)),
 //!         key::header("user-id"),
 //!     ))
 //!     .build()?;
@@ -64,11 +64,11 @@
 //! use tollgate::{Rate, Rule};
 //!
 //! let per_user_or_address = Limit::new(
-//!     Rule::gcra("api", Rate::per_minute(100), 20),
+//!     Rule::gcra("api", 20, Rate::per_minute(100)),
 //!     key::header("user-id").or(key::peer_ip()),
 //! );
 //! let only_known_users = Limit::new(
-//!     Rule::gcra("api-user", Rate::per_minute(100), 20),
+//!     Rule::gcra("api-user", 20, Rate::per_minute(100)),
 //!     key::header("user-id"),
 //! )
 //! .on_missing_key(MissingKey::Skip);

@@ -77,7 +77,7 @@
 //! // One token every 864 ms, exactly.
 //! assert!(Rule::token_bucket("daily", 100_000, Rate::per_day(100_000)).validate().is_ok());
 //! assert!(Rule::sliding_window("daily", 50_000, day).validate().is_ok());
-//! assert!(Rule::gcra("fast", Rate::per_second(600_000), 600_000).validate().is_ok());
+//! assert!(Rule::gcra("fast", 600_000, Rate::per_second(600_000)).validate().is_ok());
 //! // 10^9 tokens at one a day would take millions of years to fill.
 //! assert!(Rule::token_bucket("slow", 1_000_000_000, Rate::per_day(1)).validate().is_err());
 //! ```

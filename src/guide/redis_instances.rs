@@ -27,7 +27,7 @@
 //! // quota (three instances); the breaker stops waiting on Redis after 3 failures.
 //! let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
 //! let limits = RateLimitLayer::builder(limiter)
-//!     .limit(Limit::new(Rule::gcra("api", Rate::per_second(100), 200), key::header("user-id")))
+//!     .limit(Limit::new(Rule::gcra("api", 200, Rate::per_second(100)), key::header("user-id")))
 //!     .on_failure(FailurePolicy::Fallback)
 //!     .build()?;
 //! # let _ = limits;

@@ -31,7 +31,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
 //! // The partner allows 50 calls a second, and no bursts.
-//! let partner = Rule::gcra("partner-api", Rate::per_second(50), 1);
+//! let partner = Rule::gcra("partner-api", 1, Rate::per_second(50));
 //! let started = std::time::Instant::now();
 //! for _ in 0..5 {
 //!     acquire(&limiter, &partner, b"partner", Duration::from_secs(1)).await?;
@@ -64,7 +64,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-//!     .limit(Limit::new(Rule::gcra("smooth", Rate::per_second(20), 1), key::global()))
+//!     .limit(Limit::new(Rule::gcra("smooth", 1, Rate::per_second(20)), key::global()))
 //!     .mode(Mode::Wait { max_wait: Duration::from_millis(200) })
 //!     .build()?;
 //! let app = ServiceBuilder::new()

@@ -58,7 +58,7 @@ impl<St: Store> RateLimitLayer<St> {
 ///
 /// # fn main() -> Result<(), tollgate::ConfigError> {
 /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-///     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000), key::global()))
+///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(1000)), key::global()))
 ///     .route("POST /sms/send", [Limit::new(
 ///         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
 ///         key::header("user-id"),
@@ -67,7 +67,7 @@ impl<St: Store> RateLimitLayer<St> {
 ///
 /// // Every mistake at once, each naming its rule or route.
 /// let err = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-///     .limit(Limit::new(Rule::gcra("global", Rate::per_second(0), 1000), key::global()))
+///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(0)), key::global()))
 ///     .route("post /sms/send", [])
 ///     .build()
 ///     .unwrap_err();

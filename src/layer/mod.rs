@@ -137,7 +137,7 @@
 //! let limiter = Limiter::new(MemoryStore::new());
 //! let layer = RateLimitLayer::builder(limiter)
 //!     // Everything: 1000 per second in all.
-//!     .limit(Limit::new(Rule::gcra("global", Rate::per_second(1000), 1000), key::global()))
+//!     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(1000)), key::global()))
 //!     // SMS: one per minute and five per hour per user, decided together.
 //!     .route("POST /sms/send", [
 //!         Limit::new(Rule::fixed_window("sms-min", 1, Duration::from_secs(60)), key::header("user-id")),

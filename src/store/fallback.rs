@@ -220,7 +220,7 @@ fn divide(rule: &Rule, n: u64) -> Rule {
         Algorithm::LeakyBucket(a) => {
             LeakyBucket::new(count(a.capacity()), rate(a.drain())).map(Algorithm::LeakyBucket)
         }
-        Algorithm::Gcra(a) => Gcra::new(rate(a.rate()), count(a.burst())).map(Algorithm::Gcra),
+        Algorithm::Gcra(a) => Gcra::new(count(a.burst()), rate(a.rate())).map(Algorithm::Gcra),
     };
     let Ok(divided) = algorithm.and_then(|a| Rule::new(rule.name(), a).checked()) else {
         return rule.clone();
@@ -470,7 +470,7 @@ mod tests {
         )
         .instances(4);
         let window = Rule::fixed_window("w", 10, Duration::from_secs(60));
-        let gcra = Rule::gcra("g", Rate::per_second(40), 8);
+        let gcra = Rule::gcra("g", 8, Rate::per_second(40));
         let mut admitted = [0, 0];
         for _ in 0..20 {
             for (n, rule) in admitted.iter_mut().zip([&window, &gcra]) {
@@ -504,7 +504,7 @@ mod tests {
             Breaker::new(flaky.clone()).failures(1),
             MemoryStore::with_clock(ManualClock::new(0)),
         );
-        let rule = Rule::gcra("g", Rate::per_second(10), 1);
+        let rule = Rule::gcra("g", 1, Rate::per_second(10));
         let batch = [Check::new(&rule, b"k")];
         let wait = Duration::from_secs(1);
         assert_eq!(

@@ -59,7 +59,7 @@ impl Spec {
             Kind::TokenBucket => Rule::token_bucket(name, self.quota, rate),
             Kind::TokenBucketStepped => Rule::token_bucket_stepped(name, self.quota, rate),
             Kind::LeakyBucket => Rule::leaky_bucket(name, self.quota, rate),
-            Kind::Gcra => Rule::gcra(name, rate, self.quota),
+            Kind::Gcra => Rule::gcra(name, self.quota, rate),
         }
         .checked()
         .expect("generated configurations are valid")

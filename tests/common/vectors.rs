@@ -210,7 +210,7 @@ impl RuleSpec {
                 amount,
                 period_us,
                 burst,
-            } => Rule::gcra(name, Rate::new(amount, us(period_us)), burst),
+            } => Rule::gcra(name, burst, Rate::new(amount, us(period_us))),
         };
         let rule = rule
             .checked()

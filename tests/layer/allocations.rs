@@ -167,8 +167,8 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
         Rule::sliding_window("sw", 2, second),
         Rule::token_bucket("tb", 2, Rate::per_second(2)),
         Rule::leaky_bucket("lb", 2, Rate::per_second(2)),
-        Rule::gcra("gcra", Rate::per_second(2), 2),
-        Rule::gcra("locks", Rate::per_second(2), 2).with_penalty(Penalty::lock_for(second)),
+        Rule::gcra("gcra", 2, Rate::per_second(2)),
+        Rule::gcra("locks", 2, Rate::per_second(2)).with_penalty(Penalty::lock_for(second)),
     ];
     let clock = ManualClock::new(1_700_000_000_000_000);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));

@@ -25,7 +25,7 @@ const S: Duration = Duration::from_secs(1);
 
 /// One request per user per 10 s, no burst.
 fn per_user() -> Rule {
-    Rule::gcra("per-user", Rate::new(1, 10 * S), 1)
+    Rule::gcra("per-user", 1, Rate::new(1, 10 * S))
 }
 
 fn wait_layer<St: Store>(limiter: Limiter<St>) -> RateLimitLayerBuilder<St> {

@@ -176,7 +176,7 @@ async fn burst(svc: &Svc, n: usize) -> Vec<(StatusCode, Duration)> {
 async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Result<(), BoxError> {
     let layer = RateLimitLayer::builder(limiter())
         .limit(Limit::new(
-            Rule::gcra("api", Rate::per_second(10), 1),
+            Rule::gcra("api", 1, Rate::per_second(10)),
             key::global(),
         ))
         .mode(Mode::Wait {
@@ -431,7 +431,7 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
     )));
     let layer = RateLimitLayer::builder(Limiter::new(store))
         .limit(Limit::new(
-            Rule::gcra("api", Rate::per_second(10), 1),
+            Rule::gcra("api", 1, Rate::per_second(10)),
             key::global(),
         ))
         .mode(Mode::Wait {

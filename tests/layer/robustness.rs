@@ -243,7 +243,7 @@ fn rule(spec: &RuleSpec) -> Option<Rule> {
         3 => Rule::sliding_window(name, q, period),
         4 => Rule::token_bucket(name, q, Rate::new(q.max(1), period)),
         5 => Rule::leaky_bucket(name, q, Rate::new(q.max(1), period)),
-        _ => Rule::gcra(name, Rate::new(q.max(1), period), q),
+        _ => Rule::gcra(name, q, Rate::new(q.max(1), period)),
     }
     .checked()
     .ok()?;

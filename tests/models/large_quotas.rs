@@ -84,11 +84,11 @@ fn every_rule(amount: u64, period: Duration) -> Vec<(&'static str, Result<Rule, 
             e(Rule::token_bucket_stepped("q", amount, rate)),
         ),
         ("leaky_bucket", e(Rule::leaky_bucket("q", amount, rate))),
-        ("gcra", e(Rule::gcra("q", rate, amount))),
+        ("gcra", e(Rule::gcra("q", amount, rate))),
         // The smallest quota at the same rate: one unit at a time.
         ("token_bucket of 1", e(Rule::token_bucket("q", 1, rate))),
         ("leaky_bucket of 1", e(Rule::leaky_bucket("q", 1, rate))),
-        ("gcra of 1", e(Rule::gcra("q", rate, 1))),
+        ("gcra of 1", e(Rule::gcra("q", 1, rate))),
     ]
 }
 
@@ -246,7 +246,7 @@ fn sliding_window_of_50_000_per_day_is_exact() {
 /// emission interval up to 2 µs (500,000 per second).
 #[test]
 fn gcra_of_600_000_per_second_admits_600_000_per_second() {
-    let rule = Rule::gcra("g", Rate::per_second(600_000), 3);
+    let rule = Rule::gcra("g", 3, Rate::per_second(600_000));
     let key = Key::new(rule);
     assert!(key.check(BASE, 3));
     assert_eq!(key.retry(BASE, 3), Some(5));
@@ -269,7 +269,7 @@ fn gcra_of_600_000_per_second_admits_600_000_per_second() {
 /// The largest GCRA rates are exact too: 10^9 per second is 1,000 per µs.
 #[test]
 fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
-    let rule = Rule::gcra("g", Rate::per_second(1_000_000_000), 1_000);
+    let rule = Rule::gcra("g", 1_000, Rate::per_second(1_000_000_000));
     let key = Key::new(rule);
     for t in 0..10_000 {
         assert!(key.check(BASE + t, 1_000), "at {t} µs");
@@ -293,8 +293,8 @@ async fn cluster_refunds_restore_fractional_state_exactly() {
     let prime = 999_999_937;
     let year = Duration::from_micros(366 * DAY_US);
     let rules = [
-        Rule::gcra("g-fraction", Rate::per_second(600_000), 4),
-        Rule::gcra("g-rounded", Rate::new(prime, year), prime),
+        Rule::gcra("g-fraction", 4, Rate::per_second(600_000)),
+        Rule::gcra("g-rounded", prime, Rate::new(prime, year)),
         Rule::token_bucket("t-rounded", prime, Rate::per_day(prime)),
         Rule::leaky_bucket("l-fraction", 4, Rate::per_second(600_000)),
         Rule::sliding_window("s-stepped", 1_000_000_000, Duration::from_secs(86_400)),

@@ -144,7 +144,7 @@ async fn foreign_state_counts_until_it_expires<S: Store>(limiter: Limiter<S>, cl
 /// deploy goes both ways).
 async fn both_directions_count<S: Store>(limiter: Limiter<S>) {
     let old = Rule::sliding_log("r", 4, MINUTE);
-    let new = Rule::gcra("r", Rate::per_minute(6), 6);
+    let new = Rule::gcra("r", 6, Rate::per_minute(6));
     assert_eq!(
         admitted_alternating(&limiter, std::slice::from_ref(&old), 3).await,
         3
@@ -315,8 +315,8 @@ fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
     assert_ne!(a.fingerprint(), e.fingerprint());
     // Two GCRA rates whose emission intervals round to the same whole microsecond keep
     // their states at different scales (a fraction in 1/amount µs): different configurations.
-    let fast = Rule::gcra("g", Rate::per_second(600_000), 10);
-    let slow = Rule::gcra("g", Rate::per_second(500_000), 10);
+    let fast = Rule::gcra("g", 10, Rate::per_second(600_000));
+    let slow = Rule::gcra("g", 10, Rate::per_second(500_000));
     assert_ne!(fast.fingerprint(), slow.fingerprint());
     // The same rate written two ways is one configuration: 3 per second is 6 per 2 seconds.
     let three = Rule::token_bucket("t", 3, Rate::per_second(3));

@@ -40,7 +40,7 @@ async fn same_slot_batches_are_one_call(cluster: &RedisCluster) {
     let limiter = limiter(cluster, &clock).await;
     let m = Rule::fixed_window("m", 100, Duration::from_secs(60));
     let l = Rule::sliding_log("l", 100, Duration::from_secs(60));
-    let g = Rule::gcra("g", tollgate::Rate::per_second(100), 100);
+    let g = Rule::gcra("g", 100, tollgate::Rate::per_second(100));
     reset_stats(cluster);
     const N: u64 = 30;
     for i in 0..N {
@@ -73,7 +73,7 @@ async fn a_later_slot_that_denies_refunds_the_earlier_ones(cluster: &RedisCluste
         Rule::token_bucket("tb", 2, tollgate::Rate::per_minute(1)),
         Rule::token_bucket_stepped("ts", 2, tollgate::Rate::per_minute(1)),
         Rule::leaky_bucket("lb", 2, tollgate::Rate::per_minute(1)),
-        Rule::gcra("gc", tollgate::Rate::per_minute(1), 2),
+        Rule::gcra("gc", 2, tollgate::Rate::per_minute(1)),
     ];
     for rule in &rules {
         // Use up b.
@@ -195,7 +195,7 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
     let limiter = limiter(cluster, &clock).await;
     let (a, b) = keys_in_two_slots();
     let window = Rule::fixed_window("wait-fw", 1, Duration::from_secs(60));
-    let paced = Rule::gcra("wait-gcra", tollgate::Rate::per_minute(2), 1);
+    let paced = Rule::gcra("wait-gcra", 1, tollgate::Rate::per_minute(2));
     assert!(limiter.check_one(&paced, b).await.unwrap().is_admitted());
     reset_stats(cluster);
     // a's slot admits at once, b's reserves 30 s ahead: the request passes at t=80 s.

@@ -24,7 +24,7 @@ fn rules() -> Vec<Rule> {
         Rule::token_bucket_stepped("ts", 4, Rate::new(2, ms(90)))
             .with_penalty(Penalty::lock_for(ms(300))),
         Rule::leaky_bucket("lb", 4, Rate::new(3, ms(100))),
-        Rule::gcra("gc", Rate::new(3, ms(100)), 3),
+        Rule::gcra("gc", 3, Rate::new(3, ms(100))),
         // A lock shorter than the algorithm's own retry: not cacheable as a lock.
         Rule::fixed_window("fl", 2, ms(400)).with_penalty(Penalty::lock_for(ms(50))),
     ]
@@ -207,7 +207,7 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
             Rule::fixed_window("fixed", 5, s(1)),
             Rule::sliding_log("log", 5, s(1)),
             Rule::token_bucket("bucket", 5, Rate::per_second(5)),
-            Rule::gcra("gcra", Rate::per_second(5), 5),
+            Rule::gcra("gcra", 5, Rate::per_second(5)),
             Rule::sliding_window("window", 5, s(1))
                 .with_penalty(Penalty::lock_for(s(30)).after(3).within(s(1))),
         ];

@@ -23,7 +23,7 @@ fn rules() -> Vec<Rule> {
         Rule::token_bucket_stepped("ts", 4, Rate::new(2, ms(90)))
             .with_penalty(Penalty::lock_for(ms(300))),
         Rule::leaky_bucket("lb", 4, Rate::new(3, ms(100))),
-        Rule::gcra("gc", Rate::new(3, ms(100)), 3),
+        Rule::gcra("gc", 3, Rate::new(3, ms(100))),
     ]
 }
 

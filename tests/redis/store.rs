@@ -270,7 +270,7 @@ async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
 async fn server_time_is_used_without_a_clock() {
     let server = RedisServer::start();
     let limiter = Limiter::new(store(&server).await);
-    let rule = Rule::gcra("g", Rate::per_second(1), 1);
+    let rule = Rule::gcra("g", 1, Rate::per_second(1));
     let first = std::time::Instant::now();
     assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
     let denied = limiter.check_one(&rule, b"k").await.unwrap();

@@ -74,8 +74,8 @@ fn memory() -> (Limiter<MemoryStore>, ManualClock) {
 /// whose intervals round alike, have fingerprints of their own.
 #[tokio::test]
 async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() {
-    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10);
-    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10);
+    let a = Rule::gcra("g", 10, Rate::new(3, 5 * US));
+    let b = Rule::gcra("g", 10, Rate::new(1, 2 * US));
     assert_ne!(
         a.fingerprint(),
         b.fingerprint(),
@@ -89,8 +89,8 @@ async fn gcra_rates_with_the_same_rounded_interval_do_not_share_a_fingerprint() 
 #[tokio::test]
 async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond() {
     let (limiter, _clock) = memory();
-    let a = Rule::gcra("g", Rate::new(3, 5 * US), 10);
-    let b = Rule::gcra("g", Rate::new(1, 2 * US), 10);
+    let a = Rule::gcra("g", 10, Rate::new(3, 5 * US));
+    let b = Rule::gcra("g", 10, Rate::new(1, 2 * US));
     let mut admitted = 0;
     // The old configuration takes its whole burst, then the new one finds the key.
     for rule in std::iter::repeat_n(&a, 20).chain(std::iter::repeat_n(&b, 20)) {
@@ -278,7 +278,7 @@ mod held {
     /// to spare, which never delays anything on its own.
     async fn two_users_of_one_tenant_are_held_each(tenant_limit: Limit) {
         let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-        let per_user = Rule::gcra("per-user", Rate::new(1, 10 * S), 1);
+        let per_user = Rule::gcra("per-user", 1, Rate::new(1, 10 * S));
         let layer = RateLimitLayer::builder(limiter)
             .limit(Limit::new(per_user, key::header("user-id")))
             .limit(tenant_limit)
@@ -505,7 +505,7 @@ mod twins {
             Rule::leaky_bucket("lb", 5, rate(1, 100)),
             Rule::fixed_window("fw", 3, US * 1000),
             Rule::sliding_log("sl", 3, US * 1000),
-            Rule::gcra("g", rate(3, 5), 2),
+            Rule::gcra("g", 2, rate(3, 5)),
             Rule::token_bucket("tb", 3, rate(1, 100)),
         ];
         use Op::*;
@@ -554,7 +554,7 @@ mod twins {
             Rule::fixed_window("window", 2, MS * 1000),
             Rule::token_bucket("bucket", 3, rate_ms(1, 300)),
             Rule::sliding_log("log", 2, MS * 600),
-            Rule::gcra("g", rate_ms(1, 200), 2),
+            Rule::gcra("g", 2, rate_ms(1, 200)),
         ];
         use Op::*;
         let ops = vec![
@@ -680,7 +680,7 @@ mod twins {
     /// (or keep, behind a later one) the same units on both stores.
     #[tokio::test(start_paused = true)]
     async fn gcra_refunds_with_fractions() {
-        let rules = [Rule::gcra("g", rate(3, 5), 2)];
+        let rules = [Rule::gcra("g", 2, rate(3, 5))];
         use Op::*;
         let ops = [
             Check(0, vec![(0, "k", 1, false)], 0),
@@ -752,7 +752,7 @@ mod twins {
     #[tokio::test(start_paused = true)]
     async fn shadow_leaky_bucket_behind_a_reservation() {
         let rules = [
-            Rule::gcra("g", rate(1, 100), 1),
+            Rule::gcra("g", 1, rate(1, 100)),
             Rule::leaky_bucket("lb", 3, rate(1, 50)),
         ];
         use Op::*;

@@ -353,8 +353,8 @@ fn reservations_waiting_forever_do_not_overflow_the_clock() {
     let limiter = Limiter::new(store);
     let rule = Rule::gcra(
         "slow",
-        tollgate::Rate::new(1, Duration::from_micros(1 << 50)),
         1,
+        tollgate::Rate::new(1, Duration::from_micros(1 << 50)),
     );
     let batch = [Check::new(&rule, b"k")];
     let mut admitted = 0;

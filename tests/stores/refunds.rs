@@ -42,7 +42,7 @@ async fn a_cancelled_reservation_goes_to_the_next_request<S: Store + Clone>(
         Rule::sliding_log("sl", 1, 10 * S),
         Rule::token_bucket("tb", 1, per_10s()),
         Rule::leaky_bucket("lb", 1, per_10s()),
-        Rule::gcra("gc", per_10s(), 1),
+        Rule::gcra("gc", 1, per_10s()),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -74,7 +74,7 @@ async fn a_refund_behind_a_later_admission_gives_nothing_back<S: Store>(
 ) {
     let rules = [
         Rule::token_bucket("tb2", 1, per_10s()),
-        Rule::gcra("gc2", per_10s(), 1),
+        Rule::gcra("gc2", 1, per_10s()),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -200,7 +200,7 @@ async fn a_bucket_refund_gives_back_its_own_units_at_any_rate<S: Store>(
     let rules = [
         Rule::token_bucket("tb4", 10, Rate::per_second(10)),
         Rule::leaky_bucket("lb4", 10, Rate::per_second(10)),
-        Rule::gcra("gc4", Rate::per_second(10), 10),
+        Rule::gcra("gc4", 10, Rate::per_second(10)),
     ];
     for rule in &rules {
         clock.set_micros(T0 + 1_000_000);
@@ -337,7 +337,7 @@ async fn refunds_on_redis_cluster() {
         .expect("connect")
         .with_clock(clock.clone());
     let limiter = Limiter::new(store);
-    let rule = Rule::gcra("gc-x", per_10s(), 1);
+    let rule = Rule::gcra("gc-x", 1, per_10s());
     clock.set_micros(T0 + 1_000_000);
     let batch = [Check::new(&rule, b"left"), Check::new(&rule, b"right")];
     let first = limiter.reserve(&batch, 60 * S).await.unwrap();

@@ -401,7 +401,7 @@ fn rule(spec: &LimitSpec, name: &str, path: &str, problems: &mut Problems<'_>) -
         spec.leaky_bucket
             .map(|b| Rule::leaky_bucket(name, b.capacity, b.drain.0)),
     );
-    algorithms.extend(spec.gcra.map(|g| Rule::gcra(name, g.rate.0, g.burst)));
+    algorithms.extend(spec.gcra.map(|g| Rule::gcra(name, g.burst, g.rate.0)));
     match algorithms.len() {
         1 => Some(algorithms.remove(0)),
         n => {

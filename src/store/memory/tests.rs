@@ -137,7 +137,7 @@ fn a_clock_out_of_order_across_threads_never_moves_a_shard_back() {
     let clock = ManualClock::new(1_000_000);
     let store = MemoryStore::with_clock(Skewed(clock.clone()));
     let rule = Rule::token_bucket("r", 1 << 20, Rate::per_second(1));
-    let other = Rule::gcra("g", Rate::per_second(1), 1 << 20);
+    let other = Rule::gcra("g", 1 << 20, Rate::per_second(1));
     let one = [Check::new(&rule, b"k")];
     let two = [Check::new(&rule, b"k"), Check::new(&other, b"k")];
     for i in 0..10 {

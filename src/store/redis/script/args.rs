@@ -143,7 +143,7 @@ mod tests {
             (Rule::sliding_window("a", 10, window), "SLIDING_WINDOW"),
             (Rule::token_bucket("a", 10, rate), "TOKEN_BUCKET"),
             (Rule::leaky_bucket("a", 10, rate), "LEAKY_BUCKET"),
-            (Rule::gcra("a", rate, 10), "GCRA"),
+            (Rule::gcra("a", 10, rate), "GCRA"),
         ] {
             let code = Code::of(rule.algorithm()) as u64;
             assert_eq!(code, rule.algorithm().code_and_params()[0], "{name}");
