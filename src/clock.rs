@@ -147,3 +147,9 @@ impl Clock for ManualClock {
 pub(crate) fn duration_to_micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
+
+/// `d` in whole microseconds, a fraction rounded up: for the durations that set a quota (a
+/// rate's period, a window, a lock), so that rounding never admits more than configured.
+pub(crate) fn duration_to_micros_ceil(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::duration_to_micros;
+use crate::clock::duration_to_micros_ceil;
 
 /// Locks a key out for `lock_for` after `after` denials of the same rule within `within`.
 ///
@@ -32,7 +32,7 @@ pub struct Penalty {
 impl Penalty {
     /// Lock for `duration` after the first denial (change with [`after`](Self::after)).
     pub fn lock_for(duration: Duration) -> Self {
-        let lock_for = duration_to_micros(duration);
+        let lock_for = duration_to_micros_ceil(duration);
         Self {
             lock_for,
             after: 1,
@@ -48,7 +48,7 @@ impl Penalty {
 
     /// Count denials within windows of `window` (default: the lock duration).
     pub fn within(mut self, window: Duration) -> Self {
-        self.within = duration_to_micros(window);
+        self.within = duration_to_micros_ceil(window);
         self
     }
 

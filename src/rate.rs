@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::duration_to_micros;
+use crate::clock::duration_to_micros_ceil;
 
 /// An amount of units per period of time: `Rate::per_second(100)` admits 100 units each
 /// second, not one unit every 100 seconds.
@@ -38,12 +38,13 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// `amount` units every `period`. A zero amount or a period under one microsecond is
-    /// rejected when the rule using it is built.
+    /// `amount` units every `period`. A period with a fraction of a microsecond is rounded
+    /// up to the next whole microsecond (a slower rate, never a faster one); a zero amount
+    /// or a zero period is rejected when the rule using it is built.
     pub fn new(amount: u64, period: Duration) -> Self {
         Self {
             amount,
-            period_micros: duration_to_micros(period),
+            period_micros: duration_to_micros_ceil(period),
         }
     }
 

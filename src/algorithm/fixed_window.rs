@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{check_range, Eval, Model, MAX_SCALED};
-use crate::clock::duration_to_micros;
+use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
 /// Where a fixed window starts.
@@ -55,7 +55,7 @@ impl FixedWindow {
         let limit = check_range("fixed window limit", limit, MAX_SCALED)?;
         let window = check_range(
             "fixed window length (µs)",
-            duration_to_micros(window),
+            duration_to_micros_ceil(window),
             MAX_SCALED,
         )?;
         Ok(Self {

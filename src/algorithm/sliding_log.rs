@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{check_range, Eval, Model, MAX_SCALED};
-use crate::clock::duration_to_micros;
+use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
 /// Never more than `limit` units in any window-long interval: every admission is logged
@@ -49,7 +49,7 @@ impl SlidingLog {
         let limit = check_range("sliding log limit", limit, MAX_SCALED)?;
         let window = check_range(
             "sliding log window (µs)",
-            duration_to_micros(window),
+            duration_to_micros_ceil(window),
             MAX_SCALED,
         )?;
         Ok(Self { limit, window })

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
-use crate::clock::duration_to_micros;
+use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
 /// Admits while `previous × (window − elapsed) / window + current ≤ limit`, with windows
@@ -52,7 +52,7 @@ impl SlidingWindow {
         let limit = check_range("sliding window limit", limit, MAX_SCALED)?;
         let window = check_range(
             "sliding window length (µs)",
-            duration_to_micros(window),
+            duration_to_micros_ceil(window),
             MAX_SCALED,
         )?;
         // The fewest µs per step that keep limit × steps within the exact range.

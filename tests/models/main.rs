@@ -6,4 +6,5 @@ mod support;
 
 mod large_quotas;
 mod reconfiguration;
+mod rounding;
 mod sliding_log;
