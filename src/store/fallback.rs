@@ -77,8 +77,17 @@ struct Shared {
     hasher: DefaultHashBuilder,
 }
 
-/// The divided rules of one hash slot, with the fingerprint of the rule each came from.
-type DividedRules = SmallVec<[(u64, Rule); 1]>;
+/// The shares of one hash slot, with the fingerprint of the rule each came from.
+type DividedRules = SmallVec<[(u64, Share); 1]>;
+
+/// A rule's share on this instance: the rule with its quotas divided, or, where the share
+/// rounds down to nothing, the rule itself with every request asked more than it can ever
+/// admit, so that it denies.
+#[derive(Clone)]
+struct Share {
+    rule: Rule,
+    none: bool,
+}
 
 impl<P> Fallback<P, MemoryStore> {
     /// `primary`, with a fresh [`MemoryStore`] deciding while it fails.
@@ -105,7 +114,11 @@ impl<P, L> Fallback<P, L> {
     /// Divides every quota by `n` in the local decisions (default 1: the full quota): the
     /// number of instances you run that share the primary, so that together they admit
     /// about one quota while it is away. Counts (window limits, capacities, bursts) are
-    /// divided rounding down, but stay at least 1; rates are divided exactly.
+    /// divided rounding down and rates exactly (or, where the period times `n` is too long
+    /// to build, their amounts rounding down), so that the instances never admit more than
+    /// one quota in all. An instance whose share of a rule rounds down to nothing denies
+    /// that rule's requests while the primary is away (without a `Retry-After`: the wait is
+    /// the primary's return).
     pub fn instances(mut self, n: u64) -> Self {
         let n = n.max(1);
         match Arc::get_mut(&mut self.shared) {
@@ -157,14 +170,17 @@ impl Shared {
 
     /// `batch`'s rules with their quotas divided by `instances`, for the local store; `None`
     /// when there is nothing to divide (one instance).
-    fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Rule; 4]>> {
+    fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Share; 4]>> {
         (self.instances > 1).then(|| batch.iter().map(|c| self.divided(c.rule)).collect())
     }
 
-    /// `rule` with its quotas divided by `instances`.
-    fn divided(&self, rule: &Rule) -> Rule {
+    /// `rule`'s share with its quotas divided by `instances`.
+    fn divided(&self, rule: &Rule) -> Share {
         if self.instances == 1 {
-            return rule.clone();
+            return Share {
+                rule: rule.clone(),
+                none: false,
+            };
         }
         let mut h = self.hasher.build_hasher();
         rule.name().hash(&mut h);
@@ -173,7 +189,8 @@ impl Shared {
         let mut cache = self.divided.lock();
         let rules = cache.entry(slot).or_default();
         let origin = rule.fingerprint();
-        let same = |(o, r): &&(u64, Rule)| {
+        let same = |(o, share): &&(u64, Share)| {
+            let r = &share.rule;
             *o == origin
                 && r.name() == rule.name()
                 && r.cost() == rule.cost()
@@ -182,23 +199,46 @@ impl Shared {
         if let Some((_, found)) = rules.iter().find(same) {
             return found.clone();
         }
-        let divided = divide(rule, self.instances);
+        let divided = match divide(rule, self.instances) {
+            Some(rule) => Share { rule, none: false },
+            None => Share {
+                rule: rule.clone(),
+                none: true,
+            },
+        };
         rules.push((origin, divided.clone()));
         divided
     }
 }
 
-/// `rule` with its counts divided by `n` (rounded down, at least 1) and its rates exactly;
-/// the rule itself where the divided configuration does not build.
-fn divide(rule: &Rule, n: u64) -> Rule {
-    let count = |c: u64| (c / n).max(1);
-    let rate = |r: Rate| {
-        Rate::new(
-            r.amount(),
-            Duration::from_micros(r.period_micros().saturating_mul(n)),
-        )
+/// `rule` with its counts divided by `n` rounding down and its rates exactly, or their
+/// amounts rounding down where the divided period does not build; `None` when nothing of
+/// the quota is left for one instance.
+fn divide(rule: &Rule, n: u64) -> Option<Rule> {
+    let by_period = |r: Rate| {
+        let period = r.period_micros().saturating_mul(n);
+        Rate::new(r.amount(), Duration::from_micros(period))
     };
-    let algorithm = match rule.algorithm() {
+    let by_amount = |r: Rate| Rate::new(r.amount() / n, Duration::from_micros(r.period_micros()));
+    let algorithm = divided_algorithm(rule.algorithm(), n, by_period)
+        .or_else(|_| divided_algorithm(rule.algorithm(), n, by_amount))
+        .ok()?;
+    let divided = Rule::new(rule.name(), algorithm).checked().ok()?;
+    let divided = divided.with_cost(rule.cost());
+    Some(match rule.penalty() {
+        Some(p) => divided.with_penalty(*p),
+        None => divided,
+    })
+}
+
+/// `algorithm` with its counts divided by `n` rounding down and its rates by `rate`.
+fn divided_algorithm(
+    algorithm: &Algorithm,
+    n: u64,
+    rate: impl Fn(Rate) -> Rate,
+) -> Result<Algorithm, crate::ConfigError> {
+    let count = |c: u64| c / n;
+    match algorithm {
         Algorithm::FixedWindow(a) => FixedWindow::new(
             count(a.limit()),
             Duration::from_micros(a.window_micros()),
@@ -221,23 +261,19 @@ fn divide(rule: &Rule, n: u64) -> Rule {
             LeakyBucket::new(count(a.capacity()), rate(a.drain())).map(Algorithm::LeakyBucket)
         }
         Algorithm::Gcra(a) => Gcra::new(count(a.burst()), rate(a.rate())).map(Algorithm::Gcra),
-    };
-    let Ok(divided) = algorithm.and_then(|a| Rule::new(rule.name(), a).checked()) else {
-        return rule.clone();
-    };
-    let divided = divided.with_cost(rule.cost());
-    match rule.penalty() {
-        Some(p) => divided.with_penalty(*p),
-        None => divided,
     }
 }
 
 /// `batch` with each check's rule replaced by the one at its index in `rules`.
-fn with_rules<'a>(batch: &[Check<'a>], rules: &'a [Rule]) -> SmallVec<[Check<'a>; 4]> {
+fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
-        .zip(rules)
-        .map(|(c, rule)| Check { rule, ..*c })
+        .zip(shares)
+        .map(|(c, share)| Check {
+            rule: &share.rule,
+            cost: if share.none { u64::MAX } else { c.cost },
+            ..*c
+        })
         .collect()
 }
 
@@ -271,13 +307,9 @@ impl<P: Store, L: Store> Fallback<P, L> {
             Ok(outcome) => Ok(outcome),
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(_) => {
-                let rule = self.shared.divided(check.rule);
-                self.local
-                    .peek(Check {
-                        rule: &rule,
-                        ..check
-                    })
-                    .await
+                let share = [self.shared.divided(check.rule)];
+                let local = with_rules(std::slice::from_ref(&check), &share);
+                self.local.peek(local[0]).await
             }
         }
     }
@@ -331,7 +363,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
     async fn reset_both(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
         let local = self.shared.divided(rule);
-        self.local.reset(&local, key).await?;
+        self.local.reset(&local.rule, key).await?;
         self.primary.reset(rule, key).await
     }
 }
@@ -483,7 +515,7 @@ mod tests {
         }
         // 10 / 4 → 2 per window; a burst of 8 / 4 → 2 at once.
         assert_eq!(admitted, [2, 2]);
-        let divided = divide(&gcra, 4);
+        let divided = divide(&gcra, 4).unwrap();
         let Algorithm::Gcra(g) = divided.algorithm() else {
             unreachable!()
         };
@@ -491,9 +523,48 @@ mod tests {
             g.rate().amount() * 4,
             40 * g.rate().period_micros() / 1_000_000
         );
-        // A limit below the instance count stays at 1, not 0.
-        let tiny = Rule::fixed_window("t", 2, Duration::from_secs(60));
-        assert_eq!(divide(&tiny, 4).algorithm().quota().0, 1);
+    }
+
+    /// What `n` instances, each on its own local store while the primary is away, admit
+    /// together of `rule` for one key, asked `tries` times each.
+    async fn admitted_by_instances(rule: &Rule, n: u64, tries: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let flaky = Flaky::default();
+            down(&flaky, true);
+            let store = Fallback::with_local(
+                Breaker::new(flaky.clone()),
+                MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)),
+            )
+            .instances(n);
+            for _ in 0..tries {
+                let batch = [Check::new(rule, b"k")];
+                let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
+                admitted += usize::from(outcome.is_admitted());
+            }
+        }
+        admitted
+    }
+
+    /// The instances' local shares never add up to more than one quota: a quota smaller
+    /// than the number of instances leaves some instances no share at all.
+    #[tokio::test(start_paused = true)]
+    async fn the_instances_together_admit_at_most_one_quota() {
+        let window = Rule::fixed_window("w", 2, Duration::from_secs(60));
+        assert!(admitted_by_instances(&window, 3, 5).await <= 2);
+        let bucket = Rule::gcra("g", 2, Rate::per_minute(2));
+        assert!(admitted_by_instances(&bucket, 3, 5).await <= 2);
+    }
+
+    /// A rule whose divided rate cannot be built (its period times the instances is too
+    /// long) is reduced another way or given no share, never used undivided.
+    #[tokio::test(start_paused = true)]
+    async fn a_rule_that_cannot_be_divided_is_never_used_whole() {
+        let year = Rate::new(10, Duration::from_secs(366 * 86_400));
+        let bucket = Rule::token_bucket("t", 10, year);
+        assert!(admitted_by_instances(&bucket, 40, 20).await <= 10);
+        let gcra = Rule::gcra("g", 10, year);
+        assert!(admitted_by_instances(&gcra, 40, 20).await <= 10);
     }
 
     #[tokio::test(start_paused = true)]
