@@ -321,6 +321,12 @@ impl Rule {
 
     /// Adds a penalty lockout.
     pub fn with_penalty(mut self, penalty: Penalty) -> Self {
+        if penalty.lock_duration().is_zero() && self.problem.is_none() {
+            self.problem = Some(Arc::new(ConfigError::new(format!(
+                "rule {:?}: a penalty that locks for 0 never locks: give Penalty::lock_for a duration",
+                self.name()
+            ))));
+        }
         self.penalty = Some(penalty);
         self
     }

@@ -345,8 +345,14 @@ impl KeyExtractor for ClientIp {
             .invalid
             .iter()
             .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
+        // Trusting every address lets every client write its own key in the header.
+        let everyone = self.trusted.iter().filter(|net| net.prefix_len() == 0).map(|net| {
+            ConfigError::new(format!(
+                "trusted proxy \"{net}\" trusts every address, so every client chooses its own key: list your proxies' addresses instead"
+            ))
+        });
         let prefix = check_ipv6_prefix(self.v6_prefix).err();
-        ConfigError::collect(invalid.chain(prefix)).map_or(Ok(()), Err)
+        ConfigError::collect(invalid.chain(everyone).chain(prefix)).map_or(Ok(()), Err)
     }
 }
 

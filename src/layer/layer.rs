@@ -178,6 +178,11 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             config.routes.push(Route { pattern, limits });
         }
         problems.extend(names_problems(&config));
+        if config.held.max == 0 || config.held.max_per_key == Some(0) {
+            problems.push(ConfigError::new(
+                "max_held(0) or max_held_per_key(0) holds no request, so every delayed request is refused: use Mode::Enforce without a leaky bucket, or allow at least 1",
+            ));
+        }
         config.cache_policies();
         match ConfigError::collect(problems) {
             Some(e) => Err(e),

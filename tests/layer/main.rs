@@ -6,6 +6,7 @@ mod support;
 
 mod allocations;
 mod charge;
+mod footguns;
 mod headers;
 mod held;
 mod hostile;

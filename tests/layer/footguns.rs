@@ -1,0 +1,52 @@
+//! Configurations that cannot do what they say are refused when the layer is built, and
+//! the message names the fix.
+
+use std::time::Duration;
+
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, Limiter, MemoryStore, Penalty, Rule};
+
+fn layer_with(limit: Limit) -> tollgate::layer::RateLimitLayerBuilder<MemoryStore> {
+    RateLimitLayer::builder(Limiter::new(MemoryStore::new())).limit(limit)
+}
+
+fn minute() -> Rule {
+    Rule::fixed_window("login", 5, Duration::from_secs(60))
+}
+
+/// Trusting every address as a proxy lets every client choose its own key.
+#[test]
+fn trusting_every_address_is_refused() {
+    for everyone in ["0.0.0.0/0", "::/0"] {
+        let error = layer_with(Limit::new(minute(), key::client_ip([everyone])))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(everyone), "{error}");
+        assert!(error.contains("your proxies"), "{error}");
+    }
+}
+
+/// A penalty that locks for no time never locks.
+#[test]
+fn a_penalty_that_locks_for_zero_is_refused() {
+    let rule = minute().with_penalty(Penalty::lock_for(Duration::ZERO));
+    let error = layer_with(Limit::new(rule, key::global()))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("\"login\""), "{error}");
+    assert!(error.contains("lock_for"), "{error}");
+}
+
+/// A layer that may hold no request refuses every delayed one.
+#[test]
+fn holding_no_request_is_refused() {
+    for builder in [
+        layer_with(Limit::new(minute(), key::global())).max_held(0),
+        layer_with(Limit::new(minute(), key::global())).max_held_per_key(0),
+    ] {
+        let error = builder.build().unwrap_err().to_string();
+        assert!(error.contains("max_held"), "{error}");
+    }
+}
