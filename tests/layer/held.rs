@@ -218,19 +218,26 @@ async fn beyond_max_held_per_key_one_client_cannot_take_every_place() {
     }
 }
 
+/// A layer whose place for held requests is taken refuses the next delayed request at once
+/// (429) and gives back what was reserved for it.
 #[tokio::test(start_paused = true)]
-async fn max_held_zero_refuses_every_delay() {
+async fn a_full_hold_refuses_every_further_delay() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     let svc = ServiceBuilder::new()
-        .layer(wait_layer(limiter.clone()).max_held(0).build().unwrap())
+        .layer(wait_layer(limiter.clone()).max_held(1).build().unwrap())
         .service(ok());
     assert_eq!(
         svc.clone().oneshot(user("a")).await.unwrap().status(),
         StatusCode::OK
     );
+    let held = tokio::spawn(svc.clone().oneshot(user("a")));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
     let refused = svc.clone().oneshot(user("a")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(backlog(&limiter, "a").await, 10 * S);
+    assert_eq!(backlog(&limiter, "a").await, 20 * S);
+    assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
 }
 
 /// A held request dropped before its release (its client went away) gives its units back,
