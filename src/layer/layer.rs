@@ -215,8 +215,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Holds at most `n` requests at once per key that delays them (default: no bound per
-    /// key): one client cannot take every place [`max_held`](Self::max_held) allows. A
+    /// Holds at most `n` requests at once per key that delays them (default: a tenth of
+    /// [`max_held`](Self::max_held), at least 1), so that one client cannot take every
+    /// place; raise it for a rule on one key for all (a global leaky bucket). A
     /// request counts under each (rule, key) of its batch whose rule delays it; with a
     /// global rule doing the delaying, the bound applies to all requests it delays.
     /// Beyond it a request is refused as with `max_held`.

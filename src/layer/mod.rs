@@ -78,12 +78,13 @@
 //!   `Buffer` inside the layer keeps serving other clients while one client's requests
 //!   sleep (the permit a ready service holds is not taken into the wait).
 //! - **is bounded.** At most [`RateLimitLayerBuilder::max_held`] requests are held at once
-//!   (10,000 unless changed), and, with [`RateLimitLayerBuilder::max_held_per_key`],
-//!   at most that many per (rule, key) that delays them. A request beyond a bound is
+//!   (10,000 unless changed), and at most a tenth of that per (rule, key) that delays them
+//!   ([`RateLimitLayerBuilder::max_held_per_key`]), so one client never takes every
+//!   place. A request beyond a bound is
 //!   refused as if denied: 429 with `Retry-After` its delay, rounded up; its units are given
 //!   back.
 //! - **gives its units back** when it is dropped before its release (its client hung up, a
-//!   timeout above the layer fired): through [`Store::refund`](crate::store::Store::refund),
+//!   timeout above the layer fired): through [`Store::refund`](crate::Store::refund),
 //!   once, best effort, never after the request was released, and never more than is
 //!   exact (see that method for what each algorithm gives back). The refund of a store
 //!   that answers at once runs where the request is dropped; another store's runs as a

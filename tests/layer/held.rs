@@ -333,3 +333,33 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
     drop(conn);
     eventually(|| async { backlog(&limiter, "a").await == 10 * S }).await;
 }
+
+/// One client cannot take every place for held requests: by default each key that delays
+/// requests holds at most a tenth of `max_held`, so another client's delayed request is
+/// still held, not refused.
+#[tokio::test(start_paused = true)]
+async fn one_client_cannot_take_every_place_by_default() {
+    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
+    let layer = RateLimitLayer::builder(limiter)
+        .limit(Limit::new(queue, key::header("user-id")))
+        .max_held(20)
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(layer).service(ok());
+    let mut a = Vec::new();
+    for _ in 0..30 {
+        a.push(tokio::spawn(svc.clone().oneshot(user("a"))));
+        tokio::task::yield_now().await;
+    }
+    let b_first = svc.clone().oneshot(user("b")).await.unwrap();
+    assert_eq!(b_first.status(), StatusCode::OK);
+    let b_second = svc.clone().oneshot(user("b")).await.unwrap();
+    assert_eq!(b_second.status(), StatusCode::OK);
+    let mut served = 0;
+    for response in a {
+        served += usize::from(response.await.unwrap().unwrap().status() == StatusCode::OK);
+    }
+    // The first passes at once; a tenth of 20 places are a's to hold.
+    assert_eq!(served, 3);
+}

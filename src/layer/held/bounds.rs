@@ -80,6 +80,12 @@ impl HeldCounts {
 }
 
 impl HeldLimits {
+    /// The most requests one key may have held: as set, or by default a tenth of `max`
+    /// (at least 1), so that one client never takes every place.
+    pub(crate) fn per_key(&self) -> usize {
+        self.max_per_key.unwrap_or((self.max / 10).max(1))
+    }
+
     /// Counts one more held request under `keys` (distinct), or says `None` when that would
     /// pass a bound.
     pub(crate) fn try_hold(&self, keys: SmallVec<[u64; 4]>) -> Option<HeldSlot> {
@@ -97,7 +103,8 @@ impl HeldLimits {
             counts: counts.clone(),
             keys: SmallVec::new(),
         };
-        if let Some(max_per_key) = self.max_per_key {
+        let max_per_key = self.per_key();
+        {
             for key in keys {
                 let mut shard = counts.shard(key).lock();
                 let n = shard.entry(key).or_insert(0);

@@ -140,9 +140,6 @@ pub(crate) fn held_keys(
     outcome: &Outcome,
 ) -> SmallVec<[u64; 4]> {
     let mut keys = SmallVec::new();
-    if config.held.max_per_key.is_none() {
-        return keys;
-    }
     let pending = |i: usize| {
         outcome
             .admission
