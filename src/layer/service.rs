@@ -211,13 +211,14 @@ fn route_of<B>(config: &Config, request: &Request<B>) -> Option<usize> {
     if config.routes.is_empty() {
         return None;
     }
-    config.route_for(request.method(), matched_path(request))
+    let route = config.route_for(request.method(), original_path(request));
+    // A table written with a nested router's own paths: matched as the router sees them.
+    route.or_else(|| config.route_for(request.method(), request.uri().path()))
 }
 
-/// The path the route table matches: the one the client sent. A router nested with axum's
-/// `Router::nest` hands its layers the path without its prefix, and keeps the original in
-/// `OriginalUri`.
-fn matched_path<B>(request: &Request<B>) -> &str {
+/// The path the client sent. A router nested with axum's `Router::nest` hands its layers
+/// the path without its prefix, and keeps the original in `OriginalUri`.
+fn original_path<B>(request: &Request<B>) -> &str {
     #[cfg(feature = "axum")]
     if let Some(original) = request.extensions().get::<axum::extract::OriginalUri>() {
         return original.path();

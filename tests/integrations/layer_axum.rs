@@ -260,3 +260,38 @@ async fn a_route_table_on_a_nested_router_matches_the_full_path() {
     let second = app.oneshot(sms()).await.unwrap();
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A route table written with the nested router's own paths limits too: a path the full
+/// path matches no entry for is matched as the nested router sees it.
+#[tokio::test]
+async fn a_route_table_in_the_nested_routers_own_paths_limits() {
+    use axum::body::Body;
+    use axum::routing::post;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+    use tower::ServiceExt;
+
+    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        .route(
+            "POST /sms/send",
+            [Limit::new(
+                Rule::fixed_window("sms", 1, Duration::from_secs(60)),
+                key::global(),
+            )],
+        )
+        .build()
+        .unwrap();
+    let inner = axum::Router::new()
+        .route("/sms/send", post(|| async { "sent" }))
+        .layer(table);
+    let app = axum::Router::new().nest("/api", inner);
+    let sms = || {
+        http::Request::post("/api/sms/send")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(sms()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = app.oneshot(sms()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}

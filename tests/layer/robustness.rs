@@ -328,7 +328,7 @@ fn build_layer(spec: &LayerSpec, limiter: Limiter<MemoryStore>) -> RateLimitLaye
     };
     let mut layer = RateLimitLayer::builder(limiter)
         .mode(mode)
-        .max_held(spec.max_held);
+        .max_held(spec.max_held.max(1));
     // One part at a time, each kept only if the whole still builds.
     for l in spec.global.iter().filter_map(limit) {
         let next = layer.clone().limit(l);
