@@ -75,7 +75,7 @@ pub(crate) struct Checked<St: Store + Clone> {
     pub(crate) limits: SmallVec<[usize; 4]>,
     /// For an admitted request whose units the layer may still give back (it is held, or a
     /// limit counts by outcome): the reservation that owns them.
-    pub(crate) reservation: Option<Reservation<St>>,
+    pub(crate) reservation: Option<Box<Reservation<St>>>,
     /// The batch the reservation was made of.
     pub(crate) batch: Option<Arc<LayerBatch>>,
     /// The store's health right after it answered.

@@ -24,9 +24,6 @@ use crate::rule::Rule;
 use crate::store::{Health, Store};
 
 /// What to do with a checked request.
-// Made once per request and moved at once into the response future's state: boxing the
-// large variant would allocate on the request path.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Next<St: Store + Clone> {
     /// Forward it now.
     Forward {
@@ -149,7 +146,7 @@ fn store_failed<St: Store + Clone>(
 
 /// An admitted request's reservation, if the layer made one.
 struct Held<St: Store + Clone> {
-    reservation: Option<Reservation<St>>,
+    reservation: Option<Box<Reservation<St>>>,
     batch: Option<Arc<LayerBatch>>,
 }
 

@@ -332,7 +332,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                     self.max_wait,
                     Some(Arc::clone(&self.config.log)),
                 );
-                (Some(reservation), Some(batch))
+                (Some(Box::new(reservation)), Some(batch))
             }
             _ => (None, None),
         };

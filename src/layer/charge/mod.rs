@@ -26,7 +26,7 @@ use crate::store::Store;
 /// status, which gives back the units of each limit that does not count the response. Made
 /// only for requests with a limit whose charge is not [`Charge::all`](counts::Charge::all).
 pub(crate) struct Charging<St: Store + Clone> {
-    reservation: Reservation<St>,
+    reservation: Box<Reservation<St>>,
     batch: Arc<LayerBatch>,
 }
 
@@ -34,7 +34,7 @@ impl<St: Store + Clone> Charging<St> {
     /// The charge of an admitted request, if one of its limits counts by outcome.
     pub(crate) fn new(
         config: &Config,
-        reservation: Reservation<St>,
+        reservation: Box<Reservation<St>>,
         batch: Arc<LayerBatch>,
     ) -> Option<Self> {
         let by_outcome = |item: &Item| {

@@ -25,7 +25,7 @@ use crate::store::{Check, Store};
 /// A held request: its reservation, its place under the layer's bounds, and the headers
 /// it is forwarded with when nothing is counted at its release.
 pub(crate) struct Hold<St: Store + Clone> {
-    pub(crate) reservation: Reservation<St>,
+    pub(crate) reservation: Box<Reservation<St>>,
     pub(crate) slot: HeldSlot,
     pub(crate) headers: Option<RateLimitHeaders>,
     pub(crate) batch: Arc<LayerBatch>,
@@ -81,7 +81,7 @@ impl<St: Store + Clone> Hold<St> {
 /// the release only, the others were when the request was checked.
 fn counted<St: Store + Clone>(
     batch: Arc<LayerBatch>,
-    reservation: Reservation<St>,
+    reservation: Box<Reservation<St>>,
     pending: &[usize],
     observation: observe::Observation,
     result: Result<Outcome, crate::StoreError>,
