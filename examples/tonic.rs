@@ -16,8 +16,8 @@
 //!
 //! `PORT` picks another port for both. The generated code is checked in as
 //! `proto/helloworld.rs` rather than built by a build script, so that users of tollgate do not
-//! compile a protobuf compiler; `tests/integrations/proto.rs` fails when it is out of date with the
-//! `.proto` file.
+//! compile a protobuf compiler; `cargo run -p tollgate-bench --bin proto` regenerates it, and
+//! `tests/integrations/proto.rs` fails when it is out of date with the `.proto` file.
 
 use std::net::SocketAddr;
 use std::time::Duration;

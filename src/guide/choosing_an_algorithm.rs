@@ -1,7 +1,7 @@
 //! # Choosing an algorithm
 //!
 //! Six algorithms, each an exact integer model (time in microseconds, no floating point),
-//! each taking a cost per request. `cargo run --example algorithms_chart` draws them side by
+//! each taking a cost per request. `cargo run -p tollgate-bench --bin algorithms_chart` draws them side by
 //! side on the same traffic (the chart is `docs/algorithms.png`, shown in the README):
 //! the fixed window admits twice its limit when a burst straddles a window boundary, the
 //! sliding log never admits more than its limit in any window-long interval, the leaky

@@ -4,9 +4,9 @@
 //! governor's keyed GCRA, `DefaultKeyedRateLimiter::check_key` on its dashmap state) so
 //! results read as ratios that hold across machines better than absolute numbers do.
 //!
-//! `cargo bench --bench algorithms` takes about two minutes; results and their reading are in
-//! BENCHMARKS.md. Contended benchmarks report wall time per decision across both threads
-//! (half the per-thread latency when the two threads run truly in parallel).
+//! `cargo bench -p tollgate-bench --bench algorithms` takes about two minutes; results and their
+//! reading are in BENCHMARKS.md. Contended benchmarks report wall time per decision across both
+//! threads (half the per-thread latency when the two threads run truly in parallel).
 
 use std::collections::HashMap;
 use std::future::Future;

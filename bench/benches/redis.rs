@@ -1,6 +1,6 @@
 //! RedisStore throughput and latency against the raw ceiling, measured in the same run.
 //!
-//! `cargo bench --bench redis` starts its own `redis-server` (from `PATH`, or
+//! `cargo bench -p tollgate-bench --bench redis` starts its own `redis-server` (from `PATH`, or
 //! `TOLLGATE_REDIS_SERVER`) on a free port and, for concurrency 1, 4, 16 and 64 and for one
 //! and three rules per request, measures:
 //! - tollgate per call: `Limiter::check` through a `RedisStore` with coalescing off (one
@@ -24,7 +24,7 @@
 
 #[path = "support/redis_args.rs"]
 mod redis_args;
-#[path = "../tests/support/redis_server.rs"]
+#[path = "../../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 
@@ -189,17 +189,17 @@ fn key_of(task: usize, i: u64) -> Vec<u8> {
 
 fn script() -> redis::Script {
     redis::Script::new(concat!(
-        include_str!("../lua/prelude.lua"),
-        include_str!("../lua/fixed_window.lua"),
-        include_str!("../lua/sliding_log.lua"),
-        include_str!("../lua/sliding_window.lua"),
-        include_str!("../lua/token_bucket.lua"),
-        include_str!("../lua/leaky_bucket.lua"),
-        include_str!("../lua/gcra.lua"),
-        include_str!("../lua/penalty.lua"),
-        include_str!("../lua/batch.lua"),
-        include_str!("../lua/fast.lua"),
-        include_str!("../lua/call.lua"),
+        include_str!("../../lua/prelude.lua"),
+        include_str!("../../lua/fixed_window.lua"),
+        include_str!("../../lua/sliding_log.lua"),
+        include_str!("../../lua/sliding_window.lua"),
+        include_str!("../../lua/token_bucket.lua"),
+        include_str!("../../lua/leaky_bucket.lua"),
+        include_str!("../../lua/gcra.lua"),
+        include_str!("../../lua/penalty.lua"),
+        include_str!("../../lua/batch.lua"),
+        include_str!("../../lua/fast.lua"),
+        include_str!("../../lua/call.lua"),
         "return decide_call(KEYS, ARGV)\n",
     ))
 }
@@ -369,7 +369,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
     for (conc, n, ratio) in ratios {
         println!("tollgate coalesced / per call, concurrency {conc}, {n} rule(s): {ratio:.2}x");
     }
-    let csv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-redis.csv");
+    let csv = tollgate_bench::target_file("bench-redis.csv");
     match std::fs::write(&csv, &rows.csv) {
         Ok(()) => println!("rows written to {}", csv.display()),
         Err(e) => println!("could not write {}: {e}", csv.display()),

@@ -6,8 +6,8 @@
 //! went to the heap). Each lookup reads the key and writes three words of the entry, as
 //! an admission does. Nothing of tollgate is measured: this isolates the memory.
 //!
-//! `cargo bench --bench map_entry` (about 20 s). The lock matters: its atomic operation
-//! keeps the next lookup's cache miss from overlapping this one's, so each miss costs its
+//! `cargo bench -p tollgate-bench --bench map_entry` (about 20 s). The lock matters: its atomic
+//! operation keeps the next lookup's cache miss from overlapping this one's, so each miss costs its
 //! full latency; without the lock several lookups' misses overlap.
 
 use std::hash::BuildHasher;

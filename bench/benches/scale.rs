@@ -1,10 +1,11 @@
 //! `MemoryStore` at scale: bytes per key and decisions per second with 10^3, 10^6 and 10^7
 //! live keys (one rule, a token bucket whose entries stay live for the whole run).
 //!
-//! `cargo bench --bench scale` (about a minute and some 2 GiB at 10^7 keys; `-- 1000 1000000`
-//! picks the sizes). Bytes are counted by a global allocator (live bytes requested from
-//! it, so the allocator's own overhead per block is not in them; the process's resident set
-//! is printed beside them for that). Results and their reading are in BENCHMARKS.md.
+//! `cargo bench -p tollgate-bench --bench scale` (about a minute and some 2 GiB at 10^7
+//! keys; `-- 1000 1000000` picks the sizes). Bytes are counted by a global allocator (live
+//! bytes requested from it, so the allocator's own overhead per block is not in them; the
+//! process's resident set is printed beside them for that). Results and their reading are in
+//! BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;

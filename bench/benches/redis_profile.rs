@@ -4,7 +4,7 @@
 //! each deciding `batches` one-GCRA-rule requests on distinct keys (all admitted, so every
 //! rule reads and writes its state), as a coalescing `RedisStore` sends them.
 //!
-//! `cargo bench --bench redis_profile --no-run`, start `valgrind --tool=callgrind
+//! `cargo bench -p tollgate-bench --bench redis_profile --no-run`, start `valgrind --tool=callgrind
 //! redis-server --port P --save ''`, then
 //! `target/release/deps/redis_profile-* redis://127.0.0.1:P <batches> <rounds> [rules]`:
 //! it warms up (loads the library, writes every key once), zeroes the counters

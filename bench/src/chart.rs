@@ -3,9 +3,9 @@
 //! spaced, as on a log scale). The rows come from a CSV of `series,concurrency,value`
 //! (a header line is skipped), the format the benches write to `target/bench-*.csv`.
 //!
-//! Shared by `benches/http.rs` and `examples/bench_chart.rs` (`#[path]`-included, so it
-//! needs no crate of its own). Text is drawn with a font that ships inside a crate
-//! (`epaint_default_fonts`), so a machine without system fonts renders the same chart.
+//! Used by `benches/http.rs` and the `bench_chart` binary. Text is drawn with a font that
+//! ships inside a crate (`epaint_default_fonts`), so a machine without system fonts renders
+//! the same chart.
 
 use std::error::Error;
 use std::path::Path;
@@ -16,8 +16,11 @@ use plotters::style::{register_font, FontStyle};
 /// One point of a series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// The line this point belongs to.
     pub series: String,
+    /// The x value: concurrent connections or callers.
     pub concurrency: u32,
+    /// The y value: what was measured at that concurrency.
     pub value: f64,
 }
 

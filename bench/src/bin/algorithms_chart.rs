@@ -9,8 +9,8 @@
 //! within any 1 s: the fixed window's boundary burst is where that exceeds 10.
 //!
 //! ```sh
-//! cargo run --example algorithms_chart              # writes docs/algorithms.png
-//! cargo run --example algorithms_chart -- out.png   # or another file
+//! cargo run -p tollgate-bench --bin algorithms_chart             # writes docs/algorithms.png
+//! cargo run -p tollgate-bench --bin algorithms_chart -- out.png  # or another file
 //! ```
 //!
 //! The text is drawn with a font that ships inside a crate (Hack, from
@@ -155,9 +155,12 @@ const SENT: RGBColor = RGBColor(215, 215, 215);
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/docs/algorithms.png").to_owned());
+    let path = std::env::args().nth(1).unwrap_or_else(|| {
+        tollgate_bench::repo_root()
+            .join("docs/algorithms.png")
+            .display()
+            .to_string()
+    });
     plotters::style::register_font(
         "sans-serif",
         FontStyle::Normal,

@@ -1,15 +1,15 @@
 //! Draws a benchmark CSV (`series,concurrency,value` rows, as the benches write to
 //! `target/bench-*.csv`) as a PNG line chart, one line per series.
 //!
-//! `cargo run --example bench_chart -- target/bench-redis.csv docs/redis.png "title" "decisions/s"`
-
-// Shared with benches/http.rs, which also writes CSVs.
-#[path = "../benches/support/chart.rs"]
-#[allow(dead_code)]
-mod chart;
+//! ```sh
+//! cargo run -p tollgate-bench --bin bench_chart -- \
+//!     target/bench-redis.csv docs/redis.png "title" "decisions/s"
+//! ```
 
 use std::path::Path;
 use std::process::ExitCode;
+
+use tollgate_bench::chart;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -4,7 +4,7 @@
 //! `ConnectInfo`, a `user-id` header), bare or behind one of the HTTP bench's layers. Not a
 //! timing benchmark: counts stay steady on a loaded machine where timings do not.
 //!
-//! `cargo bench --bench layer_profile --no-run`, then
+//! `cargo bench -p tollgate-bench --bench layer_profile --no-run`, then
 //! `valgrind --tool=callgrind target/release/deps/layer_profile-* <case> [rounds]`, with
 //! `<case>` one of `bare`, `peer-ip`, `peer-ip-no-headers`, `header`, `governor`,
 //! `peer-ip-429`, `governor-429`. The difference between two runs of different `rounds`

@@ -1,8 +1,8 @@
 //! Redis memory per key for each of the six algorithms, to size a Redis for tollgate.
 //!
-//! `cargo bench --bench redis_memory` starts its own `redis-server` and, per algorithm,
-//! decides one request on each of 10,000 client keys (1,000 for the 100-request log), then
-//! prints:
+//! `cargo bench -p tollgate-bench --bench redis_memory` starts its own `redis-server` and,
+//! per algorithm, decides one request on each of 10,000 client keys (1,000 for the
+//! 100-request log), then prints:
 //! - `MEMORY USAGE` of one rule's key (`SAMPLES 0`: the key, its value and Redis's object
 //!   overhead, not the dictionary entries around it);
 //! - the growth of `used_memory` divided by the keys: what a key really costs, with the
@@ -13,7 +13,7 @@
 //! Keys are `tollgate:{user-NNNNN}:<rule>` (a 10-byte client key, a short rule name), so
 //! longer client keys add their length (twice: key name, and a log's second key).
 
-#[path = "../tests/support/redis_server.rs"]
+#[path = "../../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 

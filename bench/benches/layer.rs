@@ -1,7 +1,8 @@
 //! The layer's overhead per request on the in-process store: an axum hello-world called with
 //! `ServiceExt::oneshot`, bare and behind the layer, and the cost of the route table.
 //!
-//! `cargo bench --bench layer` (`--features metrics` adds the cost of recording metrics)
+//! `cargo bench -p tollgate-bench --bench layer` (`--features metrics` adds the cost of
+//! recording metrics)
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -5,11 +5,10 @@
 //! `check_key` on a dashmap, the same quota). Not a timing benchmark: run it under callgrind
 //! (see BENCHMARKS.md).
 //!
-//! `cargo bench --bench profile --no-run`, then
-//! `valgrind --tool=callgrind target/release/deps/profile-* [hot|many] [governor|gcra] [now] [rounds]`
-//! (`gcra`: the same on a GCRA rule, 1 per second with a burst of 2^30; `now`: through
-//! `Limiter::check_now`, without a future);
-//! the difference between two runs of different `rounds` divided by the difference in
+//! `cargo bench -p tollgate-bench --bench profile --no-run`, then `valgrind --tool=callgrind
+//! target/release/deps/profile-* [hot|many] [governor|gcra] [now] [rounds]` (`gcra`: the same on a
+//! GCRA rule, 1 per second with a burst of 2^30; `now`: through `Limiter::check_now`, without a
+//! future); the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
 use std::future::Future;

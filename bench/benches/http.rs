@@ -1,7 +1,7 @@
 //! An axum hello-world over real loopback TCP: bare, behind tollgate's layer and behind
 //! tower_governor's, all admitted and all refused (429). A plain `main`, about two minutes:
 //!
-//! `cargo bench --bench http`
+//! `cargo bench -p tollgate-bench --bench http`
 //!
 //! The servers (one port per case) run on a current-thread runtime pinned to core 0; the
 //! load generator (hyper's HTTP/1.1 client, keep-alive connections that each send one request
@@ -19,7 +19,6 @@
 //! `HTTP_BENCH_CASES` (names separated by `;`) keeps some cases and the bare app.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
@@ -33,13 +32,10 @@ use tollgate::{key, Limiter, MemoryStore, Rule};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
-// Shared with examples/bench_chart.rs, which also reads CSVs back.
 #[path = "support/apps.rs"]
 mod apps;
-#[path = "support/chart.rs"]
-#[allow(dead_code)]
-mod chart;
 use apps::{hello, roomy, tight};
+use tollgate_bench::chart;
 
 /// What a case's every response must be.
 #[derive(Clone, Copy, PartialEq)]
@@ -433,7 +429,7 @@ fn report(
             });
         }
     }
-    let csv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-http.csv");
+    let csv = tollgate_bench::target_file("bench-http.csv");
     let png = csv.with_extension("png");
     if let Err(e) = std::fs::write(&csv, chart::to_csv(&rows, "requests_per_s")) {
         eprintln!("could not write {}: {e}", csv.display());

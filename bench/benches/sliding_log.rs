@@ -1,7 +1,7 @@
 //! Server time per sliding-log decision in Redis as the log grows: 10, 10^3, 10^5 and 10^6
 //! entries.
 //!
-//! `cargo bench --bench sliding_log --features redis` starts its own `redis-server` (from
+//! `cargo bench -p tollgate-bench --bench sliding_log` starts its own `redis-server` (from
 //! `PATH`, or `TOLLGATE_REDIS_SERVER`) on a free port. For each size n it fills the log of a
 //! rule of limit n per hour with n entries of one unit spread evenly over the window (written
 //! with `ZADD` in the format of `lua/sliding_log.lua`, so filling 10^6 entries takes seconds,
@@ -23,7 +23,7 @@
 //! each time because a shared machine's load moves it.
 //! `TOLLGATE_BENCH_CALLS` sets the calls per measurement (default 2000).
 
-#[path = "../tests/support/redis_server.rs"]
+#[path = "../../tests/support/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 
