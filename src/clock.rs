@@ -46,9 +46,8 @@ impl Clock for SystemClock {
 ///
 /// It reads the CPU's time-stamp counter where that is invariant (through
 /// [`quanta`](https://docs.rs/quanta), calibrated against the monotonic clock once per
-/// process): 12 ns a read on the machine of BENCHMARKS.md against 45 ns for the wall
-/// clock, which matters to an in-process decision of some 200 ns; elsewhere it reads the
-/// OS's monotonic clock.
+/// process), several times cheaper than a read of the wall clock, which matters to an
+/// in-process decision; elsewhere it reads the OS's monotonic clock.
 ///
 /// Because it follows the monotonic clock, it never jumps: an NTP step or an administrator
 /// setting the wall clock back does not move it, so limits neither freeze nor reopen when

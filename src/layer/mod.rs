@@ -123,9 +123,10 @@
 //! one checked by another store one (the boxed store future); add one
 //! for the `RateLimit` header of an admitted response (see
 //! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
-//! costs none; a held one costs one more (the boxed refund of its units); an admitted one
-//! with a limit [charged by outcome](Limit::charge) one more (its pending charge), and
-//! another when its units are given back.
+//! costs none; a held one or an admitted one with a limit
+//! [charged by outcome](Limit::charge) two more (its [`Reservation`](crate::Reservation) and
+//! the batch it owns), a held one a third for its hold, and one more when units are given
+//! back.
 //!
 //! ```
 //! use std::time::Duration;

@@ -254,9 +254,9 @@ fn a_penalty_allocates_once_per_key() {
     assert_eq!(later, 0, "later denials, the lock and after it");
 }
 
-/// A limit charged by outcome costs what the layer docs say: one more allocation for the
-/// pending charge, and one more when the response does not count and the units are given
-/// back (the boxed refund).
+/// A limit charged by outcome costs what the layer docs say: two more allocations (the
+/// reservation and the batch it owns), and one more when the response does not count and
+/// the units are given back.
 #[test]
 fn a_charged_request_allocates_what_the_docs_say() {
     use std::future::Future;
@@ -298,6 +298,6 @@ fn a_charged_request_allocates_what_the_docs_say() {
         })
     };
     answer(401);
-    assert_eq!(answer(401), 1, "a failure counts: nothing to give back");
-    assert_eq!(answer(200), 2, "a success is given back");
+    assert_eq!(answer(401), 2, "a failure counts: nothing to give back");
+    assert_eq!(answer(200), 3, "a success is given back");
 }

@@ -1,5 +1,5 @@
-//! Features in combination (ident × quotas, ident × batchtime, held × routes, …): each
-//! test states what the combination does.
+//! Features in combination (keys × quotas, keys × batches, holds × routes, …): each test
+//! states what the combination does.
 
 use std::time::Duration;
 
@@ -546,7 +546,7 @@ mod twins {
         same_on_cluster("cross-slot", US, &rules, &ops).await;
     }
 
-    /// Issue #9 item 3: rules on other keys than a leaky bucket are pending while it holds
+    /// Rules on other keys than a leaky bucket are pending while it holds
     /// the request and count it at its release; denied there, the queue's slot goes back.
     fn shaped_with_shared_rules() -> (Vec<Rule>, Vec<Op>) {
         let rules = vec![
@@ -800,7 +800,7 @@ mod twins {
 /// A multiple of a minute.
 const T60: u64 = 1_200_000_000_000;
 
-/// Issue #9 item 3 on the `Limiter`: a global fixed window (1 a minute) beside a per-user
+/// On the `Limiter`, a global fixed window (1 a minute) beside a per-user
 /// leaky bucket (5 units, one per 10 s) counts a shaped request in the window it passes in,
 /// not the one it queues in: the window is left to the release, where confirming the
 /// `Reservation` counts it. A request whose window filled up while it was held is denied at
@@ -982,7 +982,7 @@ fn from_user(user: &str) -> http::Request<String> {
         .unwrap()
 }
 
-/// The shaped-request schedule of issue #9 item 3, through the layer: a global fixed window
+/// The shaped-request schedule, through the layer: a global fixed window
 /// of 2 per minute beside a per-user leaky bucket (5 units, one per 10 s). a's request at
 /// 55 s queues behind its 50 s one until 60 s; b sends at 60 s and 60.5 s. The layer
 /// counts a's held request in the window it passes in ([60 s, 120 s)), so no more than 2

@@ -83,8 +83,8 @@ pub(crate) struct Observation {
 /// The span is made only when some subscriber enables `DEBUG` for something (tracing's
 /// global level hint, which every filter raises to the most verbose level it may enable,
 /// span-name filters included): with none, a disabled span still costs tracing's `log`
-/// compatibility (its records and enter/exit), some 220 instructions a request when a
-/// dependency turns on tracing's `log` feature, as axum does.
+/// compatibility (its records and enter/exit) on every request when a dependency turns on
+/// tracing's `log` feature, as axum does.
 pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
     let debug = tracing::Level::DEBUG;
     let wanted = debug <= tracing::level_filters::STATIC_MAX_LEVEL

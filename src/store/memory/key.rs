@@ -21,7 +21,7 @@ pub(super) enum StoreKey {
 /// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. A lookup
 /// compares the name and the key with the stored parts where they are: building a probe of
 /// this form first and reading it back whole stalls the load on the copy's narrower stores
-/// (a store-forwarding stall: 13 % of the store's samples on a hot key in a profile).
+/// (a store-forwarding stall).
 pub(super) type Inline = [u8; INLINE_KEY + 2];
 
 /// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
