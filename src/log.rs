@@ -59,7 +59,7 @@ pub(crate) struct EventLog {
     /// Instants are kept as µs since this one, in atomics.
     origin: Instant,
     interval: u64,
-    kinds: [Kind; KINDS],
+    kinds: [EventCount; KINDS],
     /// The latest store failure left out of the log, for the summary.
     last_failure: Mutex<Option<StoreError>>,
     /// Whether the summary task runs (at most one per log).
@@ -67,7 +67,7 @@ pub(crate) struct EventLog {
 }
 
 #[derive(Default)]
-struct Kind {
+struct EventCount {
     /// µs since `origin` from which the next event is logged; 0 = log the next event.
     next: AtomicU64,
     /// Events left out since the last line.

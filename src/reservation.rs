@@ -59,13 +59,13 @@ pub struct Reservation<S: Store + Clone> {
     max_wait: Duration,
     reserved_at: Instant,
     due: Instant,
-    state: State,
+    state: Stage,
     log: Arc<EventLog>,
 }
 
 /// Where a reservation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+enum Stage {
     /// Admitted, not released: dropping it gives its units back.
     Held,
     /// The waiting rules are being counted: dropped now, it keeps its units, since the
@@ -170,11 +170,11 @@ impl<S: Store + Clone> Reservation<S> {
             _ => Duration::ZERO,
         };
         let state = if outcome.is_admitted() && outcome.admission.is_some() {
-            State::Held
+            Stage::Held
         } else if outcome.is_admitted() {
-            State::Passed
+            Stage::Passed
         } else {
-            State::Spent
+            Stage::Spent
         };
         Self {
             limiter,
@@ -224,18 +224,18 @@ impl<S: Store + Clone> Reservation<S> {
             }
             self.released();
             let pending: SmallVec<[usize; 4]> = self.pending().collect();
-            if self.state != State::Held || pending.is_empty() {
-                if self.state == State::Held {
-                    self.state = State::Passed;
+            if self.state != Stage::Held || pending.is_empty() {
+                if self.state == Stage::Held {
+                    self.state = Stage::Passed;
                 }
                 return Ok(self.outcome.clone());
             }
-            self.state = State::Confirming;
+            self.state = Stage::Confirming;
             let counted = self.count(&pending).await;
             // On a store error the units stay taken: whether the store counted is unknown.
-            self.state = State::Passed;
+            self.state = Stage::Passed;
             self.merge(&pending, counted?);
-            if self.state != State::Held {
+            if self.state != Stage::Held {
                 return Ok(self.outcome.clone());
             }
         }
@@ -245,10 +245,10 @@ impl<S: Store + Clone> Reservation<S> {
     /// and says whether the store took them back. Dropping the reservation does the same
     /// without waiting, before its confirmation.
     pub async fn cancel(mut self) -> Result<(), StoreError> {
-        if !matches!(self.state, State::Held | State::Passed) {
+        if !matches!(self.state, Stage::Held | Stage::Passed) {
             return Ok(());
         }
-        self.state = State::Spent;
+        self.state = Stage::Spent;
         let checks = self.batch.checks();
         self.limiter.refund(&checks, &self.outcome).await
     }
@@ -257,10 +257,10 @@ impl<S: Store + Clone> Reservation<S> {
     /// that do not count a response); the other rules keep theirs. Trial rules give back
     /// like any other: the caller knows they took their units.
     pub(crate) fn cancel_rules(mut self, indices: &[usize]) {
-        if !matches!(self.state, State::Held | State::Passed) || indices.is_empty() {
+        if !matches!(self.state, Stage::Held | Stage::Passed) || indices.is_empty() {
             return;
         }
-        self.state = State::Spent;
+        self.state = Stage::Spent;
         let Some(admission) = &self.outcome.admission else {
             return;
         };
@@ -304,8 +304,8 @@ impl<S: Store + Clone> Reservation<S> {
 
     /// The request passes now, with nothing left to count: its units are the request's.
     pub(crate) fn pass(&mut self) {
-        if self.state == State::Held && self.pending().next().is_none() {
-            self.state = State::Passed;
+        if self.state == Stage::Held && self.pending().next().is_none() {
+            self.state = Stage::Passed;
         }
     }
 
@@ -361,7 +361,7 @@ impl<S: Store + Clone> Reservation<S> {
             }
         } else {
             // Denied at the release: what the other rules took goes back.
-            self.state = State::Spent;
+            self.state = Stage::Spent;
             let given = Outcome {
                 admission: before,
                 ..self.outcome.clone()
@@ -373,9 +373,9 @@ impl<S: Store + Clone> Reservation<S> {
         let checks = self.batch.checks();
         self.outcome = crate::decision::combine(rules, |i| checks.get(i).is_some_and(|c| c.shadow));
         self.outcome.admission = admission;
-        if let (Decision::Delay(delay), State::Passed) = (self.outcome.decision, self.state) {
+        if let (Decision::Delay(delay), Stage::Passed) = (self.outcome.decision, self.state) {
             self.due = Instant::now().checked_add(delay).unwrap_or(self.due);
-            self.state = State::Held;
+            self.state = Stage::Held;
         }
     }
 
@@ -415,8 +415,8 @@ pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
 
 impl<S: Store + Clone> Drop for Reservation<S> {
     fn drop(&mut self) {
-        if self.state == State::Held {
-            self.state = State::Spent;
+        if self.state == Stage::Held {
+            self.state = Stage::Spent;
             self.refund_detached(self.outcome.clone(), |checks| checks.clone());
         }
     }

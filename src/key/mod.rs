@@ -372,7 +372,7 @@ impl KeyExtractor for MethodKey {
 
 /// The matched route; see [`route`].
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Route;
+pub(crate) struct RouteKey;
 
 /// The matched route: the pattern of the layer's route table that matched the request
 /// (`POST /sms/send`, `/pkg.Service/Method`), else axum's `MatchedPath` (with the `axum`
@@ -380,10 +380,10 @@ pub(crate) struct Route;
 /// the method (`/pkg.Service/Method`), and for other requests can take as many values as
 /// clients send paths.
 pub fn route() -> impl KeyExtractor + Clone + fmt::Debug {
-    Route
+    RouteKey
 }
 
-impl KeyExtractor for Route {
+impl KeyExtractor for RouteKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         let route = req.route().unwrap_or_else(|| req.uri().path());
         key.push(route.as_bytes());

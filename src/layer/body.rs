@@ -13,13 +13,13 @@ pin_project! {
     /// tower-http's middlewares that answer by themselves.
     pub struct RateLimitBody<B> {
         #[pin]
-        kind: Kind<B>,
+        kind: Source<B>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B> {
+    enum Source<B> {
         Inner {
             #[pin]
             body: B,
@@ -34,7 +34,7 @@ impl<B> RateLimitBody<B> {
     /// The inner service's body.
     pub(crate) fn inner(body: B) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            kind: Source::Inner { body },
         }
     }
 
@@ -42,7 +42,7 @@ impl<B> RateLimitBody<B> {
     pub(crate) fn full(data: Bytes) -> Self {
         let data = (!data.is_empty()).then_some(data);
         Self {
-            kind: Kind::Full { data },
+            kind: Source::Full { data },
         }
     }
 }
@@ -72,15 +72,15 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
+            Source::Inner { body } => body.is_end_stream(),
+            Source::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => {
+            Source::Inner { body } => body.size_hint(),
+            Source::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
@@ -90,8 +90,8 @@ where
 impl<B> std::fmt::Debug for RateLimitBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Inner { .. } => f.write_str("RateLimitBody::Inner"),
-            Kind::Full { data } => f.debug_tuple("RateLimitBody::Full").field(data).finish(),
+            Source::Inner { .. } => f.write_str("RateLimitBody::Inner"),
+            Source::Full { data } => f.debug_tuple("RateLimitBody::Full").field(data).finish(),
         }
     }
 }

@@ -51,13 +51,13 @@ pin_project! {
         St: Clone,
     {
         #[pin]
-        state: State<S, ReqB, St>,
+        state: Step<S, ReqB, St>,
     }
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St>
+    #[project = StepProj]
+    enum Step<S, ReqB, St>
     where
         S: Service<Request<ReqB>>,
         St: Store,
@@ -103,7 +103,7 @@ where
             inner,
             config,
         });
-        Self::from(State::Checking { check, passengers })
+        Self::from(Step::Checking { check, passengers })
     }
 
     /// Acts on a decision taken in `call`: `inner` is the service driven to readiness,
@@ -116,11 +116,11 @@ where
         config: &Arc<Config>,
     ) -> Self {
         Self::from(match next {
-            Next::Forward { headers, charge } => State::Forwarding {
+            Next::Forward { headers, charge } => Step::Forwarding {
                 future: inner.call(request),
                 outbound: Some(Outbound { headers, charge }),
             },
-            Next::Hold(hold) => State::Holding {
+            Next::Hold(hold) => Step::Holding {
                 hold,
                 passengers: Some(Passengers {
                     request,
@@ -128,7 +128,7 @@ where
                     config: Arc::clone(config),
                 }),
             },
-            Next::Reject(response) => State::Rejected {
+            Next::Reject(response) => Step::Rejected {
                 response: Some(response),
             },
         })
@@ -136,24 +136,24 @@ where
 
     /// Forwards the request at once, unlimited.
     pub(crate) fn forwarding(future: S::Future) -> Self {
-        Self::from(State::Forwarding {
+        Self::from(Step::Forwarding {
             future,
             outbound: None,
         })
     }
 
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
-        Self::from(State::Rejected {
+        Self::from(Step::Rejected {
             response: Some(response),
         })
     }
 
-    fn from(state: State<S, ReqB, St>) -> Self {
+    fn from(state: Step<S, ReqB, St>) -> Self {
         Self { state }
     }
 }
 
-impl<S, ReqB, St> State<S, ReqB, St>
+impl<S, ReqB, St> Step<S, ReqB, St>
 where
     S: Service<Request<ReqB>> + Clone,
     St: Store + Clone,
@@ -163,11 +163,11 @@ where
     /// a held request gives it up for an idle clone rather than keep it through the hold.
     fn after(next: Next<St>, mut passengers: Passengers<S, ReqB>, ready: bool) -> Self {
         match next {
-            Next::Forward { headers, charge } if ready => State::Forwarding {
+            Next::Forward { headers, charge } if ready => Step::Forwarding {
                 future: passengers.inner.call(passengers.request),
                 outbound: Some(Outbound { headers, charge }),
             },
-            Next::Forward { headers, charge } => State::Readying {
+            Next::Forward { headers, charge } => Step::Readying {
                 passengers: Some(passengers),
                 outbound: Some(Outbound { headers, charge }),
             },
@@ -175,12 +175,12 @@ where
                 if ready {
                     passengers.inner = passengers.inner.clone();
                 }
-                State::Holding {
+                Step::Holding {
                     hold,
                     passengers: Some(passengers),
                 }
             }
-            Next::Reject(response) => State::Rejected {
+            Next::Reject(response) => Step::Rejected {
                 response: Some(response),
             },
         }
@@ -198,13 +198,13 @@ where
         let mut state = self.project().state;
         loop {
             let next = match state.as_mut().project() {
-                StateProj::Checking { check, passengers } => {
+                StepProj::Checking { check, passengers } => {
                     let checked = ready!(check.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = decide(&passengers.config, checked, &passengers.request);
-                    State::after(next, passengers, true)
+                    Step::after(next, passengers, true)
                 }
-                StateProj::Holding { hold, passengers } => {
+                StepProj::Holding { hold, passengers } => {
                     let released = ready!(hold.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = match released {
@@ -213,21 +213,21 @@ where
                             decide(&passengers.config, checked, &passengers.request)
                         }
                     };
-                    State::after(next, passengers, false)
+                    Step::after(next, passengers, false)
                 }
-                StateProj::Readying {
+                StepProj::Readying {
                     passengers,
                     outbound,
                 } => {
                     let ready = passengers.as_mut().expect(POLLED_AFTER_COMPLETION);
                     ready!(ready.inner.poll_ready(cx))?;
                     let mut passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
-                    State::Forwarding {
+                    Step::Forwarding {
                         future: passengers.inner.call(passengers.request),
                         outbound: outbound.take(),
                     }
                 }
-                StateProj::Forwarding { future, outbound } => {
+                StepProj::Forwarding { future, outbound } => {
                     // An error of the inner service counts (see `Charge`): `?` drops the
                     // charge unsettled, and its units stay taken.
                     let mut response = ready!(future.poll(cx))?;
@@ -241,7 +241,7 @@ where
                     }
                     return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
                 }
-                StateProj::Rejected { response } => {
+                StepProj::Rejected { response } => {
                     let response = response.take().expect(POLLED_AFTER_COMPLETION);
                     return Poll::Ready(Ok(response.map(RateLimitBody::full)));
                 }
@@ -258,11 +258,11 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Checking { .. } => "checking",
-            State::Holding { .. } => "holding",
-            State::Readying { .. } => "readying",
-            State::Forwarding { .. } => "forwarding",
-            State::Rejected { .. } => "rejected",
+            Step::Checking { .. } => "checking",
+            Step::Holding { .. } => "holding",
+            Step::Readying { .. } => "readying",
+            Step::Forwarding { .. } => "forwarding",
+            Step::Rejected { .. } => "rejected",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

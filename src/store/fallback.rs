@@ -64,10 +64,10 @@ use crate::Rule;
 pub struct Fallback<P, L = MemoryStore> {
     primary: P,
     local: L,
-    shared: Arc<Shared>,
+    shared: Arc<Division>,
 }
 
-struct Shared {
+struct Division {
     instances: u64,
     /// Whether the last answer came from the local store.
     falling_back: AtomicBool,
@@ -102,7 +102,7 @@ impl<P, L> Fallback<P, L> {
         Self {
             primary,
             local,
-            shared: Arc::new(Shared {
+            shared: Arc::new(Division {
                 instances: 1,
                 falling_back: AtomicBool::new(false),
                 divided: Mutex::new(HashMap::default()),
@@ -124,7 +124,7 @@ impl<P, L> Fallback<P, L> {
         match Arc::get_mut(&mut self.shared) {
             Some(shared) => shared.instances = n,
             None => {
-                self.shared = Arc::new(Shared {
+                self.shared = Arc::new(Division {
                     instances: n,
                     falling_back: AtomicBool::new(false),
                     divided: Mutex::new(HashMap::default()),
@@ -146,7 +146,7 @@ impl<P, L> Fallback<P, L> {
     }
 }
 
-impl Shared {
+impl Division {
     fn primary_answered(&self) {
         // A load first: every healthy request passes here, and a write would make the
         // cores contend for the line.

@@ -72,11 +72,11 @@ use http::StatusCode;
 /// ```
 #[derive(Clone, Default)]
 pub struct Charge {
-    kind: Kind,
+    kind: Counted,
 }
 
 #[derive(Clone, Default)]
-enum Kind {
+enum Counted {
     #[default]
     All,
     Failures,
@@ -87,14 +87,14 @@ enum Kind {
 impl Charge {
     /// Every request counts, whatever its response (the default).
     pub fn all() -> Self {
-        Self { kind: Kind::All }
+        Self { kind: Counted::All }
     }
 
     /// Only `401 Unauthorized` and `403 Forbidden` count: failed logins, bad API keys. A
     /// client that signs in correctly never uses up the quota of failed attempts.
     pub fn failures() -> Self {
         Self {
-            kind: Kind::Failures,
+            kind: Counted::Failures,
         }
     }
 
@@ -102,7 +102,7 @@ impl Charge {
     /// use up its clients' quotas.
     pub fn except_server_errors() -> Self {
         Self {
-            kind: Kind::ExceptServerErrors,
+            kind: Counted::ExceptServerErrors,
         }
     }
 
@@ -125,33 +125,35 @@ impl Charge {
         F: Fn(StatusCode) -> bool + Send + Sync + 'static,
     {
         Self {
-            kind: Kind::When(Arc::new(counts)),
+            kind: Counted::When(Arc::new(counts)),
         }
     }
 
     /// Whether a response with `status` counts.
     pub(crate) fn counts(&self, status: StatusCode) -> bool {
         match &self.kind {
-            Kind::All => true,
-            Kind::Failures => status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN,
-            Kind::ExceptServerErrors => !status.is_server_error(),
-            Kind::When(f) => f(status),
+            Counted::All => true,
+            Counted::Failures => {
+                status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN
+            }
+            Counted::ExceptServerErrors => !status.is_server_error(),
+            Counted::When(f) => f(status),
         }
     }
 
     /// Whether every response counts (nothing is ever given back).
     pub(crate) fn counts_all(&self) -> bool {
-        matches!(self.kind, Kind::All)
+        matches!(self.kind, Counted::All)
     }
 }
 
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self.kind {
-            Kind::All => "Charge::all()",
-            Kind::Failures => "Charge::failures()",
-            Kind::ExceptServerErrors => "Charge::except_server_errors()",
-            Kind::When(_) => "Charge::when(..)",
+            Counted::All => "Charge::all()",
+            Counted::Failures => "Charge::failures()",
+            Counted::ExceptServerErrors => "Charge::except_server_errors()",
+            Counted::When(_) => "Charge::when(..)",
         })
     }
 }

@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 use tracing::field::{display, Empty};
 use tracing::Span;
 
-use self::record::Verdict;
+use self::record::DecisionLabel;
 use super::config::{Config, Mode};
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -136,8 +136,8 @@ pub(crate) fn finish(
         return elapsed;
     }
     let verdict = match result {
-        Ok(outcome) => Verdict::of_batch(config.mode == Mode::Shadow, outcome),
-        Err(_) => Verdict::StoreFailed,
+        Ok(outcome) => DecisionLabel::of_batch(config.mode == Mode::Shadow, outcome),
+        Err(_) => DecisionLabel::StoreFailed,
     };
     span.record("outcome", verdict.as_str());
     if let Some(elapsed) = elapsed {

@@ -13,7 +13,7 @@ use crate::rule::Rule;
 use crate::store::Health;
 /// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(super) enum DecisionLabel {
     Admitted,
     Delayed,
     Denied,
@@ -23,38 +23,38 @@ pub(super) enum Verdict {
     StoreFailed,
 }
 
-impl Verdict {
+impl DecisionLabel {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [Verdict; 7] = [
-        Verdict::Admitted,
-        Verdict::Delayed,
-        Verdict::Denied,
-        Verdict::Locked,
-        Verdict::ShadowDenied,
-        Verdict::DeniedByOther,
-        Verdict::StoreFailed,
+    const ALL: [DecisionLabel; 7] = [
+        DecisionLabel::Admitted,
+        DecisionLabel::Delayed,
+        DecisionLabel::Denied,
+        DecisionLabel::Locked,
+        DecisionLabel::ShadowDenied,
+        DecisionLabel::DeniedByOther,
+        DecisionLabel::StoreFailed,
     ];
 
     pub(super) fn as_str(self) -> &'static str {
         match self {
-            Verdict::Admitted => "admitted",
-            Verdict::Delayed => "delayed",
-            Verdict::Denied => "denied",
-            Verdict::Locked => "locked",
-            Verdict::ShadowDenied => "shadow_denied",
-            Verdict::DeniedByOther => "denied_by_other",
-            Verdict::StoreFailed => "store_failed",
+            DecisionLabel::Admitted => "admitted",
+            DecisionLabel::Delayed => "delayed",
+            DecisionLabel::Denied => "denied",
+            DecisionLabel::Locked => "locked",
+            DecisionLabel::ShadowDenied => "shadow_denied",
+            DecisionLabel::DeniedByOther => "denied_by_other",
+            DecisionLabel::StoreFailed => "store_failed",
         }
     }
 
     /// A batch's outcome: `shadow_mode` for a layer in shadow mode.
     pub(super) fn of_batch(shadow_mode: bool, outcome: &Outcome) -> Self {
         match outcome.decision {
-            Decision::Deny(_) if shadow_mode => Verdict::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
-            Decision::Deny(_) => Verdict::Denied,
-            Decision::Delay(_) if !shadow_mode => Verdict::Delayed,
-            _ => Verdict::Admitted,
+            Decision::Deny(_) if shadow_mode => DecisionLabel::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
+            Decision::Deny(_) => DecisionLabel::Denied,
+            Decision::Delay(_) if !shadow_mode => DecisionLabel::Delayed,
+            _ => DecisionLabel::Admitted,
         }
     }
 
@@ -62,12 +62,12 @@ impl Verdict {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
-            Decision::Deny(_) if on_trial => Verdict::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => Verdict::Locked,
-            Decision::Deny(_) => Verdict::Denied,
-            _ if batch_denied => Verdict::DeniedByOther,
-            Decision::Delay(_) if !on_trial => Verdict::Delayed,
-            _ => Verdict::Admitted,
+            Decision::Deny(_) if on_trial => DecisionLabel::ShadowDenied,
+            Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
+            Decision::Deny(_) => DecisionLabel::Denied,
+            _ if batch_denied => DecisionLabel::DeniedByOther,
+            Decision::Delay(_) if !on_trial => DecisionLabel::Delayed,
+            _ => DecisionLabel::Admitted,
         }
     }
 }
@@ -132,7 +132,7 @@ mod recording {
 
     use crate::decision::Outcome;
     use crate::error::StoreError;
-    use crate::layer::observe::record::{RuleMetrics, Verdict};
+    use crate::layer::observe::record::{DecisionLabel, RuleMetrics};
     use crate::rule::Rule;
     use crate::store::Health;
 
@@ -145,14 +145,14 @@ mod recording {
 
     /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
     pub(super) struct RuleKeys {
-        decisions: [Key; Verdict::ALL.len()],
+        decisions: [Key; DecisionLabel::ALL.len()],
         refunds: Key,
     }
 
     impl RuleKeys {
         pub(super) fn new(rule: &Rule) -> Self {
             let name = rule.shared_name();
-            let decision = |verdict: Verdict| {
+            let decision = |verdict: DecisionLabel| {
                 let labels = vec![
                     Label::new("rule", name.clone()),
                     Label::new("outcome", verdict.as_str()),
@@ -160,7 +160,7 @@ mod recording {
                 Key::from_parts("tollgate_decisions_total", labels)
             };
             Self {
-                decisions: Verdict::ALL.map(decision),
+                decisions: DecisionLabel::ALL.map(decision),
                 refunds: Key::from_parts(
                     "tollgate_charge_refunds_total",
                     vec![Label::new("rule", name.clone())],
@@ -195,13 +195,13 @@ mod recording {
             Ok(outcome) => {
                 let denied = !outcome.is_admitted();
                 for ((metrics, on_trial), rule) in limits.zip(&outcome.rules) {
-                    let verdict = Verdict::of_rule(on_trial, denied, rule);
+                    let verdict = DecisionLabel::of_rule(on_trial, denied, rule);
                     count(&metrics.keys.decisions[verdict as usize]);
                 }
             }
             Err(_) => {
                 for (metrics, _) in limits {
-                    count(&metrics.keys.decisions[Verdict::StoreFailed as usize]);
+                    count(&metrics.keys.decisions[DecisionLabel::StoreFailed as usize]);
                 }
             }
         }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use self::select::{Fallback, PlanGuard, PlanOf, Selector};
+use self::select::{Otherwise, PlanGuard, PlanOf, Selector};
 use super::config::Limit;
 use crate::error::ConfigError;
 use crate::key::KeyExtractor;
@@ -140,15 +140,15 @@ impl IntoIterator for Plans {
             }
         }
         let unknown = match &self.unknown {
-            UnknownPlan::Reject => Fallback::Reject,
-            UnknownPlan::Unlimited => Fallback::Unlimited,
+            UnknownPlan::Reject => Otherwise::Reject,
+            UnknownPlan::Unlimited => Otherwise::Unlimited,
             UnknownPlan::Plan(plan) => match names.iter().position(|n| **n == **plan) {
-                Some(i) => Fallback::Plan(i),
+                Some(i) => Otherwise::Plan(i),
                 None => {
                     problems.push(ConfigError::new(format!(
                         "plans: unknown plans go to {plan:?}, which is not one of the plans {names:?}"
                     )));
-                    Fallback::Unlimited
+                    Otherwise::Unlimited
                 }
             },
         };

@@ -82,7 +82,7 @@ impl fmt::Debug for PlanOf {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fallback {
+pub(super) enum Otherwise {
     Reject,
     Plan(usize),
     Unlimited,
@@ -92,7 +92,7 @@ pub(super) enum Fallback {
 pub(super) struct Selector {
     pub(super) plan_of: PlanOf,
     pub(super) names: Box<[Box<str>]>,
-    pub(super) unknown: Fallback,
+    pub(super) unknown: Otherwise,
     pub(super) problem: Option<ConfigError>,
 }
 
@@ -107,12 +107,12 @@ impl Selector {
             return Ok(Some(i));
         }
         match self.unknown {
-            Fallback::Plan(i) => Ok(Some(i)),
-            Fallback::Unlimited => Ok(None),
-            Fallback::Reject if found.is_none() => {
+            Otherwise::Plan(i) => Ok(Some(i)),
+            Otherwise::Unlimited => Ok(None),
+            Otherwise::Reject if found.is_none() => {
                 Err(KeyError::missing(self.plan_of.what.clone()))
             }
-            Fallback::Reject => Err(KeyError::invalid("unknown plan")),
+            Otherwise::Reject => Err(KeyError::invalid("unknown plan")),
         }
     }
 }

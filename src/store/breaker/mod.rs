@@ -87,10 +87,10 @@ fn state_of(raw: u8) -> BreakerState {
 #[derive(Clone)]
 pub struct Breaker<S> {
     store: S,
-    shared: Arc<Shared>,
+    shared: Arc<Circuit>,
 }
 
-struct Shared {
+struct Circuit {
     failures: u32,
     open_for_micros: u64,
     state: AtomicU8,
@@ -107,7 +107,7 @@ impl<S> Breaker<S> {
     pub fn new(store: S) -> Self {
         Self {
             store,
-            shared: Arc::new(Shared {
+            shared: Arc::new(Circuit {
                 failures: DEFAULT_FAILURES,
                 open_for_micros: duration_to_micros(DEFAULT_OPEN_FOR),
                 state: AtomicU8::new(CLOSED),
@@ -134,12 +134,12 @@ impl<S> Breaker<S> {
         self
     }
 
-    fn configure(&mut self, f: impl FnOnce(&mut Shared)) {
+    fn configure(&mut self, f: impl FnOnce(&mut Circuit)) {
         match Arc::get_mut(&mut self.shared) {
             Some(shared) => f(shared),
             None => {
                 let old = &self.shared;
-                let mut fresh = Shared {
+                let mut fresh = Circuit {
                     failures: old.failures,
                     open_for_micros: old.open_for_micros,
                     state: AtomicU8::new(CLOSED),
@@ -167,7 +167,7 @@ enum Pass {
     Probe,
 }
 
-impl Shared {
+impl Circuit {
     fn now(&self) -> u64 {
         duration_to_micros(self.epoch.elapsed())
     }
@@ -286,7 +286,7 @@ impl Shared {
 /// A call the breaker let through, until it answers: counts its result, or, if the call is
 /// dropped before it answers, frees the probe.
 struct PassGuard<'a> {
-    shared: &'a Shared,
+    shared: &'a Circuit,
     pass: Option<Pass>,
 }
 
@@ -394,7 +394,7 @@ impl<S: Store> Breaker<S> {
 /// The breaker's own probe, until it answers: counts its result; if its task is dropped
 /// before that (the runtime shuts down), frees the probe as [`PassGuard`] does.
 struct ProbeGuard {
-    shared: Arc<Shared>,
+    shared: Arc<Circuit>,
     recorded: bool,
 }
 

@@ -19,7 +19,7 @@ use crate::decision::{Admission, Decision, Denial, DenyReason, Outcome, RuleOutc
 use crate::error::StoreError;
 use crate::store::check::Check;
 
-use super::script::{self, Call, Mode, Reply};
+use super::script::{self, Call, Op, Reply};
 use super::RedisStore;
 
 /// How often a cross-slot batch decides its early parts again before it gives up (denies):
@@ -139,9 +139,7 @@ impl RedisStore {
         let mut longest = 0;
         for &g in &shaping {
             let members = &groups[g].1;
-            let reply = self
-                .run_part(batch, members, max_wait, Mode::Peek, 0)
-                .await?;
+            let reply = self.run_part(batch, members, max_wait, Op::Peek, 0).await?;
             let release = queue_release(batch, members, &reply, &mut lead.holding);
             if release > longest {
                 (lead.leader, longest) = (Some(g), release);
@@ -206,7 +204,7 @@ impl RedisStore {
         ledger: &mut Ledger,
     ) -> Result<Option<(Vec<usize>, u64)>, StoreError> {
         let reply = self
-            .run_part(batch, &later, max_wait, Mode::Peek, shaped)
+            .run_part(batch, &later, max_wait, Op::Peek, shaped)
             .await;
         let reply = self.or_refund(batch, ledger, reply).await?;
         if reply.admitted {
@@ -239,11 +237,7 @@ impl RedisStore {
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<(), StoreError> {
-        let mode = if ledger.denied {
-            Mode::Deny
-        } else {
-            Mode::Decide
-        };
+        let mode = if ledger.denied { Op::Deny } else { Op::Decide };
         let reply = self
             .run_part(batch, members, max_wait, mode, ledger.delay.max(least))
             .await;
@@ -295,7 +289,7 @@ impl RedisStore {
                     .await
                 {
                     Ok(()) => {
-                        self.run_part(batch, &early.members, max_wait, Mode::Decide, ledger.delay)
+                        self.run_part(batch, &early.members, max_wait, Op::Decide, ledger.delay)
                             .await
                     }
                     Err(e) => Err(e),
@@ -344,9 +338,9 @@ impl RedisStore {
             rounds += 1;
             for (members, _) in stale {
                 let (mode, least) = if shaped > ledger.delay {
-                    (Mode::Peek, shaped)
+                    (Op::Peek, shaped)
                 } else {
-                    (Mode::Decide, ledger.delay)
+                    (Op::Decide, ledger.delay)
                 };
                 let reply = self.run_part(batch, &members, max_wait, mode, least).await;
                 let reply = self.or_refund(batch, ledger, reply).await?;
@@ -357,7 +351,7 @@ impl RedisStore {
                     self.deny(batch, ledger).await?;
                     break;
                 }
-                if mode == Mode::Peek {
+                if mode == Op::Peek {
                     ledger.pending.push((members, shaped));
                 } else {
                     let part = ledger.admit(&members, &reply, batch);
@@ -377,7 +371,7 @@ impl RedisStore {
         batch: &[Check<'_>],
         members: &[usize],
         max_wait: u64,
-        mode: Mode,
+        mode: Op,
         min_delay: u64,
     ) -> Result<Reply, StoreError> {
         let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
@@ -443,7 +437,7 @@ impl RedisStore {
                 part.consumed.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(part.taken.iter().copied());
             let reply = self
-                .run_with(self.call(0, Mode::Refund), &checks, Some(&packed))
+                .run_with(self.call(0, Op::Refund), &checks, Some(&packed))
                 .await?;
             for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
                 outcomes[i] = Some(outcome);

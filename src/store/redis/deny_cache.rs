@@ -73,7 +73,7 @@ const SHARDS: usize = 16;
 
 /// The denials one instance remembers, keyed by rule name and key.
 pub(super) struct DenyCache {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<CacheShard>]>,
     /// Entries a shard may hold.
     per_shard: usize,
     hasher: DefaultHashBuilder,
@@ -92,21 +92,21 @@ pub(super) struct DenyCache {
 }
 
 #[derive(Default)]
-struct Shard {
-    table: HashTable<Slot>,
+struct CacheShard {
+    table: HashTable<CacheSlot>,
     /// The earliest deadline in the shard: a full shard is swept only once it has passed.
     next_expiry: u64,
 }
 
 /// The denials of one rule name and key (one per configuration, usually one).
-struct Slot {
+struct CacheSlot {
     hash: u64,
     /// The rule name's length (one byte: names are at most 64), the name, the key.
     id: Box<[u8]>,
     denials: SmallVec<[Cached; 1]>,
 }
 
-impl Slot {
+impl CacheSlot {
     fn is(&self, rule: &str, key: &[u8]) -> bool {
         let n = rule.len();
         self.id.len() == 1 + n + key.len()
@@ -146,7 +146,9 @@ impl DenyCache {
     /// A cache of at most `capacity` rule-and-key entries (at least one per shard).
     pub(super) fn new(capacity: usize, prefix: Arc<[u8]>, clock: Option<Arc<dyn Clock>>) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(CacheShard::default()))
+                .collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             hasher: DefaultHashBuilder::default(),
             len: AtomicUsize::new(0),
@@ -195,7 +197,7 @@ impl DenyCache {
         self.hasher.hash_one((rule, key))
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+    fn shard(&self, hash: u64) -> &Mutex<CacheShard> {
         // The table uses the low bits; the shard takes high ones.
         &self.shards[(hash >> 57) as usize % SHARDS]
     }
@@ -315,7 +317,7 @@ impl DenyCache {
         id.push(u8::try_from(rule.len()).unwrap_or(u8::MAX));
         id.extend_from_slice(rule.as_bytes());
         id.extend_from_slice(check.key);
-        let slot = Slot {
+        let slot = CacheSlot {
             hash,
             id: id.into_boxed_slice(),
             denials: smallvec::smallvec![cached],
@@ -330,7 +332,7 @@ impl DenyCache {
     }
 
     /// Drops the ended entries of a shard.
-    fn sweep(&self, shard: &mut Shard, now: u64) {
+    fn sweep(&self, shard: &mut CacheShard, now: u64) {
         let before = shard.table.len();
         let mut next = u64::MAX;
         shard.table.retain(|s| {

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use crate::error::StoreError;
 
 use super::connection::{unavailable, Connection};
-use super::script::{self, Encoded, Route};
+use super::script::{self, Encoded, Invocation};
 
 /// Calls in flight at once on a coalescing store: while they are, Redis works on one and
 /// the next is on its way, and the requests arriving meanwhile queue for the call after.
@@ -50,18 +50,18 @@ pub(super) struct Caller {
 }
 
 impl Caller {
-    pub(super) fn new(conn: Connection, route: Route) -> Self {
+    pub(super) fn new(conn: Connection, route: Invocation) -> Self {
         Self {
             conn,
-            functions: Arc::new(AtomicBool::new(route == Route::Function)),
+            functions: Arc::new(AtomicBool::new(route == Invocation::Function)),
         }
     }
 
-    pub(super) fn route(&self) -> Route {
+    pub(super) fn route(&self) -> Invocation {
         if self.functions.load(Ordering::Relaxed) {
-            Route::Function
+            Invocation::Function
         } else {
-            Route::Script
+            Invocation::Script
         }
     }
 
@@ -82,9 +82,9 @@ impl Caller {
                         .map_err(unavailable)?;
                     reloaded = true;
                 }
-                Err(e) if route == Route::Function && is_unknown_command(&e) => {
+                Err(e) if route == Invocation::Function && is_unknown_command(&e) => {
                     self.functions.store(false, Ordering::Relaxed);
-                    route = Route::Script;
+                    route = Invocation::Script;
                     cmd = script::command(route, batches);
                 }
                 Err(e) => return Err(unavailable(e)),

@@ -31,7 +31,7 @@ use deny_cache::DenyCache;
 use dispatch::{Caller, Calls};
 use invalidation::{listen, subscribe};
 use keys::escape_into;
-use script::{Call, Encoded, Mode, Reply, Route};
+use script::{Call, Encoded, Invocation, Op, Reply};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
 /// with [`RedisStore::with_timeout`].
@@ -286,7 +286,7 @@ impl RedisStore {
         Ok(Self {
             conn,
             calls: Arc::new(calls),
-            functions_loaded: route == Route::Function,
+            functions_loaded: route == Invocation::Function,
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
@@ -303,9 +303,9 @@ impl RedisStore {
     /// changes nothing where the server did not take the library when the store connected.
     pub fn with_functions(mut self, enabled: bool) -> Self {
         let route = if enabled && self.functions_loaded {
-            Route::Function
+            Invocation::Function
         } else {
-            Route::Script
+            Invocation::Script
         };
         let coalesce = self.calls.coalesces();
         self.calls = Arc::new(Calls::new(Caller::new(self.conn.clone(), route), coalesce));
@@ -314,7 +314,7 @@ impl RedisStore {
 
     /// Whether decisions run as a Redis function (`FCALL`) rather than a script.
     pub fn uses_functions(&self) -> bool {
-        self.calls.caller().route() == Route::Function
+        self.calls.caller().route() == Invocation::Function
     }
 
     /// Whether the batches of requests that wait for Redis at the same moment go out as one
@@ -466,7 +466,7 @@ impl RedisStore {
         Ok(outcome)
     }
 
-    fn call(&self, max_wait: u64, mode: Mode) -> Call {
+    fn call(&self, max_wait: u64, mode: Op) -> Call {
         Call {
             now: self.clock.as_ref().map(|c| c.now_micros()),
             max_wait,
@@ -485,7 +485,7 @@ impl RedisStore {
         self.run_with(call, checks, None).await
     }
 
-    /// [`run`](Self::run), with the packed `ARGV[5]` of a `Mode::RefundHeld` call.
+    /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::RefundHeld` call.
     async fn run_with(
         &self,
         call: Call,
@@ -506,11 +506,11 @@ impl RedisStore {
             }
         }
         let checks: SmallVec<[&Check<'_>; 4]> = batch.iter().collect();
-        let reply = self.run(self.call(max_wait, Mode::Decide), &checks).await?;
+        let reply = self.run(self.call(max_wait, Op::Decide), &checks).await?;
         Ok(outcome_of(reply, batch))
     }
 
-    /// [`Store::refund`]: one `Mode::RefundHeld` call per slot (one call on a standalone
+    /// [`Store::refund`]: one `Op::RefundHeld` call per slot (one call on a standalone
     /// server), each rule given back at its own instant where its mark says that is exact.
     async fn refund_held(
         &self,
@@ -541,7 +541,7 @@ impl RedisStore {
         for (_, members) in &groups {
             let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-            let call = self.call(0, Mode::RefundHeld);
+            let call = self.call(0, Op::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
         }
         // Units given back may admit a request a deny cache holds a denial for. The units are
@@ -558,7 +558,7 @@ impl RedisStore {
 
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
-        let reply = self.run(self.call(0, Mode::Peek), &[&check]).await?;
+        let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
         reply
             .rules
             .into_iter()

@@ -80,7 +80,7 @@ pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
 
 /// What the script does with a batch (`ARGV[3]`; `MODE_*` in `lua/prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
+pub(super) enum Op {
     /// Decide and commit.
     Decide = 0,
     /// Decide, write nothing.
@@ -105,7 +105,7 @@ pub(super) struct Call {
     /// The instant to decide at, or `None` for the server's `TIME`.
     pub(super) now: Option<u64>,
     pub(super) max_wait: u64,
-    pub(super) mode: Mode,
+    pub(super) mode: Op,
     /// Milliseconds added to every TTL.
     pub(super) slack_ms: u64,
     /// Modes other than the refunds: µs the request is reserved ahead at least (another
@@ -113,7 +113,7 @@ pub(super) struct Call {
     pub(super) min_delay: u64,
 }
 
-/// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call: per check, its instant and mark
+/// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call: per check, its instant and mark
 /// as doubles.
 pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     let mut packed = Vec::new();
@@ -177,7 +177,7 @@ pub(super) struct Encoded {
     /// How many rules (checks) the batch holds: the length of its reply follows from it.
     rules: usize,
     call: Call,
-    /// `ARGV[5]` of a `Mode::Refund` or `Mode::RefundHeld` call (see `packed_taken`).
+    /// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
     /// The batch's shape (`lua/call.lua`): its header line, then per rule its
     /// [`RuleArgs`]. Built here, once, and kept on the heap, so the batch stays
@@ -187,7 +187,7 @@ pub(super) struct Encoded {
 
 impl Encoded {
     /// Encodes `checks` (keys built by `key_of`). `taken` replaces `ARGV[5]` for a
-    /// `Mode::Refund` or `Mode::RefundHeld` call.
+    /// `Op::Refund` or `Op::RefundHeld` call.
     pub(super) fn new(
         call: Call,
         checks: &[&Check<'_>],
@@ -258,7 +258,7 @@ impl Encoded {
 
 /// How a call reaches the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
+pub(super) enum Invocation {
     /// `FCALL` of the function library ([`LIBRARY`]).
     Function,
     /// `EVALSHA` of the script ([`SCRIPT`]).
@@ -266,14 +266,14 @@ pub(super) enum Route {
 }
 
 /// The command that decides `batches` in one call, in order.
-pub(super) fn command(route: Route, batches: &[&Encoded]) -> Cmd {
+pub(super) fn command(route: Invocation, batches: &[&Encoded]) -> Cmd {
     // Sized up front: a coalesced call's command would otherwise be reallocated as it grows.
     let args = 3 + batches.iter().map(|b| b.keys.len() + 3).sum::<usize>();
     let bytes = 64 + batches.iter().map(|b| b.size()).sum::<usize>();
     let mut cmd = Cmd::with_capacity(args, bytes);
     match route {
-        Route::Function => cmd.arg("FCALL").arg(&LIBRARY.name),
-        Route::Script => cmd.arg("EVALSHA").arg(SCRIPT.get_hash()),
+        Invocation::Function => cmd.arg("FCALL").arg(&LIBRARY.name),
+        Invocation::Script => cmd.arg("EVALSHA").arg(SCRIPT.get_hash()),
     };
     cmd.arg(batches.iter().map(|b| b.keys.len()).sum::<usize>());
     for batch in batches {
@@ -288,14 +288,14 @@ pub(super) fn command(route: Route, batches: &[&Encoded]) -> Cmd {
 }
 
 /// The command that loads the code for `route` (`FUNCTION LOAD REPLACE`, `SCRIPT LOAD`).
-pub(super) fn load_command(route: Route) -> Cmd {
+pub(super) fn load_command(route: Invocation) -> Cmd {
     match route {
-        Route::Function => {
+        Invocation::Function => {
             let mut cmd = redis::cmd("FUNCTION");
             cmd.arg("LOAD").arg("REPLACE").arg(&LIBRARY.source);
             cmd
         }
-        Route::Script => {
+        Invocation::Script => {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(SOURCE);
             cmd
@@ -305,10 +305,10 @@ pub(super) fn load_command(route: Route) -> Cmd {
 
 /// Whether `e` says the code for `route` is not loaded (a restart, a failover, `SCRIPT
 /// FLUSH`, `FUNCTION FLUSH`): the call did not run, and may be sent again once loaded.
-pub(super) fn is_not_loaded(route: Route, e: &redis::RedisError) -> bool {
+pub(super) fn is_not_loaded(route: Invocation, e: &redis::RedisError) -> bool {
     match route {
-        Route::Function => e.to_string().contains("Function not found"),
-        Route::Script => e.code() == Some("NOSCRIPT"),
+        Invocation::Function => e.to_string().contains("Function not found"),
+        Invocation::Script => e.code() == Some("NOSCRIPT"),
     }
 }
 

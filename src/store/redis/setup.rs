@@ -7,7 +7,7 @@ use crate::error::StoreError;
 
 use super::connection::Connection;
 use super::dispatch::Caller;
-use super::script::{self, Call, Encoded, Mode, Route};
+use super::script::{self, Call, Encoded, Invocation, Op};
 
 /// The oldest Redis the script runs on: it reads `TIME` and then writes, which needs
 /// effects replication, the default from 5.0 on (and `UNLINK`, from 4.0).
@@ -105,14 +105,14 @@ pub(super) async fn dry_decision(
     conn: &mut Connection,
     addr: &str,
     functions: bool,
-) -> Result<Route, StoreError> {
+) -> Result<Invocation, StoreError> {
     if functions {
-        match script::load_command(Route::Function)
+        match script::load_command(Invocation::Function)
             .query_async::<Value>(&mut *conn)
             .await
         {
-            Ok(_) => match dry_call(conn, addr, Route::Function).await {
-                Ok(()) => return Ok(Route::Function),
+            Ok(_) => match dry_call(conn, addr, Invocation::Function).await {
+                Ok(()) => return Ok(Invocation::Function),
                 // A user who may load functions but not call them: the script will do.
                 Err(StoreError::Unavailable(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
                 Err(e) => return Err(e),
@@ -122,20 +122,20 @@ pub(super) async fn dry_decision(
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
-    script::load_command(Route::Script)
+    script::load_command(Invocation::Script)
         .query_async::<Value>(&mut *conn)
         .await
         .map_err(|e| setup_error(addr, &e))?;
-    dry_call(conn, addr, Route::Script).await?;
-    Ok(Route::Script)
+    dry_call(conn, addr, Invocation::Script).await?;
+    Ok(Invocation::Script)
 }
 
 /// The empty peek of [`dry_decision`] through `route`, its code loaded.
-async fn dry_call(conn: &Connection, addr: &str, route: Route) -> Result<(), StoreError> {
+async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<(), StoreError> {
     let call = Call {
         now: None,
         max_wait: 0,
-        mode: Mode::Peek,
+        mode: Op::Peek,
         slack_ms: 0,
         min_delay: 0,
     };

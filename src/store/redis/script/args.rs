@@ -119,7 +119,7 @@ impl RuleArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Mode;
+    use super::super::Op;
     use super::{Code, RuleArgs};
     use crate::{Rate, Rule};
 
@@ -150,11 +150,11 @@ mod tests {
             assert_eq!(lua_constant(prelude, name), Some(code), "{name}");
         }
         for (mode, name) in [
-            (Mode::Decide, "MODE_DECIDE"),
-            (Mode::Peek, "MODE_PEEK"),
-            (Mode::Deny, "MODE_DENY"),
-            (Mode::Refund, "MODE_REFUND"),
-            (Mode::RefundHeld, "MODE_REFUND_HELD"),
+            (Op::Decide, "MODE_DECIDE"),
+            (Op::Peek, "MODE_PEEK"),
+            (Op::Deny, "MODE_DENY"),
+            (Op::Refund, "MODE_REFUND"),
+            (Op::RefundHeld, "MODE_REFUND_HELD"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
