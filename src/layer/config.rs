@@ -362,10 +362,22 @@ pub(crate) struct Config {
 
 impl Config {
     /// The first route of the table matching the request.
+    /// The route of a request: of the patterns that match it, the one axum's router would
+    /// take (a literal segment before a parameter before a wildcard), the first declared
+    /// among equals.
     pub(crate) fn route_for(&self, method: &http::Method, path: &str) -> Option<usize> {
-        self.routes
-            .iter()
-            .position(|r| r.pattern.matches(method, path))
+        let mut best: Option<usize> = None;
+        for (i, route) in self.routes.iter().enumerate() {
+            if !route.pattern.matches(method, path) {
+                continue;
+            }
+            let better =
+                best.is_none_or(|b| route.pattern.ranks().lt(self.routes[b].pattern.ranks()));
+            if better {
+                best = Some(i);
+            }
+        }
+        best
     }
 
     /// The limits of a request on `route`: the layer's own, then the route's.

@@ -106,16 +106,18 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Applies `limits` to requests matching `pattern`, in addition to the layer's own
     /// limits. Patterns: `"POST /sms/send"` (method and path), `"/pkg.Service/Method"` (any
     /// method: gRPC), `"GET /files/{id}"` (`{id}` is any one segment), `"/api/*"` or
-    /// `"/api/{*rest}"` (a prefix). A request takes the first route that matches, so declare
-    /// specific routes before the prefixes that contain them. Paths are matched as sent
+    /// `"/api/{*rest}"` (a prefix). A request takes the route axum's router would: segment
+    /// by segment, a literal before a parameter before a wildcard (`"/sms/premium/{x}"`
+    /// before `"/sms/{provider}/send"`), whatever the order of declaration; among routes of
+    /// the same shape, the first declared. Paths are matched as sent
     /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
     /// `GET` route also covers `HEAD`.
     ///
     /// A pattern no request can match is a [`build`](Self::build) error rather than a route
     /// that silently runs unlimited: a lower-case method (`"post /x"`: methods are
     /// case-sensitive), a `?` or `#`, characters clients percent-encode, `.`/`..` segments,
-    /// and a route an earlier route shadows completely (`"/sms/*"` before
-    /// `"POST /sms/send"`).
+    /// and a route of the same shape as an earlier one that matches all its requests
+    /// (`"/files/{id}"` before `"GET /files/{name}"`).
     pub fn route(mut self, pattern: &str, limits: impl IntoIterator<Item = Limit>) -> Self {
         self.routes
             .push((pattern.into(), limits.into_iter().collect()));
@@ -172,7 +174,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             if let Some(earlier) = config.routes.iter().find(|r| r.pattern.covers(&pattern)) {
                 let (later, earlier) = (pattern.as_str(), earlier.pattern.as_str());
                 problems.push(ConfigError::new(format!(
-                    "route {later:?} can never match: the earlier route {earlier:?} takes every request it would; declare {later:?} first"
+                    "route {later:?} can never match: the earlier route {earlier:?} takes every request it would, since both have the same shape"
                 )));
             }
             config.routes.push(Route { pattern, limits });

@@ -100,9 +100,24 @@ impl RoutePattern {
         &self.text
     }
 
-    /// Whether every request `later` matches, `self` matches too: then `self`, declared
-    /// first, takes all of `later`'s requests and `later` can never apply.
+    /// How specific the pattern is, segment by segment, as axum's router (matchit) ranks
+    /// routes: a literal before a parameter before a wildcard. Of two patterns matching one
+    /// path, the one whose ranks compare lower is the route the router takes.
+    pub(crate) fn ranks(&self) -> impl Iterator<Item = u8> + '_ {
+        let segments = self.segments.iter().map(|s| match s {
+            Segment::Literal(_) => 0,
+            Segment::Param => 1,
+        });
+        segments.chain(self.rest.then_some(2))
+    }
+
+    /// Whether every request `later` matches, `self` matches too, and `self` ranks as
+    /// `later` does: then `self`, declared first, takes all of `later`'s requests and
+    /// `later` can never apply.
     pub(crate) fn covers(&self, later: &RoutePattern) -> bool {
+        if !self.ranks().eq(later.ranks()) {
+            return false;
+        }
         let methods = match (&self.method, &later.method) {
             (None, _) => true,
             (Some(_), None) => false,
@@ -213,10 +228,14 @@ mod tests {
         assert!(!covers("GET /x", "/x"));
         assert!(covers("GET /x", "HEAD /x"));
         assert!(!covers("HEAD /x", "GET /x"));
-        assert!(covers("/{a}/{b}", "/x/y"));
+        // A more specific pattern declared later is the router's choice where it matches.
+        assert!(!covers("/{a}/{b}", "/x/y"));
         assert!(!covers("/x/y", "/{a}/{b}"));
-        assert!(covers("/*", "/"));
-        assert!(covers("/a/*", "/a/{b}/*"));
+        assert!(!covers("/*", "/"));
+        assert!(!covers("/a/*", "/a/{b}/*"));
+        // The same shape under other names never applies after the first.
+        assert!(covers("/{a}", "/{b}"));
+        assert!(covers("/a/*", "/a/{*rest}"));
         assert!(!covers("/a/{b}", "/a/*"));
         assert!(!covers("/a/{b}", "/a"));
         assert!(!covers("/a/b/*", "/a/*"));

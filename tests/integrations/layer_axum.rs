@@ -295,3 +295,51 @@ async fn a_route_table_in_the_nested_routers_own_paths_limits() {
     let second = app.oneshot(sms()).await.unwrap();
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// The route table follows axum's precedence, not the order it is written in: a static
+/// segment wins over a parameter, so `/sms/premium/send` is limited as the premium route
+/// it reaches, although the route with a parameter is declared first.
+#[tokio::test]
+async fn the_route_table_takes_the_routers_precedence() {
+    use axum::body::Body;
+    use axum::routing::post;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+    use tower::ServiceExt;
+
+    let minute = Duration::from_secs(60);
+    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        .route(
+            "POST /sms/{provider}/send",
+            [Limit::new(
+                Rule::fixed_window("sms", 100, minute),
+                key::global(),
+            )],
+        )
+        .route(
+            "POST /sms/premium/{action}",
+            [Limit::new(
+                Rule::fixed_window("premium", 1, minute),
+                key::global(),
+            )],
+        )
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/sms/{provider}/send", post(|| async { "sent" }))
+        .route("/sms/premium/{action}", post(|| async { "premium" }))
+        .layer(table);
+    let premium = || {
+        http::Request::post("/sms/premium/send")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(premium()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = app.clone().oneshot(premium()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    let other = http::Request::post("/sms/acme/send")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.oneshot(other).await.unwrap().status(), StatusCode::OK);
+}

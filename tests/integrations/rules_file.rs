@@ -239,14 +239,14 @@ token_bucket = { capacity = 10, refill = "0/s" }
 key = "global"
 
 [[route]]
-pattern = "/sms/*"
+pattern = "/sms/{provider}"
 [[route.limit]]
 name = "sms"
 fixed_window = { limit = 1, window = "1m" }
 key = "global"
 
 [[route]]
-pattern = "POST /sms/send"
+pattern = "POST /sms/{name}"
 [[route.limit]]
 name = "sms"
 fixed_window = { limit = 2, window = "1m" }
