@@ -376,16 +376,17 @@ pub(crate) struct RouteKey;
 
 /// The matched route: the pattern of the layer's route table that matched the request
 /// (`POST /sms/send`, `/pkg.Service/Method`), else axum's `MatchedPath` (with the `axum`
-/// feature; `/files/{id}`, so all files share one key), else the URI path — which for gRPC is
-/// the method (`/pkg.Service/Method`), and for other requests can take as many values as
-/// clients send paths.
+/// feature; `/files/{id}`, so all files share one key), else one key for every request no
+/// route matched: paths clients invent never make keys of their own. For gRPC, list the
+/// methods (or `/pkg.Service/*`) in the route table.
 pub fn route() -> impl KeyExtractor + Clone + fmt::Debug {
     RouteKey
 }
 
 impl KeyExtractor for RouteKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        let route = req.route().unwrap_or_else(|| req.uri().path());
+        // Not a pattern: patterns start with a method or a '/'.
+        let route = req.route().unwrap_or("(no route)");
         key.push(route.as_bytes());
         Ok(())
     }
@@ -502,10 +503,13 @@ mod tests {
         assert_eq!(header("User-Id").name, "user-id");
     }
 
+    /// A request no route matched has the one key of all such requests, never its path.
     #[test]
-    fn route_falls_back_to_the_path() {
+    fn route_without_a_match_is_one_key() {
         let req = Request::post("/pkg.Svc/Method").body(()).unwrap();
-        assert_eq!(extract(&route(), &req).unwrap(), b"/pkg.Svc/Method");
+        let other = Request::get("/anything/else").body(()).unwrap();
+        assert_eq!(extract(&route(), &req).unwrap(), b"(no route)");
+        assert_eq!(extract(&route(), &other).unwrap(), b"(no route)");
         let mut buf = KeyBuf::new();
         route()
             .extract(

@@ -518,3 +518,23 @@ async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
     assert_eq!(res.status(), StatusCode::OK);
     Ok(())
 }
+
+/// A route key gives every request no route matched one key, however many paths clients
+/// invent: 1,000 distinct unknown paths make one entry in the store, not 1,000.
+#[tokio::test]
+async fn unmatched_paths_share_one_route_key() -> Result<(), BoxError> {
+    let store = MemoryStore::new();
+    let layer = RateLimitLayer::builder(Limiter::new(store.clone()))
+        .limit(Limit::new(
+            Rule::fixed_window("per-route", 1_000_000, Duration::from_secs(3600)),
+            key::route(),
+        ))
+        .build()?;
+    let svc = with(layer);
+    for i in 0..1_000 {
+        let request = Request::get(format!("/no/such/path/{i}")).body(String::new())?;
+        assert_eq!(call(&svc, request).await.status(), StatusCode::OK);
+    }
+    assert_eq!(store.len(), 1);
+    Ok(())
+}
