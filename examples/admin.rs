@@ -1,28 +1,34 @@
 //! An admin API beside a rate-limited app: look at a key's state and unblock a locked key,
 //! built on [`Limiter::peek`] and [`Limiter::reset`], behind a bearer token.
 //!
-//! - `GET /admin/limits/{rule}/{key}`: the key's quota under the rule (limit, remaining,
+//! - `GET /admin/limits/{rule}?user=…&address=…`: the state under the rule of the key the
+//!   layer would extract from a request of that user from that address (limit, remaining,
 //!   reset), whether its next request would be admitted (and if not, when), and whether it
 //!   is locked out, as JSON. Nothing is consumed.
-//! - `POST /admin/limits/{rule}/{key}/unblock`: clears the key's state and lifts its lock
-//!   (every instance sharing the store sees it at once; with a Redis deny cache, every
-//!   instance's cache is cleared too). Answers `204`.
+//! - `POST /admin/limits/{rule}/unblock?user=…&address=…`: clears that key's state and
+//!   lifts its lock (every instance sharing the store sees it at once; with a Redis deny
+//!   cache, every instance's cache is cleared too). Answers `204`.
 //!
 //! Both need `Authorization: Bearer <ADMIN_TOKEN>`; the token is compared in constant time
 //! (as SHA-256 digests, so its length does not leak either). A missing or wrong token is a
-//! `401` that says nothing about the token.
+//! `401` that says nothing about the token, and an address that sends 5 wrong tokens within
+//! 15 minutes gets `429` until then, whatever it sends.
 //!
-//! The app: `POST /login` allows 5 attempts a minute per user (`User` header); 3 refusals
-//! within 10 minutes lock the user out for 15 minutes. Run
+//! The app: `POST /login` allows 5 attempts a minute per user *and client address* (the
+//! `User` header, trimmed and lower-cased exactly as the login handler reads it); 3 refusals
+//! within 10 minutes lock that user out from that address for 15 minutes. Keyed by the user
+//! alone, anyone could lock any named user out; beside it, each address has 20 attempts a
+//! minute whatever the user names it tries. Run
 //! `ADMIN_TOKEN=$(openssl rand -hex 16) cargo run --example admin` and try the printed
 //! lines. Keep the admin routes off the public network (a separate listener or port in
 //! production); this example serves both on one for brevity.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -30,21 +36,30 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tollgate::key::{KeyBuf, KeyExtractor, RequestHead};
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{
-    key, ConfigError, Decision, DenyReason, Limiter, MemoryStore, Penalty, Rule, Store,
+    key, ConfigError, Decision, DenyReason, Limiter, MemoryStore, Penalty, Rate, Rule, Store,
 };
 
-/// What the admin routes need: the limiter, the rules they may act on (by name), and the
-/// digest of the token.
+/// What the admin routes need: the limiter, the rules they may act on (by name, with the
+/// key each counts under), the digest of the token, and the limit on wrong tokens.
 struct Admin<St> {
     limiter: Limiter<St>,
-    rules: HashMap<String, Rule>,
+    rules: HashMap<String, (Rule, Arc<dyn KeyExtractor>)>,
     token: [u8; 32],
+    wrong_tokens: Rule,
 }
 
-/// Login attempts per user: 5 a minute; 3 refusals within 10 minutes lock the user out for
-/// 15 minutes.
+/// The user a login is for, as the login handler reads it and as its limits count it: one
+/// user, however the client spells the name's case or pads it.
+fn user_of(headers: &HeaderMap) -> Option<String> {
+    let user = headers.get("user")?.to_str().ok()?.trim().to_lowercase();
+    (!user.is_empty()).then_some(user)
+}
+
+/// Login attempts per user and client address: 5 a minute; 3 refusals within 10 minutes
+/// lock that user out from that address for 15 minutes.
 fn login_rule() -> Result<Rule, ConfigError> {
     Rule::fixed_window("login", 5, Duration::from_secs(60))
         .with_penalty(
@@ -55,29 +70,44 @@ fn login_rule() -> Result<Rule, ConfigError> {
         .checked()
 }
 
+/// What the login rule counts under: the client's address and the user it names.
+fn login_key() -> Arc<dyn KeyExtractor> {
+    let user = key::from_fn(|head: &RequestHead<'_>| user_of(head.headers()));
+    Arc::new((key::peer_ip(), user))
+}
+
 /// The app and its admin API, on any store.
 fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, ConfigError> {
     let login = login_rule()?;
-    // The rules the admin routes may act on: the app's own, built once.
-    let rules = [login.clone()];
+    let per_address = Rule::gcra("login-per-address", 20, Rate::per_minute(20));
+    let address: Arc<dyn KeyExtractor> = Arc::new(key::peer_ip());
     let limits = RateLimitLayer::builder(limiter.clone())
-        .limit(Limit::new(login, key::header("user")))
+        .limit(Limit::new(login.clone(), SharedKey(login_key())))
+        .limit(Limit::new(per_address.clone(), SharedKey(address.clone())))
         .build()?;
     let public = Router::new()
-        .route("/login", post(|| async { "welcome\n" }))
+        .route(
+            "/login",
+            post(|headers: HeaderMap| async move {
+                let user = user_of(&headers).unwrap_or_default();
+                format!("welcome, {user}\n")
+            }),
+        )
         .layer(limits);
 
+    let rules = [(login, login_key()), (per_address, address)];
     let admin = Arc::new(Admin {
         limiter,
         rules: rules
             .into_iter()
-            .map(|r| (r.name().to_owned(), r))
+            .map(|(rule, key)| (rule.name().to_owned(), (rule, key)))
             .collect(),
         token: Sha256::digest(token.as_bytes()).into(),
+        wrong_tokens: Rule::fixed_window("admin-wrong-tokens", 5, Duration::from_secs(900)),
     });
     let admin_routes = Router::new()
-        .route("/admin/limits/{rule}/{key}", get(peek::<St>))
-        .route("/admin/limits/{rule}/{key}/unblock", post(unblock::<St>))
+        .route("/admin/limits/{rule}", get(peek::<St>))
+        .route("/admin/limits/{rule}/unblock", post(unblock::<St>))
         .route_layer(middleware::from_fn_with_state(
             admin.clone(),
             authorize::<St>,
@@ -86,13 +116,33 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
     Ok(public.merge(admin_routes))
 }
 
-/// Lets a request through only with the right bearer token.
-async fn authorize<St>(
+/// A key extractor shared between the layer and the admin routes, so both compute one key.
+struct SharedKey(Arc<dyn KeyExtractor>);
+
+impl KeyExtractor for SharedKey {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), key::KeyError> {
+        self.0.extract(request, key)
+    }
+}
+
+/// Lets a request through only with the right bearer token, from an address that has not
+/// sent too many wrong ones.
+async fn authorize<St: Store>(
     State(admin): State<Arc<Admin<St>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     request: Request,
     next: Next,
 ) -> Response {
+    let address = peer.ip().to_string();
+    let rule = &admin.wrong_tokens;
+    match admin.limiter.peek(rule, &address, 1).await {
+        Ok(next) if !next.decision.is_admitted() => {
+            return (StatusCode::TOO_MANY_REQUESTS, "too many wrong tokens\n").into_response()
+        }
+        Ok(_) => {}
+        Err(error) => return store_unavailable(error),
+    }
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -104,6 +154,10 @@ async fn authorize<St>(
         bool::from(digest.ct_eq(&admin.token))
     });
     if !authorized {
+        // Only wrong tokens count: an admin's own requests never lock the admin out.
+        if let Err(error) = admin.limiter.check_one(rule, &address).await {
+            return store_unavailable(error);
+        }
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -128,12 +182,57 @@ fn store_unavailable(error: tollgate::StoreError) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
+/// Whose key an admin asks about: a user and the address its requests come from.
+#[derive(serde::Deserialize)]
+struct Whose {
+    user: Option<String>,
+    address: Option<std::net::IpAddr>,
+}
+
+/// The key `extractor` finds in a request of `whose`: the same bytes the layer counts under.
+fn key_of(extractor: &dyn KeyExtractor, whose: &Whose) -> Option<Vec<u8>> {
+    let mut request = http::Request::post("/login");
+    if let Some(user) = &whose.user {
+        request = request.header("user", user.as_str());
+    }
+    if let Some(address) = whose.address {
+        request = request.extension(ConnectInfo(SocketAddr::new(address, 0)));
+    }
+    let request = request.body(()).ok()?;
+    let mut key = KeyBuf::new();
+    extractor
+        .extract(&RequestHead::from_request(&request), &mut key)
+        .ok()?;
+    Some(key.as_bytes().to_vec())
+}
+
+/// The rule named `rule` and the key of `whose` under it, or the response saying why not.
+fn rule_and_key<'a, St>(
+    admin: &'a Admin<St>,
+    rule: &str,
+    whose: &Whose,
+) -> Result<(&'a Rule, Vec<u8>), Box<Response>> {
+    let Some((rule, extractor)) = admin.rules.get(rule) else {
+        return Err(Box::new(no_such_rule(admin)));
+    };
+    let Some(key) = key_of(extractor.as_ref(), whose) else {
+        let body =
+            serde_json::json!({ "error": "give the user and the address the rule counts by" });
+        return Err(Box::new(
+            (StatusCode::BAD_REQUEST, Json(body)).into_response(),
+        ));
+    };
+    Ok((rule, key))
+}
+
 async fn peek<St: Store>(
     State(admin): State<Arc<Admin<St>>>,
-    Path((rule, key)): Path<(String, String)>,
+    Path(rule): Path<String>,
+    Query(whose): Query<Whose>,
 ) -> Response {
-    let Some(rule) = admin.rules.get(&rule) else {
-        return no_such_rule(&admin);
+    let (rule, key) = match rule_and_key(&admin, &rule, &whose) {
+        Ok(found) => found,
+        Err(response) => return *response,
     };
     // The state as it is (a request of cost 0 takes nothing), and what the next request at
     // the rule's cost would get.
@@ -154,7 +253,8 @@ async fn peek<St: Store>(
     };
     Json(serde_json::json!({
         "rule": rule.name(),
-        "key": key,
+        "user": whose.user,
+        "address": whose.address,
         "limit": now.info.limit,
         "remaining": now.info.remaining,
         "reset_ms": now.info.reset.as_millis(),
@@ -167,16 +267,18 @@ async fn peek<St: Store>(
 
 async fn unblock<St: Store>(
     State(admin): State<Arc<Admin<St>>>,
-    Path((rule, key)): Path<(String, String)>,
+    Path(rule): Path<String>,
+    Query(whose): Query<Whose>,
 ) -> Response {
-    let Some(rule) = admin.rules.get(&rule) else {
-        return no_such_rule(&admin);
+    let (rule, key) = match rule_and_key(&admin, &rule, &whose) {
+        Ok(found) => found,
+        Err(response) => return *response,
     };
     match admin.limiter.reset(rule, &key).await {
         Ok(()) => {
-            // An audit line: an authenticated admin's action, so the key it concerns is
+            // An audit line: an authenticated admin's action, so whose key it concerns is
             // logged (unlike the layer's own logs, which show keys only as digests).
-            tracing::info!(rule = rule.name(), key, "admin: key unblocked");
+            tracing::info!(rule = rule.name(), user = whose.user, address = ?whose.address, "admin: key unblocked");
             StatusCode::NO_CONTENT.into_response()
         }
         Err(error) => store_unavailable(error),
@@ -202,9 +304,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}; try:");
     println!("  for i in $(seq 9); do curl -s -o /dev/null -w '%{{http_code}}\\n' -X POST -H 'user: alice' http://{addr}/login; done");
-    println!("  curl -s -H \"Authorization: Bearer $ADMIN_TOKEN\" http://{addr}/admin/limits/login/alice");
-    println!("  curl -s -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" http://{addr}/admin/limits/login/alice/unblock");
-    axum::serve(listener, app(Limiter::new(MemoryStore::new()), &token)?).await?;
+    println!("  curl -s -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/admin/limits/login?user=alice&address=127.0.0.1'");
+    println!("  curl -s -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/admin/limits/login/unblock?user=alice&address=127.0.0.1'");
+    let app = app(Limiter::new(MemoryStore::new()), &token)?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }
 
@@ -218,25 +325,36 @@ mod tests {
     use tower::ServiceExt;
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    const HOME: &str = "203.0.113.7";
+    const ELSEWHERE: &str = "198.51.100.9";
 
     fn router() -> Router {
         let store = MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000));
         app(Limiter::new(store), TOKEN).unwrap()
     }
 
+    fn from(request: http::request::Builder, address: &str) -> http::request::Builder {
+        let peer = SocketAddr::new(address.parse().unwrap(), 40_000);
+        request.extension(ConnectInfo(peer))
+    }
+
     fn admin(method: &str, path: &str, token: Option<&str>) -> http::Request<Body> {
-        let mut request = http::Request::builder().method(method).uri(path);
+        let mut request = from(http::Request::builder().method(method).uri(path), HOME);
         if let Some(token) = token {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         request.body(Body::empty()).unwrap()
     }
 
-    fn login(user: &str) -> http::Request<Body> {
-        http::Request::post("/login")
+    fn login_from(user: &str, address: &str) -> http::Request<Body> {
+        from(http::Request::post("/login"), address)
             .header("user", user)
             .body(Body::empty())
             .unwrap()
+    }
+
+    fn login(user: &str) -> http::Request<Body> {
+        login_from(user, HOME)
     }
 
     async fn send(app: &Router, request: http::Request<Body>) -> (StatusCode, serde_json::Value) {
@@ -246,25 +364,22 @@ mod tests {
         (status, serde_json::from_slice(&body).unwrap_or_default())
     }
 
+    const ALICE: &str = "/admin/limits/login?user=alice&address=203.0.113.7";
+    const ALICE_UNBLOCK: &str = "/admin/limits/login/unblock?user=alice&address=203.0.113.7";
+
+    /// Without the right token nothing is shown or changed.
     #[tokio::test]
     async fn without_the_token_nothing_is_shown_or_changed() {
         let app = router();
-        let path = "/admin/limits/login/alice";
-        for token in [None, Some("wrong"), Some(&TOKEN[1..]), Some("")] {
-            let (status, _) = send(&app, admin("GET", path, token)).await;
+        for token in [None, Some("wrong"), Some(&TOKEN[1..])] {
+            let (status, _) = send(&app, admin("GET", ALICE, token)).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}");
         }
-        let basic = http::Request::get(path)
-            .header(header::AUTHORIZATION, format!("Basic {TOKEN}"))
-            .body(Body::empty())
-            .unwrap();
-        assert_eq!(send(&app, basic).await.0, StatusCode::UNAUTHORIZED);
-
         // Lock alice out; a wrong token cannot unblock her.
         for _ in 0..8 {
             app.clone().oneshot(login("alice")).await.unwrap();
         }
-        let (status, _) = send(&app, admin("POST", &format!("{path}/unblock"), Some("x"))).await;
+        let (status, _) = send(&app, admin("POST", ALICE_UNBLOCK, Some("x"))).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert_eq!(
             send(&app, login("alice")).await.0,
@@ -272,11 +387,68 @@ mod tests {
         );
     }
 
+    /// Wrong tokens are limited per address: the sixth within 15 minutes is refused, and
+    /// so then is the right one from that address.
+    #[tokio::test]
+    async fn wrong_tokens_are_limited() {
+        let app = router();
+        for i in 0..5 {
+            let (status, _) = send(&app, admin("GET", ALICE, Some("wrong"))).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{i}");
+        }
+        let (status, _) = send(&app, admin("GET", ALICE, Some("wrong"))).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        let (status, _) = send(&app, admin("GET", ALICE, Some(TOKEN))).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    /// A lockout holds for the user from the address that earned it: another address still
+    /// logs in as that user.
+    #[tokio::test]
+    async fn a_lockout_is_per_user_and_address() {
+        let app = router();
+        for _ in 0..8 {
+            app.clone().oneshot(login("alice")).await.unwrap();
+        }
+        assert_eq!(
+            send(&app, login("alice")).await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        let elsewhere = send(&app, login_from("alice", ELSEWHERE)).await.0;
+        assert_eq!(elsewhere, StatusCode::OK);
+    }
+
+    /// The user is counted as the login handler reads it: case and padding make no other
+    /// user.
+    #[tokio::test]
+    async fn spellings_of_one_user_share_its_lockout() {
+        let app = router();
+        for _ in 0..8 {
+            app.clone().oneshot(login("alice")).await.unwrap();
+        }
+        for spelling in ["Alice", " alice", "ALICE ", "aLiCe"] {
+            let status = send(&app, login(spelling)).await.0;
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{spelling:?}");
+        }
+    }
+
+    /// One address gets 20 login attempts a minute, whatever users it names.
+    #[tokio::test]
+    async fn an_address_naming_many_users_is_limited() {
+        let app = router();
+        let mut refused = 0;
+        for i in 0..30 {
+            let status = send(&app, login(&format!("user-{i}"))).await.0;
+            refused += usize::from(status == StatusCode::TOO_MANY_REQUESTS);
+        }
+        assert_eq!(refused, 10);
+    }
+
+    /// Peeking shows a lock without consuming anything, and unblocking lifts it.
     #[tokio::test]
     async fn peek_shows_a_lock_and_unblock_lifts_it() {
         let app = router();
-        let path = "/admin/limits/login/alice";
-        let (status, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
+        let (status, state) = send(&app, admin("GET", ALICE, Some(TOKEN))).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(state["remaining"], 5);
         assert_eq!(state["locked"], false);
@@ -289,7 +461,7 @@ mod tests {
         assert_eq!(statuses[5..], [StatusCode::TOO_MANY_REQUESTS; 3]);
         // Peeking consumes nothing: twice the same answer.
         for _ in 0..2 {
-            let (status, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
+            let (status, state) = send(&app, admin("GET", ALICE, Some(TOKEN))).await;
             assert_eq!(status, StatusCode::OK);
             assert_eq!(state["locked"], true, "{state}");
             assert_eq!(state["admitted"], false, "{state}");
@@ -299,24 +471,28 @@ mod tests {
         // Bob is not affected.
         assert_eq!(send(&app, login("bob")).await.0, StatusCode::OK);
 
-        let (status, _) = send(&app, admin("POST", &format!("{path}/unblock"), Some(TOKEN))).await;
+        let (status, _) = send(&app, admin("POST", ALICE_UNBLOCK, Some(TOKEN))).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
-        let (_, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
+        let (_, state) = send(&app, admin("GET", ALICE, Some(TOKEN))).await;
         assert_eq!(state["locked"], false, "{state}");
         assert_eq!(state["remaining"], 5, "{state}");
         assert_eq!(send(&app, login("alice")).await.0, StatusCode::OK);
     }
 
+    /// An unknown rule is a 404 naming the rules there are.
     #[tokio::test]
     async fn an_unknown_rule_is_a_404_naming_the_rules() {
         let app = router();
         let (status, body) =
-            send(&app, admin("GET", "/admin/limits/nope/alice", Some(TOKEN))).await;
+            send(&app, admin("GET", "/admin/limits/nope?user=a", Some(TOKEN))).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        assert_eq!(body["rules"], serde_json::json!(["login"]));
+        assert_eq!(
+            body["rules"],
+            serde_json::json!(["login", "login-per-address"])
+        );
         let (status, _) = send(
             &app,
-            admin("POST", "/admin/limits/nope/alice/unblock", Some(TOKEN)),
+            admin("POST", "/admin/limits/nope/unblock", Some(TOKEN)),
         )
         .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
