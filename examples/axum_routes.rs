@@ -115,12 +115,16 @@ fn file_size(name: &str) -> Option<u64> {
 }
 
 /// A download costs the requested file's size in MB, rounded up. An unknown file costs 0
-/// here and is clamped to the limit's `min_cost`; the handler answers 404.
+/// here and is clamped to the limit's `min_cost`; the handler answers 404. The name is
+/// percent-decoded as axum's `Path` decodes it for the handler, so `/files/%61.iso` costs
+/// what `a.iso`, the file it serves, costs.
 fn download_mb(req: &RequestHead<'_>) -> u64 {
-    req.uri()
-        .path()
-        .strip_prefix("/files/")
-        .and_then(file_size)
+    let Some(raw) = req.uri().path().strip_prefix("/files/") else {
+        return 0;
+    };
+    let name = percent_encoding::percent_decode_str(raw).decode_utf8();
+    name.ok()
+        .and_then(|name| file_size(&name))
         .map_or(0, |bytes| bytes.div_ceil(MB))
 }
 

@@ -54,8 +54,12 @@
 //!     Some(bytes.div_ceil(1_000_000))
 //! }
 //!
+//! /// The name decoded as the handler's router decodes it (axum's `Path` percent-decodes):
+//! /// `/files/%61.iso` is `a.iso`, and costs what `a.iso` costs.
 //! fn cost(req: &RequestHead<'_>) -> u64 {
-//!     req.uri().path().strip_prefix("/files/").and_then(size_mb).unwrap_or(0)
+//!     let Some(raw) = req.uri().path().strip_prefix("/files/") else { return 0 };
+//!     let name = percent_encoding::percent_decode_str(raw).decode_utf8();
+//!     name.ok().and_then(|name| size_mb(&name)).unwrap_or(0)
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]

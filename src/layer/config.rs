@@ -42,7 +42,12 @@ use crate::store::Health;
 ///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600)),
 ///     key::header("user-id"),
 /// )
-/// .cost(|req| req.uri().path().strip_prefix("/files/").and_then(size_mb).unwrap_or(0))
+/// // The name as the handler sees it: axum's `Path` percent-decodes, so `%61.iso` is `a.iso`.
+/// .cost(|req| {
+///     let raw = req.uri().path().strip_prefix("/files/").unwrap_or_default();
+///     let name = percent_encoding::percent_decode_str(raw).decode_utf8();
+///     name.ok().and_then(|name| size_mb(&name)).unwrap_or(0)
+/// })
 /// .min_cost(1)
 /// .on_missing_key(MissingKey::Reject);
 /// # Ok(()) }

@@ -127,6 +127,11 @@ async fn the_axum_routes_example_limits_each_route_its_own_way() {
         send(&client, file("/files/a.iso?size_mb=0")).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+    // The name the handler serves, however it is encoded, costs that file's size.
+    assert_eq!(
+        send(&client, file("/files/%61.iso")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     // An empty file is served (what it costs is clamped to at least 1: see `min_cost`).
     let reply = send(&client, file("/files/empty.txt")).await;
     assert_eq!(reply.status, StatusCode::OK);
