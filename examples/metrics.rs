@@ -88,6 +88,8 @@ mod tests {
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
+    /// The metrics endpoint counts admitted and denied decisions per rule and reports store
+    /// timings and health, and never exposes the keys it limited.
     #[test]
     fn metrics_are_served_without_the_keys() -> Result<(), Box<dyn std::error::Error>> {
         let recorder = recorder()?;

@@ -287,6 +287,8 @@ fn needs_digest(key: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// Short keys reach the store as they are, and long ones as a fixed-size digest of the
+    /// key.
     #[test]
     fn long_keys_are_digested_and_short_ones_kept() {
         assert_eq!(&*store_key(b"alice"), b"alice");

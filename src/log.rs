@@ -301,6 +301,8 @@ mod tests {
         text.lines().map(str::to_owned).collect()
     }
 
+    /// The first event of a kind is logged at once, and the rest of its interval as one
+    /// summary line with the count and the last store error when the interval ends.
     #[tokio::test(start_paused = true)]
     async fn first_event_at_once_then_a_summary_when_the_interval_ends() {
         let (out, _guard) = capture();
@@ -347,6 +349,7 @@ mod tests {
         assert_eq!(log.admit(Event::StoreFailure), Some(0));
     }
 
+    /// The summary task does not keep the event log alive; it ends with the layer.
     #[tokio::test(start_paused = true)]
     async fn the_summary_task_ends_with_the_layer() {
         let log = Arc::new(EventLog::new(Duration::from_secs(10)));
@@ -361,6 +364,7 @@ mod tests {
         assert!(weak.upgrade().is_none());
     }
 
+    /// A zero interval logs every event.
     #[tokio::test(start_paused = true)]
     async fn a_zero_interval_logs_every_event() {
         let log = Arc::new(EventLog::new(Duration::ZERO));

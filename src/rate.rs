@@ -137,6 +137,7 @@ mod tests {
         }
     }
 
+    /// A rate reduces to lowest terms in microseconds.
     #[test]
     fn rates_reduce_to_lowest_terms() {
         assert_eq!(Rate::per_second(600_000).reduced(), rate(3, 5));
@@ -144,6 +145,7 @@ mod tests {
         assert_eq!(Rate::per_second(7).reduced(), rate(7, 1_000_000));
     }
 
+    /// A rate whose reduced period fits the bound is kept exactly.
     #[test]
     fn a_rate_that_fits_is_kept_exactly() {
         assert_eq!(
@@ -153,6 +155,8 @@ mod tests {
         assert_eq!(Rate::per_second(600_000).within_period(5), Some(rate(3, 5)));
     }
 
+    /// A rate that does not fit the bound is rounded down, never faster and under a
+    /// microsecond per unit slower, and none is given when a single unit cannot fit.
     #[test]
     fn a_rate_that_does_not_fit_is_rounded_down_by_under_a_microsecond_per_unit() {
         // 7 per second is 142,857.14… µs per unit.

@@ -426,6 +426,7 @@ pub(crate) fn sample(kind: u8, quota: u64, period: u64) -> Rule {
 mod tests {
     use super::*;
 
+    /// A rule name must be non-empty, at most 64 characters and without spaces.
     #[test]
     fn names_are_validated() {
         let w = Duration::from_secs(1);
@@ -437,6 +438,7 @@ mod tests {
             .is_ok());
     }
 
+    /// A rule whose rate is zero, has no period or cannot be kept exactly fails validation.
     #[test]
     fn rates_that_cannot_be_exact_are_rejected() {
         assert!(Rule::token_bucket("t", 10, Rate::per_second(0))
@@ -450,6 +452,7 @@ mod tests {
             .is_err());
     }
 
+    /// Validation reports every problem of a rule at once, each naming the rule.
     #[test]
     fn every_problem_of_a_rule_names_it() {
         let err = Rule::fixed_window("a b", 0, Duration::ZERO)

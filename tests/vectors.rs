@@ -6,6 +6,7 @@ mod common;
 use common::vectors::{load_all, run_on_store};
 use tollgate::MemoryStore;
 
+/// Every shared test vector holds for the memory store.
 #[tokio::test]
 async fn vectors_hold_for_memory_store() {
     let all = load_all();

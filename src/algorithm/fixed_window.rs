@@ -135,6 +135,8 @@ impl Model for FixedWindow {
 mod tests {
     use super::*;
 
+    /// With an epoch anchor, windows start at multiples of their length, and a denial's
+    /// retry and the state's expiry fall at the next multiple.
     #[test]
     fn epoch_windows_turn_over_at_multiples() {
         let m = FixedWindow::new(2, Duration::from_micros(10), WindowAnchor::Epoch).unwrap();
@@ -150,6 +152,7 @@ mod tests {
         assert_eq!(m.expires_at(&s), 20);
     }
 
+    /// A fixed window with a zero limit or a zero length is a configuration error.
     #[test]
     fn zero_limit_is_a_config_error() {
         assert!(FixedWindow::new(0, Duration::from_secs(1), WindowAnchor::Epoch).is_err());

@@ -184,6 +184,8 @@ mod tests {
         }
     }
 
+    /// Under a lowered limit, a request waits until enough logged units, the excess
+    /// included, have aged out for it to fit.
     #[test]
     fn a_lowered_limit_waits_for_the_excess_to_age_out_too() {
         let mut s = LogState::default();
@@ -199,6 +201,8 @@ mod tests {
         assert!(new.evaluate(&s, 1002, 1).is_admitted());
     }
 
+    /// The log's running totals may wrap around without changing a decision, a retry or a
+    /// count.
     #[test]
     fn running_totals_wrap_without_changing_a_decision() {
         let model = log(10, 1000);
@@ -220,6 +224,8 @@ mod tests {
         assert_eq!(model.evaluate(&s, 1000, 0).remaining, 4);
     }
 
+    /// Admissions prune the entries that have aged out, so the log never holds more than
+    /// the limit.
     #[test]
     fn admissions_prune_what_has_aged_out() {
         let model = log(3, 100);

@@ -208,6 +208,8 @@ mod tests {
         admitted
     }
 
+    /// Under sustained traffic a sliding window admits the full limit in its first window,
+    /// then `limit − 1` per window: a limit of 1 admits one request per two windows.
     #[test]
     fn sustained_traffic_gets_limit_minus_one_per_window_as_documented() {
         // The first window has no previous count: the full limit.
@@ -216,6 +218,8 @@ mod tests {
         assert_eq!(sustained(1, 1_000, 6), [1, 0, 1, 0, 1, 0]);
     }
 
+    /// The previous window's weight is exact to the microsecond while limit × steps fits in
+    /// 2^52, and stepped beyond, the steps still covering the whole window.
     #[test]
     fn the_weight_is_exact_up_to_2_pow_52_and_stepped_beyond() {
         let day = Duration::from_secs(86_400);

@@ -325,6 +325,7 @@ mod tests {
         out
     }
 
+    /// Stepped refill counts its steps from the request that found the bucket full.
     #[test]
     fn stepped_refill_counts_from_the_request_that_found_the_bucket_full() {
         // 2 tokens, 1 more at the end of every 10 µs.

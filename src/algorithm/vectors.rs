@@ -81,6 +81,7 @@ fn run_on_model(file: &str, scenario: &Scenario) {
     }
 }
 
+/// Every single-rule scenario of the shared test vectors holds for the pure models.
 #[test]
 fn vectors_hold_for_the_pure_models() {
     let all = load_all();

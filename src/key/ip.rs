@@ -437,6 +437,8 @@ mod tests {
         }
     }
 
+    /// IPv6 peers are keyed by their /64 or the configured prefix, mapped addresses as
+    /// IPv4, and a prefix outside 1 to 128 is refused and, used anyway, finds no key.
     #[test]
     fn peer_ip_aggregates_ipv6() {
         let req = from("2001:db8:1:2:aaaa::1", &[]);
@@ -461,6 +463,8 @@ mod tests {
         }
     }
 
+    /// Validation reports every bad trusted-proxy entry and a bad prefix at once, each by
+    /// value.
     #[test]
     fn every_bad_trusted_entry_is_reported() {
         let client = client_ip(["10.0.0.0/8", "bad", "10.0.0.0/33"]).ipv6_prefix(0);
@@ -474,6 +478,8 @@ mod tests {
         assert!(try_client_ip(["10.0.0.0/8"]).is_ok());
     }
 
+    /// A trusted proxy given as an IPv4-mapped address or network trusts that IPv4 proxy,
+    /// and `::/0` trusts IPv6 peers only.
     #[test]
     fn mapped_trusted_proxies_are_ipv4_proxies() {
         let e = client_ip(["::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "::/0"]);
@@ -499,6 +505,8 @@ mod tests {
         assert_eq!(key_of(&e, &xff("::ffff:8.8.8.8", b"1.2.3.4")), "8.8.8.8");
     }
 
+    /// A peer-IP key without the peer address is misconfigured, and its error names the
+    /// fix.
     #[test]
     fn missing_peer_names_the_fix() {
         let req = Request::get("/").body(()).unwrap();
@@ -512,6 +520,8 @@ mod tests {
             .contains("into_make_service_with_connect_info"));
     }
 
+    /// Behind trusted proxies the client is the right-most untrusted `X-Forwarded-For` hop,
+    /// and an untrusted peer's headers are ignored.
     #[test]
     fn forwarded_headers_are_read_from_the_right() {
         let e = client_ip(["10.0.0.0/8"]);
@@ -543,6 +553,8 @@ mod tests {
         assert_eq!(key_of(&e, &two), "7.7.7.7");
     }
 
+    /// The client is read from `Forwarded` `for=` or `X-Real-IP` as configured, from
+    /// trusted peers only; a value that names no address leaves the peer.
     #[test]
     fn rfc7239_forwarded() {
         let e = client_ip(["10.0.0.0/8"]).header(ForwardedHeader::Forwarded);

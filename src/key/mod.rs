@@ -476,6 +476,9 @@ mod tests {
         Ok(buf.as_bytes().to_vec())
     }
 
+    /// A header key reads one header, a tuple joins its parts, a missing header is
+    /// `Missing`, and each branch of a fallback is tagged so two branches never share a
+    /// key.
     #[test]
     fn header_tuple_and_fallback() {
         let req = Request::post("/sms/send")

@@ -220,6 +220,7 @@ impl RateLimitHeaders {
 mod tests {
     use super::*;
 
+    /// Retry-After seconds round up, and a deny never says zero.
     #[test]
     fn seconds_round_up_and_a_deny_never_says_zero() {
         assert_eq!(retry_after_secs(Duration::ZERO), 1);

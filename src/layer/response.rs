@@ -422,6 +422,8 @@ mod tests {
         RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
     };
 
+    /// A rejection carries one header item per rule, and over gRPC status 8 with
+    /// `RetryInfo` and a `QuotaFailure` naming the rule that denied.
     #[test]
     fn headers_have_one_item_per_rule() {
         let min = Rule::fixed_window("sms-min", 1, Duration::from_secs(60));
@@ -531,6 +533,7 @@ mod tests {
         );
     }
 
+    /// Base64 output uses the standard alphabet without padding.
     #[test]
     fn base64_is_standard_and_unpadded() {
         assert_eq!(base64_unpadded(b""), "");
@@ -541,6 +544,8 @@ mod tests {
         assert_eq!(base64_unpadded(&[0xFB, 0xFF]), "+/8");
     }
 
+    /// A request is gRPC, gRPC-Web or gRPC-Web text only for exactly those content types,
+    /// with a suffix or parameters; anything else is plain HTTP.
     #[test]
     fn grpc_is_its_exact_content_type() {
         let of = |ct: &str| {
@@ -560,6 +565,7 @@ mod tests {
         assert_eq!(Protocol::of(&HeaderMap::new()), Protocol::Http);
     }
 
+    /// A gRPC message is percent-encoded, `%` and non-ASCII bytes included.
     #[test]
     fn grpc_messages_are_percent_encoded() {
         assert_eq!(grpc_percent_encode("a b%ü"), "a b%25%C3%BC");

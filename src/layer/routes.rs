@@ -177,6 +177,8 @@ mod tests {
         RoutePattern::parse(p).unwrap().matches(&method, path)
     }
 
+    /// A route pattern matches its method (GET also HEAD) and whole path segments, and a
+    /// trailing or doubled slash does not escape it.
     #[test]
     fn patterns() {
         assert!(m("POST /sms/send", Method::POST, "/sms/send"));
@@ -203,6 +205,8 @@ mod tests {
         assert!(!m("/", Method::GET, "/x"));
     }
 
+    /// A malformed route pattern is an error; an upper-case extension method is a valid
+    /// method.
     #[test]
     fn invalid_patterns_are_errors() {
         assert!(RoutePattern::parse("sms/send").is_err());
@@ -216,6 +220,8 @@ mod tests {
         assert!(RoutePattern::parse("PURGE /cache").is_ok());
     }
 
+    /// One route pattern covers another only when the other can never apply after it: the
+    /// same path shape under any names, and a method set no wider.
     #[test]
     fn coverage() {
         let covers = |a: &str, b: &str| {

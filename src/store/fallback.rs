@@ -438,6 +438,8 @@ mod tests {
         flaky.down.store(down, Ordering::SeqCst);
     }
 
+    /// While the primary is away the local store enforces the rules, and once it is back
+    /// the primary decides again.
     #[tokio::test(start_paused = true)]
     async fn while_the_primary_is_away_the_local_store_enforces_the_rules() {
         let flaky = Flaky::default();
@@ -492,6 +494,7 @@ mod tests {
         assert_eq!(store.health(), Health::Healthy);
     }
 
+    /// Local decisions divide each rule's quota and burst by the number of instances.
     #[tokio::test(start_paused = true)]
     async fn quotas_are_divided_by_the_instances_in_local_decisions() {
         let flaky = Flaky::default();
@@ -567,6 +570,7 @@ mod tests {
         assert!(admitted_by_instances(&gcra, 40, 20).await <= 10);
     }
 
+    /// Units the local store admitted are refunded to the local store, not the primary.
     #[tokio::test(start_paused = true)]
     async fn a_local_admission_is_refunded_locally() {
         let flaky = Flaky::default();

@@ -215,6 +215,8 @@ fn assert_fast_and_limited(
     (p99, slowest)
 }
 
+/// With a breaker and a fallback, a stopped Redis adds no latency, the local store keeps
+/// the limits, and Redis decides again soon after it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_costs_no_latency_and_keeps_limits() {
     let server = RedisServer::start();
@@ -250,6 +252,8 @@ async fn redis_stopped_costs_no_latency_and_keeps_limits() {
     );
 }
 
+/// Without a breaker, a fallback still answers every request during an outage, but each one
+/// waits out the store's timeout first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_breaker_every_request_waits_the_timeout() {
     let server = RedisServer::start();
@@ -281,6 +285,8 @@ async fn without_a_breaker_every_request_waits_the_timeout() {
     );
 }
 
+/// With a breaker and a fallback, a killed Redis adds no latency, and a restarted one is
+/// reconnected to and decides again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_restarted_costs_no_latency_and_reconnects() {
     let mut server = RedisServer::start();
@@ -319,6 +325,8 @@ async fn redis_killed_and_restarted_costs_no_latency_and_reconnects() {
     );
 }
 
+/// Script, function and data flushes under load reach no client: the code reloads itself
+/// and a flushed key starts with its whole quota.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_function_and_data_flushes_mid_load_reach_no_client() {
     let server = RedisServer::start();
@@ -392,6 +400,8 @@ fn owner(cluster: &RedisCluster, key: &str) -> usize {
         .expect("a node serves every slot")
 }
 
+/// A killed cluster master affects only the keys in its slots: the others are still decided
+/// by Redis, and its own fall back at once without waiting for the timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_cluster_master_affects_only_its_slots() {
     let mut cluster = RedisCluster::start();
@@ -570,6 +580,8 @@ async fn dropped_connections_count_each_request_once(
     assert!(failed > 0, "no connection was dropped mid-call");
 }
 
+/// A cluster script call whose connection drops is never sent again, so no request counts
+/// twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_call_whose_connection_drops_is_never_sent_again() {
     let cluster = RedisCluster::start();
@@ -581,6 +593,8 @@ async fn a_cluster_call_whose_connection_drops_is_never_sent_again() {
     dropped_connections_count_each_request_once(Limiter::new(store), &cluster.nodes[node]).await;
 }
 
+/// A standalone script call whose connection drops is never sent again, so no request
+/// counts twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_call_whose_connection_drops_is_never_sent_again() {
     let server = RedisServer::start();

@@ -16,6 +16,8 @@ use tollgate::{
 };
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
+/// With the primary down, the layer's fallback store still enforces the limits, and the
+/// decision hook sees a degraded limiter.
 #[tokio::test]
 async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<(), BoxError> {
     let store = Fallback::with_local(
@@ -70,6 +72,8 @@ async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<()
     Ok(())
 }
 
+/// A breaker without a fallback reports the limiter failing once it opens, and then fails
+/// fast.
 #[tokio::test]
 async fn a_breaker_without_a_fallback_is_failing_and_fails_fast() -> Result<(), BoxError> {
     let limiter = Limiter::new(Breaker::new(Down).failures(1));

@@ -11,6 +11,8 @@ use crate::support::{client_from, request, send, serve_axum};
 use http::StatusCode;
 use tollgate::{Limiter, MemoryStore};
 
+/// A route's limit answers 429 with `Retry-After` and `RateLimit` headers, a refusal takes
+/// nothing from the global limit in the same batch, and a retry at `Retry-After` passes.
 #[tokio::test]
 async fn a_route_limit_answers_429_with_headers_and_a_retry_at_retry_after_passes() {
     let addr = serve_axum(quickstart::app(Limiter::new(MemoryStore::new())).unwrap()).await;
@@ -71,6 +73,8 @@ fn left(header: &str, rule: &str) -> u64 {
         .unwrap_or_else(|| panic!("no r in {item:?}"))
 }
 
+/// The global limit counts per peer address: one address exhausting its burst does not
+/// refuse another.
 #[tokio::test]
 async fn the_global_limit_is_per_peer_address() {
     let addr = serve_axum(quickstart::app(Limiter::new(MemoryStore::new())).unwrap()).await;
@@ -98,6 +102,9 @@ async fn the_global_limit_is_per_peer_address() {
 #[allow(dead_code)]
 mod axum_routes;
 
+/// Each route of the axum routes example is limited its own way: stacked SMS windows,
+/// downloads charged by the server's size, a login lockout and a shadow rule that never
+/// refuses.
 #[tokio::test]
 async fn the_axum_routes_example_limits_each_route_its_own_way() {
     let addr = serve_axum(axum_routes::app(Limiter::new(MemoryStore::new())).unwrap()).await;
@@ -161,6 +168,8 @@ async fn the_axum_routes_example_limits_each_route_its_own_way() {
     }
 }
 
+/// A route key counts by axum's matched path, so every path that reaches one route shares
+/// its limit.
 #[tokio::test]
 async fn a_route_key_reads_axums_matched_path() {
     use axum::routing::get;
@@ -191,6 +200,7 @@ async fn a_route_key_reads_axums_matched_path() {
     assert_eq!(send(&client, get("/other")).await.status, StatusCode::OK);
 }
 
+/// Concurrent connections, each with its own clone of the service, share one exact limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_connections_share_one_exact_limit() {
     use axum::routing::get;
@@ -231,6 +241,7 @@ async fn concurrent_connections_share_one_exact_limit() {
     assert_eq!(ok, 10);
 }
 
+/// A route table on a nested router matches the full path the client sent.
 #[tokio::test]
 async fn a_route_table_on_a_nested_router_matches_the_full_path() {
     use axum::body::Body;

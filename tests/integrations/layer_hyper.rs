@@ -9,6 +9,8 @@ use crate::support::{client_from, request, send};
 use http::StatusCode;
 use tollgate::{Limiter, MemoryStore};
 
+/// One layer with a route table applies each route's own limits on top of the global one,
+/// and a refused request consumes nothing from any of them.
 #[tokio::test]
 async fn a_route_table_in_one_layer_limits_each_route() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -13,6 +13,8 @@ fn hello(name: &str) -> HelloRequest {
     HelloRequest { name: name.into() }
 }
 
+/// A tonic client past the limit gets `ResourceExhausted` with `retry-after` and
+/// `ratelimit` metadata, and each method has its own limit.
 #[tokio::test]
 async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -48,6 +50,8 @@ async fn a_tonic_client_sees_resource_exhausted_after_the_limit() {
     assert_eq!(reply.into_inner().message, "goodbye, ann");
 }
 
+/// A refused gRPC call carries a `RetryInfo` with the exact wait `retry-after` rounds up
+/// and a `QuotaFailure` naming the rule that refused it.
 #[tokio::test]
 async fn a_tonic_client_reads_retry_info_and_the_quota_failure_from_the_status() {
     use tonic_types::StatusExt;
@@ -90,6 +94,8 @@ async fn a_tonic_client_reads_retry_info_and_the_quota_failure_from_the_status()
     );
 }
 
+/// The example client shows a refusal with its retry hint and quota failure, and a call
+/// that is not refused with no details.
 #[tokio::test]
 async fn the_example_client_shows_the_rejection_with_its_retry_hint() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

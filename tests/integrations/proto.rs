@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 /// The header line of `proto/helloworld.rs` that holds the `.proto`'s SHA-256.
 const HASH_PREFIX: &str = "// proto-sha256: ";
 
+/// The checked-in gRPC code records the SHA-256 of the `.proto` file as it is now.
 #[test]
 fn the_generated_grpc_code_comes_from_the_proto_file_as_it_is() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

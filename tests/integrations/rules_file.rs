@@ -41,6 +41,8 @@ fn from(peer: &str) -> http::request::Builder {
     builder
 }
 
+/// The example rules file builds a layer that enforces what it says: per-IP and SMS
+/// windows, plans by header, and an unknown plan counted as free.
 #[tokio::test]
 async fn the_example_file_builds_and_enforces_what_it_says() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml");
@@ -97,6 +99,8 @@ async fn the_example_file_builds_and_enforces_what_it_says() {
     );
 }
 
+/// A rules file in JSON builds like one in TOML, and limits written in code sit beside its
+/// limits in the same batch; a problem in it is located by its path.
 #[tokio::test]
 async fn json_works_too_and_code_limits_sit_beside_the_files() {
     let file: RulesFile = serde_json::from_str(
@@ -144,6 +148,8 @@ async fn json_works_too_and_code_limits_sit_beside_the_files() {
     );
 }
 
+/// A syntax or type error in a rules file is reported with the file, line and field it is
+/// in.
 #[test]
 fn syntax_and_type_errors_name_the_line_and_field() {
     let problems = errors(
@@ -193,6 +199,8 @@ fn syntax_and_type_errors_name_the_line_and_field() {
     );
 }
 
+/// Every semantic problem in a rules file is reported at once, each at the line and field
+/// where it is written, and the layer's own checks at the limit or route they name.
 #[test]
 fn every_semantic_problem_at_once_each_where_it_is_written() {
     let toml = r#"
@@ -267,6 +275,8 @@ key = "global"
     );
 }
 
+/// Plans in a rules file are checked: an unregistered plan lookup, a missing `unknown_plan`
+/// and an `unknown_plan` naming no plan are each reported where they are written.
 #[test]
 fn plans_in_a_file_are_checked() {
     let problems = errors(
@@ -306,6 +316,8 @@ plans = [{ plan = "free", name = "free", fixed_window = { limit = 1, window = "1
     );
 }
 
+/// A named key extractor in a rules file reads what the code registered under that name,
+/// and a request without the key gets the limit's missing-key policy.
 #[tokio::test]
 async fn a_named_extractor_is_the_codes() {
     // The file names it; the code decides what it reads.
@@ -338,6 +350,8 @@ async fn a_named_extractor_is_the_codes() {
     );
 }
 
+/// Reloading a file that cannot build leaves the running rules in place, and a later good
+/// file replaces them while keeping the units counted under the same rule name.
 #[tokio::test]
 async fn an_invalid_file_leaves_the_running_rules() {
     let dir = std::env::temp_dir().join(format!("tollgate-rules-{}", std::process::id()));
@@ -387,6 +401,8 @@ async fn an_invalid_file_leaves_the_running_rules() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The reload example picks up a changed rules file, keeps the running rules when the file
+/// is broken, and takes a later good file.
 #[tokio::test]
 async fn the_example_reloads_a_changed_file_and_keeps_the_rules_of_a_broken_one() {
     let dir = std::env::temp_dir().join(format!("tollgate-watch-{}", std::process::id()));

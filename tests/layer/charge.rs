@@ -148,11 +148,15 @@ async fn only_failed_logins_count<St: Store + Clone>(limiter: Limiter<St>) {
     assert_eq!(status(&svc, "right").await, StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// With a memory store, a limit charged by failures counts exactly the failed logins, even
+/// under concurrency: successes use no quota and no more than the limit of failures pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_failed_logins_count_in_memory() {
     only_failed_logins_count(Limiter::new(MemoryStore::new())).await;
 }
 
+/// With a Redis store, a limit charged by failures counts exactly the failed logins, even
+/// under concurrency: successes use no quota and no more than the limit of failures pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_failed_logins_count_in_redis() {
     let server = RedisServer::start();

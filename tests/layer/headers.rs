@@ -32,6 +32,8 @@ async fn body(res: Response<tollgate::layer::RateLimitBody<String>>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// The `t` of the rule that refused a request equals `Retry-After`: the time until the next
+/// request may pass, not until the quota is full.
 #[tokio::test]
 async fn on_the_quickstart_report_the_deciding_rules_t_is_retry_after() {
     let addr = serve_axum(quickstart::app(Limiter::new(MemoryStore::new())).unwrap()).await;
@@ -51,6 +53,8 @@ async fn on_the_quickstart_report_the_deciding_rules_t_is_retry_after() {
     );
 }
 
+/// The legacy reset header names the wait of the rule that decided the refusal, not of the
+/// rule with the fewest units left.
 #[tokio::test]
 async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), BoxError> {
     // "uploads" denies (a cost of 3 against the 2 units left this hour); "burst" would
@@ -84,6 +88,8 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
     Ok(())
 }
 
+/// An outer layer keeps the legacy headers of an inner layer's rejection and lists both
+/// layers' rules in `RateLimit`.
 #[tokio::test]
 async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Result<(), BoxError> {
     let limiter = Limiter::new(MemoryStore::with_clock(clock()));
@@ -122,6 +128,8 @@ async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Resu
     Ok(())
 }
 
+/// A key locked by a penalty is advertised as having no quota until the lock ends, even
+/// once its window has turned.
 #[tokio::test]
 async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Result<(), BoxError> {
     let clock = clock();
@@ -154,6 +162,8 @@ async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Resul
     Ok(())
 }
 
+/// The fail-closed 503 carries a `Retry-After` and keeps the store's error off the
+/// response.
 #[tokio::test]
 async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
     let layer = RateLimitLayer::builder(Limiter::new(Down))
@@ -183,6 +193,8 @@ fn one_per_minute() -> Result<Svc, BoxError> {
     ))
 }
 
+/// A request is answered as gRPC or grpc-web only when its content type is exactly one of
+/// theirs; anything else, however close, gets the plain HTTP rejection.
 #[tokio::test]
 async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
     let post = |content_type: &str| {
@@ -249,6 +261,8 @@ async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// A custom rejection sees the request head, so it can answer per route and per `Accept`,
+/// and fall back to the default response elsewhere.
 #[tokio::test]
 async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Result<(), BoxError> {
     let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))

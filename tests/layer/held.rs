@@ -102,6 +102,8 @@ async fn a_held_request_leaves_the_inner_service_to_others<St: Store + Clone>(
     assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
 }
 
+/// A request held in wait mode does not keep the inner service's readiness: other clients
+/// are served while it waits.
 #[tokio::test(start_paused = true)]
 async fn held_in_wait_mode_the_inner_service_serves_others() {
     let store = MemoryStore::with_clock(ManualClock::new(T0));
@@ -111,6 +113,8 @@ async fn held_in_wait_mode_the_inner_service_serves_others() {
     .await;
 }
 
+/// A request held after a store that answers on a later poll does not keep the inner
+/// service's readiness: other clients are served while it waits.
 #[tokio::test(start_paused = true)]
 async fn held_after_a_store_that_answers_later_the_inner_service_serves_others() {
     let store = Later(MemoryStore::with_clock(ManualClock::new(T0)));
@@ -120,6 +124,8 @@ async fn held_after_a_store_that_answers_later_the_inner_service_serves_others()
     .await;
 }
 
+/// A request held by a leaky bucket's delay does not keep the inner service's readiness:
+/// other clients are served while it waits.
 #[tokio::test(start_paused = true)]
 async fn held_by_a_leaky_bucket_the_inner_service_serves_others() {
     let store = MemoryStore::with_clock(ManualClock::new(T0));
@@ -150,6 +156,8 @@ fn ok() -> impl Service<
     })
 }
 
+/// Beyond `max_held`, a delayed request from any client is refused with the wait as
+/// `Retry-After` and its units are given back; a released hold frees its place.
 #[tokio::test(start_paused = true)]
 async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
@@ -189,6 +197,8 @@ async fn beyond_max_held_a_request_is_refused_and_its_units_given_back() {
     assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
 }
 
+/// With `max_held_per_key`, one client's delayed requests beyond its share are refused
+/// while another client still gets a place of its own.
 #[tokio::test(start_paused = true)]
 async fn beyond_max_held_per_key_one_client_cannot_take_every_place() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
@@ -278,12 +288,15 @@ async fn eventually<F: Future<Output = bool>>(mut done: impl FnMut() -> F) {
     panic!("the store never got there");
 }
 
+/// On a memory store, a held request dropped before its release gives its units back, once,
+/// and the next request takes its slot.
 #[tokio::test(start_paused = true)]
 async fn a_dropped_held_request_frees_its_slot_on_memory_store() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     a_dropped_held_request_frees_its_slot(limiter).await;
 }
 
+/// On a Redis store, a held request dropped before its release gives its units back.
 #[tokio::test]
 async fn a_dropped_held_request_frees_its_slot_on_redis_store() {
     let server = RedisServer::start();

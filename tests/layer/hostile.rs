@@ -27,6 +27,8 @@ fn route_error(layer: Result<RateLimitLayer, tollgate::ConfigError>) -> String {
 
 // ---- 5: route patterns that can never match ----
 
+/// A route pattern no request can match (a lowercase method, a query or fragment, a space,
+/// non-ASCII or a dot segment) is refused when the layer is built.
 #[test]
 fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError> {
     let route = |pattern: &str| {
@@ -114,6 +116,8 @@ fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
     assert_eq!(err.to_string().lines().count(), 1 + expected.len(), "{err}");
 }
 
+/// A route that an earlier route shadows is refused naming both, while overlapping routes
+/// the router's precedence tells apart are accepted in either order.
 #[test]
 fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxError> {
     let table = |patterns: &[&str]| {
@@ -145,6 +149,7 @@ fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxEr
     Ok(())
 }
 
+/// Every route a table accepts still limits the requests it matches through the layer.
 #[tokio::test]
 async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), BoxError> {
     let svc = with(
@@ -170,6 +175,7 @@ async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), Box
 
 // ---- 15: exemptions ----
 
+/// An exempt request skips every limit before any key is read and consumes nothing.
 #[tokio::test]
 async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(), BoxError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -254,6 +260,8 @@ impl Store for Counted {
     }
 }
 
+/// A shadow limit is decided in the same store round trip as the enforced ones, reported to
+/// the decision hook as a trial, and never refuses a request nor appears in the headers.
 #[tokio::test]
 async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_advertised(
 ) -> Result<(), BoxError> {
@@ -328,6 +336,7 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
     Ok(())
 }
 
+/// A request the enforced limits deny consumes nothing of a shadow limit.
 #[tokio::test]
 async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
 ) -> Result<(), BoxError> {
@@ -400,6 +409,8 @@ impl tracing::Subscriber for Captured {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// A store outage is logged once per interval, with a summary counting the suppressed
+/// failures and the last error, so a failing store cannot flood the logs.
 #[tokio::test(start_paused = true)]
 async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxError> {
     let captured = Captured::default();
@@ -467,6 +478,8 @@ async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxE
     Ok(())
 }
 
+/// A shadow limit's would-be denials are logged once per interval with a count of those
+/// suppressed.
 #[tokio::test(start_paused = true)]
 async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), BoxError> {
     let captured = Captured::default();
@@ -500,6 +513,7 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
     Ok(())
 }
 
+/// A shadow limit whose key is missing never refuses the request.
 #[tokio::test]
 async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
     let svc = with(

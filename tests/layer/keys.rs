@@ -27,6 +27,8 @@ fn one_per_minute(name: &str, key: impl key::KeyExtractor) -> Router {
         .layer(layer)
 }
 
+/// A peer that is not a trusted proxy is keyed by its own address, whatever forwarded
+/// address it sends.
 #[tokio::test]
 async fn an_untrusted_peer_cannot_choose_its_address() {
     // Only 127.0.0.1 is a trusted proxy; 127.0.0.2 is a client talking to us directly.
@@ -42,6 +44,8 @@ async fn an_untrusted_peer_cannot_choose_its_address() {
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// Behind a trusted proxy, the client is the address the proxy appended: each forwarded
+/// client has its own limit, and one prepending a fake address is still itself.
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
     let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]))).await;
@@ -62,6 +66,7 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
     );
 }
 
+/// IPv6 clients in one /64 share a limit; another /64 has its own.
 #[tokio::test]
 async fn ipv6_addresses_in_one_slash_64_share_a_limit() {
     let addr = serve_axum(one_per_minute("ip", key::client_ip(["127.0.0.1"]))).await;
@@ -84,6 +89,8 @@ async fn ipv6_addresses_in_one_slash_64_share_a_limit() {
     );
 }
 
+/// A malformed `Forwarded` header gets an answer, not a panic: an unreadable entry ends the
+/// walk at the proxy, and a well-formed one still names the client.
 #[tokio::test]
 async fn malformed_forwarded_headers_get_an_answer_not_a_panic() {
     let extractor = key::client_ip(["127.0.0.1"]).header(ForwardedHeader::Forwarded);
@@ -112,6 +119,8 @@ async fn malformed_forwarded_headers_get_an_answer_not_a_panic() {
     );
 }
 
+/// A header key may hold any bytes at any length: a non-UTF-8 value is a key, and a 64 KB
+/// value is digested yet stays distinct from another that differs in one byte.
 #[tokio::test]
 async fn header_keys_take_any_bytes_and_any_length() {
     let addr = serve_axum(one_per_minute("user", key::header("user-id"))).await;
@@ -139,6 +148,8 @@ async fn header_keys_take_any_bytes_and_any_length() {
     assert_eq!(send(&client, user(&other)).await.status, StatusCode::OK);
 }
 
+/// A missing or empty key follows the limit's policy: rejected with a 400 by default,
+/// skipped with `MissingKey::Skip`, or replaced by the key an `or` falls back to.
 #[tokio::test]
 async fn a_missing_key_follows_the_rules_policy() {
     let limiter = Limiter::new(MemoryStore::new());
@@ -190,6 +201,8 @@ async fn a_missing_key_follows_the_rules_policy() {
     );
 }
 
+/// A peer-IP key without connection info answers a generic 500 and keeps the cause off the
+/// response.
 #[tokio::test]
 async fn a_peer_ip_key_without_connection_info_is_a_generic_500() {
     let app = one_per_minute("ip", key::peer_ip());
@@ -203,6 +216,8 @@ async fn a_peer_ip_key_without_connection_info_is_a_generic_500() {
     assert_eq!(reply.body, "internal server error\n");
 }
 
+/// The branches of an `or` key do not share a key space: a user whose id spells an address
+/// or `global` is not the anonymous client keyed that way.
 #[tokio::test]
 async fn fallback_branches_do_not_share_a_key_space() {
     let by_user_else_address =
@@ -245,6 +260,8 @@ async fn fallback_branches_do_not_share_a_key_space() {
     assert_eq!(anonymous.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// A key header sent more than once is refused with a 400 by default, so a client cannot
+/// choose its key by sending its own value before the real one.
 #[tokio::test]
 async fn a_duplicated_key_header_is_refused_by_default() {
     let addr = serve_axum(one_per_minute("user", key::header("user-id"))).await;
@@ -278,6 +295,8 @@ async fn a_duplicated_key_header_is_refused_by_default() {
     }
 }
 
+/// A trusted proxy written as an IPv4-mapped IPv6 address or network trusts the IPv4 peer
+/// it maps.
 #[tokio::test]
 async fn a_trusted_proxy_written_as_ipv4_mapped_ipv6_is_trusted() {
     for trusted in ["::ffff:127.0.0.1", "::ffff:127.0.0.0/104"] {
@@ -299,6 +318,8 @@ async fn a_trusted_proxy_written_as_ipv4_mapped_ipv6_is_trusted() {
     }
 }
 
+/// An IPv4-mapped address and its IPv4 form are one client, both as the peer and in the
+/// forwarded chain.
 #[tokio::test]
 async fn a_mapped_address_and_its_ipv4_form_are_one_client() {
     // A dual-stack listener sees IPv4 peers as `::ffff:a.b.c.d`.
@@ -417,6 +438,8 @@ async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
 }
 
+/// A duplicated key header can be keyed by its first or last value; refused by default, it
+/// is a missing key, so `or` falls back and `Skip` skips.
 #[tokio::test]
 async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let limiter = Limiter::new(MemoryStore::new());

@@ -22,6 +22,9 @@ fn get(path: &str) -> Request<String> {
     Request::get(path).body(String::new()).unwrap()
 }
 
+/// One layer carries a route table: each route applies its own limits, costs and keys, a
+/// refused request uses none of its other rules, and a gRPC route answers with a gRPC
+/// status.
 #[tokio::test]
 async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
     let user = || key::header("user-id");
@@ -118,6 +121,8 @@ async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Shadow mode never refuses a request nor advertises its rules, but reports each would-be
+/// denial to the decision hook as a shadow one.
 #[tokio::test]
 async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
     let shadow_denials = Arc::new(AtomicUsize::new(0));
@@ -172,6 +177,8 @@ async fn burst(svc: &Svc, n: usize) -> Vec<(StatusCode, Duration)> {
     out
 }
 
+/// Wait mode holds each request of a burst until its turn within `max_wait`, and refuses at
+/// once the requests that would wait longer.
 #[tokio::test(start_paused = true)]
 async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Result<(), BoxError> {
     let layer = RateLimitLayer::builder(limiter())
@@ -201,6 +208,8 @@ async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Resul
     Ok(())
 }
 
+/// A leaky bucket's delay holds requests in order in enforce mode, refusing beyond its
+/// capacity; in shadow mode nothing is held or refused.
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result<(), BoxError> {
     let rule = || Rule::leaky_bucket("shape", 3, Rate::per_second(10));
@@ -237,6 +246,7 @@ async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result
     Ok(())
 }
 
+/// A key locked by a penalty is refused with the lock's remaining time as `Retry-After`.
 #[tokio::test]
 async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), BoxError> {
     let login = Rule::fixed_window("login", 2, Duration::from_secs(60))
@@ -264,6 +274,8 @@ async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), B
     Ok(())
 }
 
+/// A store failure follows the failure policy: requests pass when failing open, and get a
+/// 503, or gRPC status `UNAVAILABLE`, when failing closed.
 #[tokio::test]
 async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
@@ -290,6 +302,8 @@ async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// A custom rejection replaces the response to a refused request, keeps `Retry-After` from
+/// the default one, and runs once per refusal.
 #[tokio::test]
 async fn rejections_can_be_replaced() -> Result<(), BoxError> {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -320,6 +334,8 @@ async fn rejections_can_be_replaced() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Every clone of a layer and of its service enforces one shared limit, and configuration
+/// mistakes are refused when the layer is built, as typed errors.
 #[tokio::test]
 async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Result<(), BoxError> {
     let builder = RateLimitLayer::builder(limiter()).limit(Limit::new(
@@ -383,6 +399,8 @@ impl tower::Service<Request<String>> for Gate {
     }
 }
 
+/// The layer's `poll_ready` is the inner service's: it is pending until the inner service
+/// is ready.
 #[tokio::test]
 async fn poll_ready_is_the_inner_services() -> Result<(), BoxError> {
     use tower::{Layer, Service};
@@ -424,6 +442,7 @@ impl Store for Slow {
     }
 }
 
+/// A store that answers later is awaited, and its decision obeyed, wait included.
 #[tokio::test(start_paused = true)]
 async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxError> {
     let store = Slow(MemoryStore::with_clock(ManualClock::new(
@@ -447,6 +466,8 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
     Ok(())
 }
 
+/// Shadow mode lets through requests without a key and requests the store failed to decide,
+/// even under a fail-closed policy.
 #[tokio::test]
 async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
@@ -475,6 +496,8 @@ async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Resul
     Ok(())
 }
 
+/// A gRPC request without its key gets `INVALID_ARGUMENT` with the reason; plain HTTP gets
+/// a 400 with the same message.
 #[tokio::test]
 async fn a_grpc_request_without_its_key_gets_invalid_argument() -> Result<(), BoxError> {
     let layer = RateLimitLayer::builder(limiter())

@@ -141,6 +141,8 @@ impl std::io::Write for Sink {
     }
 }
 
+/// Each decision's span carries the deciding rule, the outcome, the route and the store's
+/// latency, and only a short digest of the key, never the key itself.
 #[test]
 fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
     let _serial = serial();
@@ -286,6 +288,8 @@ mod metrics_feature {
         )
     }
 
+    /// Decisions are counted by rule and outcome, with refunds, store latency and health
+    /// recorded, and no metric label ever carries a key.
     #[test]
     fn decisions_are_counted_by_rule_and_outcome_and_no_key_is_a_label() {
         let _serial = super::serial();
@@ -339,6 +343,7 @@ mod metrics_feature {
         }
     }
 
+    /// A store failure is counted per rule as `store_failed`.
     #[test]
     fn a_failed_store_is_counted_per_rule() {
         let _serial = super::serial();

@@ -44,6 +44,8 @@ fn layer(plans: Plans) -> RateLimitLayer {
         .unwrap()
 }
 
+/// The rule a request is checked against is the one of its plan, and only that rule is
+/// advertised.
 #[tokio::test]
 async fn the_rule_is_the_plans() {
     let svc = with(layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
@@ -74,6 +76,8 @@ async fn the_rule_is_the_plans() {
     );
 }
 
+/// An unknown or missing plan follows the chosen policy: refused with a 400, counted as the
+/// default plan in that plan's own state, or let through without a limit or its headers.
 #[tokio::test]
 async fn unknown_plans_follow_the_chosen_policy() {
     // Reject: a plan that is not one, and a request without a plan, are refused.
@@ -139,6 +143,9 @@ async fn unknown_plans_follow_the_chosen_policy() {
     );
 }
 
+/// A key moved between plans uses each plan's own state: an upgrade gets the new plan's
+/// full quota at once, and a downgrade within the window finds the old plan's units still
+/// used.
 #[tokio::test]
 async fn moving_a_key_between_plans_uses_each_plans_own_state() {
     // The server's records, changed at run time (an upgrade, then a downgrade).
@@ -181,6 +188,8 @@ async fn moving_a_key_between_plans_uses_each_plans_own_state() {
     );
 }
 
+/// Plans share one batch with the other limits, so a request its plan refuses consumes
+/// nothing of them.
 #[tokio::test]
 async fn plans_are_one_batch_with_the_other_limits() {
     // A global limit of 2 beside the plans: a request the plan refuses consumes none of it.
@@ -220,6 +229,8 @@ async fn plans_are_one_batch_with_the_other_limits() {
     );
 }
 
+/// Plans that cannot work (an unknown default plan, a plan given twice, no plan at all, or
+/// one rule name for two plans' rules) are errors when the layer is built.
 #[test]
 fn plans_that_cannot_work_are_build_errors() {
     let build = |plans: Plans| {
@@ -274,6 +285,8 @@ fn plans_that_cannot_work_are_build_errors() {
     assert!(PlanOf::try_header("x plan").is_err());
 }
 
+/// On Redis, each plan keeps its own state under its own key, and an unknown plan is
+/// refused.
 #[tokio::test]
 async fn plans_on_redis() {
     let server = crate::support::redis_server::RedisServer::start();
@@ -313,6 +326,7 @@ async fn plans_on_redis() {
     );
 }
 
+/// An unknown plan is refused even when the plan's limit skips requests without a key.
 #[tokio::test]
 async fn an_unknown_plan_is_refused_even_by_a_limit_that_skips_missing_keys() {
     // free skips requests without an API key; an unknown plan is still refused.

@@ -56,6 +56,8 @@ fn configure_b(builder: RateLimitLayerBuilder) -> RateLimitLayerBuilder {
         ))
 }
 
+/// Rules swapped under load are applied whole: every response is decided by exactly one
+/// configuration's rules, and no request is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_swapped_under_load_are_applied_whole() {
     let limiter = Limiter::new(MemoryStore::new());
@@ -150,6 +152,8 @@ async fn rules_swapped_under_load_are_applied_whole() {
     );
 }
 
+/// A request held across a reload finishes under the rules it started with, while new
+/// requests are decided by the new ones.
 #[tokio::test(start_paused = true)]
 async fn a_held_request_finishes_under_the_rules_it_started_with() {
     let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
@@ -188,6 +192,8 @@ async fn a_held_request_finishes_under_the_rules_it_started_with() {
     assert_eq!(policy(&held), "\"old\";q=1;w=1");
 }
 
+/// State is kept by rule name across reloads: the same rule's count goes on, a refused
+/// reload changes nothing, and a new name starts fresh.
 #[tokio::test]
 async fn state_is_kept_by_rule_name_across_reloads() {
     let minute = Duration::from_secs(60);
@@ -262,6 +268,8 @@ async fn state_is_kept_by_rule_name_across_reloads() {
     );
 }
 
+/// Requests held under the old configuration count against the new one's `max_held` after a
+/// reload: one bound covers both.
 #[tokio::test(start_paused = true)]
 async fn held_requests_count_under_one_bound_across_a_reload() {
     let config = |builder: RateLimitLayerBuilder| {

@@ -378,6 +378,8 @@ fn request(spec: &RequestSpec) -> Request<String> {
     request
 }
 
+/// Any request through any layer that builds gets an answer of 200, 429, 400 or 500, keeps
+/// at most one store entry per rule and key, and leaves nothing behind once idle.
 #[test]
 fn arbitrary_requests_and_rules_through_the_layer() {
     let cases = std::env::var("TOLLGATE_ROBUSTNESS_CASES")

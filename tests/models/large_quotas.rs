@@ -92,6 +92,8 @@ fn every_rule(amount: u64, period: Duration) -> Vec<(&'static str, Result<Rule, 
     ]
 }
 
+/// Every algorithm builds for any quota from 1 to a billion over any period from 1 ms to
+/// 366 days, and admits its whole quota at once.
 #[test]
 fn every_quota_from_1_to_a_billion_over_1_ms_to_366_days_builds() {
     let mut refused = Vec::new();

@@ -188,42 +188,55 @@ async fn redis(server: &RedisServer, prefix: &str) -> (ManualClock, Limiter<Redi
     (clock, Limiter::new(store))
 }
 
+/// In memory, a fixed window and a token bucket under one name on one key never read each
+/// other's state as none.
 #[tokio::test]
 async fn memory_fixed_window_and_token_bucket_alternating() {
     fixed_window_and_token_bucket_alternating(memory().1).await;
 }
 
+/// In memory, smooth and stepped refill never read each other's token level as their own.
 #[tokio::test]
 async fn memory_token_bucket_smooth_then_stepped() {
     token_bucket_smooth_then_stepped(memory().1).await;
 }
 
+/// In memory, a token bucket whose refill period is shortened admits no more than its
+/// capacity at once.
 #[tokio::test]
 async fn memory_token_bucket_period_shortened() {
     token_bucket_period_shortened(memory().1).await;
 }
 
+/// In memory, a leaky bucket whose drain period is lengthened queues no more than its
+/// capacity at once.
 #[tokio::test]
 async fn memory_leaky_bucket_period_lengthened() {
     leaky_bucket_period_lengthened(memory().1).await;
 }
 
+/// In memory, state written under another configuration counts until it would have emptied,
+/// and then the new configuration starts fresh.
 #[tokio::test]
 async fn memory_foreign_state_counts_until_it_expires() {
     let (clock, limiter) = memory();
     foreign_state_counts_until_it_expires(limiter, clock).await;
 }
 
+/// In memory, the old configuration counts the new one's units as the new counts the old's.
 #[tokio::test]
 async fn memory_both_directions_count() {
     both_directions_count(memory().1).await;
 }
 
+/// In memory, a penalty lock survives a reconfiguration of its rule.
 #[tokio::test]
 async fn memory_penalty_survives_reconfiguration() {
     penalty_survives_reconfiguration(memory().1).await;
 }
 
+/// The Redis store never reads state written under another configuration as its own, and a
+/// penalty lock survives a reconfiguration.
 #[tokio::test]
 async fn redis_store_never_reads_another_configuration_as_its_own() {
     let server = RedisServer::start();
@@ -248,6 +261,8 @@ fn per_user(rule: Rule) -> Limit {
     Limit::new(rule, key::header("user-id"))
 }
 
+/// A layer refuses one rule name for two different rules anywhere in it, naming both
+/// places, and allows one rule shared by several routes.
 #[test]
 fn a_layer_refuses_one_name_for_two_rules() {
     let window = Rule::fixed_window("per-user", 1, MINUTE);
@@ -300,6 +315,8 @@ fn a_layer_refuses_one_name_for_two_rules() {
         .is_ok());
 }
 
+/// A rule's fingerprint is its algorithm and exact parameters, not its name, penalty or
+/// cost, and is stable across processes and versions.
 #[test]
 fn the_fingerprint_is_the_parameters_not_the_name_or_penalty() {
     let a = Rule::fixed_window("a", 5, MINUTE);

@@ -87,12 +87,16 @@ async fn redis(server: &RedisServer) -> (Limiter<RedisStore>, ManualClock) {
     (Limiter::new(store), clock)
 }
 
+/// In memory, a lowered sliding-log limit gives a retry-after that is admitted when it
+/// comes.
 #[tokio::test]
 async fn memory_lowered_limit_retry_after_is_admitted() {
     let (limiter, clock) = memory();
     lowered_limit_retry_is_admitted(limiter, clock).await;
 }
 
+/// In Redis, a lowered sliding-log limit gives a retry-after that is admitted when it
+/// comes.
 #[tokio::test]
 async fn redis_lowered_limit_retry_after_is_admitted() {
     let server = RedisServer::start();
@@ -100,12 +104,16 @@ async fn redis_lowered_limit_retry_after_is_admitted() {
     lowered_limit_retry_is_admitted(limiter, clock).await;
 }
 
+/// In memory, a sliding-log peek that logs nothing reports the reset of the log as it
+/// stands.
 #[tokio::test]
 async fn memory_peek_reports_the_log_reset() {
     let (limiter, clock) = memory();
     peek_reports_the_log_reset(limiter, clock).await;
 }
 
+/// In Redis, a sliding-log peek that logs nothing reports the reset of the log as it
+/// stands.
 #[tokio::test]
 async fn redis_peek_reports_the_log_reset() {
     let server = RedisServer::start();

@@ -24,6 +24,8 @@ fn reset_stats(cluster: &RedisCluster) {
     }
 }
 
+/// In a cluster, a batch over several slots is decided as one: a denial in any slot refunds
+/// or stops the others, a wait moves them all, and scripts reload on every node.
 #[tokio::test]
 async fn cluster_suite() {
     let cluster = RedisCluster::start();

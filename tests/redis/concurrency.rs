@@ -73,6 +73,8 @@ fn rules(limit: u64) -> [Rule; 2] {
     ]
 }
 
+/// Many tasks over several connections admit exactly the limit, whether their requests
+/// spread over time or share one instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_tasks_over_four_connections_admit_exactly_the_limit() {
     let server = RedisServer::start();
@@ -92,6 +94,7 @@ async fn sixteen_tasks_over_four_connections_admit_exactly_the_limit() {
     }
 }
 
+/// Two processes on one Redis share one limit: together they admit exactly its quota.
 #[test]
 fn two_processes_share_one_limit() {
     let server = RedisServer::start();

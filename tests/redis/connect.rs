@@ -37,6 +37,8 @@ async fn limits_every_key(store: RedisStore) {
     }
 }
 
+/// Connecting to one or several cluster nodes gives a cluster client that discovers the
+/// rest and has each key decided by its owner.
 #[tokio::test]
 async fn connect_to_one_cluster_node_becomes_a_cluster_client_and_limits() {
     let cluster = RedisCluster::start();
@@ -60,6 +62,8 @@ async fn connect_to_one_cluster_node_becomes_a_cluster_client_and_limits() {
     limits_every_key(store.with_prefix("comma")).await;
 }
 
+/// Connecting to a standalone server gives a standalone client, and the check on connect
+/// touches no key.
 #[tokio::test]
 async fn connect_to_a_standalone_server_stays_standalone() {
     let server = RedisServer::start();
@@ -70,6 +74,8 @@ async fn connect_to_a_standalone_server_stays_standalone() {
     limits_every_key(store).await;
 }
 
+/// Connecting where nothing listens is an error naming the address, and a URL that is not
+/// Redis is an error saying so.
 #[tokio::test]
 async fn nothing_listening_is_an_error_naming_the_address() {
     // A port that had a server a moment ago and has none now.
@@ -110,6 +116,8 @@ async fn a_user_allowed_scripts_only_runs_the_script() {
     }
 }
 
+/// A user who may not run or load the scripts is refused on connect, naming the permission
+/// to grant and never the password; a user denied only INFO works.
 #[tokio::test]
 async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     let server = RedisServer::start();
@@ -154,6 +162,7 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     limits_every_key(store).await;
 }
 
+/// Connecting to a replica is an error that says to use the primary.
 #[tokio::test]
 async fn a_replica_is_an_error_naming_the_primary() {
     let primary = RedisServer::start();
@@ -167,6 +176,7 @@ async fn a_replica_is_an_error_naming_the_primary() {
     ));
 }
 
+/// A wrong password is an error naming the address and the fix, without the password.
 #[tokio::test]
 async fn a_wrong_password_is_an_error_naming_the_fix() {
     let server = RedisServer::start();
@@ -180,6 +190,8 @@ async fn a_wrong_password_is_an_error_naming_the_fix() {
     assert!(!msg.contains("wrong@"), "{msg}");
 }
 
+/// Connecting as a cluster to a standalone server is an error pointing to
+/// `RedisStore::connect`.
 #[tokio::test]
 async fn connect_cluster_to_a_standalone_server_names_connect() {
     let server = RedisServer::start();

@@ -63,6 +63,7 @@ fn step() -> impl Strategy<Value = Step> {
         )
 }
 
+/// The memory and Redis stores answer every sequence of checks and peeks alike.
 #[test]
 fn memory_and_redis_decide_alike() {
     let server = RedisServer::start();

@@ -221,6 +221,8 @@ async fn hammer(
     (all, start, wall_micros())
 }
 
+/// Servers in four processes sharing one Redis never admit more than the limit in any
+/// window, and admit close to it while busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_never_admit_more_than_the_limit() {
     let redis = RedisServer::start();

@@ -29,6 +29,7 @@ async fn run_all_vectors(base: &RedisStore) {
     }
 }
 
+/// Every shared test vector holds for a standalone Redis.
 #[tokio::test]
 async fn vectors_hold_for_redis_standalone() {
     let server = RedisServer::start();
@@ -51,6 +52,7 @@ async fn vectors_hold_for_redis_standalone_through_the_script() {
     assert!(server.calls("evalsha") > 0);
 }
 
+/// Every shared test vector holds for a Redis cluster.
 #[tokio::test]
 async fn vectors_hold_for_redis_cluster() {
     let cluster = RedisCluster::start();
@@ -60,6 +62,7 @@ async fn vectors_hold_for_redis_cluster() {
     run_all_vectors(&base).await;
 }
 
+/// A script flush between requests is invisible: the script reloads and the count is kept.
 #[tokio::test]
 async fn script_flush_between_requests_is_invisible() {
     let server = RedisServer::start();
@@ -155,6 +158,7 @@ async fn coalesced_requests_are_each_decided_and_an_error_fails_only_its_own() {
     assert_eq!(server.script_calls(), 50);
 }
 
+/// A batch of several rules on one key is one script call.
 #[tokio::test]
 async fn a_batch_of_three_rules_is_one_script_call() {
     let server = RedisServer::start();
@@ -177,6 +181,8 @@ async fn a_batch_of_three_rules_is_one_script_call() {
     assert_eq!(server.calls("eval"), 0);
 }
 
+/// Redis keys follow the documented layout, the user's key escaped inside its hash tag, and
+/// every key expires.
 #[tokio::test]
 async fn keys_carry_ttls_and_the_documented_layout() {
     let server = RedisServer::start();
@@ -213,6 +219,7 @@ async fn keys_carry_ttls_and_the_documented_layout() {
     }
 }
 
+/// A sliding log in Redis counts every request, even several in one microsecond.
 #[tokio::test]
 async fn sliding_log_keeps_two_requests_in_one_microsecond() {
     let server = RedisServer::start();
@@ -231,6 +238,7 @@ async fn sliding_log_keeps_two_requests_in_one_microsecond() {
     );
 }
 
+/// A peek consumes nothing, and a reset lifts a penalty lock.
 #[tokio::test]
 async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
     let server = RedisServer::start();
@@ -266,6 +274,7 @@ async fn peek_consumes_nothing_and_reset_lifts_a_lock() {
         .is_admitted());
 }
 
+/// Without a clock, Redis decides on the server's own time.
 #[tokio::test]
 async fn server_time_is_used_without_a_clock() {
     let server = RedisServer::start();
@@ -288,6 +297,7 @@ async fn server_time_is_used_without_a_clock() {
     );
 }
 
+/// An unreachable or vanished Redis is an error within the timeout, never a panic.
 #[tokio::test]
 async fn an_unreachable_redis_is_an_error_not_a_panic() {
     let port = {

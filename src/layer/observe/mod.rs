@@ -188,6 +188,8 @@ impl fmt::Display for KeyDigest {
 mod tests {
     use super::*;
 
+    /// A key digest is eight characters, stable for a key, different for another, and not
+    /// the key.
     #[test]
     fn a_key_digest_is_short_stable_and_not_the_key() {
         let a = KeyDigest::of(b"203.0.113.7").to_string();

@@ -174,6 +174,8 @@ impl<'a> Problems<'a> {
 mod tests {
     use super::*;
 
+    /// Rules-file problems are placed at the 1-based line and column of the key, or of its
+    /// table when the key is absent.
     #[test]
     fn lines_and_columns() {
         let index = Index::of("a = 1\n[t]\nb = \"x\"\n", "f.toml");

@@ -387,6 +387,8 @@ impl<'de> Deserialize<'de> for KeySpec {
 mod tests {
     use super::*;
 
+    /// Rules files write durations as unit-suffixed parts like `1h30m` and rates as
+    /// `amount/duration`; a bare number, an unknown unit or an overflow is an error.
     #[test]
     fn durations_and_rates() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));

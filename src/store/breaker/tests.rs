@@ -55,6 +55,8 @@ fn rule() -> Rule {
     Rule::fixed_window("r", 1000, Duration::from_secs(60))
 }
 
+/// The breaker opens after the configured consecutive failures, and while open fails at
+/// once without calling the store.
 #[tokio::test(start_paused = true)]
 async fn opens_after_consecutive_failures_and_then_skips_the_store() {
     let flaky = Flaky::default();
@@ -88,6 +90,7 @@ async fn opens_after_consecutive_failures_and_then_skips_the_store() {
     assert_eq!(flaky.calls(), calls, "an open breaker sends nothing");
 }
 
+/// A success resets the count of consecutive failures.
 #[tokio::test(start_paused = true)]
 async fn a_success_resets_the_count_of_consecutive_failures() {
     let flaky = Flaky::default();
@@ -232,6 +235,8 @@ async fn let_tasks_run() {
     }
 }
 
+/// An open breaker probes a store that has a probe itself, one probe at a time once
+/// `open_for` ends, and no request waits for it.
 #[tokio::test(start_paused = true)]
 async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     let store = Pinged::default();
@@ -313,6 +318,8 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     assert_eq!(breaker.health(), Health::Healthy);
 }
 
+/// A malformed batch is the caller's error, not a store failure, and never opens the
+/// breaker.
 #[tokio::test(start_paused = true)]
 async fn a_malformed_batch_is_not_a_store_failure() {
     let flaky = Flaky::default();

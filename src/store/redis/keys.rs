@@ -57,6 +57,8 @@ mod tests {
         out
     }
 
+    /// Escaping keeps keys distinct, non-empty and free of braces, so a key never breaks
+    /// its hash tag, and leaves plain keys as they are.
     #[test]
     fn escaping_keeps_keys_distinct_and_tags_whole() {
         let keys: [&[u8]; 7] = [b"", b"\\0", b"a}b", b"a\\]b", b"{x}", b"\\", b"plain"];

@@ -515,6 +515,8 @@ mod tests {
 
     use crate::error::StoreError;
 
+    /// A script reply is split into one result per batch by its rule count, a batch's error
+    /// kept to that batch.
     #[test]
     fn a_call_reply_is_split_by_batch() {
         let ints = |v: &[i64]| v.iter().map(|&i| Value::Int(i)).collect::<Vec<_>>();
@@ -537,6 +539,7 @@ mod tests {
         assert_eq!(replies[3], Ok(vec![2, 100]));
     }
 
+    /// A script reply whose length does not match the batches' rules is a protocol error.
     #[test]
     fn a_call_reply_of_another_length_is_refused() {
         let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
@@ -558,6 +561,7 @@ mod tests {
         }
     }
 
+    /// Decimals are written as the plain digits Lua reads, up to `u64::MAX`.
     #[test]
     fn decimals_are_written_as_lua_reads_them() {
         let mut out = Vec::new();

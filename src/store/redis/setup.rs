@@ -201,6 +201,8 @@ pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
 mod tests {
     use super::*;
 
+    /// INFO gives the server's version, cluster mode and role, and a 7.0 cluster primary is
+    /// accepted.
     #[test]
     fn info_says_version_cluster_and_role() {
         let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\n\
@@ -217,6 +219,8 @@ mod tests {
         assert_eq!(facts.refusal("a:1"), None);
     }
 
+    /// A server older than 5.0 or a replica is refused with the reason; a server whose INFO
+    /// says nothing is not refused here.
     #[test]
     fn an_old_server_or_a_replica_is_refused_with_the_reason() {
         let old = ServerInfo::parse("redis_version:4.0.14\r\nrole:master\r\ncluster_enabled:0");

@@ -132,6 +132,8 @@ mod tests {
         })
     }
 
+    /// The algorithm and mode codes and the rule record size agree with the Lua scripts'
+    /// constants.
     #[test]
     fn the_codes_are_the_scripts_and_the_fingerprints() {
         let prelude = include_str!("../../../../lua/prelude.lua");
@@ -165,6 +167,8 @@ mod tests {
         );
     }
 
+    /// Rule arguments encode as thirteen little-endian doubles in the order the script
+    /// reads them.
     #[test]
     fn rule_args_are_thirteen_doubles_in_order() {
         let args = RuleArgs {
