@@ -241,19 +241,18 @@ async fn concurrent_connections_share_one_exact_limit() {
     assert_eq!(ok, 10);
 }
 
-/// A route table on a nested router matches the full path the client sent.
-#[tokio::test]
-async fn a_route_table_on_a_nested_router_matches_the_full_path() {
+/// Statuses of two SMS sent to `/api/sms/send` on a router nested under `/api`, whose
+/// layer's route table limits `pattern` to one a minute.
+async fn two_sms_through_a_nested_router(pattern: &str) -> [StatusCode; 2] {
     use axum::body::Body;
     use axum::routing::post;
     use tollgate::layer::{Limit, RateLimitLayer};
     use tollgate::{key, Rule};
     use tower::ServiceExt;
 
-    // The table names the paths clients send; the nested router sees them without "/api".
     let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
         .route(
-            "POST /api/sms/send",
+            pattern,
             [Limit::new(
                 Rule::fixed_window("sms", 1, Duration::from_secs(60)),
                 key::global(),
@@ -270,46 +269,24 @@ async fn a_route_table_on_a_nested_router_matches_the_full_path() {
             .body(Body::empty())
             .unwrap()
     };
+    let first = app.clone().oneshot(sms()).await.unwrap().status();
+    let second = app.oneshot(sms()).await.unwrap().status();
+    [first, second]
+}
 
-    let first = app.clone().oneshot(sms()).await.unwrap();
-    assert_eq!(first.status(), StatusCode::OK);
-    let second = app.oneshot(sms()).await.unwrap();
-    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+/// A route table on a nested router matches the full path the client sent.
+#[tokio::test]
+async fn a_route_table_on_a_nested_router_matches_the_full_path() {
+    let statuses = two_sms_through_a_nested_router("POST /api/sms/send").await;
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
 }
 
 /// A route table written with the nested router's own paths limits too: a path the full
 /// path matches no entry for is matched as the nested router sees it.
 #[tokio::test]
 async fn a_route_table_in_the_nested_routers_own_paths_limits() {
-    use axum::body::Body;
-    use axum::routing::post;
-    use tollgate::layer::{Limit, RateLimitLayer};
-    use tollgate::{key, Rule};
-    use tower::ServiceExt;
-
-    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-        .route(
-            "POST /sms/send",
-            [Limit::new(
-                Rule::fixed_window("sms", 1, Duration::from_secs(60)),
-                key::global(),
-            )],
-        )
-        .build()
-        .unwrap();
-    let inner = axum::Router::new()
-        .route("/sms/send", post(|| async { "sent" }))
-        .layer(table);
-    let app = axum::Router::new().nest("/api", inner);
-    let sms = || {
-        http::Request::post("/api/sms/send")
-            .body(Body::empty())
-            .unwrap()
-    };
-    let first = app.clone().oneshot(sms()).await.unwrap();
-    assert_eq!(first.status(), StatusCode::OK);
-    let second = app.oneshot(sms()).await.unwrap();
-    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    let statuses = two_sms_through_a_nested_router("POST /sms/send").await;
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
 }
 
 /// The route table follows axum's precedence, not the order it is written in: a static
