@@ -43,15 +43,18 @@ pub(crate) enum Event {
     /// The units of a request that will not pass (or does not count) could not be given
     /// back: the store failed.
     RefundFailure,
+    /// The in-process store reached its bound on keys.
+    StoreFull,
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 const ALL: [Event; KINDS] = [
     Event::StoreFailure,
     Event::ShadowDenial,
     Event::ShadowMissingKey,
     Event::KeyUnavailable,
     Event::RefundFailure,
+    Event::StoreFull,
 ];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
@@ -217,6 +220,11 @@ impl EventLog {
                 suppressed,
                 interval_s,
                 "more refunds failed (summary of the last interval)"
+            ),
+            Event::StoreFull => tracing::warn!(
+                suppressed,
+                interval_s,
+                "the in-process store stayed full (summary of the last interval)"
             ),
         }
     }

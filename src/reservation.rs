@@ -131,9 +131,9 @@ impl Batch for Copied {
     }
 }
 
-/// The log of reservations made outside a layer: one for the process, so that a store
-/// outage logs a line per interval, not one per request.
-fn process_log() -> Arc<EventLog> {
+/// The log of what happens outside a layer (reservations, the in-process store): one for
+/// the process, so that an outage logs a line per interval, not one per request.
+pub(crate) fn process_log() -> Arc<EventLog> {
     static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
     LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
 }

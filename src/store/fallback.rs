@@ -136,7 +136,8 @@ impl<P, L> Fallback<P, L> {
     }
 
     /// The primary store.
-    pub fn primary(&self) -> &P {
+    #[cfg(test)]
+    fn primary(&self) -> &P {
         &self.primary
     }
 

@@ -27,9 +27,13 @@ fn ready<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// A store whose bound on keys is well above the million the tests below hold.
 fn store_at(now: u64) -> (ManualClock, MemoryStore) {
     let clock = ManualClock::new(now);
-    (clock.clone(), MemoryStore::with_clock(clock))
+    (
+        clock.clone(),
+        MemoryStore::with_clock(clock).max_keys(4_000_000),
+    )
 }
 
 /// One unit for `key` straight on the store (no `Limiter`).
@@ -368,4 +372,39 @@ fn reservations_waiting_forever_do_not_overflow_the_clock() {
     }
     // Now, and one reservation 2^50 µs ahead; the next would wait 2 × 2^50 µs.
     assert_eq!(admitted, 2);
+}
+
+/// A bounded store holds no more keys than its bound, however many keys clients send.
+#[test]
+fn a_bounded_store_holds_no_more_keys_than_its_bound() {
+    let store = MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)).max_keys(256);
+    let limiter = Limiter::new(store.clone());
+    let rule = Rule::fixed_window("per-key", 1, Duration::from_secs(3600));
+    for i in 0..10_000u32 {
+        let _ = limiter.check_now(&[Check::new(&rule, &i.to_be_bytes())]);
+    }
+    assert!(store.len() <= 256 + 1, "{} keys", store.len());
+}
+
+/// Past the bound, new keys share one state per rule: together they are admitted no more
+/// than one key would be, and keys already held keep their own state.
+#[test]
+fn past_its_bound_a_store_never_admits_more_than_the_rules_allow() {
+    let store = MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)).max_keys(256);
+    let limiter = Limiter::new(store);
+    let rule = Rule::fixed_window("per-key", 1, Duration::from_secs(3600));
+    let check = |key: &[u8]| {
+        limiter
+            .check_now(&[Check::new(&rule, key)])
+            .unwrap()
+            .is_admitted()
+    };
+    assert!(check(b"alice"));
+    let admitted = (0..10_000u32).filter(|i| check(&i.to_be_bytes())).count();
+    assert!(admitted <= 256 + 1, "{admitted} admitted");
+    assert!(!check(b"alice"), "alice keeps her own state");
+    assert!(
+        !check(b"a newcomer"),
+        "past the bound, the shared state is spent"
+    );
 }

@@ -1,5 +1,6 @@
 //! The in-process store: a sharded map of entries, decided under the shards' locks.
 
+mod bound;
 mod key;
 
 use std::fmt;
@@ -24,6 +25,8 @@ use crate::store::batch::{self, Entry, Evaluated};
 use crate::store::check::{Check, Store};
 use crate::Rule;
 
+use bound::Bound;
+pub(crate) use bound::DEFAULT_MAX_KEYS;
 use key::{hash_pair, StoreKey};
 
 /// Shards are swept of expired entries when they have doubled since the last sweep, but not
@@ -68,6 +71,7 @@ pub struct MemoryStore {
 
 struct Shared {
     shards: Box<[Mutex<Shard>]>,
+    bound: Bound,
     hasher: DefaultHashBuilder,
     clock: Arc<dyn Clock>,
     /// `!clock.ordered_across_threads()`: time is kept from going backwards per shard.
@@ -76,6 +80,10 @@ struct Shared {
 
 struct Shard {
     map: HashMap<StoreKey, Slot, DefaultHashBuilder>,
+    /// The keys this shard holds at most before new keys share the overflow state, and the
+    /// store's flag that some shard is there.
+    cap: usize,
+    reached: Arc<std::sync::atomic::AtomicBool>,
     len_after_sweep: usize,
     /// The latest instant a decision in this shard was taken at, for clocks whose readings
     /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
@@ -100,23 +108,41 @@ impl MemoryStore {
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
     /// tests deterministic).
     pub fn with_clock(clock: impl Clock) -> Self {
+        Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
+    }
+
+    /// The same store holding at most about `n` keys (default 1,000,000; each costs about
+    /// 180 bytes, see BENCHMARKS.md): past the bound, a key it does not hold yet is decided
+    /// on one state per rule that all such keys share, so together they are admitted as one
+    /// key would be, never more than the rules allow, and a warning is logged (and counted
+    /// as `tollgate_memory_store_full_total` with the `metrics` feature). Expired entries are
+    /// swept before a key is turned away. Call it on a new store: it starts empty.
+    pub fn max_keys(self, n: usize) -> Self {
+        Self::build(self.shared.clock.clone(), n)
+    }
+
+    fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         let shards = (cores * 16).next_power_of_two().max(16);
         let hasher = DefaultHashBuilder::default();
+        let bound = Bound::new(max_keys, shards);
         Self {
             shared: Arc::new(Shared {
                 shards: (0..shards)
                     .map(|_| {
                         Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
+                            cap: bound.per_shard(),
+                            reached: bound.reached(),
                             len_after_sweep: 0,
                             latest: 0,
                         })
                     })
                     .collect(),
+                bound,
                 hasher,
                 clamp: !clock.ordered_across_threads(),
-                clock: Arc::new(clock),
+                clock,
             }),
         }
     }
@@ -143,6 +169,13 @@ impl MemoryStore {
     }
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        if let Some(bounded) = self.shared.bounded(batch) {
+            return self.decide_as_is(&bounded, max_wait);
+        }
+        self.decide_as_is(batch, max_wait)
+    }
+
+    fn decide_as_is(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         match batch {
             [check] => self.decide_one(check, max_wait),
             _ => self.decide_batch(batch, max_wait),
@@ -584,6 +617,10 @@ impl Shard {
     fn sweep_if_grown(&mut self, now: u64) {
         if self.map.len() >= (2 * self.len_after_sweep).max(MIN_SWEEP_LEN) {
             self.sweep(now);
+        }
+        if self.map.len() >= self.cap {
+            self.reached
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
