@@ -408,3 +408,24 @@ fn past_its_bound_a_store_never_admits_more_than_the_rules_allow() {
         "past the bound, the shared state is spent"
     );
 }
+
+/// Once the keys that filled a bounded store expire, new keys get states of their own again.
+#[test]
+fn a_bounded_store_takes_new_keys_again_once_old_ones_expire() {
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(256);
+    let limiter = Limiter::new(store);
+    let rule = Rule::fixed_window("per-key", 1, Duration::from_secs(1));
+    let check = |key: &[u8]| {
+        limiter
+            .check_now(&[Check::new(&rule, key)])
+            .unwrap()
+            .is_admitted()
+    };
+    for i in 0..10_000u32 {
+        check(&i.to_be_bytes());
+    }
+    clock.advance(Duration::from_secs(2));
+    // Every new key has its own quota again: none is turned away onto a spent shared one.
+    assert!((0..100u32).all(|i| check(&(1_000_000 + i).to_be_bytes())));
+}

@@ -3,12 +3,16 @@
 //! that clients sending ever new keys cost a bounded memory and are never admitted more
 //! than the rules allow (together they are admitted as one key would be).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::Shared;
+use hashbrown::{DefaultHashBuilder, HashMap};
+use parking_lot::Mutex;
+
+use super::{MemoryStore, Shard, Shared};
+use crate::clock::Clock;
 use crate::log::Event;
 use crate::store::check::Check;
 
@@ -19,19 +23,19 @@ const OVERFLOW: &[u8] = &[0xFF];
 /// How many keys a store holds by default.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// The bound, per shard, and whether some shard has reached it.
+/// The bound, per shard, and how many shards are at it.
 pub(super) struct Bound {
     per_shard: usize,
-    /// Set once a shard is full (by the shard, as it inserts): until then no decision pays
-    /// for the check below.
-    reached: Arc<AtomicBool>,
+    /// The shards at their share of the bound (each counts itself in as it fills and out as
+    /// a sweep empties it): while none is, no decision pays for the check below.
+    full: Arc<AtomicUsize>,
 }
 
 impl Bound {
     pub(super) fn new(max_keys: usize, shards: usize) -> Self {
         Self {
             per_shard: max_keys.div_ceil(shards).max(1),
-            reached: Arc::default(),
+            full: Arc::default(),
         }
     }
 
@@ -40,9 +44,9 @@ impl Bound {
         self.per_shard
     }
 
-    /// The flag a shard sets when it reaches its share of the bound.
-    pub(super) fn reached(&self) -> Arc<AtomicBool> {
-        self.reached.clone()
+    /// The count a shard keeps itself in while it is at its share of the bound.
+    pub(super) fn full(&self) -> Arc<AtomicUsize> {
+        self.full.clone()
     }
 }
 
@@ -51,7 +55,7 @@ impl Shared {
     /// even after its expired entries are swept, replaced by the overflow key; `None` when
     /// every key is decided as it is.
     pub(super) fn bounded<'a>(&self, batch: &[Check<'a>]) -> Option<SmallVec<[Check<'a>; 4]>> {
-        if !self.bound.reached.load(Ordering::Relaxed) {
+        if self.bound.full.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let mut redirected: Option<SmallVec<[Check<'a>; 4]>> = None;
@@ -84,5 +88,44 @@ impl Shared {
         }
         shard.sweep(self.clock.now_micros());
         shard.map.len() >= self.bound.per_shard
+    }
+}
+
+impl MemoryStore {
+    /// The same store holding at most about `n` keys (default 1,000,000; each costs about
+    /// 180 bytes, see BENCHMARKS.md): past the bound, a key it does not hold yet is decided
+    /// on one state per rule that all such keys share, so together they are admitted as one
+    /// key would be, never more than the rules allow, and a warning is logged (and counted
+    /// as `tollgate_memory_store_full_total` with the `metrics` feature). Expired entries are
+    /// swept before a key is turned away. Call it on a new store: it starts empty.
+    pub fn max_keys(self, n: usize) -> Self {
+        Self::build(self.shared.clock.clone(), n)
+    }
+
+    pub(super) fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let shards = (cores * 16).next_power_of_two().max(16);
+        let hasher = DefaultHashBuilder::default();
+        let bound = Bound::new(max_keys, shards);
+        Self {
+            shared: Arc::new(Shared {
+                shards: (0..shards)
+                    .map(|_| {
+                        Mutex::new(Shard {
+                            map: HashMap::with_hasher(hasher.clone()),
+                            cap: bound.per_shard(),
+                            full: bound.full(),
+                            at_cap: false,
+                            len_after_sweep: 0,
+                            latest: 0,
+                        })
+                    })
+                    .collect(),
+                bound,
+                hasher,
+                clamp: !clock.ordered_across_threads(),
+                clock,
+            }),
+        }
     }
 }

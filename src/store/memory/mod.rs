@@ -83,7 +83,9 @@ struct Shard {
     /// The keys this shard holds at most before new keys share the overflow state, and the
     /// store's flag that some shard is there.
     cap: usize,
-    reached: Arc<std::sync::atomic::AtomicBool>,
+    full: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether this shard is counted in `full`.
+    at_cap: bool,
     len_after_sweep: usize,
     /// The latest instant a decision in this shard was taken at, for clocks whose readings
     /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
@@ -109,42 +111,6 @@ impl MemoryStore {
     /// tests deterministic).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
-    }
-
-    /// The same store holding at most about `n` keys (default 1,000,000; each costs about
-    /// 180 bytes, see BENCHMARKS.md): past the bound, a key it does not hold yet is decided
-    /// on one state per rule that all such keys share, so together they are admitted as one
-    /// key would be, never more than the rules allow, and a warning is logged (and counted
-    /// as `tollgate_memory_store_full_total` with the `metrics` feature). Expired entries are
-    /// swept before a key is turned away. Call it on a new store: it starts empty.
-    pub fn max_keys(self, n: usize) -> Self {
-        Self::build(self.shared.clock.clone(), n)
-    }
-
-    fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let shards = (cores * 16).next_power_of_two().max(16);
-        let hasher = DefaultHashBuilder::default();
-        let bound = Bound::new(max_keys, shards);
-        Self {
-            shared: Arc::new(Shared {
-                shards: (0..shards)
-                    .map(|_| {
-                        Mutex::new(Shard {
-                            map: HashMap::with_hasher(hasher.clone()),
-                            cap: bound.per_shard(),
-                            reached: bound.reached(),
-                            len_after_sweep: 0,
-                            latest: 0,
-                        })
-                    })
-                    .collect(),
-                bound,
-                hasher,
-                clamp: !clock.ordered_across_threads(),
-                clock,
-            }),
-        }
     }
 
     /// The number of entries held, expired or not.
@@ -618,9 +584,9 @@ impl Shard {
         if self.map.len() >= (2 * self.len_after_sweep).max(MIN_SWEEP_LEN) {
             self.sweep(now);
         }
-        if self.map.len() >= self.cap {
-            self.reached
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.at_cap && self.map.len() >= self.cap {
+            self.at_cap = true;
+            self.full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -628,6 +594,10 @@ impl Shard {
         let before = self.map.len();
         self.map.retain(|_, slot| slot.expires_at > now);
         self.len_after_sweep = self.map.len();
+        if self.at_cap && self.map.len() < self.cap {
+            self.at_cap = false;
+            self.full.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         before - self.map.len()
     }
 }
