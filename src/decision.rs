@@ -101,6 +101,19 @@ impl Outcome {
         combine(rules, |_| false)
     }
 
+    /// The outcome of the sub-batch made of the rules at `indices` (in that order): what a
+    /// refund of only those rules reads.
+    pub(crate) fn select(&self, indices: &[usize]) -> Outcome {
+        Outcome {
+            decision: self.decision,
+            rules: indices
+                .iter()
+                .filter_map(|&i| self.rules.get(i).copied())
+                .collect(),
+            admission: self.admission.as_ref().map(|a| a.select(indices)),
+        }
+    }
+
     /// Whether the request is delayed with rules still to count it when it is released:
     /// rules on other keys than the leaky bucket that shapes it (see
     /// [`Store::check`](crate::store::Store::check)).

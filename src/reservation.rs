@@ -261,18 +261,10 @@ impl<S: Store + Clone> Reservation<S> {
             return;
         }
         self.state = Stage::Spent;
-        let Some(admission) = &self.outcome.admission else {
+        if self.outcome.admission.is_none() {
             return;
-        };
-        let outcome = Outcome {
-            admission: Some(admission.select(indices)),
-            ..Outcome::new(
-                indices
-                    .iter()
-                    .filter_map(|&i| self.outcome.rules.get(i).copied())
-                    .collect(),
-            )
-        };
+        }
+        let outcome = self.outcome.select(indices);
         let indices: SmallVec<[usize; 4]> = indices.into();
         self.refund_detached(outcome, move |checks| {
             indices

@@ -40,6 +40,15 @@ impl Batch for LayerBatch {
 
 /// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
 /// asked, each item's index among the request's limits.
+/// Whether one of `items`' limits counts by outcome (its charge is not `Charge::all`).
+pub(crate) fn charges_by_outcome(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
+    items.iter().any(|item| {
+        config
+            .limit(route, item.limit)
+            .is_some_and(|l| !l.charge.counts_all())
+    })
+}
+
 pub(crate) fn batch_of<'a>(
     config: &'a Config,
     route: Option<usize>,

@@ -87,7 +87,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
             .filter_map(|(&i, o)| Some((&config.limit(route, i)?.rule, o)));
         let enforced = limits.len().min(outcome.rules.len());
         let headers = allowed_headers(config, route, enforced, rules);
-        return held.forward(config, headers);
+        return held.forward(headers);
     }
     let view = View::new(config, route, &limits, &outcome);
     view.tell(health, store_latency);
@@ -100,16 +100,14 @@ pub(crate) fn decide<B, St: Store + Clone>(
                 if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
                     tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
                 }
-                return held.forward(config, headers());
+                return held.forward(headers());
             }
             tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
             let kind = RejectionKind::Limited(&outcome);
             Next::Reject(reject(config, kind, head(), &view.enforced))
         }
         // Shadow mode never holds a request.
-        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => {
-            held.forward(config, headers())
-        }
+        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => held.forward(headers()),
         (Decision::Delay(delay), _) => match held.hold(config, &outcome, headers()) {
             Some(hold) => Next::Hold(hold),
             None => {
@@ -154,7 +152,7 @@ impl<St: Store + Clone> Held<St> {
     /// Forwards the request now. A rule that waits for the release (shadow mode holds
     /// nothing) counts it now, on its own; a limit counted by outcome keeps the units until
     /// the response says whether they count.
-    fn forward(self, config: &Config, headers: Option<RateLimitHeaders>) -> Next<St> {
+    fn forward(self, headers: Option<RateLimitHeaders>) -> Next<St> {
         let (Some(mut reservation), Some(batch)) = (self.reservation, self.batch) else {
             return Next::Forward {
                 headers,
@@ -173,7 +171,7 @@ impl<St: Store + Clone> Held<St> {
             };
         }
         reservation.pass();
-        let charge = Charging::new(config, reservation, batch);
+        let charge = Charging::new(reservation, batch);
         Next::Forward { headers, charge }
     }
 

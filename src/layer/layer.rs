@@ -205,13 +205,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// out a leaky bucket's delay or a wait-mode reservation. A request beyond it is refused
     /// as if denied (429 with `Retry-After` = its delay, rounded up), and the units reserved
     /// for it are given back. The count is shared by every service the layer makes (and by
-    /// clones of the layer). `0` never holds a request: every delay is refused. The
-    /// [`on_decision`](Self::on_decision) hook sees the store's decision (the delay); the
-    /// refusal itself is logged with `tracing::debug!`.
-    ///
-    /// A held request costs memory until it is released: some 2 KB of the layer's own with
-    /// a `MemoryStore`, 3 KB with a `RedisStore`, plus the request and a clone of the inner
-    /// service; see the [module docs](super#held-requests).
+    /// clones of the layer). `0` is refused by [`build`](Self::build): it would refuse every
+    /// delay. The [`on_decision`](Self::on_decision) hook sees the store's decision (the
+    /// delay); the refusal itself is logged with `tracing::debug!`. What a held request
+    /// costs until it is released: see the [module docs](super#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
         self.config_mut().held.max = n;
         self

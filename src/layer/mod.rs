@@ -106,11 +106,10 @@
 //!   store call (and a boxed future) for such requests only; metrics and the `rate_limit`
 //!   span see the confirmed rules a second time, with their outcome at the release, and
 //!   `on_decision` sees the confirmation as a second decision.
-//! - **costs memory** until it is released: its response future (some 550 bytes plus the
-//!   inner service's size) and the boxed refund of its units (some 1.3 KB with a
-//!   `MemoryStore`, 2.1 KB with a `RedisStore`), besides the request itself (its head and
-//!   whatever of its body has arrived) and the idle clone of the inner service. At
-//!   10,000 held requests that is some 20–30 MB of the layer's own.
+//! - **costs memory** until it is released: its response future, the boxed hold (its
+//!   [`Reservation`](crate::Reservation) and the batch it owns), the request itself (its
+//!   head and whatever of its body has arrived) and the idle clone of the inner service;
+//!   `max_held` bounds the total.
 //!
 //! Every clone of the service shares the limiter and the configuration, so all clones — one
 //! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`

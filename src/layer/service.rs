@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::batch::{batch_of, Checked, Item, LayerBatch};
+use super::batch::{batch_of, charges_by_outcome, Checked, Item, LayerBatch};
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::decide::{decide, reject};
@@ -211,9 +211,10 @@ fn route_of<B>(config: &Config, request: &Request<B>) -> Option<usize> {
     if config.routes.is_empty() {
         return None;
     }
-    let route = config.route_for(request.method(), original_path(request));
+    let (original, seen) = (original_path(request), request.uri().path());
+    let route = config.route_for(request.method(), original);
     // A table written with a nested router's own paths: matched as the router sees them.
-    route.or_else(|| config.route_for(request.method(), request.uri().path()))
+    route.or_else(|| (seen != original).then(|| config.route_for(request.method(), seen))?)
 }
 
 /// The path the client sent. A router nested with axum's `Router::nest` hands its layers
@@ -353,11 +354,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
         outcome.is_admitted()
             && (outcome.decision != Decision::Allow
                 || outcome.needs_confirmation()
-                || self.items.iter().any(|item| {
-                    self.config
-                        .limit(self.route, item.limit)
-                        .is_some_and(|l| !l.charge.counts_all())
-                }))
+                || charges_by_outcome(self.config, self.route, self.items))
     }
 }
 

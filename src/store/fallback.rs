@@ -330,16 +330,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
             (0..batch.len()).partition(|&i| admission.taken(i).local);
         let part = |indices: &[usize]| {
             let checks: SmallVec<[Check<'_>; 4]> = indices.iter().map(|&i| batch[i]).collect();
-            let outcome = Outcome {
-                admission: Some(admission.select(indices)),
-                ..Outcome::new(
-                    indices
-                        .iter()
-                        .filter_map(|&i| outcome.rules.get(i).copied())
-                        .collect(),
-                )
-            };
-            (checks, outcome)
+            (checks, outcome.select(indices))
         };
         let mut result = Ok(());
         if !primary.is_empty() {

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use smallvec::SmallVec;
 
-use super::batch::{Item, LayerBatch};
-use super::config::Config;
+use super::batch::{charges_by_outcome, LayerBatch};
 use super::observe::record;
 use crate::decision::Decision;
 use crate::reservation::Reservation;
@@ -32,20 +31,8 @@ pub(crate) struct Charging<St: Store + Clone> {
 
 impl<St: Store + Clone> Charging<St> {
     /// The charge of an admitted request, if one of its limits counts by outcome.
-    pub(crate) fn new(
-        config: &Config,
-        reservation: Box<Reservation<St>>,
-        batch: Arc<LayerBatch>,
-    ) -> Option<Self> {
-        let by_outcome = |item: &Item| {
-            config
-                .limit(batch.route, item.limit)
-                .is_some_and(|l| !l.charge.counts_all())
-        };
-        batch
-            .items
-            .iter()
-            .any(by_outcome)
+    pub(crate) fn new(reservation: Box<Reservation<St>>, batch: Arc<LayerBatch>) -> Option<Self> {
+        charges_by_outcome(&batch.config, batch.route, &batch.items)
             .then_some(Self { reservation, batch })
     }
 

@@ -59,10 +59,10 @@ impl<St: Store + Clone> Hold<St> {
             let pending: SmallVec<[usize; 4]> = reservation.pending().collect();
             reservation.wait().await;
             if pending.is_empty() {
-                // Nothing waits for the release: the confirmation answers at once.
-                let _ = reservation.confirm().await;
+                // Nothing waits for the release: the request passes with what it took.
+                reservation.pass();
                 drop(slot);
-                let charge = Charging::new(&batch.config.clone(), reservation, batch);
+                let charge = Charging::new(reservation, batch);
                 return Released::Pass { headers, charge };
             }
             let observation = observe::start(&batch.config, batch.route);

@@ -92,12 +92,13 @@ impl Shared {
 }
 
 impl MemoryStore {
-    /// The same store holding at most about `n` keys (default 1,000,000; each costs about
-    /// 180 bytes, see BENCHMARKS.md): past the bound, a key it does not hold yet is decided
-    /// on one state per rule that all such keys share, so together they are admitted as one
-    /// key would be, never more than the rules allow, and a warning is logged (and counted
-    /// as `tollgate_memory_store_full_total` with the `metrics` feature). Expired entries are
-    /// swept before a key is turned away. Call it on a new store: it starts empty.
+    /// The same store holding at most about `n` keys (default 1,000,000; what a key costs is
+    /// in BENCHMARKS.md, "Scale and memory"): past the bound, a key it does not hold yet is
+    /// decided on one state per rule that all such keys share, so together they are admitted
+    /// as one key would be, never more than the rules allow, and a warning is logged (and
+    /// counted as `tollgate_memory_store_full_total` with the `metrics` feature). Expired
+    /// entries are swept before a key is turned away. Call it on a new store: it starts
+    /// empty.
     pub fn max_keys(self, n: usize) -> Self {
         Self::build(self.shared.clock.clone(), n)
     }
