@@ -20,7 +20,7 @@
 --   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
 --   here may count it before now + ARGV[5]).
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
--- Returns: admitted (1 or 0), the reservation (the instant the request arrives at: now, or
+-- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation (the instant the request arrives at: now, or
 --   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
 --   queue does not move it), now, then per rule six integers: outcome (0 allow, 1 delay,
 --   2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry µs), remaining,
@@ -35,6 +35,8 @@
 -- helpers below read these instead of being built anew for every batch (closures cost
 -- allocations; in a function library they are built once per library load).
 local now, max_wait, mode, slack_ms, release_floor, rules
+-- Whether a rule of the batch adopted another configuration's state (REPLY_ADOPTED).
+local adopted
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -366,7 +368,7 @@ local function refund_batch(taken, marked)
       end
     end
   end
-  local reply = { 0, now, now }
+  local reply = { REPLY_DENIED, now, now }
   for i = 1, #rules do
     local info = algorithm_evaluate(rules[i], now, 0)
     reply[#reply + 1] = 0
@@ -404,6 +406,7 @@ local function commit(r, item, admitted)
       r.state = r.model.fresh(r, item.at)
       r.model.apply(r, r.state, item.at, units)
       r.own, r.carried = true, nil
+      adopted = true
     end
     r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
     store_state(r)
@@ -496,7 +499,8 @@ local function decide_batch(KEYS, ARGV)
     end
   end
   -- Step 3 (batch::commit / batch::report).
-  local reply = { admitted and 1 or 0, items.reserved, now }
+  adopted = false
+  local reply = { REPLY_DENIED, items.reserved, now }
   for i = 1, #rules do
     local r, item = rules[i], items[i]
     -- batch::admitted: a shadow item that would deny takes a denied item's part.
@@ -506,6 +510,9 @@ local function decide_batch(KEYS, ARGV)
       mark = commit(r, item, counted)
     end
     report(reply, r, item, counted, mark)
+  end
+  if admitted then
+    reply[1] = adopted and REPLY_ADOPTED or REPLY_ADMITTED
   end
   return reply
 end

@@ -144,7 +144,7 @@ local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 local function admit_plain(KEYS, k, h, now, out, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
-  out[o + 1] = 2
+  out[o + 1] = REPLY_SHORT
   out[o + 2] = now
   local r = o + 2
   for i = 1, h.nrules do
@@ -200,7 +200,7 @@ end
 -- is written to Redis. Returns the new position.
 local function deny_plain(h, now, out, o)
   local configs = h.configs
-  out[o + 1] = 0
+  out[o + 1] = REPLY_DENIED
   out[o + 2] = now
   out[o + 3] = now
   local r = o + 3

@@ -73,6 +73,12 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCR
 -- What a call does with a batch (batch.lua's ARGV[3]): `Mode` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD = 0, 1, 2, 3, 4
 
+-- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Verdict` in
+-- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another
+-- configuration of its name left, which moves that configuration's retry (every instance's
+-- deny cache must hear of it).
+local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED = 0, 1, 2, 3
+
 -- The models by algorithm code. Each entry builds its model when first used in a call (a
 -- script's closures are created anew on every call, so building only the models a batch
 -- uses keeps the call cheap). A model has:

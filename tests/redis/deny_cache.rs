@@ -528,3 +528,92 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
     assert_eq!(a.store().deny_cache_len(), 0, "the reset on b reached a");
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
 }
+
+/// A cached denial answers only while no other configuration of its rule moved the state:
+/// instance y, running a changed `api` rule (a larger quota over two seconds), admits the
+/// key by adopting the record x's rule wrote, so the state x's denial was read from is gone
+/// in two seconds. x must then ask Redis (which admits) instead of denying for the hour.
+#[tokio::test]
+async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let instance = || {
+        let (clock, url) = (clock.clone(), server.url());
+        async move {
+            RedisStore::connect(&url)
+                .await
+                .expect("connect")
+                .with_clock(clock)
+                .with_deny_cache(100)
+                .await
+                .expect("subscribe")
+        }
+    };
+    let (x, y) = (
+        Limiter::new(instance().await),
+        Limiter::new(instance().await),
+    );
+    let old = Rule::fixed_window("api", 1, Duration::from_secs(3600));
+    let new = Rule::fixed_window("api", 10, Duration::from_secs(2));
+    assert!(x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert!(!x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
+
+    assert!(y.check_one(&new, b"alice").await.unwrap().is_admitted());
+    for _ in 0..500 {
+        if x.store().deny_cache_len() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    clock.advance(Duration::from_secs(3));
+    assert!(
+        x.check_one(&old, b"alice").await.unwrap().is_admitted(),
+        "Redis admits once the adopted state has ended; x's cache must not deny"
+    );
+}
+
+/// On a Cluster, a batch across slots whose later part denies gives back what its earlier
+/// part took: the denials other instances cached for that rule and key are dropped, as a
+/// refund drops them.
+#[tokio::test]
+async fn a_cross_slot_rollback_clears_the_denials_of_its_rules_everywhere() {
+    let cluster = crate::support::redis_server::RedisCluster::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect_cluster(cluster.urls())
+            .await
+            .expect("connect")
+            .with_clock(clock.clone())
+            .with_deny_cache(100)
+            .await
+            .expect("subscribe");
+        instances.push(Limiter::new(store));
+    }
+    let (x, z) = (&instances[0], &instances[1]);
+    let wide = Rule::fixed_window("wide", 2, Duration::from_secs(3600));
+    let spent = Rule::fixed_window("spent", 1, Duration::from_secs(3600));
+    // Keys chosen on different slots: the batch is decided in two parts.
+    let (a, b) = (&b"alice"[..], &b"bob"[..]);
+    assert!(x.check_one(&wide, a).await.unwrap().is_admitted());
+    assert!(x.check_one(&spent, b).await.unwrap().is_admitted());
+    // z caches a denial of two units of `wide` (one is taken, one left).
+    let dear = [Check::new(&wide, a).with_cost(2)];
+    assert!(!z.check(&dear).await.unwrap().is_admitted());
+    assert_eq!(z.store().deny_cache_len(), 1, "the denial is cached on z");
+
+    let batch = [Check::new(&wide, a), Check::new(&spent, b)];
+    assert!(!x.check(&batch).await.unwrap().is_admitted());
+    for _ in 0..500 {
+        if z.store().deny_cache_len() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        z.store().deny_cache_len(),
+        0,
+        "the rollback of `wide` reached z"
+    );
+}

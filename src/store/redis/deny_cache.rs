@@ -30,9 +30,12 @@
 //!   (it would become a reservation). Denials are recorded only from batches checked
 //!   without waiting, where every rule is decided at its arrival.
 //!
-//! Any admission of the rule and key by this instance drops its entry (the state moved, the
-//! retry with it); a reset or a held request's refund on any instance drops it everywhere
-//! (published on a channel every cached store subscribes to). What the cache cannot see is
+//! A denial answers only for the configuration that produced it (its fingerprint and
+//! penalty). Any admission of the rule and key by this instance drops its entry (the state
+//! moved, the retry with it); on any instance, a reset, a held request's refund, the
+//! rollback of a Cluster batch's part, and an admission by another configuration of the
+//! rule (which adopts the state the denial was read from) drop it everywhere (published on
+//! a channel every cached store subscribes to). What the cache cannot see is
 //! another instance admitting a cheaper request meanwhile: that request moves the real
 //! retry later, never earlier, so the answer stays a denial whose Retry-After ignores
 //! other clients, which is what Retry-After promises.

@@ -98,8 +98,9 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// Redis with a `PING` ([`Store::probe`]) on its own, and no request waits.
 /// **Deny cache** ([`with_deny_cache`](Self::with_deny_cache)): optionally, an instance
 /// answers the denials Redis gave it again, exactly, until they end, with no Redis call
-/// (a client hammering a key it is denied on costs Redis almost nothing); a reset on any
-/// instance clears them on all.
+/// (a client hammering a key it is denied on costs Redis almost nothing); whatever moves a
+/// retry earlier on any instance (a reset, a refund, another configuration of the rule
+/// taking over its state) clears them on all.
 ///
 /// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
 /// a slot (the usual case: several rules over one client key) is one script call and as
@@ -387,8 +388,12 @@ impl RedisStore {
     /// denial, with the Retry-After the client would get alone on its key (as every
     /// Retry-After is defined).
     ///
-    /// Resets ([`Store::reset`], [`Limiter::reset`](crate::Limiter::reset)) and refunds of
-    /// held requests on any instance drop the entry on every instance: stores publish them
+    /// A cached denial answers only the configuration of the rule that got it. What moves
+    /// a retry earlier drops the entry on every instance: resets ([`Store::reset`],
+    /// [`Limiter::reset`](crate::Limiter::reset)), refunds (of held requests, of a Cluster
+    /// batch's admitted parts when another part denies), and an admission by another
+    /// configuration of the rule, which takes over the state the denial was read from
+    /// (during a rolling change of a rule). Stores publish them
     /// on the channel `{prefix}:deny-cache`, and a cached store listens on a connection of
     /// its own (subscribed before this returns). While that connection is lost, the cache
     /// is emptied and bypassed until it is subscribed again. Give every instance sharing
@@ -485,16 +490,35 @@ impl RedisStore {
         self.run_with(call, checks, None).await
     }
 
-    /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::RefundHeld` call.
+    /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld`
+    /// call. A call that gives units back, or that adopted another configuration's state,
+    /// moved a retry earlier than a deny cache may hold: every instance's cache is told.
     async fn run_with(
         &self,
         call: Call,
         checks: &[&Check<'_>],
         taken: Option<&[u8]>,
     ) -> Result<Reply, StoreError> {
+        let gives_back = matches!(call.mode, Op::Refund | Op::RefundHeld);
         let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
         let values = self.calls.decide(batch, self.timeout).await?;
-        script::parse(&values, checks)
+        let reply = script::parse(&values, checks)?;
+        if gives_back || reply.adopted {
+            self.tell_caches(checks).await;
+        }
+        Ok(reply)
+    }
+
+    /// Drops the cached denials of `checks` on every instance. The state moved whatever
+    /// happens here: a lost message only leaves another instance denying until its cached
+    /// denial ends (never admitting more), so it is a warning, not a failed call.
+    async fn tell_caches(&self, checks: &[&Check<'_>]) {
+        // A trial rule's refund gives nothing back.
+        for check in checks.iter().filter(|c| !c.shadow) {
+            if let Err(error) = self.invalidate(check.rule, check.key).await {
+                tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a moved state");
+            }
+        }
     }
 
     /// Decides a batch [`decide_cached`](Self::decide_cached) has validated.
@@ -543,15 +567,6 @@ impl RedisStore {
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
             let call = self.call(0, Op::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
-        }
-        // Units given back may admit a request a deny cache holds a denial for. The units are
-        // back whatever happens here: a lost invalidation only leaves another instance
-        // denying until its cached denial ends (never admitting more), so it is a warning,
-        // not a failed refund.
-        for check in batch.iter().filter(|c| !c.shadow) {
-            if let Err(error) = self.invalidate(check.rule, check.key).await {
-                tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a refund");
-            }
         }
         Ok(())
     }

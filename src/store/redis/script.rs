@@ -94,6 +94,18 @@ pub(super) enum Op {
     RefundHeld = 4,
 }
 
+/// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Opening {
+    Denied = 0,
+    Admitted = 1,
+    /// The short reply of an admission (`lua/fast.lua`).
+    Short = 2,
+    /// Admitted, and a rule wrote over the state another configuration of its name left:
+    /// that configuration's retry moved, so every deny cache must hear of it.
+    Adopted = 3,
+}
+
 /// Whether the rule keeps a second key (the sliding log's sorted set).
 pub(super) fn has_log(algorithm: &Algorithm) -> bool {
     Code::of(algorithm) == Code::SlidingLog
@@ -379,6 +391,8 @@ fn exact_double(value: u64) -> f64 {
 #[derive(Debug, Clone)]
 pub(super) struct Reply {
     pub(super) admitted: bool,
+    /// A rule adopted another configuration's state ([`Opening::Adopted`]).
+    pub(super) adopted: bool,
     /// The instant the request arrives at: `now`, or later after a wait-mode reservation
     /// (or another Cluster slot's). A leaky bucket's queue does not move it: only the rules
     /// on the bucket's key count the request at its release (see `taken`).
@@ -409,13 +423,19 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         ))
     };
     let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
-    if values.first() == Some(&2) {
+    let opening = values.first().copied();
+    if opening == Some(Opening::Short as i64) {
         return parse_admitted(values, checks).ok_or_else(bad);
     }
     if values.len() != 3 + 6 * checks.len() {
         return Err(bad());
     }
-    let admitted = values[0] == 1;
+    let (admitted, adopted) = match opening {
+        Some(v) if v == Opening::Denied as i64 => (false, false),
+        Some(v) if v == Opening::Admitted as i64 => (true, false),
+        Some(v) if v == Opening::Adopted as i64 => (true, true),
+        _ => return Err(bad()),
+    };
     let reserved = uint(values[1])?;
     let now = uint(values[2])?;
     let rules = checks
@@ -454,6 +474,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         .collect::<Result<_, _>>()?;
     Ok(Reply {
         admitted,
+        adopted,
         reserved,
         now,
         rules,
@@ -490,6 +511,7 @@ fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
     }
     Some(Reply {
         admitted: true,
+        adopted: false,
         reserved: now,
         now,
         rules,

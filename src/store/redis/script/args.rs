@@ -119,7 +119,7 @@ impl RuleArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Op;
+    use super::super::{Op, Opening};
     use super::{Code, RuleArgs};
     use crate::{Rate, Rule};
 
@@ -132,7 +132,7 @@ mod tests {
         })
     }
 
-    /// The algorithm and mode codes and the rule record size agree with the Lua scripts'
+    /// The algorithm, mode and reply codes and the rule record size agree with the Lua scripts'
     /// constants.
     #[test]
     fn the_codes_are_the_scripts_and_the_fingerprints() {
@@ -159,6 +159,14 @@ mod tests {
             (Op::RefundHeld, "MODE_REFUND_HELD"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
+        }
+        for (opening, name) in [
+            (Opening::Denied, "REPLY_DENIED"),
+            (Opening::Admitted, "REPLY_ADMITTED"),
+            (Opening::Short, "REPLY_SHORT"),
+            (Opening::Adopted, "REPLY_ADOPTED"),
+        ] {
+            assert_eq!(lua_constant(prelude, name), Some(opening as u64), "{name}");
         }
         let record = include_str!("../../../../lua/record.lua");
         assert_eq!(
