@@ -197,6 +197,7 @@ fn script() -> redis::Script {
         include_str!("../../lua/leaky_bucket.lua"),
         include_str!("../../lua/gcra.lua"),
         include_str!("../../lua/penalty.lua"),
+        include_str!("../../lua/record.lua"),
         include_str!("../../lua/batch.lua"),
         include_str!("../../lua/fast.lua"),
         include_str!("../../lua/call.lua"),
