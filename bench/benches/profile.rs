@@ -6,9 +6,9 @@
 //! (see BENCHMARKS.md).
 //!
 //! `cargo bench -p tollgate-bench --bench profile --no-run`, then `valgrind --tool=callgrind
-//! target/release/deps/profile-* [hot|many] [governor|gcra] [now] [rounds]` (`gcra`: the same on a
-//! GCRA rule, 1 per second with a burst of 2^30; `now`: through `Limiter::check_now`, without a
-//! future); the difference between two runs of different `rounds` divided by the difference in
+//! target/release/deps/profile-* [hot|many] [governor|gcra] [now|check] [rounds]` (`gcra`: the same on
+//! a GCRA rule, 1 per second with a burst of 2^30; `now`: through `Limiter::check_now`, without
+//! a future; `check`: through `Limiter::check` on a batch of one); the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
 use std::future::Future;
@@ -49,6 +49,10 @@ fn main() {
     let admitted = if args.iter().any(|a| a == "now") {
         run(&which, rounds, |key| {
             limiter.check_now(&[Check::new(&rule, black_box(key))])
+        })
+    } else if args.iter().any(|a| a == "check") {
+        run(&which, rounds, |key| {
+            ready(limiter.check(&[Check::new(&rule, black_box(key))]))
         })
     } else {
         run(&which, rounds, |key| {

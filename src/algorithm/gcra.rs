@@ -1,6 +1,6 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Admitted, Divisor, Eval, Inner, Model, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -22,6 +22,9 @@ pub(crate) struct Gcra {
     /// `amount` units every `period` µs: the rate the arithmetic uses, in lowest terms (or
     /// rounded down).
     pace: Rate,
+    /// Division by `pace`'s amount and by its period, for the one-pass admission.
+    by_amount: Divisor,
+    by_period: Divisor,
 }
 
 /// The TAT is `tat + fraction / pace.amount()` µs, with `fraction < pace.amount()`.
@@ -38,7 +41,13 @@ impl Gcra {
         check_range("GCRA rate period (µs)", rate.period_micros(), MAX_SCALED)?;
         check_range("GCRA burst", burst, MAX_SCALED)?;
         let pace = scaled_rate("GCRA burst", burst, rate)?;
-        Ok(Self { rate, burst, pace })
+        Ok(Self {
+            rate,
+            burst,
+            pace,
+            by_amount: Divisor::new(pace.amount()),
+            by_period: Divisor::new(pace.period_micros()),
+        })
     }
 
     /// The sustained rate.
@@ -141,14 +150,14 @@ impl Model for Gcra {
             .filter(|backlog| *backlog <= tolerance)
             .map(|backlog| backlog + fraction + cost * period)
             .filter(|after| *after <= tolerance)?;
-        let (ahead, rest) = (after / amount, after % amount);
+        let (ahead, rest) = self.by_amount.div_rem(after);
         *inner = Inner::Gcra(TatState {
             tat: now + ahead,
             fraction: rest,
         });
         let reset = ahead + u64::from(rest > 0);
         Some(Admitted {
-            eval: Eval::admit(0, (tolerance - after) / period, reset),
+            eval: Eval::admit(0, self.by_period.quotient(tolerance - after), reset),
             expires_at: now + reset,
             mark: after,
         })

@@ -1,6 +1,8 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
-use super::{check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
+use super::{
+    check_product, check_range, scaled_rate, Admitted, Divisor, Eval, Inner, Model, MAX_SCALED,
+};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -36,6 +38,9 @@ pub(crate) struct TokenBucket {
     /// The rate the arithmetic uses: smooth, `refill` in lowest terms (or rounded down);
     /// stepped, `refill` as given (6 per minute in steps is not 1 per 10 s).
     pace: Rate,
+    /// Division by `pace`'s amount and by its period, for the one-pass admission.
+    by_amount: Divisor,
+    by_period: Divisor,
 }
 
 /// Smooth: `level` is in scaled units (one token = `period` units, `amount` units refill per
@@ -73,6 +78,8 @@ impl TokenBucket {
             refill,
             mode,
             pace,
+            by_amount: Divisor::new(pace.amount()),
+            by_period: Divisor::new(pace.period_micros()),
         })
     }
 
@@ -232,7 +239,7 @@ impl Model for TokenBucket {
             Inner::TokenBucket(s) if s.last > now => return None,
             // Live while it has not refilled to full (`expires_at` > now), else fresh.
             Inner::TokenBucket(s) => {
-                let to_full = (full - s.level.min(full)).div_ceil(amount);
+                let to_full = self.by_amount.div_ceil(full - s.level.min(full));
                 let elapsed = now - s.last;
                 if elapsed >= to_full {
                     full
@@ -248,13 +255,13 @@ impl Model for TokenBucket {
             return None;
         }
         let after = level - need;
-        let reset = (full - after).div_ceil(amount);
+        let reset = self.by_amount.div_ceil(full - after);
         *inner = Inner::TokenBucket(BucketState {
             level: after,
             last: now,
         });
         Some(Admitted {
-            eval: Eval::admit(0, after / period, reset),
+            eval: Eval::admit(0, self.by_period.quotient(after), reset),
             expires_at: now.saturating_add(reset),
             mark: now,
         })

@@ -626,6 +626,7 @@ impl Store for MemoryStore {
         std::future::ready(self.decide(batch, duration_to_micros(max_wait)))
     }
 
+    #[inline]
     fn check_now(
         &self,
         batch: &[Check<'_>],
