@@ -44,11 +44,22 @@ pub(crate) use crate::decision::combine;
 pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) fingerprint: u64,
+    /// Written with every admission: `until` is also when the state is back to empty,
+    /// under its own configuration and any other, which makes it the entry's expiry
+    /// without a field of its own.
     pub(crate) carried: Carried,
     /// The penalty's bookkeeping, on the heap from the first denial it counts: most entries
-    /// never have one, and an entry of the in-process map is 16 bytes smaller without it
-    /// (the map's size is what a decision on many keys waits for).
-    penalty: Option<Box<PenaltyState>>,
+    /// never have one, and the entries of the in-process map stay small without it (the
+    /// map's size is what a decision on many keys waits for).
+    penalty: Option<Box<Penalized>>,
+}
+
+/// A penalty's bookkeeping, and the instant it is forgotten as the rule that last wrote
+/// the entry sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Penalized {
+    state: PenaltyState,
+    expires_at: u64,
 }
 
 impl Entry {
@@ -63,12 +74,12 @@ impl Entry {
 
     /// The penalty's bookkeeping (all zeros until a denial counted).
     pub(crate) fn penalty(&self) -> PenaltyState {
-        self.penalty.as_deref().copied().unwrap_or_default()
+        self.penalty.as_deref().map(|p| p.state).unwrap_or_default()
     }
 
     /// The penalty's bookkeeping to record a denial in.
     fn penalty_mut(&mut self) -> &mut PenaltyState {
-        self.penalty.get_or_insert_with(Box::default)
+        &mut self.penalty.get_or_insert_with(Box::default).state
     }
 
     /// Whether the algorithm's state was written by `rule`'s configuration.
@@ -76,24 +87,25 @@ impl Entry {
         self.fingerprint == rule.fingerprint()
     }
 
-    /// The instant (µs) from which this entry is the same as no entry under `rule`, and
-    /// under another configuration of its name: a lock belongs to the name, so a
-    /// configuration without the penalty keeps it too (else the entry, and the lock, would
-    /// go with its state).
-    pub(crate) fn expires_at(&self, rule: &Rule) -> u64 {
-        let state = if self.is_own(rule) {
-            rule.algorithm().expires_at(&self.state)
-        } else {
-            self.carried.until
-        };
-        state.max(self.penalty_expires_at(rule))
+    /// Notes, after `rule` wrote the entry, when its penalty is forgotten: the rule's
+    /// penalty says when it stops counting denials; a rule without one keeps the lock
+    /// only, which belongs to the name (else the entry, and the lock, would go with the
+    /// state).
+    pub(crate) fn written_by(&mut self, rule: &Rule) {
+        if let Some(p) = &mut self.penalty {
+            p.expires_at = rule
+                .penalty()
+                .map_or(p.state.locked_until, |penalty| penalty.expires_at(&p.state));
+        }
     }
 
-    /// The penalty's part of [`expires_at`](Self::expires_at).
-    pub(crate) fn penalty_expires_at(&self, rule: &Rule) -> u64 {
-        let state = self.penalty();
-        rule.penalty()
-            .map_or(state.locked_until, |p| p.expires_at(&state))
+    /// The instant (µs) from which this entry is the same as no entry, under any
+    /// configuration of its name: when the state is back to empty (`carried.until`, set at
+    /// every admission; a refund since only brings the state's own end earlier) and the
+    /// penalty is forgotten (as of the last [`written_by`](Self::written_by)).
+    pub(crate) fn expires_at(&self) -> u64 {
+        let penalty = self.penalty.as_deref().map_or(0, |p| p.expires_at);
+        self.carried.until.max(penalty)
     }
 }
 

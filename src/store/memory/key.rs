@@ -69,9 +69,72 @@ impl StoreKey {
 
     #[inline]
     pub(super) fn matches(&self, check: &Check<'_>) -> bool {
-        let (rule, key) = self.parts();
-        rule == check.rule.name().as_bytes() && key == check.key
+        let (name, key) = (check.rule.name().as_bytes(), check.key);
+        match self {
+            Self::Inline(bytes) => {
+                // Both lengths in one comparison, then the bytes where they are.
+                let lengths = [bytes[0], bytes[1]];
+                let total = name.len() + key.len();
+                total <= INLINE_KEY
+                    && lengths == [name.len() as u8, total as u8]
+                    && same(&bytes[2..2 + name.len()], name)
+                    && same(&bytes[2 + name.len()..2 + total], key)
+            }
+            Self::Heap { rule_len, bytes } => {
+                *rule_len == name.len()
+                    && bytes.len() == name.len() + key.len()
+                    && same(&bytes[..name.len()], name)
+                    && same(&bytes[name.len()..], key)
+            }
+        }
     }
+}
+
+/// Whether two slices of the same length hold the same bytes, compared a word at a time
+/// (the last word overlapping the one before) without a call: the names and keys a lookup
+/// compares are a few to a few dozen bytes, which a call to `memcmp` would cost more than
+/// the comparison itself.
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return match n {
+            4.. => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+            2.. => word2(a, 0) == word2(b, 0) && a[n - 1] == b[n - 1],
+            1 => a[0] == b[0],
+            0 => true,
+        };
+    }
+    let mut i = 0;
+    while i + 8 < n {
+        if word8(a, i) != word8(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word8(a, n - 8) == word8(b, n - 8)
+}
+
+#[inline]
+fn word8(s: &[u8], i: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&s[i..i + 8]);
+    u64::from_ne_bytes(word)
+}
+
+#[inline]
+fn word2(s: &[u8], i: usize) -> u16 {
+    u16::from_ne_bytes([s[i], s[i + 1]])
+}
+
+#[inline]
+fn word4(s: &[u8], i: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&s[i..i + 4]);
+    u32::from_ne_bytes(word)
 }
 
 /// The map rehashes stored keys with this when it grows, so it must agree with
@@ -89,4 +152,30 @@ impl Hash for StoreKey {
 pub(super) fn hash_pair<H: Hasher>(state: &mut H, name_digest: u64, key: &[u8]) {
     state.write_u64(name_digest);
     state.write(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::same;
+
+    proptest! {
+        /// `same` says what `==` says, for every length a name or a key has and for slices
+        /// that differ in one byte anywhere.
+        #[test]
+        fn same_is_equality(
+            a in proptest::collection::vec(any::<u8>(), 0..70),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..,
+        ) {
+            prop_assert!(same(&a, &a.clone()));
+            if !a.is_empty() {
+                let mut b = a.clone();
+                b[at.index(a.len())] ^= flip;
+                prop_assert!(!same(&a, &b));
+            }
+            prop_assert!(!same(&a, &[a.as_slice(), &[0]].concat()));
+        }
+    }
 }

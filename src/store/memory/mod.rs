@@ -79,7 +79,7 @@ struct Shared {
 }
 
 struct Shard {
-    map: HashMap<StoreKey, Slot, DefaultHashBuilder>,
+    map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
     /// The keys this shard holds at most before new keys share the overflow state, and the
     /// store's flag that some shard is there.
     cap: usize,
@@ -90,11 +90,6 @@ struct Shard {
     /// The latest instant a decision in this shard was taken at, for clocks whose readings
     /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
     latest: u64,
-}
-
-struct Slot {
-    entry: Entry,
-    expires_at: u64,
 }
 
 impl MemoryStore {
@@ -178,7 +173,7 @@ impl MemoryStore {
             Err(entry) => entry,
         };
         let existing = match &entry {
-            RawEntryMut::Occupied(o) => Some(&o.get().entry),
+            RawEntryMut::Occupied(o) => Some(o.get()),
             RawEntryMut::Vacant(_) => None,
         };
         let (item, admitted) = decide_item(check, existing, now, max_wait);
@@ -188,26 +183,15 @@ impl MemoryStore {
             ..Taken::default()
         };
         let rule = if batch::writes(check, &item, item_admitted) {
-            let (slot, created) = match entry {
+            let (stored, created) = match entry {
                 RawEntryMut::Occupied(o) => (o.into_mut(), false),
                 RawEntryMut::Vacant(v) => {
                     let key = StoreKey::new(check.rule.name(), check.key);
-                    let slot = Slot {
-                        entry: Entry::default(),
-                        expires_at: 0,
-                    };
-                    (v.insert_hashed_nocheck(hash, key, slot).1, true)
+                    (v.insert_hashed_nocheck(hash, key, Entry::default()).1, true)
                 }
             };
-            let rule = write(
-                check,
-                &mut slot.entry,
-                now,
-                &item,
-                item_admitted,
-                &mut taken,
-            );
-            slot.expires_at = slot.entry.expires_at(check.rule);
+            let rule = write(check, stored, now, &item, item_admitted, &mut taken);
+            stored.written_by(check.rule);
             if created {
                 shard.sweep_if_grown(now);
             }
@@ -304,14 +288,14 @@ impl MemoryStore {
             let hash = shared.hash(check.rule, check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(&mut [&mut shard]);
-            if let Some(slot) = shard.get_mut(hash, check) {
+            if let Some(entry) = shard.get_mut(hash, check) {
                 let taken = admission.taken(i);
                 if taken.pending {
                     // Never counted: nothing to give back.
                     continue;
                 }
-                if batch::refund(check, &mut slot.entry, now, taken.at, taken.mark) {
-                    slot.expires_at = slot.entry.expires_at(check.rule);
+                if batch::refund(check, entry, now, taken.at, taken.mark) {
+                    entry.written_by(check.rule);
                 }
             }
         }
@@ -420,7 +404,7 @@ fn write(
 }
 
 /// The map's entry for one item, found or not.
-type MapEntry<'a> = RawEntryMut<'a, StoreKey, Slot, DefaultHashBuilder>;
+type MapEntry<'a> = RawEntryMut<'a, StoreKey, Entry, DefaultHashBuilder>;
 
 /// The common case of a batch of one, decided without the batch steps: an enforced item
 /// that costs something, on a key holding its own configuration's state (or none) that no
@@ -442,9 +426,9 @@ fn admit_at_once<'a>(
         return Err(entry);
     }
     let algorithm = rule.algorithm();
-    let (slot, admitted, created) = match entry {
+    let (e, admitted, created) = match entry {
         RawEntryMut::Occupied(mut o) => {
-            let e = &mut o.get_mut().entry;
+            let e = o.get_mut();
             let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
             if !e.is_own(rule) || locked {
                 return Err(RawEntryMut::Occupied(o));
@@ -459,20 +443,16 @@ fn admit_at_once<'a>(
             let Ok(admitted) = algorithm.admit(&mut state, now, cost) else {
                 return Err(RawEntryMut::Vacant(v));
             };
-            let slot = Slot {
-                entry: Entry::own(state, rule.fingerprint()),
-                expires_at: 0,
-            };
+            let entry = Entry::own(state, rule.fingerprint());
             let key = StoreKey::new(rule.name(), check.key);
-            (v.insert_hashed_nocheck(hash, key, slot).1, admitted, true)
+            (v.insert_hashed_nocheck(hash, key, entry).1, admitted, true)
         }
     };
-    let e = &mut slot.entry;
     e.carried = Carried {
         used: algorithm.limit().saturating_sub(admitted.eval.remaining),
         until: admitted.expires_at,
     };
-    slot.expires_at = admitted.expires_at.max(e.penalty_expires_at(rule));
+    e.written_by(rule);
     Ok((admitted, created))
 }
 
@@ -533,10 +513,10 @@ impl Shard {
         self.map
             .raw_entry()
             .from_hash(hash, |k| k.matches(check))
-            .map(|(_, slot)| &slot.entry)
+            .map(|(_, entry)| entry)
     }
 
-    fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Slot> {
+    fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Entry> {
         match self
             .map
             .raw_entry_mut()
@@ -555,7 +535,7 @@ impl Shard {
         now: u64,
         f: impl FnOnce(&mut Entry) -> R,
     ) -> R {
-        let slot = match self
+        let entry = match self
             .map
             .raw_entry_mut()
             .from_hash(hash, |k| k.matches(check))
@@ -565,16 +545,13 @@ impl Shard {
                 v.insert_hashed_nocheck(
                     hash,
                     StoreKey::new(check.rule.name(), check.key),
-                    Slot {
-                        entry: Entry::default(),
-                        expires_at: 0,
-                    },
+                    Entry::default(),
                 )
                 .1
             }
         };
-        let out = f(&mut slot.entry);
-        slot.expires_at = slot.entry.expires_at(check.rule);
+        let out = f(entry);
+        entry.written_by(check.rule);
         self.sweep_if_grown(now);
         out
     }
@@ -592,7 +569,7 @@ impl Shard {
 
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.map.len();
-        self.map.retain(|_, slot| slot.expires_at > now);
+        self.map.retain(|_, entry| entry.expires_at() > now);
         self.len_after_sweep = self.map.len();
         if self.at_cap && self.map.len() < self.cap {
             self.at_cap = false;
