@@ -1,12 +1,7 @@
 //! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-use pin_project_lite::pin_project;
 
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
@@ -83,15 +78,14 @@ impl<S: Store> Limiter<S> {
     /// header costs the store 33 bytes and instances sharing a Redis share the limit. A batch with a rule
     /// that cannot work ([`Rule::validate`]) is refused with
     /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
-    pub fn check<'a>(
-        &'a self,
-        batch: &'a [Check<'a>],
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + 'a {
-        Deciding::new(
-            (self, batch),
-            |&(limiter, batch)| limiter.reserve_now(batch, Duration::ZERO),
-            |(limiter, batch)| limiter.reserve_outcome(batch, Duration::ZERO),
-        )
+    pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
+        // A store that decides at once (MemoryStore) is asked without a future; any other
+        // store's future goes on the heap, where it waits on the network anyway, so that
+        // this future stays small (a caller moves it at least once).
+        if let Some(outcome) = self.reserve_now(batch, Duration::ZERO) {
+            return outcome;
+        }
+        Box::pin(self.reserve_outcome(batch, Duration::ZERO)).await
     }
 
     /// Like [`check`](Self::check), but a batch that would be admitted within `max_wait`
@@ -191,21 +185,17 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides one rule for `key` at the rule's default cost.
-    pub fn check_one<'a, K: AsRef<[u8]> + 'a>(
-        &'a self,
-        rule: &'a Rule,
-        key: K,
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + 'a {
-        Deciding::new(
-            (self, rule, key),
-            |(limiter, rule, key)| {
-                limiter.reserve_now(&[Check::new(rule, key.as_ref())], Duration::ZERO)
-            },
-            |(limiter, rule, key)| async move {
-                let batch = [Check::new(rule, key.as_ref())];
-                limiter.reserve_outcome(&batch, Duration::ZERO).await
-            },
-        )
+    pub async fn check_one(
+        &self,
+        rule: &Rule,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Outcome, StoreError> {
+        // As `check` does, for a batch of one.
+        let batch = [Check::new(rule, key.as_ref())];
+        if let Some(outcome) = self.reserve_now(&batch, Duration::ZERO) {
+            return outcome;
+        }
+        Box::pin(self.reserve_outcome(&batch, Duration::ZERO)).await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
@@ -228,62 +218,6 @@ impl<S: Store> Limiter<S> {
             return Err(StoreError::InvalidBatch(e.to_string()));
         }
         self.store.reset(rule, &store_key(key.as_ref())).await
-    }
-}
-
-pin_project! {
-    /// The future of [`Limiter::check`] and [`Limiter::check_one`]: the decision is taken in
-    /// the first poll, and from a store that decides at once ([`Store::check_now`]) it goes
-    /// straight into the poll's answer. The future holds only the call's arguments, so moving
-    /// it costs little (a caller moves it at least once), and no outcome is written into a
-    /// store's future first and copied out of it, a copy that would wait for the stores that
-    /// have just written it. A store that answers later gets its future made then, on the
-    /// heap: it waits on the network anyway.
-    struct Deciding<I, Now, Later, F> {
-        inputs: Option<I>,
-        now: Now,
-        later: Later,
-        waiting: Option<Pin<Box<F>>>,
-    }
-}
-
-impl<I, Now, Later, F> Deciding<I, Now, Later, F>
-where
-    Now: Fn(&I) -> Option<Result<Outcome, StoreError>>,
-    Later: Fn(I) -> F,
-    F: Future<Output = Result<Outcome, StoreError>>,
-{
-    fn new(inputs: I, now: Now, later: Later) -> Self {
-        Self {
-            inputs: Some(inputs),
-            now,
-            later,
-            waiting: None,
-        }
-    }
-}
-
-impl<I, Now, Later, F> Future for Deciding<I, Now, Later, F>
-where
-    Now: Fn(&I) -> Option<Result<Outcome, StoreError>>,
-    Later: Fn(I) -> F,
-    F: Future<Output = Result<Outcome, StoreError>>,
-{
-    type Output = Result<Outcome, StoreError>;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Some(inputs) = this.inputs.take() {
-            if let Some(answer) = (this.now)(&inputs) {
-                return Poll::Ready(answer);
-            }
-            *this.waiting = Some(Box::pin((this.later)(inputs)));
-        }
-        match this.waiting {
-            Some(waiting) => waiting.as_mut().poll(cx),
-            None => panic!("a decision polled after it completed"),
-        }
     }
 }
 

@@ -4,8 +4,11 @@
 //! `cargo bench -p tollgate-bench --bench scale` (about a minute and some 2 GiB at 10^7
 //! keys; `-- 1000 1000000` picks the sizes). Bytes are counted by a global allocator (live
 //! bytes requested from it, so the allocator's own overhead per block is not in them; the
-//! process's resident set is printed beside them for that). Results and their reading are in
-//! BENCHMARKS.md.
+//! process's resident set is printed beside them for that). `-- ipv6` keys the entries by
+//! distinct IPv6 /64 networks written as `key::peer_ip()` writes them
+//! (`2001:db8:xxxx:xxxx::/64`), under a rule named `per-ip`, and `-- ipv6 long-name` under
+//! one named `per-ip-per-hour` (name and key then no longer fit inline). Results and their
+//! reading are in BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
@@ -49,14 +52,24 @@ fn ready<F: Future>(fut: F) -> F::Output {
     }
 }
 
-/// The `i`-th key, `client-` and 8 digits (15 bytes), written into `buf`.
-fn key(buf: &mut [u8; 15], mut i: u64) -> &[u8] {
-    buf[..7].copy_from_slice(b"client-");
+/// The `i`-th key, written into `buf`: `client-` and 8 digits (15 bytes), or an IPv6 /64
+/// network as the peer-IP key writes it, the `i`-th of a scattered sequence.
+fn key(buf: &mut Vec<u8>, ipv6: bool, mut i: u64) -> &[u8] {
+    buf.clear();
+    if ipv6 {
+        use std::io::Write;
+        // An odd multiplier visits every 32-bit value once, scattered over the /32.
+        let low = (i as u32).wrapping_mul(0x9E37_79B9);
+        let net = std::net::Ipv6Addr::from((0x2001_0db8u128 << 96) | (u128::from(low) << 64));
+        let _ = write!(buf, "{net}/64");
+        return buf;
+    }
+    buf.extend_from_slice(b"client-00000000");
     for d in buf[7..].iter_mut().rev() {
         *d = b'0' + (i % 10) as u8;
         i /= 10;
     }
-    &buf[..]
+    buf
 }
 
 fn resident_mib() -> f64 {
@@ -89,10 +102,14 @@ fn thread_cpu_ns() -> f64 {
 }
 
 fn main() {
-    let sizes: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let ipv6 = args.iter().any(|a| a == "ipv6");
+    let name = match (ipv6, args.iter().any(|a| a == "long-name")) {
+        (false, _) => "api",
+        (true, false) => "per-ip",
+        (true, true) => "per-ip-per-hour",
+    };
     let sizes = if sizes.is_empty() {
         vec![1_000, 1_000_000, 10_000_000]
     } else {
@@ -100,21 +117,23 @@ fn main() {
     };
     // A token bucket of 2^20 refilled at 1 per hour: an entry stays live (not full again)
     // for an hour after its admission, so none expires during the run.
-    let rule = Rule::token_bucket("api", 1 << 20, Rate::per_hour(1));
+    let rule = Rule::token_bucket(name, 1 << 20, Rate::per_hour(1));
+    println!("rule `{name}`, keys like `{}`", String::from_utf8_lossy(key(&mut Vec::new(), ipv6, 7)));
     println!(
         "| keys | bytes per key (allocated) | blocks per key | RSS (MiB) | insert ns/key (CPU) | decision ns (wall) | decision ns (CPU) | decisions/s (CPU) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut buf = [0u8; 15];
+    let mut buf = Vec::with_capacity(64);
     for n in sizes {
         let (bytes_before, blocks_before) = (
             LIVE_BYTES.load(Ordering::Relaxed),
             BLOCKS.load(Ordering::Relaxed),
         );
-        let limiter = Limiter::new(MemoryStore::new());
+        // Bounded far above `n`: every key gets an entry of its own.
+        let limiter = Limiter::new(MemoryStore::new().max_keys(2 * n as usize));
         let cpu = thread_cpu_ns();
         for i in 0..n {
-            let outcome = ready(limiter.check_one(&rule, key(&mut buf, i)));
+            let outcome = ready(limiter.check_one(&rule, key(&mut buf, ipv6, i)));
             assert!(outcome.is_ok_and(|o| o.is_admitted()), "the rule admits");
         }
         let insert = thread_cpu_ns() - cpu;
@@ -130,7 +149,7 @@ fn main() {
         let (start, cpu) = (Instant::now(), thread_cpu_ns());
         for _ in 0..DECISIONS {
             i = (i + stride) % n;
-            let outcome = ready(limiter.check_one(&rule, black_box(key(&mut buf, i))));
+            let outcome = ready(limiter.check_one(&rule, black_box(key(&mut buf, ipv6, i))));
             assert!(outcome.is_ok_and(|o| o.is_admitted()), "the rule admits");
         }
         let cpu = (thread_cpu_ns() - cpu) / DECISIONS as f64;
