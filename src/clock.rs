@@ -88,6 +88,7 @@ impl Default for MonotonicClock {
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now_micros(&self) -> u64 {
         let elapsed = self.clock.delta_as_nanos(self.start, self.clock.raw()) / 1_000;
         self.anchor_micros.saturating_add(elapsed)
@@ -97,6 +98,32 @@ impl Clock for MonotonicClock {
     /// few cycles: two readings on two cores can come out of order.
     fn ordered_across_threads(&self) -> bool {
         false
+    }
+}
+
+/// A clock as a [`MemoryStore`](crate::MemoryStore) holds it: its default clock called
+/// directly, any other through the trait object. Every decision reads the clock, and a call
+/// through the trait object would cost the default clock about as much as its reading.
+#[derive(Debug, Clone)]
+pub(crate) enum StoreClock {
+    Monotonic(MonotonicClock),
+    Any(Arc<dyn Clock>),
+}
+
+impl StoreClock {
+    #[inline]
+    pub(crate) fn now_micros(&self) -> u64 {
+        match self {
+            Self::Monotonic(clock) => clock.now_micros(),
+            Self::Any(clock) => clock.now_micros(),
+        }
+    }
+
+    pub(crate) fn ordered_across_threads(&self) -> bool {
+        match self {
+            Self::Monotonic(clock) => clock.ordered_across_threads(),
+            Self::Any(clock) => clock.ordered_across_threads(),
+        }
     }
 }
 

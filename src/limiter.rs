@@ -247,6 +247,13 @@ impl Limiter<MemoryStore> {
         if !batch.iter().any(|c| needs_digest(c.key)) {
             return self.store.decide_now(batch);
         }
+        self.check_now_digested(batch)
+    }
+
+    /// [`check_now`](Self::check_now) for a batch with keys to digest: out of line, so that
+    /// the common case does not set up the digests' buffers.
+    #[inline(never)]
+    fn check_now_digested(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
         with_store_keys(batch, |batch| self.store.decide_now(batch))
     }
 }

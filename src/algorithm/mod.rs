@@ -252,7 +252,7 @@ impl Algorithm {
     /// (for a cost above 0; a cost of 0 changes nothing), with the [`expires_at`](Self::expires_at) and the
     /// [`mark`](Self::mark) of the state it leaves: one pass for a store's common case, the
     /// same results as the four calls. A rejection (`Err`) changes nothing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit(&self, state: &mut State, now: u64, cost: u64) -> Result<Admitted, Eval> {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }

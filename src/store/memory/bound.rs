@@ -12,7 +12,7 @@ use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
 use super::{MemoryStore, Shard, Shared};
-use crate::clock::Clock;
+use crate::clock::StoreClock;
 use crate::log::Event;
 use crate::store::check::Check;
 
@@ -54,10 +54,17 @@ impl Shared {
     /// `batch` with the key of every check the store does not hold, in a shard that is full
     /// even after its expired entries are swept, replaced by the overflow key; `None` when
     /// every key is decided as it is.
+    #[inline]
     pub(super) fn bounded<'a>(&self, batch: &[Check<'a>]) -> Option<SmallVec<[Check<'a>; 4]>> {
         if self.bound.full.load(Ordering::Relaxed) == 0 {
             return None;
         }
+        self.redirected(batch)
+    }
+
+    /// [`bounded`](Self::bounded) once some shard is full.
+    #[inline(never)]
+    fn redirected<'a>(&self, batch: &[Check<'a>]) -> Option<SmallVec<[Check<'a>; 4]>> {
         let mut redirected: Option<SmallVec<[Check<'a>; 4]>> = None;
         for (i, check) in batch.iter().enumerate() {
             if check.key == OVERFLOW || !self.is_full_without(check) {
@@ -103,7 +110,7 @@ impl MemoryStore {
         Self::build(self.shared.clock.clone(), n)
     }
 
-    pub(super) fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
+    pub(super) fn build(clock: StoreClock, max_keys: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         let shards = (cores * 16).next_power_of_two().max(16);
         let hasher = DefaultHashBuilder::default();

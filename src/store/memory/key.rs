@@ -67,7 +67,7 @@ impl StoreKey {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn matches(&self, check: &Check<'_>) -> bool {
         let (name, key) = (check.rule.name().as_bytes(), check.key);
         match self {

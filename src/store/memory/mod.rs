@@ -16,7 +16,7 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algorithm::{Admitted, Carried, State, Verdict};
-use crate::clock::{duration_to_micros, Clock, MonotonicClock};
+use crate::clock::{duration_to_micros, Clock, MonotonicClock, StoreClock};
 use crate::decision::{
     Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, Taken,
 };
@@ -73,7 +73,7 @@ struct Shared {
     shards: Box<[Mutex<Shard>]>,
     bound: Bound,
     hasher: DefaultHashBuilder,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     /// `!clock.ordered_across_threads()`: time is kept from going backwards per shard.
     clamp: bool,
 }
@@ -99,13 +99,13 @@ impl MemoryStore {
     /// back neither freezes nor reopens limits. It drifts from the wall clock in exchange,
     /// which an in-process store never sees: its instants are only compared with each other.
     pub fn new() -> Self {
-        Self::with_clock(MonotonicClock::new())
+        Self::build(StoreClock::Monotonic(MonotonicClock::new()), DEFAULT_MAX_KEYS)
     }
 
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
     /// tests deterministic).
     pub fn with_clock(clock: impl Clock) -> Self {
-        Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
+        Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
 
     /// The number of entries held, expired or not.
@@ -154,8 +154,9 @@ impl MemoryStore {
         }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule, check.key);
+        let reading = shared.early_reading();
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.now(&mut [&mut shard]);
+        let now = shared.now(reading, &mut [&mut shard]);
         let entry = shard
             .map
             .raw_entry_mut()
@@ -219,12 +220,14 @@ impl MemoryStore {
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
+        let reading = shared.early_reading();
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> = shard_ids
             .iter()
             .map(|&i| (i, shared.shards[i].lock()))
             .collect();
         let now = shared.now(
+            reading,
             &mut guards
                 .iter_mut()
                 .map(|(_, g)| &mut **g)
@@ -287,7 +290,7 @@ impl MemoryStore {
             }
             let hash = shared.hash(check.rule, check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.now(&mut [&mut shard]);
+            let now = shared.now(None, &mut [&mut shard]);
             if let Some(entry) = shard.get_mut(hash, check) {
                 let taken = admission.taken(i);
                 if taken.pending {
@@ -350,11 +353,13 @@ impl Shared {
         (rules, marks)
     }
 
-    /// The instant to decide at in `shards` (all locked): the clock's reading, or for a
-    /// clock whose readings on different threads may come out of order, never earlier than
-    /// an instant already decided at in one of them (and recorded as the latest in each).
-    fn now(&self, shards: &mut [&mut Shard]) -> u64 {
-        let now = self.clock.now_micros();
+    /// The instant to decide at in `shards` (all locked): the clock's reading (`reading`,
+    /// if taken already), or for a clock whose readings on different threads may come out
+    /// of order, never earlier than an instant already decided at in one of them (and
+    /// recorded as the latest in each).
+    #[inline]
+    fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
+        let now = reading.unwrap_or_else(|| self.clock.now_micros());
         if !self.clamp {
             return now;
         }
@@ -363,6 +368,15 @@ impl Shared {
             shard.latest = now;
         }
         now
+    }
+
+    /// For a clock whose readings [`now`](Self::now) puts in order, a reading taken before
+    /// the shards are locked: the clock's latency then overlaps the wait for the lock, and
+    /// a reading that comes out earlier than another thread's decision in the shard is
+    /// raised to it. Any other clock is read under the lock, in the order of the decisions.
+    #[inline]
+    fn early_reading(&self) -> Option<u64> {
+        self.clamp.then(|| self.clock.now_micros())
     }
 
     fn hash(&self, rule: &Rule, key: &[u8]) -> u64 {
@@ -622,7 +636,7 @@ impl Store for MemoryStore {
         let shared = &*self.shared;
         let hash = shared.hash(check.rule, check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.now(&mut [&mut shard]);
+        let now = shared.now(None, &mut [&mut shard]);
         let entry = shard.get(hash, &check);
         let item = batch::evaluate_alone(&check, entry, now);
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
