@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The quick guard: tollgate against the best peer on each of its three paths, briefly, as
+# ratios, so that a change can be checked before it lands. In process against governor
+# (benches/inproc.rs), over HTTP against tower_governor (benches/http.rs), on Redis against
+# redis-cell (benches/redis.rs). Short runs on a shared machine move by 10-30 %: a ratio
+# that moves past its target is a reason to run the full benchmark (BENCHMARKS.md), not a
+# verdict.
+#
+#   scripts/guard.sh                 # all three: builds first, then runs for under two minutes
+#   scripts/guard.sh inproc redis    # some of: inproc http redis
+#
+# The Redis part starts its own redis-server (from PATH) and loads redis-cell from
+# $TOLLGATE_REDIS_CELL, or from ../redis-cell/target/release/libredis_cell.so (a build of
+# redis-cell beside this repository); without the module it says so and is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+parts=("$@")
+if [ ${#parts[@]} -eq 0 ]; then
+    parts=(inproc http redis)
+fi
+wants() {
+    local p
+    for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done
+    return 1
+}
+
+benches=()
+for p in "${parts[@]}"; do
+    case "$p" in
+        inproc | http | redis) benches+=(--bench "$p") ;;
+        *) echo "unknown part '$p' (inproc, http, redis)" >&2; exit 2 ;;
+    esac
+done
+echo "== building ${parts[*]}"
+cargo bench -q -p tollgate-bench "${benches[@]}" --no-run
+start=$SECONDS
+
+if wants inproc; then
+    echo
+    echo "== in process: tollgate / governor (ns per decision; target: check ≤ 1.3×, check_now ≤ 1.0×)"
+    INPROC_MS=100 INPROC_ROUNDS=5 cargo bench -q -p tollgate-bench --bench inproc
+fi
+
+if wants http; then
+    echo
+    echo "== over HTTP: tollgate / tower_governor (loopback, 4 and 64 connections)"
+    out=$(HTTP_BENCH_SECS=0.4 HTTP_BENCH_ROUNDS=3 HTTP_BENCH_CONNECTIONS=4,64 \
+        HTTP_BENCH_CASES="tollgate, peer IP;tower_governor, peer IP;tollgate, peer IP, 429;tower_governor, peer IP, 429" \
+        cargo bench -q -p tollgate-bench --bench http 2>&1)
+    echo "$out" | grep -E '^\|( connections|-| [0-9])'
+    # Added server CPU per admitted request over the bare app's (target: ≤ 1.5×), and the
+    # 429 path's requests/s (target: ≥ 2×), from the table's columns.
+    echo "$out" | awk -F'|' '
+        function trim(s) { gsub(/^ +| +$|×|\+/, "", s); return s }
+        /^\| [0-9]/ {
+            conn = trim($2); name = trim($3); extra[conn, name] = trim($10); vs[conn, name] = trim($8)
+            conns[conn] = 1
+        }
+        END {
+            for (c in conns) {
+                t = extra[c, "tollgate, peer IP"]; g = extra[c, "tower_governor, peer IP"]
+                if (t != "" && g != "" && g + 0 > 0)
+                    printf "%s connections: added CPU, admitted: tollgate %s µs, tower_governor %s µs: %.2f×\n", c, t, g, t / g
+                else if (t != "")
+                    printf "%s connections: added CPU, admitted: tollgate %s µs, tower_governor %s µs\n", c, t, g
+                printf "%s connections: requests/s vs tower_governor: admitted %s×, 429 %s×\n", c, vs[c, "tollgate, peer IP"], vs[c, "tollgate, peer IP, 429"]
+            }
+        }'
+fi
+
+if wants redis; then
+    echo
+    echo "== on Redis: tollgate / redis-cell (one GCRA rule, 1000 keys, 16 and 64 tasks)"
+    cell=${TOLLGATE_REDIS_CELL:-../redis-cell/target/release/libredis_cell.so}
+    if ! command -v redis-server >/dev/null 2>&1 && [ -z "${TOLLGATE_REDIS_SERVER:-}" ]; then
+        echo "skipped: no redis-server on PATH (scripts/install-deps.sh installs one)"
+    elif [ ! -f "$cell" ]; then
+        echo "skipped: no redis-cell module at $cell (build redis-cell and set TOLLGATE_REDIS_CELL)"
+    else
+        TOLLGATE_REDIS_CELL=$(realpath "$cell") TOLLGATE_BENCH_SECS=0.5 \
+            TOLLGATE_BENCH_CONCURRENCY=16,64 TOLLGATE_BENCH_RULES=1 \
+            cargo bench -q -p tollgate-bench --bench redis | grep -E '^\|( path|-| tollgate| redis-cell)'
+        # decisions/s and Redis µs per decision (targets: ≥ 1.0× and ≤ 2.5 µs), from the rows
+        # the bench writes.
+        awk -F, '
+            $1 == "tollgate coalesced" { t[$3] = $4; us[$3] = $8 }
+            $1 == "redis-cell CL.THROTTLE" { c[$3] = $4 }
+            END {
+                for (k in t) if (c[k] > 0)
+                    printf "%s tasks: decisions/s tollgate coalesced / redis-cell: %.2f×; Redis µs per decision %.2f\n", k, t[k] / c[k], us[k]
+            }' target/bench-redis.csv
+    fi
+fi
+
+echo
+echo "== ran for $((SECONDS - start)) s"
