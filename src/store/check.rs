@@ -126,10 +126,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Decides `batch` at once, without a future, when this store can (an in-process store
     /// can; a networked one cannot): the same decision [`check`](Self::check) would give,
-    /// or `None` when the caller must await `check` instead. [`Limiter::check_one`] takes
-    /// this path, so a single-rule decision on a [`MemoryStore`](super::MemoryStore) does not go through nested
-    /// futures. The default returns `None`.
+    /// or `None` when the caller must await `check` instead. [`Limiter::check`] and
+    /// [`Limiter::check_one`] take this path first, so a decision on a
+    /// [`MemoryStore`](super::MemoryStore) goes through no future of the store's. The
+    /// default returns `None`.
     ///
+    /// [`Limiter::check`]: crate::Limiter::check
     /// [`Limiter::check_one`]: crate::Limiter::check_one
     fn check_now(
         &self,

@@ -100,7 +100,7 @@ impl Shared {
 
 impl MemoryStore {
     /// The same store holding at most about `n` keys (default 1,000,000; what a key costs is
-    /// in BENCHMARKS.md, "Scale and memory"): past the bound, a key it does not hold yet is
+    /// under [What a key costs](MemoryStore#what-a-key-costs)): past the bound, a key it does not hold yet is
     /// decided on one state per rule that all such keys share, so together they are admitted
     /// as one key would be, never more than the rules allow, and a warning is logged (and
     /// counted as `tollgate_memory_store_full_total` with the `metrics` feature). Expired

@@ -48,6 +48,18 @@ const MIN_SWEEP_LEN: usize = 1024;
 /// key for a rule with a [`Penalty`](crate::Penalty): its bookkeeping goes on the heap at
 /// the first denial it counts, so that the entries of every other key stay small.
 ///
+/// # What a key costs
+///
+/// Each rule and key holds one slot of its shard's table, of a fixed size: the rule's name
+/// and the key (inline when together they fit in 29 bytes, else in an allocation of their
+/// length), the state, its configuration's fingerprint, what a reconfigured rule carries
+/// over (whose end is also the entry's expiry), and a pointer to the penalty's bookkeeping.
+/// A table doubles when seven eighths of its slots are in use, so a key costs a little over
+/// one slot to a little over two, by where the count of keys falls between doublings.
+/// The bytes per key measured at a thousand and at a million keys (short keys, IPv6
+/// networks) are in BENCHMARKS.md, "Scale and memory"; [`max_keys`](Self::max_keys)
+/// bounds the keys a store holds.
+///
 /// `Clone` is cheap and shares the state.
 ///
 /// ```
@@ -99,7 +111,10 @@ impl MemoryStore {
     /// back neither freezes nor reopens limits. It drifts from the wall clock in exchange,
     /// which an in-process store never sees: its instants are only compared with each other.
     pub fn new() -> Self {
-        Self::build(StoreClock::Monotonic(MonotonicClock::new()), DEFAULT_MAX_KEYS)
+        Self::build(
+            StoreClock::Monotonic(MonotonicClock::new()),
+            DEFAULT_MAX_KEYS,
+        )
     }
 
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
