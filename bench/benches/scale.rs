@@ -118,7 +118,10 @@ fn main() {
     // A token bucket of 2^20 refilled at 1 per hour: an entry stays live (not full again)
     // for an hour after its admission, so none expires during the run.
     let rule = Rule::token_bucket(name, 1 << 20, Rate::per_hour(1));
-    println!("rule `{name}`, keys like `{}`", String::from_utf8_lossy(key(&mut Vec::new(), ipv6, 7)));
+    println!(
+        "rule `{name}`, keys like `{}`",
+        String::from_utf8_lossy(key(&mut Vec::new(), ipv6, 7))
+    );
     println!(
         "| keys | bytes per key (allocated) | blocks per key | RSS (MiB) | insert ns/key (CPU) | decision ns (wall) | decision ns (CPU) | decisions/s (CPU) |"
     );
