@@ -53,8 +53,8 @@ pub(crate) const MAX_SCALED: u64 = 1 << 50;
 pub(crate) const MAX_PRODUCT: u64 = 1 << 52;
 
 /// Division by a number fixed when a rule is built, as a multiplication and a shift: a
-/// 64-bit division takes tens of cycles, and a decision's one-pass admission has two or
-/// three of them in its chain. Exact for every dividend: below 2^53 (every scaled quantity
+/// 64-bit division is among the slowest instructions, and a decision's one-pass admission
+/// has two or three of them in its chain. Exact for every dividend: below 2^53 (every scaled quantity
 /// of the models, see [`MAX_PRODUCT`]) by Granlund and Montgomery's theorem 4.2
 /// (`m = ⌈2^(53+ℓ) / d⌉` with `2^ℓ ≥ d`), above it by a plain division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
