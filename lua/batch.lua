@@ -12,7 +12,8 @@
 --   denials of the rules that reject, admit nothing; MODE_REFUND takes back the admissions a
 --   MODE_DECIDE call made, each rule at its instant in ARGV[5]; MODE_REFUND_HELD gives back a
 --   held request's admissions, each rule at its own instant, only where its model's mark
---   says that is exact (Store::refund).
+--   says that is exact (Store::refund); MODE_OVERDRAW takes each rule's cost now without a
+--   check (a request served at a cost settled above what it took, batch::overdraw).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
 -- ARGV[5]: the refunds, per rule two little-endian doubles: the instant its admission was
@@ -347,6 +348,23 @@ local function load_rule(KEYS, key_index, packed)
   return r, key_index
 end
 
+-- The reply of a call that decides nothing (a refund, an overdraft), opening with `opening`
+-- (REPLY_DENIED, or REPLY_ADOPTED when it wrote over another configuration's state): each
+-- rule allows, with its quota as it stands.
+local function quota_reply(opening)
+  local reply = { opening, now, now }
+  for i = 1, #rules do
+    local info = algorithm_evaluate(rules[i], now, 0)
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = info.remaining
+    reply[#reply + 1] = info.reset
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+  end
+  return reply
+end
+
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
 -- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
 -- stands (the batch was denied elsewhere).
@@ -368,17 +386,42 @@ local function refund_batch(taken, marked)
       end
     end
   end
-  local reply = { REPLY_DENIED, now, now }
+  return quota_reply(REPLY_DENIED)
+end
+
+-- MODE_OVERDRAW (batch::overdraw): takes each rule's cost now, at most its quota
+-- (Algorithm::overdraw), whatever its state admits: a state another configuration wrote is
+-- adopted first, as an admission's commit adopts it (and the reply says REPLY_ADOPTED, so
+-- that the deny caches hear of it). Replies as quota_reply.
+local function overdraw_batch()
+  adopted = false
   for i = 1, #rules do
-    local info = algorithm_evaluate(rules[i], now, 0)
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = info.remaining
-    reply[#reply + 1] = info.reset
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    local r = rules[i]
+    local cost = min(r.cost, r.quota)
+    if cost > 0 then
+      local model = r.model
+      local overdraw = model.overdraw or model.apply
+      if r.carried then
+        if r.log_key then
+          redis.call('DEL', r.log_key)
+        end
+        local units = held(r, now)
+        r.state = model.fresh(r, now)
+        if units > 0 then
+          model.apply(r, r.state, now, units)
+        end
+        r.carried, adopted = nil, true
+      elseif not is_live(r, now) then
+        r.state = model.fresh(r, now)
+      end
+      overdraw(r, r.state, now, cost)
+      r.own = true
+      local info = algorithm_evaluate(r, now, 0)
+      r.head = { r.fingerprint, sub0(r.quota, info.remaining), model.expires_at(r, r.state) }
+      store_state(r)
+    end
   end
-  return reply
+  return quota_reply(adopted and REPLY_ADOPTED or REPLY_DENIED)
 end
 
 -- Step 3 (batch::commit) for rule `r` and its item: counts an admission (`admitted`) in its
@@ -471,7 +514,7 @@ local function decide_batch(KEYS, ARGV)
   max_wait = tonumber(ARGV[2])
   mode = tonumber(ARGV[3])
   slack_ms = tonumber(ARGV[4])
-  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD
+  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD or mode == MODE_OVERDRAW
   release_floor = now
   if not refunds then
     release_floor = now + tonumber(ARGV[5])
@@ -481,6 +524,9 @@ local function decide_batch(KEYS, ARGV)
   local key_index = 1
   for i = 1, #ARGV - 5 do
     rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
+  end
+  if mode == MODE_OVERDRAW then
+    return overdraw_batch()
   end
   if refunds then
     return refund_batch(ARGV[5], mode == MODE_REFUND_HELD)

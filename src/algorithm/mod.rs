@@ -207,6 +207,20 @@ impl Algorithm {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
 
+    /// Records `cost` units taken at `now` whatever the state admits: a cost settled after
+    /// the request was served, above what its admission took. Where the model can, the
+    /// state carries the excess as a debt that later requests pay: a GCRA's TAT beyond the
+    /// tolerance, a token bucket's refill owed before its next token, water above a leaky
+    /// bucket's capacity, a window's count above its limit (a fixed window forgets it when
+    /// the window turns). At most [`limit`](Self::limit) units are taken at once, which
+    /// keeps every quantity within the exact range (see the module docs).
+    pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
+        let cost = cost.min(self.limit());
+        if cost > 0 {
+            each_model!(self, m => overdraw_with(m, &mut state.0, now, cost))
+        }
+    }
+
     /// What identifies the admission [`apply`](Self::apply) just recorded at `at`, held
     /// for `delay` µs by the rule itself, so that [`refund`](Self::refund) can tell whether
     /// the state still shows it as it was left.
@@ -372,6 +386,13 @@ pub(crate) trait Model {
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
     /// Records an admission at `now`, never earlier than `settled_at`.
     fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
+    /// Records `cost` units taken at `now` without an admission (see
+    /// [`Algorithm::overdraw`]), `now` possibly earlier than `settled_at`. Counting models
+    /// and the TAT take any amount as an admission does; a model whose state cannot hold a
+    /// debt that way says how it carries one.
+    fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64) {
+        self.apply(s, now, cost);
+    }
     fn expires_at(&self, s: &Self::State) -> u64;
     /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
     /// itself) for `refund`; models whose refund needs nothing beyond `at` say 0.
@@ -511,6 +532,15 @@ fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
     }
     if let Some(s) = M::get_mut(inner) {
         model.apply(s, now, cost);
+    }
+}
+
+fn overdraw_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
+    if live(model, inner, now).is_none() {
+        *inner = M::wrap(model.fresh(now));
+    }
+    if let Some(s) = M::get_mut(inner) {
+        model.overdraw(s, now, cost);
     }
 }
 

@@ -442,3 +442,44 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     }
     a
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// An overdraft never lets more through: after `overdraw`, a request the state refused
+    /// is refused too, now or later, and no more units remain, for every algorithm, whether
+    /// the units fit or go into debt.
+    #[test]
+    fn an_overdraft_never_admits_more(
+        kind in 0u8..7,
+        quota in 1u64..6,
+        period in 1u64..3_000,
+        steps in proptest::collection::vec((0u64..2_000, 0u64..8), 0..30),
+        extra in 0u64..12,
+        probes in proptest::collection::vec((0u64..8_000, 1u64..7), 1..20),
+    ) {
+        let algorithm = crate::rule::sample(kind, quota, period).algorithm().clone();
+        let mut state = State::default();
+        let mut now = BASE;
+        for (advance, cost) in steps {
+            now += advance;
+            if algorithm.evaluate(&state, now, cost).is_admitted() && cost > 0 {
+                algorithm.apply(&mut state, now, cost);
+            }
+        }
+        let mut after = state.clone();
+        algorithm.overdraw(&mut after, now, extra);
+        for (later, cost) in probes {
+            let at = now + later;
+            let before = algorithm.evaluate(&state, at, cost);
+            let overdrawn = algorithm.evaluate(&after, at, cost);
+            prop_assert!(
+                before.is_admitted() || !overdrawn.is_admitted(),
+                "{:?} admits {} at +{} after an overdraft of {}, refused before",
+                algorithm, cost, later, extra
+            );
+            let left = |s: &State| algorithm.evaluate(s, at, 0).remaining;
+            prop_assert!(left(&after) <= left(&state));
+        }
+    }
+}

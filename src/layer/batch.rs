@@ -38,17 +38,18 @@ impl Batch for LayerBatch {
     }
 }
 
-/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
-/// asked, each item's index among the request's limits.
-/// Whether one of `items`' limits counts by outcome (its charge is not `Charge::all`).
-pub(crate) fn charges_by_outcome(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
+/// Whether one of `items`' limits waits for the response to settle its units: it counts
+/// by outcome, or reads its cost from the response.
+pub(crate) fn settled_by_response(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
     items.iter().any(|item| {
         config
             .limit(route, item.limit)
-            .is_some_and(|l| !l.charge.counts_all())
+            .is_some_and(|l| l.settles_by_response())
     })
 }
 
+/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
+/// asked, each item's index among the request's limits.
 pub(crate) fn batch_of<'a>(
     config: &'a Config,
     route: Option<usize>,
@@ -83,7 +84,7 @@ pub(crate) struct Checked<St: Store + Clone> {
     /// The index (among the request's limits) of each item of the batch, in order.
     pub(crate) limits: SmallVec<[usize; 4]>,
     /// For an admitted request whose units the layer may still give back (it is held, or a
-    /// limit counts by outcome): the reservation that owns them.
+    /// limit waits for its response): the reservation that owns them.
     pub(crate) reservation: Option<Box<Reservation<St>>>,
     /// The batch the reservation was made of.
     pub(crate) batch: Option<Arc<LayerBatch>>,

@@ -58,6 +58,10 @@
 //!   backend's server errors ([`Charge::except_server_errors`]). Units are taken at
 //!   admission and given back when the response does not count, so the requests that
 //!   count never exceed the limit, however many run at once.
+//! - **Costs settled by the response.** [`Limit::cost_from_response`] charges a request
+//!   what its response says it cost (the bytes a handler served), against an estimate
+//!   taken at admission: the difference is given back, or taken as a debt that the key's
+//!   next requests pay.
 //! - **Observability.** Each decision is a `tracing` span with its rule, outcome and store
 //!   latency (the key only as a short digest), and, with the `metrics` feature, metrics by
 //!   rule and outcome; see [`observe`]. [`RateLimitLayerBuilder::on_decision`] sees every

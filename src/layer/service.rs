@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::batch::{batch_of, charges_by_outcome, Checked, Item, LayerBatch};
+use super::batch::{batch_of, settled_by_response, Checked, Item, LayerBatch};
 use super::body::RateLimitBody;
 use super::config::{Config, MissingKey, Mode};
 use super::decide::{decide, reject};
@@ -349,12 +349,12 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
     }
 
     /// Whether the layer keeps a reservation of `outcome`: it may give units back for a
-    /// request it holds, or whose limits count by outcome, or count it at the release.
+    /// request it holds, or settle them by its response, or count it at the release.
     fn keeps(&self, outcome: &Outcome) -> bool {
         outcome.is_admitted()
             && (outcome.decision != Decision::Allow
                 || outcome.needs_confirmation()
-                || charges_by_outcome(self.config, self.route, self.items))
+                || settled_by_response(self.config, self.route, self.items))
     }
 }
 

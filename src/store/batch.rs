@@ -384,6 +384,25 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, ma
         .refund(&mut entry.state, now, at, check.cost, mark)
 }
 
+/// Takes `check.cost` units at `now` without a check, for a request already served (its
+/// cost settled above what its admission took; see
+/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) for how each model
+/// carries the excess). A state another configuration wrote is adopted first, as an
+/// admission's commit adopts it, so the units it held still count.
+pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
+    let algorithm = check.rule.algorithm();
+    if !entry.is_own(check.rule) {
+        entry.state = algorithm.adopt(entry.carried, now, 0);
+        entry.fingerprint = check.rule.fingerprint();
+    }
+    algorithm.overdraw(&mut entry.state, now, check.cost);
+    let remaining = algorithm.evaluate(&entry.state, now, 0).remaining;
+    entry.carried = Carried {
+        used: algorithm.limit().saturating_sub(remaining),
+        until: algorithm.expires_at(&entry.state),
+    };
+}
+
 /// Step 3, for an item that does not write (or after [`commit`]): what it decided.
 pub(crate) fn report(
     check: &Check<'_>,

@@ -167,8 +167,14 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
-    /// Penalty state is never touched. The default implementation gives nothing back: a
-    /// store outside this crate keeps what it took, and its reservations keep their units.
+    /// Penalty state is never touched.
+    ///
+    /// A [`Reservation::settle`](crate::Reservation::settle) comes through here too, and
+    /// `outcome` says which of its rules give units back and which take them instead: a
+    /// cost settled above what the admission took is taken now, without a check, and
+    /// carried as a debt where the algorithm can. The default implementation gives nothing
+    /// back and takes nothing: a store outside this crate keeps what it took, and its
+    /// reservations keep their units.
     fn refund(
         &self,
         batch: &[Check<'_>],

@@ -535,7 +535,8 @@ impl RedisStore {
     }
 
     /// [`Store::refund`]: one `Op::RefundHeld` call per slot (one call on a standalone
-    /// server), each rule given back at its own instant where its mark says that is exact.
+    /// server), each rule given back at its own instant where its mark says that is exact;
+    /// an overdraft's units are taken by an `Op::Overdraw` call per slot instead.
     async fn refund_held(
         &self,
         batch: &[Check<'_>],
@@ -545,7 +546,7 @@ impl RedisStore {
             return Ok(());
         };
         batch::validate(batch)?;
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Option<Slot>, bool, Vec<usize>)> = Vec::new();
         // A trial rule's units are not given back: it may have taken nothing; a pending rule
         // took nothing yet.
         for (i, check) in batch
@@ -557,13 +558,21 @@ impl RedisStore {
                 Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
                 Connection::Standalone(_) => None,
             };
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
+            let overdraft = admission.taken(i).overdraft;
+            match groups
+                .iter_mut()
+                .find(|(s, o, _)| *s == slot && *o == overdraft)
+            {
+                Some((_, _, members)) => members.push(i),
+                None => groups.push((slot, overdraft, vec![i])),
             }
         }
-        for (_, members) in &groups {
+        for (_, overdraft, members) in &groups {
             let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
+            if *overdraft {
+                self.run(self.call(0, Op::Overdraw), &checks).await?;
+                continue;
+            }
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
             let call = self.call(0, Op::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;

@@ -92,6 +92,9 @@ pub(super) enum Op {
     /// Give back a held request's admissions, each rule at its own instant and only where
     /// its mark says that is exact (`Store::refund`).
     RefundHeld = 4,
+    /// Take each rule's cost now without a check: a request served at a cost settled above
+    /// what it took (`batch::overdraw`).
+    Overdraw = 5,
 }
 
 /// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`).

@@ -157,6 +157,7 @@ mod tests {
             (Op::Deny, "MODE_DENY"),
             (Op::Refund, "MODE_REFUND"),
             (Op::RefundHeld, "MODE_REFUND_HELD"),
+            (Op::Overdraw, "MODE_OVERDRAW"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
