@@ -543,6 +543,35 @@ async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
     );
 }
 
+/// A settlement that takes units on a key whose state another configuration of the rule
+/// wrote adopts that state, as an admission does: instance y, running a changed `api` rule,
+/// settles a request admitted on nothing at one unit, so the state x's cached denial was
+/// read from is gone in two seconds, and x must ask Redis again.
+#[tokio::test]
+async fn another_configuration_settling_clears_the_denial_on_every_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let (x, y) = (
+        cached(&server.url(), &clock, "tollgate").await,
+        cached(&server.url(), &clock, "tollgate").await,
+    );
+    let old = Rule::fixed_window("api", 1, Duration::from_secs(3600));
+    let new = Rule::fixed_window("api", 10, Duration::from_secs(2));
+    assert!(x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert!(!x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
+
+    let estimate = [Check::new(&new, b"alice").with_cost(0)];
+    let reservation = y.reserve(&estimate, Duration::ZERO).await.unwrap();
+    reservation.settle(&[1]).await.unwrap();
+    until_emptied(&x).await;
+    clock.advance(Duration::from_secs(3));
+    assert!(
+        x.check_one(&old, b"alice").await.unwrap().is_admitted(),
+        "Redis admits once the adopted state has ended; x's cache must not deny"
+    );
+}
+
 /// On a Cluster, a batch across slots whose later part denies gives back what its earlier
 /// part took: the denials other instances cached for that rule and key are dropped, as a
 /// refund drops them.
