@@ -511,7 +511,7 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
     assert_eq!(a.store().deny_cache_len(), 1);
 
     b.reset(&rule, b"alice").await.unwrap();
-    until_emptied(&a).await;
+    until_emptied(a).await;
     assert_eq!(a.store().deny_cache_len(), 0, "the reset on b reached a");
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
 }
