@@ -472,7 +472,7 @@ impl<S: Store + Clone> Reservation<S> {
             let checks = select(&checks);
             if let Err(error) = limiter.refund(&checks, &outcome).await {
                 if let Some(suppressed) = log.admit(Event::RefundFailure) {
-                    tracing::warn!(%error, suppressed, "could not give back or settle the units of a request");
+                    tracing::warn!(%error, suppressed, "could not refund the units of a request");
                 }
             }
         });
