@@ -18,7 +18,9 @@
 -- ARGV[5]: the refunds, per rule two little-endian doubles: the instant its admission was
 --   recorded at, and its mark (unused by MODE_REFUND); other modes, the least delay in µs
 --   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
---   here may count it before now + ARGV[5]).
+--   here may count it before now + that), then optionally a space and the µs after now at
+--   which another slot's leaky bucket releases the request (the queues here hold it until
+--   then at least, and the rules on keys released earlier are pending).
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
 -- Returns: admitted (1 or 0), the reservation (the instant the request arrives at: now, or
 --   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
@@ -34,7 +36,7 @@
 -- The batch being decided, set by decide_batch: batches are decided one at a time, so the
 -- helpers below read these instead of being built anew for every batch (closures cost
 -- allocations; in a function library they are built once per library load).
-local now, max_wait, mode, slack_ms, release_floor, rules
+local now, max_wait, mode, slack_ms, release_floor, held_floor, rules
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -125,15 +127,17 @@ local function released_at(r, arrival)
 end
 
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
--- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
--- rules on one key count it at that key's release, except the leaky bucket whose own queue
--- holds it until then: that one counts it on arrival. A rule whose key releases it before
--- the batch does (the latest release) is pending: evaluated at the batch's release, counted
--- only when the request is released.
+-- (no earlier than another Cluster slot reserved, release_floor), changing nothing. A leaky
+-- bucket counts it on arrival, its delay being its queue, and holds it until the batch's
+-- release (the latest, no earlier than another Cluster slot's queue releases it,
+-- held_floor): when that is later than its own, the time until then reads as queued water
+-- (`held`). The other rules count it at their key's release; a rule whose key releases it
+-- before the batch does is pending: evaluated at the batch's release, counted only when
+-- the request is released.
 local function evaluate_at(arrival)
   local reserved = max(arrival, release_floor)
   local releases = {}
-  local last = reserved
+  local last = max(reserved, held_floor)
   for i = 1, #rules do
     releases[i] = released_at(rules[i], reserved)
     last = max(last, releases[i])
@@ -147,18 +151,28 @@ local function evaluate_at(arrival)
         release = max(release, releases[j])
       end
     end
-    local pending = releases[i] == reserved and release < last and r.cost > 0 and not r.shadow
-    local at = release
+    local queue = r.leaky and r.cost > 0 and not r.shadow
+    local pending = not queue and release < last and r.cost > 0 and not r.shadow
+    local at, held = release, nil
     if pending then
       at = last
-    elseif releases[i] == release then
+    elseif queue then
       at = reserved
+      if releases[i] < last then
+        held = last
+      end
     end
     local locked = nil
     if r.after > 0 then
       locked = locked_for(r.pen, arrival)
     end
-    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending }
+    local eval
+    if held then
+      eval = r.model.evaluate_held(r, at, r.cost, held)
+    else
+      eval = algorithm_evaluate(r, at, r.cost)
+    end
+    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held }
   end
   return items
 end
@@ -388,7 +402,11 @@ local function commit(r, item, admitted)
     if r.cost == 0 or item.pending then
       return 0
     end
-    if not r.carried then
+    if item.held then
+      -- LeakyBucket::held: the queue before the hold has drained by its end.
+      r.state = r.model.held(r, item.at, r.cost, item.held)
+      r.own, r.carried = true, nil
+    elseif not r.carried then
       if not is_live(r, item.at) then
         r.state = r.model.fresh(r, item.at)
       end
@@ -469,9 +487,13 @@ local function decide_batch(KEYS, ARGV)
   mode = tonumber(ARGV[3])
   slack_ms = tonumber(ARGV[4])
   local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD
-  release_floor = now
+  release_floor, held_floor = now, now
   if not refunds then
-    release_floor = now + tonumber(ARGV[5])
+    local least, held = string.match(ARGV[5], '^(%d+) ?(%d*)$')
+    release_floor = now + tonumber(least)
+    if held ~= '' then
+      held_floor = now + tonumber(held)
+    end
   end
   -- Every rule's configuration and stored state, nothing else before the decision.
   rules = {}

@@ -302,6 +302,15 @@ impl Rule {
     /// request that does not fit is denied. This is nginx's `limit_req` without `nodelay`,
     /// with `capacity` counting the request being served. The drain is exact or rounded like
     /// a token bucket's refill (see [`token_bucket`](Self::token_bucket) and [`Rate`]).
+    ///
+    /// In a batch with other leaky buckets (a per-user queue beside a per-tenant one), the
+    /// request passes when the last of their queues releases it, and every queue of the
+    /// batch keeps its slot there: the time a queue would have been free before then reads
+    /// as queued water, so the next request it admits leaves its own units after this one
+    /// really left, never sooner, and a queue without room for that wait denies the batch
+    /// (Retry-After: when it has room). So no bucket lets requests leave faster than
+    /// `drain`, whichever key holds them; the price is the idle time before the release,
+    /// which the bucket does not give to other requests.
     pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
         Self::with(
             name,
