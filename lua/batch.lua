@@ -298,7 +298,7 @@ end
 -- sliding log, its log after it) and its stored state, read with one GET (a sliding log:
 -- one ZRANGE of its newest member). Returns the rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
     rule_args(packed)
   local model = model_of(code)
   -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
@@ -320,6 +320,8 @@ local function load_rule(KEYS, key_index, packed)
     after = after,
     within = within,
     shadow = shadow == 1,
+    -- Its quota denials are left to the caller (batch::counts_denial).
+    defers = defers == 1,
     key = KEYS[key_index],
     key_id = key_id,
     pen = nil,
@@ -428,9 +430,10 @@ local function commit(r, item, admitted)
     if r.model.mark then
       return r.model.mark(r, r.state, item.at, item.eval.wait)
     end
-  elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-    -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
-    -- already locked out or costing more than the rule can ever admit does not.
+  elseif r.after > 0 and not r.defers and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+    -- A denial by the quota counts (batch::counts_denial); a request already locked out or
+    -- costing more than the rule can ever admit does not, nor one of a rule whose denials
+    -- are left to the caller.
     if record_denial(r, r.pen, item.arrival) then
       item.locked = locked_for(r.pen, item.arrival)
     end

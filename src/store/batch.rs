@@ -347,8 +347,15 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     if admitted {
         check.cost > 0 && !item.pending
     } else {
-        item.counts_for_penalty() && check.rule.penalty().is_some()
+        counts_denial(check, item)
     }
+}
+
+/// Whether a denied item's penalty counts its denial: a quota denial of a rule with a
+/// penalty, unless the rule leaves its denials to its caller
+/// ([`Rule::deferring_denials`]).
+fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
+    item.counts_for_penalty() && check.rule.penalty().is_some() && check.rule.counts_denials()
 }
 
 /// Step 3, for an item that [`writes`]: records its part in the batch (the admission, or
@@ -383,7 +390,7 @@ pub(crate) fn commit(
                 until: algorithm.expires_at(&entry.state),
             };
         }
-    } else if item.counts_for_penalty() {
+    } else if counts_denial(check, &item) {
         if let Some(penalty) = check.rule.penalty() {
             let state = entry.penalty_mut();
             if penalty.record_denial(state, item.arrival) {
