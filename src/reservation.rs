@@ -212,10 +212,12 @@ impl<S: Store + Clone> Reservation<S> {
     /// Releases the request: waits until it is due, then counts the rules that wait for the
     /// release, and says whether it passes: [`Allow`](Decision::Allow), or
     /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the
-    /// hold (then the units the other rules took go back). A waiting rule that delays the
-    /// request again (a leaky bucket of its own) is waited for too. A denied reservation
-    /// answers its denial; a confirmed one, the same answer again. On a store error the
-    /// units stay taken.
+    /// hold (then the units the other rules took go back). Waiting rules that can count the
+    /// request only later, within what is left of the wait, make the whole batch wait again:
+    /// it is given back and reserved anew, so that its leaky buckets too let the request go
+    /// when it really passes (a queue that kept its slot here would let its next request
+    /// leave too soon). A denied reservation answers its denial; a confirmed one, the same
+    /// answer again. On a store error the units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
         if !self.outcome.is_admitted() {
             return Ok(self.outcome.clone());
@@ -236,11 +238,48 @@ impl<S: Store + Clone> Reservation<S> {
             let counted = self.count(&pending).await;
             // On a store error the units stay taken: whether the store counted is unknown.
             self.state = Stage::Passed;
-            self.merge(&pending, counted?);
+            let counted = counted?;
+            let later = matches!(counted.decision, Decision::Delay(_));
+            self.merge(&pending, counted);
+            if later {
+                self.reserve_again().await?;
+            }
             if self.state != Stage::Held {
                 return Ok(self.outcome.clone());
             }
         }
+    }
+
+    /// The rules that waited for the release reserved a later instant than the one the
+    /// batch's queues hold the request for: the whole batch is given back and reserved
+    /// again from now, with what is left of the wait, so that every rule, queues too,
+    /// counts the request at the instant it passes.
+    async fn reserve_again(&mut self) -> Result<(), StoreError> {
+        // Dropped meanwhile, it keeps what the store may have taken.
+        self.state = Stage::Confirming;
+        let checks = self.batch.checks();
+        // Given back first, so that the queues' slots are free to be taken again.
+        if let Err(error) = self.limiter.refund(&checks, &self.outcome).await {
+            if let Some(suppressed) = self.log.admit(Event::RefundFailure) {
+                tracing::warn!(%error, suppressed, "could not refund the units of a request");
+            }
+        }
+        let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
+        let outcome = self.limiter.reserve_outcome(&checks, max_wait).await;
+        self.state = Stage::Spent;
+        let outcome = outcome?;
+        let now = Instant::now();
+        self.due = match outcome.decision {
+            Decision::Delay(delay) => now.checked_add(delay).unwrap_or(now),
+            _ => now,
+        };
+        self.state = match (outcome.is_admitted(), &outcome.admission) {
+            (true, Some(_)) => Stage::Held,
+            (true, None) => Stage::Passed,
+            (false, _) => Stage::Spent,
+        };
+        self.outcome = outcome;
+        Ok(())
     }
 
     /// Gives the units back now (the request will not pass, or passed and does not count),

@@ -243,6 +243,25 @@ impl Algorithm {
         each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, mark))
     }
 
+    /// For a leaky bucket: what a request of `cost` units (at least 1) arriving at `at`
+    /// gets when its batch releases it at `until`, later than this queue alone would (see
+    /// [`LeakyBucket::evaluate_held`]); `None` for the other algorithms, which hold nothing.
+    pub(crate) fn evaluate_held(&self, at: u64, cost: u64, until: u64) -> Option<Eval> {
+        match self {
+            Algorithm::LeakyBucket(m) => Some(m.evaluate_held(at, cost, until)),
+            _ => None,
+        }
+    }
+
+    /// For a leaky bucket: the state after admitting what
+    /// [`evaluate_held`](Self::evaluate_held) admitted; `None` for the other algorithms.
+    pub(crate) fn held(&self, at: u64, cost: u64, until: u64) -> Option<State> {
+        match self {
+            Algorithm::LeakyBucket(m) => Some(State(Inner::LeakyBucket(m.held(at, cost, until)))),
+            _ => None,
+        }
+    }
+
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
     pub(crate) fn expires_at(&self, state: &State) -> u64 {
         each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))

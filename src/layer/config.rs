@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::counts::Charge;
+use super::charge::unsettled::Unsettled;
 use super::headers::{policy_value, HeaderOptions};
 use super::held::bounds::HeldLimits;
 use super::observe::record::RuleMetrics;
@@ -69,6 +70,9 @@ pub struct Limit {
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
+    /// For a limit charged by outcome with a penalty: its rule as the store decides it,
+    /// leaving the denials to the layer (see `charge::unsettled`).
+    pub(crate) deferring: Option<Rule>,
     /// The limit's metric keys (with the `metrics` feature), made once here.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
@@ -99,6 +103,7 @@ impl Limit {
             on_missing: MissingKey::Reject,
             shadow: false,
             charge: Charge::all(),
+            deferring: None,
             plan: None,
         }
     }
@@ -261,6 +266,8 @@ impl Limit {
     /// [`Charge`] for what counts when there is no response, and which algorithms give
     /// back exactly.
     pub fn charge(mut self, charge: Charge) -> Self {
+        let defers = !charge.counts_all() && self.rule.penalty().is_some();
+        self.deferring = defers.then(|| self.rule.deferring_denials());
         self.charge = charge;
         self
     }
@@ -480,6 +487,9 @@ pub(crate) struct Config {
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     pub(crate) log: Arc<EventLog>,
     pub(crate) held: HeldLimits,
+    /// The requests of limits charged by outcome with a penalty that have not settled, and
+    /// the denials waiting for them.
+    pub(crate) unsettled: Arc<Unsettled>,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.

@@ -105,7 +105,8 @@
 //!   took is given back where that is exact: its queue slot when nothing queued behind
 //!   it), so a shared window never admits more than its limit among the requests that
 //!   pass in it, and one client's queue never closes a shared limit to the others. In wait
-//!   mode the request may wait again at the release, for what is left of `max_wait`; in
+//!   mode the request may wait again at the release, for what is left of `max_wait` (its
+//!   whole batch reserved anew, so that its leaky buckets let it go when it passes); in
 //!   shadow mode, which holds nothing, they count it at once. Confirming costs a second
 //!   store call (and a boxed future) for such requests only; metrics and the `rate_limit`
 //!   span see the confirmed rules a second time, with their outcome at the release, and

@@ -11,6 +11,7 @@
 //! one is counted.
 
 pub(super) mod counts;
+pub(super) mod unsettled;
 
 use std::sync::Arc;
 

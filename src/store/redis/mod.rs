@@ -130,13 +130,15 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
 /// - Every part counts the request at the batch's reservation, as on one node (a fixed
 ///   window in one slot never counts it in a window it does not pass in because a
-///   wait-mode reservation in another slot holds it). A leaky bucket's shaping delay moves
-///   only the rules on its own key, which share its slot (see [`Store::check`]), so it
-///   moves no other part. Each part is
+///   wait-mode reservation in another slot holds it). The part whose leaky bucket holds
+///   the request longest is decided first (found by a read-only call to each part with a
+///   queue, when several have one): the leaky buckets of the other parts hold the request
+///   until its release, as on one node, and their other rules are pending until then (see
+///   [`Store::check`]). Each part is
 ///   decided no earlier than the longest reservation the parts before it returned; a part
-///   decided before a later one reserved further ahead is refunded and decided again at
-///   that reservation (two more calls for each such part, only when parts reserve
-///   differently).
+///   decided before a later one reserved further ahead, or whose queues let the request go
+///   before a later part's queue does, is refunded and decided again there (two more calls
+///   for each such part, only when parts disagree).
 ///   If traffic between the calls moves a part's reservation yet again, after two such rounds
 ///   the batch is refunded and denied rather than admitted with a part counting early.
 ///   Parts compare delays, not instants, so each node's clock governs its own part.
@@ -482,6 +484,7 @@ impl RedisStore {
                 0
             },
             min_delay: 0,
+            held: 0,
         }
     }
 
