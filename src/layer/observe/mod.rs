@@ -56,6 +56,8 @@
 //! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
 //! and in `tollgate_held_refused_total`.
 
+#[cfg(feature = "admin")]
+pub(crate) mod activity;
 pub(super) mod record;
 
 use std::fmt;
@@ -130,6 +132,10 @@ pub(crate) fn finish(
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (route, limits, health);
+    #[cfg(feature = "admin")]
+    if let Ok(outcome) = result {
+        record_activity(config, route, limits, batch, outcome);
+    }
 
     let span = &observation.span;
     if span.is_disabled() {
@@ -149,6 +155,41 @@ pub(crate) fn finish(
         span.record("key", display(KeyDigest::of(check.key)));
     }
     elapsed
+}
+
+/// Counts each rule's decision in its activity: admitted and delayed in its ring, a
+/// denial (or a would-be denial on trial) in its ring and its top keys. A rule that admits
+/// in a batch another rule denies counts nothing: the denying rule counts the request.
+#[cfg(feature = "admin")]
+fn record_activity(
+    config: &Config,
+    route: Option<usize>,
+    limits: &[usize],
+    batch: &[Check<'_>],
+    outcome: &Outcome,
+) {
+    use self::activity::ring::Counted;
+    let second = activity::now_second();
+    let denied = !outcome.is_admitted();
+    for ((&i, check), rule) in limits.iter().zip(batch).zip(&outcome.rules) {
+        let Some(limit) = config.limit(route, i) else {
+            continue;
+        };
+        let Some(activity) = &limit.activity else {
+            continue;
+        };
+        let on_trial = limit.shadow || config.mode == Mode::Shadow;
+        match DecisionLabel::of_rule(on_trial, denied, rule) {
+            DecisionLabel::Admitted => activity.count(Counted::Admitted, second),
+            DecisionLabel::Delayed => activity.count(Counted::Delayed, second),
+            DecisionLabel::Denied | DecisionLabel::Locked | DecisionLabel::ShadowDenied => {
+                if let Some(distinct) = activity.deny(check.key, second) {
+                    record::limited_keys(&limit.metrics, distinct);
+                }
+            }
+            DecisionLabel::DeniedByOther | DecisionLabel::StoreFailed => {}
+        }
+    }
 }
 
 /// The index of the rule that decided a denial or a delay (the longest wait).
