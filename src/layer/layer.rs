@@ -48,6 +48,14 @@ impl<St: Store> RateLimitLayer<St> {
     }
 }
 
+#[cfg(feature = "admin")]
+impl<St> RateLimitLayer<St> {
+    /// The layer's limiter and where its configuration lives, for the admin router.
+    pub(crate) fn parts(&self) -> (&Limiter<St>, &ConfigSource) {
+        (&self.limiter, &self.config)
+    }
+}
+
 /// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
 /// [`build`](Self::build) checks the whole configuration once, reporting every problem.
 ///
