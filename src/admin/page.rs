@@ -67,13 +67,9 @@ pub(super) async fn index<St: Store>(
     headers: HeaderMap,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    // The page's links are relative to it: at `/admin` they would miss `/admin/`.
-    if !original.path().ends_with('/') {
-        let query = original.query().map(|q| format!("?{q}")).unwrap_or_default();
-        return see_other(&format!("{}/{query}", original.path()), &[]);
-    }
+    let base = original.path().trim_end_matches('/').to_owned();
     if access == Access::Denied {
-        return page_response(StatusCode::OK, render::login(false), &[]);
+        return page_response(StatusCode::OK, render::login(&base, false), &[]);
     }
     // The anti-forgery cookie: the browser's own, or a new one.
     let (csrf_cookie, set) = match cookie(&headers, CSRF_COOKIE) {
@@ -96,6 +92,7 @@ pub(super) async fn index<St: Store>(
         _ => None,
     };
     let html = render::page(&Page {
+        base: &base,
         rules: &rules,
         decisions: &view::decisions(&config),
         top: &view::top(&config, 10),
@@ -113,19 +110,38 @@ pub(super) struct SignIn {
     token: String,
 }
 
+/// Where the router is mounted, from the path of one of its routes (`route`, such as
+/// `/login`): the page's forms and redirects name their targets from it, since a page at
+/// `/admin` resolves relative links against `/`.
+fn base_of(original: &OriginalUri, route: &str) -> String {
+    let path = original.path();
+    path.strip_suffix(route).unwrap_or(path).to_owned()
+}
+
+/// The page's own address under `base`.
+fn page_at(base: &str) -> &str {
+    if base.is_empty() {
+        "/"
+    } else {
+        base
+    }
+}
+
 pub(super) async fn login<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
+    original: OriginalUri,
     request: axum::extract::Request,
 ) -> Response {
+    let base = base_of(&original, "/login");
     let address = Failures::address(&request);
     let form = Form::<SignIn>::from_request(request, &()).await;
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
     if !shared.secrets.has_token() || shared.secrets.token_matches(&given) {
         let session = session_cookie(&shared.secrets.new_session());
-        return see_other("./", &[session]);
+        return see_other(page_at(&base), &[session]);
     }
     shared.failures.fail(&address).await;
-    page_response(StatusCode::UNAUTHORIZED, render::login(true), &[])
+    page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[])
 }
 
 
@@ -141,9 +157,11 @@ pub(super) struct UnblockForm {
 pub(super) async fn unblock<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     Extension(access): Extension<Access>,
+    original: OriginalUri,
     headers: HeaderMap,
     Form(form): Form<UnblockForm>,
 ) -> Response {
+    let base = base_of(&original, "/unblock");
     let csrf = form.csrf.as_deref().unwrap_or_default();
     if access != Access::Bearer && !shared.secrets.csrf_valid(&headers, csrf) {
         let html = render::document("tollgate admin", "<p>This form is out of date: reload the page and try again.</p>", false);
@@ -159,7 +177,7 @@ pub(super) async fn unblock<St: Store>(
         Ok(()) => {
             tracing::info!(rule = rule.name(), "admin: key unblocked");
             let name: String = url_encode(rule.name());
-            see_other(&format!("./?unblocked={name}"), &[])
+            see_other(&format!("{}?unblocked={name}", page_at(&base)), &[])
         }
         Err(e) => super::api::store_failed(&e),
     }

@@ -34,22 +34,25 @@ pub(crate) fn document(title: &str, body: &str, refresh: bool) -> String {
 }
 
 /// The login form, with a message when the last attempt failed.
-pub(crate) fn login(failed: bool) -> String {
+pub(crate) fn login(base: &str, failed: bool) -> String {
     let message = if failed {
         "<p class=\"bad\">That is not the token.</p>"
     } else {
         ""
     };
     let body = format!(
-        "<h1>tollgate admin</h1>{message}<form method=\"post\" action=\"login\">\
+        "<h1>tollgate admin</h1>{message}<form method=\"post\" action=\"{}/login\">\
 <label>Admin token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus></label> \
-<button type=\"submit\">Sign in</button></form>"
+<button type=\"submit\">Sign in</button></form>",
+        html(base)
     );
     document("tollgate admin: sign in", &body, false)
 }
 
 /// What the page shows.
 pub(crate) struct Page<'a> {
+    /// Where the router is mounted (`/admin`), or empty at the root.
+    pub(crate) base: &'a str,
     pub(crate) rules: &'a [RuleView],
     pub(crate) decisions: &'a [DecisionsView],
     pub(crate) top: &'a [TopView],
@@ -81,14 +84,18 @@ pub(crate) fn page(page: &Page<'_>) -> String {
 }
 
 fn lookup_form(page: &Page<'_>) -> String {
-    let mut out = String::from("<h2>Look up a key</h2><form method=\"get\" action=\"./\" id=\"lookup\">");
+    let action = if page.base.is_empty() { "/" } else { page.base };
+    let mut out = format!(
+        "<h2>Look up a key</h2><form method=\"get\" action=\"{}\" id=\"lookup\">",
+        html(action)
+    );
     out.push_str("<label>Rule <select name=\"rule\">");
     for rule in page.rules {
         let _ = write!(out, "<option>{}</option>", html(&rule.name));
     }
     out.push_str("</select></label> <label>Key <input name=\"key\" size=\"40\"></label> <button type=\"submit\">Look up</button></form>");
     match &page.lookup {
-        Some(Ok(state)) => out.push_str(&key_state(state, page.csrf)),
+        Some(Ok(state)) => out.push_str(&key_state(state, page)),
         Some(Err(message)) => {
             let _ = write!(out, "<p class=\"bad\" id=\"lookup-result\">{}</p>", html(message));
         }
@@ -97,7 +104,7 @@ fn lookup_form(page: &Page<'_>) -> String {
     out
 }
 
-fn key_state(state: &KeyState, csrf: &str) -> String {
+fn key_state(state: &KeyState, page: &Page<'_>) -> String {
     let verdict = if state.locked {
         "<strong class=\"bad\">locked</strong>"
     } else if state.admitted {
@@ -117,20 +124,21 @@ fn key_state(state: &KeyState, csrf: &str) -> String {
         state.remaining,
         state.limit,
         state.reset_ms as f64 / 1000.0,
-        unblock_button(&state.rule, &state.key.key_hex, state.key.digested, csrf),
+        unblock_button(page, &state.rule, &state.key.key_hex, state.key.digested),
     )
 }
 
 /// A form that unblocks one key: a POST carrying the anti-forgery token.
-fn unblock_button(rule: &str, key_hex: &str, digested: bool, csrf: &str) -> String {
+fn unblock_button(page: &Page<'_>, rule: &str, key_hex: &str, digested: bool) -> String {
     format!(
-        "<form class=\"inline\" method=\"post\" action=\"unblock\">\
+        "<form class=\"inline\" method=\"post\" action=\"{}/unblock\">\
 <input type=\"hidden\" name=\"rule\" value=\"{}\"><input type=\"hidden\" name=\"key_hex\" value=\"{}\">\
 <input type=\"hidden\" name=\"digested\" value=\"{digested}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
 <button type=\"submit\">Unblock</button></form>",
+        html(page.base),
         html(rule),
         html(key_hex),
-        html(csrf)
+        html(page.csrf)
     )
 }
 
@@ -157,7 +165,7 @@ fn rule_section(page: &Page<'_>, rule: &RuleView) -> String {
         out.push_str(&chart(decisions));
     }
     if let Some(top) = page.top.iter().find(|t| t.rule == rule.name) {
-        out.push_str(&top_table(top, page.csrf));
+        out.push_str(&top_table(top, page));
     }
     out
 }
@@ -213,7 +221,7 @@ pub(crate) fn chart(d: &DecisionsView) -> String {
     out
 }
 
-fn top_table(top: &TopView, csrf: &str) -> String {
+fn top_table(top: &TopView, page: &Page<'_>) -> String {
     let mut out = format!(
         "<p>Most denied keys, last {}–{} min: {} denials, about {} distinct keys \
 <span class=\"note\">(counts are at most ± {} off; a key denied more often is listed)</span></p>",
@@ -235,7 +243,7 @@ fn top_table(top: &TopView, csrf: &str) -> String {
             "<tr><td><code class=\"key\">{}</code></td><td>{}{error}</td><td>{}</td></tr>",
             html(&key.key.key),
             key.denials,
-            unblock_button(&top.rule, &key.key.key_hex, key.key.digested, csrf)
+            unblock_button(page, &top.rule, &key.key.key_hex, key.key.digested)
         );
     }
     out.push_str("</table>");
