@@ -40,20 +40,21 @@ pub(super) async fn health<St: Store>(State(shared): State<Arc<Shared<St>>>) -> 
 }
 
 /// A key named in a query or a form: typed (`key`, `␟` between a tuple's parts) or exact
-/// (`key_hex`), and whether it is the store's digest of a longer key.
+/// (`key_hex`), and whether it is the store's digest of a longer key (`digested=true`).
+/// Every field is text, so that forms flattening it into theirs can read it.
 #[derive(Deserialize)]
 pub(super) struct WhichKey {
     pub(super) rule: Option<String>,
     pub(super) key: Option<String>,
     pub(super) key_hex: Option<String>,
-    pub(super) digested: Option<bool>,
+    pub(super) digested: Option<String>,
 }
 
 impl WhichKey {
     /// The key's bytes and whether they are a digest, if the key is named well.
     pub(super) fn bytes(&self) -> Option<(Vec<u8>, bool)> {
         match (&self.key_hex, &self.key) {
-            (Some(hex), _) => Some((unhex(hex)?, self.digested.unwrap_or(false))),
+            (Some(hex), _) => Some((unhex(hex)?, self.digested.as_deref() == Some("true"))),
             (None, Some(text)) => Some((typed_key(text), false)),
             (None, None) => None,
         }
@@ -66,7 +67,10 @@ fn error(status: StatusCode, message: &str) -> Response {
 
 pub(super) fn store_failed(e: &StoreError) -> Response {
     tracing::warn!(error = %e, "admin: the store failed");
-    error(StatusCode::SERVICE_UNAVAILABLE, "the rate limit store is unavailable")
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the rate limit store is unavailable",
+    )
 }
 
 pub(super) async fn key<St: Store>(

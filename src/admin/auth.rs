@@ -232,7 +232,10 @@ mod tests {
         assert!(!secrets.session_valid(&forged));
 
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, "a=b; tollgate_admin_csrf=c1".parse().unwrap());
+        headers.insert(
+            header::COOKIE,
+            "a=b; tollgate_admin_csrf=c1".parse().unwrap(),
+        );
         assert!(secrets.csrf_valid(&headers, &secrets.csrf_token("c1")));
         assert!(!secrets.csrf_valid(&headers, &secrets.csrf_token("c2")));
         assert!(!secrets.csrf_valid(&headers, ""));

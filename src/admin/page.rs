@@ -83,12 +83,14 @@ pub(super) async fn index<St: Store>(
     let config = shared.config.current();
     let rules = view::rules(&config);
     let lookup = match (&query.which.rule, query.which.bytes()) {
-        (Some(name), Some((key, digested))) if !key.is_empty() => Some(match view::rule(&config, name) {
-            None => Err(format!("no rule named {name:?}")),
-            Some(rule) => view::key_state(&shared.limiter, &rule, &key, digested)
-                .await
-                .map_err(|e| format!("the store failed: {e}")),
-        }),
+        (Some(name), Some((key, digested))) if !key.is_empty() => {
+            Some(match view::rule(&config, name) {
+                None => Err(format!("no rule named {name:?}")),
+                Some(rule) => view::key_state(&shared.limiter, &rule, &key, digested)
+                    .await
+                    .map_err(|e| format!("the store failed: {e}")),
+            })
+        }
         _ => None,
     };
     let html = render::page(&Page {
@@ -99,7 +101,9 @@ pub(super) async fn index<St: Store>(
         health: &view::health(shared.limiter.health()),
         csrf: &shared.secrets.csrf_token(&csrf_cookie),
         lookup,
-        notice: query.unblocked.map(|rule| format!("Unblocked a key of rule {rule}.")),
+        notice: query
+            .unblocked
+            .map(|rule| format!("Unblocked a key of rule {rule}.")),
     });
     page_response(StatusCode::OK, html, &set)
 }
@@ -144,8 +148,6 @@ pub(super) async fn login<St: Store>(
     page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[])
 }
 
-
-
 /// The unblock button's fields.
 #[derive(Deserialize)]
 pub(super) struct UnblockForm {
@@ -164,11 +166,19 @@ pub(super) async fn unblock<St: Store>(
     let base = base_of(&original, "/unblock");
     let csrf = form.csrf.as_deref().unwrap_or_default();
     if access != Access::Bearer && !shared.secrets.csrf_valid(&headers, csrf) {
-        let html = render::document("tollgate admin", "<p>This form is out of date: reload the page and try again.</p>", false);
+        let html = render::document(
+            "tollgate admin",
+            "<p>This form is out of date: reload the page and try again.</p>",
+            false,
+        );
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
     let config = shared.config.current();
-    let rule = form.which.rule.as_deref().and_then(|r| view::rule(&config, r));
+    let rule = form
+        .which
+        .rule
+        .as_deref()
+        .and_then(|r| view::rule(&config, r));
     let (Some(rule), Some((key, digested))) = (rule, form.which.bytes()) else {
         let html = render::document("tollgate admin", "<p>No such rule or key.</p>", false);
         return page_response(StatusCode::BAD_REQUEST, html, &[]);

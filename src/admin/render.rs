@@ -68,7 +68,11 @@ pub(crate) fn page(page: &Page<'_>) -> String {
     if let Some(notice) = &page.notice {
         let _ = write!(body, "<p class=\"ok\" id=\"notice\">{}</p>", html(notice));
     }
-    let class = if page.health.health == "healthy" { "ok" } else { "bad" };
+    let class = if page.health.health == "healthy" {
+        "ok"
+    } else {
+        "bad"
+    };
     let _ = write!(
         body,
         "<p>Store: <strong class=\"{class}\" id=\"health\">{}</strong> <span class=\"note\">({})</span></p>",
@@ -97,7 +101,11 @@ fn lookup_form(page: &Page<'_>) -> String {
     match &page.lookup {
         Some(Ok(state)) => out.push_str(&key_state(state, page)),
         Some(Err(message)) => {
-            let _ = write!(out, "<p class=\"bad\" id=\"lookup-result\">{}</p>", html(message));
+            let _ = write!(
+                out,
+                "<p class=\"bad\" id=\"lookup-result\">{}</p>",
+                html(message)
+            );
         }
         None => {}
     }
@@ -160,7 +168,12 @@ fn rule_section(page: &Page<'_>, rule: &RuleView) -> String {
         );
     }
     let routes: Vec<String> = rule.routes.iter().map(|r| html(r)).collect();
-    let _ = write!(out, "; routes <code>{}</code>; mode {}.</p>", routes.join("</code>, <code>"), rule.mode);
+    let _ = write!(
+        out,
+        "; routes <code>{}</code>; mode {}.</p>",
+        routes.join("</code>, <code>"),
+        rule.mode
+    );
     if let Some(decisions) = page.decisions.iter().find(|d| d.rule == rule.name) {
         out.push_str(&chart(decisions));
     }
@@ -173,8 +186,18 @@ fn rule_section(page: &Page<'_>, rule: &RuleView) -> String {
 /// Decisions per second over the ring's minutes as an inline SVG chart.
 pub(crate) fn chart(d: &DecisionsView) -> String {
     let (width, height) = (600.0, 120.0);
-    let series = [(&d.admitted, "#287a3e", "admitted"), (&d.delayed, "#c77700", "delayed"), (&d.denied, "#b3261e", "denied")];
-    let max = series.iter().flat_map(|s| s.0.iter()).copied().max().unwrap_or(0).max(1);
+    let series = [
+        (&d.admitted, "#287a3e", "admitted"),
+        (&d.delayed, "#c77700", "delayed"),
+        (&d.denied, "#b3261e", "denied"),
+    ];
+    let max = series
+        .iter()
+        .flat_map(|s| s.0.iter())
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
     let n = d.admitted.len().max(2);
     let mut out = format!(
         "<svg class=\"chart\" role=\"img\" width=\"{width}\" height=\"{}\" viewBox=\"0 0 {width} {}\" xmlns=\"http://www.w3.org/2000/svg\">\
@@ -237,7 +260,11 @@ fn top_table(top: &TopView, page: &Page<'_>) -> String {
     }
     out.push_str("<table class=\"top\"><tr><th>key</th><th>denials</th><th></th></tr>");
     for key in &top.keys {
-        let error = if key.error > 0 { format!(" (≤ {} over)", key.error) } else { String::new() };
+        let error = if key.error > 0 {
+            format!(" (≤ {} over)", key.error)
+        } else {
+            String::new()
+        };
         let _ = write!(
             out,
             "<tr><td><code class=\"key\">{}</code></td><td>{}{error}</td><td>{}</td></tr>",

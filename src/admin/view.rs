@@ -2,9 +2,6 @@
 //! over time, their most denied keys, the store's health, one key's state. The JSON API
 //! serializes these; the page renders them.
 
-
-
-
 use serde::Serialize;
 
 use super::text::{hex, key_text};
@@ -78,7 +75,9 @@ pub(crate) fn rules(config: &Config) -> Vec<RuleView> {
 /// The rule named `name` in `config`.
 pub(crate) fn rule(config: &Config, name: &str) -> Option<Rule> {
     let mut limits = config.all_limits();
-    limits.find(|l| l.rule.name() == name).map(|l| l.rule.clone())
+    limits
+        .find(|l| l.rule.name() == name)
+        .map(|l| l.rule.clone())
 }
 
 /// A rule's decisions per second, oldest first, ending now.
@@ -197,7 +196,9 @@ pub(crate) fn health(health: Health) -> HealthView {
     let meaning = match health {
         Health::Healthy => "the store decides as configured; a circuit breaker, if any, is closed",
         Health::Degraded => "the primary store is away: a local fallback decides, per instance",
-        Health::Failing => "a circuit breaker is open and nothing decides: the failure policy applies",
+        Health::Failing => {
+            "a circuit breaker is open and nothing decides: the failure policy applies"
+        }
     };
     HealthView {
         health: health.as_str(),
@@ -278,4 +279,3 @@ pub(crate) async fn unblock<St: Store>(
     }
     Ok(())
 }
-

@@ -76,14 +76,21 @@ async fn rules_are_listed_and_follow_reloads() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(rules[0]["name"], "login");
     assert_eq!(rules[0]["algorithm"], "fixed_window");
-    assert_eq!((rules[0]["limit"].as_u64(), rules[0]["period_ms"].as_u64()), (Some(2), Some(60_000)));
+    assert_eq!(
+        (rules[0]["limit"].as_u64(), rules[0]["period_ms"].as_u64()),
+        (Some(2), Some(60_000))
+    );
     assert_eq!(rules[0]["penalty"]["lock_for_ms"], 600_000);
     assert_eq!(rules[0]["routes"], serde_json::json!(["*"]));
     assert_eq!(rules[0]["mode"], "enforce");
 
     let trial = Rule::fixed_window("trial", 5, Duration::from_secs(1));
     reload
-        .reload(reload.builder().route("GET /x", [Limit::new(trial, key::global()).shadow()]))
+        .reload(
+            reload
+                .builder()
+                .route("GET /x", [Limit::new(trial, key::global()).shadow()]),
+        )
         .unwrap();
     let (_, rules) = send(&app, admin("GET", "/admin/api/rules", Some(TOKEN))).await;
     assert_eq!(rules.as_array().map(Vec::len), Some(1));
@@ -111,7 +118,10 @@ async fn decisions_and_top_keys_are_counted() {
     let (status, top) = send(&app, admin("GET", "/admin/api/top?n=5", Some(TOKEN))).await;
     assert_eq!(status, StatusCode::OK);
     let top = &top[0];
-    assert_eq!((top["denials"].as_u64(), top["distinct_keys"].as_u64()), (Some(5), Some(2)));
+    assert_eq!(
+        (top["denials"].as_u64(), top["distinct_keys"].as_u64()),
+        (Some(5), Some(2))
+    );
     assert_eq!(top["keys"][0]["key"], "mallory");
     assert_eq!(top["keys"][0]["denials"], 4);
     assert_eq!(top["keys"][0]["error"], 0);
@@ -128,13 +138,19 @@ async fn unblock_lifts_a_lock_and_forgets_the_key() {
     let path = "/admin/api/key?rule=login&key=mallory";
     let (status, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!((state["locked"].as_bool(), state["admitted"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(
+        (state["locked"].as_bool(), state["admitted"].as_bool()),
+        (Some(true), Some(false))
+    );
 
     let unblock = "/admin/api/unblock?rule=login&key_hex=6d616c6c6f7279";
     let (status, _) = send(&app, admin("POST", unblock, Some(TOKEN))).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (_, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
-    assert_eq!((state["locked"].as_bool(), state["remaining"].as_u64()), (Some(false), Some(2)));
+    assert_eq!(
+        (state["locked"].as_bool(), state["remaining"].as_u64()),
+        (Some(false), Some(2))
+    );
     let (_, top) = send(&app, admin("GET", "/admin/api/top", Some(TOKEN))).await;
     assert_eq!(top[0]["keys"], serde_json::json!([]));
     let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
@@ -159,14 +175,24 @@ async fn credentials_and_forgery_are_checked() {
     let response = app.clone().oneshot(from_peer(signin)).await.unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
-    assert!(cookie.contains("SameSite=Strict") && cookie.contains("HttpOnly"), "{cookie}");
+    assert!(
+        cookie.contains("SameSite=Strict") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
     let session = cookie.split(';').next().unwrap().to_owned();
     let forged = Request::post("/admin/api/unblock?rule=login&key=x")
         .header(header::COOKIE, &session)
         .body(Body::empty())
         .unwrap();
     assert_eq!(send(&app, forged).await.0, StatusCode::FORBIDDEN);
-    let (status, _) = send(&app, Request::get("/admin/api/rules").header(header::COOKIE, &session).body(Body::empty()).unwrap()).await;
+    let (status, _) = send(
+        &app,
+        Request::get("/admin/api/rules")
+            .header(header::COOKIE, &session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
 
     for _ in 0..10 {
@@ -182,13 +208,20 @@ async fn credentials_and_forgery_are_checked() {
 async fn the_page_escapes_keys() {
     let (app, _reload) = app();
     hit(&app, "<script>alert(1)</script>", 3).await;
-    let response = app.clone().oneshot(from_peer(admin("GET", "/admin", Some(TOKEN)))).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(from_peer(admin("GET", "/admin", Some(TOKEN))))
+        .await
+        .unwrap();
     let status = response.status();
     if status != StatusCode::OK {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         panic!("{status} {}", String::from_utf8_lossy(&body));
     }
-    assert!(response.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert!(response.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let page = String::from_utf8_lossy(&body);
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));

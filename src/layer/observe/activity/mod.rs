@@ -134,7 +134,11 @@ impl RuleActivity {
         top.rotate(second);
         let (current, previous) = (&top.current.0, &top.previous.0);
         let mut keys: Vec<TopKey> = merged(current, previous);
-        keys.sort_by(|a, b| b.denials.cmp(&a.denials).then(a.key.bytes.cmp(&b.key.bytes)));
+        keys.sort_by(|a, b| {
+            b.denials
+                .cmp(&a.denials)
+                .then(a.key.bytes.cmp(&b.key.bytes))
+        });
         keys.truncate(n);
         TopReport {
             keys,
@@ -155,7 +159,11 @@ fn merged(a: &SpaceSaving, b: &SpaceSaving) -> Vec<TopKey> {
             Some(other) => (other.count, other.error),
             None => (b.floor(), b.floor()),
         };
-        keys.push(top_key(&counter.key, counter.count + count, counter.error + error));
+        keys.push(top_key(
+            &counter.key,
+            counter.count + count,
+            counter.error + error,
+        ));
     }
     for counter in b.counters() {
         if !a.counters().iter().any(|c| c.key == counter.key) {
@@ -257,7 +265,11 @@ mod tests {
         rule.deny(b"old", t);
         rule.deny(b"new", t + PERIOD_SECONDS);
         let report = rule.top(10, t + PERIOD_SECONDS);
-        let keys: Vec<_> = report.keys.iter().map(|k| (&*k.key.bytes, k.denials)).collect();
+        let keys: Vec<_> = report
+            .keys
+            .iter()
+            .map(|k| (&*k.key.bytes, k.denials))
+            .collect();
         assert_eq!(keys, [(&b"old"[..], 2), (&b"new"[..], 1)]);
         assert_eq!((report.denials, report.distinct), (3, 2));
 

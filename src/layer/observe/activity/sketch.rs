@@ -95,7 +95,10 @@ impl SpaceSaving {
                 }
             }
         }
-        let rest_of_run = self.counters.get(first + 1).is_some_and(|c| c.count == count);
+        let rest_of_run = self
+            .counters
+            .get(first + 1)
+            .is_some_and(|c| c.count == count);
         if rest_of_run {
             self.runs.insert(count, first + 1);
         } else {
@@ -197,18 +200,28 @@ mod tests {
         for counter in summary.counters() {
             let real = truth[&*counter.key];
             assert!(counter.count >= real, "{counter:?} < {real}");
-            assert!(counter.count - counter.error <= real, "{counter:?} vs {real}");
+            assert!(
+                counter.count - counter.error <= real,
+                "{counter:?} vs {real}"
+            );
             assert!(counter.error <= bound, "{counter:?} over {bound}");
         }
         for (key, &real) in &truth {
             if real > bound {
                 let listed = summary.counters().iter().any(|c| *c.key == **key);
-                assert!(listed, "{} ({real}) not listed", String::from_utf8_lossy(key));
+                assert!(
+                    listed,
+                    "{} ({real}) not listed",
+                    String::from_utf8_lossy(key)
+                );
             }
         }
         let heavy = summary.counters()[..5].iter();
         assert!(heavy.clone().all(|c| c.key.starts_with(b"heavy-")));
-        assert!(summary.counters().windows(2).all(|w| w[0].count >= w[1].count));
+        assert!(summary
+            .counters()
+            .windows(2)
+            .all(|w| w[0].count >= w[1].count));
     }
 
     /// A forgotten key is no longer listed, and the order of the others holds.
@@ -223,6 +236,9 @@ mod tests {
         summary.count(b"d");
         summary.count(b"d");
         assert_eq!(&*summary.counters()[0].key, b"d");
-        assert!(summary.counters().windows(2).all(|w| w[0].count >= w[1].count));
+        assert!(summary
+            .counters()
+            .windows(2)
+            .all(|w| w[0].count >= w[1].count));
     }
 }
