@@ -24,4 +24,4 @@ fi
 # Fail loudly rather than let Redis tests skip.
 redis-server --version >/dev/null
 redis-cli --version >/dev/null
-/usr/bin/chromium --version >/dev/null
+/usr/bin/chromium --version >/dev/null 2>&1

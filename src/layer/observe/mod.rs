@@ -35,9 +35,35 @@
 //! | `tollgate_held_requests` | gauge | | requests the layer holds now (wait mode, leaky-bucket delays) |
 //! | `tollgate_held_refused_total` | counter | | delayed requests refused because `max_held` or `max_held_per_key` was reached |
 //! | `tollgate_charge_refunds_total` | counter | `rule` | requests whose units were given back because their response did not count ([`Charge`](super::Charge)) |
+//! | `tollgate_limited_keys` | gauge | `rule` | with the `admin` feature too: the estimated number of distinct keys the rule denied in this instance over the last one to two periods of five minutes |
 //!
 //! Labels are the rule's name and fixed words only. A key never becomes a label: keys are
 //! unbounded (every client IP would be a series) and may be personal data.
+//!
+//! # Top limited keys
+//!
+//! With the `admin` feature the layer also keeps, per rule and in this instance (each
+//! process sees its own traffic; the store's state is what instances share), what the
+//! [admin router](crate::admin) shows:
+//!
+//! - **Decisions over time**: admitted, delayed and denied per second over the last five
+//!   minutes, in a ring of one slot per second (7 KB per rule). A would-be denial of a rule
+//!   on trial counts as denied; a rule that admits a request another rule denies counts
+//!   nothing (the denying rule counts it).
+//! - **The keys denied most**: a Space-Saving summary of `n` counters per period of five
+//!   minutes ([`top_limited_keys`](super::RateLimitLayerBuilder::top_limited_keys), 64 by
+//!   default), the current period's and the previous one's, so that what is listed covers
+//!   the last five to ten minutes. Its bound: for `N` denials in a period, a listed count
+//!   is never below the true count and at most `N / n` above it (each key's `error` says
+//!   by how much at most), and every key denied more than `N / n` times is listed.
+//! - **Distinct denied keys**: a HyperLogLog of 256 bytes per period (about 6.5 % standard
+//!   error, exact while keys are few), also the `tollgate_limited_keys` gauge with the
+//!   `metrics` feature. A key is never a label.
+//!
+//! An admitted or delayed request costs one atomic increment per rule; a denial adds one
+//! lock per denying rule, a hash of the key and a map lookup. Without the feature nothing
+//! is kept or recorded. Keys longer than 128 bytes are kept as the 33-byte digest the
+//! store keeps them under, so memory stays bounded and an unblock still reaches them.
 //!
 //! # Outcomes
 //!
