@@ -378,6 +378,19 @@ impl Algorithm {
         }
     }
 
+    /// The algorithm's name as a rules file writes it (`"fixed_window"`, `"gcra"`…).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow(_) => "fixed_window",
+            Algorithm::SlidingLog(_) => "sliding_log",
+            Algorithm::SlidingWindow(_) => "sliding_window",
+            Algorithm::TokenBucket(_) => "token_bucket",
+            Algorithm::LeakyBucket(_) => "leaky_bucket",
+            Algorithm::Gcra(_) => "gcra",
+        }
+    }
+
     /// The quota a client sees: the most units admitted at once, and the period over which
     /// that quota is restored (used for `RateLimit-Policy` headers).
     pub(crate) fn quota(&self) -> (u64, Duration) {

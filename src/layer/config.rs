@@ -79,6 +79,10 @@ pub struct Limit {
     /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
     /// requests of that plan only.
     pub(crate) plan: Option<PlanGuard>,
+    /// The rule's activity in this instance, shared by every limit of the rule's name in
+    /// the layer; attached by `build`.
+    #[cfg(feature = "admin")]
+    pub(crate) activity: Option<Arc<super::observe::activity::RuleActivity>>,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -105,6 +109,8 @@ impl Limit {
             charge: Charge::all(),
             deferring: None,
             plan: None,
+            #[cfg(feature = "admin")]
+            activity: None,
         }
     }
 
@@ -494,6 +500,9 @@ pub(crate) struct Config {
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
+    /// Each rule's activity in this instance, kept across reloads.
+    #[cfg(feature = "admin")]
+    pub(crate) activity: Arc<super::observe::activity::Activity>,
 }
 
 impl Config {
@@ -557,6 +566,26 @@ impl Config {
             Some((n, value)) if *n == enforced => value.as_ref(),
             _ => None,
         }
+    }
+
+    /// Gives every limit the activity of its rule, from `activity` (made for rules new to
+    /// it), and drops from `activity` the rules this configuration no longer has.
+    #[cfg(feature = "admin")]
+    pub(crate) fn attach_activity(&mut self, activity: Arc<super::observe::activity::Activity>) {
+        let routed = self.routes.iter_mut().flat_map(|r| r.limits.iter_mut());
+        for limit in self.global.iter_mut().chain(routed) {
+            limit.activity = Some(activity.rule(&limit.rule.shared_name()));
+        }
+        let names: Vec<&str> = self.all_limits().map(|l| l.rule.name()).collect();
+        activity.retain(&names);
+        self.activity = activity;
+    }
+
+    /// Every limit of the layer: its own, then each route's.
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn all_limits(&self) -> impl Iterator<Item = &Limit> {
+        let routed = self.routes.iter().flat_map(|r| &r.limits);
+        self.global.iter().chain(routed)
     }
 
     pub(crate) fn route_pattern(&self, route: Option<usize>) -> Option<&str> {

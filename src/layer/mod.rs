@@ -247,3 +247,8 @@ pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;
+
+#[cfg(feature = "admin")]
+pub(crate) use config::Config;
+#[cfg(feature = "admin")]
+pub(crate) use reload::source::ConfigSource;
