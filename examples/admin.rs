@@ -517,7 +517,18 @@ mod tests {
             axum::serve(listener, service).await
         });
         let local = || login_from("alice", "127.0.0.1");
-        for _ in 0..8 {
+        // Other users locked out from addresses of their own, fewer times than alice, so
+        // that her key tops the list the first unblock button acts on.
+        for (n, user) in ["bob", "carol", "dave"].into_iter().enumerate() {
+            for _ in 0..7 {
+                let address = format!("192.0.2.{}", n + 1);
+                app.clone()
+                    .oneshot(login_from(user, &address))
+                    .await
+                    .unwrap();
+            }
+        }
+        for _ in 0..10 {
             app.clone().oneshot(local()).await.unwrap();
         }
         assert_eq!(send(&app, local()).await.0, StatusCode::TOO_MANY_REQUESTS);
@@ -563,6 +574,7 @@ mod tests {
         let options = LaunchOptions::default_builder()
             .path(Some(chromium))
             .sandbox(false)
+            .window_size(Some((1200, 900)))
             .build()
             .unwrap();
         let browser = Browser::new(options).unwrap();
@@ -587,6 +599,14 @@ mod tests {
             );
         }
         let before = tab.get_content().unwrap();
+        // `TOLLGATE_ADMIN_SCREENSHOT=docs/admin.png` keeps the page as the README shows it.
+        if let Some(path) = std::env::var_os("TOLLGATE_ADMIN_SCREENSHOT") {
+            use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+            let png = tab
+                .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+                .unwrap();
+            std::fs::write(path, png).unwrap();
+        }
         tab.find_element("table.top button")
             .unwrap()
             .click()
