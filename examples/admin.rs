@@ -1,11 +1,16 @@
-//! An admin API beside a rate-limited app: look at a key's state and unblock a locked key,
-//! built on [`Limiter::peek`] and [`Limiter::reset`], behind a bearer token.
+//! An admin beside a rate-limited app: tollgate's admin page and JSON API at `/admin`
+//! (feature `admin`: rules, decisions over time, the most denied keys, unblock), and routes
+//! of the app's own that name a key by user and address, built on [`Limiter::peek`] and
+//! [`Limiter::reset`], all behind one bearer token.
 //!
-//! - `GET /admin/limits/{rule}?user=…&address=…`: the state under the rule of the key the
+//! - `/admin`: the page, for a browser (sign in with the token: the form sets a session
+//!   cookie), and `/admin/api/…` for scripts (`Authorization: Bearer …`); see
+//!   `tollgate::admin`.
+//! - `GET /ops/limits/{rule}?user=…&address=…`: the state under the rule of the key the
 //!   layer would extract from a request of that user from that address (limit, remaining,
 //!   reset), whether its next request would be admitted (and if not, when), and whether it
 //!   is locked out, as JSON. Nothing is consumed.
-//! - `POST /admin/limits/{rule}/unblock?user=…&address=…`: clears that key's state and
+//! - `POST /ops/limits/{rule}/unblock?user=…&address=…`: clears that key's state and
 //!   lifts its lock (every instance sharing the store sees it at once; with a Redis deny
 //!   cache, every instance's cache is cleared too). Answers `204`.
 //!
@@ -85,6 +90,9 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
         .limit(Limit::new(login.clone(), SharedKey(login_key())))
         .limit(Limit::new(per_address.clone(), SharedKey(address.clone())))
         .build()?;
+    let page = tollgate::admin::Admin::new(&limits)
+        .bearer_token(token)
+        .router();
     let public = Router::new()
         .route(
             "/login",
@@ -106,14 +114,14 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
         wrong_tokens: Rule::fixed_window("admin-wrong-tokens", 5, Duration::from_secs(900)),
     });
     let admin_routes = Router::new()
-        .route("/admin/limits/{rule}", get(peek::<St>))
-        .route("/admin/limits/{rule}/unblock", post(unblock::<St>))
+        .route("/ops/limits/{rule}", get(peek::<St>))
+        .route("/ops/limits/{rule}/unblock", post(unblock::<St>))
         .route_layer(middleware::from_fn_with_state(
             admin.clone(),
             authorize::<St>,
         ))
         .with_state(admin);
-    Ok(public.merge(admin_routes))
+    Ok(public.merge(admin_routes).nest("/admin", page))
 }
 
 /// A key extractor shared between the layer and the admin routes, so both compute one key.
@@ -304,8 +312,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}; try:");
     println!("  for i in $(seq 9); do curl -s -o /dev/null -w '%{{http_code}}\\n' -X POST -H 'user: alice' http://{addr}/login; done");
-    println!("  curl -s -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/admin/limits/login?user=alice&address=127.0.0.1'");
-    println!("  curl -s -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/admin/limits/login/unblock?user=alice&address=127.0.0.1'");
+    println!("  open http://{addr}/admin and sign in with $ADMIN_TOKEN");
+    println!("  curl -s -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/admin/api/top'");
+    println!("  curl -s -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/ops/limits/login?user=alice&address=127.0.0.1'");
+    println!("  curl -s -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" 'http://{addr}/ops/limits/login/unblock?user=alice&address=127.0.0.1'");
     let app = app(Limiter::new(MemoryStore::new()), &token)?;
     axum::serve(
         listener,
@@ -364,8 +374,8 @@ mod tests {
         (status, serde_json::from_slice(&body).unwrap_or_default())
     }
 
-    const ALICE: &str = "/admin/limits/login?user=alice&address=203.0.113.7";
-    const ALICE_UNBLOCK: &str = "/admin/limits/login/unblock?user=alice&address=203.0.113.7";
+    const ALICE: &str = "/ops/limits/login?user=alice&address=203.0.113.7";
+    const ALICE_UNBLOCK: &str = "/ops/limits/login/unblock?user=alice&address=203.0.113.7";
 
     /// Without the right token nothing is shown or changed.
     #[tokio::test]
@@ -483,18 +493,126 @@ mod tests {
     #[tokio::test]
     async fn an_unknown_rule_is_a_404_naming_the_rules() {
         let app = router();
-        let (status, body) =
-            send(&app, admin("GET", "/admin/limits/nope?user=a", Some(TOKEN))).await;
+        let (status, body) = send(&app, admin("GET", "/ops/limits/nope?user=a", Some(TOKEN))).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(
             body["rules"],
             serde_json::json!(["login", "login-per-address"])
         );
-        let (status, _) = send(
-            &app,
-            admin("POST", "/admin/limits/nope/unblock", Some(TOKEN)),
-        )
-        .await;
+        let (status, _) = send(&app, admin("POST", "/ops/limits/nope/unblock", Some(TOKEN))).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    /// In a real browser (Debian's headless `chromium`): after a user is locked out by
+    /// traffic, the signed-in page shows the rule, the chart and the limited key, and its
+    /// unblock button lifts the lock. Fails, never skips, without Chromium.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_page_in_a_browser_unblocks_a_limited_key() {
+        let app = app(Limiter::new(MemoryStore::new()), TOKEN).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = app.clone();
+        tokio::spawn(async move {
+            let service = served.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, service).await
+        });
+        let local = || login_from("alice", "127.0.0.1");
+        // Other users locked out from addresses of their own, fewer times than alice, so
+        // that her key tops the list the first unblock button acts on.
+        for (n, user) in ["bob", "carol", "dave"].into_iter().enumerate() {
+            for _ in 0..7 {
+                let address = format!("192.0.2.{}", n + 1);
+                app.clone()
+                    .oneshot(login_from(user, &address))
+                    .await
+                    .unwrap();
+            }
+        }
+        for _ in 0..10 {
+            app.clone().oneshot(local()).await.unwrap();
+        }
+        assert_eq!(send(&app, local()).await.0, StatusCode::TOO_MANY_REQUESTS);
+
+        let url = format!("http://{addr}/admin");
+        let page = tokio::task::spawn_blocking(move || browse(&url))
+            .await
+            .unwrap();
+        assert!(page.before.contains("id=\"rule-login\""), "{}", page.before);
+        assert!(
+            page.before.contains("<svg class=\"chart\""),
+            "{}",
+            page.before
+        );
+        assert!(
+            page.before.contains("127.0.0.1\u{241F}alice"),
+            "{}",
+            page.before
+        );
+        assert!(
+            page.after.contains("Unblocked a key of rule login"),
+            "{}",
+            page.after
+        );
+        assert_eq!(send(&app, local()).await.0, StatusCode::OK);
+    }
+
+    /// The page's HTML before and after pressing the first unblock button.
+    struct Browsed {
+        before: String,
+        after: String,
+    }
+
+    /// Signs in on the page at `url` in headless Chromium and presses its first unblock
+    /// button.
+    fn browse(url: &str) -> Browsed {
+        use headless_chrome::{Browser, LaunchOptions};
+        let chromium = std::path::PathBuf::from("/usr/bin/chromium");
+        assert!(
+            chromium.exists(),
+            "the browser test needs Chromium at /usr/bin/chromium: run scripts/install-deps.sh"
+        );
+        let options = LaunchOptions::default_builder()
+            .path(Some(chromium))
+            .sandbox(false)
+            .window_size(Some((1200, 900)))
+            .build()
+            .unwrap();
+        let browser = Browser::new(options).unwrap();
+        let tab = browser.new_tab().unwrap();
+        tab.navigate_to(url)
+            .unwrap()
+            .wait_until_navigated()
+            .unwrap();
+        tab.wait_for_element("input[name=token]")
+            .unwrap()
+            .click()
+            .unwrap();
+        tab.type_str(TOKEN).unwrap();
+        tab.find_element("button[type=submit]")
+            .unwrap()
+            .click()
+            .unwrap();
+        if tab.wait_for_element("table.top button").is_err() {
+            panic!(
+                "no unblock button on {}",
+                tab.get_content().unwrap_or_default()
+            );
+        }
+        let before = tab.get_content().unwrap();
+        // `TOLLGATE_ADMIN_SCREENSHOT=docs/admin.png` keeps the page as the README shows it.
+        if let Some(path) = std::env::var_os("TOLLGATE_ADMIN_SCREENSHOT") {
+            use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+            let png = tab
+                .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+                .unwrap();
+            std::fs::write(path, png).unwrap();
+        }
+        tab.find_element("table.top button")
+            .unwrap()
+            .click()
+            .unwrap();
+        tab.wait_for_element("#notice").unwrap();
+        let after = tab.get_content().unwrap();
+        Browsed { before, after }
     }
 }

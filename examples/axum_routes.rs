@@ -2,8 +2,9 @@
 //!
 //! - `POST /sms/send`: per user (`User-Id`) 1 per minute, 5 per hour, 10 per day, plus 20 per
 //!   minute per address — one batch, so a refused message uses up nothing;
-//! - `GET /files/{name}`: 500 MB per user, refilled at 100 MB a minute; a download costs the
-//!   file's size as the server knows it (never a number the client sends), at least 1 MB;
+//! - `GET /files/{name}`: 500 MB per user, refilled at 100 MB a minute; a download is
+//!   admitted on the size of the file it names, as the server knows it (never a number the
+//!   client sends), and costs what the handler says it served, at least 1 MB;
 //! - `POST /login`: 5 attempts a minute per address; 3 refusals within 10 minutes lock the
 //!   address out for 15 minutes;
 //! - `GET /search`: a stricter rule being tried out in shadow mode: it decides and reports
@@ -22,7 +23,7 @@ use std::time::Duration;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use tollgate::key::{self, KeyExtractor, RequestHead};
 use tollgate::layer::{DecisionEvent, Limit, Mode, RateLimitLayer};
 use tollgate::{ConfigError, Limiter, MemoryStore, Penalty, Rate, Rule, Store};
@@ -57,7 +58,13 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
             )
             .cost(download_mb)
             // An empty file costs 1 MB too: a request that costs nothing can be sent forever.
-            .min_cost(1),
+            .min_cost(1)
+            // What the handler served settles the cost: a name the estimate reads wrong
+            // is charged the file that was served all the same.
+            .cost_from_response(|res| {
+                let served = res.extensions.get::<Served>()?;
+                Some(served.bytes.div_ceil(MB))
+            }),
         )
         .build()?;
 
@@ -114,10 +121,16 @@ fn file_size(name: &str) -> Option<u64> {
         .map(|(_, size)| *size)
 }
 
-/// A download costs the requested file's size in MB, rounded up. An unknown file costs 0
-/// here and is clamped to the limit's `min_cost`; the handler answers 404. The name is
-/// percent-decoded as axum's `Path` decodes it for the handler, so `/files/%61.iso` costs
-/// what `a.iso`, the file it serves, costs.
+/// What the download handler served: the limit's cost is settled by it.
+#[derive(Debug, Clone, Copy)]
+struct Served {
+    bytes: u64,
+}
+
+/// A download is admitted on the requested file's size in MB, rounded up: the most it can
+/// serve. An unknown file estimates 0 here and is clamped to the limit's `min_cost`; the
+/// handler answers 404. The name is percent-decoded as axum's `Path` decodes it for the
+/// handler, so `/files/%61.iso` is admitted on what `a.iso`, the file it serves, costs.
 fn download_mb(req: &RequestHead<'_>) -> u64 {
     let Some(raw) = req.uri().path().strip_prefix("/files/") else {
         return 0;
@@ -128,9 +141,11 @@ fn download_mb(req: &RequestHead<'_>) -> u64 {
         .map_or(0, |bytes| bytes.div_ceil(MB))
 }
 
-async fn download(Path(name): Path<String>) -> Result<String, StatusCode> {
+/// Serves a file (its description, in this example), and says how much it served.
+async fn download(Path(name): Path<String>) -> Result<(Extension<Served>, String), StatusCode> {
     let size = file_size(&name).ok_or(StatusCode::NOT_FOUND)?;
-    Ok(format!("{size} bytes of {name}\n"))
+    let served = Extension(Served { bytes: size });
+    Ok((served, format!("{size} bytes of {name}\n")))
 }
 
 #[allow(dead_code)] // Tests include this file for `app`.

@@ -12,13 +12,16 @@
 --   denials of the rules that reject, admit nothing; MODE_REFUND takes back the admissions a
 --   MODE_DECIDE call made, each rule at its instant in ARGV[5]; MODE_REFUND_HELD gives back a
 --   held request's admissions, each rule at its own instant, only where its model's mark
---   says that is exact (Store::refund).
+--   says that is exact (Store::refund); MODE_OVERDRAW takes each rule's cost now without a
+--   check (a request served at a cost settled above what it took, batch::overdraw).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
 -- ARGV[5]: the refunds, per rule two little-endian doubles: the instant its admission was
 --   recorded at, and its mark (unused by MODE_REFUND); other modes, the least delay in µs
 --   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
---   here may count it before now + ARGV[5]).
+--   here may count it before now + that), then optionally a space and the µs after now at
+--   which another slot's leaky bucket releases the request (the queues here hold it until
+--   then at least, and the rules on keys released earlier are pending).
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
 -- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation (the instant the request arrives at: now, or
 --   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
@@ -34,7 +37,7 @@
 -- The batch being decided, set by decide_batch: batches are decided one at a time, so the
 -- helpers below read these instead of being built anew for every batch (closures cost
 -- allocations; in a function library they are built once per library load).
-local now, max_wait, mode, slack_ms, release_floor, rules
+local now, max_wait, mode, slack_ms, release_floor, held_floor, rules
 -- Whether a rule of the batch adopted another configuration's state (REPLY_ADOPTED).
 local adopted
 
@@ -127,15 +130,17 @@ local function released_at(r, arrival)
 end
 
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
--- (no earlier than another Cluster slot reserved, release_floor), changing nothing. The
--- rules on one key count it at that key's release, except the leaky bucket whose own queue
--- holds it until then: that one counts it on arrival. A rule whose key releases it before
--- the batch does (the latest release) is pending: evaluated at the batch's release, counted
--- only when the request is released.
+-- (no earlier than another Cluster slot reserved, release_floor), changing nothing. A leaky
+-- bucket counts it on arrival, its delay being its queue, and holds it until the batch's
+-- release (the latest, no earlier than another Cluster slot's queue releases it,
+-- held_floor): when that is later than its own, the time until then reads as queued water
+-- (`held`). The other rules count it at their key's release; a rule whose key releases it
+-- before the batch does is pending: evaluated at the batch's release, counted only when
+-- the request is released.
 local function evaluate_at(arrival)
   local reserved = max(arrival, release_floor)
   local releases = {}
-  local last = reserved
+  local last = max(reserved, held_floor)
   for i = 1, #rules do
     releases[i] = released_at(rules[i], reserved)
     last = max(last, releases[i])
@@ -149,18 +154,28 @@ local function evaluate_at(arrival)
         release = max(release, releases[j])
       end
     end
-    local pending = releases[i] == reserved and release < last and r.cost > 0 and not r.shadow
-    local at = release
+    local queue = r.leaky and r.cost > 0 and not r.shadow
+    local pending = not queue and release < last and r.cost > 0 and not r.shadow
+    local at, held = release, nil
     if pending then
       at = last
-    elseif releases[i] == release then
+    elseif queue then
       at = reserved
+      if releases[i] < last then
+        held = last
+      end
     end
     local locked = nil
     if r.after > 0 then
       locked = locked_for(r.pen, arrival)
     end
-    items[i] = { eval = algorithm_evaluate(r, at, r.cost), locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending }
+    local eval
+    if held then
+      eval = r.model.evaluate_held(r, at, r.cost, held)
+    else
+      eval = algorithm_evaluate(r, at, r.cost)
+    end
+    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held }
   end
   return items
 end
@@ -286,7 +301,7 @@ end
 -- sliding log, its log after it) and its stored state, read with one GET (a sliding log:
 -- one ZRANGE of its newest member). Returns the rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
     rule_args(packed)
   local model = model_of(code)
   -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
@@ -308,6 +323,8 @@ local function load_rule(KEYS, key_index, packed)
     after = after,
     within = within,
     shadow = shadow == 1,
+    -- Its quota denials are left to the caller (batch::counts_denial).
+    defers = defers == 1,
     key = KEYS[key_index],
     key_id = key_id,
     pen = nil,
@@ -347,6 +364,23 @@ local function load_rule(KEYS, key_index, packed)
   return r, key_index
 end
 
+-- The reply of a call that decides nothing (a refund, an overdraft), opening with `opening`
+-- (REPLY_DENIED, or REPLY_ADOPTED when it wrote over another configuration's state): each
+-- rule allows, with its quota as it stands.
+local function quota_reply(opening)
+  local reply = { opening, now, now }
+  for i = 1, #rules do
+    local info = algorithm_evaluate(rules[i], now, 0)
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = info.remaining
+    reply[#reply + 1] = info.reset
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+  end
+  return reply
+end
+
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
 -- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
 -- stands (the batch was denied elsewhere).
@@ -368,17 +402,42 @@ local function refund_batch(taken, marked)
       end
     end
   end
-  local reply = { REPLY_DENIED, now, now }
+  return quota_reply(REPLY_DENIED)
+end
+
+-- MODE_OVERDRAW (batch::overdraw): takes each rule's cost now, at most its quota
+-- (Algorithm::overdraw), whatever its state admits: a state another configuration wrote is
+-- adopted first, as an admission's commit adopts it (and the reply says REPLY_ADOPTED, so
+-- that the deny caches hear of it). Replies as quota_reply.
+local function overdraw_batch()
+  adopted = false
   for i = 1, #rules do
-    local info = algorithm_evaluate(rules[i], now, 0)
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = info.remaining
-    reply[#reply + 1] = info.reset
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    local r = rules[i]
+    local cost = min(r.cost, r.quota)
+    if cost > 0 then
+      local model = r.model
+      local overdraw = model.overdraw or model.apply
+      if r.carried then
+        if r.log_key then
+          redis.call('DEL', r.log_key)
+        end
+        local units = held(r, now)
+        r.state = model.fresh(r, now)
+        if units > 0 then
+          model.apply(r, r.state, now, units)
+        end
+        r.carried, adopted = nil, true
+      elseif not is_live(r, now) then
+        r.state = model.fresh(r, now)
+      end
+      overdraw(r, r.state, now, cost)
+      r.own = true
+      local info = algorithm_evaluate(r, now, 0)
+      r.head = { r.fingerprint, sub0(r.quota, info.remaining), model.expires_at(r, r.state) }
+      store_state(r)
+    end
   end
-  return reply
+  return quota_reply(adopted and REPLY_ADOPTED or REPLY_DENIED)
 end
 
 -- Step 3 (batch::commit) for rule `r` and its item: counts an admission (`admitted`) in its
@@ -390,7 +449,11 @@ local function commit(r, item, admitted)
     if r.cost == 0 or item.pending then
       return 0
     end
-    if not r.carried then
+    if item.held then
+      -- LeakyBucket::held: the queue before the hold has drained by its end.
+      r.state = r.model.held(r, item.at, r.cost, item.held)
+      r.own, r.carried = true, nil
+    elseif not r.carried then
       if not is_live(r, item.at) then
         r.state = r.model.fresh(r, item.at)
       end
@@ -413,9 +476,10 @@ local function commit(r, item, admitted)
     if r.model.mark then
       return r.model.mark(r, r.state, item.at, item.eval.wait)
     end
-  elseif r.after > 0 and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-    -- A denial by the quota counts (batch::Evaluated::counts_for_penalty); a request
-    -- already locked out or costing more than the rule can ever admit does not.
+  elseif r.after > 0 and not r.defers and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+    -- A denial by the quota counts (batch::counts_denial); a request already locked out or
+    -- costing more than the rule can ever admit does not, nor one of a rule whose denials
+    -- are left to the caller.
     if record_denial(r, r.pen, item.arrival) then
       item.locked = locked_for(r.pen, item.arrival)
     end
@@ -471,16 +535,23 @@ local function decide_batch(KEYS, ARGV)
   max_wait = tonumber(ARGV[2])
   mode = tonumber(ARGV[3])
   slack_ms = tonumber(ARGV[4])
-  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD
-  release_floor = now
+  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD or mode == MODE_OVERDRAW
+  release_floor, held_floor = now, now
   if not refunds then
-    release_floor = now + tonumber(ARGV[5])
+    local least, held = string.match(ARGV[5], '^(%d+) ?(%d*)$')
+    release_floor = now + tonumber(least)
+    if held ~= '' then
+      held_floor = now + tonumber(held)
+    end
   end
   -- Every rule's configuration and stored state, nothing else before the decision.
   rules = {}
   local key_index = 1
   for i = 1, #ARGV - 5 do
     rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
+  end
+  if mode == MODE_OVERDRAW then
+    return overdraw_batch()
   end
   if refunds then
     return refund_batch(ARGV[5], mode == MODE_REFUND_HELD)

@@ -7,7 +7,7 @@
 -- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" (its key
 --   and rule counts, batch.lua's ARGV[2], ARGV[3], ARGV[4] as decimal integers, and 1 when
 --   two more arguments follow, else 0) and then its rules' arguments (batch.lua's ARGV[6…],
---   104 bytes each), all one argument, which a call parses once per distinct value
+--   112 bytes each), all one argument, which a call parses once per distinct value
 --   (fast.lua's shape_of); then, when <extra> is 1, batch.lua's ARGV[1] (the instant, or ""
 --   for the server's TIME) and ARGV[5]; when 0, they are "" and "0". TIME is read at most
 --   once per call, so every batch of a call decides at the same instant.

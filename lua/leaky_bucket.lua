@@ -39,6 +39,30 @@ models[LEAKY_BUCKET] = function()
       end
       return reject(cdiv(after - full, amount), remaining, cdiv(level, amount))
     end,
+    -- LeakyBucket::evaluate_held: a request of `cost` (at least 1) arriving at `at` that its
+    -- batch releases at `release`, later than this queue alone would: the time until then
+    -- reads as queued water; the state's own water has drained by then.
+    evaluate_held = function(c, at, cost, release)
+      local capacity, amount, period = c.p1, c.p2, c.p3
+      local full = capacity * period
+      local wait = sub0(release, at)
+      -- Beyond a full queue the water only decides the retry, computed without it.
+      local remaining = div(sub0(full, wait * amount), period)
+      if cost > capacity then
+        return reject(nil, remaining, wait)
+      end
+      -- The longest hold the queue has room for, with the request's units after it.
+      local slack = div(full - cost * period, amount)
+      if wait > slack then
+        return reject(wait - slack, remaining, wait)
+      end
+      local after = wait * amount + cost * period
+      return admit(wait, div(full - after, period), cdiv(after, amount))
+    end,
+    -- LeakyBucket::held: the state after admitting what evaluate_held admitted.
+    held = function(c, at, cost, release)
+      return { sub0(release, at) * c.p2 + cost * c.p3, at }
+    end,
     apply = function(c, s, now, cost)
       s[1] = leaky_level(c, s, now) + cost * c.p3
       s[2] = max(now, s[2])

@@ -71,7 +71,7 @@ end
 local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCRA = 1, 2, 3, 4, 5, 6
 
 -- What a call does with a batch (batch.lua's ARGV[3]): `Mode` in src/store/redis/script.rs.
-local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD = 0, 1, 2, 3, 4
+local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW = 0, 1, 2, 3, 4, 5
 
 -- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Verdict` in
 -- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another
@@ -86,6 +86,7 @@ local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED = 0, 1, 2, 3
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
 -- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)
 -- said right after the admission, or nil to give back without checking), optionally mark,
--- and `fields`, the length of its stored state. refund returns false where it gave nothing
--- back.
+-- optionally overdraw(c, s, now, cost) (Algorithm::overdraw: units taken without a check,
+-- apply when absent), and `fields`, the length of its stored state. refund returns false
+-- where it gave nothing back.
 local models = {}

@@ -1,14 +1,17 @@
 -- A rule's packed arguments and its stored record, read and written here alone: the general
 -- path (batch.lua) and the streamlined one (fast.lua) both go through these functions.
 --
--- A rule's packed argument (batch.lua's ARGV[6…]): thirteen little-endian doubles,
+-- A rule's packed argument (batch.lua's ARGV[6…]): fourteen little-endian doubles,
 -- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
 -- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
 -- (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the batch,
 -- and consumes only when it admits on its own; batch::admitted), the configuration's
 -- fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`), its key id (the
 -- index of the batch's first rule on the same client key: the rules on one key count the
--- request when a leaky bucket on that key releases it, batch::key_release).
+-- request when a leaky bucket on that key releases it, batch::key_release), and whether
+-- its quota denials are left to the caller rather than counted towards its penalty (1: a
+-- limit charged by outcome, whose layer counts them once the requests in flight have
+-- settled; Rule::deferring_denials).
 --
 -- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
 -- (struct.pack "<d…", exact for these integers): the head, which is the fingerprint of the
@@ -47,15 +50,15 @@ local function model_of(code)
   return model
 end
 
--- The bytes of a rule's packed argument: thirteen doubles.
-local RULE_BYTES = 104
+-- The bytes of a rule's packed argument: fourteen doubles.
+local RULE_BYTES = 112
 
 -- A rule's packed argument, unpacked: code, cost, p1, p2, p3, p4, lock_for, after, within,
--- shadow, fingerprint, quota, key_id.
+-- shadow, fingerprint, quota, key_id, defers.
 local function rule_args(packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id =
-    struct_unpack('<ddddddddddddd', packed)
-  return code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
+    struct_unpack('<dddddddddddddd', packed)
+  return code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers
 end
 
 -- The record `raw` (a GET's reply) as configuration `c` (its model's `fields`, `bytes` and

@@ -87,6 +87,30 @@ models[TOKEN_BUCKET] = function()
       end
       return s[2] + cdiv(capacity - min(s[1], capacity), amount) * period
     end,
+    -- Model::overdraw: a level cannot go below zero, so the tokens missing are refill owed
+    -- from `now` (or from a refill already owed): the state stands as of the instant the
+    -- debt is paid, and reads as held until then (settled_at).
+    overdraw = function(c, s, now, cost)
+      local amount, period = c.p2, c.p3
+      local at = max(now, s[2])
+      if c.p4 == 0 then
+        local level, need = smooth_level(c, s, at), cost * period
+        if level >= need then
+          s[1], s[2] = level - need, at
+        else
+          local wait = cdiv(need - level, amount)
+          s[1], s[2] = wait * amount - (need - level), at + wait
+        end
+      else
+        local level, last = stepped_level(c, s, at)
+        if level >= cost then
+          s[1], s[2] = level - cost, last
+        else
+          local steps = cdiv(cost - level, amount)
+          s[1], s[2] = steps * amount - (cost - level), last + steps * period
+        end
+      end
+    end,
     mark = function(c, s, at, delay)
       return s[2]
     end,

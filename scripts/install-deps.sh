@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and a fresh machine may lack: redis-server and redis-cli
-# (the Redis tests start their own servers), and python3 (.ci/run's MSRV check).
+# (the Redis tests start their own servers), python3 (.ci/run's MSRV check), and Chromium
+# (examples/admin.rs's browser test drives the admin page in it).
 # Idempotent: does nothing when all is present.
 set -euo pipefail
 
@@ -9,6 +10,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # .ci/run's MSRV check (scripts/msrv.py).
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# The admin page's browser test (examples/admin.rs) runs Debian's headless Chromium.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
@@ -21,3 +24,4 @@ fi
 # Fail loudly rather than let Redis tests skip.
 redis-server --version >/dev/null
 redis-cli --version >/dev/null
+/usr/bin/chromium --version >/dev/null 2>&1

@@ -65,6 +65,10 @@
 //!   dates a shared state in the future. [`Reservation::confirm`] counts it.
 //! - **refund**: units a request took go back to the store that took them, for a request
 //!   that will not pass or does not count ([`Reservation::cancel`], [`layer::Charge`]).
+//! - **settle**: a request's cost becomes known once it is served (the bytes a handler
+//!   sent): what its admission took beyond it is refunded, what it took short of it is an
+//!   **overdraft**, taken without a check and carried as a debt the key's next requests pay
+//!   ([`Reservation::settle`], [`Limit::cost_from_response`]).
 //! - **mark**: what identifies the state an admission left, so that a refund takes back
 //!   that admission's units and no one else's.
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one
@@ -80,6 +84,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub mod admin;
 mod algorithm;
 mod clock;
 mod decision;

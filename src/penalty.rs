@@ -11,6 +11,12 @@ use crate::clock::duration_to_micros_ceil;
 /// time, without touching the algorithm's state. Denials are counted in a window that opens
 /// at the first denial and lasts `within`.
 ///
+/// On a layer limit charged by outcome ([`Charge`](crate::layer::Charge)), a refusal counts
+/// only once the requests in flight beside it have settled, and only if the quota still
+/// refuses it then: requests refused only because others hold units their responses give
+/// back (a burst of successful logins) never lock a key out. See `Charge` for what that
+/// cannot see across instances.
+///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Penalty, Rule};

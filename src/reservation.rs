@@ -28,7 +28,9 @@ use crate::Rule;
 /// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
 /// back, never more than is exact (see [`Store::refund`]). After a confirmation, dropping it
 /// keeps the units (the request passed), and `cancel` still gives them back (a request that
-/// turns out not to count). The tower layer holds its requests with this same type.
+/// turns out not to count); [`settle`](Self::settle) charges it what it turned out to cost
+/// (a download's size, known once served). The tower layer holds its requests with this
+/// same type.
 ///
 /// ```
 /// use std::time::Duration;
@@ -210,10 +212,12 @@ impl<S: Store + Clone> Reservation<S> {
     /// Releases the request: waits until it is due, then counts the rules that wait for the
     /// release, and says whether it passes: [`Allow`](Decision::Allow), or
     /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the
-    /// hold (then the units the other rules took go back). A waiting rule that delays the
-    /// request again (a leaky bucket of its own) is waited for too. A denied reservation
-    /// answers its denial; a confirmed one, the same answer again. On a store error the
-    /// units stay taken.
+    /// hold (then the units the other rules took go back). Waiting rules that can count the
+    /// request only later, within what is left of the wait, make the whole batch wait again:
+    /// it is given back and reserved anew, so that its leaky buckets too let the request go
+    /// when it really passes (a queue that kept its slot here would let its next request
+    /// leave too soon). A denied reservation answers its denial; a confirmed one, the same
+    /// answer again. On a store error the units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
         if !self.outcome.is_admitted() {
             return Ok(self.outcome.clone());
@@ -234,11 +238,48 @@ impl<S: Store + Clone> Reservation<S> {
             let counted = self.count(&pending).await;
             // On a store error the units stay taken: whether the store counted is unknown.
             self.state = Stage::Passed;
-            self.merge(&pending, counted?);
+            let counted = counted?;
+            let later = matches!(counted.decision, Decision::Delay(_));
+            self.merge(&pending, counted);
+            if later {
+                self.reserve_again().await?;
+            }
             if self.state != Stage::Held {
                 return Ok(self.outcome.clone());
             }
         }
+    }
+
+    /// The rules that waited for the release reserved a later instant than the one the
+    /// batch's queues hold the request for: the whole batch is given back and reserved
+    /// again from now, with what is left of the wait, so that every rule, queues too,
+    /// counts the request at the instant it passes.
+    async fn reserve_again(&mut self) -> Result<(), StoreError> {
+        // Dropped meanwhile, it keeps what the store may have taken.
+        self.state = Stage::Confirming;
+        let checks = self.batch.checks();
+        // Given back first, so that the queues' slots are free to be taken again.
+        if let Err(error) = self.limiter.refund(&checks, &self.outcome).await {
+            if let Some(suppressed) = self.log.admit(Event::RefundFailure) {
+                tracing::warn!(%error, suppressed, "could not refund the units of a request");
+            }
+        }
+        let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
+        let outcome = self.limiter.reserve_outcome(&checks, max_wait).await;
+        self.state = Stage::Spent;
+        let outcome = outcome?;
+        let now = Instant::now();
+        self.due = match outcome.decision {
+            Decision::Delay(delay) => now.checked_add(delay).unwrap_or(now),
+            _ => now,
+        };
+        self.state = match (outcome.is_admitted(), &outcome.admission) {
+            (true, Some(_)) => Stage::Held,
+            (true, None) => Stage::Passed,
+            (false, _) => Stage::Spent,
+        };
+        self.outcome = outcome;
+        Ok(())
     }
 
     /// Gives the units back now (the request will not pass, or passed and does not count),
@@ -253,29 +294,116 @@ impl<S: Store + Clone> Reservation<S> {
         self.limiter.refund(&checks, &self.outcome).await
     }
 
-    /// Gives back, without waiting, the units of the rules at `indices` only (the limits
-    /// that do not count a response); the other rules keep theirs. Trial rules give back
-    /// like any other: the caller knows they took their units.
-    pub(crate) fn cancel_rules(mut self, indices: &[usize]) {
-        if !matches!(self.state, Stage::Held | Stage::Passed) || indices.is_empty() {
-            return;
+    /// Settles what the request cost, once it is known (the bytes a download served, the
+    /// rows a query returned): `costs` holds one cost per check of the batch, in order. Each
+    /// rule gives back what it took beyond its settled cost, as exactly as
+    /// [`Store::refund`] gives back, and takes what it took short of it without a check:
+    /// the request has been served, so nothing is denied, and the rule's state carries the
+    /// excess as a debt that the key's next requests pay where its algorithm can (a GCRA, a
+    /// token bucket, a leaky bucket, a sliding log or sliding window; a fixed window until
+    /// its window ends). A settled cost above the rule's limit counts as the limit. A check
+    /// settled at the cost it was reserved with changes nothing.
+    ///
+    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit,
+    /// however many there are, and gives back the rest; a lower one admits more at once and
+    /// charges each the rest when it settles. The layer settles this way with
+    /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response).
+    ///
+    /// Settle after [`confirm`](Self::confirm): rules still waiting for the release took
+    /// nothing and are left out. After it the reservation holds nothing: dropping or
+    /// cancelling it gives nothing back. A store outside this crate settles nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
+    /// // 100 MB, refilled at 10 MB a second.
+    /// let rule = Rule::token_bucket("export-mb", 100, Rate::per_second(10));
+    /// let export = [Check::new(&rule, b"user-7").with_cost(1)];
+    ///
+    /// // Exports of unknown size: 1 MB each at admission, what they wrote once written.
+    /// for written in [80, 50] {
+    ///     let mut reservation = limiter.reserve(&export, Duration::ZERO).await?;
+    ///     assert!(reservation.confirm().await?.is_admitted());
+    ///     reservation.settle(&[written]).await?;
+    /// }
+    /// // 20 MB were left for the second export's 50: 30 MB of debt, which 3 s of refill
+    /// // pay before the next 1 MB takes a tenth of a second.
+    /// let next = limiter.check(&export).await?;
+    /// let denial = next.decision.denial().expect("the debt is not paid yet");
+    /// assert_eq!(denial.retry_after, Some(Duration::from_millis(3_100)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn settle(mut self, costs: &[u64]) -> Result<(), StoreError> {
+        let Some((outcome, settled)) = self.settlement(costs)? else {
+            return Ok(());
+        };
+        let checks = self.batch.checks();
+        let checks = settled_checks(&checks, &settled);
+        self.limiter.refund(&checks, &outcome).await
+    }
+
+    /// [`settle`](Self::settle) without waiting (at once for a store that answers at once,
+    /// else on a task), logging a failure: the layer settles as the response goes out.
+    pub(crate) fn settle_detached(mut self, costs: &[u64]) {
+        match self.settlement(costs) {
+            Ok(Some((outcome, settled))) => {
+                self.refund_detached(outcome, move |checks| settled_checks(checks, &settled));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "could not settle the cost of a request"),
+        }
+    }
+
+    /// What settling at `costs` gives back and takes: the outcome of the rules that change
+    /// (each an overdraft where it takes), and per such rule its index and the units given
+    /// back or taken. `None` when nothing changes; from here on the reservation holds
+    /// nothing.
+    fn settlement(&mut self, costs: &[u64]) -> Result<Option<(Outcome, Settled)>, StoreError> {
+        let checks = self.batch.checks();
+        if costs.len() != checks.len() || self.outcome.rules.len() != checks.len() {
+            return Err(StoreError::InvalidBatch(format!(
+                "{} costs settle a batch of {} checks",
+                costs.len(),
+                checks.len()
+            )));
+        }
+        if !matches!(self.state, Stage::Held | Stage::Passed) {
+            return Ok(None);
         }
         self.state = Stage::Spent;
-        if self.outcome.admission.is_none() {
-            return;
+        let Some(admission) = &self.outcome.admission else {
+            return Ok(None);
+        };
+        let mut settled = Settled::new();
+        for (i, (check, &cost)) in checks.iter().zip(costs).enumerate() {
+            let cost = cost.min(check.rule.algorithm().limit());
+            // A trial rule that would have denied took nothing; a pending one, nothing yet.
+            let took = self
+                .outcome
+                .rules
+                .get(i)
+                .is_some_and(|r| !matches!(r.decision, Decision::Deny(_)))
+                && !admission.taken(i).pending;
+            if took && cost != check.cost {
+                let overdraft = cost > check.cost;
+                settled.push((i, cost.abs_diff(check.cost), overdraft));
+            }
         }
-        let outcome = self.outcome.select(indices);
-        let indices: SmallVec<[usize; 4]> = indices.into();
-        self.refund_detached(outcome, move |checks| {
-            indices
-                .iter()
-                .filter_map(|&i| checks.get(i))
-                .map(|c| Check {
-                    shadow: false,
-                    ..*c
-                })
-                .collect()
-        });
+        if settled.is_empty() {
+            return Ok(None);
+        }
+        let indices: SmallVec<[usize; 4]> = settled.iter().map(|&(i, ..)| i).collect();
+        let mut outcome = self.outcome.select(&indices);
+        if let Some(admission) = &mut outcome.admission {
+            for (taken, &(.., overdraft)) in admission.taken.iter_mut().zip(&settled) {
+                taken.overdraft = overdraft;
+            }
+        }
+        Ok(Some((outcome, settled)))
     }
 
     /// The rules that wait for the release.
@@ -388,6 +516,25 @@ impl<S: Store + Clone> Reservation<S> {
             }
         });
     }
+}
+
+/// Per rule that a settlement changes: its index in the batch, the units given back or
+/// taken, and whether they are taken (an overdraft).
+type Settled = SmallVec<[(usize, u64, bool); 4]>;
+
+/// The checks a settlement gives back or takes: each changed rule's check at the units that
+/// change. Trial rules settle like any other: the reservation knows they took their units.
+fn settled_checks<'a>(checks: &[Check<'a>], settled: &Settled) -> SmallVec<[Check<'a>; 4]> {
+    settled
+        .iter()
+        .filter_map(|&(i, units, _)| {
+            checks.get(i).map(|c| Check {
+                cost: units,
+                shadow: false,
+                ..*c
+            })
+        })
+        .collect()
 }
 
 /// Runs `work` without waiting for it: to the end at once when it needs no wait (an

@@ -110,6 +110,10 @@ pub struct Rule {
     name_digest: u64,
     penalty: Option<Penalty>,
     cost: u64,
+    /// Whether a store counts this rule's quota denials towards its penalty: not for a
+    /// limit charged by outcome, whose layer counts them once the requests in flight beside
+    /// them have settled (see [`Rule::deferring_denials`]).
+    counts_denials: bool,
     /// Why this rule cannot work, if it cannot (see [`Rule::validate`]).
     problem: Option<Arc<ConfigError>>,
 }
@@ -146,6 +150,7 @@ impl Rule {
             algorithm,
             penalty: None,
             cost: 1,
+            counts_denials: true,
             problem,
         }
     }
@@ -302,6 +307,15 @@ impl Rule {
     /// request that does not fit is denied. This is nginx's `limit_req` without `nodelay`,
     /// with `capacity` counting the request being served. The drain is exact or rounded like
     /// a token bucket's refill (see [`token_bucket`](Self::token_bucket) and [`Rate`]).
+    ///
+    /// In a batch with other leaky buckets (a per-user queue beside a per-tenant one), the
+    /// request passes when the last of their queues releases it, and every queue of the
+    /// batch keeps its slot there: the time a queue would have been free before then reads
+    /// as queued water, so the next request it admits leaves its own units after this one
+    /// really left, never sooner, and a queue without room for that wait denies the batch
+    /// (Retry-After: when it has room). So no bucket lets requests leave faster than
+    /// `drain`, whichever key holds them; the price is the idle time before the release,
+    /// which the bucket does not give to other requests.
     pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
         Self::with(
             name,
@@ -342,8 +356,7 @@ impl Rule {
         &self.name
     }
 
-    /// The name, shared (a metric label without a copy).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// The name, shared (a metric label, a map's key, without a copy).
     pub(crate) fn shared_name(&self) -> std::sync::Arc<str> {
         self.name.clone()
     }
@@ -371,6 +384,23 @@ impl Rule {
     /// The penalty lockout, if any.
     pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
+    }
+
+    /// This rule, for a store to decide without counting its quota denials towards the
+    /// penalty (a lock still refuses): a layer charging by outcome counts them itself, once
+    /// the requests in flight that may have refused them only for units they give back have
+    /// settled. The same state, name and configuration.
+    pub(crate) fn deferring_denials(&self) -> Self {
+        Self {
+            counts_denials: false,
+            ..self.clone()
+        }
+    }
+
+    /// Whether a store counts the rule's quota denials towards its penalty (see
+    /// [`deferring_denials`](Self::deferring_denials)).
+    pub(crate) fn counts_denials(&self) -> bool {
+        self.counts_denials
     }
 
     /// The default cost of a request.

@@ -69,6 +69,40 @@ impl LeakyBucket {
         (self.capacity * self.pace.period_micros()).div_ceil(self.pace.amount())
     }
 
+    /// What a request of `cost` units (at least 1) arriving at `at` gets when its batch
+    /// releases it at `until`, later than this queue alone would (another queue of the batch
+    /// holds it longer): this queue keeps it until then, so the time before `until` reads as
+    /// queued water, and the request leaves at `until` with its units draining after it.
+    /// The water queued before it has drained by `until`, whatever the state. The same
+    /// answer as [`evaluate`](Model::evaluate) on a queue that drains exactly at `until`.
+    pub(crate) fn evaluate_held(&self, at: u64, cost: u64, until: u64) -> Eval {
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let full = self.capacity * period;
+        let wait = until.saturating_sub(at);
+        // Beyond a full queue the water only decides the retry, computed without it.
+        let remaining = full.saturating_sub(wait.saturating_mul(amount)) / period;
+        if cost > self.capacity {
+            return Eval::reject(None, remaining, wait);
+        }
+        // The longest hold the queue has room for, with the request's units after it.
+        let slack = (full - cost * period) / amount;
+        if wait > slack {
+            return Eval::reject(Some(wait - slack), remaining, wait);
+        }
+        let after = wait * amount + cost * period;
+        Eval::admit(wait, (full - after) / period, after.div_ceil(amount))
+    }
+
+    /// The state after admitting what [`evaluate_held`](Self::evaluate_held) admitted: the
+    /// queue ends `cost` units after `until`.
+    pub(crate) fn held(&self, at: u64, cost: u64, until: u64) -> LevelState {
+        let wait = until.saturating_sub(at);
+        LevelState {
+            level: wait * self.pace.amount() + cost * self.pace.period_micros(),
+            last: at,
+        }
+    }
+
     fn level(&self, s: &LevelState, now: u64) -> u64 {
         let drained = now.saturating_sub(s.last);
         if drained >= s.level.div_ceil(self.pace.amount()) {
@@ -157,6 +191,31 @@ mod tests {
 
     use super::*;
     use crate::algorithm::Verdict;
+
+    proptest::proptest! {
+        /// A queue held until a later release answers as the model does on a queue that
+        /// drains exactly then (its water before the request reads `until − at` µs of
+        /// drain), and admitting leaves that queue with the request's units after it.
+        #[test]
+        fn a_held_request_is_decided_as_a_queue_draining_at_the_release(
+            capacity in 1u64..8,
+            amount in 1u64..5,
+            period in 1u64..400,
+            wait in 0u64..4_000,
+            cost in 1u64..10,
+        ) {
+            let bucket = LeakyBucket::new(capacity, Rate::new(amount, Duration::from_micros(period))).unwrap();
+            let at = 1_000_000;
+            let queued = LevelState { level: wait * bucket.pace.amount(), last: at };
+            let held = bucket.evaluate_held(at, cost, at + wait);
+            proptest::prop_assert_eq!(held, bucket.evaluate(&queued, at, cost));
+            if held.is_admitted() {
+                let mut applied = queued;
+                bucket.apply(&mut applied, at, cost);
+                proptest::prop_assert_eq!(bucket.held(at, cost, at + wait), applied);
+            }
+        }
+    }
 
     /// A rule reconfigured with a smaller capacity (same name, same store) finds more water
     /// than its queue holds: that is a full queue, not an underflow.

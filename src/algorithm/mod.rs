@@ -257,6 +257,20 @@ impl Algorithm {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
 
+    /// Records `cost` units taken at `now` whatever the state admits: a cost settled after
+    /// the request was served, above what its admission took. Where the model can, the
+    /// state carries the excess as a debt that later requests pay: a GCRA's TAT beyond the
+    /// tolerance, a token bucket's refill owed before its next token, water above a leaky
+    /// bucket's capacity, a window's count above its limit (a fixed window forgets it when
+    /// the window turns). At most [`limit`](Self::limit) units are taken at once, which
+    /// keeps every quantity within the exact range (see the module docs).
+    pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
+        let cost = cost.min(self.limit());
+        if cost > 0 {
+            each_model!(self, m => overdraw_with(m, &mut state.0, now, cost))
+        }
+    }
+
     /// What identifies the admission [`apply`](Self::apply) just recorded at `at`, held
     /// for `delay` µs by the rule itself, so that [`refund`](Self::refund) can tell whether
     /// the state still shows it as it was left.
@@ -277,6 +291,25 @@ impl Algorithm {
         mark: u64,
     ) -> bool {
         each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, mark))
+    }
+
+    /// For a leaky bucket: what a request of `cost` units (at least 1) arriving at `at`
+    /// gets when its batch releases it at `until`, later than this queue alone would (see
+    /// [`LeakyBucket::evaluate_held`]); `None` for the other algorithms, which hold nothing.
+    pub(crate) fn evaluate_held(&self, at: u64, cost: u64, until: u64) -> Option<Eval> {
+        match self {
+            Algorithm::LeakyBucket(m) => Some(m.evaluate_held(at, cost, until)),
+            _ => None,
+        }
+    }
+
+    /// For a leaky bucket: the state after admitting what
+    /// [`evaluate_held`](Self::evaluate_held) admitted; `None` for the other algorithms.
+    pub(crate) fn held(&self, at: u64, cost: u64, until: u64) -> Option<State> {
+        match self {
+            Algorithm::LeakyBucket(m) => Some(State(Inner::LeakyBucket(m.held(at, cost, until)))),
+            _ => None,
+        }
     }
 
     /// The instant (µs) from which `state` is the same as no state; 0 for no state.
@@ -395,6 +428,19 @@ impl Algorithm {
         }
     }
 
+    /// The algorithm's name as a rules file writes it (`"fixed_window"`, `"gcra"`…).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow(_) => "fixed_window",
+            Algorithm::SlidingLog(_) => "sliding_log",
+            Algorithm::SlidingWindow(_) => "sliding_window",
+            Algorithm::TokenBucket(_) => "token_bucket",
+            Algorithm::LeakyBucket(_) => "leaky_bucket",
+            Algorithm::Gcra(_) => "gcra",
+        }
+    }
+
     /// The quota a client sees: the most units admitted at once, and the period over which
     /// that quota is restored (used for `RateLimit-Policy` headers).
     pub(crate) fn quota(&self) -> (u64, Duration) {
@@ -422,6 +468,13 @@ pub(crate) trait Model {
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
     /// Records an admission at `now`, never earlier than `settled_at`.
     fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
+    /// Records `cost` units taken at `now` without an admission (see
+    /// [`Algorithm::overdraw`]), `now` possibly earlier than `settled_at`. Counting models
+    /// and the TAT take any amount as an admission does; a model whose state cannot hold a
+    /// debt that way says how it carries one.
+    fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64) {
+        self.apply(s, now, cost);
+    }
     fn expires_at(&self, s: &Self::State) -> u64;
     /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
     /// itself) for `refund`; models whose refund needs nothing beyond `at` say 0.
@@ -561,6 +614,15 @@ fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
     }
     if let Some(s) = M::get_mut(inner) {
         model.apply(s, now, cost);
+    }
+}
+
+fn overdraw_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
+    if live(model, inner, now).is_none() {
+        *inner = M::wrap(model.fresh(now));
+    }
+    if let Some(s) = M::get_mut(inner) {
+        model.overdraw(s, now, cost);
     }
 }
 

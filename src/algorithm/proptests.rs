@@ -50,15 +50,26 @@ fn denial(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
 /// Keeps one model state per (rule, key) and answers batches as the design says a store
 /// must: all or nothing, Deny beats Delay beats Allow, the longest retry-after (`None`:
 /// never) decides; an admitted batch applies each item (a cost of 0 consumes nothing) at
-/// the instant the request passes on its key: the leaky bucket whose queue on that key
-/// drains last counts it on arrival and holds it until then, every other rule on that key
-/// counts it then. The rules on keys the batch releases earlier (the other keys of a batch
-/// whose queue holds it) are pending: evaluated at the batch's release and not applied
-/// (the reservation that holds the request counts them then).
-/// Penalties are not modelled: the properties use rules without them.
+/// the instant the request passes on its key. A leaky bucket counts it on arrival and holds
+/// it until the batch's release (the latest of its queues'): a queue that would let it go
+/// earlier reads the time until then as queued water. Every other rule on the key that
+/// releases it last counts it then; the rules on keys the batch releases earlier are
+/// pending: evaluated at the batch's release and not applied (the reservation that holds
+/// the request counts them then). Penalties are not modelled: the properties use rules
+/// without them.
 #[derive(Default)]
 struct Reference {
     states: HashMap<(usize, usize), State>,
+}
+
+/// When an item's rule counts the request (see [`Reference`]).
+struct Timing {
+    /// The instant it counts the request at.
+    at: u64,
+    /// Counted at the batch's release, not now.
+    pending: bool,
+    /// For a queue that would let the request go before the batch's release: that release.
+    held_until: Option<u64>,
 }
 
 impl Reference {
@@ -74,15 +85,17 @@ impl Reference {
             .count()
     }
 
-    /// For each item, the instant its rule counts the request, and whether it is pending
-    /// (counted at the batch's release, not now).
-    fn timing(&self, rules: &[Rule], items: &[Item], now: u64) -> (Vec<u64>, Vec<bool>) {
+    /// For each item, when its rule counts the request.
+    fn timing(&self, rules: &[Rule], items: &[Item], now: u64) -> Vec<Timing> {
+        let queue =
+            |&(r, _, c): &Item| matches!(rules[r].algorithm(), Algorithm::LeakyBucket(_)) && c > 0;
         // When each rule lets the request go: a leaky bucket once the water before it drained.
-        let lets_go = |&(r, k, c): &Item| match rules[r].algorithm() {
-            queue @ Algorithm::LeakyBucket(_) if c > 0 => {
-                queue.expires_at(&self.state(r, k)).max(now)
-            }
-            _ => now,
+        let lets_go = |item: &Item| match queue(item) {
+            true => rules[item.0]
+                .algorithm()
+                .expires_at(&self.state(item.0, item.1))
+                .max(now),
+            false => now,
         };
         // The rules on one key wait for its queues; rules on other keys do not.
         let release = |key: usize| {
@@ -93,25 +106,44 @@ impl Reference {
                 .fold(now, u64::max)
         };
         let last = items.iter().map(|i| release(i.1)).fold(now, u64::max);
-        let pending: Vec<bool> = items
+        items
             .iter()
-            .map(|item| lets_go(item) == now && release(item.1) < last && item.2 > 0)
-            .collect();
-        let counted_at = items
-            .iter()
-            .zip(&pending)
-            .map(|(item, &pending)| {
-                let release = release(item.1);
-                if pending {
-                    last
-                } else if lets_go(item) == release {
-                    now
-                } else {
-                    release
+            .map(|item| {
+                let pending = !queue(item) && release(item.1) < last && item.2 > 0;
+                let at = match (pending, queue(item)) {
+                    (true, _) => last,
+                    (false, true) => now,
+                    (false, false) => release(item.1),
+                };
+                let held_until = (queue(item) && lets_go(item) < last).then_some(last);
+                Timing {
+                    at,
+                    pending,
+                    held_until,
                 }
             })
-            .collect();
-        (counted_at, pending)
+            .collect()
+    }
+
+    /// The state item `(r, k)` is decided on: its own, or for a queue held until `until`,
+    /// a queue of water that drains exactly then (the water before it has drained by then).
+    fn decided_on(
+        &self,
+        rule: &Rule,
+        (r, k): (usize, usize),
+        at: u64,
+        held_until: Option<u64>,
+    ) -> State {
+        match (rule.algorithm(), held_until) {
+            (Algorithm::LeakyBucket(m), Some(until)) => {
+                let level = (until - at) * m.enforced_drain().amount();
+                State(super::Inner::LeakyBucket(super::leaky_bucket::LevelState {
+                    level,
+                    last: at,
+                }))
+            }
+            _ => self.state(r, k),
+        }
     }
 
     /// The outcome of rule `r` for key `k` whose model said `eval` at `at` (the batch being
@@ -165,26 +197,33 @@ impl Reference {
     }
 
     fn check(&mut self, rules: &[Rule], items: &[Item], now: u64) -> Outcome {
-        let (counted_at, pending) = self.timing(rules, items, now);
+        let timing = self.timing(rules, items, now);
+        let states: Vec<State> = items
+            .iter()
+            .zip(&timing)
+            .map(|(&(r, k, _), t)| self.decided_on(&rules[r], (r, k), t.at, t.held_until))
+            .collect();
         let evals: Vec<Eval> = items
             .iter()
-            .zip(&counted_at)
-            .map(|(&(r, k, c), &at)| rules[r].algorithm().evaluate(&self.state(r, k), at, c))
+            .zip(&timing)
+            .zip(&states)
+            .map(|((&(r, _, c), t), state)| rules[r].algorithm().evaluate(state, t.at, c))
             .collect();
         let admitted = evals.iter().all(Eval::is_admitted);
         let outcomes: Vec<RuleOutcome> = items
             .iter()
             .zip(&evals)
-            .zip(&counted_at)
-            .map(|((&(r, k, _), eval), &at)| {
-                self.outcome(&rules[r], (r, k), eval, at, now, admitted)
+            .zip(&timing)
+            .map(|((&(r, k, _), eval), t)| {
+                self.outcome(&rules[r], (r, k), eval, t.at, now, admitted)
             })
             .collect();
         if admitted {
-            for ((&(r, k, c), &at), &pending) in items.iter().zip(&counted_at).zip(&pending) {
-                if c > 0 && !pending {
-                    let state = self.states.entry((r, k)).or_default();
-                    rules[r].algorithm().apply(state, at, c);
+            for ((&(r, k, c), t), state) in items.iter().zip(&timing).zip(states) {
+                if c > 0 && !t.pending {
+                    let stored = self.states.entry((r, k)).or_default();
+                    *stored = state;
+                    rules[r].algorithm().apply(stored, t.at, c);
                 }
             }
         }
@@ -441,4 +480,45 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// An overdraft never lets more through: after `overdraw`, a request the state refused
+    /// is refused too, now or later, and no more units remain, for every algorithm, whether
+    /// the units fit or go into debt.
+    #[test]
+    fn an_overdraft_never_admits_more(
+        kind in 0u8..7,
+        quota in 1u64..6,
+        period in 1u64..3_000,
+        steps in proptest::collection::vec((0u64..2_000, 0u64..8), 0..30),
+        extra in 0u64..12,
+        probes in proptest::collection::vec((0u64..8_000, 1u64..7), 1..20),
+    ) {
+        let algorithm = crate::rule::sample(kind, quota, period).algorithm().clone();
+        let mut state = State::default();
+        let mut now = BASE;
+        for (advance, cost) in steps {
+            now += advance;
+            if algorithm.evaluate(&state, now, cost).is_admitted() && cost > 0 {
+                algorithm.apply(&mut state, now, cost);
+            }
+        }
+        let mut after = state.clone();
+        algorithm.overdraw(&mut after, now, extra);
+        for (later, cost) in probes {
+            let at = now + later;
+            let before = algorithm.evaluate(&state, at, cost);
+            let overdrawn = algorithm.evaluate(&after, at, cost);
+            prop_assert!(
+                before.is_admitted() || !overdrawn.is_admitted(),
+                "{:?} admits {} at +{} after an overdraft of {}, refused before",
+                algorithm, cost, later, extra
+            );
+            let left = |s: &State| algorithm.evaluate(s, at, 0).remaining;
+            prop_assert!(left(&after) <= left(&state));
+        }
+    }
 }

@@ -220,6 +220,50 @@ impl Model for TokenBucket {
         }
     }
 
+    /// A level cannot go below zero, so the debt is the refill it owes: the tokens missing
+    /// are refilled from `now` (or from a refill already owed) before the bucket holds any
+    /// again, so the state stands as of that instant, and until then it reads as held like
+    /// a reservation (`settled_at`): every request is refused with the exact wait until the
+    /// debt is paid and its own tokens have come.
+    fn overdraw(&self, s: &mut BucketState, now: u64, cost: u64) {
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        match self.mode {
+            Refill::Smooth => {
+                let at = now.max(s.last);
+                let (level, need) = (self.smooth_level(s, at), cost * period);
+                *s = match need.checked_sub(level) {
+                    None | Some(0) => BucketState {
+                        level: level - need,
+                        last: at,
+                    },
+                    Some(debt) => {
+                        let wait = debt.div_ceil(amount);
+                        BucketState {
+                            level: wait * amount - debt,
+                            last: at + wait,
+                        }
+                    }
+                };
+            }
+            Refill::Stepped => {
+                let at = self.stepped_level(s, now.max(s.last));
+                *s = match cost.checked_sub(at.level) {
+                    None | Some(0) => BucketState {
+                        level: at.level - cost,
+                        last: at.last,
+                    },
+                    Some(debt) => {
+                        let steps = debt.div_ceil(amount);
+                        BucketState {
+                            level: steps * amount - debt,
+                            last: at.last + steps * period,
+                        }
+                    }
+                };
+            }
+        }
+    }
+
     fn mark(&self, s: &BucketState, _at: u64, _delay: u64) -> u64 {
         s.last
     }

@@ -3,7 +3,7 @@
 //! every scenario through the public API in `tests/vectors.rs` (in process) and
 //! `tests/redis_store.rs` (Lua), with the same loader and expectations, included here.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{Algorithm, State, Verdict};
@@ -50,20 +50,37 @@ fn decision_of(verdict: Verdict) -> Decision {
     }
 }
 
-/// Runs a single-rule scenario against the model: `evaluate`, then `apply` on admission.
+/// Runs a single-rule scenario against the model: `evaluate`, then `apply` on admission; a
+/// settlement gives back (`refund`) or takes (`overdraw`) the difference, as a store does.
 fn run_on_model(file: &str, scenario: &Scenario) {
     let rule = scenario.rules[0].build();
     let model: &Algorithm = rule.algorithm();
     let mut state = State::default();
+    // Per admitted step: the instant, the mark and the cost of its admission.
+    let mut admitted: HashMap<usize, (u64, u64, u64)> = HashMap::new();
     for (i, step) in scenario.steps.iter().enumerate() {
+        let now = BASE_MICROS + step.t;
+        if let Some(settle) = &step.settle {
+            if let Some((at, mark, taken)) = admitted.remove(&settle.step) {
+                let cost = settle.costs[0].min(model.limit());
+                if cost < taken {
+                    model.refund(&mut state, now, at, taken - cost, mark);
+                } else if cost > taken {
+                    model.overdraw(&mut state, now, cost - taken);
+                }
+            }
+        }
         let Some((_, _, cost)) = step.checks.first() else {
             continue;
         };
-        let now = BASE_MICROS + step.t;
         let eval = model.evaluate(&state, now, *cost);
         let decision = decision_of(eval.verdict);
-        if eval.is_admitted() && *cost > 0 {
-            model.apply(&mut state, now, *cost);
+        if let Verdict::Admit { delay_micros } = eval.verdict {
+            if *cost > 0 {
+                model.apply(&mut state, now, *cost);
+            }
+            let mark = model.mark(&state, now, delay_micros);
+            admitted.insert(i, (now, mark, *cost));
         }
         let info = if eval.is_admitted() {
             eval

@@ -32,10 +32,21 @@
 //!
 //! ## In the layer
 //!
-//! [`Limit::cost`](crate::layer::Limit::cost) computes a request's cost from its head. Take
-//! the size from what the server knows (the stored file), never from a number the client
-//! sends: a client that writes `size=0` would download without limit. Clamp with
-//! [`min_cost`](crate::layer::Limit::min_cost) so that no request is free.
+//! In a layer, what a download costs is what its handler served: the handler knows, however
+//! the request spelt the file's name, whether it resumed part-way (`Range`), whether the
+//! file changed since. [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response)
+//! reads it from the response (its `Content-Length`, or here a value the handler puts in
+//! the response's extensions) and settles the request's cost with it, against an estimate
+//! taken at admission: what the estimate took beyond it is given back, what it took short
+//! of it is taken as a debt that the key's next requests pay.
+//!
+//! The estimate, [`Limit::cost`](crate::layer::Limit::cost), decides admission. Take it from
+//! what the server knows (the stored file), never from a number the client sends (a client
+//! that writes `size=0` would download without limit), and clamp it with
+//! [`min_cost`](crate::layer::Limit::min_cost) so that no request is free. An upper bound,
+//! such as the size of the whole file, keeps downloads in flight within the quota however
+//! many run at once; an estimate that misreads a request only admits it on less, and what
+//! it served is charged all the same.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};
@@ -44,22 +55,40 @@
 //! use tollgate::{Limiter, MemoryStore, Rate, Rule};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
-//! /// The size of a stored file in MB, rounded up; `None` for no such file.
-//! fn size_mb(name: &str) -> Option<u64> {
-//!     let bytes: u64 = match name {
-//!         "a.iso" => 400_000_000,
-//!         "notes.txt" => 12_000,
-//!         _ => return None,
-//!     };
-//!     Some(bytes.div_ceil(1_000_000))
+//! /// What the handler served, in MB, rounded up: it puts this in the response.
+//! #[derive(Clone, Copy)]
+//! struct ServedMb(u64);
+//!
+//! /// The size of a stored file in bytes; `None` for no such file.
+//! fn size(name: &str) -> Option<u64> {
+//!     match name {
+//!         "a.iso" => Some(400_000_000),
+//!         "notes.txt" => Some(12_000),
+//!         _ => None,
+//!     }
 //! }
 //!
-//! /// The name decoded as the handler's router decodes it (axum's `Path` percent-decodes):
-//! /// `/files/%61.iso` is `a.iso`, and costs what `a.iso` costs.
-//! fn cost(req: &RequestHead<'_>) -> u64 {
-//!     let Some(raw) = req.uri().path().strip_prefix("/files/") else { return 0 };
-//!     let name = percent_encoding::percent_decode_str(raw).decode_utf8();
-//!     name.ok().and_then(|name| size_mb(&name)).unwrap_or(0)
+//! /// The file a path names, decoded as the handler's router decodes it (axum's `Path`
+//! /// percent-decodes): `/files/%61.iso` is `a.iso`.
+//! fn name(path: &str) -> Option<String> {
+//!     let raw = path.strip_prefix("/files/")?;
+//!     percent_encoding::percent_decode_str(raw).decode_utf8().ok().map(|n| n.into_owned())
+//! }
+//!
+//! /// The estimate: the whole file, in MB.
+//! fn estimate(req: &RequestHead<'_>) -> u64 {
+//!     name(req.uri().path()).and_then(|n| size(&n)).map_or(0, |bytes| bytes.div_ceil(1_000_000))
+//! }
+//!
+//! /// The handler: serves the file, from the offset a `Range: bytes=N-` asks for.
+//! async fn serve(req: Request<()>) -> Result<Response<()>, std::convert::Infallible> {
+//!     let from = req.headers().get("range")
+//!         .and_then(|r| r.to_str().ok()?.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
+//!         .unwrap_or(0);
+//!     let served = name(req.uri().path()).and_then(|n| size(&n)).map_or(0, |s: u64| s.saturating_sub(from));
+//!     let mut response = Response::new(());
+//!     response.extensions_mut().insert(ServedMb(served.div_ceil(1_000_000)));
+//!     Ok(response)
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -69,23 +98,37 @@
 //!         Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
 //!         key::header("user-id"),
 //!     )
-//!     .cost(cost)
+//!     .cost(estimate)
 //!     // An unknown or empty file costs 1 MB: a request that costs nothing can be sent forever.
-//!     .min_cost(1)])
+//!     .min_cost(1)
+//!     .cost_from_response(|res| res.extensions.get::<ServedMb>().map(|served| served.0))])
 //!     .build()?;
-//! let files = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
-//! let get = |path: &str| Request::get(path).header("user-id", "42").body(());
+//! let files = ServiceBuilder::new().layer(limits).service(service_fn(serve));
+//! let get = |path: &str| Request::get(path).header("user-id", "42");
 //!
-//! assert_eq!(files.clone().oneshot(get("/files/a.iso")?).await?.status(), StatusCode::OK);
-//! assert_eq!(files.clone().oneshot(get("/files/a.iso")?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
-//! assert_eq!(files.clone().oneshot(get("/files/notes.txt")?).await?.status(), StatusCode::OK);
+//! // A download resumed at 300 MB is admitted on the whole file, and costs the 100 MB it served.
+//! let resumed = get("/files/a.iso").header("range", "bytes=300000000-").body(())?;
+//! assert_eq!(files.clone().oneshot(resumed).await?.status(), StatusCode::OK);
+//! // 400 MB are left: the whole file fits, and takes them.
+//! assert_eq!(files.clone().oneshot(get("/files/a.iso").body(())?).await?.status(), StatusCode::OK);
+//! // The quota is spent: refused, however the name is spelt.
+//! for path in ["/files/a.iso", "/files/%61.iso", "/files/notes.txt"] {
+//!     let refused = files.clone().oneshot(get(path).body(())?).await?;
+//!     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! }
 //! # Ok(()) }
 //! ```
 //!
 //! A token bucket suits downloads: a user may fetch a large file at once, then waits for
-//! the refill. A fixed window of "500 MB per hour" works too, but lets 1000 MB through
-//! across the turn of an hour (the chart in the README shows that boundary burst).
+//! the refill, and a download that served more than its estimate leaves the bucket in debt,
+//! which the refill pays before the next download passes (with `min_cost(1)` as the only
+//! estimate, every download passes while 1 MB is left and the debt does the rest; the
+//! example on [`cost_from_response`](crate::layer::Limit::cost_from_response) shows it). A
+//! fixed window of "500 MB per hour" works too, but lets 1000 MB through across the turn of
+//! an hour (the chart in the README shows that boundary burst), and forgets a debt when its
+//! window turns.
+//!
+//! On axum, say what was served from the handler: `Content-Length` for a body of known size
+//! is added after the layers of `Router::layer` and `route_layer` have seen the response, so
+//! behind them it is there only if the handler sets it. The `axum_routes` example's handler
+//! returns `(Extension(Served { bytes }), body)`.

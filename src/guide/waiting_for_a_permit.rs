@@ -92,3 +92,6 @@
 //! refused (nginx's `limit_req` without `nodelay`). Rules on other keys in the same batch (a
 //! global limit beside a per-client queue) count a shaped request when it leaves the queue,
 //! not when it joins it: [`Reservation::confirm`](crate::Reservation::confirm) counts them.
+//! Leaky buckets on several keys of one batch (a per-client queue beside a per-tenant one)
+//! all hold the request until the last of them lets it go, so neither lets its traffic
+//! leave faster than its rate.

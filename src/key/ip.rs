@@ -194,6 +194,8 @@ pub struct ClientIp {
     invalid: Vec<Box<str>>,
     header: ForwardedHeader,
     v6_prefix: u8,
+    /// Whether a network of every address may be trusted ([`ClientIp::allow_trusting_everyone`]).
+    everyone: bool,
 }
 
 /// The client's address behind the reverse proxies in `trusted` (CIDRs such as
@@ -236,6 +238,7 @@ where
         invalid: Vec::new(),
         header: ForwardedHeader::default(),
         v6_prefix: 64,
+        everyone: false,
     };
     for s in trusted {
         let s = s.as_ref().trim();
@@ -280,6 +283,23 @@ impl ClientIp {
     /// [`validate`](KeyExtractor::validate) and so by the layer's `build`).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.v6_prefix = bits;
+        self
+    }
+
+    /// Allows a trusted network of every address (`0.0.0.0/0`, `::/0`), which the layer's
+    /// `build` otherwise refuses: trusting every peer lets every client that reaches the
+    /// service choose its own key. It is right only where nothing but the proxy can reach
+    /// the service (a platform's load balancer whose addresses are not known in advance,
+    /// in front of a service on a private network).
+    ///
+    /// ```
+    /// use tollgate::key::{self, KeyExtractor};
+    ///
+    /// assert!(key::client_ip(["0.0.0.0/0"]).validate().is_err());
+    /// assert!(key::client_ip(["0.0.0.0/0"]).allow_trusting_everyone().validate().is_ok());
+    /// ```
+    pub fn allow_trusting_everyone(mut self) -> Self {
+        self.everyone = true;
         self
     }
 
@@ -346,11 +366,15 @@ impl KeyExtractor for ClientIp {
             .iter()
             .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
         // Trusting every address lets every client write its own key in the header.
-        let everyone = self.trusted.iter().filter(|net| net.prefix_len() == 0).map(|net| {
-            ConfigError::new(format!(
-                "trusted proxy \"{net}\" trusts every address, so every client chooses its own key: list your proxies' addresses instead"
-            ))
-        });
+        let everyone = self
+            .trusted
+            .iter()
+            .filter(|net| net.prefix_len() == 0 && !self.everyone)
+            .map(|net| {
+                ConfigError::new(format!(
+                    "trusted proxy \"{net}\" trusts every address, so every client chooses its own key: list your proxies' addresses instead (or, if nothing but your proxy can reach this service, call `allow_trusting_everyone()`)"
+                ))
+            });
         let prefix = check_ipv6_prefix(self.v6_prefix).err();
         ConfigError::collect(invalid.chain(everyone).chain(prefix)).map_or(Ok(()), Err)
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::charge::unsettled::Ticket;
 use super::config::Config;
 use crate::decision::Outcome;
 use crate::error::StoreError;
@@ -14,13 +15,17 @@ use crate::reservation::{Batch, Reservation};
 use crate::store::{Check, Health, Store};
 
 /// One limit of a request's batch: its index among the request's limits, its key's bytes in
-/// the shared key buffer, its cost.
+/// the shared key buffer, its cost, and whether the store leaves its denials to the layer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Item {
     pub(crate) limit: usize,
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) cost: u64,
+    /// A limit charged by outcome with a penalty, checked while other requests of its key
+    /// are being checked or in flight: its denial waits for them (see
+    /// `charge::unsettled`), decided with the limit's deferring rule.
+    pub(crate) defers: bool,
 }
 
 /// A request's batch as the layer keeps it: the configuration it was checked under, its
@@ -30,7 +35,15 @@ pub(crate) struct LayerBatch {
     pub(crate) route: Option<usize>,
     pub(crate) items: SmallVec<[Item; 4]>,
     pub(crate) keys: KeyBuf,
+    /// Per limit charged by outcome with a penalty: the request until it has settled, which
+    /// it has when the batch is dropped (after its units were given back, if they were).
+    /// Held for that drop only.
+    #[allow(dead_code)]
+    pub(crate) tickets: Tickets,
 }
+
+/// The [`Ticket`]s of a request's items, each with its index in the batch.
+pub(crate) type Tickets = SmallVec<[(usize, Ticket); 1]>;
 
 impl Batch for LayerBatch {
     fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
@@ -38,17 +51,18 @@ impl Batch for LayerBatch {
     }
 }
 
-/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
-/// asked, each item's index among the request's limits.
-/// Whether one of `items`' limits counts by outcome (its charge is not `Charge::all`).
-pub(crate) fn charges_by_outcome(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
+/// Whether one of `items`' limits waits for the response to settle its units: it counts
+/// by outcome, or reads its cost from the response.
+pub(crate) fn settled_by_response(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
     items.iter().any(|item| {
         config
             .limit(route, item.limit)
-            .is_some_and(|l| !l.charge.counts_all())
+            .is_some_and(|l| l.settles_by_response())
     })
 }
 
+/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
+/// asked, each item's index among the request's limits.
 pub(crate) fn batch_of<'a>(
     config: &'a Config,
     route: Option<usize>,
@@ -65,8 +79,12 @@ pub(crate) fn batch_of<'a>(
             if let Some(limits) = limits.as_deref_mut() {
                 limits.push(item.limit);
             }
+            let rule = match (&limit.deferring, item.defers) {
+                (Some(deferring), true) => deferring,
+                _ => &limit.rule,
+            };
             batch.push(Check {
-                rule: &limit.rule,
+                rule,
                 key,
                 cost: item.cost,
                 shadow: limit.shadow,
@@ -83,7 +101,7 @@ pub(crate) struct Checked<St: Store + Clone> {
     /// The index (among the request's limits) of each item of the batch, in order.
     pub(crate) limits: SmallVec<[usize; 4]>,
     /// For an admitted request whose units the layer may still give back (it is held, or a
-    /// limit counts by outcome): the reservation that owns them.
+    /// limit waits for its response): the reservation that owns them.
     pub(crate) reservation: Option<Box<Reservation<St>>>,
     /// The batch the reservation was made of.
     pub(crate) batch: Option<Arc<LayerBatch>>,

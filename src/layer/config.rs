@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::counts::Charge;
+use super::charge::unsettled::Unsettled;
 use super::headers::{policy_value, HeaderOptions};
 use super::held::bounds::HeldLimits;
 use super::observe::record::RuleMetrics;
@@ -26,6 +27,7 @@ use crate::store::Health;
 ///
 /// ```
 /// use std::time::Duration;
+/// use http::header::CONTENT_LENGTH;
 /// use tollgate::layer::{Limit, MissingKey};
 /// use tollgate::{key, Rule};
 ///
@@ -36,8 +38,8 @@ use crate::store::Health;
 /// }
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // Downloads: 100 MB per user per hour; a request costs the size of the file it asks for,
-/// // as the server knows it, and at least 1.
+/// // Downloads: 100 MB per user per hour. A request is admitted if the file it names fits
+/// // (its size as the server knows it, at least 1), and costs what the response served.
 /// let downloads = Limit::new(
 ///     Rule::fixed_window("download-mb", 100, Duration::from_secs(3600)),
 ///     key::header("user-id"),
@@ -49,6 +51,11 @@ use crate::store::Health;
 ///     name.ok().and_then(|name| size_mb(&name)).unwrap_or(0)
 /// })
 /// .min_cost(1)
+/// // What was served settles the cost, whatever the estimate made of the path.
+/// .cost_from_response(|res| {
+///     let bytes: u64 = res.headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()?;
+///     Some(bytes.div_ceil(1_000_000))
+/// })
 /// .on_missing_key(MissingKey::Reject);
 /// # Ok(()) }
 /// ```
@@ -58,18 +65,28 @@ pub struct Limit {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) min_cost: u64,
+    /// What the response says the request cost (see [`Limit::cost_from_response`]).
+    pub(crate) settled_cost: Option<Arc<SettledCostFn>>,
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
+    /// For a limit charged by outcome with a penalty: its rule as the store decides it,
+    /// leaving the denials to the layer (see `charge::unsettled`).
+    pub(crate) deferring: Option<Rule>,
     /// The limit's metric keys (with the `metrics` feature), made once here.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
     /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
     /// requests of that plan only.
     pub(crate) plan: Option<PlanGuard>,
+    /// The rule's activity in this instance, shared by every limit of the rule's name in
+    /// the layer; attached by `build`.
+    #[cfg(feature = "admin")]
+    pub(crate) activity: Option<Arc<super::observe::activity::RuleActivity>>,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
+type SettledCostFn = dyn Fn(&http::response::Parts) -> Option<u64> + Send + Sync;
 
 impl Limit {
     /// `rule`, counted under the key `key` finds, at the rule's default cost; a request
@@ -86,10 +103,14 @@ impl Limit {
             key,
             cost: None,
             min_cost: 0,
+            settled_cost: None,
             on_missing: MissingKey::Reject,
             shadow: false,
             charge: Charge::all(),
+            deferring: None,
             plan: None,
+            #[cfg(feature = "admin")]
+            activity: None,
         }
     }
 
@@ -100,6 +121,8 @@ impl Limit {
     /// query will return — never from a number the client writes (a `size` query parameter
     /// or header): a client that writes `0`, or a small number, then downloads without
     /// limit. Where a cost can come out as 0, clamp it with [`min_cost`](Self::min_cost).
+    /// Where only the handler knows (what it served), make this the estimate and let the
+    /// response settle the cost: [`cost_from_response`](Self::cost_from_response).
     pub fn cost<F>(mut self, cost: F) -> Self
     where
         F: Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
@@ -113,6 +136,95 @@ impl Limit {
     /// that no request passes without counting.
     pub fn min_cost(mut self, units: u64) -> Self {
         self.min_cost = units;
+        self
+    }
+
+    /// Sets what a request costs by its response: `cost` reads the response's head when the
+    /// inner service answers (the size of what the handler served: its `Content-Length`, or
+    /// a value it puts in the response's extensions) and says the request's cost, or `None`
+    /// to keep what was taken at admission. Whatever path, query or spelling the request
+    /// used, it costs what the handler served.
+    ///
+    /// A request is admitted on an estimate, taken like any cost: [`cost`](Self::cost)'s
+    /// answer or the rule's cost, raised to [`min_cost`](Self::min_cost). Its response
+    /// settles it (the settled cost is raised to `min_cost` too, and counts as the rule's
+    /// limit above it):
+    /// - **less than the estimate**: the difference is given back, as exactly as a
+    ///   [`Charge`] gives back: always for a fixed window, sliding window or sliding log;
+    ///   for a token bucket, GCRA or leaky bucket only while no later request was admitted
+    ///   on the key (else the estimate stays taken).
+    /// - **more**: the difference is taken without a check (the request has been served),
+    ///   and the key's next requests pay for it. A GCRA's TAT moves past its burst, a token
+    ///   bucket owes the refill before its next token, a leaky bucket holds the water above
+    ///   its capacity (later requests are refused, then queued behind it), a sliding log
+    ///   logs the units for a window, a sliding window counts them in its current window
+    ///   and, weighted, in the next. A fixed window counts them until its window ends: the
+    ///   next window starts at zero, debt or not.
+    ///
+    /// The estimate decides admission. An upper bound (the size of the file the request
+    /// names, from the server's records) keeps the requests in flight within the limit
+    /// however many run at once, and gives back what they did not serve; a request whose
+    /// bound does not fit is refused, even if it would have served less. A low estimate
+    /// (`min_cost(1)` alone) admits a request while one unit is left: requests in flight
+    /// together may serve more than is left before their responses settle, and the debt
+    /// then closes the key until it is paid. An estimate that misreads the request (a
+    /// spelling its parser does not know) costs one admission check, never the charge.
+    ///
+    /// An error of the inner service, or a response that never comes, keeps the estimate.
+    /// With a [`charge`](Self::charge), a response the charge does not count gives back
+    /// everything, and one it counts costs its settled cost. On Redis the settlement runs
+    /// as a task once the response is returned, like a charge's refund. The response's own
+    /// `RateLimit` header says what was left after the estimate: it was written before the
+    /// response settled the cost.
+    ///
+    /// Only the head is read, when it arrives: a streamed body's size is what the handler
+    /// says it is. On axum, `Content-Length` for a body of known size is added after the
+    /// layers of `Router::layer` and `route_layer` have seen the response: behind them, the
+    /// handler sets the header, or an extension, itself.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{Response, StatusCode};
+    /// use tollgate::layer::{Limit, RateLimitLayer};
+    /// use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
+    ///
+    /// /// What the handler served, in MB: it knows, whatever the request looked like.
+    /// #[derive(Clone, Copy)]
+    /// struct ServedMb(u64);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 500 MB per user, refilled at 100 MB a minute; 1 MB at admission, then what was served.
+    /// let downloads = Limit::new(
+    ///     Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
+    ///     key::header("user-id"),
+    /// )
+    /// .min_cost(1)
+    /// .cost_from_response(|res| res.extensions.get::<ServedMb>().map(|served| served.0));
+    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    ///     .limit(downloads)
+    ///     .build()?;
+    /// let files = ServiceBuilder::new().layer(layer).service(service_fn(|_req: http::Request<()>| async {
+    ///     let mut response = Response::new(());
+    ///     response.extensions_mut().insert(ServedMb(400));
+    ///     Ok::<_, std::convert::Infallible>(response)
+    /// }));
+    /// let get = || http::Request::get("/files/a.iso").header("user-id", "7").body(());
+    /// // 400 MB served, 100 left; the next download is admitted on 1 MB and overdraws 300.
+    /// assert_eq!(files.clone().oneshot(get()?).await?.status(), StatusCode::OK);
+    /// assert_eq!(files.clone().oneshot(get()?).await?.status(), StatusCode::OK);
+    /// // The debt closes the key until the refill has paid it: 3 minutes and 1 MB more.
+    /// let refused = files.oneshot(get()?).await?;
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()["retry-after"], "181");
+    /// # Ok(()) }
+    /// ```
+    pub fn cost_from_response<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
+    {
+        self.settled_cost = Some(Arc::new(cost));
         self
     }
 
@@ -160,6 +272,8 @@ impl Limit {
     /// [`Charge`] for what counts when there is no response, and which algorithms give
     /// back exactly.
     pub fn charge(mut self, charge: Charge) -> Self {
+        let defers = !charge.counts_all() && self.rule.penalty().is_some();
+        self.deferring = defers.then(|| self.rule.deferring_denials());
         self.charge = charge;
         self
     }
@@ -173,6 +287,25 @@ impl Limit {
         let cost = self.cost.as_ref().map_or(self.rule.cost(), |f| f(req));
         cost.max(self.min_cost)
     }
+
+    /// Whether a request's units wait for its response to settle them: the limit counts
+    /// by outcome, or reads its cost from the response.
+    pub(crate) fn settles_by_response(&self) -> bool {
+        !self.charge.counts_all() || self.settled_cost.is_some()
+    }
+
+    /// What a request that took `taken` units costs by its response's head: nothing if the
+    /// charge does not count the response, what the response says (raised to `min_cost`)
+    /// if the limit reads its cost from it and it says, else what was taken.
+    pub(crate) fn settled_cost(&self, taken: u64, response: &http::response::Parts) -> u64 {
+        if !self.charge.counts(response.status) {
+            return 0;
+        }
+        self.settled_cost
+            .as_ref()
+            .and_then(|f| f(response))
+            .map_or(taken, |cost| cost.max(self.min_cost))
+    }
 }
 
 impl fmt::Debug for Limit {
@@ -181,6 +314,7 @@ impl fmt::Debug for Limit {
             .field("rule", &self.rule.name())
             .field("cost_fn", &self.cost.is_some())
             .field("min_cost", &self.min_cost)
+            .field("cost_from_response", &self.settled_cost.is_some())
             .field("on_missing", &self.on_missing)
             .field("shadow", &self.shadow)
             .field("charge", &self.charge)
@@ -359,10 +493,16 @@ pub(crate) struct Config {
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     pub(crate) log: Arc<EventLog>,
     pub(crate) held: HeldLimits,
+    /// The requests of limits charged by outcome with a penalty that have not settled, and
+    /// the denials waiting for them.
+    pub(crate) unsettled: Arc<Unsettled>,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
+    /// Each rule's activity in this instance, kept across reloads.
+    #[cfg(feature = "admin")]
+    pub(crate) activity: Arc<super::observe::activity::Activity>,
 }
 
 impl Config {
@@ -426,6 +566,26 @@ impl Config {
             Some((n, value)) if *n == enforced => value.as_ref(),
             _ => None,
         }
+    }
+
+    /// Gives every limit the activity of its rule, from `activity` (made for rules new to
+    /// it), and drops from `activity` the rules this configuration no longer has.
+    #[cfg(feature = "admin")]
+    pub(crate) fn attach_activity(&mut self, activity: Arc<super::observe::activity::Activity>) {
+        let routed = self.routes.iter_mut().flat_map(|r| r.limits.iter_mut());
+        for limit in self.global.iter_mut().chain(routed) {
+            limit.activity = Some(activity.rule(&limit.rule.shared_name()));
+        }
+        let names: Vec<&str> = self.all_limits().map(|l| l.rule.name()).collect();
+        activity.retain(&names);
+        self.activity = activity;
+    }
+
+    /// Every limit of the layer: its own, then each route's.
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn all_limits(&self) -> impl Iterator<Item = &Limit> {
+        let routed = self.routes.iter().flat_map(|r| &r.limits);
+        self.global.iter().chain(routed)
     }
 
     pub(crate) fn route_pattern(&self, route: Option<usize>) -> Option<&str> {

@@ -28,7 +28,8 @@ pub(crate) enum Next<St: Store + Clone> {
     /// Forward it now.
     Forward {
         headers: Option<RateLimitHeaders>,
-        /// For a limit that counts by outcome: settled with the response's status.
+        /// For a limit that waits for the response (a charge, a settled cost): settled with
+        /// the response's head.
         charge: Option<Charging<St>>,
     },
     /// Hold it, then decide again.

@@ -35,7 +35,7 @@ struct Passengers<S, ReqB> {
 }
 
 /// What a forwarded request's response gets: the `RateLimit` headers, and the charge that
-/// its status settles.
+/// its head settles.
 struct Outbound<St: Store + Clone> {
     headers: Option<RateLimitHeaders>,
     charge: Option<Charging<St>>,
@@ -229,11 +229,11 @@ where
                 }
                 StepProj::Forwarding { future, outbound } => {
                     // An error of the inner service counts (see `Charge`): `?` drops the
-                    // charge unsettled, and its units stay taken.
+                    // charge unsettled, and its units (an estimate too) stay taken.
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(Outbound { headers, charge }) = outbound.take() {
                         if let Some(charge) = charge {
-                            charge.settle(response.status());
+                            response = charge.settle(response);
                         }
                         if let Some(ours) = headers {
                             ours.merge_into(response.headers_mut());

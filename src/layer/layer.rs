@@ -48,6 +48,14 @@ impl<St: Store> RateLimitLayer<St> {
     }
 }
 
+#[cfg(feature = "admin")]
+impl<St> RateLimitLayer<St> {
+    /// The layer's limiter and where its configuration lives, for the admin router.
+    pub(crate) fn parts(&self) -> (&Limiter<St>, &ConfigSource) {
+        (&self.limiter, &self.config)
+    }
+}
+
 /// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
 /// [`build`](Self::build) checks the whole configuration once, reporting every problem.
 ///
@@ -186,6 +194,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             ));
         }
         config.cache_policies();
+        #[cfg(feature = "admin")]
+        config.attach_activity(config.activity.clone());
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
@@ -222,6 +232,18 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Beyond it a request is refused as with `max_held`.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
         self.config_mut().held.max_per_key = Some(n);
+        self
+    }
+
+    /// Keeps the `n` keys each rule denied most, per period of five minutes (default 64),
+    /// for the [admin page](crate::admin): a summary whose memory is `n` keys of at most
+    /// 128 bytes (longer keys are kept as the 33-byte digest the store keeps them under)
+    /// per rule and period. See [`observe`](super::observe#top-limited-keys) for its bound.
+    /// Set when the layer is first built: a reload keeps the running layer's.
+    #[cfg(feature = "admin")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+    pub fn top_limited_keys(mut self, n: usize) -> Self {
+        self.config_mut().activity = Arc::new(super::observe::activity::Activity::new(n));
         self
     }
 

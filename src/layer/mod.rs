@@ -58,6 +58,10 @@
 //!   backend's server errors ([`Charge::except_server_errors`]). Units are taken at
 //!   admission and given back when the response does not count, so the requests that
 //!   count never exceed the limit, however many run at once.
+//! - **Costs settled by the response.** [`Limit::cost_from_response`] charges a request
+//!   what its response says it cost (the bytes a handler served), against an estimate
+//!   taken at admission: the difference is given back, or taken as a debt that the key's
+//!   next requests pay.
 //! - **Observability.** Each decision is a `tracing` span with its rule, outcome and store
 //!   latency (the key only as a short digest), and, with the `metrics` feature, metrics by
 //!   rule and outcome; see [`observe`]. [`RateLimitLayerBuilder::on_decision`] sees every
@@ -101,7 +105,8 @@
 //!   took is given back where that is exact: its queue slot when nothing queued behind
 //!   it), so a shared window never admits more than its limit among the requests that
 //!   pass in it, and one client's queue never closes a shared limit to the others. In wait
-//!   mode the request may wait again at the release, for what is left of `max_wait`; in
+//!   mode the request may wait again at the release, for what is left of `max_wait` (its
+//!   whole batch reserved anew, so that its leaky buckets let it go when it passes); in
 //!   shadow mode, which holds nothing, they count it at once. Confirming costs a second
 //!   store call (and a boxed future) for such requests only; metrics and the `rate_limit`
 //!   span see the confirmed rules a second time, with their outcome at the release, and
@@ -242,3 +247,8 @@ pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;
+
+#[cfg(feature = "admin")]
+pub(crate) use config::Config;
+#[cfg(feature = "admin")]
+pub(crate) use reload::source::ConfigSource;

@@ -9,8 +9,9 @@ use smallvec::SmallVec;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::batch::{batch_of, charges_by_outcome, Checked, Item, LayerBatch};
+use super::batch::{batch_of, settled_by_response, Checked, Item, LayerBatch, Tickets};
 use super::body::RateLimitBody;
+use super::charge::unsettled::recount;
 use super::config::{Config, MissingKey, Mode};
 use super::decide::{decide, reject};
 use super::future::{CheckFuture, ResponseFuture};
@@ -18,7 +19,7 @@ use super::observe;
 use super::plans::select::RequestPlans;
 use super::reload::source::ConfigSource;
 use super::response::RejectionKind;
-use crate::decision::{Decision, Outcome};
+use crate::decision::{Decision, DenyReason, Outcome};
 use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
 use crate::log::Event;
@@ -92,7 +93,7 @@ where
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
-        let items = match items(config, route, &head, &mut keys) {
+        let mut items = match items(config, route, &head, &mut keys) {
             Ok(items) => items,
             Err(e) => {
                 let kind = RejectionKind::Key(&e);
@@ -103,6 +104,7 @@ where
             return ResponseFuture::forwarding(self.inner.call(request));
         }
 
+        let tickets = tickets(config, route, &mut items, &keys);
         let max_wait = config.mode.max_wait();
         let call = StoreCallRef {
             limiter: &self.limiter,
@@ -124,7 +126,7 @@ where
             self.limiter.reserve_now(&batch, max_wait)
         };
         if let Some(result) = now {
-            let checked = call.checked(observation, limits, &batch, result);
+            let checked = call.checked(observation, limits, &batch, result, tickets);
             drop(batch);
             let next = decide(config, checked, &request);
             return ResponseFuture::decided(next, request, &mut self.inner, &current);
@@ -138,6 +140,7 @@ where
                 items,
                 keys,
                 max_wait,
+                tickets,
             },
             observation,
         ));
@@ -181,6 +184,7 @@ fn items(
                 start,
                 end: keys.len(),
                 cost: limit.cost_of(head),
+                defers: false,
             }),
             Err(e) => {
                 keys.truncate(start);
@@ -203,6 +207,27 @@ fn items(
         }
     }
     Ok(items)
+}
+
+/// The tickets of a request's items whose limits count by outcome with a penalty (see
+/// `charge::unsettled`), taken before the store decides: none for most requests. An item
+/// checked while other requests of its limit and key are being checked or in flight
+/// leaves its denial to the layer (`Item::defers`); one checked alone has it counted by the
+/// store, at once, with the lock it may set in its answer.
+fn tickets(config: &Config, route: Option<usize>, items: &mut [Item], keys: &KeyBuf) -> Tickets {
+    let mut tickets = Tickets::new();
+    for (i, item) in items.iter_mut().enumerate() {
+        let limit = config.limit(route, item.limit);
+        let key = keys.as_bytes().get(item.start..item.end);
+        if let (Some(limit), Some(key)) = (limit, key) {
+            if limit.deferring.is_some() {
+                let (ticket, alone) = config.unsettled.start(&limit.rule, key);
+                item.defers = !alone;
+                tickets.push((i, ticket));
+            }
+        }
+    }
+    tickets
 }
 
 /// The index of the first route-table entry the request matches, if any. Without a route
@@ -242,7 +267,7 @@ impl<S: Clone, St> RateLimit<S, St> {
 /// request is the box around this future (its type cannot be named in `ResponseFuture` on
 /// stable Rust).
 async fn check<St: Store + Clone>(
-    call: StoreCall<St>,
+    mut call: StoreCall<St>,
     observation: observe::Observation,
 ) -> Checked<St> {
     let mut limits = SmallVec::new();
@@ -258,7 +283,10 @@ async fn check<St: Store + Clone>(
         .reserve_outcome(&batch, call.max_wait)
         .instrument(observation.span.clone())
         .await;
-    let checked = call.as_ref().checked(observation, limits, &batch, result);
+    let tickets = std::mem::take(&mut call.tickets);
+    let checked = call
+        .as_ref()
+        .checked(observation, limits, &batch, result, tickets);
     drop(batch);
     checked
 }
@@ -272,6 +300,8 @@ struct StoreCall<St> {
     items: SmallVec<[Item; 4]>,
     keys: KeyBuf,
     max_wait: Duration,
+    /// Dropped with the call if it ends before the store answers.
+    tickets: Tickets,
 }
 
 impl<St> StoreCall<St> {
@@ -307,6 +337,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
         limits: SmallVec<[usize; 4]>,
         batch: &[Check<'_>],
         result: Result<Outcome, StoreError>,
+        tickets: Tickets,
     ) -> Checked<St> {
         let health = self.limiter.health();
         let store_latency = observe::finish(
@@ -318,6 +349,10 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
             &result,
             health,
         );
+        let tickets = match &result {
+            Ok(outcome) => self.defer_denials(outcome, tickets),
+            Err(_) => Tickets::new(),
+        };
         let (reservation, batch) = match &result {
             Ok(outcome) if self.keeps(outcome) => {
                 let batch = Arc::new(LayerBatch {
@@ -325,6 +360,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                     route: self.route,
                     items: self.items.into(),
                     keys: self.keys.clone(),
+                    tickets,
                 });
                 let reservation = Reservation::of(
                     self.limiter.clone(),
@@ -348,13 +384,46 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
         }
     }
 
+    /// Each limit charged by outcome whose quota refused the request (in a refused batch,
+    /// or a trial limit in an admitted one) has its denial counted once the requests beside
+    /// it have settled (see `charge::unsettled`); the tickets of the other limits, which
+    /// settle with the request.
+    fn defer_denials(&self, outcome: &Outcome, tickets: Tickets) -> Tickets {
+        let mut unsettled = Tickets::new();
+        for (i, ticket) in tickets {
+            let refused = outcome.rules.get(i).and_then(|r| r.decision.denial());
+            let by_quota =
+                refused.is_some_and(|d| d.reason == DenyReason::Limited && d.retry_after.is_some());
+            let item = self.items.get(i);
+            let limit = item.and_then(|item| self.config.limit(self.route, item.limit));
+            let key = item.and_then(|item| self.keys.as_bytes().get(item.start..item.end));
+            let (Some(item), Some(limit), Some(key)) = (item, limit, key) else {
+                continue;
+            };
+            if !by_quota {
+                unsettled.push((i, ticket));
+            } else if item.defers {
+                let most = limit.rule.penalty().map_or(0, |p| p.denials());
+                let recount = recount(
+                    self.limiter.clone(),
+                    limit.rule.clone(),
+                    key.into(),
+                    item.cost,
+                );
+                ticket.defer(recount, usize::try_from(most).unwrap_or(usize::MAX));
+            }
+            // Otherwise decided alone: the store counted the denial.
+        }
+        unsettled
+    }
+
     /// Whether the layer keeps a reservation of `outcome`: it may give units back for a
-    /// request it holds, or whose limits count by outcome, or count it at the release.
+    /// request it holds, or settle them by its response, or count it at the release.
     fn keeps(&self, outcome: &Outcome) -> bool {
         outcome.is_admitted()
             && (outcome.decision != Decision::Allow
                 || outcome.needs_confirmation()
-                || charges_by_outcome(self.config, self.route, self.items))
+                || settled_by_response(self.config, self.route, self.items))
     }
 }
 

@@ -13,9 +13,10 @@
 //!
 //! Every rule counts the request at the instant it passes: the batch's arrival (now, or the
 //! reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
-//! reservations), or later where a leaky bucket holds it in its queue. The rules on the
-//! bucket's own key count it at the release; the rules on other keys are pending: checked
-//! now at the release, counted when the request is released
+//! reservations), or later where a leaky bucket holds it in its queue. Every queue of the
+//! batch holds it until the latest of their releases (the batch's release) and the rules on
+//! the key that releases it last count it then; the rules on other keys are pending:
+//! checked now at the release, counted when the request is released
 //! ([`Reservation::confirm`](crate::Reservation::confirm)), so one client's queue never dates a
 //! shared state in the future (see [`evaluate`]).
 //!
@@ -136,6 +137,10 @@ pub(crate) struct Evaluated {
     /// before the batch does (see [`evaluate`]), evaluated here at the batch's release and
     /// left unwritten until the caller confirms it then.
     pending: bool,
+    /// For a leaky bucket that would release the request before the batch does: the
+    /// batch's release, until which its queue holds the request (see [`evaluate`]); 0
+    /// otherwise.
+    held_until: u64,
 }
 
 impl Evaluated {
@@ -192,11 +197,13 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
 /// beside the client's own queue never counts the request in a window it does not pass in.
 /// Rules on other keys (a global or per-tenant limit) wait for the batch's release, the
 /// latest over its keys, without closing their state before then: they are pending (see
-/// [`evaluate`]). A wait-mode reservation moves every rule of its batch to the reserved
-/// instant (its arrival).
+/// [`evaluate`]). Every queue of the batch holds the request until the batch's release,
+/// so that no queue lets its next request go before this one's units have drained from
+/// the instant it really leaves. A wait-mode reservation moves every rule of its batch to
+/// the reserved instant (its arrival).
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
-        (algorithm @ Algorithm::LeakyBucket(_), Some(e)) if check.cost > 0 && !check.shadow => {
+        (algorithm, Some(e)) if is_queue(check) => {
             let queued = if e.is_own(check.rule) {
                 algorithm.expires_at(&e.state)
             } else {
@@ -224,15 +231,19 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 /// at `arrival` that its key releases at `release` (see [`key_release`]) and the batch at
 /// `batch_release` (the latest release over every key).
 ///
-/// The rule counts the request at the release, unless it is a leaky bucket whose own queue
-/// holds the request until then: that one counts it on arrival, its delay being its queue.
-/// A rule whose key releases the request before the batch does (a global or per-tenant
-/// limit beside one client's queue) is *pending*: counting it at the batch's release would
-/// date a shared state in the future and close it to every other client until then
-/// (`tests/stores/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`), counting it
-/// on arrival would count the request in a window it does not pass in. So it is evaluated
-/// at the batch's release, changing nothing, and counted when the request is released
-/// ([`Reservation::confirm`](crate::Reservation::confirm)).
+/// A leaky bucket counts the request on arrival, its delay being its queue, and lets it go
+/// at the batch's release: when another queue of the batch holds the request longer, this
+/// one holds it too, the time until then reading as queued water
+/// ([`Algorithm::evaluate_held`]), so its next request leaves after this one's units have
+/// drained from the instant it really leaves, never sooner (a queue with too little room
+/// for the hold denies). Every other rule counts the request at its key's release. A rule
+/// whose key releases the request before the batch does (a global or per-tenant limit
+/// beside one client's queue) is *pending*: counting it at the batch's release would date a
+/// shared state in the future and close it to every other client until then
+/// (`tests/stores/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`),
+/// counting it on arrival would count the request in a window it does not pass in. So it is
+/// evaluated at the batch's release, changing nothing, and counted when the request is
+/// released ([`Reservation::confirm`](crate::Reservation::confirm)).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -240,27 +251,41 @@ pub(crate) fn evaluate(
     release: u64,
     batch_release: u64,
 ) -> Evaluated {
-    let own = self::release(check, entry, arrival);
-    let pending = own == arrival && release < batch_release && check.cost > 0 && !check.shadow;
-    let at = if pending {
+    let queue = is_queue(check);
+    let pending = !queue && release < batch_release && check.cost > 0 && !check.shadow;
+    let held_until = if queue && self::release(check, entry, arrival) < batch_release {
         batch_release
-    } else if own == release {
-        arrival
     } else {
-        release
+        0
+    };
+    let at = match (pending, queue) {
+        (true, _) => batch_release,
+        (false, true) => arrival,
+        (false, false) => release,
+    };
+    let eval = match held_until {
+        0 => None,
+        until => check.rule.algorithm().evaluate_held(at, check.cost, until),
     };
     let locked_for = match (check.rule.penalty(), entry) {
         (Some(_), Some(e)) => e.penalty().locked_for(arrival),
         _ => None,
     };
     Evaluated {
-        eval: evaluate_algorithm(check.rule, entry, at, check.cost),
+        eval: eval.unwrap_or_else(|| evaluate_algorithm(check.rule, entry, at, check.cost)),
         locked_for,
         at,
         arrival,
         shadow: check.shadow,
         pending,
+        held_until,
     }
+}
+
+/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial (a trial
+/// rule never holds a request).
+fn is_queue(check: &Check<'_>) -> bool {
+    check.cost > 0 && !check.shadow && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
 /// [`evaluate`] for a batch of one, whose key and batch release are the rule's own.
@@ -334,8 +359,15 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     if admitted {
         check.cost > 0 && !item.pending
     } else {
-        item.counts_for_penalty() && check.rule.penalty().is_some()
+        counts_denial(check, item)
     }
+}
+
+/// Whether a denied item's penalty counts its denial: a quota denial of a rule with a
+/// penalty, unless the rule leaves its denials to its caller
+/// ([`Rule::deferring_denials`]).
+fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
+    item.counts_for_penalty() && check.rule.penalty().is_some() && check.rule.counts_denials()
 }
 
 /// Step 3, for an item that [`writes`]: records its part in the batch (the admission, or
@@ -351,7 +383,15 @@ pub(crate) fn commit(
     if admitted {
         if check.cost > 0 {
             let algorithm = check.rule.algorithm();
-            if entry.is_own(check.rule) {
+            let held = match item.held_until {
+                0 => None,
+                until => algorithm.held(item.at, check.cost, until),
+            };
+            if let Some(held) = held {
+                // The queue before the hold has drained by its end: the hold replaces it.
+                entry.state = held;
+                entry.fingerprint = check.rule.fingerprint();
+            } else if entry.is_own(check.rule) {
                 algorithm.apply(&mut entry.state, item.at, check.cost);
             } else {
                 entry.state = algorithm.adopt(entry.carried, item.at, check.cost);
@@ -362,7 +402,7 @@ pub(crate) fn commit(
                 until: algorithm.expires_at(&entry.state),
             };
         }
-    } else if item.counts_for_penalty() {
+    } else if counts_denial(check, &item) {
         if let Some(penalty) = check.rule.penalty() {
             let state = entry.penalty_mut();
             if penalty.record_denial(state, item.arrival) {
@@ -394,6 +434,25 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, ma
         .rule
         .algorithm()
         .refund(&mut entry.state, now, at, check.cost, mark)
+}
+
+/// Takes `check.cost` units at `now` without a check, for a request already served (its
+/// cost settled above what its admission took; see
+/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) for how each model
+/// carries the excess). A state another configuration wrote is adopted first, as an
+/// admission's commit adopts it, so the units it held still count.
+pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
+    let algorithm = check.rule.algorithm();
+    if !entry.is_own(check.rule) {
+        entry.state = algorithm.adopt(entry.carried, now, 0);
+        entry.fingerprint = check.rule.fingerprint();
+    }
+    algorithm.overdraw(&mut entry.state, now, check.cost);
+    let remaining = algorithm.evaluate(&entry.state, now, 0).remaining;
+    entry.carried = Carried {
+        used: algorithm.limit().saturating_sub(remaining),
+        until: algorithm.expires_at(&entry.state),
+    };
 }
 
 /// Step 3, for an item that does not write (or after [`commit`]): what it decided.

@@ -110,13 +110,17 @@ pub trait Store: Send + Sync + 'static {
     /// denied without waiting. `max_wait` is capped at 2^50 µs (some 35 years).
     ///
     /// A reservation counts every rule of the batch at the reserved instant. A leaky
-    /// bucket's shaping delay is its queue: the rules on the bucket's own key count the
-    /// request when the queue releases it (so a fixed window on that key never counts a
-    /// request in a window it does not pass in). The rules on other keys (a global or
-    /// per-tenant limit) are *pending*: checked now as they will stand at the release
-    /// (a batch they would deny then is denied now), but not counted, so that one client's
-    /// queue never dates a shared state in the future (which would close it to every other
-    /// client until then). Their rule outcomes say `Delay` until the release, when the
+    /// bucket's shaping delay is its queue, and the request passes when the last of the
+    /// batch's queues releases it: every leaky bucket of the batch takes the request's slot
+    /// at that release (a queue that would have let it go sooner reads the time until then
+    /// as queued water, and denies when it has no room for it), so no bucket's outflow ever
+    /// exceeds its rate. The other rules on the key that releases it last count the request
+    /// then (so a fixed window on that key never counts a request in a window it does not
+    /// pass in). The rules on other keys (a global or per-tenant limit) are *pending*:
+    /// checked now as they will stand at the release (a batch they would deny then is
+    /// denied now), but not counted, so that one client's queue never dates a shared state
+    /// in the future (which would close it to every other client until then). Their rule
+    /// outcomes say `Delay` until the release, when the
     /// [`Reservation`](crate::Reservation) that holds the request counts them.
     fn check(
         &self,
@@ -169,8 +173,14 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
-    /// Penalty state is never touched. The default implementation gives nothing back: a
-    /// store outside this crate keeps what it took, and its reservations keep their units.
+    /// Penalty state is never touched.
+    ///
+    /// A [`Reservation::settle`](crate::Reservation::settle) comes through here too, and
+    /// `outcome` says which of its rules give units back and which take them instead: a
+    /// cost settled above what the admission took is taken now, without a check, and
+    /// carried as a debt where the algorithm can. The default implementation gives nothing
+    /// back and takes nothing: a store outside this crate keeps what it took, and its
+    /// reservations keep their units.
     fn refund(
         &self,
         batch: &[Check<'_>],

@@ -196,6 +196,7 @@ impl Division {
                 && r.name() == rule.name()
                 && r.cost() == rule.cost()
                 && r.penalty() == rule.penalty()
+                && r.counts_denials() == rule.counts_denials()
         };
         if let Some((_, found)) = rules.iter().find(same) {
             return found.clone();
@@ -226,9 +227,13 @@ fn divide(rule: &Rule, n: u64) -> Option<Rule> {
         .ok()?;
     let divided = Rule::new(rule.name(), algorithm).checked().ok()?;
     let divided = divided.with_cost(rule.cost());
-    Some(match rule.penalty() {
+    let divided = match rule.penalty() {
         Some(p) => divided.with_penalty(*p),
         None => divided,
+    };
+    Some(match rule.counts_denials() {
+        true => divided,
+        false => divided.deferring_denials(),
     })
 }
 

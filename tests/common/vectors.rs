@@ -34,9 +34,12 @@
 //! in wait mode: a batch admissible within that many µs reserves its slot and gets `delay`
 //! (stores only). A rule with `"shadow": true` is checked as a trial item
 //! ([`Check::shadow`]) in every step; `expect.rules`, when present, lists each rule's own
-//! decision (`allow`, `delay`, `deny`) in batch order. Unknown fields are errors, so a
-//! misspelt expectation
-//! cannot pass unchecked (rule objects excepted: serde cannot check fields beside a flatten).
+//! decision (`allow`, `delay`, `deny`) in batch order. A step with `settle`
+//! (`{"step": 2, "costs": [7]}`) settles the batch that step `step` reserved at one cost per
+//! check ([`Reservation::settle`](super::tg::Reservation::settle): what each rule took
+//! beyond its cost is given back, what it took short of it is taken), before its own checks
+//! if it has any. Unknown fields are errors, so a misspelt expectation cannot pass unchecked
+//! (rule objects excepted: serde cannot check fields beside a flatten).
 
 #![allow(dead_code)]
 
@@ -44,7 +47,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use super::tg::{Check, Decision, DenyReason, ManualClock, Outcome, Penalty, Rate, Rule, Store};
+use super::tg::{
+    Check, Decision, DenyReason, Limiter, ManualClock, Outcome, Penalty, Rate, Reservation, Rule,
+    Store,
+};
 use serde::Deserialize;
 
 /// 20,000 days after the epoch: a multiple of every day, hour, minute and second.
@@ -153,7 +159,17 @@ pub struct Step {
     /// Wait mode: the batch may reserve a slot up to this far ahead (0 = a plain check).
     #[serde(default)]
     pub max_wait_us: u64,
+    /// Settles the batch an earlier step reserved.
+    pub settle: Option<Settle>,
     pub expect: Option<Expect>,
+}
+
+/// What a step settles: the batch step `step` reserved, at `costs` (one per check).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settle {
+    pub step: usize,
+    pub costs: Vec<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -332,13 +348,22 @@ pub fn check_step(
 }
 
 /// Runs `scenario` against a fresh store built by `make_store` on a clock the runner moves.
-pub async fn run_on_store<S: Store>(
+/// A step that a later step settles is reserved (`Limiter::reserve`), and its reservation
+/// kept until then; every other step is a plain `Store::check`.
+pub async fn run_on_store<S: Store + Clone>(
     file: &str,
     scenario: &Scenario,
     make_store: impl FnOnce(ManualClock) -> S,
 ) {
     let clock = ManualClock::new(BASE_MICROS);
     let store = make_store(clock.clone());
+    let limiter = Limiter::new(store.clone());
+    let settled: Vec<usize> = scenario
+        .steps
+        .iter()
+        .filter_map(|s| s.settle.as_ref().map(|s| s.step))
+        .collect();
+    let mut reserved: HashMap<usize, Reservation<S>> = HashMap::new();
     let rules: HashMap<&str, (Rule, bool)> = scenario
         .rules
         .iter()
@@ -351,6 +376,15 @@ pub async fn run_on_store<S: Store>(
                 .reset(&rules[rule.as_str()].0, key.as_bytes())
                 .await
                 .expect("reset");
+        }
+        if let Some(settle) = &step.settle {
+            let reservation = reserved.remove(&settle.step).unwrap_or_else(|| {
+                panic!(
+                    "{file}.json / {:?} / step {i}: no reservation of step {} to settle",
+                    scenario.name, settle.step
+                )
+            });
+            reservation.settle(&settle.costs).await.expect("settle");
         }
         if step.checks.is_empty() {
             assert!(
@@ -373,10 +407,15 @@ pub async fn run_on_store<S: Store>(
                 }
             })
             .collect();
-        let outcome: Outcome = store
-            .check(&batch, Duration::from_micros(step.max_wait_us))
-            .await
-            .expect("store decides");
+        let wait = Duration::from_micros(step.max_wait_us);
+        let outcome: Outcome = if settled.contains(&i) {
+            let reservation = limiter.reserve(&batch, wait).await.expect("store decides");
+            let outcome = reservation.outcome().clone();
+            reserved.insert(i, reservation);
+            outcome
+        } else {
+            store.check(&batch, wait).await.expect("store decides")
+        };
         if let Some(expect) = &step.expect {
             let remaining = outcome.rules.iter().map(|r| r.info.remaining).collect();
             let each = outcome

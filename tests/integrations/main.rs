@@ -1,9 +1,10 @@
 //! The layer in the frameworks and files users bring: axum, hyper, tonic, the rules file, and
-//! the generated protobuf code of the tonic example.
+//! the generated protobuf code of the tonic example, and the admin router.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin_api;
 mod layer_axum;
 mod layer_hyper;
 mod layer_tonic;

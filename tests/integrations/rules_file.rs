@@ -460,3 +460,33 @@ async fn the_example_reloads_a_changed_file_and_keeps_the_rules_of_a_broken_one(
     watcher.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file that trusts every address as a proxy is refused with the way out named, and
+/// loads once it asks for that by name.
+#[test]
+fn trusting_everyone_in_a_file_is_refused_unless_asked_for() {
+    let toml = |allow: &str| {
+        format!(
+            r#"
+[[limit]]
+name = "per-client"
+fixed_window = {{ limit = 1, window = "1m" }}
+key = {{ client_ip = {{ trusted = ["0.0.0.0/0"]{allow} }} }}
+"#
+        )
+    };
+    let problems = errors(&toml(""));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("allow_trusting_everyone")),
+        "{problems:#?}"
+    );
+    assert!(loader()
+        .from_toml(
+            &toml(", allow_trusting_everyone = true"),
+            "rules.toml",
+            builder()
+        )
+        .is_ok());
+}

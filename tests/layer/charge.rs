@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinSet;
 use tollgate::layer::{Charge, Limit, RateLimitBody, RateLimitLayer};
-use tollgate::{key, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
+use tollgate::{
+    key, DenyReason, Limiter, ManualClock, MemoryStore, Penalty, RedisStore, Rule, Store,
+};
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
@@ -244,4 +246,102 @@ async fn a_request_dropped_in_flight_counts() {
     let dropped = tokio::time::timeout(Duration::from_millis(10), status(&svc, "right")).await;
     assert!(dropped.is_err());
     assert_eq!(remaining(&limiter, &rule).await, LIMIT - 1);
+}
+
+/// Failed logins charged by outcome (3 per 15 minutes), the key locked for an hour at the
+/// first refused attempt; each login takes 100 ms, so a burst is in flight together.
+fn guarded_logins<St: Store + Clone>(limiter: Limiter<St>) -> (Svc, Rule) {
+    let rule = Rule::fixed_window("guarded-logins", 3, Duration::from_secs(900))
+        .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
+    let layer = RateLimitLayer::builder(limiter)
+        .route(
+            "POST /login",
+            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
+        )
+        .build()
+        .unwrap();
+    (login(layer, Duration::from_millis(100)), rule)
+}
+
+/// Ten attempts with `password` at once; their statuses.
+async fn burst(svc: &Svc, password: &'static str) -> Vec<StatusCode> {
+    let mut attempts = JoinSet::new();
+    for _ in 0..10 {
+        let svc = svc.clone();
+        attempts.spawn(async move { svc.oneshot(attempt(password)).await.unwrap().status() });
+    }
+    let mut seen = Vec::new();
+    while let Some(status) = attempts.join_next().await {
+        seen.push(status.unwrap());
+    }
+    seen
+}
+
+/// Whether the key is locked out: a peek answers `Locked`.
+async fn locked<St: Store>(limiter: &Limiter<St>, rule: &Rule) -> bool {
+    let peeked = limiter.peek(rule, b"alice", 1).await.unwrap();
+    peeked.decision.denial().map(|d| d.reason) == Some(DenyReason::Locked)
+}
+
+/// Ten successful logins at once: three hold the quota while in flight and the rest are
+/// refused, only for units that the successes give back. Those refusals do not count
+/// towards the lockout: once the burst is over the user is not locked out, and signs in.
+async fn a_burst_of_successful_logins_does_not_lock_out<St: Store + Clone>(limiter: Limiter<St>) {
+    let (svc, rule) = guarded_logins(limiter.clone());
+    let seen = burst(&svc, "right").await;
+    assert!(seen.contains(&StatusCode::TOO_MANY_REQUESTS), "{seen:?}");
+    settles_at(&limiter, &rule, 3).await;
+    // Whatever the refusals were going to count has been counted by now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !locked(&limiter, &rule).await,
+        "locked out by successful logins"
+    );
+    assert_eq!(status(&svc, "right").await, StatusCode::OK);
+}
+
+/// Ten failed logins at once: three are tried and count, and the attempts refused beside
+/// them were refused by counted failures: they count towards the lockout, and the key is
+/// locked once the three have answered.
+async fn a_burst_of_failed_logins_locks_out<St: Store + Clone>(limiter: Limiter<St>) {
+    let (svc, rule) = guarded_logins(limiter.clone());
+    let seen = burst(&svc, "wrong").await;
+    assert!(seen.contains(&StatusCode::TOO_MANY_REQUESTS), "{seen:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !locked(&limiter, &rule).await {
+        assert!(
+            Instant::now() < deadline,
+            "not locked after a burst of failures"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(status(&svc, "right").await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// [`a_burst_of_successful_logins_does_not_lock_out`] on MemoryStore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_successful_logins_does_not_lock_out_in_memory() {
+    a_burst_of_successful_logins_does_not_lock_out(Limiter::new(MemoryStore::new())).await;
+}
+
+/// [`a_burst_of_successful_logins_does_not_lock_out`] on a Redis server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_successful_logins_does_not_lock_out_in_redis() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_burst_of_successful_logins_does_not_lock_out(Limiter::new(store)).await;
+}
+
+/// [`a_burst_of_failed_logins_locks_out`] on MemoryStore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_failed_logins_locks_out_in_memory() {
+    a_burst_of_failed_logins_locks_out(Limiter::new(MemoryStore::new())).await;
+}
+
+/// [`a_burst_of_failed_logins_locks_out`] on a Redis server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_failed_logins_locks_out_in_redis() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_burst_of_failed_logins_locks_out(Limiter::new(store)).await;
 }

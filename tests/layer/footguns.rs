@@ -24,6 +24,17 @@ fn trusting_every_address_is_refused() {
             .to_string();
         assert!(error.contains(everyone), "{error}");
         assert!(error.contains("your proxies"), "{error}");
+        assert!(error.contains("allow_trusting_everyone"), "{error}");
+    }
+}
+
+/// Where nothing but the proxy reaches the service, trusting every peer is allowed when
+/// asked for by name.
+#[test]
+fn trusting_every_address_is_allowed_by_name() {
+    for everyone in ["0.0.0.0/0", "::/0"] {
+        let key = key::client_ip([everyone]).allow_trusting_everyone();
+        assert!(layer_with(Limit::new(minute(), key)).build().is_ok());
     }
 }
 

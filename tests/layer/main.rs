@@ -1,5 +1,6 @@
 //! The layer as a tower service: routes, keys, modes, plans, headers, held requests, charging
-//! by outcome, reloads, what operators see, hostile input, and what a request allocates.
+//! by outcome, costs settled by the response, reloads, what operators see, hostile input, and
+//! what a request allocates.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -16,3 +17,4 @@ mod observe;
 mod plans;
 mod reload;
 mod robustness;
+mod settle;

@@ -271,41 +271,65 @@ fn abuse_costs_redis_few_calls_and_changes_no_decision() {
     });
 }
 
+/// A limiter on a cached store at `url` (prefix `prefix`), on `clock`.
+async fn cached(url: &str, clock: &ManualClock, prefix: &str) -> Limiter<RedisStore> {
+    let store = RedisStore::connect(url)
+        .await
+        .expect("connect")
+        .with_clock(clock.clone())
+        .with_prefix(prefix)
+        .with_deny_cache(100)
+        .await
+        .expect("subscribe");
+    Limiter::new(store)
+}
+
+/// Waits (bounded) until `limiter`'s cache is empty: an invalidation travels through Redis.
+async fn until_emptied(limiter: &Limiter<RedisStore>) {
+    for _ in 0..500 {
+        if limiter.store().deny_cache_len() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Two limiters on cached stores of `cluster`, each subscribed through a different node.
+async fn cached_on_cluster(
+    cluster: &crate::support::redis_server::RedisCluster,
+    clock: &ManualClock,
+) -> [Limiter<RedisStore>; 2] {
+    let mut instances = Vec::new();
+    for first in 0..2 {
+        let mut order = cluster.urls();
+        order.rotate_left(first);
+        let store = RedisStore::connect_cluster(order)
+            .await
+            .expect("connect")
+            .with_clock(clock.clone())
+            .with_deny_cache(100)
+            .await
+            .expect("subscribe");
+        instances.push(Limiter::new(store));
+    }
+    instances.try_into().map_err(|_| ()).expect("two instances")
+}
+
 /// A reset on one instance clears the cached denial on another (published on the
 /// invalidation channel): the other admits again instead of denying until the window ends.
 #[tokio::test]
 async fn a_reset_on_one_instance_clears_the_denial_on_every_instance() {
     let server = RedisServer::start();
     let clock = ManualClock::new(BASE_MICROS);
-    let instance = |prefix: &'static str| {
-        let clock = clock.clone();
-        let url = server.url();
-        async move {
-            RedisStore::connect(&url)
-                .await
-                .expect("connect")
-                .with_clock(clock)
-                .with_prefix(prefix)
-                .with_deny_cache(100)
-                .await
-                .expect("subscribe")
-        }
-    };
-    let a = Limiter::new(instance("shared").await);
-    let b = Limiter::new(instance("shared").await);
+    let a = cached(&server.url(), &clock, "shared").await;
+    let b = cached(&server.url(), &clock, "shared").await;
     let rule = Rule::fixed_window("login", 1, Duration::from_secs(3600));
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
     assert!(!a.check_one(&rule, b"alice").await.unwrap().is_admitted());
     assert_eq!(a.store().deny_cache_len(), 1, "the denial is cached on a");
 
     b.reset(&rule, b"alice").await.unwrap();
-    // The message travels through Redis; wait for it (bounded), then a admits at once.
-    for _ in 0..500 {
-        if a.store().deny_cache_len() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_emptied(&a).await;
     assert_eq!(a.store().deny_cache_len(), 0, "the reset on b reached a");
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
 }
@@ -456,21 +480,9 @@ async fn a_copy_with_another_prefix_or_clock_does_not_use_the_cache() {
 async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
     let server = RedisServer::start();
     let clock = ManualClock::new(BASE_MICROS);
-    let instance = || {
-        let (clock, url) = (clock.clone(), server.url());
-        async move {
-            RedisStore::connect(&url)
-                .await
-                .expect("connect")
-                .with_clock(clock)
-                .with_deny_cache(100)
-                .await
-                .expect("subscribe")
-        }
-    };
     let (a, b) = (
-        Limiter::new(instance().await),
-        Limiter::new(instance().await),
+        cached(&server.url(), &clock, "tollgate").await,
+        cached(&server.url(), &clock, "tollgate").await,
     );
     let rule = Rule::fixed_window("download", 1, Duration::from_secs(3600));
     let batch = [Check::new(&rule, b"alice")];
@@ -481,12 +493,7 @@ async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
 
     // The held request's client went away: its unit goes back.
     held.cancel().await.unwrap();
-    for _ in 0..500 {
-        if a.store().deny_cache_len() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_emptied(&a).await;
     assert_eq!(a.store().deny_cache_len(), 0, "the refund on b reached a");
     assert!(a.check(&batch).await.unwrap().is_admitted());
 }
@@ -496,35 +503,15 @@ async fn a_refund_on_one_instance_clears_the_denial_on_every_instance() {
 #[tokio::test]
 async fn a_reset_reaches_every_instance_on_a_cluster() {
     let cluster = crate::support::redis_server::RedisCluster::start();
-    let urls = cluster.urls();
     let clock = ManualClock::new(BASE_MICROS);
-    let mut instances = Vec::new();
-    // Each instance subscribes through a different node.
-    for first in 0..2 {
-        let mut order = urls.clone();
-        order.rotate_left(first);
-        let store = RedisStore::connect_cluster(order)
-            .await
-            .expect("connect")
-            .with_clock(clock.clone())
-            .with_deny_cache(100)
-            .await
-            .expect("subscribe");
-        instances.push(Limiter::new(store));
-    }
-    let (a, b) = (&instances[0], &instances[1]);
+    let [a, b] = &cached_on_cluster(&cluster, &clock).await;
     let rule = Rule::fixed_window("login", 1, Duration::from_secs(3600));
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
     assert!(!a.check_one(&rule, b"alice").await.unwrap().is_admitted());
     assert_eq!(a.store().deny_cache_len(), 1);
 
     b.reset(&rule, b"alice").await.unwrap();
-    for _ in 0..500 {
-        if a.store().deny_cache_len() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_emptied(a).await;
     assert_eq!(a.store().deny_cache_len(), 0, "the reset on b reached a");
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
 }
@@ -537,21 +524,9 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
 async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
     let server = RedisServer::start();
     let clock = ManualClock::new(BASE_MICROS);
-    let instance = || {
-        let (clock, url) = (clock.clone(), server.url());
-        async move {
-            RedisStore::connect(&url)
-                .await
-                .expect("connect")
-                .with_clock(clock)
-                .with_deny_cache(100)
-                .await
-                .expect("subscribe")
-        }
-    };
     let (x, y) = (
-        Limiter::new(instance().await),
-        Limiter::new(instance().await),
+        cached(&server.url(), &clock, "tollgate").await,
+        cached(&server.url(), &clock, "tollgate").await,
     );
     let old = Rule::fixed_window("api", 1, Duration::from_secs(3600));
     let new = Rule::fixed_window("api", 10, Duration::from_secs(2));
@@ -560,12 +535,36 @@ async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
     assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
 
     assert!(y.check_one(&new, b"alice").await.unwrap().is_admitted());
-    for _ in 0..500 {
-        if x.store().deny_cache_len() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_emptied(&x).await;
+    clock.advance(Duration::from_secs(3));
+    assert!(
+        x.check_one(&old, b"alice").await.unwrap().is_admitted(),
+        "Redis admits once the adopted state has ended; x's cache must not deny"
+    );
+}
+
+/// A settlement that takes units on a key whose state another configuration of the rule
+/// wrote adopts that state, as an admission does: instance y, running a changed `api` rule,
+/// settles a request admitted on nothing at one unit, so the state x's cached denial was
+/// read from is gone in two seconds, and x must ask Redis again.
+#[tokio::test]
+async fn another_configuration_settling_clears_the_denial_on_every_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let (x, y) = (
+        cached(&server.url(), &clock, "tollgate").await,
+        cached(&server.url(), &clock, "tollgate").await,
+    );
+    let old = Rule::fixed_window("api", 1, Duration::from_secs(3600));
+    let new = Rule::fixed_window("api", 10, Duration::from_secs(2));
+    assert!(x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert!(!x.check_one(&old, b"alice").await.unwrap().is_admitted());
+    assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
+
+    let estimate = [Check::new(&new, b"alice").with_cost(0)];
+    let reservation = y.reserve(&estimate, Duration::ZERO).await.unwrap();
+    reservation.settle(&[1]).await.unwrap();
+    until_emptied(&x).await;
     clock.advance(Duration::from_secs(3));
     assert!(
         x.check_one(&old, b"alice").await.unwrap().is_admitted(),
@@ -580,18 +579,7 @@ async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
 async fn a_cross_slot_rollback_clears_the_denials_of_its_rules_everywhere() {
     let cluster = crate::support::redis_server::RedisCluster::start();
     let clock = ManualClock::new(BASE_MICROS);
-    let mut instances = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::connect_cluster(cluster.urls())
-            .await
-            .expect("connect")
-            .with_clock(clock.clone())
-            .with_deny_cache(100)
-            .await
-            .expect("subscribe");
-        instances.push(Limiter::new(store));
-    }
-    let (x, z) = (&instances[0], &instances[1]);
+    let [x, z] = &cached_on_cluster(&cluster, &clock).await;
     let wide = Rule::fixed_window("wide", 2, Duration::from_secs(3600));
     let spent = Rule::fixed_window("spent", 1, Duration::from_secs(3600));
     // Keys chosen on different slots: the batch is decided in two parts.
@@ -605,12 +593,7 @@ async fn a_cross_slot_rollback_clears_the_denials_of_its_rules_everywhere() {
 
     let batch = [Check::new(&wide, a), Check::new(&spent, b)];
     assert!(!x.check(&batch).await.unwrap().is_admitted());
-    for _ in 0..500 {
-        if z.store().deny_cache_len() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_emptied(z).await;
     assert_eq!(
         z.store().deny_cache_len(),
         0,

@@ -1,7 +1,8 @@
 //! Differential property test: random schedules give identical outcomes (decisions,
 //! retry-afters, delays, remaining, reset) from `MemoryStore` and `RedisStore` on the same
 //! injected clock, including penalties, cost 0, costs over capacity, wait mode and batches
-//! mixing a client's key with a shared one (each rule's counted instant in the admission).
+//! mixing a client's key with a shared one (each rule's counted instant in the admission),
+//! and costs settled after the admission (given back or overdrawn, `Reservation::settle`).
 
 use std::time::Duration;
 
@@ -9,7 +10,9 @@ use crate::support::redis_server::RedisServer;
 use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Reservation, Rule, Store,
+};
 
 fn rules() -> Vec<Rule> {
     let ms = Duration::from_millis;
@@ -38,6 +41,8 @@ struct Step {
     shared: u8,
     max_wait_us: u64,
     peek: bool,
+    /// The cost every rule of this step's batch settles at, at the next step's instant.
+    settle: Option<u64>,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -49,9 +54,10 @@ fn step() -> impl Strategy<Value = Step> {
         prop_oneof![3 => Just(0u64), 1 => 0u64..300_000],
         proptest::bool::weighted(0.1),
         prop_oneof![1 => Just(0u8), 1 => 0u8..8],
+        prop_oneof![2 => Just(None), 1 => (0u64..9).prop_map(Some)],
     )
         .prop_map(
-            |(advance_us, key, cost, rules, max_wait_us, peek, shared)| Step {
+            |(advance_us, key, cost, rules, max_wait_us, peek, shared, settle)| Step {
                 advance_us,
                 key,
                 cost,
@@ -59,6 +65,7 @@ fn step() -> impl Strategy<Value = Step> {
                 shared,
                 max_wait_us,
                 peek,
+                settle,
             },
         )
 }
@@ -92,8 +99,13 @@ fn memory_and_redis_decide_alike() {
                     .with_prefix(format!("case{}", case.get())),
             );
             rt.block_on(async {
+                // The reservations of the step before, in both stores, and what they settle at.
+                let mut unsettled: Option<(_, _, Vec<u64>)> = None;
                 for (i, s) in steps.iter().enumerate() {
                     clock.advance(std::time::Duration::from_micros(s.advance_us));
+                    if let Some((m, r, costs)) = unsettled.take() {
+                        settle(m, r, &costs).await;
+                    }
                     let key = [b'k', s.key];
                     let batch: Vec<Check<'_>> = s
                         .rules
@@ -115,14 +127,37 @@ fn memory_and_redis_decide_alike() {
                         continue;
                     }
                     let wait = Duration::from_micros(s.max_wait_us);
+                    if let Some(cost) = s.settle {
+                        let m = memory.reserve(&batch, wait).await.unwrap();
+                        let r = redis.reserve(&batch, wait).await.unwrap();
+                        prop_assert_eq!(m.outcome(), r.outcome(), "step {}: {:?}", i, s);
+                        unsettled = Some((m, r, vec![cost; batch.len()]));
+                        continue;
+                    }
                     let m = memory.store().check(&batch, wait).await.unwrap();
                     let r = redis.store().check(&batch, wait).await.unwrap();
                     prop_assert_eq!(m, r, "step {}: {:?}", i, s);
+                }
+                if let Some((m, r, costs)) = unsettled.take() {
+                    settle(m, r, &costs).await;
+                    for (j, rule) in rules.iter().enumerate() {
+                        for key in [&b"k\x00"[..], b"k\x01", b"k\x02", b"shared"] {
+                            let m = memory.peek(rule, key, 0).await.unwrap();
+                            let r = redis.peek(rule, key, 0).await.unwrap();
+                            prop_assert_eq!(m, r, "rule {} after the last settlement", j);
+                        }
+                    }
                 }
                 Ok(())
             })
         })
         .unwrap();
+}
+
+/// Settles a reservation of each store at `costs`.
+async fn settle(memory: Reservation<MemoryStore>, redis: Reservation<RedisStore>, costs: &[u64]) {
+    memory.settle(costs).await.unwrap();
+    redis.settle(costs).await.unwrap();
 }
 
 /// `Limiter::peek` takes a rule and a key; this takes the check as built.

@@ -6,5 +6,6 @@ mod support;
 
 mod interactions;
 mod memory_store;
+mod queues;
 mod refunds;
 mod reservations;

@@ -410,10 +410,12 @@ fn past_its_bound_a_store_never_admits_more_than_the_rules_allow() {
 }
 
 /// Once the keys that filled a bounded store expire, new keys get states of their own again.
+/// The bound is kept per shard, so it is large enough here that the new keys cannot fill a
+/// shard by themselves, whatever the hash spreads them to.
 #[test]
 fn a_bounded_store_takes_new_keys_again_once_old_ones_expire() {
     let clock = ManualClock::new(1_700_000_000_000_000);
-    let store = MemoryStore::with_clock(clock.clone()).max_keys(256);
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(4096);
     let limiter = Limiter::new(store);
     let rule = Rule::fixed_window("per-key", 1, Duration::from_secs(1));
     let check = |key: &[u8]| {
@@ -422,10 +424,43 @@ fn a_bounded_store_takes_new_keys_again_once_old_ones_expire() {
             .unwrap()
             .is_admitted()
     };
-    for i in 0..10_000u32 {
+    for i in 0..20_000u32 {
         check(&i.to_be_bytes());
     }
+    assert!(!check(b"a newcomer"), "the store is full");
     clock.advance(Duration::from_secs(2));
     // Every new key has its own quota again: none is turned away onto a spent shared one.
     assert!((0..100u32).all(|i| check(&(1_000_000 + i).to_be_bytes())));
+}
+
+/// A settlement that takes units for a key the store does not hold, past its bound, takes
+/// them in the state the keys past the bound share: the bound holds, and those units count.
+#[tokio::test]
+async fn past_its_bound_an_overdraft_is_taken_in_the_shared_state() {
+    let store = MemoryStore::with_clock(ManualClock::new(BASE)).max_keys(256);
+    let limiter = Limiter::new(store.clone());
+    // Another rule's keys fill the store, and leave this rule's shared state untouched.
+    let filler = Rule::fixed_window("filler", 1, Duration::from_secs(3600));
+    for i in 0..10_000u32 {
+        let _ = limiter.check_now(&[Check::new(&filler, &i.to_be_bytes())]);
+    }
+    let held = store.len();
+    let rule = Rule::fixed_window("per-key", 5, Duration::from_secs(3600));
+    // Admitted on nothing, settled at 5: the whole limit, in the shared state.
+    let estimate = [Check::new(&rule, b"a newcomer").with_cost(0)];
+    let reservation = limiter.reserve(&estimate, Duration::ZERO).await.unwrap();
+    reservation.settle(&[5]).await.unwrap();
+    // One entry more at most: the rule's shared state.
+    assert!(
+        store.len() <= held + 1,
+        "{} keys, {held} before",
+        store.len()
+    );
+    assert_eq!(
+        check(&limiter, &rule, b"another newcomer"),
+        Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(Duration::from_secs(3600)),
+        })
+    );
 }

@@ -7,7 +7,7 @@
 //! where the `Reservation` counts them when it is confirmed, so one client's queue never
 //! dates a shared state.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -273,16 +273,14 @@ impl<S: Store + Clone> Store for Recorded<S> {
 
 /// Runs `steps` on `store` (rule `i` on `keys[i]`), holding each admitted request in its
 /// `Reservation` and confirming it at its release as the layer does (on a task of its own,
-/// while the next requests come), and checks every rule against the units it counts at
-/// each instant: `now` + the delay it reports in the store's decision that counted it (a
-/// leaky bucket's own queue; for the rules on a leaky bucket's key, the instant the request
-/// passes there, the longest delay on that key; for the rules on other keys, the
-/// reservation, which is one instant for all of them, across Cluster slots too, or, when a
-/// queue holds the request longer, the confirmation at the release, which counts them
-/// then). Only requests that pass count: one denied at its release counts nowhere. No fixed
-/// window and no window-long interval of the sliding log holds more than 4, and each leaky
-/// bucket lets units leave no faster than it drains (in any `[a, b]`, the units beside the
-/// largest are at most `(b − a) / period`).
+/// while the next requests come), and checks every rule of each request that passes
+/// against the instant it passes (its confirmation lets it go then): no fixed window and no
+/// window-long interval of the sliding log holds more than 4, and each leaky bucket lets
+/// units leave no faster than it drains (in any `[a, b]`, the units beside the largest are
+/// at most `(b − a) / period`), whichever other queue holds the request longer. The store's
+/// decision that counted each rule says that instant too (`now` + the delay the rule
+/// reports: the reservation, or the confirmation at the release for a rule left pending).
+/// Only requests that pass count: one denied at its release counts nowhere.
 async fn every_rule_counts_where_it_says<S: Store + Clone>(
     store: S,
     clock: TokioClock,
@@ -351,24 +349,29 @@ async fn every_rule_counts_where_it_says<S: Store + Clone>(
                 prop_assert_eq!(*reserved.get_or_insert(delay), delay, "one reservation");
             }
         }
+        let clock = clock.clone();
         releases.push(tokio::spawn(REQUEST.scope(request, async move {
             let released = reservation.confirm().await;
-            (request, released.map(|outcome| outcome.is_admitted()))
+            let passed = released.map(|outcome| outcome.is_admitted().then(|| clock.now_micros()));
+            (request, passed)
         })));
     }
-    let mut passed_requests = HashSet::new();
+    // Each request that passed, with the instant it did.
+    let mut passed_requests = HashMap::new();
     for release in releases {
         let (request, passed) = release.await.expect("the release task ends");
-        if passed.map_err(fail)? {
-            passed_requests.insert(request);
+        if let Some(at) = passed.map_err(fail)? {
+            passed_requests.insert(request, at);
         }
     }
-    // Each rule of a request that passed counts where the last decision that included it
-    // (the reservation, or the confirmation that counted it at the release) says.
+    // Each rule of a request that passed, at the instant the request passed, and the first
+    // rule that counted it elsewhere (the last decision that included it says where: the
+    // reservation, or the confirmation that counted it at the release).
     let mut passed: [Vec<(u64, u64)>; 4] = Default::default();
+    let mut elsewhere = None;
     {
         let calls = calls.lock().unwrap();
-        for &request in &passed_requests {
+        for (&request, &at) in &passed_requests {
             let mut counted = [None; 4];
             for call in calls.iter().filter(|c| c.request == request) {
                 prop_assert!(call.admitted, "request {} passed: {:?}", request, call);
@@ -376,8 +379,17 @@ async fn every_rule_counts_where_it_says<S: Store + Clone>(
                     counted[i] = Some((call.at + delay, cost));
                 }
             }
-            for (log, counted) in passed.iter_mut().zip(counted) {
-                log.extend(counted);
+            for (i, &counted) in counted.iter().enumerate() {
+                let Some((t, cost)) = counted else { continue };
+                if t != at && elsewhere.is_none() {
+                    elsewhere = Some(format!(
+                        "request {request}: {} counts it at +{} µs, it passes at +{} µs",
+                        rules[i].name(),
+                        t - T0,
+                        at - T0
+                    ));
+                }
+                passed[i].push((at, cost));
             }
         }
     }
@@ -428,7 +440,10 @@ async fn every_rule_counts_where_it_says<S: Store + Clone>(
             a - T0
         );
     }
-    Ok(())
+    match elsewhere {
+        Some(elsewhere) => Err(TestCaseError::fail(elsewhere)),
+        None => Ok(()),
+    }
 }
 
 /// A runtime on tokio's paused clock: time moves only to the next timer, when every task
@@ -538,6 +553,46 @@ fn mixed_key_batches_count_each_rule_where_it_says_cluster() {
         .block_on(still(RedisStore::connect_cluster(cluster.urls())))
         .expect("connect to the test cluster");
     run_schedules(&rt, 24, mixed_keys(), on_redis(&store));
+}
+
+/// The keys of a batch with a queue on each of two keys: the slow queue on the client's
+/// key, the fast one on a shared key, each other rule on either.
+fn two_queue_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
+    let key = || prop_oneof![Just(&b"client"[..]), Just(&b"shared"[..])];
+    (key(), key()).prop_map(|(window, log)| [&b"client"[..], &b"shared"[..], window, log])
+}
+
+/// Random batches with a leaky bucket on each of two keys: the queue that would release a
+/// request earlier lets it go when the other one does, and its own outflow never exceeds
+/// its rate for it, on MemoryStore.
+#[test]
+fn queues_on_two_keys_never_drain_faster_than_their_rate_memory() {
+    run_schedules(&runtime(), 256, two_queue_keys(), |clock, _| {
+        MemoryStore::with_clock(clock)
+    });
+}
+
+/// The same on a Redis server: the script decides both queues in one call.
+#[test]
+fn queues_on_two_keys_never_drain_faster_than_their_rate_redis() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let store = rt
+        .block_on(still(RedisStore::connect(&server.url())))
+        .expect("connect");
+    run_schedules(&rt, 48, two_queue_keys(), on_redis(&store));
+}
+
+/// The same on a Redis Cluster: the two queues lie in different slots, each decided by a
+/// script call of its own.
+#[test]
+fn queues_on_two_keys_never_drain_faster_than_their_rate_cluster() {
+    let cluster = RedisCluster::start();
+    let rt = runtime();
+    let store = rt
+        .block_on(still(RedisStore::connect_cluster(cluster.urls())))
+        .expect("connect to the test cluster");
+    run_schedules(&rt, 24, two_queue_keys(), on_redis(&store));
 }
 
 /// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots

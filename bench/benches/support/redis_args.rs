@@ -25,7 +25,7 @@ const GCRA: u64 = 6;
 
 /// A rule's packed argument, field for field as `RuleArgs` in src/store/redis/script.rs
 /// (which a bench cannot reach: it is private to the crate) and lua/record.lua's
-/// `rule_args` read it: thirteen little-endian doubles, in this order.
+/// `rule_args` read it: fourteen little-endian doubles, in this order.
 struct RuleArgs {
     code: u64,
     cost: u64,
@@ -40,6 +40,7 @@ struct RuleArgs {
     fingerprint: u64,
     quota: u64,
     key_id: u64,
+    defers_denials: bool,
 }
 
 impl RuleArgs {
@@ -58,6 +59,7 @@ impl RuleArgs {
             self.fingerprint,
             self.quota,
             self.key_id,
+            u64::from(self.defers_denials),
         ]
         .iter()
         .flat_map(|&v| (v as f64).to_le_bytes())
@@ -93,6 +95,7 @@ pub fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
                 fingerprint: r.fingerprint(),
                 quota: big,
                 key_id: 0,
+                defers_denials: false,
             }
             .encode()
         })

@@ -33,6 +33,30 @@ use http::StatusCode;
 /// tokio runtime after the response is returned (an in-process store's, at once): a
 /// client's next request may still see the units taken for the length of a round trip.
 ///
+/// With a [`Penalty`](crate::Penalty) on the limit's rule, a refusal counts towards the
+/// lockout only when the quota refuses the request with the requests beside it settled: a
+/// burst of successful logins refuses the attempts that come while it holds the quota, and
+/// those refusals are for units the successes give back. A request checked while no other
+/// request of its limit and key is being checked or in flight on this instance is decided
+/// as usual: its refusal counts at once, and the one that locks the key answers `Locked`.
+/// A request checked beside others is decided without counting its refusal; the refusal
+/// waits until every one of them has answered (its units counted or given back), then the
+/// store is asked whether the quota, as it stands then, refuses it, and counts the denial
+/// if so. A burst of successful logins never locks its user out; a burst of failed ones
+/// does, once the failures are counted. What this cannot see:
+/// - requests in flight on **other instances** sharing the store (Redis): a refusal they
+///   cause is counted as if they counted (towards locking), and so is one whose check a
+///   request that came after it on this instance overtook (two requests at the same
+///   moment);
+/// - time passing while a refusal waits: the quota is asked when the requests before it
+///   have answered, so a refusal whose window has ended by then is not counted (towards
+///   not locking), and a refusal waits as long as the slowest of those requests; its own
+///   answer is a plain refusal, whose Retry-After does not know of a lock the count sets;
+/// - refusals beyond the penalty's count while others wait for the same limit and key:
+///   not counted (the waiting ones are enough to lock), nor a refusal at the release of a
+///   held request ([`Reservation::confirm`](crate::Reservation::confirm)) decided beside
+///   others.
+///
 /// Only the HTTP status is read: a gRPC service answers `200` with a `grpc-status`
 /// trailer, which a charge does not see.
 ///

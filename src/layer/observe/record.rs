@@ -59,8 +59,8 @@ impl DecisionLabel {
     }
 
     /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
+    #[cfg_attr(not(any(feature = "metrics", feature = "admin")), allow(dead_code))]
+    pub(super) fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
             Decision::Deny(_) if on_trial => DecisionLabel::ShadowDenied,
             Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
@@ -109,6 +109,13 @@ pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     recording::charge_refunded(_metrics);
 }
 
+/// The estimated number of distinct keys the limit of `_metrics` denied recently is `_n`.
+#[cfg(feature = "admin")]
+pub(crate) fn limited_keys(_metrics: &RuleMetrics, _n: u64) {
+    #[cfg(feature = "metrics")]
+    recording::limited_keys(_metrics, _n);
+}
+
 /// Records the store's answer for a request: per limit of its batch, in order, the limit's
 /// keys and whether it is on trial (a shadow limit, or shadow mode); the store's health,
 /// and how long it took, if timed.
@@ -143,10 +150,13 @@ mod recording {
     static HELD: Key = Key::from_static_name("tollgate_held_requests");
     static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
 
-    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    /// One limit's keys: `tollgate_decisions_total` per outcome, its refunds, and its
+    /// count of distinct denied keys.
     pub(super) struct RuleKeys {
         decisions: [Key; DecisionLabel::ALL.len()],
         refunds: Key,
+        #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+        limited: Key,
     }
 
     impl RuleKeys {
@@ -163,6 +173,10 @@ mod recording {
                 decisions: DecisionLabel::ALL.map(decision),
                 refunds: Key::from_parts(
                     "tollgate_charge_refunds_total",
+                    vec![Label::new("rule", name.clone())],
+                ),
+                limited: Key::from_parts(
+                    "tollgate_limited_keys",
                     vec![Label::new("rule", name.clone())],
                 ),
             }
@@ -224,5 +238,13 @@ mod recording {
 
     pub(super) fn charge_refunded(metrics: &RuleMetrics) {
         count(&metrics.keys.refunds);
+    }
+
+    #[cfg(feature = "admin")]
+    pub(super) fn limited_keys(metrics: &RuleMetrics, n: u64) {
+        metrics::with_recorder(|r| {
+            r.register_gauge(&metrics.keys.limited, &METADATA)
+                .set(n as f64)
+        });
     }
 }

@@ -131,6 +131,9 @@ impl<St: Store + Clone> ReloadHandle<St> {
         let held = self.config.load().held.counts.clone();
         // Requests held under the old configuration and the new share one bound.
         Arc::make_mut(&mut config).held.counts = held;
+        // Rules that keep their names keep their history.
+        #[cfg(feature = "admin")]
+        Arc::make_mut(&mut config).attach_activity(self.config.load().activity.clone());
         self.config.store(config);
     }
 }

@@ -430,6 +430,9 @@ fn client_ip(s: &ClientIpSpec) -> Arc<dyn KeyExtractor> {
     if let Some(bits) = s.ipv6_prefix {
         client = client.ipv6_prefix(bits);
     }
+    if s.allow_trusting_everyone {
+        client = client.allow_trusting_everyone();
+    }
     Arc::new(client)
 }
 

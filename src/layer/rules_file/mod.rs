@@ -63,7 +63,7 @@
 //! | `key = …` | extractor |
 //! |---|---|
 //! | `"peer_ip"`, `{ peer_ip = { ipv6_prefix = 48 } }` | [`key::peer_ip`](crate::key::peer_ip) |
-//! | `{ client_ip = { trusted = ["10.0.0.0/8"], header = "x_forwarded_for", ipv6_prefix = 64 } }` | [`key::client_ip`](crate::key::client_ip) (`header`: `"x_forwarded_for"`, `"forwarded"`, `"x_real_ip"`) |
+//! | `{ client_ip = { trusted = ["10.0.0.0/8"], header = "x_forwarded_for", ipv6_prefix = 64 } }` | [`key::client_ip`](crate::key::client_ip) (`header`: `"x_forwarded_for"`, `"forwarded"`, `"x_real_ip"`; `allow_trusting_everyone = true` for [`ClientIp::allow_trusting_everyone`](crate::key::ClientIp::allow_trusting_everyone)) |
 //! | `{ header = "user-id" }`, `{ header = { name = "user-id", duplicates = "last" } }` | [`key::header`](crate::key::header) |
 //! | `"route"`, `"method"`, `"global"`, `{ constant = "abc" }` | [`key::route`](crate::key::route), [`key::method`](crate::key::method), [`key::global`](crate::key::global), [`key::constant`](crate::key::constant) |
 //! | `{ or = [key, key, …] }` | the first that finds a key ([`KeyExtractor::or`]) |

@@ -302,6 +302,9 @@ pub(super) struct ClientIpSpec {
     pub(super) header: Option<ForwardedSpec>,
     #[serde(default)]
     pub(super) ipv6_prefix: Option<u8>,
+    /// `ClientIp::allow_trusting_everyone`.
+    #[serde(default)]
+    pub(super) allow_trusting_everyone: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

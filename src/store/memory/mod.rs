@@ -2,6 +2,7 @@
 
 mod bound;
 mod key;
+mod refund;
 
 use std::fmt;
 use std::future::Future;
@@ -288,36 +289,6 @@ impl MemoryStore {
             outcome.admission = Some(Admission::new(marks));
         }
         Ok(outcome)
-    }
-
-    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
-    fn refund_admission(
-        &self,
-        batch: &[Check<'_>],
-        admission: &Admission,
-    ) -> Result<(), StoreError> {
-        batch::validate(batch)?;
-        let shared = &*self.shared;
-        for (i, check) in batch.iter().enumerate() {
-            // A trial rule's units are not given back: it may have taken nothing.
-            if check.cost == 0 || check.shadow {
-                continue;
-            }
-            let hash = shared.hash(check.rule, check.key);
-            let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.now(None, &mut [&mut shard]);
-            if let Some(entry) = shard.get_mut(hash, check) {
-                let taken = admission.taken(i);
-                if taken.pending {
-                    // Never counted: nothing to give back.
-                    continue;
-                }
-                if batch::refund(check, entry, now, taken.at, taken.mark) {
-                    entry.written_by(check.rule);
-                }
-            }
-        }
-        Ok(())
     }
 }
 

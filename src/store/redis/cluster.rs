@@ -65,15 +65,14 @@ struct Part {
     /// µs after its node's now that its leaky buckets release the request at (0 if none
     /// holds it): the rules of other slots are pending until then.
     shaped: u64,
+    /// Whether one of its members joins a leaky bucket's queue.
+    queues: bool,
 }
 
-/// Which part goes first, and the queues of the other parts that hold the request.
+/// Which part goes first.
 struct Lead {
     /// The part whose leaky bucket holds the request longest (`None`: no part has one).
     leader: Option<usize>,
-    /// The queue members that hold the request: they count it on arrival, their delay
-    /// being their queue.
-    holding: SmallVec<[usize; 4]>,
 }
 
 impl RedisStore {
@@ -105,7 +104,7 @@ impl RedisStore {
         let mut ledger = Ledger::new(batch.len());
         for g in order {
             let leads = Some(g) == lead.leader;
-            self.decide_slot(batch, &groups[g].1, leads, &lead, max_wait, &mut ledger)
+            self.decide_slot(batch, &groups[g].1, leads, max_wait, &mut ledger)
                 .await?;
         }
         if let Some(unsettled) = self.realign(batch, max_wait, &mut ledger).await? {
@@ -131,7 +130,6 @@ impl RedisStore {
             .collect();
         let mut lead = Lead {
             leader: shaping.first().copied(),
-            holding: SmallVec::new(),
         };
         if shaping.len() <= 1 {
             return Ok(lead);
@@ -139,8 +137,10 @@ impl RedisStore {
         let mut longest = 0;
         for &g in &shaping {
             let members = &groups[g].1;
-            let reply = self.run_part(batch, members, max_wait, Op::Peek, 0).await?;
-            let release = queue_release(batch, members, &reply, &mut lead.holding);
+            let reply = self
+                .run_part(batch, members, max_wait, Op::Peek, 0, 0)
+                .await?;
+            let release = queue_release(batch, members, &reply);
             if release > longest {
                 (lead.leader, longest) = (Some(g), release);
             }
@@ -149,28 +149,33 @@ impl RedisStore {
     }
 
     /// Decides one slot's `members` in their turn: the rules the leader's queue releases
-    /// the request to are checked at that release, the others decided and committed now.
+    /// the request to are checked at that release, the others decided and committed now,
+    /// its queues holding the request until that release.
     async fn decide_slot(
         &self,
         batch: &[Check<'_>],
         members: &[usize],
         leads: bool,
-        lead: &Lead,
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<(), StoreError> {
         let shaped = ledger.shaped();
         // Its rules pass the request before the leader's queue does: pending (see
-        // `batch::evaluate`), checked now as they stand at the release. Trial rules,
-        // rules that take nothing and queues that hold the request count it on arrival.
-        let (later, now): (Vec<usize>, Vec<usize>) =
-            if !ledger.denied && shaped > ledger.delay && !leads {
-                members.iter().partition(|&&i| {
-                    !batch[i].shadow && batch[i].cost > 0 && !lead.holding.contains(&i)
-                })
-            } else {
-                (Vec::new(), members.to_vec())
-            };
+        // `batch::evaluate`), checked now as they stand at the release. Trial rules, rules
+        // that take nothing and queues (which hold the request until the release) count it
+        // on arrival.
+        let held = if !ledger.denied && shaped > ledger.delay && !leads {
+            shaped
+        } else {
+            0
+        };
+        let (later, now): (Vec<usize>, Vec<usize>) = if held > 0 {
+            members
+                .iter()
+                .partition(|&&i| !batch[i].shadow && batch[i].cost > 0 && !is_queue(&batch[i]))
+        } else {
+            (Vec::new(), members.to_vec())
+        };
         // What to decide and commit here, each no earlier than its least delay.
         let mut parts: SmallVec<[(Vec<usize>, u64); 2]> = SmallVec::new();
         if !now.is_empty() {
@@ -185,7 +190,7 @@ impl RedisStore {
             }
         }
         for (members, least) in &parts {
-            self.commit_part(batch, members, *least, max_wait, ledger)
+            self.commit_part(batch, members, *least, held, max_wait, ledger)
                 .await?;
         }
         Ok(())
@@ -204,7 +209,7 @@ impl RedisStore {
         ledger: &mut Ledger,
     ) -> Result<Option<(Vec<usize>, u64)>, StoreError> {
         let reply = self
-            .run_part(batch, &later, max_wait, Op::Peek, shaped)
+            .run_part(batch, &later, max_wait, Op::Peek, shaped, 0)
             .await;
         let reply = self.or_refund(batch, ledger, reply).await?;
         if reply.admitted {
@@ -227,19 +232,22 @@ impl RedisStore {
         }
     }
 
-    /// Decides and commits `members`, no earlier than `least` nor the batch's reservation;
-    /// once a part has denied, the rest only record their penalty denials.
+    /// Decides and commits `members`, no earlier than `least` nor the batch's reservation,
+    /// their queues holding the request `held` µs at least; once a part has denied, the rest
+    /// only record their penalty denials.
     async fn commit_part(
         &self,
         batch: &[Check<'_>],
         members: &[usize],
         least: u64,
+        held: u64,
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<(), StoreError> {
         let mode = if ledger.denied { Op::Deny } else { Op::Decide };
+        let least = ledger.delay.max(least);
         let reply = self
-            .run_part(batch, members, max_wait, mode, ledger.delay.max(least))
+            .run_part(batch, members, max_wait, mode, least, held)
             .await;
         let reply = self.or_refund(batch, ledger, reply).await?;
         if reply.admitted {
@@ -257,8 +265,8 @@ impl RedisStore {
     }
 
     /// Decides again the admitted parts of a cross-slot batch that counted the request
-    /// before its reservation (`ledger.delay`); `Some` outcome: no agreement, denied and
-    /// refunded.
+    /// before its reservation (`ledger.delay`), or whose queues let it go before another
+    /// part's queue releases it; `Some` outcome: no agreement, denied and refunded.
     async fn realign(
         &self,
         batch: &[Check<'_>],
@@ -266,12 +274,15 @@ impl RedisStore {
         ledger: &mut Ledger,
     ) -> Result<Option<Outcome>, StoreError> {
         // A part admitted before a later one reserved the batch further ahead counted the
-        // request too early (a fixed window would count it in a window it does not pass in): take it
-        // back and decide it again at the batch's delay. Without other traffic that part
-        // admits there (an admissible rule stays admissible) and the batch is settled;
-        // traffic in between can make it deny or delay further, so this is bounded.
+        // request too early (a fixed window would count it in a window it does not pass
+        // in), and a queue that released it before another part's queue does would let its
+        // next request leave too soon: take it back and decide it again at the batch's
+        // delay, its queues holding the request until the batch's release. Without other
+        // traffic that part admits there (an admissible rule stays admissible) and the
+        // batch is settled; traffic in between can make it deny or delay further, so this
+        // is bounded.
         let mut rounds = 0;
-        while !ledger.denied && ledger.admitted.iter().any(|p| p.delay < ledger.delay) {
+        while !ledger.denied && ledger.admitted.iter().any(|p| ledger.is_stale(p)) {
             if rounds == MAX_REALIGN_ROUNDS {
                 // Still no agreement: deny rather than let a part count the request early.
                 return self.unsettled(batch, ledger).await.map(Some);
@@ -279,17 +290,18 @@ impl RedisStore {
             rounds += 1;
             let mut p = 0;
             while p < ledger.admitted.len() {
-                if ledger.admitted[p].delay >= ledger.delay {
+                if !ledger.is_stale(&ledger.admitted[p]) {
                     p += 1;
                     continue;
                 }
+                let (least, held) = (ledger.delay, ledger.held());
                 let early = ledger.admitted.remove(p);
                 let redecided = match self
                     .refund(batch, std::slice::from_ref(&early), &mut ledger.outcomes)
                     .await
                 {
                     Ok(()) => {
-                        self.run_part(batch, &early.members, max_wait, Op::Decide, ledger.delay)
+                        self.run_part(batch, &early.members, max_wait, Op::Decide, least, held)
                             .await
                     }
                     Err(e) => Err(e),
@@ -342,7 +354,9 @@ impl RedisStore {
                 } else {
                     (Op::Decide, ledger.delay)
                 };
-                let reply = self.run_part(batch, &members, max_wait, mode, least).await;
+                let reply = self
+                    .run_part(batch, &members, max_wait, mode, least, 0)
+                    .await;
                 let reply = self.or_refund(batch, ledger, reply).await?;
                 for (&i, outcome) in members.iter().zip(&reply.rules) {
                     ledger.outcomes[i] = Some(*outcome);
@@ -365,7 +379,8 @@ impl RedisStore {
         Ok(None)
     }
 
-    /// One script call for the `members` of `batch` (one slot), held at least `min_delay`.
+    /// One script call for the `members` of `batch` (one slot), reserved at least
+    /// `min_delay` µs ahead, its queues holding the request `held` µs at least.
     async fn run_part(
         &self,
         batch: &[Check<'_>],
@@ -373,10 +388,12 @@ impl RedisStore {
         max_wait: u64,
         mode: Op,
         min_delay: u64,
+        held: u64,
     ) -> Result<Reply, StoreError> {
         let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
         let call = Call {
             min_delay,
+            held,
             ..self.call(max_wait, mode)
         };
         self.run(call, &checks).await
@@ -466,6 +483,23 @@ impl Ledger {
         self.admitted.iter().map(|p| p.shaped).max().unwrap_or(0)
     }
 
+    /// Whether `part` must be decided again: it counted the request before the batch's
+    /// reservation, or its queues let the request go before another part's queue does.
+    fn is_stale(&self, part: &Part) -> bool {
+        part.delay < self.delay || (part.queues && part.shaped < self.held())
+    }
+
+    /// µs after now until which the admitted parts' queues hold the request beyond its
+    /// reservation (0: none does): every queue of the batch holds it until then.
+    fn held(&self) -> u64 {
+        let shaped = self.shaped();
+        if shaped > self.delay {
+            shaped
+        } else {
+            0
+        }
+    }
+
     /// Records what the `members` of an admitted part took and moves the batch's
     /// reservation to the part's if later; the part, for the caller to place.
     fn admit(&mut self, members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Part {
@@ -520,6 +554,7 @@ impl Part {
             taken,
             delay: reply.reserved.saturating_sub(reply.now),
             shaped,
+            queues: members.iter().any(|&i| is_queue(&batch[i])),
         }
     }
 }
@@ -530,30 +565,21 @@ fn is_queue(check: &Check<'_>) -> bool {
 }
 
 /// How long the queues among `members` hold the request (µs after their node's now), as a
-/// peek found them; the queue members that hold it are added to `holding`.
-fn queue_release(
-    batch: &[Check<'_>],
-    members: &[usize],
-    reply: &Reply,
-    holding: &mut SmallVec<[usize; 4]>,
-) -> u64 {
+/// peek found them.
+fn queue_release(batch: &[Check<'_>], members: &[usize], reply: &Reply) -> u64 {
     let mut release = 0;
     // A queue holds the request while it is not empty, whether or not the request fits
     // (one that does not denies the batch anyway).
-    for (&i, outcome) in members
+    for (_, outcome) in members
         .iter()
         .zip(&reply.rules)
         .filter(|(&i, _)| is_queue(&batch[i]))
     {
         match outcome.decision {
-            Decision::Delay(d) => {
-                release = release.max(duration_to_micros(d));
-                holding.push(i);
-            }
+            Decision::Delay(d) => release = release.max(duration_to_micros(d)),
             // Not before its queue's end (in wait mode it reserves later).
             Decision::Deny(_) if !outcome.info.reset.is_zero() => {
                 release = release.max(duration_to_micros(outcome.info.reset));
-                holding.push(i);
             }
             _ => {}
         }

@@ -130,13 +130,15 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - Each part reads the time of the node that owns its slot (unless a clock is injected).
 /// - Every part counts the request at the batch's reservation, as on one node (a fixed
 ///   window in one slot never counts it in a window it does not pass in because a
-///   wait-mode reservation in another slot holds it). A leaky bucket's shaping delay moves
-///   only the rules on its own key, which share its slot (see [`Store::check`]), so it
-///   moves no other part. Each part is
+///   wait-mode reservation in another slot holds it). The part whose leaky bucket holds
+///   the request longest is decided first (found by a read-only call to each part with a
+///   queue, when several have one): the leaky buckets of the other parts hold the request
+///   until its release, as on one node, and their other rules are pending until then (see
+///   [`Store::check`]). Each part is
 ///   decided no earlier than the longest reservation the parts before it returned; a part
-///   decided before a later one reserved further ahead is refunded and decided again at
-///   that reservation (two more calls for each such part, only when parts reserve
-///   differently).
+///   decided before a later one reserved further ahead, or whose queues let the request go
+///   before a later part's queue does, is refunded and decided again there (two more calls
+///   for each such part, only when parts disagree).
 ///   If traffic between the calls moves a part's reservation yet again, after two such rounds
 ///   the batch is refunded and denied rather than admitted with a part counting early.
 ///   Parts compare delays, not instants, so each node's clock governs its own part.
@@ -482,6 +484,7 @@ impl RedisStore {
                 0
             },
             min_delay: 0,
+            held: 0,
         }
     }
 
@@ -535,7 +538,8 @@ impl RedisStore {
     }
 
     /// [`Store::refund`]: one `Op::RefundHeld` call per slot (one call on a standalone
-    /// server), each rule given back at its own instant where its mark says that is exact.
+    /// server), each rule given back at its own instant where its mark says that is exact;
+    /// an overdraft's units are taken by an `Op::Overdraw` call per slot instead.
     async fn refund_held(
         &self,
         batch: &[Check<'_>],
@@ -545,7 +549,7 @@ impl RedisStore {
             return Ok(());
         };
         batch::validate(batch)?;
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Option<Slot>, bool, Vec<usize>)> = Vec::new();
         // A trial rule's units are not given back: it may have taken nothing; a pending rule
         // took nothing yet.
         for (i, check) in batch
@@ -557,13 +561,21 @@ impl RedisStore {
                 Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
                 Connection::Standalone(_) => None,
             };
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
+            let overdraft = admission.taken(i).overdraft;
+            match groups
+                .iter_mut()
+                .find(|(s, o, _)| *s == slot && *o == overdraft)
+            {
+                Some((_, _, members)) => members.push(i),
+                None => groups.push((slot, overdraft, vec![i])),
             }
         }
-        for (_, members) in &groups {
+        for (_, overdraft, members) in &groups {
             let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
+            if *overdraft {
+                self.run(self.call(0, Op::Overdraw), &checks).await?;
+                continue;
+            }
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
             let call = self.call(0, Op::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;

@@ -92,6 +92,9 @@ pub(super) enum Op {
     /// Give back a held request's admissions, each rule at its own instant and only where
     /// its mark says that is exact (`Store::refund`).
     RefundHeld = 4,
+    /// Take each rule's cost now without a check: a request served at a cost settled above
+    /// what it took (`batch::overdraw`).
+    Overdraw = 5,
 }
 
 /// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`).
@@ -123,6 +126,10 @@ pub(super) struct Call {
     /// Modes other than the refunds: µs the request is reserved ahead at least (another
     /// Cluster slot of its batch reserved it then), so no rule counts it earlier.
     pub(super) min_delay: u64,
+    /// Modes other than the refunds: µs after now at which another Cluster slot's leaky
+    /// bucket releases the request (0: none), so the queues here hold it until then and
+    /// the rules on keys released earlier are pending.
+    pub(super) held: u64,
 }
 
 /// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call: per check, its instant and mark
@@ -139,7 +146,7 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
 /// Whether a batch's instant and `ARGV[5]` follow its shape: only when they are not ""
 /// (the server's `TIME`) and 0.
 fn extra_follows(call: &Call, taken: bool) -> bool {
-    call.now.is_some() || taken || call.min_delay != 0
+    call.now.is_some() || taken || call.min_delay != 0 || call.held != 0
 }
 
 /// Appends `value` in decimal.
@@ -262,6 +269,7 @@ impl Encoded {
             };
             match &self.taken {
                 Some(packed) => cmd.arg(&packed[..]),
+                None if call.held != 0 => cmd.arg(format!("{} {}", call.min_delay, call.held)),
                 None => cmd.arg(call.min_delay),
             };
         }

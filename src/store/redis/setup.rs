@@ -138,6 +138,7 @@ async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<()
         mode: Op::Peek,
         slack_ms: 0,
         min_delay: 0,
+        held: 0,
     };
     let batch = Encoded::new(call, &[], |_, _| Vec::new(), None);
     let caller = Caller::new(conn.clone(), route);

@@ -59,11 +59,14 @@ pub(super) struct RuleArgs {
     pub(super) quota: u64,
     /// The index of the batch's first rule on the same client key (batch::key_release).
     pub(super) key_id: u64,
+    /// Whether its quota denials are left to the caller, not counted towards the penalty
+    /// (`Rule::deferring_denials`).
+    pub(super) defers_denials: bool,
 }
 
 impl RuleArgs {
-    /// The encoded length: thirteen doubles (`RULE_BYTES` in `lua/record.lua`).
-    pub(super) const BYTES: usize = 13 * 8;
+    /// The encoded length: fourteen doubles (`RULE_BYTES` in `lua/record.lua`).
+    pub(super) const BYTES: usize = 14 * 8;
 
     /// The arguments of `check`, the batch's first rule on its key being the `key_id`th.
     pub(super) fn of(check: &Check<'_>, key_id: usize) -> Self {
@@ -91,6 +94,7 @@ impl RuleArgs {
             fingerprint: check.rule.fingerprint(),
             quota: algorithm.quota().0,
             key_id: key_id as u64,
+            defers_denials: !check.rule.counts_denials(),
         }
     }
 
@@ -110,6 +114,7 @@ impl RuleArgs {
             self.fingerprint,
             self.quota,
             self.key_id,
+            u64::from(self.defers_denials),
         ];
         for value in fields {
             out.extend_from_slice(&exact_double(value).to_le_bytes());
@@ -157,6 +162,7 @@ mod tests {
             (Op::Deny, "MODE_DENY"),
             (Op::Refund, "MODE_REFUND"),
             (Op::RefundHeld, "MODE_REFUND_HELD"),
+            (Op::Overdraw, "MODE_OVERDRAW"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
@@ -175,10 +181,10 @@ mod tests {
         );
     }
 
-    /// Rule arguments encode as thirteen little-endian doubles in the order the script
+    /// Rule arguments encode as fourteen little-endian doubles in the order the script
     /// reads them.
     #[test]
-    fn rule_args_are_thirteen_doubles_in_order() {
+    fn rule_args_are_fourteen_doubles_in_order() {
         let args = RuleArgs {
             code: Code::Gcra,
             cost: 2,
@@ -193,6 +199,7 @@ mod tests {
             fingerprint: 11,
             quota: 12,
             key_id: 13,
+            defers_denials: true,
         };
         let mut out = Vec::new();
         args.encode(&mut out);
@@ -200,7 +207,7 @@ mod tests {
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("eight bytes")))
             .collect();
-        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 12, 13]
+        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 12, 13, 1]
             .into_iter()
             .map(f64::from)
             .collect();

@@ -1,0 +1,119 @@
+//! The JSON API: what the page shows, for scripts and dashboards.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+
+use super::auth::Access;
+use super::text::{typed_key, unhex};
+use super::{view, Shared};
+use crate::{Store, StoreError};
+
+pub(super) async fn rules<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
+    Json(view::rules(&shared.config.current())).into_response()
+}
+
+pub(super) async fn decisions<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
+    Json(view::decisions(&shared.config.current())).into_response()
+}
+
+/// How many keys per rule `top` lists.
+#[derive(Deserialize)]
+pub(super) struct TopQuery {
+    n: Option<usize>,
+}
+
+pub(super) async fn top<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    Query(query): Query<TopQuery>,
+) -> Response {
+    let n = query.n.unwrap_or(10);
+    Json(view::top(&shared.config.current(), n)).into_response()
+}
+
+pub(super) async fn health<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
+    Json(view::health(shared.limiter.health())).into_response()
+}
+
+/// A key named in a query or a form: typed (`key`, `␟` between a tuple's parts) or exact
+/// (`key_hex`), and whether it is the store's digest of a longer key (`digested=true`).
+/// Every field is text, so that forms flattening it into theirs can read it.
+#[derive(Deserialize)]
+pub(super) struct WhichKey {
+    pub(super) rule: Option<String>,
+    pub(super) key: Option<String>,
+    pub(super) key_hex: Option<String>,
+    pub(super) digested: Option<String>,
+}
+
+impl WhichKey {
+    /// The key's bytes and whether they are a digest, if the key is named well.
+    pub(super) fn bytes(&self) -> Option<(Vec<u8>, bool)> {
+        match (&self.key_hex, &self.key) {
+            (Some(hex), _) => Some((unhex(hex)?, self.digested.as_deref() == Some("true"))),
+            (None, Some(text)) => Some((typed_key(text), false)),
+            (None, None) => None,
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+pub(super) fn store_failed(e: &StoreError) -> Response {
+    tracing::warn!(error = %e, "admin: the store failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the rate limit store is unavailable",
+    )
+}
+
+pub(super) async fn key<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    Query(which): Query<WhichKey>,
+) -> Response {
+    let config = shared.config.current();
+    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&config, r)) else {
+        return error(StatusCode::NOT_FOUND, "no such rule");
+    };
+    let Some((key, digested)) = which.bytes() else {
+        return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
+    };
+    match view::key_state(&shared.limiter, &rule, &key, digested).await {
+        Ok(state) => Json(state).into_response(),
+        Err(e) => store_failed(&e),
+    }
+}
+
+pub(super) async fn unblock<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    Extension(access): Extension<Access>,
+    headers: HeaderMap,
+    Query(which): Query<WhichKey>,
+) -> Response {
+    if access != Access::Bearer {
+        let token = headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
+        if !token.is_some_and(|t| shared.secrets.csrf_valid(&headers, t)) {
+            return error(StatusCode::FORBIDDEN, "missing or wrong anti-forgery token");
+        }
+    }
+    let config = shared.config.current();
+    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&config, r)) else {
+        return error(StatusCode::NOT_FOUND, "no such rule");
+    };
+    let Some((key, digested)) = which.bytes() else {
+        return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
+    };
+    match view::unblock(&shared.limiter, &config, &rule, &key, digested).await {
+        Ok(()) => {
+            tracing::info!(rule = rule.name(), "admin: key unblocked");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => store_failed(&e),
+    }
+}

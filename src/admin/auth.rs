@@ -1,0 +1,243 @@
+//! Who may use the admin router: the optional bearer token (compared in constant time),
+//! the session cookie its login form sets, the anti-forgery token of the page's forms, and
+//! the limit on failed attempts, enforced by tollgate itself.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::ConnectInfo;
+use hmac::{Hmac, Mac};
+use http::{header, HeaderMap, Request};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::text::{hex, unhex};
+use crate::{Limiter, MemoryStore, Rule};
+
+/// The session cookie the login form sets.
+pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
+/// The cookie the page's anti-forgery tokens are derived from.
+pub(crate) const CSRF_COOKIE: &str = "tollgate_admin_csrf";
+/// How long a session lasts.
+const SESSION: Duration = Duration::from_secs(12 * 3600);
+
+/// How a request was let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// With the bearer token: a script, not a browser, so no anti-forgery token is needed.
+    Bearer,
+    /// With the session cookie, or with no token configured (the application's own
+    /// authentication in front decides): a browser, whose changes need the anti-forgery
+    /// token.
+    Browser,
+    /// Not at all: only the login form is served.
+    Denied,
+}
+
+/// The secrets of one router: the digest of its token, and the key its cookies are signed
+/// with (random per router, so a restart ends every session).
+pub(crate) struct Secrets {
+    token: Option<[u8; 32]>,
+    key: [u8; 32],
+}
+
+/// `n` random bytes from the operating system; should it fail, a digest of process-keyed
+/// hashes and the time, which an attacker cannot predict either.
+pub(crate) fn random() -> [u8; 32] {
+    let mut bytes = [0; 32];
+    if getrandom::fill(&mut bytes).is_err() {
+        use std::hash::BuildHasher;
+        let mut digest = Sha256::new();
+        for i in 0..4u8 {
+            let state = std::collections::hash_map::RandomState::new();
+            digest.update(state.hash_one(i).to_le_bytes());
+        }
+        digest.update(format!("{:?}", SystemTime::now()));
+        bytes = digest.finalize().into();
+    }
+    bytes
+}
+
+impl Secrets {
+    pub(crate) fn new(token: Option<&[u8]>) -> Self {
+        Self {
+            token: token.map(|t| Sha256::digest(t).into()),
+            key: random(),
+        }
+    }
+
+    /// Whether a token is required.
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Whether `given` is the token. Digests have one length whatever the token's, and
+    /// `ct_eq` takes the same time whichever byte differs: timing tells a guesser nothing.
+    pub(crate) fn token_matches(&self, given: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        self.token
+            .is_some_and(|token| bool::from(digest.ct_eq(&token)))
+    }
+
+    fn mac(&self, purpose: &str, message: &str) -> Option<[u8; 32]> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).ok()?;
+        mac.update(purpose.as_bytes());
+        mac.update(b":");
+        mac.update(message.as_bytes());
+        Some(mac.finalize().into_bytes().into())
+    }
+
+    fn signed_matches(&self, purpose: &str, message: &str, given_hex: &str) -> bool {
+        match (self.mac(purpose, message), unhex(given_hex)) {
+            (Some(expected), Some(given)) => bool::from(expected.as_slice().ct_eq(&given)),
+            _ => false,
+        }
+    }
+
+    /// A new session cookie's value: its expiry and its signature.
+    pub(crate) fn new_session(&self) -> String {
+        let until = unix_now() + SESSION.as_secs();
+        let signature = self.mac("session", &until.to_string()).unwrap_or_default();
+        format!("{until}.{}", hex(&signature))
+    }
+
+    /// Whether a session cookie's value is one this router signed and still current.
+    fn session_valid(&self, value: &str) -> bool {
+        let Some((until, signature)) = value.split_once('.') else {
+            return false;
+        };
+        let current = until.parse::<u64>().is_ok_and(|until| until > unix_now());
+        current && self.signed_matches("session", until, signature)
+    }
+
+    /// The anti-forgery token of the forms shown to the browser holding `csrf_cookie`.
+    pub(crate) fn csrf_token(&self, csrf_cookie: &str) -> String {
+        hex(&self.mac("csrf", csrf_cookie).unwrap_or_default())
+    }
+
+    /// Whether `given` is the anti-forgery token for the request's cookie: a page of
+    /// another site can neither read that cookie nor send it (`SameSite=Strict`).
+    pub(crate) fn csrf_valid(&self, headers: &HeaderMap, given: &str) -> bool {
+        cookie(headers, CSRF_COOKIE).is_some_and(|c| self.signed_matches("csrf", c, given))
+    }
+
+    /// How `headers` authenticate: `Err(())` for a wrong bearer token (a failed attempt).
+    pub(crate) fn access(&self, headers: &HeaderMap) -> Result<Access, ()> {
+        if !self.has_token() {
+            return Ok(Access::Browser);
+        }
+        if let Some(given) = bearer(headers) {
+            return if self.token_matches(given) {
+                Ok(Access::Bearer)
+            } else {
+                Err(())
+            };
+        }
+        let session = cookie(headers, SESSION_COOKIE).is_some_and(|v| self.session_valid(v));
+        Ok(if session {
+            Access::Browser
+        } else {
+            Access::Denied
+        })
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The token of an `Authorization: Bearer` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    value.strip_prefix("Bearer ").map(str::trim)
+}
+
+/// The value of the cookie `name`, if the request has it.
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+}
+
+/// A `Set-Cookie` value: readable by no script, sent by no other site.
+pub(crate) fn set_cookie(name: &str, value: &str, max_age: Duration) -> String {
+    format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        max_age.as_secs()
+    )
+}
+
+/// The `Set-Cookie` value of a new session.
+pub(crate) fn session_cookie(value: &str) -> String {
+    set_cookie(SESSION_COOKIE, value, SESSION)
+}
+
+/// Failed attempts (a wrong bearer token, a wrong token in the login form), limited per
+/// client address with tollgate itself: past the limit, an address is refused whatever it
+/// sends until the window ends.
+pub(crate) struct Failures {
+    limiter: Limiter<MemoryStore>,
+    rule: Rule,
+}
+
+impl Failures {
+    pub(crate) fn new() -> Self {
+        Self {
+            limiter: Limiter::new(MemoryStore::new()),
+            rule: Rule::fixed_window("admin-failed-attempts", 10, Duration::from_secs(900)),
+        }
+    }
+
+    /// The address failures count under: the peer's, or one key for all when the server
+    /// gives no connection info.
+    pub(crate) fn address<B>(request: &Request<B>) -> String {
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
+    }
+
+    /// Whether `address` has failed too often to be heard now.
+    pub(crate) async fn locked_out(&self, address: &str) -> bool {
+        let next = self.limiter.peek(&self.rule, address, 1).await;
+        next.is_ok_and(|next| !next.decision.is_admitted())
+    }
+
+    /// Counts a failed attempt from `address`.
+    pub(crate) async fn fail(&self, address: &str) {
+        let _ = self.limiter.check_one(&self.rule, address).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session this router signed is valid; a changed one, or another router's, is not;
+    /// and the anti-forgery token matches only its own cookie.
+    #[test]
+    fn sessions_and_forms_are_signed() {
+        let secrets = Secrets::new(Some(b"0123456789abcdef"));
+        let session = secrets.new_session();
+        assert!(secrets.session_valid(&session));
+        assert!(!Secrets::new(Some(b"0123456789abcdef")).session_valid(&session));
+        let forged = session.replacen('1', "2", 1);
+        assert!(!secrets.session_valid(&forged));
+
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            "a=b; tollgate_admin_csrf=c1".parse().unwrap(),
+        );
+        assert!(secrets.csrf_valid(&headers, &secrets.csrf_token("c1")));
+        assert!(!secrets.csrf_valid(&headers, &secrets.csrf_token("c2")));
+        assert!(!secrets.csrf_valid(&headers, ""));
+    }
+}

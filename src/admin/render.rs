@@ -1,0 +1,278 @@
+//! The admin page's HTML: server-rendered, every value escaped, no external asset, usable
+//! without JavaScript (a small inline script only reloads it every few seconds while
+//! nobody is typing).
+
+use std::fmt::Write;
+
+use super::text::html;
+use super::view::{DecisionsView, HealthView, KeyState, RuleView, TopView};
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}\
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}\
+table{border-collapse:collapse}td,th{padding:.25em .7em;text-align:left;border-bottom:1px solid #eee}\
+code{background:#f4f4f4;padding:0 .25em}.ok{color:#287a3e}.bad{color:#b3261e}.note{color:#666}\
+.legend span{margin-right:1em}.a{color:#287a3e}.d{color:#c77700}.x{color:#b3261e}\
+form.inline{display:inline}button{cursor:pointer}";
+
+/// Reloads the page every five seconds unless a field has the focus.
+const SCRIPT: &str = "setInterval(function(){var a=document.activeElement;\
+if(!a||a===document.body)location.reload();},5000);";
+
+/// A whole page around `body`.
+pub(crate) fn document(title: &str, body: &str, refresh: bool) -> String {
+    let script = if refresh {
+        format!("<script>{SCRIPT}</script>")
+    } else {
+        String::new()
+    };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width\"><title>{}</title>\
+<style>{STYLE}</style></head><body>{body}{script}</body></html>",
+        html(title)
+    )
+}
+
+/// The login form, with a message when the last attempt failed.
+pub(crate) fn login(base: &str, failed: bool) -> String {
+    let message = if failed {
+        "<p class=\"bad\">That is not the token.</p>"
+    } else {
+        ""
+    };
+    let body = format!(
+        "<h1>tollgate admin</h1>{message}<form method=\"post\" action=\"{}/login\">\
+<label>Admin token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus></label> \
+<button type=\"submit\">Sign in</button></form>",
+        html(base)
+    );
+    document("tollgate admin: sign in", &body, false)
+}
+
+/// What the page shows.
+pub(crate) struct Page<'a> {
+    /// Where the router is mounted (`/admin`), or empty at the root.
+    pub(crate) base: &'a str,
+    pub(crate) rules: &'a [RuleView],
+    pub(crate) decisions: &'a [DecisionsView],
+    pub(crate) top: &'a [TopView],
+    pub(crate) health: &'a HealthView,
+    pub(crate) csrf: &'a str,
+    pub(crate) lookup: Option<Result<KeyState, String>>,
+    pub(crate) notice: Option<String>,
+}
+
+/// The admin page.
+pub(crate) fn page(page: &Page<'_>) -> String {
+    let mut body = String::from("<h1>tollgate: rate limits</h1>");
+    if let Some(notice) = &page.notice {
+        let _ = write!(body, "<p class=\"ok\" id=\"notice\">{}</p>", html(notice));
+    }
+    let class = if page.health.health == "healthy" {
+        "ok"
+    } else {
+        "bad"
+    };
+    let _ = write!(
+        body,
+        "<p>Store: <strong class=\"{class}\" id=\"health\">{}</strong> <span class=\"note\">({})</span></p>",
+        html(page.health.health),
+        html(page.health.meaning)
+    );
+    body.push_str(&lookup_form(page));
+    for rule in page.rules {
+        body.push_str(&rule_section(page, rule));
+    }
+    body.push_str("<p class=\"note\">Decisions and top keys are this instance's; a key's state is the store's, shared by every instance.</p>");
+    document("tollgate admin", &body, page.lookup.is_none())
+}
+
+fn lookup_form(page: &Page<'_>) -> String {
+    let action = if page.base.is_empty() { "/" } else { page.base };
+    let mut out = format!(
+        "<h2>Look up a key</h2><form method=\"get\" action=\"{}\" id=\"lookup\">",
+        html(action)
+    );
+    out.push_str("<label>Rule <select name=\"rule\">");
+    for rule in page.rules {
+        let _ = write!(out, "<option>{}</option>", html(&rule.name));
+    }
+    out.push_str("</select></label> <label>Key <input name=\"key\" size=\"40\"></label> <button type=\"submit\">Look up</button></form>");
+    match &page.lookup {
+        Some(Ok(state)) => out.push_str(&key_state(state, page)),
+        Some(Err(message)) => {
+            let _ = write!(
+                out,
+                "<p class=\"bad\" id=\"lookup-result\">{}</p>",
+                html(message)
+            );
+        }
+        None => {}
+    }
+    out
+}
+
+fn key_state(state: &KeyState, page: &Page<'_>) -> String {
+    let verdict = if state.locked {
+        "<strong class=\"bad\">locked</strong>"
+    } else if state.admitted {
+        "<strong class=\"ok\">admitted</strong>"
+    } else {
+        "<strong class=\"bad\">denied</strong>"
+    };
+    let retry = state
+        .retry_after_ms
+        .map(|ms| format!(", retry after {:.1} s", ms as f64 / 1000.0))
+        .unwrap_or_default();
+    format!(
+        "<div id=\"lookup-result\"><p>Key <code>{}</code> under <strong>{}</strong>: next request {verdict}{retry}; \
+{} of {} left, full again in {:.1} s.</p>{}</div>",
+        html(&state.key.key),
+        html(&state.rule),
+        state.remaining,
+        state.limit,
+        state.reset_ms as f64 / 1000.0,
+        unblock_button(page, &state.rule, &state.key.key_hex, state.key.digested),
+    )
+}
+
+/// A form that unblocks one key: a POST carrying the anti-forgery token.
+fn unblock_button(page: &Page<'_>, rule: &str, key_hex: &str, digested: bool) -> String {
+    format!(
+        "<form class=\"inline\" method=\"post\" action=\"{}/unblock\">\
+<input type=\"hidden\" name=\"rule\" value=\"{}\"><input type=\"hidden\" name=\"key_hex\" value=\"{}\">\
+<input type=\"hidden\" name=\"digested\" value=\"{digested}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+<button type=\"submit\">Unblock</button></form>",
+        html(page.base),
+        html(rule),
+        html(key_hex),
+        html(page.csrf)
+    )
+}
+
+fn rule_section(page: &Page<'_>, rule: &RuleView) -> String {
+    let mut out = format!(
+        "<h2 id=\"rule-{0}\">{0}</h2><p><code>{1}</code>: {2} per {3} s",
+        html(&rule.name),
+        rule.algorithm,
+        rule.limit,
+        rule.period_ms as f64 / 1000.0
+    );
+    if let Some(p) = &rule.penalty {
+        let _ = write!(
+            out,
+            "; locked for {} s after {} denials within {} s",
+            p.lock_for_ms / 1000,
+            p.after,
+            p.within_ms / 1000
+        );
+    }
+    let routes: Vec<String> = rule.routes.iter().map(|r| html(r)).collect();
+    let _ = write!(
+        out,
+        "; routes <code>{}</code>; mode {}.</p>",
+        routes.join("</code>, <code>"),
+        rule.mode
+    );
+    if let Some(decisions) = page.decisions.iter().find(|d| d.rule == rule.name) {
+        out.push_str(&chart(decisions));
+    }
+    if let Some(top) = page.top.iter().find(|t| t.rule == rule.name) {
+        out.push_str(&top_table(top, page));
+    }
+    out
+}
+
+/// Decisions per second over the ring's minutes as an inline SVG chart.
+pub(crate) fn chart(d: &DecisionsView) -> String {
+    let (width, height) = (600.0, 120.0);
+    let series = [
+        (&d.admitted, "#287a3e", "admitted"),
+        (&d.delayed, "#c77700", "delayed"),
+        (&d.denied, "#b3261e", "denied"),
+    ];
+    let max = series
+        .iter()
+        .flat_map(|s| s.0.iter())
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let n = d.admitted.len().max(2);
+    let mut out = format!(
+        "<svg class=\"chart\" role=\"img\" width=\"{width}\" height=\"{}\" viewBox=\"0 0 {width} {}\" xmlns=\"http://www.w3.org/2000/svg\">\
+<title>{}: decisions per second, last {} minutes</title>\
+<rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"#fafafa\" stroke=\"#ddd\"/>",
+        height + 16.0,
+        height + 16.0,
+        html(&d.rule),
+        n / 60
+    );
+    for (values, colour, name) in series {
+        let points: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let x = i as f64 * width / (n - 1) as f64;
+                let y = height - v as f64 * (height - 4.0) / max as f64;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "<polyline class=\"{name}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"/>",
+            points.join(" ")
+        );
+    }
+    let _ = write!(
+        out,
+        "<text x=\"4\" y=\"12\" font-size=\"11\" fill=\"#666\">{max}/s</text>\
+<text x=\"0\" y=\"{0}\" font-size=\"11\" fill=\"#666\">−{1} min</text>\
+<text x=\"{2}\" y=\"{0}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">now</text></svg>",
+        height + 14.0,
+        n / 60,
+        width
+    );
+    let total = |v: &Vec<u64>| v.iter().sum::<u64>();
+    let _ = write!(
+        out,
+        "<p class=\"legend\"><span class=\"a\">■ admitted {}</span><span class=\"d\">■ delayed {}</span><span class=\"x\">■ denied {}</span></p>",
+        total(&d.admitted),
+        total(&d.delayed),
+        total(&d.denied)
+    );
+    out
+}
+
+fn top_table(top: &TopView, page: &Page<'_>) -> String {
+    let mut out = format!(
+        "<p>Most denied keys, last {}–{} min: {} denials, about {} distinct keys \
+<span class=\"note\">(counts are at most ± {} off; a key denied more often is listed)</span></p>",
+        top.period_seconds / 60,
+        2 * top.period_seconds / 60,
+        top.denials,
+        top.distinct_keys,
+        top.error_bound
+    );
+    if top.keys.is_empty() {
+        out.push_str("<p class=\"note\">No key denied.</p>");
+        return out;
+    }
+    out.push_str("<table class=\"top\"><tr><th>key</th><th>denials</th><th></th></tr>");
+    for key in &top.keys {
+        let error = if key.error > 0 {
+            format!(" (≤ {} over)", key.error)
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            "<tr><td><code class=\"key\">{}</code></td><td>{}{error}</td><td>{}</td></tr>",
+            html(&key.key.key),
+            key.denials,
+            unblock_button(page, &top.rule, &key.key.key_hex, key.key.digested)
+        );
+    }
+    out.push_str("</table>");
+    out
+}

@@ -1,0 +1,281 @@
+//! What the admin router shows, read from the running layer: its rules, their decisions
+//! over time, their most denied keys, the store's health, one key's state. The JSON API
+//! serializes these; the page renders them.
+
+use serde::Serialize;
+
+use super::text::{hex, key_text};
+use crate::layer::observe::activity::{now_second, ring, TopKey, PERIOD_SECONDS};
+use crate::layer::{Config, Mode};
+use crate::{Decision, DenyReason, Health, Limiter, Rule, Store, StoreError};
+
+/// A rule as configured now.
+#[derive(Debug, Serialize)]
+pub(crate) struct RuleView {
+    pub(crate) name: String,
+    pub(crate) algorithm: &'static str,
+    /// The most units admitted at once, and the period that restores them.
+    pub(crate) limit: u64,
+    pub(crate) period_ms: u128,
+    pub(crate) cost: u64,
+    pub(crate) penalty: Option<PenaltyView>,
+    /// The route patterns it applies to; `"*"` for every request.
+    pub(crate) routes: Vec<String>,
+    /// `enforce`, `shadow` or `wait`.
+    pub(crate) mode: &'static str,
+}
+
+/// A rule's penalty lockout.
+#[derive(Debug, Serialize)]
+pub(crate) struct PenaltyView {
+    pub(crate) lock_for_ms: u128,
+    pub(crate) after: u64,
+    pub(crate) within_ms: u128,
+}
+
+/// Every rule of `config`, in the order of the layer's limits, then the routes'.
+pub(crate) fn rules(config: &Config) -> Vec<RuleView> {
+    let mut views: Vec<RuleView> = Vec::new();
+    let global = config.global.iter().map(|l| (l, "*"));
+    let routed = config
+        .routes
+        .iter()
+        .flat_map(|r| r.limits.iter().map(move |l| (l, r.pattern.as_str())));
+    for (limit, route) in global.chain(routed) {
+        let rule = &limit.rule;
+        if let Some(view) = views.iter_mut().find(|v| v.name == rule.name()) {
+            view.routes.push(route.to_owned());
+            continue;
+        }
+        let (quota, period) = rule.algorithm().quota();
+        let mode = match config.mode {
+            Mode::Shadow => "shadow",
+            _ if limit.is_shadow() => "shadow",
+            Mode::Wait { .. } => "wait",
+            _ => "enforce",
+        };
+        views.push(RuleView {
+            name: rule.name().to_owned(),
+            algorithm: rule.algorithm().kind(),
+            limit: quota,
+            period_ms: period.as_millis(),
+            cost: rule.cost(),
+            penalty: rule.penalty().map(|p| PenaltyView {
+                lock_for_ms: p.lock_duration().as_millis(),
+                after: p.denials(),
+                within_ms: p.window().as_millis(),
+            }),
+            routes: vec![route.to_owned()],
+            mode,
+        });
+    }
+    views
+}
+
+/// The rule named `name` in `config`.
+pub(crate) fn rule(config: &Config, name: &str) -> Option<Rule> {
+    let mut limits = config.all_limits();
+    limits
+        .find(|l| l.rule.name() == name)
+        .map(|l| l.rule.clone())
+}
+
+/// A rule's decisions per second, oldest first, ending now.
+#[derive(Debug, Serialize)]
+pub(crate) struct DecisionsView {
+    pub(crate) rule: String,
+    pub(crate) admitted: Vec<u64>,
+    pub(crate) delayed: Vec<u64>,
+    pub(crate) denied: Vec<u64>,
+}
+
+/// The decisions of every rule of `config` over the last [`ring::SECONDS`] seconds.
+pub(crate) fn decisions(config: &Config) -> Vec<DecisionsView> {
+    let now = now_second();
+    rules(config)
+        .into_iter()
+        .map(|view| {
+            let seconds = config
+                .activity
+                .find(&view.name)
+                .map(|a| a.decisions.read(now))
+                .unwrap_or_else(|| vec![[0; 3]; ring::SECONDS]);
+            let series = |i: usize| seconds.iter().map(|s| s[i]).collect();
+            DecisionsView {
+                rule: view.name,
+                admitted: series(0),
+                delayed: series(1),
+                denied: series(2),
+            }
+        })
+        .collect()
+}
+
+/// A key as shown: as text, as hex (exact), and whether it is the store's digest of a
+/// longer key.
+#[derive(Debug, Serialize)]
+pub(crate) struct KeyView {
+    pub(crate) key: String,
+    pub(crate) key_hex: String,
+    pub(crate) digested: bool,
+}
+
+impl KeyView {
+    pub(crate) fn of(bytes: &[u8], digested: bool) -> Self {
+        Self {
+            key: key_text(bytes, digested),
+            key_hex: hex(bytes),
+            digested,
+        }
+    }
+}
+
+/// A key among a rule's most denied: its denials, which may be up to `error` more than
+/// the true count.
+#[derive(Debug, Serialize)]
+pub(crate) struct TopKeyView {
+    #[serde(flatten)]
+    pub(crate) key: KeyView,
+    pub(crate) denials: u64,
+    pub(crate) error: u64,
+}
+
+/// A rule's most denied keys in this instance.
+#[derive(Debug, Serialize)]
+pub(crate) struct TopView {
+    pub(crate) rule: String,
+    /// Denials counted over the last one to two periods of this many seconds.
+    pub(crate) period_seconds: u64,
+    pub(crate) denials: u64,
+    /// The estimated number of distinct keys denied.
+    pub(crate) distinct_keys: u64,
+    /// Keys the summary keeps per period.
+    pub(crate) capacity: usize,
+    /// No listed count is more than this above the truth, and every key denied more often
+    /// than this is listed.
+    pub(crate) error_bound: u64,
+    pub(crate) keys: Vec<TopKeyView>,
+}
+
+/// The `n` most denied keys of every rule of `config`.
+pub(crate) fn top(config: &Config, n: usize) -> Vec<TopView> {
+    let now = now_second();
+    let mut views = Vec::new();
+    for rule in rules(config) {
+        let Some(activity) = config.activity.find(&rule.name) else {
+            continue;
+        };
+        let report = activity.top(n, now);
+        let bound = report.denials / report.capacity.max(1) as u64;
+        let key = |k: TopKey| TopKeyView {
+            key: KeyView::of(&k.key.bytes, k.key.digested),
+            denials: k.denials,
+            error: k.error,
+        };
+        views.push(TopView {
+            rule: rule.name,
+            period_seconds: PERIOD_SECONDS,
+            denials: report.denials,
+            distinct_keys: report.distinct,
+            capacity: report.capacity,
+            error_bound: bound,
+            keys: report.keys.into_iter().map(key).collect(),
+        });
+    }
+    views
+}
+
+/// The store's health and what it means.
+#[derive(Debug, Serialize)]
+pub(crate) struct HealthView {
+    pub(crate) health: &'static str,
+    pub(crate) meaning: &'static str,
+}
+
+pub(crate) fn health(health: Health) -> HealthView {
+    let meaning = match health {
+        Health::Healthy => "the store decides as configured; a circuit breaker, if any, is closed",
+        Health::Degraded => "the primary store is away: a local fallback decides, per instance",
+        Health::Failing => {
+            "a circuit breaker is open and nothing decides: the failure policy applies"
+        }
+    };
+    HealthView {
+        health: health.as_str(),
+        meaning,
+    }
+}
+
+/// One key's state under one rule, as the store has it (shared by every instance).
+#[derive(Debug, Serialize)]
+pub(crate) struct KeyState {
+    pub(crate) rule: String,
+    #[serde(flatten)]
+    pub(crate) key: KeyView,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_ms: u128,
+    /// Whether a request at the rule's cost would be admitted now.
+    pub(crate) admitted: bool,
+    pub(crate) locked: bool,
+    pub(crate) retry_after_ms: Option<u128>,
+}
+
+/// The state of `key` (as the store keeps it when `digested`) under `rule`; nothing is
+/// consumed.
+pub(crate) async fn key_state<St: Store>(
+    limiter: &Limiter<St>,
+    rule: &Rule,
+    key: &[u8],
+    digested: bool,
+) -> Result<KeyState, StoreError> {
+    let peek = |cost| async move {
+        if digested {
+            let check = crate::Check::new(rule, key).with_cost(cost);
+            limiter.store().peek(check).await
+        } else {
+            limiter.peek(rule, key, cost).await
+        }
+    };
+    let now = peek(0).await?;
+    let next = peek(rule.cost()).await?;
+    let (locked, retry_after_ms) = match next.decision {
+        Decision::Deny(denial) => (
+            denial.reason == DenyReason::Locked,
+            denial.retry_after.map(|d| d.as_millis()),
+        ),
+        Decision::Delay(wait) => (false, Some(wait.as_millis())),
+        Decision::Allow => (false, None),
+    };
+    Ok(KeyState {
+        rule: rule.name().to_owned(),
+        key: KeyView::of(key, digested),
+        limit: now.info.limit,
+        remaining: now.info.remaining,
+        reset_ms: now.info.reset.as_millis(),
+        admitted: next.decision.is_admitted(),
+        locked,
+        retry_after_ms,
+    })
+}
+
+/// Unblocks `key` under `rule`: clears its state and lifts its lock in the store (for every
+/// instance), and forgets it among this instance's most denied keys.
+pub(crate) async fn unblock<St: Store>(
+    limiter: &Limiter<St>,
+    config: &Config,
+    rule: &Rule,
+    key: &[u8],
+    digested: bool,
+) -> Result<(), StoreError> {
+    if digested {
+        limiter.store().reset(rule, key).await?;
+    } else {
+        limiter.reset(rule, key).await?;
+    }
+    if let Some(activity) = config.activity.find(rule.name()) {
+        let stored = crate::limiter::store_key(key);
+        activity.forget(if digested { key } else { &stored });
+    }
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! The penalty of a limit charged by outcome: its denials count once the requests beside
+//! them have settled.
+//!
+//! A request refused while requests of the same limit and key are in flight may be refused
+//! only for the units they hold until their responses say whether they count (a burst of
+//! successful logins): such a refusal is no attempt a lockout should punish. A request
+//! checked alone (nothing else of its limit and key being checked, in flight or waiting
+//! here) is decided as usual, its denial counted by the store. The store decides the others
+//! without counting their denials (`Rule::deferring_denials`), and each refusal waits here
+//! until every request of its limit and key that was being checked or in flight when it
+//! was refused has settled (its units counted, or given back in the store). Then the store
+//! is asked once more, with a batch that can never be admitted, whether the quota refuses
+//! the request: if it does, the store counts the denial ([`recount`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::limiter::Limiter;
+use crate::reservation::run_detached;
+use crate::rule::Rule;
+use crate::store::{Check, Store};
+
+/// A denial's count, run once the requests it waits for have settled.
+pub(crate) type Recount = Box<dyn FnOnce() + Send>;
+
+/// A limit's rule name and a key.
+type Slot = (Arc<str>, Box<[u8]>);
+
+/// The requests of the limits charged by outcome with a penalty, per rule name and key,
+/// that have not settled, and the denials waiting for them. One per layer configuration.
+#[derive(Debug, Default)]
+pub(crate) struct Unsettled {
+    slots: Mutex<HashMap<Slot, Requests>>,
+}
+
+/// The requests of one rule and key.
+#[derive(Default)]
+struct Requests {
+    /// The number the next request gets.
+    next: u64,
+    /// The numbers of the requests being checked or in flight.
+    active: SmallVec<[u64; 4]>,
+    /// The denials waiting to be counted, each with the number the next request had when
+    /// it was refused: it waits for every request numbered below.
+    waiting: Vec<(u64, Recount)>,
+}
+
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requests")
+            .field("active", &self.active.len())
+            .field("waiting", &self.waiting.len())
+            .finish()
+    }
+}
+
+/// A request of a limit charged by outcome with a penalty, from before the store decides it
+/// until it has settled: dropped then (its batch's units counted, or given back in the
+/// store), or [deferred](Self::defer) when it is refused.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    registry: Arc<Unsettled>,
+    /// `None` once settled.
+    slot: Option<Slot>,
+    number: u64,
+}
+
+impl Unsettled {
+    /// The ticket of a request of `rule` for `key`, taken before the store decides it, and
+    /// whether the request is alone: no other request of the rule and key is being checked
+    /// or in flight, and no refusal waits.
+    pub(crate) fn start(self: &Arc<Self>, rule: &Rule, key: &[u8]) -> (Ticket, bool) {
+        let slot: Slot = (rule.shared_name(), key.into());
+        let mut slots = self.slots.lock();
+        let requests = slots.entry(slot.clone()).or_default();
+        let alone = requests.active.is_empty() && requests.waiting.is_empty();
+        let number = requests.next;
+        requests.next += 1;
+        requests.active.push(number);
+        let ticket = Ticket {
+            registry: Arc::clone(self),
+            slot: Some(slot),
+            number,
+        };
+        (ticket, alone)
+    }
+
+    /// The request `number` of `slot` has settled, refused if `refused` holds its recount
+    /// (kept if fewer than the most that may wait): runs the recounts whose requests have
+    /// all settled now.
+    fn settle(&self, slot: Slot, number: u64, refused: Option<(Recount, usize)>) {
+        let due = {
+            let mut slots = self.slots.lock();
+            let Some(requests) = slots.get_mut(&slot) else {
+                return;
+            };
+            requests.active.retain(|n| *n != number);
+            if let Some((recount, most)) = refused {
+                if requests.waiting.len() < most {
+                    requests.waiting.push((requests.next, recount));
+                }
+            }
+            let oldest = requests.active.iter().copied().min().unwrap_or(u64::MAX);
+            let (due, waiting) = std::mem::take(&mut requests.waiting)
+                .into_iter()
+                .partition::<Vec<_>, _>(|(before, _)| *before <= oldest);
+            requests.waiting = waiting;
+            if requests.active.is_empty() && requests.waiting.is_empty() {
+                slots.remove(&slot);
+            }
+            due
+        };
+        // Outside the lock: a recount on an in-process store runs here, at once.
+        for (_, recount) in due {
+            recount();
+        }
+    }
+}
+
+impl Ticket {
+    /// The request was refused by its limit's quota: its denial is counted by `recount`
+    /// once the requests of its limit and key started before now have settled (at once if
+    /// none is left). At most `most` denials wait per limit and key (the penalty's count:
+    /// more would lock no more), the others are not counted.
+    pub(crate) fn defer(mut self, recount: Recount, most: usize) {
+        if let Some(slot) = self.slot.take() {
+            self.registry
+                .settle(slot, self.number, Some((recount, most)));
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.registry.settle(slot, self.number, None);
+        }
+    }
+}
+
+/// A rule nothing can pass: a request costing more than its capacity is refused without
+/// a retry, and without counting a denial or taking anything.
+static NEVER: LazyLock<Rule> =
+    LazyLock::new(|| Rule::fixed_window("tollgate.recount", 1, Duration::from_secs(1)));
+
+/// The count of a refused request's denial of `rule` (the limit's own, counting denials)
+/// for `key` at `cost`: the store decides a batch of the rule and a check nothing can pass
+/// on the same key (so in the same Redis slot). The batch is refused whatever the rule
+/// says and takes nothing; the rule counts its denial towards its penalty if its quota, as
+/// it stands now with the requests beside it settled, refuses the request.
+pub(crate) fn recount<St: Store + Clone>(
+    limiter: Limiter<St>,
+    rule: Rule,
+    key: Box<[u8]>,
+    cost: u64,
+) -> Recount {
+    Box::new(move || {
+        run_detached(async move {
+            let batch = [
+                Check::new(&rule, &key).with_cost(cost),
+                Check::new(&NEVER, &key).with_cost(2),
+            ];
+            if let Err(error) = limiter.check(&batch).await {
+                tracing::debug!(%error, rule = rule.name(), "a refused request's denial was not counted");
+            }
+        });
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the recounts that ran.
+    fn counted(runs: &Arc<AtomicUsize>) -> Recount {
+        let runs = Arc::clone(runs);
+        Box::new(move || {
+            runs.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// A refusal waits for the requests that were checked or in flight when it was
+    /// refused, not for those that came after it; the slot is gone once nothing is left.
+    #[test]
+    fn a_refusal_waits_for_the_requests_before_it_only() {
+        let registry = Arc::new(Unsettled::default());
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(1));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (first, alone) = registry.start(&rule, b"k");
+        assert!(alone);
+        let (refused, alone) = registry.start(&rule, b"k");
+        assert!(!alone);
+        refused.defer(counted(&runs), 5);
+        let (later, _) = registry.start(&rule, b"k");
+        assert_eq!(runs.load(Ordering::Relaxed), 0);
+        drop(first);
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        drop(later);
+        assert!(registry.slots.lock().is_empty());
+    }
+
+    /// No more refusals wait per rule and key than the penalty counts.
+    #[test]
+    fn at_most_the_penalty_count_waits() {
+        let registry = Arc::new(Unsettled::default());
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(1));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (first, _) = registry.start(&rule, b"k");
+        for _ in 0..4 {
+            registry.start(&rule, b"k").0.defer(counted(&runs), 2);
+        }
+        drop(first);
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+    }
+}

@@ -1,0 +1,293 @@
+//! What an operator asks of a running layer, kept per rule in this instance (feature
+//! `admin`): decisions per second over the last minutes, and the keys denied most recently,
+//! with an estimate of how many distinct keys were denied.
+//!
+//! Both are per instance: each process sees its own traffic (the store's state, read by
+//! [`Limiter::peek`](crate::Limiter::peek), is what instances share). They are fed where
+//! the layer records a decision: an admitted or delayed request costs one atomic increment
+//! per rule, a denial one more lock and a map lookup for the top keys.
+//!
+//! The top keys are two [Space-Saving](sketch) summaries of `capacity` counters each: the
+//! current period's and the previous one's, a period being [`PERIOD_SECONDS`]. What is
+//! listed covers the last one to two periods.
+
+pub(crate) mod distinct;
+pub(crate) mod ring;
+pub(crate) mod sketch;
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use self::distinct::Distinct;
+use self::ring::{Counted, DecisionRing};
+use self::sketch::SpaceSaving;
+use crate::clock::{Clock, MonotonicClock};
+use crate::limiter::store_key;
+
+/// How long a period of the top keys lasts, in seconds.
+pub(crate) const PERIOD_SECONDS: u64 = 300;
+
+/// How many keys each rule's summary keeps by default.
+pub(crate) const DEFAULT_TOP_KEYS: usize = 64;
+
+/// Seconds on the clock the rings and the periods run on: monotonic, per process.
+pub(crate) fn now_second() -> u64 {
+    static CLOCK: OnceLock<MonotonicClock> = OnceLock::new();
+    CLOCK.get_or_init(MonotonicClock::new).now_micros() / 1_000_000
+}
+
+/// One rule's activity in this instance.
+#[derive(Debug)]
+pub(crate) struct RuleActivity {
+    name: Arc<str>,
+    pub(crate) decisions: DecisionRing,
+    top: Mutex<TopKeys>,
+}
+
+/// The summaries of the current period and the previous one.
+#[derive(Debug)]
+struct TopKeys {
+    started: u64,
+    current: (SpaceSaving, Distinct),
+    previous: (SpaceSaving, Distinct),
+}
+
+/// A key as the summary keeps it: the key itself, or, for a key the store keeps under a
+/// digest, that digest (so that memory stays bounded and an unblock reaches its state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredKey {
+    pub(crate) bytes: Box<[u8]>,
+    pub(crate) digested: bool,
+}
+
+/// A key among the most denied, over both periods.
+#[derive(Debug, Clone)]
+pub(crate) struct TopKey {
+    pub(crate) key: StoredKey,
+    pub(crate) denials: u64,
+    pub(crate) error: u64,
+}
+
+/// What the top keys of a rule say.
+#[derive(Debug, Clone)]
+pub(crate) struct TopReport {
+    pub(crate) keys: Vec<TopKey>,
+    pub(crate) denials: u64,
+    pub(crate) capacity: usize,
+    pub(crate) distinct: u64,
+}
+
+fn key_hasher() -> &'static RandomState {
+    static HASHER: OnceLock<RandomState> = OnceLock::new();
+    HASHER.get_or_init(RandomState::new)
+}
+
+impl RuleActivity {
+    pub(crate) fn new(name: Arc<str>, capacity: usize) -> Self {
+        let fresh = || (SpaceSaving::new(capacity), Distinct::default());
+        Self {
+            name,
+            decisions: DecisionRing::default(),
+            top: Mutex::new(TopKeys {
+                started: now_second(),
+                current: fresh(),
+                previous: fresh(),
+            }),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Counts a decision other than a denial.
+    pub(crate) fn count(&self, what: Counted, second: u64) {
+        self.decisions.count(what, second);
+    }
+
+    /// Counts a denial of `key`; returns the new estimate of distinct denied keys when it
+    /// may have changed (for the metric).
+    pub(crate) fn deny(&self, key: &[u8], second: u64) -> Option<u64> {
+        self.decisions.count(Counted::Denied, second);
+        let kept = store_key(key);
+        let hash = key_hasher().hash_one(&*kept);
+        let mut top = self.top.lock();
+        let rotated = top.rotate(second);
+        top.current.0.count(&kept);
+        let changed = top.current.1.add(hash);
+        (changed || rotated).then(|| top.current.1.estimate_with(&top.previous.1))
+    }
+
+    /// Forgets `key` (stored form) in both periods: it was unblocked.
+    pub(crate) fn forget(&self, key: &[u8]) {
+        let mut top = self.top.lock();
+        top.current.0.forget(key);
+        top.previous.0.forget(key);
+    }
+
+    /// The most denied keys, at most `n`, over the current and the previous period.
+    pub(crate) fn top(&self, n: usize, second: u64) -> TopReport {
+        let mut top = self.top.lock();
+        top.rotate(second);
+        let (current, previous) = (&top.current.0, &top.previous.0);
+        let mut keys: Vec<TopKey> = merged(current, previous);
+        keys.sort_by(|a, b| {
+            b.denials
+                .cmp(&a.denials)
+                .then(a.key.bytes.cmp(&b.key.bytes))
+        });
+        keys.truncate(n);
+        TopReport {
+            keys,
+            denials: current.total() + previous.total(),
+            capacity: current.capacity(),
+            distinct: top.current.1.estimate_with(&top.previous.1),
+        }
+    }
+}
+
+/// Two summaries as one: a key missing from one may have had up to that one's floor there,
+/// which is added to its count and to its error (the merge of Agarwal et al., 2012).
+fn merged(a: &SpaceSaving, b: &SpaceSaving) -> Vec<TopKey> {
+    let mut keys: Vec<TopKey> = Vec::new();
+    let in_b = |key: &[u8]| b.counters().iter().find(|c| *c.key == *key);
+    for counter in a.counters() {
+        let (count, error) = match in_b(&counter.key) {
+            Some(other) => (other.count, other.error),
+            None => (b.floor(), b.floor()),
+        };
+        keys.push(top_key(
+            &counter.key,
+            counter.count + count,
+            counter.error + error,
+        ));
+    }
+    for counter in b.counters() {
+        if !a.counters().iter().any(|c| c.key == counter.key) {
+            let (count, error) = (counter.count + a.floor(), counter.error + a.floor());
+            keys.push(top_key(&counter.key, count, error));
+        }
+    }
+    keys
+}
+
+fn top_key(stored: &[u8], denials: u64, error: u64) -> TopKey {
+    // A key the store keeps as is never starts with 0xFF: its digests all do.
+    let digested = stored.first() == Some(&0xFF);
+    TopKey {
+        key: StoredKey {
+            bytes: stored.into(),
+            digested,
+        },
+        denials,
+        error,
+    }
+}
+
+impl TopKeys {
+    /// Starts a new period when the current one is over; `true` if it did.
+    fn rotate(&mut self, second: u64) -> bool {
+        let elapsed = second.saturating_sub(self.started);
+        if elapsed < PERIOD_SECONDS {
+            return false;
+        }
+        let capacity = self.current.0.capacity();
+        let fresh = || (SpaceSaving::new(capacity), Distinct::default());
+        self.previous = if elapsed < 2 * PERIOD_SECONDS {
+            std::mem::replace(&mut self.current, fresh())
+        } else {
+            self.current = fresh();
+            fresh()
+        };
+        self.started = second - elapsed % PERIOD_SECONDS;
+        true
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new(DEFAULT_TOP_KEYS)
+    }
+}
+
+/// The activity of every rule of a layer, by name, kept across reloads: a rule that keeps
+/// its name keeps its history.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    capacity: usize,
+    rules: Mutex<Vec<Arc<RuleActivity>>>,
+}
+
+impl Activity {
+    /// Activity whose summaries keep `capacity` keys per rule and period.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            rules: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The activity of the rule named `name`, made if new.
+    pub(crate) fn rule(&self, name: &Arc<str>) -> Arc<RuleActivity> {
+        let mut rules = self.rules.lock();
+        if let Some(found) = rules.iter().find(|r| r.name() == &**name) {
+            return found.clone();
+        }
+        let made = Arc::new(RuleActivity::new(name.clone(), self.capacity));
+        rules.push(made.clone());
+        made
+    }
+
+    /// The activity of the rule named `name`, if it has any.
+    pub(crate) fn find(&self, name: &str) -> Option<Arc<RuleActivity>> {
+        self.rules.lock().iter().find(|r| r.name() == name).cloned()
+    }
+
+    /// Drops the activity of rules not named in `kept` (a reload removed them).
+    pub(crate) fn retain(&self, kept: &[&str]) {
+        self.rules.lock().retain(|r| kept.contains(&r.name()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Denials of the previous period still count; two periods later they are gone.
+    #[test]
+    fn top_keys_cover_one_to_two_periods() {
+        let rule = RuleActivity::new("r".into(), 8);
+        let t = rule.top.lock().started;
+        rule.deny(b"old", t);
+        rule.deny(b"old", t);
+        rule.deny(b"new", t + PERIOD_SECONDS);
+        let report = rule.top(10, t + PERIOD_SECONDS);
+        let keys: Vec<_> = report
+            .keys
+            .iter()
+            .map(|k| (&*k.key.bytes, k.denials))
+            .collect();
+        assert_eq!(keys, [(&b"old"[..], 2), (&b"new"[..], 1)]);
+        assert_eq!((report.denials, report.distinct), (3, 2));
+
+        let report = rule.top(10, t + 2 * PERIOD_SECONDS);
+        assert_eq!(report.keys.len(), 1);
+        let report = rule.top(10, t + 4 * PERIOD_SECONDS);
+        assert!(report.keys.is_empty());
+    }
+
+    /// A long key is kept as the digest the store keeps it under, and marked so.
+    #[test]
+    fn a_long_key_is_kept_as_its_digest() {
+        let rule = RuleActivity::new("r".into(), 8);
+        let long = [b'x'; 300];
+        rule.deny(&long, now_second());
+        let report = rule.top(1, now_second());
+        let key = &report.keys[0].key;
+        assert!(key.digested);
+        assert_eq!(key.bytes.len(), 33);
+    }
+}

@@ -1,0 +1,56 @@
+//! Giving back what a held request took, and taking what a settled cost owes beyond it:
+//! [`Store::refund`](crate::Store::refund) for the in-process store.
+
+use crate::decision::Admission;
+use crate::error::StoreError;
+use crate::store::batch;
+use crate::store::check::Check;
+
+use super::MemoryStore;
+
+impl MemoryStore {
+    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow;
+    /// an overdraft's units are taken instead.
+    pub(super) fn refund_admission(
+        &self,
+        batch: &[Check<'_>],
+        admission: &Admission,
+    ) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let shared = &*self.shared;
+        for (i, check) in batch.iter().enumerate() {
+            let taken = admission.taken(i);
+            // A trial rule's units are not given back: it may have taken nothing. A pending
+            // rule was never counted.
+            if check.cost == 0 || check.shadow || taken.pending {
+                continue;
+            }
+            if taken.overdraft {
+                self.overdraw(check);
+                continue;
+            }
+            let hash = shared.hash(check.rule, check.key);
+            let mut shard = shared.shards[shared.shard_of(hash)].lock();
+            let now = shared.now(None, &mut [&mut shard]);
+            if let Some(entry) = shard.get_mut(hash, check) {
+                if batch::refund(check, entry, now, taken.at, taken.mark) {
+                    entry.written_by(check.rule);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes an overdraft's units (see [`batch::overdraw`]): in the key's entry, made if
+    /// the key has none, or, past the store's bound, in the state the keys it does not hold
+    /// share.
+    fn overdraw(&self, check: &Check<'_>) {
+        let shared = &*self.shared;
+        let bounded = shared.bounded(std::slice::from_ref(check));
+        let check = bounded.as_ref().and_then(|b| b.first()).unwrap_or(check);
+        let hash = shared.hash(check.rule, check.key);
+        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let now = shared.now(None, &mut [&mut shard]);
+        shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
+    }
+}

@@ -1,0 +1,230 @@
+//! The admin router's JSON API and its guards, driven in process.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use http::{header, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tollgate::admin::Admin;
+use tollgate::layer::{Limit, RateLimitLayer};
+use tollgate::{key, Limiter, MemoryStore, Penalty, Rule};
+use tower::ServiceExt;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+fn login_rule() -> Rule {
+    Rule::fixed_window("login", 2, Duration::from_secs(60))
+        .with_penalty(Penalty::lock_for(Duration::from_secs(600)).after(1))
+}
+
+/// An app limiting `GET /` by the `user` header, with its admin at `/admin`, and the
+/// handle that reloads its rules.
+fn app() -> (Router, tollgate::layer::ReloadHandle<MemoryStore>) {
+    let (layer, reload) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        .limit(Limit::new(login_rule(), key::header("user")))
+        .top_limited_keys(8)
+        .build()
+        .unwrap()
+        .reloadable();
+    let admin = Admin::new(&layer).bearer_token(TOKEN).router();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+        .nest("/admin", admin);
+    (app, reload)
+}
+
+fn from_peer(mut request: Request<Body>) -> Request<Body> {
+    let peer: SocketAddr = ([203, 0, 113, 7], 4000).into();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+async fn send(app: &Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.clone().oneshot(from_peer(request)).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or_default())
+}
+
+fn admin(method: &str, path: &str, token: Option<&str>) -> Request<Body> {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+async fn hit(app: &Router, user: &str, times: usize) {
+    for _ in 0..times {
+        let request = Request::get("/").header("user", user).body(Body::empty());
+        send(app, request.unwrap()).await;
+    }
+}
+
+/// The API lists the rules with their algorithm, quota, penalty, routes and mode, and
+/// follows a reload.
+#[tokio::test]
+async fn rules_are_listed_and_follow_reloads() {
+    let (app, reload) = app();
+    let (status, rules) = send(&app, admin("GET", "/admin/api/rules", Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(rules[0]["name"], "login");
+    assert_eq!(rules[0]["algorithm"], "fixed_window");
+    assert_eq!(
+        (rules[0]["limit"].as_u64(), rules[0]["period_ms"].as_u64()),
+        (Some(2), Some(60_000))
+    );
+    assert_eq!(rules[0]["penalty"]["lock_for_ms"], 600_000);
+    assert_eq!(rules[0]["routes"], serde_json::json!(["*"]));
+    assert_eq!(rules[0]["mode"], "enforce");
+
+    let trial = Rule::fixed_window("trial", 5, Duration::from_secs(1));
+    reload
+        .reload(
+            reload
+                .builder()
+                .route("GET /x", [Limit::new(trial, key::global()).shadow()]),
+        )
+        .unwrap();
+    let (_, rules) = send(&app, admin("GET", "/admin/api/rules", Some(TOKEN))).await;
+    assert_eq!(rules.as_array().map(Vec::len), Some(1));
+    assert_eq!(rules[0]["name"], "trial");
+    assert_eq!(rules[0]["routes"], serde_json::json!(["GET /x"]));
+    assert_eq!(rules[0]["mode"], "shadow");
+}
+
+/// Decisions are counted per rule in the current second, and the most denied keys are
+/// listed with their denials, an error bound and the count of distinct keys.
+#[tokio::test]
+async fn decisions_and_top_keys_are_counted() {
+    let (app, _reload) = app();
+    hit(&app, "mallory", 6).await;
+    hit(&app, "eve", 3).await;
+    hit(&app, "alice", 1).await;
+    let (_, decisions) = send(&app, admin("GET", "/admin/api/decisions", Some(TOKEN))).await;
+    let sum = |series: &str| -> u64 {
+        let values = decisions[0][series].as_array().unwrap();
+        values.iter().filter_map(Value::as_u64).sum()
+    };
+    assert_eq!(decisions[0]["rule"], "login");
+    assert_eq!((sum("admitted"), sum("delayed"), sum("denied")), (5, 0, 5));
+
+    let (status, top) = send(&app, admin("GET", "/admin/api/top?n=5", Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    let top = &top[0];
+    assert_eq!(
+        (top["denials"].as_u64(), top["distinct_keys"].as_u64()),
+        (Some(5), Some(2))
+    );
+    assert_eq!(top["keys"][0]["key"], "mallory");
+    assert_eq!(top["keys"][0]["denials"], 4);
+    assert_eq!(top["keys"][0]["error"], 0);
+    assert_eq!(top["keys"][1]["key"], "eve");
+    assert_eq!(top["error_bound"], 0);
+}
+
+/// A key's state shows its lock; unblocking by bearer token lifts it, and the key leaves
+/// the top list.
+#[tokio::test]
+async fn unblock_lifts_a_lock_and_forgets_the_key() {
+    let (app, _reload) = app();
+    hit(&app, "mallory", 3).await;
+    let path = "/admin/api/key?rule=login&key=mallory";
+    let (status, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (state["locked"].as_bool(), state["admitted"].as_bool()),
+        (Some(true), Some(false))
+    );
+
+    let unblock = "/admin/api/unblock?rule=login&key_hex=6d616c6c6f7279";
+    let (status, _) = send(&app, admin("POST", unblock, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, state) = send(&app, admin("GET", path, Some(TOKEN))).await;
+    assert_eq!(
+        (state["locked"].as_bool(), state["remaining"].as_u64()),
+        (Some(false), Some(2))
+    );
+    let (_, top) = send(&app, admin("GET", "/admin/api/top", Some(TOKEN))).await;
+    assert_eq!(top[0]["keys"], serde_json::json!([]));
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    assert_eq!(health["health"], "healthy");
+}
+
+/// Without the token nothing is shown; a browser's unblock without the anti-forgery
+/// token is refused; repeated wrong tokens lock the address out, the right token too.
+#[tokio::test]
+async fn credentials_and_forgery_are_checked() {
+    let (app, _reload) = app();
+    let (status, _) = send(&app, admin("GET", "/admin/api/rules", None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = send(&app, admin("POST", "/admin/unblock", None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // A signed-in browser (session cookie) posting without the form's token.
+    let signin = Request::post("/admin/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("token={TOKEN}")))
+        .unwrap();
+    let response = app.clone().oneshot(from_peer(signin)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        cookie.contains("SameSite=Strict") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let forged = Request::post("/admin/api/unblock?rule=login&key=x")
+        .header(header::COOKIE, &session)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, forged).await.0, StatusCode::FORBIDDEN);
+    let (status, _) = send(
+        &app,
+        Request::get("/admin/api/rules")
+            .header(header::COOKIE, &session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    for _ in 0..10 {
+        let (status, _) = send(&app, admin("GET", "/admin/api/rules", Some("wrong"))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    let (status, _) = send(&app, admin("GET", "/admin/api/rules", Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// The page escapes keys: markup sent as a key is shown as text, never as markup.
+#[tokio::test]
+async fn the_page_escapes_keys() {
+    let (app, _reload) = app();
+    hit(&app, "<script>alert(1)</script>", 3).await;
+    let response = app
+        .clone()
+        .oneshot(from_peer(admin("GET", "/admin", Some(TOKEN))))
+        .await
+        .unwrap();
+    let status = response.status();
+    if status != StatusCode::OK {
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        panic!("{status} {}", String::from_utf8_lossy(&body));
+    }
+    assert!(response.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let page = String::from_utf8_lossy(&body);
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!page.contains("<script>alert(1)"));
+    assert!(page.contains("<svg class=\"chart\""));
+}
