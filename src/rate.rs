@@ -126,8 +126,61 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// Division by a number fixed when a rule is built (an enforced rate's amount or period), as
+/// a multiplication and a shift: a 64-bit division is among the slowest instructions, and a
+/// decision's one-pass admission has two or three of them in its chain. Exact for every
+/// dividend: below 2^53 (every scaled quantity of the models; see `algorithm::MAX_PRODUCT`)
+/// by Granlund and Montgomery's theorem 4.2 (`m = ⌈2^(53+ℓ) / d⌉` with `2^ℓ ≥ d`), above it
+/// by a plain division.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Divisor {
+    d: u64,
+    m: u64,
+    shift: u32,
+}
+
+impl Divisor {
+    /// Division by `d` (at least 1).
+    pub(crate) fn new(d: u64) -> Self {
+        let d = d.max(1);
+        let shift = 53 + (64 - (d - 1).leading_zeros());
+        let m = (1u128 << shift).div_ceil(u128::from(d));
+        Self {
+            d,
+            // Below 2^54: d > 2^(ℓ-1).
+            m: m as u64,
+            shift,
+        }
+    }
+
+    /// `x / d`.
+    #[inline]
+    pub(crate) fn quotient(self, x: u64) -> u64 {
+        if x >> 53 != 0 {
+            return x / self.d;
+        }
+        ((u128::from(x) * u128::from(self.m)) >> self.shift) as u64
+    }
+
+    /// `(x / d, x % d)`.
+    #[inline]
+    pub(crate) fn div_rem(self, x: u64) -> (u64, u64) {
+        let q = self.quotient(x);
+        (q, x - q * self.d)
+    }
+
+    /// `⌈x / d⌉`.
+    #[inline]
+    pub(crate) fn div_ceil(self, x: u64) -> u64 {
+        let (q, r) = self.div_rem(x);
+        q + u64::from(r > 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn rate(amount: u64, period_micros: u64) -> Rate {
@@ -173,5 +226,21 @@ mod tests {
             rate(7, 1_000_000).within_period(142_858),
             Some(rate(1, 142_858))
         );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// A [`Divisor`] divides as `/`, `%` and `div_ceil` do, at the edges of its exact
+        /// range and past them.
+        #[test]
+        fn a_divisor_divides_exactly(
+            d in prop_oneof![1u64..=64, 1u64..=1 << 50, Just(1 << 50), Just(1_000_000)],
+            x in prop_oneof![0u64..1 << 20, 0u64..1 << 53, (1u64 << 53) - 64..(1 << 53) + 64, any::<u64>()],
+        ) {
+            let divisor = Divisor::new(d);
+            prop_assert_eq!(divisor.div_rem(x), (x / d, x % d));
+            prop_assert_eq!(divisor.div_ceil(x), x.div_ceil(d));
+        }
     }
 }

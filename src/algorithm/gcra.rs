@@ -1,8 +1,8 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_range, scaled_rate, Admitted, Divisor, Eval, Inner, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
 use crate::error::ConfigError;
-use crate::rate::Rate;
+use crate::rate::{Divisor, Rate};
 
 /// Sustains `rate` with bursts of up to `burst` units, storing one instant per key: the
 /// theoretical arrival time (TAT) of the next unit.

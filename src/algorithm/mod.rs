@@ -52,56 +52,6 @@ pub(crate) const MAX_SCALED: u64 = 1 << 50;
 /// with an instant (below 2^51 µs until 2041, 2^52 until 2112) added, it stays below 2^53.
 pub(crate) const MAX_PRODUCT: u64 = 1 << 52;
 
-/// Division by a number fixed when a rule is built, as a multiplication and a shift: a
-/// 64-bit division is among the slowest instructions, and a decision's one-pass admission
-/// has two or three of them in its chain. Exact for every dividend: below 2^53 (every scaled quantity
-/// of the models, see [`MAX_PRODUCT`]) by Granlund and Montgomery's theorem 4.2
-/// (`m = ⌈2^(53+ℓ) / d⌉` with `2^ℓ ≥ d`), above it by a plain division.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Divisor {
-    d: u64,
-    m: u64,
-    shift: u32,
-}
-
-impl Divisor {
-    /// Division by `d` (at least 1).
-    pub(crate) fn new(d: u64) -> Self {
-        let d = d.max(1);
-        let shift = 53 + (64 - (d - 1).leading_zeros());
-        let m = (1u128 << shift).div_ceil(u128::from(d));
-        Self {
-            d,
-            // Below 2^54: d > 2^(ℓ-1).
-            m: m as u64,
-            shift,
-        }
-    }
-
-    /// `x / d`.
-    #[inline]
-    pub(crate) fn quotient(self, x: u64) -> u64 {
-        if x >> 53 != 0 {
-            return x / self.d;
-        }
-        ((u128::from(x) * u128::from(self.m)) >> self.shift) as u64
-    }
-
-    /// `(x / d, x % d)`.
-    #[inline]
-    pub(crate) fn div_rem(self, x: u64) -> (u64, u64) {
-        let q = self.quotient(x);
-        (q, x - q * self.d)
-    }
-
-    /// `⌈x / d⌉`.
-    #[inline]
-    pub(crate) fn div_ceil(self, x: u64) -> u64 {
-        let (q, r) = self.div_rem(x);
-        q + u64::from(r > 0)
-    }
-}
-
 /// What a model says about one request against one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Eval {
@@ -693,18 +643,6 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
-
-        /// A [`Divisor`] divides as `/`, `%` and `div_ceil` do, at the edges of its exact
-        /// range and past them.
-        #[test]
-        fn a_divisor_divides_exactly(
-            d in prop_oneof![1u64..=64, 1u64..=MAX_SCALED, Just(MAX_SCALED), Just(1_000_000)],
-            x in prop_oneof![0u64..1 << 20, 0u64..1 << 53, (1u64 << 53) - 64..(1 << 53) + 64, any::<u64>()],
-        ) {
-            let divisor = Divisor::new(d);
-            prop_assert_eq!(divisor.div_rem(x), (x / d, x % d));
-            prop_assert_eq!(divisor.div_ceil(x), x.div_ceil(d));
-        }
 
         /// `admit` (with its one-pass shortcuts) says and records exactly what `evaluate`,
         /// then `apply`, `expires_at` and `mark` do, on states left by admissions now and

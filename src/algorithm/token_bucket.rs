@@ -1,10 +1,8 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
-use super::{
-    check_product, check_range, scaled_rate, Admitted, Divisor, Eval, Inner, Model, MAX_SCALED,
-};
+use super::{check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
 use crate::error::ConfigError;
-use crate::rate::Rate;
+use crate::rate::{Divisor, Rate};
 
 /// How a [`TokenBucket`] refills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
