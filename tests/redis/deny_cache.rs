@@ -516,12 +516,19 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
     assert!(a.check_one(&rule, b"alice").await.unwrap().is_admitted());
 }
 
-/// A cached denial answers only while no other configuration of its rule moved the state:
-/// instance y, running a changed `api` rule (a larger quota over two seconds), admits the
-/// key by adopting the record x's rule wrote, so the state x's denial was read from is gone
-/// in two seconds. x must then ask Redis (which admits) instead of denying for the hour.
-#[tokio::test]
-async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
+/// How instance y, running a changed `api` rule (a larger quota over two seconds), takes
+/// over the state x's rule wrote.
+enum TakeOver {
+    /// An admission.
+    Admit,
+    /// A settlement of a request admitted on nothing, at one unit.
+    Settle,
+}
+
+/// x caches an hour's denial of `api`; y takes over the state it was read from in `how`, so
+/// that state is gone in two seconds; x must then ask Redis (which admits) instead of
+/// denying for the hour.
+async fn another_configuration_clears_the_denial(how: TakeOver) {
     let server = RedisServer::start();
     let clock = ManualClock::new(BASE_MICROS);
     let (x, y) = (
@@ -534,7 +541,14 @@ async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
     assert!(!x.check_one(&old, b"alice").await.unwrap().is_admitted());
     assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
 
-    assert!(y.check_one(&new, b"alice").await.unwrap().is_admitted());
+    match how {
+        TakeOver::Admit => assert!(y.check_one(&new, b"alice").await.unwrap().is_admitted()),
+        TakeOver::Settle => {
+            let estimate = [Check::new(&new, b"alice").with_cost(0)];
+            let reservation = y.reserve(&estimate, Duration::ZERO).await.unwrap();
+            reservation.settle(&[1]).await.unwrap();
+        }
+    }
     until_emptied(&x).await;
     clock.advance(Duration::from_secs(3));
     assert!(
@@ -543,33 +557,18 @@ async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
     );
 }
 
-/// A settlement that takes units on a key whose state another configuration of the rule
-/// wrote adopts that state, as an admission does: instance y, running a changed `api` rule,
-/// settles a request admitted on nothing at one unit, so the state x's cached denial was
-/// read from is gone in two seconds, and x must ask Redis again.
+/// A cached denial answers only while no other configuration of its rule moved the state:
+/// an admission under another configuration clears it on every instance.
+#[tokio::test]
+async fn another_configuration_admitting_clears_the_denial_on_every_instance() {
+    another_configuration_clears_the_denial(TakeOver::Admit).await;
+}
+
+/// A settlement that takes units on a key whose state another configuration wrote adopts
+/// that state, as an admission does, and clears the cached denials read from it.
 #[tokio::test]
 async fn another_configuration_settling_clears_the_denial_on_every_instance() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new(BASE_MICROS);
-    let (x, y) = (
-        cached(&server.url(), &clock, "tollgate").await,
-        cached(&server.url(), &clock, "tollgate").await,
-    );
-    let old = Rule::fixed_window("api", 1, Duration::from_secs(3600));
-    let new = Rule::fixed_window("api", 10, Duration::from_secs(2));
-    assert!(x.check_one(&old, b"alice").await.unwrap().is_admitted());
-    assert!(!x.check_one(&old, b"alice").await.unwrap().is_admitted());
-    assert_eq!(x.store().deny_cache_len(), 1, "the denial is cached on x");
-
-    let estimate = [Check::new(&new, b"alice").with_cost(0)];
-    let reservation = y.reserve(&estimate, Duration::ZERO).await.unwrap();
-    reservation.settle(&[1]).await.unwrap();
-    until_emptied(&x).await;
-    clock.advance(Duration::from_secs(3));
-    assert!(
-        x.check_one(&old, b"alice").await.unwrap().is_admitted(),
-        "Redis admits once the adopted state has ended; x's cache must not deny"
-    );
+    another_configuration_clears_the_denial(TakeOver::Settle).await;
 }
 
 /// On a Cluster, a batch across slots whose later part denies gives back what its earlier
