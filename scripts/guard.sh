@@ -2,7 +2,7 @@
 # The quick guard: tollgate against the best peer on each of its three paths, briefly, as
 # ratios, so that a change can be checked before it lands. In process against governor
 # (benches/inproc.rs), over HTTP against tower_governor (benches/http.rs), on Redis against
-# redis-cell (benches/redis.rs). Short runs on a shared machine move by 10-30 %: a ratio
+# redis-cell (benches/redis.rs). Short runs on a shared machine move with its load: a ratio
 # that moves past its target is a reason to run the full benchmark (BENCHMARKS.md), not a
 # verdict.
 #

@@ -2,9 +2,9 @@
 //! hashbrown tables (as `MemoryStore` keeps them), each lookup under its shard's
 //! `parking_lot::Mutex` (as a decision is) or without one, cycling through the keys in
 //! order (as `benches/inproc.rs`'s 100k-key rows do), for entries of 64 bytes, of 96
-//! (`MemoryStore`'s now: a 32-byte key and a 64-byte entry), of 104 (with the expiry in a
-//! field of its own) and of 120 (the penalty inline too). Each lookup reads the key and writes three words of the entry, as
-//! an admission does. Nothing of tollgate is measured: this isolates the memory.
+//! (`MemoryStore`'s: a 32-byte key and a 64-byte entry), of 104 (the expiry in a field of
+//! its own) and of 120 (the penalty inline too). Each lookup reads the key and writes three
+//! words of the entry, as an admission does. Nothing of tollgate is measured: this isolates the memory.
 //!
 //! `cargo bench -p tollgate-bench --bench map_entry` (about 20 s). The lock matters: its atomic
 //! operation keeps the next lookup's cache miss from overlapping this one's, so each miss costs its

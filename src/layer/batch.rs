@@ -38,8 +38,7 @@ pub(crate) struct LayerBatch {
     /// Per limit charged by outcome with a penalty: the request until it has settled, which
     /// it has when the batch is dropped (after its units were given back, if they were).
     /// Held for that drop only.
-    #[allow(dead_code)]
-    pub(crate) tickets: Tickets,
+    pub(crate) _tickets: Tickets,
 }
 
 /// The [`Ticket`]s of a request's items, each with its index in the batch.

@@ -360,7 +360,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                     route: self.route,
                     items: self.items.into(),
                     keys: self.keys.clone(),
-                    tickets,
+                    _tickets: tickets,
                 });
                 let reservation = Reservation::of(
                     self.limiter.clone(),
