@@ -11,7 +11,7 @@
 -- request when a leaky bucket on that key releases it, batch::key_release), and whether
 -- its quota denials are left to the caller rather than counted towards its penalty (1: a
 -- limit charged by outcome, whose layer counts them once the requests in flight have
--- settled; Rule::deferring_denials).
+-- settled; Check::defers_denial).
 --
 -- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
 -- (struct.pack "<d…", exact for these integers): the head, which is the fingerprint of the

@@ -184,6 +184,16 @@ impl<S: Store> Limiter<S> {
         self.store.refund(&hashed, outcome).await
     }
 
+    /// Counts the denials of `batch` that stand ([`Store::count_denials`]), under the keys
+    /// the store sees.
+    pub(crate) async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        let Some(keys) = digested_keys(batch) else {
+            return self.store.count_denials(batch).await;
+        };
+        let hashed = with_keys(batch, &keys);
+        self.store.count_denials(&hashed).await
+    }
+
     /// Decides one rule for `key` at the rule's default cost.
     pub async fn check_one(
         &self,

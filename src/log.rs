@@ -61,7 +61,8 @@ const ALL: [Event; KINDS] = [
 pub(crate) struct EventLog {
     /// Instants are kept as µs since this one, in atomics.
     origin: Instant,
-    interval: u64,
+    /// The interval in µs: the running configuration's, which a reload may change.
+    interval: AtomicU64,
     kinds: [EventCount; KINDS],
     /// The latest store failure left out of the log, for the summary.
     last_failure: Mutex<Option<StoreError>>,
@@ -81,11 +82,22 @@ impl EventLog {
     pub(crate) fn new(interval: Duration) -> Self {
         Self {
             origin: Instant::now(),
-            interval: duration_to_micros(interval),
+            interval: AtomicU64::new(duration_to_micros(interval)),
             kinds: Default::default(),
             last_failure: Mutex::new(None),
             summarizing: AtomicBool::new(false),
         }
+    }
+
+    /// Logs each kind at most once per `interval` from now on; what was left out so far is
+    /// still summed up when its interval ends.
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        self.interval
+            .store(duration_to_micros(interval), Ordering::Relaxed);
+    }
+
+    fn interval(&self) -> u64 {
+        self.interval.load(Ordering::Relaxed)
     }
 
     /// µs since `origin`, +1 so that an event at the origin itself is never "before" a
@@ -108,7 +120,7 @@ impl EventLog {
                 .next
                 .compare_exchange(
                     next,
-                    now.saturating_add(self.interval),
+                    now.saturating_add(self.interval()),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -173,7 +185,7 @@ impl EventLog {
                 .next
                 .compare_exchange(
                     next,
-                    now.saturating_add(self.interval),
+                    now.saturating_add(self.interval()),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -189,7 +201,7 @@ impl EventLog {
     }
 
     fn write_summary(&self, event: Event, suppressed: u64) {
-        let interval_s = Duration::from_micros(self.interval).as_secs_f64();
+        let interval_s = Duration::from_micros(self.interval()).as_secs_f64();
         match event {
             Event::StoreFailure => {
                 let last = self.last_failure.lock().take();
@@ -265,7 +277,7 @@ impl Default for EventLog {
 impl std::fmt::Debug for EventLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventLog")
-            .field("interval", &Duration::from_micros(self.interval))
+            .field("interval", &Duration::from_micros(self.interval()))
             .finish_non_exhaustive()
     }
 }

@@ -91,8 +91,9 @@ pub(crate) trait Batch: Send + Sync + 'static {
 struct Copied {
     rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, whether it is on trial.
-    items: SmallVec<[(usize, u64, bool); 2]>,
+    /// Per check: where its key ends in `keys`, its cost, whether it is on trial, whether
+    /// it defers its denial.
+    items: SmallVec<[(usize, u64, bool, bool); 2]>,
 }
 
 impl Copied {
@@ -102,7 +103,7 @@ impl Copied {
             .iter()
             .map(|c| {
                 keys.extend_from_slice(c.key);
-                (keys.len(), c.cost, c.shadow)
+                (keys.len(), c.cost, c.shadow, c.defers_denial)
             })
             .collect();
         Self {
@@ -119,7 +120,7 @@ impl Batch for Copied {
         self.rules
             .iter()
             .zip(&self.items)
-            .map(|(rule, &(end, cost, shadow))| {
+            .map(|(rule, &(end, cost, shadow, defers_denial))| {
                 let key = self.keys.get(start..end).unwrap_or_default();
                 start = end;
                 Check {
@@ -127,6 +128,7 @@ impl Batch for Copied {
                     key,
                     cost,
                     shadow,
+                    defers_denial,
                 }
             })
             .collect()

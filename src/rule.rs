@@ -110,10 +110,6 @@ pub struct Rule {
     name_digest: u64,
     penalty: Option<Penalty>,
     cost: u64,
-    /// Whether a store counts this rule's quota denials towards its penalty: not for a
-    /// limit charged by outcome, whose layer counts them once the requests in flight beside
-    /// them have settled (see [`Rule::deferring_denials`]).
-    counts_denials: bool,
     /// Why this rule cannot work, if it cannot (see [`Rule::validate`]).
     problem: Option<Arc<ConfigError>>,
 }
@@ -150,7 +146,6 @@ impl Rule {
             algorithm,
             penalty: None,
             cost: 1,
-            counts_denials: true,
             problem,
         }
     }
@@ -384,23 +379,6 @@ impl Rule {
     /// The penalty lockout, if any.
     pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
-    }
-
-    /// This rule, for a store to decide without counting its quota denials towards the
-    /// penalty (a lock still refuses): a layer charging by outcome counts them itself, once
-    /// the requests in flight that may have refused them only for units they give back have
-    /// settled. The same state, name and configuration.
-    pub(crate) fn deferring_denials(&self) -> Self {
-        Self {
-            counts_denials: false,
-            ..self.clone()
-        }
-    }
-
-    /// Whether a store counts the rule's quota denials towards its penalty (see
-    /// [`deferring_denials`](Self::deferring_denials)).
-    pub(crate) fn counts_denials(&self) -> bool {
-        self.counts_denials
     }
 
     /// The default cost of a request.

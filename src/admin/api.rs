@@ -18,7 +18,11 @@ pub(super) async fn rules<St: Store>(State(shared): State<Arc<Shared<St>>>) -> R
 }
 
 pub(super) async fn decisions<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
-    Json(view::decisions(&shared.config.current())).into_response()
+    Json(view::decisions(
+        &shared.config.current(),
+        &shared.state.activity,
+    ))
+    .into_response()
 }
 
 /// How many keys per rule `top` lists.
@@ -32,7 +36,12 @@ pub(super) async fn top<St: Store>(
     Query(query): Query<TopQuery>,
 ) -> Response {
     let n = query.n.unwrap_or(10);
-    Json(view::top(&shared.config.current(), n)).into_response()
+    Json(view::top(
+        &shared.config.current(),
+        &shared.state.activity,
+        n,
+    ))
+    .into_response()
 }
 
 pub(super) async fn health<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
@@ -109,7 +118,15 @@ pub(super) async fn unblock<St: Store>(
     let Some((key, digested)) = which.bytes() else {
         return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
     };
-    match view::unblock(&shared.limiter, &config, &rule, &key, digested).await {
+    match view::unblock(
+        &shared.limiter,
+        &shared.state.activity,
+        &rule,
+        &key,
+        digested,
+    )
+    .await
+    {
         Ok(()) => {
             tracing::info!(rule = rule.name(), "admin: key unblocked");
             StatusCode::NO_CONTENT.into_response()

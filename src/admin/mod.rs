@@ -77,13 +77,14 @@ use axum::Router;
 use http::{header, StatusCode};
 
 use self::auth::{Access, Failures, Secrets};
-use crate::layer::{ConfigSource, RateLimitLayer};
+use crate::layer::{ConfigSource, LayerState, RateLimitLayer};
 use crate::{Limiter, Store};
 
 /// The admin router of a [`RateLimitLayer`]; see the [module docs](self).
 pub struct Admin<St> {
     limiter: Limiter<St>,
     config: ConfigSource,
+    state: Arc<LayerState>,
     token: Option<String>,
 }
 
@@ -91,6 +92,7 @@ pub struct Admin<St> {
 struct Shared<St> {
     limiter: Limiter<St>,
     config: ConfigSource,
+    state: Arc<LayerState>,
     secrets: Secrets,
     failures: Failures,
 }
@@ -99,10 +101,11 @@ impl<St: Store + Clone> Admin<St> {
     /// The admin of `layer`: its limiter and its configuration (followed across reloads
     /// when `layer` is [reloadable](RateLimitLayer::reloadable)).
     pub fn new(layer: &RateLimitLayer<St>) -> Self {
-        let (limiter, config) = layer.parts();
+        let (limiter, config, state) = layer.parts();
         Self {
             limiter: limiter.clone(),
             config: config.clone(),
+            state: Arc::clone(state),
             token: None,
         }
     }
@@ -119,6 +122,7 @@ impl<St: Store + Clone> Admin<St> {
         let shared = Arc::new(Shared {
             limiter: self.limiter,
             config: self.config,
+            state: self.state,
             secrets: Secrets::new(self.token.as_deref().map(str::as_bytes)),
             failures: Failures::new(),
         });

@@ -96,8 +96,8 @@ pub(super) async fn index<St: Store>(
     let html = render::page(&Page {
         base: &base,
         rules: &rules,
-        decisions: &view::decisions(&config),
-        top: &view::top(&config, 10),
+        decisions: &view::decisions(&config, &shared.state.activity),
+        top: &view::top(&config, &shared.state.activity, 10),
         health: &view::health(shared.limiter.health()),
         csrf: &shared.secrets.csrf_token(&csrf_cookie),
         lookup,
@@ -183,7 +183,15 @@ pub(super) async fn unblock<St: Store>(
         let html = render::document("tollgate admin", "<p>No such rule or key.</p>", false);
         return page_response(StatusCode::BAD_REQUEST, html, &[]);
     };
-    match view::unblock(&shared.limiter, &config, &rule, &key, digested).await {
+    match view::unblock(
+        &shared.limiter,
+        &shared.state.activity,
+        &rule,
+        &key,
+        digested,
+    )
+    .await
+    {
         Ok(()) => {
             tracing::info!(rule = rule.name(), "admin: key unblocked");
             let name: String = url_encode(rule.name());

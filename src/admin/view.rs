@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::text::{hex, key_text};
-use crate::layer::observe::activity::{now_second, ring, TopKey, PERIOD_SECONDS};
+use crate::layer::observe::activity::{now_second, ring, Activity, TopKey, PERIOD_SECONDS};
 use crate::layer::{Config, Mode};
 use crate::{Decision, DenyReason, Health, Limiter, Rule, Store, StoreError};
 
@@ -90,13 +90,12 @@ pub(crate) struct DecisionsView {
 }
 
 /// The decisions of every rule of `config` over the last [`ring::SECONDS`] seconds.
-pub(crate) fn decisions(config: &Config) -> Vec<DecisionsView> {
+pub(crate) fn decisions(config: &Config, activity: &Activity) -> Vec<DecisionsView> {
     let now = now_second();
     rules(config)
         .into_iter()
         .map(|view| {
-            let seconds = config
-                .activity
+            let seconds = activity
                 .find(&view.name)
                 .map(|a| a.decisions.read(now))
                 .unwrap_or_else(|| vec![[0; 3]; ring::SECONDS]);
@@ -158,11 +157,11 @@ pub(crate) struct TopView {
 }
 
 /// The `n` most denied keys of every rule of `config`.
-pub(crate) fn top(config: &Config, n: usize) -> Vec<TopView> {
+pub(crate) fn top(config: &Config, activities: &Activity, n: usize) -> Vec<TopView> {
     let now = now_second();
     let mut views = Vec::new();
     for rule in rules(config) {
-        let Some(activity) = config.activity.find(&rule.name) else {
+        let Some(activity) = activities.find(&rule.name) else {
             continue;
         };
         let report = activity.top(n, now);
@@ -263,7 +262,7 @@ pub(crate) async fn key_state<St: Store>(
 /// instance), and forgets it among this instance's most denied keys.
 pub(crate) async fn unblock<St: Store>(
     limiter: &Limiter<St>,
-    config: &Config,
+    activity: &Activity,
     rule: &Rule,
     key: &[u8],
     digested: bool,
@@ -273,7 +272,7 @@ pub(crate) async fn unblock<St: Store>(
     } else {
         limiter.reset(rule, key).await?;
     }
-    if let Some(activity) = config.activity.find(rule.name()) {
+    if let Some(activity) = activity.find(rule.name()) {
         let stored = crate::limiter::store_key(key);
         activity.forget(if digested { key } else { &stored });
     }

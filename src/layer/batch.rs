@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use super::charge::unsettled::Ticket;
 use super::config::Config;
+use super::state::LayerState;
 use crate::decision::Outcome;
 use crate::error::StoreError;
 use crate::key::KeyBuf;
@@ -24,7 +25,7 @@ pub(crate) struct Item {
     pub(crate) cost: u64,
     /// A limit charged by outcome with a penalty, checked while other requests of its key
     /// are being checked or in flight: its denial waits for them (see
-    /// `charge::unsettled`), decided with the limit's deferring rule.
+    /// `charge::unsettled`), checked as [deferring its denial](Check::defers_denial).
     pub(crate) defers: bool,
 }
 
@@ -32,6 +33,7 @@ pub(crate) struct Item {
 /// route, and its keys in one buffer.
 pub(crate) struct LayerBatch {
     pub(crate) config: Arc<Config>,
+    pub(crate) state: Arc<LayerState>,
     pub(crate) route: Option<usize>,
     pub(crate) items: SmallVec<[Item; 4]>,
     pub(crate) keys: KeyBuf,
@@ -78,15 +80,12 @@ pub(crate) fn batch_of<'a>(
             if let Some(limits) = limits.as_deref_mut() {
                 limits.push(item.limit);
             }
-            let rule = match (&limit.deferring, item.defers) {
-                (Some(deferring), true) => deferring,
-                _ => &limit.rule,
-            };
             batch.push(Check {
-                rule,
+                rule: &limit.rule,
                 key,
                 cost: item.cost,
                 shadow: limit.shadow,
+                defers_denial: item.defers,
             });
         }
     }

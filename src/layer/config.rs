@@ -9,7 +9,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::counts::Charge;
-use super::charge::unsettled::Unsettled;
 use super::headers::{policy_value, HeaderOptions};
 use super::held::bounds::HeldLimits;
 use super::observe::record::RuleMetrics;
@@ -18,7 +17,7 @@ use super::response::Rejection;
 use super::routes::RoutePattern;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::log::EventLog;
+use crate::log::DEFAULT_LOG_INTERVAL;
 use crate::rule::Rule;
 use crate::store::Health;
 
@@ -70,19 +69,12 @@ pub struct Limit {
     pub(crate) on_missing: MissingKey,
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
-    /// For a limit charged by outcome with a penalty: its rule as the store decides it,
-    /// leaving the denials to the layer (see `charge::unsettled`).
-    pub(crate) deferring: Option<Rule>,
     /// The limit's metric keys (with the `metrics` feature), made once here.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
     /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
     /// requests of that plan only.
     pub(crate) plan: Option<PlanGuard>,
-    /// The rule's activity in this instance, shared by every limit of the rule's name in
-    /// the layer; attached by `build`.
-    #[cfg(feature = "admin")]
-    pub(crate) activity: Option<Arc<super::observe::activity::RuleActivity>>,
 }
 
 type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
@@ -107,10 +99,7 @@ impl Limit {
             on_missing: MissingKey::Reject,
             shadow: false,
             charge: Charge::all(),
-            deferring: None,
             plan: None,
-            #[cfg(feature = "admin")]
-            activity: None,
         }
     }
 
@@ -272,10 +261,15 @@ impl Limit {
     /// [`Charge`] for what counts when there is no response, and which algorithms give
     /// back exactly.
     pub fn charge(mut self, charge: Charge) -> Self {
-        let defers = !charge.counts_all() && self.rule.penalty().is_some();
-        self.deferring = defers.then(|| self.rule.deferring_denials());
         self.charge = charge;
         self
+    }
+
+    /// Whether a refusal of this limit counts towards its penalty only once the requests
+    /// of its key in flight have settled (see `charge::unsettled`): a limit charged by
+    /// outcome with a penalty, enforced (a trial limit's refusal refuses nothing).
+    pub(crate) fn defers_denials(&self) -> bool {
+        !self.charge.counts_all() && self.rule.penalty().is_some() && !self.shadow
     }
 
     /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
@@ -481,7 +475,7 @@ pub(crate) struct Route {
 }
 
 /// Everything a layer enforces.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) global: Vec<Limit>,
     pub(crate) routes: Vec<Route>,
@@ -491,18 +485,36 @@ pub(crate) struct Config {
     pub(crate) on_reject: Option<Arc<RejectFn>>,
     pub(crate) on_decision: Option<Arc<DecisionFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
-    pub(crate) log: Arc<EventLog>,
+    /// How often the layer's log writes each kind of event (see `log_interval`).
+    pub(crate) log_interval: Duration,
     pub(crate) held: HeldLimits,
-    /// The requests of limits charged by outcome with a penalty that have not settled, and
-    /// the denials waiting for them.
-    pub(crate) unsettled: Arc<Unsettled>,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
-    /// Each rule's activity in this instance, kept across reloads.
+    /// How many keys each rule's activity keeps (see `top_limited_keys`).
     #[cfg(feature = "admin")]
-    pub(crate) activity: Arc<super::observe::activity::Activity>,
+    pub(crate) top_limited_keys: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            global: Vec::new(),
+            routes: Vec::new(),
+            mode: Mode::default(),
+            on_failure: FailurePolicy::default(),
+            headers: HeaderOptions::default(),
+            on_reject: None,
+            on_decision: None,
+            exempt: None,
+            log_interval: DEFAULT_LOG_INTERVAL,
+            held: HeldLimits::default(),
+            policies: Vec::new(),
+            #[cfg(feature = "admin")]
+            top_limited_keys: super::observe::activity::DEFAULT_TOP_KEYS,
+        }
+    }
 }
 
 impl Config {
@@ -566,19 +578,6 @@ impl Config {
             Some((n, value)) if *n == enforced => value.as_ref(),
             _ => None,
         }
-    }
-
-    /// Gives every limit the activity of its rule, from `activity` (made for rules new to
-    /// it), and drops from `activity` the rules this configuration no longer has.
-    #[cfg(feature = "admin")]
-    pub(crate) fn attach_activity(&mut self, activity: Arc<super::observe::activity::Activity>) {
-        let routed = self.routes.iter_mut().flat_map(|r| r.limits.iter_mut());
-        for limit in self.global.iter_mut().chain(routed) {
-            limit.activity = Some(activity.rule(&limit.rule.shared_name()));
-        }
-        let names: Vec<&str> = self.all_limits().map(|l| l.rule.name()).collect();
-        activity.retain(&names);
-        self.activity = activity;
     }
 
     /// Every limit of the layer: its own, then each route's.

@@ -15,6 +15,7 @@ use super::headers::{retry_after_secs, RateLimitHeaders};
 use super::held::{held_keys, Hold, HoldFuture};
 use super::observe::record;
 use super::response::{Rejection, RejectionKind};
+use super::state::LayerState;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
@@ -55,6 +56,7 @@ pub(crate) fn reject(
 /// head is read only to build a rejection.
 pub(crate) fn decide<B, St: Store + Clone>(
     config: &Config,
+    state: &LayerState,
     checked: Checked<St>,
     request: &Request<B>,
 ) -> Next<St> {
@@ -70,7 +72,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
     let head = || RequestHead::from_request(request).with_route(config.route_pattern(route));
     let outcome = match result {
         Ok(outcome) => outcome,
-        Err(error) => return store_failed(config, &error, health, head()),
+        Err(error) => return store_failed(config, state, &error, health, head()),
     };
     let held = Held { reservation, batch };
     // The common case, without the per-rule lists below: an admitted batch of enforced
@@ -90,7 +92,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
         let headers = allowed_headers(config, route, enforced, rules);
         return held.forward(headers);
     }
-    let view = View::new(config, route, &limits, &outcome);
+    let view = View::new(config, state, route, &limits, &outcome);
     view.tell(health, store_latency);
     let headers = || view.headers();
     match (outcome.decision, config.mode) {
@@ -98,7 +100,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
             let rule = view.deciding_rule();
             let retry_after_s = denial.retry_after.map(retry_after_secs);
             if mode == Mode::Shadow {
-                if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+                if let Some(suppressed) = state.log.admit(Event::ShadowDenial) {
                     tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
                 }
                 return held.forward(headers());
@@ -123,11 +125,12 @@ pub(crate) fn decide<B, St: Store + Clone>(
 /// The answer when the store failed: the failure policy's, logged through the layer's log.
 fn store_failed<St: Store + Clone>(
     config: &Config,
+    state: &LayerState,
     error: &StoreError,
     health: Health,
     head: RequestHead<'_>,
 ) -> Next<St> {
-    if let Some(suppressed) = config.log.admit_store_failure(error) {
+    if let Some(suppressed) = state.log.admit_store_failure(error) {
         tracing::warn!(%error, policy = ?config.on_failure, %health, suppressed, "rate limit store failed");
     }
     match config.on_failure {
@@ -185,8 +188,9 @@ impl<St: Store + Clone> Held<St> {
         headers: Option<RateLimitHeaders>,
     ) -> Option<HoldFuture<St>> {
         let (reservation, batch) = (self.reservation?, self.batch?);
-        let keys = held_keys(config, &batch.checks(), outcome);
-        let slot = config.held.try_hold(keys)?;
+        let state = &batch.state;
+        let keys = held_keys(&state.held, &batch.checks(), outcome);
+        let slot = state.held.try_hold(&config.held, keys)?;
         let hold = Hold {
             reservation,
             slot,
@@ -201,6 +205,7 @@ impl<St: Store + Clone> Held<St> {
 /// the headers (enforced rules only).
 struct View<'a> {
     config: &'a Config,
+    state: &'a LayerState,
     route: Option<usize>,
     outcome: &'a Outcome,
     /// Each rule with its outcome, when someone reads them.
@@ -215,6 +220,7 @@ struct View<'a> {
 impl<'a> View<'a> {
     fn new(
         config: &'a Config,
+        state: &'a LayerState,
         route: Option<usize>,
         limits: &[usize],
         outcome: &'a Outcome,
@@ -246,6 +252,7 @@ impl<'a> View<'a> {
         };
         let view = Self {
             config,
+            state,
             route,
             outcome,
             rules,
@@ -272,7 +279,7 @@ impl<'a> View<'a> {
         if let Some(((_, &i), o)) = found {
             let rule = config.limit(self.route, i).map_or("", |l| l.rule.name());
             let reason = o.decision.denial().map(|d| d.reason);
-            if let Some(suppressed) = config.log.admit(Event::ShadowDenial) {
+            if let Some(suppressed) = self.state.log.admit(Event::ShadowDenial) {
                 tracing::info!(
                     rule,
                     ?reason,

@@ -19,6 +19,7 @@ use super::config::Config;
 use super::decide::{decide, Next};
 use super::headers::RateLimitHeaders;
 use super::held::{HoldFuture, Released};
+use super::state::LayerState;
 use crate::store::{MemoryStore, Store};
 
 const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";
@@ -32,6 +33,7 @@ struct Passengers<S, ReqB> {
     request: Request<ReqB>,
     inner: S,
     config: Arc<Config>,
+    state: Arc<LayerState>,
 }
 
 /// What a forwarded request's response gets: the `RateLimit` headers, and the charge that
@@ -97,11 +99,13 @@ where
         request: Request<ReqB>,
         inner: S,
         config: Arc<Config>,
+        state: Arc<LayerState>,
     ) -> Self {
         let passengers = Some(Passengers {
             request,
             inner,
             config,
+            state,
         });
         Self::from(Step::Checking { check, passengers })
     }
@@ -114,6 +118,7 @@ where
         request: Request<ReqB>,
         inner: &mut S,
         config: &Arc<Config>,
+        state: &Arc<LayerState>,
     ) -> Self {
         Self::from(match next {
             Next::Forward { headers, charge } => Step::Forwarding {
@@ -126,6 +131,7 @@ where
                     request,
                     inner: inner.clone(),
                     config: Arc::clone(config),
+                    state: Arc::clone(state),
                 }),
             },
             Next::Reject(response) => Step::Rejected {
@@ -201,7 +207,12 @@ where
                 StepProj::Checking { check, passengers } => {
                     let checked = ready!(check.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
-                    let next = decide(&passengers.config, checked, &passengers.request);
+                    let next = decide(
+                        &passengers.config,
+                        &passengers.state,
+                        checked,
+                        &passengers.request,
+                    );
                     Step::after(next, passengers, true)
                 }
                 StepProj::Holding { hold, passengers } => {
@@ -209,9 +220,12 @@ where
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = match released {
                         Released::Pass { headers, charge } => Next::Forward { headers, charge },
-                        Released::Counted(checked) => {
-                            decide(&passengers.config, checked, &passengers.request)
-                        }
+                        Released::Counted(checked) => decide(
+                            &passengers.config,
+                            &passengers.state,
+                            checked,
+                            &passengers.request,
+                        ),
                     };
                     Step::after(next, passengers, false)
                 }

@@ -12,10 +12,10 @@ use super::reload::source::ConfigSource;
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
+use super::state::LayerState;
 use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
-use crate::log::EventLog;
 use crate::rule::Rule;
 use crate::store::{MemoryStore, Store};
 
@@ -35,6 +35,7 @@ use crate::store::{MemoryStore, Store};
 pub struct RateLimitLayer<St = MemoryStore> {
     pub(super) limiter: Limiter<St>,
     pub(super) config: ConfigSource,
+    pub(super) state: Arc<LayerState>,
 }
 
 impl<St: Store> RateLimitLayer<St> {
@@ -50,9 +51,10 @@ impl<St: Store> RateLimitLayer<St> {
 
 #[cfg(feature = "admin")]
 impl<St> RateLimitLayer<St> {
-    /// The layer's limiter and where its configuration lives, for the admin router.
-    pub(crate) fn parts(&self) -> (&Limiter<St>, &ConfigSource) {
-        (&self.limiter, &self.config)
+    /// The layer's limiter, where its configuration lives and its state, for the admin
+    /// router.
+    pub(crate) fn parts(&self) -> (&Limiter<St>, &ConfigSource, &Arc<LayerState>) {
+        (&self.limiter, &self.config, &self.state)
     }
 }
 
@@ -194,12 +196,11 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             ));
         }
         config.cache_policies();
-        #[cfg(feature = "admin")]
-        config.attach_activity(config.activity.clone());
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
+                state: LayerState::new(&config),
                 config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
@@ -243,7 +244,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     #[cfg(feature = "admin")]
     #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
     pub fn top_limited_keys(mut self, n: usize) -> Self {
-        self.config_mut().activity = Arc::new(super::observe::activity::Activity::new(n));
+        self.config_mut().top_limited_keys = n;
         self
     }
 
@@ -340,7 +341,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// (`last_error`), even if no request follows. A store outage or a shadow rollout then
     /// costs one line per interval, not one per request. `Duration::ZERO` logs every event.
     pub fn log_interval(mut self, interval: Duration) -> Self {
-        self.config_mut().log = Arc::new(EventLog::new(interval));
+        self.config_mut().log_interval = interval;
         self
     }
 
@@ -440,7 +441,12 @@ impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
     type Service = RateLimit<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::from_parts(inner, self.limiter.clone(), self.config.clone())
+        RateLimit::from_parts(
+            inner,
+            self.limiter.clone(),
+            self.config.clone(),
+            Arc::clone(&self.state),
+        )
     }
 }
 

@@ -238,6 +238,7 @@ mod routes;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod rules_file;
 mod service;
+mod state;
 
 pub use body::RateLimitBody;
 pub use charge::counts::Charge;
@@ -252,3 +253,5 @@ pub use service::RateLimit;
 pub(crate) use config::Config;
 #[cfg(feature = "admin")]
 pub(crate) use reload::source::ConfigSource;
+#[cfg(feature = "admin")]
+pub(crate) use state::LayerState;

@@ -19,6 +19,7 @@ use super::observe;
 use super::plans::select::RequestPlans;
 use super::reload::source::ConfigSource;
 use super::response::RejectionKind;
+use super::state::LayerState;
 use crate::decision::{Decision, DenyReason, Outcome};
 use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
 use crate::limiter::Limiter;
@@ -36,14 +37,21 @@ pub struct RateLimit<S, St = MemoryStore> {
     inner: S,
     limiter: Limiter<St>,
     config: ConfigSource,
+    state: Arc<LayerState>,
 }
 
 impl<S, St> RateLimit<S, St> {
-    pub(crate) fn from_parts(inner: S, limiter: Limiter<St>, config: ConfigSource) -> Self {
+    pub(crate) fn from_parts(
+        inner: S,
+        limiter: Limiter<St>,
+        config: ConfigSource,
+        state: Arc<LayerState>,
+    ) -> Self {
         Self {
             inner,
             limiter,
             config,
+            state,
         }
     }
 
@@ -93,7 +101,8 @@ where
 
         // Keys are read here, while the request is borrowed, into one inline buffer.
         let mut keys = KeyBuf::new();
-        let mut items = match items(config, route, &head, &mut keys) {
+        let state = &self.state;
+        let mut items = match items(config, state, route, &head, &mut keys) {
             Ok(items) => items,
             Err(e) => {
                 let kind = RejectionKind::Key(&e);
@@ -104,11 +113,12 @@ where
             return ResponseFuture::forwarding(self.inner.call(request));
         }
 
-        let tickets = tickets(config, route, &mut items, &keys);
+        let tickets = tickets(config, state, route, &mut items, &keys);
         let max_wait = config.mode.max_wait();
         let call = StoreCallRef {
             limiter: &self.limiter,
             config: &current,
+            state,
             route,
             items: &items,
             keys: &keys,
@@ -128,14 +138,15 @@ where
         if let Some(result) = now {
             let checked = call.checked(observation, limits, &batch, result, tickets);
             drop(batch);
-            let next = decide(config, checked, &request);
-            return ResponseFuture::decided(next, request, &mut self.inner, &current);
+            let next = decide(config, state, checked, &request);
+            return ResponseFuture::decided(next, request, &mut self.inner, &current, state);
         }
         drop(batch);
         let mut check: CheckFuture<St> = Box::pin(check(
             StoreCall {
                 limiter: self.limiter.clone(),
                 config: Arc::clone(&current),
+                state: Arc::clone(state),
                 route,
                 items,
                 keys,
@@ -148,13 +159,14 @@ where
         // its breaker is open): then too the inner service is called without a clone. One
         // that is not ready yet is polled again, with the caller's waker, by the future.
         if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            let next = decide(config, checked, &request);
-            return ResponseFuture::decided(next, request, &mut self.inner, &current);
+            let next = decide(config, state, checked, &request);
+            return ResponseFuture::decided(next, request, &mut self.inner, &current, state);
         }
         let config = Arc::clone(&current);
+        let state = Arc::clone(state);
         drop(current);
         let inner = self.take_ready_inner();
-        ResponseFuture::checking(check, request, inner, config)
+        ResponseFuture::checking(check, request, inner, config, state)
     }
 }
 
@@ -163,6 +175,7 @@ where
 /// request is refused with the key's error, as the limit and the mode say.
 fn items(
     config: &Config,
+    state: &LayerState,
     route: Option<usize>,
     head: &RequestHead<'_>,
     keys: &mut KeyBuf,
@@ -189,7 +202,7 @@ fn items(
             Err(e) => {
                 keys.truncate(start);
                 if e.kind() == KeyErrorKind::Misconfigured {
-                    if let Some(suppressed) = config.log.admit(Event::KeyUnavailable) {
+                    if let Some(suppressed) = state.log.admit(Event::KeyUnavailable) {
                         tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
                     }
                 } else if limit.on_missing == MissingKey::Skip && !plan_refused {
@@ -197,7 +210,7 @@ fn items(
                 }
                 if config.mode == Mode::Shadow || limit.shadow {
                     // Shadow mode reports and never refuses: the rule is left out.
-                    if let Some(suppressed) = config.log.admit(Event::ShadowMissingKey) {
+                    if let Some(suppressed) = state.log.admit(Event::ShadowMissingKey) {
                         tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
                     }
                     continue;
@@ -214,14 +227,20 @@ fn items(
 /// checked while other requests of its limit and key are being checked or in flight
 /// leaves its denial to the layer (`Item::defers`); one checked alone has it counted by the
 /// store, at once, with the lock it may set in its answer.
-fn tickets(config: &Config, route: Option<usize>, items: &mut [Item], keys: &KeyBuf) -> Tickets {
+fn tickets(
+    config: &Config,
+    state: &LayerState,
+    route: Option<usize>,
+    items: &mut [Item],
+    keys: &KeyBuf,
+) -> Tickets {
     let mut tickets = Tickets::new();
     for (i, item) in items.iter_mut().enumerate() {
         let limit = config.limit(route, item.limit);
         let key = keys.as_bytes().get(item.start..item.end);
         if let (Some(limit), Some(key)) = (limit, key) {
-            if limit.deferring.is_some() {
-                let (ticket, alone) = config.unsettled.start(&limit.rule, key);
+            if limit.defers_denials() {
+                let (ticket, alone) = state.unsettled.start(&limit.rule, key);
                 item.defers = !alone;
                 tickets.push((i, ticket));
             }
@@ -296,6 +315,7 @@ async fn check<St: Store + Clone>(
 struct StoreCall<St> {
     limiter: Limiter<St>,
     config: Arc<Config>,
+    state: Arc<LayerState>,
     route: Option<usize>,
     items: SmallVec<[Item; 4]>,
     keys: KeyBuf,
@@ -309,6 +329,7 @@ impl<St> StoreCall<St> {
         StoreCallRef {
             limiter: &self.limiter,
             config: &self.config,
+            state: &self.state,
             route: self.route,
             items: &self.items,
             keys: &self.keys,
@@ -322,6 +343,7 @@ impl<St> StoreCall<St> {
 struct StoreCallRef<'a, St> {
     limiter: &'a Limiter<St>,
     config: &'a Arc<Config>,
+    state: &'a Arc<LayerState>,
     route: Option<usize>,
     items: &'a [Item],
     keys: &'a KeyBuf,
@@ -343,6 +365,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
         let store_latency = observe::finish(
             observation,
             self.config,
+            self.state,
             self.route,
             &limits,
             batch,
@@ -357,6 +380,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
             Ok(outcome) if self.keeps(outcome) => {
                 let batch = Arc::new(LayerBatch {
                     config: Arc::clone(self.config),
+                    state: Arc::clone(self.state),
                     route: self.route,
                     items: self.items.into(),
                     keys: self.keys.clone(),
@@ -367,7 +391,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
                     batch.clone(),
                     outcome.clone(),
                     self.max_wait,
-                    Some(Arc::clone(&self.config.log)),
+                    Some(Arc::clone(&self.state.log)),
                 );
                 (Some(Box::new(reservation)), Some(batch))
             }
@@ -433,6 +457,7 @@ impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {
             inner: self.inner.clone(),
             limiter: self.limiter.clone(),
             config: self.config.clone(),
+            state: Arc::clone(&self.state),
         }
     }
 }

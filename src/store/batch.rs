@@ -364,10 +364,9 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
 }
 
 /// Whether a denied item's penalty counts its denial: a quota denial of a rule with a
-/// penalty, unless the rule leaves its denials to its caller
-/// ([`Rule::deferring_denials`]).
+/// penalty, unless the check leaves it to its caller ([`Check::defers_denial`]).
 fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
-    item.counts_for_penalty() && check.rule.penalty().is_some() && check.rule.counts_denials()
+    item.counts_for_penalty() && check.rule.penalty().is_some() && !check.defers_denial
 }
 
 /// Step 3, for an item that [`writes`]: records its part in the batch (the admission, or

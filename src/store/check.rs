@@ -24,6 +24,12 @@ pub struct Check<'a> {
     /// when it would deny, it consumes nothing and counts its penalty denial, and its
     /// [`RuleOutcome`] says `Deny`, which is how a caller learns what enforcing it would do.
     pub shadow: bool,
+    /// Leaves a quota denial of this item uncounted by its rule's penalty (a lock still
+    /// refuses): the caller counts it later, if it still stands, with
+    /// [`Store::count_denials`]. A layer limit charged by outcome with a penalty does this
+    /// for a request refused while others of its key are in flight, whose units may yet be
+    /// given back.
+    pub defers_denial: bool,
 }
 
 impl<'a> Check<'a> {
@@ -34,6 +40,7 @@ impl<'a> Check<'a> {
             key,
             cost: rule.cost(),
             shadow: false,
+            defers_denial: false,
         }
     }
 
@@ -187,6 +194,21 @@ pub trait Store: Send + Sync + 'static {
         outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = (batch, outcome);
+        std::future::ready(Ok(()))
+    }
+
+    /// Counts a denial towards the penalty of each item of `batch` whose quota refuses it
+    /// now, as [`check`](Self::check) would have when deciding it; admits nothing and takes
+    /// nothing. A caller that [deferred](Check::defers_denial) a denial counts it here once
+    /// it knows the denial stands.
+    ///
+    /// The default counts nothing: a store that ignores [`Check::defers_denial`] has
+    /// counted every denial already.
+    fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = batch;
         std::future::ready(Ok(()))
     }
 

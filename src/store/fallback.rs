@@ -196,7 +196,6 @@ impl Division {
                 && r.name() == rule.name()
                 && r.cost() == rule.cost()
                 && r.penalty() == rule.penalty()
-                && r.counts_denials() == rule.counts_denials()
         };
         if let Some((_, found)) = rules.iter().find(same) {
             return found.clone();
@@ -227,13 +226,9 @@ fn divide(rule: &Rule, n: u64) -> Option<Rule> {
         .ok()?;
     let divided = Rule::new(rule.name(), algorithm).checked().ok()?;
     let divided = divided.with_cost(rule.cost());
-    let divided = match rule.penalty() {
+    Some(match rule.penalty() {
         Some(p) => divided.with_penalty(*p),
         None => divided,
-    };
-    Some(match rule.counts_denials() {
-        true => divided,
-        false => divided.deferring_denials(),
     })
 }
 
@@ -357,6 +352,19 @@ impl<P: Store, L: Store> Fallback<P, L> {
         result.and(local)
     }
 
+    /// Counts the denials where the batch is decided now: in the primary, or while it is
+    /// away in the local store, on the shares of the rules it decides there.
+    async fn count_denials_either(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        match self.primary.count_denials(batch).await {
+            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
+            Err(_) => match self.shared.divided_rules(batch) {
+                None => self.local.count_denials(batch).await,
+                Some(rules) => self.local.count_denials(&with_rules(batch, &rules)).await,
+            },
+            Ok(()) => Ok(()),
+        }
+    }
+
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
     async fn reset_both(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
         let local = self.shared.divided(rule);
@@ -398,6 +406,13 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.refund_either(batch, outcome)
+    }
+
+    fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.count_denials_either(batch)
     }
 
     fn reset(

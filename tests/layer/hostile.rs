@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::support::down::Down;
+use crate::support::log::Captured;
 use crate::support::service::{call, header, limiter, with};
 use http::{Request, StatusCode};
 use tollgate::layer::{Limit, RateLimitLayer};
@@ -367,47 +368,6 @@ async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
 }
 
 // ---- 18: logs that cannot flood ----
-
-/// Captures the events of the current thread: "level message field=value …".
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-struct Line<'a>(&'a mut String);
-
-impl tracing::field::Visit for Line<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        if field.name() == "message" {
-            let _ = write!(self.0, " {value:?}");
-        } else {
-            let _ = write!(self.0, " {}={value:?}", field.name());
-        }
-    }
-}
-
-impl tracing::Subscriber for Captured {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut line = event.metadata().level().to_string();
-        event.record(&mut Line(&mut line));
-        self.0.lock().unwrap().push(line);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 /// A store outage is logged once per interval, with a summary counting the suppressed
 /// failures and the last error, so a failing store cannot flood the logs.

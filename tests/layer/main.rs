@@ -12,6 +12,7 @@ mod headers;
 mod held;
 mod hostile;
 mod keys;
+mod lockout;
 mod modes;
 mod observe;
 mod plans;

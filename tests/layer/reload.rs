@@ -303,3 +303,36 @@ async fn held_requests_count_under_one_bound_across_a_reload() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(held.await.unwrap().unwrap().status(), StatusCode::OK);
 }
+
+/// The layer's log keeps its intervals across a reload: a store failure logged just before
+/// a reload is not logged again just after it, and the interval a reload sets applies.
+#[tokio::test(start_paused = true)]
+async fn the_log_interval_holds_across_a_reload() -> Result<(), tower::BoxError> {
+    use crate::support::down::Down;
+    use crate::support::log::Captured;
+    use crate::support::service::{call, with};
+
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(captured.clone());
+    let configure = |builder: RateLimitLayerBuilder<Down>| {
+        builder
+            .limit(Limit::new(
+                Rule::fixed_window("x", 1, Duration::from_secs(60)),
+                key::global(),
+            ))
+            .log_interval(Duration::from_secs(3600))
+    };
+    let (layer, handle) = configure(RateLimitLayer::builder(Limiter::new(Down)))
+        .build()?
+        .reloadable();
+    let svc = with(layer);
+    let get = || Request::get("/").body(String::new()).unwrap();
+    assert_eq!(call(&svc, get()).await.status(), StatusCode::OK);
+    assert_eq!(captured.lines().len(), 1);
+
+    handle.reload(configure(handle.builder()))?;
+    call(&svc, get()).await;
+    let lines = captured.lines();
+    assert!(lines.is_empty(), "logged again after a reload: {lines:?}");
+    Ok(())
+}

@@ -7,6 +7,7 @@
 use tollgate as tg;
 
 pub mod down;
+pub mod log;
 pub mod redis_server;
 pub mod service;
 #[path = "../common/specs.rs"]

@@ -6,14 +6,16 @@
 //! successful logins): such a refusal is no attempt a lockout should punish. A request
 //! checked alone (nothing else of its limit and key being checked, in flight or waiting
 //! here) is decided as usual, its denial counted by the store. The store decides the others
-//! without counting their denials (`Rule::deferring_denials`), and each refusal waits here
+//! without counting their denials ([`Check::defers_denial`]), and each refusal waits here
 //! until every request of its limit and key that was being checked or in flight when it
-//! was refused has settled (its units counted, or given back in the store). Then the store
-//! is asked once more, with a batch that can never be admitted, whether the quota refuses
-//! the request: if it does, the store counts the denial ([`recount`]).
+//! was refused has settled (its units counted, or given back in the store), or for
+//! [`SETTLE_DEADLINE`] at most: a request that does not settle by then (a login whose body
+//! never arrives) is no successful login, and a client holding one open must not keep its
+//! refusals from counting. Then the store counts the denial if the quota, as it stands
+//! now, still refuses the request ([`Store::count_denials`], [`recount`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -26,6 +28,10 @@ use crate::store::{Check, Store};
 
 /// A denial's count, run once the requests it waits for have settled.
 pub(crate) type Recount = Box<dyn FnOnce() + Send>;
+
+/// The longest a refusal waits for the requests beside it before its denial is counted.
+/// Long enough for a login to answer, short next to any penalty's window.
+pub(crate) const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// A limit's rule name and a key.
 type Slot = (Arc<str>, Box<[u8]>);
@@ -44,9 +50,17 @@ struct Requests {
     next: u64,
     /// The numbers of the requests being checked or in flight.
     active: SmallVec<[u64; 4]>,
-    /// The denials waiting to be counted, each with the number the next request had when
-    /// it was refused: it waits for every request numbered below.
-    waiting: Vec<(u64, Recount)>,
+    /// The denials waiting to be counted: each with the number the next request had when
+    /// it was refused (it waits for every request numbered below), and its refused
+    /// request's own number, which names it for its deadline.
+    waiting: Vec<Waiting>,
+}
+
+/// A refusal waiting to be counted.
+struct Waiting {
+    before: u64,
+    number: u64,
+    recount: Recount,
 }
 
 impl std::fmt::Debug for Requests {
@@ -91,45 +105,83 @@ impl Unsettled {
 
     /// The request `number` of `slot` has settled, refused if `refused` holds its recount
     /// (kept if fewer than the most that may wait): runs the recounts whose requests have
-    /// all settled now.
-    fn settle(&self, slot: Slot, number: u64, refused: Option<(Recount, usize)>) {
-        let due = {
+    /// all settled now. Says whether the refusal waits.
+    fn settle(&self, slot: &Slot, number: u64, refused: Option<(Recount, usize)>) -> bool {
+        let (due, waits) = {
             let mut slots = self.slots.lock();
-            let Some(requests) = slots.get_mut(&slot) else {
-                return;
+            let Some(requests) = slots.get_mut(slot) else {
+                return false;
             };
             requests.active.retain(|n| *n != number);
             if let Some((recount, most)) = refused {
                 if requests.waiting.len() < most {
-                    requests.waiting.push((requests.next, recount));
+                    let before = requests.next;
+                    requests.waiting.push(Waiting {
+                        before,
+                        number,
+                        recount,
+                    });
                 }
             }
             let oldest = requests.active.iter().copied().min().unwrap_or(u64::MAX);
             let (due, waiting) = std::mem::take(&mut requests.waiting)
                 .into_iter()
-                .partition::<Vec<_>, _>(|(before, _)| *before <= oldest);
+                .partition::<Vec<_>, _>(|w| w.before <= oldest);
             requests.waiting = waiting;
+            let waits = requests.waiting.iter().any(|w| w.number == number);
             if requests.active.is_empty() && requests.waiting.is_empty() {
-                slots.remove(&slot);
+                slots.remove(slot);
+            }
+            (due, waits)
+        };
+        // Outside the lock: a recount on an in-process store runs here, at once.
+        for waiting in due {
+            (waiting.recount)();
+        }
+        waits
+    }
+
+    /// The deadline of the refusal of request `number` of `slot`: counted now if it still
+    /// waits, whatever the requests before it do.
+    fn overdue(&self, slot: &Slot, number: u64) {
+        let due = {
+            let mut slots = self.slots.lock();
+            let Some(requests) = slots.get_mut(slot) else {
+                return;
+            };
+            let Some(at) = requests.waiting.iter().position(|w| w.number == number) else {
+                return;
+            };
+            let due = requests.waiting.swap_remove(at);
+            if requests.active.is_empty() && requests.waiting.is_empty() {
+                slots.remove(slot);
             }
             due
         };
-        // Outside the lock: a recount on an in-process store runs here, at once.
-        for (_, recount) in due {
-            recount();
-        }
+        (due.recount)();
     }
 }
 
 impl Ticket {
     /// The request was refused by its limit's quota: its denial is counted by `recount`
     /// once the requests of its limit and key started before now have settled (at once if
-    /// none is left). At most `most` denials wait per limit and key (the penalty's count:
-    /// more would lock no more), the others are not counted.
+    /// none is left), or at its [`SETTLE_DEADLINE`]. At most `most` denials wait per limit
+    /// and key (the penalty's count: more would lock no more), the others are not counted.
     pub(crate) fn defer(mut self, recount: Recount, most: usize) {
-        if let Some(slot) = self.slot.take() {
-            self.registry
-                .settle(slot, self.number, Some((recount, most)));
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        let number = self.number;
+        if !self.registry.settle(&slot, number, Some((recount, most))) {
+            return;
+        }
+        let registry = Arc::clone(&self.registry);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move {
+                tokio::time::sleep(SETTLE_DEADLINE).await;
+                registry.overdue(&slot, number);
+            })),
+            Err(_) => tracing::debug!("no tokio runtime here: a refusal waits without a deadline"),
         }
     }
 }
@@ -137,21 +189,14 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            self.registry.settle(slot, self.number, None);
+            self.registry.settle(&slot, self.number, None);
         }
     }
 }
 
-/// A rule nothing can pass: a request costing more than its capacity is refused without
-/// a retry, and without counting a denial or taking anything.
-static NEVER: LazyLock<Rule> =
-    LazyLock::new(|| Rule::fixed_window("tollgate.recount", 1, Duration::from_secs(1)));
-
-/// The count of a refused request's denial of `rule` (the limit's own, counting denials)
-/// for `key` at `cost`: the store decides a batch of the rule and a check nothing can pass
-/// on the same key (so in the same Redis slot). The batch is refused whatever the rule
-/// says and takes nothing; the rule counts its denial towards its penalty if its quota, as
-/// it stands now with the requests beside it settled, refuses the request.
+/// The count of a refused request's denial of `rule` for `key` at `cost`: the store counts
+/// it towards the rule's penalty if the quota, as it stands now with the requests beside it
+/// settled, refuses the request ([`Store::count_denials`]).
 pub(crate) fn recount<St: Store + Clone>(
     limiter: Limiter<St>,
     rule: Rule,
@@ -160,11 +205,8 @@ pub(crate) fn recount<St: Store + Clone>(
 ) -> Recount {
     Box::new(move || {
         run_detached(async move {
-            let batch = [
-                Check::new(&rule, &key).with_cost(cost),
-                Check::new(&NEVER, &key).with_cost(2),
-            ];
-            if let Err(error) = limiter.check(&batch).await {
+            let batch = [Check::new(&rule, &key).with_cost(cost)];
+            if let Err(error) = limiter.count_denials(&batch).await {
                 tracing::debug!(%error, rule = rule.name(), "a refused request's denial was not counted");
             }
         });

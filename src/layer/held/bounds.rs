@@ -1,7 +1,6 @@
 //! The bounds on held requests: how many the layer holds at once, in all and per key, and
 //! each held request's place under them.
 
-use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,12 +15,12 @@ use crate::layer::observe::record;
 /// ([`RateLimitLayerBuilder::max_held`](crate::layer::RateLimitLayerBuilder::max_held)).
 pub(crate) const DEFAULT_MAX_HELD: usize = 10_000;
 
-/// The bounds on held requests and their count, shared by every service a layer makes.
-#[derive(Clone)]
+/// The bounds on held requests (configuration; the count is the layer's state,
+/// [`HeldCounts`]).
+#[derive(Clone, Debug)]
 pub(crate) struct HeldLimits {
     pub(crate) max: usize,
     pub(crate) max_per_key: Option<usize>,
-    pub(crate) counts: Arc<HeldCounts>,
 }
 
 impl Default for HeldLimits {
@@ -29,18 +28,7 @@ impl Default for HeldLimits {
         Self {
             max: DEFAULT_MAX_HELD,
             max_per_key: None,
-            counts: Arc::new(HeldCounts::new()),
         }
-    }
-}
-
-impl fmt::Debug for HeldLimits {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeldLimits")
-            .field("max", &self.max)
-            .field("max_per_key", &self.max_per_key)
-            .field("held", &self.counts.total.load(Ordering::Relaxed))
-            .finish()
     }
 }
 
@@ -58,7 +46,7 @@ pub(crate) struct HeldCounts {
 }
 
 impl HeldCounts {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             total: AtomicUsize::new(0),
             per_key: std::array::from_fn(|_| Mutex::new(HashMap::default())),
@@ -74,6 +62,11 @@ impl HeldCounts {
         h.finish()
     }
 
+    /// The requests held now.
+    pub(crate) fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
     fn shard(&self, key: u64) -> &Mutex<HashMap<u64, usize>> {
         &self.per_key[(key >> 60) as usize % HELD_SHARDS]
     }
@@ -85,12 +78,18 @@ impl HeldLimits {
     pub(crate) fn per_key(&self) -> usize {
         self.max_per_key.unwrap_or((self.max / 10).max(1))
     }
+}
 
+impl HeldCounts {
     /// Counts one more held request under `keys` (distinct), or says `None` when that would
-    /// pass a bound.
-    pub(crate) fn try_hold(&self, keys: SmallVec<[u64; 4]>) -> Option<HeldSlot> {
-        let counts = &self.counts;
-        let max = self.max;
+    /// pass a bound of `limits`.
+    pub(crate) fn try_hold(
+        self: &Arc<Self>,
+        limits: &HeldLimits,
+        keys: SmallVec<[u64; 4]>,
+    ) -> Option<HeldSlot> {
+        let counts = self;
+        let max = limits.max;
         counts
             .total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -103,7 +102,7 @@ impl HeldLimits {
             counts: counts.clone(),
             keys: SmallVec::new(),
         };
-        let max_per_key = self.per_key();
+        let max_per_key = limits.per_key();
         {
             for key in keys {
                 let mut shard = counts.shard(key).lock();

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
-use self::bounds::HeldSlot;
+use self::bounds::{HeldCounts, HeldSlot};
 use super::batch::{Checked, LayerBatch};
 use super::charge::Charging;
-use super::config::Config;
 use super::headers::RateLimitHeaders;
 use super::observe;
 use crate::decision::{Decision, Outcome};
@@ -110,6 +109,7 @@ fn counted<St: Store + Clone>(
     let store_latency = observe::finish(
         observation,
         &batch.config,
+        &batch.state,
         batch.route,
         &pick(&limits),
         &pending_checks,
@@ -135,7 +135,7 @@ fn counted<St: Store + Clone>(
 /// else it could refuse a request. A rule left pending to the release says `Delay` only
 /// because another rule holds the request.
 pub(crate) fn held_keys(
-    config: &Config,
+    counts: &HeldCounts,
     batch: &[Check<'_>],
     outcome: &Outcome,
 ) -> SmallVec<[u64; 4]> {
@@ -148,7 +148,7 @@ pub(crate) fn held_keys(
     };
     for (i, (check, rule)) in batch.iter().zip(&outcome.rules).enumerate() {
         if !check.shadow && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
-            let key = config.held.counts.key_of(check.rule.name(), check.key);
+            let key = counts.key_of(check.rule.name(), check.key);
             if !keys.contains(&key) {
                 keys.push(key);
             }

@@ -96,6 +96,7 @@ use tracing::Span;
 
 use self::record::DecisionLabel;
 use super::config::{Config, Mode};
+use super::state::LayerState;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::store::{Check, Health};
@@ -142,6 +143,7 @@ pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
 pub(crate) fn finish(
     observation: Observation,
     config: &Config,
+    state: &LayerState,
     route: Option<usize>,
     limits: &[usize],
     batch: &[Check<'_>],
@@ -160,8 +162,10 @@ pub(crate) fn finish(
     let _ = (route, limits, health);
     #[cfg(feature = "admin")]
     if let Ok(outcome) = result {
-        record_activity(config, route, limits, batch, outcome);
+        record_activity(config, &state.activity, route, limits, batch, outcome);
     }
+    #[cfg(not(feature = "admin"))]
+    let _ = state;
 
     let span = &observation.span;
     if span.is_disabled() {
@@ -189,6 +193,7 @@ pub(crate) fn finish(
 #[cfg(feature = "admin")]
 fn record_activity(
     config: &Config,
+    activities: &activity::Activity,
     route: Option<usize>,
     limits: &[usize],
     batch: &[Check<'_>],
@@ -201,9 +206,7 @@ fn record_activity(
         let Some(limit) = config.limit(route, i) else {
             continue;
         };
-        let Some(activity) = &limit.activity else {
-            continue;
-        };
+        let activity = activities.rule(&limit.rule.shared_name());
         let on_trial = limit.shadow || config.mode == Mode::Shadow;
         match DecisionLabel::of_rule(on_trial, denied, rule) {
             DecisionLabel::Admitted => activity.count(Counted::Admitted, second),

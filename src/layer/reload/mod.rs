@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 use self::source::ConfigSource;
 use super::config::Config;
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
+use super::state::LayerState;
 use crate::error::ConfigError;
 use crate::limiter::Limiter;
 use crate::store::Store;
@@ -34,10 +35,11 @@ use crate::store::Store;
 /// - **Checked first.** [`reload`](Self::reload) builds the new configuration with the same
 ///   [`build`](RateLimitLayerBuilder::build) as any layer and installs it only if it can
 ///   work: on an error the running configuration stays, and the error says why.
-/// - **The same limiter.** The layer keeps deciding with its own [`Limiter`] (its store);
-///   [`builder`](Self::builder) starts from it. The count of held requests carries over, so
-///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under the old
-///   configuration and the new one together.
+/// - **The same limiter and state.** The layer keeps deciding with its own [`Limiter`] (its
+///   store); [`builder`](Self::builder) starts from it. What the layer keeps as it runs stays
+///   too: [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under the
+///   old configuration and the new one together, a refusal of a limit charged by outcome
+///   still waits for the requests beside it, and the log's intervals carry on.
 ///
 /// State is kept by rule name in the store, so a rule that keeps its name and parameters
 /// across a reload keeps its counts; a rule whose parameters change under the same name is
@@ -78,6 +80,7 @@ use crate::store::Store;
 pub struct ReloadHandle<St> {
     limiter: Limiter<St>,
     config: Arc<ArcSwap<Config>>,
+    state: Arc<LayerState>,
 }
 
 impl<St: Store + Clone> RateLimitLayer<St> {
@@ -92,10 +95,12 @@ impl<St: Store + Clone> RateLimitLayer<St> {
         let handle = ReloadHandle {
             limiter: self.limiter.clone(),
             config: live.clone(),
+            state: Arc::clone(&self.state),
         };
         let layer = RateLimitLayer {
             limiter: self.limiter,
             config: ConfigSource::Live(live),
+            state: self.state,
         };
         (layer, handle)
     }
@@ -124,16 +129,13 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// running layer. `layer`'s own limiter is not used: the running layer
     /// keeps its own.
     pub fn replace(&self, layer: RateLimitLayer<St>) {
-        let mut config = match layer.config {
+        let config = match layer.config {
             ConfigSource::Fixed(config) => config,
             ConfigSource::Live(live) => live.load_full(),
         };
-        let held = self.config.load().held.counts.clone();
-        // Requests held under the old configuration and the new share one bound.
-        Arc::make_mut(&mut config).held.counts = held;
-        // Rules that keep their names keep their history.
-        #[cfg(feature = "admin")]
-        Arc::make_mut(&mut config).attach_activity(self.config.load().activity.clone());
+        // The running layer's state stays (`layer`'s own is dropped): requests held, refusals
+        // waiting and the log's intervals carry on under the new configuration.
+        self.state.follow(&config);
         self.config.store(config);
     }
 }
@@ -146,6 +148,7 @@ where
         Self {
             limiter: self.limiter.clone(),
             config: self.config.clone(),
+            state: Arc::clone(&self.state),
         }
     }
 }

@@ -454,6 +454,13 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(move || self.store.refund(batch, outcome))
     }
 
+    fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.guarded(move || self.store.count_denials(batch))
+    }
+
     fn reset(
         &self,
         rule: &Rule,

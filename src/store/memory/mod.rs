@@ -155,7 +155,7 @@ impl MemoryStore {
     fn decide_as_is(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         match batch {
             [check] => self.decide_one(check, max_wait),
-            _ => self.decide_batch(batch, max_wait),
+            _ => self.decide_batch(batch, max_wait, false),
         }
     }
 
@@ -226,9 +226,25 @@ impl MemoryStore {
         Ok(outcome)
     }
 
+    /// [`Store::count_denials`]: `batch` decided as refused, so that each item its quota
+    /// refuses counts its denial and none takes anything.
+    fn count_denials_now(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        match self.shared.bounded(batch) {
+            Some(bounded) => self.decide_batch(&bounded, 0, true),
+            None => self.decide_batch(batch, 0, true),
+        }
+        .map(drop)
+    }
+
     /// Decides a batch of any length: every shard it touches locked (in index order), every
-    /// item evaluated, then committed or reported.
-    fn decide_batch(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+    /// item evaluated, then committed or reported. A batch `refused` whatever its items say
+    /// only counts the denials of those that refuse it.
+    fn decide_batch(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        refused: bool,
+    ) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
         let hashes: SmallVec<[u64; 4]> = batch.iter().map(|c| shared.hash(c.rule, c.key)).collect();
@@ -274,8 +290,8 @@ impl MemoryStore {
                 .collect()
         };
         let mut items = evaluate_at(now);
-        let mut admitted = batch::admits(&items);
-        if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted) {
+        let mut admitted = !refused && batch::admits(&items);
+        if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted && !refused) {
             let reserved = evaluate_at(now + wait);
             if batch::admits(&reserved) {
                 (items, admitted) = (reserved, true);
@@ -638,6 +654,13 @@ impl Store for MemoryStore {
             Some(admission) => self.refund_admission(batch, admission),
             None => Ok(()),
         })
+    }
+
+    fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(self.count_denials_now(batch))
     }
 
     fn reset(

@@ -583,6 +583,26 @@ impl RedisStore {
         Ok(())
     }
 
+    /// [`Store::count_denials`]: one `Op::Deny` call per slot (one on a standalone server).
+    async fn count_denials_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[&Check<'_>; 4]>); 2]> = SmallVec::new();
+        for check in batch {
+            let slot = match self.conn {
+                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
+                Connection::Standalone(_) => None,
+            };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(check),
+                None => groups.push((slot, smallvec::smallvec![check])),
+            }
+        }
+        for (_, checks) in &groups {
+            self.run(self.call(0, Op::Deny), checks).await?;
+        }
+        Ok(())
+    }
+
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
         let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
@@ -669,6 +689,13 @@ impl Store for RedisStore {
         outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.refund_held(batch, outcome.admission.as_ref())
+    }
+
+    fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.count_denials_each(batch)
     }
 
     fn reset(

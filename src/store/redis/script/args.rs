@@ -59,8 +59,8 @@ pub(super) struct RuleArgs {
     pub(super) quota: u64,
     /// The index of the batch's first rule on the same client key (batch::key_release).
     pub(super) key_id: u64,
-    /// Whether its quota denials are left to the caller, not counted towards the penalty
-    /// (`Rule::deferring_denials`).
+    /// Whether its quota denial is left to the caller, not counted towards the penalty
+    /// (`Check::defers_denial`).
     pub(super) defers_denials: bool,
 }
 
@@ -94,7 +94,7 @@ impl RuleArgs {
             fingerprint: check.rule.fingerprint(),
             quota: algorithm.quota().0,
             key_id: key_id as u64,
-            defers_denials: !check.rule.counts_denials(),
+            defers_denials: check.defers_denial,
         }
     }
 

@@ -1,0 +1,68 @@
+//! What a layer keeps for as long as it lives, beside the configuration a reload swaps.
+//!
+//! The configuration says what to enforce; this state is what enforcing it has left in
+//! this instance: the requests held now, the refusals of limits charged by outcome that
+//! wait for the requests beside them, the log's rate limiter (and, with the `admin`
+//! feature, each rule's activity). A reload replaces the configuration and nothing here:
+//! a request held, a refusal waiting or a log line left out under the old rules is still
+//! one under the new.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::charge::unsettled::Unsettled;
+use super::config::Config;
+use super::held::bounds::HeldCounts;
+use crate::log::EventLog;
+
+/// The long-lived state of one layer, shared by every service it makes, every clone of
+/// those, and its [`ReloadHandle`](super::ReloadHandle).
+pub(crate) struct LayerState {
+    /// The requests held now, in all and per key.
+    pub(crate) held: Arc<HeldCounts>,
+    /// The requests of limits charged by outcome with a penalty that have not settled, and
+    /// the refusals waiting for them.
+    pub(crate) unsettled: Arc<Unsettled>,
+    /// The rate limiter of the layer's log lines.
+    pub(crate) log: Arc<EventLog>,
+    /// Each rule's activity in this instance, by rule name.
+    #[cfg(feature = "admin")]
+    pub(crate) activity: Arc<super::observe::activity::Activity>,
+}
+
+impl LayerState {
+    /// The state of a layer first built with `config`.
+    pub(crate) fn new(config: &Config) -> Arc<Self> {
+        let state = Arc::new(Self {
+            held: Arc::new(HeldCounts::new()),
+            unsettled: Arc::default(),
+            log: Arc::new(EventLog::new(config.log_interval)),
+            #[cfg(feature = "admin")]
+            activity: Arc::new(super::observe::activity::Activity::new(
+                config.top_limited_keys,
+            )),
+        });
+        state.follow(config);
+        state
+    }
+
+    /// Follows what `config`, now running, asks of the state: the log's interval, and the
+    /// activity of the rules it has (the others' is dropped).
+    pub(crate) fn follow(&self, config: &Config) {
+        self.log.set_interval(config.log_interval);
+        #[cfg(feature = "admin")]
+        {
+            let names: Vec<&str> = config.all_limits().map(|l| l.rule.name()).collect();
+            self.activity.retain(&names);
+        }
+    }
+}
+
+impl fmt::Debug for LayerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LayerState")
+            .field("held", &self.held.total())
+            .field("unsettled", &self.unsettled)
+            .finish_non_exhaustive()
+    }
+}
