@@ -44,7 +44,9 @@ use subtle::ConstantTimeEq;
 use tollgate::key::{KeyBuf, KeyExtractor, RequestHead};
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{
-    key, ConfigError, Decision, DenyReason, Limiter, MemoryStore, Penalty, Rate, Rule, Store,
+    key,
+    store::{MemoryStore, Store},
+    ConfigError, Decision, DenyReason, Limiter, Penalty, Rate, Rule,
 };
 
 /// What the admin routes need: the limiter, the rules they may act on (by name, with the
@@ -86,7 +88,8 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
     let login = login_rule()?;
     let per_address = Rule::gcra("login-per-address", 20, Rate::per_minute(20));
     let address: Arc<dyn KeyExtractor> = Arc::new(key::peer_ip());
-    let limits = RateLimitLayer::builder(limiter.clone())
+    let limits = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(login.clone(), SharedKey(login_key())))
         .limit(Limit::new(per_address.clone(), SharedKey(address.clone())))
         .build()?;

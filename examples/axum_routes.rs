@@ -26,12 +26,16 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tollgate::key::{self, KeyExtractor, RequestHead};
 use tollgate::layer::{DecisionEvent, Limit, Mode, RateLimitLayer};
-use tollgate::{ConfigError, Limiter, MemoryStore, Penalty, Rate, Rule, Store};
+use tollgate::{
+    store::{MemoryStore, Store},
+    ConfigError, Limiter, Penalty, Rate, Rule,
+};
 
 /// The app, on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
     let user = || key::header("user-id");
-    let sms = RateLimitLayer::builder(limiter.clone())
+    let sms = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             Rule::fixed_window("sms-minute", 1, Duration::from_secs(60)),
             user(),
@@ -50,7 +54,8 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
         ))
         .build()?;
 
-    let downloads = RateLimitLayer::builder(limiter.clone())
+    let downloads = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(
             Limit::new(
                 Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
@@ -68,7 +73,8 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
         )
         .build()?;
 
-    let login = RateLimitLayer::builder(limiter.clone())
+    let login = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             Rule::fixed_window("login", 5, Duration::from_secs(60)).with_penalty(
                 Penalty::lock_for(Duration::from_secs(15 * 60))
@@ -79,7 +85,8 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
         ))
         .build()?;
 
-    let search_trial = RateLimitLayer::builder(limiter)
+    let search_trial = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             Rule::sliding_log("search-strict", 3, Duration::from_secs(60)),
             user().or(key::peer_ip()),

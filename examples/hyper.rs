@@ -15,13 +15,18 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, Rule, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, Store},
+    ConfigError, Limiter, Rate, Rule,
+};
 use tower::ServiceBuilder;
 
 /// The limits: 100 requests per second per address everywhere; SMS one per minute per
 /// user; file downloads 30 a minute per user, across all files.
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
-    RateLimitLayer::builder(limiter)
+    RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             Rule::gcra("per-ip", 100, Rate::per_second(100)),
             key::peer_ip(),

@@ -16,11 +16,11 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{key, Rate, Rule};
 
 /// The application with its limits, and `/metrics` rendered from `handle` (not limited).
 fn app(handle: PrometheusHandle) -> Result<Router, tollgate::ConfigError> {
-    let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let limits = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::gcra("per-key", 10, Rate::per_second(1)),
             key::header("api-key"),

@@ -21,11 +21,16 @@ use axum::routing::{get, post};
 use axum::Router;
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 use tollgate::store::{Breaker, Fallback};
-use tollgate::{key, ConfigError, Limiter, MemoryStore, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, RedisStore, Store},
+    ConfigError, Limiter, Rate, Rule,
+};
 
 /// The application: works on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
-    let limits = RateLimitLayer::builder(limiter)
+    let limits = RateLimitLayer::builder()
+        .limiter(limiter)
         // Everything: 20 requests per client, refilled at 10 per second.
         .limit(Limit::new(
             Rule::gcra("per-ip", 20, Rate::per_second(10)),

@@ -21,9 +21,12 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use tollgate::store::RedisStore;
 use tollgate::store::{Breaker, Fallback};
-use tollgate::RedisStore;
-use tollgate::{Health, Limiter, MemoryStore, Rate, Rule, Store};
+use tollgate::{
+    store::{Health, MemoryStore, Store},
+    Limiter, Rate, Rule,
+};
 
 /// `/ready` and a limited `/`, on any store.
 fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, tollgate::ConfigError> {

@@ -20,7 +20,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use tollgate::layer::rules_file::Loader;
 use tollgate::layer::{RateLimitLayer, ReloadHandle};
-use tollgate::{key, ConfigError, Limiter, MemoryStore, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, Store},
+    ConfigError, Limiter,
+};
 
 /// What the code gives the file: the key extractors (and plan lookups) it names.
 pub fn loader() -> Loader {
@@ -34,7 +38,7 @@ pub fn load<St: Store + Clone>(
     limiter: Limiter<St>,
 ) -> Result<(RateLimitLayer<St>, ReloadHandle<St>), ConfigError> {
     Ok(loader
-        .load(path, RateLimitLayer::builder(limiter))?
+        .load(path, RateLimitLayer::builder().limiter(limiter))?
         .reloadable())
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Check, Clock, Decision, Limiter, ManualClock, MemoryStore, Rule};
+use tollgate::{store::MemoryStore, Check, Clock, Decision, Limiter, ManualClock, Rule};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -23,7 +23,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, ConfigError, Limiter, MemoryStore, Rule, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, Store},
+    ConfigError, Limiter, Rule,
+};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tonic_types::StatusExt;
@@ -64,7 +68,8 @@ impl Greeter for MyGreeter {
 /// `/package.Service/Method`.
 pub fn limits<St: Store>(limiter: Limiter<St>) -> Result<RateLimitLayer<St>, ConfigError> {
     let minute = Duration::from_secs(60);
-    RateLimitLayer::builder(limiter)
+    RateLimitLayer::builder()
+        .limiter(limiter)
         .route(
             "/helloworld.Greeter/SayHello",
             [Limit::new(

@@ -405,18 +405,19 @@ local function refund_batch(taken, marked)
   return quota_reply(REPLY_DENIED)
 end
 
--- MODE_OVERDRAW (batch::overdraw): takes each rule's cost now, at most its quota
--- (Algorithm::overdraw), whatever its state admits: a state another configuration wrote is
+-- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw:
+-- the model carries it as a debt within the exact range), whatever its state admits: a state another configuration wrote is
 -- adopted first, as an admission's commit adopts it (and the reply says REPLY_ADOPTED, so
 -- that the deny caches hear of it). Replies as quota_reply.
 local function overdraw_batch()
   adopted = false
   for i = 1, #rules do
     local r = rules[i]
-    local cost = min(r.cost, r.quota)
+    -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
+    local cost = min(r.cost, MAX_PRODUCT)
     if cost > 0 then
       local model = r.model
-      local overdraw = model.overdraw or model.apply
+      local overdraw = model.overdraw
       if r.carried then
         if r.log_key then
           redis.call('DEL', r.log_key)

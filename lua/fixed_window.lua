@@ -1,7 +1,21 @@
 -- Fixed window. Mirrors src/algorithm/fixed_window.rs.
 -- Config: c.p1 = limit, c.p2 = window (µs), c.p3 = anchor (0 epoch, 1 first hit).
--- State fields: start, count.
+-- State fields: start, count. A count above the limit is a debt that each window after
+-- pays `limit` of (FixedWindow::at).
 models[FIXED_WINDOW] = function()
+  -- The window holding `now` and what is left of the stored count in it.
+  local function window_at(c, s, now)
+    local turns = div(sub0(now, s[1]), c.p2)
+    if turns == 0 then
+      return s[1], s[2]
+    end
+    return s[1] + turns * c.p2, sub0(s[2], turns * c.p1)
+  end
+
+  local function expires(c, start, count)
+    return start + max(1, cdiv(count, c.p1)) * c.p2
+  end
+
   return {
     fields = 2,
     settled_at = function(c, s)
@@ -16,21 +30,30 @@ models[FIXED_WINDOW] = function()
     end,
     evaluate = function(c, s, now, cost)
       local limit = c.p1
-      local reset = sub0(s[1] + c.p2, now)
-      local remaining = sub0(limit, s[2])
+      local start, count = window_at(c, s, now)
+      local reset = sub0(expires(c, start, count), now)
+      local remaining = sub0(limit, count)
       if cost > limit then
         return reject(nil, remaining, reset)
       end
       if cost <= remaining then
         return admit(0, remaining - cost, reset)
       end
-      return reject(reset, remaining, reset)
+      -- Each window pays `limit` of the count: the first window with room admits.
+      local windows = cdiv(sub0(count + cost, limit), limit)
+      return reject(start + windows * c.p2 - now, remaining, reset)
     end,
     apply = function(c, s, now, cost)
-      s[2] = s[2] + cost
+      local start, count = window_at(c, s, now)
+      s[1], s[2] = start, count + cost
+    end,
+    -- Model::overdraw: the count carries the debt, up to what the exact range pays.
+    overdraw = function(c, s, now, cost)
+      local start, count = window_at(c, s, now)
+      s[1], s[2] = start, min(count + cost, max(most_owed(c.p1, c.p2), count))
     end,
     expires_at = function(c, s)
-      return s[1] + c.p2
+      return expires(c, s[1], s[2])
     end,
     -- Takes back an admission of `cost` at `at`, if it still counts in the stored window.
     refund = function(c, s, now, at, cost)

@@ -82,6 +82,15 @@ models[GCRA] = function()
     apply = function(c, s, now, cost)
       s[1], s[2] = gcra_apply(c, s[1], s[2], now, cost)
     end,
+    -- Model::overdraw: the TAT moves past the tolerance by the units taken, at most
+    -- MAX_PRODUCT scaled at once and MAX_SCALED µs from now.
+    overdraw = function(c, s, now, cost)
+      s[1], s[2] = gcra_apply(c, s[1], s[2], now, min(cost, div(MAX_PRODUCT, c.p2)))
+      local horizon = now + MAX_SCALED
+      if s[1] >= horizon then
+        s[1], s[2] = horizon, 0
+      end
+    end,
     expires_at = function(c, s)
       if s[2] > 0 then
         return s[1] + 1

@@ -67,6 +67,15 @@ models[LEAKY_BUCKET] = function()
       s[1] = leaky_level(c, s, now) + cost * c.p3
       s[2] = max(now, s[2])
     end,
+    -- Model::overdraw: water above the capacity, at most MAX_PRODUCT scaled and drained
+    -- within MAX_SCALED µs.
+    overdraw = function(c, s, now, cost)
+      local level = leaky_level(c, s, now)
+      local water = min(cost, div(MAX_PRODUCT, c.p3)) * c.p3
+      local most = max(min(MAX_SCALED * c.p2, MAX_PRODUCT), level)
+      s[1] = min(level + water, most)
+      s[2] = max(now, s[2])
+    end,
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)
     end,

@@ -50,6 +50,18 @@ local function max(a, b)
   return b
 end
 
+-- The exact range (src/algorithm/mod.rs): MAX_SCALED bounds a parameter and the µs a debt
+-- may take to pay off, MAX_PRODUCT a scaled quantity (and a cost, as the caller encodes it).
+local MAX_SCALED, MAX_PRODUCT = 1125899906842624, 4503599627370496
+
+-- The most units a window-counting model owes (algorithm::most_owed): what `limit` per
+-- `window` pays within MAX_SCALED µs, at least one window's, at most MAX_PRODUCT. The
+-- product may pass 2^53 only where it also passes MAX_PRODUCT, which rounding (monotonic)
+-- cannot turn around.
+local function most_owed(limit, window)
+  return min(limit * max(1, div(MAX_SCALED, window)), MAX_PRODUCT)
+end
+
 -- Integers as decimal text without exponent (tostring would print 1.7e+15).
 local function int(x)
   return string.format('%d', x)
@@ -86,7 +98,7 @@ local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED = 0, 1, 2, 3
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
 -- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)
 -- said right after the admission, or nil to give back without checking), optionally mark,
--- optionally overdraw(c, s, now, cost) (Algorithm::overdraw: units taken without a check,
--- apply when absent), and `fields`, the length of its stored state. refund returns false
+-- overdraw(c, s, now, cost) (Algorithm::overdraw: units taken without a check, carried as
+-- a debt), and `fields`, the length of its stored state. refund returns false
 -- where it gave nothing back.
 local models = {}

@@ -13,8 +13,8 @@
 -- s.prune_before (drop up to PRUNE_BATCH members scored at or below it), s.removed and
 -- s.added.
 models[SLIDING_LOG] = function()
-  -- Totals wrap at 2^52: a total plus a cost (at most 2^50) stays exact in a double, and a
-  -- run of live entries never holds 2^52 units.
+  -- Totals wrap at 2^52: a total plus an entry's units (at most 2^50) stays exact in a
+  -- double, and a run of live entries never holds 2^52 units.
   local TOTAL = 4503599627370496
   -- Expired members an admission removes at most: each admission adds at most one member,
   -- so the backlog shrinks however bursty the traffic was, and no call pays for a whole
@@ -186,6 +186,27 @@ models[SLIDING_LOG] = function()
         end
         newest = { at = now, cost = cost, through = through }
       end
+      s.added[#s.added + 1] = { newest.at, member(newest) }
+      s.newest = newest
+    end,
+    -- Model::overdraw: logs the overdraft, merged with an entry at `now` or later, where
+    -- its last `limit` units fall: ceil(units / limit) - 1 windows on (at most MAX_SCALED
+    -- µs from now), as the units left for that window.
+    overdraw = function(c, s, now, cost)
+      local limit, window = c.p1, c.p2
+      s.prune_before = now - window
+      s.oldest_for = nil
+      local newest = s.newest
+      local from, units, total = now, cost, 0
+      if newest and newest.at >= now then
+        s.removed[#s.removed + 1] = member(newest)
+        from, units, total = newest.at, newest.cost + cost, wrap(newest.through - newest.cost)
+      elseif newest then
+        total = newest.through
+      end
+      local windows = min(cdiv(units, limit) - 1, div(sub0(now + MAX_SCALED, from), window))
+      local left = min(units - windows * limit, limit)
+      newest = { at = from + windows * window, cost = left, through = wrap(total + left) }
       s.added[#s.added + 1] = { newest.at, member(newest) }
       s.newest = newest
     end,

@@ -89,25 +89,38 @@ models[TOKEN_BUCKET] = function()
     end,
     -- Model::overdraw: a level cannot go below zero, so the tokens missing are refill owed
     -- from `now` (or from a refill already owed): the state stands as of the instant the
-    -- debt is paid, and reads as held until then (settled_at).
+    -- debt is paid, and reads as held until then (settled_at). At most MAX_PRODUCT scaled
+    -- taken at once, and owed at most MAX_SCALED µs from now.
     overdraw = function(c, s, now, cost)
       local amount, period = c.p2, c.p3
-      local at = max(now, s[2])
+      local horizon = now + MAX_SCALED
       if c.p4 == 0 then
-        local level, need = smooth_level(c, s, at), cost * period
+        local at = max(now, s[2])
+        local need = min(cost, div(MAX_PRODUCT, period)) * period
+        local level = smooth_level(c, s, at)
         if level >= need then
           s[1], s[2] = level - need, at
         else
           local wait = cdiv(need - level, amount)
-          s[1], s[2] = wait * amount - (need - level), at + wait
+          local most = sub0(horizon, at)
+          if wait > most then
+            s[1], s[2] = 0, at + most
+          else
+            s[1], s[2] = wait * amount - (need - level), at + wait
+          end
         end
       else
-        local level, last = stepped_level(c, s, at)
+        local level, last = stepped_level(c, s, max(now, s[2]))
         if level >= cost then
           s[1], s[2] = level - cost, last
         else
           local steps = cdiv(cost - level, amount)
-          s[1], s[2] = steps * amount - (cost - level), last + steps * period
+          local most = div(sub0(horizon, last), period)
+          if steps > most then
+            s[1], s[2] = 0, last + most * period
+          else
+            s[1], s[2] = steps * amount - (cost - level), last + steps * period
+          end
         end
       end
     end,

@@ -17,8 +17,8 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// Whether a reading is never earlier than one taken before it on another thread
     /// (`true` by default). A clock that reads a per-core counter without a fence (the
-    /// default clock of [`MemoryStore::new`](crate::MemoryStore::new)) may read a fraction of a microsecond behind another core's
-    /// earlier reading; a [`MemoryStore`](crate::MemoryStore) on such a clock never lets its
+    /// default clock of [`MemoryStore::new`](crate::store::MemoryStore::new)) may read a fraction of a microsecond behind another core's
+    /// earlier reading; a [`MemoryStore`](crate::store::MemoryStore) on such a clock never lets its
     /// time go backwards within a shard (it takes the latest instant it has decided at
     /// there). Clocks that say `true` are read as they are, so a [`ManualClock`] set back is
     /// seen set back.
@@ -42,7 +42,7 @@ impl Clock for SystemClock {
 
 /// The monotonic clock, anchored once to the wall clock: microseconds since the Unix epoch
 /// as [`SystemClock`] read them when the clock was made, plus the monotonic time elapsed
-/// since. The default of [`MemoryStore`](crate::MemoryStore::new).
+/// since. The default of [`MemoryStore`](crate::store::MemoryStore::new).
 ///
 /// It reads the CPU's time-stamp counter where that is invariant (through
 /// [`quanta`](https://docs.rs/quanta), calibrated against the monotonic clock once per
@@ -101,7 +101,7 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock as a [`MemoryStore`](crate::MemoryStore) holds it: its default clock called
+/// A clock as a [`MemoryStore`](crate::store::MemoryStore) holds it: its default clock called
 /// directly, any other through the trait object. Every decision reads the clock, and a call
 /// through the trait object would cost the default clock about as much as its reading.
 #[derive(Debug, Clone)]

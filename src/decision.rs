@@ -95,7 +95,7 @@ impl Outcome {
 
     /// A batch's outcome from each rule's: Deny beats Delay beats Allow, and a denial
     /// carries the longest retry-after of the denying rules (`None` if any can never admit).
-    /// For a [`Store`](crate::Store) written outside this crate; its admitted outcomes carry
+    /// For a [`Store`](crate::store::Store) written outside this crate; its admitted outcomes carry
     /// nothing to give back.
     pub fn new(rules: RuleOutcomes) -> Self {
         combine(rules, |_| false)

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Check, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{Check, Limiter, Rate, Rule, store::MemoryStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -107,20 +107,12 @@ pub use decision::{
     Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
 };
 pub use error::{ConfigError, StoreError};
-pub use layer::{
-    Charge, FailurePolicy, Limit, MissingKey, Mode, RateLimit, RateLimitLayer,
-    RateLimitLayerBuilder, ReloadHandle,
-};
 pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
 pub use reservation::Reservation;
 pub use rule::Rule;
-pub use store::check::{Check, Health, Store};
-pub use store::memory::MemoryStore;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::redis::RedisStore;
+pub use store::check::Check;
 
 /// The README's examples compile and run as doc tests.
 #[cfg(doctest)]

@@ -22,7 +22,7 @@ use crate::Rule;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rule};
+/// use tollgate::{Check, Decision, DenyReason, Limiter, ManualClock, Rule, store::MemoryStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -98,7 +98,7 @@ impl<S: Store> Limiter<S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    /// use tollgate::{Check, Decision, Limiter, ManualClock, Rate, Rule, store::MemoryStore};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -145,7 +145,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// [`reserve_outcome`](Self::reserve_outcome) without a future, for a store that decides
-    /// at once ([`Store::check_now`]): the same answer, or `None` when the store cannot give
+    /// at once ([`Store::try_check_now`]): the same answer, or `None` when the store cannot give
     /// it now.
     #[inline]
     pub(crate) fn reserve_now(
@@ -154,7 +154,7 @@ impl<S: Store> Limiter<S> {
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
         if !batch.iter().any(|c| needs_digest(c.key)) {
-            return self.store.check_now(batch, max_wait);
+            return self.store.try_check_now(batch, max_wait);
         }
         self.reserve_now_digested(batch, max_wait)
     }
@@ -167,7 +167,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
-        with_store_keys(batch, |batch| self.store.check_now(batch, max_wait))
+        with_store_keys(batch, |batch| self.store.try_check_now(batch, max_wait))
     }
 
     /// Gives back the units `outcome` took for `batch` ([`Store::refund`]), under the keys
@@ -240,7 +240,7 @@ pub(crate) const MAX_KEY_LEN: usize = 128;
 /// worker thread, a callback), as governor's `check_key` is called.
 ///
 /// ```
-/// use tollgate::{Check, Limiter, MemoryStore, Rate, Rule};
+/// use tollgate::{Check, Limiter, Rate, Rule, store::MemoryStore};
 ///
 /// # fn main() -> Result<(), tollgate::StoreError> {
 /// let limiter = Limiter::new(MemoryStore::new());
@@ -340,7 +340,9 @@ mod tests {
         let forged = store_key(&long).into_owned();
         assert_ne!(store_key(&forged), store_key(&long));
 
-        let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
+        let limiter = Limiter::new(crate::store::MemoryStore::with_clock(
+            crate::ManualClock::new(0),
+        ));
         let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
         assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
         assert!(limiter
@@ -354,17 +356,23 @@ mod tests {
     /// the same admissions, the same refusal once the limit is spent.
     #[tokio::test(flavor = "current_thread")]
     async fn check_now_decides_as_check_does() {
-        let store = crate::MemoryStore::with_clock(crate::ManualClock::new(0));
+        let store = crate::store::MemoryStore::with_clock(crate::ManualClock::new(0));
         let rule = Rule::fixed_window("r", 2, Duration::from_secs(60));
         let batch = [Check::new(&rule, b"k")];
-        let now = store.check_now(&batch, Duration::ZERO).unwrap().unwrap();
+        let now = store
+            .try_check_now(&batch, Duration::ZERO)
+            .unwrap()
+            .unwrap();
         assert!(now.is_admitted());
         assert!(store
             .check(&batch, Duration::ZERO)
             .await
             .unwrap()
             .is_admitted());
-        let refused = store.check_now(&batch, Duration::ZERO).unwrap().unwrap();
+        let refused = store
+            .try_check_now(&batch, Duration::ZERO)
+            .unwrap()
+            .unwrap();
         assert!(!refused.is_admitted());
         assert_eq!(refused, store.check(&batch, Duration::ZERO).await.unwrap());
     }
@@ -375,8 +383,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn decisions_now_match_the_futures() {
         let clock = crate::ManualClock::new(1_000_000);
-        let sync = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
-        let futures = Limiter::new(crate::MemoryStore::with_clock(clock.clone()));
+        let sync = Limiter::new(crate::store::MemoryStore::with_clock(clock.clone()));
+        let futures = Limiter::new(crate::store::MemoryStore::with_clock(clock.clone()));
         let minute = Rule::fixed_window("minute", 3, Duration::from_secs(60));
         let bucket = Rule::gcra("bucket", 4, crate::Rate::per_second(1));
         let long = vec![b'x'; MAX_KEY_LEN + 1];
@@ -423,7 +431,9 @@ mod tests {
     /// and never decided with its placeholder.
     #[tokio::test(flavor = "current_thread")]
     async fn an_invalid_rule_is_refused_not_decided() {
-        let limiter = Limiter::new(crate::MemoryStore::with_clock(crate::ManualClock::new(0)));
+        let limiter = Limiter::new(crate::store::MemoryStore::with_clock(
+            crate::ManualClock::new(0),
+        ));
         let bad = Rule::fixed_window("sms-minute", 0, Duration::from_secs(60));
         let good = Rule::fixed_window("ok", 1, Duration::from_secs(60));
         let names_rule = |e: StoreError| {

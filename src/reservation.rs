@@ -34,7 +34,7 @@ use crate::Rule;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+/// use tollgate::{Check, Decision, Limiter, ManualClock, Rate, Rule, store::MemoryStore};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -317,7 +317,7 @@ impl<S: Store + Clone> Reservation<S> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    /// use tollgate::{Check, Limiter, ManualClock, Rate, Rule, store::MemoryStore};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -382,7 +382,6 @@ impl<S: Store + Clone> Reservation<S> {
         };
         let mut settled = Settled::new();
         for (i, (check, &cost)) in checks.iter().zip(costs).enumerate() {
-            let cost = cost.min(check.rule.algorithm().limit());
             // A trial rule that would have denied took nothing; a pending one, nothing yet.
             let took = self
                 .outcome
@@ -576,7 +575,7 @@ impl<S: Store + Clone> fmt::Debug for Reservation<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ManualClock, MemoryStore, Rate};
+    use crate::{store::MemoryStore, ManualClock, Rate};
 
     fn limiter() -> Limiter<MemoryStore> {
         Limiter::new(MemoryStore::with_clock(ManualClock::new(1_000_000)))

@@ -83,7 +83,7 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limiter, ManualClock, MemoryStore, Rate, Rule};
+/// use tollgate::{Limiter, ManualClock, Rate, Rule, store::MemoryStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -29,8 +29,8 @@ use common::specs::{
 };
 use proptest::prelude::*;
 use tollgate::{
-    Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Rate, Rule,
-    RuleOutcome, Store,
+    store::{MemoryStore, Store},
+    Check, Decision, Denial, DenyReason, Limiter, ManualClock, Rate, Rule, RuleOutcome,
 };
 
 /// 20,000 days after the epoch: a realistic instant.

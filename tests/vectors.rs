@@ -4,7 +4,7 @@
 mod common;
 
 use common::vectors::{load_all, run_on_store};
-use tollgate::MemoryStore;
+use tollgate::store::MemoryStore;
 
 /// Every shared test vector holds for the memory store.
 #[tokio::test]

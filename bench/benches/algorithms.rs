@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
-use tollgate::{Check, Clock, Limiter, ManualClock, MemoryStore, Rate, Rule, SystemClock};
+use tollgate::{store::MemoryStore, Check, Clock, Limiter, ManualClock, Rate, Rule, SystemClock};
 
 /// Distinct keys cycled through by the "many keys" benchmarks.
 const KEYS: usize = 100_000;

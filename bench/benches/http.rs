@@ -28,7 +28,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Rule};
+use tollgate::{key, store::MemoryStore, Limiter, Rule};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -61,7 +61,7 @@ fn tollgate_headers(
     key: impl tollgate::key::KeyExtractor,
     on_allowed: bool,
 ) -> RateLimitLayer {
-    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    RateLimitLayer::builder()
         .limit(Limit::new(rule, key))
         .headers_on_allowed(on_allowed)
         .build()

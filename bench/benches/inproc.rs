@@ -23,7 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tollgate::{Check, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{store::MemoryStore, Check, Limiter, Rate, Rule};
 
 const KEYS: usize = 100_000;
 

@@ -14,7 +14,7 @@ use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::Request;
 use tollgate::layer::{Charge, Limit, PlanOf, Plans, RateLimitLayer, UnknownPlan};
-use tollgate::{key, Check, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{key, store::MemoryStore, Check, Limiter, Rate, Rule};
 use tower::{Service, ServiceExt};
 
 fn hello() -> Router {
@@ -84,7 +84,8 @@ fn overhead(c: &mut Criterion) {
     });
 
     let one = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(Limit::new(roomy("global"), key::global()))
             .headers_on_allowed(false)
             .build()
@@ -95,7 +96,8 @@ fn overhead(c: &mut Criterion) {
     });
 
     // The same layer made reloadable: the configuration read through an `ArcSwap`.
-    let (reloadable, _handle) = RateLimitLayer::builder(limiter.clone())
+    let (reloadable, _handle) = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(roomy("global-live"), key::global()))
         .headers_on_allowed(false)
         .build()
@@ -116,7 +118,8 @@ fn overhead(c: &mut Criterion) {
     .plan("pro", roomy("plan-pro"))
     .plan("enterprise", roomy("plan-enterprise"));
     let planned = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limits(plans)
             .headers_on_allowed(false)
             .build()
@@ -127,7 +130,8 @@ fn overhead(c: &mut Criterion) {
     });
 
     let two = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(Limit::new(roomy("ip"), key::peer_ip()))
             .limit(Limit::new(roomy("user"), key::header("user-id")))
             .headers_on_allowed(false)
@@ -139,7 +143,8 @@ fn overhead(c: &mut Criterion) {
     });
 
     let headers = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(Limit::new(roomy("ip2"), key::peer_ip()))
             .headers_on_allowed(true)
             .build()
@@ -152,7 +157,8 @@ fn overhead(c: &mut Criterion) {
     // The defaults a user gets: one rule by peer IP, headers on admitted responses; and
     // tower_governor's README configuration (peer IP) with a quota the bench never reaches.
     let defaults = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(Limit::new(roomy("ip3"), key::peer_ip()))
             .build()
             .unwrap(),
@@ -172,7 +178,8 @@ fn overhead(c: &mut Criterion) {
     });
     // Every request refused (a quota of one per hour, spent by the warm-up).
     let refusing = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(Limit::new(
                 Rule::fixed_window("tight", 1, Duration::from_secs(3600)),
                 key::peer_ip(),
@@ -196,7 +203,9 @@ fn overhead(c: &mut Criterion) {
 
     // A table of 20 routes: the request matches the last one, or none (no limit applies).
     let table = |last: &str| {
-        let mut table = RateLimitLayer::builder(limiter.clone()).headers_on_allowed(false);
+        let mut table = RateLimitLayer::builder()
+            .limiter(limiter.clone())
+            .headers_on_allowed(false);
         for i in 0..19 {
             table = table.route(
                 &format!("POST /api/v1/resource{i}/{{id}}"),
@@ -219,7 +228,8 @@ fn overhead(c: &mut Criterion) {
 
     // Charging by outcome, its worst case: every response (a 200) is given back.
     let charged = hello().layer(
-        RateLimitLayer::builder(limiter.clone())
+        RateLimitLayer::builder()
+            .limiter(limiter.clone())
             .limit(
                 Limit::new(roomy("charged"), key::global())
                     .charge(Charge::when(|status| !status.is_success())),

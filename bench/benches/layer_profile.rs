@@ -20,7 +20,7 @@ use axum::extract::ConnectInfo;
 use axum::Router;
 use http::Request;
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Rule};
+use tollgate::{key, store::MemoryStore, Limiter, Rule};
 use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
@@ -33,7 +33,7 @@ const ROUNDS: usize = 20_000;
 
 fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor, on_allowed: bool) -> Router {
     hello().layer(
-        RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        RateLimitLayer::builder()
             .limit(Limit::new(rule, key))
             .headers_on_allowed(on_allowed)
             .build()

@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use tollgate::{Check, Limiter, MemoryStore, Outcome, Rate, Rule, StoreError};
+use tollgate::{store::MemoryStore, Check, Limiter, Outcome, Rate, Rule, StoreError};
 
 /// Decisions of each kind, unless the command line gives another number.
 const ROUNDS: usize = 200_000;

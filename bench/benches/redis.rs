@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use tollgate::{Check, Limiter, RedisStore, Rule};
+use tollgate::{store::RedisStore, Check, Limiter, Rule};
 
 use redis_args::{raw_args, rules};
 

@@ -19,7 +19,7 @@ mod redis_server;
 
 use std::time::Duration;
 
-use tollgate::{Limiter, Penalty, Rate, RedisStore, Rule};
+use tollgate::{store::RedisStore, Limiter, Penalty, Rate, Rule};
 
 const KEYS: usize = 10_000;
 

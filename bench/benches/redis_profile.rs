@@ -13,7 +13,7 @@
 //! Without valgrind it prints Redis's `usec` per decision from `INFO commandstats`.
 
 use redis::Value;
-use tollgate::{Check, Limiter, RedisStore};
+use tollgate::{store::RedisStore, Check, Limiter};
 
 #[path = "support/redis_args.rs"]
 mod redis_args;

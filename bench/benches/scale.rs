@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use tollgate::{Limiter, MemoryStore, Rate, Rule};
+use tollgate::{store::MemoryStore, Limiter, Rate, Rule};
 
 struct Counting;
 

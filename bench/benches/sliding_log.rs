@@ -30,7 +30,7 @@ mod redis_server;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use tollgate::{Check, Decision, Limiter, ManualClock, Rate, RedisStore, Rule};
+use tollgate::{store::RedisStore, Check, Decision, Limiter, ManualClock, Rate, Rule};
 
 const WINDOW: Duration = Duration::from_secs(3600);
 /// 20,000 days after the epoch, as in the test vectors.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::auth::Access;
 use super::text::{typed_key, unhex};
 use super::{view, Shared};
-use crate::{Store, StoreError};
+use crate::{store::Store, StoreError};
 
 pub(super) async fn rules<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
     Json(view::rules(&shared.config.current())).into_response()

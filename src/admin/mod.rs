@@ -8,10 +8,10 @@
 //! use axum::Router;
 //! use tollgate::admin::Admin;
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
-//! let (layer, _reload) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let (layer, _reload) = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
 //!     .build()?
 //!     .reloadable();
@@ -78,7 +78,7 @@ use http::{header, StatusCode};
 
 use self::auth::{Access, Failures, Secrets};
 use crate::layer::{ConfigSource, LayerState, RateLimitLayer};
-use crate::{Limiter, Store};
+use crate::{store::Store, Limiter};
 
 /// The admin router of a [`RateLimitLayer`]; see the [module docs](self).
 pub struct Admin<St> {

@@ -15,7 +15,7 @@ use super::auth::{cookie, random, session_cookie, set_cookie, Access, Failures, 
 use super::render::{self, Page};
 use super::text::hex;
 use super::{view, Shared};
-use crate::Store;
+use crate::store::Store;
 
 /// Headers of every page: not cached, not framed (a framed unblock button could be
 /// clicked by deceit), nothing loaded from elsewhere, no referrer.

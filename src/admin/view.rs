@@ -7,7 +7,10 @@ use serde::Serialize;
 use super::text::{hex, key_text};
 use crate::layer::observe::activity::{now_second, ring, Activity, TopKey, PERIOD_SECONDS};
 use crate::layer::{Config, Mode};
-use crate::{Decision, DenyReason, Health, Limiter, Rule, Store, StoreError};
+use crate::{
+    store::{Health, Store},
+    Decision, DenyReason, Limiter, Rule, StoreError,
+};
 
 /// A rule as configured now.
 #[derive(Debug, Serialize)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_range, Eval, Model, MAX_SCALED};
+use super::{check_range, most_owed, Eval, Model, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
@@ -19,6 +19,11 @@ pub(crate) enum WindowAnchor {
 }
 
 /// At most `limit` units per window; the counter starts again at each window.
+///
+/// A count above the limit (a cost settled above what its admission took) is a debt: each
+/// window that passes pays `limit` of it and the rest is carried into the next, so a
+/// request waits for the first window whose carried count leaves room for it, and the state
+/// lives until the count is paid.
 ///
 /// Cheap (one counter per key) but coarse: a client can spend `limit` at the end of one
 /// window and `limit` again at the start of the next, so up to 2 × `limit` pass within one
@@ -81,6 +86,30 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// The state as it stands at `now`: the window holding `now` (never earlier than the
+    /// stored one) with what is left of the stored count after each window since paid
+    /// `limit`.
+    fn at(&self, s: &WindowState, now: u64) -> WindowState {
+        let turns = now.saturating_sub(s.start) / self.window;
+        if turns == 0 {
+            return *s;
+        }
+        WindowState {
+            start: s.start + turns * self.window,
+            count: s.count.saturating_sub(turns.saturating_mul(self.limit)),
+        }
+    }
+
+    /// The windows from the one `count` is in until one whose carried count leaves room
+    /// for `cost` (at most `limit`).
+    fn windows_until_room(&self, count: u64, cost: u64) -> u64 {
+        (count + cost)
+            .saturating_sub(self.limit)
+            .div_ceil(self.limit)
+    }
+}
+
 impl Model for FixedWindow {
     type State = WindowState;
     super::stored_as!(FixedWindow);
@@ -98,7 +127,8 @@ impl Model for FixedWindow {
     }
 
     fn evaluate(&self, s: &WindowState, now: u64, cost: u64) -> Eval {
-        let reset = (s.start + self.window).saturating_sub(now);
+        let s = self.at(s, now);
+        let reset = self.expires_at(&s).saturating_sub(now);
         let remaining = self.limit.saturating_sub(s.count);
         if cost > self.limit {
             return Eval::reject(None, remaining, reset);
@@ -106,17 +136,27 @@ impl Model for FixedWindow {
         if cost <= remaining {
             Eval::admit(0, remaining - cost, reset)
         } else {
-            // The next window starts empty, and cost ≤ limit, so its first instant admits.
-            Eval::reject(Some(reset), remaining, reset)
+            // Each window pays `limit` of the count: the first window with room admits.
+            let windows = self.windows_until_room(s.count, cost);
+            let retry = s.start + windows * self.window - now;
+            Eval::reject(Some(retry), remaining, reset)
         }
     }
 
-    fn apply(&self, s: &mut WindowState, _now: u64, cost: u64) {
+    fn apply(&self, s: &mut WindowState, now: u64, cost: u64) {
+        *s = self.at(s, now);
         s.count += cost;
     }
 
+    /// The count carries the debt, up to what the windows within the exact range pay.
+    fn overdraw(&self, s: &mut WindowState, now: u64, cost: u64) {
+        *s = self.at(s, now);
+        s.count = (s.count + cost).min(most_owed(self.limit, self.window).max(s.count));
+    }
+
     /// Counts add up, so an admission taken back out of the window that holds it leaves
-    /// exactly the others, whatever was admitted since.
+    /// exactly the others, whatever was admitted since (a debt carried from it included,
+    /// which the stored count still holds until a later window is written).
     fn refund(&self, s: &mut WindowState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
         if s.start <= at && at < s.start.saturating_add(self.window) {
             s.count = s.count.saturating_sub(cost);
@@ -126,8 +166,11 @@ impl Model for FixedWindow {
         }
     }
 
+    /// The end of the window whose carried count is paid: the first window after the
+    /// stored one when the count is within the limit.
     fn expires_at(&self, s: &WindowState) -> u64 {
-        s.start.saturating_add(self.window)
+        let windows = s.count.div_ceil(self.limit).max(1);
+        s.start.saturating_add(windows.saturating_mul(self.window))
     }
 }
 

@@ -1,6 +1,6 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
 
@@ -171,6 +171,20 @@ impl Model for Gcra {
             tat: base.tat + fraction / amount,
             fraction: fraction % amount,
         };
+    }
+
+    /// The TAT moves past the tolerance by the units taken: requests wait until the rate
+    /// has brought it back. Within the exact range: the units taken at once stay within
+    /// [`MAX_PRODUCT`] scaled, and the TAT within [`MAX_SCALED`] µs of `now`.
+    fn overdraw(&self, s: &mut TatState, now: u64, cost: u64) {
+        self.apply(s, now, cost.min(MAX_PRODUCT / self.pace.period_micros()));
+        let horizon = now + MAX_SCALED;
+        if s.tat >= horizon {
+            *s = TatState {
+                tat: horizon,
+                fraction: 0,
+            };
+        }
     }
 
     /// The scaled backlog the admission at `at` left, `(TAT − at) × amount + fraction`:

@@ -1,6 +1,6 @@
 //! Leaky bucket as a shaper: requests queue and leave at a constant rate.
 
-use super::{check_range, scaled_rate, Eval, Model, MAX_SCALED};
+use super::{check_range, scaled_rate, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -152,6 +152,23 @@ impl Model for LeakyBucket {
     fn apply(&self, s: &mut LevelState, now: u64, cost: u64) {
         *s = LevelState {
             level: self.level(s, now) + cost * self.pace.period_micros(),
+            last: now.max(s.last),
+        };
+    }
+
+    /// The units join the queue as water above its capacity, which drains at the rate
+    /// before any request fits. Within the exact range: the water stays within
+    /// [`MAX_PRODUCT`] scaled, and drains within [`MAX_SCALED`] µs.
+    fn overdraw(&self, s: &mut LevelState, now: u64, cost: u64) {
+        let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let level = self.level(s, now);
+        let water = cost.min(MAX_PRODUCT / period) * period;
+        let most = MAX_SCALED
+            .saturating_mul(amount)
+            .min(MAX_PRODUCT)
+            .max(level);
+        *s = LevelState {
+            level: (level + water).min(most),
             last: now.max(s.last),
         };
     }

@@ -208,14 +208,18 @@ impl Algorithm {
     }
 
     /// Records `cost` units taken at `now` whatever the state admits: a cost settled after
-    /// the request was served, above what its admission took. Where the model can, the
-    /// state carries the excess as a debt that later requests pay: a GCRA's TAT beyond the
-    /// tolerance, a token bucket's refill owed before its next token, water above a leaky
-    /// bucket's capacity, a window's count above its limit (a fixed window forgets it when
-    /// the window turns). At most [`limit`](Self::limit) units are taken at once, which
-    /// keeps every quantity within the exact range (see the module docs).
+    /// the request was served, above what its admission took. The state owes the whole
+    /// excess until the rule's own rate has paid it: a GCRA's TAT beyond the tolerance, a
+    /// token bucket's refill owed before its next token, water above a leaky bucket's
+    /// capacity, a window's count above its limit carried into the windows after (each
+    /// pays `limit`), a sliding log's units logged at the window where what is left of
+    /// them fits. Every retry stays exact, and the state lives until the debt is paid.
+    ///
+    /// The one cap is the exact range (see the module docs): a debt is owed up to
+    /// [`MAX_PRODUCT`] units (scaled, where the model scales) and up to [`MAX_SCALED`] µs
+    /// of payoff; beyond either it is forgiven.
     pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
-        let cost = cost.min(self.limit());
+        let cost = cost.min(MAX_PRODUCT);
         if cost > 0 {
             each_model!(self, m => overdraw_with(m, &mut state.0, now, cost))
         }
@@ -418,13 +422,10 @@ pub(crate) trait Model {
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
     /// Records an admission at `now`, never earlier than `settled_at`.
     fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
-    /// Records `cost` units taken at `now` without an admission (see
-    /// [`Algorithm::overdraw`]), `now` possibly earlier than `settled_at`. Counting models
-    /// and the TAT take any amount as an admission does; a model whose state cannot hold a
-    /// debt that way says how it carries one.
-    fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64) {
-        self.apply(s, now, cost);
-    }
+    /// Records `cost` units (at most [`MAX_PRODUCT`]) taken at `now` without an admission
+    /// (see [`Algorithm::overdraw`]), `now` possibly earlier than `settled_at`: the state
+    /// owes the excess until the model's rate has paid it, within the exact range.
+    fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
     /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
     /// itself) for `refund`; models whose refund needs nothing beyond `at` say 0.
@@ -593,6 +594,15 @@ fn refund_with<M: Model>(
         return false;
     }
     M::get_mut(inner).is_some_and(|s| model.refund(s, now, at, cost, mark))
+}
+
+/// The most units a window-counting model owes: what `limit` per `window` pays within
+/// [`MAX_SCALED`] µs (one window at least), and at most [`MAX_PRODUCT`]; a count beyond
+/// it would be paid off outside the exact range.
+pub(crate) fn most_owed(limit: u64, window: u64) -> u64 {
+    limit
+        .saturating_mul((MAX_SCALED / window).max(1))
+        .min(MAX_PRODUCT)
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use super::{Algorithm, Eval, State, Verdict};
 use crate as tg;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
-use crate::{Limiter, ManualClock, MemoryStore, Rate, Rule};
+use crate::{store::MemoryStore, Limiter, ManualClock, Rate, Rule};
 
 #[path = "../../tests/common/specs.rs"]
 #[allow(unreachable_pub)]
@@ -494,7 +494,7 @@ proptest! {
         quota in 1u64..6,
         period in 1u64..3_000,
         steps in proptest::collection::vec((0u64..2_000, 0u64..8), 0..30),
-        extra in 0u64..12,
+        extra in 0u64..60,
         probes in proptest::collection::vec((0u64..8_000, 1u64..7), 1..20),
     ) {
         let algorithm = crate::rule::sample(kind, quota, period).algorithm().clone();
@@ -520,5 +520,54 @@ proptest! {
             let left = |s: &State| algorithm.evaluate(s, at, 0).remaining;
             prop_assert!(left(&after) <= left(&state));
         }
+    }
+
+    /// A debt is owed whole and its retry is exact: after an overdraft of any size, one unit
+    /// taken at every instant that admits it, each refusal's retry admitting and the µs
+    /// before it refusing, adds up with the debt to no more than the quota per period (one
+    /// period's burst and a boundary's more besides), for every algorithm.
+    #[test]
+    fn a_debt_is_paid_at_the_rate_with_exact_retries(
+        kind in 0u8..7,
+        quota in 1u64..6,
+        period in 1u64..3_000,
+        first in 0u64..8,
+        extra in 0u64..60,
+        periods in 1u64..12,
+    ) {
+        let algorithm = crate::rule::sample(kind, quota, period).algorithm().clone();
+        let (quota, fill) = algorithm.quota();
+        let fill = fill.as_micros() as u64;
+        let mut state = State::default();
+        if first <= quota {
+            algorithm.apply(&mut state, BASE, first);
+        }
+        algorithm.overdraw(&mut state, BASE, extra);
+        let end = BASE + periods * fill;
+        let (mut now, mut admitted) = (BASE, 0);
+        while now <= end {
+            let eval = algorithm.evaluate(&state, now, 1);
+            match eval.verdict {
+                Verdict::Admit { .. } => {
+                    algorithm.apply(&mut state, now, 1);
+                    admitted += 1;
+                }
+                Verdict::Reject { retry_micros } => {
+                    let retry = retry_micros.expect("a unit always fits in time");
+                    prop_assert!(retry > 0, "{:?} refuses with no wait at {}", algorithm, now);
+                    let early = algorithm.evaluate(&state, now + retry - 1, 1);
+                    prop_assert!(!early.is_admitted(), "{:?} admits before its retry", algorithm);
+                    let then = algorithm.evaluate(&state, now + retry, 1);
+                    prop_assert!(then.is_admitted(), "{:?}: its retry refuses", algorithm);
+                    now += retry;
+                }
+            }
+        }
+        let taken = admitted + extra + first.min(quota + 1) * u64::from(first <= quota);
+        prop_assert!(
+            taken <= quota * (periods + 2),
+            "{:?}: {} units (a debt of {}) in {} periods",
+            algorithm, taken, extra, periods
+        );
     }
 }

@@ -14,6 +14,12 @@ use crate::error::ConfigError;
 /// per instant that admitted (admissions in the same microsecond share one), so at most
 /// `limit` live entries per key. A decision costs O(log n) in the number of entries, in
 /// this model and in Redis alike: running totals count the live units without walking them.
+///
+/// Units taken above the limit (a cost settled above what its admission took) are a debt
+/// that each window pays `limit` of: an overdraft of `cost` units is logged `k = ⌈cost /
+/// limit⌉ − 1` windows later, as the `cost − k × limit` units left for that window, and
+/// the key admits nothing before then (the entry holds it as a reservation does), so a
+/// request waits for the window where what is left of the debt leaves room for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingLog {
     limit: u64,
@@ -143,6 +149,31 @@ impl Model for SlidingLog {
                 });
             }
         }
+    }
+
+    /// Logs the overdraft where its last `limit` units fall (see the type's docs), merged
+    /// with an entry at `now` or later (an admission whose settled cost this is, or a debt
+    /// already logged ahead), at most [`MAX_SCALED`] µs ahead of that entry.
+    fn overdraw(&self, s: &mut LogState, now: u64, cost: u64) {
+        let first = self.first_live(s, now);
+        s.entries.drain(..first);
+        let ahead = s.entries.back().filter(|e| e.at >= now).copied();
+        let (from, units, total) = match ahead {
+            Some(e) => {
+                s.entries.pop_back();
+                (e.at, e.cost + cost, e.through.wrapping_sub(e.cost))
+            }
+            None => (now, cost, s.entries.back().map_or(0, |e| e.through)),
+        };
+        let horizon = (now + MAX_SCALED).saturating_sub(from) / self.window;
+        let windows = (units.div_ceil(self.limit) - 1).min(horizon);
+        // Past the exact range what is left is the limit at most: the rest is forgiven.
+        let left = (units - windows * self.limit).min(self.limit);
+        s.entries.push_back(Logged {
+            at: from + windows * self.window,
+            cost: left,
+            through: total.wrapping_add(left),
+        });
     }
 
     /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since. An

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
+use super::{check_range, most_owed, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
@@ -28,6 +28,11 @@ use crate::error::ConfigError;
 /// for a billion per day, 7 s for a billion per 366 days): `elapsed` is rounded down to a
 /// whole step, so the weight is never lighter than the exact one and the window never admits
 /// more. Retry-After stays exact for the weight as computed.
+///
+/// A count above the limit (a cost settled above what its admission took) is a debt: when
+/// the window turns, the previous window weighs `limit` of it and the rest is carried as
+/// the new window's count, so each window that passes pays `limit` and a request waits for
+/// the first window whose carried count leaves room for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingWindow {
     limit: u64,
@@ -84,16 +89,21 @@ impl SlidingWindow {
         self.step
     }
 
-    /// The counters as they stand at `now` (a stored state may belong to the window before).
+    /// The counters as they stand at `now` (a stored state may belong to a window before):
+    /// each window since the stored one paid `limit` of its count and carried the rest, and
+    /// the window before `now`'s weighs what it paid.
     fn at(&self, s: &CountersState, now: u64) -> CountersState {
-        if now < s.start + self.window {
-            *s
-        } else {
-            CountersState {
-                start: s.start + self.window,
-                previous: s.current,
-                current: 0,
-            }
+        let turns = now.saturating_sub(s.start) / self.window;
+        if turns == 0 {
+            return *s;
+        }
+        let before = s
+            .current
+            .saturating_sub((turns - 1).saturating_mul(self.limit));
+        CountersState {
+            start: s.start + turns * self.window,
+            previous: before.min(self.limit),
+            current: before.saturating_sub(self.limit),
         }
     }
 
@@ -140,7 +150,7 @@ impl Model for SlidingWindow {
         let used = weighted.saturating_add(current);
         let remaining = self.limit.saturating_sub(used);
         let reset = if current > 0 {
-            start + 2 * w - now
+            (start + (1 + current.div_ceil(self.limit)) * w) - now
         } else if previous > 0 {
             start + w - now
         } else {
@@ -152,13 +162,21 @@ impl Model for SlidingWindow {
         if used.saturating_add(cost) <= self.limit {
             return Eval::admit(0, remaining - cost, start + 2 * w - now);
         }
-        let retry_at = if current + cost <= self.limit {
-            // Within this window, once the previous window's weight has shrunk enough.
-            self.weighs_at_most(start, previous, self.limit - current - cost)
-        } else {
-            // In the next window `current` becomes the weighted one.
-            self.weighs_at_most(start + w, current, self.limit - cost)
-        };
+        // Within the first window whose carried count leaves room, once the window before
+        // it weighs little enough (the current one when it has room already).
+        let turns = (current + cost)
+            .saturating_sub(self.limit)
+            .div_ceil(self.limit);
+        let then = self.at(
+            &CountersState {
+                start,
+                previous,
+                current,
+            },
+            start + turns * w,
+        );
+        let room = self.limit - then.current - cost;
+        let retry_at = self.weighs_at_most(then.start, then.previous, room);
         Eval::reject(Some(retry_at.saturating_sub(now)), remaining, reset)
     }
 
@@ -167,8 +185,19 @@ impl Model for SlidingWindow {
         s.current += cost;
     }
 
+    /// The current count carries the debt, up to what the windows within the exact range
+    /// pay.
+    fn overdraw(&self, s: &mut CountersState, now: u64, cost: u64) {
+        *s = self.at(s, now);
+        let most = most_owed(self.limit, self.window).max(s.current);
+        s.current = (s.current + cost).min(most);
+    }
+
     /// Counts add up: an admission is taken back from whichever counter holds its window
-    /// (windows start at multiples of the length), whatever was admitted since.
+    /// (windows start at multiples of the length), whatever was admitted since. Where the
+    /// previous counter weighs only the `limit` its window paid of a debt, the carried rest
+    /// keeps the units given back from it counted: the state weighs at least as much as one
+    /// that never took them.
     fn refund(&self, s: &mut CountersState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
         let window_of_at = at - at % self.window;
         if s.start == window_of_at {
@@ -181,8 +210,11 @@ impl Model for SlidingWindow {
         true
     }
 
+    /// The end of the window after the one whose carried count is paid: the second window
+    /// after the stored one when the count is within the limit.
     fn expires_at(&self, s: &CountersState) -> u64 {
-        s.start.saturating_add(2 * self.window)
+        let windows = 1 + s.current.div_ceil(self.limit).max(1);
+        s.start.saturating_add(windows.saturating_mul(self.window))
     }
 }
 

@@ -1,6 +1,8 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
-use super::{check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_SCALED};
+use super::{
+    check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED,
+};
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
 
@@ -222,13 +224,17 @@ impl Model for TokenBucket {
     /// are refilled from `now` (or from a refill already owed) before the bucket holds any
     /// again, so the state stands as of that instant, and until then it reads as held like
     /// a reservation (`settled_at`): every request is refused with the exact wait until the
-    /// debt is paid and its own tokens have come.
+    /// debt is paid and its own tokens have come. Within the exact range: the tokens taken
+    /// at once stay within [`MAX_PRODUCT`] scaled, the refill owed within [`MAX_SCALED`]
+    /// µs of `now`.
     fn overdraw(&self, s: &mut BucketState, now: u64, cost: u64) {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
+        let horizon = now + MAX_SCALED;
         match self.mode {
             Refill::Smooth => {
                 let at = now.max(s.last);
-                let (level, need) = (self.smooth_level(s, at), cost * period);
+                let need = cost.min(MAX_PRODUCT / period) * period;
+                let level = self.smooth_level(s, at);
                 *s = match need.checked_sub(level) {
                     None | Some(0) => BucketState {
                         level: level - need,
@@ -236,9 +242,17 @@ impl Model for TokenBucket {
                     },
                     Some(debt) => {
                         let wait = debt.div_ceil(amount);
-                        BucketState {
-                            level: wait * amount - debt,
-                            last: at + wait,
+                        let most = horizon.saturating_sub(at);
+                        if wait > most {
+                            BucketState {
+                                level: 0,
+                                last: at + most,
+                            }
+                        } else {
+                            BucketState {
+                                level: wait * amount - debt,
+                                last: at + wait,
+                            }
                         }
                     }
                 };
@@ -252,9 +266,17 @@ impl Model for TokenBucket {
                     },
                     Some(debt) => {
                         let steps = debt.div_ceil(amount);
-                        BucketState {
-                            level: steps * amount - debt,
-                            last: at.last + steps * period,
+                        let most = horizon.saturating_sub(at.last) / period;
+                        if steps > most {
+                            BucketState {
+                                level: 0,
+                                last: at.last + most * period,
+                            }
+                        } else {
+                            BucketState {
+                                level: steps * amount - debt,
+                                last: at.last + steps * period,
+                            }
                         }
                     }
                 };

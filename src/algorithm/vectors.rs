@@ -62,7 +62,7 @@ fn run_on_model(file: &str, scenario: &Scenario) {
         let now = BASE_MICROS + step.t;
         if let Some(settle) = &step.settle {
             if let Some((at, mark, taken)) = admitted.remove(&settle.step) {
-                let cost = settle.costs[0].min(model.limit());
+                let cost = settle.costs[0];
                 if cost < taken {
                     model.refund(&mut state, now, at, taken - cost, mark);
                 } else if cost > taken {

@@ -7,12 +7,12 @@
 //! ```
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     // GCRA: 100 a minute, evenly, after a burst of up to 20.
 //!     .limit(Limit::new(
 //!         Rule::gcra("api-user", 20, Rate::per_minute(100)),
@@ -76,5 +76,5 @@
 //! ```
 //!
 //! Plans (a free tier and a paid one) are two limits on two keys, or one rule per plan
-//! chosen by a route table; an exemption ([`exempt`](crate::RateLimitLayerBuilder::exempt))
+//! chosen by a route table; an exemption ([`exempt`](crate::layer::RateLimitLayerBuilder::exempt))
 //! lets an allow-list through before any key is read.

@@ -29,7 +29,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Limiter, ManualClock, MemoryStore, Rule};
+//! use tollgate::{Limiter, ManualClock, Rule, store::MemoryStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

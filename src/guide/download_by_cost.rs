@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Rule};
+//! use tollgate::{Check, Limiter, ManualClock, Rate, Rule, store::MemoryStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -52,7 +52,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
 //! use tollgate::key::{self, RequestHead};
-//! use tollgate::{Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{Limiter, Rate, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! /// What the handler served, in MB, rounded up: it puts this in the response.
@@ -93,7 +93,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .route("GET /files/*", [Limit::new(
 //!         Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
 //!         key::header("user-id"),

@@ -26,7 +26,7 @@
 //! use std::time::Duration;
 //! use http::{Request, Response};
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //! use tonic::Code;
 //! use tonic_types::StatusExt;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -34,7 +34,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let minute = Duration::from_secs(60);
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .route("/helloworld.Greeter/SayHello", [Limit::new(
 //!         Rule::fixed_window("say-hello", 3, minute),
 //!         key::peer_ip(),
@@ -77,7 +77,7 @@
 //! ```
 //!
 //! A whole service shares one limit with a prefix route (`"/helloworld.Greeter/*"`); a
-//! limit over all methods goes in [`limit`](crate::RateLimitLayerBuilder::limit), and is
+//! limit over all methods goes in [`limit`](crate::layer::RateLimitLayerBuilder::limit), and is
 //! decided in the same batch as the method's. Keys other than the address come from
 //! metadata, which is HTTP headers: [`key::header`](crate::key::header)`("x-api-key")`.
 //! Requests that are not gRPC (`content-type` other than `application/grpc[+…]`) get an

@@ -13,12 +13,12 @@
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .limit(Limit::new(
 //!         Rule::fixed_window("per-client", 1, Duration::from_secs(60)),
 //!         // The load balancers live in 10.0.0.0/8.

@@ -16,13 +16,13 @@
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Penalty, Rule};
+//! use tollgate::{key, Limiter, Penalty, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let minute = Duration::from_secs(60);
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .route("POST /login", [Limit::new(
 //!         Rule::fixed_window("login", 5, minute)
 //!             .with_penalty(Penalty::lock_for(15 * minute).after(3).within(10 * minute)),
@@ -67,7 +67,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Check, DenyReason, Limiter, ManualClock, MemoryStore, Penalty, Rule, Store};
+//! use tollgate::{Check, DenyReason, Limiter, ManualClock, Penalty, Rule, store::{MemoryStore, Store}};
 //!
 //! #[derive(Debug, PartialEq)]
 //! enum Login {

@@ -1,7 +1,7 @@
 //! # Several instances on Redis or Redis Cluster
 //!
 //! A service running as several instances needs one limit across them, or each instance
-//! admits a full quota. [`RedisStore`](crate::RedisStore) (feature `redis`) keeps
+//! admits a full quota. [`RedisStore`](crate::store::RedisStore) (feature `redis`) keeps
 //! the state in Redis and decides each request with one `EVALSHA`, whatever the number of
 //! rules, atomically, on the Redis server's clock (so the instances' clocks may disagree).
 //!
@@ -9,7 +9,7 @@
 //! use std::time::Duration;
 //! use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 //! use tollgate::store::{Breaker, Fallback};
-//! use tollgate::RedisStore;
+//! use tollgate::store::RedisStore;
 //! use tollgate::{key, Limiter, Rate, Rule};
 //!
 //! # #[tokio::main]
@@ -26,7 +26,7 @@
 //! // While Redis is away, decide from a local store, each instance with a third of each
 //! // quota (three instances); the breaker stops waiting on Redis after 3 failures.
 //! let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
-//! let limits = RateLimitLayer::builder(limiter)
+//! let limits = RateLimitLayer::builder().limiter(limiter)
 //!     .limit(Limit::new(Rule::gcra("api", 200, Rate::per_second(100)), key::header("user-id")))
 //!     .on_failure(FailurePolicy::Fallback)
 //!     .build()?;
@@ -34,7 +34,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`connect`](crate::RedisStore::connect) checks the deployment before it returns: a
+//! [`connect`](crate::store::RedisStore::connect) checks the deployment before it returns: a
 //! wrong URL or password, a user without script permissions, a replica, or a server older
 //! than Redis 5.0 is an error at start, naming the fix, rather than a limiter that fails
 //! open for every request.
@@ -42,10 +42,10 @@
 //! ## Redis Cluster
 //!
 //! Give `connect` any node's URL (it detects a Cluster and discovers the others), or several
-//! with [`connect_cluster`](crate::RedisStore::connect_cluster):
+//! with [`connect_cluster`](crate::store::RedisStore::connect_cluster):
 //!
 //! ```no_run
-//! use tollgate::RedisStore;
+//! use tollgate::store::RedisStore;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -61,7 +61,7 @@
 //!
 //! ## When Redis is away
 //!
-//! Choose what happens, per layer ([`FailurePolicy`](crate::FailurePolicy)):
+//! Choose what happens, per layer ([`FailurePolicy`](crate::layer::FailurePolicy)):
 //!
 //! - `FailOpen` (the default) lets requests through unlimited: an outage of the limiter
 //!   does not become an outage of the service. Put a [`Breaker`](crate::store::Breaker) in
@@ -81,5 +81,5 @@
 //! A rule's identity is its name and its parameters: the state of `Rule::fixed_window("api",
 //! 100, 60 s)` is not read by `Rule::fixed_window("api", 50, 60 s)`, so a rolling deploy that
 //! changes a rule never admits more than the stricter of the two would. Give unrelated
-//! services their own prefix ([`with_prefix`](crate::RedisStore::with_prefix)) so that
+//! services their own prefix ([`with_prefix`](crate::store::RedisStore::with_prefix)) so that
 //! their rule names cannot meet.

@@ -3,8 +3,8 @@
 //! A new limit that is too strict refuses good clients; one that is too loose protects
 //! nothing. Before enforcing it, run it in shadow: it is decided with the others and keeps
 //! its state as if enforced, but never refuses or holds a request. Its would-be denials
-//! are logged (`tracing`, at most once per [`log_interval`](crate::RateLimitLayerBuilder::log_interval)
-//! with a count) and shown to the [`on_decision`](crate::RateLimitLayerBuilder::on_decision)
+//! are logged (`tracing`, at most once per [`log_interval`](crate::layer::RateLimitLayerBuilder::log_interval)
+//! with a count) and shown to the [`on_decision`](crate::layer::RateLimitLayerBuilder::on_decision)
 //! hook, where you can count them per rule in your metrics.
 //!
 //! One rule on trial beside enforced ones: [`Limit::shadow`](crate::layer::Limit::shadow).
@@ -15,7 +15,7 @@
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{DecisionEvent, Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -23,7 +23,7 @@
 //! let minute = Duration::from_secs(60);
 //! let would_refuse = Arc::new(AtomicUsize::new(0));
 //! let counter = would_refuse.clone();
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     // Enforced today: 100 a minute per user.
 //!     .limit(Limit::new(Rule::fixed_window("search", 100, minute), key::header("user-id")))
 //!     // On trial: 3 a minute. Would it refuse good clients?
@@ -62,17 +62,17 @@
 //!
 //! ## A whole layer in shadow
 //!
-//! [`Mode::Shadow`](crate::Mode::Shadow) puts every rule of a layer on trial: for the first
+//! [`Mode::Shadow`](crate::layer::Mode::Shadow) puts every rule of a layer on trial: for the first
 //! rate limiting in front of a service. A request without a key or a failed store is logged
 //! and let through too, so a mistake in the configuration cannot refuse anyone yet.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tollgate::layer::{Limit, Mode, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
 //!     .mode(Mode::Shadow)
 //!     .build()?;

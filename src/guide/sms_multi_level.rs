@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Rule, Store};
+//! use tollgate::{Check, Limiter, ManualClock, Rate, Rule, store::{MemoryStore, Store}};
 //!
 //! /// The rules, built once (a rule's name and parameters are its identity).
 //! struct SmsRules {
@@ -102,12 +102,12 @@
 //! ```
 //! use std::time::Duration;
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
 //! let minute = Duration::from_secs(60);
 //! let user = || key::header("user-id");
-//! let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let layer = RateLimitLayer::builder()
 //!     .route("POST /sms/send", [
 //!         Limit::new(Rule::fixed_window("sms-minute", 1, minute), user()),
 //!         Limit::new(Rule::fixed_window("sms-hour", 5, 60 * minute), user()),

@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{Check, Decision, Limiter, MemoryStore, Rate, Rule, Store};
+//! use tollgate::{Check, Decision, Limiter, Rate, Rule, store::{MemoryStore, Store}};
 //!
 //! /// Waits until `rule` admits one more call for `key`, up to `max_wait`.
 //! async fn acquire<S: Store + Clone>(
@@ -45,25 +45,25 @@
 //! If the caller goes away while waiting (its task is cancelled), the dropped
 //! [`Reservation`](crate::Reservation) gives the slot back, so the next caller can have it.
 //!
-//! ## In the layer: [`Mode::Wait`](crate::Mode::Wait)
+//! ## In the layer: [`Mode::Wait`](crate::layer::Mode::Wait)
 //!
 //! In wait mode the layer holds a request until its reserved slot comes due, then forwards
 //! it; a request that would wait longer than `max_wait` is refused as in enforce mode. A
 //! held request does not hold the inner service (a `ConcurrencyLimit` inside keeps serving
-//! others), held requests are bounded ([`max_held`](crate::RateLimitLayerBuilder::max_held),
-//! [`max_held_per_key`](crate::RateLimitLayerBuilder::max_held_per_key)), and a request whose
+//! others), held requests are bounded ([`max_held`](crate::layer::RateLimitLayerBuilder::max_held),
+//! [`max_held_per_key`](crate::layer::RateLimitLayerBuilder::max_held_per_key)), and a request whose
 //! client hangs up gives its slot back (see [held requests](crate::layer#held-requests)).
 //!
 //! ```
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, Mode, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::gcra("smooth", 1, Rate::per_second(20)), key::global()))
 //!     .mode(Mode::Wait { max_wait: Duration::from_millis(200) })
 //!     .build()?;

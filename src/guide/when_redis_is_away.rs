@@ -6,8 +6,8 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use tollgate::store::{Breaker, Fallback};
-//! use tollgate::RedisStore;
-//! use tollgate::{Health, Limiter};
+//! use tollgate::store::RedisStore;
+//! use tollgate::{Limiter, store::Health};
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +33,7 @@
 //! - [`Fallback`](crate::store::Fallback) decides from an in-process `MemoryStore` with the
 //!   same rules whenever the primary fails, and from Redis again as soon as it answers.
 //!
-//! What a client sees during an outage, by [`FailurePolicy`](crate::FailurePolicy):
+//! What a client sees during an outage, by [`FailurePolicy`](crate::layer::FailurePolicy):
 //!
 //! | policy | latency | answer | limits that hold |
 //! |---|---|---|---|

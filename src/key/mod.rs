@@ -52,11 +52,11 @@
 //! ```
 //! use std::time::Duration;
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rule};
+//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
 //! let minute = Duration::from_secs(60);
-//! let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let layer = RateLimitLayer::builder()
 //!     // 60 a minute for each /64 (and each IPv4 address)…
 //!     .limit(Limit::new(Rule::fixed_window("ip", 60, minute), key::peer_ip()))
 //!     // …and 600 a minute for a whole /48, however many /64s it rotates through.

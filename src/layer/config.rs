@@ -175,7 +175,7 @@ impl Limit {
     /// use std::time::Duration;
     /// use http::{Response, StatusCode};
     /// use tollgate::layer::{Limit, RateLimitLayer};
-    /// use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+    /// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
     /// use tower::{service_fn, ServiceBuilder, ServiceExt};
     ///
     /// /// What the handler served, in MB: it knows, whatever the request looked like.
@@ -191,7 +191,7 @@ impl Limit {
     /// )
     /// .min_cost(1)
     /// .cost_from_response(|res| res.extensions.get::<ServedMb>().map(|served| served.0));
-    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    /// let layer = RateLimitLayer::builder()
     ///     .limit(downloads)
     ///     .build()?;
     /// let files = ServiceBuilder::new().layer(layer).service(service_fn(|_req: http::Request<()>| async {
@@ -238,10 +238,10 @@ impl Limit {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::layer::{Limit, RateLimitLayer};
-    /// use tollgate::{key, Limiter, MemoryStore, Rule};
+    /// use tollgate::{key, Limiter, Rule, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    /// let layer = RateLimitLayer::builder()
     ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
     ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
     ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60)), key::header("user-id")).shadow())
@@ -392,7 +392,7 @@ pub enum FailurePolicy {
     /// use std::time::Duration;
     /// use tollgate::layer::{FailurePolicy, RateLimitLayer};
     /// use tollgate::store::{Breaker, Fallback};
-    /// use tollgate::RedisStore;
+    /// use tollgate::store::RedisStore;
     /// use tollgate::Limiter;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -400,7 +400,7 @@ pub enum FailurePolicy {
     /// let redis = RedisStore::connect("redis://127.0.0.1/").await?
     ///     .with_timeout(Duration::from_millis(100));
     /// let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
-    /// let layer = RateLimitLayer::builder(limiter)
+    /// let layer = RateLimitLayer::builder().limiter(limiter)
     ///     .on_failure(FailurePolicy::Fallback)
     ///     .build()?;
     /// # let _ = layer;

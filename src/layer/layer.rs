@@ -30,7 +30,7 @@ use crate::store::{MemoryStore, Store};
 /// tower has a `RateLimitLayer` and a `RateLimit` of its own (`tower::limit`), a
 /// per-service counter. Where both are in scope, name this one by its path
 /// (`tollgate::layer::RateLimitLayer`) or import it under another name
-/// (`use tollgate::RateLimitLayer as Tollgate;`).
+/// (`use tollgate::layer::RateLimitLayer as Tollgate;`).
 #[derive(Clone)]
 pub struct RateLimitLayer<St = MemoryStore> {
     pub(super) limiter: Limiter<St>,
@@ -38,14 +38,11 @@ pub struct RateLimitLayer<St = MemoryStore> {
     pub(super) state: Arc<LayerState>,
 }
 
-impl<St: Store> RateLimitLayer<St> {
-    /// A builder for a layer deciding with `limiter`, with no limits yet.
-    pub fn builder(limiter: Limiter<St>) -> RateLimitLayerBuilder<St> {
-        RateLimitLayerBuilder {
-            limiter,
-            config: Config::default(),
-            routes: Vec::new(),
-        }
+impl RateLimitLayer {
+    /// A builder for a layer with no limits yet, deciding on an in-process store of its own
+    /// (a [`MemoryStore`]); [`limiter`](RateLimitLayerBuilder::limiter) sets another.
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder::on(Limiter::new(MemoryStore::new()))
     }
 }
 
@@ -64,10 +61,10 @@ impl<St> RateLimitLayer<St> {
 /// ```
 /// use std::time::Duration;
 /// use tollgate::layer::{Limit, RateLimitLayer};
-/// use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+/// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 ///
 /// # fn main() -> Result<(), tollgate::ConfigError> {
-/// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+/// let layer = RateLimitLayer::builder()
 ///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(1000)), key::global()))
 ///     .route("POST /sms/send", [Limit::new(
 ///         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
@@ -76,7 +73,7 @@ impl<St> RateLimitLayer<St> {
 ///     .build()?;
 ///
 /// // Every mistake at once, each naming its rule or route.
-/// let err = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+/// let err = RateLimitLayer::builder()
 ///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(0)), key::global()))
 ///     .route("post /sms/send", [])
 ///     .build()
@@ -95,6 +92,26 @@ pub struct RateLimitLayerBuilder<St = MemoryStore> {
 }
 
 impl<St: Store> RateLimitLayerBuilder<St> {
+    /// A builder deciding with `limiter`, with no limits yet.
+    pub(crate) fn on(limiter: Limiter<St>) -> Self {
+        Self {
+            limiter,
+            config: Config::default(),
+            routes: Vec::new(),
+        }
+    }
+
+    /// Decides with `limiter` (its store: a [`RedisStore`](crate::store::RedisStore) shared
+    /// by several instances, a [`Fallback`](crate::store::Fallback)…) instead of the
+    /// builder's own in-process store; what was configured so far stays.
+    pub fn limiter<S2: Store>(self, limiter: Limiter<S2>) -> RateLimitLayerBuilder<S2> {
+        RateLimitLayerBuilder {
+            limiter,
+            config: self.config,
+            routes: self.routes,
+        }
+    }
+
     fn config_mut(&mut self) -> &mut Config {
         &mut self.config
     }
@@ -287,10 +304,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// use http::header::{ACCEPT, CONTENT_TYPE};
     /// use http::HeaderValue;
     /// use tollgate::layer::RateLimitLayer;
-    /// use tollgate::{Limiter, MemoryStore};
+    /// use tollgate::{Limiter, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), tollgate::ConfigError> {
-    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new())).on_reject(|rejection| {
+    /// let layer = RateLimitLayer::builder().on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
     ///     let request = rejection.request();
     ///     let wants_problem = request
@@ -355,13 +372,13 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// use std::collections::HashSet;
     /// use tollgate::key::{self, KeyBuf, KeyExtractor};
     /// use tollgate::layer::RateLimitLayer;
-    /// use tollgate::{Limiter, MemoryStore};
+    /// use tollgate::{Limiter, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // The office's addresses, as the client-IP key writes them.
     /// let office: HashSet<&[u8]> = [&b"203.0.113.7"[..], b"203.0.113.8"].into();
     /// let client = key::client_ip(["10.0.0.0/8"]);
-    /// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    /// let layer = RateLimitLayer::builder()
     ///     .exempt(|head| head.uri().path() == "/health")
     ///     .exempt(move |head| {
     ///         // A `KeyBuf` keeps an address inline: no allocation per request.

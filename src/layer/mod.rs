@@ -89,7 +89,7 @@
 //!   refused as if denied: 429 with `Retry-After` its delay, rounded up; its units are given
 //!   back.
 //! - **gives its units back** when it is dropped before its release (its client hung up, a
-//!   timeout above the layer fired): through [`Store::refund`](crate::Store::refund),
+//!   timeout above the layer fired): through [`Store::refund`](crate::store::Store::refund),
 //!   once, best effort, never after the request was released, and never more than is
 //!   exact (see that method for what each algorithm gives back). The refund of a store
 //!   that answers at once runs where the request is dropped; another store's runs as a
@@ -136,13 +136,13 @@
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = Limiter::new(MemoryStore::new());
-//! let layer = RateLimitLayer::builder(limiter)
+//! let layer = RateLimitLayer::builder().limiter(limiter)
 //!     // Everything: 1000 per second in all.
 //!     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(1000)), key::global()))
 //!     // SMS: one per minute and five per hour per user, decided together.
@@ -190,7 +190,7 @@
 //! # use tollgate::layer::{Limit, RateLimitLayer};
 //! # use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+//! let limits = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
 //!     .route("POST /sms/send", [Limit::new(
 //!         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
@@ -215,7 +215,7 @@
 //! tower has a `RateLimitLayer` and a `RateLimit` too (`tower::limit`, a per-service
 //! counter, `ServiceBuilder::rate_limit`). tollgate keeps its names, since they say what the
 //! types are; where both are imported, name tollgate's by path (`tollgate::layer::RateLimitLayer`)
-//! or rename one (`use tollgate::RateLimitLayer as Tollgate;`). For the same reason there is
+//! or rename one (`use tollgate::layer::RateLimitLayer as Tollgate;`). For the same reason there is
 //! no `ServiceBuilder` extension method: `ServiceBuilder::rate_limit` is tower's own and
 //! would win; `.layer(layer)` reads as well.
 

@@ -127,7 +127,7 @@ where
         let mut limits = SmallVec::new();
         let batch = batch_of(config, route, &items, &keys, Some(&mut limits));
         let observation = observe::start(config, route);
-        // An in-process store answers at once (`Store::check_now`). Then the decision is
+        // An in-process store answers at once (`Store::try_check_now`). Then the decision is
         // taken here, without a future, and the inner service that was driven to readiness
         // is called directly, without a clone; a store that cannot answer yet is asked by
         // the boxed `check` future, polled with the caller's waker.
@@ -281,7 +281,7 @@ impl<S: Clone, St> RateLimit<S, St> {
     }
 }
 
-/// Asks a store that could not answer at once (`Store::check_now`) about a request's
+/// Asks a store that could not answer at once (`Store::try_check_now`) about a request's
 /// batch, under the observation `call` started. The layer's own allocation for such a
 /// request is the box around this future (its type cannot be named in `ResponseFuture` on
 /// stable Rust).

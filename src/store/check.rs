@@ -70,7 +70,7 @@ impl<'a> Check<'a> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, Limiter, MemoryStore, Outcome, Rule, RuleOutcome, Store, StoreError};
+/// use tollgate::{Check, Limiter, Outcome, Rule, RuleOutcome, StoreError, store::{MemoryStore, Store}};
 ///
 /// /// Counts the batches its inner store decides.
 /// #[derive(Clone, Default)]
@@ -144,7 +144,7 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// [`Limiter::check`]: crate::Limiter::check
     /// [`Limiter::check_one`]: crate::Limiter::check_one
-    fn check_now(
+    fn try_check_now(
         &self,
         batch: &[Check<'_>],
         max_wait: Duration,
@@ -221,7 +221,7 @@ pub trait Store: Send + Sync + 'static {
     /// has none: the breaker then lets one request through as the probe.
     ///
     /// The future borrows nothing (the breaker runs it on a task of its own) and is bounded
-    /// like any call to the store (its timeout). [`RedisStore`](crate::RedisStore) sends a `PING`.
+    /// like any call to the store (its timeout). [`RedisStore`](crate::store::RedisStore) sends a `PING`.
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         None::<std::future::Ready<Result<(), StoreError>>>
     }

@@ -50,7 +50,7 @@ use crate::Rule;
 /// ```
 /// use std::time::Duration;
 /// use tollgate::store::{Breaker, Fallback};
-/// use tollgate::{Health, MemoryStore};
+/// use tollgate::store::{Health, MemoryStore};
 /// use tollgate::Limiter;
 ///
 /// # fn primary() -> MemoryStore { MemoryStore::new() }
@@ -279,17 +279,38 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
 }
 
 impl<P: Store, L: Store> Fallback<P, L> {
-    async fn decide(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
-        let error = match self.primary.check(batch, max_wait).await {
+    /// The primary's answer, when it is the batch's; `None` when the primary failed and
+    /// the local store decides.
+    fn from_primary(
+        &self,
+        result: Result<Outcome, StoreError>,
+    ) -> Option<Result<Outcome, StoreError>> {
+        match result {
             Ok(outcome) => {
                 self.shared.primary_answered();
-                return Ok(outcome);
+                Some(Ok(outcome))
             }
-            Err(e @ StoreError::InvalidBatch(_)) => return Err(e),
-            Err(e) => e,
-        };
-        self.shared.primary_failed(&error);
-        let mut outcome = match self.shared.divided_rules(batch) {
+            Err(e @ StoreError::InvalidBatch(_)) => Some(Err(e)),
+            Err(e) => {
+                self.shared.primary_failed(&e);
+                None
+            }
+        }
+    }
+
+    /// An outcome of the local store, marked so that its units go back there.
+    fn taken_locally(mut outcome: Outcome) -> Outcome {
+        if let Some(admission) = &mut outcome.admission {
+            admission.taken.iter_mut().for_each(|t| t.local = true);
+        }
+        outcome
+    }
+
+    async fn decide(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        if let Some(answer) = self.from_primary(self.primary.check(batch, max_wait).await) {
+            return answer;
+        }
+        let outcome = match self.shared.divided_rules(batch) {
             None => self.local.check(batch, max_wait).await?,
             Some(rules) => {
                 self.local
@@ -297,10 +318,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
                     .await?
             }
         };
-        if let Some(admission) = &mut outcome.admission {
-            admission.taken.iter_mut().for_each(|t| t.local = true);
-        }
-        Ok(outcome)
+        Ok(Self::taken_locally(outcome))
     }
 
     async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
@@ -393,6 +411,26 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         self.decide(batch, max_wait)
     }
 
+    /// Asks the primary at once where it can answer at once, and then the local store if
+    /// the primary failed.
+    fn try_check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let primary = self.primary.try_check_now(batch, max_wait)?;
+        if let Some(answer) = self.from_primary(primary) {
+            return Some(answer);
+        }
+        let local = match self.shared.divided_rules(batch) {
+            None => self.local.try_check_now(batch, max_wait),
+            Some(rules) => self
+                .local
+                .try_check_now(&with_rules(batch, &rules), max_wait),
+        }?;
+        Some(local.map(Self::taken_locally))
+    }
+
     fn peek(
         &self,
         check: Check<'_>,
@@ -421,6 +459,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         key: &[u8],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.reset_both(rule, key)
+    }
+
+    /// The primary's probe: the fallback is healthy when its primary is.
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        self.primary.probe()
     }
 
     fn health(&self) -> Health {

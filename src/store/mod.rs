@@ -2,7 +2,7 @@
 //!
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
 //! state; the arithmetic comes from the algorithms' models, which the Lua scripts of a
-//! [`RedisStore`](crate::RedisStore) twin.
+//! [`RedisStore`](crate::store::RedisStore) twin.
 
 pub(crate) mod batch;
 mod breaker;
@@ -13,9 +13,12 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 
 pub use breaker::{Breaker, BreakerState};
+pub use check::{Health, Store};
 pub use fallback::Fallback;
+pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::RedisStore;
 
-// The store's vocabulary and the stores themselves are at the crate's root
-// (`tollgate::Store`, `tollgate::MemoryStore`, `tollgate::RedisStore`).
-pub(crate) use check::{Check, Health, Store};
-pub(crate) use memory::MemoryStore;
+// A store's question is the crate's: `tollgate::Check`.
+pub(crate) use check::Check;

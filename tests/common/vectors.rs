@@ -47,9 +47,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::tg::store::Store;
 use super::tg::{
     Check, Decision, DenyReason, Limiter, ManualClock, Outcome, Penalty, Rate, Reservation, Rule,
-    Store,
 };
 use serde::Deserialize;
 

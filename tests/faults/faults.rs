@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tollgate::store::RedisStore;
 use tollgate::store::{Breaker, Fallback};
-use tollgate::RedisStore;
-use tollgate::{Check, Health, Limiter, Rule, Store};
+use tollgate::{
+    store::{Health, Store},
+    Check, Limiter, Rule,
+};
 
 use crate::support::redis_server::{RedisCluster, RedisServer};
 

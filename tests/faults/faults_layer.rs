@@ -11,8 +11,9 @@ use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 use tollgate::store::{Breaker, Fallback};
 use tollgate::{
-    key, Check, Health, Limiter, ManualClock, MemoryStore, Outcome, Rule, RuleOutcome, Store,
-    StoreError,
+    key,
+    store::{Health, MemoryStore, Store},
+    Check, Limiter, ManualClock, Outcome, Rule, RuleOutcome, StoreError,
 };
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
@@ -29,7 +30,8 @@ async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<()
     let limiter = Limiter::new(store);
     let seen: Arc<Mutex<Vec<Health>>> = Arc::default();
     let hook = seen.clone();
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             Rule::fixed_window("x", 3, Duration::from_secs(60)),
             key::global(),
@@ -141,7 +143,8 @@ async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError
         down: Arc::default(),
     };
     let store = Fallback::with_local(primary.clone(), MemoryStore::with_clock(clock.clone()));
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .route(
             "POST /login",
             [
@@ -154,7 +157,7 @@ async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError
                     Rule::fixed_window("failed-logins", 2, Duration::from_secs(60)),
                     key::global(),
                 )
-                .charge(tollgate::Charge::failures()),
+                .charge(tollgate::layer::Charge::failures()),
             ],
         )
         .on_failure(FailurePolicy::Fallback)
@@ -256,13 +259,14 @@ async fn failed_refunds_log_once_per_interval() -> Result<(), BoxError> {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let layer = RateLimitLayer::builder(Limiter::new(NoRefund(MemoryStore::new())))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(NoRefund(MemoryStore::new())))
         .limit(
             Limit::new(
                 Rule::fixed_window("failed-logins", 1_000_000, Duration::from_secs(60)),
                 key::global(),
             )
-            .charge(tollgate::Charge::failures()),
+            .charge(tollgate::layer::Charge::failures()),
         )
         .log_interval(Duration::from_secs(3600))
         .build()?;

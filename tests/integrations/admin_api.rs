@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tollgate::admin::Admin;
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Penalty, Rule};
+use tollgate::{key, store::MemoryStore, Penalty, Rule};
 use tower::ServiceExt;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -25,7 +25,7 @@ fn login_rule() -> Rule {
 /// An app limiting `GET /` by the `user` header, with its admin at `/admin`, and the
 /// handle that reloads its rules.
 fn app() -> (Router, tollgate::layer::ReloadHandle<MemoryStore>) {
-    let (layer, reload) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let (layer, reload) = RateLimitLayer::builder()
         .limit(Limit::new(login_rule(), key::header("user")))
         .top_limited_keys(8)
         .build()

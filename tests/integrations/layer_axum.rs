@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::{client_from, request, send, serve_axum};
 use http::StatusCode;
-use tollgate::{Limiter, MemoryStore};
+use tollgate::{store::MemoryStore, Limiter};
 
 /// A route's limit answers 429 with `Retry-After` and `RateLimit` headers, a refusal takes
 /// nothing from the global limit in the same batch, and a retry at `Retry-After` passes.
@@ -176,7 +176,7 @@ async fn a_route_key_reads_axums_matched_path() {
     use tollgate::layer::{Limit, RateLimitLayer};
     use tollgate::{key, Rule};
 
-    let per_route = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let per_route = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::fixed_window("route", 1, Duration::from_secs(60)),
             key::route(),
@@ -208,7 +208,7 @@ async fn concurrent_connections_share_one_exact_limit() {
     use tollgate::{key, Rule};
 
     // Each connection gets its own clone of the service; all of them count together.
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::sliding_log("global", 10, Duration::from_secs(60)),
             key::global(),
@@ -250,7 +250,7 @@ async fn two_sms_through_a_nested_router(pattern: &str) -> [StatusCode; 2] {
     use tollgate::{key, Rule};
     use tower::ServiceExt;
 
-    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let table = RateLimitLayer::builder()
         .route(
             pattern,
             [Limit::new(
@@ -301,7 +301,7 @@ async fn the_route_table_takes_the_routers_precedence() {
     use tower::ServiceExt;
 
     let minute = Duration::from_secs(60);
-    let table = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let table = RateLimitLayer::builder()
         .route(
             "POST /sms/{provider}/send",
             [Limit::new(

@@ -7,7 +7,7 @@ mod example;
 
 use crate::support::{client_from, request, send};
 use http::StatusCode;
-use tollgate::{Limiter, MemoryStore};
+use tollgate::{store::MemoryStore, Limiter};
 
 /// One layer with a route table applies each route's own limits on top of the global one,
 /// and a refused request consumes nothing from any of them.

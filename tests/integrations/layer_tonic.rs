@@ -6,7 +6,7 @@
 mod example;
 
 use example::helloworld::HelloRequest;
-use tollgate::{Limiter, MemoryStore};
+use tollgate::{store::MemoryStore, Limiter};
 use tonic::Code;
 
 fn hello(name: &str) -> HelloRequest {

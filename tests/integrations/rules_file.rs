@@ -16,11 +16,11 @@ use http::{Request, StatusCode};
 use tollgate::key;
 use tollgate::layer::rules_file::{Loader, RulesFile};
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
-use tollgate::{ConfigError, Limiter, MemoryStore, Rule};
+use tollgate::{store::MemoryStore, ConfigError, Limiter, Rule};
 use tower::ServiceExt;
 
 fn builder() -> RateLimitLayerBuilder {
-    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    RateLimitLayer::builder()
 }
 
 fn loader() -> Loader {

@@ -85,7 +85,7 @@ fn an_admitted_request_allocates_what_the_docs_say() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     use tollgate::layer::{Limit, RateLimitLayer};
-    use tollgate::{Limiter, MemoryStore, Rate, Rule};
+    use tollgate::{Rate, Rule};
     use tower::{Layer, Service};
 
     fn call<S>(service: &mut S) -> usize
@@ -122,7 +122,7 @@ fn an_admitted_request_allocates_what_the_docs_say() {
         (true, "global"),
         (true, "a-much-longer-rule-name"),
     ] {
-        let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+        let layer = RateLimitLayer::builder()
             .limit(Limit::new(
                 Rule::token_bucket(name, 1_000_000, Rate::per_second(1)),
                 key::global(),
@@ -152,7 +152,10 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
-    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule, Store};
+    use tollgate::{
+        store::{MemoryStore, Store},
+        Check, Limiter, ManualClock, Penalty, Rate, Rule,
+    };
 
     fn ready<F: Future>(fut: F) -> F::Output {
         match std::pin::pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
@@ -216,7 +219,7 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
 #[test]
 fn a_penalty_allocates_once_per_key() {
     use std::time::Duration;
-    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Penalty, Rule};
+    use tollgate::{store::MemoryStore, Check, Limiter, ManualClock, Penalty, Rule};
 
     let clock = ManualClock::new(1_700_000_000_000_000);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
@@ -262,10 +265,10 @@ fn a_charged_request_allocates_what_the_docs_say() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
     use tollgate::layer::{Charge, Limit, RateLimitLayer};
-    use tollgate::{Limiter, MemoryStore, Rule};
+    use tollgate::Rule;
     use tower::{Layer, Service};
 
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .limit(
             Limit::new(
                 Rule::fixed_window(

@@ -8,7 +8,9 @@ use http::{Request, Response, StatusCode};
 use tokio::task::JoinSet;
 use tollgate::layer::{Charge, Limit, RateLimitBody, RateLimitLayer};
 use tollgate::{
-    key, DenyReason, Limiter, ManualClock, MemoryStore, Penalty, RedisStore, Rule, Store,
+    key,
+    store::{MemoryStore, RedisStore, Store},
+    DenyReason, Limiter, ManualClock, Penalty, Rule,
 };
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
@@ -90,7 +92,8 @@ async fn settles_at<St: Store>(limiter: &Limiter<St>, rule: &Rule, expected: u64
 /// pass, and successful logins use no quota.
 async fn only_failed_logins_count<St: Store + Clone>(limiter: Limiter<St>) {
     let rule = failed_logins();
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .route(
             "POST /login",
             [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
@@ -178,7 +181,8 @@ fn in_memory() -> Limiter<MemoryStore> {
 async fn server_errors_are_given_back_and_service_errors_count() {
     let limiter = in_memory();
     let rule = Rule::fixed_window("api", 3, Duration::from_secs(60));
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(rule.clone(), key::header("user")).charge(Charge::except_server_errors()))
         .build()
         .unwrap();
@@ -207,7 +211,8 @@ async fn only_the_limits_that_do_not_count_give_back() {
     let all = Rule::fixed_window("everything", 100, Duration::from_secs(60));
     let failed = failed_logins();
     let trial = Rule::sliding_log("failed-trial", 5, Duration::from_secs(60));
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(all.clone(), key::header("user")))
         .route(
             "POST /login",
@@ -238,7 +243,8 @@ async fn only_the_limits_that_do_not_count_give_back() {
 async fn a_request_dropped_in_flight_counts() {
     let limiter = in_memory();
     let rule = failed_logins();
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(rule.clone(), key::header("user")).charge(Charge::failures()))
         .build()
         .unwrap();
@@ -253,7 +259,8 @@ async fn a_request_dropped_in_flight_counts() {
 fn guarded_logins<St: Store + Clone>(limiter: Limiter<St>) -> (Svc, Rule) {
     let rule = Rule::fixed_window("guarded-logins", 3, Duration::from_secs(900))
         .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
-    let layer = RateLimitLayer::builder(limiter)
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .route(
             "POST /login",
             [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Penalty, Rule};
+use tollgate::{key, store::MemoryStore, Penalty, Rule};
 
 fn layer_with(limit: Limit) -> tollgate::layer::RateLimitLayerBuilder<MemoryStore> {
-    RateLimitLayer::builder(Limiter::new(MemoryStore::new())).limit(limit)
+    RateLimitLayer::builder().limit(limit)
 }
 
 fn minute() -> Rule {

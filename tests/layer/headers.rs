@@ -16,7 +16,7 @@ use crate::support::{client_from, request, send, serve_axum};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
-use tollgate::{key, Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule};
+use tollgate::{key, store::MemoryStore, Limiter, ManualClock, Penalty, Rate, Rule};
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
 fn clock() -> ManualClock {
@@ -59,7 +59,8 @@ async fn on_the_quickstart_report_the_deciding_rules_t_is_retry_after() {
 async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), BoxError> {
     // "uploads" denies (a cost of 3 against the 2 units left this hour); "burst" would
     // admit with less left (1), and so looked like the tightest rule.
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(MemoryStore::with_clock(clock())))
         .limit(Limit::new(
             Rule::token_bucket("burst", 2, Rate::per_second(1)),
             key::global(),
@@ -93,7 +94,8 @@ async fn the_legacy_reset_names_the_rule_that_decided_the_retry() -> Result<(), 
 #[tokio::test]
 async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Result<(), BoxError> {
     let limiter = Limiter::new(MemoryStore::with_clock(clock()));
-    let outer = RateLimitLayer::builder(limiter.clone())
+    let outer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             Rule::token_bucket("global", 100, Rate::per_second(1)),
             key::global(),
@@ -101,7 +103,8 @@ async fn an_outer_layer_keeps_the_legacy_headers_of_an_inner_rejection() -> Resu
         .headers_on_allowed(true)
         .legacy_headers(true)
         .build()?;
-    let inner = RateLimitLayer::builder(limiter)
+    let inner = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             Rule::fixed_window("route", 1, Duration::from_secs(60)),
             key::global(),
@@ -135,7 +138,8 @@ async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Resul
     let clock = clock();
     let rule = Rule::fixed_window("login", 5, Duration::from_secs(60))
         .with_penalty(Penalty::lock_for(Duration::from_secs(900)));
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock.clone())))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(MemoryStore::with_clock(clock.clone())))
         .limit(Limit::new(rule, key::global()))
         .legacy_headers(true)
         .build()?;
@@ -166,7 +170,8 @@ async fn a_penalty_lock_is_advertised_as_no_quota_until_the_lock_ends() -> Resul
 /// response.
 #[tokio::test]
 async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::builder(Limiter::new(Down))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(Down))
         .limit(Limit::new(
             Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::global(),
@@ -184,7 +189,8 @@ async fn the_fail_closed_503_says_when_to_retry() -> Result<(), BoxError> {
 
 fn one_per_minute() -> Result<Svc, BoxError> {
     Ok(with(
-        RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+        RateLimitLayer::builder()
+            .limiter(Limiter::new(MemoryStore::with_clock(clock())))
             .limit(Limit::new(
                 Rule::fixed_window("x", 1, Duration::from_secs(60)),
                 key::global(),
@@ -265,7 +271,7 @@ async fn grpc_is_told_by_its_exact_content_type() -> Result<(), BoxError> {
 /// and fall back to the default response elsewhere.
 #[tokio::test]
 async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+    let layer = RateLimitLayer::builder().limiter(Limiter::new(MemoryStore::with_clock(clock())))
         .route(
             "GET /api/*",
             [Limit::new(
@@ -333,7 +339,8 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
 #[tokio::test]
 async fn admitted_responses_advertise_the_limits_by_default() -> Result<(), BoxError> {
     let layer = |headers_on_allowed: Option<bool>| {
-        let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+        let builder = RateLimitLayer::builder()
+            .limiter(Limiter::new(MemoryStore::with_clock(clock())))
             .limit(Limit::new(
                 Rule::fixed_window("per-user", 5, Duration::from_secs(60)),
                 key::global(),
@@ -368,7 +375,8 @@ async fn admitted_responses_advertise_the_limits_by_default() -> Result<(), BoxE
 async fn the_cached_policy_lists_exactly_the_rules_a_request_was_checked_against(
 ) -> Result<(), BoxError> {
     use tollgate::layer::MissingKey;
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::with_clock(clock())))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(MemoryStore::with_clock(clock())))
         .limit(Limit::new(
             Rule::fixed_window("global", 100, Duration::from_secs(60)),
             key::global(),

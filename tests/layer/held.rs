@@ -12,8 +12,9 @@ use http::{Request, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tollgate::layer::{Limit, Mode, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
-    key, Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, RuleOutcome,
-    Store, StoreError,
+    key,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 use tower::limit::ConcurrencyLimitLayer;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
@@ -29,7 +30,8 @@ fn per_user() -> Rule {
 }
 
 fn wait_layer<St: Store>(limiter: Limiter<St>) -> RateLimitLayerBuilder<St> {
-    RateLimitLayer::builder(limiter)
+    RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(per_user(), key::header("user-id")))
         .mode(Mode::Wait { max_wait: 60 * S })
 }
@@ -130,7 +132,8 @@ async fn held_after_a_store_that_answers_later_the_inner_service_serves_others()
 async fn held_by_a_leaky_bucket_the_inner_service_serves_others() {
     let store = MemoryStore::with_clock(ManualClock::new(T0));
     let shaping = Rule::leaky_bucket("shape", 2, Rate::new(1, 10 * S));
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .limit(Limit::new(shaping, key::header("user-id")))
         .build()
         .unwrap();
@@ -354,7 +357,8 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
 async fn one_client_cannot_take_every_place_by_default() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
     let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
-    let layer = RateLimitLayer::builder(limiter)
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(queue, key::header("user-id")))
         .max_held(20)
         .build()

@@ -9,7 +9,11 @@ use crate::support::log::Captured;
 use crate::support::service::{call, header, limiter, with};
 use http::{Request, StatusCode};
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, Limiter, ManualClock, MemoryStore, Rule, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, Store},
+    Limiter, ManualClock, Rule,
+};
 use tower::BoxError;
 
 fn one_per_minute(name: &str) -> Result<Limit, BoxError> {
@@ -34,7 +38,8 @@ fn route_error(layer: Result<RateLimitLayer, tollgate::ConfigError>) -> String {
 fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError> {
     let route = |pattern: &str| {
         route_error(
-            RateLimitLayer::builder(limiter())
+            RateLimitLayer::builder()
+                .limiter(limiter())
                 .route(pattern, [one_per_minute("r").unwrap()])
                 .build(),
         )
@@ -60,7 +65,8 @@ fn a_pattern_that_can_never_match_is_refused_when_built() -> Result<(), BoxError
 fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
     let minute = Duration::from_secs(60);
     let ok = || Rule::fixed_window("ok", 10, minute);
-    let err = RateLimitLayer::builder(limiter())
+    let err = RateLimitLayer::builder()
+        .limiter(limiter())
         // A rule that cannot work, and a key that cannot either.
         .limit(Limit::new(
             Rule::fixed_window("zero", 0, minute),
@@ -122,7 +128,7 @@ fn build_reports_every_problem_at_once_each_naming_its_rule_or_route() {
 #[test]
 fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxError> {
     let table = |patterns: &[&str]| {
-        let mut layer = RateLimitLayer::builder(limiter());
+        let mut layer = RateLimitLayer::builder().limiter(limiter());
         for (i, p) in patterns.iter().enumerate() {
             layer = layer.route(p, [one_per_minute(&format!("r{i}")).unwrap()]);
         }
@@ -154,7 +160,8 @@ fn a_route_an_earlier_route_shadows_is_refused_naming_both() -> Result<(), BoxEr
 #[tokio::test]
 async fn every_accepted_route_still_limits_through_the_layer() -> Result<(), BoxError> {
     let svc = with(
-        RateLimitLayer::builder(limiter())
+        RateLimitLayer::builder()
+            .limiter(limiter())
             .route("POST /sms/send", [one_per_minute("sms")?])
             .route("/sms/*", [one_per_minute("sms-other")?])
             .build()?,
@@ -188,7 +195,8 @@ async fn exempt_requests_skip_every_limit_before_any_key_is_read() -> Result<(),
         counted.fetch_add(1, Ordering::SeqCst);
         head.headers().get("user-id").map(|v| v.as_bytes().to_vec())
     });
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("per-user", 1, Duration::from_secs(60)),
             user,
@@ -278,7 +286,8 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
     // Per event: the trial rule's own decision, and whether the hook saw it as a trial.
     let seen: Arc<Mutex<Vec<(bool, bool, bool)>>> = Arc::default();
     let record = seen.clone();
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .limit(Limit::new(
             Rule::fixed_window("enforced", 3, Duration::from_secs(60)),
             key::global(),
@@ -343,7 +352,8 @@ async fn a_request_the_enforced_limits_deny_consumes_nothing_of_a_shadow_limit(
 ) -> Result<(), BoxError> {
     let limiter = limiter();
     let trial = Rule::fixed_window("trial", 10, Duration::from_secs(60));
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             Rule::fixed_window("enforced", 1, Duration::from_secs(60)),
             key::global(),
@@ -376,7 +386,8 @@ async fn a_store_outage_logs_once_per_interval_with_a_count() -> Result<(), BoxE
     let captured = Captured::default();
     let _guard = tracing::subscriber::set_default(captured.clone());
     let svc = with(
-        RateLimitLayer::builder(Limiter::new(Down))
+        RateLimitLayer::builder()
+            .limiter(Limiter::new(Down))
             .limit(one_per_minute("x")?)
             .log_interval(Duration::from_secs(10))
             .build()?,
@@ -445,7 +456,8 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
     let captured = Captured::default();
     let _guard = tracing::subscriber::set_default(captured.clone());
     let svc = with(
-        RateLimitLayer::builder(limiter())
+        RateLimitLayer::builder()
+            .limiter(limiter())
             .limit(Limit::new(
                 Rule::fixed_window("wide", 1000, Duration::from_secs(60)),
                 key::global(),
@@ -477,7 +489,8 @@ async fn a_shadow_rollout_logs_its_denials_once_per_interval() -> Result<(), Box
 #[tokio::test]
 async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
     let svc = with(
-        RateLimitLayer::builder(limiter())
+        RateLimitLayer::builder()
+            .limiter(limiter())
             .limit(one_per_minute("enforced")?.on_missing_key(tollgate::layer::MissingKey::Skip))
             .limit(
                 Limit::new(
@@ -498,7 +511,8 @@ async fn a_shadow_limit_without_a_key_never_refuses() -> Result<(), BoxError> {
 #[tokio::test]
 async fn unmatched_paths_share_one_route_key() -> Result<(), BoxError> {
     let store = MemoryStore::new();
-    let layer = RateLimitLayer::builder(Limiter::new(store.clone()))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store.clone()))
         .limit(Limit::new(
             Rule::fixed_window("per-route", 1_000_000, Duration::from_secs(3600)),
             key::route(),

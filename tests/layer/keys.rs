@@ -10,12 +10,12 @@ use axum::Router;
 use http::StatusCode;
 use tollgate::key::{self, Duplicates, ForwardedHeader, KeyExtractor};
 use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
-use tollgate::{Limiter, MemoryStore, Rule};
+use tollgate::{store::MemoryStore, Limiter, Rule};
 
 /// One request per minute per key (a window from the key's first request, so no minute
 /// boundary falls between a test's requests).
 fn one_per_minute(name: &str, key: impl key::KeyExtractor) -> Router {
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60)),
             key,
@@ -154,15 +154,18 @@ async fn header_keys_take_any_bytes_and_any_length() {
 async fn a_missing_key_follows_the_rules_policy() {
     let limiter = Limiter::new(MemoryStore::new());
     let rule = || Rule::fixed_window("user", 1, Duration::from_secs(60));
-    let reject = RateLimitLayer::builder(limiter.clone())
+    let reject = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(rule(), key::header("user-id")))
         .build()
         .unwrap();
-    let skip = RateLimitLayer::builder(limiter.clone())
+    let skip = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(rule(), key::header("user-id")).on_missing_key(MissingKey::Skip))
         .build()
         .unwrap();
-    let fallback = RateLimitLayer::builder(limiter)
+    let fallback = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             rule(),
             key::header("user-id").or(key::peer_ip()),
@@ -445,14 +448,16 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
     let limiter = Limiter::new(MemoryStore::new());
     let rule = |name| Rule::fixed_window_from_first_hit(name, 1, Duration::from_secs(60));
     let header = || key::header("user-id");
-    let first = RateLimitLayer::builder(limiter.clone())
+    let first = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             rule("first"),
             header().duplicates(Duplicates::First),
         ))
         .build()
         .unwrap();
-    let last = RateLimitLayer::builder(limiter.clone())
+    let last = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(
             rule("last"),
             header().duplicates(Duplicates::Last),
@@ -460,11 +465,13 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
         .build()
         .unwrap();
     // A rejected duplicate is a missing key: `or` falls back, `Skip` skips.
-    let fallback = RateLimitLayer::builder(limiter.clone())
+    let fallback = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(Limit::new(rule("fallback"), header().or(key::peer_ip())))
         .build()
         .unwrap();
-    let skip = RateLimitLayer::builder(limiter)
+    let skip = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(rule("skip"), header()).on_missing_key(MissingKey::Skip))
         .build()
         .unwrap();
@@ -528,7 +535,7 @@ async fn a_duplicated_key_header_can_count_its_first_or_last_value() {
 /// /64 and a coarser one per /48, in one layer, so one batch.
 #[tokio::test]
 async fn a_strict_slash_64_and_a_coarse_slash_48_limit_in_one_layer() {
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::fixed_window_from_first_hit("ip", 1, Duration::from_secs(60)),
             key::client_ip(["127.0.0.1"]),
@@ -594,7 +601,8 @@ async fn min_cost_makes_a_request_that_costs_nothing_count() {
     };
     let rule = |name| Rule::fixed_window_from_first_hit(name, 3, Duration::from_secs(3600));
     let limiter = Limiter::new(MemoryStore::new());
-    let clamped = RateLimitLayer::builder(limiter.clone())
+    let clamped = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(
             Limit::new(rule("clamped"), key::global())
                 .cost(units)
@@ -603,7 +611,8 @@ async fn min_cost_makes_a_request_that_costs_nothing_count() {
         .build()
         .unwrap();
     // The rule's default cost is clamped too.
-    let free_by_default = RateLimitLayer::builder(limiter)
+    let free_by_default = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(rule("free").with_cost(0), key::global()).min_cost(2))
         .build()
         .unwrap();

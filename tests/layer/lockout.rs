@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tollgate::layer::{Charge, Limit, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
-use tollgate::{key, DenyReason, Limiter, MemoryStore, Penalty, Rule};
+use tollgate::{key, store::MemoryStore, DenyReason, Limiter, Penalty, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, ServiceExt};
 
@@ -56,7 +56,7 @@ fn attempt(password: &str) -> Request<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_in_a_burst_of_successful_logins_locks_nobody_out() -> Result<(), BoxError> {
     let limiter = Limiter::new(MemoryStore::new());
-    let (layer, handle) = configure(RateLimitLayer::builder(limiter.clone()))
+    let (layer, handle) = configure(RateLimitLayer::builder().limiter(limiter.clone()))
         .build()?
         .reloadable();
     let svc = login(&layer);
@@ -106,7 +106,7 @@ async fn a_login_held_open_does_not_keep_refusals_from_counting() -> Result<(), 
             .after(2)
             .within(Duration::from_secs(600)),
     );
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .route(
             "POST /login",
             [Limit::new(rule, key::header("user")).charge(Charge::failures())],

@@ -13,8 +13,9 @@ use http::{Request, Response, StatusCode};
 use tokio::time::Instant;
 use tollgate::layer::{DecisionEvent, FailurePolicy, Limit, Mode, RateLimitLayer};
 use tollgate::{
-    key, Check, Limiter, ManualClock, MemoryStore, Outcome, Penalty, Rate, Rule, RuleOutcome,
-    Store, StoreError,
+    key,
+    store::{MemoryStore, Store},
+    Check, Limiter, ManualClock, Outcome, Penalty, Rate, Rule, RuleOutcome, StoreError,
 };
 use tower::{BoxError, ServiceExt};
 
@@ -28,7 +29,8 @@ fn get(path: &str) -> Request<String> {
 #[tokio::test]
 async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
     let user = || key::header("user-id");
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .route(
             "POST /sms/send",
             [
@@ -127,7 +129,8 @@ async fn one_layer_carries_a_route_table() -> Result<(), BoxError> {
 async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
     let shadow_denials = Arc::new(AtomicUsize::new(0));
     let seen = shadow_denials.clone();
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("new-rule", 1, Duration::from_secs(60)),
             key::global(),
@@ -181,7 +184,8 @@ async fn burst(svc: &Svc, n: usize) -> Vec<(StatusCode, Duration)> {
 /// once the requests that would wait longer.
 #[tokio::test(start_paused = true)]
 async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::gcra("api", 1, Rate::per_second(10)),
             key::global(),
@@ -213,7 +217,8 @@ async fn wait_mode_spreads_a_burst_within_max_wait_and_rejects_beyond() -> Resul
 #[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result<(), BoxError> {
     let rule = || Rule::leaky_bucket("shape", 3, Rate::per_second(10));
-    let enforce = RateLimitLayer::builder(limiter())
+    let enforce = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(rule(), key::global()))
         .build()?;
     let results = burst(&with(enforce), 5).await;
@@ -234,7 +239,8 @@ async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result
         "{results:?}"
     );
 
-    let shadow = RateLimitLayer::builder(limiter())
+    let shadow = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(rule(), key::global()))
         .mode(Mode::Shadow)
         .build()?;
@@ -251,7 +257,8 @@ async fn a_leaky_bucket_delay_holds_the_request_in_enforce_mode_only() -> Result
 async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), BoxError> {
     let login = Rule::fixed_window("login", 2, Duration::from_secs(60))
         .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(login, key::header("user")))
         .legacy_headers(true)
         .build()?;
@@ -279,14 +286,16 @@ async fn a_penalty_lockout_is_reported_with_its_remaining_time() -> Result<(), B
 #[tokio::test]
 async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
-    let open = RateLimitLayer::builder(Limiter::new(Down))
+    let open = RateLimitLayer::builder()
+        .limiter(Limiter::new(Down))
         .limit(Limit::new(rule(), key::global()))
         .build()?;
     let svc = with(open);
     for _ in 0..3 {
         assert_eq!(call(&svc, get("/")).await.status(), StatusCode::OK);
     }
-    let closed = RateLimitLayer::builder(Limiter::new(Down))
+    let closed = RateLimitLayer::builder()
+        .limiter(Limiter::new(Down))
         .limit(Limit::new(rule(), key::global()))
         .on_failure(FailurePolicy::FailClosed)
         .build()?;
@@ -308,7 +317,8 @@ async fn store_failures_follow_the_failure_policy() -> Result<(), BoxError> {
 async fn rejections_can_be_replaced() -> Result<(), BoxError> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::global(),
@@ -338,10 +348,12 @@ async fn rejections_can_be_replaced() -> Result<(), BoxError> {
 /// mistakes are refused when the layer is built, as typed errors.
 #[tokio::test]
 async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Result<(), BoxError> {
-    let builder = RateLimitLayer::builder(limiter()).limit(Limit::new(
-        Rule::fixed_window("x", 2, Duration::from_secs(60)),
-        key::global(),
-    ));
+    let builder = RateLimitLayer::builder()
+        .limiter(limiter())
+        .limit(Limit::new(
+            Rule::fixed_window("x", 2, Duration::from_secs(60)),
+            key::global(),
+        ));
     let layer = builder.clone().build()?;
     let a = with(layer.clone());
     let b = with(layer.clone());
@@ -366,7 +378,8 @@ async fn every_clone_enforces_the_same_limit_and_config_errors_are_typed() -> Re
         .unwrap_err()
         .to_string()
         .contains("\"x\" is applied twice"));
-    let err = RateLimitLayer::builder(limiter())
+    let err = RateLimitLayer::builder()
+        .limiter(limiter())
         .route("no-slash", [])
         .build()
         .unwrap_err();
@@ -405,7 +418,8 @@ impl tower::Service<Request<String>> for Gate {
 async fn poll_ready_is_the_inner_services() -> Result<(), BoxError> {
     use tower::{Layer, Service};
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::global(),
@@ -448,7 +462,8 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
     let store = Slow(MemoryStore::with_clock(ManualClock::new(
         1_700_000_000_000_000,
     )));
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .limit(Limit::new(
             Rule::gcra("api", 1, Rate::per_second(10)),
             key::global(),
@@ -471,7 +486,8 @@ async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxEr
 #[tokio::test]
 async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Result<(), BoxError> {
     let rule = || Rule::fixed_window("x", 1, Duration::from_secs(60));
-    let keyless = RateLimitLayer::builder(limiter())
+    let keyless = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(rule(), key::header("user-id")))
         .mode(Mode::Shadow)
         .build()?;
@@ -479,7 +495,8 @@ async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Resul
         call(&with(keyless), get("/")).await.status(),
         StatusCode::OK
     );
-    let no_peer = RateLimitLayer::builder(limiter())
+    let no_peer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(rule(), key::peer_ip()))
         .mode(Mode::Shadow)
         .build()?;
@@ -487,7 +504,8 @@ async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Resul
         call(&with(no_peer), get("/")).await.status(),
         StatusCode::OK
     );
-    let down = RateLimitLayer::builder(Limiter::new(Down))
+    let down = RateLimitLayer::builder()
+        .limiter(Limiter::new(Down))
         .limit(Limit::new(rule(), key::global()))
         .on_failure(FailurePolicy::FailClosed)
         .mode(Mode::Shadow)
@@ -500,7 +518,8 @@ async fn shadow_mode_lets_keyless_requests_and_store_failures_through() -> Resul
 /// a 400 with the same message.
 #[tokio::test]
 async fn a_grpc_request_without_its_key_gets_invalid_argument() -> Result<(), BoxError> {
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("x", 1, Duration::from_secs(60)),
             key::header("user-id"),

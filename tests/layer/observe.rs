@@ -11,7 +11,11 @@ use std::time::Duration;
 use crate::support::service::{limiter, Svc};
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
-use tollgate::{key, Limiter, MemoryStore, Penalty, Rule, Store};
+use tollgate::{
+    key,
+    store::{MemoryStore, Store},
+    Limiter, Penalty, Rule,
+};
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 
@@ -49,7 +53,8 @@ fn service<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
 /// client IP out after one denial.
 fn layer() -> RateLimitLayer<MemoryStore> {
     let minute = Duration::from_secs(60);
-    RateLimitLayer::builder(limiter())
+    RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(
             Limit::new(
                 Rule::fixed_window("per-user", 2, minute),
@@ -201,7 +206,8 @@ fn the_hook_sees_the_store_latency() {
     let _serial = serial();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
-    let layer = RateLimitLayer::builder(limiter())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter())
         .limit(Limit::new(
             Rule::fixed_window("per-user", 2, Duration::from_secs(60)),
             key::header("user-id"),
@@ -348,7 +354,8 @@ mod metrics_feature {
     fn a_failed_store_is_counted_per_rule() {
         let _serial = super::serial();
         let recorder = DebuggingRecorder::new();
-        let layer = RateLimitLayer::builder(Limiter::new(Down))
+        let layer = RateLimitLayer::builder()
+            .limiter(Limiter::new(Down))
             .limit(Limit::new(
                 Rule::fixed_window("per-user", 2, Duration::from_secs(60)),
                 key::header("user-id"),
@@ -368,7 +375,8 @@ mod metrics_feature {
     fn held_requests_are_a_gauge() {
         let _serial = super::serial();
         let recorder = DebuggingRecorder::new();
-        let layer = RateLimitLayer::builder(limiter())
+        let layer = RateLimitLayer::builder()
+            .limiter(limiter())
             .limit(Limit::new(
                 Rule::leaky_bucket("shaped", 5, tollgate::Rate::per_second(1)),
                 key::global(),

@@ -13,7 +13,7 @@ use crate::support::service::{with, Svc};
 use http::{Request, StatusCode};
 use parking_lot::Mutex;
 use tollgate::layer::{Limit, MissingKey, PlanOf, Plans, RateLimitLayer, UnknownPlan};
-use tollgate::{key, Limiter, MemoryStore, Rule};
+use tollgate::{key, Limiter, Rule};
 use tower::ServiceExt;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -38,10 +38,7 @@ async fn status(svc: &Svc, request: Request<String>) -> StatusCode {
 }
 
 fn layer(plans: Plans) -> RateLimitLayer {
-    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-        .limits(plans)
-        .build()
-        .unwrap()
+    RateLimitLayer::builder().limits(plans).build().unwrap()
 }
 
 /// The rule a request is checked against is the one of its plan, and only that rule is
@@ -193,7 +190,7 @@ async fn moving_a_key_between_plans_uses_each_plans_own_state() {
 #[tokio::test]
 async fn plans_are_one_batch_with_the_other_limits() {
     // A global limit of 2 beside the plans: a request the plan refuses consumes none of it.
-    let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let layer = RateLimitLayer::builder()
         .limit(Limit::new(
             Rule::fixed_window("global", 2, MINUTE),
             key::global(),
@@ -233,12 +230,7 @@ async fn plans_are_one_batch_with_the_other_limits() {
 /// one rule name for two plans' rules) are errors when the layer is built.
 #[test]
 fn plans_that_cannot_work_are_build_errors() {
-    let build = |plans: Plans| {
-        RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
-            .limits(plans)
-            .build()
-            .map(|_| ())
-    };
+    let build = |plans: Plans| RateLimitLayer::builder().limits(plans).build().map(|_| ());
     let err = build(plans(
         PlanOf::header("x-plan"),
         UnknownPlan::Plan("gold".into()),
@@ -290,8 +282,11 @@ fn plans_that_cannot_work_are_build_errors() {
 #[tokio::test]
 async fn plans_on_redis() {
     let server = crate::support::redis_server::RedisServer::start();
-    let store = tollgate::RedisStore::connect(&server.url()).await.unwrap();
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let store = tollgate::store::RedisStore::connect(&server.url())
+        .await
+        .unwrap();
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .limits(plans(PlanOf::header("x-plan"), UnknownPlan::Reject))
         .build()
         .unwrap();

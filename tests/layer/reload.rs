@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{Limit, Mode, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
-use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+use tollgate::{key, store::MemoryStore, Limiter, Rate, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -61,7 +61,8 @@ fn configure_b(builder: RateLimitLayerBuilder) -> RateLimitLayerBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_swapped_under_load_are_applied_whole() {
     let limiter = Limiter::new(MemoryStore::new());
-    let (layer, handle) = RateLimitLayer::builder(limiter.clone())
+    let (layer, handle) = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .build()
         .unwrap()
         .reloadable();
@@ -71,10 +72,10 @@ async fn rules_swapped_under_load_are_applied_whole() {
     // Both configurations built once; a thread swaps them as fast as it can, so that swaps
     // land between any two steps of a request.
     let (build_a, build_b) = {
-        let a = configure_a(RateLimitLayer::builder(limiter.clone()))
+        let a = configure_a(RateLimitLayer::builder().limiter(limiter.clone()))
             .build()
             .unwrap();
-        let b = configure_b(RateLimitLayer::builder(limiter))
+        let b = configure_b(RateLimitLayer::builder().limiter(limiter))
             .build()
             .unwrap();
         (a, b)
@@ -156,7 +157,7 @@ async fn rules_swapped_under_load_are_applied_whole() {
 /// requests are decided by the new ones.
 #[tokio::test(start_paused = true)]
 async fn a_held_request_finishes_under_the_rules_it_started_with() {
-    let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let (layer, handle) = RateLimitLayer::builder()
         .mode(Mode::Wait {
             max_wait: Duration::from_secs(10),
         })
@@ -203,7 +204,7 @@ async fn state_is_kept_by_rule_name_across_reloads() {
             key::header("user-id"),
         )
     };
-    let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    let (layer, handle) = RateLimitLayer::builder()
         .limit(per_user())
         .build()
         .unwrap()
@@ -283,7 +284,7 @@ async fn held_requests_count_under_one_bound_across_a_reload() {
                 key::global(),
             ))
     };
-    let (layer, handle) = config(RateLimitLayer::builder(Limiter::new(MemoryStore::new())))
+    let (layer, handle) = config(RateLimitLayer::builder())
         .build()
         .unwrap()
         .reloadable();
@@ -322,7 +323,7 @@ async fn the_log_interval_holds_across_a_reload() -> Result<(), tower::BoxError>
             ))
             .log_interval(Duration::from_secs(3600))
     };
-    let (layer, handle) = configure(RateLimitLayer::builder(Limiter::new(Down)))
+    let (layer, handle) = configure(RateLimitLayer::builder().limiter(Limiter::new(Down)))
         .build()?
         .reloadable();
     let svc = with(layer);

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::key::{self, ForwardedHeader, KeyExtractor};
 use tollgate::layer::{Limit, MissingKey, Mode, RateLimitLayer};
-use tollgate::{Limiter, ManualClock, MemoryStore, Penalty, Rate, Rule};
+use tollgate::{store::MemoryStore, Limiter, ManualClock, Penalty, Rate, Rule};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 
 const BASE_MICROS: u64 = 1_700_000_000_000_000;
@@ -326,7 +326,8 @@ fn build_layer(spec: &LayerSpec, limiter: Limiter<MemoryStore>) -> RateLimitLaye
             max_wait: Duration::from_millis(500),
         },
     };
-    let mut layer = RateLimitLayer::builder(limiter)
+    let mut layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .mode(mode)
         .max_held(spec.max_held.max(1));
     // One part at a time, each kept only if the whole still builds.

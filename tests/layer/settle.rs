@@ -18,8 +18,9 @@ use tollgate::key::RequestHead;
 use tollgate::layer::{Charge, Limit, RateLimitLayer};
 use tollgate::store::Fallback;
 use tollgate::{
-    key, Check, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, RuleOutcome,
-    Store, StoreError,
+    key,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 use tower::ServiceExt;
 
@@ -86,7 +87,8 @@ fn downloads(estimate: fn(&RequestHead<'_>) -> u64) -> Limit {
 }
 
 fn files<St: Store + Clone>(limiter: Limiter<St>, limit: Limit) -> Router {
-    let layer = RateLimitLayer::builder(limiter)
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(limit)
         .build()
         .unwrap();
@@ -225,7 +227,8 @@ async fn less_served_is_given_back_in_redis() {
 #[tokio::test]
 async fn a_service_error_keeps_the_estimate() {
     let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(BASE_MICROS)));
-    let layer = RateLimitLayer::builder(limiter.clone())
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
         .limit(downloads(decoded_size))
         .build()
         .unwrap();
@@ -292,7 +295,8 @@ async fn a_fallback_settles_in_the_store_that_took_the_units() {
     };
     let local = MemoryStore::with_clock(clock.clone());
     let store = Fallback::with_local(primary.clone(), local.clone());
-    let layer = RateLimitLayer::builder(Limiter::new(store))
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
         .limit(downloads(decoded_size))
         .build()
         .unwrap();

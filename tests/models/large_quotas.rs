@@ -16,7 +16,8 @@ use std::time::Duration;
 use crate::support::redis_server::RedisCluster;
 use redis::cluster_routing::Slot;
 use tollgate::{
-    Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, RuleOutcome,
+    store::{MemoryStore, RedisStore},
+    Check, Decision, Limiter, ManualClock, Rate, Rule, RuleOutcome,
 };
 
 /// 20,000 days after the epoch: a realistic instant, a multiple of every day.

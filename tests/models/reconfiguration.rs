@@ -11,8 +11,9 @@ use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
-    key, Check, Clock, Decision, DenyReason, Limiter, ManualClock, MemoryStore, Rate, RedisStore,
-    Rule, Store,
+    key,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Clock, Decision, DenyReason, Limiter, ManualClock, Rate, Rule,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -254,7 +255,7 @@ async fn redis_store_never_reads_another_configuration_as_its_own() {
 // Build time: a layer refuses a name bound to two unequal rules.
 
 fn layer() -> RateLimitLayerBuilder<MemoryStore> {
-    RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+    RateLimitLayer::builder()
 }
 
 fn per_user(rule: Rule) -> Limit {

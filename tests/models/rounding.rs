@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Rule};
+use tollgate::{store::MemoryStore, Check, Limiter, ManualClock, Rate, Rule};
 
 /// How many of `steps` requests one microsecond apart `rule` admits.
 fn admitted_one_per_micro(rule: &Rule, steps: u64) -> u64 {

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
 use crate::support::vectors::BASE_MICROS;
-use tollgate::{Decision, Limiter, ManualClock, MemoryStore, RedisStore, Rule, Store};
+use tollgate::{
+    store::{MemoryStore, RedisStore, Store},
+    Decision, Limiter, ManualClock, Rule,
+};
 
 const WINDOW: Duration = Duration::from_micros(1000);
 

@@ -8,7 +8,8 @@ use crate::support::redis_server::RedisCluster;
 use crate::support::vectors::BASE_MICROS;
 use redis::cluster_routing::Slot;
 use tollgate::{
-    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, RedisStore, Rule, Store,
+    store::{RedisStore, Store},
+    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, Rule,
 };
 
 async fn limiter(cluster: &RedisCluster, clock: &ManualClock) -> Limiter<RedisStore> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
 use crate::support::vectors::BASE_MICROS;
-use tollgate::{Limiter, ManualClock, RedisStore, Rule};
+use tollgate::{store::RedisStore, Limiter, ManualClock, Rule};
 
 const WORKER_ENV: &str = "TOLLGATE_CONCURRENCY_WORKER_URL";
 const START_ENV: &str = "TOLLGATE_CONCURRENCY_WORKER_START_MS";

@@ -4,7 +4,7 @@
 
 use crate::support::redis_server::{RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
-use tollgate::{Limiter, ManualClock, Rate, RedisStore, Rule, StoreError};
+use tollgate::{store::RedisStore, Limiter, ManualClock, Rate, Rule, StoreError};
 
 /// The quickstart's `/report` limit: bursts of 3, then 1 per second.
 fn report_rule() -> Rule {

@@ -9,7 +9,8 @@ use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
-    Check, Decision, Limiter, ManualClock, Outcome, Penalty, Rate, RedisStore, Rule, Store,
+    store::{RedisStore, Store},
+    Check, Decision, Limiter, ManualClock, Outcome, Penalty, Rate, Rule,
 };
 
 fn rules() -> Vec<Rule> {

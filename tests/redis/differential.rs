@@ -11,7 +11,8 @@ use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
-    Check, Limiter, ManualClock, MemoryStore, Penalty, Rate, RedisStore, Reservation, Rule, Store,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Limiter, ManualClock, Penalty, Rate, Reservation, Rule,
 };
 
 fn rules() -> Vec<Rule> {
@@ -165,7 +166,7 @@ trait PeekCheck {
     async fn store_peek(&self, check: Check<'_>) -> tollgate::RuleOutcome;
 }
 
-impl<S: tollgate::Store> PeekCheck for Limiter<S> {
+impl<S: tollgate::store::Store> PeekCheck for Limiter<S> {
     async fn store_peek(&self, check: Check<'_>) -> tollgate::RuleOutcome {
         self.peek(check.rule, check.key, check.cost).await.unwrap()
     }

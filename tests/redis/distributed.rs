@@ -18,7 +18,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use tollgate::{Limiter, RedisStore, Rule};
+use tollgate::{store::RedisStore, Limiter, Rule};
 
 const CHILD_ENV: &str = "TOLLGATE_DISTRIBUTED_REDIS";
 const LIMIT: u64 = 20;

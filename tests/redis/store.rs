@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::support::redis_server::{RedisCluster, RedisServer};
 use crate::support::vectors::{load_all, run_on_store, BASE_MICROS};
 use tollgate::{
-    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, Rate, RedisStore, Rule, Store,
-    StoreError,
+    store::{RedisStore, Store},
+    Check, Decision, DenyReason, Limiter, ManualClock, Penalty, Rate, Rule, StoreError,
 };
 
 async fn store(server: &RedisServer) -> RedisStore {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
 use tollgate::{
-    Check, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule,
-    RuleOutcome, Store, StoreError,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Decision, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 
 /// A multiple of every window below.
@@ -260,7 +260,7 @@ mod held {
 
     use http::{Request, Response, StatusCode};
     use tollgate::layer::{Limit, Mode, RateLimitLayer};
-    use tollgate::{key, Limiter, ManualClock, MemoryStore, Rate, Rule};
+    use tollgate::{key, store::MemoryStore, Limiter, ManualClock, Rate, Rule};
     use tower::{service_fn, ServiceBuilder, ServiceExt};
 
     const T0: u64 = 1_700_000_000_000_000;
@@ -279,7 +279,8 @@ mod held {
     async fn two_users_of_one_tenant_are_held_each(tenant_limit: Limit) {
         let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
         let per_user = Rule::gcra("per-user", 1, Rate::new(1, 10 * S));
-        let layer = RateLimitLayer::builder(limiter)
+        let layer = RateLimitLayer::builder()
+            .limiter(limiter)
             .limit(Limit::new(per_user, key::header("user-id")))
             .limit(tenant_limit)
             .mode(Mode::Wait { max_wait: 60 * S })
@@ -336,7 +337,10 @@ mod twins {
 
     use super::Still;
     use crate::support::redis_server::RedisServer;
-    use tollgate::{Check, Limiter, ManualClock, MemoryStore, Rate, Reservation, Rule, Store};
+    use tollgate::{
+        store::{MemoryStore, Store},
+        Check, Limiter, ManualClock, Rate, Reservation, Rule,
+    };
 
     const T0: u64 = 1_000_000_000_000;
     const US: Duration = Duration::from_micros(1);
@@ -950,7 +954,8 @@ fn shaping_service<St: Store + Clone>(
     use tower::{service_fn, ServiceBuilder};
 
     let passed = Passed::default();
-    let layer = RateLimitLayer::builder(limiter)
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             Rule::leaky_bucket("per-user", 5, Rate::new(1, Duration::from_secs(10))),
             key::header("user-id"),
@@ -1135,7 +1140,8 @@ async fn in_shadow_mode_shaped_requests_count_on_every_rule() {
     let limiter = Limiter::new(MemoryStore::with_clock(TokioClock(start)));
     let would_deny = Arc::new(AtomicUsize::new(0));
     let seen = would_deny.clone();
-    let layer = RateLimitLayer::builder(limiter)
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
         .limit(Limit::new(
             Rule::leaky_bucket("per-user", 5, Rate::new(1, Duration::from_secs(10))),
             key::header("user-id"),

@@ -9,3 +9,4 @@ mod memory_store;
 mod queues;
 mod refunds;
 mod reservations;
+mod settled;

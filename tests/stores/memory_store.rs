@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use sha2::Digest;
 use tollgate::{
-    Check, Decision, Denial, DenyReason, Limiter, ManualClock, MemoryStore, Penalty, Rule,
-    RuleOutcome, Store, StoreError,
+    store::{MemoryStore, Store},
+    Check, Decision, Denial, DenyReason, Limiter, ManualClock, Penalty, Rule, RuleOutcome,
+    StoreError,
 };
 
 /// 20,000 days after the epoch: a whole number of seconds, minutes, hours and days, so

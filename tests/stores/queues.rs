@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, RedisStore, Rule, Store};
+use tollgate::{
+    store::{MemoryStore, RedisStore, Store},
+    Check, Decision, Limiter, ManualClock, Rate, Rule,
+};
 
 /// A multiple of every period below.
 const T0: u64 = 1_000_000_000_000;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
 use tollgate::{
-    Check, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule, Store,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Decision, Limiter, ManualClock, Outcome, Rate, Rule,
 };
 
 /// A multiple of every window below, so epoch-aligned windows start here.

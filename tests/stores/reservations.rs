@@ -17,8 +17,8 @@ use crate::support::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tollgate::{
-    Check, Clock, Decision, Limiter, ManualClock, MemoryStore, Outcome, Rate, RedisStore, Rule,
-    RuleOutcome, Store, StoreError,
+    store::{MemoryStore, RedisStore, Store},
+    Check, Clock, Decision, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 
 const T0: u64 = 1_000_000_000;

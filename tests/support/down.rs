@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Check, Outcome, Rule, RuleOutcome, Store, StoreError};
+use tollgate::{store::Store, Check, Outcome, Rule, RuleOutcome, StoreError};
 
 /// A store whose every call fails with [`StoreError::Unavailable`].
 #[derive(Clone, Debug)]

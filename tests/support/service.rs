@@ -5,7 +5,10 @@ use std::convert::Infallible;
 
 use http::{Request, Response};
 use tollgate::layer::{RateLimitBody, RateLimitLayer};
-use tollgate::{Limiter, ManualClock, MemoryStore, Store};
+use tollgate::{
+    store::{MemoryStore, Store},
+    Limiter, ManualClock,
+};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use plotters::prelude::*;
 use plotters::style::FontStyle;
-use tollgate::{Check, Decision, Limiter, ManualClock, MemoryStore, Rate, Rule};
+use tollgate::{store::MemoryStore, Check, Decision, Limiter, ManualClock, Rate, Rule};
 
 /// An instant on a whole second, so fixed windows begin at offsets 0 s, 1 s, 2 s, ….
 const START_MICROS: u64 = 1_700_000_000_000_000;

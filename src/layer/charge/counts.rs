@@ -10,7 +10,7 @@ use http::StatusCode;
 /// ([`Limit::charge`](crate::layer::Limit::charge)); by default, [every one](Self::all).
 ///
 /// A limit with a charge takes its units when the request is admitted, as every limit does,
-/// and gives them back ([`Store::refund`](crate::Store::refund)) when the inner service answers with a status the
+/// and gives them back ([`Store::refund`](crate::store::Store::refund)) when the inner service answers with a status the
 /// charge does not count. So, under any concurrency, the requests that count never exceed
 /// the limit: a request in flight holds its units until its response says whether it
 /// counts. Requests that will not count can be refused while the quota is held by requests
@@ -24,7 +24,7 @@ use http::StatusCode;
 ///   layer dropped it): counted, for the same reason.
 /// - a rejection by the layer itself: it consumed nothing to begin with.
 ///
-/// The refund follows [`Store::refund`](crate::Store::refund): exact for the counting algorithms (fixed window,
+/// The refund follows [`Store::refund`](crate::store::Store::refund): exact for the counting algorithms (fixed window,
 /// sliding window, sliding log), which give back a request's units whatever was admitted
 /// meanwhile, as long as its window is still stored. A token bucket, GCRA or leaky bucket
 /// gives back only what it still can exactly (nothing once a later request was admitted),
@@ -64,13 +64,13 @@ use http::StatusCode;
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
 /// use tollgate::layer::{Charge, Limit, RateLimitLayer};
-/// use tollgate::{key, Limiter, MemoryStore, Rule};
+/// use tollgate::{key, Limiter, Rule, store::MemoryStore};
 /// use tower::{service_fn, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // 3 failed logins per user per 15 minutes; successful logins do not count.
-/// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+/// let layer = RateLimitLayer::builder()
 ///     .route("POST /login", [Limit::new(
 ///         Rule::fixed_window("failed-logins", 3, Duration::from_secs(900)),
 ///         key::header("user"),

@@ -49,7 +49,7 @@ pub enum UnknownPlan {
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
 /// use tollgate::layer::{PlanOf, Plans, RateLimitLayer, UnknownPlan};
-/// use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+/// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -57,7 +57,7 @@ pub enum UnknownPlan {
 /// let per_key = Plans::new(key::header("x-api-key"), PlanOf::header("x-plan"), UnknownPlan::Plan("free".into()))
 ///     .plan("free", Rule::fixed_window("api-free", 1, Duration::from_secs(60)))
 ///     .plan("pro", Rule::token_bucket("api-pro", 100, Rate::per_second(10)));
-/// let layer = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+/// let layer = RateLimitLayer::builder()
 ///     .limits(per_key)
 ///     .build()?;
 /// let service = layer.layer(service_fn(|_req: Request<String>| async {

@@ -50,13 +50,13 @@ use crate::store::Store;
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
 /// use tollgate::layer::{Limit, RateLimitLayer};
-/// use tollgate::{key, Limiter, MemoryStore, Rule};
+/// use tollgate::{key, Limiter, Rule, store::MemoryStore};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let minute = Duration::from_secs(60);
-/// let (layer, handle) = RateLimitLayer::builder(Limiter::new(MemoryStore::new()))
+/// let (layer, handle) = RateLimitLayer::builder()
 ///     .limit(Limit::new(Rule::fixed_window("per-user", 1, minute), key::header("user-id")))
 ///     .build()?
 ///     .reloadable();
@@ -113,7 +113,7 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// [`on_decision`](RateLimitLayerBuilder::on_decision), exemptions) included: make the
     /// base builder in one function, used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
-        RateLimitLayer::builder(self.limiter.clone())
+        RateLimitLayerBuilder::on(self.limiter.clone())
     }
 
     /// Builds `builder` and, if its configuration can work, installs it in the running

@@ -36,7 +36,7 @@
 //!   { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
 //! ]
 //! "#;
-//! let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+//! let builder = RateLimitLayer::builder();
 //! let layer = Loader::new().from_toml(rules, "rules.toml", builder)?;
 //! # let _ = layer; Ok(()) }
 //! ```
@@ -120,7 +120,7 @@ use crate::store::Store;
 /// use tollgate::key;
 /// use tollgate::layer::{PlanOf, RateLimitLayer};
 /// use tollgate::layer::rules_file::Loader;
-/// use tollgate::{Limiter, MemoryStore};
+/// use tollgate::{Limiter, store::MemoryStore};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let loader = Loader::new()
@@ -139,11 +139,11 @@ use crate::store::Store;
 ///       { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
 ///     ]
 /// "#;
-/// let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+/// let builder = RateLimitLayer::builder();
 /// let layer = loader.from_toml(toml, "rules.toml", builder)?;
 ///
 /// // A problem names the file, the line and the field.
-/// let builder = RateLimitLayer::builder(Limiter::new(MemoryStore::new()));
+/// let builder = RateLimitLayer::builder();
 /// let err = loader.from_toml("[[limit]]\nname = \"x\"\nkey = \"global\"\nfixed_window = { limit = 0, window = \"1m\" }\n", "rules.toml", builder)
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("rules.toml:2:1: limit[0].name: rule \"x\": fixed window limit must be at least 1"), "{err}");

@@ -18,14 +18,14 @@ use crate::rate::Rate;
 /// ```
 /// use tollgate::layer::RateLimitLayer;
 /// use tollgate::layer::rules_file::{Loader, RulesFile};
-/// use tollgate::{Limiter, MemoryStore};
+/// use tollgate::{Limiter, store::MemoryStore};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let file: RulesFile = serde_json::from_str(r#"{
 ///     "limit": [{ "name": "per-user", "fixed_window": { "limit": 100, "window": "1m" },
 ///                 "key": { "header": "user-id" } }]
 /// }"#)?;
-/// let layer = Loader::new().build(&file, RateLimitLayer::builder(Limiter::new(MemoryStore::new())))?;
+/// let layer = Loader::new().build(&file, RateLimitLayer::builder())?;
 /// # let _ = layer; Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -57,7 +57,7 @@ fn state_of(raw: u8) -> BreakerState {
 /// open for [`open_for`](Self::open_for), the next call (or the next look at
 /// [`health`](Store::health), as a readiness endpoint polls it) starts the one **probe**
 /// (half-open): the store's own [`probe`](Store::probe) (a `PING` for
-/// [`RedisStore`](crate::RedisStore)), run by the breaker on a task of its own on the
+/// [`RedisStore`](crate::store::RedisStore)), run by the breaker on a task of its own on the
 /// tokio runtime, while that call fails at once like every other. So no client's request
 /// ever waits on a store that may still hang, and a recovering store gets one probe at a
 /// time, not a thundering herd. The probe's success closes the breaker; its failure
@@ -70,12 +70,12 @@ fn state_of(raw: u8) -> BreakerState {
 /// What the caller does with a failure is its policy: the tower layer's
 /// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
 /// decides from a local store meanwhile. A timed-out call is never sent again by the
-/// breaker (see [`RedisStore`](crate::RedisStore)'s notes on timeouts).
+/// breaker (see [`RedisStore`](crate::store::RedisStore)'s notes on timeouts).
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::store::Breaker;
-/// use tollgate::{Health, MemoryStore};
+/// use tollgate::store::{Health, MemoryStore};
 /// use tollgate::Limiter;
 ///
 /// let store = Breaker::new(MemoryStore::new())
@@ -439,6 +439,25 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(move || self.store.check(batch, max_wait))
     }
 
+    /// Asks the store at once, where it can answer at once, while the circuit is closed; an
+    /// open or probing circuit answers through [`check`](Store::check), which handles it.
+    fn try_check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        if self.state() != BreakerState::Closed {
+            return None;
+        }
+        let result = self.store.try_check_now(batch, max_wait)?;
+        PassGuard {
+            shared: &self.shared,
+            pass: Some(Pass::Call),
+        }
+        .record(&result);
+        Some(result)
+    }
+
     fn peek(
         &self,
         check: Check<'_>,
@@ -467,6 +486,11 @@ impl<S: Store> Store for Breaker<S> {
         key: &[u8],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.guarded(move || self.store.reset(rule, key))
+    }
+
+    /// The store's own probe: a breaker around a breaker probes the store they guard.
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        self.store.probe()
     }
 
     fn health(&self) -> Health {

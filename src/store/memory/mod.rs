@@ -65,7 +65,7 @@ const MIN_SWEEP_LEN: usize = 1024;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Limiter, MemoryStore, Rule};
+/// use tollgate::{Limiter, Rule, store::MemoryStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -620,7 +620,7 @@ impl Store for MemoryStore {
     }
 
     #[inline]
-    fn check_now(
+    fn try_check_now(
         &self,
         batch: &[Check<'_>],
         max_wait: Duration,

@@ -1,5 +1,5 @@
 //! Giving back what a held request took, and taking what a settled cost owes beyond it:
-//! [`Store::refund`](crate::Store::refund) for the in-process store.
+//! [`Store::refund`](crate::store::Store::refund) for the in-process store.
 
 use crate::decision::Admission;
 use crate::error::StoreError;

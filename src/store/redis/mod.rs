@@ -148,7 +148,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tollgate::RedisStore;
+/// use tollgate::store::RedisStore;
 /// use tollgate::{Limiter, Rule};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -407,7 +407,7 @@ impl RedisStore {
     /// clock later does not use it.
     ///
     /// ```no_run
-    /// use tollgate::RedisStore;
+    /// use tollgate::store::RedisStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
