@@ -86,11 +86,29 @@ impl HeldLimits {
         self.max_per_key.unwrap_or((self.max / 10).max(1))
     }
 
+    /// The places kept for requests whose keys hold nothing yet: one key's share, so that
+    /// keys already holding requests, however many, never take the place of a client that
+    /// needs a short wait for the first time. None where one key's share is every place
+    /// (a global rule delaying every request), which would otherwise lose them.
+    fn kept_for_newcomers(&self) -> usize {
+        let share = self.per_key();
+        share.min(self.max.saturating_sub(share))
+    }
+
     /// Counts one more held request under `keys` (distinct), or says `None` when that would
-    /// pass a bound.
+    /// pass a bound: `max` in all, [`per_key`](Self::per_key) for each key, and, for a
+    /// request one of whose keys holds requests already, `max` less the places
+    /// [kept for newcomers](Self::kept_for_newcomers).
     pub(crate) fn try_hold(&self, keys: SmallVec<[u64; 4]>) -> Option<HeldSlot> {
         let counts = &self.counts;
-        let max = self.max;
+        let newcomer = keys
+            .iter()
+            .all(|key| !counts.shard(*key).lock().contains_key(key));
+        let max = if newcomer {
+            self.max
+        } else {
+            self.max.saturating_sub(self.kept_for_newcomers())
+        };
         counts
             .total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
