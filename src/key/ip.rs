@@ -12,31 +12,23 @@ use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
 use crate::error::ConfigError;
 
 /// Why an address key found no peer address, and what to add (see [`no_peer`]).
-const NO_PEER: &str = no_peer(cfg!(feature = "axum"), cfg!(feature = "tonic"));
+const NO_PEER: &str = no_peer(cfg!(feature = "axum"));
 
-/// Why an address key found no peer address, with the fix first for the integration this
-/// build cannot read: a server on axum or tonic puts its connection info in every request,
-/// but without tollgate's feature of that name the type is not known here, and the only
-/// fix is the feature.
-const fn no_peer(axum: bool, tonic: bool) -> &'static str {
-    match (axum, tonic) {
-        (true, true) => "the peer address is not in the request's extensions: \
+/// Why an address key found no peer address, with the fix: a server on axum puts its
+/// connection info in every request, but without tollgate's `axum` feature the type is not
+/// known here and the only fix is the feature, so that comes first.
+const fn no_peer(axum: bool) -> &'static str {
+    if axum {
+        "the peer address is not in the request's extensions: \
 serve axum with `into_make_service_with_connect_info::<SocketAddr>()`, \
 insert the connection's `SocketAddr` into each request's extensions (hyper), \
-or serve tonic over TCP, or over TLS streams of TCP",
-        (true, false) => "the peer address is not in the request's extensions: \
-serve axum with `into_make_service_with_connect_info::<SocketAddr>()`, \
-insert the connection's `SocketAddr` into each request's extensions (hyper), \
-or on tonic, enable tollgate's feature `tonic` (`features = [\"tonic\"]`)",
-        (false, true) => "the peer address is not in the request's extensions: \
+or serve tonic over TCP, or over TLS streams of TCP (feature `tonic`)"
+    } else {
+        "the peer address is not in the request's extensions: \
 on axum, enable tollgate's feature `axum` (`features = [\"axum\"]`), without which axum's \
 `ConnectInfo` cannot be read, and serve with `into_make_service_with_connect_info::<SocketAddr>()`; \
-on hyper, insert the connection's `SocketAddr` into each request's extensions",
-        (false, false) => "the peer address is not in the request's extensions: \
-on axum, enable tollgate's feature `axum` (`features = [\"axum\"]`), without which axum's \
-`ConnectInfo` cannot be read, and serve with `into_make_service_with_connect_info::<SocketAddr>()`; \
-on tonic, enable tollgate's feature `tonic`; \
-on hyper, insert the connection's `SocketAddr` into each request's extensions",
+on hyper, insert the connection's `SocketAddr` into each request's extensions; \
+on tonic, serve over TCP, or over TLS streams of TCP (feature `tonic`)"
     }
 }
 
@@ -146,7 +138,9 @@ pub struct PeerIp {
 /// or inside the `TlsConnectInfo` of a TLS server (tonic's `tls_config`, or
 /// `serve_with_incoming` over rustls streams; feature `tonic`). Without one of them the key
 /// is a [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose
-/// message names the fix: the request gets a 500, never a silent pass.
+/// message names the fix: the request gets a 500, never a silent pass. On axum, enable
+/// tollgate's `axum` feature (off by default): without it axum's `ConnectInfo` is in every
+/// request but cannot be read, and the logged error says so first.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
 pub fn peer_ip() -> PeerIp {
@@ -502,20 +496,17 @@ mod tests {
     /// build lacks: without `axum`, axum's `ConnectInfo` is in every request but unreadable.
     #[test]
     fn no_peer_names_the_missing_feature_first() {
-        for tonic in [false, true] {
-            let without_axum = no_peer(false, tonic);
-            let fix = without_axum.split(':').nth(1).unwrap_or_default();
-            assert!(
-                fix.contains("enable tollgate's feature `axum`"),
-                "{without_axum}"
-            );
-            assert!(without_axum.contains("into_make_service_with_connect_info::<SocketAddr>()"));
-            let with_axum = no_peer(true, tonic);
-            assert!(!with_axum.contains("feature `axum`"), "{with_axum}");
-            assert!(with_axum.contains("into_make_service_with_connect_info::<SocketAddr>()"));
+        let without_axum = no_peer(false);
+        let fix = without_axum.split(':').nth(1).unwrap_or_default();
+        assert!(
+            fix.contains("enable tollgate's feature `axum`"),
+            "{without_axum}"
+        );
+        let with_axum = no_peer(true);
+        assert!(!with_axum.contains("feature `axum`"), "{with_axum}");
+        for message in [without_axum, with_axum] {
+            assert!(message.contains("into_make_service_with_connect_info::<SocketAddr>()"));
         }
-        assert!(no_peer(true, false).contains("feature `tonic`"));
-        assert!(!no_peer(true, true).contains("feature"));
     }
 
     /// The key's IPv4 text is `Display`'s, so keys (in Redis, in allow-lists) stay as

@@ -14,7 +14,9 @@ use crate::error::ConfigError;
 ///
 /// A pattern that no request can match is refused when parsed, since its route would run
 /// unlimited without a word: a method in lower case (methods are case-sensitive, so
-/// `post` is an extension method, not `POST`), a `?` or `#` (the query and the fragment are
+/// `post` is an extension method, not `POST`), a method outside the registered ones (a
+/// typo such as `POTS`), axum 0.7's `:name` and `*name` segments (axum 0.8 reads them as
+/// literal text), a `?` or `#` (the query and the fragment are
 /// not part of the path), spaces, control or non-ASCII characters (clients percent-encode
 /// them), and `.` or `..` segments (clients resolve them before sending).
 #[derive(Clone)]
