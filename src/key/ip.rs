@@ -11,10 +11,26 @@ use smallvec::SmallVec;
 use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
 use crate::error::ConfigError;
 
-const NO_PEER: &str = "the peer address is not in the request's extensions; \
-serve axum with `into_make_service_with_connect_info::<SocketAddr>()` (feature `axum`), \
+/// Why an address key found no peer address, and what to add (see [`no_peer`]).
+const NO_PEER: &str = no_peer(cfg!(feature = "axum"));
+
+/// Why an address key found no peer address, with the fix: a server on axum puts its
+/// connection info in every request, but without tollgate's `axum` feature the type is not
+/// known here and the only fix is the feature, so that comes first.
+const fn no_peer(axum: bool) -> &'static str {
+    if axum {
+        "the peer address is not in the request's extensions: \
+serve axum with `into_make_service_with_connect_info::<SocketAddr>()`, \
 insert the connection's `SocketAddr` into each request's extensions (hyper), \
-or serve tonic over TCP, or over TLS streams of TCP (feature `tonic`)";
+or serve tonic over TCP, or over TLS streams of TCP (feature `tonic`)"
+    } else {
+        "the peer address is not in the request's extensions: \
+on axum, enable tollgate's feature `axum` (`features = [\"axum\"]`), without which axum's \
+`ConnectInfo` cannot be read, and serve with `into_make_service_with_connect_info::<SocketAddr>()`; \
+on hyper, insert the connection's `SocketAddr` into each request's extensions; \
+on tonic, serve over TCP, or over TLS streams of TCP (feature `tonic`)"
+    }
+}
 
 /// The address of the TCP peer, from the request's extensions: a [`SocketAddr`] (what a hyper
 /// server inserts by hand), axum's `ConnectInfo<SocketAddr>` (feature `axum`) or tonic's
@@ -122,7 +138,9 @@ pub struct PeerIp {
 /// or inside the `TlsConnectInfo` of a TLS server (tonic's `tls_config`, or
 /// `serve_with_incoming` over rustls streams; feature `tonic`). Without one of them the key
 /// is a [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose
-/// message names the fix: the request gets a 500, never a silent pass.
+/// message names the fix: the request gets a 500, never a silent pass. On axum, enable
+/// tollgate's `axum` feature (off by default): without it axum's `ConnectInfo` is in every
+/// request but cannot be read, and the logged error says so first.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
 pub fn peer_ip() -> PeerIp {
@@ -365,19 +383,47 @@ impl KeyExtractor for ClientIp {
             .invalid
             .iter()
             .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
-        // Trusting every address lets every client write its own key in the header.
-        let everyone = self
-            .trusted
-            .iter()
-            .filter(|net| net.prefix_len() == 0 && !self.everyone)
-            .map(|net| {
+        // Trusting every address, at once or in pieces, lets every client write its own key
+        // in the header.
+        let everyone = covering_every_address(&self.trusted)
+            .filter(|_| !self.everyone)
+            .map(|nets| {
+                let (who, verb) = match nets.as_slice() {
+                    [one] => (format!("trusted proxy \"{one}\""), "trusts"),
+                    _ => {
+                        let listed: Vec<String> = nets.iter().map(|n| format!("\"{n}\"")).collect();
+                        (format!("trusted proxies {}", listed.join(", ")), "together trust")
+                    }
+                };
                 ConfigError::new(format!(
-                    "trusted proxy \"{net}\" trusts every address, so every client chooses its own key: list your proxies' addresses instead (or, if nothing but your proxy can reach this service, call `allow_trusting_everyone()`)"
+                    "{who} {verb} every address, so every client chooses its own key: list your proxies' addresses instead (or, if nothing but your proxy can reach this service, call `allow_trusting_everyone()`)"
                 ))
             });
         let prefix = check_ipv6_prefix(self.v6_prefix).err();
         ConfigError::collect(invalid.chain(everyone).chain(prefix)).map_or(Ok(()), Err)
     }
+}
+
+/// For each address family (IPv4, IPv6) whose every address some networks of `trusted`
+/// hold together, those networks: `0.0.0.0/0` alone, or `0.0.0.0/1` with `128.0.0.0/1`.
+fn covering_every_address(trusted: &[IpNet]) -> impl Iterator<Item = Vec<IpNet>> + '_ {
+    let same_family = |a: &IpNet, b: &IpNet| a.addr().is_ipv4() == b.addr().is_ipv4();
+    IpNet::aggregate(&trusted.to_vec())
+        .into_iter()
+        .filter(|net| net.prefix_len() == 0)
+        .map(move |all| {
+            let mut nets: Vec<IpNet> = trusted
+                .iter()
+                .filter(|net| same_family(net, &all))
+                .copied()
+                .collect();
+            if let Some(whole) = nets.iter().find(|net| net.prefix_len() == 0) {
+                return vec![*whole];
+            }
+            nets.sort_unstable();
+            nets.dedup();
+            nets
+        })
 }
 
 /// `net`, or the IPv4 network an IPv4-mapped one stands for (`::ffff:10.0.0.0/104` is
@@ -444,6 +490,23 @@ mod tests {
         req.extensions_mut()
             .insert(SocketAddr::new(peer.parse().unwrap(), 1234));
         req
+    }
+
+    /// A peer-address key that finds no address says what to add, first the feature this
+    /// build lacks: without `axum`, axum's `ConnectInfo` is in every request but unreadable.
+    #[test]
+    fn no_peer_names_the_missing_feature_first() {
+        let without_axum = no_peer(false);
+        let fix = without_axum.split(':').nth(1).unwrap_or_default();
+        assert!(
+            fix.contains("enable tollgate's feature `axum`"),
+            "{without_axum}"
+        );
+        let with_axum = no_peer(true);
+        assert!(!with_axum.contains("feature `axum`"), "{with_axum}");
+        for message in [without_axum, with_axum] {
+            assert!(message.contains("into_make_service_with_connect_info::<SocketAddr>()"));
+        }
     }
 
     /// The key's IPv4 text is `Display`'s, so keys (in Redis, in allow-lists) stay as

@@ -12,7 +12,7 @@
 //! | [`method`] | the HTTP method |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
-//! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain) |
+//! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain; inside a part, `0x1F` and `0x10` are preceded by `0x10`, so no two tuples share a key) |
 //! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was |
 //!
 //! ```
@@ -178,6 +178,27 @@ impl KeyBuf {
     pub(crate) fn truncate(&mut self, len: usize) {
         self.bytes.truncate(len);
     }
+
+    /// Escapes the bytes from `start` on as one part of a tuple's key: each
+    /// [`KEY_SEPARATOR`] or [`KEY_ESCAPE`] among them is preceded by [`KEY_ESCAPE`], so
+    /// that no part's bytes read as a separator and no two tuples share a key. Parts that
+    /// hold neither byte (header values, addresses, methods and routes cannot) are left as
+    /// they are, without a copy.
+    fn escape_part(&mut self, start: usize) {
+        let special = |b: &u8| matches!(*b, KEY_SEPARATOR | KEY_ESCAPE);
+        let part = self.bytes.get(start..).unwrap_or_default();
+        if !part.iter().any(special) {
+            return;
+        }
+        let part: SmallVec<[u8; 128]> = part.into();
+        self.bytes.truncate(start);
+        for b in part {
+            if special(&b) {
+                self.bytes.push(KEY_ESCAPE);
+            }
+            self.bytes.push(b);
+        }
+    }
 }
 
 impl fmt::Write for KeyBuf {
@@ -324,6 +345,10 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// values cannot contain).
 pub(crate) const KEY_SEPARATOR: u8 = 0x1F;
 
+/// Precedes a [`KEY_SEPARATOR`] or itself inside one part of a tuple's key (the ASCII data
+/// link escape, which header values cannot contain either).
+pub(crate) const KEY_ESCAPE: u8 = 0x10;
+
 macro_rules! tuple_extractor {
     ($($name:ident),+) => {
         impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
@@ -335,7 +360,9 @@ macro_rules! tuple_extractor {
                     if !std::mem::take(&mut first) {
                         key.push(&[KEY_SEPARATOR]);
                     }
+                    let start = key.len();
                     $name.extract(req, key)?;
+                    key.escape_part(start);
                 )+
                 Ok(())
             }

@@ -247,7 +247,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// place; raise it for a rule on one key for all (a global leaky bucket). A
     /// request counts under each (rule, key) of its batch whose rule delays it; with a
     /// global rule doing the delaying, the bound applies to all requests it delays.
-    /// Beyond it a request is refused as with `max_held`.
+    /// Beyond it a request is refused as with `max_held`. One share of `max_held` is kept
+    /// for requests whose keys hold nothing yet (none when the share is all of `max_held`):
+    /// keys that already hold requests, however many, fill at most the rest, so a client
+    /// that needs a short wait for the first time finds a place.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
         self.config_mut().held.max_per_key = Some(n);
         self

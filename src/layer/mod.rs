@@ -16,11 +16,13 @@
 //!   ([`RateLimitLayerBuilder::route`]): `"POST /sms/send"`, `"GET /files/{id}"`,
 //!   `"/pkg.Service/Method"`, `"/api/*"`. A request's global and route limits are then one
 //!   batch: a request the route refuses consumes nothing of the global limits. A pattern no
-//!   request can match (`"post /x"`, a `?`, a route an earlier one shadows) is a build
-//!   error, not a route that runs unlimited. Patterns are full paths as clients send them,
+//!   request can match (`"post /x"`, `"POTS /x"`, axum 0.7's `/files/:id`, a `?`, a route
+//!   an earlier one shadows) is a build error naming the fix, not a route that runs
+//!   unlimited. Patterns are full paths as clients send them,
 //!   also on a router mounted with axum's `Router::nest` (the layer reads axum's
-//!   `OriginalUri`); a path no pattern matches whole is matched as the nested router sees
-//!   it, so a table written with the nested router's own paths limits too. On axum a layer can also go on one route with `route_layer`; see
+//!   `OriginalUri`); the path is also matched as the nested router sees it, so a table
+//!   written with the nested router's own paths limits too, and of the two the more
+//!   specific route applies (a catch-all never hides a strict route). On axum a layer can also go on one route with `route_layer`; see
 //!   [one layer or two](#one-layer-or-two).
 //! - **Plans.** [`Plans`] chooses a limit's rule per request from the request's plan (free,
 //!   pro, enterprise: a header the gateway sets, or an API key's plan looked up by a

@@ -14,7 +14,9 @@ use crate::error::ConfigError;
 ///
 /// A pattern that no request can match is refused when parsed, since its route would run
 /// unlimited without a word: a method in lower case (methods are case-sensitive, so
-/// `post` is an extension method, not `POST`), a `?` or `#` (the query and the fragment are
+/// `post` is an extension method, not `POST`), a method outside the registered ones (a
+/// typo such as `POTS`), axum 0.7's `:name` and `*name` segments (axum 0.8 reads them as
+/// literal text), a `?` or `#` (the query and the fragment are
 /// not part of the path), spaces, control or non-ASCII characters (clients percent-encode
 /// them), and `.` or `..` segments (clients resolve them before sending).
 #[derive(Clone)]
@@ -45,6 +47,9 @@ impl RoutePattern {
                 }
                 let m = Method::from_bytes(m.as_bytes())
                     .map_err(|_| invalid("the method is not a valid HTTP method"))?;
+                if !KNOWN_METHODS.contains(&m.as_str()) {
+                    return Err(invalid(&unknown_method(m.as_str())));
+                }
                 (Some(m), p.trim())
             }
             None => (None, text),
@@ -61,6 +66,9 @@ impl RoutePattern {
             return Err(invalid(
                 "spaces, control and non-ASCII characters reach a server percent-encoded; write them so",
             ));
+        }
+        if let Some(fix) = axum_07_syntax(path) {
+            return Err(invalid(&fix));
         }
         let mut segments = Vec::new();
         let mut rest = false;
@@ -163,6 +171,109 @@ impl RoutePattern {
     }
 }
 
+/// The methods a route pattern may name: the IANA registry of HTTP methods, and `PURGE`
+/// (sent to caches, unregistered). A method outside it is most likely a typo, whose route
+/// would never be limited.
+const KNOWN_METHODS: &[&str] = &[
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "DELETE",
+    "CONNECT",
+    "OPTIONS",
+    "TRACE",
+    "PATCH",
+    "QUERY",
+    "ACL",
+    "BASELINE-CONTROL",
+    "BIND",
+    "CHECKIN",
+    "CHECKOUT",
+    "COPY",
+    "LABEL",
+    "LINK",
+    "LOCK",
+    "MERGE",
+    "MKACTIVITY",
+    "MKCALENDAR",
+    "MKCOL",
+    "MKREDIRECTREF",
+    "MKWORKSPACE",
+    "MOVE",
+    "ORDERPATCH",
+    "PRI",
+    "PROPFIND",
+    "PROPPATCH",
+    "REBIND",
+    "REPORT",
+    "SEARCH",
+    "UNBIND",
+    "UNCHECKOUT",
+    "UNLINK",
+    "UNLOCK",
+    "UPDATE",
+    "UPDATEREDIRECTREF",
+    "VERSION-CONTROL",
+    "PURGE",
+];
+
+/// Why `method` is refused, with the method it most likely stands for.
+fn unknown_method(method: &str) -> String {
+    let nearest = KNOWN_METHODS
+        .iter()
+        .map(|known| (edit_distance(method, known), *known))
+        .min()
+        .filter(|(distance, _)| *distance <= 2);
+    let fix = match nearest {
+        Some((_, known)) => format!("write {known:?}"),
+        None => "name a registered method (GET, POST, PUT, PATCH, DELETE, …)".to_owned(),
+    };
+    format!(
+        "{method:?} is not an HTTP method clients send, so the route would never be limited: {fix}, or leave the method out to limit the path for every method"
+    )
+}
+
+/// The number of single-character insertions, deletions and substitutions that turn `a`
+/// into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// For a path written in axum 0.7's syntax (`:id`, `*rest`), which axum 0.8 and this table
+/// read as literal text that no request has, why it is refused and the path to write.
+fn axum_07_syntax(path: &str) -> Option<String> {
+    let segments = path.split('/');
+    let old = |s: &str| s.len() > 1 && (s.starts_with(':') || s.starts_with('*'));
+    if !segments.clone().any(old) {
+        return None;
+    }
+    let fixed: Vec<String> = segments
+        .map(|s| match (s.strip_prefix(':'), s.strip_prefix('*')) {
+            (Some(name), _) if !name.is_empty() => format!("{{{name}}}"),
+            (_, Some(name)) if !name.is_empty() => format!("{{*{name}}}"),
+            _ => s.to_owned(),
+        })
+        .collect();
+    Some(format!(
+        "`:name` and `*name` are axum 0.7's syntax, which axum 0.8 reads as literal text no request has: write \"/{}\"",
+        fixed.join("/")
+    ))
+}
+
 impl fmt::Debug for RoutePattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
@@ -218,6 +329,20 @@ mod tests {
         assert!(RoutePattern::parse("/x/..").is_err());
         // Extension methods in upper case are methods clients send.
         assert!(RoutePattern::parse("PURGE /cache").is_ok());
+        assert!(RoutePattern::parse("PROPFIND /dav/{*path}").is_ok());
+    }
+
+    /// A method no client sends and axum 0.7's path syntax are refused with the fix.
+    #[test]
+    fn typos_and_old_syntax_are_refused_with_the_fix() {
+        let error = |p: &str| RoutePattern::parse(p).unwrap_err().to_string();
+        assert!(error("POTS /sms/send").contains("write \"POST\""));
+        assert!(error("FROBNICATE /x").contains("leave the method out"));
+        assert!(error("/files/:id").contains("write \"/files/{id}\""));
+        assert!(error("/*rest").contains("write \"/{*rest}\""));
+        assert!(error("GET /a/:b/*c").contains("write \"/a/{b}/{*c}\""));
+        assert_eq!(edit_distance("POTS", "POST"), 2);
+        assert_eq!(edit_distance("", "GET"), 3);
     }
 
     /// One route pattern covers another only when the other can never apply after it: the

@@ -249,16 +249,35 @@ fn tickets(
     tickets
 }
 
-/// The index of the first route-table entry the request matches, if any. Without a route
-/// table, the path is not even looked up.
+/// The route-table entry of the request, if any. Without a route table, the path is not
+/// even looked up.
+///
+/// On a nested router the table may be written with full paths or with the nested
+/// router's own: both paths are matched, and the more specific route of the two applies
+/// (the full path's among equals), so a catch-all matching the full path never hides a
+/// strict route written for the nested one.
 fn route_of<B>(config: &Config, request: &Request<B>) -> Option<usize> {
     if config.routes.is_empty() {
         return None;
     }
     let (original, seen) = (original_path(request), request.uri().path());
     let route = config.route_for(request.method(), original);
-    // A table written with a nested router's own paths: matched as the router sees them.
-    route.or_else(|| (seen != original).then(|| config.route_for(request.method(), seen))?)
+    if seen == original {
+        return route;
+    }
+    let nested = config.route_for(request.method(), seen);
+    let ranks = |i: usize| {
+        config
+            .routes
+            .get(i)
+            .into_iter()
+            .flat_map(|r| r.pattern.ranks())
+    };
+    match (route, nested) {
+        (Some(full), Some(own)) if ranks(own).lt(ranks(full)) => Some(own),
+        (None, own) => own,
+        (full, _) => full,
+    }
 }
 
 /// The path the client sent. A router nested with axum's `Router::nest` hands its layers

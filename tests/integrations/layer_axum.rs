@@ -289,6 +289,49 @@ async fn a_route_table_in_the_nested_routers_own_paths_limits() {
     assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
 }
 
+/// A table holding a strict route in the nested router's own paths and a catch-all applies
+/// the strict route: the catch-all matching the full path does not hide it.
+#[tokio::test]
+async fn a_catch_all_on_a_nested_router_does_not_hide_its_strict_route() {
+    use axum::body::Body;
+    use axum::routing::post;
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rule};
+    use tower::ServiceExt;
+
+    for catch_all in ["/{*rest}", "/*"] {
+        let minute = Duration::from_secs(60);
+        let table = RateLimitLayer::builder()
+            .route(
+                "POST /sms/send",
+                [Limit::new(
+                    Rule::fixed_window("sms", 1, minute),
+                    key::global(),
+                )],
+            )
+            .route(
+                catch_all,
+                [Limit::new(
+                    Rule::fixed_window("any", 100, minute),
+                    key::global(),
+                )],
+            )
+            .build()
+            .unwrap();
+        let inner = axum::Router::new()
+            .route("/sms/send", post(|| async { "sent" }))
+            .layer(table);
+        let app = axum::Router::new().nest("/api", inner);
+        let mut sent = 0;
+        for _ in 0..10 {
+            let sms = http::Request::post("/api/sms/send").body(Body::empty());
+            let status = app.clone().oneshot(sms.unwrap()).await.unwrap().status();
+            sent += usize::from(status == StatusCode::OK);
+        }
+        assert_eq!(sent, 1, "{catch_all}: the strict route applies");
+    }
+}
+
 /// The route table follows axum's precedence, not the order it is written in: a static
 /// segment wins over a parameter, so `/sms/premium/send` is limited as the premium route
 /// it reaches, although the route with a parameter is declared first.

@@ -490,3 +490,24 @@ key = {{ client_ip = {{ trusted = ["0.0.0.0/0"]{allow} }} }}
         )
         .is_ok());
 }
+
+/// A route in a rules file whose method no client sends, or whose path is in axum 0.7's
+/// syntax, is refused where it is written, with the pattern to write.
+#[test]
+fn a_route_that_cannot_mean_what_it_says_is_refused_in_a_file() {
+    for (pattern, fix) in [
+        ("POTS /sms/send", "write \"POST\""),
+        ("GET /files/:id", "write \"/files/{id}\""),
+    ] {
+        let toml = format!(
+            "[[route]]\npattern = \"{pattern}\"\n[[route.limit]]\nname = \"r\"\nfixed_window = {{ limit = 1, window = \"1m\" }}\nkey = \"global\"\n"
+        );
+        let problems = errors(&toml);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("rules.toml:2:1: route[0].pattern") && p.contains(fix)),
+            "{pattern}: {problems:#?}"
+        );
+    }
+}

@@ -61,3 +61,45 @@ fn holding_no_request_is_refused() {
         assert!(error.contains("max_held"), "{error}");
     }
 }
+
+/// Networks that together hold every address trust every address, as one network of them
+/// would: refused, unless allowed by name.
+#[test]
+fn trusting_every_address_in_pieces_is_refused() {
+    for pieces in [["0.0.0.0/1", "128.0.0.0/1"], ["::/1", "8000::/1"]] {
+        let error = layer_with(Limit::new(minute(), key::client_ip(pieces)))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(pieces[0]) && error.contains(pieces[1]),
+            "{error}"
+        );
+        assert!(error.contains("every address"), "{error}");
+        assert!(error.contains("allow_trusting_everyone"), "{error}");
+        let allowed = key::client_ip(pieces).allow_trusting_everyone();
+        assert!(layer_with(Limit::new(minute(), allowed)).build().is_ok());
+    }
+    // Half of the addresses is a (wide) list of proxies, not everyone.
+    let half = key::client_ip(["0.0.0.0/1", "::/1"]);
+    assert!(layer_with(Limit::new(minute(), half)).build().is_ok());
+}
+
+/// A route whose method no client sends, or whose path is in axum 0.7's syntax, would run
+/// unlimited: refused at build, with the pattern to write.
+#[test]
+fn a_route_that_cannot_mean_what_it_says_is_refused_with_the_fix() {
+    for (pattern, fix) in [
+        ("POTS /sms/send", "write \"POST\""),
+        ("GET /files/:id", "write \"/files/{id}\""),
+        ("/*rest", "write \"/{*rest}\""),
+    ] {
+        let error = RateLimitLayer::builder()
+            .route(pattern, [Limit::new(minute(), key::global())])
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(pattern), "{error}");
+        assert!(error.contains(fix), "{pattern}: {error}");
+    }
+}

@@ -380,3 +380,39 @@ async fn one_client_cannot_take_every_place_by_default() {
     // The first passes at once; a tenth of 20 places are a's to hold.
     assert_eq!(served, 3);
 }
+
+/// Many keys together cannot take every place either: ten keys holding their share of
+/// `max_held(100)` each leave room for a key that holds nothing yet, whose request needing
+/// a short wait is held, not refused.
+#[tokio::test(start_paused = true)]
+async fn many_keys_leave_room_for_a_key_that_holds_nothing_yet() {
+    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
+        .limit(Limit::new(queue, key::header("user-id")))
+        .max_held(100)
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(layer).service(ok());
+    let mut held = Vec::new();
+    for attacker in 0..10 {
+        for _ in 0..15 {
+            let request = user(&format!("attacker-{attacker}"));
+            held.push(tokio::spawn(svc.clone().oneshot(request)));
+            tokio::task::yield_now().await;
+        }
+    }
+    // The newcomer's first request passes at once, its second waits behind it: held.
+    for _ in 0..2 {
+        let newcomer = svc.clone().oneshot(user("newcomer")).await.unwrap();
+        assert_eq!(newcomer.status(), StatusCode::OK);
+    }
+    let mut served = 0;
+    for response in held {
+        served += usize::from(response.await.unwrap().unwrap().status() == StatusCode::OK);
+    }
+    // Each key passes its first at once and holds at most its share; together they never
+    // hold every place (a key holding nothing yet may take a kept one for its first).
+    assert!((10 + 90..10 + 100).contains(&served), "{served}");
+}

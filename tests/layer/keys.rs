@@ -638,3 +638,38 @@ async fn min_cost_makes_a_request_that_costs_nothing_count() {
     assert_eq!(get_status("/free").await, StatusCode::OK);
     assert_eq!(get_status("/free").await, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// Two parts of a tuple key never make one key out of another tuple's parts, whatever
+/// bytes they hold: `("a\x1Fb", "c")` is not `("a", "b\x1Fc")`.
+#[test]
+fn a_tuple_key_is_never_another_tuples_key() {
+    use tollgate::key::{KeyBuf, RequestHead};
+
+    // The header `parts: a~b|c` stands for the parts "a\x1Fb" and "c" (`^` for 0x10).
+    let part = |i: usize| {
+        key::from_fn(move |req: &RequestHead<'_>| {
+            let value = req.headers().get("parts")?.to_str().ok()?;
+            let text = value
+                .split('|')
+                .nth(i)?
+                .replace('~', "\x1F")
+                .replace('^', "\x10");
+            Some(text.into_bytes())
+        })
+    };
+    let tuple = (part(0), part(1));
+    let key_of = |parts: &str| {
+        let request = http::Request::get("/").header("parts", parts).body(());
+        let mut buf = KeyBuf::new();
+        let head = request.unwrap();
+        tuple
+            .extract(&RequestHead::from_request(&head), &mut buf)
+            .unwrap();
+        buf.as_bytes().to_vec()
+    };
+    let tuples = ["a~b|c", "a|b~c", "a^|~c", "a|^~c", "a^~|c", "a~|^c", "a|c"];
+    let keys: std::collections::HashSet<Vec<u8>> = tuples.iter().map(|t| key_of(t)).collect();
+    assert_eq!(keys.len(), tuples.len(), "{keys:?}");
+    // Parts without those bytes are joined as they are.
+    assert_eq!(key_of("a|c"), b"a\x1Fc");
+}

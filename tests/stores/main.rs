@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bound;
 mod interactions;
 mod memory_store;
 mod queues;

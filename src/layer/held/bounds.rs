@@ -78,18 +78,36 @@ impl HeldLimits {
     pub(crate) fn per_key(&self) -> usize {
         self.max_per_key.unwrap_or((self.max / 10).max(1))
     }
+
+    /// The places kept for requests whose keys hold nothing yet: one key's share, so that
+    /// keys already holding requests, however many, never take the place of a client that
+    /// needs a short wait for the first time. None where one key's share is every place
+    /// (a global rule delaying every request), which would otherwise lose them.
+    fn kept_for_newcomers(&self) -> usize {
+        let share = self.per_key();
+        share.min(self.max.saturating_sub(share))
+    }
 }
 
 impl HeldCounts {
     /// Counts one more held request under `keys` (distinct), or says `None` when that would
-    /// pass a bound of `limits`.
+    /// pass a bound of `limits`: `max` in all, [`per_key`](HeldLimits::per_key) for each
+    /// key, and, for a request one of whose keys holds requests already, `max` less the
+    /// places kept for newcomers.
     pub(crate) fn try_hold(
         self: &Arc<Self>,
         limits: &HeldLimits,
         keys: SmallVec<[u64; 4]>,
     ) -> Option<HeldSlot> {
         let counts = self;
-        let max = limits.max;
+        let newcomer = keys
+            .iter()
+            .all(|key| !counts.shard(*key).lock().contains_key(key));
+        let max = if newcomer {
+            limits.max
+        } else {
+            limits.max.saturating_sub(limits.kept_for_newcomers())
+        };
         counts
             .total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {

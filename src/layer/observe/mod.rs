@@ -35,6 +35,7 @@
 //! | `tollgate_held_requests` | gauge | | requests the layer holds now (wait mode, leaky-bucket delays) |
 //! | `tollgate_held_refused_total` | counter | | delayed requests refused because `max_held` or `max_held_per_key` was reached |
 //! | `tollgate_charge_refunds_total` | counter | `rule` | requests whose units were given back because their response did not count ([`Charge`](super::Charge)) |
+//! | `tollgate_memory_store_evictions_total` | counter | | entries a [`MemoryStore`](crate::store::MemoryStore) past its bound forgot to make room for new keys (see [`MemoryStore::max_keys`](crate::store::MemoryStore::max_keys)) |
 //! | `tollgate_limited_keys` | gauge | `rule` | with the `admin` feature too: the estimated number of distinct keys the rule denied in this instance over the last one to two periods of five minutes |
 //!
 //! Labels are the rule's name and fixed words only. A key never becomes a label: keys are

@@ -1,34 +1,39 @@
-//! The bound on the keys a [`MemoryStore`](super::MemoryStore) holds: past it, a key the
-//! store does not hold yet is decided on one state per rule that every such key shares, so
-//! that clients sending ever new keys cost a bounded memory and are never admitted more
-//! than the rules allow (together they are admitted as one key would be).
+//! The bound on the keys a [`MemoryStore`](super::MemoryStore) holds. Every key is decided
+//! on its own state, also past the bound: a shard at its share of the bound makes room for
+//! a key it does not hold by forgetting the entries whose state says least (see
+//! [`MemoryStore::max_keys`](super::MemoryStore::max_keys) for the policy and what it can
+//! over-admit). A locked key is never forgotten.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use smallvec::SmallVec;
 
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
 use super::{MemoryStore, Shard, Shared};
 use crate::clock::StoreClock;
+use crate::error::StoreError;
 use crate::log::Event;
+use crate::store::batch::Entry;
 use crate::store::check::Check;
-
-/// The key every key past the bound is decided under: one byte `0xFF`, which no key a
-/// client sends can be (a key that starts with `0xFF` is stored as its 33-byte digest).
-const OVERFLOW: &[u8] = &[0xFF];
 
 /// How many keys a store holds by default.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// The bound, per shard, and how many shards are at it.
+/// A shard that makes room frees this fraction of its share at once (1/16): the pass over
+/// the shard that finds what to forget is then paid once per that many new keys.
+const ROOM_SHIFT: u32 = 4;
+
+/// How many entries a shard samples to find the state below which it forgets.
+const SAMPLE: usize = 64;
+
+/// The bound, per shard, how many shards are at it, and how many entries were forgotten.
 pub(super) struct Bound {
     per_shard: usize,
     /// The shards at their share of the bound (each counts itself in as it fills and out as
-    /// a sweep empties it): while none is, no decision pays for the check below.
+    /// it makes room): while none is, no decision pays for the check below.
     full: Arc<AtomicUsize>,
+    evicted: AtomicU64,
 }
 
 impl Bound {
@@ -36,78 +41,194 @@ impl Bound {
         Self {
             per_shard: max_keys.div_ceil(shards).max(1),
             full: Arc::default(),
+            evicted: AtomicU64::new(0),
         }
-    }
-
-    /// The keys one shard holds at most.
-    pub(super) fn per_shard(&self) -> usize {
-        self.per_shard
-    }
-
-    /// The count a shard keeps itself in while it is at its share of the bound.
-    pub(super) fn full(&self) -> Arc<AtomicUsize> {
-        self.full.clone()
     }
 }
 
+/// How much an entry's state says, lowest forgotten first: whether it counts denials
+/// towards a lock, then the units it recorded at its last admission (what forgetting it
+/// can over-admit), then when it is back to empty anyway (the least recently used first,
+/// among entries of one rule).
+fn worth(entry: &Entry) -> (bool, u64, u64) {
+    (
+        entry.penalty().denials > 0,
+        entry.carried.used,
+        entry.expires_at(),
+    )
+}
+
+fn locked(entry: &Entry, now: u64) -> bool {
+    entry.penalty().locked_for(now).is_some()
+}
+
 impl Shared {
-    /// `batch` with the key of every check the store does not hold, in a shard that is full
-    /// even after its expired entries are swept, replaced by the overflow key; `None` when
-    /// every key is decided as it is.
+    /// Makes room for the keys of `batch` that are not held, in shards at their share of
+    /// the bound; an error only when a shard is full of locked keys at twice its share.
     #[inline]
-    pub(super) fn bounded<'a>(&self, batch: &[Check<'a>]) -> Option<SmallVec<[Check<'a>; 4]>> {
+    pub(super) fn make_room(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         if self.bound.full.load(Ordering::Relaxed) == 0 {
-            return None;
+            return Ok(());
         }
-        self.redirected(batch)
+        self.make_room_in_full_shards(batch)
     }
 
-    /// [`bounded`](Self::bounded) once some shard is full.
+    /// [`make_room`](Self::make_room) once some shard is full.
     #[inline(never)]
-    fn redirected<'a>(&self, batch: &[Check<'a>]) -> Option<SmallVec<[Check<'a>; 4]>> {
-        let mut redirected: Option<SmallVec<[Check<'a>; 4]>> = None;
-        for (i, check) in batch.iter().enumerate() {
-            if check.key == OVERFLOW || !self.is_full_without(check) {
+    fn make_room_in_full_shards(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        let mut evicted = 0;
+        for check in batch {
+            let hash = self.hash(check.rule, check.key);
+            let mut shard = self.shards[self.shard_of(hash)].lock();
+            if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
                 continue;
             }
-            let checks = redirected.get_or_insert_with(|| batch.into());
-            checks[i].key = OVERFLOW;
+            let now = self.clock.now_micros().max(shard.latest);
+            evicted += shard.make_room(now);
+            if shard.map.len() >= 2 * self.bound.per_shard {
+                return Err(StoreError::Unavailable(
+                    "the in-process store is full of locked keys; new keys wait for a lock to end"
+                        .to_owned(),
+                ));
+            }
         }
-        if redirected.is_some() {
+        if evicted > 0 {
+            self.bound
+                .evicted
+                .fetch_add(evicted as u64, Ordering::Relaxed);
             if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
                 tracing::warn!(
                     suppressed,
-                    "the in-process store is full: new keys share one state per rule"
+                    "the in-process store is full: the entries whose state says least are forgotten"
                 );
             }
             #[cfg(feature = "metrics")]
-            metrics::counter!("tollgate_memory_store_full_total").increment(1);
+            metrics::counter!("tollgate_memory_store_evictions_total").increment(evicted as u64);
         }
-        redirected
+        Ok(())
+    }
+}
+
+impl Shard {
+    /// Makes room in a shard at its share of the bound for a sixteenth of it: the expired
+    /// entries go first, then as many as are missing of the unlocked entries whose state
+    /// [says least](worth). Returns how many unexpired entries were forgotten. A shard
+    /// left with locked entries only grows past its share without looking again (see
+    /// [`MemoryStore::max_keys`]) until the first of its locks ends or it holds twice its
+    /// share.
+    fn make_room(&mut self, now: u64) -> usize {
+        if now < self.no_room_until && self.map.len() < 2 * self.cap {
+            return 0;
+        }
+        self.sweep(now);
+        let target = self.cap - (self.cap >> ROOM_SHIFT).max(1).min(self.cap);
+        let mut excess = self.map.len().saturating_sub(target);
+        let mut evicted = 0;
+        // The sample's threshold may let fewer through than are missing: the second pass
+        // takes any unlocked entry.
+        for pass in 0..2 {
+            if excess == 0 {
+                break;
+            }
+            let threshold = match pass {
+                0 => self.threshold(now, excess),
+                _ => None,
+            };
+            let mut forgotten = 0;
+            self.map.retain(|_, entry| {
+                let keep = forgotten >= excess
+                    || locked(entry, now)
+                    || threshold.is_some_and(|t| worth(entry) > t);
+                forgotten += usize::from(!keep);
+                keep
+            });
+            evicted += forgotten;
+            excess -= forgotten;
+        }
+        if excess > 0 {
+            // Nothing is left but locked entries.
+            let first_unlock = self.map.values().map(|e| e.penalty().locked_until).min();
+            self.no_room_until = first_unlock.unwrap_or(0);
+        }
+        self.counted_at_cap();
+        evicted
     }
 
-    /// Whether `check`'s key is not held and its shard is full, after a sweep.
-    fn is_full_without(&self, check: &Check<'_>) -> bool {
-        let hash = self.hash(check.rule, check.key);
-        let mut shard = self.shards[self.shard_of(hash)].lock();
-        if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
-            return false;
+    /// The [worth](worth) at or below which about `excess` of the shard's unlocked entries
+    /// fall, from a sample of them (the map's order is its hashes', unrelated to worth).
+    fn threshold(&self, now: u64, excess: usize) -> Option<(bool, u64, u64)> {
+        let mut sample = [(false, 0, 0); SAMPLE];
+        let mut n = 0;
+        for entry in self.map.values().filter(|e| !locked(e, now)).take(SAMPLE) {
+            sample[n] = worth(entry);
+            n += 1;
         }
-        shard.sweep(self.clock.now_micros());
-        shard.map.len() >= self.bound.per_shard
+        let sample = &mut sample[..n];
+        sample.sort_unstable();
+        let at = (excess * n)
+            .div_ceil(self.map.len().max(1))
+            .clamp(1, n.max(1))
+            - 1;
+        sample.get(at).copied()
+    }
+
+    /// Counts the shard in (or out of) the shards at their share of the bound.
+    pub(super) fn counted_at_cap(&mut self) {
+        let at_cap = self.map.len() >= self.cap;
+        if at_cap != self.at_cap {
+            self.at_cap = at_cap;
+            if at_cap {
+                self.full.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.full.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
 impl MemoryStore {
-    /// The same store holding at most about `n` keys (default 1,000,000; what a key costs is
-    /// under [What a key costs](MemoryStore#what-a-key-costs)): past the bound, a key it does not hold yet is
-    /// decided on one state per rule that all such keys share, so together they are admitted
-    /// as one key would be, never more than the rules allow, and a warning is logged (and
-    /// counted as `tollgate_memory_store_full_total` with the `metrics` feature). Expired
-    /// entries are swept before a key is turned away. Call it on a new store: it starts
-    /// empty.
+    /// The same store holding about `n` keys (default 1,000,000; what a key costs is under
+    /// [What a key costs](MemoryStore#what-a-key-costs)). Call it on a new store: it
+    /// starts empty.
+    ///
+    /// # Past the bound
+    ///
+    /// Every key is decided on its own state, however many keys clients send: a flood of
+    /// new keys never makes one client's decision depend on another's. The bound is kept
+    /// per shard; a shard at its share that meets a key it does not hold makes room for a
+    /// sixteenth of its share at once:
+    ///
+    /// 1. entries whose state is back to empty go first (forgetting them changes nothing);
+    /// 2. then, of the others, those whose state says least: first entries that count no
+    ///    denial towards a penalty, among them the fewest units recorded at their last
+    ///    admission, then the soonest back to empty (for one rule, the least recently
+    ///    used). The order is estimated from a sample of 64 entries;
+    /// 3. a locked key is never forgotten, so a flood never lifts a lock.
+    ///
+    /// What it can over-admit: a forgotten key starts again from an empty state, so it may
+    /// be admitted once more what its state recorded — at most one full quota of each of
+    /// its rules per time it is forgotten (and a penalty's count of denials starts again).
+    /// Only keys whose state says least are forgotten, and a flooder's keys each record a
+    /// request or two: to have a key that has used its quota forgotten, a client must keep
+    /// a sixteenth of a shard's share of keys, each recording more, alive at once. With the
+    /// default bound and 32 shards (two cores), a shard holds 31,250 keys and forgets 1,953
+    /// at a time. Each forgotten entry is counted: [`evictions`](Self::evictions), and with
+    /// the `metrics` feature `tollgate_memory_store_evictions_total`; a warning is logged.
+    ///
+    /// A shard whose entries are all locked cannot make room without lifting a lock: it
+    /// grows past its share with new keys, each decided on its own state, up to twice its
+    /// share; beyond that a key it does not hold is answered with
+    /// [`StoreError::Unavailable`] (the layer's failure policy decides, 503 by default)
+    /// until the first of its locks ends. Locking that many keys costs a client more than
+    /// a quota of requests for each.
     pub fn max_keys(self, n: usize) -> Self {
         Self::build(self.shared.clock.clone(), n)
+    }
+
+    /// How many entries past the bound the store has forgotten so far (entries back to
+    /// empty are not counted: forgetting them changes no decision).
+    pub fn evictions(&self) -> u64 {
+        self.shared.bound.evicted.load(Ordering::Relaxed)
     }
 
     pub(super) fn build(clock: StoreClock, max_keys: usize) -> Self {
@@ -121,9 +242,10 @@ impl MemoryStore {
                     .map(|_| {
                         Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
-                            cap: bound.per_shard(),
-                            full: bound.full(),
+                            cap: bound.per_shard,
+                            full: bound.full.clone(),
                             at_cap: false,
+                            no_room_until: 0,
                             len_after_sweep: 0,
                             latest: 0,
                         })

@@ -93,12 +93,14 @@ struct Shared {
 
 struct Shard {
     map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
-    /// The keys this shard holds at most before new keys share the overflow state, and the
-    /// store's flag that some shard is there.
+    /// The keys this shard holds before it makes room for new ones, and the store's count
+    /// of the shards that are there.
     cap: usize,
     full: Arc<std::sync::atomic::AtomicUsize>,
     /// Whether this shard is counted in `full`.
     at_cap: bool,
+    /// Until when a shard left with locked entries only grows instead of looking for room.
+    no_room_until: u64,
     len_after_sweep: usize,
     /// The latest instant a decision in this shard was taken at, for clocks whose readings
     /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
@@ -146,13 +148,7 @@ impl MemoryStore {
     }
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
-        if let Some(bounded) = self.shared.bounded(batch) {
-            return self.decide_as_is(&bounded, max_wait);
-        }
-        self.decide_as_is(batch, max_wait)
-    }
-
-    fn decide_as_is(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+        self.shared.make_room(batch)?;
         match batch {
             [check] => self.decide_one(check, max_wait),
             _ => self.decide_batch(batch, max_wait, false),
@@ -229,11 +225,8 @@ impl MemoryStore {
     /// [`Store::count_denials`]: `batch` decided as refused, so that each item its quota
     /// refuses counts its denial and none takes anything.
     fn count_denials_now(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        match self.shared.bounded(batch) {
-            Some(bounded) => self.decide_batch(&bounded, 0, true),
-            None => self.decide_batch(batch, 0, true),
-        }
-        .map(drop)
+        self.shared.make_room(batch)?;
+        self.decide_batch(batch, 0, true).map(drop)
     }
 
     /// Decides a batch of any length: every shard it touches locked (in index order), every
@@ -578,8 +571,7 @@ impl Shard {
             self.sweep(now);
         }
         if !self.at_cap && self.map.len() >= self.cap {
-            self.at_cap = true;
-            self.full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counted_at_cap();
         }
     }
 
@@ -587,10 +579,7 @@ impl Shard {
         let before = self.map.len();
         self.map.retain(|_, entry| entry.expires_at() > now);
         self.len_after_sweep = self.map.len();
-        if self.at_cap && self.map.len() < self.cap {
-            self.at_cap = false;
-            self.full.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.counted_at_cap();
         before - self.map.len()
     }
 }

@@ -26,7 +26,7 @@ impl MemoryStore {
                 continue;
             }
             if taken.overdraft {
-                self.overdraw(check);
+                self.overdraw(check)?;
                 continue;
             }
             let hash = shared.hash(check.rule, check.key);
@@ -41,16 +41,15 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Takes an overdraft's units (see [`batch::overdraw`]): in the key's entry, made if
-    /// the key has none, or, past the store's bound, in the state the keys it does not hold
-    /// share.
-    fn overdraw(&self, check: &Check<'_>) {
+    /// Takes an overdraft's units (see [`batch::overdraw`]) in the key's entry, made if the
+    /// key has none (with room made for it past the store's bound, as for a decision).
+    fn overdraw(&self, check: &Check<'_>) -> Result<(), StoreError> {
         let shared = &*self.shared;
-        let bounded = shared.bounded(std::slice::from_ref(check));
-        let check = bounded.as_ref().and_then(|b| b.first()).unwrap_or(check);
+        shared.make_room(std::slice::from_ref(check))?;
         let hash = shared.hash(check.rule, check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(None, &mut [&mut shard]);
         shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
+        Ok(())
     }
 }
