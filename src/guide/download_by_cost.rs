@@ -43,10 +43,20 @@
 //! The estimate, [`Limit::cost`](crate::layer::Limit::cost), decides admission. Take it from
 //! what the server knows (the stored file), never from a number the client sends (a client
 //! that writes `size=0` would download without limit), and clamp it with
-//! [`min_cost`](crate::layer::Limit::min_cost) so that no request is free. An upper bound,
-//! such as the size of the whole file, keeps downloads in flight within the quota however
-//! many run at once; an estimate that misreads a request only admits it on less, and what
-//! it served is charged all the same.
+//! [`min_cost`](crate::layer::Limit::min_cost) so that no request is free. Where the server
+//! knows the size, estimate with an upper bound, such as the size of the whole file: the
+//! downloads in flight then stay within the quota however many run at once, and each gives
+//! back what it did not serve. An estimate that misreads a request only admits it on less.
+//!
+//! What a download served is charged whole, whatever its estimate: the part beyond the
+//! estimate is a debt that the rule's own rate pays before the key's next request passes,
+//! however large it is (only a debt beyond the exact range, more than 2^52 units or more
+//! than 2^50 µs, about 35 years, to pay, is capped there). What a debt cannot take back is what concurrency lets through
+//! before any download settles: downloads admitted together are each admitted on their
+//! estimate, so the quota is overrun by at most what the estimates in flight leave
+//! uncounted. With upper bounds that is nothing; with `min_cost(1)` alone, twenty downloads
+//! started at once pass on 20 MB and serve what they serve, and the key then waits until
+//! the rate has paid it all.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};
@@ -121,12 +131,13 @@
 //!
 //! A token bucket suits downloads: a user may fetch a large file at once, then waits for
 //! the refill, and a download that served more than its estimate leaves the bucket in debt,
-//! which the refill pays before the next download passes (with `min_cost(1)` as the only
-//! estimate, every download passes while 1 MB is left and the debt does the rest; the
-//! example on [`cost_from_response`](crate::layer::Limit::cost_from_response) shows it). A
-//! fixed window of "500 MB per hour" works too, but lets 1000 MB through across the turn of
-//! an hour (the chart in the README shows that boundary burst), and forgets a debt when its
-//! window turns.
+//! which the refill pays before the next download passes: over any stretch of time no more
+//! than the capacity plus the refill is served, once the debts are paid (the example on
+//! [`cost_from_response`](crate::layer::Limit::cost_from_response) shows it). A fixed window
+//! of "500 MB per hour" works too, but lets 1000 MB through across the turn of an hour (the
+//! chart in the README shows that boundary burst); a debt above its 500 MB is carried into
+//! the hours after, each paying 500 MB, and the key is refused until the first hour with
+//! room for the request.
 //!
 //! On axum, say what was served from the handler: `Content-Length` for a body of known size
 //! is added after the layers of `Router::layer` and `route_layer` have seen the response, so
