@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_range, most_owed, Eval, Model, MAX_SCALED};
+use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
@@ -172,6 +172,15 @@ impl Model for FixedWindow {
         let windows = s.count.div_ceil(self.limit).max(1);
         s.start.saturating_add(windows.saturating_mul(self.window))
     }
+}
+
+/// The most units a window-counting model owes: what `limit` per `window` pays within
+/// [`MAX_SCALED`] µs (one window at least), and at most [`MAX_PRODUCT`]; a count beyond
+/// it would be paid off outside the exact range.
+pub(super) fn most_owed(limit: u64, window: u64) -> u64 {
+    limit
+        .saturating_mul((MAX_SCALED / window).max(1))
+        .min(MAX_PRODUCT)
 }
 
 #[cfg(test)]

@@ -207,17 +207,12 @@ impl Algorithm {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
 
-    /// Records `cost` units taken at `now` whatever the state admits: a cost settled after
-    /// the request was served, above what its admission took. The state owes the whole
-    /// excess until the rule's own rate has paid it: a GCRA's TAT beyond the tolerance, a
-    /// token bucket's refill owed before its next token, water above a leaky bucket's
-    /// capacity, a window's count above its limit carried into the windows after (each
-    /// pays `limit`), a sliding log's units logged at the window where what is left of
-    /// them fits. Every retry stays exact, and the state lives until the debt is paid.
-    ///
-    /// The one cap is the exact range (see the module docs): a debt is owed up to
-    /// [`MAX_PRODUCT`] units (scaled, where the model scales) and up to [`MAX_SCALED`] µs
-    /// of payoff; beyond either it is forgiven.
+    /// Records `cost` units taken at `now` whatever the state admits (a cost settled above
+    /// what the request's admission took): the state owes the whole excess until the rule's
+    /// own rate has paid it, as each model's `overdraw` says; retries stay exact and the
+    /// state lives until the debt is paid. The one cap is the exact range (see the module
+    /// docs): a debt beyond [`MAX_PRODUCT`] units (scaled, where the model scales) or
+    /// [`MAX_SCALED`] µs of payoff is forgiven there.
     pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
         let cost = cost.min(MAX_PRODUCT);
         if cost > 0 {
@@ -594,15 +589,6 @@ fn refund_with<M: Model>(
         return false;
     }
     M::get_mut(inner).is_some_and(|s| model.refund(s, now, at, cost, mark))
-}
-
-/// The most units a window-counting model owes: what `limit` per `window` pays within
-/// [`MAX_SCALED`] µs (one window at least), and at most [`MAX_PRODUCT`]; a count beyond
-/// it would be paid off outside the exact range.
-pub(crate) fn most_owed(limit: u64, window: u64) -> u64 {
-    limit
-        .saturating_mul((MAX_SCALED / window).max(1))
-        .min(MAX_PRODUCT)
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{check_range, most_owed, Eval, Model, MAX_PRODUCT, MAX_SCALED};
+use super::fixed_window::most_owed;
+use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
