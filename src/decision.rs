@@ -262,9 +262,6 @@ pub(crate) struct Taken {
     /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the
     /// units go back to.
     pub(crate) local: bool,
-    /// In a refund: the check's units are taken, not given back (a cost settled above what
-    /// the admission took, see [`Reservation::settle`](crate::Reservation::settle)).
-    pub(crate) overdraft: bool,
 }
 
 impl Taken {

@@ -5,8 +5,8 @@
 //! algorithms, all exact integer models, each built by a [`Rule`] constructor: fixed window,
 //! sliding log, sliding window counter, token bucket, leaky bucket (shaping) and GCRA (see
 //! [choosing an algorithm](guide::choosing_an_algorithm)). Rules can lock a key out
-//! after abuse ([`Penalty`]). State lives in a [`Store`]; [`MemoryStore`] keeps it in this
-//! process.
+//! after abuse ([`Penalty`]). State lives in a [`Store`](store::Store); [`MemoryStore`](store::MemoryStore) keeps it in
+//! this process, [`RedisStore`](store::RedisStore) in Redis for many instances (see [`store`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -27,7 +27,7 @@
 //! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
 //! [`Limiter`] for the SMS example with per-minute, per-hour and per-day limits).
 //!
-//! For HTTP and gRPC services, [`RateLimitLayer`] applies rules to requests in any tower
+//! For HTTP and gRPC services, [`RateLimitLayer`](layer::RateLimitLayer) applies rules to requests in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
 //! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`layer::response`]),
 //! and enforce, shadow and wait modes. A layer is built like tower-http's, its whole
@@ -40,7 +40,7 @@
 //! records decisions by rule and outcome, the store's latency and health and the held
 //! requests through the `metrics` facade, for any exporter (see [`layer::observe`]).
 //! `serde` reads a layer's rules from a file (`tollgate::layer::rules_file`: TOML, or any serde
-//! format), whose problems name the file, line and field; with a [`ReloadHandle`] a new
+//! format), whose problems name the file, line and field; with a [`ReloadHandle`](layer::ReloadHandle) a new
 //! file replaces the rules of a running layer.
 //!
 //! The [`guide`] has a page per use case: an API limited per user, an address behind a
@@ -68,7 +68,7 @@
 //! - **settle**: a request's cost becomes known once it is served (the bytes a handler
 //!   sent): what its admission took beyond it is refunded, what it took short of it is an
 //!   **overdraft**, taken without a check and carried as a debt the key's next requests pay
-//!   ([`Reservation::settle`], [`Limit::cost_from_response`]).
+//!   ([`Reservation::settle`], [`Limit::cost_from_response`](layer::Limit::cost_from_response)).
 //! - **mark**: what identifies the state an admission left, so that a refund takes back
 //!   that admission's units and no one else's.
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one

@@ -184,6 +184,20 @@ impl<S: Store> Limiter<S> {
         self.store.refund(&hashed, outcome).await
     }
 
+    /// Takes what `batch` owes beyond what `outcome` took ([`Store::overdraw`]), under the
+    /// keys the store saw.
+    pub(crate) async fn overdraw(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        let Some(keys) = digested_keys(batch) else {
+            return self.store.overdraw(batch, outcome).await;
+        };
+        let hashed = with_keys(batch, &keys);
+        self.store.overdraw(&hashed, outcome).await
+    }
+
     /// Counts the denials of `batch` that stand ([`Store::count_denials`]), under the keys
     /// the store sees.
     pub(crate) async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {

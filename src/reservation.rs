@@ -301,10 +301,11 @@ impl<S: Store + Clone> Reservation<S> {
     /// rule gives back what it took beyond its settled cost, as exactly as
     /// [`Store::refund`] gives back, and takes what it took short of it without a check:
     /// the request has been served, so nothing is denied, and the rule's state carries the
-    /// excess as a debt that the key's next requests pay where its algorithm can (a GCRA, a
-    /// token bucket, a leaky bucket, a sliding log or sliding window; a fixed window until
-    /// its window ends). A settled cost above the rule's limit counts as the limit. A check
-    /// settled at the cost it was reserved with changes nothing.
+    /// excess as a debt that the key's next requests pay at the rule's own rate, however
+    /// far above its limit (every algorithm; a fixed window carries it into the windows
+    /// after; only a debt beyond the exact range, 2^52 units or more than 2^50 µs to pay,
+    /// is capped there): [`Store::overdraw`]. A check settled at the cost it was reserved
+    /// with changes nothing.
     ///
     /// Reserve with an estimate: an upper bound keeps requests in flight within the limit,
     /// however many there are, and gives back the rest; a lower one admits more at once and
@@ -340,31 +341,39 @@ impl<S: Store + Clone> Reservation<S> {
     /// # Ok(()) }
     /// ```
     pub async fn settle(mut self, costs: &[u64]) -> Result<(), StoreError> {
-        let Some((outcome, settled)) = self.settlement(costs)? else {
+        let Some(settled) = self.settlement(costs)? else {
             return Ok(());
         };
-        let checks = self.batch.checks();
-        let checks = settled_checks(&checks, &settled);
-        self.limiter.refund(&checks, &outcome).await
+        settle_in(&self.limiter, &*self.batch, &self.outcome, &settled).await
     }
 
     /// [`settle`](Self::settle) without waiting (at once for a store that answers at once,
     /// else on a task), logging a failure: the layer settles as the response goes out.
     pub(crate) fn settle_detached(mut self, costs: &[u64]) {
-        match self.settlement(costs) {
-            Ok(Some((outcome, settled))) => {
-                self.refund_detached(outcome, move |checks| settled_checks(checks, &settled));
+        let settled = match self.settlement(costs) {
+            Ok(Some(settled)) => settled,
+            Ok(None) => return,
+            Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
+        };
+        let (limiter, batch, outcome) = (
+            self.limiter.clone(),
+            self.batch.clone(),
+            self.outcome.clone(),
+        );
+        let log = self.log.clone();
+        run_detached(async move {
+            if let Err(error) = settle_in(&limiter, &*batch, &outcome, &settled).await {
+                if let Some(suppressed) = log.admit(Event::RefundFailure) {
+                    tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
+                }
             }
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "could not settle the cost of a request"),
-        }
+        });
     }
 
-    /// What settling at `costs` gives back and takes: the outcome of the rules that change
-    /// (each an overdraft where it takes), and per such rule its index and the units given
-    /// back or taken. `None` when nothing changes; from here on the reservation holds
-    /// nothing.
-    fn settlement(&mut self, costs: &[u64]) -> Result<Option<(Outcome, Settled)>, StoreError> {
+    /// What settling at `costs` gives back and takes: per rule that changes, its index and
+    /// the units given back or taken. `None` when nothing changes; from here on the
+    /// reservation holds nothing.
+    fn settlement(&mut self, costs: &[u64]) -> Result<Option<Settled>, StoreError> {
         let checks = self.batch.checks();
         if costs.len() != checks.len() || self.outcome.rules.len() != checks.len() {
             return Err(StoreError::InvalidBatch(format!(
@@ -390,21 +399,11 @@ impl<S: Store + Clone> Reservation<S> {
                 .is_some_and(|r| !matches!(r.decision, Decision::Deny(_)))
                 && !admission.taken(i).pending;
             if took && cost != check.cost {
-                let overdraft = cost > check.cost;
-                settled.push((i, cost.abs_diff(check.cost), overdraft));
+                let owed = cost > check.cost;
+                settled.push((i, cost.abs_diff(check.cost), owed));
             }
         }
-        if settled.is_empty() {
-            return Ok(None);
-        }
-        let indices: SmallVec<[usize; 4]> = settled.iter().map(|&(i, ..)| i).collect();
-        let mut outcome = self.outcome.select(&indices);
-        if let Some(admission) = &mut outcome.admission {
-            for (taken, &(.., overdraft)) in admission.taken.iter_mut().zip(&settled) {
-                taken.overdraft = overdraft;
-            }
-        }
-        Ok(Some((outcome, settled)))
+        Ok((!settled.is_empty()).then_some(settled))
     }
 
     /// The rules that wait for the release.
@@ -520,14 +519,42 @@ impl<S: Store + Clone> Reservation<S> {
 }
 
 /// Per rule that a settlement changes: its index in the batch, the units given back or
-/// taken, and whether they are taken (an overdraft).
+/// taken, and whether they are taken (an overdraft, owed beyond what the admission took).
 type Settled = SmallVec<[(usize, u64, bool); 4]>;
 
-/// The checks a settlement gives back or takes: each changed rule's check at the units that
-/// change. Trial rules settle like any other: the reservation knows they took their units.
-fn settled_checks<'a>(checks: &[Check<'a>], settled: &Settled) -> SmallVec<[Check<'a>; 4]> {
-    settled
-        .iter()
+/// Settles `batch`, admitted with `outcome`: what the rules took beyond their settled
+/// cost goes back ([`Store::refund`]), what they took short of it is taken
+/// ([`Store::overdraw`]).
+async fn settle_in<S: Store>(
+    limiter: &Limiter<S>,
+    batch: &dyn Batch,
+    outcome: &Outcome,
+    settled: &Settled,
+) -> Result<(), StoreError> {
+    let checks = batch.checks();
+    let (back, given) = settled_part(&checks, outcome, settled, false);
+    if !back.is_empty() {
+        limiter.refund(&back, &given).await?;
+    }
+    let (owed, taken) = settled_part(&checks, outcome, settled, true);
+    if !owed.is_empty() {
+        limiter.overdraw(&owed, &taken).await?;
+    }
+    Ok(())
+}
+
+/// The checks a settlement gives back (`owed` false) or takes (`owed` true), each at the
+/// units that change, with their part of `outcome`. Trial rules settle like any other:
+/// the reservation knows they took their units.
+fn settled_part<'a>(
+    checks: &[Check<'a>],
+    outcome: &Outcome,
+    settled: &Settled,
+    owed: bool,
+) -> (SmallVec<[Check<'a>; 4]>, Outcome) {
+    let part = settled.iter().filter(|&&(.., o)| o == owed);
+    let indices: SmallVec<[usize; 4]> = part.clone().map(|&(i, ..)| i).collect();
+    let checks = part
         .filter_map(|&(i, units, _)| {
             checks.get(i).map(|c| Check {
                 cost: units,
@@ -535,7 +562,8 @@ fn settled_checks<'a>(checks: &[Check<'a>], settled: &Settled) -> SmallVec<[Chec
                 ..*c
             })
         })
-        .collect()
+        .collect();
+    (checks, outcome.select(&indices))
 }
 
 /// Runs `work` without waiting for it: to the end at once when it needs no wait (an

@@ -136,28 +136,30 @@ impl Limit {
     ///
     /// A request is admitted on an estimate, taken like any cost: [`cost`](Self::cost)'s
     /// answer or the rule's cost, raised to [`min_cost`](Self::min_cost). Its response
-    /// settles it (the settled cost is raised to `min_cost` too, and counts as the rule's
-    /// limit above it):
+    /// settles it (the settled cost is raised to `min_cost` too, and charged whole):
     /// - **less than the estimate**: the difference is given back, as exactly as a
-    ///   [`Charge`] gives back: always for a fixed window, sliding window or sliding log;
-    ///   for a token bucket, GCRA or leaky bucket only while no later request was admitted
-    ///   on the key (else the estimate stays taken).
+    ///   [`Charge`] gives back (see [`Store::refund`](crate::store::Store::refund)).
     /// - **more**: the difference is taken without a check (the request has been served),
-    ///   and the key's next requests pay for it. A GCRA's TAT moves past its burst, a token
+    ///   and the key's next requests pay all of it, however far above the rule's limit it
+    ///   goes: the key is refused until the rule's own rate has paid the debt, and the
+    ///   retry-after names that instant exactly. A GCRA's TAT moves past its burst, a token
     ///   bucket owes the refill before its next token, a leaky bucket holds the water above
     ///   its capacity (later requests are refused, then queued behind it), a sliding log
-    ///   logs the units for a window, a sliding window counts them in its current window
-    ///   and, weighted, in the next. A fixed window counts them until its window ends: the
-    ///   next window starts at zero, debt or not.
+    ///   logs the units left after each window has paid its limit where they fall, and a
+    ///   fixed window or sliding window carries its count above the limit into the windows
+    ///   after, each paying the limit. Only a debt beyond the exact range (2^52 units, or
+    ///   more than 2^50 µs, about 35 years, to pay) is capped there.
     ///
-    /// The estimate decides admission. An upper bound (the size of the file the request
-    /// names, from the server's records) keeps the requests in flight within the limit
-    /// however many run at once, and gives back what they did not serve; a request whose
-    /// bound does not fit is refused, even if it would have served less. A low estimate
-    /// (`min_cost(1)` alone) admits a request while one unit is left: requests in flight
-    /// together may serve more than is left before their responses settle, and the debt
-    /// then closes the key until it is paid. An estimate that misreads the request (a
-    /// spelling its parser does not know) costs one admission check, never the charge.
+    /// The estimate decides admission. Where the server knows the size (the file the
+    /// request names, from its own records), estimate with that upper bound: the requests
+    /// in flight then stay within the limit however many run at once, and each gives back
+    /// what it did not serve; a request whose bound does not fit is refused, even if it
+    /// would have served less. A low estimate (`min_cost(1)` alone) admits a request while
+    /// one unit is left: requests in flight together are each admitted on their estimate,
+    /// so before their responses settle they may serve more than is left, by at most what
+    /// the estimates in flight leave uncounted; the debt then closes the key until it is
+    /// paid. An estimate that misreads the request (a spelling its parser does not know)
+    /// costs one admission check, never the charge.
     ///
     /// An error of the inner service, or a response that never comes, keeps the estimate.
     /// With a [`charge`](Self::charge), a response the charge does not count gives back

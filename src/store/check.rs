@@ -182,13 +182,28 @@ pub trait Store: Send + Sync + 'static {
     /// wait-mode reservation, the units go to the next request that waits for that instant.
     /// Penalty state is never touched.
     ///
-    /// A [`Reservation::settle`](crate::Reservation::settle) comes through here too, and
-    /// `outcome` says which of its rules give units back and which take them instead: a
-    /// cost settled above what the admission took is taken now, without a check, and
-    /// carried as a debt where the algorithm can. The default implementation gives nothing
-    /// back and takes nothing: a store outside this crate keeps what it took, and its
-    /// reservations keep their units.
+    /// A [`Reservation::settle`](crate::Reservation::settle) below the estimate comes
+    /// through here too. The default implementation gives nothing back: a store outside
+    /// this crate keeps what it took, and its reservations keep their units.
     fn refund(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (batch, outcome);
+        std::future::ready(Ok(()))
+    }
+
+    /// Takes each item's cost now, without a check, for a request already served whose
+    /// cost settled above what its admission took ([`Reservation::settle`]): `batch` holds
+    /// the units owed, `outcome` the answer [`check`](Self::check) gave for the admission
+    /// (where its units were taken). Every algorithm carries the units as a debt the key's
+    /// next requests pay (see [`Reservation::settle`]).
+    ///
+    /// The default takes nothing: a store outside this crate charges the estimate only.
+    ///
+    /// [`Reservation::settle`]: crate::Reservation::settle
+    fn overdraw(
         &self,
         batch: &[Check<'_>],
         outcome: &Outcome,

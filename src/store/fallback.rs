@@ -370,6 +370,50 @@ impl<P: Store, L: Store> Fallback<P, L> {
         result.and(local)
     }
 
+    /// Takes what a settlement owes where the admission took its units: the rules admitted
+    /// by the primary in the primary, those admitted locally in the local store. While the
+    /// primary is away, what it is owed is taken locally, where the key is decided then.
+    async fn overdraw_either(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        let local_at = |i: usize| outcome.admission.as_ref().is_some_and(|a| a.taken(i).local);
+        let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+            (0..batch.len()).partition(|&i| local_at(i));
+        let part = |indices: &[usize]| -> SmallVec<[Check<'_>; 4]> {
+            indices.iter().map(|&i| batch[i]).collect()
+        };
+        let mut locally = part(&local);
+        if !primary.is_empty() {
+            let checks = part(&primary);
+            match self
+                .primary
+                .overdraw(&checks, &outcome.select(&primary))
+                .await
+            {
+                Ok(()) => self.shared.primary_answered(),
+                Err(e @ StoreError::InvalidBatch(_)) => return Err(e),
+                Err(e) => {
+                    self.shared.primary_failed(&e);
+                    locally.extend(checks);
+                }
+            }
+        }
+        if locally.is_empty() {
+            return Ok(());
+        }
+        let none = Outcome::new(crate::decision::RuleOutcomes::new());
+        match self.shared.divided_rules(&locally) {
+            None => self.local.overdraw(&locally, &none).await,
+            Some(rules) => {
+                self.local
+                    .overdraw(&with_rules(&locally, &rules), &none)
+                    .await
+            }
+        }
+    }
+
     /// Counts the denials where the batch is decided now: in the primary, or while it is
     /// away in the local store, on the shares of the rules it decides there.
     async fn count_denials_either(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
@@ -444,6 +488,14 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         outcome: &Outcome,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.refund_either(batch, outcome)
+    }
+
+    fn overdraw(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.overdraw_either(batch, outcome)
     }
 
     fn count_denials(

@@ -1,8 +1,13 @@
-//! Where rule state lives: the [`Store`] trait and its implementations.
+//! Where rule state lives: the [`Store`] trait and every store.
 //!
-//! A store decides a batch of [`Check`]s atomically (see [`Store::check`]). It keeps the
-//! state; the arithmetic comes from the algorithms' models, which the Lua scripts of a
-//! [`RedisStore`](crate::store::RedisStore) twin.
+//! - [`MemoryStore`]: in this process, bounded; the default of a layer, tests, single nodes.
+//! - [`RedisStore`] (feature `redis`): in Redis, standalone or Cluster, shared by every
+//!   instance; decided by Lua scripts that twin the algorithms' models.
+//! - [`Breaker`]: a circuit breaker around a store, so that a failing one answers at once.
+//! - [`Fallback`]: a primary store, and a local one that decides while the primary cannot.
+//!
+//! A store decides a batch of [`Check`]s atomically (see [`Store::check`]); [`Health`]
+//! says how well it is deciding.
 
 pub(crate) mod batch;
 mod breaker;

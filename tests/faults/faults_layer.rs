@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::down::Down;
+use crate::support::switch::Switch;
 use http::{Request, Response, StatusCode};
 use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 use tollgate::store::{Breaker, Fallback};
@@ -92,45 +93,6 @@ async fn a_breaker_without_a_fallback_is_failing_and_fails_fast() -> Result<(), 
     Ok(())
 }
 
-/// A primary that can be switched away and back, deciding from its own memory when up.
-#[derive(Clone)]
-struct Flaky {
-    inner: MemoryStore,
-    down: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Flaky {
-    fn up(&self) -> Result<(), StoreError> {
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("connection refused".into()));
-        }
-        Ok(())
-    }
-
-    fn set_down(&self, down: bool) {
-        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Store for Flaky {
-    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
-        self.up()?;
-        self.inner.check(batch, wait).await
-    }
-    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        self.up()?;
-        self.inner.peek(check).await
-    }
-    async fn refund(&self, batch: &[Check<'_>], taken: &Outcome) -> Result<(), StoreError> {
-        self.up()?;
-        self.inner.refund(batch, taken).await
-    }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
-        self.up()?;
-        self.inner.reset(rule, key).await
-    }
-}
-
 /// Units go back to the store that took them: a held request whose waiting rule is counted
 /// by the fallback's local store (the primary went away during the hold) and whose response
 /// does not count gives that unit back to the local store, never to the primary, which
@@ -138,10 +100,7 @@ impl Store for Flaky {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError> {
     let clock = ManualClock::new(1_700_000_000_000_000);
-    let primary = Flaky {
-        inner: MemoryStore::with_clock(clock.clone()),
-        down: Arc::default(),
-    };
+    let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
     let store = Fallback::with_local(primary.clone(), MemoryStore::with_clock(clock.clone()));
     let layer = RateLimitLayer::builder()
         .limiter(Limiter::new(store))

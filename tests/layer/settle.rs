@@ -4,8 +4,7 @@
 //! debt when higher); on MemoryStore, RedisStore and a Fallback whose units go back to the
 //! store that took them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -20,11 +19,12 @@ use tollgate::store::Fallback;
 use tollgate::{
     key,
     store::{MemoryStore, RedisStore, Store},
-    Check, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
+    Limiter, ManualClock, Rate, Rule,
 };
 use tower::ServiceExt;
 
 use crate::support::redis_server::RedisServer;
+use crate::support::switch::Switch;
 use crate::support::vectors::BASE_MICROS;
 
 /// What the handler served, in MB: the value the limit settles the cost with.
@@ -245,54 +245,13 @@ async fn a_service_error_keeps_the_estimate() {
     assert_eq!(left(&limiter, 450).await, 450);
 }
 
-/// A store that can be taken down: its calls fail while `down` is set, and it counts the
-/// refunds (settlements) it is asked for.
-#[derive(Clone, Default)]
-struct Switch {
-    inner: MemoryStore,
-    down: Arc<AtomicBool>,
-    refunds: Arc<AtomicU64>,
-}
-
-impl Switch {
-    fn up(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("switched off".into()));
-        }
-        Ok(())
-    }
-}
-
-impl Store for Switch {
-    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
-        self.up()?;
-        self.inner.check(batch, wait).await
-    }
-    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        self.up()?;
-        self.inner.peek(check).await
-    }
-    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        self.up()?;
-        self.refunds.fetch_add(1, Ordering::SeqCst);
-        self.inner.refund(batch, outcome).await
-    }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
-        self.up()?;
-        self.inner.reset(rule, key).await
-    }
-}
-
 /// Behind a Fallback, a settlement goes to the store that took the units: the primary for
 /// a download it admitted; the local store for one admitted while the primary was away,
 /// even once the primary is back when the response comes.
 #[tokio::test]
 async fn a_fallback_settles_in_the_store_that_took_the_units() {
     let clock = ManualClock::new(BASE_MICROS);
-    let primary = Switch {
-        inner: MemoryStore::with_clock(clock.clone()),
-        ..Switch::default()
-    };
+    let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
     let local = MemoryStore::with_clock(clock.clone());
     let store = Fallback::with_local(primary.clone(), local.clone());
     let layer = RateLimitLayer::builder()
@@ -300,7 +259,7 @@ async fn a_fallback_settles_in_the_store_that_took_the_units() {
         .limit(downloads(decoded_size))
         .build()
         .unwrap();
-    let back_up = primary.down.clone();
+    let back_up = primary.switch();
     let handler = move |path: Path<String>,
                         query: Query<std::collections::HashMap<String, u64>>| {
         // The primary comes back while this download is served.
@@ -318,11 +277,39 @@ async fn a_fallback_settles_in_the_store_that_took_the_units() {
     assert_eq!(left(&local_left, 500).await, 500);
     assert_eq!(primary.refunds.load(Ordering::SeqCst), 1);
 
-    primary.down.store(true, Ordering::SeqCst);
+    primary.set_down(true);
     // `/back/…` costs no estimate of its own (1 MB): the local store admits it, the primary
     // is back when the handler has served 400 MB, and the local store takes the 399 beyond.
     assert_eq!(fetch(&app, "/back/a.iso").await.0, StatusCode::OK);
     assert_eq!(left(&local_left, 100).await, 100);
     assert_eq!(left(&primary_left, 450).await, 450);
     assert_eq!(primary.refunds.load(Ordering::SeqCst), 1);
+}
+
+/// A debt owed to a primary that went away while the download was served is taken in the
+/// local store, which decides the key while the primary is away: its next download there
+/// pays the debt instead of finding the estimate alone taken.
+#[tokio::test]
+async fn a_debt_owed_to_a_primary_that_is_away_is_taken_locally() {
+    let clock = ManualClock::new(BASE_MICROS);
+    let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
+    let local = MemoryStore::with_clock(clock.clone());
+    let store = Fallback::with_local(primary.clone(), local.clone());
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(store))
+        .limit(downloads(|_| 1))
+        .build()
+        .unwrap();
+    let away = primary.switch();
+    // The primary goes away while this download is served.
+    let handler = move |path: Path<String>,
+                        query: Query<std::collections::HashMap<String, u64>>| {
+        away.store(true, Ordering::SeqCst);
+        download(path, query)
+    };
+    let app = Router::new().route("/away/{name}", get(handler).route_layer(layer));
+    let local_left = Limiter::new(local);
+
+    assert_eq!(fetch(&app, "/away/a.iso").await.0, StatusCode::OK);
+    assert_eq!(left(&local_left, 101).await, 101);
 }

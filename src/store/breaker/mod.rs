@@ -473,6 +473,14 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(move || self.store.refund(batch, outcome))
     }
 
+    fn overdraw(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.guarded(move || self.store.overdraw(batch, outcome))
+    }
+
     fn count_denials(
         &self,
         batch: &[Check<'_>],

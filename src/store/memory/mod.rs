@@ -645,6 +645,14 @@ impl Store for MemoryStore {
         })
     }
 
+    fn overdraw(
+        &self,
+        batch: &[Check<'_>],
+        _outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(self.overdraw_each(batch))
+    }
+
     fn count_denials(
         &self,
         batch: &[Check<'_>],

@@ -1,5 +1,6 @@
 //! Giving back what a held request took, and taking what a settled cost owes beyond it:
-//! [`Store::refund`](crate::store::Store::refund) for the in-process store.
+//! [`Store::refund`](crate::store::Store::refund) and
+//! [`Store::overdraw`](crate::store::Store::overdraw) for the in-process store.
 
 use crate::decision::Admission;
 use crate::error::StoreError;
@@ -9,8 +10,7 @@ use crate::store::check::Check;
 use super::MemoryStore;
 
 impl MemoryStore {
-    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow;
-    /// an overdraft's units are taken instead.
+    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
     pub(super) fn refund_admission(
         &self,
         batch: &[Check<'_>],
@@ -25,10 +25,6 @@ impl MemoryStore {
             if check.cost == 0 || check.shadow || taken.pending {
                 continue;
             }
-            if taken.overdraft {
-                self.overdraw(check)?;
-                continue;
-            }
             let hash = shared.hash(check.rule, check.key);
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(None, &mut [&mut shard]);
@@ -41,15 +37,19 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Takes an overdraft's units (see [`batch::overdraw`]) in the key's entry, made if the
-    /// key has none (with room made for it past the store's bound, as for a decision).
-    fn overdraw(&self, check: &Check<'_>) -> Result<(), StoreError> {
+    /// [`Store::overdraw`]: each item's units taken (see [`batch::overdraw`]) in its key's
+    /// entry, made if the key has none (with room made for it past the store's bound, as
+    /// for a decision).
+    pub(super) fn overdraw_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        batch::validate(batch)?;
         let shared = &*self.shared;
-        shared.make_room(std::slice::from_ref(check))?;
-        let hash = shared.hash(check.rule, check.key);
-        let mut shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.now(None, &mut [&mut shard]);
-        shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
+        shared.make_room(batch)?;
+        for check in batch.iter().filter(|c| c.cost > 0) {
+            let hash = shared.hash(check.rule, check.key);
+            let mut shard = shared.shards[shared.shard_of(hash)].lock();
+            let now = shared.now(None, &mut [&mut shard]);
+            shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
+        }
         Ok(())
     }
 }

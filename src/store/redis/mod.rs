@@ -537,9 +537,35 @@ impl RedisStore {
         Ok(outcome_of(reply, batch))
     }
 
+    /// The indices of `batch` grouped by slot (one group on a standalone server), each
+    /// group one script call.
+    fn slot_groups(&self, batch: &[Check<'_>]) -> SmallVec<[SmallVec<[usize; 4]>; 2]> {
+        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[usize; 4]>); 2]> = SmallVec::new();
+        for (i, check) in batch.iter().enumerate() {
+            let slot = match self.conn {
+                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
+                Connection::Standalone(_) => None,
+            };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, smallvec::smallvec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, members)| members).collect()
+    }
+
+    /// One `op` call per slot for `batch` (no packed refunds).
+    async fn run_per_slot(&self, batch: &[Check<'_>], op: Op) -> Result<(), StoreError> {
+        batch::validate(batch)?;
+        for members in self.slot_groups(batch) {
+            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
+            self.run(self.call(0, op), &checks).await?;
+        }
+        Ok(())
+    }
+
     /// [`Store::refund`]: one `Op::RefundHeld` call per slot (one call on a standalone
-    /// server), each rule given back at its own instant where its mark says that is exact;
-    /// an overdraft's units are taken by an `Op::Overdraw` call per slot instead.
+    /// server), each rule given back at its own instant where its mark says that is exact.
     async fn refund_held(
         &self,
         batch: &[Check<'_>],
@@ -549,56 +575,18 @@ impl RedisStore {
             return Ok(());
         };
         batch::validate(batch)?;
-        let mut groups: Vec<(Option<Slot>, bool, Vec<usize>)> = Vec::new();
         // A trial rule's units are not given back: it may have taken nothing; a pending rule
         // took nothing yet.
-        for (i, check) in batch
-            .iter()
-            .enumerate()
-            .filter(|&(i, c)| !c.shadow && !admission.taken(i).pending)
-        {
-            let slot = match self.conn {
-                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
-                Connection::Standalone(_) => None,
-            };
-            let overdraft = admission.taken(i).overdraft;
-            match groups
-                .iter_mut()
-                .find(|(s, o, _)| *s == slot && *o == overdraft)
-            {
-                Some((_, _, members)) => members.push(i),
-                None => groups.push((slot, overdraft, vec![i])),
-            }
-        }
-        for (_, overdraft, members) in &groups {
-            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-            if *overdraft {
-                self.run(self.call(0, Op::Overdraw), &checks).await?;
+        let gives = |&i: &usize| !batch[i].shadow && !admission.taken(i).pending;
+        for members in self.slot_groups(batch) {
+            let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();
+            if members.is_empty() {
                 continue;
             }
+            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
             let call = self.call(0, Op::RefundHeld);
             self.run_with(call, &checks, Some(&packed)).await?;
-        }
-        Ok(())
-    }
-
-    /// [`Store::count_denials`]: one `Op::Deny` call per slot (one on a standalone server).
-    async fn count_denials_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        batch::validate(batch)?;
-        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[&Check<'_>; 4]>); 2]> = SmallVec::new();
-        for check in batch {
-            let slot = match self.conn {
-                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
-                Connection::Standalone(_) => None,
-            };
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(check),
-                None => groups.push((slot, smallvec::smallvec![check])),
-            }
-        }
-        for (_, checks) in &groups {
-            self.run(self.call(0, Op::Deny), checks).await?;
         }
         Ok(())
     }
@@ -691,11 +679,21 @@ impl Store for RedisStore {
         self.refund_held(batch, outcome.admission.as_ref())
     }
 
+    /// One `Op::Overdraw` call per slot.
+    fn overdraw(
+        &self,
+        batch: &[Check<'_>],
+        _outcome: &Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.run_per_slot(batch, Op::Overdraw)
+    }
+
+    /// One `Op::Deny` call per slot.
     fn count_denials(
         &self,
         batch: &[Check<'_>],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.count_denials_each(batch)
+        self.run_per_slot(batch, Op::Deny)
     }
 
     fn reset(
