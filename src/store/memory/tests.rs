@@ -1,3 +1,4 @@
+use std::future::Future;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -199,5 +200,81 @@ proptest! {
             }
         }
         prop_assert_eq!(fast.len(), general.len());
+    }
+}
+
+/// Past its bound a store keeps no state that keys share: a key decided there (its entry
+/// made by forgetting others) gets back what a refund, a cancellation or a settlement
+/// below the estimate gives, exactly as on a store far below its bound, and a login
+/// limited to 2 a minute never passes a third time within the minute.
+#[tokio::test]
+async fn units_given_back_past_the_bound_leave_what_they_leave_below_it() {
+    let start = 1_700_000_000_000_000;
+    let clock = ManualClock::new(start);
+    let below = crate::Limiter::new(MemoryStore::with_clock(clock.clone()));
+    let shards = MemoryStore::new().shared.shards.len();
+    // Sixteen keys a shard: a flood of hundreds keeps every shard at its share.
+    let past = crate::Limiter::new(MemoryStore::with_clock(clock.clone()).max_keys(shards * 16));
+    let login = Rule::fixed_window("login", 2, Duration::from_secs(60));
+    let flood = Rule::fixed_window("flood", 1, Duration::from_millis(1));
+    let alice = [Check::new(&login, b"alice")];
+    let mut flooded = 0u32;
+    // `n` new keys on `past` that are back to empty a millisecond later: every shard stays
+    // at its share, and each key after makes room by forgetting those first.
+    let mut flood_past = |n: u32| {
+        for _ in 0..n {
+            flooded += 1;
+            let key = flooded.to_le_bytes();
+            let outcome = ready(
+                past.store()
+                    .check(&[Check::new(&flood, &key)], Duration::ZERO),
+            );
+            assert!(outcome.unwrap().is_admitted());
+        }
+        clock.advance(Duration::from_millis(2));
+    };
+    let same = |step: &str| {
+        let b = ready(below.peek(&login, b"alice", 1)).unwrap();
+        let p = ready(past.peek(&login, b"alice", 1)).unwrap();
+        assert_eq!(b, p, "after {step}");
+    };
+    // More keys than the bound at once: live keys are forgotten.
+    flood_past(shards as u32 * 32);
+    let mut estimates = Vec::new();
+    for limiter in [&below, &past] {
+        let mut held = limiter.reserve(&alice, Duration::ZERO).await.unwrap();
+        assert!(held.confirm().await.unwrap().is_admitted());
+        estimates.push(held);
+    }
+    assert!(
+        past.store().evictions() > 0,
+        "alice was decided past the bound"
+    );
+    same("a login held");
+    flood_past(200);
+    // A failed login charged by outcome: nothing counts (settled at 0).
+    for held in estimates.drain(..) {
+        held.settle(&[0]).await.unwrap();
+    }
+    same("a settlement below the estimate");
+    flood_past(200);
+    for limiter in [&below, &past] {
+        let held = limiter.reserve(&alice, Duration::ZERO).await.unwrap();
+        held.cancel().await.unwrap();
+    }
+    same("a cancellation");
+    for limiter in [&below, &past] {
+        for _ in 0..2 {
+            flood_past(200);
+            assert!(limiter.check(&alice).await.unwrap().is_admitted());
+        }
+    }
+    same("two logins");
+    for _ in 0..50 {
+        flood_past(200);
+        for limiter in [&below, &past] {
+            assert!(!limiter.check(&alice).await.unwrap().is_admitted());
+        }
+        same("a third login");
     }
 }
