@@ -26,6 +26,7 @@
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
+mod share;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;

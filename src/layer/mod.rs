@@ -190,7 +190,7 @@
 //! # use std::time::Duration;
 //! # use axum::{routing::{get, post}, Router};
 //! # use tollgate::layer::{Limit, RateLimitLayer};
-//! # use tollgate::{key, Limiter, MemoryStore, Rate, Rule};
+//! # use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let limits = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))

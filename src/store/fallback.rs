@@ -11,12 +11,8 @@ use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket,
-};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::rate::Rate;
 use crate::store::check::{Check, Health, Store};
 use crate::store::memory::MemoryStore;
 use crate::Rule;
@@ -212,57 +208,17 @@ impl Division {
     }
 }
 
-/// `rule` with its counts divided by `n` rounding down and its rates exactly, or their
-/// amounts rounding down where the divided period does not build; `None` when nothing of
-/// the quota is left for one instance.
+/// `rule` with its quota shared among `n` instances ([`Algorithm::share`]); `None` when
+/// nothing of the quota is left for one instance.
 fn divide(rule: &Rule, n: u64) -> Option<Rule> {
-    let by_period = |r: Rate| {
-        let period = r.period_micros().saturating_mul(n);
-        Rate::new(r.amount(), Duration::from_micros(period))
-    };
-    let by_amount = |r: Rate| Rate::new(r.amount() / n, Duration::from_micros(r.period_micros()));
-    let algorithm = divided_algorithm(rule.algorithm(), n, by_period)
-        .or_else(|_| divided_algorithm(rule.algorithm(), n, by_amount))
+    let divided = Rule::new(rule.name(), rule.algorithm().share(n)?)
+        .checked()
         .ok()?;
-    let divided = Rule::new(rule.name(), algorithm).checked().ok()?;
     let divided = divided.with_cost(rule.cost());
     Some(match rule.penalty() {
         Some(p) => divided.with_penalty(*p),
         None => divided,
     })
-}
-
-/// `algorithm` with its counts divided by `n` rounding down and its rates by `rate`.
-fn divided_algorithm(
-    algorithm: &Algorithm,
-    n: u64,
-    rate: impl Fn(Rate) -> Rate,
-) -> Result<Algorithm, crate::ConfigError> {
-    let count = |c: u64| c / n;
-    match algorithm {
-        Algorithm::FixedWindow(a) => FixedWindow::new(
-            count(a.limit()),
-            Duration::from_micros(a.window_micros()),
-            a.anchor(),
-        )
-        .map(Algorithm::FixedWindow),
-        Algorithm::SlidingLog(a) => {
-            SlidingLog::new(count(a.limit()), Duration::from_micros(a.window_micros()))
-                .map(Algorithm::SlidingLog)
-        }
-        Algorithm::SlidingWindow(a) => {
-            SlidingWindow::new(count(a.limit()), Duration::from_micros(a.window_micros()))
-                .map(Algorithm::SlidingWindow)
-        }
-        Algorithm::TokenBucket(a) => {
-            TokenBucket::new(count(a.capacity()), rate(a.refill()), a.mode())
-                .map(Algorithm::TokenBucket)
-        }
-        Algorithm::LeakyBucket(a) => {
-            LeakyBucket::new(count(a.capacity()), rate(a.drain())).map(Algorithm::LeakyBucket)
-        }
-        Algorithm::Gcra(a) => Gcra::new(count(a.burst()), rate(a.rate())).map(Algorithm::Gcra),
-    }
 }
 
 /// `batch` with each check's rule replaced by the one at its index in `rules`.
@@ -305,8 +261,21 @@ impl<P: Store, L: Store> Fallback<P, L> {
         }
         outcome
     }
+}
 
-    async fn decide(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+impl<P: fmt::Debug, L: fmt::Debug> fmt::Debug for Fallback<P, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("primary", &self.primary)
+            .field("local", &self.local)
+            .field("instances", &self.shared.instances)
+            .field("falling_back", &self.is_falling_back())
+            .finish()
+    }
+}
+
+impl<P: Store, L: Store> Store for Fallback<P, L> {
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
         if let Some(answer) = self.from_primary(self.primary.check(batch, max_wait).await) {
             return answer;
         }
@@ -321,7 +290,27 @@ impl<P: Store, L: Store> Fallback<P, L> {
         Ok(Self::taken_locally(outcome))
     }
 
-    async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+    /// Asks the primary at once where it can answer at once, and then the local store if
+    /// the primary failed.
+    fn try_check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let primary = self.primary.try_check_now(batch, max_wait)?;
+        if let Some(answer) = self.from_primary(primary) {
+            return Some(answer);
+        }
+        let local = match self.shared.divided_rules(batch) {
+            None => self.local.try_check_now(batch, max_wait),
+            Some(rules) => self
+                .local
+                .try_check_now(&with_rules(batch, &rules), max_wait),
+        }?;
+        Some(local.map(Self::taken_locally))
+    }
+
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         match self.primary.peek(check).await {
             Ok(outcome) => Ok(outcome),
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
@@ -336,11 +325,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
     /// Gives each rule's units back to the store that took them: a held request confirmed
     /// while the primary was away took its waiting rules' units locally, the others in the
     /// primary.
-    async fn refund_either(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
         };
@@ -373,11 +358,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
     /// Takes what a settlement owes where the admission took its units: the rules admitted
     /// by the primary in the primary, those admitted locally in the local store. While the
     /// primary is away, what it is owed is taken locally, where the key is decided then.
-    async fn overdraw_either(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
+    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let local_at = |i: usize| outcome.admission.as_ref().is_some_and(|a| a.taken(i).local);
         let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
             (0..batch.len()).partition(|&i| local_at(i));
@@ -416,7 +397,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
 
     /// Counts the denials where the batch is decided now: in the primary, or while it is
     /// away in the local store, on the shares of the rules it decides there.
-    async fn count_denials_either(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         match self.primary.count_denials(batch).await {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(_) => match self.shared.divided_rules(batch) {
@@ -428,89 +409,10 @@ impl<P: Store, L: Store> Fallback<P, L> {
     }
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
-    async fn reset_both(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
         let local = self.shared.divided(rule);
         self.local.reset(&local.rule, key).await?;
         self.primary.reset(rule, key).await
-    }
-}
-
-impl<P: fmt::Debug, L: fmt::Debug> fmt::Debug for Fallback<P, L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fallback")
-            .field("primary", &self.primary)
-            .field("local", &self.local)
-            .field("instances", &self.shared.instances)
-            .field("falling_back", &self.is_falling_back())
-            .finish()
-    }
-}
-
-impl<P: Store, L: Store> Store for Fallback<P, L> {
-    fn check(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.decide(batch, max_wait)
-    }
-
-    /// Asks the primary at once where it can answer at once, and then the local store if
-    /// the primary failed.
-    fn try_check_now(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> Option<Result<Outcome, StoreError>> {
-        let primary = self.primary.try_check_now(batch, max_wait)?;
-        if let Some(answer) = self.from_primary(primary) {
-            return Some(answer);
-        }
-        let local = match self.shared.divided_rules(batch) {
-            None => self.local.try_check_now(batch, max_wait),
-            Some(rules) => self
-                .local
-                .try_check_now(&with_rules(batch, &rules), max_wait),
-        }?;
-        Some(local.map(Self::taken_locally))
-    }
-
-    fn peek(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
-        self.peek_one(check)
-    }
-
-    fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.refund_either(batch, outcome)
-    }
-
-    fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.overdraw_either(batch, outcome)
-    }
-
-    fn count_denials(
-        &self,
-        batch: &[Check<'_>],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.count_denials_either(batch)
-    }
-
-    fn reset(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.reset_both(rule, key)
     }
 
     /// The primary's probe: the fallback is healthy when its primary is.
@@ -537,9 +439,10 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
+    use crate::algorithm::Algorithm;
     use crate::store::breaker::tests::Flaky;
     use crate::store::Breaker;
-    use crate::ManualClock;
+    use crate::{ManualClock, Rate};
 
     fn down(flaky: &Flaky, down: bool) {
         flaky.down.store(down, Ordering::SeqCst);

@@ -5,7 +5,7 @@
 //! ```
 //! # use tollgate::layer::rules_file::Loader;
 //! # use tollgate::layer::RateLimitLayer;
-//! # use tollgate::{Limiter, MemoryStore};
+//! # use tollgate::{Limiter, store::MemoryStore};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rules = r#"
 //! mode = "enforce"            # "enforce", "shadow", or "wait" with max_wait = "2s"

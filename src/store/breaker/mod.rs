@@ -431,12 +431,8 @@ impl<S: fmt::Debug> fmt::Debug for Breaker<S> {
 }
 
 impl<S: Store> Store for Breaker<S> {
-    fn check(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.guarded(move || self.store.check(batch, max_wait))
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
     /// Asks the store at once, where it can answer at once, while the circuit is closed; an
@@ -458,42 +454,24 @@ impl<S: Store> Store for Breaker<S> {
         Some(result)
     }
 
-    fn peek(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
-        self.guarded(move || self.store.peek(check))
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.guarded(|| self.store.peek(check)).await
     }
 
-    fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.guarded(move || self.store.refund(batch, outcome))
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.guarded(|| self.store.refund(batch, outcome)).await
     }
 
-    fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.guarded(move || self.store.overdraw(batch, outcome))
+    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.guarded(|| self.store.overdraw(batch, outcome)).await
     }
 
-    fn count_denials(
-        &self,
-        batch: &[Check<'_>],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.guarded(move || self.store.count_denials(batch))
+    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.guarded(|| self.store.count_denials(batch)).await
     }
 
-    fn reset(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.guarded(move || self.store.reset(rule, key))
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        self.guarded(|| self.store.reset(rule, key)).await
     }
 
     /// The store's own probe: a breaker around a breaker probes the store they guard.

@@ -5,7 +5,6 @@ mod key;
 mod refund;
 
 use std::fmt;
-use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -600,12 +599,8 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn check(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        std::future::ready(self.decide(batch, duration_to_micros(max_wait)))
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        self.decide(batch, duration_to_micros(max_wait))
     }
 
     #[inline]
@@ -617,12 +612,9 @@ impl Store for MemoryStore {
         Some(self.decide(batch, duration_to_micros(max_wait)))
     }
 
-    fn peek(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         if let Err(e) = batch::validate(std::slice::from_ref(&check)) {
-            return std::future::ready(Err(e));
+            return Err(e);
         }
         let shared = &*self.shared;
         let hash = shared.hash(check.rule, check.key);
@@ -631,40 +623,25 @@ impl Store for MemoryStore {
         let entry = shard.get(hash, &check);
         let item = batch::evaluate_alone(&check, entry, now);
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
-        std::future::ready(Ok(batch::report(&check, entry, now, &item, admitted)))
+        Ok(batch::report(&check, entry, now, &item, admitted))
     }
 
-    fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        std::future::ready(match &outcome.admission {
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        match &outcome.admission {
             Some(admission) => self.refund_admission(batch, admission),
             None => Ok(()),
-        })
+        }
     }
 
-    fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        _outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        std::future::ready(self.overdraw_each(batch))
+    async fn overdraw(&self, batch: &[Check<'_>], _outcome: &Outcome) -> Result<(), StoreError> {
+        self.overdraw_each(batch)
     }
 
-    fn count_denials(
-        &self,
-        batch: &[Check<'_>],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        std::future::ready(self.count_denials_now(batch))
+    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.count_denials_now(batch)
     }
 
-    fn reset(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
         let shared = &*self.shared;
         let check = Check::new(rule, key);
         let hash = shared.hash(rule, key);
@@ -676,7 +653,7 @@ impl Store for MemoryStore {
         {
             o.remove();
         }
-        std::future::ready(Ok(()))
+        Ok(())
     }
 }
 

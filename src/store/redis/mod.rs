@@ -20,7 +20,7 @@ use redis::{Client, Value};
 use smallvec::SmallVec;
 
 use crate::clock::{duration_to_micros, Clock};
-use crate::decision::{Admission, Outcome, RuleOutcome};
+use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::{Check, Store};
@@ -448,31 +448,6 @@ impl RedisStore {
         }
     }
 
-    /// [`Store::check`]: from the deny cache where it holds the answer, else from Redis.
-    async fn decide_cached(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: u64,
-    ) -> Result<Outcome, StoreError> {
-        // Validated once, here: the cache's answer and `decide` both rely on it.
-        batch::validate(batch)?;
-        let Some(cache) = self
-            .deny_cache
-            .as_ref()
-            .filter(|c| c.serves(&self.prefix, &self.clock))
-        else {
-            return self.decide(batch, max_wait).await;
-        };
-        let sent_at = self.local_now();
-        if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
-            return Ok(outcome);
-        }
-        let epoch = cache.epoch();
-        let outcome = self.decide(batch, max_wait).await?;
-        cache.record(batch, max_wait, &outcome, sent_at, epoch);
-        Ok(outcome)
-    }
-
     fn call(&self, max_wait: u64, mode: Op) -> Call {
         Call {
             now: self.clock.as_ref().map(|c| c.now_micros()),
@@ -524,7 +499,7 @@ impl RedisStore {
         }
     }
 
-    /// Decides a batch [`decide_cached`](Self::decide_cached) has validated.
+    /// Decides a batch [`check`](Store::check) has validated.
     async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         if let Connection::Cluster(_) = self.conn {
             let groups = self.by_slot(batch);
@@ -562,58 +537,6 @@ impl RedisStore {
             self.run(self.call(0, op), &checks).await?;
         }
         Ok(())
-    }
-
-    /// [`Store::refund`]: one `Op::RefundHeld` call per slot (one call on a standalone
-    /// server), each rule given back at its own instant where its mark says that is exact.
-    async fn refund_held(
-        &self,
-        batch: &[Check<'_>],
-        admission: Option<&Admission>,
-    ) -> Result<(), StoreError> {
-        let Some(admission) = admission else {
-            return Ok(());
-        };
-        batch::validate(batch)?;
-        // A trial rule's units are not given back: it may have taken nothing; a pending rule
-        // took nothing yet.
-        let gives = |&i: &usize| !batch[i].shadow && !admission.taken(i).pending;
-        for members in self.slot_groups(batch) {
-            let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();
-            if members.is_empty() {
-                continue;
-            }
-            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-            let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-            let call = self.call(0, Op::RefundHeld);
-            self.run_with(call, &checks, Some(&packed)).await?;
-        }
-        Ok(())
-    }
-
-    async fn peek_one(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        batch::validate(std::slice::from_ref(&check))?;
-        let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
-        reply
-            .rules
-            .into_iter()
-            .next()
-            .ok_or_else(|| StoreError::Protocol("peek got no decision".into()))
-    }
-
-    async fn reset_one(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
-        let check = Check::new(rule, key);
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.key(&check, false));
-        if script::has_log(rule.algorithm()) {
-            cmd.arg(self.key(&check, true));
-        }
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(unavailable)?;
-        self.invalidate(rule, key).await
     }
 }
 
@@ -656,52 +579,84 @@ impl fmt::Debug for RedisStore {
 }
 
 impl Store for RedisStore {
-    fn check(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.decide_cached(batch, duration_to_micros(max_wait))
+    /// From the deny cache where it holds the answer, else from Redis.
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        let max_wait = duration_to_micros(max_wait);
+        // Validated once, here: the cache's answer and `decide` both rely on it.
+        batch::validate(batch)?;
+        let Some(cache) = self
+            .deny_cache
+            .as_ref()
+            .filter(|c| c.serves(&self.prefix, &self.clock))
+        else {
+            return self.decide(batch, max_wait).await;
+        };
+        let sent_at = self.local_now();
+        if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
+            return Ok(outcome);
+        }
+        let epoch = cache.epoch();
+        let outcome = self.decide(batch, max_wait).await?;
+        cache.record(batch, max_wait, &outcome, sent_at, epoch);
+        Ok(outcome)
     }
 
-    fn peek(
-        &self,
-        check: Check<'_>,
-    ) -> impl Future<Output = Result<RuleOutcome, StoreError>> + Send {
-        self.peek_one(check)
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        batch::validate(std::slice::from_ref(&check))?;
+        let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
+        reply
+            .rules
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Protocol("peek got no decision".into()))
     }
 
-    fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.refund_held(batch, outcome.admission.as_ref())
+    /// One `Op::RefundHeld` call per slot (one call on a standalone server), each rule
+    /// given back at its own instant where its mark says that is exact.
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        let Some(admission) = &outcome.admission else {
+            return Ok(());
+        };
+        batch::validate(batch)?;
+        // A trial rule's units are not given back: it may have taken nothing; a pending rule
+        // took nothing yet.
+        let gives = |&i: &usize| !batch[i].shadow && !admission.taken(i).pending;
+        for members in self.slot_groups(batch) {
+            let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();
+            if members.is_empty() {
+                continue;
+            }
+            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
+            let call = self.call(0, Op::RefundHeld);
+            self.run_with(call, &checks, Some(&packed)).await?;
+        }
+        Ok(())
     }
 
     /// One `Op::Overdraw` call per slot.
-    fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        _outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.run_per_slot(batch, Op::Overdraw)
+    async fn overdraw(&self, batch: &[Check<'_>], _outcome: &Outcome) -> Result<(), StoreError> {
+        self.run_per_slot(batch, Op::Overdraw).await
     }
 
     /// One `Op::Deny` call per slot.
-    fn count_denials(
-        &self,
-        batch: &[Check<'_>],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.run_per_slot(batch, Op::Deny)
+    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.run_per_slot(batch, Op::Deny).await
     }
 
-    fn reset(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.reset_one(rule, key)
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        let check = Check::new(rule, key);
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.key(&check, false));
+        if script::has_log(rule.algorithm()) {
+            cmd.arg(self.key(&check, true));
+        }
+        let mut conn = self.conn.clone();
+        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(unavailable)?;
+        self.invalidate(rule, key).await
     }
 
     /// A `PING` on a clone of the connection, bounded by the store's timeout. On a Cluster
