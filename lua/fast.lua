@@ -2,7 +2,7 @@
 --
 -- A batch takes this path when it decides or peeks (MODE_DECIDE or MODE_PEEK), no other
 -- Cluster slot reserved it ahead (ARGV[5] = 0), and every rule is a plain one: no penalty,
--- not a trial (shadow), not a leaky bucket (whose queue moves the instant a rule counts at),
+-- not shadow, not a leaky bucket (whose queue moves the instant a rule counts at),
 -- not a sliding log (whose state is a sorted set), and its stored state is absent, expired
 -- or its own configuration's (not another configuration's carried units). Then every rule
 -- counts the request at `now`, and the batch admits when every rule does. A batch that is

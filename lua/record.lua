@@ -4,7 +4,7 @@
 -- A rule's packed argument (batch.lua's ARGV[6…]): fourteen little-endian doubles,
 -- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
 -- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
--- (0 = no penalty), within µs, shadow (1 = a trial rule: it never denies or delays the batch,
+-- (0 = no penalty), within µs, shadow (1 = a shadow rule: it never denies or delays the batch,
 -- and consumes only when it admits on its own; batch::admitted), the configuration's
 -- fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`), its key id (the
 -- index of the batch's first rule on the same client key: the rules on one key count the

@@ -73,7 +73,7 @@
 //!   that admission's units and no one else's.
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one
 //!   after a change under the same name.
-//! - **trial**: a rule checked and reported but not enforced (a shadow limit, or any rule in
+//! - **shadow**: a rule checked and reported but not enforced (a shadow limit, or any rule in
 //!   shadow mode).
 #![forbid(unsafe_code)]
 #![warn(

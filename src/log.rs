@@ -34,7 +34,7 @@ pub(crate) const DEFAULT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) enum Event {
     /// The store failed (unreachable, timed out).
     StoreFailure,
-    /// A rule on trial (shadow mode, or a shadow limit) would have denied a request.
+    /// A rule in shadow (shadow mode, or a shadow limit) would have denied a request.
     ShadowDenial,
     /// In shadow, a request had no key and would have been refused for it.
     ShadowMissingKey,

@@ -91,7 +91,7 @@ pub(crate) trait Batch: Send + Sync + 'static {
 struct Copied {
     rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, whether it is on trial, whether
+    /// Per check: where its key ends in `keys`, its cost, whether it is in shadow, whether
     /// it defers its denial.
     items: SmallVec<[(usize, u64, bool, bool); 2]>,
 }
@@ -391,7 +391,7 @@ impl<S: Store + Clone> Reservation<S> {
         };
         let mut settled = Settled::new();
         for (i, (check, &cost)) in checks.iter().zip(costs).enumerate() {
-            // A trial rule that would have denied took nothing; a pending one, nothing yet.
+            // A shadow rule that would have denied took nothing; a pending one, nothing yet.
             let took = self
                 .outcome
                 .rules
@@ -544,7 +544,7 @@ async fn settle_in<S: Store>(
 }
 
 /// The checks a settlement gives back (`owed` false) or takes (`owed` true), each at the
-/// units that change, with their part of `outcome`. Trial rules settle like any other:
+/// units that change, with their part of `outcome`. Shadow rules settle like any other:
 /// the reservation knows they took their units.
 fn settled_part<'a>(
     checks: &[Check<'a>],

@@ -7,7 +7,7 @@
 //! with a count) and shown to the [`on_decision`](crate::layer::RateLimitLayerBuilder::on_decision)
 //! hook, where you can count them per rule in your metrics.
 //!
-//! One rule on trial beside enforced ones: [`Limit::shadow`](crate::layer::Limit::shadow).
+//! One rule in shadow beside enforced ones: [`Limit::shadow`](crate::layer::Limit::shadow).
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,7 +26,7 @@
 //! let limits = RateLimitLayer::builder()
 //!     // Enforced today: 100 a minute per user.
 //!     .limit(Limit::new(Rule::fixed_window("search", 100, minute), key::header("user-id")))
-//!     // On trial: 3 a minute. Would it refuse good clients?
+//!     // In shadow: 3 a minute. Would it refuse good clients?
 //!     .limit(Limit::new(Rule::sliding_log("search-strict", 3, minute), key::header("user-id")).shadow())
 //!     .on_decision(move |event: &DecisionEvent<'_>| {
 //!         for (rule, outcome) in event.rules() {
@@ -45,7 +45,7 @@
 //! for _ in 0..5 {
 //!     let search = Request::get("/search").header("user-id", "42").body(())?;
 //!     let response = app.clone().oneshot(search).await?;
-//!     // Never refused by the trial rule…
+//!     // Never refused by the shadow rule…
 //!     assert_eq!(response.status(), StatusCode::OK);
 //!     // …nor advertised to clients, who should not plan around it.
 //!     assert!(!response.headers()["ratelimit-policy"].to_str()?.contains("search-strict"));
@@ -55,14 +55,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A request the trial rule would deny consumes none of its quota, as if it had been
+//! A request the shadow rule would deny consumes none of its quota, as if it had been
 //! refused, so its counts are those enforcing it would produce. When the numbers look
 //! right, remove `.shadow()`: the rule keeps its name and parameters, so it starts
 //! enforcing with the state it has built up.
 //!
 //! ## A whole layer in shadow
 //!
-//! [`Mode::Shadow`](crate::layer::Mode::Shadow) puts every rule of a layer on trial: for the first
+//! [`Mode::Shadow`](crate::layer::Mode::Shadow) puts every rule of a layer in shadow: for the first
 //! rate limiting in front of a service. A request without a key or a failed store is logged
 //! and let through too, so a mistake in the configuration cannot refuse anyone yet.
 //!

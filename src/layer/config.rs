@@ -227,7 +227,7 @@ impl Limit {
         self
     }
 
-    /// Makes this a trial limit ("shadow"): it is decided in the same batch (the same round
+    /// Makes this a shadow limit: it is decided in the same batch (the same round
     /// trip) as the enforced limits and keeps its state as if enforced, but it never
     /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
     /// headers. A request it would deny consumes none of its quota and counts towards its
@@ -246,7 +246,7 @@ impl Limit {
     /// let layer = RateLimitLayer::builder()
     ///     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
     ///     // Would 20 a minute be too strict? Watch its denials before enforcing it.
-    ///     .limit(Limit::new(Rule::fixed_window("per-user-trial", 20, Duration::from_secs(60)), key::header("user-id")).shadow())
+    ///     .limit(Limit::new(Rule::fixed_window("per-user-shadow", 20, Duration::from_secs(60)), key::header("user-id")).shadow())
     ///     .build()?;
     /// # Ok(()) }
     /// ```
@@ -269,12 +269,12 @@ impl Limit {
 
     /// Whether a refusal of this limit counts towards its penalty only once the requests
     /// of its key in flight have settled (see `charge::unsettled`): a limit charged by
-    /// outcome with a penalty, enforced (a trial limit's refusal refuses nothing).
+    /// outcome with a penalty, enforced (a shadow limit's refusal refuses nothing).
     pub(crate) fn defers_denials(&self) -> bool {
         !self.charge.counts_all() && self.rule.penalty().is_some() && !self.shadow
     }
 
-    /// Whether this is a trial limit (see [`shadow`](Self::shadow)).
+    /// Whether this is a shadow limit (see [`shadow`](Self::shadow)).
     pub(crate) fn is_shadow(&self) -> bool {
         self.shadow
     }
@@ -443,12 +443,12 @@ impl<'a> DecisionEvent<'a> {
         self.outcome
     }
 
-    /// Each checked rule and what it decided, trial rules included.
+    /// Each checked rule and what it decided, shadow rules included.
     pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> {
         self.rules.iter().map(|(r, o)| (*r, o))
     }
 
-    /// Whether `rule` was checked on trial, so that its denial was not enforced: a
+    /// Whether `rule` was checked in shadow, so that its denial was not enforced: a
     /// [`Limit::shadow`], or any rule in [`Mode::Shadow`].
     pub fn is_shadow(&self, rule: &Rule) -> bool {
         self.mode == Mode::Shadow
@@ -555,8 +555,8 @@ impl Config {
         }
     }
 
-    /// Renders the `RateLimit-Policy` value of each route's enforced limits (those not on
-    /// trial), once the limits and the route table are final.
+    /// Renders the `RateLimit-Policy` value of each route's enforced limits (those not
+    /// in shadow), once the limits and the route table are final.
     pub(crate) fn cache_policies(&mut self) {
         let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
         self.policies = routes

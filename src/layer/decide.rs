@@ -210,9 +210,9 @@ struct View<'a> {
     outcome: &'a Outcome,
     /// Each rule with its outcome, when someone reads them.
     rules: SmallVec<[(&'a Rule, RuleOutcome); 4]>,
-    /// Whether each rule of the batch is on trial.
+    /// Whether each rule of the batch is in shadow.
     shadow: SmallVec<[bool; 4]>,
-    /// The rules clients are told about: a trial rule, or any rule in shadow mode, is not
+    /// The rules clients are told about: a shadow rule, or any rule in shadow mode, is not
     /// theirs to plan around.
     enforced: SmallVec<[(&'a Rule, RuleOutcome); 4]>,
 }
@@ -263,7 +263,7 @@ impl<'a> View<'a> {
         view
     }
 
-    /// A trial rule that would have denied is logged (in shadow mode a denied batch is
+    /// A shadow rule that would have denied is logged (in shadow mode a denied batch is
     /// logged once, by `decide`).
     fn log_shadow_denial(&self, limits: &[usize]) {
         let (config, outcome) = (self.config, self.outcome);
@@ -320,7 +320,7 @@ impl<'a> View<'a> {
 }
 
 /// The headers of a forwarded request, if the layer sends them on admitted responses: the
-/// `enforced` rules of its batch (none on trial) with their outcomes.
+/// `enforced` rules of its batch (none in shadow) with their outcomes.
 fn allowed_headers<'a>(
     config: &Config,
     route: Option<usize>,
@@ -369,7 +369,7 @@ fn refuse_hold(
         .zip(&refused.rules)
         .filter_map(|(&i, o)| {
             let limit = config.limit(route, i)?;
-            // Rules on trial are not advertised (see `decide`).
+            // Rules in shadow are not advertised (see `decide`).
             (!limit.is_shadow()).then_some((&limit.rule, *o))
         })
         .collect();

@@ -275,7 +275,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (default
-    /// `true`; rejections always carry them). Rules on trial ([`Limit::shadow`],
+    /// `true`; rejections always carry them). Rules in shadow ([`Limit::shadow`],
     /// [`Mode::Shadow`]) are never advertised.
     ///
     /// On by default because that is what the headers are for: a client that reads

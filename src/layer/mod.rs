@@ -51,9 +51,9 @@
 //!   wait (hold a request until its reserved slot comes due, up to `max_wait`). A leaky
 //!   bucket's shaping delay is honoured the same way in enforce and wait modes; see
 //!   [held requests](#held-requests).
-//! - **Trial rules.** [`Limit::shadow`] puts one rule on trial inside the batch of enforced
+//! - **Shadow rules.** [`Limit::shadow`] puts one rule in shadow inside the batch of enforced
 //!   ones (one round trip): it keeps its state as if enforced and reports its would-be
-//!   denials, but never rejects or holds a request. Rules on trial — shadow limits, and
+//!   denials, but never rejects or holds a request. Rules in shadow — shadow limits, and
 //!   every rule in shadow mode — are not advertised in the `RateLimit` headers.
 //! - **Charging by outcome.** [`Limit::charge`] counts only the requests whose response
 //!   status counts: failed logins only ([`Charge::failures`]), or everything but a failing

@@ -161,7 +161,7 @@ impl<'a> Rejection<'a> {
     }
 
     /// Each enforced rule checked and what it decided (empty unless
-    /// [`RejectionKind::Limited`]; rules on trial are left out).
+    /// [`RejectionKind::Limited`]; rules in shadow are left out).
     pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone {
         self.rules.iter().map(|(r, o)| (*r, o))
     }

@@ -428,7 +428,7 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
     }
 
     /// Each limit charged by outcome whose quota refused the request (in a refused batch,
-    /// or a trial limit in an admitted one) has its denial counted once the requests beside
+    /// or a shadow limit in an admitted one) has its denial counted once the requests beside
     /// it have settled (see `charge::unsettled`); the tickets of the other limits, which
     /// settle with the request.
     fn defer_denials(&self, outcome: &Outcome, tickets: Tickets) -> Tickets {

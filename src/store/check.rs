@@ -19,7 +19,7 @@ pub struct Check<'a> {
     /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
     /// nothing and is always admitted unless the key is locked.
     pub cost: u64,
-    /// A trial ("shadow") item: decided and recorded in the same batch, but it never denies
+    /// A shadow item: decided and recorded in the same batch, but it never denies
     /// or delays the batch. It consumes when the batch is admitted and it admits on its own;
     /// when it would deny, it consumes nothing and counts its penalty denial, and its
     /// [`RuleOutcome`] says `Deny`, which is how a caller learns what enforcing it would do.

@@ -607,4 +607,49 @@ mod tests {
             crate::Decision::Delay(Duration::from_millis(100))
         );
     }
+
+    /// A store with a probe of its own, for the wrappers' forwarding.
+    #[derive(Clone, Default)]
+    struct Probed(MemoryStore);
+
+    impl Store for Probed {
+        async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+            self.0.check(batch, wait).await
+        }
+        fn try_check_now(
+            &self,
+            batch: &[Check<'_>],
+            wait: Duration,
+        ) -> Option<Result<Outcome, StoreError>> {
+            self.0.try_check_now(batch, wait)
+        }
+        async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+            self.0.peek(check).await
+        }
+        async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+            self.0.reset(rule, key).await
+        }
+        fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+            Some(std::future::ready(Ok(())))
+        }
+    }
+
+    /// The crate's wrappers lose none of the store's methods: a store that answers at once
+    /// still does behind a breaker and a fallback (closed, primary up), and its probe is
+    /// still there to ask.
+    #[test]
+    fn wrappers_forward_the_answer_at_once_and_the_probe() {
+        let rule = Rule::gcra("g", 2, Rate::per_second(10));
+        let batch = [Check::new(&rule, b"k")];
+        let breaker = Breaker::new(Probed::default());
+        assert!(breaker.try_check_now(&batch, Duration::ZERO).is_some());
+        assert!(breaker.probe().is_some());
+        let fallback = Fallback::with_local(Probed::default(), MemoryStore::new());
+        assert!(fallback.try_check_now(&batch, Duration::ZERO).is_some());
+        assert!(fallback.probe().is_some());
+        let both = Fallback::with_local(Breaker::new(Probed::default()), MemoryStore::new());
+        let outcome = both.try_check_now(&batch, Duration::ZERO);
+        assert!(outcome.is_some_and(|o| o.is_ok_and(|o| o.is_admitted())));
+        assert!(both.probe().is_some());
+    }
 }

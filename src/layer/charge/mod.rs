@@ -42,7 +42,7 @@ impl<St: Store + Clone> Charging<St> {
 
     /// The inner service answered with `response`: each limit's units are settled at what
     /// the response makes its cost. Every rule of an admitted batch took its units, except
-    /// a trial rule that would have denied, which the reservation leaves out.
+    /// a shadow rule that would have denied, which the reservation leaves out.
     pub(crate) fn settle<B>(self, response: Response<B>) -> Response<B> {
         let (parts, body) = response.into_parts();
         let LayerBatch {

@@ -130,7 +130,7 @@ fn counted<St: Store + Clone>(
 }
 
 /// For a request the layer will hold (delayed, not in shadow mode), what it counts under
-/// for `max_held_per_key`: each (rule, key) whose rule delays it, once. A trial rule never
+/// for `max_held_per_key`: each (rule, key) whose rule delays it, once. A shadow rule never
 /// delays a request (its `Delay` says what enforcing it would do), so it takes no place:
 /// else it could refuse a request. A rule left pending to the release says `Delay` only
 /// because another rule holds the request.

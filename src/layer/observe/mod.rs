@@ -49,7 +49,7 @@
 //!
 //! - **Decisions over time**: admitted, delayed and denied per second over the last five
 //!   minutes, in a ring of one slot per second (7 KB per rule). A would-be denial of a rule
-//!   on trial counts as denied; a rule that admits a request another rule denies counts
+//!   in shadow counts as denied; a rule that admits a request another rule denies counts
 //!   nothing (the denying rule counts it).
 //! - **The keys denied most**: a Space-Saving summary of `n` counters per period of five
 //!   minutes ([`top_limited_keys`](super::RateLimitLayerBuilder::top_limited_keys), 64 by
@@ -70,7 +70,7 @@
 //!
 //! Per rule (`tollgate_decisions_total`): `admitted`, `delayed` (held for a leaky bucket's
 //! shaping or a wait-mode reservation), `denied`, `locked` (a penalty lock), `shadow_denied`
-//! (a rule on trial, or any rule in shadow mode, would have denied; nothing was refused),
+//! (a rule in shadow, or any rule in shadow mode, would have denied; nothing was refused),
 //! `denied_by_other` (this rule would admit, but another rule of the batch denied, so this
 //! one consumed nothing), and `store_failed` (the store failed; the
 //! [`FailurePolicy`](super::FailurePolicy) decided). The span's `outcome` is the batch's,
@@ -155,8 +155,8 @@ pub(crate) fn finish(
     #[cfg(feature = "metrics")]
     {
         let limits = limits.iter().filter_map(|&i| config.limit(route, i));
-        let on_trial = |shadow| shadow || config.mode == Mode::Shadow;
-        let limits = limits.map(|l| (&l.metrics, on_trial(l.shadow)));
+        let in_shadow = |shadow| shadow || config.mode == Mode::Shadow;
+        let limits = limits.map(|l| (&l.metrics, in_shadow(l.shadow)));
         record::decision(limits, result, health, elapsed);
     }
     #[cfg(not(feature = "metrics"))]
@@ -189,7 +189,7 @@ pub(crate) fn finish(
 }
 
 /// Counts each rule's decision in its activity: admitted and delayed in its ring, a
-/// denial (or a would-be denial on trial) in its ring and its top keys. A rule that admits
+/// denial (or a would-be denial in shadow) in its ring and its top keys. A rule that admits
 /// in a batch another rule denies counts nothing: the denying rule counts the request.
 #[cfg(feature = "admin")]
 fn record_activity(
@@ -208,8 +208,8 @@ fn record_activity(
             continue;
         };
         let activity = activities.rule(&limit.rule.shared_name());
-        let on_trial = limit.shadow || config.mode == Mode::Shadow;
-        match DecisionLabel::of_rule(on_trial, denied, rule) {
+        let in_shadow = limit.shadow || config.mode == Mode::Shadow;
+        match DecisionLabel::of_rule(in_shadow, denied, rule) {
             DecisionLabel::Admitted => activity.count(Counted::Admitted, second),
             DecisionLabel::Delayed => activity.count(Counted::Delayed, second),
             DecisionLabel::Denied | DecisionLabel::Locked | DecisionLabel::ShadowDenied => {

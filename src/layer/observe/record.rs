@@ -58,15 +58,15 @@ impl DecisionLabel {
         }
     }
 
-    /// One rule's outcome in a batch: `on_trial` for a shadow limit or shadow mode.
+    /// One rule's outcome in a batch: `in_shadow` for a shadow limit or shadow mode.
     #[cfg_attr(not(any(feature = "metrics", feature = "admin")), allow(dead_code))]
-    pub(super) fn of_rule(on_trial: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
+    pub(super) fn of_rule(in_shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
-            Decision::Deny(_) if on_trial => DecisionLabel::ShadowDenied,
+            Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
             Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
             Decision::Deny(_) => DecisionLabel::Denied,
             _ if batch_denied => DecisionLabel::DeniedByOther,
-            Decision::Delay(_) if !on_trial => DecisionLabel::Delayed,
+            Decision::Delay(_) if !in_shadow => DecisionLabel::Delayed,
             _ => DecisionLabel::Admitted,
         }
     }
@@ -117,7 +117,7 @@ pub(crate) fn limited_keys(_metrics: &RuleMetrics, _n: u64) {
 }
 
 /// Records the store's answer for a request: per limit of its batch, in order, the limit's
-/// keys and whether it is on trial (a shadow limit, or shadow mode); the store's health,
+/// keys and whether it is in shadow (a shadow limit, or shadow mode); the store's health,
 /// and how long it took, if timed.
 #[cfg(feature = "metrics")]
 pub(super) fn decision<'a>(
@@ -208,8 +208,8 @@ mod recording {
         match result {
             Ok(outcome) => {
                 let denied = !outcome.is_admitted();
-                for ((metrics, on_trial), rule) in limits.zip(&outcome.rules) {
-                    let verdict = DecisionLabel::of_rule(on_trial, denied, rule);
+                for ((metrics, in_shadow), rule) in limits.zip(&outcome.rules) {
+                    let verdict = DecisionLabel::of_rule(in_shadow, denied, rule);
                     count(&metrics.keys.decisions[verdict as usize]);
                 }
             }

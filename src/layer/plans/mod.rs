@@ -103,7 +103,7 @@ impl Plans {
     }
 
     /// Requests of the plan `name` are limited by `limit`: a [`Limit`] of its own, for a
-    /// cost function, a key of its own or a trial ([`Limit::shadow`]). A request of the
+    /// cost function, a key of its own or a shadow limit ([`Limit::shadow`]). A request of the
     /// plan without that limit's key follows the limit's
     /// [`on_missing_key`](Limit::on_missing_key).
     pub fn plan_limit(mut self, name: impl Into<String>, limit: Limit) -> Self {

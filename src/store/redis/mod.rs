@@ -491,7 +491,7 @@ impl RedisStore {
     /// happens here: a lost message only leaves another instance denying until its cached
     /// denial ends (never admitting more), so it is a warning, not a failed call.
     async fn tell_caches(&self, checks: &[&Check<'_>]) {
-        // A trial rule's refund gives nothing back.
+        // A shadow rule's refund gives nothing back.
         for check in checks.iter().filter(|c| !c.shadow) {
             if let Err(error) = self.invalidate(check.rule, check.key).await {
                 tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a moved state");
@@ -618,7 +618,7 @@ impl Store for RedisStore {
             return Ok(());
         };
         batch::validate(batch)?;
-        // A trial rule's units are not given back: it may have taken nothing; a pending rule
+        // A shadow rule's units are not given back: it may have taken nothing; a pending rule
         // took nothing yet.
         let gives = |&i: &usize| !batch[i].shadow && !admission.taken(i).pending;
         for members in self.slot_groups(batch) {
