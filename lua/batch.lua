@@ -54,6 +54,29 @@ local function held(r, at)
   return 0
 end
 
+-- Algorithm::adopt: the state this configuration reads at `at` from a key whose state another
+-- configuration wrote (r.carried): a fresh state that has just admitted the units the other
+-- one still held, and `extra` more (the request being committed).
+local function adopt(r, at, extra)
+  local s = r.model.fresh(r, at)
+  local units = held(r, at) + extra
+  if units > 0 then
+    r.model.apply(r, s, at, units)
+  end
+  return s
+end
+
+-- Writes over another configuration's state: the rule's own state from now on is
+-- adopt(r, at, extra) (a sliding log's old entries go), and the reply says REPLY_ADOPTED so
+-- that the deny caches hear of it.
+local function take_over(r, at, extra)
+  if r.log_key then
+    redis.call('DEL', r.log_key)
+  end
+  r.state = adopt(r, at, extra)
+  r.own, r.carried, adopted = true, nil, true
+end
+
 -- A cost of 0 asks for nothing and passes, even where reservations took more than is
 -- left now.
 local function free_passes(cost, e)
@@ -94,10 +117,7 @@ local function algorithm_evaluate(r, at, cost)
   -- Algorithm::evaluate_carried: the other configuration's units count as this one's
   -- and are held until its state would be empty, so a request that does not fit waits
   -- exactly until then.
-  local model = r.model
-  local adopted = model.fresh(r, at)
-  model.apply(r, adopted, at, units)
-  local e = model.evaluate(r, adopted, at, cost)
+  local e = r.model.evaluate(r, adopt(r, at, 0), at, cost)
   local held_for = r.carried.empty_at - at
   if not e.ok and e.wait ~= nil then
     e = reject(held_for, e.remaining, held_for)
@@ -119,9 +139,7 @@ local function released_at(r, arrival)
   local units = held(r, arrival)
   if units > 0 then
     -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
-    local adopted = r.model.fresh(r, arrival)
-    r.model.apply(r, adopted, arrival, units)
-    return max(arrival, r.model.expires_at(r, adopted))
+    return max(arrival, r.model.expires_at(r, adopt(r, arrival, 0)))
   end
   if is_live(r, arrival) then
     return max(arrival, r.model.expires_at(r, r.state))
@@ -381,6 +399,18 @@ local function quota_reply(opening)
   return reply
 end
 
+-- Writes a rule's own state after a refund or an overdraft, with the head another
+-- configuration reads of it at `now` (batch::carried): read after a sliding log's entries
+-- are written, which its quota is counted from.
+local function store_carried(r)
+  if r.log_key then
+    store_log(r)
+  end
+  local info = algorithm_evaluate(r, now, 0)
+  r.head = { r.fingerprint, sub0(r.quota, info.remaining), r.model.expires_at(r, r.state) }
+  store(r)
+end
+
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
 -- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
 -- stands (the batch was denied elsewhere).
@@ -398,7 +428,8 @@ local function refund_batch(taken, marked)
     end
     if r.cost > 0 and is_live(r, now) then
       if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
-        store_state(r)
+        -- What other configurations read goes back with the units (batch::refund).
+        store_carried(r)
       end
     end
   end
@@ -419,23 +450,13 @@ local function overdraw_batch()
       local model = r.model
       local overdraw = model.overdraw
       if r.carried then
-        if r.log_key then
-          redis.call('DEL', r.log_key)
-        end
-        local units = held(r, now)
-        r.state = model.fresh(r, now)
-        if units > 0 then
-          model.apply(r, r.state, now, units)
-        end
-        r.carried, adopted = nil, true
+        take_over(r, now, 0)
       elseif not is_live(r, now) then
         r.state = model.fresh(r, now)
       end
       overdraw(r, r.state, now, cost)
       r.own = true
-      local info = algorithm_evaluate(r, now, 0)
-      r.head = { r.fingerprint, sub0(r.quota, info.remaining), model.expires_at(r, r.state) }
-      store_state(r)
+      store_carried(r)
     end
   end
   return quota_reply(adopted and REPLY_ADOPTED or REPLY_DENIED)
@@ -451,8 +472,10 @@ local function commit(r, item, admitted)
       return 0
     end
     if item.held then
-      -- LeakyBucket::held: the queue before the hold has drained by its end.
+      -- LeakyBucket::held: the queue before the hold has drained by its end, another
+      -- configuration's too (which this writes over: REPLY_ADOPTED).
       r.state = r.model.held(r, item.at, r.cost, item.held)
+      adopted = adopted or r.carried ~= nil
       r.own, r.carried = true, nil
     elseif not r.carried then
       if not is_live(r, item.at) then
@@ -461,16 +484,7 @@ local function commit(r, item, admitted)
       r.model.apply(r, r.state, item.at, r.cost)
       r.own = true
     else
-      -- Algorithm::adopt: a fresh state that has just admitted the units another
-      -- configuration still held and this request; a sliding log's old entries go.
-      if r.log_key then
-        redis.call('DEL', r.log_key)
-      end
-      local units = held(r, item.at) + r.cost
-      r.state = r.model.fresh(r, item.at)
-      r.model.apply(r, r.state, item.at, units)
-      r.own, r.carried = true, nil
-      adopted = true
+      take_over(r, item.at, r.cost)
     end
     r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
     store_state(r)

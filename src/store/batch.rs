@@ -429,10 +429,24 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, ma
     if !entry.is_own(check.rule) {
         return false;
     }
-    check
-        .rule
-        .algorithm()
-        .refund(&mut entry.state, now, at, check.cost, mark)
+    let algorithm = check.rule.algorithm();
+    if !algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
+        return false;
+    }
+    // What other configurations read goes back with the units: a state the refund emptied
+    // holds nothing for them.
+    entry.carried = carried(check.rule, &entry.state, now);
+    true
+}
+
+/// What another configuration reads of `state` written at `now` (see [`Carried`]).
+fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
+    let algorithm = rule.algorithm();
+    let remaining = algorithm.evaluate(state, now, 0).remaining;
+    Carried {
+        used: algorithm.limit().saturating_sub(remaining),
+        until: algorithm.expires_at(state),
+    }
 }
 
 /// Takes `check.cost` units at `now` without a check, for a request already served (its
@@ -447,11 +461,7 @@ pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
         entry.fingerprint = check.rule.fingerprint();
     }
     algorithm.overdraw(&mut entry.state, now, check.cost);
-    let remaining = algorithm.evaluate(&entry.state, now, 0).remaining;
-    entry.carried = Carried {
-        used: algorithm.limit().saturating_sub(remaining),
-        until: algorithm.expires_at(&entry.state),
-    };
+    entry.carried = carried(check.rule, &entry.state, now);
 }
 
 /// Step 3, for an item that does not write (or after [`commit`]): what it decided.

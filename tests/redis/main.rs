@@ -10,4 +10,5 @@ mod connect;
 mod deny_cache;
 mod differential;
 mod distributed;
+mod seams;
 mod store;
