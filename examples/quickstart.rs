@@ -70,7 +70,6 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
 
 /// Connects to Redis at `url` (one server, or a Cluster through one or several of its
 /// nodes) and says which it found; any reason the limits could not work there is an error.
-#[allow(dead_code)] // Tests include this file for `app` and `serve`.
 async fn connect_redis(url: &str) -> Result<RedisStore, tollgate::StoreError> {
     let store = RedisStore::connect(url).await?;
     let mode = if store.is_cluster() {
@@ -82,7 +81,24 @@ async fn connect_redis(url: &str) -> Result<RedisStore, tollgate::StoreError> {
     Ok(store)
 }
 
-#[allow(dead_code)] // Tests include this file for `app` and `serve`.
+/// The app on the store `redis_url` names: Redis (shared by every instance) when set, this
+/// process otherwise. Redis is connected here, before anything is served, so a Redis the
+/// limits cannot work on stops the server before it says it listens.
+pub async fn app_for(redis_url: Option<&str>) -> Result<Router, Box<dyn std::error::Error>> {
+    let Some(url) = redis_url else {
+        println!("limits live in this process (set REDIS_URL=redis://127.0.0.1/ to share them)");
+        return Ok(app(Limiter::new(MemoryStore::new()))?);
+    };
+    // A short timeout and a circuit breaker: an outage costs no latency, and the limits hold
+    // in this process until Redis answers again (`.instances(n)` divides each quota among n
+    // replicas meanwhile).
+    let redis = connect_redis(url)
+        .await?
+        .with_timeout(Duration::from_millis(100));
+    Ok(app(Limiter::new(Fallback::new(Breaker::new(redis))))?)
+}
+
+#[allow(dead_code)] // Tests include this file for `app`, `app_for` and `serve`.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG` picks what is printed (default: info, so store failures and the layer's
@@ -98,31 +114,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
+    let app = app_for(std::env::var("REDIS_URL").ok().as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     println!(
         "try: for i in 1 2 3 4 5; do curl -si -X POST http://{addr}/report | grep -iE '^(HTTP|retry-after|ratelimit)'; done"
     );
-    // Where the limits live: this process by default, Redis (shared by every instance)
-    // when REDIS_URL is set.
-    match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            // A short timeout and a circuit breaker: an outage costs no latency, and the
-            // limits hold in this process until Redis answers again (`.instances(n)` divides
-            // each quota among n replicas meanwhile).
-            let redis = connect_redis(&url)
-                .await?
-                .with_timeout(Duration::from_millis(100));
-            let store = Fallback::new(Breaker::new(redis));
-            serve(listener, app(Limiter::new(store))?).await?;
-        }
-        Err(_) => {
-            println!(
-                "limits live in this process (set REDIS_URL=redis://127.0.0.1/ to share them)"
-            );
-            serve(listener, app(Limiter::new(MemoryStore::new()))?).await?;
-        }
-    }
+    serve(listener, app).await?;
     Ok(())
 }

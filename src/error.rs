@@ -8,8 +8,9 @@ use std::fmt;
 ///
 /// A layer's [`build`](crate::layer::RateLimitLayerBuilder::build) reports every problem it
 /// finds at once, each naming the rule or route it concerns; `Display` writes them one per
-/// line, and [`problems`](Self::problems) lists them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// line, and [`problems`](Self::problems) lists them. `Debug` writes the same, so a `main`
+/// that returns the error prints sentences (`{:#?}` shows the fields).
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// Never empty.
     problems: Vec<String>,
@@ -61,13 +62,28 @@ impl fmt::Display for ConfigError {
     }
 }
 
+// `main` returning an error, `unwrap` and `anyhow` print `Debug`: the sentences, not the
+// field names.
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct("ConfigError")
+                .field("problems", &self.problems)
+                .finish();
+        }
+        fmt::Display::fmt(self, f)
+    }
+}
+
 impl std::error::Error for ConfigError {}
 
 /// A store could not decide.
 ///
 /// The request path never panics on these: the caller chooses what a failure means
-/// (fail open, fail closed, or fall back to another store).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// (fail open, fail closed, or fall back to another store). `Debug` writes what `Display`
+/// does (`{:#?}` shows the variant).
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The batch itself is malformed: the same rule twice for one key, or a rule whose
@@ -97,4 +113,67 @@ impl fmt::Display for StoreError {
     }
 }
 
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        match self {
+            StoreError::InvalidBatch(m) => f.debug_tuple("InvalidBatch").field(m).finish(),
+            StoreError::Unavailable(m) => f.debug_tuple("Unavailable").field(m).finish(),
+            StoreError::Timeout => f.write_str("Timeout"),
+            StoreError::Protocol(m) => f.debug_tuple("Protocol").field(m).finish(),
+            StoreError::CircuitOpen => f.write_str("CircuitOpen"),
+        }
+    }
+}
+
 impl std::error::Error for StoreError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `fn main() -> Result<(), Box<dyn Error>>` prints after `Error: `.
+    fn as_main_prints(error: impl std::error::Error + 'static) -> String {
+        let boxed: Box<dyn std::error::Error> = Box::new(error);
+        format!("{boxed:?}")
+    }
+
+    #[test]
+    fn a_config_error_debugs_as_its_sentences_one_problem_a_line() {
+        let error = ConfigError::collect([
+            ConfigError::new("rule \"sms\": window: \"1 hour\" is not a duration"),
+            ConfigError::new("rule \"login\": limit must be at least 1"),
+        ])
+        .unwrap();
+        let printed = as_main_prints(error.clone());
+        assert_eq!(printed, error.to_string());
+        assert_eq!(
+            printed.lines().collect::<Vec<_>>(),
+            [
+                "invalid rate limit configuration (2 problems):",
+                "  rule \"sms\": window: \"1 hour\" is not a duration",
+                "  rule \"login\": limit must be at least 1",
+            ]
+        );
+        assert!(format!("{error:#?}").starts_with("ConfigError {"));
+    }
+
+    #[test]
+    fn a_store_error_debugs_as_its_sentence() {
+        let error = StoreError::Unavailable("connection refused".into());
+        assert_eq!(
+            as_main_prints(error.clone()),
+            "rate limit store unavailable: connection refused"
+        );
+        assert_eq!(
+            format!("{:?}", StoreError::Timeout),
+            "rate limit store timed out"
+        );
+        assert_eq!(
+            format!("{error:#?}"),
+            "Unavailable(\n    \"connection refused\",\n)"
+        );
+    }
+}

@@ -62,6 +62,22 @@ async fn a_route_limit_answers_429_with_headers_and_a_retry_at_retry_after_passe
     assert_eq!(again.status, StatusCode::OK, "{again:?}");
 }
 
+/// A Redis the quickstart cannot use stops it before it listens: the store is connected
+/// while the app is built, and the error reads as a sentence.
+#[tokio::test]
+async fn the_quickstart_connects_to_redis_before_it_listens() {
+    let error = quickstart::app_for(Some("not a redis url"))
+        .await
+        .err()
+        .expect("an app on a Redis that cannot be reached");
+    let printed = format!("{error:?}");
+    assert!(
+        printed.starts_with("rate limit store unavailable: invalid redis URL"),
+        "{printed}"
+    );
+    assert!(quickstart::app_for(None).await.is_ok());
+}
+
 /// The `r` of `rule` in a `RateLimit` header.
 fn left(header: &str, rule: &str) -> u64 {
     let item = header
