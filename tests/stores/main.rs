@@ -1,13 +1,15 @@
 //! The stores as a user drives them: `MemoryStore`, reservations and refunds, and features
-//! that meet in one batch.
+//! that meet in one batch, each file a subject.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod bound;
-mod interactions;
 mod memory_store;
 mod queues;
+mod reconfigured;
 mod refunds;
 mod reservations;
 mod settled;
+mod shaping;
+mod twins;

@@ -12,6 +12,7 @@ pub mod redis_server;
 pub mod service;
 #[path = "../common/specs.rs"]
 pub mod specs;
+pub mod still;
 pub mod switch;
 #[path = "../common/vectors.rs"]
 pub mod vectors;
