@@ -2,7 +2,10 @@
 //! retry-afters, delays, remaining, reset) from `MemoryStore` and `RedisStore` on the same
 //! injected clock, including penalties, cost 0, costs over capacity, wait mode and batches
 //! mixing a client's key with a shared one (each rule's counted instant in the admission),
-//! and costs settled after the admission (given back or overdrawn, `Reservation::settle`).
+//! costs settled after the admission (given back or overdrawn, `Reservation::settle`),
+//! rules reconfigured under the same name (another configuration reading the state one
+//! wrote), and the in-process store past its bound (floods of new keys between the steps,
+//! each key after them decided on its own state).
 
 use std::time::Duration;
 
@@ -28,8 +31,25 @@ fn rules() -> Vec<Rule> {
             .with_penalty(Penalty::lock_for(ms(300))),
         Rule::leaky_bucket("lb", 4, Rate::new(3, ms(100))),
         Rule::gcra("gc", 3, Rate::new(3, ms(100))),
+        // Other configurations of the names above: a rolling deploy's two versions.
+        Rule::fixed_window("fw", 5, ms(150)),
+        Rule::sliding_log("sl", 2, ms(300)),
+        Rule::token_bucket("tb", 3, Rate::new(1, ms(50))).with_penalty(lock),
+        Rule::leaky_bucket("lb", 2, Rate::new(1, ms(40))),
+        Rule::gcra("gc", 5, Rate::new(2, ms(100))),
+        Rule::sliding_window("sw", 3, ms(90)),
     ]
 }
+
+/// The flood rule: every key it writes is back to empty a microsecond later.
+fn flood() -> Rule {
+    Rule::fixed_window("flood", 1, Duration::from_micros(1))
+}
+
+/// The in-process store's bound: a flood fills half of it with live keys, so every shard
+/// reaches its share after two floods and makes room from then on, always finding keys
+/// back to empty to forget first.
+const MAX_KEYS: usize = 4096;
 
 #[derive(Debug, Clone)]
 struct Step {
@@ -44,6 +64,8 @@ struct Step {
     peek: bool,
     /// The cost every rule of this step's batch settles at, at the next step's instant.
     settle: Option<u64>,
+    /// Whether a flood of new keys reaches the in-process store before the step.
+    flood: bool,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -51,14 +73,15 @@ fn step() -> impl Strategy<Value = Step> {
         prop_oneof![Just(0u64), 0u64..2_000, 0u64..150_000, 0u64..600_000],
         0u8..3,
         prop_oneof![3 => 1u64..3, 1 => Just(0u64), 1 => 3u64..7],
-        proptest::sample::subsequence((0..8).collect::<Vec<usize>>(), 1..4),
+        proptest::sample::subsequence((0..rules().len()).collect::<Vec<usize>>(), 1..4),
         prop_oneof![3 => Just(0u64), 1 => 0u64..300_000],
         proptest::bool::weighted(0.1),
         prop_oneof![1 => Just(0u8), 1 => 0u8..8],
         prop_oneof![2 => Just(None), 1 => (0u64..9).prop_map(Some)],
+        proptest::bool::weighted(0.15),
     )
         .prop_map(
-            |(advance_us, key, cost, rules, max_wait_us, peek, shared, settle)| Step {
+            |(advance_us, key, cost, rules, max_wait_us, peek, shared, settle, flood)| Step {
                 advance_us,
                 key,
                 cost,
@@ -67,6 +90,7 @@ fn step() -> impl Strategy<Value = Step> {
                 max_wait_us,
                 peek,
                 settle,
+                flood,
             },
         )
 }
@@ -93,7 +117,8 @@ fn memory_and_redis_decide_alike() {
         .run(&proptest::collection::vec(step(), 1..40), |steps| {
             case.set(case.get() + 1);
             let clock = ManualClock::new(BASE_MICROS + 123_457);
-            let memory = Limiter::new(MemoryStore::with_clock(clock.clone()));
+            let memory = Limiter::new(MemoryStore::with_clock(clock.clone()).max_keys(MAX_KEYS));
+            let mut flooded = 0u32;
             let redis = Limiter::new(
                 base.clone()
                     .with_clock(clock.clone())
@@ -104,12 +129,27 @@ fn memory_and_redis_decide_alike() {
                 let mut unsettled: Option<(_, _, Vec<u64>)> = None;
                 for (i, s) in steps.iter().enumerate() {
                     clock.advance(std::time::Duration::from_micros(s.advance_us));
+                    if s.flood {
+                        flood_memory(memory.store(), &mut flooded).await;
+                        clock.advance(Duration::from_micros(1));
+                    }
                     if let Some((m, r, costs)) = unsettled.take() {
                         settle(m, r, &costs).await;
                     }
                     let key = [b'k', s.key];
-                    let batch: Vec<Check<'_>> = s
+                    // One configuration of a name per batch, as a layer's rules are.
+                    let mut names = Vec::new();
+                    let picked: Vec<usize> = s
                         .rules
+                        .iter()
+                        .copied()
+                        .filter(|&r| {
+                            let fresh = !names.contains(&rules[r].name());
+                            names.push(rules[r].name());
+                            fresh
+                        })
+                        .collect();
+                    let batch: Vec<Check<'_>> = picked
                         .iter()
                         .enumerate()
                         .map(|(j, &r)| {
@@ -139,6 +179,11 @@ fn memory_and_redis_decide_alike() {
                     let r = redis.store().check(&batch, wait).await.unwrap();
                     prop_assert_eq!(m, r, "step {}: {:?}", i, s);
                 }
+                prop_assert_eq!(
+                    memory.store().evictions(),
+                    0,
+                    "past its bound the store forgot only keys back to empty"
+                );
                 if let Some((m, r, costs)) = unsettled.take() {
                     settle(m, r, &costs).await;
                     for (j, rule) in rules.iter().enumerate() {
@@ -153,6 +198,22 @@ fn memory_and_redis_decide_alike() {
             })
         })
         .unwrap();
+}
+
+/// Half the bound's worth of new keys on `memory` alone, each back to empty a microsecond
+/// later: Redis holds no bound, so the stores still agree on every other key.
+async fn flood_memory(memory: &MemoryStore, flooded: &mut u32) {
+    let rule = flood();
+    for _ in 0..MAX_KEYS / 2 {
+        *flooded += 1;
+        let key = flooded.to_le_bytes();
+        let batch = [Check::new(&rule, &key)];
+        assert!(memory
+            .check(&batch, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_admitted());
+    }
 }
 
 /// Settles a reservation of each store at `costs`.
