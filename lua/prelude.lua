@@ -82,10 +82,10 @@ end
 -- src/store/redis/script/args.rs.
 local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCRA = 1, 2, 3, 4, 5, 6
 
--- What a call does with a batch (batch.lua's ARGV[3]): `Mode` in src/store/redis/script.rs.
+-- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW = 0, 1, 2, 3, 4, 5
 
--- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Verdict` in
+-- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Opening` in
 -- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another
 -- configuration of its name left, which moves that configuration's retry (every instance's
 -- deny cache must hear of it).
@@ -100,5 +100,6 @@ local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED = 0, 1, 2, 3
 -- said right after the admission, or nil to give back without checking), optionally mark,
 -- overdraw(c, s, now, cost) (Algorithm::overdraw: units taken without a check, carried as
 -- a debt), and `fields`, the length of its stored state. refund returns false
--- where it gave nothing back.
+-- where it gave nothing back, and 'none' where what it left is the same as no state
+-- (Model::is_unused).
 local models = {}

@@ -17,7 +17,7 @@ use crate::Rule;
 /// Usable on its own (a job queue, a CLI, an SMS gateway) and inside the tower layer. It is
 /// a cheap handle: clones share the store, so every clone enforces the same limits.
 ///
-/// The seeds' SMS case: per phone number 1 per minute, 5 per hour and 10 per day, checked as
+/// An SMS gateway's case: per phone number 1 per minute, 5 per hour and 10 per day, checked as
 /// one batch, so a message refused by the minute rule does not use up the hour or the day.
 ///
 /// ```

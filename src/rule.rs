@@ -212,7 +212,7 @@ impl Rule {
     }
 
     /// Fixed window that starts at a key's first request: at most `limit` units in the
-    /// `window` that follows it, then a new window starts at the next request (the seeds'
+    /// `window` that follows it, then a new window starts at the next request (Redis's
     /// `SET key 1 EX window` / `INCR` pattern). The same boundary burst as
     /// [`fixed_window`](Self::fixed_window).
     pub fn fixed_window_from_first_hit(
@@ -282,8 +282,8 @@ impl Rule {
     }
 
     /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
-    /// period (`Rate::per_second(10)` adds 10 tokens once a second; the seeds' FireflySoft
-    /// script). Always exact.
+    /// period (`Rate::per_second(10)` adds 10 tokens once a second, as a Redis script that
+    /// adds tokens per elapsed period does). Always exact.
     ///
     /// Periods count from the request that found the bucket full: a key's first request,
     /// and again the first request after the bucket has refilled to full (a full bucket's

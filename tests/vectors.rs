@@ -1,5 +1,5 @@
 //! The shared conformance vectors against the in-process store. (Against the bare models:
-//! the crate's unit tests, `src/algorithm/vectors.rs`; against Lua: `tests/redis_store.rs`.)
+//! the crate's unit tests, `src/algorithm/vectors.rs`; against Lua: `tests/redis/store.rs`.)
 
 mod common;
 

@@ -13,7 +13,7 @@ pub(crate) enum WindowAnchor {
     /// turn over at the same instants (a minute window turns at each whole minute).
     #[default]
     Epoch,
-    /// A window starts at a key's first request and lasts `window` (the seeds' `SET key 1 EX
+    /// A window starts at a key's first request and lasts `window` (Redis's `SET key 1 EX
     /// window` / `INCR` pattern).
     FirstHit,
 }
@@ -164,6 +164,13 @@ impl Model for FixedWindow {
         } else {
             false
         }
+    }
+
+    /// A first-hit window that counts nothing was started by admissions all given back:
+    /// the next admission starts its own, as if they had never been (an epoch window
+    /// counting nothing reads as none anyway).
+    fn is_unused(&self, s: &WindowState) -> bool {
+        self.anchor == WindowAnchor::FirstHit && s.count == 0
     }
 
     /// The end of the window whose carried count is paid: the first window after the

@@ -12,8 +12,8 @@ pub(crate) enum Refill {
     /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
     #[default]
     Smooth,
-    /// In steps: the rate's whole amount is added at the end of each period (the seeds'
-    /// FireflySoft script). Periods count from the request that found the bucket full: a
+    /// In steps: the rate's whole amount is added at the end of each period (as a Redis
+    /// script that adds tokens per elapsed period does). Periods count from the request that found the bucket full: a
     /// key's first request, and again the first request after the bucket has refilled to
     /// full (a full bucket's state is dropped, so idle keys cost no memory). So the steps
     /// of one key are not on a fixed grid: after each refill to full they restart from the

@@ -1,7 +1,7 @@
 //! The shared conformance vectors (`tests/vectors/*.json`) against the bare models: every
 //! single-rule scenario, run through `evaluate` and `apply` as a store would. The stores run
 //! every scenario through the public API in `tests/vectors.rs` (in process) and
-//! `tests/redis_store.rs` (Lua), with the same loader and expectations, included here.
+//! `tests/redis/store.rs` (Lua), with the same loader and expectations, included here.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

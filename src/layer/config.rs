@@ -520,7 +520,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The first route of the table matching the request.
     /// The route of a request: of the patterns that match it, the one axum's router would
     /// take (a literal segment before a parameter before a wildcard), the first declared
     /// among equals.

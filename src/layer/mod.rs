@@ -118,21 +118,11 @@
 //!   head and whatever of its body has arrived) and the idle clone of the inner service;
 //!   `max_held` bounds the total.
 //!
-//! Every clone of the service shares the limiter and the configuration, so all clones — one
-//! per connection in hyper and axum — enforce the same limits. (tower's own `RateLimit`
-//! keeps its counter inside the service, so its clones do not.) `poll_ready` is the inner
-//! service's; a store that decides at once (a `MemoryStore`) is asked in `call`, any other
-//! through a boxed future, polled once in `call` and then by the response future. A
-//! request checked by a `MemoryStore` costs no allocation of the layer's own (the store
-//! decides a batch of up to two rules
-//! without any, but once per key for a rule with a penalty, at the first denial it counts),
-//! one checked by another store one (the boxed store future); add one
-//! for the `RateLimit` header of an admitted response (see
-//! [`RateLimitLayerBuilder::headers_on_allowed`]); a request no limit applies to
-//! costs none; a held one or an admitted one with a limit
-//! [charged by outcome](Limit::charge) two more (its [`Reservation`](crate::Reservation) and
-//! the batch it owns), a held one a third for its hold, and one more when units are given
-//! back.
+//! Every clone of the service shares the limiter, the configuration and the layer's state,
+//! so all clones — one per connection in hyper and axum — enforce the same limits (tower's
+//! own `RateLimit` keeps its counter inside the service, so its clones do not).
+//! `poll_ready` is the inner service's; the store is asked in `call`. A request decided by
+//! a `MemoryStore` and admitted allocates nothing of the layer's own.
 //!
 //! ```
 //! use std::time::Duration;

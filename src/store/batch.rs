@@ -240,7 +240,7 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 /// whose key releases the request before the batch does (a global or per-tenant limit
 /// beside one client's queue) is *pending*: counting it at the batch's release would date a
 /// shared state in the future and close it to every other client until then
-/// (`tests/stores/interactions.rs` `one_clients_queue_does_not_close_a_shared_bucket`),
+/// (`tests/stores/shaping.rs` `one_clients_queue_does_not_close_a_shared_bucket`),
 /// counting it on arrival would count the request in a window it does not pass in. So it is
 /// evaluated at the batch's release, changing nothing, and counted when the request is
 /// released ([`Reservation::confirm`](crate::Reservation::confirm)).

@@ -60,8 +60,13 @@ impl<'a> Check<'a> {
 ///
 /// `Store` is an extension point: a wrapper that adds behaviour around another store
 /// (injected faults, a metric, a routing rule between two stores), or a store of your own.
-/// A wrapper delegates every method and passes [`refund`](Self::refund)'s `outcome` through
-/// untouched, so units still go back to the store that took them. A store of your own
+/// A wrapper forwards every method — the required ones and those with a default
+/// ([`try_check_now`](Self::try_check_now), [`overdraw`](Self::overdraw),
+/// [`count_denials`](Self::count_denials), [`probe`](Self::probe), [`health`](Self::health)),
+/// whose defaults are right for a store of its own but lose what the wrapped store does —
+/// and passes [`refund`](Self::refund)'s `outcome` through untouched, so units still go
+/// back to the store that took them (the crate's [`Breaker`](super::Breaker) and
+/// [`Fallback`](super::Fallback) do, and a test holds them to it). A store of your own
 /// decides with the semantics documented on [`check`](Self::check) and answers with
 /// [`Outcome::new`](crate::Outcome::new); it records nothing to give back, so the default
 /// `refund` keeps the units a cancelled [`Reservation`](crate::Reservation) took (never more

@@ -18,7 +18,7 @@ fn memory() -> (Limiter<MemoryStore>, ManualClock) {
     (Limiter::new(MemoryStore::with_clock(clock.clone())), clock)
 }
 
-/// ident × quotas: GCRA's state keeps a fraction of a µs in units of `1 / amount` (of the
+/// GCRA's state keeps a fraction of a µs in units of `1 / amount` (of the
 /// rate in lowest terms), so its fingerprint names the rate itself, not only the emission
 /// interval rounded to a whole µs: 3 per 5 µs and 1 per 2 µs (600,000/s and 500,000/s),
 /// whose intervals round alike, have fingerprints of their own.
@@ -54,7 +54,7 @@ async fn a_gcra_reconfiguration_hands_out_no_second_burst_within_a_microsecond()
     );
 }
 
-/// ident × slog, and the Lua twin: a sliding log that finds another configuration's log
+/// A sliding log (and its Lua twin) that finds another configuration's log
 /// evaluates a fresh log that has just admitted the carried units (`Algorithm::adopt`);
 /// the other configuration's entries still in the Redis set take no part in it, so the
 /// carried units hold the key closed until the old log would have been empty, on both
@@ -101,7 +101,7 @@ async fn a_lowered_window_holds_the_carried_units_on_redis() {
     a_lowered_window_holds_the_carried_units(&limiter, &clock).await;
 }
 
-/// ident × penalty: "the penalty survives a reconfiguration unchanged" (`Rule` docs): an
+/// "The penalty survives a reconfiguration unchanged" (`Rule` docs): an
 /// entry written by a configuration without the penalty (a rolling deploy adding one)
 /// keeps the lock another configuration set until the lock ends, whatever the writer's own
 /// expiry (`Entry::expires_at` on MemoryStore; the TTL `store` sets in batch.lua).

@@ -19,7 +19,7 @@ fn memory() -> (Limiter<MemoryStore>, ManualClock) {
     (Limiter::new(MemoryStore::with_clock(clock.clone())), clock)
 }
 
-/// batchtime × leaky bucket: a batch held by one client's leaky-bucket queue leaves the
+/// A batch held by one client's leaky-bucket queue leaves the
 /// rules on other keys to the request's release instead of recording it there like a
 /// wait-mode reservation (which would close their state until then: nothing is admitted
 /// before a reservation's instant). So one client's queue never closes a shared bucket
@@ -46,7 +46,7 @@ async fn one_clients_queue_does_not_close_a_shared_bucket() {
 }
 
 mod held {
-    //! held × routes / batchtime: what a held request counts under for `max_held_per_key`.
+    //! What a held request counts under for `max_held_per_key`.
 
     use std::convert::Infallible;
     use std::time::Duration;
@@ -113,7 +113,7 @@ mod held {
     }
 
     /// A trial limit never denies: its key takes no place under `max_held_per_key`, though
-    /// with batchtime every rule of a reserved batch reports `Delay`, a trial rule too.
+    /// every rule of a reserved batch reports `Delay`, a shadow rule too.
     #[tokio::test(start_paused = true)]
     async fn a_shadow_limit_takes_no_place_under_max_held_per_key() {
         let tenant = Limit::new(per_tenant(), key::header("tenant")).shadow();

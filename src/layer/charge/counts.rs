@@ -24,14 +24,12 @@ use http::StatusCode;
 ///   layer dropped it): counted, for the same reason.
 /// - a rejection by the layer itself: it consumed nothing to begin with.
 ///
-/// The refund follows [`Store::refund`](crate::store::Store::refund): exact for the counting algorithms (fixed window,
-/// sliding window, sliding log), which give back a request's units whatever was admitted
-/// meanwhile, as long as its window is still stored. A token bucket, GCRA or leaky bucket
-/// gives back only what it still can exactly (nothing once a later request was admitted),
-/// so under concurrent traffic it counts more than the charge says: for "failed logins
-/// only", use a fixed window or a sliding log. A refund from Redis runs as a task on the
-/// tokio runtime after the response is returned (an in-process store's, at once): a
-/// client's next request may still see the units taken for the length of a round trip.
+/// The refund gives back as exactly as [`Store::refund`](crate::store::Store::refund) says
+/// for the rule's algorithm; for "failed logins only" under concurrent traffic, use a fixed
+/// window or a sliding log, which give back whatever was admitted meanwhile. A refund from
+/// Redis runs as a task on the tokio runtime after the response is returned (an in-process
+/// store's, at once): a client's next request may still see the units taken for the length
+/// of a round trip.
 ///
 /// With a [`Penalty`](crate::Penalty) on the limit's rule, a refusal counts towards the
 /// lockout only when the quota refuses the request with the requests beside it settled: a
