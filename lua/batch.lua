@@ -427,7 +427,12 @@ local function refund_batch(taken, marked)
       mark = taken[2 * i]
     end
     if r.cost > 0 and is_live(r, now) then
-      if r.model.refund(r, r.state, now, at, r.cost, mark) ~= false then
+      local given = r.model.refund(r, r.state, now, at, r.cost, mark)
+      if given == 'none' then
+        -- The state is the same as none (Model::is_unused): no state, nothing carried.
+        r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
+        store(r)
+      elseif given ~= false then
         -- What other configurations read goes back with the units (batch::refund).
         store_carried(r)
       end

@@ -297,7 +297,6 @@ pub(crate) fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(hashed)
 }
 
-/// Whether [`store_key`] replaces `key` by its digest.
 /// The keys a store sees for `batch` ([`store_key`]), or `None` when they are its own.
 fn digested_keys<'k>(batch: &[Check<'k>]) -> Option<SmallVec<[Cow<'k, [u8]>; 4]>> {
     batch
@@ -306,7 +305,6 @@ fn digested_keys<'k>(batch: &[Check<'k>]) -> Option<SmallVec<[Cow<'k, [u8]>; 4]>
         .then(|| batch.iter().map(|c| store_key(c.key)).collect())
 }
 
-/// `batch` under `keys`, one per check.
 /// `decide` on the batch the store sees ([`store_key`] for each key), for the synchronous
 /// entry points (a future would borrow the digested batch past this frame).
 fn with_store_keys<R>(batch: &[Check<'_>], decide: impl FnOnce(&[Check<'_>]) -> R) -> R {
@@ -316,6 +314,7 @@ fn with_store_keys<R>(batch: &[Check<'_>], decide: impl FnOnce(&[Check<'_>]) -> 
     }
 }
 
+/// `batch` under `keys`, one per check.
 fn with_keys<'a>(batch: &[Check<'a>], keys: &'a [Cow<'_, [u8]>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
@@ -324,6 +323,7 @@ fn with_keys<'a>(batch: &[Check<'a>], keys: &'a [Cow<'_, [u8]>]) -> SmallVec<[Ch
         .collect()
 }
 
+/// Whether [`store_key`] replaces `key` by its digest.
 fn needs_digest(key: &[u8]) -> bool {
     key.len() > MAX_KEY_LEN || key.first() == Some(&0xFF)
 }

@@ -432,6 +432,11 @@ pub(crate) trait Model {
     /// stands at `now`, if the state still shows it such that giving it back is exact;
     /// returns whether it did.
     fn refund(&self, s: &mut Self::State, now: u64, at: u64, cost: u64, mark: u64) -> bool;
+    /// Whether `s`, after a refund, is the same as no state (a first-hit window whose
+    /// every unit was given back never started); a refund then leaves none.
+    fn is_unused(&self, _s: &Self::State) -> bool {
+        false
+    }
     /// [`admit_with`] in one pass where the model has one (a smooth token bucket does):
     /// the admission of `cost` units at `now` recorded in `inner`, exactly as
     /// `admit_with`'s general steps would, or `None` (and `inner` unchanged) to leave the
@@ -589,7 +594,16 @@ fn refund_with<M: Model>(
     if cost == 0 || live(model, inner, now).is_none() {
         return false;
     }
-    M::get_mut(inner).is_some_and(|s| model.refund(s, now, at, cost, mark))
+    let Some(s) = M::get_mut(inner) else {
+        return false;
+    };
+    if !model.refund(s, now, at, cost, mark) {
+        return false;
+    }
+    if model.is_unused(s) {
+        *inner = Inner::Empty;
+    }
+    true
 }
 
 /// Rejects zero and over-large quantities with a message naming the parameter.

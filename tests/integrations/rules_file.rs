@@ -199,6 +199,54 @@ fn syntax_and_type_errors_name_the_line_and_field() {
     );
 }
 
+/// A field of the wrong type hides nothing: the file's other problems (a zero limit, a
+/// route limit of the wrong type, an unknown setting) are reported with it, each at its
+/// line and field, and the entries that read are still checked by the layer.
+#[test]
+fn a_type_error_and_a_zero_limit_are_both_reported() {
+    let problems = errors(concat!(
+        "log_interval = 5\n",
+        "[[limit]]\n",
+        "name = \"hourly\"\n",
+        "fixed_window = { limit = 5, window = \"1 hour\" }\n",
+        "key = \"global\"\n",
+        "[[limit]]\n",
+        "name = \"none\"\n",
+        "fixed_window = { limit = 0, window = \"1m\" }\n",
+        "key = \"global\"\n",
+        "[[route]]\n",
+        "pattern = \"POST /sms\"\n",
+        "[[route.limit]]\n",
+        "name = \"sms\"\n",
+        "sliding_log = { limit = \"one\", window = \"1m\" }\n",
+        "key = \"global\"\n",
+        "[[route.limit]]\n",
+        "name = \"sms-day\"\n",
+        "sliding_log = { limit = 0, window = \"1d\" }\n",
+        "key = \"global\"\n",
+    ));
+    assert_eq!(problems.len(), 50, "{problems:#?}");
+    let found = |at: &str, what: &str| {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(at) && p.contains(what)),
+            "no {at} … {what} in {problems:?}"
+        );
+    };
+    found("rules.toml:1:", "log_interval");
+    found("rules.toml:4:", "\"1 hour\" is not a duration");
+    found(
+        "rules.toml:7:1: limit[1].name",
+        "fixed window limit must be at least 1",
+    );
+    found("rules.toml:14:", "route[0].limit[0].sliding_log.limit");
+    found(
+        "rules.toml:17:1: route[0].limit[1].name",
+        "must be at least 1",
+    );
+}
+
 /// Every semantic problem in a rules file is reported at once, each at the line and field
 /// where it is written, and the layer's own checks at the limit or route they name.
 #[test]

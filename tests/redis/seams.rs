@@ -101,3 +101,32 @@ async fn a_refund_that_empties_a_state_leaves_nothing_for_another_configuration(
         assert!(m.is_admitted(), "{old:?}: the refund gave the unit back");
     }
 }
+
+/// On a Cluster, a first-hit window that only a denied batch started is given back whole:
+/// it never started, as on a single node, so three logins a second pass three times in a
+/// second, not six within two milliseconds.
+#[tokio::test]
+async fn a_cross_slot_denial_leaves_no_first_hit_window_started() {
+    let cluster = crate::support::redis_server::RedisCluster::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster");
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    let login = Rule::fixed_window_from_first_hit("login", 3, Duration::from_secs(1));
+    let spent = Rule::fixed_window("spent", 1, Duration::from_secs(3600));
+    // Keys on two slots: `login` is decided first, then `spent` denies.
+    let (a, b) = (&b"alpha"[..], &b"beta"[..]);
+    assert!(limiter.check_one(&spent, b).await.unwrap().is_admitted());
+    let batch = [Check::new(&login, a), Check::new(&spent, b)];
+    assert!(!limiter.check(&batch).await.unwrap().is_admitted());
+    clock.advance(Duration::from_millis(999));
+    for _ in 0..3 {
+        assert!(limiter.check_one(&login, a).await.unwrap().is_admitted());
+    }
+    clock.advance(Duration::from_millis(1));
+    assert!(
+        !limiter.check_one(&login, a).await.unwrap().is_admitted(),
+        "the window started at the first login admitted"
+    );
+}

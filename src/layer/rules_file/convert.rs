@@ -49,16 +49,22 @@ impl Registered {
         }
         for (i, route) in file.routes.iter().enumerate() {
             let path = format!("route[{i}]");
-            places.push((
-                format!("route {:?}", route.pattern.trim()),
-                format!("{path}.pattern"),
-            ));
+            if !route.broken {
+                places.push((
+                    format!("route {:?}", route.pattern.trim()),
+                    format!("{path}.pattern"),
+                ));
+            }
             let mut limits = Vec::new();
             for (j, spec) in route.limits.iter().enumerate() {
                 let path = format!("{path}.limit[{j}]");
                 limits.extend(self.limits(spec, &path, &mut problems, &mut places));
             }
-            builder = builder.route(&route.pattern, limits);
+            // A route whose pattern did not read is reported already; its limits are
+            // checked all the same.
+            if !route.broken {
+                builder = builder.route(&route.pattern, limits);
+            }
         }
         if !problems.is_empty() {
             return Err(problems.into_error());
@@ -74,6 +80,10 @@ impl Registered {
         problems: &mut Problems<'_>,
         places: &mut Places,
     ) -> Vec<Limit> {
+        // An entry that did not read is reported already (see `salvage`).
+        if spec.broken {
+            return Vec::new();
+        }
         let key = spec
             .key
             .as_ref()

@@ -98,6 +98,7 @@
 
 mod convert;
 mod report;
+mod salvage;
 mod schema;
 
 use std::fmt;
@@ -197,14 +198,26 @@ impl Loader {
         builder: RateLimitLayerBuilder<St>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
         let index = Index::of(text, origin);
-        let file: RulesFile = toml::from_str(text).map_err(|e| {
+        let located = |e: &toml::de::Error| {
             let at = e
                 .span()
                 .map(|span| index.at_span(&span))
                 .unwrap_or_default();
             ConfigError::new(format!("{origin}{at}: {}", e.message().trim()))
-        })?;
-        self.registered.build(&file, builder, &index)
+        };
+        let error = match toml::from_str::<RulesFile>(text) {
+            Ok(file) => return self.registered.build(&file, builder, &index),
+            Err(error) => error,
+        };
+        // A syntax error leaves nothing to read; a field of the wrong type would hide the
+        // file's other problems, so the entries that read are checked too.
+        let Ok(root) = toml::de::DeTable::parse(text) else {
+            return Err(located(&error));
+        };
+        let (file, unread) = salvage::salvage(root);
+        let built = self.registered.build(&file, builder, &index).err();
+        let problems = unread.iter().map(located).chain(built);
+        Err(ConfigError::collect(problems).unwrap_or_else(|| located(&error)))
     }
 
     /// Builds a layer of `file`'s rules (read from any serde format) added to `builder`;

@@ -75,6 +75,19 @@ pub(super) struct RouteSpec {
     pub(super) pattern: String,
     #[serde(default, rename = "limit")]
     pub(super) limits: Vec<LimitSpec>,
+    /// Its pattern did not read (see `salvage`): the route is left out of the layer.
+    #[serde(skip)]
+    pub(super) broken: bool,
+}
+
+impl RouteSpec {
+    pub(super) fn broken() -> Self {
+        Self {
+            pattern: String::new(),
+            limits: Vec::new(),
+            broken: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -120,6 +133,18 @@ pub(super) struct LimitSpec {
     pub(super) unknown_plan: Option<UnknownPlanSpec>,
     #[serde(default, rename = "plans")]
     pub(super) plan_entries: Vec<LimitSpec>,
+    /// It did not read (see `salvage`): the limit is left out of the layer.
+    #[serde(skip)]
+    pub(super) broken: bool,
+}
+
+impl LimitSpec {
+    pub(super) fn broken() -> Self {
+        Self {
+            broken: true,
+            ..Self::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
