@@ -149,7 +149,8 @@ async fn authorize<St: Store>(
     let rule = &admin.wrong_tokens;
     match admin.limiter.peek(rule, &address, 1).await {
         Ok(next) if !next.decision.is_admitted() => {
-            return (StatusCode::TOO_MANY_REQUESTS, "too many wrong tokens\n").into_response()
+            let wait = next.decision.denial().and_then(|d| d.retry_after);
+            return too_many_wrong_tokens(wait);
         }
         Ok(_) => {}
         Err(error) => return store_unavailable(error),
@@ -177,6 +178,15 @@ async fn authorize<St: Store>(
             .into_response();
     }
     next.run(request).await
+}
+
+/// 429 for an address that sent too many wrong tokens, with `Retry-After` in whole seconds
+/// (rounded up, as the layer's own 429s), so a client knows when it may try again.
+fn too_many_wrong_tokens(wait: Option<Duration>) -> Response {
+    let secs = wait.map_or(1, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    let retry_after = [(header::RETRY_AFTER, secs.max(1).to_string())];
+    let body = "too many wrong tokens\n";
+    (StatusCode::TOO_MANY_REQUESTS, retry_after, body).into_response()
 }
 
 /// The answer to a rule name the app does not have: a 404 naming the rules there are.
@@ -409,8 +419,16 @@ mod tests {
             let (status, _) = send(&app, admin("GET", ALICE, Some("wrong"))).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{i}");
         }
-        let (status, _) = send(&app, admin("GET", ALICE, Some("wrong"))).await;
-        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        let refused = app
+            .clone()
+            .oneshot(admin("GET", ALICE, Some("wrong")))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        // Until the 15-minute window of the clock's instant ends, in whole seconds.
+        let retry_after = refused.headers()[header::RETRY_AFTER].to_str().unwrap();
+        let secs: u64 = retry_after.parse().unwrap();
+        assert!((1..=900).contains(&secs), "{retry_after}");
         let (status, _) = send(&app, admin("GET", ALICE, Some(TOKEN))).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     }

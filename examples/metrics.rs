@@ -129,6 +129,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tollgate_store_health 0"), "{text}");
+        // Described once by the crate: what the gauge's values mean is on the page.
+        assert!(
+            text.contains("# HELP tollgate_store_health The store's health after its last decision: 0 healthy"),
+            "{text}"
+        );
         assert!(!text.contains("secret-key"), "{text}");
         Ok(())
     }

@@ -18,7 +18,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tollgate::store::RedisStore;
@@ -40,16 +41,25 @@ fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, tollgate::Conf
                       ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
                     let ip = peer.ip().to_string();
                     match limiter.check_one(&rule, ip).await {
-                        Ok(outcome) if !outcome.is_admitted() => {
-                            (StatusCode::TOO_MANY_REQUESTS, "slow down\n")
-                        }
-                        // Admitted, or the store failed with no fallback: fail open.
-                        _ => (StatusCode::OK, "hello\n"),
+                        Ok(outcome) => match outcome.decision.denial() {
+                            Some(denial) => too_many(denial.retry_after),
+                            None => (StatusCode::OK, "hello\n").into_response(),
+                        },
+                        // The store failed with no fallback: fail open.
+                        Err(_) => (StatusCode::OK, "hello\n").into_response(),
                     }
                 },
             ),
         )
         .with_state(limiter))
+}
+
+/// 429 with `Retry-After`: the wait until a retry passes, in whole seconds rounded up (as
+/// the layer's own 429s say it).
+fn too_many(wait: Option<Duration>) -> Response {
+    let secs = wait.map_or(1, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+    let retry_after = [(header::RETRY_AFTER, secs.max(1).to_string())];
+    (StatusCode::TOO_MANY_REQUESTS, retry_after, "slow down\n").into_response()
 }
 
 async fn ready<St: Store>(State(limiter): State<Limiter<St>>) -> (StatusCode, &'static str) {
@@ -91,4 +101,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => serve(listener, app(Limiter::new(MemoryStore::new()))?).await?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    /// A refused request is told when to retry: past the burst of 20, one more per tenth of a
+    /// second, so `Retry-After: 1`.
+    #[tokio::test]
+    async fn a_refusal_says_when_to_retry() {
+        let app = app(Limiter::new(MemoryStore::new())).unwrap();
+        let peer = ConnectInfo(SocketAddr::from(([203, 0, 113, 7], 40_000)));
+        let get = || {
+            let request = http::Request::get("/").extension(peer);
+            request.body(Body::empty()).unwrap()
+        };
+        let mut refused = None;
+        for _ in 0..25 {
+            let response = app.clone().oneshot(get()).await.unwrap();
+            if response.status() == StatusCode::TOO_MANY_REQUESTS {
+                refused = Some(response);
+                break;
+            }
+        }
+        let refused = refused.expect("a refusal past the burst of 20");
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+    }
 }

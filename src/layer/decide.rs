@@ -307,7 +307,12 @@ impl<'a> View<'a> {
 
     /// The name of the enforced rule that decided a denial.
     fn deciding_rule(&self) -> &'a str {
-        self.enforced
+        // In shadow mode no rule is enforced: the deciding one is among them all.
+        let rules = match self.config.mode {
+            Mode::Shadow => &self.rules,
+            _ => &self.enforced,
+        };
+        rules
             .iter()
             .find(|(_, o)| o.decision == self.outcome.decision)
             .map_or("", |(r, _)| r.name())

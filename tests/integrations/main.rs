@@ -1,5 +1,6 @@
 //! The layer in the frameworks and files users bring: axum, hyper, tonic, the rules file, and
-//! the generated protobuf code of the tonic example, and the admin router.
+//! the generated protobuf code of the tonic example, the admin router, and what the layer
+//! reports to operators.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,4 +10,5 @@ mod layer_axum;
 mod layer_hyper;
 mod layer_tonic;
 mod proto;
+mod reports;
 mod rules_file;

@@ -38,8 +38,10 @@
 //! | `tollgate_memory_store_evictions_total` | counter | | entries a [`MemoryStore`](crate::store::MemoryStore) past its bound forgot to make room for new keys (see [`MemoryStore::max_keys`](crate::store::MemoryStore::max_keys)) |
 //! | `tollgate_limited_keys` | gauge | `rule` | with the `admin` feature too: the estimated number of distinct keys the rule denied in this instance over the last one to two periods of five minutes |
 //!
-//! Labels are the rule's name and fixed words only. A key never becomes a label: keys are
-//! unbounded (every client IP would be a series) and may be personal data.
+//! Each is described, with its unit, to the recorder installed when a limit is made (the
+//! `# HELP` lines of Prometheus's text). Labels are the rule's name and fixed words only. A
+//! key never becomes a label: keys are unbounded (every client IP would be a series) and may
+//! be personal data.
 //!
 //! # Top limited keys
 //!

@@ -161,6 +161,7 @@ mod recording {
 
     impl RuleKeys {
         pub(super) fn new(rule: &Rule) -> Self {
+            describe();
             let name = rule.shared_name();
             let decision = |verdict: DecisionLabel| {
                 let labels = vec![
@@ -181,6 +182,52 @@ mod recording {
                 ),
             }
         }
+    }
+
+    /// Describes every metric of the crate, with its unit, to the recorder installed now:
+    /// Prometheus's `# HELP` lines. A limit calls it when it is made, so the descriptions
+    /// reach the recorder an application installs before it builds its layers.
+    fn describe() {
+        use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+        describe_counter!(
+            "tollgate_decisions_total",
+            Unit::Count,
+            "Decisions per rule of each checked request, by outcome: admitted, delayed, denied, locked (a penalty lock), shadow_denied (a rule in shadow would have denied), denied_by_other (another rule of the batch denied), store_failed (the failure policy decided)."
+        );
+        describe_histogram!(
+            "tollgate_store_duration_seconds",
+            Unit::Seconds,
+            "How long the store took to decide a batch."
+        );
+        describe_gauge!(
+            "tollgate_store_health",
+            "The store's health after its last decision: 0 healthy, 1 degraded (a fallback decides), 2 failing (a circuit breaker is open)."
+        );
+        describe_gauge!(
+            "tollgate_held_requests",
+            Unit::Count,
+            "Requests the layer holds now (wait mode, leaky-bucket delays)."
+        );
+        describe_counter!(
+            "tollgate_held_refused_total",
+            Unit::Count,
+            "Delayed requests refused because max_held or max_held_per_key was reached."
+        );
+        describe_counter!(
+            "tollgate_charge_refunds_total",
+            Unit::Count,
+            "Requests whose units were given back to the rule because their response did not count (Charge)."
+        );
+        describe_counter!(
+            "tollgate_memory_store_evictions_total",
+            Unit::Count,
+            "Entries an in-process store past its bound (max_keys) forgot to make room for new keys."
+        );
+        describe_gauge!(
+            "tollgate_limited_keys",
+            Unit::Count,
+            "Estimated distinct keys the rule denied in this instance over the last one to two periods of five minutes (admin feature)."
+        );
     }
 
     fn count(key: &Key) {
