@@ -26,7 +26,7 @@ async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<()
     let breaker = Breaker::new(Down).failures(2);
     let store = Fallback::with_local(
         breaker.clone(),
-        MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)),
+        MemoryStore::with_clock(ManualClock::new(crate::support::EPOCH)),
     );
     let limiter = Limiter::new(store);
     let seen: Arc<Mutex<Vec<Health>>> = Arc::default();
@@ -99,7 +99,7 @@ async fn a_breaker_without_a_fallback_is_failing_and_fails_fast() -> Result<(), 
 /// took nothing for it. So a global limit of 2 failed logins a minute admits no third one.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_refund_goes_to_the_store_that_took_the_units() -> Result<(), BoxError> {
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    let clock = ManualClock::new(crate::support::EPOCH);
     let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
     let store = Fallback::with_local(primary.clone(), MemoryStore::with_clock(clock.clone()));
     let layer = RateLimitLayer::builder()

@@ -173,7 +173,7 @@ fn a_single_rule_decision_on_a_warm_key_allocates_nothing() {
         Rule::gcra("gcra", 2, Rate::per_second(2)),
         Rule::gcra("locks", 2, Rate::per_second(2)).with_penalty(Penalty::lock_for(second)),
     ];
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    let clock = ManualClock::new(crate::support::EPOCH);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
     for rule in &rules {
         // The first request creates the entry; a penalty's first counted denial its
@@ -221,7 +221,7 @@ fn a_penalty_allocates_once_per_key() {
     use std::time::Duration;
     use tollgate::{store::MemoryStore, Check, Limiter, ManualClock, Penalty, Rule};
 
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    let clock = ManualClock::new(crate::support::EPOCH);
     let limiter = Limiter::new(MemoryStore::with_clock(clock.clone()));
     let second = Duration::from_secs(1);
     let rule =

@@ -171,7 +171,7 @@ async fn only_failed_logins_count_in_redis() {
 
 fn in_memory() -> Limiter<MemoryStore> {
     Limiter::new(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
+        crate::support::EPOCH,
     )))
 }
 

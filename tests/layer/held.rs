@@ -21,7 +21,7 @@ use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 
 use crate::support::redis_server::RedisServer;
 
-const T0: u64 = 1_700_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const S: Duration = Duration::from_secs(1);
 
 /// One request per user per 10 s, no burst.

@@ -280,7 +280,7 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
 
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Counted {
-        inner: MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)),
+        inner: MemoryStore::with_clock(ManualClock::new(crate::support::EPOCH)),
         calls: calls.clone(),
     };
     // Per event: the trial rule's own decision, and whether the hook saw it as a trial.

@@ -460,7 +460,7 @@ impl Store for Slow {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_answers_later_is_awaited_then_obeyed() -> Result<(), BoxError> {
     let store = Slow(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
+        crate::support::EPOCH,
     )));
     let layer = RateLimitLayer::builder()
         .limiter(Limiter::new(store))

@@ -21,7 +21,7 @@ use tollgate::layer::{Limit, MissingKey, Mode, RateLimitLayer};
 use tollgate::{store::MemoryStore, Limiter, ManualClock, Penalty, Rate, Rule};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 
-const BASE_MICROS: u64 = 1_700_000_000_000_000;
+const BASE_MICROS: u64 = crate::support::EPOCH;
 
 #[derive(Debug, Clone)]
 struct RuleSpec {

@@ -11,7 +11,7 @@ use tollgate::{
 };
 
 /// A multiple of every period below.
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const MS: Duration = Duration::from_millis(1);
 
 /// The slow queue (one unit per 10 ms) on the client's key, the fast one (one per 4 ms, room

@@ -10,7 +10,7 @@ use tollgate::{
 };
 
 /// A multiple of every window below.
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const US: Duration = Duration::from_micros(1);
 
 fn memory() -> (Limiter<MemoryStore>, ManualClock) {

@@ -13,7 +13,7 @@ use tollgate::{
 };
 
 /// A multiple of every window below, so epoch-aligned windows start here.
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const S: Duration = Duration::from_secs(1);
 
 fn per_10s() -> Rate {

@@ -21,7 +21,7 @@ use tollgate::{
     Check, Clock, Decision, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 
-const T0: u64 = 1_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 
 /// Two admitted at t=5, a reservation at t=6 into the future, then a plain request at t=7:
 /// with a limit of 2 per 10 µs it is denied.

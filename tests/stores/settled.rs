@@ -13,7 +13,7 @@ use tollgate::{
 };
 
 /// A multiple of every window below, so epoch-aligned windows start here.
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const S: u64 = 1_000_000;
 
 /// Reserves `batch` at the current instant with no wait, confirms it and settles it at

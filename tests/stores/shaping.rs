@@ -12,7 +12,7 @@ use tollgate::{
 };
 
 /// A multiple of every window below.
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 
 fn memory() -> (Limiter<MemoryStore>, ManualClock) {
     let clock = ManualClock::new(T0);
@@ -56,7 +56,7 @@ mod held {
     use tollgate::{key, store::MemoryStore, Limiter, ManualClock, Rate, Rule};
     use tower::{service_fn, ServiceBuilder, ServiceExt};
 
-    const T0: u64 = 1_700_000_000_000_000;
+    const T0: u64 = crate::support::EPOCH;
     const S: Duration = Duration::from_secs(1);
 
     fn request(user: &str) -> Request<String> {

@@ -11,7 +11,7 @@ use tollgate::{
     Check, Limiter, ManualClock, Rate, Reservation, Rule,
 };
 
-const T0: u64 = 1_000_000_000_000;
+const T0: u64 = crate::support::EPOCH;
 const US: Duration = Duration::from_micros(1);
 /// The unit of the scripts that confirm: tokio's timer, which ends a reservation's
 /// wait, has a resolution of 1 ms.

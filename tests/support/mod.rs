@@ -19,6 +19,10 @@ pub mod vectors;
 
 use std::net::{IpAddr, SocketAddr};
 
+/// The instant every test's clock starts at: 20,000 days after the Unix epoch, a multiple
+/// of every day, hour, minute and second (the shared vectors' `BASE_MICROS`).
+pub const EPOCH: u64 = vectors::BASE_MICROS;
+
 use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};

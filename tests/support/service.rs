@@ -25,7 +25,7 @@ pub fn with<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
 /// A limiter on a `MemoryStore` whose clock moves only when a test moves it.
 pub fn limiter() -> Limiter<MemoryStore> {
     Limiter::new(MemoryStore::with_clock(ManualClock::new(
-        1_700_000_000_000_000,
+        crate::support::EPOCH,
     )))
 }
 
