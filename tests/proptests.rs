@@ -16,7 +16,8 @@
 //! rounded rates and stepped sliding windows never admit more than the exact ones) are the
 //! crate's unit tests, in `src/algorithm/proptests.rs`.
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::future::Future;
 use std::pin::pin;
@@ -24,7 +25,7 @@ use std::sync::Barrier;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::specs::{
+use support::specs::{
     advance, batch, checks, cost, dedup, params, spec, Item, Kind, Spec, KEYS, KINDS,
 };
 use proptest::prelude::*;
@@ -47,7 +48,7 @@ fn ready<F: Future>(f: F) -> F::Output {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Schedules (the shared ones are in `common::specs`)
+// Schedules (the shared ones are in `support::specs`)
 
 /// Microseconds to move the clock, scaled to a window of `window` µs, with the instants
 /// around an entry's expiry (one window after it) likely.

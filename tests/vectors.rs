@@ -1,9 +1,10 @@
 //! The shared conformance vectors against the in-process store. (Against the bare models:
 //! the crate's unit tests, `src/algorithm/vectors.rs`; against Lua: `tests/redis/store.rs`.)
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
-use common::vectors::{load_all, run_on_store};
+use support::vectors::{load_all, run_on_store};
 use tollgate::store::MemoryStore;
 
 /// Every shared test vector holds for the memory store.

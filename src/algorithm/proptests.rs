@@ -17,7 +17,7 @@ use crate as tg;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::{store::MemoryStore, Limiter, ManualClock, Rate, Rule};
 
-#[path = "../../tests/common/specs.rs"]
+#[path = "../../tests/support/specs.rs"]
 #[allow(unreachable_pub)]
 mod specs;
 

@@ -10,7 +10,7 @@ use super::{Algorithm, State, Verdict};
 use crate as tg;
 use crate::decision::{Decision, Denial, DenyReason};
 
-#[path = "../../tests/common/vectors.rs"]
+#[path = "../../tests/support/vectors.rs"]
 #[allow(unreachable_pub)]
 mod shared;
 

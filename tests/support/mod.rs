@@ -10,11 +10,9 @@ pub mod down;
 pub mod log;
 pub mod redis_server;
 pub mod service;
-#[path = "../common/specs.rs"]
 pub mod specs;
 pub mod still;
 pub mod switch;
-#[path = "../common/vectors.rs"]
 pub mod vectors;
 
 use std::net::{IpAddr, SocketAddr};
