@@ -11,3 +11,4 @@ mod deny_cache;
 mod differential;
 mod distributed;
 mod store;
+mod tls;

@@ -9,6 +9,7 @@ use tollgate as tg;
 pub mod down;
 pub mod log;
 pub mod redis_server;
+pub mod tls;
 pub mod service;
 #[path = "../common/specs.rs"]
 pub mod specs;
