@@ -10,5 +10,6 @@ mod connect;
 mod deny_cache;
 mod differential;
 mod distributed;
+mod readiness;
 mod store;
 mod tls;
