@@ -66,7 +66,7 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
     let prefix = String::from_utf8_lossy(prefix);
     let text = e.to_string();
     if e.code() != Some("NOPERM") && !text.contains("NOPERM") {
-        return StoreError::Unavailable(format!("redis at {addr}: {command} failed: {text}"));
+        return super::setup::setup_error(addr, e);
     }
     let grant = if text.contains("channel") {
         format!("&{prefix}:deny-cache (the deny caches' channel)")
@@ -84,7 +84,7 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
 /// The error for a subscription to the deny caches' `channel` refused at `addr`.
 pub(super) fn subscribe_refusal(channel: &[u8], e: StoreError) -> StoreError {
     match e {
-        StoreError::Unavailable(m) if m.contains("NOPERM") => StoreError::Unavailable(format!(
+        StoreError::Unavailable(m) if m.to_ascii_uppercase().contains("NOPERM") => StoreError::Unavailable(format!(
             "{m}: the deny cache subscribes to {0}; grant the Redis user +subscribe and &{0}",
             String::from_utf8_lossy(channel)
         )),

@@ -262,9 +262,11 @@ impl RedisStore {
         // A Cluster runs the script: its calls are not coalesced (each batch's keys route
         // to their own node), and a script needs no loading per node ahead of time.
         let cluster = matches!(conn, Connection::Cluster(_));
-        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
+        // The commands first: a command denied inside the code would be reported without
+        // its name.
         let prefix = options.escaped_prefix();
         access::check(&mut conn, addr, &prefix).await?;
+        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
         let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
         Ok(Self {
             conn,
