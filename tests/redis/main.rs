@@ -12,5 +12,6 @@ mod deny_cache;
 mod differential;
 mod distributed;
 mod readiness;
+mod sentinel;
 mod store;
 mod tls;

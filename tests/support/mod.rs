@@ -8,6 +8,7 @@ use tollgate as tg;
 
 pub mod down;
 pub mod log;
+pub mod redis_ha;
 pub mod redis_server;
 pub mod tls;
 pub mod service;

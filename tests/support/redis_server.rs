@@ -261,7 +261,15 @@ impl RedisServer {
 
     /// How many times `command` ran on this server (`INFO commandstats`), 0 if never.
     pub fn calls(&self, command: &str) -> u64 {
-        let stats = self.must(&["INFO", "commandstats"]);
+        // Retried: a failover's reconfiguration closes clients' connections (redis-cli's too).
+        let stats = (0..20)
+            .find_map(|_| {
+                self.cli(&["INFO", "commandstats"]).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    None
+                })
+            })
+            .unwrap_or_else(|| panic!("INFO commandstats failed on port {}", self.port));
         let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
         stats
             .lines()

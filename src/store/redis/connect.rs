@@ -195,7 +195,7 @@ impl RedisStore {
             .join(",");
         let addr = format!("sentinels {sentinels} (service {})", target.service);
         let connect = async {
-            let (sentinel, primary) = SentinelConnection::connect(client, options.db)
+            let (sentinel, primary) = SentinelConnection::connect(client, &target.service, options.db)
                 .await
                 .map_err(|e| setup::setup_error(&addr, &e))?;
             let addr = format!("{addr}, primary {primary}");

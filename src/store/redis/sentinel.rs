@@ -3,12 +3,15 @@
 //!
 //! Calls run on a multiplexed connection to the primary the sentinels named. A call that
 //! finds the connection lost, or the server a replica (`READONLY`), marks it broken; a call
-//! that never got its answer (the store's timeout dropped it) marks it suspect. Either
-//! starts one resolution in the background (never on a request's path): the sentinels are
-//! asked for the primary, whose `ROLE` is checked, and the connection is replaced when the
-//! primary moved or the old one is broken. A broken connection is resolved again every
-//! [`RETRY`] until a primary answers; meanwhile calls fail at once and the caller's failure
-//! policy decides.
+//! that never got its answer (the store's timeout dropped it) marks it suspect; and a
+//! watcher asks a sentinel every [`WATCH`] which server is the primary, because after a
+//! failover the old primary may go on accepting writes (which the new one never sees)
+//! until the sentinels get round to demoting it, seconds later. Each of these starts one
+//! resolution in the background (never on a request's path): the sentinels are asked for
+//! the primary, whose `ROLE` is checked, and the connection is replaced when the primary
+//! moved or the old one is broken. A broken connection is resolved again every [`RETRY`]
+//! until a primary answers; meanwhile calls fail at once and the caller's failure policy
+//! decides.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -28,6 +31,10 @@ use super::DEFAULT_TIMEOUT;
 /// The pause between resolutions while the connection is broken: with the sentinels'
 /// `down-after-milliseconds`, it bounds how long after a promotion the store follows.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
+
+/// How often the watcher asks a sentinel which server is the primary: the longest a
+/// failover that leaves the old primary up goes unnoticed.
+pub(super) const WATCH: Duration = Duration::from_millis(250);
 
 /// How long one resolution (the sentinels, the new primary's `ROLE`, the connect) may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -187,6 +194,7 @@ pub(crate) struct SentinelConnection {
 
 struct Shared {
     sentinels: tokio::sync::Mutex<SentinelClient>,
+    service: String,
     primary: Mutex<Primary>,
     resolving: AtomicBool,
     /// When the last resolution started, to space out those of suspect calls.
@@ -229,16 +237,19 @@ impl SentinelConnection {
     /// connection.
     pub(super) async fn connect(
         mut sentinels: SentinelClient,
+        service: &str,
         db: i64,
     ) -> Result<(Self, String), RedisError> {
         let primary = find_primary(&mut sentinels).await?;
         let addr = primary.addr.clone();
         let shared = Arc::new(Shared {
             sentinels: tokio::sync::Mutex::new(sentinels),
+            service: service.to_owned(),
             primary: Mutex::new(primary),
             resolving: AtomicBool::new(false),
             last_resolution: Mutex::new(Instant::now()),
         });
+        tokio::spawn(watch(Arc::downgrade(&shared)));
         Ok((Self { shared, db }, addr))
     }
 
@@ -260,14 +271,61 @@ impl SentinelConnection {
             }
             *last = Instant::now();
         }
-        if self.shared.resolving.swap(true, Ordering::AcqRel) {
+        self.shared.start_resolution();
+    }
+}
+
+impl Shared {
+    /// Starts one resolution in the background unless one is under way.
+    fn start_resolution(self: &Arc<Self>) {
+        if self.resolving.swap(true, Ordering::AcqRel) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.shared.resolving.store(false, Ordering::Release);
+            self.resolving.store(false, Ordering::Release);
             return;
         };
-        runtime.spawn(resolve(Arc::downgrade(&self.shared)));
+        runtime.spawn(resolve(Arc::downgrade(self)));
+    }
+}
+
+/// Asks a sentinel every [`WATCH`] which server is the primary, and starts a resolution
+/// when it is not the one the store talks to; ends when the store is dropped.
+async fn watch(shared: Weak<Shared>) {
+    let mut sentinel: Option<MultiplexedConnection> = None;
+    loop {
+        tokio::time::sleep(WATCH).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        if sentinel.is_none() {
+            let client = strong.sentinels.lock().await.async_get_sentinel_client().await;
+            sentinel = match client {
+                Ok(client) => tokio::time::timeout(
+                    RESOLVE_TIMEOUT,
+                    client.get_multiplexed_async_connection_with_config(&config()),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok),
+                Err(_) => None,
+            };
+        }
+        let Some(conn) = sentinel.as_mut() else {
+            continue;
+        };
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("GET-MASTER-ADDR-BY-NAME").arg(&strong.service);
+        let named = tokio::time::timeout(RESOLVE_TIMEOUT, ask.query_async::<Option<(String, u16)>>(conn));
+        match named.await {
+            Ok(Ok(Some((host, port)))) => {
+                if format!("{host}:{port}") != strong.primary.lock().addr {
+                    strong.start_resolution();
+                }
+            }
+            // Another sentinel next time.
+            _ => sentinel = None,
+        }
     }
 }
 
