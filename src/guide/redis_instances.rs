@@ -89,6 +89,41 @@
 //! sentinels that require a password of their own get it from
 //! [`RedisOptions::sentinel_auth`](crate::store::RedisOptions::sentinel_auth).
 //!
+//! ## Failover, measured
+//!
+//! Eight tasks deciding on one hot key without pause (about 2,500 decisions a second on a
+//! shared 2-core machine), store timeout 100 ms, no breaker, the primary killed with
+//! `SIGKILL` (`cargo test --all-features --test redis failover -- --nocapture
+//! --test-threads 1`; sentinels with `down-after-milliseconds 1000`, a Cluster with
+//! `cluster-node-timeout 1000`):
+//!
+//! | | Sentinel (primary + replica) | Cluster (3 primaries + 3 replicas) |
+//! |---|---|---|
+//! | longest any request waited | 82 ms | 17 ms |
+//! | requests decided by the failure policy | 0 to 2.3 s after the kill | 0 to 2.6 s after the kill |
+//! | decisions from the new primary | 2.3 s after the kill | 2.6 s after the kill |
+//! | acknowledged writes lost | 0 | 0 |
+//! | counted without an answer | 1 | 1 |
+//!
+//! - No request waits longer than the store's timeout: calls to a dead primary fail at
+//!   once, and the failure policy decides them (with a [`Breaker`](crate::store::Breaker),
+//!   without calling Redis at all). A primary that hangs instead of dying costs each call
+//!   the timeout until the breaker opens.
+//! - The time to the new primary is the deployment's detection (`down-after-milliseconds`,
+//!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms (Sentinel:
+//!   its retry while the connection is broken; a `SENTINEL FAILOVER` that leaves the old
+//!   primary up is noticed by the 250 ms watcher, measured at 1.5 to 2 s in all, most of
+//!   it the sentinels' promotion). The code is on the promoted replica: the function
+//!   library is replicated, and a script is loaded again on its first `NOSCRIPT`.
+//! - What a failover can cost the limit: replication is asynchronous, so decisions the old
+//!   primary acknowledged but had not yet sent to its replica are lost with it, and the
+//!   new primary admits that many requests more in the windows current at the failover
+//!   (at most one window of each rule; a penalty lock written then can be lost too). On
+//!   a healthy replica that is the last few milliseconds of decisions (none lost here; the
+//!   tests assert no more than the decisions of the last 100 ms). `WAIT` is not used: it
+//!   would cost every decision a round trip to a replica. A call that failed as the
+//!   connection dropped may have run and be counted, once.
+//!
 //! ## The ACL a deployment needs
 //!
 //! The least a Redis user needs, with the default prefix `tollgate` (for another prefix,

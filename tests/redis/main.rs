@@ -11,6 +11,7 @@ mod connect;
 mod deny_cache;
 mod differential;
 mod distributed;
+mod failover;
 mod readiness;
 mod sentinel;
 mod store;
