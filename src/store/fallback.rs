@@ -483,7 +483,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         let primary = self.primary.health();
         if primary != Health::Healthy {
             if self.is_falling_back() {
-                self.shared.primary_was_unwell.store(true, Ordering::Release);
+                self.shared
+                    .primary_was_unwell
+                    .store(true, Ordering::Release);
             }
             return Health::Degraded;
         }

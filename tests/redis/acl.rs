@@ -24,7 +24,13 @@ fn set_user(server: &RedisServer, user: &str, rules: &[String], extra: &[&str]) 
     let mut args = vec!["ACL", "SETUSER", user, "reset"];
     let rules: Vec<String> = rules
         .iter()
-        .map(|r| if r.starts_with('>') { ">secret".into() } else { r.clone() })
+        .map(|r| {
+            if r.starts_with('>') {
+                ">secret".into()
+            } else {
+                r.clone()
+            }
+        })
         .collect();
     args.extend(rules.iter().map(String::as_str));
     args.extend_from_slice(extra);
@@ -61,7 +67,11 @@ async fn the_documented_acl_is_enough() {
     for rule in &rules {
         let first = limiter.check_one(rule, b"k").await.expect("decide");
         let second = limiter.check_one(rule, b"k").await.expect("decide");
-        assert!(first.is_admitted() && !second.is_admitted(), "{}", rule.name());
+        assert!(
+            first.is_admitted() && !second.is_admitted(),
+            "{}",
+            rule.name()
+        );
         limiter.reset(rule, b"k").await.expect("reset");
         let again = limiter.check_one(rule, b"k").await.expect("decide");
         assert!(again.is_admitted(), "{} after reset", rule.name());
@@ -100,15 +110,23 @@ async fn a_user_missing_any_permission_is_refused_naming_it() {
     assert!(msg.contains("+subscribe"), "{msg}");
 
     // The prefix given to connect is the one checked.
-    let mine: Vec<String> = acl.iter().map(|r| r.replace("tollgate:", "mine:")).collect();
+    let mine: Vec<String> = acl
+        .iter()
+        .map(|r| r.replace("tollgate:", "mine:"))
+        .collect();
     let url = set_user(&server, "mine", &mine, &[]);
-    let msg = RedisStore::connect(&url).await.expect_err("tollgate:* is not granted");
+    let msg = RedisStore::connect(&url)
+        .await
+        .expect_err("tollgate:* is not granted");
     assert!(msg.to_string().contains("~tollgate:*"), "{msg}");
     let store = RedisStore::connect_with(&url, RedisOptions::new().prefix("mine"))
         .await
         .expect("connect with the granted prefix");
     let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
-    let outcome = Limiter::new(store).check_one(&rule, b"k").await.expect("decide");
+    let outcome = Limiter::new(store)
+        .check_one(&rule, b"k")
+        .await
+        .expect("decide");
     assert!(outcome.is_admitted());
     assert_eq!(server.must(&["EXISTS", "mine:{k}:r"]).trim(), "1");
 }

@@ -118,7 +118,10 @@ fn report(what: &str, samples: &[Sample], counted: u64, follow_bound: Duration) 
         failed.len()
     );
     // What a failover costs the limit: no more than the writes of the last 100 ms.
-    assert!(lost <= last_100ms, "{lost} lost, {last_100ms} in the last 100 ms");
+    assert!(
+        lost <= last_100ms,
+        "{lost} lost, {last_100ms} in the last 100 ms"
+    );
 }
 
 /// How many units the rule's hot key holds where `limiter` now decides.
@@ -152,7 +155,10 @@ async fn sentinel_primary_killed_under_load() {
         counted(&limiter).await,
         Duration::from_secs(5),
     );
-    assert_eq!(group.named_primary_port(), Some(group.servers[1 - old].port));
+    assert_eq!(
+        group.named_primary_port(),
+        Some(group.servers[1 - old].port)
+    );
 }
 
 /// A Cluster of three primaries with a replica each: the hot key's primary killed under

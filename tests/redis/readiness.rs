@@ -31,7 +31,10 @@ async fn health_recovers_with_no_traffic_once_redis_answers_again() {
     server.must(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "ALL"]);
     let paused = Instant::now();
     // One request times out on Redis, opens the breaker and is decided locally.
-    let outcome = limiter.check_one(&rule, b"k").await.expect("decided locally");
+    let outcome = limiter
+        .check_one(&rule, b"k")
+        .await
+        .expect("decided locally");
     assert!(outcome.is_admitted());
     assert_eq!(limiter.health(), Health::Degraded);
 
@@ -56,5 +59,8 @@ async fn health_recovers_with_no_traffic_once_redis_answers_again() {
     // ended, as the store's docs say).
     let outcome = limiter.check_one(&rule, b"fresh").await.expect("decided");
     assert_eq!(outcome.rules[0].info.remaining, 99);
-    assert_eq!(server.must(&["EXISTS", "tollgate:{fresh}:ready"]).trim(), "1");
+    assert_eq!(
+        server.must(&["EXISTS", "tollgate:{fresh}:ready"]).trim(),
+        "1"
+    );
 }

@@ -43,12 +43,15 @@ async fn sentinel_over_tls_finds_the_primary_and_follows_a_failover() {
         limiter.check_one(&rule, b"k").await.expect("decide");
     }
     assert!(group.servers[old].script_calls() >= 10);
-    assert_eq!(group.servers[new].script_calls(), 0, "a replica got a decision");
+    assert_eq!(
+        group.servers[new].script_calls(),
+        0,
+        "a replica got a decision"
+    );
 
     group.sentinels[0].must(&["SENTINEL", "FAILOVER", SERVICE]);
     let started = Instant::now();
-    while !(limiter.check_one(&rule, b"k").await.is_ok() && group.servers[new].script_calls() > 0)
-    {
+    while !(limiter.check_one(&rule, b"k").await.is_ok() && group.servers[new].script_calls() > 0) {
         assert!(
             started.elapsed() < Duration::from_secs(15),
             "not following the failover"

@@ -41,7 +41,10 @@ async fn the_server_certificate_is_verified_against_the_ca_given() {
     assert!(url.starts_with("rediss://"), "{url}");
 
     let msg = refused(&url, RedisOptions::new()).await;
-    assert!(msg.contains("certificate") || msg.contains("UnknownIssuer"), "{msg}");
+    assert!(
+        msg.contains("certificate") || msg.contains("UnknownIssuer"),
+        "{msg}"
+    );
     assert!(msg.contains(&format!("127.0.0.1:{}", server.port)), "{msg}");
 
     let store = RedisStore::connect_with(&url, RedisOptions::new().ca_pem(tls.ca_pem()))
@@ -70,9 +73,11 @@ async fn a_client_certificate_is_sent_where_the_server_asks_for_one() {
     let tls = Arc::new(TlsFiles::new());
     let server = RedisServer::start_tls(&tls, true, &[]);
     let url = server.url();
-    assert!(RedisStore::connect_with(&url, RedisOptions::new().ca_pem(tls.ca_pem()))
-        .await
-        .is_err());
+    assert!(
+        RedisStore::connect_with(&url, RedisOptions::new().ca_pem(tls.ca_pem()))
+            .await
+            .is_err()
+    );
 
     let (cert, key) = tls.client_pem();
     let options = RedisOptions::new()
@@ -93,7 +98,9 @@ async fn a_client_certificate_is_sent_where_the_server_asks_for_one() {
 #[tokio::test]
 async fn without_a_ca_the_system_roots_verify_the_server() {
     if let Ok(url) = std::env::var("TOLLGATE_TLS_CHILD_URL") {
-        let store = RedisStore::connect(&url).await.expect("system roots verify");
+        let store = RedisStore::connect(&url)
+            .await
+            .expect("system roots verify");
         decides(store).await;
         return;
     }
@@ -174,8 +181,14 @@ async fn a_cluster_over_tls_decides_on_every_node() {
     let rule = Rule::fixed_window("tls", 1, Duration::from_secs(60));
     for client in 0..30 {
         let key = format!("client-{client}");
-        let first = limiter.check_one(&rule, key.as_bytes()).await.expect("decide");
-        let second = limiter.check_one(&rule, key.as_bytes()).await.expect("decide");
+        let first = limiter
+            .check_one(&rule, key.as_bytes())
+            .await
+            .expect("decide");
+        let second = limiter
+            .check_one(&rule, key.as_bytes())
+            .await
+            .expect("decide");
         assert!(first.is_admitted() && !second.is_admitted(), "{key}");
     }
     for node in &nodes {

@@ -10,10 +10,10 @@ pub mod down;
 pub mod log;
 pub mod redis_ha;
 pub mod redis_server;
-pub mod tls;
 pub mod service;
 #[path = "../common/specs.rs"]
 pub mod specs;
+pub mod tls;
 #[path = "../common/vectors.rs"]
 pub mod vectors;
 

@@ -84,10 +84,9 @@ impl SentinelGroup {
 
     /// The index in `servers` of the server that says it is the primary now.
     pub fn primary(&self) -> Option<usize> {
-        self.servers.iter().position(|s| {
-            s.cli(&["ROLE"])
-                .is_some_and(|r| r.starts_with("master"))
-        })
+        self.servers
+            .iter()
+            .position(|s| s.cli(&["ROLE"]).is_some_and(|r| r.starts_with("master")))
     }
 
     /// The port the sentinels name as the primary now.
@@ -134,15 +133,19 @@ impl ReplicatedCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         let cluster = Self { nodes };
-        wait_for("the cluster to be ok with every replica in sync", 30, || {
-            cluster.nodes.iter().all(|n| {
-                n.cli(&["CLUSTER", "INFO"])
-                    .is_some_and(|i| i.contains("cluster_state:ok"))
-                    && n.cli(&["INFO", "replication"]).is_some_and(|i| {
-                        i.contains("role:master") || i.contains("master_link_status:up")
-                    })
-            })
-        });
+        wait_for(
+            "the cluster to be ok with every replica in sync",
+            30,
+            || {
+                cluster.nodes.iter().all(|n| {
+                    n.cli(&["CLUSTER", "INFO"])
+                        .is_some_and(|i| i.contains("cluster_state:ok"))
+                        && n.cli(&["INFO", "replication"]).is_some_and(|i| {
+                            i.contains("role:master") || i.contains("master_link_status:up")
+                        })
+                })
+            },
+        );
         cluster
     }
 

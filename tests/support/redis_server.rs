@@ -9,8 +9,8 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use super::tls::TlsFiles;
@@ -67,7 +67,10 @@ impl RedisServer {
     /// certificate, asking clients for a certificate signed by its CA when
     /// `auth_clients`; replication to and from it is over TLS too.
     pub fn start_tls(tls: &Arc<TlsFiles>, auth_clients: bool, extra: &[&str]) -> Self {
-        let mut args = vec!["--tls-auth-clients", if auth_clients { "yes" } else { "no" }];
+        let mut args = vec![
+            "--tls-auth-clients",
+            if auth_clients { "yes" } else { "no" },
+        ];
         args.extend_from_slice(extra);
         Self::launch(&args, Some(Arc::clone(tls)), None)
     }
@@ -224,7 +227,11 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>/`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 

@@ -38,7 +38,9 @@ impl TlsFiles {
         let leaf = |names: Vec<String>| {
             let params = CertificateParams::new(names).expect("certificate parameters");
             let key = KeyPair::generate().expect("a key");
-            let cert = params.signed_by(&key, &issuer).expect("a signed certificate");
+            let cert = params
+                .signed_by(&key, &issuer)
+                .expect("a signed certificate");
             (cert.pem(), key.serialize_pem())
         };
         let (server_cert, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()]);

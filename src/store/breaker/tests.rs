@@ -361,7 +361,11 @@ async fn a_polled_fallback_over_a_breaker_recovers_with_no_request() {
         let mut polls = 0;
         while fallback.health() != Health::Healthy {
             polls += 1;
-            assert!(polls <= 11, "still {:?} after {polls} polls", fallback.health());
+            assert!(
+                polls <= 11,
+                "still {:?} after {polls} polls",
+                fallback.health()
+            );
             tokio::time::advance(Duration::from_millis(100)).await;
             let_tasks_run().await;
         }

@@ -73,7 +73,10 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
     } else if text.contains("key") {
         format!("~{prefix}:* (the keys under the store's prefix)")
     } else {
-        format!("+{} (a command tollgate's code runs)", command.to_ascii_lowercase())
+        format!(
+            "+{} (a command tollgate's code runs)",
+            command.to_ascii_lowercase()
+        )
     };
     StoreError::Unavailable(format!(
         "redis at {addr}: the Redis user may not run {command} as tollgate does ({text}): \
@@ -84,10 +87,12 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
 /// The error for a subscription to the deny caches' `channel` refused at `addr`.
 pub(super) fn subscribe_refusal(channel: &[u8], e: StoreError) -> StoreError {
     match e {
-        StoreError::Unavailable(m) if m.to_ascii_uppercase().contains("NOPERM") => StoreError::Unavailable(format!(
-            "{m}: the deny cache subscribes to {0}; grant the Redis user +subscribe and &{0}",
-            String::from_utf8_lossy(channel)
-        )),
+        StoreError::Unavailable(m) if m.to_ascii_uppercase().contains("NOPERM") => {
+            StoreError::Unavailable(format!(
+                "{m}: the deny cache subscribes to {0}; grant the Redis user +subscribe and &{0}",
+                String::from_utf8_lossy(channel)
+            ))
+        }
         e => e,
     }
 }

@@ -185,7 +185,10 @@ impl RedisStore {
         Self::sentinel(&target, options).await
     }
 
-    async fn sentinel(target: &sentinel::Target, options: RedisOptions) -> Result<Self, StoreError> {
+    async fn sentinel(
+        target: &sentinel::Target,
+        options: RedisOptions,
+    ) -> Result<Self, StoreError> {
         let client = sentinel::client(target, &options)?;
         let sentinels = target
             .sentinels
@@ -195,9 +198,10 @@ impl RedisStore {
             .join(",");
         let addr = format!("sentinels {sentinels} (service {})", target.service);
         let connect = async {
-            let (sentinel, primary) = SentinelConnection::connect(client, &target.service, options.db)
-                .await
-                .map_err(|e| setup::setup_error(&addr, &e))?;
+            let (sentinel, primary) =
+                SentinelConnection::connect(client, &target.service, options.db)
+                    .await
+                    .map_err(|e| setup::setup_error(&addr, &e))?;
             let addr = format!("{addr}, primary {primary}");
             let mut conn = Connection::Sentinel(sentinel.clone());
             let info = setup::server_info(&mut conn, &addr).await?;

@@ -151,13 +151,19 @@ impl fmt::Debug for RedisOptions {
     /// Says which parts are set, never their contents (keys, passwords).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
-            .field("prefix", &self.prefix.as_deref().map(String::from_utf8_lossy))
+            .field(
+                "prefix",
+                &self.prefix.as_deref().map(String::from_utf8_lossy),
+            )
             .field("ca", &self.ca.is_some())
             .field("client_cert", &self.client.is_some())
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("db", &self.db)
-            .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|(u, _)| u))
+            .field(
+                "sentinel_auth",
+                &self.sentinel_auth.as_ref().map(|(u, _)| u),
+            )
             .finish()
     }
 }

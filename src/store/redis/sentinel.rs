@@ -20,7 +20,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisFuture, TlsMode, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisFuture, TlsMode, Value,
+};
 use tokio::time::Instant;
 
 use crate::error::StoreError;
@@ -82,10 +84,16 @@ pub(super) fn parse(
     };
     let (rest, insecure) = match rest.split_once('#') {
         Some((rest, "insecure")) if tls => (rest, true),
-        Some(_) => return Err(invalid("only #insecure, with rediss+sentinel://, may follow")),
+        Some(_) => {
+            return Err(invalid(
+                "only #insecure, with rediss+sentinel://, may follow",
+            ))
+        }
         None => (rest, false),
     };
-    let (authority, path) = rest.split_once('/').ok_or_else(|| invalid("no service name"))?;
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("no service name"))?;
     let (userinfo, hosts) = match authority.rsplit_once('@') {
         Some((userinfo, hosts)) => (Some(userinfo), hosts),
         None => (None, authority),
@@ -140,20 +148,27 @@ fn percent_decode(text: &str) -> Result<String, StoreError> {
 
 /// The sentinel client for `target`: `options`' credentials, database and certificates go
 /// to the primary, its sentinel credentials to the sentinels.
-pub(super) fn client(target: &Target, options: &RedisOptions) -> Result<SentinelClient, StoreError> {
-    let addrs = target.sentinels.iter().map(|(host, port)| match target.tls {
-        true => ConnectionAddr::TcpTls {
-            host: host.clone(),
-            port: *port,
-            insecure: target.insecure,
-            tls_params: None,
-        },
-        false => ConnectionAddr::Tcp(host.clone(), *port),
-    });
+pub(super) fn client(
+    target: &Target,
+    options: &RedisOptions,
+) -> Result<SentinelClient, StoreError> {
+    let addrs = target
+        .sentinels
+        .iter()
+        .map(|(host, port)| match target.tls {
+            true => ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: target.insecure,
+                tls_params: None,
+            },
+            false => ConnectionAddr::Tcp(host.clone(), *port),
+        });
     let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
-    let mut builder = SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
-        .map_err(invalid)?
-        .set_client_to_redis_db(options.db);
+    let mut builder =
+        SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
+            .map_err(invalid)?
+            .set_client_to_redis_db(options.db);
     if let Some(user) = &options.user {
         builder = builder.set_client_to_redis_username(user);
     }
@@ -299,7 +314,12 @@ async fn watch(shared: Weak<Shared>) {
             return;
         };
         if sentinel.is_none() {
-            let client = strong.sentinels.lock().await.async_get_sentinel_client().await;
+            let client = strong
+                .sentinels
+                .lock()
+                .await
+                .async_get_sentinel_client()
+                .await;
             sentinel = match client {
                 Ok(client) => tokio::time::timeout(
                     RESOLVE_TIMEOUT,
@@ -316,7 +336,10 @@ async fn watch(shared: Weak<Shared>) {
         };
         let mut ask = redis::cmd("SENTINEL");
         ask.arg("GET-MASTER-ADDR-BY-NAME").arg(&strong.service);
-        let named = tokio::time::timeout(RESOLVE_TIMEOUT, ask.query_async::<Option<(String, u16)>>(conn));
+        let named = tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            ask.query_async::<Option<(String, u16)>>(conn),
+        );
         match named.await {
             Ok(Ok(Some((host, port)))) => {
                 if format!("{host}:{port}") != strong.primary.lock().addr {
@@ -477,7 +500,10 @@ mod tests {
             parse("rediss+sentinel://:pw@s1/svc#insecure", RedisOptions::new()).expect("parses");
         assert!(target.tls && target.insecure);
         assert_eq!(target.sentinels, vec![("s1".into(), 26379)]);
-        assert_eq!((options.user, options.password.as_deref()), (None, Some("pw")));
+        assert_eq!(
+            (options.user, options.password.as_deref()),
+            (None, Some("pw"))
+        );
 
         for (url, why) in [
             ("redis+sentinel://s1:26379", "no service name"),
