@@ -13,8 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use super::tls::TlsFiles;
-
 fn binary(env: &str, name: &str) -> String {
     std::env::var(env).unwrap_or_else(|_| name.to_owned())
 }
@@ -365,5 +363,39 @@ impl RedisCluster {
     /// `command`'s calls summed over the nodes.
     pub fn calls(&self, command: &str) -> u64 {
         self.nodes.iter().map(|n| n.calls(command)).sum()
+    }
+}
+
+/// PEM files of a CA and the certificates it signed (made by `support::tls`, which the
+/// benchmarks that include this file do without).
+#[derive(Debug)]
+pub struct TlsFiles {
+    /// Where the files are (removed on drop).
+    pub dir: PathBuf,
+    pub ca_cert: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The CA certificate's PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(&self.ca_cert).expect("read the CA certificate")
+    }
+
+    /// The client certificate's and key's PEM.
+    pub fn client_pem(&self) -> (Vec<u8>, Vec<u8>) {
+        (
+            std::fs::read(&self.client_cert).expect("read the client certificate"),
+            std::fs::read(&self.client_key).expect("read the client key"),
+        )
+    }
+}
+
+impl Drop for TlsFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -2,20 +2,9 @@
 //! `127.0.0.1`, and a client certificate, all signed by the CA, written as PEM files to a
 //! directory of their own (removed on drop).
 
-use std::path::PathBuf;
-
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-/// PEM files of a CA and the certificates it signed.
-#[derive(Debug)]
-pub struct TlsFiles {
-    dir: PathBuf,
-    pub ca_cert: PathBuf,
-    pub server_cert: PathBuf,
-    pub server_key: PathBuf,
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-}
+pub use super::redis_server::TlsFiles;
 
 impl TlsFiles {
     /// A new CA with a server and a client certificate, in a fresh directory.
@@ -59,24 +48,5 @@ impl TlsFiles {
             client_key: write("client.key", &client_key),
             dir,
         }
-    }
-
-    /// The CA certificate's PEM.
-    pub fn ca_pem(&self) -> Vec<u8> {
-        std::fs::read(&self.ca_cert).expect("read the CA certificate")
-    }
-
-    /// The client certificate's and key's PEM.
-    pub fn client_pem(&self) -> (Vec<u8>, Vec<u8>) {
-        (
-            std::fs::read(&self.client_cert).expect("read the client certificate"),
-            std::fs::read(&self.client_key).expect("read the client key"),
-        )
-    }
-}
-
-impl Drop for TlsFiles {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -466,7 +466,7 @@ impl RedisStore {
     /// [`Store::count_denials`]: one `Op::Deny` call per slot (one on a standalone server).
     async fn count_denials_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         batch::validate(batch)?;
-        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[&Check<'_>; 4]>); 2]> = SmallVec::new();
+        let mut groups: SmallVec<[SlotGroup<'_, '_>; 2]> = SmallVec::new();
         for check in batch {
             let slot = match self.conn {
                 Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
@@ -508,6 +508,9 @@ impl RedisStore {
         self.invalidate(rule, key).await
     }
 }
+
+/// The checks of a batch that share a slot (`None` on one server).
+type SlotGroup<'c, 'r> = (Option<Slot>, SmallVec<[&'c Check<'r>; 4]>);
 
 /// The outcome of a batch decided in one script call.
 fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
