@@ -14,8 +14,9 @@ use tollgate::{Limiter, Rule};
 
 const TASKS: usize = 8;
 const TIMEOUT: Duration = Duration::from_millis(100);
-/// The most a request may take: the timeout, plus scheduling on a loaded machine.
-const SLACK: Duration = Duration::from_millis(150);
+/// The most a request may take beyond the timeout: scheduling on a loaded machine (the
+/// whole suite runs in parallel on two shared cores). A hang would take seconds.
+const SLACK: Duration = Duration::from_millis(400);
 const LIMIT: u64 = 1_000_000_000;
 
 /// One request: when it started (from the kill, negative before), how long it took, and
@@ -103,7 +104,11 @@ fn report(what: &str, samples: &[Sample], counted: u64, follow_bound: Duration) 
         last_failed.max(0) + 1,
     );
     assert!(before > 100, "too little load before the kill: {before}");
-    assert!(longest <= TIMEOUT + SLACK, "a request waited {longest:?}");
+    assert!(
+        longest <= TIMEOUT + SLACK,
+        "a request waited {longest:?}: {} over 100 ms",
+        samples.iter().filter(|s| s.latency > TIMEOUT).count()
+    );
     assert!(
         Duration::from_millis(last_failed.max(0) as u64) <= follow_bound,
         "decisions failed until {last_failed} ms after the kill"
