@@ -7,7 +7,10 @@
 //! `RateLimit-Policy` / `RateLimit` headers, and one second later a report passes again.
 //! `PORT` picks the port (default 3000). With `REDIS_URL` set (e.g. `redis://127.0.0.1/`)
 //! the limits live in Redis, shared by every instance of the server. For a Redis Cluster,
-//! give one node's URL or several, comma-separated (`redis://h1:7000,redis://h2:7001`).
+//! give one node's URL or several, comma-separated (`redis://h1:7000,redis://h2:7001`);
+//! for TLS, `rediss://` (the server's certificate verified against the system's roots,
+//! or the CA in the file `SSL_CERT_FILE` names); for Sentinel,
+//! `redis+sentinel://host:26379,host2:26379/mymaster`.
 //! A Redis the limits cannot work on (unreachable, a replica, a user without script
 //! permissions) stops the server at start with the reason; while Redis is away later, the
 //! limits are decided in this process (`store::Fallback` behind a `store::Breaker`), with no
@@ -68,12 +71,15 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
     .await
 }
 
-/// Connects to Redis at `url` (one server, or a Cluster through one or several of its
-/// nodes) and says which it found; any reason the limits could not work there is an error.
+/// Connects to Redis at `url` (one server, a Sentinel deployment, or a Cluster through one
+/// or several of its nodes) and says which it found; any reason the limits could not work there is an error.
+#[allow(dead_code)] // Tests include this file for `app` and `serve`.
 async fn connect_redis(url: &str) -> Result<RedisStore, tollgate::StoreError> {
     let store = RedisStore::connect(url).await?;
     let mode = if store.is_cluster() {
         "a Redis Cluster"
+    } else if url.contains("+sentinel://") {
+        "the primary the Redis Sentinels name"
     } else {
         "a standalone Redis"
     };

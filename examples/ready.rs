@@ -7,9 +7,12 @@
 //! - `503 failing`: nothing decides in Redis's place (a breaker without a fallback).
 //!
 //! Run `REDIS_URL=redis://127.0.0.1/ cargo run --example ready`, poll
-//! `curl -s localhost:3000/ready`, and stop Redis (`redis-cli DEBUG SLEEP 5`, or
-//! `kill -STOP`): `/ready` turns `degraded` within one timeout, `GET /` keeps answering
-//! within milliseconds and keeps limiting, and both return to normal once Redis is back.
+//! `curl -s localhost:3000/ready`, and make Redis stop answering for 10 s
+//! (`redis-cli CLIENT PAUSE 10000 ALL`; `DEBUG SLEEP` is refused by Redis 7's default
+//! `enable-debug-command no`), then send a request (`curl -s localhost:3000/`): `/ready`
+//! turns `degraded` within one timeout, `GET /` keeps answering within milliseconds and
+//! keeps limiting, and once Redis answers again `/ready` returns to `healthy` within the
+//! breaker's probe interval (500 ms) with no request needed: polling `/ready` is enough.
 //!
 //! A Kubernetes readiness probe that must not take every replica out of service during a
 //! Redis outage should treat `degraded` as ready (it is a 200 here); alert on it instead.

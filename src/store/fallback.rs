@@ -67,6 +67,10 @@ struct Division {
     instances: u64,
     /// Whether the last answer came from the local store.
     falling_back: AtomicBool,
+    /// Whether the primary said it was unwell (an open breaker) while falling back: its
+    /// saying it is well again afterwards (the breaker's own probe closed it) ends the
+    /// fallback even with no request to prove it, so readiness recovers on its own.
+    primary_was_unwell: AtomicBool,
     /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
     /// while falling back with `instances` > 1.
     divided: Mutex<HashMap<u64, DividedRules>>,
@@ -101,6 +105,7 @@ impl<P, L> Fallback<P, L> {
             shared: Arc::new(Division {
                 instances: 1,
                 falling_back: AtomicBool::new(false),
+                primary_was_unwell: AtomicBool::new(false),
                 divided: Mutex::new(HashMap::default()),
                 hasher: DefaultHashBuilder::default(),
             }),
@@ -123,6 +128,7 @@ impl<P, L> Fallback<P, L> {
                 self.shared = Arc::new(Division {
                     instances: n,
                     falling_back: AtomicBool::new(false),
+                    primary_was_unwell: AtomicBool::new(false),
                     divided: Mutex::new(HashMap::default()),
                     hasher: DefaultHashBuilder::default(),
                 })
@@ -156,6 +162,8 @@ impl Division {
 
     fn primary_failed(&self, error: &StoreError) {
         if !self.falling_back.swap(true, Ordering::AcqRel) {
+            // A new fallback: only the primary's health from now on ends it.
+            self.primary_was_unwell.store(false, Ordering::Release);
             tracing::warn!(
                 target: "tollgate::fallback",
                 %error,
@@ -427,8 +435,22 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
         // Asked even while falling back: a breaker's health starts its probe once due.
         let primary = self.primary.health();
-        if self.is_falling_back() || primary != Health::Healthy {
+        if primary != Health::Healthy {
+            if self.is_falling_back() {
+                self.shared
+                    .primary_was_unwell
+                    .store(true, Ordering::Release);
+            }
             return Health::Degraded;
+        }
+        if self.is_falling_back() {
+            // Healthy again after being unwell: the breaker's probe got an answer, and the
+            // next request goes to the primary. A store without a breaker never says it is
+            // unwell, so only a request it answers ends its fallback.
+            if !self.shared.primary_was_unwell.swap(false, Ordering::AcqRel) {
+                return Health::Degraded;
+            }
+            self.shared.primary_answered();
         }
         local
     }

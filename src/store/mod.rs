@@ -23,7 +23,7 @@ pub use fallback::Fallback;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisStore;
+pub use redis::{RedisOptions, RedisStore};
 
 // A store's question is the crate's: `tollgate::Check`.
 pub(crate) use check::Check;

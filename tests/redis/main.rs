@@ -4,11 +4,16 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acl;
 mod cluster;
 mod concurrency;
 mod connect;
 mod deny_cache;
 mod differential;
 mod distributed;
+mod failover;
+mod readiness;
 mod seams;
+mod sentinel;
 mod store;
+mod tls;

@@ -340,7 +340,7 @@ async fn shaped_requests_pass_within_the_global_limit<St: Store + Clone>(limiter
     let passed = passed.lock().unwrap().clone();
     for window in 0..3u64 {
         let range = Duration::from_secs(60 * window)..Duration::from_secs(60 * (window + 1));
-        let n = passed.iter().filter(|t| range.contains(t)).count();
+        let n = passed.iter().filter(|t| range.contains(*t)).count();
         assert!(
             n <= 2,
             "{n} passed in {range:?} against a limit of 2: {passed:?}"

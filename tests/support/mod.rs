@@ -8,11 +8,13 @@ use tollgate as tg;
 
 pub mod down;
 pub mod log;
+pub mod redis_ha;
 pub mod redis_server;
 pub mod service;
 pub mod specs;
 pub mod still;
 pub mod switch;
+pub mod tls;
 pub mod vectors;
 
 use std::net::{IpAddr, SocketAddr};

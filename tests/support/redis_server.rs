@@ -10,6 +10,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn binary(env: &str, name: &str) -> String {
@@ -20,17 +21,17 @@ fn redis_server_bin() -> String {
     binary("TOLLGATE_REDIS_SERVER", "redis-server")
 }
 
-fn redis_cli_bin() -> String {
+pub fn redis_cli_bin() -> String {
     binary("TOLLGATE_REDIS_CLI", "redis-cli")
 }
 
 /// A port nobody listens on right now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local address").port()
 }
 
-/// One `redis-server` process, killed on drop.
+/// One `redis-server` process (a server or a sentinel), killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
@@ -38,6 +39,10 @@ pub struct RedisServer {
     dir: PathBuf,
     /// The arguments it was started with, to restart it the same way.
     extra: Vec<String>,
+    /// Its TLS files, when it listens with TLS only.
+    tls: Option<Arc<TlsFiles>>,
+    /// A sentinel's configuration (written to its directory on every start).
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -53,17 +58,52 @@ impl RedisServer {
 
     /// A standalone server started with `extra` arguments too (`--loadmodule …`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::launch(extra, None, None)
+    }
+
+    /// A server that speaks TLS only (`--port 0 --tls-port …`) with `tls`'s server
+    /// certificate, asking clients for a certificate signed by its CA when
+    /// `auth_clients`; replication to and from it is over TLS too.
+    pub fn start_tls(tls: &Arc<TlsFiles>, auth_clients: bool, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "--tls-auth-clients",
+            if auth_clients { "yes" } else { "no" },
+        ];
+        args.extend_from_slice(extra);
+        Self::launch(&args, Some(Arc::clone(tls)), None)
+    }
+
+    /// A sentinel watching the primary on `primary_port` as `service` (quorum `quorum`),
+    /// which declares it down after 1 s without an answer; over TLS with `tls`.
+    pub fn start_sentinel(
+        service: &str,
+        primary_port: u16,
+        quorum: u32,
+        tls: Option<&Arc<TlsFiles>>,
+    ) -> Self {
+        let conf = format!(
+            "sentinel monitor {service} 127.0.0.1 {primary_port} {quorum}\n\
+             sentinel down-after-milliseconds {service} 1000\n\
+             sentinel failover-timeout {service} 2000\n\
+             sentinel parallel-syncs {service} 1\n"
+        );
+        Self::launch(&[], tls.cloned(), Some(conf))
+    }
+
+    fn launch(extra: &[&str], tls: Option<Arc<TlsFiles>>, sentinel: Option<String>) -> Self {
         for _ in 0..5 {
             let port = free_port();
             let dir =
                 std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
             let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            let child = Self::spawn(port, &dir, &extra);
+            let child = Self::spawn(port, &dir, &extra, tls.as_deref(), sentinel.as_deref());
             let mut server = RedisServer {
                 child,
                 port,
                 dir,
                 extra,
+                tls: tls.clone(),
+                sentinel: sentinel.clone(),
             };
             if server.wait_ready() {
                 return server;
@@ -73,31 +113,48 @@ impl RedisServer {
         panic!("redis-server did not start on any of 5 free ports");
     }
 
-    fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
-        {
-            std::fs::create_dir_all(dir).expect("create a directory for redis-server");
-            let mut cmd = Command::new(redis_server_bin());
-            cmd.arg("--port")
-                .arg(port.to_string())
-                .arg("--bind")
-                .arg("127.0.0.1")
-                .arg("--save")
-                .arg("")
-                .arg("--appendonly")
-                .arg("no")
-                .arg("--dir")
-                .arg(dir)
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            match cmd.spawn() {
-                Ok(child) => child,
-                Err(e) => panic!(
-                    "cannot start `{}`: {e}. The Redis tests need a real redis-server: install it \
-                     (apt-get install redis-server) or point TOLLGATE_REDIS_SERVER at the binary",
-                    redis_server_bin()
-                ),
+    fn spawn(
+        port: u16,
+        dir: &Path,
+        extra: &[String],
+        tls: Option<&TlsFiles>,
+        sentinel: Option<&str>,
+    ) -> Child {
+        std::fs::create_dir_all(dir).expect("create a directory for redis-server");
+        let mut cmd = Command::new(redis_server_bin());
+        if let Some(conf) = sentinel {
+            // A sentinel needs a configuration file it may rewrite.
+            let file = dir.join("sentinel.conf");
+            std::fs::write(&file, conf).expect("write sentinel.conf");
+            cmd.arg(&file).arg("--sentinel");
+        }
+        match tls {
+            Some(tls) => {
+                cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.server_cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.server_key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca_cert)
+                    .args(["--tls-replication", "yes"]);
             }
+            None => {
+                cmd.arg("--port").arg(port.to_string());
+            }
+        }
+        cmd.arg("--bind").arg("127.0.0.1").arg("--dir").arg(dir);
+        if sentinel.is_none() {
+            cmd.args(["--save", "", "--appendonly", "no"]);
+        }
+        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+        match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => panic!(
+                "cannot start `{}`: {e}. The Redis tests need a real redis-server: install it \
+                 (apt-get install redis-server) or point TOLLGATE_REDIS_SERVER at the binary",
+                redis_server_bin()
+            ),
         }
     }
 
@@ -133,7 +190,13 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            self.child = Self::spawn(self.port, &self.dir, &self.extra);
+            self.child = Self::spawn(
+                self.port,
+                &self.dir,
+                &self.extra,
+                self.tls.as_deref(),
+                self.sentinel.as_deref(),
+            );
             if self.wait_ready() {
                 return;
             }
@@ -160,14 +223,30 @@ impl RedisServer {
         false
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
-    /// Runs `redis-cli -p <port> <args>`; its output, if it ran.
+    /// Runs `redis-cli -p <port> <args>` (over TLS with the client certificate, for a TLS
+    /// server); its output, if it ran.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new(redis_cli_bin())
+        let mut cmd = Command::new(redis_cli_bin());
+        if let Some(tls) = &self.tls {
+            cmd.arg("--tls")
+                .arg("--cacert")
+                .arg(&tls.ca_cert)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        let out = cmd
             .arg("-p")
             .arg(self.port.to_string())
             .args(args)
@@ -187,7 +266,15 @@ impl RedisServer {
 
     /// How many times `command` ran on this server (`INFO commandstats`), 0 if never.
     pub fn calls(&self, command: &str) -> u64 {
-        let stats = self.must(&["INFO", "commandstats"]);
+        // Retried: a failover's reconfiguration closes clients' connections (redis-cli's too).
+        let stats = (0..20)
+            .find_map(|_| {
+                self.cli(&["INFO", "commandstats"]).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    None
+                })
+            })
+            .unwrap_or_else(|| panic!("INFO commandstats failed on port {}", self.port));
         let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
         stats
             .lines()
@@ -276,5 +363,39 @@ impl RedisCluster {
     /// `command`'s calls summed over the nodes.
     pub fn calls(&self, command: &str) -> u64 {
         self.nodes.iter().map(|n| n.calls(command)).sum()
+    }
+}
+
+/// PEM files of a CA and the certificates it signed (made by `support::tls`, which the
+/// benchmarks that include this file do without).
+#[derive(Debug)]
+pub struct TlsFiles {
+    /// Where the files are (removed on drop).
+    pub dir: PathBuf,
+    pub ca_cert: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The CA certificate's PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(&self.ca_cert).expect("read the CA certificate")
+    }
+
+    /// The client certificate's and key's PEM.
+    pub fn client_pem(&self) -> (Vec<u8>, Vec<u8>) {
+        (
+            std::fs::read(&self.client_cert).expect("read the client certificate"),
+            std::fs::read(&self.client_key).expect("read the client key"),
+        )
+    }
+}
+
+impl Drop for TlsFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -334,3 +334,51 @@ async fn a_malformed_batch_is_not_a_store_failure() {
     }
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
+
+/// Readiness recovers with no traffic: a fallback over a breaker is degraded while the
+/// primary is away and healthy again once the breaker's own probe (started by polling
+/// `health`, as `/ready` does) gets an answer; a later failure degrades it again, and a
+/// fallback without a breaker, whose primary never says it is unwell, waits for a request.
+#[tokio::test(start_paused = true)]
+async fn a_polled_fallback_over_a_breaker_recovers_with_no_request() {
+    use crate::store::Fallback;
+
+    let store = Pinged::default();
+    let fallback = Fallback::new(
+        Breaker::new(store.clone())
+            .failures(1)
+            .open_for(Duration::from_secs(1)),
+    );
+    let rule = rule();
+    let batch = [Check::new(&rule, b"k")];
+    for _ in 0..2 {
+        store.flaky.down.store(true, Ordering::SeqCst);
+        assert!(fallback.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(fallback.health(), Health::Degraded);
+        store.flaky.down.store(false, Ordering::SeqCst);
+        let calls = store.flaky.calls();
+        // Polled every 100 ms, no request: healthy within `open_for` and the probe.
+        let mut polls = 0;
+        while fallback.health() != Health::Healthy {
+            polls += 1;
+            assert!(
+                polls <= 11,
+                "still {:?} after {polls} polls",
+                fallback.health()
+            );
+            tokio::time::advance(Duration::from_millis(100)).await;
+            let_tasks_run().await;
+        }
+        assert!(polls >= 9, "healthy before the breaker's probe was due");
+        assert_eq!(store.flaky.calls(), calls, "no request reached the store");
+    }
+
+    let bare = Flaky::default();
+    let fallback = Fallback::new(bare.clone());
+    bare.down.store(true, Ordering::SeqCst);
+    assert!(fallback.check(&batch, Duration::ZERO).await.is_ok());
+    bare.down.store(false, Ordering::SeqCst);
+    assert_eq!(fallback.health(), Health::Degraded);
+    assert!(fallback.check(&batch, Duration::ZERO).await.is_ok());
+    assert_eq!(fallback.health(), Health::Healthy);
+}

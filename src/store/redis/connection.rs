@@ -1,6 +1,6 @@
-//! The connection a [`RedisStore`](super::RedisStore) runs over: one standalone server or a
-//! Cluster, behind one `ConnectionLike` so that the rest of the store does not tell them
-//! apart.
+//! The connection a [`RedisStore`](super::RedisStore) runs over: one standalone server, the
+//! primary of a Sentinel deployment, or a Cluster, behind one `ConnectionLike` so that the
+//! rest of the store does not tell them apart.
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -8,10 +8,14 @@ use redis::{RedisError, Value};
 
 use crate::error::StoreError;
 
-/// A standalone (reconnecting, multiplexed) or Cluster connection; both are cheap handles.
+use super::sentinel::SentinelConnection;
+
+/// A standalone (reconnecting, multiplexed), Sentinel (following the primary) or Cluster
+/// connection; all are cheap handles.
 #[derive(Clone)]
 pub(super) enum Connection {
     Standalone(ConnectionManager),
+    Sentinel(SentinelConnection),
     Cluster(ClusterConnection),
 }
 
@@ -24,6 +28,7 @@ impl redis::aio::ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
             Connection::Standalone(c) => c.req_packed_command(cmd),
+            Connection::Sentinel(c) => c.req_packed_command(cmd),
             Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -36,6 +41,7 @@ impl redis::aio::ConnectionLike for Connection {
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Standalone(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
             Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -43,6 +49,7 @@ impl redis::aio::ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Standalone(c) => c.get_db(),
+            Connection::Sentinel(c) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
         }
     }

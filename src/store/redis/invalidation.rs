@@ -12,6 +12,7 @@ use crate::Rule;
 
 use super::connection::unavailable;
 use super::deny_cache::{self, DenyCache};
+use super::sentinel::SentinelConnection;
 use super::{RedisStore, DEFAULT_TIMEOUT};
 
 impl RedisStore {
@@ -33,16 +34,32 @@ impl RedisStore {
     }
 }
 
+/// Where the invalidation channel can be subscribed: the servers the store was given (with
+/// their TLS settings), or the primary the sentinels name now.
+#[derive(Clone)]
+pub(super) enum Servers {
+    Nodes(Arc<[Client]>),
+    Sentinel(SentinelConnection),
+}
+
+impl Servers {
+    fn clients(&self) -> Vec<Client> {
+        match self {
+            Servers::Nodes(clients) => clients.to_vec(),
+            Servers::Sentinel(conn) => vec![conn.primary_client()],
+        }
+    }
+}
+
 /// A connection subscribed to `channel` on the first of `servers` that answers (on a
 /// Cluster, a message published on any node reaches every node).
 pub(super) async fn subscribe(
-    servers: &[String],
+    servers: &Servers,
     channel: &[u8],
 ) -> Result<redis::aio::PubSubStream, StoreError> {
     let mut last = StoreError::Unavailable("no server to subscribe to".into());
-    for url in servers {
+    for client in servers.clients() {
         let attempt = async {
-            let client = Client::open(url.as_str()).map_err(unavailable)?;
             let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
             pubsub.subscribe(channel).await.map_err(unavailable)?;
             Ok::<_, StoreError>(pubsub.into_on_message())
@@ -52,6 +69,10 @@ pub(super) async fn subscribe(
             Err(e) => last = e,
         }
     }
+    // The primary may have moved: the sentinels are asked again for the next attempt.
+    if let Servers::Sentinel(conn) = servers {
+        conn.suspect(true);
+    }
     Err(last)
 }
 
@@ -60,7 +81,7 @@ pub(super) async fn subscribe(
 /// missed) until it is subscribed again.
 pub(super) async fn listen(
     cache: std::sync::Weak<DenyCache>,
-    servers: Arc<[String]>,
+    servers: Servers,
     channel: Vec<u8>,
     mut messages: redis::aio::PubSubStream,
 ) {

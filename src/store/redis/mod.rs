@@ -1,22 +1,27 @@
 //! [`RedisStore`]: rule state in Redis, standalone or Cluster, decided by Lua scripts.
 
+mod access;
 mod cluster;
+mod connect;
 mod connection;
 mod deny_cache;
 mod dispatch;
 mod invalidation;
 mod keys;
+mod options;
 mod script;
+mod sentinel;
 mod setup;
+
+pub use options::RedisOptions;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_routing::Slot;
-use redis::{Client, Value};
+use redis::Value;
 use smallvec::SmallVec;
 
 use crate::clock::{duration_to_micros, Clock};
@@ -29,7 +34,7 @@ use crate::Rule;
 use connection::{unavailable, Connection};
 use deny_cache::DenyCache;
 use dispatch::{Caller, Calls};
-use invalidation::{listen, subscribe};
+use invalidation::{listen, subscribe, Servers};
 use keys::escape_into;
 use script::{Call, Encoded, Invocation, Op, Reply};
 
@@ -39,9 +44,6 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The key prefix unless changed with [`RedisStore::with_prefix`].
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
-
-/// How long connecting, with its checks, may take before it fails.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// With an injected clock the script's instants are not the server's, so TTLs (garbage
 /// collection only) get this much slack: a test's virtual time may lag the real time that
@@ -78,7 +80,8 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// written `\0`, so distinct keys never share state. Every key carries a TTL that ends once
 /// its state is back to empty, so idle keys cost no memory.
 ///
-/// **Connections**: a standalone store runs over one [`ConnectionManager`] (multiplexed:
+/// **Connections**: a standalone store runs over one
+/// [`ConnectionManager`](redis::aio::ConnectionManager) (multiplexed:
 /// concurrent requests are pipelined over one connection; reconnects on its own). Clones
 /// are cheap and share it. Every call is bounded by a timeout; failures come back as
 /// [`StoreError`]s, never as panics.
@@ -174,130 +177,11 @@ pub struct RedisStore {
     clock: Option<Arc<dyn Clock>>,
     /// Where an invalidation channel can be subscribed (see
     /// [`with_deny_cache`](Self::with_deny_cache)).
-    servers: Arc<[String]>,
+    servers: Servers,
     deny_cache: Option<Arc<DenyCache>>,
 }
 
 impl RedisStore {
-    /// Connects to Redis and checks that tollgate can work there, so that a deployment that
-    /// cannot is an error now, not a silent failure on every request.
-    ///
-    /// `url` is one server, `redis://[user:password@]host:port/db` (`rediss://` for TLS),
-    /// or several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`,
-    /// the same as [`connect_cluster`](Self::connect_cluster); a comma in a password is
-    /// written `%2C`). A server that has cluster mode enabled is connected to as a Cluster
-    /// client seeded with that node, which discovers the others: the store never runs as a
-    /// standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which it
-    /// became).
-    ///
-    /// Before it returns, the store loads its code and decides one empty batch (a dry
-    /// peek, touching no key), all within a few seconds. It fails with
-    /// [`StoreError::Unavailable`], the address and the fix in the message, when:
-    /// - nothing answers at the URL, or the password is wrong;
-    /// - the Redis user may not run tollgate's code (an ACL without `FCALL` / `FUNCTION
-    ///   LOAD` and without `EVALSHA` / `SCRIPT LOAD`);
-    /// - the server is a replica (it would refuse or lose the writes);
-    /// - the server is older than Redis 5.0, or cannot run the script.
-    ///
-    /// What it cannot see: an ACL that denies the keys under the prefix (the prefix is
-    /// chosen after connecting); such a store fails on its first decision.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        if url.contains(',') {
-            return Self::connect_cluster(url.split(',').map(str::trim).filter(|u| !u.is_empty()))
-                .await;
-        }
-        let client = Client::open(url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis URL: {e}")))?;
-        // The address without the credentials the URL may carry.
-        let addr = client.get_connection_info().addr().to_string();
-        let connect = async {
-            // The store's own per-call timeout governs, not the crate's 500 ms default; a
-            // dead server fails the connect after a few quick retries instead of six.
-            let config = ConnectionManagerConfig::new()
-                .set_response_timeout(None)
-                .set_connection_timeout(Some(DEFAULT_TIMEOUT))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            let manager = ConnectionManager::new_with_config(client, config)
-                .await
-                .map_err(|e| setup::setup_error(&addr, &e))?;
-            let mut conn = Connection::Standalone(manager);
-            let info = setup::server_info(&mut conn, &addr).await?;
-            if let Some(refusal) = info.refusal(&addr) {
-                return Err(refusal);
-            }
-            if info.cluster {
-                return Ok(None);
-            }
-            let store = Self::ready(conn, &addr).await?;
-            Ok(Some(store.served_by(vec![url.to_owned()])))
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(Some(store))) => Ok(store),
-            Ok(Ok(None)) => Self::connect_cluster([url]).await,
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(no_answer(&addr)),
-        }
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`), loads
-    /// the script on every primary and decides one empty batch, as
-    /// [`connect`](Self::connect) does.
-    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, StoreError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        // The address for messages: the nodes without the credentials their URLs may carry.
-        let addr = urls
-            .iter()
-            .map(|u| match Client::open(u.as_str()) {
-                Ok(c) => c.get_connection_info().addr().to_string(),
-                Err(_) => "?".to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(",");
-        let addr = format!("cluster {addr}");
-        // The store's own per-call timeout governs, not the crate's default. No retries: a
-        // script call whose connection dropped may have run, and sending it again would
-        // count the request twice; the failure policy decides instead (see the type's docs).
-        let client = redis::cluster::ClusterClient::builder(urls.clone())
-            .response_timeout(Duration::from_secs(3600))
-            .retries(0)
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
-        let connect = async {
-            let conn = client
-                .get_async_connection()
-                .await
-                .map_err(|e| setup::setup_error(&addr, &e))?;
-            let store = Self::ready(Connection::Cluster(conn), &addr).await?;
-            Ok(store.served_by(urls.clone()))
-        };
-        tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| no_answer(&addr))?
-    }
-
-    async fn ready(mut conn: Connection, addr: &str) -> Result<Self, StoreError> {
-        // A Cluster runs the script: its calls are not coalesced (each batch's keys route
-        // to their own node), and a script needs no loading per node ahead of time.
-        let cluster = matches!(conn, Connection::Cluster(_));
-        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
-        let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
-        Ok(Self {
-            conn,
-            calls: Arc::new(calls),
-            functions_loaded: route == Invocation::Function,
-            prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
-            timeout: DEFAULT_TIMEOUT,
-            clock: None,
-            servers: Arc::from(Vec::new()),
-            deny_cache: None,
-        })
-    }
-
     /// Whether decisions run as a Redis function (`FCALL`), the default where the server
     /// has functions (Redis 7 and later, standalone), or else as a script (`EVALSHA`).
     ///
@@ -338,11 +222,6 @@ impl RedisStore {
     /// Whether this store talks to a Redis Cluster (else to one standalone server).
     pub fn is_cluster(&self) -> bool {
         matches!(self.conn, Connection::Cluster(_))
-    }
-
-    fn served_by(mut self, urls: Vec<String>) -> Self {
-        self.servers = Arc::from(urls);
-        self
     }
 
     /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
@@ -423,10 +302,11 @@ impl RedisStore {
             self.clock.clone(),
         ));
         let channel = self.channel();
-        let servers = Arc::clone(&self.servers);
+        let servers = self.servers.clone();
         let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
             .await
-            .map_err(|_| StoreError::Timeout)??;
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(|e| access::subscribe_refusal(&channel, e))?;
         cache.set_live(true);
         let listener = tokio::spawn(listen(Arc::downgrade(&cache), servers, channel, messages));
         cache.set_listener(listener.abort_handle());
@@ -519,7 +399,7 @@ impl RedisStore {
         for (i, check) in batch.iter().enumerate() {
             let slot = match self.conn {
                 Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
-                Connection::Standalone(_) => None,
+                Connection::Standalone(_) | Connection::Sentinel(_) => None,
             };
             match groups.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, members)) => members.push(i),
@@ -548,14 +428,6 @@ fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
     outcome
 }
 
-/// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
-fn no_answer(addr: &str) -> StoreError {
-    StoreError::Unavailable(format!(
-        "redis at {addr} did not answer within {} s: check the URL and that the server is up",
-        CONNECT_TIMEOUT.as_secs()
-    ))
-}
-
 /// Microseconds since the first call in this process, never going back.
 fn monotonic_micros() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -566,6 +438,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.conn {
             Connection::Standalone(_) => "standalone",
+            Connection::Sentinel(_) => "sentinel",
             Connection::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisStore")

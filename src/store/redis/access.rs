@@ -1,0 +1,98 @@
+//! The check on connect that the Redis user may do everything the store does: each command
+//! tollgate's code runs, on a key of its own under the prefix, and a publish on the deny
+//! caches' channel. A missing permission is an error naming it, at start, rather than a
+//! failure of the first decision that needs it.
+
+use redis::{Cmd, Value};
+
+use crate::error::StoreError;
+
+use super::connection::Connection;
+
+/// The commands the decisions run inside tollgate's code, with arguments that are harmless
+/// on `key` and `log`: a key and a sorted set under the prefix that no rule can name (`/`
+/// is not in a rule name's alphabet), deleted at the end.
+fn commands(key: &[u8], log: &[u8], channel: &[u8]) -> Vec<(&'static str, Cmd)> {
+    let mut cmds = Vec::new();
+    let mut add = |name: &'static str, args: &[&[u8]]| {
+        let mut cmd = redis::cmd(name);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        cmds.push((name, cmd));
+    };
+    add("TIME", &[]);
+    add("GET", &[key]);
+    add("PSETEX", &[key, b"60000", b"acl-check"]);
+    add("PEXPIRE", &[key, b"60000"]);
+    add("DEL", &[key]);
+    add("UNLINK", &[key]);
+    add("ZADD", &[log, b"0", b"m"]);
+    add("ZCARD", &[log]);
+    add("ZCOUNT", &[log, b"0", b"1"]);
+    add("ZRANGE", &[log, b"0", b"0"]);
+    add("ZRANGEBYSCORE", &[log, b"0", b"1"]);
+    add("ZREVRANGEBYSCORE", &[log, b"1", b"0"]);
+    add("ZREM", &[log, b"m"]);
+    add("ZREMRANGEBYRANK", &[log, b"0", b"0"]);
+    add("DEL", &[log]);
+    // An empty message: deny caches ignore it.
+    add("PUBLISH", &[channel, b""]);
+    add("PING", &[]);
+    cmds
+}
+
+/// Runs [`commands`] under `prefix` (as the store writes it): an error naming the first
+/// permission the user lacks.
+pub(super) async fn check(
+    conn: &mut Connection,
+    addr: &str,
+    prefix: &[u8],
+) -> Result<(), StoreError> {
+    let key = [prefix, b":{acl-check}:/check"].concat();
+    let log = [key.as_slice(), b"/log"].concat();
+    let channel = [prefix, b":deny-cache"].concat();
+    for (name, cmd) in commands(&key, &log, &channel) {
+        if let Err(e) = cmd.query_async::<Value>(&mut *conn).await {
+            return Err(refusal(addr, name, prefix, &e));
+        }
+    }
+    Ok(())
+}
+
+/// The error for `command` failing at `addr` with `e`; for a missing permission, the
+/// permission to grant.
+fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> StoreError {
+    let prefix = String::from_utf8_lossy(prefix);
+    let text = e.to_string();
+    if e.code() != Some("NOPERM") && !text.contains("NOPERM") {
+        return super::setup::setup_error(addr, e);
+    }
+    let grant = if text.contains("channel") {
+        format!("&{prefix}:deny-cache (the deny caches' channel)")
+    } else if text.contains("key") {
+        format!("~{prefix}:* (the keys under the store's prefix)")
+    } else {
+        format!(
+            "+{} (a command tollgate's code runs)",
+            command.to_ascii_lowercase()
+        )
+    };
+    StoreError::Unavailable(format!(
+        "redis at {addr}: the Redis user may not run {command} as tollgate does ({text}): \
+         grant it {grant}; the whole ACL is in tollgate's Redis guide"
+    ))
+}
+
+/// The error for a subscription to the deny caches' `channel` refused at `addr`.
+pub(super) fn subscribe_refusal(channel: &[u8], e: StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(m) if m.to_ascii_uppercase().contains("NOPERM") => {
+            StoreError::Unavailable(format!(
+                "{m}: the deny cache subscribes to {0}; grant the Redis user +subscribe and &{0}",
+                String::from_utf8_lossy(channel)
+            ))
+        }
+        e => e,
+    }
+}

@@ -1,0 +1,306 @@
+//! Connecting a [`RedisStore`]: a standalone server, a Cluster or a Sentinel deployment,
+//! over TCP or TLS, checked before the store is handed out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::{Client, TlsMode};
+
+use crate::error::StoreError;
+
+use super::access;
+use super::connection::Connection;
+use super::dispatch::{Caller, Calls};
+use super::invalidation::Servers;
+use super::options::{install_crypto_provider, RedisOptions};
+use super::script::Invocation;
+use super::sentinel::{self, SentinelConnection};
+use super::setup;
+use super::{RedisStore, DEFAULT_TIMEOUT};
+
+/// How long connecting, with its checks, may take before it fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisStore {
+    /// Connects to Redis and checks that tollgate can work there, so that a deployment that
+    /// cannot is an error now, not a silent failure on every request.
+    ///
+    /// `url` is one of:
+    /// - one server, `redis://[user:password@]host:port/db`, or `rediss://…` for TLS (the
+    ///   server's certificate verified against the system's roots; `#insecure` at the end
+    ///   skips verification; a CA or client certificate of your own through
+    ///   [`connect_with`](Self::connect_with));
+    /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`, the
+    ///   same as [`connect_cluster`](Self::connect_cluster); a comma in a password is
+    ///   written `%2C`). A server that has cluster mode enabled is connected to as a Cluster
+    ///   client seeded with that node, which discovers the others: the store never runs as
+    ///   a standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which
+    ///   it became);
+    /// - a Sentinel deployment,
+    ///   `redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`
+    ///   (`rediss+sentinel://` for TLS to the sentinels and the primary): the credentials
+    ///   and database are the primary's; the store follows the primary the sentinels name
+    ///   through failovers (see [`connect_sentinel`](Self::connect_sentinel)).
+    ///
+    /// Before it returns, the store loads its code, decides one empty batch (a dry peek),
+    /// and runs each command its code uses once on a key of its own under the prefix (the
+    /// default, `tollgate`; [`connect_with`](Self::connect_with) checks another), all
+    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address and the
+    /// fix in the message, when:
+    /// - nothing answers at the URL, the password is wrong, or a TLS certificate does not
+    ///   verify;
+    /// - the Redis user may not run tollgate's code, one of the commands it runs, or use
+    ///   the keys or the channel under the prefix (the message names the permission; the
+    ///   whole ACL is in the [Redis guide](crate::guide::redis_instances));
+    /// - the server is a replica (it would refuse or lose the writes);
+    /// - the server is older than Redis 5.0, or cannot run the script.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, RedisOptions::new()).await
+    }
+
+    /// [`connect`](Self::connect), with what a URL cannot say: a CA to trust instead of the
+    /// system's roots, a client certificate (mutual TLS), and the prefix whose keys and
+    /// channel are checked (and set, as [`with_prefix`](Self::with_prefix) would).
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        if sentinel::is_sentinel_url(url) {
+            let (target, options) = sentinel::parse(url, options)?;
+            return Self::sentinel(&target, options).await;
+        }
+        options.check_for_url(url)?;
+        if url.contains(',') {
+            let urls = url.split(',').map(str::trim).filter(|u| !u.is_empty());
+            return Self::cluster(urls.map(str::to_owned).collect(), options).await;
+        }
+        let client = client(url, &options)?;
+        // The address without the credentials the URL may carry.
+        let addr = client.get_connection_info().addr().to_string();
+        let connect = async {
+            // The store's own per-call timeout governs, not the crate's 500 ms default; a
+            // dead server fails the connect after a few quick retries instead of six.
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            let manager = ConnectionManager::new_with_config(client.clone(), config)
+                .await
+                .map_err(|e| setup::setup_error(&addr, &e))?;
+            let mut conn = Connection::Standalone(manager);
+            let info = setup::server_info(&mut conn, &addr).await?;
+            if let Some(refusal) = info.refusal(&addr) {
+                return Err(refusal);
+            }
+            if info.cluster {
+                return Ok(None);
+            }
+            let servers = Servers::Nodes(Arc::from(vec![client]));
+            Self::ready(conn, &addr, &options, servers).await.map(Some)
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(Some(store))) => Ok(store),
+            Ok(Ok(None)) => Self::cluster(vec![url.to_owned()], options).await,
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(no_answer(&addr)),
+        }
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`, or
+    /// `rediss://` for TLS), loads the script on every primary and checks the deployment,
+    /// as [`connect`](Self::connect) does.
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        Self::cluster(urls, RedisOptions::new()).await
+    }
+
+    /// Connects to the primary that the Redis Sentinels at `sentinels` (`host:port`, or
+    /// `rediss://host:port` for TLS to them and to the primary) watch under `service`, with
+    /// `options`' [`auth`](RedisOptions::auth) and [`db`](RedisOptions::db) for the primary:
+    /// the parts of a `redis+sentinel://` URL, which [`connect`](Self::connect) takes too.
+    ///
+    /// The store never writes to a replica: the sentinels' answer is checked with `ROLE`,
+    /// and a call that finds the connection lost or the server demoted (`READONLY`) has the
+    /// sentinels asked again, in the background, every 100 ms until a primary answers. So
+    /// a failover (`SENTINEL FAILOVER`, or the primary killed) is followed within 100 ms of
+    /// the sentinels promoting a replica (which itself takes their
+    /// `down-after-milliseconds` plus the election when the primary died); meanwhile calls
+    /// fail at once and the failure policy decides. A primary that hangs rather than dies
+    /// costs each call the store's timeout until the sentinels fail it over. The figures,
+    /// measured under load, are in the [Redis guide](crate::guide::redis_instances).
+    ///
+    /// ```no_run
+    /// use tollgate::store::{RedisOptions, RedisStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let options = RedisOptions::new().auth("app", "secret").db(0);
+    /// let store = RedisStore::connect_sentinel(
+    ///     ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
+    ///     "mymaster",
+    ///     options,
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sentinel<I, S>(
+        sentinels: I,
+        service: &str,
+        options: RedisOptions,
+    ) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut tls = None;
+        let mut hosts = Vec::new();
+        for sentinel in sentinels {
+            let sentinel = sentinel.as_ref().trim();
+            let (secure, host) = match sentinel.split_once("://") {
+                Some(("rediss", host)) => (true, host),
+                Some(("redis", host)) => (false, host),
+                Some(_) => return Err(StoreError::Unavailable(format!(
+                    "invalid sentinel address {sentinel}: expected host:port, redis://host:port or rediss://host:port"
+                ))),
+                None => (false, sentinel),
+            };
+            if tls.replace(secure).is_some_and(|t| t != secure) {
+                return Err(StoreError::Unavailable(
+                    "some sentinels are given with rediss:// and some without".into(),
+                ));
+            }
+            hosts.push(host.trim_end_matches('/').to_owned());
+        }
+        let scheme = if tls == Some(true) {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        let url = format!("{scheme}://{}/{service}", hosts.join(","));
+        let (target, _) = sentinel::parse(&url, RedisOptions::new())?;
+        Self::sentinel(&target, options).await
+    }
+
+    async fn sentinel(
+        target: &sentinel::Target,
+        options: RedisOptions,
+    ) -> Result<Self, StoreError> {
+        let client = sentinel::client(target, &options)?;
+        let sentinels = target
+            .sentinels
+            .iter()
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let addr = format!("sentinels {sentinels} (service {})", target.service);
+        let connect = async {
+            let (sentinel, primary) =
+                SentinelConnection::connect(client, &target.service, options.db)
+                    .await
+                    .map_err(|e| setup::setup_error(&addr, &e))?;
+            let addr = format!("{addr}, primary {primary}");
+            let mut conn = Connection::Sentinel(sentinel.clone());
+            let info = setup::server_info(&mut conn, &addr).await?;
+            if let Some(refusal) = info.refusal(&addr) {
+                return Err(refusal);
+            }
+            Self::ready(conn, &addr, &options, Servers::Sentinel(sentinel)).await
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| no_answer(&addr))?
+    }
+
+    async fn cluster(urls: Vec<String>, options: RedisOptions) -> Result<Self, StoreError> {
+        let clients = urls
+            .iter()
+            .map(|u| client(u, &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The address for messages: the nodes without the credentials their URLs may carry.
+        let addr = clients
+            .iter()
+            .map(|c| c.get_connection_info().addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let addr = format!("cluster {addr}");
+        // The store's own per-call timeout governs, not the crate's default. No retries: a
+        // script call whose connection dropped may have run, and sending it again would
+        // count the request twice; the failure policy decides instead (see the type's docs).
+        let mut builder = ClusterClient::builder(urls.clone())
+            .response_timeout(Duration::from_secs(3600))
+            .retries(0);
+        if let Some(certs) = options.certificates() {
+            if urls.iter().any(|u| u.ends_with("#insecure")) {
+                builder = builder.tls(TlsMode::Insecure);
+            }
+            builder = builder.certs(certs);
+        }
+        let cluster = builder
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
+        let connect = async {
+            let conn = cluster
+                .get_async_connection()
+                .await
+                .map_err(|e| setup::setup_error(&addr, &e))?;
+            let servers = Servers::Nodes(Arc::from(clients));
+            Self::ready(Connection::Cluster(conn), &addr, &options, servers).await
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| no_answer(&addr))?
+    }
+
+    /// Checks the deployment on `conn` (the code runs, the user may do all the store does
+    /// under the prefix) and makes the store.
+    async fn ready(
+        mut conn: Connection,
+        addr: &str,
+        options: &RedisOptions,
+        servers: Servers,
+    ) -> Result<Self, StoreError> {
+        // A Cluster runs the script: its calls are not coalesced (each batch's keys route
+        // to their own node), and a script needs no loading per node ahead of time.
+        let cluster = matches!(conn, Connection::Cluster(_));
+        // The commands first: a command denied inside the code would be reported without
+        // its name.
+        let prefix = options.escaped_prefix();
+        access::check(&mut conn, addr, &prefix).await?;
+        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
+        let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
+        Ok(Self {
+            conn,
+            calls: Arc::new(calls),
+            functions_loaded: route == Invocation::Function,
+            prefix: Arc::from(prefix),
+            timeout: DEFAULT_TIMEOUT,
+            clock: None,
+            servers,
+            deny_cache: None,
+        })
+    }
+}
+
+/// A client for `url`, with `options`' certificates for a `rediss://` URL.
+fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
+    let invalid = |e: redis::RedisError| StoreError::Unavailable(format!("invalid redis URL: {e}"));
+    if url.trim_start().starts_with("rediss") {
+        install_crypto_provider();
+    }
+    match options.certificates() {
+        Some(certs) => Client::build_with_tls(url, certs).map_err(invalid),
+        None => Client::open(url).map_err(invalid),
+    }
+}
+
+/// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
+fn no_answer(addr: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "redis at {addr} did not answer within {} s: check the URL and that the server is up",
+        CONNECT_TIMEOUT.as_secs()
+    ))
+}

@@ -1,0 +1,522 @@
+//! Redis Sentinel: the primary found through the sentinels, and followed when they fail it
+//! over.
+//!
+//! Calls run on a multiplexed connection to the primary the sentinels named. A call that
+//! finds the connection lost, or the server a replica (`READONLY`), marks it broken; a call
+//! that never got its answer (the store's timeout dropped it) marks it suspect; and a
+//! watcher asks a sentinel every [`WATCH`] which server is the primary, because after a
+//! failover the old primary may go on accepting writes (which the new one never sees)
+//! until the sentinels get round to demoting it, seconds later. Each of these starts one
+//! resolution in the background (never on a request's path): the sentinels are asked for
+//! the primary, whose `ROLE` is checked, and the connection is replaced when the primary
+//! moved or the old one is broken. A broken connection is resolved again every [`RETRY`]
+//! until a primary answers; meanwhile calls fail at once and the caller's failure policy
+//! decides.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisFuture, TlsMode, Value,
+};
+use tokio::time::Instant;
+
+use crate::error::StoreError;
+
+use super::options::RedisOptions;
+use super::DEFAULT_TIMEOUT;
+
+/// The pause between resolutions while the connection is broken: with the sentinels'
+/// `down-after-milliseconds`, it bounds how long after a promotion the store follows.
+pub(super) const RETRY: Duration = Duration::from_millis(100);
+
+/// How often the watcher asks a sentinel which server is the primary: the longest a
+/// failover that leaves the old primary up goes unnoticed.
+pub(super) const WATCH: Duration = Duration::from_millis(250);
+
+/// How long one resolution (the sentinels, the new primary's `ROLE`, the connect) may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The least time between two resolutions started by suspect (timed-out) calls, so that a
+/// slow primary under load costs the sentinels one question a second, not one per call.
+const SUSPECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A `redis+sentinel://` deployment: where the sentinels are and what they watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Target {
+    /// `host:port` of each sentinel.
+    pub(super) sentinels: Vec<(String, u16)>,
+    pub(super) service: String,
+    /// TLS to the sentinels and the primary (`rediss+sentinel://`).
+    pub(super) tls: bool,
+    /// `#insecure`: TLS without verifying certificates.
+    pub(super) insecure: bool,
+}
+
+/// Whether `url` names a Sentinel deployment.
+pub(super) fn is_sentinel_url(url: &str) -> bool {
+    let url = url.trim_start();
+    url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
+}
+
+/// Parses `redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`
+/// (`rediss+sentinel://` for TLS, `#insecure` to skip verification) into the target and
+/// the options with the credentials and database.
+pub(super) fn parse(
+    url: &str,
+    mut options: RedisOptions,
+) -> Result<(Target, RedisOptions), StoreError> {
+    let invalid = |why: &str| {
+        StoreError::Unavailable(format!(
+            "invalid redis URL: {why} (expected redis+sentinel://[user:password@]host:port\
+             [,host:port…]/service_name[/db])"
+        ))
+    };
+    let url = url.trim();
+    let (tls, rest) = match url.split_once("://") {
+        Some(("redis+sentinel", rest)) => (false, rest),
+        Some(("rediss+sentinel", rest)) => (true, rest),
+        _ => return Err(invalid("not a sentinel URL")),
+    };
+    let (rest, insecure) = match rest.split_once('#') {
+        Some((rest, "insecure")) if tls => (rest, true),
+        Some(_) => {
+            return Err(invalid(
+                "only #insecure, with rediss+sentinel://, may follow",
+            ))
+        }
+        None => (rest, false),
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("no service name"))?;
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    if let Some(userinfo) = userinfo {
+        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        options = options.auth(percent_decode(user)?, percent_decode(password)?);
+    }
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) => (name, port.parse().map_err(|_| invalid("a bad port"))?),
+            None => (host, 26379),
+        };
+        sentinels.push((name.trim_matches(['[', ']']).to_owned(), port));
+    }
+    if sentinels.is_empty() {
+        return Err(invalid("no sentinel"));
+    }
+    let mut parts = path.split('/').filter(|p| !p.is_empty());
+    let service = percent_decode(parts.next().ok_or_else(|| invalid("no service name"))?)?;
+    if let Some(db) = parts.next() {
+        options = options.db(db.parse().map_err(|_| invalid("a bad database number"))?);
+    }
+    let target = Target {
+        sentinels,
+        service,
+        tls,
+        insecure,
+    };
+    Ok((target, options))
+}
+
+/// `%XX` escapes decoded (a `@`, `:` or `,` in a password).
+fn percent_decode(text: &str) -> Result<String, StoreError> {
+    let bad = || StoreError::Unavailable("invalid redis URL: a bad %-escape".into());
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+/// The sentinel client for `target`: `options`' credentials, database and certificates go
+/// to the primary, its sentinel credentials to the sentinels.
+pub(super) fn client(
+    target: &Target,
+    options: &RedisOptions,
+) -> Result<SentinelClient, StoreError> {
+    let addrs = target
+        .sentinels
+        .iter()
+        .map(|(host, port)| match target.tls {
+            true => ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: target.insecure,
+                tls_params: None,
+            },
+            false => ConnectionAddr::Tcp(host.clone(), *port),
+        });
+    let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
+    let mut builder =
+        SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
+            .map_err(invalid)?
+            .set_client_to_redis_db(options.db);
+    if let Some(user) = &options.user {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &options.password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if let Some((user, password)) = &options.sentinel_auth {
+        if !user.is_empty() {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if target.tls {
+        super::options::install_crypto_provider();
+        let mode = if target.insecure {
+            TlsMode::Insecure
+        } else {
+            TlsMode::Secure
+        };
+        builder = builder
+            .set_client_to_redis_tls_mode(mode)
+            .set_client_to_sentinel_tls_mode(mode);
+        if let Some(certs) = options.certificates() {
+            builder = builder
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs);
+        }
+    }
+    builder.build().map_err(invalid)
+}
+
+/// A connection to whichever server the sentinels say is the primary; a cheap handle.
+#[derive(Clone)]
+pub(crate) struct SentinelConnection {
+    shared: Arc<Shared>,
+    db: i64,
+}
+
+struct Shared {
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    service: String,
+    primary: Mutex<Primary>,
+    resolving: AtomicBool,
+    /// When the last resolution started, to space out those of suspect calls.
+    last_resolution: Mutex<Instant>,
+}
+
+#[derive(Clone)]
+struct Primary {
+    client: Client,
+    conn: MultiplexedConnection,
+    /// `host:port`.
+    addr: String,
+    broken: bool,
+}
+
+/// Connection settings: the store's own timeouts govern the calls.
+fn config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+}
+
+/// Asks the sentinels for the primary (its `ROLE` checked) and connects to it.
+async fn find_primary(sentinels: &mut SentinelClient) -> Result<Primary, RedisError> {
+    let client = sentinels.async_get_client().await?;
+    let addr = client.get_connection_info().addr().to_string();
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&config())
+        .await?;
+    Ok(Primary {
+        client,
+        conn,
+        addr,
+        broken: false,
+    })
+}
+
+impl SentinelConnection {
+    /// Asks the sentinels for the primary and connects to it; its address with the
+    /// connection.
+    pub(super) async fn connect(
+        mut sentinels: SentinelClient,
+        service: &str,
+        db: i64,
+    ) -> Result<(Self, String), RedisError> {
+        let primary = find_primary(&mut sentinels).await?;
+        let addr = primary.addr.clone();
+        let shared = Arc::new(Shared {
+            sentinels: tokio::sync::Mutex::new(sentinels),
+            service: service.to_owned(),
+            primary: Mutex::new(primary),
+            resolving: AtomicBool::new(false),
+            last_resolution: Mutex::new(Instant::now()),
+        });
+        tokio::spawn(watch(Arc::downgrade(&shared)));
+        Ok((Self { shared, db }, addr))
+    }
+
+    /// A client for the primary as last resolved (for a pub/sub connection of its own).
+    pub(super) fn primary_client(&self) -> Client {
+        self.shared.primary.lock().client.clone()
+    }
+
+    /// Something went wrong on the primary's connection: resolve again in the background.
+    /// `broken`: the connection is lost (or the server is a replica), so the resolution is
+    /// repeated until a primary answers.
+    pub(super) fn suspect(&self, broken: bool) {
+        if broken {
+            self.shared.primary.lock().broken = true;
+        } else {
+            let mut last = self.shared.last_resolution.lock();
+            if last.elapsed() < SUSPECT_INTERVAL {
+                return;
+            }
+            *last = Instant::now();
+        }
+        self.shared.start_resolution();
+    }
+}
+
+impl Shared {
+    /// Starts one resolution in the background unless one is under way.
+    fn start_resolution(self: &Arc<Self>) {
+        if self.resolving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.resolving.store(false, Ordering::Release);
+            return;
+        };
+        runtime.spawn(resolve(Arc::downgrade(self)));
+    }
+}
+
+/// Asks a sentinel every [`WATCH`] which server is the primary, and starts a resolution
+/// when it is not the one the store talks to; ends when the store is dropped.
+async fn watch(shared: Weak<Shared>) {
+    let mut sentinel: Option<MultiplexedConnection> = None;
+    loop {
+        tokio::time::sleep(WATCH).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        if sentinel.is_none() {
+            let client = strong
+                .sentinels
+                .lock()
+                .await
+                .async_get_sentinel_client()
+                .await;
+            sentinel = match client {
+                Ok(client) => tokio::time::timeout(
+                    RESOLVE_TIMEOUT,
+                    client.get_multiplexed_async_connection_with_config(&config()),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok),
+                Err(_) => None,
+            };
+        }
+        let Some(conn) = sentinel.as_mut() else {
+            continue;
+        };
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("GET-MASTER-ADDR-BY-NAME").arg(&strong.service);
+        let named = tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            ask.query_async::<Option<(String, u16)>>(conn),
+        );
+        match named.await {
+            Ok(Ok(Some((host, port)))) => {
+                if format!("{host}:{port}") != strong.primary.lock().addr {
+                    strong.start_resolution();
+                }
+            }
+            // Another sentinel next time.
+            _ => sentinel = None,
+        }
+    }
+}
+
+/// Resolves the primary once, and again every [`RETRY`] while the connection is broken;
+/// ends when the store is dropped.
+async fn resolve(shared: Weak<Shared>) {
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let found = {
+            let mut sentinels = strong.sentinels.lock().await;
+            tokio::time::timeout(RESOLVE_TIMEOUT, find_primary(&mut sentinels)).await
+        };
+        if strong.adopt(found) {
+            strong.resolving.store(false, Ordering::Release);
+            return;
+        }
+        drop(strong);
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+impl Shared {
+    /// Takes a resolution's result: the connection is replaced where the primary moved or
+    /// the old connection is broken. Whether the connection works now.
+    fn adopt(
+        &self,
+        found: Result<Result<Primary, RedisError>, tokio::time::error::Elapsed>,
+    ) -> bool {
+        let mut primary = self.primary.lock();
+        match found {
+            Ok(Ok(found)) if found.addr != primary.addr || primary.broken => {
+                tracing::info!(target: "tollgate::redis", from = %primary.addr, to = %found.addr, "following the primary the sentinels name");
+                *primary = found;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(target: "tollgate::redis", %error, "the sentinels named no primary");
+            }
+            Err(_) => {
+                tracing::warn!(target: "tollgate::redis", "the sentinels did not answer in time")
+            }
+        }
+        !primary.broken
+    }
+}
+
+/// Whether `e` says this connection cannot serve the store any more: lost, or the server
+/// is no longer the primary.
+fn is_broken(e: &RedisError) -> bool {
+    e.is_unrecoverable_error()
+        || e.is_connection_dropped()
+        || e.is_io_error()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+        || e.to_string().contains("READONLY")
+}
+
+/// Watches one call: a call dropped before its answer (timed out) makes the connection
+/// suspect; an answer that says it is broken, broken.
+struct Watch<'a> {
+    conn: &'a SentinelConnection,
+    answered: bool,
+}
+
+impl Watch<'_> {
+    fn answered<T>(mut self, result: &Result<T, RedisError>) {
+        self.answered = true;
+        if let Err(e) = result {
+            if is_broken(e) {
+                self.conn.suspect(true);
+            }
+        }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.conn.suspect(false);
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut conn = self.shared.primary.lock().conn.clone();
+            let watch = Watch {
+                conn: self,
+                answered: false,
+            };
+            let result = conn.req_packed_command(cmd).await;
+            watch.answered(&result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.shared.primary.lock().conn.clone();
+            let watch = Watch {
+                conn: self,
+                answered: false,
+            };
+            let result = conn.req_packed_commands(cmd, offset, count).await;
+            watch.answered(&result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The URL form of python's `limits`: credentials, several sentinels, the service and
+    /// a database; TLS and `#insecure`; mistakes named.
+    #[test]
+    fn sentinel_urls_parse_into_their_parts() {
+        let (target, options) = parse(
+            "redis+sentinel://app:p%40ss@10.0.0.1:26379,10.0.0.2:26380/mymaster/2",
+            RedisOptions::new(),
+        )
+        .expect("parses");
+        assert_eq!(
+            target,
+            Target {
+                sentinels: vec![("10.0.0.1".into(), 26379), ("10.0.0.2".into(), 26380)],
+                service: "mymaster".into(),
+                tls: false,
+                insecure: false,
+            }
+        );
+        assert_eq!(options.user.as_deref(), Some("app"));
+        assert_eq!(options.password.as_deref(), Some("p@ss"));
+        assert_eq!(options.db, 2);
+
+        let (target, options) =
+            parse("rediss+sentinel://:pw@s1/svc#insecure", RedisOptions::new()).expect("parses");
+        assert!(target.tls && target.insecure);
+        assert_eq!(target.sentinels, vec![("s1".into(), 26379)]);
+        assert_eq!(
+            (options.user, options.password.as_deref()),
+            (None, Some("pw"))
+        );
+
+        for (url, why) in [
+            ("redis+sentinel://s1:26379", "no service name"),
+            ("redis+sentinel:///svc", "no sentinel"),
+            ("redis+sentinel://s1:x/svc", "a bad port"),
+            ("redis+sentinel://s1/svc/x", "a bad database number"),
+            ("redis+sentinel://s1/svc#insecure", "only #insecure"),
+        ] {
+            let msg = match parse(url, RedisOptions::new()) {
+                Ok(parsed) => panic!("{url} parsed: {parsed:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(msg.contains(why), "{url}: {msg}");
+        }
+    }
+}
