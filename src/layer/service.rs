@@ -142,29 +142,41 @@ where
             return ResponseFuture::decided(next, request, &mut self.inner, &current, state);
         }
         drop(batch);
-        let mut check: CheckFuture<St> = Box::pin(check(
-            StoreCall {
-                limiter: self.limiter.clone(),
-                config: Arc::clone(&current),
-                state: Arc::clone(state),
-                route,
-                items,
-                keys,
-                max_wait,
-                tickets,
-            },
-            observation,
-        ));
-        // A store may still answer on the first poll (a local deny cache, a fallback while
-        // its breaker is open): then too the inner service is called without a clone. One
-        // that is not ready yet is polled again, with the caller's waker, by the future.
-        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            let next = decide(config, state, checked, &request);
-            return ResponseFuture::decided(next, request, &mut self.inner, &current, state);
-        }
-        let config = Arc::clone(&current);
-        let state = Arc::clone(state);
+        let call = StoreCall {
+            limiter: self.limiter.clone(),
+            config: Arc::clone(&current),
+            state: Arc::clone(state),
+            route,
+            items,
+            keys,
+            max_wait,
+            tickets,
+        };
         drop(current);
+        self.ask_later(call, observation, request)
+    }
+}
+
+impl<S: Clone, St: Store + Clone> RateLimit<S, St> {
+    /// Asks a store that could not answer at once through the boxed `check` future. A
+    /// store may still answer on its first poll (a local deny cache, a fallback while its
+    /// breaker is open): then too the inner service is called without a clone. One that is
+    /// not ready yet is polled again, with the caller's waker, by the response future.
+    fn ask_later<ReqB, ResB>(
+        &mut self,
+        call: StoreCall<St>,
+        observation: observe::Observation,
+        request: Request<ReqB>,
+    ) -> ResponseFuture<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+    {
+        let (config, state) = (Arc::clone(&call.config), Arc::clone(&call.state));
+        let mut check: CheckFuture<St> = Box::pin(check(call, observation));
+        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            let next = decide(&config, &state, checked, &request);
+            return ResponseFuture::decided(next, request, &mut self.inner, &config, &state);
+        }
         let inner = self.take_ready_inner();
         ResponseFuture::checking(check, request, inner, config, state)
     }
