@@ -29,9 +29,9 @@
 //!     fn new() -> Self {
 //!         let minute = Duration::from_secs(60);
 //!         Self {
-//!             minute: Rule::fixed_window("sms-minute", 1, minute),
-//!             hour: Rule::fixed_window("sms-hour", 5, 60 * minute),
-//!             day: Rule::fixed_window("sms-day", 10, 24 * 60 * minute),
+//!             minute: Rule::sliding_log("sms-minute", 1, minute),
+//!             hour: Rule::sliding_log("sms-hour", 5, 60 * minute),
+//!             day: Rule::sliding_log("sms-day", 10, 24 * 60 * minute),
 //!             per_address: Rule::token_bucket("sms-ip", 20, Rate::per_hour(20)),
 //!         }
 //!     }
@@ -76,7 +76,8 @@
 //! assert!(limiter.peek(&rules.hour, phone, 4).await.unwrap().decision.is_admitted());
 //! assert!(!limiter.peek(&rules.hour, phone, 5).await.unwrap().decision.is_admitted());
 //!
-//! // One a minute for four more minutes: then the hour rule says no, until the hour ends.
+//! // One a minute for four more minutes: then the hour rule says no, until the first of
+//! // the five is an hour old.
 //! for _ in 0..4 {
 //!     clock.advance(Duration::from_secs(60));
 //!     assert_eq!(send_code(&limiter, &rules, phone, "198.51.100.7").await, Ok(()));
@@ -87,11 +88,14 @@
 //! # }
 //! ```
 //!
-//! Fixed windows are aligned to the epoch (the hour rule's windows start on the hour,
-//! the day rule's at midnight UTC), which is what a user reading "5 an hour" expects. For
-//! windows that start at a phone's first message instead, use
-//! [`Rule::fixed_window_from_first_hit`](crate::Rule::fixed_window_from_first_hit); for "never
-//! more than 5 in any 60 minutes", [`Rule::sliding_log`](crate::Rule::sliding_log).
+//! The rules are sliding logs, as [choosing an algorithm](super::choosing_an_algorithm)
+//! recommends for SMS: never more than 1 message in any 60 seconds, 5 in any 60 minutes, 10 in
+//! any 24 hours, at the cost of one entry per message sent. A fixed window of "1 a minute"
+//! lets two messages 11 seconds apart through when a minute turns between them. Where a quota
+//! is meant per calendar hour or day ("5 this hour", starting again on the hour), use
+//! [`Rule::fixed_window`](crate::Rule::fixed_window), aligned to the epoch (the day at
+//! midnight UTC), or [`Rule::fixed_window_from_first_hit`](crate::Rule::fixed_window_from_first_hit)
+//! for windows that start at a phone's first message.
 //!
 //! ## When the key is in the request's head
 //!
@@ -109,9 +113,9 @@
 //! let user = || key::header("user-id");
 //! let layer = RateLimitLayer::builder()
 //!     .route("POST /sms/send", [
-//!         Limit::new(Rule::fixed_window("sms-minute", 1, minute), user()),
-//!         Limit::new(Rule::fixed_window("sms-hour", 5, 60 * minute), user()),
-//!         Limit::new(Rule::fixed_window("sms-day", 10, 24 * 60 * minute), user()),
+//!         Limit::new(Rule::sliding_log("sms-minute", 1, minute), user()),
+//!         Limit::new(Rule::sliding_log("sms-hour", 5, 60 * minute), user()),
+//!         Limit::new(Rule::sliding_log("sms-day", 10, 24 * 60 * minute), user()),
 //!         Limit::new(Rule::token_bucket("sms-ip", 20, Rate::per_hour(20)), key::peer_ip()),
 //!     ])
 //!     .build()?;
