@@ -6,7 +6,7 @@
 //! sliding log, sliding window counter, token bucket, leaky bucket (shaping) and GCRA (see
 //! [choosing an algorithm](guide::choosing_an_algorithm)). Rules can lock a key out
 //! after abuse ([`Penalty`]). State lives in a [`Store`](store::Store); [`MemoryStore`](store::MemoryStore) keeps it in
-//! this process, [`RedisStore`](store::RedisStore) in Redis for many instances (see [`store`]).
+//! this process, [`RedisStore`] in Redis for many instances (see [`store`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -75,6 +75,13 @@
 //!   after a change under the same name.
 //! - **shadow**: a rule checked and reported but not enforced (a shadow limit, or any rule in
 //!   shadow mode).
+//!
+// A link to an item of a feature that is off goes to docs.rs, which documents them all.
+#![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+)]
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

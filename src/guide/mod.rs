@@ -14,10 +14,17 @@
 //! | [`login_lockout`] | brute-force protection: lock an address or account out after repeated failures |
 //! | [`grpc_per_method`] | a tonic service limited per gRPC method, with `RetryInfo` for clients |
 //! | [`waiting_for_a_permit`] | hold a request (or a job) until it may go, instead of refusing it |
-//! | [`redis_instances`] | several instances sharing one limit on Redis or Redis Cluster |
+//! | [`redis_instances`] | several instances sharing one limit on Redis or Redis Cluster (feature `redis`) |
 //! | [`when_redis_is_away`] | what a Redis outage costs under each failure policy, and a local fallback |
 //! | [`shadow_rollout`] | rolling out a new rule: watch what it would refuse before enforcing it |
 //! | [`choosing_an_algorithm`] | the six algorithms: what each is for, its memory, exactness and cost |
+//!
+// A link to an item of a feature that is off goes to docs.rs, which documents them all.
+#![cfg_attr(feature = "redis", doc = "[`redis_instances`]: redis_instances")]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`redis_instances`]: https://docs.rs/tollgate/latest/tollgate/guide/redis_instances/index.html"
+)]
 
 pub mod api_limit_by_user_id;
 pub mod choosing_an_algorithm;
@@ -25,6 +32,8 @@ pub mod download_by_cost;
 pub mod grpc_per_method;
 pub mod ip_behind_proxy;
 pub mod login_lockout;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis_instances;
 pub mod shadow_rollout;
 pub mod sms_multi_level;

@@ -241,7 +241,13 @@ pub trait Store: Send + Sync + 'static {
     /// has none: the breaker then lets one request through as the probe.
     ///
     /// The future borrows nothing (the breaker runs it on a task of its own) and is bounded
-    /// like any call to the store (its timeout). [`RedisStore`](crate::store::RedisStore) sends a `PING`.
+    /// like any call to the store (its timeout). [`RedisStore`] sends a `PING`.
+    ///
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         None::<std::future::Ready<Result<(), StoreError>>>
     }

@@ -8,6 +8,12 @@
 //!
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]); [`Health`]
 //! says how well it is deciding.
+//!
+#![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+)]
 
 pub(crate) mod batch;
 mod breaker;

@@ -47,14 +47,14 @@
 //!
 //! With the `admin` feature the layer also keeps, per rule and in this instance (each
 //! process sees its own traffic; the store's state is what instances share), what the
-//! [admin router](crate::admin) shows:
+//! [admin router][admin] shows:
 //!
 //! - **Decisions over time**: admitted, delayed and denied per second over the last five
 //!   minutes, in a ring of one slot per second (7 KB per rule). A would-be denial of a rule
 //!   in shadow counts as denied; a rule that admits a request another rule denies counts
 //!   nothing (the denying rule counts it).
 //! - **The keys denied most**: a Space-Saving summary of `n` counters per period of five
-//!   minutes ([`top_limited_keys`](super::RateLimitLayerBuilder::top_limited_keys), 64 by
+//!   minutes ([`top_limited_keys`], 64 by
 //!   default), the current period's and the previous one's, so that what is listed covers
 //!   the last five to ten minutes. Its bound: for `N` denials in a period, a listed count
 //!   is never below the true count and at most `N / n` above it (each key's `error` says
@@ -84,6 +84,21 @@
 //! the recorder installed now, so a recorder installed after the layer was built records
 //! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
 //! and in `tollgate_held_refused_total`.
+//!
+// A link to an item of a feature that is off goes to docs.rs, which documents them all.
+#![cfg_attr(feature = "admin", doc = "[admin]: crate::admin")]
+#![cfg_attr(
+    not(feature = "admin"),
+    doc = "[admin]: https://docs.rs/tollgate/latest/tollgate/admin/index.html"
+)]
+#![cfg_attr(
+    feature = "admin",
+    doc = "[`top_limited_keys`]: super::RateLimitLayerBuilder::top_limited_keys"
+)]
+#![cfg_attr(
+    not(feature = "admin"),
+    doc = "[`top_limited_keys`]: https://docs.rs/tollgate/latest/tollgate/layer/struct.RateLimitLayerBuilder.html#method.top_limited_keys"
+)]
 
 #[cfg(feature = "admin")]
 pub(crate) mod activity;

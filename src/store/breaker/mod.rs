@@ -57,7 +57,7 @@ fn state_of(raw: u8) -> BreakerState {
 /// open for [`open_for`](Self::open_for), the next call (or the next look at
 /// [`health`](Store::health), as a readiness endpoint polls it) starts the one **probe**
 /// (half-open): the store's own [`probe`](Store::probe) (a `PING` for
-/// [`RedisStore`](crate::store::RedisStore)), run by the breaker on a task of its own on the
+/// [`RedisStore`]), run by the breaker on a task of its own on the
 /// tokio runtime, while that call fails at once like every other. So no client's request
 /// ever waits on a store that may still hang, and a recovering store gets one probe at a
 /// time, not a thundering herd. The probe's success closes the breaker; its failure
@@ -70,7 +70,7 @@ fn state_of(raw: u8) -> BreakerState {
 /// What the caller does with a failure is its policy: the tower layer's
 /// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
 /// decides from a local store meanwhile. A timed-out call is never sent again by the
-/// breaker (see [`RedisStore`](crate::store::RedisStore)'s notes on timeouts).
+/// breaker (see [`RedisStore`]'s notes on timeouts).
 ///
 /// ```
 /// use std::time::Duration;
@@ -84,6 +84,12 @@ fn state_of(raw: u8) -> BreakerState {
 /// let limiter = Limiter::new(store);
 /// assert_eq!(limiter.health(), Health::Healthy);
 /// ```
+///
+#[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+#[cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+)]
 #[derive(Clone)]
 pub struct Breaker<S> {
     store: S,
