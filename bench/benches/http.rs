@@ -28,7 +28,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, store::MemoryStore, Limiter, Rule};
+use tollgate::{key, Rule};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 

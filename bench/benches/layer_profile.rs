@@ -20,7 +20,7 @@ use axum::extract::ConnectInfo;
 use axum::Router;
 use http::Request;
 use tollgate::layer::{Limit, RateLimitLayer};
-use tollgate::{key, store::MemoryStore, Limiter, Rule};
+use tollgate::{key, Rule};
 use tower::{Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;

@@ -245,7 +245,7 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
 impl<P: Store, L: Store> Fallback<P, L> {
     /// The primary's answer, when it is the batch's; `None` when the primary failed and
     /// the local store decides.
-    fn from_primary(
+    fn primary_answer(
         &self,
         result: Result<Outcome, StoreError>,
     ) -> Option<Result<Outcome, StoreError>> {
@@ -284,7 +284,7 @@ impl<P: fmt::Debug, L: fmt::Debug> fmt::Debug for Fallback<P, L> {
 
 impl<P: Store, L: Store> Store for Fallback<P, L> {
     async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
-        if let Some(answer) = self.from_primary(self.primary.check(batch, max_wait).await) {
+        if let Some(answer) = self.primary_answer(self.primary.check(batch, max_wait).await) {
             return answer;
         }
         let outcome = match self.shared.divided_rules(batch) {
@@ -306,7 +306,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
         let primary = self.primary.try_check_now(batch, max_wait)?;
-        if let Some(answer) = self.from_primary(primary) {
+        if let Some(answer) = self.primary_answer(primary) {
             return Some(answer);
         }
         let local = match self.shared.divided_rules(batch) {

@@ -613,9 +613,7 @@ impl Store for MemoryStore {
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        if let Err(e) = batch::validate(std::slice::from_ref(&check)) {
-            return Err(e);
-        }
+        batch::validate(std::slice::from_ref(&check))?;
         let shared = &*self.shared;
         let hash = shared.hash(check.rule, check.key);
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
