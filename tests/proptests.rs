@@ -25,10 +25,10 @@ use std::sync::Barrier;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use support::specs::{
     advance, batch, checks, cost, dedup, params, spec, Item, Kind, Spec, KEYS, KINDS,
 };
-use proptest::prelude::*;
 use tollgate::{
     store::{MemoryStore, Store},
     Check, Decision, Denial, DenyReason, Limiter, ManualClock, Rate, Rule, RuleOutcome,
