@@ -559,7 +559,9 @@ mod tests {
         let mut flat = ints(&[2, 100, 0, 9, 10, 0]);
         flat.push(Value::Int(-1));
         flat.push(Value::BulkString(b"ERR oom".to_vec()));
-        flat.extend(ints(&[0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0]));
+        flat.extend(ints(&[
+            0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0,
+        ]));
         flat.extend(ints(&[2, 100]));
         let replies =
             super::split_reply(Value::Array(flat), [1, 1, 2, 0].into_iter()).expect("well formed");
@@ -568,7 +570,7 @@ mod tests {
         assert!(matches!(&replies[1], Err(StoreError::Unavailable(m)) if m == "ERR oom"));
         assert_eq!(
             replies[2],
-            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0])
+            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0])
         );
         assert_eq!(replies[3], Ok(vec![2, 100]));
     }
