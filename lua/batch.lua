@@ -16,8 +16,8 @@
 --   check (a request served at a cost settled above what it took, batch::overdraw).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: the refunds, per rule two little-endian doubles: the instant its admission was
---   recorded at, and its mark (unused by MODE_REFUND); other modes, the least delay in µs
+-- ARGV[5]: the refunds, per rule three little-endian doubles: the instant its admission
+--   was recorded at, its mark (by MODE_REFUND only for the hold) and its hold; other modes, the least delay in µs
 --   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
 --   here may count it before now + that), then optionally a space and the µs after now at
 --   which another slot's leaky bucket releases the request (the queues here hold it until
@@ -25,12 +25,14 @@
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
 -- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation (the instant the request arrives at: now, or
 --   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
---   queue does not move it), now, then per rule six integers: outcome (0 allow, 1 delay,
+--   queue does not move it), now, then per rule seven integers: outcome (0 allow, 1 delay,
 --   2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry µs), remaining,
---   reset µs, the admission's refund mark (0 if none), and the instant the rule counted the
+--   reset µs, the admission's refund mark (0 if none), the instant the rule counted the
 --   request at (0 if not admitted; -1 if pending: a rule on another key than the leaky
 --   bucket that holds the request, evaluated at the batch's release and counted only when
---   the request is released, batch::evaluate).
+--   the request is released, batch::evaluate), and the water a leaky bucket's hold for a
+--   longer release added above its queue's own (0 if none; LeakyBucket::hold), which a
+--   refund drains with the units.
 --
 -- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
@@ -147,6 +149,18 @@ local function released_at(r, arrival)
   return arrival
 end
 
+-- The queue's own state at `at` as released_at reads it (batch::queued_hold): another
+-- configuration's water held as its own, or nil when empty.
+local function queued_state(r, at)
+  if held(r, at) > 0 then
+    return adopt(r, at, 0)
+  end
+  if is_live(r, at) then
+    return r.state
+  end
+  return nil
+end
+
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
 -- (no earlier than another Cluster slot reserved, release_floor), changing nothing. A leaky
 -- bucket counts it on arrival, its delay being its queue, and holds it until the batch's
@@ -187,13 +201,14 @@ local function evaluate_at(arrival)
     if r.after > 0 then
       locked = locked_for(r.pen, arrival)
     end
-    local eval
+    local eval, hold = nil, 0
     if held then
       eval = r.model.evaluate_held(r, at, r.cost, held)
+      hold = r.model.hold(r, queued_state(r, at), at, held)
     else
       eval = algorithm_evaluate(r, at, r.cost)
     end
-    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held }
+    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held, hold = hold }
   end
   return items
 end
@@ -395,6 +410,7 @@ local function quota_reply(opening)
     reply[#reply + 1] = info.reset
     reply[#reply + 1] = 0
     reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
   end
   return reply
 end
@@ -416,18 +432,18 @@ end
 -- stands (the batch was denied elsewhere).
 local function refund_batch(taken, marked)
   if #rules > 0 then
-    taken = { struct.unpack('<' .. string.rep('d', 2 * #rules), taken) }
+    taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
   end
   for i = 1, #rules do
     local r = rules[i]
     -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
     -- decided).
-    local at, mark = taken[2 * i - 1], nil
+    local at, mark, ends, hold = taken[3 * i - 2], nil, taken[3 * i - 1], taken[3 * i]
     if marked then
-      mark = taken[2 * i]
+      mark = ends
     end
     if r.cost > 0 and is_live(r, now) then
-      local given = r.model.refund(r, r.state, now, at, r.cost, mark)
+      local given = r.model.refund(r, r.state, now, at, r.cost, mark, hold, ends)
       if given == 'none' then
         -- The state is the same as none (Model::is_unused): no state, nothing carried.
         r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
@@ -508,7 +524,7 @@ local function commit(r, item, admitted)
   return 0
 end
 
--- Step 3 (batch::report) for rule `r` and its item: appends its six integers to `reply`.
+-- Step 3 (batch::report) for rule `r` and its item: appends its seven integers to `reply`.
 local function report(reply, r, item, admitted, mark)
   local e = item.eval
   local outcome, value, remaining, reset
@@ -535,13 +551,15 @@ local function report(reply, r, item, admitted, mark)
     local info = algorithm_evaluate(r, now, 0)
     remaining, reset = info.remaining, info.reset
   end
-  local at = 0
+  local at, hold = 0, 0
   if admitted then
     at = item.pending and -1 or item.at
+    hold = item.hold
   end
   local n = #reply
   reply[n + 1], reply[n + 2], reply[n + 3] = outcome, value, remaining
   reply[n + 4], reply[n + 5], reply[n + 6] = reset, mark, at
+  reply[n + 7] = hold
 end
 
 local function decide_batch(KEYS, ARGV)

@@ -14,7 +14,7 @@
 -- Returns: one flat array for the whole call (one table to build here, one array for the
 --   client to parse, instead of a table per batch): per batch, in order, batch.lua's reply
 --   (its length follows from its first integer and the batch's rule count: 2 + 4 per rule
---   for fast.lua's short admission, else 3 + 6 per rule), or -1 and a message when the batch
+--   for fast.lua's short admission, else 3 + 7 per rule), or -1 and a message when the batch
 --   failed (a Redis error, say); the other batches of the call are decided as if it were
 --   alone. src/store/redis/script.rs `split_reply` splits it.
 

@@ -230,7 +230,8 @@ local function deny_plain(h, now, out, o)
     out[r + 4] = reset
     out[r + 5] = 0
     out[r + 6] = 0
-    r = r + 6
+    out[r + 7] = 0
+    r = r + 7
   end
   return r
 end

@@ -63,6 +63,15 @@ models[LEAKY_BUCKET] = function()
     held = function(c, at, cost, release)
       return { sub0(release, at) * c.p2 + cost * c.p3, at }
     end,
+    -- LeakyBucket::hold: the water `held` adds above the queue's own in `s` (nil: empty),
+    -- which a refund drains with the units.
+    hold = function(c, s, at, release)
+      local own = 0
+      if s ~= nil then
+        own = leaky_level(c, s, at)
+      end
+      return sub0(sub0(release, at) * c.p2, own)
+    end,
     apply = function(c, s, now, cost)
       s[1] = leaky_level(c, s, now) + cost * c.p3
       s[2] = max(now, s[2])
@@ -85,12 +94,18 @@ models[LEAKY_BUCKET] = function()
     end,
     -- Drains `cost` units back out of the queue, as much as is still in it at `now`; with a
     -- mark, only while nothing queued behind them (the queue's end is still the mark):
-    -- requests behind keep their release.
-    refund = function(c, s, now, at, cost, mark)
-      if mark ~= nil and s[2] + cdiv(s[1], c.p2) ~= mark then
+    -- requests behind keep their release. The water a hold added (`hold`) goes with them
+    -- only while the queue still ends at `ends` (the admission's mark, given even where
+    -- the units go back without one).
+    refund = function(c, s, now, at, cost, mark, hold, ends)
+      local queued = s[2] + cdiv(s[1], c.p2)
+      if mark ~= nil and queued ~= mark then
         return false
       end
-      s[1] = sub0(leaky_level(c, s, now), cost * c.p3)
+      if queued ~= ends then
+        hold = 0
+      end
+      s[1] = sub0(leaky_level(c, s, now), cost * c.p3 + hold)
       s[2] = max(now, s[2])
       return true
     end,

@@ -259,6 +259,10 @@ pub(crate) struct Taken {
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
+    /// For a leaky bucket that held the request for another queue's longer release: the
+    /// water the hold added above the queue's own, which a refund drains with the units
+    /// (see `LeakyBucket::hold`); 0 otherwise.
+    pub(crate) hold: u64,
     /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the
     /// units go back to.
     pub(crate) local: bool,

@@ -157,7 +157,15 @@ impl Model for FixedWindow {
     /// Counts add up, so an admission taken back out of the window that holds it leaves
     /// exactly the others, whatever was admitted since (a debt carried from it included,
     /// which the stored count still holds until a later window is written).
-    fn refund(&self, s: &mut WindowState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+    fn refund(
+        &self,
+        s: &mut WindowState,
+        _now: u64,
+        at: u64,
+        cost: u64,
+        _mark: u64,
+        _hold: u64,
+    ) -> bool {
         if s.start <= at && at < s.start.saturating_add(self.window) {
             s.count = s.count.saturating_sub(cost);
             true

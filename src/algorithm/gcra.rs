@@ -203,7 +203,15 @@ impl Model for Gcra {
     /// a later admission at an instant the TAT had not reached yet would have been counted
     /// from that instant without this one, so giving these units back then could let more
     /// through than the rate allows.
-    fn refund(&self, s: &mut TatState, _now: u64, at: u64, cost: u64, mark: u64) -> bool {
+    fn refund(
+        &self,
+        s: &mut TatState,
+        _now: u64,
+        at: u64,
+        cost: u64,
+        mark: u64,
+        _hold: u64,
+    ) -> bool {
         if s.tat < at || self.mark(s, at, 0) != mark {
             return false;
         }

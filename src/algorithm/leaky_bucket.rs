@@ -103,6 +103,18 @@ impl LeakyBucket {
         }
     }
 
+    /// The water [`held`](Self::held) adds above the queue's own (`s`; `None`: empty) when
+    /// it holds a request arriving at `at` until `until`: the state it writes no longer
+    /// shows how much of its water was the queue's, so a refund needs this to leave the
+    /// queue as if the request had never come.
+    pub(crate) fn hold(&self, s: Option<&LevelState>, at: u64, until: u64) -> u64 {
+        let own = s.map_or(0, |s| self.level(s, at));
+        until
+            .saturating_sub(at)
+            .saturating_mul(self.pace.amount())
+            .saturating_sub(own)
+    }
+
     fn level(&self, s: &LevelState, now: u64) -> u64 {
         let drained = now.saturating_sub(s.last);
         if drained >= s.level.div_ceil(self.pace.amount()) {
@@ -181,17 +193,27 @@ impl Model for LeakyBucket {
     }
 
     /// Drains the admission's units back out of the queue, as much of them as is still in
-    /// it, while nothing queued behind them (the queue's end is still `mark`). Requests
-    /// queued behind keep the release they were told, so taking water from the middle of
-    /// the queue would let a new request leave with the last of them: their units stay
-    /// taken instead.
-    fn refund(&self, s: &mut LevelState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
+    /// it, while nothing queued behind them (the queue's end is still `mark`); and with
+    /// them the water a hold for another queue's longer release added (`hold`), so the
+    /// queue is left as if the request had never come. Requests queued behind keep the
+    /// release they were told, so taking water from the middle of the queue would let a
+    /// new request leave with the last of them: their units stay taken instead.
+    fn refund(
+        &self,
+        s: &mut LevelState,
+        now: u64,
+        _at: u64,
+        cost: u64,
+        mark: u64,
+        hold: u64,
+    ) -> bool {
         if self.expires_at(s) != mark {
             return false;
         }
         let level = self.level(s, now);
+        let water = cost * self.pace.period_micros() + hold;
         *s = LevelState {
-            level: level.saturating_sub(cost * self.pace.period_micros()),
+            level: level.saturating_sub(water),
             last: now.max(s.last),
         };
         true

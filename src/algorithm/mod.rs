@@ -228,19 +228,32 @@ impl Algorithm {
         each_model!(self, m => mark_with(m, &state.0, at, delay))
     }
 
-    /// Takes back an admission of `cost` units recorded at `at` (identified by `mark`), as
-    /// the state stands at `now`, but only where that is exact: the result is never a state
-    /// that admits more than the admissions left in it allow. Returns whether units were
-    /// given back.
+    /// Takes back an admission of `cost` units recorded at `at` (identified by `mark`, and
+    /// for a leaky bucket that held the request for a longer release, `hold`: see
+    /// [`hold`](Self::hold)), as the state stands at `now`, but only where that is exact:
+    /// the result is never a state that admits more than the admissions left in it allow.
+    /// Returns whether units were given back.
     pub(crate) fn refund(
         &self,
         state: &mut State,
         now: u64,
         at: u64,
         cost: u64,
-        mark: u64,
+        (mark, hold): (u64, u64),
     ) -> bool {
-        each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, mark))
+        each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, (mark, hold)))
+    }
+
+    /// For a leaky bucket whose queue holds a request arriving at `at` until `until`, later
+    /// than its own water would: the water that hold adds above the queue's own in `state`
+    /// (see [`LeakyBucket::hold`]), which a refund drains with the units; 0 for the other
+    /// algorithms, which hold nothing.
+    pub(crate) fn hold(&self, state: &State, at: u64, until: u64) -> u64 {
+        match (self, &state.0) {
+            (Algorithm::LeakyBucket(m), Inner::LeakyBucket(s)) => m.hold(Some(s), at, until),
+            (Algorithm::LeakyBucket(m), _) => m.hold(None, at, until),
+            _ => 0,
+        }
     }
 
     /// For a leaky bucket: what a request of `cost` units (at least 1) arriving at `at`
@@ -428,10 +441,19 @@ pub(crate) trait Model {
     fn mark(&self, _s: &Self::State, _at: u64, _delay: u64) -> u64 {
         0
     }
-    /// Takes back an admission of `cost` at `at` (identified by `mark`) as the state
-    /// stands at `now`, if the state still shows it such that giving it back is exact;
-    /// returns whether it did.
-    fn refund(&self, s: &mut Self::State, now: u64, at: u64, cost: u64, mark: u64) -> bool;
+    /// Takes back an admission of `cost` at `at` (identified by `mark`; `hold`: the water
+    /// a leaky bucket's hold added, 0 for every other model) as the state stands at `now`,
+    /// if the state still shows it such that giving it back is exact; returns whether it
+    /// did.
+    fn refund(
+        &self,
+        s: &mut Self::State,
+        now: u64,
+        at: u64,
+        cost: u64,
+        mark: u64,
+        hold: u64,
+    ) -> bool;
     /// Whether `s`, after a refund, is the same as no state (a first-hit window whose
     /// every unit was given back never started); a refund then leaves none.
     fn is_unused(&self, _s: &Self::State) -> bool {
@@ -588,7 +610,7 @@ fn refund_with<M: Model>(
     now: u64,
     at: u64,
     cost: u64,
-    mark: u64,
+    (mark, hold): (u64, u64),
 ) -> bool {
     // An expired state (or another algorithm's) holds no admission to give back.
     if cost == 0 || live(model, inner, now).is_none() {
@@ -597,7 +619,7 @@ fn refund_with<M: Model>(
     let Some(s) = M::get_mut(inner) else {
         return false;
     };
-    if !model.refund(s, now, at, cost, mark) {
+    if !model.refund(s, now, at, cost, mark, hold) {
         return false;
     }
     if model.is_unused(s) {

@@ -180,7 +180,15 @@ impl Model for SlidingLog {
     /// entry left with no units stays until it expires: a reservation at `at` pruned the
     /// entries that expire by then, and its entry keeps the key closed until `at`, so those
     /// still count for requests before it.
-    fn refund(&self, s: &mut LogState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+    fn refund(
+        &self,
+        s: &mut LogState,
+        _now: u64,
+        at: u64,
+        cost: u64,
+        _mark: u64,
+        _hold: u64,
+    ) -> bool {
         let Some(i) = s.entries.iter().position(|e| e.at == at) else {
             return false;
         };

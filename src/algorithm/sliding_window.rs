@@ -199,7 +199,15 @@ impl Model for SlidingWindow {
     /// previous counter weighs only the `limit` its window paid of a debt, the carried rest
     /// keeps the units given back from it counted: the state weighs at least as much as one
     /// that never took them.
-    fn refund(&self, s: &mut CountersState, _now: u64, at: u64, cost: u64, _mark: u64) -> bool {
+    fn refund(
+        &self,
+        s: &mut CountersState,
+        _now: u64,
+        at: u64,
+        cost: u64,
+        _mark: u64,
+        _hold: u64,
+    ) -> bool {
         let window_of_at = at - at % self.window;
         if s.start == window_of_at {
             s.current = s.current.saturating_sub(cost);

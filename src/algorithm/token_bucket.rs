@@ -335,7 +335,15 @@ impl Model for TokenBucket {
     /// recorded at a later instant (a later step, when stepped): without this one, the
     /// bucket might have filled up before it, and the tokens it took would not be there to
     /// give back. Admissions at the same instant add up, so they do not stand in the way.
-    fn refund(&self, s: &mut BucketState, now: u64, _at: u64, cost: u64, mark: u64) -> bool {
+    fn refund(
+        &self,
+        s: &mut BucketState,
+        now: u64,
+        _at: u64,
+        cost: u64,
+        mark: u64,
+        _hold: u64,
+    ) -> bool {
         if s.last != mark {
             return false;
         }

@@ -64,7 +64,7 @@ fn run_on_model(file: &str, scenario: &Scenario) {
             if let Some((at, mark, taken)) = admitted.remove(&settle.step) {
                 let cost = settle.costs[0];
                 if cost < taken {
-                    model.refund(&mut state, now, at, taken - cost, mark);
+                    model.refund(&mut state, now, at, taken - cost, (mark, 0));
                 } else if cost > taken {
                     model.overdraw(&mut state, now, cost - taken);
                 }

@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
-use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
+use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, Taken};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
 use crate::store::check::Check;
@@ -141,6 +141,9 @@ pub(crate) struct Evaluated {
     /// batch's release, until which its queue holds the request (see [`evaluate`]); 0
     /// otherwise.
     held_until: u64,
+    /// The water that hold adds above the queue's own ([`Algorithm::hold`]): what a refund
+    /// drains beside the units.
+    hold: u64,
 }
 
 impl Evaluated {
@@ -263,9 +266,12 @@ pub(crate) fn evaluate(
         (false, true) => arrival,
         (false, false) => release,
     };
-    let eval = match held_until {
-        0 => None,
-        until => check.rule.algorithm().evaluate_held(at, check.cost, until),
+    let (eval, hold) = match held_until {
+        0 => (None, 0),
+        until => (
+            check.rule.algorithm().evaluate_held(at, check.cost, until),
+            queued_hold(check, entry, at, until),
+        ),
     };
     let locked_for = match (check.rule.penalty(), entry) {
         (Some(_), Some(e)) => e.penalty().locked_for(arrival),
@@ -279,6 +285,18 @@ pub(crate) fn evaluate(
         shadow: check.shadow,
         pending,
         held_until,
+        hold,
+    }
+}
+
+/// The water a hold of `check`'s queue until `until` adds above its own at `at` (another
+/// configuration's water read as its own, as [`release`] reads it).
+fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) -> u64 {
+    let algorithm = check.rule.algorithm();
+    match entry {
+        Some(e) if e.is_own(check.rule) => algorithm.hold(&e.state, at, until),
+        Some(e) => algorithm.hold(&algorithm.adopt(e.carried, at, 0), at, until),
+        None => algorithm.hold(&State::default(), at, until),
     }
 }
 
@@ -298,6 +316,11 @@ impl Evaluated {
     /// The instant the rule counts the request at: what a refund of its admission needs.
     pub(crate) fn counted_at(&self) -> u64 {
         self.at
+    }
+
+    /// What a refund of its admission drains beside the units (see [`Algorithm::hold`]).
+    pub(crate) fn hold(&self) -> u64 {
+        self.hold
     }
 
     /// Whether the rule is counted only when the request is released (see [`evaluate`]).
@@ -422,14 +445,15 @@ pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     check.rule.algorithm().mark(&entry.state, item.at, delay)
 }
 
-/// Gives back what an item admitted at `at` took, where that is exact (see
+/// Gives back what an item's admission (`taken`) took, where that is exact (see
 /// [`Store::refund`](crate::store::Store::refund)); returns whether it did.
-pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, at: u64, mark: u64) -> bool {
+pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) -> bool {
     // Another configuration wrote the state since (a reconfiguration): not ours to change.
     if !entry.is_own(check.rule) {
         return false;
     }
     let algorithm = check.rule.algorithm();
+    let (at, mark) = (taken.at, (taken.mark, taken.hold));
     if !algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
         return false;
     }

@@ -134,6 +134,16 @@ pub trait Store: Send + Sync + 'static {
     /// in the future (which would close it to every other client until then). Their rule
     /// outcomes say `Delay` until the release, when the
     /// [`Reservation`](crate::Reservation) that holds the request counts them.
+    ///
+    /// On a Redis Cluster a batch whose keys span slots is decided slot by slot. An
+    /// admitted batch counts every rule at the instant a single node would. A denied batch
+    /// gives back the units its earlier slots took, and with them what else the rule's state
+    /// shows of it: a first-hit window it started is as if never started, and a leaky bucket
+    /// that held the request for another slot's longer queue drains that hold too, while
+    /// nothing has queued behind it (see [`refund`](Self::refund)). What other
+    /// configurations of the rule read goes back with the units. Because the slots are
+    /// decided one after another, a denied batch's `Retry-After` can be shorter than the
+    /// exact wait, so a retry at that instant may be denied again.
     fn check(
         &self,
         batch: &[Check<'_>],
@@ -181,6 +191,8 @@ pub trait Store: Send + Sync + 'static {
     /// - leaky bucket: what of the admission's water is still queued, only while nothing
     ///   has queued behind it (the requests behind were told when they leave, and taking
     ///   water from before them would let the next request leave with the last of them).
+    ///   A queue that held the request for another queue's longer release gives back that
+    ///   hold too, under the same condition: it is left as if the request had never come.
     /// - a rule left pending to the release: nothing, it took nothing.
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a

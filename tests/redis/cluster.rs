@@ -36,6 +36,7 @@ async fn cluster_suite() {
     a_first_slot_that_denies_stops_consumption_and_counts_penalties(&cluster).await;
     scripts_reload_after_a_flush_on_every_node(&cluster).await;
     a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(&cluster).await;
+    a_denied_batch_leaves_a_queue_it_held_as_it_was(&cluster).await;
 }
 
 async fn same_slot_batches_are_one_call(cluster: &RedisCluster) {
@@ -217,4 +218,41 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
         calls, 4,
         "decide a, decide b, refund a, decide a at b's delay"
     );
+}
+
+/// A batch held by one client's long queue (first slot), which a shared per-tenant queue
+/// (second slot) holds too, denied by a rule in a third slot: the tenant's queue is left as
+/// it was, without the hold.
+async fn a_denied_batch_leaves_a_queue_it_held_as_it_was(cluster: &RedisCluster) {
+    let clock = ManualClock::new(BASE_MICROS);
+    let limiter = limiter(cluster, &clock).await;
+    let (own_key, tenant_key, other): (&[u8], &[u8], &[u8]) = (b"alpha", b"beta", b"gamma");
+    let slots = [own_key, tenant_key, other].map(|k| Slot::for_key(&[b"{", k, b"}"].concat()));
+    assert!(slots[0] != slots[1] && slots[1] != slots[2] && slots[0] != slots[2]);
+    let ms = Duration::from_millis;
+    let own = Rule::leaky_bucket("own", 10, tollgate::Rate::new(1, ms(100)));
+    let tenant = Rule::leaky_bucket("tenant", 20, tollgate::Rate::new(1, ms(10)));
+    let once = Rule::fixed_window("once", 1, Duration::from_secs(60));
+    // The client's queue: 100 ms of water; the tenant's: 10 ms; `once` used up.
+    assert!(limiter
+        .check_one(&own, own_key)
+        .await
+        .unwrap()
+        .is_admitted());
+    assert!(limiter
+        .check_one(&tenant, tenant_key)
+        .await
+        .unwrap()
+        .is_admitted());
+    assert!(limiter.check_one(&once, other).await.unwrap().is_admitted());
+    let batch = [
+        Check::new(&own, own_key),
+        Check::new(&tenant, tenant_key),
+        Check::new(&once, other),
+    ];
+    let denied = limiter.check(&batch).await.unwrap();
+    assert!(!denied.is_admitted(), "{denied:?}");
+    // As if the batch had never come: the tenant's queue holds only its 10 ms.
+    let next = limiter.check_one(&tenant, tenant_key).await.unwrap();
+    assert_eq!(next.decision, Decision::Delay(ms(10)), "{next:?}");
 }

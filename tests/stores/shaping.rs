@@ -489,3 +489,56 @@ async fn in_shadow_mode_shaped_requests_count_on_every_rule() {
     }
     assert_eq!(would_deny.load(Ordering::Relaxed), 3);
 }
+
+/// One client's long queue and a shared per-tenant queue with a shorter one: the client's
+/// request is held until its own release, and the tenant's queue holds it too. Cancelled
+/// before its release, it leaves the tenant's queue as if it had never come: another
+/// client's request right after waits only for the water queued before it.
+async fn a_cancelled_hold_frees_the_queue_it_held<S: Store + Clone>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let own = Rule::leaky_bucket("own", 10, Rate::new(1, Duration::from_millis(100)));
+    let tenant = Rule::leaky_bucket("tenant", 20, Rate::new(1, Duration::from_millis(10)));
+    let batch = [Check::new(&own, b"a"), Check::new(&tenant, b"acme")];
+    let alone = |user: &'static [u8]| [Check::new(&tenant, user)];
+    // a's queue: 100 ms of water; the tenant's: 10 ms (b's request).
+    assert!(limiter
+        .check(&[Check::new(&own, b"a")])
+        .await
+        .unwrap()
+        .is_admitted());
+    assert!(limiter.check(&alone(b"acme")).await.unwrap().is_admitted());
+    let held = limiter.reserve(&batch, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        held.outcome().decision,
+        Decision::Delay(Duration::from_millis(100)),
+        "{held:?}"
+    );
+    clock.set_micros(T0 + 4_000);
+    held.cancel().await.unwrap();
+    // As if a's request had never come: b's water has 6 ms left to drain.
+    let next = limiter.check(&alone(b"acme")).await.unwrap();
+    assert_eq!(
+        next.decision,
+        Decision::Delay(Duration::from_millis(6)),
+        "{next:?}"
+    );
+}
+
+/// [`a_cancelled_hold_frees_the_queue_it_held`] on MemoryStore.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_hold_frees_the_queue_it_held_on_memory() {
+    let (limiter, clock) = memory();
+    a_cancelled_hold_frees_the_queue_it_held(&limiter, &clock).await;
+}
+
+/// [`a_cancelled_hold_frees_the_queue_it_held`] on a Redis server.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_hold_frees_the_queue_it_held_on_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = Still::connect(&server.url()).await;
+    let limiter = Limiter::new(store.with_clock(clock.clone()));
+    a_cancelled_hold_frees_the_queue_it_held(&limiter, &clock).await;
+}

@@ -192,6 +192,7 @@ impl MemoryStore {
         let item_admitted = batch::admitted(&item, admitted);
         let mut taken = Taken {
             at: item.counted_at(),
+            hold: item.hold(),
             ..Taken::default()
         };
         let rule = if batch::writes(check, &item, item_admitted) {
@@ -328,6 +329,7 @@ impl Shared {
                 } else {
                     Taken {
                         at: item.counted_at(),
+                        hold: item.hold(),
                         ..Taken::default()
                     }
                 };

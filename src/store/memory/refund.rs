@@ -29,7 +29,7 @@ impl MemoryStore {
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(None, &mut [&mut shard]);
             if let Some(entry) = shard.get_mut(hash, check) {
-                if batch::refund(check, entry, now, taken.at, taken.mark) {
+                if batch::refund(check, entry, now, &taken) {
                     entry.written_by(check.rule);
                 }
             }

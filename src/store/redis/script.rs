@@ -132,13 +132,14 @@ pub(super) struct Call {
     pub(super) held: u64,
 }
 
-/// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call: per check, its instant and mark
-/// as doubles.
+/// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call: per check, its instant, mark and
+/// hold as doubles.
 pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     let mut packed = Vec::new();
     for t in taken {
         packed.extend_from_slice(&exact_double(t.at).to_le_bytes());
         packed.extend_from_slice(&exact_double(t.mark).to_le_bytes());
+        packed.extend_from_slice(&exact_double(t.hold).to_le_bytes());
     }
     packed
 }
@@ -336,7 +337,7 @@ pub(super) fn is_not_loaded(route: Invocation, e: &redis::RedisError) -> bool {
 /// met; `rules` holds each batch's rule count, in order.
 ///
 /// The reply is one flat array (`lua/call.lua`): per batch, either its integers — 2, now
-/// and four per rule for an admission in short (`lua/fast.lua`), else 3 and six per rule —
+/// and four per rule for an admission in short (`lua/fast.lua`), else 3 and seven per rule —
 /// or -1 and the batch's error message. One array for the call keeps Redis from building,
 /// and the client from parsing, a nested array per batch.
 pub(super) fn split_reply(
@@ -367,7 +368,7 @@ pub(super) fn split_reply(
                 continue;
             }
             2 => rules.checked_mul(4).and_then(|r| r.checked_add(2)),
-            _ => rules.checked_mul(6).and_then(|r| r.checked_add(3)),
+            _ => rules.checked_mul(7).and_then(|r| r.checked_add(3)),
         }
         .ok_or_else(bad)?;
         let mut batch = Vec::with_capacity(len);
@@ -409,8 +410,8 @@ pub(super) struct Reply {
     pub(super) now: u64,
     /// One per check, in order.
     pub(super) rules: Vec<RuleOutcome>,
-    /// One per check: the instant its rule counted the request at and the refund mark of
-    /// its admission (see `Store::refund`), both 0 if none.
+    /// One per check: the instant its rule counted the request at, the refund mark of its
+    /// admission (see `Store::refund`) and its queue's hold, all 0 if none.
     pub(super) taken: SmallVec<[Taken; 4]>,
 }
 
@@ -435,7 +436,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     if opening == Some(Opening::Short as i64) {
         return parse_admitted(values, checks).ok_or_else(bad);
     }
-    if values.len() != 3 + 6 * checks.len() {
+    if values.len() != 3 + 7 * checks.len() {
         return Err(bad());
     }
     let (admitted, adopted) = match opening {
@@ -448,7 +449,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
     let now = uint(values[2])?;
     let rules = checks
         .iter()
-        .zip(values[3..].chunks_exact(6))
+        .zip(values[3..].chunks_exact(7))
         .map(|(check, v)| {
             let value = uint(v[1])?;
             let us = Duration::from_micros;
@@ -471,12 +472,15 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         })
         .collect::<Result<Vec<_>, _>>()?;
     let taken = values[3..]
-        .chunks_exact(6)
+        .chunks_exact(7)
         .map(|v| {
             // -1: a pending rule, counted only when the request is released.
             Ok(match v[5] {
                 -1 => Taken::pending(),
-                at => Taken::at(uint(at)?, uint(v[4])?),
+                at => Taken {
+                    hold: uint(v[6])?,
+                    ..Taken::at(uint(at)?, uint(v[4])?)
+                },
             })
         })
         .collect::<Result<_, _>>()?;
@@ -555,7 +559,9 @@ mod tests {
         let mut flat = ints(&[2, 100, 0, 9, 10, 0]);
         flat.push(Value::Int(-1));
         flat.push(Value::BulkString(b"ERR oom".to_vec()));
-        flat.extend(ints(&[0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0]));
+        flat.extend(ints(&[
+            0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0,
+        ]));
         flat.extend(ints(&[2, 100]));
         let replies =
             super::split_reply(Value::Array(flat), [1, 1, 2, 0].into_iter()).expect("well formed");
@@ -564,7 +570,7 @@ mod tests {
         assert!(matches!(&replies[1], Err(StoreError::Unavailable(m)) if m == "ERR oom"));
         assert_eq!(
             replies[2],
-            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 7, 8, 0, 0])
+            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0])
         );
         assert_eq!(replies[3], Ok(vec![2, 100]));
     }
