@@ -66,10 +66,9 @@ async fn a_route_limit_answers_429_with_headers_and_a_retry_at_retry_after_passe
 /// while the app is built, and the error reads as a sentence.
 #[tokio::test]
 async fn the_quickstart_connects_to_redis_before_it_listens() {
-    let error = quickstart::app_for(Some("not a redis url"))
-        .await
-        .err()
-        .expect("an app on a Redis that cannot be reached");
+    let Err(error) = quickstart::app_for(Some("not a redis url")).await else {
+        panic!("an app on a Redis that cannot be reached");
+    };
     let printed = format!("{error:?}");
     assert!(
         printed.starts_with("rate limit store unavailable: invalid redis URL"),

@@ -62,10 +62,13 @@ mod metrics_described {
     use super::{get, BoxError};
     use crate::support::service::{call, limiter, with};
 
+    /// Each metric's unit and description, by name.
+    type Descriptions = BTreeMap<String, (Option<Unit>, String)>;
+
     /// What a recorder was told: each metric's description and unit, and the metrics recorded.
     #[derive(Clone, Default)]
     struct Told {
-        described: Arc<Mutex<BTreeMap<String, (Option<Unit>, String)>>>,
+        described: Arc<Mutex<Descriptions>>,
         recorded: Arc<Mutex<Vec<String>>>,
     }
 
