@@ -108,6 +108,7 @@ mod rate;
 mod reservation;
 mod rule;
 pub mod store;
+mod stored;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{
@@ -120,6 +121,7 @@ pub use rate::Rate;
 pub use reservation::Reservation;
 pub use rule::Rule;
 pub use store::check::Check;
+pub use stored::StoredKey;
 
 /// The README's examples compile and run as doc tests.
 #[cfg(doctest)]

@@ -27,6 +27,8 @@ use crate::clock::duration_to_micros_ceil;
 ///     .within(Duration::from_secs(60));
 /// let login = Rule::fixed_window("login", 5, Duration::from_secs(60)).with_penalty(penalty);
 /// assert_eq!(login.penalty(), Some(&penalty));
+/// assert_eq!(penalty.lock_duration(), Duration::from_secs(600));
+/// assert_eq!((penalty.denials(), penalty.window()), (10, Duration::from_secs(60)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Penalty {
@@ -58,21 +60,18 @@ impl Penalty {
         self
     }
 
-    /// How long a lock lasts.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn lock_duration(&self) -> Duration {
+    /// How long a lock lasts ([`lock_for`](Self::lock_for)).
+    pub fn lock_duration(&self) -> Duration {
         Duration::from_micros(self.lock_for)
     }
 
-    /// How many denials lock the key.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn denials(&self) -> u64 {
+    /// How many denials lock the key ([`after`](Self::after)).
+    pub fn denials(&self) -> u64 {
         self.after
     }
 
-    /// The window denials are counted in.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn window(&self) -> Duration {
+    /// The window denials are counted in ([`within`](Self::within)).
+    pub fn window(&self) -> Duration {
         Duration::from_micros(self.within)
     }
 

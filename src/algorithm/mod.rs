@@ -392,7 +392,6 @@ impl Algorithm {
     }
 
     /// The algorithm's name as a rules file writes it (`"fixed_window"`, `"gcra"`…).
-    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow(_) => "fixed_window",

@@ -8,6 +8,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
+use super::observe::observer::{DecisionObserver, Observers};
 use super::reload::source::ConfigSource;
 use super::response::Rejection;
 use super::routes::RoutePattern;
@@ -89,6 +90,8 @@ pub struct RateLimitLayerBuilder<St = MemoryStore> {
     /// Everything but the route table, whose patterns `build` parses.
     config: Config,
     routes: Vec<(Box<str>, Vec<Limit>)>,
+    /// Layer state rather than configuration: a reload keeps the running layer's.
+    observers: Vec<Arc<dyn DecisionObserver>>,
 }
 
 impl<St: Store> RateLimitLayerBuilder<St> {
@@ -98,6 +101,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             limiter,
             config: Config::default(),
             routes: Vec::new(),
+            observers: Vec::new(),
         }
     }
 
@@ -115,6 +119,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             limiter,
             config: self.config,
             routes: self.routes,
+            observers: self.observers,
         }
     }
 
@@ -174,6 +179,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             limiter,
             mut config,
             routes,
+            observers,
         } = self;
         let mut problems = Vec::new();
         let mut checked: Vec<&Rule> = Vec::new();
@@ -223,7 +229,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                state: LayerState::new(&config),
+                state: LayerState::new(&config, Observers(observers.into())),
                 config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
@@ -271,6 +277,16 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
     pub fn top_limited_keys(mut self, n: usize) -> Self {
         self.config_mut().top_limited_keys = n;
+        self
+    }
+
+    /// Adds `observer`, told of each rule's decision of every request with the rule and the
+    /// key as the store keeps it (see [`DecisionObserver`]); several may be set, each told in
+    /// the order set. An observer is the layer's state, not its configuration: a
+    /// [reload](super::ReloadHandle::reload) keeps the running layer's observers and ignores
+    /// the reloaded builder's. With none set, the request's path pays one branch.
+    pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
+        self.observers.push(Arc::new(observer));
         self
     }
 
@@ -482,6 +498,7 @@ impl<St: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<St> {
             .field("limiter", &self.limiter)
             .field("config", &self.config)
             .field("routes", &self.routes)
+            .field("observers", &self.observers.len())
             .finish()
     }
 }

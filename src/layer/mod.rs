@@ -237,6 +237,8 @@ pub use charge::counts::Charge;
 pub use config::{DecisionEvent, FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use observe::observer::{DecisionObserver, RuleDecision};
+pub use observe::rules::RuleInfo;
 pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;

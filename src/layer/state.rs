@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::charge::unsettled::Unsettled;
 use super::config::Config;
 use super::held::bounds::HeldCounts;
+use super::observe::observer::Observers;
 use crate::log::EventLog;
 
 /// The long-lived state of one layer, shared by every service it makes, every clone of
@@ -25,6 +26,8 @@ pub(crate) struct LayerState {
     pub(crate) unsettled: Arc<Unsettled>,
     /// The rate limiter of the layer's log lines.
     pub(crate) log: Arc<EventLog>,
+    /// What watches the layer's decisions, set when the layer was first built.
+    pub(crate) observers: Observers,
     /// Each rule's activity in this instance, by rule name.
     #[cfg(feature = "admin")]
     pub(crate) activity: Arc<super::observe::activity::Activity>,
@@ -32,11 +35,12 @@ pub(crate) struct LayerState {
 
 impl LayerState {
     /// The state of a layer first built with `config`.
-    pub(crate) fn new(config: &Config) -> Arc<Self> {
+    pub(crate) fn new(config: &Config, observers: Observers) -> Arc<Self> {
         let state = Arc::new(Self {
             held: Arc::new(HeldCounts::new()),
             unsettled: Arc::default(),
             log: Arc::new(EventLog::new(config.log_interval)),
+            observers,
             #[cfg(feature = "admin")]
             activity: Arc::new(super::observe::activity::Activity::new(
                 config.top_limited_keys,
@@ -63,6 +67,7 @@ impl fmt::Debug for LayerState {
         f.debug_struct("LayerState")
             .field("held", &self.held.total())
             .field("unsettled", &self.unsettled)
+            .field("observers", &self.observers)
             .finish_non_exhaustive()
     }
 }

@@ -15,6 +15,7 @@ mod keys;
 mod lockout;
 mod modes;
 mod observe;
+mod observer;
 mod plans;
 mod reload;
 mod robustness;

@@ -12,4 +12,5 @@ mod refunds;
 mod reservations;
 mod settled;
 mod shaping;
+mod stored_keys;
 mod twins;

@@ -102,7 +102,9 @@
 
 #[cfg(feature = "admin")]
 pub(crate) mod activity;
+pub(super) mod observer;
 pub(super) mod record;
+pub(super) mod rules;
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -118,11 +120,14 @@ use super::state::LayerState;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::store::{Check, Health};
+use crate::stored::StoredKey;
 
 /// A decision being observed: its span, and when the store was asked, if timed.
 pub(crate) struct Observation {
     pub(crate) span: Span,
     start: Option<Instant>,
+    /// The route of the request observed.
+    route: Option<usize>,
 }
 
 /// Opens the span of a request's decision, and starts the clock if anyone will read it.
@@ -153,6 +158,7 @@ pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
     Observation {
         span,
         start: timed.then(Instant::now),
+        route,
     }
 }
 
@@ -162,12 +168,12 @@ pub(crate) fn finish(
     observation: Observation,
     config: &Config,
     state: &LayerState,
-    route: Option<usize>,
     limits: &[usize],
     batch: &[Check<'_>],
     result: &Result<Outcome, StoreError>,
     health: Health,
 ) -> Option<Duration> {
+    let route = observation.route;
     let elapsed = observation.start.map(|start| start.elapsed());
     #[cfg(feature = "metrics")]
     {
@@ -184,6 +190,11 @@ pub(crate) fn finish(
     }
     #[cfg(not(feature = "admin"))]
     let _ = state;
+    if !state.observers.is_empty() {
+        if let Ok(outcome) = result {
+            notify(config, state, route, limits, batch, outcome);
+        }
+    }
 
     let span = &observation.span;
     if span.is_disabled() {
@@ -236,6 +247,31 @@ fn record_activity(
             }
             DecisionLabel::DeniedByOther | DecisionLabel::StoreFailed => {}
         }
+    }
+}
+
+/// Tells the layer's observers of each rule's decision, with the key as the store keeps it.
+#[inline(never)]
+fn notify(
+    config: &Config,
+    state: &LayerState,
+    route: Option<usize>,
+    limits: &[usize],
+    batch: &[Check<'_>],
+    outcome: &Outcome,
+) {
+    let batch_admitted = outcome.is_admitted();
+    for ((&i, check), rule) in limits.iter().zip(batch).zip(&outcome.rules) {
+        let Some(limit) = config.limit(route, i) else {
+            continue;
+        };
+        state.observers.notify(&observer::RuleDecision {
+            rule: check.rule,
+            key: StoredKey::of(check.key),
+            outcome: rule,
+            batch_admitted,
+            shadow: limit.shadow || config.mode == Mode::Shadow,
+        });
     }
 }
 

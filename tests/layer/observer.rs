@@ -1,0 +1,192 @@
+//! The seam a dashboard builds on: a `DecisionObserver` receives each rule's decision with
+//! the key as the store keeps it (long keys as digests) and is kept across reloads;
+//! `RateLimitLayer::rules` follows reloads.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tollgate::layer::{DecisionObserver, Limit, Mode, RateLimitBody, RateLimitLayer, RuleDecision};
+use tollgate::{key, Penalty, Rate, Rule, StoredKey};
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+
+type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
+
+fn service(layer: &RateLimitLayer) -> Svc {
+    BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::from("ok")))
+    })))
+}
+
+async fn send(svc: &Svc, user: &str) -> StatusCode {
+    let request = Request::get("/")
+        .header("user-id", user)
+        .body(String::new())
+        .unwrap();
+    svc.clone().oneshot(request).await.unwrap().status()
+}
+
+/// What an observer saw: (rule, stored key, rule admitted, batch admitted, shadow).
+type Seen = (String, Vec<u8>, bool, bool, bool);
+
+#[derive(Default, Clone)]
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
+
+impl DecisionObserver for Recorder {
+    fn on_rule(&self, d: &RuleDecision<'_>) {
+        self.0.lock().unwrap().push((
+            d.rule.name().to_owned(),
+            d.key.as_bytes().to_vec(),
+            d.outcome.decision.is_admitted(),
+            d.batch_admitted,
+            d.shadow,
+        ));
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn per_user(limit: u64) -> Limit {
+    Limit::new(
+        Rule::fixed_window("per-user", limit, Duration::from_secs(60)),
+        key::header("user-id"),
+    )
+}
+
+fn audit() -> Limit {
+    Limit::new(
+        Rule::token_bucket("audit", 10, Rate::per_second(1)),
+        key::header("user-id"),
+    )
+}
+
+fn trial() -> Limit {
+    Limit::new(
+        Rule::gcra("trial", 1, Rate::per_minute(1)),
+        key::header("user-id"),
+    )
+    .shadow()
+}
+
+/// Each rule of each request is observed with its name and the stored key; a key over 128
+/// bytes arrives as its 33-byte digest; a rule that admits in a denied batch says so, and a
+/// shadow rule is flagged.
+#[tokio::test]
+async fn an_observer_sees_each_rule_with_its_stored_key() {
+    let seen = Recorder::default();
+    let layer = RateLimitLayer::builder()
+        .limit(per_user(1))
+        .limit(trial())
+        .observe(seen.clone())
+        .build()
+        .unwrap();
+    let svc = service(&layer);
+    assert_eq!(send(&svc, "alice").await, StatusCode::OK);
+    assert_eq!(
+        seen.take(),
+        vec![
+            ("per-user".into(), b"alice".to_vec(), true, true, false),
+            ("trial".into(), b"alice".to_vec(), true, true, true),
+        ]
+    );
+    assert_eq!(send(&svc, "alice").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        seen.take(),
+        vec![
+            ("per-user".into(), b"alice".to_vec(), false, false, false),
+            ("trial".into(), b"alice".to_vec(), false, false, true),
+        ]
+    );
+
+    let long = "x".repeat(300);
+    assert_eq!(send(&svc, &long).await, StatusCode::OK);
+    let digest = StoredKey::of(long.as_bytes());
+    assert!(digest.is_digest());
+    for (_, key, ..) in seen.take() {
+        assert_eq!(key, digest.as_bytes());
+        assert_eq!(key.len(), 33);
+    }
+}
+
+/// A reload swaps the rules, not the observers: the running layer's observer sees the new
+/// rules' decisions, and one set on the reloaded builder is not installed.
+#[tokio::test]
+async fn observers_are_kept_across_a_reload() {
+    let seen = Recorder::default();
+    let (layer, handle) = RateLimitLayer::builder()
+        .limit(per_user(5))
+        .observe(seen.clone())
+        .build()
+        .unwrap()
+        .reloadable();
+    let svc = service(&layer);
+    send(&svc, "bob").await;
+    assert_eq!(seen.take().len(), 1);
+
+    let ignored = Recorder::default();
+    let reloaded = handle
+        .builder()
+        .limit(Limit::new(
+            Rule::fixed_window("renamed", 5, Duration::from_secs(60)),
+            key::header("user-id"),
+        ))
+        .observe(ignored.clone());
+    handle.reload(reloaded).unwrap();
+    send(&svc, "bob").await;
+    let after: Vec<String> = seen.take().into_iter().map(|s| s.0).collect();
+    assert_eq!(after, ["renamed"]);
+    assert!(ignored.take().is_empty());
+}
+
+/// `rules` lists each rule once with its algorithm, quota, penalty, routes and mode, and a
+/// reloadable layer's answer follows its reloads.
+#[tokio::test]
+async fn the_rules_view_follows_a_reload() {
+    let penalty = Penalty::lock_for(Duration::from_secs(600)).after(3);
+    let (layer, handle) = RateLimitLayer::builder()
+        .limit(per_user(5))
+        .route(
+            "POST /login",
+            [Limit::new(
+                Rule::fixed_window("login", 5, Duration::from_secs(60)).with_penalty(penalty),
+                key::header("user-id"),
+            )],
+        )
+        .route("POST /logout", [audit()])
+        .route("GET /me", [audit()])
+        .build()
+        .unwrap()
+        .reloadable();
+    let rules = layer.rules();
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules[0].rule.name(), "per-user");
+    assert_eq!(rules[0].algorithm, "fixed_window");
+    assert_eq!(
+        (rules[0].quota, rules[0].period),
+        (5, Duration::from_secs(60))
+    );
+    assert_eq!(rules[0].routes, ["*"]);
+    assert_eq!(rules[1].routes, ["POST /login"]);
+    assert_eq!(rules[2].routes, ["POST /logout", "GET /me"]);
+    assert_eq!(rules[1].rule.penalty(), Some(&penalty));
+    assert!(!rules[0].shadow && rules[0].mode == Mode::Enforce);
+
+    handle
+        .reload(handle.builder().limit(trial()).mode(Mode::Shadow))
+        .unwrap();
+    let rules = layer.rules();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        (rules[0].rule.name(), rules[0].algorithm),
+        ("trial", "gcra")
+    );
+    assert!(rules[0].shadow && rules[0].mode == Mode::Shadow);
+    // The handle's builder decides with the same store the layer's limiter holds.
+    assert!(format!("{:?}", layer.limiter()).contains("MemoryStore"));
+}
