@@ -397,7 +397,6 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
             observation,
             self.config,
             self.state,
-            self.route,
             &limits,
             batch,
             &result,

@@ -110,7 +110,6 @@ fn counted<St: Store + Clone>(
         observation,
         &batch.config,
         &batch.state,
-        batch.route,
         &pick(&limits),
         &pending_checks,
         &counted_now.map_err(|e| e.clone()),
