@@ -7,6 +7,16 @@
 //! later one denies; realign the parts that counted the request before the batch's
 //! reservation; settle the rules left pending to a queue's release; combine the parts'
 //! outcomes into the batch's.
+//!
+//! Once a part denies, the parts after it are judged where one node judges the whole
+//! batch: the rules a queue's release leaves pending are judged at that release (kept in
+//! the ledger after the denial), so the batch's retry is the wait one node answers.
+//!
+//! What a denied batch reports differs from one node's answer in one way, inherent to
+//! deciding slot by slot: a part admitted and then refunded reports its quota after the
+//! refund, and a sliding log's refunded entry stays, without units, until it expires
+//! (`lua/sliding_log.lua`), so that rule's reset reads the entry's window end where one
+//! node, which never counted the request, reads none.
 
 use std::time::Duration;
 
