@@ -141,9 +141,13 @@ pub trait Store: Send + Sync + 'static {
     /// shows of it: a first-hit window it started is as if never started, and a leaky bucket
     /// that held the request for another slot's longer queue drains that hold too, while
     /// nothing has queued behind it (see [`refund`](Self::refund)). What other
-    /// configurations of the rule read goes back with the units. Because the slots are
-    /// decided one after another, a denied batch's `Retry-After` can be shorter than the
-    /// exact wait, so a retry at that instant may be denied again.
+    /// configurations of the rule read goes back with the units. A denied batch's rules
+    /// are judged where one node judges them (the other slots' rules at a queue's release),
+    /// so its `Retry-After` is the exact wait, without other traffic. One difference in what
+    /// a denied batch reports remains, by design: a sliding log in a slot that admitted and
+    /// was refunded keeps its refunded entry, without units, until it expires, so the quota
+    /// it reports reads that entry's reset, where one node, which never counted the
+    /// request, reads none.
     fn check(
         &self,
         batch: &[Check<'_>],

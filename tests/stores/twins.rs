@@ -468,3 +468,38 @@ async fn refund_after_a_reconfiguration_in_between() {
     ];
     same("reconfigured refunds", US, &rules, &ops).await;
 }
+
+/// A denied cross-slot batch with a queue: the rules of the other slots are judged where
+/// one node judges them, at the queue's release, whether the queue itself denies or a rule
+/// pending to its release does. So the batch's Retry-After is the exact wait (a retry
+/// then is admitted), and each rule reports what it says there.
+#[tokio::test(start_paused = true)]
+async fn a_denied_cross_slot_batch_retries_after_the_queues_release() {
+    let rules = [
+        Rule::leaky_bucket("q", 3, rate(1, 100)),
+        Rule::fixed_window("w", 1, US * 200),
+        Rule::sliding_log("l", 1, US * 1000),
+    ];
+    use Op::*;
+    let ops = [
+        // 0, 1: a's queue is full until 300; the window on "all" is full until 200.
+        Check(0, vec![(0, "a", 3, false)], 0),
+        Check(0, vec![(1, "all", 1, false)], 0),
+        // 2: a's queue has room again at 100 and releases at 300, in the window's next
+        // one: the batch waits for the queue alone.
+        Check(50, vec![(0, "a", 1, false), (1, "all", 1, false)], 0),
+        // 3: and is admitted then.
+        Check(100, vec![(0, "a", 1, false), (1, "all", 1, false)], 0),
+        // 4, 5, 6: the window on "x" and the log on "m" are full; b's queue releases at 300.
+        Check(100, vec![(1, "x", 1, false)], 0),
+        Check(100, vec![(2, "m", 1, false)], 0),
+        Check(100, vec![(0, "b", 2, false)], 0),
+        // 7: the log denies at b's release; the window on "x" admits there.
+        Check(
+            100,
+            vec![(0, "b", 1, false), (2, "m", 1, false), (1, "x", 1, false)],
+            0,
+        ),
+    ];
+    same_on_cluster("denied cross-slot", US, &rules, &ops).await;
+}

@@ -7,6 +7,16 @@
 //! later one denies; realign the parts that counted the request before the batch's
 //! reservation; settle the rules left pending to a queue's release; combine the parts'
 //! outcomes into the batch's.
+//!
+//! Once a part denies, the parts after it are judged where one node judges the whole
+//! batch: the rules a queue's release leaves pending are judged at that release (kept in
+//! the ledger after the denial), so the batch's retry is the wait one node answers.
+//!
+//! What a denied batch reports differs from one node's answer in one way, inherent to
+//! deciding slot by slot: a part admitted and then refunded reports its quota after the
+//! refund, and a sliding log's refunded entry stays, without units, until it expires
+//! (`lua/sliding_log.lua`), so that rule's reset reads the entry's window end where one
+//! node, which never counted the request, reads none.
 
 use std::time::Duration;
 
@@ -44,6 +54,10 @@ struct Ledger {
     delay: u64,
     /// Whether a part denied.
     denied: bool,
+    /// µs after now that the batch's queues release the request at, as the parts found
+    /// them, admitting or denying: once the batch is denied, the other parts' rules are
+    /// still judged there, where one node judges the whole batch.
+    release: u64,
     /// The members left to a queue's release, and the release they were checked at.
     pending: Vec<(Vec<usize>, u64)>,
 }
@@ -163,13 +177,14 @@ impl RedisStore {
         // Its rules pass the request before the leader's queue does: pending (see
         // `batch::evaluate`), checked now as they stand at the release. Trial rules, rules
         // that take nothing and queues (which hold the request until the release) count it
-        // on arrival.
-        let held = if !ledger.denied && shaped > ledger.delay && !leads {
-            shaped
-        } else {
-            0
+        // on arrival. A denied batch's rules are judged at the release too, so that their
+        // retries are the waits one node would answer.
+        let held = match (ledger.denied, leads) {
+            (true, _) if ledger.release > ledger.delay => ledger.release,
+            (false, false) if shaped > ledger.delay => shaped,
+            _ => 0,
         };
-        let (later, now): (Vec<usize>, Vec<usize>) = if held > 0 {
+        let (later, now): (Vec<usize>, Vec<usize>) = if held > 0 && !ledger.denied {
             members
                 .iter()
                 .partition(|&&i| !batch[i].shadow && batch[i].cost > 0 && !is_queue(&batch[i]))
@@ -254,6 +269,7 @@ impl RedisStore {
             let part = ledger.admit(members, &reply, batch);
             ledger.admitted.push(part);
         } else if !ledger.denied {
+            ledger.release = ledger.release.max(queue_release(batch, members, &reply));
             self.deny(batch, ledger).await?;
         }
         for (&i, outcome) in members.iter().zip(reply.rules) {
@@ -473,6 +489,7 @@ impl Ledger {
             taken: smallvec::smallvec![Taken::default(); len],
             delay: 0,
             denied: false,
+            release: 0,
             pending: Vec::new(),
         }
     }
@@ -508,6 +525,7 @@ impl Ledger {
         }
         let part = Part::new(members, reply, batch);
         self.delay = self.delay.max(part.delay);
+        self.release = self.release.max(part.shaped);
         part
     }
 
@@ -575,14 +593,15 @@ fn queue_release(batch: &[Check<'_>], members: &[usize], reply: &Reply) -> u64 {
         .zip(&reply.rules)
         .filter(|(&i, _)| is_queue(&batch[i]))
     {
-        match outcome.decision {
-            Decision::Delay(d) => release = release.max(duration_to_micros(d)),
-            // Not before its queue's end (in wait mode it reserves later).
-            Decision::Deny(_) if !outcome.info.reset.is_zero() => {
-                release = release.max(duration_to_micros(outcome.info.reset));
-            }
-            _ => {}
-        }
+        let holds = match outcome.decision {
+            Decision::Delay(d) => d,
+            // A denied reply reports each queue as it stands, whichever rule denied: it
+            // holds the request until its water has drained (in wait mode it reserves
+            // later).
+            _ if !reply.admitted => outcome.info.reset,
+            _ => Duration::ZERO,
+        };
+        release = release.max(duration_to_micros(holds));
     }
     release
 }

@@ -125,6 +125,10 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   at most its own cost, and only at rates of thousands per second per key.
 /// - A [shadow](Check::shadow) item never makes its part deny, and only what was consumed
 ///   is refunded: a shadow item that denied gives nothing back.
+/// - A denied batch's rules are judged where one node judges them (the other parts' rules
+///   at a queue's release), so its `Retry-After` is the exact wait. A refunded part
+///   reports its quota after the refund; a sliding log there keeps its refunded entry,
+///   without units, until it expires, so its reset reads that entry's window end.
 /// - Penalties count exactly as on one node: the denying part and the parts after it
 ///   record the denials of their rules; the refunded parts record none (they admitted).
 /// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
