@@ -1,11 +1,11 @@
-//! An admin beside a rate-limited app: tollgate's admin page and JSON API at `/admin`
-//! (feature `admin`: rules, decisions over time, the most denied keys, unblock), and routes
+//! An admin beside a rate-limited app: `tollgate-admin`'s page and JSON API at `/admin`
+//! (rules, decisions over time, the most denied keys, unblock), and routes
 //! of the app's own that name a key by user and address, built on [`Limiter::peek`] and
 //! [`Limiter::reset`], all behind one bearer token.
 //!
 //! - `/admin`: the page, for a browser (sign in with the token: the form sets a session
 //!   cookie), and `/admin/api/…` for scripts (`Authorization: Bearer …`); see
-//!   `tollgate::admin`.
+//!   `tollgate_admin`.
 //! - `GET /ops/limits/{rule}?user=…&address=…`: the state under the rule of the key the
 //!   layer would extract from a request of that user from that address (limit, remaining,
 //!   reset), whether its next request would be admitted (and if not, when), and whether it
@@ -24,7 +24,7 @@
 //! within 10 minutes lock that user out from that address for 15 minutes. Keyed by the user
 //! alone, anyone could lock any named user out; beside it, each address has 20 attempts a
 //! minute whatever the user names it tries. Run
-//! `ADMIN_TOKEN=$(openssl rand -hex 16) cargo run --example admin` and try the printed
+//! `ADMIN_TOKEN=$(openssl rand -hex 16) cargo run -p tollgate-admin --example admin` and try the printed
 //! lines. Keep the admin routes off the public network (a separate listener or port in
 //! production); this example serves both on one for brevity.
 
@@ -88,12 +88,14 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
     let login = login_rule()?;
     let per_address = Rule::gcra("login-per-address", 20, Rate::per_minute(20));
     let address: Arc<dyn KeyExtractor> = Arc::new(key::peer_ip());
+    let activity = tollgate_admin::Activity::new();
     let limits = RateLimitLayer::builder()
         .limiter(limiter.clone())
         .limit(Limit::new(login.clone(), SharedKey(login_key())))
         .limit(Limit::new(per_address.clone(), SharedKey(address.clone())))
+        .observe(activity.clone())
         .build()?;
-    let page = tollgate::admin::Admin::new(&limits)
+    let page = tollgate_admin::Admin::new(&limits, &activity)
         .bearer_token(token)
         .router();
     let public = Router::new()

@@ -11,18 +11,14 @@ use serde::Deserialize;
 use super::auth::Access;
 use super::text::{typed_key, unhex};
 use super::{view, Shared};
-use crate::{store::Store, StoreError};
+use tollgate::{store::Store, StoreError, StoredKey};
 
 pub(super) async fn rules<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
-    Json(view::rules(&shared.config.current())).into_response()
+    Json(view::rules(&shared.layer.rules())).into_response()
 }
 
 pub(super) async fn decisions<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
-    Json(view::decisions(
-        &shared.config.current(),
-        &shared.state.activity,
-    ))
-    .into_response()
+    Json(view::decisions(&shared.layer.rules(), &shared.activity)).into_response()
 }
 
 /// How many keys per rule `top` lists.
@@ -36,16 +32,11 @@ pub(super) async fn top<St: Store>(
     Query(query): Query<TopQuery>,
 ) -> Response {
     let n = query.n.unwrap_or(10);
-    Json(view::top(
-        &shared.config.current(),
-        &shared.state.activity,
-        n,
-    ))
-    .into_response()
+    Json(view::top(&shared.layer.rules(), &shared.activity, n)).into_response()
 }
 
 pub(super) async fn health<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
-    Json(view::health(shared.limiter.health())).into_response()
+    Json(view::health(shared.layer.limiter().health())).into_response()
 }
 
 /// A key named in a query or a form: typed (`key`, `␟` between a tuple's parts) or exact
@@ -60,11 +51,21 @@ pub(super) struct WhichKey {
 }
 
 impl WhichKey {
-    /// The key's bytes and whether they are a digest, if the key is named well.
-    pub(super) fn bytes(&self) -> Option<(Vec<u8>, bool)> {
+    /// The key as the store keeps it, if the key is named well: exact bytes given as a
+    /// digest must be in the form the store keeps digests in.
+    pub(super) fn stored(&self) -> Option<StoredKey<'static>> {
         match (&self.key_hex, &self.key) {
-            (Some(hex), _) => Some((unhex(hex)?, self.digested.as_deref() == Some("true"))),
-            (None, Some(text)) => Some((typed_key(text), false)),
+            (Some(hex), _) => {
+                let bytes = unhex(hex)?;
+                if self.digested.as_deref() == Some("true") {
+                    StoredKey::from_stored(&bytes)
+                        .filter(StoredKey::is_digest)
+                        .map(StoredKey::into_owned)
+                } else {
+                    Some(StoredKey::of(&bytes).into_owned())
+                }
+            }
+            (None, Some(text)) => Some(StoredKey::of(&typed_key(text)).into_owned()),
             (None, None) => None,
         }
     }
@@ -86,14 +87,14 @@ pub(super) async fn key<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     Query(which): Query<WhichKey>,
 ) -> Response {
-    let config = shared.config.current();
-    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&config, r)) else {
+    let running = shared.layer.rules();
+    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&running, r)) else {
         return error(StatusCode::NOT_FOUND, "no such rule");
     };
-    let Some((key, digested)) = which.bytes() else {
+    let Some(key) = which.stored() else {
         return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
     };
-    match view::key_state(&shared.limiter, &rule, &key, digested).await {
+    match view::key_state(shared.layer.limiter(), &rule, &key).await {
         Ok(state) => Json(state).into_response(),
         Err(e) => store_failed(&e),
     }
@@ -111,22 +112,14 @@ pub(super) async fn unblock<St: Store>(
             return error(StatusCode::FORBIDDEN, "missing or wrong anti-forgery token");
         }
     }
-    let config = shared.config.current();
-    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&config, r)) else {
+    let running = shared.layer.rules();
+    let Some(rule) = which.rule.as_deref().and_then(|r| view::rule(&running, r)) else {
         return error(StatusCode::NOT_FOUND, "no such rule");
     };
-    let Some((key, digested)) = which.bytes() else {
+    let Some(key) = which.stored() else {
         return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
     };
-    match view::unblock(
-        &shared.limiter,
-        &shared.state.activity,
-        &rule,
-        &key,
-        digested,
-    )
-    .await
-    {
+    match view::unblock(shared.layer.limiter(), &shared.activity, &rule, &key).await {
         Ok(()) => {
             tracing::info!(rule = rule.name(), "admin: key unblocked");
             StatusCode::NO_CONTENT.into_response()

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::text::{hex, unhex};
-use crate::{store::MemoryStore, Limiter, Rule};
+use tollgate::{store::MemoryStore, Limiter, Rule};
 
 /// The session cookie the login form sets.
 pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";

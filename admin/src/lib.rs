@@ -1,21 +1,31 @@
-//! The operator's view of a running layer (feature `admin`): which rules it enforces, how
-//! their decisions move, which keys they deny most, the store's health, one key's state,
-//! and an unblock; as a JSON API and one HTML page, in an axum [`Router`] to mount behind
-//! the application's own authentication.
+//! The operator's view of a running [`tollgate`] layer: which rules it enforces,
+//! how their decisions move, which keys they deny most, the store's health, one key's
+//! state, and an unblock; as a JSON API and one HTML page, in an axum [`Router`] to mount
+//! behind the application's own authentication.
+//!
+//! It is built on tollgate's public seam only: an [`Activity`] recorder set on the layer as
+//! its [`DecisionObserver`](tollgate::layer::DecisionObserver), the layer's
+//! [`rules`](tollgate::layer::RateLimitLayer::rules), and
+//! [`Limiter::peek_stored`](tollgate::Limiter::peek_stored) /
+//! [`reset_stored`](tollgate::Limiter::reset_stored).
 //!
 //! ```
 //! use std::time::Duration;
 //! use axum::Router;
-//! use tollgate::admin::Admin;
 //! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, Rule, store::MemoryStore};
+//! use tollgate::{key, Rule};
+//! use tollgate_admin::{Activity, Admin};
 //!
 //! # fn main() -> Result<(), tollgate::ConfigError> {
+//! let activity = Activity::new();
 //! let (layer, _reload) = RateLimitLayer::builder()
 //!     .limit(Limit::new(Rule::fixed_window("per-user", 100, Duration::from_secs(60)), key::header("user-id")))
+//!     .observe(activity.clone())
 //!     .build()?
 //!     .reloadable();
-//! let admin = Admin::new(&layer).bearer_token("a secret of 16 characters or more").router();
+//! let admin = Admin::new(&layer, &activity)
+//!     .bearer_token("a secret of 16 characters or more")
+//!     .router();
 //! let app: Router = Router::new()
 //!     .route("/", axum::routing::get(|| async { "hello" }))
 //!     .layer(layer)
@@ -39,9 +49,10 @@
 //! | `GET /api/key?rule=&key=` | one key's state in the store (`key_hex=` for exact bytes) |
 //! | `POST /api/unblock?rule=&key=` | clears the key's state and lifts its lock, in the store for every instance |
 //!
-//! Decisions and top keys are this instance's (see [`observe`](crate::layer::observe#top-limited-keys));
-//! a key's state is the store's. The rules are the layer's current ones: a router made
-//! from a [reloadable](crate::layer::RateLimitLayer::reloadable) layer follows its reloads.
+//! Decisions and top keys are this instance's (see [`Activity`]); a key's state is the
+//! store's. The rules are the layer's current ones: a router made
+//! from a [reloadable](tollgate::layer::RateLimitLayer::reloadable) layer follows its
+//! reloads.
 //!
 //! # Who may use it
 //!
@@ -59,6 +70,7 @@
 //! A request with the bearer token is not a browser's and needs none. Pages are sent with a
 //! content security policy that forbids framing and other origins.
 
+mod activity;
 mod api;
 mod auth;
 mod page;
@@ -76,36 +88,36 @@ use axum::routing::{get, post};
 use axum::Router;
 use http::{header, StatusCode};
 
+pub use self::activity::Activity;
+use self::activity::RuleActivities;
 use self::auth::{Access, Failures, Secrets};
-use crate::layer::{ConfigSource, LayerState, RateLimitLayer};
-use crate::{store::Store, Limiter};
+use tollgate::layer::RateLimitLayer;
+use tollgate::store::Store;
 
-/// The admin router of a [`RateLimitLayer`]; see the [module docs](self).
+/// The admin router of a [`RateLimitLayer`]; see the [crate docs](crate).
 pub struct Admin<St> {
-    limiter: Limiter<St>,
-    config: ConfigSource,
-    state: Arc<LayerState>,
+    layer: RateLimitLayer<St>,
+    activity: Arc<RuleActivities>,
     token: Option<String>,
 }
 
 /// What every route of the router shares.
 struct Shared<St> {
-    limiter: Limiter<St>,
-    config: ConfigSource,
-    state: Arc<LayerState>,
+    layer: RateLimitLayer<St>,
+    activity: Arc<RuleActivities>,
     secrets: Secrets,
     failures: Failures,
 }
 
 impl<St: Store + Clone> Admin<St> {
-    /// The admin of `layer`: its limiter and its configuration (followed across reloads
-    /// when `layer` is [reloadable](RateLimitLayer::reloadable)).
-    pub fn new(layer: &RateLimitLayer<St>) -> Self {
-        let (limiter, config, state) = layer.parts();
+    /// The admin of `layer`: its limiter and its rules (followed across reloads when
+    /// `layer` is [reloadable](RateLimitLayer::reloadable)), and the decisions `activity`
+    /// records (set it on the layer with
+    /// [`observe`](tollgate::layer::RateLimitLayerBuilder::observe)).
+    pub fn new(layer: &RateLimitLayer<St>, activity: &Activity) -> Self {
         Self {
-            limiter: limiter.clone(),
-            config: config.clone(),
-            state: Arc::clone(state),
+            layer: layer.clone(),
+            activity: Arc::clone(&activity.0),
             token: None,
         }
     }
@@ -120,9 +132,8 @@ impl<St: Store + Clone> Admin<St> {
     /// The router, to [`nest`](Router::nest) where the application wants it.
     pub fn router(self) -> Router {
         let shared = Arc::new(Shared {
-            limiter: self.limiter,
-            config: self.config,
-            state: self.state,
+            layer: self.layer,
+            activity: self.activity,
             secrets: Secrets::new(self.token.as_deref().map(str::as_bytes)),
             failures: Failures::new(),
         });
@@ -181,8 +192,7 @@ fn unauthorized() -> Response {
 impl<St: fmt::Debug> fmt::Debug for Admin<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admin")
-            .field("limiter", &self.limiter)
-            .field("config", &self.config)
+            .field("layer", &self.layer)
             .field("token", &self.token.as_ref().map(|_| "…"))
             .finish()
     }

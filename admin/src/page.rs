@@ -15,7 +15,7 @@ use super::auth::{cookie, random, session_cookie, set_cookie, Access, Failures, 
 use super::render::{self, Page};
 use super::text::hex;
 use super::{view, Shared};
-use crate::store::Store;
+use tollgate::store::Store;
 
 /// Headers of every page: not cached, not framed (a framed unblock button could be
 /// clicked by deceit), nothing loaded from elsewhere, no referrer.
@@ -80,13 +80,13 @@ pub(super) async fn index<St: Store>(
             (value, vec![set])
         }
     };
-    let config = shared.config.current();
-    let rules = view::rules(&config);
-    let lookup = match (&query.which.rule, query.which.bytes()) {
-        (Some(name), Some((key, digested))) if !key.is_empty() => {
-            Some(match view::rule(&config, name) {
+    let running = shared.layer.rules();
+    let rules = view::rules(&running);
+    let lookup = match (&query.which.rule, query.which.stored()) {
+        (Some(name), Some(key)) if !key.as_bytes().is_empty() => {
+            Some(match view::rule(&running, name) {
                 None => Err(format!("no rule named {name:?}")),
-                Some(rule) => view::key_state(&shared.limiter, &rule, &key, digested)
+                Some(rule) => view::key_state(shared.layer.limiter(), &rule, &key)
                     .await
                     .map_err(|e| format!("the store failed: {e}")),
             })
@@ -96,9 +96,9 @@ pub(super) async fn index<St: Store>(
     let html = render::page(&Page {
         base: &base,
         rules: &rules,
-        decisions: &view::decisions(&config, &shared.state.activity),
-        top: &view::top(&config, &shared.state.activity, 10),
-        health: &view::health(shared.limiter.health()),
+        decisions: &view::decisions(&running, &shared.activity),
+        top: &view::top(&running, &shared.activity, 10),
+        health: &view::health(shared.layer.limiter().health()),
         csrf: &shared.secrets.csrf_token(&csrf_cookie),
         lookup,
         notice: query
@@ -173,25 +173,17 @@ pub(super) async fn unblock<St: Store>(
         );
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
-    let config = shared.config.current();
+    let running = shared.layer.rules();
     let rule = form
         .which
         .rule
         .as_deref()
-        .and_then(|r| view::rule(&config, r));
-    let (Some(rule), Some((key, digested))) = (rule, form.which.bytes()) else {
+        .and_then(|r| view::rule(&running, r));
+    let (Some(rule), Some(key)) = (rule, form.which.stored()) else {
         let html = render::document("tollgate admin", "<p>No such rule or key.</p>", false);
         return page_response(StatusCode::BAD_REQUEST, html, &[]);
     };
-    match view::unblock(
-        &shared.limiter,
-        &shared.state.activity,
-        &rule,
-        &key,
-        digested,
-    )
-    .await
-    {
+    match view::unblock(shared.layer.limiter(), &shared.activity, &rule, &key).await {
         Ok(()) => {
             tracing::info!(rule = rule.name(), "admin: key unblocked");
             let name: String = url_encode(rule.name());

@@ -3,14 +3,14 @@
 //! serializes these; the page renders them.
 
 use serde::Serialize;
-
-use super::text::{hex, key_text};
-use crate::layer::observe::activity::{now_second, ring, Activity, TopKey, PERIOD_SECONDS};
-use crate::layer::{Config, Mode};
-use crate::{
+use tollgate::layer::{Mode, RuleInfo};
+use tollgate::{
     store::{Health, Store},
-    Decision, DenyReason, Limiter, Rule, StoreError,
+    Decision, DenyReason, Limiter, Rule, StoreError, StoredKey,
 };
+
+use super::activity::{now_second, ring, RuleActivities, TopKey, PERIOD_SECONDS};
+use super::text::{hex, key_text};
 
 /// A rule as configured now.
 #[derive(Debug, Serialize)]
@@ -36,51 +36,41 @@ pub(crate) struct PenaltyView {
     pub(crate) within_ms: u128,
 }
 
-/// Every rule of `config`, in the order of the layer's limits, then the routes'.
-pub(crate) fn rules(config: &Config) -> Vec<RuleView> {
-    let mut views: Vec<RuleView> = Vec::new();
-    let global = config.global.iter().map(|l| (l, "*"));
-    let routed = config
-        .routes
+/// Every rule the layer runs, in the order of the layer's limits, then the routes'.
+pub(crate) fn rules(running: &[RuleInfo]) -> Vec<RuleView> {
+    running
         .iter()
-        .flat_map(|r| r.limits.iter().map(move |l| (l, r.pattern.as_str())));
-    for (limit, route) in global.chain(routed) {
-        let rule = &limit.rule;
-        if let Some(view) = views.iter_mut().find(|v| v.name == rule.name()) {
-            view.routes.push(route.to_owned());
-            continue;
-        }
-        let (quota, period) = rule.algorithm().quota();
-        let mode = match config.mode {
-            Mode::Shadow => "shadow",
-            _ if limit.is_shadow() => "shadow",
-            Mode::Wait { .. } => "wait",
-            _ => "enforce",
-        };
-        views.push(RuleView {
-            name: rule.name().to_owned(),
-            algorithm: rule.algorithm().kind(),
-            limit: quota,
-            period_ms: period.as_millis(),
-            cost: rule.cost(),
-            penalty: rule.penalty().map(|p| PenaltyView {
-                lock_for_ms: p.lock_duration().as_millis(),
-                after: p.denials(),
-                within_ms: p.window().as_millis(),
-            }),
-            routes: vec![route.to_owned()],
-            mode,
-        });
-    }
-    views
+        .map(|info| {
+            let rule = &info.rule;
+            let mode = match info.mode {
+                _ if info.shadow => "shadow",
+                Mode::Wait { .. } => "wait",
+                _ => "enforce",
+            };
+            RuleView {
+                name: rule.name().to_owned(),
+                algorithm: info.algorithm,
+                limit: info.quota,
+                period_ms: info.period.as_millis(),
+                cost: rule.cost(),
+                penalty: rule.penalty().map(|p| PenaltyView {
+                    lock_for_ms: p.lock_duration().as_millis(),
+                    after: p.denials(),
+                    within_ms: p.window().as_millis(),
+                }),
+                routes: info.routes.clone(),
+                mode,
+            }
+        })
+        .collect()
 }
 
-/// The rule named `name` in `config`.
-pub(crate) fn rule(config: &Config, name: &str) -> Option<Rule> {
-    let mut limits = config.all_limits();
-    limits
-        .find(|l| l.rule.name() == name)
-        .map(|l| l.rule.clone())
+/// The rule named `name` among the running ones.
+pub(crate) fn rule(running: &[RuleInfo], name: &str) -> Option<Rule> {
+    running
+        .iter()
+        .find(|i| i.rule.name() == name)
+        .map(|i| i.rule.clone())
 }
 
 /// A rule's decisions per second, oldest first, ending now.
@@ -92,10 +82,13 @@ pub(crate) struct DecisionsView {
     pub(crate) denied: Vec<u64>,
 }
 
-/// The decisions of every rule of `config` over the last [`ring::SECONDS`] seconds.
-pub(crate) fn decisions(config: &Config, activity: &Activity) -> Vec<DecisionsView> {
+/// The decisions of every running rule over the last [`ring::SECONDS`] seconds. The
+/// activity of rules a reload removed is dropped.
+pub(crate) fn decisions(running: &[RuleInfo], activity: &RuleActivities) -> Vec<DecisionsView> {
     let now = now_second();
-    rules(config)
+    let names: Vec<&str> = running.iter().map(|i| i.rule.name()).collect();
+    activity.retain(&names);
+    rules(running)
         .into_iter()
         .map(|view| {
             let seconds = activity
@@ -159,11 +152,11 @@ pub(crate) struct TopView {
     pub(crate) keys: Vec<TopKeyView>,
 }
 
-/// The `n` most denied keys of every rule of `config`.
-pub(crate) fn top(config: &Config, activities: &Activity, n: usize) -> Vec<TopView> {
+/// The `n` most denied keys of every running rule.
+pub(crate) fn top(running: &[RuleInfo], activities: &RuleActivities, n: usize) -> Vec<TopView> {
     let now = now_second();
     let mut views = Vec::new();
-    for rule in rules(config) {
+    for rule in rules(running) {
         let Some(activity) = activities.find(&rule.name) else {
             continue;
         };
@@ -195,17 +188,21 @@ pub(crate) struct HealthView {
 }
 
 pub(crate) fn health(health: Health) -> HealthView {
-    let meaning = match health {
-        Health::Healthy => "the store decides as configured; a circuit breaker, if any, is closed",
-        Health::Degraded => "the primary store is away: a local fallback decides, per instance",
-        Health::Failing => {
-            "a circuit breaker is open and nothing decides: the failure policy applies"
-        }
+    let (health, meaning) = match health {
+        Health::Healthy => (
+            "healthy",
+            "the store decides as configured; a circuit breaker, if any, is closed",
+        ),
+        Health::Degraded => (
+            "degraded",
+            "the primary store is away: a local fallback decides, per instance",
+        ),
+        Health::Failing => (
+            "failing",
+            "a circuit breaker is open and nothing decides: the failure policy applies",
+        ),
     };
-    HealthView {
-        health: health.as_str(),
-        meaning,
-    }
+    HealthView { health, meaning }
 }
 
 /// One key's state under one rule, as the store has it (shared by every instance).
@@ -223,24 +220,14 @@ pub(crate) struct KeyState {
     pub(crate) retry_after_ms: Option<u128>,
 }
 
-/// The state of `key` (as the store keeps it when `digested`) under `rule`; nothing is
-/// consumed.
+/// The state of `key` under `rule`; nothing is consumed.
 pub(crate) async fn key_state<St: Store>(
     limiter: &Limiter<St>,
     rule: &Rule,
-    key: &[u8],
-    digested: bool,
+    key: &StoredKey<'_>,
 ) -> Result<KeyState, StoreError> {
-    let peek = |cost| async move {
-        if digested {
-            let check = crate::Check::new(rule, key).with_cost(cost);
-            limiter.store().peek(check).await
-        } else {
-            limiter.peek(rule, key, cost).await
-        }
-    };
-    let now = peek(0).await?;
-    let next = peek(rule.cost()).await?;
+    let now = limiter.peek_stored(rule, key, 0).await?;
+    let next = limiter.peek_stored(rule, key, rule.cost()).await?;
     let (locked, retry_after_ms) = match next.decision {
         Decision::Deny(denial) => (
             denial.reason == DenyReason::Locked,
@@ -251,7 +238,7 @@ pub(crate) async fn key_state<St: Store>(
     };
     Ok(KeyState {
         rule: rule.name().to_owned(),
-        key: KeyView::of(key, digested),
+        key: KeyView::of(key.as_bytes(), key.is_digest()),
         limit: now.info.limit,
         remaining: now.info.remaining,
         reset_ms: now.info.reset.as_millis(),
@@ -265,19 +252,13 @@ pub(crate) async fn key_state<St: Store>(
 /// instance), and forgets it among this instance's most denied keys.
 pub(crate) async fn unblock<St: Store>(
     limiter: &Limiter<St>,
-    activity: &Activity,
+    activity: &RuleActivities,
     rule: &Rule,
-    key: &[u8],
-    digested: bool,
+    key: &StoredKey<'_>,
 ) -> Result<(), StoreError> {
-    if digested {
-        limiter.store().reset(rule, key).await?;
-    } else {
-        limiter.reset(rule, key).await?;
-    }
+    limiter.reset_stored(rule, key).await?;
     if let Some(activity) = activity.find(rule.name()) {
-        let stored = crate::limiter::store_key(key);
-        activity.forget(if digested { key } else { &stored });
+        activity.forget(key.as_bytes());
     }
     Ok(())
 }

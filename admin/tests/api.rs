@@ -1,4 +1,5 @@
-//! The admin router's JSON API and its guards, driven in process.
+//! The admin router's JSON API and its guards, driven in process, on tollgate's public
+//! seam: the activity recorder as the layer's observer, its rules, peek/reset by stored key.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,9 +11,9 @@ use axum::Router;
 use http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tollgate::admin::Admin;
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{key, store::MemoryStore, Penalty, Rule};
+use tollgate_admin::{Activity, Admin};
 use tower::ServiceExt;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -25,13 +26,14 @@ fn login_rule() -> Rule {
 /// An app limiting `GET /` by the `user` header, with its admin at `/admin`, and the
 /// handle that reloads its rules.
 fn app() -> (Router, tollgate::layer::ReloadHandle<MemoryStore>) {
+    let activity = Activity::with_top_keys(8);
     let (layer, reload) = RateLimitLayer::builder()
         .limit(Limit::new(login_rule(), key::header("user")))
-        .top_limited_keys(8)
+        .observe(activity.clone())
         .build()
         .unwrap()
         .reloadable();
-    let admin = Admin::new(&layer).bearer_token(TOKEN).router();
+    let admin = Admin::new(&layer, &activity).bearer_token(TOKEN).router();
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)
@@ -227,4 +229,43 @@ async fn the_page_escapes_keys() {
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(!page.contains("<script>alert(1)"));
     assert!(page.contains("<svg class=\"chart\""));
+}
+
+/// A key over 128 bytes is listed as the store's digest of it (33 bytes, marked
+/// `digested`), and that digest looks the key up and unblocks it.
+#[tokio::test]
+async fn a_long_key_is_listed_and_unblocked_by_its_digest() {
+    let (app, _reload) = app();
+    let long = "m".repeat(300);
+    hit(&app, &long, 3).await;
+    let (_, top) = send(&app, admin("GET", "/admin/api/top", Some(TOKEN))).await;
+    let listed = &top[0]["keys"][0];
+    assert_eq!(listed["digested"], true);
+    let digest = listed["key_hex"].as_str().unwrap().to_owned();
+    assert_eq!(digest.len(), 66);
+    assert!(digest.starts_with("ff"));
+
+    let path = format!("/admin/api/key?rule=login&key_hex={digest}&digested=true");
+    let (status, state) = send(&app, admin("GET", &path, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(state["locked"], true);
+    // The same key typed out is the same key, in the same state.
+    let typed = format!("/admin/api/key?rule=login&key={long}");
+    let (_, same) = send(&app, admin("GET", &typed, Some(TOKEN))).await;
+    assert_eq!(
+        (&same["key_hex"], &same["locked"]),
+        (&state["key_hex"], &state["locked"])
+    );
+
+    let unblock = format!("/admin/api/unblock?rule=login&key_hex={digest}&digested=true");
+    let (status, _) = send(&app, admin("POST", &unblock, Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, state) = send(&app, admin("GET", &path, Some(TOKEN))).await;
+    assert_eq!(state["locked"], false);
+    // Bytes that are no digest the store keeps are refused.
+    let bad = "/admin/api/key?rule=login&key_hex=ff00&digested=true";
+    assert_eq!(
+        send(&app, admin("GET", bad, Some(TOKEN))).await.0,
+        StatusCode::BAD_REQUEST
+    );
 }

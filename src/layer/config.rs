@@ -494,9 +494,6 @@ pub(crate) struct Config {
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
-    /// How many keys each rule's activity keeps (see `top_limited_keys`).
-    #[cfg(feature = "admin")]
-    pub(crate) top_limited_keys: usize,
 }
 
 impl Default for Config {
@@ -513,8 +510,6 @@ impl Default for Config {
             log_interval: DEFAULT_LOG_INTERVAL,
             held: HeldLimits::default(),
             policies: Vec::new(),
-            #[cfg(feature = "admin")]
-            top_limited_keys: super::observe::activity::DEFAULT_TOP_KEYS,
         }
     }
 }
@@ -579,13 +574,6 @@ impl Config {
             Some((n, value)) if *n == enforced => value.as_ref(),
             _ => None,
         }
-    }
-
-    /// Every limit of the layer: its own, then each route's.
-    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
-    pub(crate) fn all_limits(&self) -> impl Iterator<Item = &Limit> {
-        let routed = self.routes.iter().flat_map(|r| &r.limits);
-        self.global.iter().chain(routed)
     }
 
     pub(crate) fn route_pattern(&self, route: Option<usize>) -> Option<&str> {

@@ -47,15 +47,6 @@ impl RateLimitLayer {
     }
 }
 
-#[cfg(feature = "admin")]
-impl<St> RateLimitLayer<St> {
-    /// The layer's limiter, where its configuration lives and its state, for the admin
-    /// router.
-    pub(crate) fn parts(&self) -> (&Limiter<St>, &ConfigSource, &Arc<LayerState>) {
-        (&self.limiter, &self.config, &self.state)
-    }
-}
-
 /// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
 /// [`build`](Self::build) checks the whole configuration once, reporting every problem.
 ///
@@ -265,18 +256,6 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// that needs a short wait for the first time finds a place.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
         self.config_mut().held.max_per_key = Some(n);
-        self
-    }
-
-    /// Keeps the `n` keys each rule denied most, per period of five minutes (default 64),
-    /// for the [admin page](crate::admin): a summary whose memory is `n` keys of at most
-    /// 128 bytes (longer keys are kept as the 33-byte digest the store keeps them under)
-    /// per rule and period. See [`observe`](super::observe#top-limited-keys) for its bound.
-    /// Set when the layer is first built: a reload keeps the running layer's.
-    #[cfg(feature = "admin")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
-    pub fn top_limited_keys(mut self, n: usize) -> Self {
-        self.config_mut().top_limited_keys = n;
         self
     }
 

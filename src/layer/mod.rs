@@ -242,10 +242,3 @@ pub use observe::rules::RuleInfo;
 pub use plans::{select::PlanOf, Plans, UnknownPlan};
 pub use reload::ReloadHandle;
 pub use service::RateLimit;
-
-#[cfg(feature = "admin")]
-pub(crate) use config::Config;
-#[cfg(feature = "admin")]
-pub(crate) use reload::source::ConfigSource;
-#[cfg(feature = "admin")]
-pub(crate) use state::LayerState;

@@ -2,8 +2,8 @@
 //!
 //! The configuration says what to enforce; this state is what enforcing it has left in
 //! this instance: the requests held now, the refusals of limits charged by outcome that
-//! wait for the requests beside them, the log's rate limiter (and, with the `admin`
-//! feature, each rule's activity). A reload replaces the configuration and nothing here:
+//! wait for the requests beside them, the log's rate limiter, and the observers of its
+//! decisions. A reload replaces the configuration and nothing here:
 //! a request held, a refusal waiting or a log line left out under the old rules is still
 //! one under the new.
 
@@ -28,9 +28,6 @@ pub(crate) struct LayerState {
     pub(crate) log: Arc<EventLog>,
     /// What watches the layer's decisions, set when the layer was first built.
     pub(crate) observers: Observers,
-    /// Each rule's activity in this instance, by rule name.
-    #[cfg(feature = "admin")]
-    pub(crate) activity: Arc<super::observe::activity::Activity>,
 }
 
 impl LayerState {
@@ -41,24 +38,14 @@ impl LayerState {
             unsettled: Arc::default(),
             log: Arc::new(EventLog::new(config.log_interval)),
             observers,
-            #[cfg(feature = "admin")]
-            activity: Arc::new(super::observe::activity::Activity::new(
-                config.top_limited_keys,
-            )),
         });
         state.follow(config);
         state
     }
 
-    /// Follows what `config`, now running, asks of the state: the log's interval, and the
-    /// activity of the rules it has (the others' is dropped).
+    /// Follows what `config`, now running, asks of the state: the log's interval.
     pub(crate) fn follow(&self, config: &Config) {
         self.log.set_interval(config.log_interval);
-        #[cfg(feature = "admin")]
-        {
-            let names: Vec<&str> = config.all_limits().map(|l| l.rule.name()).collect();
-            self.activity.retain(&names);
-        }
     }
 }
 

@@ -1,11 +1,10 @@
 //! The layer in the frameworks and files users bring: axum, hyper, tonic, the rules file, and
-//! the generated protobuf code of the tonic example, the admin router, and what the layer
+//! the generated protobuf code of the tonic example, and what the layer
 //! reports to operators.
 
 #[path = "../support/mod.rs"]
 mod support;
 
-mod admin_api;
 mod layer_axum;
 mod layer_hyper;
 mod layer_tonic;

@@ -1,11 +1,12 @@
-//! What an operator asks of a running layer, kept per rule in this instance (feature
-//! `admin`): decisions per second over the last minutes, and the keys denied most recently,
-//! with an estimate of how many distinct keys were denied.
+//! What an operator asks of a running layer, kept per rule in this instance: decisions per
+//! second over the last minutes, and the keys denied most recently, with an estimate of how
+//! many distinct keys were denied.
 //!
 //! Both are per instance: each process sees its own traffic (the store's state, read by
-//! [`Limiter::peek`](crate::Limiter::peek), is what instances share). They are fed where
-//! the layer records a decision: an admitted or delayed request costs one atomic increment
-//! per rule, a denial one more lock and a map lookup for the top keys.
+//! [`Limiter::peek_stored`](tollgate::Limiter::peek_stored), is what instances share). They
+//! are fed by the layer's [`DecisionObserver`] seam: an admitted or delayed request costs a
+//! lookup of the rule and one atomic increment per rule, a denial one more lock and a map
+//! lookup for the top keys.
 //!
 //! The top keys are two [Space-Saving](sketch) summaries of `capacity` counters each: the
 //! current period's and the previous one's, a period being [`PERIOD_SECONDS`]. What is
@@ -18,14 +19,15 @@ pub(crate) mod sketch;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use parking_lot::Mutex;
+use tollgate::layer::{DecisionObserver, RuleDecision};
+use tollgate::Decision;
 
 use self::distinct::Distinct;
 use self::ring::{Counted, DecisionRing};
 use self::sketch::SpaceSaving;
-use crate::clock::{Clock, MonotonicClock};
-use crate::limiter::store_key;
 
 /// How long a period of the top keys lasts, in seconds.
 pub(crate) const PERIOD_SECONDS: u64 = 300;
@@ -33,10 +35,11 @@ pub(crate) const PERIOD_SECONDS: u64 = 300;
 /// How many keys each rule's summary keeps by default.
 pub(crate) const DEFAULT_TOP_KEYS: usize = 64;
 
-/// Seconds on the clock the rings and the periods run on: monotonic, per process.
+/// Seconds on the clock the rings and the periods run on: monotonic, per process (from 1,
+/// so that no second is mistaken for an empty slot's).
 pub(crate) fn now_second() -> u64 {
-    static CLOCK: OnceLock<MonotonicClock> = OnceLock::new();
-    CLOCK.get_or_init(MonotonicClock::new).now_micros() / 1_000_000
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs() + 1
 }
 
 /// One rule's activity in this instance.
@@ -108,17 +111,14 @@ impl RuleActivity {
         self.decisions.count(what, second);
     }
 
-    /// Counts a denial of `key`; returns the new estimate of distinct denied keys when it
-    /// may have changed (for the metric).
-    pub(crate) fn deny(&self, key: &[u8], second: u64) -> Option<u64> {
+    /// Counts a denial of `key`, in the form the store keeps it.
+    pub(crate) fn deny(&self, key: &[u8], second: u64) {
         self.decisions.count(Counted::Denied, second);
-        let kept = store_key(key);
-        let hash = key_hasher().hash_one(&*kept);
+        let hash = key_hasher().hash_one(key);
         let mut top = self.top.lock();
-        let rotated = top.rotate(second);
-        top.current.0.count(&kept);
-        let changed = top.current.1.add(hash);
-        (changed || rotated).then(|| top.current.1.estimate_with(&top.previous.1))
+        top.rotate(second);
+        top.current.0.count(key);
+        top.current.1.add(hash);
     }
 
     /// Forgets `key` (stored form) in both periods: it was unblocked.
@@ -207,21 +207,71 @@ impl TopKeys {
     }
 }
 
-impl Default for Activity {
-    fn default() -> Self {
-        Self::new(DEFAULT_TOP_KEYS)
+/// The recorder of a layer's activity, per rule and in this instance: decisions per second
+/// over the last five minutes, the keys denied most (a Space-Saving summary of `n` keys per
+/// period of five minutes, the current one's and the previous one's) and an estimate of the
+/// distinct keys denied (a HyperLogLog of 256 bytes per period). What the [`Admin`] router
+/// shows.
+///
+/// Set it on the layer as its observer
+/// ([`RateLimitLayerBuilder::observe`](tollgate::layer::RateLimitLayerBuilder::observe)) and
+/// give a clone to [`Admin::new`]: clones share one record. A rule that keeps its name
+/// across a reload keeps its history. A would-be denial of a rule in shadow counts as
+/// denied; a rule that admits a request another rule denies counts nothing (the denying
+/// rule counts it). Keys are the store's form of them, so a key over 128 bytes is kept as
+/// its 33-byte digest and an unblock still reaches it.
+///
+/// [`Admin`]: crate::Admin
+/// [`Admin::new`]: crate::Admin::new
+#[derive(Debug, Clone)]
+pub struct Activity(pub(crate) Arc<RuleActivities>);
+
+impl Activity {
+    /// A recorder keeping the 64 keys each rule denied most, per period.
+    pub fn new() -> Self {
+        Self::with_top_keys(DEFAULT_TOP_KEYS)
+    }
+
+    /// A recorder keeping the `n` keys each rule denied most, per period of five minutes:
+    /// memory of `n` keys of at most 128 bytes per rule and period. For `N` denials in a
+    /// period, a listed count is never below the true count and at most `N / n` above it,
+    /// and every key denied more than `N / n` times is listed.
+    pub fn with_top_keys(n: usize) -> Self {
+        Self(Arc::new(RuleActivities::new(n.max(1))))
     }
 }
 
-/// The activity of every rule of a layer, by name, kept across reloads: a rule that keeps
-/// its name keeps its history.
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DecisionObserver for Activity {
+    fn on_rule(&self, d: &RuleDecision<'_>) {
+        let second = now_second();
+        let denied = matches!(d.outcome.decision, Decision::Deny(_));
+        if !denied && !d.batch_admitted {
+            // Another rule denied the request: that rule counts it.
+            return;
+        }
+        let activity = self.0.rule(d.rule.name());
+        match d.outcome.decision {
+            Decision::Deny(_) => activity.deny(d.key.as_bytes(), second),
+            Decision::Delay(_) if !d.shadow => activity.count(Counted::Delayed, second),
+            _ => activity.count(Counted::Admitted, second),
+        }
+    }
+}
+
+/// The activity of every rule of a layer, by name.
 #[derive(Debug)]
-pub(crate) struct Activity {
+pub(crate) struct RuleActivities {
     capacity: usize,
     rules: Mutex<Vec<Arc<RuleActivity>>>,
 }
 
-impl Activity {
+impl RuleActivities {
     /// Activity whose summaries keep `capacity` keys per rule and period.
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
@@ -231,12 +281,12 @@ impl Activity {
     }
 
     /// The activity of the rule named `name`, made if new.
-    pub(crate) fn rule(&self, name: &Arc<str>) -> Arc<RuleActivity> {
+    pub(crate) fn rule(&self, name: &str) -> Arc<RuleActivity> {
         let mut rules = self.rules.lock();
-        if let Some(found) = rules.iter().find(|r| r.name() == &**name) {
+        if let Some(found) = rules.iter().find(|r| r.name() == name) {
             return found.clone();
         }
-        let made = Arc::new(RuleActivity::new(name.clone(), self.capacity));
+        let made = Arc::new(RuleActivity::new(name.into(), self.capacity));
         rules.push(made.clone());
         made
     }
@@ -284,7 +334,7 @@ mod tests {
     fn a_long_key_is_kept_as_its_digest() {
         let rule = RuleActivity::new("r".into(), 8);
         let long = [b'x'; 300];
-        rule.deny(&long, now_second());
+        rule.deny(tollgate::StoredKey::of(&long).as_bytes(), now_second());
         let report = rule.top(1, now_second());
         let key = &report.keys[0].key;
         assert!(key.digested);

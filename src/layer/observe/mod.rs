@@ -36,37 +36,20 @@
 //! | `tollgate_held_refused_total` | counter | | delayed requests refused because `max_held` or `max_held_per_key` was reached |
 //! | `tollgate_charge_refunds_total` | counter | `rule` | requests whose units were given back because their response did not count ([`Charge`](super::Charge)) |
 //! | `tollgate_memory_store_evictions_total` | counter | | entries a [`MemoryStore`](crate::store::MemoryStore) past its bound forgot to make room for new keys (see [`MemoryStore::max_keys`](crate::store::MemoryStore::max_keys)) |
-//! | `tollgate_limited_keys` | gauge | `rule` | with the `admin` feature too: the estimated number of distinct keys the rule denied in this instance over the last one to two periods of five minutes |
 //!
 //! Each is described, with its unit, to the recorder installed when a limit is made (the
 //! `# HELP` lines of Prometheus's text). Labels are the rule's name and fixed words only. A
 //! key never becomes a label: keys are unbounded (every client IP would be a series) and may
 //! be personal data.
 //!
-//! # Top limited keys
+//! # Observers
 //!
-//! With the `admin` feature the layer also keeps, per rule and in this instance (each
-//! process sees its own traffic; the store's state is what instances share), what the
-//! [admin router][admin] shows:
-//!
-//! - **Decisions over time**: admitted, delayed and denied per second over the last five
-//!   minutes, in a ring of one slot per second (7 KB per rule). A would-be denial of a rule
-//!   in shadow counts as denied; a rule that admits a request another rule denies counts
-//!   nothing (the denying rule counts it).
-//! - **The keys denied most**: a Space-Saving summary of `n` counters per period of five
-//!   minutes ([`top_limited_keys`], 64 by
-//!   default), the current period's and the previous one's, so that what is listed covers
-//!   the last five to ten minutes. Its bound: for `N` denials in a period, a listed count
-//!   is never below the true count and at most `N / n` above it (each key's `error` says
-//!   by how much at most), and every key denied more than `N / n` times is listed.
-//! - **Distinct denied keys**: a HyperLogLog of 256 bytes per period (about 6.5 % standard
-//!   error, exact while keys are few), also the `tollgate_limited_keys` gauge with the
-//!   `metrics` feature. A key is never a label.
-//!
-//! An admitted or delayed request costs one atomic increment per rule; a denial adds one
-//! lock per denying rule, a hash of the key and a map lookup. Without the feature nothing
-//! is kept or recorded. Keys longer than 128 bytes are kept as the 33-byte digest the
-//! store keeps them under, so memory stays bounded and an unblock still reaches them.
+//! A [`DecisionObserver`](super::DecisionObserver) set with
+//! [`observe`](super::RateLimitLayerBuilder::observe) is told each rule's decision of every
+//! request, with the key in the form the store keeps it: what a dashboard, an audit log or
+//! an exporter of its own builds on, in a crate of its own (the operator's view,
+//! `tollgate-admin`, records decisions per second and the keys denied most this way). With
+//! no observer set the request's path pays one branch.
 //!
 //! # Outcomes
 //!
@@ -85,23 +68,6 @@
 //! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
 //! and in `tollgate_held_refused_total`.
 //!
-// A link to an item of a feature that is off goes to docs.rs, which documents them all.
-#![cfg_attr(feature = "admin", doc = "[admin]: crate::admin")]
-#![cfg_attr(
-    not(feature = "admin"),
-    doc = "[admin]: https://docs.rs/tollgate/latest/tollgate/admin/index.html"
-)]
-#![cfg_attr(
-    feature = "admin",
-    doc = "[`top_limited_keys`]: super::RateLimitLayerBuilder::top_limited_keys"
-)]
-#![cfg_attr(
-    not(feature = "admin"),
-    doc = "[`top_limited_keys`]: https://docs.rs/tollgate/latest/tollgate/layer/struct.RateLimitLayerBuilder.html#method.top_limited_keys"
-)]
-
-#[cfg(feature = "admin")]
-pub(crate) mod activity;
 pub(super) mod observer;
 pub(super) mod record;
 pub(super) mod rules;
@@ -184,12 +150,6 @@ pub(crate) fn finish(
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (route, limits, health);
-    #[cfg(feature = "admin")]
-    if let Ok(outcome) = result {
-        record_activity(config, &state.activity, route, limits, batch, outcome);
-    }
-    #[cfg(not(feature = "admin"))]
-    let _ = state;
     if !state.observers.is_empty() {
         if let Ok(outcome) = result {
             notify(config, state, route, limits, batch, outcome);
@@ -214,40 +174,6 @@ pub(crate) fn finish(
         span.record("key", display(KeyDigest::of(check.key)));
     }
     elapsed
-}
-
-/// Counts each rule's decision in its activity: admitted and delayed in its ring, a
-/// denial (or a would-be denial in shadow) in its ring and its top keys. A rule that admits
-/// in a batch another rule denies counts nothing: the denying rule counts the request.
-#[cfg(feature = "admin")]
-fn record_activity(
-    config: &Config,
-    activities: &activity::Activity,
-    route: Option<usize>,
-    limits: &[usize],
-    batch: &[Check<'_>],
-    outcome: &Outcome,
-) {
-    use self::activity::ring::Counted;
-    let second = activity::now_second();
-    let denied = !outcome.is_admitted();
-    for ((&i, check), rule) in limits.iter().zip(batch).zip(&outcome.rules) {
-        let Some(limit) = config.limit(route, i) else {
-            continue;
-        };
-        let activity = activities.rule(&limit.rule.shared_name());
-        let in_shadow = limit.shadow || config.mode == Mode::Shadow;
-        match DecisionLabel::of_rule(in_shadow, denied, rule) {
-            DecisionLabel::Admitted => activity.count(Counted::Admitted, second),
-            DecisionLabel::Delayed => activity.count(Counted::Delayed, second),
-            DecisionLabel::Denied | DecisionLabel::Locked | DecisionLabel::ShadowDenied => {
-                if let Some(distinct) = activity.deny(check.key, second) {
-                    record::limited_keys(&limit.metrics, distinct);
-                }
-            }
-            DecisionLabel::DeniedByOther | DecisionLabel::StoreFailed => {}
-        }
-    }
 }
 
 /// Tells the layer's observers of each rule's decision, with the key as the store keeps it.

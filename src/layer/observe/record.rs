@@ -59,7 +59,7 @@ impl DecisionLabel {
     }
 
     /// One rule's outcome in a batch: `in_shadow` for a shadow limit or shadow mode.
-    #[cfg_attr(not(any(feature = "metrics", feature = "admin")), allow(dead_code))]
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(super) fn of_rule(in_shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
             Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
@@ -109,13 +109,6 @@ pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     recording::charge_refunded(_metrics);
 }
 
-/// The estimated number of distinct keys the limit of `_metrics` denied recently is `_n`.
-#[cfg(feature = "admin")]
-pub(crate) fn limited_keys(_metrics: &RuleMetrics, _n: u64) {
-    #[cfg(feature = "metrics")]
-    recording::limited_keys(_metrics, _n);
-}
-
 /// Records the store's answer for a request: per limit of its batch, in order, the limit's
 /// keys and whether it is in shadow (a shadow limit, or shadow mode); the store's health,
 /// and how long it took, if timed.
@@ -150,13 +143,10 @@ mod recording {
     static HELD: Key = Key::from_static_name("tollgate_held_requests");
     static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
 
-    /// One limit's keys: `tollgate_decisions_total` per outcome, its refunds, and its
-    /// count of distinct denied keys.
+    /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
     pub(super) struct RuleKeys {
         decisions: [Key; DecisionLabel::ALL.len()],
         refunds: Key,
-        #[cfg_attr(not(feature = "admin"), allow(dead_code))]
-        limited: Key,
     }
 
     impl RuleKeys {
@@ -174,10 +164,6 @@ mod recording {
                 decisions: DecisionLabel::ALL.map(decision),
                 refunds: Key::from_parts(
                     "tollgate_charge_refunds_total",
-                    vec![Label::new("rule", name.clone())],
-                ),
-                limited: Key::from_parts(
-                    "tollgate_limited_keys",
                     vec![Label::new("rule", name.clone())],
                 ),
             }
@@ -222,11 +208,6 @@ mod recording {
             "tollgate_memory_store_evictions_total",
             Unit::Count,
             "Entries an in-process store past its bound (max_keys) forgot to make room for new keys."
-        );
-        describe_gauge!(
-            "tollgate_limited_keys",
-            Unit::Count,
-            "Estimated distinct keys the rule denied in this instance over the last one to two periods of five minutes (admin feature)."
         );
     }
 
@@ -285,13 +266,5 @@ mod recording {
 
     pub(super) fn charge_refunded(metrics: &RuleMetrics) {
         count(&metrics.keys.refunds);
-    }
-
-    #[cfg(feature = "admin")]
-    pub(super) fn limited_keys(metrics: &RuleMetrics, n: u64) {
-        metrics::with_recorder(|r| {
-            r.register_gauge(&metrics.keys.limited, &METADATA)
-                .set(n as f64)
-        });
     }
 }
