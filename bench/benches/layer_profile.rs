@@ -9,7 +9,9 @@
 //! `<case>` one of `bare`, `peer-ip`, `peer-ip-no-headers`, `header`, `governor`,
 //! `peer-ip-429`, `governor-429`. The difference between two runs of different `rounds`
 //! divided by the difference in rounds is the cost of one request, without the set-up; add
-//! `--toggle-collect='layer_profile::run*'` to count only the requests (steadier).
+//! `--toggle-collect='layer_profile::run*'` to count only the requests (steadier). With the
+//! `admin` feature every tollgate layer has `tollgate-admin`'s activity recorder as its
+//! observer: the request path's cost of the operator's view.
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -32,13 +34,12 @@ use apps::{hello, roomy, tight};
 const ROUNDS: usize = 20_000;
 
 fn tollgate(rule: Rule, key: impl tollgate::key::KeyExtractor, on_allowed: bool) -> Router {
-    hello().layer(
-        RateLimitLayer::builder()
-            .limit(Limit::new(rule, key))
-            .headers_on_allowed(on_allowed)
-            .build()
-            .expect("a valid layer"),
-    )
+    let builder = RateLimitLayer::builder()
+        .limit(Limit::new(rule, key))
+        .headers_on_allowed(on_allowed);
+    #[cfg(feature = "admin")]
+    let builder = builder.observe(tollgate_admin::Activity::new());
+    hello().layer(builder.build().expect("a valid layer"))
 }
 
 fn request() -> Request<Body> {
