@@ -84,7 +84,10 @@ fn login_key() -> Arc<dyn KeyExtractor> {
 }
 
 /// The app and its admin API, on any store.
-fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, ConfigError> {
+fn app<St: Store + Clone>(
+    limiter: Limiter<St>,
+    token: &str,
+) -> Result<Router, Box<dyn std::error::Error>> {
     let login = login_rule()?;
     let per_address = Rule::gcra("login-per-address", 20, Rate::per_minute(20));
     let address: Arc<dyn KeyExtractor> = Arc::new(key::peer_ip());
@@ -97,7 +100,7 @@ fn app<St: Store + Clone>(limiter: Limiter<St>, token: &str) -> Result<Router, C
         .build()?;
     let page = tollgate_admin::Admin::new(&limits, &activity)
         .bearer_token(token)
-        .router();
+        .router()?;
     let public = Router::new()
         .route(
             "/login",

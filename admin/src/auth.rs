@@ -2,7 +2,7 @@
 //! the session cookie its login form sets, the anti-forgery token of the page's forms, and
 //! the limit on failed attempts, enforced by tollgate itself.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::ConnectInfo;
@@ -19,7 +19,9 @@ pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
 /// The cookie the page's anti-forgery tokens are derived from.
 pub(crate) const CSRF_COOKIE: &str = "tollgate_admin_csrf";
 /// How long a session lasts.
-const SESSION: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const SESSION: Duration = Duration::from_secs(8 * 3600);
+/// The shortest bearer token accepted: 16 bytes, as `openssl rand -hex 8` writes.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// How a request was let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,22 +168,72 @@ pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
         .map(|(_, v)| v)
 }
 
-/// A `Set-Cookie` value: readable by no script, sent by no other site.
-pub(crate) fn set_cookie(name: &str, value: &str, max_age: Duration) -> String {
+/// How the router's cookies are set: under the path the router is mounted at, and with
+/// `Secure` unless the router was told its cookies travel over plain HTTP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CookieScope<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) secure: bool,
+}
+
+/// A `Set-Cookie` value: readable by no script, sent by no other site, and only to the
+/// router's own paths (a page of the application beside it never receives it).
+pub(crate) fn set_cookie(
+    scope: CookieScope<'_>,
+    name: &str,
+    value: &str,
+    max_age: Duration,
+) -> String {
+    let path = if scope.path.is_empty() {
+        "/"
+    } else {
+        scope.path
+    };
+    let secure = if scope.secure { "; Secure" } else { "" };
     format!(
-        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         max_age.as_secs()
     )
 }
 
 /// The `Set-Cookie` value of a new session.
-pub(crate) fn session_cookie(value: &str) -> String {
-    set_cookie(SESSION_COOKIE, value, SESSION)
+pub(crate) fn session_cookie(scope: CookieScope<'_>, value: &str) -> String {
+    set_cookie(scope, SESSION_COOKIE, value, SESSION)
+}
+
+/// The `Set-Cookie` value that ends the session (signing out).
+pub(crate) fn session_cleared(scope: CookieScope<'_>) -> String {
+    set_cookie(scope, SESSION_COOKIE, "", Duration::ZERO)
+}
+
+/// Whether a form posted with `headers` comes from a page of the router's own origin: its
+/// `Sec-Fetch-Site` says `same-origin` (or `none`: typed by the user), or, without one, its
+/// `Origin` is the request's own host; a client that sends neither (a browser too old to,
+/// or not a browser) is taken. An opaque `Origin` (`null`) without `Sec-Fetch-Site` is not.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    if let Some(site) = text(http::HeaderName::from_static("sec-fetch-site")) {
+        return site == "same-origin" || site == "none";
+    }
+    match text(header::ORIGIN) {
+        Some(origin) => {
+            let authority = origin.split_once("://").map(|(_, rest)| rest);
+            authority.is_some() && authority == text(header::HOST)
+        }
+        None => true,
+    }
 }
 
 /// Failed attempts (a wrong bearer token, a wrong token in the login form), limited per
-/// client address with tollgate itself: past the limit, an address is refused whatever it
-/// sends until the window ends.
+/// client with tollgate itself: past the limit, a client's wrong attempts are refused
+/// (`429`) until the window ends, while a valid credential is always let in, so that
+/// failures from an address never lock the operator out. A client is its IPv4 address,
+/// or its IPv6 /64 (what one host is usually given); the store holds at most
+/// [`MAX_CLIENTS`] of them.
 pub(crate) struct Failures {
     limiter: Limiter<MemoryStore>,
     rule: Rule,
@@ -190,35 +242,118 @@ pub(crate) struct Failures {
 impl Failures {
     pub(crate) fn new() -> Self {
         Self {
-            limiter: Limiter::new(MemoryStore::new()),
+            limiter: Limiter::new(MemoryStore::new().max_keys(MAX_CLIENTS)),
             rule: Rule::fixed_window("admin-failed-attempts", 10, Duration::from_secs(900)),
         }
     }
 
-    /// The address failures count under: the peer's, or one key for all when the server
-    /// gives no connection info.
+    /// The client failures count under: the peer's IPv4 address or IPv6 /64, or one key
+    /// for all when the server gives no connection info.
     pub(crate) fn address<B>(request: &Request<B>) -> String {
         request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
+            .map_or_else(|| "unknown".to_owned(), |c| client(c.0.ip()))
     }
 
-    /// Whether `address` has failed too often to be heard now.
-    pub(crate) async fn locked_out(&self, address: &str) -> bool {
-        let next = self.limiter.peek(&self.rule, address, 1).await;
-        next.is_ok_and(|next| !next.decision.is_admitted())
+    /// Counts a failed attempt from `address`; returns whether it is past the limit (to be
+    /// answered `429`).
+    pub(crate) async fn fail(&self, address: &str) -> bool {
+        let outcome = self.limiter.check_one(&self.rule, address).await;
+        outcome.is_ok_and(|o| !o.is_admitted())
     }
+}
 
-    /// Counts a failed attempt from `address`.
-    pub(crate) async fn fail(&self, address: &str) {
-        let _ = self.limiter.check_one(&self.rule, address).await;
+/// How many clients the failure counts hold at most (a flood of new addresses makes the
+/// store forget the least telling counts, never a client refused now).
+pub(crate) const MAX_CLIENTS: usize = 65_536;
+
+/// A client as failures count it: an IPv4 address (an IPv4-mapped IPv6 one too), or the
+/// /64 of an IPv6 address.
+fn client(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// IPv6 clients count per /64, IPv4 (mapped or not) per address.
+    #[test]
+    fn clients_are_addresses_or_slash_64s() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::7".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client(a), client(b));
+        assert_eq!(client(a), "2001:db8:1:2::/64");
+        assert_ne!(client(a), client(c));
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        assert_eq!(client(mapped), "203.0.113.7");
+    }
+
+    /// A form is taken from the router's own origin, or from a client that says nothing;
+    /// not from another site.
+    #[test]
+    fn forms_come_from_the_same_origin() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in pairs {
+                h.insert(*n, v.parse().unwrap());
+            }
+            h
+        };
+        assert!(same_origin(&headers(&[
+            ("host", "ops:8080"),
+            ("origin", "https://ops:8080")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "ops:8080"),
+            ("origin", "https://evil.example")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "ops"),
+            ("origin", "null")
+        ])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
+        let null = [("origin", "null"), ("sec-fetch-site", "same-origin")];
+        assert!(same_origin(&headers(&null)));
+        let forged = [
+            ("origin", "https://ops"),
+            ("host", "ops"),
+            ("sec-fetch-site", "cross-site"),
+        ];
+        assert!(!same_origin(&headers(&forged)));
+        assert!(same_origin(&headers(&[("sec-fetch-site", "same-origin")])));
+        assert!(same_origin(&headers(&[])));
+    }
+
+    /// Cookies are scoped to the router's path, `Secure` unless told otherwise.
+    #[test]
+    fn cookies_are_scoped_to_the_router() {
+        let scope = CookieScope {
+            path: "/ops/admin",
+            secure: true,
+        };
+        let set = session_cookie(scope, "v");
+        assert!(
+            set.contains("Path=/ops/admin;") && set.ends_with("; Secure"),
+            "{set}"
+        );
+        assert!(set.contains(&format!("Max-Age={}", SESSION.as_secs())));
+        let plain = session_cleared(CookieScope {
+            path: "",
+            secure: false,
+        });
+        assert!(
+            plain.contains("Path=/;") && plain.contains("Max-Age=0") && !plain.contains("Secure")
+        );
+    }
 
     /// A session this router signed is valid; a changed one, or another router's, is not;
     /// and the anti-forgery token matches only its own cookie.

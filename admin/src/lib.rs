@@ -25,7 +25,8 @@
 //!     .reloadable();
 //! let admin = Admin::new(&layer, &activity)
 //!     .bearer_token("a secret of 16 characters or more")
-//!     .router();
+//!     .router()
+//!     .expect("a token long enough");
 //! let app: Router = Router::new()
 //!     .route("/", axum::routing::get(|| async { "hello" }))
 //!     .layer(layer)
@@ -41,6 +42,7 @@
 //! |---|---|
 //! | `GET /` | the page: per rule its chart of decisions over the last five minutes and its most denied keys with an unblock button, the store's health, a form to look a key up (`?rule=&key=`) |
 //! | `POST /login` | the page's sign-in form (`token`): sets a session cookie |
+//! | `POST /logout` | the page's sign-out button (`csrf`): ends the session |
 //! | `POST /unblock` | the page's unblock button (`rule`, `key_hex`, `digested`, `csrf`) |
 //! | `GET /api/rules` | each rule: algorithm, quota, penalty, routes, mode |
 //! | `GET /api/decisions` | per rule, admitted, delayed and denied per second, oldest first, ending now |
@@ -57,12 +59,18 @@
 //! # Who may use it
 //!
 //! Mount it behind the application's authentication, off the public network. With a
-//! [`bearer_token`](Admin::bearer_token) it also asks for one itself: scripts send
-//! `Authorization: Bearer …`, browsers sign in through the page's form, which sets a
-//! session cookie (`HttpOnly`, `SameSite=Strict`, signed with a key random per router).
-//! Tokens are compared in constant time; after 10 failed attempts within 15 minutes a
-//! client address (axum's `ConnectInfo`, or one count for all without it) is refused
-//! everything until the window ends, counted by tollgate itself.
+//! [`bearer_token`](Admin::bearer_token) (16 bytes at least) it also asks for one itself;
+//! with none, the router is made only if told so by name
+//! ([`without_token`](Admin::without_token)). Scripts send `Authorization: Bearer …`;
+//! browsers sign in through the page's form (taken only from the router's own origin),
+//! which sets a session cookie (`HttpOnly`, `SameSite=Strict`, `Secure` unless
+//! [`insecure_cookies`](Admin::insecure_cookies), scoped to the path the router is mounted
+//! at, signed with a key random per router, valid 8 hours; the page's *Sign out* ends it).
+//! Tokens are compared in constant time. After 10 failed attempts within 15 minutes, a
+//! client (an IPv4 address or an IPv6 /64, from axum's `ConnectInfo`; one count for all
+//! without it) has its wrong attempts answered `429` until the window ends, counted by
+//! tollgate itself in a store bounded to 65,536 clients; a valid token or session is never
+//! refused, so failures from a shared address cannot lock the operator out.
 //!
 //! A change from a browser (an unblock) must carry the anti-forgery token the page puts in
 //! its forms (the `csrf` field, or an `x-csrf-token` header), derived from a `SameSite=Strict`
@@ -90,7 +98,7 @@ use http::{header, StatusCode};
 
 pub use self::activity::Activity;
 use self::activity::RuleActivities;
-use self::auth::{Access, Failures, Secrets};
+use self::auth::{Access, CookieScope, Failures, Secrets, MIN_TOKEN_LEN};
 use tollgate::layer::RateLimitLayer;
 use tollgate::store::Store;
 
@@ -99,6 +107,8 @@ pub struct Admin<St> {
     layer: RateLimitLayer<St>,
     activity: Arc<RuleActivities>,
     token: Option<String>,
+    without_token: bool,
+    secure_cookies: bool,
 }
 
 /// What every route of the router shares.
@@ -107,7 +117,30 @@ struct Shared<St> {
     activity: Arc<RuleActivities>,
     secrets: Secrets,
     failures: Failures,
+    secure_cookies: bool,
 }
+
+impl<St> Shared<St> {
+    /// How cookies are set for the router mounted at `base`.
+    fn cookie_scope<'a>(&self, base: &'a str) -> CookieScope<'a> {
+        CookieScope {
+            path: base,
+            secure: self.secure_cookies,
+        }
+    }
+}
+
+/// Why [`Admin::router`] refused to make a router: its door would not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminError(String);
+
+impl fmt::Display for AdminError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AdminError {}
 
 impl<St: Store + Clone> Admin<St> {
     /// The admin of `layer`: its limiter and its rules (followed across reloads when
@@ -119,27 +152,70 @@ impl<St: Store + Clone> Admin<St> {
             layer: layer.clone(),
             activity: Arc::clone(&activity.0),
             token: None,
+            without_token: false,
+            secure_cookies: true,
         }
     }
 
-    /// Asks for `token` too: as `Authorization: Bearer <token>`, or once in the page's
-    /// sign-in form. Use a long random secret.
+    /// Asks for `token`: as `Authorization: Bearer <token>`, or once in the page's sign-in
+    /// form. It must be at least 16 bytes (`openssl rand -hex 16` writes 32): a shorter one
+    /// is refused by [`router`](Self::router).
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
     }
 
-    /// The router, to [`nest`](Router::nest) where the application wants it.
-    pub fn router(self) -> Router {
+    /// Asks for no token: the application's own authentication in front of the router
+    /// decides who reaches it. Without this or a [`bearer_token`](Self::bearer_token),
+    /// [`router`](Self::router) refuses to make an open door by omission.
+    pub fn without_token(mut self) -> Self {
+        self.without_token = true;
+        self
+    }
+
+    /// Sets the session and anti-forgery cookies without `Secure`, for a router served
+    /// over plain HTTP off `localhost` (behind a proxy that terminates TLS elsewhere, or in
+    /// development). By default they are `Secure`: a browser sends them over HTTPS only
+    /// (and to `http://localhost`).
+    pub fn insecure_cookies(mut self) -> Self {
+        self.secure_cookies = false;
+        self
+    }
+
+    /// The router, to [`nest`](Router::nest) where the application wants it; refused when a
+    /// token is too short to be secret, or when neither a token nor
+    /// [`without_token`](Self::without_token) was given.
+    pub fn router(self) -> Result<Router, AdminError> {
+        match (&self.token, self.without_token) {
+            (Some(token), _) if token.len() < MIN_TOKEN_LEN => {
+                return Err(AdminError(format!(
+                    "tollgate-admin: a bearer token of {} bytes is too short to be secret; use at least {MIN_TOKEN_LEN} random bytes (openssl rand -hex 16)",
+                    token.len()
+                )));
+            }
+            (Some(_), true) => {
+                return Err(AdminError(
+                    "tollgate-admin: bearer_token and without_token both given; choose one".into(),
+                ));
+            }
+            (None, false) => {
+                return Err(AdminError(
+                    "tollgate-admin: no bearer_token given; if the application's own authentication guards the router, say so with without_token()".into(),
+                ));
+            }
+            _ => {}
+        }
         let shared = Arc::new(Shared {
             layer: self.layer,
             activity: self.activity,
             secrets: Secrets::new(self.token.as_deref().map(str::as_bytes)),
             failures: Failures::new(),
+            secure_cookies: self.secure_cookies,
         });
-        Router::new()
+        Ok(Router::new()
             .route("/", get(page::index::<St>))
             .route("/login", post(page::login::<St>))
+            .route("/logout", post(page::logout::<St>))
             .route("/unblock", post(page::unblock::<St>))
             .route("/api/rules", get(api::rules::<St>))
             .route("/api/decisions", get(api::decisions::<St>))
@@ -148,26 +224,27 @@ impl<St: Store + Clone> Admin<St> {
             .route("/api/key", get(api::key::<St>))
             .route("/api/unblock", post(api::unblock::<St>))
             .layer(middleware::from_fn_with_state(shared.clone(), guard::<St>))
-            .with_state(shared)
+            .with_state(shared))
     }
 }
 
-/// Lets a request in as its credentials say, refusing a client address that failed too
-/// often; only the page and its sign-in form are served to a request without any.
+/// Lets a request in as its credentials say; only the page and its sign-in form are served
+/// to a request without any. A wrong token is counted against its client, and refused with
+/// `429` past the limit; a valid credential is never refused, however often others failed
+/// from the same client.
 async fn guard<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let address = Failures::address(&request);
-    if shared.failures.locked_out(&address).await {
-        let body = "too many failed attempts: try again later\n";
-        return (StatusCode::TOO_MANY_REQUESTS, body).into_response();
-    }
     let access = match shared.secrets.access(request.headers()) {
         Ok(access) => access,
         Err(()) => {
-            shared.failures.fail(&address).await;
+            let address = Failures::address(&request);
+            if shared.failures.fail(&address).await {
+                let body = "too many failed attempts: try again later\n";
+                return (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+            }
             return unauthorized();
         }
     };
@@ -194,6 +271,8 @@ impl<St: fmt::Debug> fmt::Debug for Admin<St> {
         f.debug_struct("Admin")
             .field("layer", &self.layer)
             .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("without_token", &self.without_token)
+            .field("secure_cookies", &self.secure_cookies)
             .finish()
     }
 }

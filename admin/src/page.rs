@@ -11,7 +11,10 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 
 use super::api::WhichKey;
-use super::auth::{cookie, random, session_cookie, set_cookie, Access, Failures, CSRF_COOKIE};
+use super::auth::{
+    cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Failures,
+    CSRF_COOKIE,
+};
 use super::render::{self, Page};
 use super::text::hex;
 use super::{view, Shared};
@@ -76,7 +79,8 @@ pub(super) async fn index<St: Store>(
         Some(value) if value.len() == 32 => (value.to_owned(), Vec::new()),
         _ => {
             let value = hex(&random()[..16]);
-            let set = set_cookie(CSRF_COOKIE, &value, Duration::from_secs(12 * 3600));
+            let scope = shared.cookie_scope(&base);
+            let set = set_cookie(scope, CSRF_COOKIE, &value, Duration::from_secs(12 * 3600));
             (value, vec![set])
         }
     };
@@ -137,15 +141,50 @@ pub(super) async fn login<St: Store>(
     request: axum::extract::Request,
 ) -> Response {
     let base = base_of(&original, "/login");
+    if !same_origin(request.headers()) {
+        let html = render::login_with(&base, "Sign in from this page itself.");
+        return page_response(StatusCode::FORBIDDEN, html, &[]);
+    }
     let address = Failures::address(&request);
     let form = Form::<SignIn>::from_request(request, &()).await;
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
+    // The right token is never refused, however often others failed from this client.
     if !shared.secrets.has_token() || shared.secrets.token_matches(&given) {
-        let session = session_cookie(&shared.secrets.new_session());
+        let session = session_cookie(shared.cookie_scope(&base), &shared.secrets.new_session());
         return see_other(page_at(&base), &[session]);
     }
-    shared.failures.fail(&address).await;
+    if shared.failures.fail(&address).await {
+        let html = render::login_with(&base, "Too many failed attempts: try again later.");
+        return page_response(StatusCode::TOO_MANY_REQUESTS, html, &[]);
+    }
     page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[])
+}
+
+/// The sign-out button's field.
+#[derive(Deserialize)]
+pub(super) struct SignOut {
+    csrf: Option<String>,
+}
+
+/// Ends the browser's session: its cookie is cleared, and the sign-in form is shown.
+pub(super) async fn logout<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    original: OriginalUri,
+    headers: HeaderMap,
+    Form(form): Form<SignOut>,
+) -> Response {
+    let base = base_of(&original, "/logout");
+    let csrf = form.csrf.as_deref().unwrap_or_default();
+    if !shared.secrets.csrf_valid(&headers, csrf) {
+        let html = render::document(
+            "tollgate admin",
+            "<p>This form is out of date: reload the page and try again.</p>",
+            false,
+        );
+        return page_response(StatusCode::FORBIDDEN, html, &[]);
+    }
+    let cleared = session_cleared(shared.cookie_scope(&base));
+    see_other(page_at(&base), &[cleared])
 }
 
 /// The unblock button's fields.

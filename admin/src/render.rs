@@ -35,10 +35,15 @@ pub(crate) fn document(title: &str, body: &str, refresh: bool) -> String {
 
 /// The login form, with a message when the last attempt failed.
 pub(crate) fn login(base: &str, failed: bool) -> String {
-    let message = if failed {
-        "<p class=\"bad\">That is not the token.</p>"
+    login_with(base, if failed { "That is not the token." } else { "" })
+}
+
+/// The login form, with `message` (if any) above it.
+pub(crate) fn login_with(base: &str, message: &str) -> String {
+    let message = if message.is_empty() {
+        String::new()
     } else {
-        ""
+        format!("<p class=\"bad\">{}</p>", html(message))
     };
     let body = format!(
         "<h1>tollgate admin</h1>{message}<form method=\"post\" action=\"{}/login\">\
@@ -65,6 +70,13 @@ pub(crate) struct Page<'a> {
 /// The admin page.
 pub(crate) fn page(page: &Page<'_>) -> String {
     let mut body = String::from("<h1>tollgate: rate limits</h1>");
+    let _ = write!(
+        body,
+        "<form class=\"inline\" method=\"post\" action=\"{}/logout\" id=\"logout\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Sign out</button></form>",
+        html(page.base),
+        html(page.csrf)
+    );
     if let Some(notice) = &page.notice {
         let _ = write!(body, "<p class=\"ok\" id=\"notice\">{}</p>", html(notice));
     }
