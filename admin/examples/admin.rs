@@ -569,8 +569,11 @@ mod tests {
             "{}",
             page.before
         );
+        // The key's parts (address, user) shown as parts.
         assert!(
-            page.before.contains("127.0.0.1\u{241F}alice"),
+            page.before.contains(
+                "<span class=\"part\">127.0.0.1</span><span class=\"sep\">\u{241F}</span><span class=\"part\">alice</span>"
+            ),
             "{}",
             page.before
         );

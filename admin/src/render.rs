@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::text::html;
+use super::text::{html, key_html};
 use super::view::{DecisionsView, HealthView, KeyState, RuleView, TopView};
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}\
@@ -12,7 +12,8 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid 
 table{border-collapse:collapse}td,th{padding:.25em .7em;text-align:left;border-bottom:1px solid #eee}\
 code{background:#f4f4f4;padding:0 .25em}.ok{color:#287a3e}.bad{color:#b3261e}.note{color:#666}\
 .legend span{margin-right:1em}.a{color:#287a3e}.d{color:#c77700}.x{color:#b3261e}\
-form.inline{display:inline}button{cursor:pointer}";
+form.inline{display:inline}button{cursor:pointer}\
+.part{border:1px dotted #aaa;padding:0 .15em}.sep{color:#999;padding:0 .1em}";
 
 /// Reloads the page every five seconds unless a field has the focus.
 const SCRIPT: &str = "setInterval(function(){var a=document.activeElement;\
@@ -139,7 +140,7 @@ fn key_state(state: &KeyState, page: &Page<'_>) -> String {
     format!(
         "<div id=\"lookup-result\"><p>Key <code>{}</code> under <strong>{}</strong>: next request {verdict}{retry}; \
 {} of {} left, full again in {:.1} s.</p>{}</div>",
-        html(&state.key.key),
+        key_html(&state.key.key),
         html(&state.rule),
         state.remaining,
         state.limit,
@@ -280,7 +281,7 @@ fn top_table(top: &TopView, page: &Page<'_>) -> String {
         let _ = write!(
             out,
             "<tr><td><code class=\"key\">{}</code></td><td>{}{error}</td><td>{}</td></tr>",
-            html(&key.key.key),
+            key_html(&key.key.key),
             key.denials,
             unblock_button(page, &top.rule, &key.key.key_hex, key.key.digested)
         );

@@ -43,9 +43,12 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// A key as a person reads it: its text, with the parts of a tuple key separated by `␟`,
-/// control characters as `\u{…}` and bytes that are not UTF-8 as `\x…`; a key the store
-/// keeps as a digest as `sha256:` and the digest's hex.
+/// A key as a person reads it: its text, with the parts of a tuple key separated by `␟`;
+/// control characters, characters that show nothing or reorder text (zero-width, bidi
+/// controls, whitespace other than the space, variation selectors, tags) as `\u{…}`, and a
+/// `\` or a literal `␟` escaped too, so that no key can pass for another on the page; bytes
+/// that are not UTF-8 as `\x…`; a key the store keeps as a digest as `sha256:` and the
+/// digest's hex. [`typed_key`] reads it back.
 pub(crate) fn key_text(bytes: &[u8], digested: bool) -> String {
     if digested {
         return format!("sha256:{}", hex(bytes.get(1..).unwrap_or_default()));
@@ -55,7 +58,8 @@ pub(crate) fn key_text(bytes: &[u8], digested: bool) -> String {
         for c in chunk.valid().chars() {
             match c {
                 '\u{1F}' => out.push(SEPARATOR_SYMBOL),
-                c if c.is_control() => {
+                '\\' => out.push_str("\\\\"),
+                c if c == SEPARATOR_SYMBOL || hidden(c) => {
                     let _ = write!(out, "\\u{{{:x}}}", c as u32);
                 }
                 c => out.push(c),
@@ -68,16 +72,67 @@ pub(crate) fn key_text(bytes: &[u8], digested: bool) -> String {
     out
 }
 
-/// The key typed into the lookup form: its UTF-8 bytes, `␟` standing for the separator.
+/// Whether `c` could make one key look like another: it shows nothing, shows as a space
+/// other than the space, or reorders the text around it.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
+            | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E0FFF}')
+}
+
+/// A key's text (from [`key_text`]) as HTML: escaped, each part of a tuple key in a box of
+/// its own, so that the parts read as parts.
+pub(crate) fn key_html(text: &str) -> String {
+    let parts: Vec<String> = text
+        .split(SEPARATOR_SYMBOL)
+        .map(|part| format!("<span class=\"part\">{}</span>", html(part)))
+        .collect();
+    parts.join(&format!("<span class=\"sep\">{SEPARATOR_SYMBOL}</span>"))
+}
+
+/// The key typed into the lookup form, as [`key_text`] shows it: `␟` standing for the
+/// separator, and its escapes (`\\`, `\u{…}`, `\x…`) read back; anything else as typed.
 pub(crate) fn typed_key(text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
-    for c in text.chars() {
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
         if c == SEPARATOR_SYMBOL {
             out.push(0x1F);
-        } else {
-            let mut buf = [0; 4];
-            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
         }
+        if c == '\\' {
+            if let Some(after) = rest.strip_prefix('\\') {
+                out.push(b'\\');
+                rest = after;
+                continue;
+            }
+            if let Some(escaped) = rest.strip_prefix("u{").and_then(|r| r.split_once('}')) {
+                let code = u32::from_str_radix(escaped.0, 16)
+                    .ok()
+                    .and_then(char::from_u32);
+                if let Some(code) = code {
+                    let mut buf = [0; 4];
+                    out.extend_from_slice(code.encode_utf8(&mut buf).as_bytes());
+                    rest = escaped.1;
+                    continue;
+                }
+            }
+            if let Some(byte) = rest.get(1..3).filter(|_| rest.starts_with('x')) {
+                if let Ok(byte) = u8::from_str_radix(byte, 16) {
+                    out.push(byte);
+                    rest = &rest[3..];
+                    continue;
+                }
+            }
+        }
+        let mut buf = [0; 4];
+        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
     }
     out
 }
@@ -100,5 +155,37 @@ mod tests {
         assert_eq!(unhex("zz"), None);
         let digest = [0xFF; 33];
         assert!(key_text(&digest, true).starts_with("sha256:ffff"));
+    }
+
+    /// Keys that would look alike on the page do not: invisible and reordering characters,
+    /// a backslash and a literal `␟` are escaped, every shown key is typed back to its
+    /// bytes, and the parts of a tuple key are shown as parts.
+    #[test]
+    fn no_key_passes_for_another() {
+        let keys: [&[u8]; 7] = [
+            b"alice",
+            "al\u{200b}ice".as_bytes(),
+            "ali\u{202e}ecila".as_bytes(),
+            "alice\u{a0}".as_bytes(),
+            br"al\u{200b}ice",
+            "a\u{241f}b".as_bytes(),
+            b"a\x1fb",
+        ];
+        let shown: Vec<String> = keys.iter().map(|k| key_text(k, false)).collect();
+        for (key, text) in keys.iter().zip(&shown) {
+            assert!(!text.chars().any(hidden), "{text:?} hides a character");
+            assert_eq!(typed_key(text), *key, "{text:?}");
+        }
+        for (i, a) in shown.iter().enumerate() {
+            assert!(!shown[i + 1..].contains(a), "{a:?} shown twice");
+        }
+        assert_eq!(shown[1], r"al\u{200b}ice");
+        assert_eq!(shown[4], r"al\\u{200b}ice");
+        assert_eq!(shown[5], r"a\u{241f}b");
+        assert_eq!(shown[6], "a\u{241F}b");
+        assert_eq!(
+            key_html("203.0.113.7\u{241F}<b>"),
+            "<span class=\"part\">203.0.113.7</span><span class=\"sep\">\u{241F}</span><span class=\"part\">&lt;b&gt;</span>"
+        );
     }
 }
