@@ -223,7 +223,7 @@ where
                         Released::Counted(checked) => decide(
                             &passengers.config,
                             &passengers.state,
-                            checked,
+                            *checked,
                             &passengers.request,
                         ),
                     };

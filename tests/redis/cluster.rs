@@ -234,7 +234,7 @@ async fn a_denied_batch_leaves_a_queue_it_held_as_it_was(cluster: &RedisCluster)
     let clock = ManualClock::new(BASE_MICROS);
     let limiter = limiter(cluster, &clock).await;
     let (own_key, tenant_key, other): (&[u8], &[u8], &[u8]) = (b"alpha", b"beta", b"gamma");
-    let slots = [own_key, tenant_key, other].map(|k| Slot::for_key(&[b"{", k, b"}"].concat()));
+    let slots = [own_key, tenant_key, other].map(|k| Slot::for_key([b"{", k, b"}"].concat()));
     assert!(slots[0] != slots[1] && slots[1] != slots[2] && slots[0] != slots[2]);
     let ms = Duration::from_millis;
     let own = Rule::leaky_bucket("own", 10, tollgate::Rate::new(1, ms(100)));

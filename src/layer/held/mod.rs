@@ -37,8 +37,9 @@ pub(crate) enum Released<St: Store + Clone> {
         headers: Option<RateLimitHeaders>,
         charge: Option<Charging<St>>,
     },
-    /// The rules that wait for the release counted it: the layer decides on their answer.
-    Counted(Checked<St>),
+    /// The rules that wait for the release counted it: the layer decides on their answer
+    /// (boxed: a hold's future is as small as its common case, `Pass`).
+    Counted(Box<Checked<St>>),
 }
 
 /// The hold of a request, as a future: waits until the request is due, confirms it, and
@@ -71,7 +72,8 @@ impl<St: Store + Clone> Hold<St> {
                 .await;
             // The place under the bounds lasts until the confirmation has answered.
             drop(slot);
-            Released::Counted(counted(batch, reservation, &pending, observation, result))
+            let checked = counted(batch, reservation, &pending, observation, result);
+            Released::Counted(Box::new(checked))
         })
     }
 }
