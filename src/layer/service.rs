@@ -152,34 +152,39 @@ where
             max_wait,
             tickets,
         };
-        drop(current);
-        self.ask_later(call, observation, request)
+        ask_later(
+            &mut self.inner,
+            (&current, state),
+            call,
+            observation,
+            request,
+        )
     }
 }
 
-impl<S: Clone, St: Store + Clone> RateLimit<S, St> {
-    /// Asks a store that could not answer at once through the boxed `check` future. A
-    /// store may still answer on its first poll (a local deny cache, a fallback while its
-    /// breaker is open): then too the inner service is called without a clone. One that is
-    /// not ready yet is polled again, with the caller's waker, by the response future.
-    fn ask_later<ReqB, ResB>(
-        &mut self,
-        call: StoreCall<St>,
-        observation: observe::Observation,
-        request: Request<ReqB>,
-    ) -> ResponseFuture<S, ReqB, St>
-    where
-        S: Service<Request<ReqB>, Response = Response<ResB>>,
-    {
-        let (config, state) = (Arc::clone(&call.config), Arc::clone(&call.state));
-        let mut check: CheckFuture<St> = Box::pin(check(call, observation));
-        if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            let next = decide(&config, &state, checked, &request);
-            return ResponseFuture::decided(next, request, &mut self.inner, &config, &state);
-        }
-        let inner = self.take_ready_inner();
-        ResponseFuture::checking(check, request, inner, config, state)
+/// Asks a store that could not answer at once through the boxed `check` future. A store
+/// may still answer on its first poll (a local deny cache, a fallback while its breaker is
+/// open): then too `inner`, driven to readiness, is called without a clone, and the
+/// request's configuration and state are borrowed, not counted. One that is not ready yet
+/// is polled again, with the caller's waker, by the response future.
+fn ask_later<S, St, ReqB, ResB>(
+    inner: &mut S,
+    (config, state): (&Arc<Config>, &Arc<LayerState>),
+    call: StoreCall<St>,
+    observation: observe::Observation,
+    request: Request<ReqB>,
+) -> ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    St: Store + Clone,
+{
+    let mut check: CheckFuture<St> = Box::pin(check(call, observation));
+    if let Poll::Ready(checked) = check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        let next = decide(config, state, checked, &request);
+        return ResponseFuture::decided(next, request, inner, config, state);
     }
+    let inner = take_ready(inner);
+    ResponseFuture::checking(check, request, inner, Arc::clone(config), Arc::clone(state))
 }
 
 /// The items of a request's batch: each of its limits on `route` that applies to it, with
@@ -302,14 +307,12 @@ fn original_path<B>(request: &Request<B>) -> &str {
     request.uri().path()
 }
 
-impl<S: Clone, St> RateLimit<S, St> {
-    /// The inner service that was driven to readiness, for a future that calls it later; a
-    /// clone (not ready yet) takes its place. See
-    /// <https://docs.rs/tower/latest/tower/trait.Service.html#be-careful-when-cloning-inner-services>
-    fn take_ready_inner(&mut self) -> S {
-        let clone = self.inner.clone();
-        mem::replace(&mut self.inner, clone)
-    }
+/// The inner service that was driven to readiness, for a future that calls it later; a
+/// clone (not ready yet) takes its place. See
+/// <https://docs.rs/tower/latest/tower/trait.Service.html#be-careful-when-cloning-inner-services>
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    mem::replace(inner, clone)
 }
 
 /// Asks a store that could not answer at once (`Store::try_check_now`) about a request's

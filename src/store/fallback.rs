@@ -368,12 +368,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     /// primary is away, what it is owed is taken locally, where the key is decided then.
     async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let local_at = |i: usize| outcome.admission.as_ref().is_some_and(|a| a.taken(i).local);
-        let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+        let (mut local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
             (0..batch.len()).partition(|&i| local_at(i));
         let part = |indices: &[usize]| -> SmallVec<[Check<'_>; 4]> {
             indices.iter().map(|&i| batch[i]).collect()
         };
-        let mut locally = part(&local);
         if !primary.is_empty() {
             let checks = part(&primary);
             match self
@@ -385,19 +384,19 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
                 Err(e @ StoreError::InvalidBatch(_)) => return Err(e),
                 Err(e) => {
                     self.shared.primary_failed(&e);
-                    locally.extend(checks);
+                    local.extend(primary);
                 }
             }
         }
-        if locally.is_empty() {
+        if local.is_empty() {
             return Ok(());
         }
-        let none = Outcome::new(crate::decision::RuleOutcomes::new());
-        match self.shared.divided_rules(&locally) {
-            None => self.local.overdraw(&locally, &none).await,
+        let (checks, taken) = (part(&local), outcome.select(&local));
+        match self.shared.divided_rules(&checks) {
+            None => self.local.overdraw(&checks, &taken).await,
             Some(rules) => {
                 self.local
-                    .overdraw(&with_rules(&locally, &rules), &none)
+                    .overdraw(&with_rules(&checks, &rules), &taken)
                     .await
             }
         }
