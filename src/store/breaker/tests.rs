@@ -357,7 +357,7 @@ async fn a_polled_fallback_over_a_breaker_recovers_with_no_request() {
         assert_eq!(fallback.health(), Health::Degraded);
         store.flaky.down.store(false, Ordering::SeqCst);
         let calls = store.flaky.calls();
-        // Polled every 100 ms, no request: healthy within `open_for` and the probe.
+        // Polled, with no request: healthy within `open_for` and the probe.
         let mut polls = 0;
         while fallback.health() != Health::Healthy {
             polls += 1;

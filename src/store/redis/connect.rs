@@ -77,8 +77,8 @@ impl RedisStore {
         // The address without the credentials the URL may carry.
         let addr = client.get_connection_info().addr().to_string();
         let connect = async {
-            // The store's own per-call timeout governs, not the crate's 500 ms default; a
-            // dead server fails the connect after a few quick retries instead of six.
+            // The store's own per-call timeout governs, not the redis crate's own default; a
+            // dead server fails the connect after a few quick retries instead of the default many.
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(None)
                 .set_connection_timeout(Some(DEFAULT_TIMEOUT))
