@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::auth::Access;
 use super::text::{typed_key, unhex};
 use super::{view, Shared};
-use tollgate::{store::Store, StoreError, StoredKey};
+use tollgate::layer::RuleInfo;
+use tollgate::{store::Store, Rule, StoreError, StoredKey};
 
 pub(super) async fn rules<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
     Json(view::rules(&shared.layer.rules())).into_response()
@@ -35,8 +36,20 @@ pub(super) async fn top<St: Store>(
     Json(view::top(&shared.layer.rules(), &shared.activity, n)).into_response()
 }
 
+pub(super) async fn locked<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    Query(query): Query<TopQuery>,
+) -> Response {
+    let n = query.n.unwrap_or(view::LOCKED_PER_RULE);
+    let limiter = shared.layer.limiter();
+    match view::locked(limiter, &shared.layer.rules(), &shared.activity, n).await {
+        Ok(locked) => Json(locked).into_response(),
+        Err(e) => store_failed(&e),
+    }
+}
+
 pub(super) async fn health<St: Store>(State(shared): State<Arc<Shared<St>>>) -> Response {
-    Json(view::health(shared.layer.limiter().health())).into_response()
+    Json(shared.health()).into_response()
 }
 
 /// A key named in a query or a form: typed (`key`, `␟` between a tuple's parts) or exact
@@ -96,6 +109,34 @@ pub(super) async fn key<St: Store>(
     };
     match view::key_state(shared.layer.limiter(), &rule, &key).await {
         Ok(state) => Json(state).into_response(),
+        Err(e) => store_failed(&e),
+    }
+}
+
+/// The rules a lookup searches: the one named (`Err` if there is none of that name), or
+/// every running rule when none is named.
+pub(super) fn rules_named(running: &[RuleInfo], name: Option<&str>) -> Result<Vec<Rule>, ()> {
+    match name.filter(|n| !n.is_empty()) {
+        Some(name) => view::rule(running, name).map(|r| vec![r]).ok_or(()),
+        None => Ok(running.iter().map(|i| i.rule.clone()).collect()),
+    }
+}
+
+pub(super) async fn find<St: Store>(
+    State(shared): State<Arc<Shared<St>>>,
+    Query(which): Query<WhichKey>,
+) -> Response {
+    let running = shared.layer.rules();
+    let Ok(rules) = rules_named(&running, which.rule.as_deref()) else {
+        return error(StatusCode::NOT_FOUND, "no such rule");
+    };
+    let Some(key) = which.stored().filter(|k| !k.as_bytes().is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "name the key: key= or key_hex=");
+    };
+    let named = which.rule.as_deref().is_some_and(|r| !r.is_empty());
+    let limiter = shared.layer.limiter();
+    match view::find(limiter, &shared.activity, &rules, named, &key).await {
+        Ok(found) => Json(found).into_response(),
         Err(e) => store_failed(&e),
     }
 }

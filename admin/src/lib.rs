@@ -1,7 +1,8 @@
 //! The operator's view of a running [`tollgate`] layer: which rules it enforces,
-//! how their decisions move, which keys they deny most, the store's health, one key's
-//! state, and an unblock; as a JSON API and one HTML page, in an axum [`Router`] to mount
-//! behind the application's own authentication.
+//! how their decisions move, which keys they deny most and which they lock (until when),
+//! the store's health (a circuit breaker's state, how full an in-process store is), the
+//! keys a user name or an address finds, and an unblock; as a JSON API and one HTML page,
+//! in an axum [`Router`] to mount behind the application's own authentication.
 //!
 //! It is built on tollgate's public seam only: an [`Activity`] recorder set on the layer as
 //! its [`DecisionObserver`](tollgate::layer::DecisionObserver), the layer's
@@ -40,19 +41,22 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /` | the page: per rule its chart of decisions over the last five minutes and its most denied keys with an unblock button, the store's health, a form to look a key up (`?rule=&key=`) |
+//! | `GET /` | the page: the store's health, the locked keys with an unblock button, a form to look keys up (`?rule=&key=`), and per rule its chart of decisions over the last five minutes and its most denied keys |
 //! | `POST /login` | the page's sign-in form (`token`): sets a session cookie |
 //! | `POST /logout` | the page's sign-out button (`csrf`): ends the session |
 //! | `POST /unblock` | the page's unblock button (`rule`, `key_hex`, `digested`, `csrf`) |
 //! | `GET /api/rules` | each rule: algorithm, quota, penalty, routes, mode |
 //! | `GET /api/decisions` | per rule, admitted, delayed and denied per second, oldest first, ending now |
 //! | `GET /api/top?n=` | per rule, its most denied keys, their count's error, the bound, distinct keys |
-//! | `GET /api/health` | the store's health (a fallback deciding, a breaker open) |
+//! | `GET /api/locked?n=` | per rule with a penalty, the keys it locks now and until when |
+//! | `GET /api/health` | the store's health (a fallback deciding, a breaker open), a [breaker](Admin::breaker)'s state, an [in-process store](Admin::memory_store)'s fill |
 //! | `GET /api/key?rule=&key=` | one key's state in the store (`key_hex=` for exact bytes) |
+//! | `GET /api/find?key=&rule=` | the keys `key` names under the rule (any rule without `rule=`): itself, and the keys denied lately with it as a part (`alice` finds `203.0.113.7␟alice`), with their state |
 //! | `POST /api/unblock?rule=&key=` | clears the key's state and lifts its lock, in the store for every instance |
 //!
-//! Decisions and top keys are this instance's (see [`Activity`]); a key's state is the
-//! store's. The rules are the layer's current ones: a router made
+//! Decisions, top keys, and which keys were seen locked or denied are this instance's (see
+//! [`Activity`]); a key's state, and whether a listed key is locked now, is the store's.
+//! The rules are the layer's current ones: a router made
 //! from a [reloadable](tollgate::layer::RateLimitLayer::reloadable) layer follows its
 //! reloads.
 //!
@@ -85,6 +89,7 @@ mod page;
 mod render;
 mod text;
 mod view;
+mod watch;
 
 use std::fmt;
 use std::sync::Arc;
@@ -99,8 +104,9 @@ use http::{header, StatusCode};
 pub use self::activity::Activity;
 use self::activity::RuleActivities;
 use self::auth::{Access, CookieScope, Failures, Secrets, MIN_TOKEN_LEN};
+use self::watch::{BreakerWatch, MemoryWatch};
 use tollgate::layer::RateLimitLayer;
-use tollgate::store::Store;
+use tollgate::store::{Breaker, MemoryStore, Store};
 
 /// The admin router of a [`RateLimitLayer`]; see the [crate docs](crate).
 pub struct Admin<St> {
@@ -109,6 +115,14 @@ pub struct Admin<St> {
     token: Option<String>,
     without_token: bool,
     secure_cookies: bool,
+    watched: Watched,
+}
+
+/// What the router was given to watch beside the limiter's health.
+#[derive(Debug, Clone, Default)]
+struct Watched {
+    breaker: Option<BreakerWatch>,
+    memory: Option<MemoryWatch>,
 }
 
 /// What every route of the router shares.
@@ -118,6 +132,7 @@ struct Shared<St> {
     secrets: Secrets,
     failures: Failures,
     secure_cookies: bool,
+    watched: Watched,
 }
 
 impl<St> Shared<St> {
@@ -127,6 +142,15 @@ impl<St> Shared<St> {
             path: base,
             secure: self.secure_cookies,
         }
+    }
+}
+
+impl<St: Store> Shared<St> {
+    /// The store's health, with what the router watches beside it.
+    fn health(&self) -> view::HealthView {
+        let watched = &self.watched;
+        let health = self.layer.limiter().health();
+        view::health(health, watched.breaker.as_ref(), watched.memory.as_ref())
     }
 }
 
@@ -154,7 +178,28 @@ impl<St: Store + Clone> Admin<St> {
             token: None,
             without_token: false,
             secure_cookies: true,
+            watched: Watched::default(),
         }
+    }
+
+    /// Shows the state of `breaker` (closed, open, half-open), the circuit breaker in the
+    /// layer's store: the limiter's health says only that a store is away, not whether its
+    /// breaker is open or probing. Pass the breaker before it goes into the store (or a
+    /// clone of it: clones share their state), e.g. the one around the primary store of a
+    /// [`Fallback`](tollgate::store::Fallback).
+    pub fn breaker<S: Clone + Send + Sync + 'static>(mut self, breaker: &Breaker<S>) -> Self {
+        self.watched.breaker = Some(BreakerWatch::of(breaker));
+        self
+    }
+
+    /// Shows how full `store` is: the keys it holds, and whether it is at its
+    /// [bound](MemoryStore::max_keys), forgetting entries to make room for new keys (it
+    /// [evicted](MemoryStore::evictions) some in the last five minutes), with what that
+    /// means. Pass the in-process store the layer decides in, or the local store of a
+    /// [`Fallback`](tollgate::store::Fallback) (a clone: clones share their state).
+    pub fn memory_store(mut self, store: &MemoryStore) -> Self {
+        self.watched.memory = Some(MemoryWatch::of(store));
+        self
     }
 
     /// Asks for `token`: as `Authorization: Bearer <token>`, or once in the page's sign-in
@@ -211,6 +256,7 @@ impl<St: Store + Clone> Admin<St> {
             secrets: Secrets::new(self.token.as_deref().map(str::as_bytes)),
             failures: Failures::new(),
             secure_cookies: self.secure_cookies,
+            watched: self.watched,
         });
         Ok(Router::new()
             .route("/", get(page::index::<St>))
@@ -220,8 +266,10 @@ impl<St: Store + Clone> Admin<St> {
             .route("/api/rules", get(api::rules::<St>))
             .route("/api/decisions", get(api::decisions::<St>))
             .route("/api/top", get(api::top::<St>))
+            .route("/api/locked", get(api::locked::<St>))
             .route("/api/health", get(api::health::<St>))
             .route("/api/key", get(api::key::<St>))
+            .route("/api/find", get(api::find::<St>))
             .route("/api/unblock", post(api::unblock::<St>))
             .layer(middleware::from_fn_with_state(shared.clone(), guard::<St>))
             .with_state(shared))
@@ -273,6 +321,7 @@ impl<St: fmt::Debug> fmt::Debug for Admin<St> {
             .field("token", &self.token.as_ref().map(|_| "…"))
             .field("without_token", &self.without_token)
             .field("secure_cookies", &self.secure_cookies)
+            .field("watched", &self.watched)
             .finish()
     }
 }

@@ -10,14 +10,15 @@ use axum::{Extension, Form};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 
-use super::api::WhichKey;
+use super::api::{rules_named, WhichKey};
 use super::auth::{
     cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Failures,
     CSRF_COOKIE,
 };
-use super::render::{self, Page};
-use super::text::hex;
+use super::render::{self, Lookup, Page};
+use super::text::{hex, key_text};
 use super::{view, Shared};
+use tollgate::layer::RuleInfo;
 use tollgate::store::Store;
 
 /// Headers of every page: not cached, not framed (a framed unblock button could be
@@ -86,30 +87,49 @@ pub(super) async fn index<St: Store>(
     };
     let running = shared.layer.rules();
     let rules = view::rules(&running);
-    let lookup = match (&query.which.rule, query.which.stored()) {
-        (Some(name), Some(key)) if !key.as_bytes().is_empty() => {
-            Some(match view::rule(&running, name) {
-                None => Err(format!("no rule named {name:?}")),
-                Some(rule) => view::key_state(shared.layer.limiter(), &rule, &key)
-                    .await
-                    .map_err(|e| format!("the store failed: {e}")),
-            })
-        }
-        _ => None,
-    };
+    let limiter = shared.layer.limiter();
+    let locked = view::locked(limiter, &running, &shared.activity, view::LOCKED_PER_RULE)
+        .await
+        .map_err(|e| format!("the store failed: {e}"));
     let html = render::page(&Page {
         base: &base,
         rules: &rules,
         decisions: &view::decisions(&running, &shared.activity),
         top: &view::top(&running, &shared.activity, 10),
-        health: &view::health(shared.layer.limiter().health()),
+        locked,
+        health: &shared.health(),
         csrf: &shared.secrets.csrf_token(&csrf_cookie),
-        lookup,
+        lookup: lookup(&shared, &running, &query.which).await,
         notice: query
             .unblocked
             .map(|rule| format!("Unblocked a key of rule {rule}.")),
     });
     page_response(StatusCode::OK, html, &set)
+}
+
+/// What the lookup form asked for, if anything: the keys its text names under its rule
+/// (under every rule when it names none).
+async fn lookup<St: Store>(
+    shared: &Shared<St>,
+    running: &[RuleInfo],
+    which: &WhichKey,
+) -> Option<Result<Lookup, String>> {
+    let key = which.stored().filter(|k| !k.as_bytes().is_empty())?;
+    let name = which.rule.as_deref().filter(|n| !n.is_empty());
+    let Ok(rules) = rules_named(running, name) else {
+        return Some(Err(format!("no rule named {:?}", name.unwrap_or_default())));
+    };
+    let limiter = shared.layer.limiter();
+    let found = view::find(limiter, &shared.activity, &rules, name.is_some(), &key).await;
+    Some(
+        found
+            .map(|found| Lookup {
+                key: key_text(key.as_bytes(), key.is_digest()),
+                rule: name.map(str::to_owned),
+                found,
+            })
+            .map_err(|e| format!("the store failed: {e}")),
+    )
 }
 
 /// The sign-in form's field.

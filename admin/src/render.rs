@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::text::{html, key_html};
-use super::view::{DecisionsView, HealthView, KeyState, RuleView, TopView};
+use super::text::{clock_time, html, key_html, wait_text};
+use super::view::{DecisionsView, Found, HealthView, KeyState, LockedView, RuleView, TopView};
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}\
@@ -13,7 +13,8 @@ table{border-collapse:collapse}td,th{padding:.25em .7em;text-align:left;border-b
 code{background:#f4f4f4;padding:0 .25em}.ok{color:#287a3e}.bad{color:#b3261e}.note{color:#666}\
 .legend span{margin-right:1em}.a{color:#287a3e}.d{color:#c77700}.x{color:#b3261e}\
 form.inline{display:inline}button{cursor:pointer}\
-.part{border:1px dotted #aaa;padding:0 .15em}.sep{color:#999;padding:0 .1em}";
+.part{border:1px dotted #aaa;padding:0 .15em}.sep{color:#999;padding:0 .1em}\
+p.store{margin:.3em 0}";
 
 /// Reloads the page every five seconds unless a field has the focus.
 const SCRIPT: &str = "setInterval(function(){var a=document.activeElement;\
@@ -62,10 +63,21 @@ pub(crate) struct Page<'a> {
     pub(crate) rules: &'a [RuleView],
     pub(crate) decisions: &'a [DecisionsView],
     pub(crate) top: &'a [TopView],
+    /// The keys each rule with a penalty locks, or why the store could not say.
+    pub(crate) locked: Result<Vec<LockedView>, String>,
     pub(crate) health: &'a HealthView,
     pub(crate) csrf: &'a str,
-    pub(crate) lookup: Option<Result<KeyState, String>>,
+    pub(crate) lookup: Option<Result<Lookup, String>>,
     pub(crate) notice: Option<String>,
+}
+
+/// What the lookup form asked and found.
+pub(crate) struct Lookup {
+    /// The key as typed (in [`key_text`](super::text::key_text)'s form).
+    pub(crate) key: String,
+    /// The rule it was asked under, if one.
+    pub(crate) rule: Option<String>,
+    pub(crate) found: Found,
 }
 
 /// The admin page.
@@ -81,17 +93,8 @@ pub(crate) fn page(page: &Page<'_>) -> String {
     if let Some(notice) = &page.notice {
         let _ = write!(body, "<p class=\"ok\" id=\"notice\">{}</p>", html(notice));
     }
-    let class = if page.health.health == "healthy" {
-        "ok"
-    } else {
-        "bad"
-    };
-    let _ = write!(
-        body,
-        "<p>Store: <strong class=\"{class}\" id=\"health\">{}</strong> <span class=\"note\">({})</span></p>",
-        html(page.health.health),
-        html(page.health.meaning)
-    );
+    body.push_str(&health(page.health));
+    body.push_str(&locked_section(page));
     body.push_str(&lookup_form(page));
     for rule in page.rules {
         body.push_str(&rule_section(page, rule));
@@ -100,19 +103,116 @@ pub(crate) fn page(page: &Page<'_>) -> String {
     document("tollgate admin", &body, page.lookup.is_none())
 }
 
+/// The store's health, and the state of what the router watches beside it.
+fn health(health: &HealthView) -> String {
+    let class = |good: bool| if good { "ok" } else { "bad" };
+    let mut out = format!(
+        "<p class=\"store\">Store: <strong class=\"{}\" id=\"health\">{}</strong> <span class=\"note\">({})</span></p>",
+        class(health.health == "healthy"),
+        html(health.health),
+        html(health.meaning)
+    );
+    if let Some(breaker) = &health.breaker {
+        let _ = write!(
+            out,
+            "<p class=\"store\">Circuit breaker: <strong class=\"{}\" id=\"breaker\">{}</strong> <span class=\"note\">({})</span></p>",
+            class(breaker.state == "closed"),
+            html(breaker.state),
+            html(breaker.meaning)
+        );
+    }
+    if let Some(memory) = &health.memory_store {
+        let state = if memory.full {
+            format!(
+                "<strong class=\"bad\" id=\"memory\">full</strong>: {} entries forgotten in the last {} to make room for new keys",
+                memory.evicted_recently,
+                wait_text(u128::from(memory.recent_seconds) * 1000)
+            )
+        } else {
+            "<strong class=\"ok\" id=\"memory\">not full</strong>: no entry forgotten lately"
+                .to_owned()
+        };
+        let _ = write!(
+            out,
+            "<p class=\"store\">In-process store: {state}; {} keys held, {} forgotten in all. <span class=\"note\">{}</span></p>",
+            memory.keys,
+            memory.evictions,
+            html(memory.when_full)
+        );
+    }
+    out
+}
+
+/// The keys locked now, rule by rule, each with the end of its lock and an unblock button.
+fn locked_section(page: &Page<'_>) -> String {
+    let mut out = String::from("<h2>Locked keys</h2>");
+    let views = match &page.locked {
+        Ok(views) => views,
+        Err(message) => {
+            let _ = write!(out, "<p class=\"bad\">{}</p>", html(message));
+            return out;
+        }
+    };
+    if views.is_empty() {
+        out.push_str("<p class=\"note\">No rule locks keys: none has a penalty.</p>");
+        return out;
+    }
+    let count: usize = views.iter().map(|v| v.keys.len()).sum();
+    if count == 0 {
+        out.push_str(
+            "<p class=\"note\" id=\"locked\">No key locked, of those this instance saw denied.</p>",
+        );
+        return out;
+    }
+    out.push_str(
+        "<table id=\"locked\"><tr><th>rule</th><th>key</th><th>locked until</th><th></th></tr>",
+    );
+    for view in views {
+        for key in &view.keys {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td><code class=\"key\">{}</code></td><td>{} <span class=\"note\">(in {})</span></td><td>{}</td></tr>",
+                html(&view.rule),
+                key_html(&key.key.key),
+                clock_time(key.until_unix_ms),
+                wait_text(key.retry_after_ms),
+                unblock_button(page, &view.rule, &key.key.key_hex, key.key.digested)
+            );
+        }
+    }
+    out.push_str("</table>");
+    let more: usize = views.iter().map(|v| v.more).sum();
+    if more > 0 {
+        let _ = write!(out, "<p class=\"note\">… and about {more} more.</p>");
+    }
+    out.push_str("<p class=\"note\">The keys this instance saw denied as locked, as the store has them now.</p>");
+    out
+}
+
 fn lookup_form(page: &Page<'_>) -> String {
     let action = if page.base.is_empty() { "/" } else { page.base };
     let mut out = format!(
         "<h2>Look up a key</h2><form method=\"get\" action=\"{}\" id=\"lookup\">",
         html(action)
     );
-    out.push_str("<label>Rule <select name=\"rule\">");
+    let asked = page.lookup.as_ref().and_then(|l| l.as_ref().ok());
+    let asked_rule = asked.and_then(|l| l.rule.as_deref());
+    out.push_str("<label>Rule <select name=\"rule\"><option value=\"\">any</option>");
     for rule in page.rules {
-        let _ = write!(out, "<option>{}</option>", html(&rule.name));
+        let selected = if asked_rule == Some(rule.name.as_str()) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(out, "<option{selected}>{}</option>", html(&rule.name));
     }
-    out.push_str("</select></label> <label>Key <input name=\"key\" size=\"40\"></label> <button type=\"submit\">Look up</button></form>");
+    let _ = write!(
+        out,
+        "</select></label> <label>Key, or a part of one (a user, an address) <input name=\"key\" size=\"40\" value=\"{}\"></label> <button type=\"submit\">Look up</button></form>",
+        html(asked.map_or("", |l| l.key.as_str()))
+    );
     match &page.lookup {
-        Some(Ok(state)) => out.push_str(&key_state(state, page)),
+        Some(Ok(lookup)) => out.push_str(&found(lookup, page)),
         Some(Err(message)) => {
             let _ = write!(
                 out,
@@ -125,26 +225,50 @@ fn lookup_form(page: &Page<'_>) -> String {
     out
 }
 
+/// The keys a lookup found, each with its state and an unblock button.
+fn found(lookup: &Lookup, page: &Page<'_>) -> String {
+    let keys = &lookup.found.keys;
+    if keys.is_empty() {
+        return format!(
+            "<p id=\"lookup-result\">No key <code>{0}</code>, nor any this instance saw denied with <code>{0}</code> as a part, has state in the store{1}.</p>",
+            key_html(&lookup.key),
+            lookup.rule.as_deref().map(|r| format!(" under {}", html(r))).unwrap_or_else(|| " under any rule".to_owned())
+        );
+    }
+    let mut out = String::from("<table id=\"lookup-result\"><tr><th>rule</th><th>key</th><th>next request</th><th>quota</th><th></th></tr>");
+    for state in keys {
+        out.push_str(&key_state(state, page));
+    }
+    out.push_str("</table>");
+    if lookup.found.more > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"note\">… and {} more keys with that part.</p>",
+            lookup.found.more
+        );
+    }
+    out
+}
+
 fn key_state(state: &KeyState, page: &Page<'_>) -> String {
-    let verdict = if state.locked {
-        "<strong class=\"bad\">locked</strong>"
-    } else if state.admitted {
-        "<strong class=\"ok\">admitted</strong>"
-    } else {
-        "<strong class=\"bad\">denied</strong>"
+    let verdict = match (state.locked, state.admitted) {
+        (true, _) => "<strong class=\"bad\">locked</strong>",
+        (false, true) => "<strong class=\"ok\">admitted</strong>",
+        (false, false) => "<strong class=\"bad\">denied</strong>",
     };
-    let retry = state
-        .retry_after_ms
-        .map(|ms| format!(", retry after {:.1} s", ms as f64 / 1000.0))
-        .unwrap_or_default();
+    let retry = match (state.locked_until_unix_ms, state.retry_after_ms) {
+        (Some(until), Some(ms)) => format!(" until {} (in {})", clock_time(until), wait_text(ms)),
+        (None, Some(ms)) => format!(", retry in {}", wait_text(ms)),
+        _ => String::new(),
+    };
     format!(
-        "<div id=\"lookup-result\"><p>Key <code>{}</code> under <strong>{}</strong>: next request {verdict}{retry}; \
-{} of {} left, full again in {:.1} s.</p>{}</div>",
-        key_html(&state.key.key),
+        "<tr><td>{}</td><td><code class=\"key\">{}</code></td><td>{verdict}{retry}</td>\
+<td>{} of {} left, full again in {}</td><td>{}</td></tr>",
         html(&state.rule),
+        key_html(&state.key.key),
         state.remaining,
         state.limit,
-        state.reset_ms as f64 / 1000.0,
+        wait_text(state.reset_ms),
         unblock_button(page, &state.rule, &state.key.key_hex, state.key.digested),
     )
 }

@@ -137,6 +137,30 @@ pub(crate) fn typed_key(text: &str) -> Vec<u8> {
     out
 }
 
+/// A wait as a person reads it: tenths of a second under a minute, then minutes and
+/// seconds, then hours and minutes.
+pub(crate) fn wait_text(ms: u128) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => format!("{:.1} s", ms as f64 / 1000.0),
+        60..3600 => format!("{} min {} s", secs / 60, secs % 60),
+        _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// The time of day (UTC) of an instant given in milliseconds since the Unix epoch: what a
+/// lock's end reads as on the page (the operator's clock may be in any zone; UTC is said).
+pub(crate) fn clock_time(unix_ms: u128) -> String {
+    let secs = unix_ms / 1000;
+    let day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        day / 3600,
+        day % 3600 / 60,
+        day % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +179,15 @@ mod tests {
         assert_eq!(unhex("zz"), None);
         let digest = [0xFF; 33];
         assert!(key_text(&digest, true).starts_with("sha256:ffff"));
+    }
+
+    /// Waits and times of day read as a person reads them.
+    #[test]
+    fn waits_and_times_read_plainly() {
+        assert_eq!(wait_text(1_250), "1.2 s");
+        assert_eq!(wait_text(899_000), "14 min 59 s");
+        assert_eq!(wait_text(7_260_000), "2 h 1 min");
+        assert_eq!(clock_time(1_700_000_000_000), "22:13:20 UTC");
     }
 
     /// Keys that would look alike on the page do not: invisible and reordering characters,

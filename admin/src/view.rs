@@ -1,6 +1,8 @@
 //! What the admin router shows, read from the running layer: its rules, their decisions
-//! over time, their most denied keys, the store's health, one key's state. The JSON API
-//! serializes these; the page renders them.
+//! over time, their most denied keys, their locked keys, the store's health, the state of
+//! the keys a lookup finds. The JSON API serializes these; the page renders them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tollgate::layer::{Mode, RuleInfo};
@@ -9,8 +11,9 @@ use tollgate::{
     Decision, DenyReason, Limiter, Rule, StoreError, StoredKey,
 };
 
-use super::activity::{now_second, ring, RuleActivities, TopKey, PERIOD_SECONDS};
+use super::activity::{now_millis, now_second, ring, RuleActivities, TopKey, PERIOD_SECONDS};
 use super::text::{hex, key_text};
+use super::watch::{BreakerView, BreakerWatch, MemoryView, MemoryWatch};
 
 /// A rule as configured now.
 #[derive(Debug, Serialize)]
@@ -180,14 +183,23 @@ pub(crate) fn top(running: &[RuleInfo], activities: &RuleActivities, n: usize) -
     views
 }
 
-/// The store's health and what it means.
+/// The store's health and what it means, with the state of what the router was given to
+/// watch: a circuit breaker, an in-process store.
 #[derive(Debug, Serialize)]
 pub(crate) struct HealthView {
     pub(crate) health: &'static str,
     pub(crate) meaning: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) breaker: Option<BreakerView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) memory_store: Option<MemoryView>,
 }
 
-pub(crate) fn health(health: Health) -> HealthView {
+pub(crate) fn health(
+    health: Health,
+    breaker: Option<&BreakerWatch>,
+    memory: Option<&MemoryWatch>,
+) -> HealthView {
     let (health, meaning) = match health {
         Health::Healthy => (
             "healthy",
@@ -202,7 +214,12 @@ pub(crate) fn health(health: Health) -> HealthView {
             "a circuit breaker is open and nothing decides: the failure policy applies",
         ),
     };
-    HealthView { health, meaning }
+    HealthView {
+        health,
+        meaning,
+        breaker: breaker.map(BreakerWatch::view),
+        memory_store: memory.map(MemoryWatch::view),
+    }
 }
 
 /// One key's state under one rule, as the store has it (shared by every instance).
@@ -218,6 +235,16 @@ pub(crate) struct KeyState {
     pub(crate) admitted: bool,
     pub(crate) locked: bool,
     pub(crate) retry_after_ms: Option<u128>,
+    /// For a locked key, when a request of it is admitted again, in milliseconds since the
+    /// Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) locked_until_unix_ms: Option<u128>,
+}
+
+/// When `wait` from now ends, in milliseconds since the Unix epoch.
+fn unix_ms_after(wait: Duration) -> u128 {
+    let then = SystemTime::now() + wait;
+    then.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 /// The state of `key` under `rule`; nothing is consumed.
@@ -228,12 +255,9 @@ pub(crate) async fn key_state<St: Store>(
 ) -> Result<KeyState, StoreError> {
     let now = limiter.peek_stored(rule, key, 0).await?;
     let next = limiter.peek_stored(rule, key, rule.cost()).await?;
-    let (locked, retry_after_ms) = match next.decision {
-        Decision::Deny(denial) => (
-            denial.reason == DenyReason::Locked,
-            denial.retry_after.map(|d| d.as_millis()),
-        ),
-        Decision::Delay(wait) => (false, Some(wait.as_millis())),
+    let (locked, retry_after) = match next.decision {
+        Decision::Deny(denial) => (denial.reason == DenyReason::Locked, denial.retry_after),
+        Decision::Delay(wait) => (false, Some(wait)),
         Decision::Allow => (false, None),
     };
     Ok(KeyState {
@@ -244,8 +268,143 @@ pub(crate) async fn key_state<St: Store>(
         reset_ms: now.info.reset.as_millis(),
         admitted: next.decision.is_admitted(),
         locked,
-        retry_after_ms,
+        retry_after_ms: retry_after.map(|d| d.as_millis()),
+        locked_until_unix_ms: retry_after.filter(|_| locked).map(unix_ms_after),
     })
+}
+
+/// How many keys a lookup lists per rule.
+pub(crate) const FOUND_PER_RULE: usize = 20;
+
+/// What a lookup found: the state of each key.
+#[derive(Debug, Serialize)]
+pub(crate) struct Found {
+    pub(crate) keys: Vec<KeyState>,
+    /// Keys denied lately that match too, beyond the [`FOUND_PER_RULE`] listed per rule.
+    pub(crate) more: usize,
+}
+
+/// The keys `key` names under each of `rules`, with their state: the key itself, and the
+/// keys this instance saw denied lately that have it as one of their parts (a user name
+/// finds the `address␟user` keys it was denied under). The key itself is listed when it
+/// was denied lately, when the store holds anything of it (it is not at its full quota),
+/// or when the rule was `named` and no other key matches: a key made of the typed text
+/// alone, under a rule whose keys have parts, is otherwise a key no request has, and its
+/// fresh state ("admitted") would hide the locked key the operator is looking for.
+pub(crate) async fn find<St: Store>(
+    limiter: &Limiter<St>,
+    activities: &RuleActivities,
+    rules: &[Rule],
+    named: bool,
+    key: &StoredKey<'_>,
+) -> Result<Found, StoreError> {
+    let mut found = Found {
+        keys: Vec::new(),
+        more: 0,
+    };
+    for rule in rules {
+        let activity = activities.find(rule.name());
+        let mut seen = match &activity {
+            Some(activity) if !key.is_digest() => activity.matching(key.as_bytes()),
+            _ => Vec::new(),
+        };
+        let denied_lately = seen.iter().any(|k| **k == *key.as_bytes());
+        seen.retain(|k| **k != *key.as_bytes());
+        let exact = key_state(limiter, rule, key).await?;
+        let untouched = exact.admitted && exact.remaining >= exact.limit;
+        let mut listed = 0;
+        if denied_lately || !untouched || (named && seen.is_empty()) {
+            found.keys.push(exact);
+            listed += 1;
+        }
+        for bytes in seen {
+            let Some(stored) = StoredKey::from_stored(&bytes) else {
+                continue;
+            };
+            if listed >= FOUND_PER_RULE {
+                found.more += 1;
+                continue;
+            }
+            found.keys.push(key_state(limiter, rule, &stored).await?);
+            listed += 1;
+        }
+    }
+    Ok(found)
+}
+
+/// How many locked keys are listed per rule.
+pub(crate) const LOCKED_PER_RULE: usize = 50;
+
+/// A key a penalty locks, as the store has it.
+#[derive(Debug, Serialize)]
+pub(crate) struct LockedKeyView {
+    #[serde(flatten)]
+    pub(crate) key: KeyView,
+    /// How long until a request of the key is admitted again: the lock's end, or the
+    /// quota's if later.
+    pub(crate) retry_after_ms: u128,
+    /// When that is, in milliseconds since the Unix epoch.
+    pub(crate) until_unix_ms: u128,
+}
+
+/// The keys a rule locks now.
+#[derive(Debug, Serialize)]
+pub(crate) struct LockedView {
+    pub(crate) rule: String,
+    /// Soonest unlocked first.
+    pub(crate) keys: Vec<LockedKeyView>,
+    /// Keys locked as far as their denials here said, beyond the ones listed (not asked
+    /// of the store).
+    pub(crate) more: usize,
+}
+
+/// The keys each rule with a penalty locks now, at most `n` per rule: those this instance
+/// saw denied as locked, each asked of the store (shared by every instance), so a key
+/// unblocked anywhere, or whose lock ended, is not listed. A key locked only by other
+/// instances' traffic is not known here.
+pub(crate) async fn locked<St: Store>(
+    limiter: &Limiter<St>,
+    running: &[RuleInfo],
+    activities: &RuleActivities,
+    n: usize,
+) -> Result<Vec<LockedView>, StoreError> {
+    let now = now_millis();
+    let mut views = Vec::new();
+    for info in running.iter().filter(|i| i.rule.penalty().is_some()) {
+        let rule = &info.rule;
+        let mut view = LockedView {
+            rule: rule.name().to_owned(),
+            keys: Vec::new(),
+            more: 0,
+        };
+        let Some(activity) = activities.find(rule.name()) else {
+            views.push(view);
+            continue;
+        };
+        for (bytes, _) in activity.locked(now) {
+            let Some(stored) = StoredKey::from_stored(&bytes) else {
+                continue;
+            };
+            if view.keys.len() >= n {
+                view.more += 1;
+                continue;
+            }
+            let next = limiter.peek_stored(rule, &stored, rule.cost()).await?;
+            match next.decision.denial() {
+                Some(d) if d.reason == DenyReason::Locked => {
+                    let wait = d.retry_after.unwrap_or_default();
+                    view.keys.push(LockedKeyView {
+                        key: KeyView::of(&bytes, stored.is_digest()),
+                        retry_after_ms: wait.as_millis(),
+                        until_unix_ms: unix_ms_after(wait),
+                    });
+                }
+                _ => activity.unlocked(&bytes),
+            }
+        }
+        views.push(view);
+    }
+    Ok(views)
 }
 
 /// Unblocks `key` under `rule`: clears its state and lifts its lock in the store (for every

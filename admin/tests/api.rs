@@ -394,3 +394,201 @@ async fn tokens_too_short_or_missing_are_refused_at_build() {
     assert!(admin().without_token().router().is_ok());
     assert!(admin().bearer_token("sixteen-bytes-ok").router().is_ok());
 }
+
+/// An app like [`app`] on `store`, its login rule keyed by `key`, with its admin watching
+/// what `admin` adds.
+fn app_on<St: tollgate::store::Store + Clone>(
+    limiter: tollgate::Limiter<St>,
+    key: impl tollgate::key::KeyExtractor + 'static,
+    admin: impl FnOnce(Admin<St>) -> Admin<St>,
+) -> Router {
+    let activity = Activity::new();
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
+        .limit(Limit::new(login_rule(), key))
+        .observe(activity.clone())
+        .build()
+        .unwrap();
+    let router = admin(Admin::new(&layer, &activity).bearer_token(TOKEN))
+        .router()
+        .unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+        .nest("/admin", router)
+}
+
+async fn page(app: &Router, path: &str) -> String {
+    let response = app
+        .clone()
+        .oneshot(from_peer(admin("GET", path, Some(TOKEN))))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The locked keys are listed with when their lock ends, as the store has them: a key
+/// denied but not locked is not listed, and a key unblocked (here or by another instance
+/// sharing the store) leaves the list.
+#[tokio::test]
+async fn locked_keys_are_listed_with_their_end() {
+    let store = MemoryStore::new();
+    let other_instance = tollgate::Limiter::new(store.clone());
+    let app = app_on(tollgate::Limiter::new(store), key::header("user"), |a| a);
+    hit(&app, "mallory", 3).await;
+    hit(&app, "trudy", 3).await;
+    hit(&app, "eve", 2).await;
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let before = before.unwrap().as_millis() as u64;
+    let (status, locked) = send(&app, admin("GET", "/admin/api/locked", Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(locked[0]["rule"], "login");
+    let keys = locked[0]["keys"].as_array().unwrap();
+    let names: Vec<&str> = keys.iter().map(|k| k["key"].as_str().unwrap()).collect();
+    assert_eq!(names, ["mallory", "trudy"], "{locked}");
+    let wait = keys[0]["retry_after_ms"].as_u64().unwrap();
+    assert!((590_000..=600_000).contains(&wait), "{wait}");
+    let until = keys[0]["until_unix_ms"].as_u64().unwrap();
+    assert!(
+        until >= before + 590_000 && until <= before + 610_000,
+        "{until}"
+    );
+
+    let html = page(&app, "/admin").await;
+    let table = &html[html.find("id=\"locked\"").expect("a locked table")..];
+    assert!(table.contains(">mallory</span>") && table.contains("locked until"));
+
+    let unblock = "/admin/api/unblock?rule=login&key=mallory";
+    assert_eq!(
+        send(&app, admin("POST", unblock, Some(TOKEN))).await.0,
+        StatusCode::NO_CONTENT
+    );
+    other_instance.reset(&login_rule(), "trudy").await.unwrap();
+    let (_, locked) = send(&app, admin("GET", "/admin/api/locked", Some(TOKEN))).await;
+    assert_eq!(locked[0]["keys"], serde_json::json!([]), "{locked}");
+}
+
+/// A user name finds the `address␟user` keys it was denied under, with their lock: the
+/// page no longer reports `alice` admitted while `203.0.113.7␟alice` is locked. A name no
+/// key was denied under finds nothing rather than a fresh key no request has.
+#[tokio::test]
+async fn a_part_of_a_key_finds_the_key() {
+    let store = MemoryStore::new();
+    let per_user_and_address = (key::peer_ip(), key::header("user"));
+    let app = app_on(tollgate::Limiter::new(store), per_user_and_address, |a| a);
+    hit(&app, "alice", 3).await;
+    hit(&app, "bob", 1).await;
+    let (status, found) = send(&app, admin("GET", "/admin/api/find?key=alice", Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    let keys = found["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{found}");
+    assert_eq!(keys[0]["key"], "203.0.113.7\u{241F}alice");
+    assert_eq!(keys[0]["rule"], "login");
+    assert_eq!(
+        (&keys[0]["locked"], &keys[0]["admitted"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert!(
+        keys[0]["locked_until_unix_ms"].as_u64().is_some(),
+        "{found}"
+    );
+    let (_, by_address) = send(
+        &app,
+        admin(
+            "GET",
+            "/admin/api/find?key=203.0.113.7&rule=login",
+            Some(TOKEN),
+        ),
+    )
+    .await;
+    let keys = by_address["keys"].as_array().unwrap();
+    assert!(
+        keys.iter().any(|k| k["key"] == "203.0.113.7\u{241F}alice"),
+        "{by_address}"
+    );
+    // bob was never denied: nothing is known of a key with that part.
+    let (_, bob) = send(&app, admin("GET", "/admin/api/find?key=bob", Some(TOKEN))).await;
+    assert_eq!(bob["keys"], serde_json::json!([]), "{bob}");
+
+    let html = page(&app, "/admin?rule=login&key=alice").await;
+    let result = &html[html.find("id=\"lookup-result\"").expect("a lookup result")..];
+    assert!(
+        result.contains("<span class=\"part\">203.0.113.7</span><span class=\"sep\">\u{241F}</span><span class=\"part\">alice</span>"),
+        "{result}"
+    );
+    assert!(result.contains(">locked</strong> until"), "{result}");
+    assert!(!result.contains(">admitted<"), "{result}");
+}
+
+/// Given the in-process store, the page and the API say whether it is full (it forgot
+/// entries lately to make room for new keys), how many keys it holds, and what it does
+/// when full.
+#[tokio::test]
+async fn a_full_memory_store_is_shown() {
+    let store = MemoryStore::new().max_keys(32);
+    let watched = store.clone();
+    let app = app_on(
+        tollgate::Limiter::new(store),
+        key::header("user"),
+        move |a| a.memory_store(&watched),
+    );
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    assert_eq!(health["memory_store"]["full"], false, "{health}");
+    for i in 0..300 {
+        hit(&app, &format!("user-{i}"), 1).await;
+    }
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    let memory = &health["memory_store"];
+    assert_eq!(memory["full"], true, "{health}");
+    assert!(memory["evicted_recently"].as_u64() > Some(0), "{health}");
+    assert!(memory["keys"].as_u64() < Some(300), "{health}");
+    assert!(memory["when_full"]
+        .as_str()
+        .unwrap()
+        .contains("locked key is never forgotten"));
+    let html = page(&app, "/admin").await;
+    assert!(
+        html.contains("In-process store: <strong class=\"bad\" id=\"memory\">full</strong>"),
+        "{html}"
+    );
+}
+
+/// Given a circuit breaker, the page and the API show its own state, not only that the
+/// store is failing: here it opens when an in-process store full of locked keys refuses
+/// new ones.
+#[tokio::test]
+async fn a_breakers_state_is_shown() {
+    use tollgate::store::{Breaker, BreakerState};
+    let breaker = Breaker::new(MemoryStore::new().max_keys(1)).open_for(Duration::from_secs(600));
+    let limiter = tollgate::Limiter::new(breaker.clone());
+    let watched = breaker.clone();
+    let app = app_on(limiter.clone(), key::header("user"), move |a| {
+        a.breaker(&watched)
+    });
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    assert_eq!(health["breaker"]["state"], "closed", "{health}");
+
+    // Lock keys until some shard is full of locked keys: a new key there is refused, and
+    // three refusals in a row open the breaker.
+    let lock = Rule::fixed_window("lock", 1, Duration::from_secs(60))
+        .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
+    for i in 0..10_000 {
+        if breaker.state() == BreakerState::Open {
+            break;
+        }
+        for _ in 0..3 {
+            let _ = limiter.check_one(&lock, format!("k{i}")).await;
+        }
+    }
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    assert_eq!(health["health"], "failing", "{health}");
+    assert_eq!(health["breaker"]["state"], "open", "{health}");
+    let html = page(&app, "/admin").await;
+    assert!(
+        html.contains("Circuit breaker: <strong class=\"bad\" id=\"breaker\">open</strong>"),
+        "{html}"
+    );
+}

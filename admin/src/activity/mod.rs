@@ -1,6 +1,7 @@
 //! What an operator asks of a running layer, kept per rule in this instance: decisions per
-//! second over the last minutes, and the keys denied most recently, with an estimate of how
-//! many distinct keys were denied.
+//! second over the last minutes, the keys denied most recently, with an estimate of how
+//! many distinct keys were denied, and the keys denied lately, locked or not (to list the
+//! locks and to find a key by one of its parts).
 //!
 //! Both are per instance: each process sees its own traffic (the store's state, read by
 //! [`Limiter::peek_stored`](tollgate::Limiter::peek_stored), is what instances share). They
@@ -14,19 +15,21 @@
 
 pub(crate) mod distinct;
 pub(crate) mod ring;
+pub(crate) mod seen;
 pub(crate) mod sketch;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tollgate::layer::{DecisionObserver, RuleDecision};
-use tollgate::Decision;
+use tollgate::{Decision, DenyReason};
 
 use self::distinct::Distinct;
 use self::ring::{Counted, DecisionRing};
+use self::seen::{SeenKeys, DEFAULT_SEEN_KEYS};
 use self::sketch::SpaceSaving;
 
 /// How long a period of the top keys lasts, in seconds.
@@ -35,11 +38,22 @@ pub(crate) const PERIOD_SECONDS: u64 = 300;
 /// How many keys each rule's summary keeps by default.
 pub(crate) const DEFAULT_TOP_KEYS: usize = 64;
 
-/// Seconds on the clock the rings and the periods run on: monotonic, per process (from 1,
-/// so that no second is mistaken for an empty slot's).
-pub(crate) fn now_second() -> u64 {
+/// Milliseconds on the recorder's clock: monotonic, per process.
+pub(crate) fn now_millis() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_secs() + 1
+    let elapsed = START.get_or_init(Instant::now).elapsed().as_millis();
+    u64::try_from(elapsed).unwrap_or(u64::MAX)
+}
+
+/// The second of the clock the rings and the periods run on that `millis` falls in (from 1,
+/// so that no second is mistaken for an empty slot's).
+pub(crate) fn second_of(millis: u64) -> u64 {
+    millis / 1000 + 1
+}
+
+/// The second of the recorder's clock now.
+pub(crate) fn now_second() -> u64 {
+    second_of(now_millis())
 }
 
 /// One rule's activity in this instance.
@@ -47,15 +61,17 @@ pub(crate) fn now_second() -> u64 {
 pub(crate) struct RuleActivity {
     name: Arc<str>,
     pub(crate) decisions: DecisionRing,
-    top: Mutex<TopKeys>,
+    denied: Mutex<Denied>,
 }
 
-/// The summaries of the current period and the previous one.
+/// What a rule's denials leave: the summaries of the current period and the previous one,
+/// and the keys denied lately (one lock for both per denial).
 #[derive(Debug)]
-struct TopKeys {
+struct Denied {
     started: u64,
     current: (SpaceSaving, Distinct),
     previous: (SpaceSaving, Distinct),
+    seen: SeenKeys,
 }
 
 /// A key as the summary keeps it: the key itself, or, for a key the store keeps under a
@@ -94,10 +110,11 @@ impl RuleActivity {
         Self {
             name,
             decisions: DecisionRing::default(),
-            top: Mutex::new(TopKeys {
+            denied: Mutex::new(Denied {
                 started: now_second(),
                 current: fresh(),
                 previous: fresh(),
+                seen: SeenKeys::new(DEFAULT_SEEN_KEYS),
             }),
         }
     }
@@ -111,26 +128,47 @@ impl RuleActivity {
         self.decisions.count(what, second);
     }
 
-    /// Counts a denial of `key`, in the form the store keeps it.
-    pub(crate) fn deny(&self, key: &[u8], second: u64) {
+    /// Counts a denial of `key`, in the form the store keeps it, at `millis` on the
+    /// recorder's clock; `locked_for` is the wait of a lock's denial.
+    pub(crate) fn deny(&self, key: &[u8], millis: u64, locked_for: Option<Duration>) {
+        let second = second_of(millis);
         self.decisions.count(Counted::Denied, second);
         let hash = key_hasher().hash_one(key);
-        let mut top = self.top.lock();
-        top.rotate(second);
-        top.current.0.count(key);
-        top.current.1.add(hash);
+        let mut denied = self.denied.lock();
+        denied.rotate(second);
+        denied.current.0.count(key);
+        denied.current.1.add(hash);
+        denied.seen.denied(key, millis, locked_for);
     }
 
-    /// Forgets `key` (stored form) in both periods: it was unblocked.
+    /// Forgets `key` (stored form) in both periods and among the keys denied lately: it
+    /// was unblocked.
     pub(crate) fn forget(&self, key: &[u8]) {
-        let mut top = self.top.lock();
-        top.current.0.forget(key);
-        top.previous.0.forget(key);
+        let mut denied = self.denied.lock();
+        denied.current.0.forget(key);
+        denied.previous.0.forget(key);
+        denied.seen.forget(key);
+    }
+
+    /// The keys whose last denial here said they are locked until after `millis`, with the
+    /// end of each lock (on the recorder's clock), the soonest first.
+    pub(crate) fn locked(&self, millis: u64) -> Vec<(Box<[u8]>, u64)> {
+        self.denied.lock().seen.locked(millis)
+    }
+
+    /// Notes that `key` is not locked: the store says so.
+    pub(crate) fn unlocked(&self, key: &[u8]) {
+        self.denied.lock().seen.unlocked(key);
+    }
+
+    /// The keys denied lately that are `typed` or have it as one of their parts.
+    pub(crate) fn matching(&self, typed: &[u8]) -> Vec<Box<[u8]>> {
+        self.denied.lock().seen.matching(typed)
     }
 
     /// The most denied keys, at most `n`, over the current and the previous period.
     pub(crate) fn top(&self, n: usize, second: u64) -> TopReport {
-        let mut top = self.top.lock();
+        let mut top = self.denied.lock();
         top.rotate(second);
         let (current, previous) = (&top.current.0, &top.previous.0);
         let mut keys: Vec<TopKey> = merged(current, previous);
@@ -187,7 +225,7 @@ fn top_key(stored: &[u8], denials: u64, error: u64) -> TopKey {
     }
 }
 
-impl TopKeys {
+impl Denied {
     /// Starts a new period when the current one is over; `true` if it did.
     fn rotate(&mut self, second: u64) -> bool {
         let elapsed = second.saturating_sub(self.started);
@@ -209,9 +247,11 @@ impl TopKeys {
 
 /// The recorder of a layer's activity, per rule and in this instance: decisions per second
 /// over the last five minutes, the keys denied most (a Space-Saving summary of `n` keys per
-/// period of five minutes, the current one's and the previous one's) and an estimate of the
-/// distinct keys denied (a HyperLogLog of 256 bytes per period). What the [`Admin`] router
-/// shows.
+/// period of five minutes, the current one's and the previous one's), an estimate of the
+/// distinct keys denied (a HyperLogLog of 256 bytes per period), and the last 1,024 keys
+/// denied, with the end of the lock of those a penalty locked: what lists the locked keys,
+/// and what a lookup searches for a key by one of its parts (a user name finds the
+/// `address␟user` keys it was denied under). What the [`Admin`] router shows.
 ///
 /// Set it on the layer as its observer
 /// ([`RateLimitLayerBuilder::observe`](tollgate::layer::RateLimitLayerBuilder::observe)) and
@@ -249,7 +289,6 @@ impl Default for Activity {
 
 impl DecisionObserver for Activity {
     fn on_rule(&self, d: &RuleDecision<'_>) {
-        let second = now_second();
         let denied = matches!(d.outcome.decision, Decision::Deny(_));
         if !denied && !d.batch_admitted {
             // Another rule denied the request: that rule counts it.
@@ -257,9 +296,13 @@ impl DecisionObserver for Activity {
         }
         let activity = self.0.rule(d.rule.name());
         match d.outcome.decision {
-            Decision::Deny(_) => activity.deny(d.key.as_bytes(), second),
-            Decision::Delay(_) if !d.shadow => activity.count(Counted::Delayed, second),
-            _ => activity.count(Counted::Admitted, second),
+            Decision::Deny(denial) => {
+                let locked = denial.reason == DenyReason::Locked;
+                let locked_for = denial.retry_after.filter(|_| locked);
+                activity.deny(d.key.as_bytes(), now_millis(), locked_for);
+            }
+            Decision::Delay(_) if !d.shadow => activity.count(Counted::Delayed, now_second()),
+            _ => activity.count(Counted::Admitted, now_second()),
         }
     }
 }
@@ -310,10 +353,11 @@ mod tests {
     #[test]
     fn top_keys_cover_one_to_two_periods() {
         let rule = RuleActivity::new("r".into(), 8);
-        let t = rule.top.lock().started;
-        rule.deny(b"old", t);
-        rule.deny(b"old", t);
-        rule.deny(b"new", t + PERIOD_SECONDS);
+        let t = rule.denied.lock().started;
+        let at = |second: u64| (second - 1) * 1000;
+        rule.deny(b"old", at(t), None);
+        rule.deny(b"old", at(t), None);
+        rule.deny(b"new", at(t + PERIOD_SECONDS), None);
         let report = rule.top(10, t + PERIOD_SECONDS);
         let keys: Vec<_> = report
             .keys
@@ -334,7 +378,11 @@ mod tests {
     fn a_long_key_is_kept_as_its_digest() {
         let rule = RuleActivity::new("r".into(), 8);
         let long = [b'x'; 300];
-        rule.deny(tollgate::StoredKey::of(&long).as_bytes(), now_second());
+        rule.deny(
+            tollgate::StoredKey::of(&long).as_bytes(),
+            now_millis(),
+            None,
+        );
         let report = rule.top(1, now_second());
         let key = &report.keys[0].key;
         assert!(key.digested);

@@ -1,0 +1,142 @@
+//! What the router is given to watch beside the limiter's [`Health`](tollgate::store::Health),
+//! which says only *that* something is away: a circuit breaker's own state, and how full an
+//! in-process store is. The router is generic over the layer's store and cannot reach
+//! either inside it, so the application hands them over ([`Admin::breaker`],
+//! [`Admin::memory_store`]): both are cheap clones sharing the state they watch.
+//!
+//! [`Admin::breaker`]: crate::Admin::breaker
+//! [`Admin::memory_store`]: crate::Admin::memory_store
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tollgate::store::{Breaker, BreakerState, MemoryStore};
+
+use super::activity::now_second;
+
+/// A breaker's state, whatever store it wraps.
+#[derive(Clone)]
+pub(crate) struct BreakerWatch(Arc<dyn Fn() -> BreakerState + Send + Sync>);
+
+impl BreakerWatch {
+    pub(crate) fn of<S: Clone + Send + Sync + 'static>(breaker: &Breaker<S>) -> Self {
+        let breaker = breaker.clone();
+        Self(Arc::new(move || breaker.state()))
+    }
+
+    pub(crate) fn view(&self) -> BreakerView {
+        let (state, meaning) = match (self.0)() {
+            BreakerState::Closed => ("closed", "calls go to the store"),
+            BreakerState::Open => (
+                "open",
+                "the store failed repeatedly: calls fail at once, without waiting on it (a \
+                 fallback decides, or the failure policy), until a probe finds it back",
+            ),
+            BreakerState::HalfOpen => (
+                "half-open",
+                "one probe is on its way to the store: calls fail at once until it answers",
+            ),
+        };
+        BreakerView { state, meaning }
+    }
+}
+
+impl fmt::Debug for BreakerWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("BreakerWatch").field(&(self.0)()).finish()
+    }
+}
+
+/// A circuit breaker's state and what it means.
+#[derive(Debug, Serialize)]
+pub(crate) struct BreakerView {
+    pub(crate) state: &'static str,
+    pub(crate) meaning: &'static str,
+}
+
+/// How far back "recently" reaches for an in-process store's evictions, in seconds.
+pub(crate) const RECENT_SECONDS: u64 = 300;
+
+/// What the store does when full, as the page says it.
+const WHEN_FULL: &str = "A shard of the store at its share of the bound makes room for a \
+new key by forgetting the entries whose state says least: a forgotten key starts afresh, so \
+it may be admitted up to a quota more. A locked key is never forgotten: a shard full of \
+locked keys takes new keys up to twice its share, then refuses them (the layer's failure \
+policy answers them) until a lock ends.";
+
+/// An in-process store and the count of its evictions as it was seen, to tell whether it
+/// is evicting now: the store counts its evictions since it was made, not when they were.
+#[derive(Clone)]
+pub(crate) struct MemoryWatch {
+    store: MemoryStore,
+    /// (second, evictions) as seen, oldest first: the oldest is the last seen at least
+    /// [`RECENT_SECONDS`] ago, if any, or the first ever.
+    samples: Arc<Mutex<VecDeque<(u64, u64)>>>,
+}
+
+impl MemoryWatch {
+    pub(crate) fn of(store: &MemoryStore) -> Self {
+        let first = (now_second(), store.evictions());
+        Self {
+            store: store.clone(),
+            samples: Arc::new(Mutex::new(VecDeque::from([first]))),
+        }
+    }
+
+    /// The store now, and its evictions since the oldest look within about
+    /// [`RECENT_SECONDS`] (or since this watch began, if later).
+    pub(crate) fn view(&self) -> MemoryView {
+        let now = now_second();
+        let evictions = self.store.evictions();
+        let (since, before) = {
+            let mut samples = self.samples.lock();
+            if samples.back().is_none_or(|&(second, _)| second < now) {
+                samples.push_back((now, evictions));
+            }
+            // Keep one sample at least RECENT_SECONDS old: the base of the difference.
+            while samples
+                .get(1)
+                .is_some_and(|&(second, _)| second + RECENT_SECONDS <= now)
+            {
+                samples.pop_front();
+            }
+            samples.front().copied().unwrap_or((now, evictions))
+        };
+        let recent = evictions.saturating_sub(before);
+        MemoryView {
+            keys: self.store.len(),
+            evictions,
+            evicted_recently: recent,
+            recent_seconds: now - since,
+            full: recent > 0,
+            when_full: WHEN_FULL,
+        }
+    }
+}
+
+impl fmt::Debug for MemoryWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryWatch")
+            .field("evictions", &self.store.evictions())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How full an in-process store is.
+#[derive(Debug, Serialize)]
+pub(crate) struct MemoryView {
+    /// Entries held, expired ones included until swept.
+    pub(crate) keys: usize,
+    /// Entries forgotten to make room for new keys since the store was made.
+    pub(crate) evictions: u64,
+    /// Of those, the ones forgotten in the last `recent_seconds`.
+    pub(crate) evicted_recently: u64,
+    pub(crate) recent_seconds: u64,
+    /// Whether the store is at its bound, making room for new keys: it evicted recently.
+    pub(crate) full: bool,
+    /// What the store does when full.
+    pub(crate) when_full: &'static str,
+}
