@@ -1,15 +1,12 @@
 //! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
 
-use std::borrow::Cow;
 use std::time::Duration;
-
-use sha2::{Digest, Sha256};
-use smallvec::SmallVec;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::reservation::Reservation;
 use crate::store::{Check, Health, MemoryStore, Store};
+use crate::stored::StoredKey;
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
@@ -72,12 +69,10 @@ impl<S: Store> Limiter<S> {
         self.store.health()
     }
 
-    /// Decides a batch all or nothing; see [`Store::check`]. Keys longer than 128 bytes
-    /// (and keys starting with the byte `0xFF`) are stored under a digest: the byte `0xFF`
-    /// and their 32-byte SHA-256, the same on every instance, so a client sending a 1 MB
-    /// header costs the store 33 bytes and instances sharing a Redis share the limit. A batch with a rule
-    /// that cannot work ([`Rule::validate`]) is refused with
-    /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
+    /// Decides a batch all or nothing; see [`Store::check`]. Each check carries its key as
+    /// the store keeps it ([`StoredKey`]: a long key is its digest). A batch with a rule
+    /// that cannot work ([`Rule::validate`]) is refused with [`StoreError::InvalidBatch`]
+    /// naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
         // A store that decides at once (MemoryStore) is asked without a future; any other
         // store's future goes on the heap, where it waits on the network anyway, so that
@@ -137,11 +132,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Result<Outcome, StoreError> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.check(batch, max_wait).await;
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.check(&hashed, max_wait).await
+        self.store.check(batch, max_wait).await
     }
 
     /// [`reserve_outcome`](Self::reserve_outcome) without a future, for a store that decides
@@ -153,21 +144,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
-        if !batch.iter().any(|c| needs_digest(c.key)) {
-            return self.store.try_check_now(batch, max_wait);
-        }
-        self.reserve_now_digested(batch, max_wait)
-    }
-
-    /// [`reserve_now`](Self::reserve_now) for a batch with keys to digest: out of line, so
-    /// that the common case is not held back by the digests' buffers.
-    #[inline(never)]
-    fn reserve_now_digested(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> Option<Result<Outcome, StoreError>> {
-        with_store_keys(batch, |batch| self.store.try_check_now(batch, max_wait))
+        self.store.try_check_now(batch, max_wait)
     }
 
     /// Gives back the units `outcome` took for `batch` ([`Store::refund`]), under the keys
@@ -177,11 +154,7 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.refund(batch, outcome).await;
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.refund(&hashed, outcome).await
+        self.store.refund(batch, outcome).await
     }
 
     /// Takes what `batch` owes beyond what `outcome` took ([`Store::overdraw`]), under the
@@ -191,21 +164,13 @@ impl<S: Store> Limiter<S> {
         batch: &[Check<'_>],
         outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.overdraw(batch, outcome).await;
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.overdraw(&hashed, outcome).await
+        self.store.overdraw(batch, outcome).await
     }
 
     /// Counts the denials of `batch` that stand ([`Store::count_denials`]), under the keys
     /// the store sees.
     pub(crate) async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        let Some(keys) = digested_keys(batch) else {
-            return self.store.count_denials(batch).await;
-        };
-        let hashed = with_keys(batch, &keys);
-        self.store.count_denials(&hashed).await
+        self.store.count_denials(batch).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.
@@ -230,9 +195,8 @@ impl<S: Store> Limiter<S> {
         key: impl AsRef<[u8]>,
         cost: u64,
     ) -> Result<RuleOutcome, StoreError> {
-        let key = store_key(key.as_ref());
         self.store
-            .peek(Check::new(rule, &key).with_cost(cost))
+            .peek(Check::new(rule, key.as_ref()).with_cost(cost))
             .await
     }
 
@@ -241,13 +205,9 @@ impl<S: Store> Limiter<S> {
         if let Err(e) = rule.validate() {
             return Err(StoreError::InvalidBatch(e.to_string()));
         }
-        self.store.reset(rule, &store_key(key.as_ref())).await
+        self.store.reset(rule, &StoredKey::of(key.as_ref())).await
     }
 }
-
-/// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
-/// sending a 1 MB header costs the store 33 bytes, not 1 MB.
-pub(crate) const MAX_KEY_LEN: usize = 128;
 
 /// Decisions without a future, for the in-process store, which never waits: what
 /// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
@@ -268,103 +228,13 @@ pub(crate) const MAX_KEY_LEN: usize = 128;
 impl Limiter<MemoryStore> {
     /// [`check`](Self::check) without a future: the same decision, taken now.
     pub fn check_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        if !batch.iter().any(|c| needs_digest(c.key)) {
-            return self.store.decide_now(batch);
-        }
-        self.check_now_digested(batch)
+        self.store.decide_now(batch)
     }
-
-    /// [`check_now`](Self::check_now) for a batch with keys to digest: out of line, so that
-    /// the common case does not set up the digests' buffers.
-    #[inline(never)]
-    fn check_now_digested(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        with_store_keys(batch, |batch| self.store.decide_now(batch))
-    }
-}
-
-/// The key a store sees for `key`: `key` itself up to [`MAX_KEY_LEN`] bytes, otherwise a
-/// marker byte (0xFF, never the start of UTF-8 text) followed by the 32-byte SHA-256 digest.
-/// A short key that starts with the marker (keys are bytes, not text) is digested too, so no
-/// key can pose as another's digest. The same on every instance, so instances sharing a
-/// Redis share the limit.
-pub(crate) fn store_key(key: &[u8]) -> Cow<'_, [u8]> {
-    if !needs_digest(key) {
-        return Cow::Borrowed(key);
-    }
-    let mut hashed = Vec::with_capacity(33);
-    hashed.push(0xFF);
-    hashed.extend_from_slice(&Sha256::digest(key));
-    Cow::Owned(hashed)
-}
-
-/// The keys a store sees for `batch` ([`store_key`]), or `None` when they are its own.
-fn digested_keys<'k>(batch: &[Check<'k>]) -> Option<SmallVec<[Cow<'k, [u8]>; 4]>> {
-    batch
-        .iter()
-        .any(|c| needs_digest(c.key))
-        .then(|| batch.iter().map(|c| store_key(c.key)).collect())
-}
-
-/// `decide` on the batch the store sees ([`store_key`] for each key), for the synchronous
-/// entry points (a future would borrow the digested batch past this frame).
-fn with_store_keys<R>(batch: &[Check<'_>], decide: impl FnOnce(&[Check<'_>]) -> R) -> R {
-    match digested_keys(batch) {
-        None => decide(batch),
-        Some(keys) => decide(&with_keys(batch, &keys)),
-    }
-}
-
-/// `batch` under `keys`, one per check.
-fn with_keys<'a>(batch: &[Check<'a>], keys: &'a [Cow<'_, [u8]>]) -> SmallVec<[Check<'a>; 4]> {
-    batch
-        .iter()
-        .zip(keys)
-        .map(|(c, key)| Check { key, ..*c })
-        .collect()
-}
-
-/// Whether [`store_key`] replaces `key` by its digest.
-fn needs_digest(key: &[u8]) -> bool {
-    key.len() > MAX_KEY_LEN || key.first() == Some(&0xFF)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Short keys reach the store as they are, and long ones as a fixed-size digest of the
-    /// key.
-    #[test]
-    fn long_keys_are_digested_and_short_ones_kept() {
-        assert_eq!(&*store_key(b"alice"), b"alice");
-        let long = vec![b'x'; 1 << 20];
-        let a = store_key(&long);
-        assert_eq!(a.len(), 33);
-        assert_eq!(a, store_key(&long));
-        let mut other = long.clone();
-        other[12345] = b'y';
-        assert_ne!(a, store_key(&other));
-    }
-
-    /// Keys are bytes (a header value may start with 0xFF): a short key spelling a long key's
-    /// digest must not share its limit.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_short_key_cannot_pose_as_a_digest() {
-        let long = vec![b'x'; 200];
-        let forged = store_key(&long).into_owned();
-        assert_ne!(store_key(&forged), store_key(&long));
-
-        let limiter = Limiter::new(crate::store::MemoryStore::with_clock(
-            crate::ManualClock::new(0),
-        ));
-        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
-        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
-        assert!(limiter
-            .check_one(&rule, &forged)
-            .await
-            .unwrap()
-            .is_admitted());
-    }
 
     /// The synchronous path `check_one` takes on a MemoryStore decides as `check` does:
     /// the same admissions, the same refusal once the limit is spent.
@@ -401,7 +271,7 @@ mod tests {
         let futures = Limiter::new(crate::store::MemoryStore::with_clock(clock.clone()));
         let minute = Rule::fixed_window("minute", 3, Duration::from_secs(60));
         let bucket = Rule::gcra("bucket", 4, crate::Rate::per_second(1));
-        let long = vec![b'x'; MAX_KEY_LEN + 1];
+        let long = vec![b'x'; crate::stored::MAX_KEY_LEN + 1];
         for step in 0..12 {
             clock.advance(Duration::from_millis(300));
             let key: &[u8] = if step % 3 == 0 { &long } else { b"alice" };

@@ -14,6 +14,7 @@ use crate::error::StoreError;
 use crate::limiter::Limiter;
 use crate::log::{Event, EventLog};
 use crate::store::{Check, Store};
+use crate::stored::KeyBytes;
 use crate::Rule;
 
 /// An admitted request that has not passed yet: the units each rule took, in the store
@@ -98,11 +99,11 @@ struct Copied {
 
 impl Copied {
     fn new(batch: &[Check<'_>]) -> Self {
-        let mut keys = Vec::with_capacity(batch.iter().map(|c| c.key.len()).sum());
+        let mut keys = Vec::with_capacity(batch.iter().map(|c| c.key().len()).sum());
         let items = batch
             .iter()
             .map(|c| {
-                keys.extend_from_slice(c.key);
+                keys.extend_from_slice(c.key());
                 (keys.len(), c.cost, c.shadow, c.defers_denial)
             })
             .collect();
@@ -125,7 +126,7 @@ impl Batch for Copied {
                 start = end;
                 Check {
                     rule,
-                    key,
+                    key: KeyBytes::Kept(key),
                     cost,
                     shadow,
                     defers_denial,

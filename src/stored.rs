@@ -5,17 +5,27 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use sha2::{Digest, Sha256};
+
 use crate::decision::RuleOutcome;
 use crate::error::StoreError;
-use crate::limiter::{store_key, Limiter, MAX_KEY_LEN};
+use crate::limiter::Limiter;
 use crate::rule::Rule;
 use crate::store::check::Check;
 use crate::store::Store;
 
+/// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
+/// sending a 1 MB header costs the store 33 bytes, not 1 MB.
+pub(crate) const MAX_KEY_LEN: usize = 128;
+
 /// A key in the form the store keeps it: the key itself up to 128 bytes, otherwise (and for
-/// a key starting with the byte `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, as
-/// [`Limiter::check`] stores it. The two forms cannot be confused: no key kept as itself
-/// starts with `0xFF`.
+/// a key starting with the byte `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, the
+/// same on every instance, so instances sharing a Redis share the limit. The two forms
+/// cannot be confused: no key kept as itself starts with `0xFF`, so no key can pose as
+/// another's digest.
+///
+/// Every [`Check`] carries its key in this form ([`Check::new`] digests it), so a store
+/// never sees a key it must not keep, whoever asks it.
 ///
 /// A [`DecisionObserver`](crate::layer::DecisionObserver) receives keys in this form, so
 /// that what it keeps of a client sending a 1 MB key is 33 bytes, and
@@ -42,7 +52,10 @@ pub struct StoredKey<'a>(Cow<'a, [u8]>);
 impl<'a> StoredKey<'a> {
     /// The form `key` is stored under.
     pub fn of(key: &'a [u8]) -> Self {
-        Self(store_key(key))
+        match KeyBytes::of(key) {
+            KeyBytes::Kept(key) => Self(Cow::Borrowed(key)),
+            KeyBytes::Digest(digest) => Self(Cow::Owned(digest.to_vec())),
+        }
     }
 
     /// `bytes`, already in stored form: `None` when no key is stored so (longer than 128
@@ -71,6 +84,51 @@ impl<'a> StoredKey<'a> {
     }
 }
 
+impl<'a> StoredKey<'a> {
+    /// Bytes already in stored form, as a [`Check`] carries them.
+    pub(crate) fn kept(bytes: &'a [u8]) -> Self {
+        Self(Cow::Borrowed(bytes))
+    }
+}
+
+/// A key's stored form as a [`Check`] carries it: borrowed when the key is kept as itself,
+/// the digest inline otherwise, so that a check stays `Copy` and a long key costs no
+/// allocation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyBytes<'a> {
+    /// A key kept as itself, or bytes already in stored form.
+    Kept(&'a [u8]),
+    /// The byte `0xFF` and the key's SHA-256.
+    Digest([u8; 33]),
+}
+
+impl<'a> KeyBytes<'a> {
+    /// The form `key` is stored under.
+    #[inline]
+    pub(crate) fn of(key: &'a [u8]) -> Self {
+        if key.len() <= MAX_KEY_LEN && key.first() != Some(&0xFF) {
+            return Self::Kept(key);
+        }
+        Self::digest(key)
+    }
+
+    #[inline(never)]
+    fn digest(key: &[u8]) -> Self {
+        let mut digest = [0xFF; 33];
+        digest[1..].copy_from_slice(&Sha256::digest(key));
+        Self::Digest(digest)
+    }
+
+    /// The bytes the store keeps.
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Kept(key) => key,
+            Self::Digest(digest) => digest,
+        }
+    }
+}
+
 impl fmt::Debug for StoredKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut hex = String::with_capacity(self.0.len() * 2);
@@ -95,7 +153,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
     ) -> Result<RuleOutcome, StoreError> {
         self.store()
-            .peek(Check::new(rule, key.as_bytes()).with_cost(cost))
+            .peek(Check::stored(rule, key.as_bytes()).with_cost(cost))
             .await
     }
 
@@ -105,6 +163,67 @@ impl<S: Store> Limiter<S> {
         if let Err(e) = rule.validate() {
             return Err(StoreError::InvalidBatch(e.to_string()));
         }
-        self.store().reset(rule, key.as_bytes()).await
+        self.store().reset(rule, key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::MemoryStore;
+    use crate::ManualClock;
+
+    /// Short keys reach the store as they are, and long ones as a fixed-size digest of the
+    /// key.
+    #[test]
+    fn long_keys_are_digested_and_short_ones_kept() {
+        assert_eq!(StoredKey::of(b"alice").as_bytes(), b"alice");
+        let long = vec![b'x'; 1 << 20];
+        let a = StoredKey::of(&long);
+        assert_eq!(a.as_bytes().len(), 33);
+        assert_eq!(a, StoredKey::of(&long));
+        let mut other = long.clone();
+        other[12345] = b'y';
+        assert_ne!(a, StoredKey::of(&other));
+    }
+
+    /// Keys are bytes (a header value may start with 0xFF): a short key spelling a long key's
+    /// digest must not share its limit.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_short_key_cannot_pose_as_a_digest() {
+        let long = vec![b'x'; 200];
+        let forged = StoredKey::of(&long).as_bytes().to_vec();
+        assert_ne!(StoredKey::of(&forged), StoredKey::of(&long));
+
+        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+        assert!(limiter
+            .check_one(&rule, &forged)
+            .await
+            .unwrap()
+            .is_admitted());
+    }
+
+    /// A store asked directly, without a `Limiter` (a wrapper, a job runner), keeps a long
+    /// key as its digest: the same state the limiter reaches, and 33 bytes, not 1 MB.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_store_asked_directly_keeps_a_long_key_as_its_digest() {
+        let store = MemoryStore::with_clock(ManualClock::new(0));
+        let limiter = Limiter::new(store.clone());
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+        let long = vec![b'x'; 1 << 20];
+        let direct = [Check::new(&rule, &long)];
+        assert_eq!(direct[0].key().len(), 33);
+        let first = store.check(&direct, Duration::ZERO).await.unwrap();
+        assert!(first.is_admitted());
+        assert!(!limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+        let stored = StoredKey::of(&long);
+        let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+        assert!(!peeked.decision.is_admitted());
+        store.reset(&rule, &stored).await.unwrap();
+        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
     }
 }

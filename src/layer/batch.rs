@@ -14,6 +14,7 @@ use crate::error::StoreError;
 use crate::key::KeyBuf;
 use crate::reservation::{Batch, Reservation};
 use crate::store::{Check, Health, Store};
+use crate::stored::KeyBytes;
 
 /// One limit of a request's batch: its index among the request's limits, its key's bytes in
 /// the shared key buffer, its cost, and whether the store leaves its denials to the layer.
@@ -82,7 +83,7 @@ pub(crate) fn batch_of<'a>(
             }
             batch.push(Check {
                 rule: &limit.rule,
-                key,
+                key: KeyBytes::of(key),
                 cost: item.cost,
                 shadow: limit.shadow,
                 defers_denial: item.defers,

@@ -178,7 +178,7 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
         }
         if batch[..i]
             .iter()
-            .any(|b| b.rule.name() == a.rule.name() && b.key == a.key)
+            .any(|b| b.rule.name() == a.rule.name() && b.key() == a.key())
         {
             return Err(StoreError::InvalidBatch(format!(
                 "rule {:?} appears twice for the same key",
@@ -222,11 +222,11 @@ pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) ->
 /// The release of the `i`-th item's key: the latest [`release`] (`releases[j]` for the
 /// `j`-th item) over the items of `batch` on the same key.
 pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u64 {
-    let key = batch[i].key;
+    let key = batch[i].key();
     batch
         .iter()
         .zip(releases)
-        .filter(|(c, _)| c.key == key)
+        .filter(|(c, _)| c.key() == key)
         .fold(releases[i], |latest, (_, &r)| latest.max(r))
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
+use crate::stored::{KeyBytes, StoredKey};
 use crate::Rule;
 
 /// One item of a batch: a rule, the key it applies to, and what the request costs.
@@ -14,8 +15,8 @@ use crate::Rule;
 pub struct Check<'a> {
     /// The rule to check.
     pub rule: &'a Rule,
-    /// The key the rule counts under (a client IP, a user id, a route…).
-    pub key: &'a [u8],
+    /// The key, in the form the store keeps it ([`Check::key`]).
+    pub(crate) key: KeyBytes<'a>,
     /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
     /// nothing and is always admitted unless the key is locked.
     pub cost: u64,
@@ -33,8 +34,19 @@ pub struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    /// `rule` for `key` at the rule's default cost.
+    /// `rule` for `key` at the rule's default cost. A key longer than 128 bytes (or
+    /// starting with the byte `0xFF`) is carried as its digest ([`StoredKey`]), so a
+    /// client sending a 1 MB header costs the store 33 bytes, whoever asks the store.
     pub fn new(rule: &'a Rule, key: &'a [u8]) -> Self {
+        Self::with_key(rule, KeyBytes::of(key))
+    }
+
+    /// `rule` for bytes already in a key's stored form ([`StoredKey`]).
+    pub(crate) fn stored(rule: &'a Rule, key: &'a [u8]) -> Self {
+        Self::with_key(rule, KeyBytes::Kept(key))
+    }
+
+    fn with_key(rule: &'a Rule, key: KeyBytes<'a>) -> Self {
         Self {
             rule,
             key,
@@ -42,6 +54,13 @@ impl<'a> Check<'a> {
             shadow: false,
             defers_denial: false,
         }
+    }
+
+    /// The key the rule counts under (a client IP, a user id, a route…), in the form the
+    /// store keeps it ([`StoredKey`]): a long key is its digest.
+    #[inline]
+    pub fn key(&self) -> &[u8] {
+        self.key.as_bytes()
     }
 
     /// The same check at `cost` units.
@@ -75,7 +94,8 @@ impl<'a> Check<'a> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Check, Limiter, Outcome, Rule, RuleOutcome, StoreError, store::{MemoryStore, Store}};
+/// use tollgate::{Check, Limiter, Outcome, Rule, RuleOutcome, StoreError, StoredKey};
+/// use tollgate::store::{MemoryStore, Store};
 ///
 /// /// Counts the batches its inner store decides.
 /// #[derive(Clone, Default)]
@@ -95,7 +115,7 @@ impl<'a> Check<'a> {
 ///     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
 ///         self.inner.refund(batch, outcome).await
 ///     }
-///     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+///     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
 ///         self.inner.reset(rule, key).await
 ///     }
 /// }
@@ -248,9 +268,13 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
-    /// Forgets the state of `rule` for `key` and lifts any lock on it (an admin "unblock").
-    fn reset(&self, rule: &Rule, key: &[u8])
-        -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Forgets the state of `rule` for `key` (in its stored form, as a [`Check`] carries
+    /// it) and lifts any lock on it (an admin "unblock").
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &StoredKey<'_>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// A health check of the store on its own, for a [`Breaker`](super::Breaker) to learn that the store is
     /// back without making a client's request the probe. `None` (the default) if the store

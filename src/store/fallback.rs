@@ -15,6 +15,7 @@ use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::check::{Check, Health, Store};
 use crate::store::memory::MemoryStore;
+use crate::stored::StoredKey;
 use crate::Rule;
 
 /// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store
@@ -416,7 +417,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     }
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let local = self.shared.divided(rule);
         self.local.reset(&local.rule, key).await?;
         self.primary.reset(rule, key).await
@@ -647,7 +648,7 @@ mod tests {
         async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
             self.0.peek(check).await
         }
-        async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+        async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
             self.0.reset(rule, key).await
         }
         fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {

@@ -188,7 +188,7 @@ impl Store for NoRefund {
     async fn refund(&self, _: &[Check<'_>], _: &Outcome) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
     }
 }

@@ -78,7 +78,7 @@ impl Store for Later {
     async fn refund(&self, batch: &[Check<'_>], taken: &Outcome) -> Result<(), StoreError> {
         self.0.refund(batch, taken).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
     }
 }

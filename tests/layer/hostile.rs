@@ -264,7 +264,11 @@ impl Store for Counted {
     ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
         self.inner.peek(check).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), tollgate::StoreError> {
+    async fn reset(
+        &self,
+        rule: &Rule,
+        key: &tollgate::StoredKey<'_>,
+    ) -> Result<(), tollgate::StoreError> {
         self.inner.reset(rule, key).await
     }
 }

@@ -451,7 +451,7 @@ impl Store for Slow {
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.0.peek(check).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
     }
 }

@@ -106,11 +106,8 @@ async fn run<S: Store>(
                     .map(|&r| Check::new(&rules[r], &key).with_cost(*cost))
                     .collect();
                 if *shadow_last && batch.len() > 1 {
-                    if let Some(last) = batch.pop() {
-                        batch.push(Check {
-                            shadow: true,
-                            ..last
-                        });
+                    if let Some(last) = batch.last_mut() {
+                        last.shadow = true;
                     }
                 }
                 let wait = Duration::from_micros(*max_wait_us);

@@ -229,6 +229,6 @@ trait PeekCheck {
 
 impl<S: tollgate::store::Store> PeekCheck for Limiter<S> {
     async fn store_peek(&self, check: Check<'_>) -> tollgate::RuleOutcome {
-        self.peek(check.rule, check.key, check.cost).await.unwrap()
+        self.store().peek(check).await.unwrap()
     }
 }

@@ -330,7 +330,10 @@ async fn an_unreachable_redis_is_an_error_not_a_panic() {
     );
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(store.peek(Check::new(&rule, b"k")).await.is_err());
-    assert!(store.reset(&rule, b"k").await.is_err());
+    assert!(store
+        .reset(&rule, &tollgate::StoredKey::of(b"k"))
+        .await
+        .is_err());
 }
 
 /// Rule names may contain `:`, so a sliding log's second key must not be spellable as

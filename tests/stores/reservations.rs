@@ -265,7 +265,7 @@ impl<S: Store + Clone> Store for Recorded<S> {
         let _turn = self.turn.lock().await;
         still(self.inner.refund(batch, outcome)).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         let _turn = self.turn.lock().await;
         still(self.inner.reset(rule, key)).await
     }

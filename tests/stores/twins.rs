@@ -40,9 +40,10 @@ fn check_behind(ops: &[Op], i: usize) -> usize {
 fn batch<'r>(rules: &'r [Rule], items: &[(usize, &'static str, u64, bool)]) -> Vec<Check<'r>> {
     items
         .iter()
-        .map(|&(r, k, cost, shadow)| Check {
-            shadow,
-            ..Check::new(&rules[r], k.as_bytes()).with_cost(cost)
+        .map(|&(r, k, cost, shadow)| {
+            let mut check = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
+            check.shadow = shadow;
+            check
         })
         .collect()
 }

@@ -15,7 +15,7 @@ impl Store for Down {
     async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
         Err(refused())
     }
-    async fn reset(&self, _: &Rule, _: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, _: &Rule, _: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         Err(refused())
     }
 }

@@ -56,7 +56,7 @@ impl<S: Store> Store for Still<S> {
     async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         still(self.0.count_denials(batch)).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         still(self.0.reset(rule, key)).await
     }
 }

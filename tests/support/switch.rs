@@ -69,7 +69,7 @@ impl Store for Switch {
         self.up()?;
         self.inner.count_denials(batch).await
     }
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.up()?;
         self.inner.reset(rule, key).await
     }

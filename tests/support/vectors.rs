@@ -373,7 +373,10 @@ pub async fn run_on_store<S: Store + Clone>(
         clock.set_micros(BASE_MICROS + step.t);
         if let Some((rule, key)) = &step.reset {
             store
-                .reset(&rules[rule.as_str()].0, key.as_bytes())
+                .reset(
+                    &rules[rule.as_str()].0,
+                    &super::tg::StoredKey::of(key.as_bytes()),
+                )
                 .await
                 .expect("reset");
         }
@@ -401,10 +404,9 @@ pub async fn run_on_store<S: Store + Clone>(
                 let (rule, shadow) = rules
                     .get(rule.as_str())
                     .unwrap_or_else(|| panic!("{:?}: unknown rule {rule}", scenario.name));
-                Check {
-                    shadow: *shadow,
-                    ..Check::new(rule, key.as_bytes()).with_cost(*cost)
-                }
+                let mut check = Check::new(rule, key.as_bytes()).with_cost(*cost);
+                check.shadow = *shadow;
+                check
             })
             .collect();
         let wait = Duration::from_micros(step.max_wait_us);

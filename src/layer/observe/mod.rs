@@ -171,7 +171,7 @@ pub(crate) fn finish(
     let deciding = result.as_ref().ok().and_then(deciding_rule).unwrap_or(0);
     if let Some(check) = batch.get(deciding) {
         span.record("rule", check.rule.name());
-        span.record("key", display(KeyDigest::of(check.key)));
+        span.record("key", display(KeyDigest::of(check.key())));
     }
     elapsed
 }
@@ -193,7 +193,7 @@ fn notify(
         };
         state.observers.notify(&observer::RuleDecision {
             rule: check.rule,
-            key: StoredKey::of(check.key),
+            key: StoredKey::kept(check.key()),
             outcome: rule,
             batch_admitted,
             shadow: limit.shadow || config.mode == Mode::Shadow,

@@ -12,6 +12,7 @@ use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::check::{Check, Health, Store};
+use crate::stored::StoredKey;
 use crate::Rule;
 
 /// Consecutive failures that open a [`Breaker`] unless changed with
@@ -476,7 +477,7 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.count_denials(batch)).await
     }
 
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         self.guarded(|| self.store.reset(rule, key)).await
     }
 

@@ -45,7 +45,7 @@ impl Store for Flaky {
         self.inner.refund(batch, outcome).await
     }
 
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &crate::StoredKey<'_>) -> Result<(), StoreError> {
         self.gate().await?;
         self.inner.reset(rule, key).await
     }
@@ -209,7 +209,7 @@ impl Store for Pinged {
     fn reset(
         &self,
         rule: &Rule,
-        key: &[u8],
+        key: &crate::StoredKey<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.flaky.reset(rule, key)
     }

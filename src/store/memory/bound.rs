@@ -78,7 +78,7 @@ impl Shared {
     fn make_room_in_full_shards(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         let mut evicted = 0;
         for check in batch {
-            let hash = self.hash(check.rule, check.key);
+            let hash = self.hash(check.rule, check.key());
             let mut shard = self.shards[self.shard_of(hash)].lock();
             if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
                 continue;

@@ -69,7 +69,7 @@ impl StoreKey {
 
     #[inline(always)]
     pub(super) fn matches(&self, check: &Check<'_>) -> bool {
-        let (name, key) = (check.rule.name().as_bytes(), check.key);
+        let (name, key) = (check.rule.name().as_bytes(), check.key());
         match self {
             Self::Inline(bytes) => {
                 // Both lengths in one comparison, then the bytes where they are.

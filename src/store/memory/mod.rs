@@ -23,6 +23,7 @@ use crate::decision::{
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
 use crate::store::check::{Check, Store};
+use crate::stored::StoredKey;
 use crate::Rule;
 
 use bound::Bound;
@@ -164,7 +165,7 @@ impl MemoryStore {
             batch::validate(std::slice::from_ref(check))?;
         }
         let shared = &*self.shared;
-        let hash = shared.hash(check.rule, check.key);
+        let hash = shared.hash(check.rule, check.key());
         let reading = shared.early_reading();
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(reading, &mut [&mut shard]);
@@ -199,7 +200,7 @@ impl MemoryStore {
             let (stored, created) = match entry {
                 RawEntryMut::Occupied(o) => (o.into_mut(), false),
                 RawEntryMut::Vacant(v) => {
-                    let key = StoreKey::new(check.rule.name(), check.key);
+                    let key = StoreKey::new(check.rule.name(), check.key());
                     (v.insert_hashed_nocheck(hash, key, Entry::default()).1, true)
                 }
             };
@@ -240,7 +241,8 @@ impl MemoryStore {
     ) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
-        let hashes: SmallVec<[u64; 4]> = batch.iter().map(|c| shared.hash(c.rule, c.key)).collect();
+        let hashes: SmallVec<[u64; 4]> =
+            batch.iter().map(|c| shared.hash(c.rule, c.key())).collect();
         let mut shard_ids: SmallVec<[usize; 4]> =
             hashes.iter().map(|h| shared.shard_of(*h)).collect();
         shard_ids.sort_unstable();
@@ -454,7 +456,7 @@ fn admit_at_once<'a>(
                 return Err(RawEntryMut::Vacant(v));
             };
             let entry = Entry::own(state, rule.fingerprint());
-            let key = StoreKey::new(rule.name(), check.key);
+            let key = StoreKey::new(rule.name(), check.key());
             (v.insert_hashed_nocheck(hash, key, entry).1, admitted, true)
         }
     };
@@ -554,7 +556,7 @@ impl Shard {
             RawEntryMut::Vacant(v) => {
                 v.insert_hashed_nocheck(
                     hash,
-                    StoreKey::new(check.rule.name(), check.key),
+                    StoreKey::new(check.rule.name(), check.key()),
                     Entry::default(),
                 )
                 .1
@@ -617,7 +619,7 @@ impl Store for MemoryStore {
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
         let shared = &*self.shared;
-        let hash = shared.hash(check.rule, check.key);
+        let hash = shared.hash(check.rule, check.key());
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         let now = shared.now(None, &mut [&mut shard]);
         let entry = shard.get(hash, &check);
@@ -641,10 +643,10 @@ impl Store for MemoryStore {
         self.count_denials_now(batch)
     }
 
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let shared = &*self.shared;
-        let check = Check::new(rule, key);
-        let hash = shared.hash(rule, key);
+        let check = Check::stored(rule, key.as_bytes());
+        let hash = shared.hash(rule, key.as_bytes());
         let mut shard = shared.shards[shared.shard_of(hash)].lock();
         if let RawEntryMut::Occupied(o) = shard
             .map

@@ -25,7 +25,7 @@ impl MemoryStore {
             if check.cost == 0 || check.shadow || taken.pending {
                 continue;
             }
-            let hash = shared.hash(check.rule, check.key);
+            let hash = shared.hash(check.rule, check.key());
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(None, &mut [&mut shard]);
             if let Some(entry) = shard.get_mut(hash, check) {
@@ -45,7 +45,7 @@ impl MemoryStore {
         let shared = &*self.shared;
         shared.make_room(batch)?;
         for check in batch.iter().filter(|c| c.cost > 0) {
-            let hash = shared.hash(check.rule, check.key);
+            let hash = shared.hash(check.rule, check.key());
             let mut shard = shared.shards[shared.shard_of(hash)].lock();
             let now = shared.now(None, &mut [&mut shard]);
             shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));

@@ -243,11 +243,11 @@ impl DenyCache {
             return None;
         }
         let rule = check.rule.name();
-        let hash = self.hash(rule, check.key);
+        let hash = self.hash(rule, check.key());
         let mut shard = self.shard(hash).lock();
         let entry = shard
             .table
-            .find_entry(hash, |s| s.is(rule, check.key))
+            .find_entry(hash, |s| s.is(rule, check.key()))
             .ok()?;
         if entry.get().until() <= now {
             entry.remove();
@@ -287,7 +287,7 @@ impl DenyCache {
                 // The state may have moved (an admission), and a denial's retry with it.
                 _ => {
                     if self.len() > 0 {
-                        self.remove(check.rule.name(), check.key);
+                        self.remove(check.rule.name(), check.key());
                     }
                 }
             }
@@ -296,10 +296,10 @@ impl DenyCache {
 
     fn insert(&self, check: &Check<'_>, cached: Cached, now: u64) {
         let rule = check.rule.name();
-        let hash = self.hash(rule, check.key);
+        let hash = self.hash(rule, check.key());
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(rule, check.key)) {
+        if let Some(slot) = shard.table.find_mut(hash, |s| s.is(rule, check.key())) {
             slot.denials
                 .retain(|d| !d.is_for(check.rule) && d.until > now);
             slot.denials.push(cached);
@@ -315,11 +315,11 @@ impl DenyCache {
                 return;
             }
         }
-        let mut id = Vec::with_capacity(1 + rule.len() + check.key.len());
+        let mut id = Vec::with_capacity(1 + rule.len() + check.key().len());
         // Rule names are at most 64 bytes (`Rule::new`).
         id.push(u8::try_from(rule.len()).unwrap_or(u8::MAX));
         id.extend_from_slice(rule.as_bytes());
-        id.extend_from_slice(check.key);
+        id.extend_from_slice(check.key());
         let slot = CacheSlot {
             hash,
             id: id.into_boxed_slice(),

@@ -9,10 +9,10 @@ impl RedisStore {
     /// `{prefix}:{<key>}:<rule>`, or its sliding log `…/log`.
     pub(super) fn key(&self, check: &Check<'_>, log: bool) -> Vec<u8> {
         let rule = check.rule.name().as_bytes();
-        let mut k = Vec::with_capacity(self.prefix.len() + check.key.len() + rule.len() + 10);
+        let mut k = Vec::with_capacity(self.prefix.len() + check.key().len() + rule.len() + 10);
         k.extend_from_slice(&self.prefix);
         k.extend_from_slice(b":{");
-        escape_into(&mut k, check.key);
+        escape_into(&mut k, check.key());
         k.extend_from_slice(b"}:");
         k.extend_from_slice(rule);
         if log {

@@ -29,6 +29,7 @@ use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::{Check, Store};
+use crate::stored::StoredKey;
 use crate::Rule;
 
 use connection::{unavailable, Connection};
@@ -377,7 +378,7 @@ impl RedisStore {
     async fn tell_caches(&self, checks: &[&Check<'_>]) {
         // A shadow rule's refund gives nothing back.
         for check in checks.iter().filter(|c| !c.shadow) {
-            if let Err(error) = self.invalidate(check.rule, check.key).await {
+            if let Err(error) = self.invalidate(check.rule, check.key()).await {
                 tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a moved state");
             }
         }
@@ -524,8 +525,8 @@ impl Store for RedisStore {
         self.run_per_slot(batch, Op::Deny).await
     }
 
-    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<(), StoreError> {
-        let check = Check::new(rule, key);
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+        let check = Check::stored(rule, key.as_bytes());
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.key(&check, false));
         if script::has_log(rule.algorithm()) {
@@ -536,7 +537,7 @@ impl Store for RedisStore {
             .await
             .map_err(|_| StoreError::Timeout)?
             .map_err(unavailable)?;
-        self.invalidate(rule, key).await
+        self.invalidate(rule, key.as_bytes()).await
     }
 
     /// A `PING` on a clone of the connection, bounded by the store's timeout. On a Cluster

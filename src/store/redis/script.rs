@@ -228,7 +228,7 @@ impl Encoded {
             // The rules on one client key share its leaky bucket's release (batch::key_release).
             let key_id = checks[..i]
                 .iter()
-                .position(|c| c.key == check.key)
+                .position(|c| c.key() == check.key())
                 .unwrap_or(i);
             keys.push(key_of(check, false));
             if has_log(check.rule.algorithm()) {
