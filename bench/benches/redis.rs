@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use tollgate::{store::RedisStore, Check, Limiter, Rule};
 
-use redis_args::{raw_args, rules};
+use redis_args::{rules, sent_argument};
 
 const KEYS: usize = 1000;
 
@@ -286,26 +286,22 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                     .await,
                 );
             }
-            let args = Arc::new(raw_args(&rules));
+            let argument = Arc::new(sent_argument(&server.url(), &rules).await);
             let names: Vec<String> = rules.iter().map(|r| r.name().to_owned()).collect();
             let raw_script = {
                 let (raw, script) = (raw.clone(), script.clone());
                 measure(server, &["evalsha"], conc, run_for, move |t, i| {
-                    let (mut raw, script, args) = (raw.clone(), script.clone(), args.clone());
+                    let (mut raw, script) = (raw.clone(), script.clone());
+                    let argument = argument.clone();
                     let key = String::from_utf8(key_of(t, i)).expect("ascii");
                     let keys: Vec<String> =
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
                         let mut inv = script.prepare_invoke();
-                        // The shape (keys, rules, max_wait, mode, slack, no instant or
-                        // ARGV[5] following, then the rules), as lua/call.lua reads it.
-                        let mut shape =
-                            format!("{} {} 0 0 0 0\n", keys.len(), args.len()).into_bytes();
-                        for (k, a) in keys.iter().zip(args.iter()) {
+                        for k in &keys {
                             inv.key(k);
-                            shape.extend_from_slice(a);
                         }
-                        inv.arg(shape);
+                        inv.arg(argument.as_slice());
                         // One flat array for the call (lua/call.lua), here of one batch:
                         // 2 (admitted, in short: lua/fast.lua), now, four per rule.
                         let reply: Vec<i64> = inv.invoke_async(&mut raw).await.expect("raw");

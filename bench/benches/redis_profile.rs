@@ -18,7 +18,7 @@ use tollgate::{store::RedisStore, Check, Limiter};
 #[path = "support/redis_args.rs"]
 mod redis_args;
 
-use redis_args::{raw_args, rules};
+use redis_args::{rules, sent_argument};
 
 const KEYS: usize = 1000;
 
@@ -87,7 +87,7 @@ fn main() {
                 .expect("FUNCTION LOAD");
         }
         let name = name.as_str();
-        let args = raw_args(&rules);
+        let argument = sent_argument(&url, &rules).await;
         let call = |round: usize| {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(name).arg(batches * rules.len());
@@ -98,13 +98,7 @@ fn main() {
                 }
             }
             for _ in 0..batches {
-                // The shape (keys, rules, max_wait, mode, slack, no instant or ARGV[5]
-                // following, then the rules), as lua/call.lua reads it.
-                let mut shape = format!("{0} {0} 0 0 0 0\n", rules.len()).into_bytes();
-                for a in &args {
-                    shape.extend_from_slice(a);
-                }
-                cmd.arg(shape);
+                cmd.arg(argument.as_slice());
             }
             cmd
         };

@@ -1,9 +1,10 @@
-//! The rules the Redis benches decide and the per-rule arguments tollgate sends for them,
-//! shared by `benches/redis.rs` and `benches/redis_profile.rs`.
+//! The rules the Redis benches decide and the argument tollgate sends for them, shared by
+//! `benches/redis.rs` and `benches/redis_profile.rs`.
 
 use std::time::Duration;
 
-use tollgate::{Rate, Rule};
+use futures_util::StreamExt;
+use tollgate::{store::RedisStore, Check, Limiter, Rate, Rule};
 
 /// The first `n` of: a GCRA rule, a fixed window and a token bucket, each roomy enough
 /// (2^30 a second or a minute) that every request is admitted.
@@ -17,87 +18,76 @@ pub fn rules(n: usize) -> Vec<Rule> {
     all.into_iter().take(n).collect()
 }
 
-/// The algorithm codes of `rules` (`FIXED_WINDOW`, `TOKEN_BUCKET`, `GCRA` in
-/// lua/prelude.lua).
-const FIXED_WINDOW: u64 = 1;
-const TOKEN_BUCKET: u64 = 4;
-const GCRA: u64 = 6;
+/// The key [`sent_argument`] decides on, to find its call among the others.
+const MARKER: &str = "bench-sent-argument";
 
-/// A rule's packed argument, field for field as `RuleArgs` in src/store/redis/script.rs
-/// (which a bench cannot reach: it is private to the crate) and lua/record.lua's
-/// `rule_args` read it: fourteen little-endian doubles, in this order.
-struct RuleArgs {
-    code: u64,
-    cost: u64,
-    p1: u64,
-    p2: u64,
-    p3: u64,
-    p4: u64,
-    lock_for: u64,
-    after: u64,
-    within: u64,
-    shadow: bool,
-    fingerprint: u64,
-    quota: u64,
-    key_id: u64,
-    defers_denials: bool,
-}
-
-impl RuleArgs {
-    fn encode(&self) -> Vec<u8> {
-        [
-            self.code,
-            self.cost,
-            self.p1,
-            self.p2,
-            self.p3,
-            self.p4,
-            self.lock_for,
-            self.after,
-            self.within,
-            u64::from(self.shadow),
-            self.fingerprint,
-            self.quota,
-            self.key_id,
-            u64::from(self.defers_denials),
-        ]
+/// The argument a `RedisStore` sends for one batch of `rules` on one key (the batch's
+/// shape and each rule's packed arguments, as `lua/call.lua` reads them), read from
+/// `MONITOR` while the store decides such a batch on the server at `url`. The raw paths
+/// replay it with keys of their own: they measure the crate's own encoding, written in one
+/// place (`src/store/redis/script/args.rs`), not a copy of it.
+pub async fn sent_argument(url: &str, rules: &[Rule]) -> Vec<u8> {
+    let client = redis::Client::open(url).expect("a Redis URL");
+    let mut calls = client
+        .get_async_monitor()
+        .await
+        .expect("MONITOR")
+        .into_on_message::<String>();
+    let limiter = Limiter::new(RedisStore::connect(url).await.expect("connect"));
+    let batch: Vec<Check<'_>> = rules
         .iter()
-        .flat_map(|&v| (v as f64).to_le_bytes())
-        .collect()
-    }
-}
-
-/// The per-rule arguments tollgate sends for `rules`, written out by hand: cost 1, no
-/// penalty, enforced, each rule on its own key id 0. 2^30 per second is 2^24 per 15,625 µs
-/// in lowest terms.
-pub fn raw_args(rules: &[Rule]) -> Vec<Vec<u8>> {
-    let big = 1u64 << 30;
-    let amount = 1u64 << 24;
-    rules
-        .iter()
-        .map(|r| {
-            let (code, [p1, p2, p3, p4]) = match r.name() {
-                "api" => (GCRA, [big, 15625, amount, 0]),
-                "minute" => (FIXED_WINDOW, [big, 60_000_000, 0, 0]),
-                _ => (TOKEN_BUCKET, [big, amount, 15625, 0]),
-            };
-            RuleArgs {
-                code,
-                cost: 1,
-                p1,
-                p2,
-                p3,
-                p4,
-                lock_for: 0,
-                after: 0,
-                within: 0,
-                shadow: false,
-                fingerprint: r.fingerprint(),
-                quota: big,
-                key_id: 0,
-                defers_denials: false,
+        .map(|r| Check::new(r, MARKER.as_bytes()))
+        .collect();
+    limiter.check(&batch).await.expect("decided");
+    while let Some(line) = calls.next().await {
+        let words = monitored_words(&line);
+        let call = words.first().map(|w| w.to_ascii_lowercase());
+        let ours = words.iter().any(|w| contains(w, MARKER));
+        if ours && matches!(call.as_deref(), Some(b"fcall" | b"evalsha")) {
+            if let Some(argument) = words.last() {
+                return argument.clone();
             }
-            .encode()
-        })
-        .collect()
+        }
+    }
+    panic!("MONITOR ended before the batch's call was seen");
+}
+
+fn contains(word: &[u8], marker: &str) -> bool {
+    word.windows(marker.len()).any(|w| w == marker.as_bytes())
+}
+
+/// The quoted words of a `MONITOR` line (`<time> [<db> <client>] "cmd" "arg" …`), unescaped
+/// as Redis escapes them (`\\`, `\"`, `\n`, `\r`, `\t`, `\a`, `\b`, `\xHH`).
+fn monitored_words(line: &str) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
+    let mut bytes = line.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'"' {
+            continue;
+        }
+        let mut word = Vec::new();
+        while let Some(b) = bytes.next() {
+            match b {
+                b'"' => break,
+                b'\\' => match bytes.next() {
+                    Some(b'n') => word.push(b'\n'),
+                    Some(b'r') => word.push(b'\r'),
+                    Some(b't') => word.push(b'\t'),
+                    Some(b'a') => word.push(0x07),
+                    Some(b'b') => word.push(0x08),
+                    Some(b'x') => {
+                        let hex = [bytes.next(), bytes.next()];
+                        let hex: Vec<u8> = hex.into_iter().flatten().collect();
+                        let text = std::str::from_utf8(&hex).expect("hex digits");
+                        word.push(u8::from_str_radix(text, 16).expect("an escaped byte"));
+                    }
+                    Some(other) => word.push(other),
+                    None => break,
+                },
+                other => word.push(other),
+            }
+        }
+        words.push(word);
+    }
+    words
 }

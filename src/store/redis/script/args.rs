@@ -51,7 +51,7 @@ pub(super) struct RuleArgs {
     pub(super) lock_for: u64,
     pub(super) after: u64,
     pub(super) within: u64,
-    /// A trial rule (`Check::shadow`).
+    /// A shadow rule (`Check::shadow`).
     pub(super) shadow: bool,
     /// `Rule::fingerprint`.
     pub(super) fingerprint: u64,
@@ -98,7 +98,7 @@ impl RuleArgs {
         }
     }
 
-    /// Appends the encoding the scripts unpack: the one place it is written.
+    /// Appends the encoding the scripts unpack (the benchmarks replay what it writes).
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
         let fields = [
             self.code as u64,
