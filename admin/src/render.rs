@@ -7,13 +7,17 @@ use std::fmt::Write;
 use super::text::{clock_time, html, key_html, wait_text};
 use super::view::{DecisionsView, Found, HealthView, KeyState, LockedView, RuleView, TopView};
 
+/// The page's style. A tuple key's separator is drawn as a rule between its parts (the
+/// `␟` glyph is missing from many fonts), its text kept in the page for copying back.
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}\
 table{border-collapse:collapse}td,th{padding:.25em .7em;text-align:left;border-bottom:1px solid #eee}\
 code{background:#f4f4f4;padding:0 .25em}.ok{color:#287a3e}.bad{color:#b3261e}.note{color:#666}\
 .legend span{margin-right:1em}.a{color:#287a3e}.d{color:#c77700}.x{color:#b3261e}\
 form.inline{display:inline}button{cursor:pointer}\
-.part{border:1px dotted #aaa;padding:0 .15em}.sep{color:#999;padding:0 .1em}\
+.part{border:1px dotted #aaa;padding:0 .15em}\
+.sep{display:inline-block;width:0;height:14px;border-left:2px solid #999;margin:0 4px;\
+vertical-align:middle;font-size:0}\
 p.store{margin:.3em 0}";
 
 /// Reloads the page every five seconds unless a field has the focus.
