@@ -13,7 +13,10 @@
 --   MODE_DECIDE call made, each rule at its instant in ARGV[5]; MODE_REFUND_HELD gives back a
 --   held request's admissions, each rule at its own instant, only where its model's mark
 --   says that is exact (Store::refund); MODE_OVERDRAW takes each rule's cost now without a
---   check (a request served at a cost settled above what it took, batch::overdraw).
+--   check (a request served at a cost settled above what it took, batch::overdraw);
+--   MODE_TRY decides as MODE_DECIDE does, a wait-mode reservation included, and writes
+--   nothing (a Redis Cluster part that would count the request at a later instant, committed
+--   once every slot has admitted: a refund could not put such a count back as it was).
 -- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
 --   state's own expiry instant is what counts, compared exactly in µs).
 -- ARGV[5]: the refunds, per rule three little-endian doubles: the instant its admission
@@ -598,7 +601,7 @@ local function decide_batch(KEYS, ARGV)
   -- Step 2 (batch::admits, and batch::reservation in wait mode).
   local items = evaluate_at(now)
   local admitted = mode ~= MODE_DENY and admits(items)
-  if mode == MODE_DECIDE and not admitted then
+  if (mode == MODE_DECIDE or mode == MODE_TRY) and not admitted then
     local wait = reservation(items)
     if wait then
       local reserved = evaluate_at(now + wait)
@@ -615,7 +618,7 @@ local function decide_batch(KEYS, ARGV)
     -- batch::admitted: a shadow item that would deny takes a denied item's part.
     local counted = admitted and not (item.shadow and rejects(item))
     local mark = 0
-    if mode ~= MODE_PEEK then
+    if mode ~= MODE_PEEK and mode ~= MODE_TRY then
       mark = commit(r, item, counted)
     end
     report(reply, r, item, counted, mark)

@@ -83,7 +83,7 @@ end
 local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCRA = 1, 2, 3, 4, 5, 6
 
 -- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
-local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW = 0, 1, 2, 3, 4, 5
+local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
 
 -- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Opening` in
 -- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another

@@ -37,6 +37,7 @@ async fn cluster_suite() {
     scripts_reload_after_a_flush_on_every_node(&cluster).await;
     a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(&cluster).await;
     a_denied_batch_leaves_a_queue_it_held_as_it_was(&cluster).await;
+    a_refunded_part_counted_at_a_queues_release_reopens_at_once(&cluster).await;
 }
 
 async fn same_slot_batches_are_one_call(cluster: &RedisCluster) {
@@ -221,9 +222,11 @@ async fn a_wait_in_a_later_slot_moves_the_earlier_slots_to_the_release(cluster: 
     assert_eq!(outcome.decision, Decision::Delay(Duration::from_secs(30)));
     let calls = cluster.calls("evalsha");
     the_window_counts_at_the_release(&limiter, &clock, &window, a, Duration::from_secs(60)).await;
+    // In wait mode each part is tried before it is written (a reservation counts later
+    // than now, which a refund could not take back as it was).
     assert_eq!(
-        calls, 4,
-        "decide a, decide b, refund a, decide a at b's delay"
+        calls, 5,
+        "try a, try b, try a at b's delay, commit a, commit b"
     );
 }
 
@@ -262,4 +265,31 @@ async fn a_denied_batch_leaves_a_queue_it_held_as_it_was(cluster: &RedisCluster)
     // As if the batch had never come: the tenant's queue holds only its 10 ms.
     let next = limiter.check_one(&tenant, tenant_key).await.unwrap();
     assert_eq!(next.decision, Decision::Delay(ms(10)), "{next:?}");
+}
+
+/// A batch held by the client's queue (first slot), whose token bucket on the same key
+/// counts the request at the queue's release, 100 ms ahead, denied by a rule in another
+/// slot: the token bucket is as if the batch had never come, open at once, as on one node.
+async fn a_refunded_part_counted_at_a_queues_release_reopens_at_once(cluster: &RedisCluster) {
+    let clock = ManualClock::new(BASE_MICROS);
+    let limiter = limiter(cluster, &clock).await;
+    let (a, b) = keys_in_two_slots();
+    let ms = Duration::from_millis;
+    let queue = Rule::leaky_bucket("reopen-q", 4, tollgate::Rate::new(1, ms(100)));
+    let tokens = Rule::token_bucket("reopen-tb", 3, tollgate::Rate::new(1, ms(100)));
+    let once = Rule::fixed_window("reopen-once", 1, Duration::from_secs(60));
+    // The client's queue holds 100 ms of water; `once` on b is used up.
+    assert!(limiter.check_one(&queue, a).await.unwrap().is_admitted());
+    assert!(limiter.check_one(&once, b).await.unwrap().is_admitted());
+    let batch = [
+        Check::new(&queue, a),
+        Check::new(&tokens, a),
+        Check::new(&once, b),
+    ];
+    let denied = limiter.check(&batch).await.unwrap();
+    assert!(!denied.is_admitted(), "{denied:?}");
+    assert_eq!(denied.rules[1].info.remaining, 3, "{denied:?}");
+    assert_eq!(limiter.peek(&tokens, a, 0).await.unwrap().info.remaining, 3);
+    let lone = limiter.check_one(&tokens, a).await.unwrap();
+    assert_eq!(lone.decision, Decision::Allow, "{lone:?}");
 }

@@ -60,6 +60,10 @@ struct Ledger {
     release: u64,
     /// The members left to a queue's release, and the release they were checked at.
     pending: Vec<(Vec<usize>, u64)>,
+    /// µs after now that the batch's queues release a request arriving now, without a
+    /// reservation, once a peek or the leader's own call has found it (see
+    /// [`release_on_arrival`](RedisStore::release_on_arrival)).
+    on_arrival: Option<u64>,
 }
 
 /// One slot's part of a cross-slot batch, admitted.
@@ -81,12 +85,27 @@ struct Part {
     shaped: u64,
     /// Whether one of its members joins a leaky bucket's queue.
     queues: bool,
+    /// Tried, nothing written yet (see [`Deferred`]).
+    deferred: Option<Deferred>,
+}
+
+/// A part that would count the request at a later instant than now (a reservation, a
+/// queue's release): tried (`Op::Try`), and committed with these arguments once every slot
+/// has admitted. A refund gives units back but cannot date a state back to before such a
+/// count (a token bucket counted at a release stays closed until then, a window counted in
+/// the next one forgets the current one's count), so such a part is never refunded.
+#[derive(Debug, Clone, Copy)]
+struct Deferred {
+    least: u64,
+    held: u64,
 }
 
 /// Which part goes first.
 struct Lead {
     /// The part whose leaky bucket holds the request longest (`None`: no part has one).
     leader: Option<usize>,
+    /// How long that is, when every part with a queue was looked at.
+    longest: Option<u64>,
 }
 
 impl RedisStore {
@@ -116,6 +135,7 @@ impl RedisStore {
         let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
         order.sort_by_key(|&g| Some(g) != lead.leader);
         let mut ledger = Ledger::new(batch.len());
+        ledger.on_arrival = lead.longest;
         for g in order {
             let leads = Some(g) == lead.leader;
             self.decide_slot(batch, &groups[g].1, leads, max_wait, &mut ledger)
@@ -125,6 +145,9 @@ impl RedisStore {
             return Ok(unsettled);
         }
         if let Some(unsettled) = self.settle_pending(batch, max_wait, &mut ledger).await? {
+            return Ok(unsettled);
+        }
+        if let Some(unsettled) = self.commit_deferred(batch, max_wait, &mut ledger).await? {
             return Ok(unsettled);
         }
         ledger.into_outcome(batch)
@@ -144,6 +167,7 @@ impl RedisStore {
             .collect();
         let mut lead = Lead {
             leader: shaping.first().copied(),
+            longest: shaping.is_empty().then_some(0),
         };
         if shaping.len() <= 1 {
             return Ok(lead);
@@ -159,6 +183,7 @@ impl RedisStore {
                 (lead.leader, longest) = (Some(g), release);
             }
         }
+        lead.longest = Some(longest);
         Ok(lead)
     }
 
@@ -180,7 +205,7 @@ impl RedisStore {
         // on arrival. A denied batch's rules are judged at the release too, so that their
         // retries are the waits one node would answer.
         let held = match (ledger.denied, leads) {
-            (true, _) if ledger.release > ledger.delay => ledger.release,
+            (true, _) => ledger.release,
             (false, false) if shaped > ledger.delay => shaped,
             _ => 0,
         };
@@ -239,10 +264,13 @@ impl RedisStore {
         } else if max_wait > 0 {
             Ok(Some((later, shaped)))
         } else {
-            self.deny(batch, ledger).await?;
-            for (&i, outcome) in later.iter().zip(reply.rules) {
-                ledger.outcomes[i] = Some(outcome);
-            }
+            // Peeked only: judged on arrival, which counts their penalty denials.
+            let peeked = Deferred {
+                least: shaped,
+                held: 0,
+            };
+            self.deny_with(batch, ledger, &later, (&reply, Some(peeked)))
+                .await?;
             Ok(None)
         }
     }
@@ -259,18 +287,34 @@ impl RedisStore {
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<(), StoreError> {
-        let mode = if ledger.denied { Op::Deny } else { Op::Decide };
-        let least = ledger.delay.max(least);
-        let reply = self
-            .run_part(batch, members, max_wait, mode, least, held)
-            .await;
-        let reply = self.or_refund(batch, ledger, reply).await?;
+        let denied = ledger.denied;
+        let reply = if denied {
+            // Judged as one node judges a denied batch: on arrival, held until its release.
+            self.run_part(batch, members, max_wait, Op::Deny, 0, held)
+                .await
+                .map(|reply| (reply, None))
+        } else {
+            let least = ledger.delay.max(least);
+            self.decide_part(batch, members, max_wait, least, held)
+                .await
+        };
+        let (reply, deferred) = self.or_refund(batch, ledger, reply).await?;
+        if ledger.admitted.is_empty() && !denied && least == 0 && reply.reserved == reply.now {
+            // The first part, with the only queues if any: decided on arrival.
+            ledger
+                .on_arrival
+                .get_or_insert(queue_release(batch, members, &reply));
+        }
         if reply.admitted {
-            let part = ledger.admit(members, &reply, batch);
+            let mut part = ledger.admit(members, &reply, batch);
+            part.deferred = deferred;
             ledger.admitted.push(part);
-        } else if !ledger.denied {
+        } else if !denied {
             ledger.release = ledger.release.max(queue_release(batch, members, &reply));
-            self.deny(batch, ledger).await?;
+            set_outcomes(&mut ledger.outcomes, members, reply.rules.clone());
+            return self
+                .deny_with(batch, ledger, members, (&reply, deferred))
+                .await;
         }
         for (&i, outcome) in members.iter().zip(reply.rules) {
             if ledger.outcomes[i].is_none() {
@@ -317,20 +361,20 @@ impl RedisStore {
                     .await
                 {
                     Ok(()) => {
-                        self.run_part(batch, &early.members, max_wait, Op::Decide, least, held)
+                        self.decide_part(batch, &early.members, max_wait, least, held)
                             .await
                     }
                     Err(e) => Err(e),
                 };
-                let reply = self.or_refund(batch, ledger, redecided).await?;
-                for (&i, outcome) in early.members.iter().zip(&reply.rules) {
-                    ledger.outcomes[i] = Some(*outcome);
-                }
+                let (reply, deferred) = self.or_refund(batch, ledger, redecided).await?;
+                set_outcomes(&mut ledger.outcomes, &early.members, reply.rules.clone());
                 if !reply.admitted {
-                    self.deny(batch, ledger).await?;
+                    self.deny_with(batch, ledger, &early.members, (&reply, deferred))
+                        .await?;
                     break;
                 }
-                let part = ledger.admit(&early.members, &reply, batch);
+                let mut part = ledger.admit(&early.members, &reply, batch);
+                part.deferred = deferred;
                 ledger.admitted.insert(p, part);
                 p += 1;
             }
@@ -365,32 +409,94 @@ impl RedisStore {
             }
             rounds += 1;
             for (members, _) in stale {
-                let (mode, least) = if shaped > ledger.delay {
-                    (Op::Peek, shaped)
+                let peek = shaped > ledger.delay;
+                let reply = if peek {
+                    self.run_part(batch, &members, max_wait, Op::Peek, shaped, 0)
+                        .await
+                        .map(|reply| (reply, None))
                 } else {
-                    (Op::Decide, ledger.delay)
+                    self.decide_part(batch, &members, max_wait, ledger.delay, 0)
+                        .await
                 };
-                let reply = self
-                    .run_part(batch, &members, max_wait, mode, least, 0)
-                    .await;
-                let reply = self.or_refund(batch, ledger, reply).await?;
-                for (&i, outcome) in members.iter().zip(&reply.rules) {
-                    ledger.outcomes[i] = Some(*outcome);
-                }
+                let (reply, deferred) = self.or_refund(batch, ledger, reply).await?;
+                set_outcomes(&mut ledger.outcomes, &members, reply.rules.clone());
                 if !reply.admitted {
-                    self.deny(batch, ledger).await?;
+                    self.deny_with(batch, ledger, &members, (&reply, deferred))
+                        .await?;
                     break;
                 }
-                if mode == Op::Peek {
+                if peek {
                     ledger.pending.push((members, shaped));
                 } else {
-                    let part = ledger.admit(&members, &reply, batch);
+                    let mut part = ledger.admit(&members, &reply, batch);
+                    part.deferred = deferred;
                     ledger.admitted.push(part);
                 }
             }
             if let Some(unsettled) = self.realign(batch, max_wait, ledger).await? {
                 return Ok(Some(unsettled));
             }
+        }
+        Ok(None)
+    }
+
+    /// Decides `members` at least `least` µs ahead, their queues holding the request `held`
+    /// µs: committed at once where every rule counts it now, else tried and, admitted, left
+    /// to [`commit_deferred`](Self::commit_deferred) (see [`Deferred`]). `Some`: tried, nothing
+    /// written.
+    async fn decide_part(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        max_wait: u64,
+        least: u64,
+        held: u64,
+    ) -> Result<(Reply, Option<Deferred>), StoreError> {
+        // A wait may reserve, a queue counts its key's rules at its release.
+        let later =
+            least > 0 || held > 0 || max_wait > 0 || members.iter().any(|&i| is_queue(&batch[i]));
+        let op = if later { Op::Try } else { Op::Decide };
+        let reply = self
+            .run_part(batch, members, max_wait, op, least, held)
+            .await?;
+        Ok((reply, later.then_some(Deferred { least, held })))
+    }
+
+    /// Judges `members` as one node judges a denied batch (on arrival, its queues holding
+    /// the request until `release`), counting the penalty denials of the rules that reject.
+    async fn judge(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        release: u64,
+    ) -> Result<Reply, StoreError> {
+        self.run_part(batch, members, 0, Op::Deny, 0, release).await
+    }
+
+    /// Commits the parts left deferred, now that every slot has admitted; `Some` outcome:
+    /// traffic in between made one deny, and the batch is denied and refunded.
+    async fn commit_deferred(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: u64,
+        ledger: &mut Ledger,
+    ) -> Result<Option<Outcome>, StoreError> {
+        for p in 0..ledger.admitted.len() {
+            let Some(Deferred { least, held }) = ledger.admitted[p].deferred else {
+                continue;
+            };
+            let members = ledger.admitted[p].members.clone();
+            let reply = self
+                .run_part(batch, &members, max_wait, Op::Decide, least, held)
+                .await;
+            let reply = self.or_refund(batch, ledger, reply).await?;
+            if !reply.admitted {
+                ledger.admitted[p].deferred = None;
+                ledger.admitted[p].consumed.clear();
+                return self.unsettled(batch, ledger).await.map(Some);
+            }
+            ledger.admitted[p] = ledger.admit(&members, &reply, batch);
+            set_outcomes(&mut ledger.outcomes, &members, reply.rules);
         }
         Ok(None)
     }
@@ -433,12 +539,71 @@ impl RedisStore {
         }
     }
 
-    /// Marks the batch denied and refunds the parts it admitted.
+    /// Marks the batch denied, refunds the parts it committed and judges the parts it only
+    /// tried, and the rules left to a release, as one node judges them.
     async fn deny(&self, batch: &[Check<'_>], ledger: &mut Ledger) -> Result<(), StoreError> {
         ledger.denied = true;
         self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
             .await?;
-        ledger.admitted.clear();
+        ledger.release = self.release_on_arrival(batch, ledger).await?;
+        let tried = std::mem::take(&mut ledger.admitted)
+            .into_iter()
+            .filter(|p| p.deferred.is_some())
+            .map(|p| p.members.into_vec());
+        let pending = std::mem::take(&mut ledger.pending)
+            .into_iter()
+            .map(|(m, _)| m);
+        for members in tried.chain(pending).collect::<Vec<_>>() {
+            let judged = self.judge(batch, &members, ledger.release).await?;
+            set_outcomes(&mut ledger.outcomes, &members, judged.rules);
+        }
+        Ok(())
+    }
+
+    /// µs after now that the batch's queues release a request arriving now, without a
+    /// reservation: where one node judges a denied batch. One peek per slot with a queue.
+    async fn release_on_arrival(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &Ledger,
+    ) -> Result<u64, StoreError> {
+        if let Some(release) = ledger.on_arrival {
+            return Ok(release);
+        }
+        let mut release = 0;
+        for (_, members) in self.by_slot(batch) {
+            let queues: SmallVec<[usize; 4]> = members
+                .into_iter()
+                .filter(|&i| is_queue(&batch[i]))
+                .collect();
+            if !queues.is_empty() {
+                let reply = self.run_part(batch, &queues, 0, Op::Peek, 0, 0).await?;
+                release = release.max(queue_release(batch, &queues, &reply));
+            }
+        }
+        Ok(release)
+    }
+
+    /// [`deny`](Self::deny), after `members` denied: judged too if only tried (`deferred`,
+    /// the reply `tried`), which counts their penalties as a committing call would have.
+    async fn deny_with(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+        members: &[usize],
+        (tried, deferred): (&Reply, Option<Deferred>),
+    ) -> Result<(), StoreError> {
+        self.deny(batch, ledger).await?;
+        // A try judged where one node would, with no penalty to count, needs no second call.
+        let judged_alike = deferred.is_some_and(|d| {
+            d.least == 0
+                && d.held.max(queue_release(batch, members, tried)) == ledger.release
+                && members.iter().all(|&i| batch[i].rule.penalty().is_none())
+        });
+        if deferred.is_some() && !judged_alike {
+            let judged = self.judge(batch, members, ledger.release).await?;
+            set_outcomes(&mut ledger.outcomes, members, judged.rules);
+        }
         Ok(())
     }
 
@@ -465,7 +630,7 @@ impl RedisStore {
         admitted: &[Part],
         outcomes: &mut [Option<RuleOutcome>],
     ) -> Result<(), StoreError> {
-        for part in admitted {
+        for part in admitted.iter().filter(|p| p.deferred.is_none()) {
             let checks: SmallVec<[&Check<'_>; 4]> =
                 part.consumed.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(part.taken.iter().copied());
@@ -491,6 +656,7 @@ impl Ledger {
             denied: false,
             release: 0,
             pending: Vec::new(),
+            on_arrival: None,
         }
     }
 
@@ -573,6 +739,7 @@ impl Part {
             delay: reply.reserved.saturating_sub(reply.now),
             shaped,
             queues: members.iter().any(|&i| is_queue(&batch[i])),
+            deferred: None,
         }
     }
 }
@@ -617,5 +784,12 @@ fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
         }),
         rules,
         admission: None,
+    }
+}
+
+/// Sets the outcomes of `members` to `rules`, in order.
+fn set_outcomes(outcomes: &mut [Option<RuleOutcome>], members: &[usize], rules: Vec<RuleOutcome>) {
+    for (&i, outcome) in members.iter().zip(rules) {
+        outcomes[i] = Some(outcome);
     }
 }

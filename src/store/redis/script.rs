@@ -95,6 +95,10 @@ pub(super) enum Op {
     /// Take each rule's cost now without a check: a request served at a cost settled above
     /// what it took (`batch::overdraw`).
     Overdraw = 5,
+    /// Decide as `Decide` does (a wait-mode reservation included), write nothing: a Cluster
+    /// part that would count the request at a later instant, committed once every slot has
+    /// admitted.
+    Try = 6,
 }
 
 /// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`).

@@ -163,6 +163,7 @@ mod tests {
             (Op::Refund, "MODE_REFUND"),
             (Op::RefundHeld, "MODE_REFUND_HELD"),
             (Op::Overdraw, "MODE_OVERDRAW"),
+            (Op::Try, "MODE_TRY"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
