@@ -375,13 +375,15 @@ fn memory_and_cluster_with_queues_decide_alike() {
 
 /// `outcome` without what a Cluster's refund of a denied batch's admitted slot leaves
 /// behind by design (see `RedisStore`'s docs): a sliding log's refunded entry stays,
-/// without units, until it expires, so the quota it reports reads that entry's reset.
+/// without units, until it expires, so the quota it reports reads that entry's reset (in
+/// the denied batch, and later while the log holds no units but that entry).
 fn refunded(batch: &[Check<'_>], mut outcome: tollgate::Outcome) -> tollgate::Outcome {
-    if !outcome.is_admitted() {
-        for (check, rule) in batch.iter().zip(outcome.rules.iter_mut()) {
-            if check.rule.name() == "sl" && rule.decision == tollgate::Decision::Allow {
-                rule.info.reset = Duration::ZERO;
-            }
+    let denied = !outcome.is_admitted();
+    for (check, rule) in batch.iter().zip(outcome.rules.iter_mut()) {
+        let refunded = denied && rule.decision == tollgate::Decision::Allow;
+        let unused = rule.info.remaining == rule.info.limit;
+        if check.rule.name() == "sl" && (refunded || unused) {
+            rule.info.reset = Duration::ZERO;
         }
     }
     outcome

@@ -115,9 +115,13 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// - A denied batch consumes nothing once `check` has returned `Ok`: every admitted part
 ///   has been refunded. When no other request of the same key is admitted between the
 ///   admission and its refund, the refund is the exact inverse of the admission for every
-///   algorithm: the state is as if the batch had never been checked. After a wait-mode
-///   reservation the refund returns the units but leaves the key closed until the
-///   reserved instant (errs towards limiting).
+///   algorithm: the state is as if the batch had never been checked. A part that would
+///   count the request later than now (a wait-mode reservation, a queue's release) is
+///   first tried, writing nothing, and committed only once every part has admitted (one
+///   more call for each such part), because a refund cannot date a state back to before
+///   such a count. Only if traffic between the calls makes such a commit deny are the
+///   parts committed before it refunded, and one counted later than now then stays closed
+///   until that instant (errs towards limiting).
 /// - Between a part's admission and its refund (one round trip), other requests see those
 ///   units as taken, so they may be denied when, strictly, they could have passed. If one
 ///   of them is admitted meanwhile on a token bucket, leaky bucket or GCRA rule that
@@ -126,12 +130,16 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   at most its own cost, and only at rates of thousands per second per key.
 /// - A [shadow](Check::shadow) item never makes its part deny, and only what was consumed
 ///   is refunded: a shadow item that denied gives nothing back.
-/// - A denied batch's rules are judged where one node judges them (the other parts' rules
-///   at a queue's release), so its `Retry-After` is the exact wait. A refunded part
-///   reports its quota after the refund; a sliding log there keeps its refunded entry,
-///   without units, until it expires, so its reset reads that entry's window end.
-/// - Penalties count exactly as on one node: the denying part and the parts after it
-///   record the denials of their rules; the refunded parts record none (they admitted).
+/// - A denied batch's rules are judged where one node judges them: on arrival, without a
+///   reservation, the queues holding the request until their release, the other keys'
+///   rules at that release; so its decisions, quotas and `Retry-After` are one node's.
+///   The parts only tried or left to a release are judged there by one more call each. A
+///   refunded part reports its quota after the refund; a sliding log there keeps its
+///   refunded entry, without units, until it expires, so its reset reads that entry's
+///   window end.
+/// - Penalties count exactly as on one node: the denying part, the parts judged after the
+///   denial and the parts after it record the denials of their rules; the refunded parts
+///   record none (they admitted on arrival).
 /// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
 ///   and `check` returns the error; a part whose refund failed stays consumed until its
 ///   state expires (errs towards limiting).

@@ -1,0 +1,181 @@
+//! What a denied cross-slot batch does: refund the parts it committed, and judge the parts
+//! it only tried or left to a release as one node judges a denied batch (on arrival, its
+//! queues holding the request until their release on arrival), counting their penalty
+//! denials.
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::error::StoreError;
+use crate::store::check::Check;
+
+use super::super::script::{self, Op, Reply};
+use super::super::RedisStore;
+use super::{is_queue, queue_release, Deferred, Ledger, Part};
+
+impl RedisStore {
+    /// Judges `members` as one node judges a denied batch (on arrival, its queues holding
+    /// the request until `release`), counting the penalty denials of the rules that reject.
+    pub(super) async fn judge(
+        &self,
+        batch: &[Check<'_>],
+        members: &[usize],
+        release: u64,
+    ) -> Result<Reply, StoreError> {
+        self.run_part(batch, members, 0, Op::Deny, 0, release).await
+    }
+
+    /// `result`, after refunding the admitted parts when it is an error: a failed check
+    /// leaves nothing behind that it consumed, as far as it can.
+    pub(super) async fn or_refund<T>(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+                    .await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Marks the batch denied, refunds the parts it committed and judges the parts it only
+    /// tried, and the rules left to a release, as one node judges them.
+    pub(super) async fn deny(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+    ) -> Result<(), StoreError> {
+        ledger.denied = true;
+        self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+            .await?;
+        ledger.release = self.release_on_arrival(batch, ledger).await?;
+        let tried = std::mem::take(&mut ledger.admitted)
+            .into_iter()
+            .filter(|p| p.deferred.is_some())
+            .map(|p| p.members.into_vec());
+        let pending = std::mem::take(&mut ledger.pending)
+            .into_iter()
+            .map(|(m, _)| m);
+        for members in tried.chain(pending).collect::<Vec<_>>() {
+            let judged = self.judge(batch, &members, ledger.release).await?;
+            set_outcomes(&mut ledger.outcomes, &members, judged.rules);
+        }
+        Ok(())
+    }
+
+    /// µs after now that the batch's queues release a request arriving now, without a
+    /// reservation: where one node judges a denied batch. One peek per slot with a queue.
+    pub(super) async fn release_on_arrival(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &Ledger,
+    ) -> Result<u64, StoreError> {
+        if let Some(release) = ledger.on_arrival {
+            return Ok(release);
+        }
+        let mut release = 0;
+        for (_, members) in self.by_slot(batch) {
+            let queues: SmallVec<[usize; 4]> = members
+                .into_iter()
+                .filter(|&i| is_queue(&batch[i]))
+                .collect();
+            if !queues.is_empty() {
+                let reply = self.run_part(batch, &queues, 0, Op::Peek, 0, 0).await?;
+                release = release.max(queue_release(batch, &queues, &reply));
+            }
+        }
+        Ok(release)
+    }
+
+    /// [`deny`](Self::deny), after `members` denied: judged too if only tried (`deferred`,
+    /// the reply `tried`), which counts their penalties as a committing call would have.
+    pub(super) async fn deny_with(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+        members: &[usize],
+        (tried, deferred): (&Reply, Option<Deferred>),
+    ) -> Result<(), StoreError> {
+        self.deny(batch, ledger).await?;
+        // A try judged where one node would, with no penalty to count, needs no second call.
+        let judged_alike = deferred.is_some_and(|d| {
+            d.least == 0
+                && d.held.max(queue_release(batch, members, tried)) == ledger.release
+                && members.iter().all(|&i| batch[i].rule.penalty().is_none())
+        });
+        if deferred.is_some() && !judged_alike {
+            let judged = self.judge(batch, members, ledger.release).await?;
+            set_outcomes(&mut ledger.outcomes, members, judged.rules);
+        }
+        Ok(())
+    }
+
+    /// The parts kept moving each other's release (traffic between the calls): every part
+    /// refunded and the batch denied, rather than admitted with a part counting early.
+    pub(super) async fn unsettled(
+        &self,
+        batch: &[Check<'_>],
+        ledger: &mut Ledger,
+    ) -> Result<Outcome, StoreError> {
+        self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+            .await?;
+        Ok(unsettled(
+            std::mem::take(&mut ledger.outcomes),
+            ledger.delay,
+        ))
+    }
+
+    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
+    /// their quota after the refund.
+    pub(super) async fn refund(
+        &self,
+        batch: &[Check<'_>],
+        admitted: &[Part],
+        outcomes: &mut [Option<RuleOutcome>],
+    ) -> Result<(), StoreError> {
+        for part in admitted.iter().filter(|p| p.deferred.is_none()) {
+            let checks: SmallVec<[&Check<'_>; 4]> =
+                part.consumed.iter().map(|&i| &batch[i]).collect();
+            let packed = script::packed_taken(part.taken.iter().copied());
+            let reply = self
+                .run_with(self.call(0, Op::Refund), &checks, Some(&packed))
+                .await?;
+            for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a cross-slot batch whose parts kept moving each other's release (traffic
+/// between the calls): denied, every part refunded, retry once the longest release seen.
+pub(super) fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
+    let rules = outcomes.into_iter().flatten().collect();
+    Outcome {
+        decision: Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(Duration::from_micros(delay)),
+        }),
+        rules,
+        admission: None,
+    }
+}
+
+/// Sets the outcomes of `members` to `rules`, in order.
+pub(super) fn set_outcomes(
+    outcomes: &mut [Option<RuleOutcome>],
+    members: &[usize],
+    rules: Vec<RuleOutcome>,
+) {
+    for (&i, outcome) in members.iter().zip(rules) {
+        outcomes[i] = Some(outcome);
+    }
+}
