@@ -15,8 +15,10 @@ use tollgate::{Limiter, Rule};
 const TASKS: usize = 8;
 const TIMEOUT: Duration = Duration::from_millis(100);
 /// The most a request may take beyond the timeout: scheduling on a loaded machine (the
-/// whole suite runs in parallel on two shared cores). A hang would take seconds.
-const SLACK: Duration = Duration::from_millis(400);
+/// whole suite runs in parallel on two shared cores, and a busy one deschedules a task for
+/// most of a second). A request the timeout did not bound would wait for the new primary,
+/// over two seconds after the kill.
+const SLACK: Duration = Duration::from_millis(1400);
 const LIMIT: u64 = 1_000_000_000;
 
 /// One request: when it started (from the kill, negative before), how long it took, and
