@@ -37,6 +37,11 @@ impl<'a> Check<'a> {
     /// `rule` for `key` at the rule's default cost. A key longer than 128 bytes (or
     /// starting with the byte `0xFF`) is carried as its digest ([`StoredKey`]), so a
     /// client sending a 1 MB header costs the store 33 bytes, whoever asks the store.
+    // Inline, also across crates: out of line it returns the check through memory, written
+    // in narrow pieces (the key's tag and padding) that the caller's wider reads of the
+    // check then wait on; the decision costs far more than the few instructions saved
+    // (BENCHMARKS.md, "In process").
+    #[inline]
     pub fn new(rule: &'a Rule, key: &'a [u8]) -> Self {
         Self::with_key(rule, KeyBytes::of(key))
     }
@@ -46,6 +51,7 @@ impl<'a> Check<'a> {
         Self::with_key(rule, KeyBytes::Kept(key))
     }
 
+    #[inline]
     fn with_key(rule: &'a Rule, key: KeyBytes<'a>) -> Self {
         Self {
             rule,
