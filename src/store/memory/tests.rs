@@ -63,11 +63,14 @@ fn entries(store: &MemoryStore) -> Vec<(Vec<u8>, Entry, u64)> {
 }
 
 /// What a key costs in the map: the boxed form's 32 bytes, inline or not, and its entry
-/// 64 (the penalty on the heap, the expiry read from what the entry holds anyway).
+/// 64 (the penalty on the heap, the expiry read from what the entry holds anyway), in a
+/// bucket aligned to 32 bytes so that it spans two cache lines, never three.
 #[test]
 fn a_stored_key_takes_96_bytes() {
     assert_eq!(std::mem::size_of::<StoreKey>(), 32);
     assert_eq!(std::mem::size_of::<Entry>(), 64);
+    assert_eq!(std::mem::size_of::<(StoreKey, Entry)>(), 96);
+    assert_eq!(std::mem::align_of::<(StoreKey, Entry)>(), 32);
 }
 
 /// Keys held inline and on the heap (either side of `INLINE_KEY`), and a name ‖ key
