@@ -7,7 +7,7 @@
 //!
 //! `cargo bench -p tollgate-bench --bench profile --no-run`, then `valgrind --tool=callgrind
 //! target/release/deps/profile-* [hot|many] [governor|gcra] [now|check] [rounds]` (`gcra`: the same on
-//! a GCRA rule, 1 per hour with a burst of 2^20; `now`: through `Limiter::check_now`, without
+//! a GCRA rule, 1 per minute with a burst of 2^22; `now`: through `Limiter::check_now`, without
 //! a future; `check`: through `Limiter::check` on a batch of one); the difference between two runs of different `rounds` divided by the difference in
 //! rounds is the cost of one decision, without the set-up.
 
@@ -40,12 +40,13 @@ fn main() {
     if args.iter().any(|a| a == "governor") {
         return governor(&which, rounds);
     }
-    // One unit per hour, not per second: under callgrind a pass over 100k keys takes longer
-    // than a second, and entries whose state is back to empty would be swept and made again.
+    // One unit per minute, not per second: under callgrind a pass over 100k keys can take
+    // longer than a second, and entries whose state is back to empty would be swept and made
+    // again. The burst outlasts 1,100,000 decisions on one key.
     let rule = if args.iter().any(|a| a == "gcra") {
-        Rule::gcra("api", 1 << 20, Rate::per_hour(1))
+        Rule::gcra("api", 1 << 22, Rate::per_minute(1))
     } else {
-        Rule::token_bucket("api", 1 << 20, Rate::per_hour(1))
+        Rule::token_bucket("api", 1 << 22, Rate::per_minute(1))
     };
     let limiter = Limiter::new(MemoryStore::new());
     let admitted = if args.iter().any(|a| a == "now") {
@@ -89,13 +90,13 @@ fn run(which: &str, rounds: usize, decide: impl Fn(&[u8]) -> Result<Outcome, Sto
     admitted
 }
 
-/// The same workload on governor's keyed GCRA with the same quota (2^20 at 1 per hour).
+/// The same workload on governor's keyed GCRA with the same quota (2^22 at 1 per minute).
 fn governor(which: &str, rounds: usize) {
     use governor::{Quota, RateLimiter};
     use std::num::NonZeroU32;
 
     let quota =
-        Quota::per_hour(NonZeroU32::MIN).allow_burst(NonZeroU32::new(1 << 20).expect("non-zero"));
+        Quota::per_minute(NonZeroU32::MIN).allow_burst(NonZeroU32::new(1 << 22).expect("non-zero"));
     let limiter = RateLimiter::keyed(quota);
     let keys: Vec<Box<[u8]>> = (0..KEYS)
         .map(|i| format!("client-{i:06}").into_bytes().into_boxed_slice())
