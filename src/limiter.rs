@@ -209,6 +209,34 @@ impl<S: Store> Limiter<S> {
     }
 }
 
+/// `peek` and `reset` by the key's stored form.
+impl<S: Store> Limiter<S> {
+    /// [`peek`](Self::peek) for a key in its stored form: what a request of `cost` would get
+    /// from `rule`, without consuming anything. A key the store does not hold (never seen,
+    /// expired, or forgotten by a [`MemoryStore`](crate::store::MemoryStore) past its
+    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
+    /// find it.
+    pub async fn peek_stored(
+        &self,
+        rule: &Rule,
+        key: &StoredKey<'_>,
+        cost: u64,
+    ) -> Result<RuleOutcome, StoreError> {
+        self.store()
+            .peek(Check::stored(rule, key.as_bytes()).with_cost(cost))
+            .await
+    }
+
+    /// [`reset`](Self::reset) for a key in its stored form: clears its state under `rule`
+    /// and lifts any lock.
+    pub async fn reset_stored(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+        if let Err(e) = rule.validate() {
+            return Err(StoreError::InvalidBatch(e.to_string()));
+        }
+        self.store().reset(rule, key).await
+    }
+}
+
 /// Decisions without a future, for the in-process store, which never waits: what
 /// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
 /// worker thread, a callback), as governor's `check_key` is called.
@@ -235,6 +263,46 @@ impl Limiter<MemoryStore> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys are bytes (a header value may start with 0xFF): a short key spelling a long key's
+    /// digest must not share its limit.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_short_key_cannot_pose_as_a_digest() {
+        let long = vec![b'x'; 200];
+        let forged = StoredKey::of(&long).as_bytes().to_vec();
+        assert_ne!(StoredKey::of(&forged), StoredKey::of(&long));
+
+        let limiter = Limiter::new(crate::store::MemoryStore::with_clock(
+            crate::ManualClock::new(0),
+        ));
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+        assert!(limiter
+            .check_one(&rule, &forged)
+            .await
+            .unwrap()
+            .is_admitted());
+    }
+
+    /// A store asked directly, without a `Limiter` (a wrapper, a job runner), keeps a long
+    /// key as its digest: the same state the limiter reaches, and 33 bytes, not 1 MB.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_store_asked_directly_keeps_a_long_key_as_its_digest() {
+        let store = crate::store::MemoryStore::with_clock(crate::ManualClock::new(0));
+        let limiter = Limiter::new(store.clone());
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+        let long = vec![b'x'; 1 << 20];
+        let direct = [Check::new(&rule, &long)];
+        assert_eq!(direct[0].key().len(), 33);
+        let first = store.check(&direct, Duration::ZERO).await.unwrap();
+        assert!(first.is_admitted());
+        assert!(!limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+        let stored = StoredKey::of(&long);
+        let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+        assert!(!peeked.decision.is_admitted());
+        store.reset(&rule, &stored).await.unwrap();
+        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
+    }
 
     /// The synchronous path `check_one` takes on a MemoryStore decides as `check` does:
     /// the same admissions, the same refusal once the limit is spent.

@@ -1,18 +1,12 @@
-//! Keys as the store keeps them, and the limiter's `peek` and `reset` by such a key: what a
-//! dashboard holds of a key it saw decided (through a
-//! [`DecisionObserver`](crate::layer::DecisionObserver)) and acts on later.
+//! Keys as the store keeps them: what every [`Check`](crate::Check) carries to a store, and
+//! what a dashboard holds of a key it saw decided (through a
+//! [`DecisionObserver`](crate::layer::DecisionObserver)) and acts on later with
+//! [`Limiter::peek_stored`](crate::Limiter::peek_stored)(crate::Limiter::peek_stored).
 
 use std::borrow::Cow;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
-
-use crate::decision::RuleOutcome;
-use crate::error::StoreError;
-use crate::limiter::Limiter;
-use crate::rule::Rule;
-use crate::store::check::Check;
-use crate::store::Store;
 
 /// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
 /// sending a 1 MB header costs the store 33 bytes, not 1 MB.
@@ -24,12 +18,12 @@ pub(crate) const MAX_KEY_LEN: usize = 128;
 /// cannot be confused: no key kept as itself starts with `0xFF`, so no key can pose as
 /// another's digest.
 ///
-/// Every [`Check`] carries its key in this form ([`Check::new`] digests it), so a store
+/// Every [`Check`](crate::Check) carries its key in this form ([`Check::new`](crate::Check::new) digests it), so a store
 /// never sees a key it must not keep, whoever asks it.
 ///
 /// A [`DecisionObserver`](crate::layer::DecisionObserver) receives keys in this form, so
 /// that what it keeps of a client sending a 1 MB key is 33 bytes, and
-/// [`Limiter::peek_stored`] and [`Limiter::reset_stored`] still reach that client's state.
+/// [`Limiter::peek_stored`](crate::Limiter::peek_stored) and [`Limiter::reset_stored`](crate::Limiter::reset_stored) still reach that client's state.
 ///
 /// ```
 /// use tollgate::StoredKey;
@@ -85,13 +79,13 @@ impl<'a> StoredKey<'a> {
 }
 
 impl<'a> StoredKey<'a> {
-    /// Bytes already in stored form, as a [`Check`] carries them.
+    /// Bytes already in stored form, as a [`Check`](crate::Check) carries them.
     pub(crate) fn kept(bytes: &'a [u8]) -> Self {
         Self(Cow::Borrowed(bytes))
     }
 }
 
-/// A key's stored form as a [`Check`] carries it: borrowed when the key is kept as itself,
+/// A key's stored form as a [`Check`](crate::Check) carries it: borrowed when the key is kept as itself,
 /// the digest inline otherwise, so that a check stays `Copy` and a long key costs no
 /// allocation.
 #[derive(Debug, Clone, Copy)]
@@ -139,41 +133,9 @@ impl fmt::Debug for StoredKey<'_> {
     }
 }
 
-/// `peek` and `reset` by the key's stored form.
-impl<S: Store> Limiter<S> {
-    /// [`peek`](Self::peek) for a key in its stored form: what a request of `cost` would get
-    /// from `rule`, without consuming anything. A key the store does not hold (never seen,
-    /// expired, or forgotten by a [`MemoryStore`](crate::store::MemoryStore) past its
-    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
-    /// find it.
-    pub async fn peek_stored(
-        &self,
-        rule: &Rule,
-        key: &StoredKey<'_>,
-        cost: u64,
-    ) -> Result<RuleOutcome, StoreError> {
-        self.store()
-            .peek(Check::stored(rule, key.as_bytes()).with_cost(cost))
-            .await
-    }
-
-    /// [`reset`](Self::reset) for a key in its stored form: clears its state under `rule`
-    /// and lifts any lock.
-    pub async fn reset_stored(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-        if let Err(e) = rule.validate() {
-            return Err(StoreError::InvalidBatch(e.to_string()));
-        }
-        self.store().reset(rule, key).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::store::MemoryStore;
-    use crate::ManualClock;
+    use super::StoredKey;
 
     /// Short keys reach the store as they are, and long ones as a fixed-size digest of the
     /// key.
@@ -187,43 +149,5 @@ mod tests {
         let mut other = long.clone();
         other[12345] = b'y';
         assert_ne!(a, StoredKey::of(&other));
-    }
-
-    /// Keys are bytes (a header value may start with 0xFF): a short key spelling a long key's
-    /// digest must not share its limit.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_short_key_cannot_pose_as_a_digest() {
-        let long = vec![b'x'; 200];
-        let forged = StoredKey::of(&long).as_bytes().to_vec();
-        assert_ne!(StoredKey::of(&forged), StoredKey::of(&long));
-
-        let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
-        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
-        assert!(limiter
-            .check_one(&rule, &forged)
-            .await
-            .unwrap()
-            .is_admitted());
-    }
-
-    /// A store asked directly, without a `Limiter` (a wrapper, a job runner), keeps a long
-    /// key as its digest: the same state the limiter reaches, and 33 bytes, not 1 MB.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_store_asked_directly_keeps_a_long_key_as_its_digest() {
-        let store = MemoryStore::with_clock(ManualClock::new(0));
-        let limiter = Limiter::new(store.clone());
-        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
-        let long = vec![b'x'; 1 << 20];
-        let direct = [Check::new(&rule, &long)];
-        assert_eq!(direct[0].key().len(), 33);
-        let first = store.check(&direct, Duration::ZERO).await.unwrap();
-        assert!(first.is_admitted());
-        assert!(!limiter.check_one(&rule, &long).await.unwrap().is_admitted());
-        let stored = StoredKey::of(&long);
-        let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
-        assert!(!peeked.decision.is_admitted());
-        store.reset(&rule, &stored).await.unwrap();
-        assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());
     }
 }
