@@ -5,6 +5,8 @@
 //!   instance; decided by Lua scripts that twin the algorithms' models.
 //! - [`Breaker`]: a circuit breaker around a store, so that a failing one answers at once.
 //! - [`Fallback`]: a primary store, and a local one that decides while the primary cannot.
+//! - [`Leased`]: leases a share of a hot key's quota to this instance, which decides from
+//!   it in process (token bucket and GCRA rules that opt in).
 //!
 //! A store decides a batch of [`Check`]s atomically (see [`Store::check`]); [`Health`]
 //! says how well it is deciding.
@@ -19,6 +21,7 @@ pub(crate) mod batch;
 mod breaker;
 pub(crate) mod check;
 mod fallback;
+mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
@@ -26,6 +29,7 @@ pub(crate) mod redis;
 pub use breaker::{Breaker, BreakerState};
 pub use check::{Health, Store};
 pub use fallback::Fallback;
+pub use lease::Leased;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

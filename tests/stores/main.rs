@@ -5,6 +5,7 @@
 mod support;
 
 mod bound;
+mod leases;
 mod memory_store;
 mod queues;
 mod reconfigured;

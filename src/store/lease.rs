@@ -1,0 +1,482 @@
+//! [`Leased`]: a store that leases a share of a hot key's quota to this instance and decides
+//! from it in process.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use tokio::time::Instant;
+
+use crate::algorithm::Algorithm;
+use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome};
+use crate::error::{ConfigError, StoreError};
+use crate::limiter::Limiter;
+use crate::reservation::Reservation;
+use crate::store::check::{Check, Health, Store};
+use crate::stored::StoredKey;
+use crate::Rule;
+
+/// A store that leases a share of a hot key's quota to this instance: one call takes
+/// `units` of the key's quota, and the instance decides from them in process, at in-process
+/// speed, until they run out or the lease's term ends; then it gives back what it did not
+/// use and takes the next share. Opt-in per rule ([`lease`](Self::lease)); every other
+/// rule, and every batch a lease cannot answer, goes to the wrapped store unchanged.
+///
+/// For a global or per-tenant limit that every request of every instance decides on: with
+/// leases of 100 units, one hot key costs its Redis about one call per 100 decisions per
+/// instance instead of one per decision.
+///
+/// # What is exact
+///
+/// A lease is a [`Reservation`] of `units` on the wrapped store: the store counts them when
+/// they are taken, as if that many requests had come then. Only algorithms whose units
+/// may be taken early without admitting more can lease: a **token bucket** (continuous or
+/// stepped) or **GCRA**, whose units taken early are simply not refilled for the others.
+/// Windows and logs date a unit when it is taken (a sliding log's entry would expire a
+/// window after the lease, not after the request), and a leaky bucket's units are its
+/// queue: [`lease`](Self::lease) refuses them, and rules with a [`Penalty`](crate::Penalty)
+/// (a lease admits without the store, so its denials would never count towards a lock).
+///
+/// - **Never more than the store counts.** Every admission is one of the units the store
+///   counted for a lease, or the store's own decision: across all instances, the rule
+///   admits no more than it would admit if each lease's units had been requests arriving
+///   when it was taken. A unit is used after it was counted, at most the lease's `term`
+///   later: where the bucket would have refilled to full in between (a key far under its
+///   limit), a burst seen by the time requests pass may exceed the rule's burst by the
+///   units of such leases, at most `units` (and at most the rate times the `term`) per
+///   instance leasing the key.
+/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease that
+///   has run out and cannot be renewed (the store denies `units`), a cost larger than the
+///   lease, a wait ([`Limiter::reserve`] with a `max_wait`), a shadow check, a batch of
+///   several checks. Denials, and their `Retry-After`, always come from the store.
+///
+/// # What a lease costs: under-admission, bounded
+///
+/// Units parked in a lease are counted by the store but not yet used: the other instances
+/// may be denied meanwhile. At any instant at most `units` per instance per leased key are
+/// parked. A lease ends when its units run out, when a request needs more than it has left,
+/// or when its `term` passes (a timer ends it even if no request comes); its unused units
+/// then go back ([`Reservation::settle`]), as exactly as [`Store::refund`] gives back: for
+/// a token bucket or GCRA, only while no other admission has been recorded since; else
+/// they stay taken and refill at the rule's rate. The units of an instance that dies are
+/// never given back, and refill at the rule's rate too: a dead instance's lease ends by
+/// itself, its under-admission at most `units`, for at most `units` divided by the rate.
+/// Take `units` well under the rule's burst divided by the number of instances, so that
+/// instances share the quota fairly, and a `term` of a fraction of a second.
+///
+/// # What a locally decided request reports
+///
+/// Its [`RateLimitInfo`] is the store's as the lease found it, with the lease's unused
+/// units counted as remaining. Its units are not given back by a cancelled
+/// [`Reservation`] or a refund (they stay used: never more than the limit). A lease is
+/// keyed by the whole rule: a rule reloaded with other parameters under the same name is
+/// decided by the store until a `Leased` is built for it. [`reset`](Store::reset) clears
+/// the store and this instance's leases of the key; other instances keep theirs until
+/// their term ends. Put a [`Fallback`](super::Fallback) inside (`Leased<Fallback<…>>`) to
+/// lease from its local store while the primary is away.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Check, Limiter, Rate, Rule, store::{Leased, MemoryStore}};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let global = Rule::gcra("global", 10_000, Rate::per_second(100_000));
+/// // `MemoryStore::new()` stands for `RedisStore::connect(url).await?`.
+/// let store = Leased::new(MemoryStore::new()).lease(&global, 500, Duration::from_millis(200))?;
+/// let limiter = Limiter::new(store);
+/// for _ in 0..1_000 {
+///     assert!(limiter.check(&[Check::new(&global, b"all")]).await?.is_admitted());
+/// }
+///
+/// // A sliding log cannot lease: its units would be dated when taken.
+/// let log = Rule::sliding_log("log", 100, Duration::from_secs(1));
+/// let refused = Leased::new(MemoryStore::new()).lease(&log, 10, Duration::from_millis(200));
+/// assert!(refused.unwrap_err().to_string().contains("only a token bucket or GCRA"));
+/// # Ok(()) }
+/// ```
+pub struct Leased<S: Store + Clone> {
+    shared: Arc<Shared<S>>,
+}
+
+/// What every clone of a `Leased` shares: the wrapped store, the leased rules and their
+/// leases.
+struct Shared<S: Store + Clone> {
+    limiter: Limiter<S>,
+    terms: Vec<Terms<S>>,
+}
+
+/// One leased rule: its lease's size and term, and its leases by key.
+struct Terms<S: Store + Clone> {
+    rule: Rule,
+    units: u64,
+    term: Duration,
+    leases: RwLock<Slots<S>>,
+}
+
+/// The leases of one rule, by key.
+type Slots<S> = HashMap<Box<[u8]>, Arc<Slot<S>>>;
+
+/// The lease of one key: the units left to decide from, and the lease that holds them.
+struct Slot<S: Store + Clone> {
+    /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
+    left: AtomicU64,
+    /// The store's remaining units when the lease was taken (reported with `left`).
+    remaining: AtomicU64,
+    /// The store's reset when the lease was taken, in µs.
+    reset_us: AtomicU64,
+    /// The lease itself; held while a lease ends or is taken, so that one request takes
+    /// the next lease and the others wait for it instead of asking the store each.
+    held: tokio::sync::Mutex<Held<S>>,
+}
+
+/// The lease a slot holds, if any.
+struct Held<S: Store + Clone> {
+    lease: Option<(Reservation<S>, u64)>,
+    /// Counts the leases taken, so that a timer ends only its own.
+    generation: u64,
+    /// Until when the store denied a lease: the key's requests go to the store until then.
+    denied_until: Option<Instant>,
+}
+
+impl<S: Store + Clone> Leased<S> {
+    /// `store`, with no rule leased yet: every check goes to it.
+    pub fn new(store: S) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                limiter: Limiter::new(store),
+                terms: Vec::new(),
+            }),
+        }
+    }
+
+    /// Leases `rule`'s quota to this instance `units` at a time, each lease for at most
+    /// `term`. Refused, naming the rule: an invalid rule, an algorithm other than a token
+    /// bucket or GCRA, a rule with a penalty, `units` of 0 or more than the rule's burst, a
+    /// zero `term`, a rule leased twice.
+    pub fn lease(self, rule: &Rule, units: u64, term: Duration) -> Result<Self, ConfigError> {
+        rule.validate()?;
+        let problems = Self::problems(rule, units, term)
+            .chain(
+                self.shared
+                    .terms
+                    .iter()
+                    .any(|t| t.rule.name() == rule.name())
+                    .then(|| ConfigError::new("is leased twice")),
+            )
+            .map(|p| p.within(format_args!("rule {:?}", rule.name())));
+        if let Some(error) = ConfigError::collect(problems) {
+            return Err(error);
+        }
+        let Shared { limiter, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
+            ConfigError::new("a Leased is configured before it is cloned".to_owned())
+        })?;
+        terms.push(Terms {
+            rule: rule.clone(),
+            units,
+            term,
+            leases: RwLock::default(),
+        });
+        Ok(Self {
+            shared: Arc::new(Shared { limiter, terms }),
+        })
+    }
+
+    /// What makes `rule` unfit to lease `units` for `term`.
+    fn problems(rule: &Rule, units: u64, term: Duration) -> impl Iterator<Item = ConfigError> {
+        let algorithm = rule.algorithm();
+        let kind = algorithm.kind();
+        let early = matches!(algorithm, Algorithm::TokenBucket(_) | Algorithm::Gcra(_));
+        let burst = algorithm.limit();
+        [
+            (!early).then(|| {
+                ConfigError::new(format!(
+                    "a {kind} cannot lease: only a token bucket or GCRA can take units early \
+                     without admitting more (a window or log dates them when taken)"
+                ))
+            }),
+            rule.penalty().is_some().then(|| {
+                ConfigError::new(
+                    "a rule with a penalty cannot lease: a lease admits without the store, \
+                     which would never count its denials towards the lock",
+                )
+            }),
+            (units == 0 || units > burst).then(|| {
+                ConfigError::new(format!(
+                    "a lease of {units} units must be 1 to the rule's burst of {burst}"
+                ))
+            }),
+            term.is_zero()
+                .then(|| ConfigError::new("a lease's term must be longer than zero")),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        self.shared.limiter.store()
+    }
+
+    /// The leased rule `batch` can be decided by, if a lease may answer it: one check, not
+    /// in shadow, costing 1 to the lease's units, of a leased rule, without a wait.
+    #[inline]
+    fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<&Terms<S>> {
+        let [check] = batch else { return None };
+        if !max_wait.is_zero() || check.shadow || check.cost == 0 {
+            return None;
+        }
+        let terms = self.shared.terms.iter().find(|t| t.rule == *check.rule)?;
+        (check.cost <= terms.units).then_some(terms)
+    }
+
+    /// Decides `check` from the lease of its key, taking the next lease if this one cannot
+    /// answer; from the store when no lease can.
+    async fn decide(&self, terms: &Terms<S>, check: Check<'_>) -> Result<Outcome, StoreError> {
+        if let Some(outcome) = terms.take(check.key(), check.cost) {
+            return Ok(outcome);
+        }
+        let slot = terms.slot(check.key());
+        let mut held = slot.held.lock().await;
+        // Another request may have taken the next lease while this one waited.
+        if let Some(outcome) = slot.take(terms, check.cost) {
+            return Ok(outcome);
+        }
+        slot.end(&mut held).await;
+        if held.denied_until.is_some_and(|t| Instant::now() < t) {
+            drop(held);
+            return self
+                .shared
+                .limiter
+                .store()
+                .check(&[check], Duration::ZERO)
+                .await;
+        }
+        let lease = [Check {
+            cost: terms.units,
+            ..check
+        }];
+        let mut reservation = self.shared.limiter.reserve(&lease, Duration::ZERO).await?;
+        let outcome = reservation.outcome().clone();
+        if let Decision::Deny(denial) = outcome.decision {
+            held.denied_until = denial
+                .retry_after
+                .and_then(|d| Instant::now().checked_add(d));
+            drop(held);
+            return self
+                .shared
+                .limiter
+                .store()
+                .check(&[check], Duration::ZERO)
+                .await;
+        }
+        // Released now: dropped from here on, the lease keeps its units (never over).
+        reservation.confirm().await?;
+        held.denied_until = None;
+        held.generation += 1;
+        held.lease = Some((reservation, terms.units));
+        if let Some(rule) = outcome.rules.first() {
+            slot.remaining.store(rule.info.remaining, Ordering::Relaxed);
+            let reset_us = u64::try_from(rule.info.reset.as_micros()).unwrap_or(u64::MAX);
+            slot.reset_us.store(reset_us, Ordering::Relaxed);
+        }
+        let left = terms.units - check.cost;
+        slot.left.store(left, Ordering::Release);
+        self.end_at_term(terms, &slot, held.generation);
+        Ok(slot.outcome(terms, left))
+    }
+
+    /// Ends the lease `generation` of `slot` when its term passes, if it is still held then,
+    /// and forgets the slot, so that an idle key costs nothing.
+    fn end_at_term(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64) {
+        let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
+        let Some(index) = self
+            .shared
+            .terms
+            .iter()
+            .position(|t| std::ptr::eq(t, terms))
+        else {
+            return;
+        };
+        let due = Instant::now() + terms.term;
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            let mut held = slot.held.lock().await;
+            if held.generation != generation || held.lease.is_none() {
+                return;
+            }
+            slot.end(&mut held).await;
+            if let Some(terms) = shared.terms.get(index) {
+                if let Ok(mut leases) = terms.leases.write() {
+                    leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
+                }
+            }
+        });
+    }
+}
+
+impl<S: Store + Clone> Terms<S> {
+    /// Takes `cost` units from `key`'s lease without a lock or a wait, if it has them.
+    #[inline]
+    fn take(&self, key: &[u8], cost: u64) -> Option<Outcome> {
+        let leases = self.leases.read().ok()?;
+        leases.get(key)?.take(self, cost)
+    }
+
+    /// `key`'s slot, made if it has none.
+    fn slot(&self, key: &[u8]) -> Arc<Slot<S>> {
+        if let Some(slot) = self.leases.read().ok().and_then(|l| l.get(key).cloned()) {
+            return slot;
+        }
+        let made = Arc::new(Slot {
+            left: AtomicU64::new(0),
+            remaining: AtomicU64::new(0),
+            reset_us: AtomicU64::new(0),
+            held: tokio::sync::Mutex::new(Held {
+                lease: None,
+                generation: 0,
+                denied_until: None,
+            }),
+        });
+        match self.leases.write() {
+            Ok(mut leases) => Arc::clone(leases.entry(Box::from(key)).or_insert(made)),
+            // A poisoned map: the slot decides for this request only, its lease ended by
+            // its timer.
+            Err(_) => made,
+        }
+    }
+
+    /// Forgets the leases of `key` (the store's state of it was reset).
+    fn forget(&self, key: &[u8]) -> Option<Arc<Slot<S>>> {
+        self.leases.write().ok()?.remove(key)
+    }
+}
+
+impl<S: Store + Clone> Slot<S> {
+    /// Takes `cost` units from the lease, if it has them.
+    #[inline]
+    fn take(&self, terms: &Terms<S>, cost: u64) -> Option<Outcome> {
+        let before = self
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(cost))
+            .ok()?;
+        Some(self.outcome(terms, before - cost))
+    }
+
+    /// The outcome of a request admitted from the lease, `left` units left in it.
+    fn outcome(&self, terms: &Terms<S>, left: u64) -> Outcome {
+        let info = RateLimitInfo {
+            limit: terms.rule.algorithm().limit(),
+            remaining: self.remaining.load(Ordering::Relaxed).saturating_add(left),
+            reset: Duration::from_micros(self.reset_us.load(Ordering::Relaxed)),
+        };
+        Outcome::new(
+            [RuleOutcome {
+                decision: Decision::Allow,
+                info,
+            }]
+            .into_iter()
+            .collect(),
+        )
+    }
+
+    /// Ends the lease `held` holds, if any: no request takes from it any more, and the
+    /// units it did not use go back to the store.
+    async fn end(&self, held: &mut Held<S>) {
+        let unused = self.left.swap(0, Ordering::AcqRel);
+        let Some((reservation, units)) = held.lease.take() else {
+            return;
+        };
+        if let Err(error) = reservation.settle(&[units.saturating_sub(unused)]).await {
+            tracing::warn!(%error, "could not give back the unused units of a lease");
+        }
+    }
+}
+
+impl<S: Store + Clone> Store for Leased<S> {
+    async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
+        match self.leased(batch, max_wait) {
+            Some(terms) => self.decide(terms, batch[0]).await,
+            None => self.shared.limiter.store().check(batch, max_wait).await,
+        }
+    }
+
+    /// Answers from a lease that has the units, or from a store that answers at once; a
+    /// lease that must be taken or renewed answers through [`check`](Store::check).
+    fn try_check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        match self.leased(batch, max_wait) {
+            Some(terms) => terms.take(batch[0].key(), batch[0].cost).map(Ok),
+            None => self.get_ref().try_check_now(batch, max_wait),
+        }
+    }
+
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.get_ref().peek(check).await
+    }
+
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.get_ref().refund(batch, outcome).await
+    }
+
+    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.get_ref().overdraw(batch, outcome).await
+    }
+
+    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.get_ref().count_denials(batch).await
+    }
+
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+        let slot = self
+            .shared
+            .terms
+            .iter()
+            .find(|t| t.rule == *rule)
+            .and_then(|t| t.forget(key.as_bytes()));
+        if let Some(slot) = slot {
+            // Its units are forgotten with the store's state: nothing to give back.
+            slot.left.store(0, Ordering::Release);
+            slot.held.lock().await.lease = None;
+        }
+        self.get_ref().reset(rule, key).await
+    }
+
+    fn probe(
+        &self,
+    ) -> Option<impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static> {
+        self.get_ref().probe()
+    }
+
+    fn health(&self) -> Health {
+        self.get_ref().health()
+    }
+}
+
+impl<S: Store + Clone> Clone for Leased<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules: Vec<(&str, u64, Duration)> = self
+            .shared
+            .terms
+            .iter()
+            .map(|t| (t.rule.name(), t.units, t.term))
+            .collect();
+        f.debug_struct("Leased")
+            .field("store", self.get_ref())
+            .field("leases", &rules)
+            .finish()
+    }
+}

@@ -1,0 +1,196 @@
+//! Leases on a `MemoryStore` shared by several `Leased` instances (`store::Leased`): never
+//! more than the store counts, unused units given back at the lease's end, a dead
+//! instance's units refilled at the rule's rate, the store's exact answer when a lease
+//! cannot answer, and the rules that cannot lease refused at build.
+
+use std::time::Duration;
+
+use tollgate::{
+    store::{Leased, MemoryStore},
+    Check, Limiter, ManualClock, Penalty, Rate, Rule,
+};
+
+const T0: u64 = crate::support::EPOCH;
+
+fn instances(
+    store: &MemoryStore,
+    rule: &Rule,
+    units: u64,
+    n: usize,
+) -> Vec<Limiter<Leased<MemoryStore>>> {
+    (0..n)
+        .map(|_| {
+            let leased = Leased::new(store.clone()).lease(rule, units, Duration::from_millis(50));
+            Limiter::new(leased.expect("a GCRA leases"))
+        })
+        .collect()
+}
+
+/// Three instances and a plain limiter see the same demand, 30 requests for each unit the
+/// rule restores, for 2 s: the instances admit no more than the rule's burst plus its
+/// refill (what the plain limiter admits), and no less than that less the units parked.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn several_instances_never_admit_more_than_a_plain_limiter() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 100, Rate::per_second(1_000));
+    let store = MemoryStore::with_clock(clock.clone());
+    let leased = instances(&store, &rule, 10, 3);
+    let plain = Limiter::new(MemoryStore::with_clock(clock.clone()));
+    let batch = [Check::new(&rule, b"all")];
+    let (mut by_leases, mut by_plain) = (0u64, 0u64);
+    for _ in 0..20_000 {
+        for limiter in &leased {
+            by_leases += u64::from(limiter.check(&batch).await.unwrap().is_admitted());
+        }
+        for _ in 0..3 {
+            by_plain += u64::from(plain.check(&batch).await.unwrap().is_admitted());
+        }
+        clock.advance(Duration::from_micros(100));
+        tokio::time::advance(Duration::from_micros(100)).await;
+    }
+    let bound = 100 + 2_000;
+    assert!(by_plain <= bound && by_plain + 1 >= bound, "{by_plain}");
+    assert!(by_leases <= by_plain, "{by_leases} > {by_plain}");
+    assert!(
+        by_leases + 3 * 10 >= by_plain,
+        "{by_leases} + parked < {by_plain}"
+    );
+}
+
+/// A hot key under its limit: nearly every decision is made in process, and the store is
+/// asked about once per lease.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn under_its_limit_a_hot_key_is_decided_in_process() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 10_000, Rate::per_second(1_000_000));
+    let store = MemoryStore::with_clock(clock.clone());
+    let leased = instances(&store, &rule, 100, 3);
+    let batch = [Check::new(&rule, b"all")];
+    for _ in 0..1_000 {
+        for limiter in &leased {
+            assert!(limiter.check(&batch).await.unwrap().is_admitted());
+        }
+        clock.advance(Duration::from_micros(10));
+    }
+    // 3,000 decisions, 30 leases of 100: the store counts 3,000 units, no more.
+    let peeked = Limiter::new(store).peek(&rule, b"all", 1).await.unwrap();
+    assert!(peeked.info.remaining >= 10_000 - 3_000, "{peeked:?}");
+}
+
+/// At the end of its term a lease gives back the units it did not use, even with no
+/// request to end it; the units it used stay taken.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn unused_units_go_back_when_the_term_ends() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::token_bucket("hot", 100, Rate::per_minute(1));
+    let store = MemoryStore::with_clock(clock.clone());
+    let limiter = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&rule, 10, Duration::from_secs(1))
+            .unwrap(),
+    );
+    let plain = Limiter::new(store);
+    for _ in 0..3 {
+        assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+    }
+    // What a request of 1 would leave: 100 less the lease's 10, less 1.
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 89);
+    tokio::time::sleep(Duration::from_millis(1_001)).await;
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 96);
+}
+
+/// An instance that dies never gives its lease back: the store refills its units at the
+/// rule's rate, within units / rate.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_dead_instances_lease_refills_at_the_rules_rate() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 20, Rate::per_second(10));
+    let store = MemoryStore::with_clock(clock.clone());
+    let dead = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&rule, 10, Duration::from_secs(60))
+            .unwrap(),
+    );
+    assert!(dead.check_one(&rule, b"k").await.unwrap().is_admitted());
+    // Its process is gone: its timer never runs (tokio's clock does not move here).
+    drop(dead);
+    let plain = Limiter::new(store);
+    // What a request of 1 would leave.
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 9);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 19);
+}
+
+/// A request no lease can answer gets the store's own decision: the same denial and
+/// Retry-After the store gives a plain limiter at that instant.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_request_a_lease_cannot_answer_gets_the_stores_answer() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 10, Rate::per_second(1));
+    let store = MemoryStore::with_clock(clock.clone());
+    let [a, b]: [_; 2] = instances(&store, &rule, 4, 2).try_into().ok().unwrap();
+    let plain = Limiter::new(store);
+    for _ in 0..3 {
+        assert!(a.check_one(&rule, b"k").await.unwrap().is_admitted());
+    }
+    assert!(b.check_one(&rule, b"k").await.unwrap().is_admitted());
+    // 8 units leased, 2 left in the store: b decides 3 from its lease, its next lease of
+    // 4 is denied, and its requests are the store's: 2 admitted, then denied.
+    for _ in 0..5 {
+        assert!(b.check_one(&rule, b"k").await.unwrap().is_admitted());
+    }
+    let denied = b.check_one(&rule, b"k").await.unwrap();
+    assert_eq!(
+        denied.decision.denial().unwrap().retry_after,
+        Some(Duration::from_secs(1))
+    );
+    // A cost above the lease and a wait go to the store too.
+    let costly = [Check::new(&rule, b"k").with_cost(5)];
+    assert_eq!(
+        a.check(&costly).await.unwrap(),
+        plain.check(&costly).await.unwrap()
+    );
+}
+
+/// Only a token bucket or GCRA without a penalty leases, a share of 1 to its burst, for a
+/// term longer than zero, once: the others are refused at build, naming the rule.
+#[test]
+fn rules_that_cannot_lease_are_refused_at_build() {
+    let term = Duration::from_millis(100);
+    let second = Duration::from_secs(1);
+    let lease = |rule: &Rule, units| Leased::new(MemoryStore::new()).lease(rule, units, term);
+    for rule in [
+        Rule::sliding_log("log", 100, second),
+        Rule::fixed_window("window", 100, second),
+        Rule::sliding_window("sliding", 100, second),
+        Rule::leaky_bucket("queue", 100, Rate::per_second(100)),
+    ] {
+        let error = lease(&rule, 10).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("rule {:?}", rule.name())),
+            "{error}"
+        );
+        assert!(error.contains("only a token bucket or GCRA"), "{error}");
+    }
+    let locked = Rule::gcra("locked", 100, Rate::per_second(100))
+        .with_penalty(Penalty::lock_for(second).after(3).within(second));
+    assert!(lease(&locked, 10)
+        .unwrap_err()
+        .to_string()
+        .contains("penalty"));
+    let gcra = Rule::gcra("g", 100, Rate::per_second(100));
+    assert!(lease(&gcra, 0).is_err());
+    assert!(lease(&gcra, 101).is_err());
+    assert!(lease(
+        &Rule::token_bucket_stepped("s", 100, Rate::per_second(1)),
+        100
+    )
+    .is_ok());
+    let twice = lease(&gcra, 10)
+        .unwrap()
+        .lease(&gcra, 10, term)
+        .unwrap_err();
+    assert!(twice.to_string().contains("leased twice"), "{twice}");
+    let zero = Leased::new(MemoryStore::new()).lease(&gcra, 10, Duration::ZERO);
+    assert!(zero.is_err());
+}
