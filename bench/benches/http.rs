@@ -1,5 +1,8 @@
 //! An axum hello-world over real loopback TCP: bare, behind tollgate's layer and behind
-//! tower_governor's, all admitted and all refused (429). A plain `main`, about two minutes:
+//! tower_governor's, all admitted and all refused (429). tower_governor runs both as its
+//! README configures it (no rate-limit headers on admitted responses) and with
+//! `use_headers()`; tollgate's cases that send headers are compared with the latter, like
+//! for like. A plain `main`, about two minutes:
 //!
 //! `cargo bench -p tollgate-bench --bench http`
 //!
@@ -81,6 +84,19 @@ fn cases() -> Vec<Case> {
         .burst_size(1)
         .finish()
         .expect("a valid governor config");
+    // The same, sending its `x-ratelimit-*` headers on every response, as tollgate does.
+    let governor_roomy_headers = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .use_headers()
+        .finish()
+        .expect("a valid governor config");
+    let governor_tight_headers = GovernorConfigBuilder::default()
+        .per_second(3600)
+        .burst_size(1)
+        .use_headers()
+        .finish()
+        .expect("a valid governor config");
     vec![
         Case {
             name: "bare",
@@ -108,6 +124,11 @@ fn cases() -> Vec<Case> {
             app: hello().layer(GovernorLayer::new(governor_roomy)),
         },
         Case {
+            name: "tower_governor, peer IP, headers",
+            expect: Expect::Admitted,
+            app: hello().layer(GovernorLayer::new(governor_roomy_headers)),
+        },
+        Case {
             name: "tollgate, peer IP, 429",
             expect: Expect::Refused,
             app: hello().layer(tollgate(tight(), key::peer_ip())),
@@ -116,6 +137,11 @@ fn cases() -> Vec<Case> {
             name: "tower_governor, peer IP, 429",
             expect: Expect::Refused,
             app: hello().layer(GovernorLayer::new(governor_tight)),
+        },
+        Case {
+            name: "tower_governor, peer IP, headers, 429",
+            expect: Expect::Refused,
+            app: hello().layer(GovernorLayer::new(governor_tight_headers)),
         },
     ]
 }
@@ -360,10 +386,29 @@ fn report(
     rounds: usize,
     pinned: bool,
 ) {
-    let governor = names.iter().position(|n| *n == "tower_governor, peer IP");
-    let governor_429 = names
-        .iter()
-        .position(|n| *n == "tower_governor, peer IP, 429");
+    let position = |name: &str| names.iter().position(|n| *n == name);
+    // tollgate's case against tower_governor's like it: with headers unless tollgate sends
+    // none (a 429 always carries them), each falling back to the other configuration
+    // when the run left it out.
+    let baseline = |name: &str| -> Option<usize> {
+        let (headers, plain) = if name.ends_with("429") {
+            (
+                "tower_governor, peer IP, headers, 429",
+                "tower_governor, peer IP, 429",
+            )
+        } else if name.contains("no headers") {
+            (
+                "tower_governor, peer IP",
+                "tower_governor, peer IP, headers",
+            )
+        } else {
+            (
+                "tower_governor, peer IP, headers",
+                "tower_governor, peer IP",
+            )
+        };
+        position(headers).or_else(|| position(plain))
+    };
     // The ratio of case `c` to the bare app, per round, at connections index `ci`.
     let ratios = |c: usize, ci: usize| -> Vec<f64> {
         runs[c][ci]
@@ -388,13 +433,8 @@ fn report(
                 .collect();
             lat.sort_unstable();
             let vs_bare = median(ratios(c, ci));
-            let baseline = if name.ends_with("429") {
-                governor_429
-            } else {
-                governor
-            };
-            let vs_governor = match baseline {
-                Some(g) if g != c && c != 0 => {
+            let vs_governor = match baseline(name) {
+                Some(g) if !name.starts_with("tower_governor") && c != 0 => {
                     // The ratio of the two ratios, round by round.
                     let per_round = ratios(c, ci)
                         .into_iter()

@@ -7,11 +7,13 @@
 //! `cargo bench -p tollgate-bench --bench layer_profile --no-run`, then
 //! `valgrind --tool=callgrind target/release/deps/layer_profile-* <case> [rounds]`, with
 //! `<case>` one of `bare`, `peer-ip`, `peer-ip-no-headers`, `header`, `governor`,
-//! `peer-ip-429`, `governor-429`. The difference between two runs of different `rounds`
-//! divided by the difference in rounds is the cost of one request, without the set-up; add
-//! `--toggle-collect='layer_profile::run*'` to count only the requests (steadier). With the
-//! `admin` feature every tollgate layer has `tollgate-admin`'s activity recorder as its
-//! observer: the request path's cost of the operator's view.
+//! `governor-headers` (tower_governor with `use_headers()`, as tollgate sends its own),
+//! `peer-ip-429`, `governor-429`, `governor-headers-429`. The difference between two runs of
+//! different `rounds` divided by the difference in rounds is the cost of one request,
+//! without the set-up; add `--toggle-collect='layer_profile::run*'` to count only the
+//! requests (steadier). With the `admin` feature every tollgate layer has
+//! `tollgate-admin`'s activity recorder as its observer: the request path's cost of the
+//! operator's view.
 
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -79,16 +81,20 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let case = args.first().map_or("peer-ip", String::as_str);
     let rounds = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(ROUNDS);
-    let governor = |per_nanos: bool| {
+    let governor = |per_nanos: bool, headers: bool| {
         let mut builder = GovernorConfigBuilder::default();
         if per_nanos {
             builder.per_nanosecond(1).burst_size(u32::MAX);
         } else {
             builder.per_second(3600).burst_size(1);
         }
-        hello().layer(GovernorLayer::new(
-            builder.finish().expect("a valid governor config"),
-        ))
+        if headers {
+            let config = builder.use_headers().finish();
+            hello().layer(GovernorLayer::new(config.expect("a valid governor config")))
+        } else {
+            let config = builder.finish();
+            hello().layer(GovernorLayer::new(config.expect("a valid governor config")))
+        }
     };
     let ok = match case {
         "bare" => run(hello(), rounds),
@@ -96,8 +102,10 @@ fn main() {
         "peer-ip-no-headers" => run(tollgate(roomy(), key::peer_ip(), false), rounds),
         "header" => run(tollgate(roomy(), key::header("user-id"), true), rounds),
         "peer-ip-429" => run(tollgate(tight(), key::peer_ip(), true), rounds),
-        "governor" => run(governor(true), rounds),
-        "governor-429" => run(governor(false), rounds),
+        "governor" => run(governor(true, false), rounds),
+        "governor-429" => run(governor(false, false), rounds),
+        "governor-headers" => run(governor(true, true), rounds),
+        "governor-headers-429" => run(governor(false, true), rounds),
         other => {
             eprintln!("unknown case {other}");
             std::process::exit(2);

@@ -494,6 +494,10 @@ pub(crate) struct Config {
     /// enforced limits and their number: the configuration's part of the headers, rendered
     /// once by [`Config::cache_policies`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
+    /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
+    /// request under none takes no tickets. True (every request looks) until
+    /// [`Config::cache_deferring`] has looked at the final limits.
+    pub(crate) defers_denials: bool,
 }
 
 impl Default for Config {
@@ -510,6 +514,7 @@ impl Default for Config {
             log_interval: DEFAULT_LOG_INTERVAL,
             held: HeldLimits::default(),
             policies: Vec::new(),
+            defers_denials: true,
         }
     }
 }
@@ -547,6 +552,13 @@ impl Config {
             None => self.global.get(i),
             Some(j) => self.routes.get(route?)?.limits.get(j),
         }
+    }
+
+    /// Notes whether any limit leaves its denials to the layer, once the limits and the
+    /// route table are final.
+    pub(crate) fn cache_deferring(&mut self) {
+        let routes = self.routes.iter().flat_map(|r| &r.limits);
+        self.defers_denials = self.global.iter().chain(routes).any(Limit::defers_denials);
     }
 
     /// Renders the `RateLimit-Policy` value of each route's enforced limits (those not

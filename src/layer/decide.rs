@@ -70,9 +70,10 @@ pub(crate) fn decide<B, St: Store + Clone>(
         store_latency,
     } = checked;
     let head = || RequestHead::from_request(request).with_route(config.route_pattern(route));
-    let outcome = match result {
+    // Read in place: the outcome is large, and nothing here needs it by value.
+    let outcome = match &result {
         Ok(outcome) => outcome,
-        Err(error) => return store_failed(config, state, &error, health, head()),
+        Err(error) => return store_failed(config, state, error, health, head()),
     };
     let held = Held { reservation, batch };
     // The common case, without the per-rule lists below: an admitted batch of enforced
@@ -92,7 +93,7 @@ pub(crate) fn decide<B, St: Store + Clone>(
         let headers = allowed_headers(config, route, enforced, rules);
         return held.forward(headers);
     }
-    let view = View::new(config, state, route, &limits, &outcome);
+    let view = View::new(config, state, route, &limits, outcome);
     view.tell(health, store_latency);
     let headers = || view.headers();
     match (outcome.decision, config.mode) {
@@ -106,17 +107,17 @@ pub(crate) fn decide<B, St: Store + Clone>(
                 return held.forward(headers());
             }
             tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
-            let kind = RejectionKind::Limited(&outcome);
+            let kind = RejectionKind::Limited(outcome);
             Next::Reject(reject(config, kind, head(), &view.enforced))
         }
         // Shadow mode never holds a request.
         (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => held.forward(headers()),
-        (Decision::Delay(delay), _) => match held.hold(config, &outcome, headers()) {
+        (Decision::Delay(delay), _) => match held.hold(config, outcome, headers()) {
             Some(hold) => Next::Hold(hold),
             None => {
                 tracing::debug!(?delay, "too many held requests: request refused");
                 record::held_refused();
-                Next::Reject(refuse_hold(config, &outcome, route, &limits, delay, head()))
+                Next::Reject(refuse_hold(config, outcome, route, &limits, delay, head()))
             }
         },
     }
@@ -330,7 +331,7 @@ fn allowed_headers<'a>(
     config: &Config,
     route: Option<usize>,
     enforced: usize,
-    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)>,
+    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
 ) -> Option<RateLimitHeaders> {
     (config.headers.on_allowed && enforced > 0).then(|| {
         let policy = config.policy(route, enforced);

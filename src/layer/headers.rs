@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
-use smallvec::SmallVec;
 
 use crate::decision::{Decision, Denial, DenyReason, RuleOutcome};
 use crate::rule::Rule;
@@ -85,46 +84,102 @@ pub(crate) struct RateLimitHeaders {
     legacy: Option<(u64, u64, u64)>,
 }
 
-/// Where header lists are written: on the stack for a few rules, on the heap beyond.
-type ListBuf = SmallVec<[u8; 256]>;
+/// A header list, written into the bytes its header value keeps: its length is counted
+/// first (see [`List::len_of`]), so the value is one allocation of exactly that size and
+/// nothing is copied after. A miscount costs an allocation, never a wrong header.
+struct List(Vec<u8>);
+
+/// A parameter of a list item, after the rule's name: `;r=5` (its key with the separators,
+/// then its value).
+struct Item {
+    key: &'static [u8; 3],
+    value: u64,
+}
+
+impl List {
+    /// The length of a list of `items` items of `len` bytes in all, separators included.
+    fn len_of(items: usize, len: usize) -> usize {
+        len + 2 * items.saturating_sub(1)
+    }
+
+    /// The length of one item: the rule's quoted name, then each parameter.
+    #[inline]
+    fn item_len(rule: &Rule, params: [Item; 2]) -> usize {
+        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        rule.name().len() + 2 + params.iter().map(|p| 3 + digits(p.value)).sum::<usize>()
+    }
+
+    fn with_capacity(len: usize) -> Self {
+        Self(Vec::with_capacity(len))
+    }
+
+    /// Appends `"name";a=1;b=2`.
+    fn push(&mut self, rule: &Rule, params: [Item; 2]) {
+        let out = &mut self.0;
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.push(b'"');
+        out.extend_from_slice(rule.name().as_bytes());
+        out.push(b'"');
+        for p in params {
+            out.extend_from_slice(p.key);
+            out.extend_from_slice(itoa::Buffer::new().format(p.value).as_bytes());
+        }
+    }
+
+    /// The header value; rule names are validated to a token-safe alphabet, so this never
+    /// fails for our lists.
+    fn into_value(self) -> Option<HeaderValue> {
+        HeaderValue::from_maybe_shared(Bytes::from(self.0)).ok()
+    }
+}
 
 /// One rule's `RateLimit-Policy` item: `"name";q=10;w=60`.
-fn write_policy_item(out: &mut ListBuf, rule: &Rule) {
+fn policy_item(rule: &Rule) -> [Item; 2] {
     let (q, w) = rule.algorithm().quota();
-    write_name(out, rule);
-    out.extend_from_slice(b";q=");
-    write_u64(out, q);
-    out.extend_from_slice(b";w=");
-    write_u64(out, ceil_secs(w).max(1));
+    [
+        Item {
+            key: b";q=",
+            value: q,
+        },
+        Item {
+            key: b";w=",
+            value: ceil_secs(w).max(1),
+        },
+    ]
 }
 
-fn write_name(out: &mut ListBuf, rule: &Rule) {
-    if !out.is_empty() {
-        out.extend_from_slice(b", ");
-    }
-    out.push(b'"');
-    out.extend_from_slice(rule.name().as_bytes());
-    out.push(b'"');
-}
-
-fn write_u64(out: &mut ListBuf, n: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
-/// A header value of `list`; rule names are validated to a token-safe alphabet, so this
-/// never fails for our lists.
-fn list_value(list: &[u8]) -> Option<HeaderValue> {
-    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(list)).ok()
+/// One rule's `RateLimit` item: `"name";r=5;t=30`.
+#[inline]
+fn state_item(outcome: &RuleOutcome) -> [Item; 2] {
+    let (r, t) = advertised(outcome);
+    [
+        Item {
+            key: b";r=",
+            value: r,
+        },
+        Item {
+            key: b";t=",
+            value: t,
+        },
+    ]
 }
 
 /// The `RateLimit-Policy` value of `rules`, for a layer to keep and reuse for every
 /// response that advertises exactly these rules.
 pub(crate) fn policy_value<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Option<HeaderValue> {
-    let mut policy = ListBuf::new();
+    // Once per route, at build: the rules gathered first cost nothing that matters.
+    let rules: Vec<&Rule> = rules.into_iter().collect();
+    let len = rules
+        .iter()
+        .map(|r| List::item_len(r, policy_item(r)))
+        .sum();
+    let mut policy = List::with_capacity(List::len_of(rules.len(), len));
     for rule in rules {
-        write_policy_item(&mut policy, rule);
+        policy.push(rule, policy_item(rule));
     }
-    list_value(&policy)
+    policy.into_value()
 }
 
 impl RateLimitHeaders {
@@ -133,25 +188,32 @@ impl RateLimitHeaders {
     /// batch: its deciding rule (the first whose own decision it is) is the one the legacy
     /// headers describe, so they agree with `Retry-After`.
     pub(crate) fn new<'a>(
-        rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)>,
+        rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
         policy: Option<&HeaderValue>,
         legacy: bool,
         denied: Option<Decision>,
     ) -> Self {
-        let mut policy_list = ListBuf::new();
-        let mut state = ListBuf::new();
+        let (mut items, mut state_len, mut policy_len) = (0, 0, 0);
+        for (rule, outcome) in rules.clone() {
+            items += 1;
+            state_len += List::item_len(rule, state_item(outcome));
+            if policy.is_none() {
+                policy_len += List::item_len(rule, policy_item(rule));
+            }
+        }
+        // Written only when no cached value is given.
+        let mut policy_list = policy
+            .is_none()
+            .then(|| List::with_capacity(List::len_of(items, policy_len)));
+        let mut state = List::with_capacity(List::len_of(items, state_len));
         // The legacy headers' rule: (limit, r, t, decided the denial).
         let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
         for (rule, outcome) in rules {
-            if policy.is_none() {
-                write_policy_item(&mut policy_list, rule);
+            if let Some(list) = &mut policy_list {
+                list.push(rule, policy_item(rule));
             }
             let (r, t) = advertised(outcome);
-            write_name(&mut state, rule);
-            state.extend_from_slice(b";r=");
-            write_u64(&mut state, r);
-            state.extend_from_slice(b";t=");
-            write_u64(&mut state, t);
+            state.push(rule, state_item(outcome));
             let deciding = denied.is_some_and(|d| d == outcome.decision);
             let better = match legacy_rule {
                 None => true,
@@ -165,8 +227,11 @@ impl RateLimitHeaders {
             }
         }
         Self {
-            policy: policy.cloned().or_else(|| list_value(&policy_list)),
-            state: list_value(&state),
+            policy: match policy_list {
+                Some(list) => list.into_value(),
+                None => policy.cloned(),
+            },
+            state: state.into_value(),
             legacy: legacy
                 .then_some(legacy_rule)
                 .flatten()
@@ -228,5 +293,26 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
+
+    /// A list's length is counted exactly (so its value is one allocation, not copied), for
+    /// numbers of every width and lists of one rule and of several.
+    #[test]
+    fn a_list_is_counted_as_long_as_it_is_written() {
+        let rules = [
+            Rule::token_bucket("a", 1, crate::Rate::per_second(1)),
+            Rule::token_bucket("per-user", 10, crate::Rate::per_second(1)),
+        ];
+        for values in [[0, 9], [10, 99], [100, 12_345], [u64::MAX, 1_000_000_000]] {
+            for n in 1..=rules.len() {
+                let params = || values.map(|value| Item { key: b";r=", value });
+                let len = rules[..n].iter().map(|r| List::item_len(r, params())).sum();
+                let mut list = List::with_capacity(0);
+                for rule in &rules[..n] {
+                    list.push(rule, params());
+                }
+                assert_eq!(List::len_of(n, len), list.0.len(), "{values:?}, {n} rules");
+            }
+        }
     }
 }

@@ -216,6 +216,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             ));
         }
         config.cache_policies();
+        config.cache_deferring();
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {

@@ -252,15 +252,20 @@ fn tickets(
     keys: &KeyBuf,
 ) -> Tickets {
     let mut tickets = Tickets::new();
+    if !config.defers_denials {
+        return tickets;
+    }
     for (i, item) in items.iter_mut().enumerate() {
-        let limit = config.limit(route, item.limit);
-        let key = keys.as_bytes().get(item.start..item.end);
-        if let (Some(limit), Some(key)) = (limit, key) {
-            if limit.defers_denials() {
-                let (ticket, alone) = state.unsettled.start(&limit.rule, key);
-                item.defers = !alone;
-                tickets.push((i, ticket));
-            }
+        let Some(limit) = config.limit(route, item.limit) else {
+            continue;
+        };
+        if !limit.defers_denials() {
+            continue;
+        }
+        if let Some(key) = keys.as_bytes().get(item.start..item.end) {
+            let (ticket, alone) = state.unsettled.start(&limit.rule, key);
+            item.defers = !alone;
+            tickets.push((i, ticket));
         }
     }
     tickets
@@ -446,6 +451,9 @@ impl<St: Store + Clone> StoreCallRef<'_, St> {
     /// it have settled (see `charge::unsettled`); the tickets of the other limits, which
     /// settle with the request.
     fn defer_denials(&self, outcome: &Outcome, tickets: Tickets) -> Tickets {
+        if tickets.is_empty() {
+            return tickets;
+        }
         let mut unsettled = Tickets::new();
         for (i, ticket) in tickets {
             let refused = outcome.rules.get(i).and_then(|r| r.decision.denial());

@@ -103,6 +103,7 @@ pub(crate) struct Observation {
 /// span-name filters included): with none, a disabled span still costs tracing's `log`
 /// compatibility (its records and enter/exit) on every request when a dependency turns on
 /// tracing's `log` feature, as axum does.
+#[inline]
 pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
     let debug = tracing::Level::DEBUG;
     let wanted = debug <= tracing::level_filters::STATIC_MAX_LEVEL
