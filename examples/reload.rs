@@ -115,8 +115,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    // The examples' package is examples-build/, beside this folder.
     let path = std::env::var_os("RULES").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml")),
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/rules.toml")),
         PathBuf::from,
     );
     let loader = loader();

@@ -34,7 +34,7 @@ use tonic_types::StatusExt;
 
 /// The code tonic-prost-build generates from `proto/helloworld.proto`.
 pub mod helloworld {
-    include!(concat!(env!("CARGO_MANIFEST_DIR"), "/proto/helloworld.rs"));
+    include!("../proto/helloworld.rs");
 }
 
 use helloworld::greeter_client::GreeterClient;
