@@ -35,5 +35,5 @@ done
 end=$(date +%s.%N)
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "crates compiled: $(grep -c '^ *Compiling ' "$work/log")"
-grep -E '^ *Downloaded [0-9]+ crates' "$work/log" || true
+echo "crates downloaded: $(grep -cE '^ *Downloaded [^ ]+ v[0-9]' "$work/log" || true)"
 echo "first response after $(awk "BEGIN { printf \"%.0f\", $end - $start }") s"
