@@ -107,6 +107,9 @@ pub async fn watch<St: Store + Clone>(
     }
 }
 
+/// The rules file beside this example (whose package, tollgate-examples, is examples-build/).
+const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/rules.toml");
+
 #[allow(dead_code)] // Tests include this file for `load`, `reload` and `watch`.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -115,10 +118,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let path = std::env::var_os("RULES").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml")),
-        PathBuf::from,
-    );
+    let path = std::env::var_os("RULES").map_or_else(|| PathBuf::from(RULES), PathBuf::from);
     let loader = loader();
     // At start, a file with a problem stops the server with every problem listed.
     let (limits, handle) = load(&loader, &path, Limiter::new(MemoryStore::new()))?;

@@ -8,8 +8,8 @@
 //! clients' retry policies read.
 //!
 //! ```sh
-//! cargo run --example tonic               # the server on 127.0.0.1:50051, until Ctrl-C
-//! cargo run --example tonic -- client     # in another terminal: 5 calls, the last 2 refused
+//! cargo run --example tonic --features tonic            # a server on 127.0.0.1:50051, to Ctrl-C
+//! cargo run --example tonic --features tonic -- client  # another terminal: 5 calls, 2 refused
 //! grpcurl -plaintext -import-path proto -proto helloworld.proto \
 //!     -d '{"name": "ann"}' 127.0.0.1:50051 helloworld.Greeter/SayHello
 //! ```
@@ -34,7 +34,7 @@ use tonic_types::StatusExt;
 
 /// The code tonic-prost-build generates from `proto/helloworld.proto`.
 pub mod helloworld {
-    include!(concat!(env!("CARGO_MANIFEST_DIR"), "/proto/helloworld.rs"));
+    include!("../proto/helloworld.rs");
 }
 
 use helloworld::greeter_client::GreeterClient;
@@ -137,7 +137,7 @@ async fn run_server(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error + 
     let addr = listener.local_addr()?;
     println!("gRPC server on {addr} (Ctrl-C stops it): SayHello allows 3 calls a minute per address, SayGoodbye 10");
     println!("try, in another terminal:");
-    println!("  cargo run --example tonic -- client");
+    println!("  cargo run --example tonic --features tonic -- client");
     println!(
         "  grpcurl -plaintext -import-path proto -proto helloworld.proto -d '{{\"name\": \"ann\"}}' {addr} helloworld.Greeter/SayHello"
     );
@@ -146,7 +146,7 @@ async fn run_server(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error + 
 
 async fn run_client(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut client = connect(addr).await.map_err(|e| {
-        format!("no server on {addr} ({e}): start one with `cargo run --example tonic`")
+        format!("no server on {addr} ({e}): start one with `cargo run --example tonic --features tonic`")
     })?;
     for i in 1..=5 {
         let request = HelloRequest {

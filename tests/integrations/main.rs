@@ -7,6 +7,7 @@ mod support;
 
 mod layer_axum;
 mod layer_hyper;
+#[cfg(feature = "tonic")]
 mod layer_tonic;
 mod proto;
 mod reports;

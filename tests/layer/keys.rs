@@ -355,6 +355,7 @@ async fn a_mapped_address_and_its_ipv4_form_are_one_client() {
     );
 }
 
+#[cfg(feature = "tonic")]
 #[path = "../../examples/tonic.rs"]
 #[allow(dead_code)]
 mod tonic_example;
@@ -362,6 +363,7 @@ mod tonic_example;
 /// `key::peer_ip` finds the client's address on a tonic server that terminates TLS itself
 /// (`serve_with_incoming` over rustls streams), which puts `TlsConnectInfo<TcpConnectInfo>`
 /// in the extensions, not `TcpConnectInfo`.
+#[cfg(feature = "tonic")]
 #[tokio::test]
 async fn peer_ip_reads_the_address_of_a_tls_connection_to_tonic() {
     use std::sync::Arc;
