@@ -247,12 +247,7 @@ impl<S: Store + Clone> Leased<S> {
         slot.end(&mut held).await;
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
             drop(held);
-            return self
-                .shared
-                .limiter
-                .store()
-                .check(&[check], Duration::ZERO)
-                .await;
+            return self.get_ref().check(&[check], Duration::ZERO).await;
         }
         let lease = [Check {
             cost: terms.units,
@@ -265,12 +260,7 @@ impl<S: Store + Clone> Leased<S> {
                 .retry_after
                 .and_then(|d| Instant::now().checked_add(d));
             drop(held);
-            return self
-                .shared
-                .limiter
-                .store()
-                .check(&[check], Duration::ZERO)
-                .await;
+            return self.get_ref().check(&[check], Duration::ZERO).await;
         }
         // Released now: dropped from here on, the lease keeps its units (never over).
         reservation.confirm().await?;
