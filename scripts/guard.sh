@@ -7,7 +7,7 @@
 # full benchmark (BENCHMARKS.md), not a verdict.
 #
 #   scripts/guard.sh                 # all three: builds first, then runs for under two minutes
-#   scripts/guard.sh inproc redis    # some of: inproc http redis
+#   scripts/guard.sh inproc redis    # some of: inproc http redis lease
 #
 # The Redis part starts its own redis-server (from PATH) and loads redis-cell from
 # $TOLLGATE_REDIS_CELL, or from ../redis-cell/target/release/libredis_cell.so (a build of
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
-    parts=(inproc http redis)
+    parts=(inproc http redis lease)
 fi
 wants() {
     local p
@@ -28,8 +28,8 @@ wants() {
 benches=()
 for p in "${parts[@]}"; do
     case "$p" in
-        inproc | http | redis) benches+=(--bench "$p") ;;
-        *) echo "unknown part '$p' (inproc, http, redis)" >&2; exit 2 ;;
+        inproc | http | redis | lease) benches+=(--bench "$p") ;;
+        *) echo "unknown part '$p' (inproc, http, redis, lease)" >&2; exit 2 ;;
     esac
 done
 echo "== building ${parts[*]}"
@@ -90,6 +90,23 @@ if wants redis; then
                 for (k in t) if (c[k] > 0)
                     printf "%s tasks: decisions/s tollgate coalesced / redis-cell: %.2f×; Redis µs per decision %.2f\n", k, t[k] / c[k], us[k]
             }' target/bench-redis.csv
+    fi
+fi
+
+if wants lease; then
+    echo
+    echo "== a hot key leased on Redis: 3 instances, one key, against redis-cell (target: ≥ 3×)"
+    cell=${TOLLGATE_REDIS_CELL:-../redis-cell/target/release/libredis_cell.so}
+    if [ ! -f "$cell" ]; then
+        echo "skipped: no redis-cell module at $cell (build redis-cell and set TOLLGATE_REDIS_CELL)"
+    else
+        out=$(TOLLGATE_REDIS_CELL=$(realpath "$cell") TOLLGATE_BENCH_SECS=0.5 \
+            cargo bench -q -p tollgate-bench --bench lease)
+        echo "$out" | grep -E '^(tollgate|redis-cell)'
+        echo "$out" | awk '
+            $1 == "tollgate" && $2 == "leased" { t = $3 }
+            $1 == "redis-cell" { c = $2 }
+            END { if (c > 0) printf "leased / redis-cell: %.1f×\n", t / c }'
     fi
 fi
 
