@@ -334,8 +334,9 @@ end
 
 
 -- One rule of the batch: its packed argument `packed`, its key KEYS[key_index] (and, for a
--- sliding log, its log after it) and its stored state, read with one GET (a sliding log:
--- one ZRANGE of its newest member). Returns the rule and the index of the next rule's key.
+-- sliding log, its log after it) and its stored state, read with one GET per call
+-- (record.lua's get_record; a sliding log: one ZRANGE of its newest member). Returns the
+-- rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
   local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
     rule_args(packed)
@@ -380,7 +381,7 @@ local function load_rule(KEYS, key_index, packed)
     r.log_key = KEYS[key_index]
     key_index = key_index + 1
   end
-  local raw = redis.call('GET', r.key)
+  local raw = get_record(r.key)
   local kind, f1, f2, f3, l1, l2, l3, h1, h2, h3 = read_record(r, raw)
   r.head, r.pen = { h1, h2, h3 }, { l1, l2, l3 }
   if kind == 'own' then

@@ -17,6 +17,10 @@
 --   for fast.lua's short admission, else 3 + 7 per rule), or -1 and a message when the batch
 --   failed (a Redis error, say); the other batches of the call are decided as if it were
 --   alone. src/store/redis/script.rs `split_reply` splits it.
+-- Batches of one call on the same key fold into one read and one write of its record
+-- (record.lua's get_record, flush_records), each decided exactly as one call after another
+-- would: under load, when coalescing gathers many requests on one hot key, a call pays one
+-- GET and one PSETEX for all of them.
 
 -- A failed batch's reply, written into the call's reply `out` after its position `o`;
 -- returns the new position. Redis 7 raises a command's error as a table with the message
@@ -61,7 +65,8 @@ end
 -- end is cleared below.
 local out = {}
 
-local function decide_call(KEYS, ARGV)
+-- Decides the call's batches into `out`; returns the reply's length.
+local function decide_batches(KEYS, ARGV)
   local time = nil
   local o = 0
   local k, a = 0, 1
@@ -91,6 +96,18 @@ local function decide_call(KEYS, ARGV)
       o = e
     end
     k = k + h.nkeys
+  end
+  return o
+end
+
+local function decide_call(KEYS, ARGV)
+  local ok, o = pcall(decide_batches, KEYS, ARGV)
+  -- The records are written once, at the end (record.lua's flush_records); also when the
+  -- call fails after some batches were decided (a malformed shape), whose decisions stand
+  -- as if each had been written at once.
+  flush_records()
+  if not ok then
+    error(o, 0)
   end
   -- A batch that failed midway may have written past its end: nothing follows the reply.
   o = o + 1

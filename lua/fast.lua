@@ -257,7 +257,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   local admitted = true
   for i = 1, h.nrules do
     local c = configs[i]
-    local kind, f1, f2, f3, l1, l2, l3 = read_record(c, redis_call('GET', KEYS[k + i]))
+    local kind, f1, f2, f3, l1, l2, l3 = read_record(c, get_record(KEYS[k + i]))
     if kind == 'foreign' then
       -- Another configuration's record: the general path decides.
       return nil

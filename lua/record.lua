@@ -111,13 +111,62 @@ local function read_record(c, raw)
   return 'foreign', nil, nil, nil, l1, l2, l3, t1, t2, t3
 end
 
+-- The call's records (lua/call.lua), so that the batches of one call deciding on the same
+-- key read it from Redis once and write it once: `held` holds, by key, what a GET would
+-- answer now (the record's bytes, or false for none) once the call has read or written
+-- it; `pending` holds, by key, what the call's end writes (the TTL's text for a PSETEX,
+-- false for a DEL), and `pending_keys` those keys in the order first written. Each batch
+-- still reads and writes its records as if alone, so what it decides is what it would
+-- decide one call after another; only the GET and PSETEX in between are saved. A record's
+-- TTL is only garbage collection and time stands still within a call, so the last write's
+-- TTL is the one that counts, as it would be. In a function library the tables outlive the
+-- call: flush_records empties them.
+local held, pending, pending_keys, pending_count = {}, {}, {}, 0
+
+-- What GET `key` answers within the call.
+local function get_record(key)
+  local raw = held[key]
+  if raw == nil then
+    raw = redis_call('GET', key)
+    held[key] = raw
+  end
+  return raw
+end
+
+-- Sets `key` to `record` with a TTL of `ttl` ms (text), or deletes it (`record` false), at
+-- the call's end.
+local function put_record(key, record, ttl)
+  if pending[key] == nil then
+    pending_count = pending_count + 1
+    pending_keys[pending_count] = key
+  end
+  held[key], pending[key] = record, ttl
+end
+
+-- Writes what the call's batches left in their records, each key once, and forgets them.
+local function flush_records()
+  for i = 1, pending_count do
+    local key = pending_keys[i]
+    local ttl = pending[key]
+    if ttl then
+      -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
+      redis_call('PSETEX', key, ttl, held[key])
+    else
+      redis_call('DEL', key)
+    end
+    pending_keys[i] = nil
+  end
+  held, pending, pending_count = {}, {}, 0
+end
+
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (the latest
 -- instant it says anything about), or deletes the key once that has passed; the TTL is only
 -- garbage collection, the state's own expiry instant is what counts, compared exactly in µs.
 -- The record: the head h1, h2, h3, then the state fields (`foreign`, bytes kept as another
 -- configuration wrote them, '' for none; or, when `foreign` is nil, configuration `c`'s own
 -- f1, f2, f3, as many as its model has), then the penalty's l1, l2, l3. One function, so a
--- write costs the streamlined path one call.
+-- write costs the streamlined path one call. The write itself waits for the call's end
+-- (flush_records).
 local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign)
   local record
   if foreign then
@@ -135,9 +184,8 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
     end
   end
   if expires_at > now then
-    -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
-    redis_call('PSETEX', key, string_format('%d', ceil((expires_at - now) / 1000) + slack), record)
+    put_record(key, record, string_format('%d', ceil((expires_at - now) / 1000) + slack))
   else
-    redis_call('DEL', key)
+    put_record(key, false, false)
   end
 end

@@ -12,6 +12,7 @@ mod deny_cache;
 mod differential;
 mod distributed;
 mod failover;
+mod fold;
 mod leases;
 mod readiness;
 mod seams;
