@@ -257,7 +257,15 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   local admitted = true
   for i = 1, h.nrules do
     local c = configs[i]
-    local kind, f1, f2, f3, l1, l2, l3 = read_record(c, get_record(KEYS[k + i]))
+    -- get_record, written out: every decision pays for it.
+    local key = KEYS[k + i]
+    local raw = slot[key]
+    if raw then
+      raw = written_record[raw]
+    else
+      raw = redis_call('GET', key)
+    end
+    local kind, f1, f2, f3, l1, l2, l3 = read_record(c, raw)
     if kind == 'foreign' then
       -- Another configuration's record: the general path decides.
       return nil

@@ -112,51 +112,43 @@ local function read_record(c, raw)
 end
 
 -- The call's records (lua/call.lua), so that the batches of one call deciding on the same
--- key read it from Redis once and write it once: `held` holds, by key, what a GET would
--- answer now (the record's bytes, or false for none) once the call has read or written
--- it; `pending` holds, by key, what the call's end writes (the TTL's text for a PSETEX,
--- false for a DEL), and `pending_keys` those keys in the order first written. Each batch
--- still reads and writes its records as if alone, so what it decides is what it would
+-- key read it from Redis only until one of them writes it, and write it once: `slot`
+-- holds, by key, the index of what the call wrote to it in `written` (the key),
+-- `written_record` (the record's bytes, or false for none) and `written_ttl` (the TTL in
+-- ms for a PSETEX, false for a DEL), which the call's end writes (flush_records). A key
+-- the call only reads is read from Redis each time: it is the same until written, and an
+-- entry per read would cost a call on distinct keys more than the GETs it saves. Each
+-- batch still reads and writes its records as if alone, so it decides what it would
 -- decide one call after another; only the GET and PSETEX in between are saved. A record's
 -- TTL is only garbage collection and time stands still within a call, so the last write's
--- TTL is the one that counts, as it would be. In a function library the tables outlive the
--- call: flush_records empties them.
-local held, pending, pending_keys, pending_count = {}, {}, {}, 0
+-- TTL is the one that counts, as it would. In a function library the tables outlive the
+-- call: one hash entry per key written, emptied at the end (so the table keeps its size),
+-- and arrays overwritten by the next call.
+local slot, written, written_record, written_ttl, written_count = {}, {}, {}, {}, 0
 
--- What GET `key` answers within the call.
+-- What GET `key` answers within the call. Written out on the streamlined path (fast.lua).
 local function get_record(key)
-  local raw = held[key]
-  if raw == nil then
-    raw = redis_call('GET', key)
-    held[key] = raw
+  local i = slot[key]
+  if i then
+    return written_record[i]
   end
-  return raw
-end
-
--- Sets `key` to `record` with a TTL of `ttl` ms (text), or deletes it (`record` false), at
--- the call's end.
-local function put_record(key, record, ttl)
-  if pending[key] == nil then
-    pending_count = pending_count + 1
-    pending_keys[pending_count] = key
-  end
-  held[key], pending[key] = record, ttl
+  return redis_call('GET', key)
 end
 
 -- Writes what the call's batches left in their records, each key once, and forgets them.
 local function flush_records()
-  for i = 1, pending_count do
-    local key = pending_keys[i]
-    local ttl = pending[key]
+  for i = 1, written_count do
+    local key = written[i]
+    local ttl = written_ttl[i]
     if ttl then
       -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
-      redis_call('PSETEX', key, ttl, held[key])
+      redis_call('PSETEX', key, string_format('%d', ttl), written_record[i])
     else
       redis_call('DEL', key)
     end
-    pending_keys[i] = nil
+    slot[key] = nil
   end
-  held, pending, pending_count = {}, {}, 0
+  written_count = 0
 end
 
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (the latest
@@ -165,8 +157,7 @@ end
 -- The record: the head h1, h2, h3, then the state fields (`foreign`, bytes kept as another
 -- configuration wrote them, '' for none; or, when `foreign` is nil, configuration `c`'s own
 -- f1, f2, f3, as many as its model has), then the penalty's l1, l2, l3. One function, so a
--- write costs the streamlined path one call. The write itself waits for the call's end
--- (flush_records).
+-- write costs the streamlined path one call.
 local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign)
   local record
   if foreign then
@@ -183,9 +174,15 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
       record = struct_pack(c.format, h1, h2, h3, l1, l2, l3)
     end
   end
+  -- Written at the call's end (flush_records).
+  local i = slot[key]
+  if not i then
+    i = written_count + 1
+    written_count, slot[key], written[i] = i, i, key
+  end
   if expires_at > now then
-    put_record(key, record, string_format('%d', ceil((expires_at - now) / 1000) + slack))
+    written_record[i], written_ttl[i] = record, ceil((expires_at - now) / 1000) + slack
   else
-    put_record(key, false, false)
+    written_record[i], written_ttl[i] = false, false
   end
 end

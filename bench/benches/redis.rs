@@ -20,7 +20,10 @@
 //! `target/bench-redis.csv` (path, rules, concurrency, decisions/s, …) for a chart.
 //! `TOLLGATE_BENCH_SECS` sets the seconds per measurement (default 2);
 //! `TOLLGATE_BENCH_CONCURRENCY` and `TOLLGATE_BENCH_RULES` (comma-separated) pick some of the
-//! concurrencies (1, 4, 16, 64) and rule counts (1, 3).
+//! concurrencies (1, 4, 16, 64) and rule counts (1, 3). The requests spread over 1000 keys;
+//! `TOLLGATE_BENCH_KEYS=1` puts every one on one hot key (a global limit: coalesced batches
+//! on one key fold into one read and one write, lua/call.lua), its rows marked "one key";
+//! `TOLLGATE_BENCH_KEYS=1000,1` measures both.
 
 #[path = "support/redis_args.rs"]
 mod redis_args;
@@ -36,8 +39,6 @@ use redis::aio::ConnectionManager;
 use tollgate::{store::RedisStore, Check, Limiter, Rule};
 
 use redis_args::{rules, sent_argument};
-
-const KEYS: usize = 1000;
 
 fn main() {
     let secs: f64 = std::env::var("TOLLGATE_BENCH_SECS")
@@ -183,8 +184,9 @@ where
     }
 }
 
-fn key_of(task: usize, i: u64) -> Vec<u8> {
-    format!("user-{}", (task * 7919 + i as usize) % KEYS).into_bytes()
+/// Task `task`'s `i`-th key of `keys`.
+fn key_of(keys: usize, task: usize, i: u64) -> Vec<u8> {
+    format!("user-{}", (task * 7919 + i as usize) % keys).into_bytes()
 }
 
 fn script() -> redis::Script {
@@ -240,12 +242,23 @@ fn list(var: &str, default: &[usize]) -> Vec<usize> {
         .unwrap_or_else(|| default.to_vec())
 }
 
-/// One request through `limiter` for task `t`'s `i`-th key, every rule admitted.
-async fn check(limiter: Limiter<RedisStore>, rules: Arc<Vec<Rule>>, t: usize, i: u64) {
-    let key = key_of(t, i);
+/// One request through `limiter` for task `t`'s `i`-th key of `keys`, every rule admitted.
+async fn check(limiter: Limiter<RedisStore>, rules: Arc<Vec<Rule>>, keys: usize, t: usize, i: u64) {
+    let key = key_of(keys, t, i);
     let batch: Vec<Check<'_>> = rules.iter().map(|r| Check::new(r, &key)).collect();
     let outcome = limiter.check(&batch).await.expect("decided");
     assert!(outcome.is_admitted());
+}
+
+/// What every measurement shares: the server, the stores and the raw connection.
+struct Bench<'a> {
+    server: &'a redis_server::RedisServer,
+    run_for: Duration,
+    cell: bool,
+    per_call: RedisStore,
+    store: RedisStore,
+    raw: ConnectionManager,
+    script: Arc<redis::Script>,
 }
 
 async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) {
@@ -256,12 +269,18 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
         store.uses_functions(),
         "the bench needs Redis 7 (functions)"
     );
-    let per_call = store.clone().with_coalescing(false);
     let client = redis::Client::open(server.url()).expect("client");
-    let raw = ConnectionManager::new(client)
-        .await
-        .expect("raw connection");
-    let script = Arc::new(script());
+    let bench = Bench {
+        server,
+        run_for,
+        cell,
+        per_call: store.clone().with_coalescing(false),
+        store,
+        raw: ConnectionManager::new(client)
+            .await
+            .expect("raw connection"),
+        script: Arc::new(script()),
+    };
     let mut rows = Rows {
         csv: "path,rules,concurrency,decisions_per_s,p50_us,p99_us,client_cpu_us,redis_us,redis_cpu_us\n"
             .to_owned(),
@@ -272,16 +291,50 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
-    for conc in list("TOLLGATE_BENCH_CONCURRENCY", &[1, 4, 16, 64]) {
+    for keys in list("TOLLGATE_BENCH_KEYS", &[1000]) {
+        for conc in list("TOLLGATE_BENCH_CONCURRENCY", &[1, 4, 16, 64]) {
+            bench.rows_at(keys, conc, &mut rows, &mut ratios).await;
+        }
+    }
+    if !cell {
+        println!(
+            "\n(redis-cell row skipped: set TOLLGATE_REDIS_CELL=/path/libredis_cell.so to load it)"
+        );
+    }
+    println!();
+    for (what, conc, n, ratio) in ratios {
+        println!(
+            "tollgate coalesced / per call{what}, concurrency {conc}, {n} rule(s): {ratio:.2}x"
+        );
+    }
+    let csv = tollgate_bench::target_file("bench-redis.csv");
+    match std::fs::write(&csv, &rows.csv) {
+        Ok(()) => println!("rows written to {}", csv.display()),
+        Err(e) => println!("could not write {}: {e}", csv.display()),
+    }
+}
+
+impl Bench<'_> {
+    /// Every path's row at `conc` tasks on `keys` keys.
+    async fn rows_at(
+        &self,
+        keys: usize,
+        conc: usize,
+        rows: &mut Rows,
+        ratios: &mut Vec<(&'static str, usize, usize, f64)>,
+    ) {
+        let (server, run_for) = (self.server, self.run_for);
+        // The rows on one hot key say so.
+        let on = if keys == 1 { ", one key" } else { "" };
         for n in list("TOLLGATE_BENCH_RULES", &[1, 3]) {
             let rules = Arc::new(rules(n));
             let mut tollgate = Vec::new();
-            for s in [&per_call, &store] {
+            for s in [&self.per_call, &self.store] {
                 let limiter = Limiter::new(s.clone());
                 let rules = rules.clone();
                 tollgate.push(
                     measure(server, &["fcall"], conc, run_for, move |t, i| {
-                        check(limiter.clone(), rules.clone(), t, i)
+                        check(limiter.clone(), rules.clone(), keys, t, i)
                     })
                     .await,
                 );
@@ -289,11 +342,11 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
             let argument = Arc::new(sent_argument(&server.url(), &rules).await);
             let names: Vec<String> = rules.iter().map(|r| r.name().to_owned()).collect();
             let raw_script = {
-                let (raw, script) = (raw.clone(), script.clone());
+                let (raw, script) = (self.raw.clone(), self.script.clone());
                 measure(server, &["evalsha"], conc, run_for, move |t, i| {
                     let (mut raw, script) = (raw.clone(), script.clone());
                     let argument = argument.clone();
-                    let key = String::from_utf8(key_of(t, i)).expect("ascii");
+                    let key = String::from_utf8(key_of(keys, t, i)).expect("ascii");
                     let keys: Vec<String> =
                         names.iter().map(|n| format!("raw:{{{key}}}:{n}")).collect();
                     async move {
@@ -312,16 +365,26 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                 .await
             };
             let n_text = n.to_string();
-            rows.row("tollgate per call", conc, &n_text, &tollgate[0]);
-            rows.row("tollgate coalesced", conc, &n_text, &tollgate[1]);
-            rows.row("raw same script", conc, &n_text, &raw_script);
-            ratios.push((conc, n, tollgate[1].per_sec() / tollgate[0].per_sec()));
+            rows.row(
+                &format!("tollgate per call{on}"),
+                conc,
+                &n_text,
+                &tollgate[0],
+            );
+            rows.row(
+                &format!("tollgate coalesced{on}"),
+                conc,
+                &n_text,
+                &tollgate[1],
+            );
+            rows.row(&format!("raw same script{on}"), conc, &n_text, &raw_script);
+            ratios.push((on, conc, n, tollgate[1].per_sec() / tollgate[0].per_sec()));
         }
         let incr = {
-            let raw = raw.clone();
+            let raw = self.raw.clone();
             measure(server, &["incr"], conc, run_for, move |t, i| {
                 let mut raw = raw.clone();
-                let key = key_of(t, i);
+                let key = key_of(keys, t, i);
                 async move {
                     let _: i64 = redis::cmd("INCR")
                         .arg(key)
@@ -332,12 +395,12 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
             })
             .await
         };
-        rows.row("raw INCR", conc, "-", &incr);
-        if cell {
-            let raw = raw.clone();
+        rows.row(&format!("raw INCR{on}"), conc, "-", &incr);
+        if self.cell {
+            let raw = self.raw.clone();
             let cell = measure(server, &["cl.throttle"], conc, run_for, move |t, i| {
                 let mut raw = raw.clone();
-                let key = key_of(t, i);
+                let key = key_of(keys, t, i);
                 async move {
                     // max_burst 2^30, 1,000,000 per second: never limited here, and an
                     // emission interval (1 µs) redis-cell can hold in whole nanoseconds
@@ -354,21 +417,7 @@ async fn run(server: &redis_server::RedisServer, run_for: Duration, cell: bool) 
                 }
             })
             .await;
-            rows.row("redis-cell CL.THROTTLE", conc, "1", &cell);
+            rows.row(&format!("redis-cell CL.THROTTLE{on}"), conc, "1", &cell);
         }
-    }
-    if !cell {
-        println!(
-            "\n(redis-cell row skipped: set TOLLGATE_REDIS_CELL=/path/libredis_cell.so to load it)"
-        );
-    }
-    println!();
-    for (conc, n, ratio) in ratios {
-        println!("tollgate coalesced / per call, concurrency {conc}, {n} rule(s): {ratio:.2}x");
-    }
-    let csv = tollgate_bench::target_file("bench-redis.csv");
-    match std::fs::write(&csv, &rows.csv) {
-        Ok(()) => println!("rows written to {}", csv.display()),
-        Err(e) => println!("could not write {}: {e}", csv.display()),
     }
 }

@@ -11,6 +11,8 @@
 //! (`callgrind_control -z`), runs the rounds and dumps (`callgrind_control -d`); the dump's
 //! total divided by `batches * rounds` is the server's instructions per decision.
 //! Without valgrind it prints Redis's `usec` per decision from `INFO commandstats`.
+//! `TOLLGATE_PROFILE_KEYS=1` decides every request on one hot key (the batches of a call
+//! fold into one read and one write of its record, lua/call.lua) instead of 1000 keys.
 
 use redis::Value;
 use tollgate::{store::RedisStore, Check, Limiter};
@@ -87,12 +89,16 @@ fn main() {
                 .expect("FUNCTION LOAD");
         }
         let name = name.as_str();
+        let keys: usize = std::env::var("TOLLGATE_PROFILE_KEYS")
+            .ok()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(KEYS);
         let argument = sent_argument(&url, &rules).await;
         let call = |round: usize| {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(name).arg(batches * rules.len());
             for b in 0..batches {
-                let key = (round * batches + b) % KEYS;
+                let key = (round * batches + b) % keys;
                 for r in &rules {
                     cmd.arg(format!("p:{{user-{key}}}:{}", r.name()));
                 }
