@@ -325,7 +325,7 @@ impl Bench<'_> {
     ) {
         let (server, run_for) = (self.server, self.run_for);
         // The rows on one hot key say so.
-        let on = if keys == 1 { ", one key" } else { "" };
+        let on = if keys == 1 { " (one key)" } else { "" };
         for n in list("TOLLGATE_BENCH_RULES", &[1, 3]) {
             let rules = Arc::new(rules(n));
             let mut tollgate = Vec::new();
