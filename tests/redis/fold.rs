@@ -192,6 +192,7 @@ fn batches_folded_on_one_key_decide_as_one_call_each() {
             rt.block_on(async {
                 for (r, (steps, advance_us)) in rounds.iter().enumerate() {
                     server.must(&["CONFIG", "RESETSTAT"]);
+                    let started = std::time::Instant::now();
                     let at_once = steps
                         .iter()
                         .map(|s| {
@@ -261,11 +262,13 @@ fn batches_folded_on_one_key_decide_as_one_call_each() {
                         keys_and_ttls(&server, &folded_prefix),
                         keys_and_ttls(&server, &alone_prefix),
                     );
+                    let slack = started.elapsed().as_millis() as i64 + 2;
                     prop_assert_eq!(f.len(), a.len(), "keys {:?} against {:?}", f, a);
                     for ((fk, ft), (ak, at)) in f.iter().zip(&a) {
-                        // The TTLs count from the same injected instant, read moments apart.
+                        // The TTLs count from the same injected instant; each is read as
+                        // long after its write as the round's real time allows at most.
                         prop_assert!(
-                            fk == ak && (ft - at).abs() < 1_000,
+                            fk == ak && (ft - at).abs() <= slack,
                             "{:?} against {:?}",
                             f,
                             a
