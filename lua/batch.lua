@@ -334,9 +334,9 @@ end
 
 
 -- One rule of the batch: its packed argument `packed`, its key KEYS[key_index] (and, for a
--- sliding log, its log after it) and its stored state, read with one GET per call
--- (record.lua's get_record; a sliding log: one ZRANGE of its newest member). Returns the
--- rule and the index of the next rule's key.
+-- sliding log, its log after it) and its stored state, read with one GET, or from what an
+-- earlier batch of the call wrote to it (record.lua's get_record; a sliding log: one ZRANGE
+-- of its newest member). Returns the rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
   local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
     rule_args(packed)

@@ -17,10 +17,11 @@
 --   for fast.lua's short admission, else 3 + 7 per rule), or -1 and a message when the batch
 --   failed (a Redis error, say); the other batches of the call are decided as if it were
 --   alone. src/store/redis/script.rs `split_reply` splits it.
--- Batches of one call on the same key fold into one read and one write of its record
--- (record.lua's get_record, flush_records), each decided exactly as one call after another
--- would: under load, when coalescing gathers many requests on one hot key, a call pays one
--- GET and one PSETEX for all of them.
+-- Batches of one call on the same key share its record: read from Redis until one of them
+-- writes it, then from what it wrote, and written once at the call's end (record.lua's
+-- get_record, flush_records), each batch decided exactly as one call after another would
+-- decide it: under load, when coalescing gathers many requests on one hot key, a call pays
+-- one GET and one PSETEX for all of them.
 
 -- A failed batch's reply, written into the call's reply `out` after its position `o`;
 -- returns the new position. Redis 7 raises a command's error as a table with the message
