@@ -597,3 +597,52 @@ async fn a_cross_slot_rollback_clears_the_denials_of_its_rules_everywhere() {
         "the rollback of `wide` reached z"
     );
 }
+
+/// A denial the cache holds is answered at once, without a future (`try_check_now`, which
+/// `Limiter::check` asks first), as `check` answers it; a batch the cache cannot answer is
+/// left to `check`, which asks Redis.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cached_denial_is_answered_without_a_future() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect")
+        .with_deny_cache(100)
+        .await
+        .expect("subscribe");
+    let rule = Rule::gcra("hourly", 1, Rate::per_hour(1));
+    let batch = [Check::new(&rule, b"alice")];
+    assert!(
+        store.try_check_now(&batch, Duration::ZERO).is_none(),
+        "nothing cached yet"
+    );
+    let first = store.check(&batch, Duration::ZERO).await.expect("decided");
+    assert!(first.is_admitted());
+    let denied = store.check(&batch, Duration::ZERO).await.expect("decided");
+    assert!(!denied.is_admitted());
+    let cached = store
+        .try_check_now(&batch, Duration::ZERO)
+        .expect("the cached denial, at once")
+        .expect("no error");
+    assert!(!cached.is_admitted());
+    assert_eq!(
+        cached.rules[0].info.remaining,
+        denied.rules[0].info.remaining
+    );
+    let (Decision::Deny(a), Decision::Deny(b)) = (cached.decision, denied.decision) else {
+        panic!("{cached:?} {denied:?}")
+    };
+    assert_eq!(a.reason, b.reason);
+    assert!(a.retry_after <= b.retry_after, "{a:?} after {b:?}");
+    // Another key is not in the cache: Redis decides it.
+    let bob = [Check::new(&rule, b"bob")];
+    assert!(store.try_check_now(&bob, Duration::ZERO).is_none());
+    // A batch that cannot work is refused at once, as `check` refuses it.
+    let bad = Rule::fixed_window("bad", 0, Duration::from_secs(1));
+    let invalid = [Check::new(&bad, b"alice")];
+    assert!(matches!(
+        store.try_check_now(&invalid, Duration::ZERO),
+        None | Some(Err(_))
+    ));
+    assert!(store.check(&invalid, Duration::ZERO).await.is_err());
+}

@@ -490,6 +490,27 @@ impl Store for RedisStore {
         Ok(outcome)
     }
 
+    /// A denial the deny cache holds, answered without a future (the common answer under
+    /// abuse, so [`Limiter::check`](crate::Limiter::check) boxes no future for it);
+    /// `None` leaves every other batch to [`check`](Store::check), which asks Redis.
+    #[inline]
+    fn try_check_now(
+        &self,
+        batch: &[Check<'_>],
+        max_wait: Duration,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let cache = self
+            .deny_cache
+            .as_ref()
+            .filter(|c| c.serves(&self.prefix, &self.clock))?;
+        if let Err(e) = batch::validate(batch) {
+            return Some(Err(e));
+        }
+        cache
+            .answer(batch, duration_to_micros(max_wait), self.local_now())
+            .map(Ok)
+    }
+
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
         let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
