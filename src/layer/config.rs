@@ -492,11 +492,11 @@ pub(crate) struct Config {
     pub(crate) held: HeldLimits,
     /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
     /// enforced limits and their number: the configuration's part of the headers, rendered
-    /// once by [`Config::cache_policies`] rather than on every admitted response.
+    /// once by [`Config::cache_derived`] rather than on every admitted response.
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
     /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
     /// request under none takes no tickets. True (every request looks) until
-    /// [`Config::cache_deferring`] has looked at the final limits.
+    /// [`Config::cache_derived`] has looked at the final limits.
     pub(crate) defers_denials: bool,
 }
 
@@ -554,16 +554,12 @@ impl Config {
         }
     }
 
-    /// Notes whether any limit leaves its denials to the layer, once the limits and the
-    /// route table are final.
-    pub(crate) fn cache_deferring(&mut self) {
-        let routes = self.routes.iter().flat_map(|r| &r.limits);
-        self.defers_denials = self.global.iter().chain(routes).any(Limit::defers_denials);
-    }
-
-    /// Renders the `RateLimit-Policy` value of each route's enforced limits (those not
-    /// in shadow), once the limits and the route table are final.
-    pub(crate) fn cache_policies(&mut self) {
+    /// What the final limits and route table imply for every request, worked out once: each
+    /// route's `RateLimit-Policy` value of its enforced limits (those not in shadow), and
+    /// whether any limit leaves its denials to the layer.
+    pub(crate) fn cache_derived(&mut self) {
+        let limits = self.routes.iter().flat_map(|r| &r.limits);
+        self.defers_denials = self.global.iter().chain(limits).any(Limit::defers_denials);
         let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
         self.policies = routes
             .map(|route| {

@@ -215,8 +215,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
                 "max_held(0) or max_held_per_key(0) holds no request, so every delayed request is refused: use Mode::Enforce without a leaky bucket, or allow at least 1",
             ));
         }
-        config.cache_policies();
-        config.cache_deferring();
+        config.cache_derived();
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
