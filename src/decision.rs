@@ -1,6 +1,7 @@
 //! What a check decides: [`Decision`], per-rule [`RuleOutcome`]s and the batch [`Outcome`].
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -112,6 +113,17 @@ impl Outcome {
                 .collect(),
             admission: self.admission.as_ref().map(|a| a.select(indices)),
         }
+    }
+
+    /// The outcome with every unit it took named as `store`'s (a pending rule took none).
+    #[inline]
+    pub(crate) fn taken_by(mut self, store: StoreId) -> Outcome {
+        if let Some(admission) = &mut self.admission {
+            for taken in admission.taken.iter_mut().filter(|t| !t.pending) {
+                taken.store = store;
+            }
+        }
+        self
     }
 
     /// Whether the request is delayed with rules still to count it when it is released:
@@ -242,8 +254,8 @@ fn longer(a: Denial, b: Denial) -> Denial {
 }
 
 /// What a store recorded for an admitted batch, so that the units can go back to the store
-/// that took them: per rule, the instant its units were taken at, the model's mark of the
-/// state it left, and which store took them. Kept inside the [`Outcome`]; the
+/// that took them: per rule, the store that took them, the instant they were taken at and
+/// the model's mark of the state it left. Kept inside the [`Outcome`]; the
 /// [`Reservation`](crate::Reservation) that owns a held request reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admission {
@@ -251,11 +263,14 @@ pub(crate) struct Admission {
     pub(crate) taken: SmallVec<[Taken; 2]>,
 }
 
-/// One rule's part of an [`Admission`]: the instant (µs) its units were taken at, and the
-/// model's mark of the state it left (see `Algorithm::mark`); or, `pending`, nothing taken
-/// yet: the rule counts the request when it is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// One rule's part of an [`Admission`]: the store that took its units, the instant (µs)
+/// they were taken at and the model's mark of the state it left (see `Algorithm::mark`);
+/// or, `pending`, nothing taken yet: the rule counts the request when it is released.
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
+    /// The store that took the units: a store gives back only its own, so a refund may be
+    /// handed to every store a composite holds and lands where the units were taken.
+    pub(crate) store: StoreId,
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
@@ -263,9 +278,34 @@ pub(crate) struct Taken {
     /// water the hold added above the queue's own, which a refund drains with the units
     /// (see `LeakyBucket::hold`); 0 otherwise.
     pub(crate) hold: u64,
-    /// Taken by a [`Fallback`](crate::store::Fallback)'s local store, which is where the
-    /// units go back to.
-    pub(crate) local: bool,
+}
+
+/// One store of this crate (and its clones, which share its state): the name an
+/// [`Admission`] gives the store that took its units. 0 is no store: nothing was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub(crate) struct StoreId(u32);
+
+impl StoreId {
+    /// A name no other store of this process has.
+    pub(crate) fn new() -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed).max(1))
+    }
+}
+
+/// Equal when the same units were taken alike, by whichever store: two stores that decide
+/// alike answer equal outcomes (the differential tests compare a store with its twin).
+impl PartialEq for Taken {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            store: _,
+            at,
+            mark,
+            pending,
+            hold,
+        } = *self;
+        (at, mark, pending, hold) == (other.at, other.mark, other.pending, other.hold)
+    }
 }
 
 impl Taken {

@@ -157,14 +157,10 @@ impl<S: Store> Limiter<S> {
         self.store.refund(batch, outcome).await
     }
 
-    /// Takes what `batch` owes beyond what `outcome` took ([`Store::overdraw`]), under the
-    /// keys the store saw.
-    pub(crate) async fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.store.overdraw(batch, outcome).await
+    /// Takes what `batch` owes beyond what its admission took ([`Store::overdraw`]), under
+    /// the keys the store saw.
+    pub(crate) async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.store.overdraw(batch).await
     }
 
     /// Counts the denials of `batch` that stand ([`Store::count_denials`]), under the keys

@@ -537,9 +537,9 @@ async fn settle_in<S: Store>(
     if !back.is_empty() {
         limiter.refund(&back, &given).await?;
     }
-    let (owed, taken) = settled_part(&checks, outcome, settled, true);
+    let (owed, _) = settled_part(&checks, outcome, settled, true);
     if !owed.is_empty() {
-        limiter.overdraw(&owed, &taken).await?;
+        limiter.overdraw(&owed).await?;
     }
     Ok(())
 }

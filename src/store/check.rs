@@ -224,6 +224,10 @@ pub trait Store: Send + Sync + 'static {
     ///   A queue that held the request for another queue's longer release gives back that
     ///   hold too, under the same condition: it is left as if the request had never come.
     /// - a rule left pending to the release: nothing, it took nothing.
+    /// - units another store took: nothing, they are not this store's to give. The outcome
+    ///   names the store that took each rule's units, so a store that holds several (a
+    ///   [`Fallback`](super::Fallback)) may hand the refund to each, and every unit lands
+    ///   where it was taken, however such stores nest.
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
@@ -243,19 +247,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Takes each item's cost now, without a check, for a request already served whose
     /// cost settled above what its admission took ([`Reservation::settle`]): `batch` holds
-    /// the units owed, `outcome` the answer [`check`](Self::check) gave for the admission
-    /// (where its units were taken). Every algorithm carries the units as a debt the key's
-    /// next requests pay (see [`Reservation::settle`]).
+    /// the units owed. Every algorithm carries the units as a debt the key's next requests
+    /// pay (see [`Reservation::settle`]), so a store that routes keys takes them where the
+    /// key is decided now, wherever the admission took its estimate.
     ///
     /// The default takes nothing: a store outside this crate charges the estimate only.
     ///
     /// [`Reservation::settle`]: crate::Reservation::settle
-    fn overdraw(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (batch, outcome);
+    fn overdraw(&self, batch: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = batch;
         std::future::ready(Ok(()))
     }
 

@@ -414,8 +414,8 @@ impl<S: Store + Clone> Store for Leased<S> {
         self.get_ref().refund(batch, outcome).await
     }
 
-    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        self.get_ref().overdraw(batch, outcome).await
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.get_ref().overdraw(batch).await
     }
 
     async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {

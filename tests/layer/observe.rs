@@ -14,7 +14,7 @@ use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
 use tollgate::{
     key,
     store::{MemoryStore, Store},
-    Limiter, Penalty, Rule,
+    Penalty, Rule,
 };
 use tower::util::BoxCloneService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -233,6 +233,7 @@ mod metrics_feature {
     use metrics_util::MetricKind;
 
     use crate::support::down::Down;
+    use tollgate::Limiter;
 
     /// One recorded metric: its kind, name, labels and value.
     type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);

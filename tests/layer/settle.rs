@@ -245,11 +245,13 @@ async fn a_service_error_keeps_the_estimate() {
     assert_eq!(left(&limiter, 450).await, 450);
 }
 
-/// Behind a Fallback, a settlement goes to the store that took the units: the primary for
-/// a download it admitted; the local store for one admitted while the primary was away,
-/// even once the primary is back when the response comes.
+/// Behind a Fallback, what a settlement gives back goes to the store that took it, and
+/// what it owes to the store that decides the key now: the primary for a download it
+/// admitted; for one admitted locally while the primary was away and served once it is
+/// back, the estimate stays in the local store and the debt is the primary's, where the
+/// key's next downloads pay it.
 #[tokio::test]
-async fn a_fallback_settles_in_the_store_that_took_the_units() {
+async fn a_fallback_gives_back_where_taken_and_takes_where_decided() {
     let clock = ManualClock::new(BASE_MICROS);
     let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
     let local = MemoryStore::with_clock(clock.clone());
@@ -279,10 +281,10 @@ async fn a_fallback_settles_in_the_store_that_took_the_units() {
 
     primary.set_down(true);
     // `/back/…` costs no estimate of its own (1 MB): the local store admits it, the primary
-    // is back when the handler has served 400 MB, and the local store takes the 399 beyond.
+    // is back when the handler has served 400 MB, and the primary takes the 399 beyond.
     assert_eq!(fetch(&app, "/back/a.iso").await.0, StatusCode::OK);
-    assert_eq!(left(&local_left, 100).await, 100);
-    assert_eq!(left(&primary_left, 450).await, 450);
+    assert_eq!(left(&local_left, 499).await, 499);
+    assert_eq!(left(&primary_left, 51).await, 51);
     assert_eq!(primary.refunds.load(Ordering::SeqCst), 1);
 }
 

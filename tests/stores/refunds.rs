@@ -349,3 +349,44 @@ async fn refunds_on_redis_cluster() {
     let next = limiter.reserve(&batch, 60 * S).await.unwrap();
     assert_eq!(next.outcome().decision, Decision::Delay(10 * S));
 }
+
+/// A store gives back only the units it took: another store's outcome, though it names
+/// the same rule, key, instant and state, gives nothing back here.
+#[tokio::test]
+async fn a_store_gives_back_only_the_units_it_took() {
+    let clock = ManualClock::new(T0 + 1_000_000);
+    let (a, b) = (
+        MemoryStore::with_clock(clock.clone()),
+        MemoryStore::with_clock(clock.clone()),
+    );
+    let rule = Rule::gcra("gc", 1, per_10s());
+    let batch = [Check::new(&rule, b"k")];
+    let mut held = Vec::new();
+    for store in [&a, &b] {
+        assert_eq!(
+            store.check(&batch, 60 * S).await.unwrap().decision,
+            Decision::Allow
+        );
+        held.push(store.check(&batch, 60 * S).await.unwrap());
+    }
+    let answer = |o: &Outcome| (o.decision, o.rules.clone());
+    assert_eq!(
+        answer(&held[0]),
+        answer(&held[1]),
+        "the same answer from both"
+    );
+    b.refund(&batch, &held[0]).await.unwrap();
+    let next = b.check(&batch, 60 * S).await.unwrap();
+    assert_eq!(
+        next.decision,
+        Decision::Delay(20 * S),
+        "a's units: nothing back in b"
+    );
+    a.refund(&batch, &held[0]).await.unwrap();
+    let next = a.check(&batch, 60 * S).await.unwrap();
+    assert_eq!(
+        next.decision,
+        Decision::Delay(10 * S),
+        "a's own units go back"
+    );
+}

@@ -50,8 +50,8 @@ impl<S: Store> Store for Still<S> {
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         still(self.0.refund(batch, outcome)).await
     }
-    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        still(self.0.overdraw(batch, outcome)).await
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        still(self.0.overdraw(batch)).await
     }
     async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         still(self.0.count_denials(batch)).await

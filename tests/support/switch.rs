@@ -60,10 +60,10 @@ impl Store for Switch {
         self.refunds.fetch_add(1, Ordering::SeqCst);
         self.inner.refund(batch, outcome).await
     }
-    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         self.up()?;
         self.overdraws.fetch_add(1, Ordering::SeqCst);
-        self.inner.overdraw(batch, outcome).await
+        self.inner.overdraw(batch).await
     }
     async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         self.up()?;

@@ -469,8 +469,8 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.refund(batch, outcome)).await
     }
 
-    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        self.guarded(|| self.store.overdraw(batch, outcome)).await
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.guarded(|| self.store.overdraw(batch)).await
     }
 
     async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 use super::{MemoryStore, Shard, Shared};
 use crate::clock::StoreClock;
+use crate::decision::StoreId;
 use crate::error::StoreError;
 use crate::log::Event;
 use crate::store::batch::Entry;
@@ -255,6 +256,7 @@ impl MemoryStore {
                 hasher,
                 clamp: !clock.ordered_across_threads(),
                 clock,
+                id: StoreId::new(),
             }),
         }
     }

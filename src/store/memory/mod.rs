@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use crate::algorithm::{Admitted, Carried, State, Verdict};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock, StoreClock};
 use crate::decision::{
-    Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, Taken,
+    Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, StoreId, Taken,
 };
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
@@ -89,6 +89,8 @@ struct Shared {
     clock: StoreClock,
     /// `!clock.ordered_across_threads()`: time is kept from going backwards per shard.
     clamp: bool,
+    /// The name its admissions give it (see `Taken::store`).
+    id: StoreId,
 }
 
 struct Shard {
@@ -149,10 +151,11 @@ impl MemoryStore {
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         self.shared.make_room(batch)?;
-        match batch {
+        let outcome = match batch {
             [check] => self.decide_one(check, max_wait),
             _ => self.decide_batch(batch, max_wait, false),
-        }
+        };
+        outcome.map(|o| o.taken_by(self.shared.id))
     }
 
     /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup of the entry
@@ -635,7 +638,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn overdraw(&self, batch: &[Check<'_>], _outcome: &Outcome) -> Result<(), StoreError> {
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         self.overdraw_each(batch)
     }
 

@@ -21,8 +21,8 @@ impl MemoryStore {
         for (i, check) in batch.iter().enumerate() {
             let taken = admission.taken(i);
             // A trial rule's units are not given back: it may have taken nothing. A pending
-            // rule was never counted.
-            if check.cost == 0 || check.shadow || taken.pending {
+            // rule was never counted. Units another store took are not this store's to give.
+            if check.cost == 0 || check.shadow || taken.pending || taken.store != shared.id {
                 continue;
             }
             let hash = shared.hash(check.rule, check.key());

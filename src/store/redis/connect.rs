@@ -8,6 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::{Client, TlsMode};
 
+use crate::decision::StoreId;
 use crate::error::StoreError;
 
 use super::access;
@@ -281,6 +282,7 @@ impl RedisStore {
             clock: None,
             servers,
             deny_cache: None,
+            id: StoreId::new(),
         })
     }
 }

@@ -25,7 +25,7 @@ use redis::Value;
 use smallvec::SmallVec;
 
 use crate::clock::{duration_to_micros, Clock};
-use crate::decision::{Outcome, RuleOutcome};
+use crate::decision::{Outcome, RuleOutcome, StoreId};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::{Check, Store};
@@ -192,6 +192,8 @@ pub struct RedisStore {
     /// [`with_deny_cache`](Self::with_deny_cache)).
     servers: Servers,
     deny_cache: Option<Arc<DenyCache>>,
+    /// The name its admissions give it (see `Taken::store`).
+    id: StoreId,
 }
 
 impl RedisStore {
@@ -397,12 +399,13 @@ impl RedisStore {
         if let Connection::Cluster(_) = self.conn {
             let groups = self.by_slot(batch);
             if groups.len() > 1 {
-                return self.decide_across_slots(batch, &groups, max_wait).await;
+                let outcome = self.decide_across_slots(batch, &groups, max_wait).await?;
+                return Ok(outcome.taken_by(self.id));
             }
         }
         let checks: SmallVec<[&Check<'_>; 4]> = batch.iter().collect();
         let reply = self.run(self.call(max_wait, Op::Decide), &checks).await?;
-        Ok(outcome_of(reply, batch))
+        Ok(outcome_of(reply, batch).taken_by(self.id))
     }
 
     /// The indices of `batch` grouped by slot (one group on a standalone server), each
@@ -529,8 +532,11 @@ impl Store for RedisStore {
         };
         batch::validate(batch)?;
         // A shadow rule's units are not given back: it may have taken nothing; a pending rule
-        // took nothing yet.
-        let gives = |&i: &usize| !batch[i].shadow && !admission.taken(i).pending;
+        // took nothing yet; units another store took are not this store's to give.
+        let gives = |&i: &usize| {
+            let taken = admission.taken(i);
+            !batch[i].shadow && !taken.pending && taken.store == self.id
+        };
         for members in self.slot_groups(batch) {
             let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();
             if members.is_empty() {
@@ -545,7 +551,7 @@ impl Store for RedisStore {
     }
 
     /// One `Op::Overdraw` call per slot.
-    async fn overdraw(&self, batch: &[Check<'_>], _outcome: &Outcome) -> Result<(), StoreError> {
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         self.run_per_slot(batch, Op::Overdraw).await
     }
 

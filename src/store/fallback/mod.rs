@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashMap};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
-use crate::decision::{Outcome, RuleOutcome};
+use crate::decision::{Outcome, RuleOutcome, StoreId};
 use crate::error::StoreError;
 use crate::store::check::{Check, Health, Store};
 use crate::store::memory::MemoryStore;
@@ -76,6 +76,9 @@ struct Division {
     /// while falling back with `instances` > 1.
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
+    /// The stores the local side's admissions named (one, unless it is a composite
+    /// itself): a refund's units they took go back there, the others to the primary.
+    local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
 /// The shares of one hash slot, with the fingerprint of the rule each came from.
@@ -109,6 +112,7 @@ impl<P, L> Fallback<P, L> {
                 primary_was_unwell: AtomicBool::new(false),
                 divided: Mutex::new(HashMap::default()),
                 hasher: DefaultHashBuilder::default(),
+                local_stores: RwLock::default(),
             }),
         }
     }
@@ -132,6 +136,7 @@ impl<P, L> Fallback<P, L> {
                     primary_was_unwell: AtomicBool::new(false),
                     divided: Mutex::new(HashMap::default()),
                     hasher: DefaultHashBuilder::default(),
+                    local_stores: RwLock::default(),
                 })
             }
         }
@@ -263,10 +268,20 @@ impl<P: Store, L: Store> Fallback<P, L> {
         }
     }
 
-    /// An outcome of the local store, marked so that its units go back there.
-    fn taken_locally(mut outcome: Outcome) -> Outcome {
-        if let Some(admission) = &mut outcome.admission {
-            admission.taken.iter_mut().for_each(|t| t.local = true);
+    /// An outcome of the local store, whose stores are remembered so that its units go
+    /// back there.
+    fn taken_locally(&self, outcome: Outcome) -> Outcome {
+        let Some(admission) = &outcome.admission else {
+            return outcome;
+        };
+        for store in admission.taken.iter().map(|t| t.store) {
+            let known = |stores: &SmallVec<[StoreId; 2]>| stores.contains(&store);
+            if store != StoreId::default() && !known(&self.shared.local_stores.read()) {
+                let mut stores = self.shared.local_stores.write();
+                if !known(&stores) {
+                    stores.push(store);
+                }
+            }
         }
         outcome
     }
@@ -296,7 +311,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
                     .await?
             }
         };
-        Ok(Self::taken_locally(outcome))
+        Ok(self.taken_locally(outcome))
     }
 
     /// Asks the primary at once where it can answer at once, and then the local store if
@@ -316,7 +331,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
                 .local
                 .try_check_now(&with_rules(batch, &rules), max_wait),
         }?;
-        Some(local.map(Self::taken_locally))
+        Some(local.map(|o| self.taken_locally(o)))
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
@@ -338,8 +353,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
         };
+        let stores = self.shared.local_stores.read().clone();
         let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
-            (0..batch.len()).partition(|&i| admission.taken(i).local);
+            (0..batch.len()).partition(|&i| stores.contains(&admission.taken(i).store));
         let part = |indices: &[usize]| {
             let checks: SmallVec<[Check<'_>; 4]> = indices.iter().map(|&i| batch[i]).collect();
             (checks, outcome.select(indices))
@@ -364,41 +380,19 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         result.and(local)
     }
 
-    /// Takes what a settlement owes where the admission took its units: the rules admitted
-    /// by the primary in the primary, those admitted locally in the local store. While the
-    /// primary is away, what it is owed is taken locally, where the key is decided then.
-    async fn overdraw(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        let local_at = |i: usize| outcome.admission.as_ref().is_some_and(|a| a.taken(i).local);
-        let (mut local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
-            (0..batch.len()).partition(|&i| local_at(i));
-        let part = |indices: &[usize]| -> SmallVec<[Check<'_>; 4]> {
-            indices.iter().map(|&i| batch[i]).collect()
-        };
-        if !primary.is_empty() {
-            let checks = part(&primary);
-            match self
-                .primary
-                .overdraw(&checks, &outcome.select(&primary))
-                .await
-            {
-                Ok(()) => self.shared.primary_answered(),
-                Err(e @ StoreError::InvalidBatch(_)) => return Err(e),
-                Err(e) => {
-                    self.shared.primary_failed(&e);
-                    local.extend(primary);
+    /// Takes what a settlement owes where the key is decided now, as a debt its next
+    /// requests pay: in the primary, or while it is away in the local store, on the shares
+    /// of the rules it decides there (wherever the admission took its estimate).
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        match self.primary.overdraw(batch).await {
+            Ok(()) => Ok(()),
+            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
+            Err(e) => {
+                self.shared.primary_failed(&e);
+                match self.shared.divided_rules(batch) {
+                    None => self.local.overdraw(batch).await,
+                    Some(rules) => self.local.overdraw(&with_rules(batch, &rules)).await,
                 }
-            }
-        }
-        if local.is_empty() {
-            return Ok(());
-        }
-        let (checks, taken) = (part(&local), outcome.select(&local));
-        match self.shared.divided_rules(&checks) {
-            None => self.local.overdraw(&checks, &taken).await,
-            Some(rules) => {
-                self.local
-                    .overdraw(&with_rules(&checks, &rules), &taken)
-                    .await
             }
         }
     }
@@ -457,221 +451,4 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use super::*;
-    use crate::algorithm::Algorithm;
-    use crate::store::breaker::tests::Flaky;
-    use crate::store::Breaker;
-    use crate::{ManualClock, Rate};
-
-    fn down(flaky: &Flaky, down: bool) {
-        flaky.down.store(down, Ordering::SeqCst);
-    }
-
-    /// While the primary is away the local store enforces the rules, and once it is back
-    /// the primary decides again.
-    #[tokio::test(start_paused = true)]
-    async fn while_the_primary_is_away_the_local_store_enforces_the_rules() {
-        let flaky = Flaky::default();
-        let store = Fallback::with_local(
-            Breaker::new(flaky.clone()).failures(2),
-            MemoryStore::with_clock(ManualClock::new(0)),
-        );
-        let rule = Rule::fixed_window("r", 3, Duration::from_secs(60));
-        let batch = [Check::new(&rule, b"k")];
-        assert!(store
-            .check(&batch, Duration::ZERO)
-            .await
-            .unwrap()
-            .is_admitted());
-        assert_eq!(store.health(), Health::Healthy);
-
-        down(&flaky, true);
-        let admitted = [
-            store
-                .check(&batch, Duration::ZERO)
-                .await
-                .unwrap()
-                .is_admitted(),
-            store
-                .check(&batch, Duration::ZERO)
-                .await
-                .unwrap()
-                .is_admitted(),
-            store
-                .check(&batch, Duration::ZERO)
-                .await
-                .unwrap()
-                .is_admitted(),
-            store
-                .check(&batch, Duration::ZERO)
-                .await
-                .unwrap()
-                .is_admitted(),
-        ];
-        // The local store counts from zero: three pass, the fourth is limited.
-        assert_eq!(admitted, [true, true, true, false]);
-        assert_eq!(store.health(), Health::Degraded);
-        assert!(store.is_falling_back());
-        assert_eq!(store.primary().state(), super::super::BreakerState::Open);
-
-        // Back: the primary decides again (it counted one), once the breaker probes.
-        down(&flaky, false);
-        tokio::time::advance(crate::store::breaker::DEFAULT_OPEN_FOR).await;
-        let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
-        assert!(outcome.is_admitted());
-        assert_eq!(outcome.rules[0].info.remaining, 1);
-        assert_eq!(store.health(), Health::Healthy);
-    }
-
-    /// Local decisions divide each rule's quota and burst by the number of instances.
-    #[tokio::test(start_paused = true)]
-    async fn quotas_are_divided_by_the_instances_in_local_decisions() {
-        let flaky = Flaky::default();
-        down(&flaky, true);
-        let store = Fallback::with_local(
-            Breaker::new(flaky.clone()),
-            MemoryStore::with_clock(ManualClock::new(0)),
-        )
-        .instances(4);
-        let window = Rule::fixed_window("w", 10, Duration::from_secs(60));
-        let gcra = Rule::gcra("g", 8, Rate::per_second(40));
-        let mut admitted = [0, 0];
-        for _ in 0..20 {
-            for (n, rule) in admitted.iter_mut().zip([&window, &gcra]) {
-                let outcome = store
-                    .check(&[Check::new(rule, b"k")], Duration::ZERO)
-                    .await
-                    .unwrap();
-                *n += usize::from(outcome.is_admitted());
-            }
-        }
-        // 10 / 4 → 2 per window; a burst of 8 / 4 → 2 at once.
-        assert_eq!(admitted, [2, 2]);
-        let divided = divide(&gcra, 4).unwrap();
-        let Algorithm::Gcra(g) = divided.algorithm() else {
-            unreachable!()
-        };
-        assert_eq!(
-            g.rate().amount() * 4,
-            40 * g.rate().period_micros() / 1_000_000
-        );
-    }
-
-    /// What `n` instances, each on its own local store while the primary is away, admit
-    /// together of `rule` for one key, asked `tries` times each.
-    async fn admitted_by_instances(rule: &Rule, n: u64, tries: usize) -> usize {
-        let mut admitted = 0;
-        for _ in 0..n {
-            let flaky = Flaky::default();
-            down(&flaky, true);
-            let store = Fallback::with_local(
-                Breaker::new(flaky.clone()),
-                MemoryStore::with_clock(ManualClock::new(1_700_000_000_000_000)),
-            )
-            .instances(n);
-            for _ in 0..tries {
-                let batch = [Check::new(rule, b"k")];
-                let outcome = store.check(&batch, Duration::ZERO).await.unwrap();
-                admitted += usize::from(outcome.is_admitted());
-            }
-        }
-        admitted
-    }
-
-    /// The instances' local shares never add up to more than one quota: a quota smaller
-    /// than the number of instances leaves some instances no share at all.
-    #[tokio::test(start_paused = true)]
-    async fn the_instances_together_admit_at_most_one_quota() {
-        let window = Rule::fixed_window("w", 2, Duration::from_secs(60));
-        assert!(admitted_by_instances(&window, 3, 5).await <= 2);
-        let bucket = Rule::gcra("g", 2, Rate::per_minute(2));
-        assert!(admitted_by_instances(&bucket, 3, 5).await <= 2);
-    }
-
-    /// A rule whose divided rate cannot be built (its period times the instances is too
-    /// long) is reduced another way or given no share, never used undivided.
-    #[tokio::test(start_paused = true)]
-    async fn a_rule_that_cannot_be_divided_is_never_used_whole() {
-        let year = Rate::new(10, Duration::from_secs(366 * 86_400));
-        let bucket = Rule::token_bucket("t", 10, year);
-        assert!(admitted_by_instances(&bucket, 40, 20).await <= 10);
-        let gcra = Rule::gcra("g", 10, year);
-        assert!(admitted_by_instances(&gcra, 40, 20).await <= 10);
-    }
-
-    /// Units the local store admitted are refunded to the local store, not the primary.
-    #[tokio::test(start_paused = true)]
-    async fn a_local_admission_is_refunded_locally() {
-        let flaky = Flaky::default();
-        down(&flaky, true);
-        let store = Fallback::with_local(
-            Breaker::new(flaky.clone()).failures(1),
-            MemoryStore::with_clock(ManualClock::new(0)),
-        );
-        let rule = Rule::gcra("g", 1, Rate::per_second(10));
-        let batch = [Check::new(&rule, b"k")];
-        let wait = Duration::from_secs(1);
-        assert_eq!(
-            store.check(&batch, wait).await.unwrap().decision,
-            crate::Decision::Allow
-        );
-        let held = store.check(&batch, wait).await.unwrap();
-        assert!(held.admission.as_ref().unwrap().taken(0).local);
-        let calls = flaky.calls();
-        store.refund(&batch, &held).await.unwrap();
-        assert_eq!(flaky.calls(), calls, "the primary did not take these units");
-        let next = store.check(&batch, wait).await.unwrap();
-        assert_eq!(
-            next.decision,
-            crate::Decision::Delay(Duration::from_millis(100))
-        );
-    }
-
-    /// A store with a probe of its own, for the wrappers' forwarding.
-    #[derive(Clone, Default)]
-    struct Probed(MemoryStore);
-
-    impl Store for Probed {
-        async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
-            self.0.check(batch, wait).await
-        }
-        fn try_check_now(
-            &self,
-            batch: &[Check<'_>],
-            wait: Duration,
-        ) -> Option<Result<Outcome, StoreError>> {
-            self.0.try_check_now(batch, wait)
-        }
-        async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-            self.0.peek(check).await
-        }
-        async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-            self.0.reset(rule, key).await
-        }
-        fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
-            Some(std::future::ready(Ok(())))
-        }
-    }
-
-    /// The crate's wrappers lose none of the store's methods: a store that answers at once
-    /// still does behind a breaker and a fallback (closed, primary up), and its probe is
-    /// still there to ask.
-    #[test]
-    fn wrappers_forward_the_answer_at_once_and_the_probe() {
-        let rule = Rule::gcra("g", 2, Rate::per_second(10));
-        let batch = [Check::new(&rule, b"k")];
-        let breaker = Breaker::new(Probed::default());
-        assert!(breaker.try_check_now(&batch, Duration::ZERO).is_some());
-        assert!(breaker.probe().is_some());
-        let fallback = Fallback::with_local(Probed::default(), MemoryStore::new());
-        assert!(fallback.try_check_now(&batch, Duration::ZERO).is_some());
-        assert!(fallback.probe().is_some());
-        let both = Fallback::with_local(Breaker::new(Probed::default()), MemoryStore::new());
-        let outcome = both.try_check_now(&batch, Duration::ZERO);
-        assert!(outcome.is_some_and(|o| o.is_ok_and(|o| o.is_admitted())));
-        assert!(both.probe().is_some());
-    }
-}
+mod tests;
