@@ -309,9 +309,10 @@ impl PartialEq for Taken {
 }
 
 impl Taken {
-    /// Units taken at `at`, leaving the state `mark`.
-    pub(crate) fn at(at: u64, mark: u64) -> Self {
+    /// Units `store` took at `at`, leaving the state `mark`.
+    pub(crate) fn at(store: StoreId, at: u64, mark: u64) -> Self {
         Self {
+            store,
             at,
             mark,
             ..Self::default()

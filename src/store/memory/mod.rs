@@ -151,11 +151,10 @@ impl MemoryStore {
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         self.shared.make_room(batch)?;
-        let outcome = match batch {
+        match batch {
             [check] => self.decide_one(check, max_wait),
             _ => self.decide_batch(batch, max_wait, false),
-        };
-        outcome.map(|o| o.taken_by(self.shared.id))
+        }
     }
 
     /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup of the entry
@@ -184,7 +183,7 @@ impl MemoryStore {
                 // The outcome is written out after the lock is released: the unlock's
                 // atomic operation then waits on the entry's few stores only.
                 drop(shard);
-                return Ok(admitted_outcome(check.rule, admitted, now));
+                return Ok(admitted_outcome(check.rule, admitted, now, shared.id));
             }
             Err(entry) => entry,
         };
@@ -195,6 +194,7 @@ impl MemoryStore {
         let (item, admitted) = decide_item(check, existing, now, max_wait);
         let item_admitted = batch::admitted(&item, admitted);
         let mut taken = Taken {
+            store: shared.id,
             at: item.counted_at(),
             hold: item.hold(),
             ..Taken::default()
@@ -333,6 +333,7 @@ impl Shared {
                     Taken::pending()
                 } else {
                     Taken {
+                        store: self.id,
                         at: item.counted_at(),
                         hold: item.hold(),
                         ..Taken::default()
@@ -473,7 +474,7 @@ fn admit_at_once<'a>(
 
 /// The outcome of a batch of one that [`admit_at_once`] admitted at `now`: what
 /// [`batch::combine`] makes of the one rule's report, with the admission's mark for a refund.
-fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64) -> Outcome {
+fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64, store: StoreId) -> Outcome {
     let Admitted { eval, mark, .. } = admitted;
     let delay_micros = match eval.verdict {
         Verdict::Admit { delay_micros } => delay_micros,
@@ -496,7 +497,7 @@ fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64) -> Outcome {
     Outcome {
         decision,
         rules,
-        admission: Some(Admission::one(Taken::at(now, mark))),
+        admission: Some(Admission::one(Taken::at(store, now, mark))),
     }
 }
 

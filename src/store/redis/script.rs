@@ -8,7 +8,7 @@ use redis::{Cmd, Script, Value};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Admission, Taken};
+use crate::decision::{Admission, StoreId, Taken};
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
@@ -483,7 +483,7 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
                 -1 => Taken::pending(),
                 at => Taken {
                     hold: uint(v[6])?,
-                    ..Taken::at(uint(at)?, uint(v[4])?)
+                    ..Taken::at(StoreId::default(), uint(at)?, uint(v[4])?)
                 },
             })
         })
@@ -523,7 +523,7 @@ fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
                 reset: Duration::from_micros(uint(v[2])?),
             },
         });
-        taken.push(Taken::at(now, uint(v[3])?));
+        taken.push(Taken::at(StoreId::default(), now, uint(v[3])?));
     }
     Some(Reply {
         admitted: true,
