@@ -6,6 +6,8 @@
 //! replicated) are counted: by that many requests the limit can be exceeded, in the window
 //! that was current at the failover.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::support::redis_ha::{ReplicatedCluster, SentinelGroup};
@@ -34,45 +36,60 @@ fn rule() -> Rule {
     Rule::fixed_window("failover", LIMIT, Duration::from_secs(3600))
 }
 
-/// Runs the load for `length`, calling `kill` `kill_after` in; every request's sample.
+/// Decided requests the load makes before the kill, whatever the machine's load: a busy
+/// machine runs fewer in the same time, and waits longer for them.
+const BEFORE_THE_KILL: u64 = 150;
+
+/// Runs the load for `length`, calling `kill` `kill_after` in, or once the load has had
+/// [`BEFORE_THE_KILL`] decisions if that is later; every request's sample.
 async fn load_and_kill<S: Store + Clone + Send + Sync + 'static>(
     limiter: Limiter<S>,
     length: Duration,
     kill_after: Duration,
     kill: impl FnOnce(),
 ) -> Vec<Sample> {
-    let start = Instant::now();
-    let killed_at = start + kill_after;
+    let decisions = Arc::new(AtomicU64::new(0));
+    let killed_at: Arc<OnceLock<Instant>> = Arc::default();
+    let after_the_kill = length.saturating_sub(kill_after);
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let limiter = limiter.clone();
+            let (limiter, decisions, killed_at) =
+                (limiter.clone(), decisions.clone(), killed_at.clone());
             tokio::spawn(async move {
                 let rule = rule();
-                let mut samples = Vec::new();
-                while start.elapsed() < length {
+                let mut sent_at = Vec::new();
+                while killed_at.get().is_none_or(|k| k.elapsed() < after_the_kill) {
                     let sent = Instant::now();
                     let decided = limiter.check_one(&rule, b"hot").await.is_ok();
-                    let at_ms = if sent >= killed_at {
-                        (sent - killed_at).as_millis() as i64
-                    } else {
-                        -((killed_at - sent).as_millis() as i64)
-                    };
-                    samples.push(Sample {
-                        at_ms,
-                        latency: sent.elapsed(),
-                        decided,
-                    });
+                    decisions.fetch_add(u64::from(decided), Ordering::Relaxed);
+                    sent_at.push((sent, sent.elapsed(), decided));
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                samples
+                sent_at
             })
         })
         .collect();
-    tokio::time::sleep_until(killed_at.into()).await;
+    tokio::time::sleep(kill_after).await;
+    let waiting_since = Instant::now();
+    while decisions.load(Ordering::Relaxed) < BEFORE_THE_KILL
+        && waiting_since.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let killed = *killed_at.get_or_init(Instant::now);
     tokio::task::block_in_place(kill);
     let mut samples = Vec::new();
     for task in tasks {
-        samples.extend(task.await.expect("a load task"));
+        let sent_at = task.await.expect("a load task");
+        samples.extend(sent_at.into_iter().map(|(sent, latency, decided)| Sample {
+            at_ms: if sent >= killed {
+                (sent - killed).as_millis() as i64
+            } else {
+                -((killed - sent).as_millis() as i64)
+            },
+            latency,
+            decided,
+        }));
     }
     samples
 }
