@@ -255,7 +255,8 @@ async fn a_request_dropped_in_flight_counts() {
 }
 
 /// Failed logins charged by outcome (3 per 15 minutes), the key locked for an hour at the
-/// first refused attempt; each login takes 100 ms, so a burst is in flight together.
+/// first refused attempt; each login takes 400 ms, so a burst is in flight together even
+/// on a machine too busy to start ten tasks within 100 ms.
 fn guarded_logins<St: Store + Clone>(limiter: Limiter<St>) -> (Svc, Rule) {
     let rule = Rule::fixed_window("guarded-logins", 3, Duration::from_secs(900))
         .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
@@ -267,7 +268,7 @@ fn guarded_logins<St: Store + Clone>(limiter: Limiter<St>) -> (Svc, Rule) {
         )
         .build()
         .unwrap();
-    (login(layer, Duration::from_millis(100)), rule)
+    (login(layer, Duration::from_millis(400)), rule)
 }
 
 /// Ten attempts with `password` at once; their statuses.
