@@ -324,6 +324,15 @@ fn rule_section(page: &Page<'_>, rule: &RuleView) -> String {
     out
 }
 
+/// How long `seconds` span, in whole minutes from a minute on and in seconds below it (a
+/// process's first minute is not "0 minutes"), with the unit words given.
+fn span(seconds: usize, unit_seconds: &str, unit_minutes: &str) -> String {
+    match seconds {
+        0..60 => format!("{seconds} {unit_seconds}"),
+        _ => format!("{} {unit_minutes}", seconds / 60),
+    }
+}
+
 /// Decisions per second over the ring's minutes as an inline SVG chart.
 pub(crate) fn chart(d: &DecisionsView) -> String {
     let (width, height) = (600.0, 120.0);
@@ -342,12 +351,12 @@ pub(crate) fn chart(d: &DecisionsView) -> String {
     let n = d.admitted.len().max(2);
     let mut out = format!(
         "<svg class=\"chart\" role=\"img\" width=\"{width}\" height=\"{}\" viewBox=\"0 0 {width} {}\" xmlns=\"http://www.w3.org/2000/svg\">\
-<title>{}: decisions per second, last {} minutes</title>\
+<title>{}: decisions per second, last {}</title>\
 <rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{height}\" fill=\"#fafafa\" stroke=\"#ddd\"/>",
         height + 16.0,
         height + 16.0,
         html(&d.rule),
-        n / 60
+        span(n, "seconds", "minutes")
     );
     for (values, colour, name) in series {
         let points: Vec<String> = values
@@ -368,10 +377,10 @@ pub(crate) fn chart(d: &DecisionsView) -> String {
     let _ = write!(
         out,
         "<text x=\"4\" y=\"12\" font-size=\"11\" fill=\"#666\">{max}/s</text>\
-<text x=\"0\" y=\"{0}\" font-size=\"11\" fill=\"#666\">−{1} min</text>\
+<text x=\"0\" y=\"{0}\" font-size=\"11\" fill=\"#666\">−{1}</text>\
 <text x=\"{2}\" y=\"{0}\" font-size=\"11\" fill=\"#666\" text-anchor=\"end\">now</text></svg>",
         height + 14.0,
-        n / 60,
+        span(n, "s", "min"),
         width
     );
     let total = |v: &Vec<u64>| v.iter().sum::<u64>();
@@ -416,4 +425,32 @@ fn top_table(top: &TopView, page: &Page<'_>) -> String {
     }
     out.push_str("</table>");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart's time axis never reads "−0 min": under a minute of history it counts
+    /// seconds, from a minute on whole minutes.
+    #[test]
+    fn a_short_history_is_labelled_in_seconds() {
+        let view = |seconds: usize| DecisionsView {
+            rule: "api".into(),
+            admitted: vec![1; seconds],
+            delayed: vec![0; seconds],
+            denied: vec![0; seconds],
+        };
+        let young = chart(&view(12));
+        assert!(
+            young.contains(">−12 s<") && young.contains("last 12 seconds"),
+            "{young}"
+        );
+        assert!(!young.contains("0 min"), "{young}");
+        let old = chart(&view(600));
+        assert!(
+            old.contains(">−10 min<") && old.contains("last 10 minutes"),
+            "{old}"
+        );
+    }
 }
