@@ -115,8 +115,9 @@ impl Outcome {
         }
     }
 
-    /// The outcome with every unit it took named as `store`'s (a pending rule took none).
-    #[inline]
+    /// The outcome with every unit it took named as `store`'s (a pending rule took none):
+    /// for a store whose admissions are read off a reply that does not name it.
+    #[cfg(any(test, feature = "redis"))]
     pub(crate) fn taken_by(mut self, store: StoreId) -> Outcome {
         if let Some(admission) = &mut self.admission {
             for taken in admission.taken.iter_mut().filter(|t| !t.pending) {
