@@ -269,8 +269,8 @@ pub(crate) struct Admission {
 /// or, `pending`, nothing taken yet: the rule counts the request when it is released.
 #[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
-    /// The store that took the units: a store gives back only its own, so a refund may be
-    /// handed to every store a composite holds and lands where the units were taken.
+    /// The store that took the units: a store gives back only its own, so that a refund
+    /// lands where the units were taken however stores are composed.
     pub(crate) store: StoreId,
     pub(crate) at: u64,
     pub(crate) mark: u64,
@@ -283,11 +283,12 @@ pub(crate) struct Taken {
 
 /// One store of this crate (and its clones, which share its state): the name an
 /// [`Admission`] gives the store that took its units. 0 is no store: nothing was taken.
+/// 32 bits keep [`Taken`] at 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub(crate) struct StoreId(u32);
 
 impl StoreId {
-    /// A name no other store of this process has.
+    /// A name no other store of this process has (until 2^32 stores were made).
     pub(crate) fn new() -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(1);
         Self(NEXT.fetch_add(1, Ordering::Relaxed).max(1))

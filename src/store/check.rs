@@ -225,9 +225,9 @@ pub trait Store: Send + Sync + 'static {
     ///   hold too, under the same condition: it is left as if the request had never come.
     /// - a rule left pending to the release: nothing, it took nothing.
     /// - units another store took: nothing, they are not this store's to give. The outcome
-    ///   names the store that took each rule's units, so a store that holds several (a
-    ///   [`Fallback`](super::Fallback)) may hand the refund to each, and every unit lands
-    ///   where it was taken, however such stores nest.
+    ///   names the store that took each rule's units, so that every unit lands where it
+    ///   was taken however stores are composed (a [`Fallback`](super::Fallback) inside
+    ///   another).
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.

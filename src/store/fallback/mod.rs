@@ -77,7 +77,8 @@ struct Division {
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
     /// The stores the local side's admissions named (one, unless it is a composite
-    /// itself): a refund's units they took go back there, the others to the primary.
+    /// itself), learnt from the outcomes it answers: a refund's units they took go back
+    /// there, the others to the primary, and neither side is asked for the other's.
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
@@ -346,16 +347,22 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Gives each rule's units back to the store that took them: a held request confirmed
-    /// while the primary was away took its waiting rules' units locally, the others in the
-    /// primary.
+    /// Gives each rule's units back to the side whose store took them: a held request
+    /// confirmed while the primary was away took its waiting rules' units locally, the
+    /// others in the primary. Each side is asked only for units its stores took: a primary
+    /// that is away would refuse or keep the caller waiting for a refund of nothing.
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
         };
         let stores = self.shared.local_stores.read().clone();
-        let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
-            (0..batch.len()).partition(|&i| stores.contains(&admission.taken(i).store));
+        let took = |&i: &usize| {
+            let taken = admission.taken(i);
+            !taken.pending && taken.store != StoreId::default()
+        };
+        let (local, primary): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = (0..batch.len())
+            .filter(took)
+            .partition(|&i| stores.contains(&admission.taken(i).store));
         let part = |indices: &[usize]| {
             let checks: SmallVec<[Check<'_>; 4]> = indices.iter().map(|&i| batch[i]).collect();
             (checks, outcome.select(indices))
@@ -385,7 +392,10 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     /// of the rules it decides there (wherever the admission took its estimate).
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         match self.primary.overdraw(batch).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.shared.primary_answered();
+                Ok(())
+            }
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(e) => {
                 self.shared.primary_failed(&e);

@@ -215,6 +215,34 @@ async fn a_nested_fallbacks_units_go_back_to_the_store_that_took_them() {
     );
 }
 
+/// A held request the local store admitted, with a rule left to its release, is refunded
+/// locally without asking the primary (away, its breaker open) for anything: the rule left
+/// pending took nothing anywhere.
+#[tokio::test(start_paused = true)]
+async fn a_local_refund_with_a_pending_rule_asks_nothing_of_the_primary() {
+    let flaky = Flaky::default();
+    down(&flaky, true);
+    let store = Fallback::with_local(
+        Breaker::new(flaky.clone()).failures(1),
+        MemoryStore::with_clock(ManualClock::new(0)),
+    );
+    let queue = Rule::leaky_bucket("q", 2, Rate::per_second(10));
+    let window = Rule::fixed_window("w", 5, Duration::from_secs(60));
+    let batch = [Check::new(&queue, b"tenant"), Check::new(&window, b"user")];
+    let wait = Duration::from_secs(1);
+    assert_eq!(
+        store.check(&batch, wait).await.unwrap().decision,
+        crate::Decision::Allow
+    );
+    let held = store.check(&batch, wait).await.unwrap();
+    assert!(held.needs_confirmation(), "{held:?}");
+    let calls = flaky.calls();
+    store.refund(&batch, &held).await.unwrap();
+    assert_eq!(flaky.calls(), calls, "nothing asked of the primary");
+    let next = store.check(&batch, wait).await.unwrap();
+    assert_eq!(next.decision, held.decision, "the queue's place given back");
+}
+
 /// A store with a probe of its own, for the wrappers' forwarding.
 #[derive(Clone, Default)]
 struct Probed(MemoryStore);

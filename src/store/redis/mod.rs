@@ -240,11 +240,12 @@ impl RedisStore {
     }
 
     /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
-    /// different prefixes share nothing.
+    /// different prefixes share nothing, not even a refund's units.
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         let mut escaped = Vec::new();
         escape_into(&mut escaped, prefix.as_ref());
         self.prefix = Arc::from(escaped);
+        self.id = StoreId::new();
         self
     }
 
