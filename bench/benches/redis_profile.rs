@@ -13,6 +13,7 @@
 //! Without valgrind it prints Redis's `usec` per decision from `INFO commandstats`.
 //! `TOLLGATE_PROFILE_KEYS=1` decides every request on one hot key (the batches of a call
 //! fold into one read and one write of its record, lua/call.lua) instead of 1000 keys.
+//! `TOLLGATE_LUA_DIR` and `TOLLGATE_PROFILE_ANY_REPLY`: see below.
 
 use redis::Value;
 use tollgate::{store::RedisStore, Check, Limiter};
@@ -111,10 +112,16 @@ fn main() {
         // One flat array for the call (lua/call.lua): per batch, 2 (admitted, in short:
         // lua/fast.lua), now, and four integers per rule.
         let per_batch = 2 + 4 * rules.len();
+        // TOLLGATE_PROFILE_ANY_REPLY=1: any array will do (a library of TOLLGATE_LUA_DIR cut
+        // short to see what a stage costs may answer less).
+        let any_reply = std::env::var("TOLLGATE_PROFILE_ANY_REPLY").is_ok();
         let check = |reply: &Value| {
             let Value::Array(values) = reply else {
                 panic!("{reply:?}")
             };
+            if any_reply {
+                return;
+            }
             assert_eq!(values.len(), batches * per_batch, "{reply:?}");
             for batch in values.chunks(per_batch) {
                 assert_eq!(batch[0], Value::Int(2), "not admitted: {batch:?}");
