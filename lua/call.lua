@@ -76,7 +76,8 @@ local function decide_batches(KEYS, ARGV)
   local k, a = 0, 1
   local nargv = #ARGV
   while a <= nargv do
-    local h = shape_of(ARGV[a])
+    local bytes = ARGV[a]
+    local h = shapes[bytes] or shape_of(bytes)
     local now, arg5 = '', '0'
     if h.extra then
       now, arg5 = ARGV[a + 1], ARGV[a + 2]

@@ -76,7 +76,8 @@ end
 -- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
 -- few (counts, max_wait, mode and slack are its configuration, the rules and costs its
 -- routes'), and Lua interns strings, so the lookup hashes a pointer. At most `SHAPES_MAX`
--- are kept; the table is emptied once full.
+-- are kept; the table is emptied once full. call.lua looks a shape up itself and calls
+-- shape_of for one it has not seen: a call per batch would cost more than the lookup.
 local shapes = {}
 local shape_count = 0
 local SHAPES_MAX = 256
