@@ -59,8 +59,18 @@ fn main() {
             .await
             .expect("FUNCTION LIST");
         let listed = format!("{list:?}");
-        let start = listed.find("tollgate_").expect("the library is loaded");
-        let mut name = listed[start..start + "tollgate_".len() + 16].to_owned();
+        // The crate's library: `tollgate_` and 16 hex digits (not redis_floor.py's
+        // `tollgate_floor`, nor the `tollgate_profile` loaded below).
+        let ours = |at: usize| {
+            let hash = listed.get(at + "tollgate_".len()..at + "tollgate_".len() + 16)?;
+            hash.bytes()
+                .all(|b| b.is_ascii_hexdigit())
+                .then(|| format!("tollgate_{hash}"))
+        };
+        let mut name = listed
+            .match_indices("tollgate_")
+            .find_map(|(at, _)| ours(at))
+            .expect("the library is loaded");
         // TOLLGATE_LUA_DIR=lua: the library built from the files as they are now (as
         // src/store/redis/script.rs builds it), for trying Lua changes without a rebuild.
         if let Ok(dir) = std::env::var("TOLLGATE_LUA_DIR") {
