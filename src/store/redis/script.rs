@@ -408,7 +408,7 @@ pub(super) fn split_reply(
     Ok(replies)
 }
 
-/// A [`Opening::ShortAgain`] reply of `rules` rules at `now` (its remaining, reset and mark
+/// An [`Opening::ShortAgain`] reply of `rules` rules at `now` (its remaining, reset and mark
 /// per rule, read from `values`), in the [`Opening::Short`] form: 2, now, then per rule no
 /// delay and those three.
 fn short_again(
@@ -418,14 +418,13 @@ fn short_again(
 ) -> Option<Vec<i64>> {
     let mut batch = Vec::with_capacity(rules.checked_mul(4)?.checked_add(2)?);
     batch.extend([Opening::Short as i64, now]);
+    let mut next = || match values.next() {
+        Some(Value::Int(i)) => Some(i),
+        _ => None,
+    };
     for _ in 0..rules {
-        batch.push(0);
-        for _ in 0..3 {
-            match values.next() {
-                Some(Value::Int(i)) => batch.push(i),
-                _ => return None,
-            }
-        }
+        let (remaining, reset, mark) = (next()?, next()?, next()?);
+        batch.extend([0, remaining, reset, mark]);
     }
     Some(batch)
 }
