@@ -14,9 +14,10 @@
 -- Returns: one flat array for the whole call (one table to build here, one array for the
 --   client to parse, instead of a table per batch): per batch, in order, batch.lua's reply
 --   (its length follows from its first integer and the batch's rule count: 2 + 4 per rule
---   for fast.lua's short admission, else 3 + 7 per rule), or -1 and a message when the batch
---   failed (a Redis error, say); the other batches of the call are decided as if it were
---   alone. src/store/redis/script.rs `split_reply` splits it.
+--   for fast.lua's short admission, 1 + 3 per rule for its REPLY_SHORT_AGAIN, which takes
+--   its instant from the batch before it, else 3 + 7 per rule), or -1 and a message when
+--   the batch failed (a Redis error, say); the other batches of the call are decided as if
+--   it were alone. src/store/redis/script.rs `split_reply` splits it.
 -- Batches of one call on the same key share its record: read from Redis until one of them
 -- writes it, then from what it wrote, and written once at the call's end (record.lua's
 -- get_record, flush_records), each batch decided exactly as one call after another would
@@ -69,11 +70,14 @@ local out = {}
 -- Decides the call's batches into `out`; returns the reply's length.
 local function decide_batches(KEYS, ARGV)
   local time = nil
+  -- No admission in short before the call's first batch (fast.lua's REPLY_SHORT_AGAIN).
+  short_end = nil
   local o = 0
   local k, a = 0, 1
   local nargv = #ARGV
   while a <= nargv do
-    local h = shape_of(ARGV[a])
+    local bytes = ARGV[a]
+    local h = shapes[bytes] or shape_of(bytes)
     local now, arg5 = '', '0'
     if h.extra then
       now, arg5 = ARGV[a + 1], ARGV[a + 2]

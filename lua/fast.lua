@@ -13,8 +13,12 @@
 -- models). Its reply is decide_batch's, except that an admitted batch is answered in short:
 -- 2, now, then per rule: its delay, remaining, reset µs and refund mark, which says what
 -- the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and the
--- request counted at now); src/store/redis/script.rs `parse` reads both. It is written
--- straight into the call's one reply (lua/call.lua), with no table of its own.
+-- request counted at now); src/store/redis/script.rs `parse` reads both. An admission in
+-- short right after another in the call's reply, at the same instant and with no rule
+-- delayed, is shorter still: 4, then per rule its remaining, reset µs and refund mark
+-- (REPLY_SHORT_AGAIN; src/store/redis/script.rs `split_reply` gives it back the instant and
+-- the zero delays), as the batches a store coalesces into one call mostly are. It is
+-- written straight into the call's one reply (lua/call.lua), with no table of its own.
 
 -- The library functions a decision calls, held in locals once (in a function library, once
 -- per library load), declared near the closures that capture them (see record.lua): here
@@ -72,7 +76,8 @@ end
 -- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
 -- few (counts, max_wait, mode and slack are its configuration, the rules and costs its
 -- routes'), and Lua interns strings, so the lookup hashes a pointer. At most `SHAPES_MAX`
--- are kept; the table is emptied once full.
+-- are kept; the table is emptied once full. call.lua looks a shape up itself and calls
+-- shape_of for one it has not seen: a call per batch would cost more than the lookup.
 local shapes = {}
 local shape_count = 0
 local SHAPES_MAX = 256
@@ -137,16 +142,27 @@ local f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
 local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 
+-- Where the last admission in short ended in the call's reply and its instant (call.lua
+-- forgets them as a call starts): the next batch admitted at `o` = short_end, at the same
+-- instant and with no rule delayed, is answered REPLY_SHORT_AGAIN.
+local short_end, short_now = nil, nil
+
 -- The admitted batch's reply in short (see the header), written into `out` after position
--- `o`: 2, now, then per rule its delay, remaining, reset and mark. A MODE_DECIDE batch
--- counts the request in each rule's state and writes its record first. Returns the new
--- position.
-local function admit_plain(KEYS, k, h, now, out, o)
+-- `o`: 2, now, then per rule its delay, remaining, reset and mark; or REPLY_SHORT_AGAIN, then
+-- per rule its remaining, reset and mark. A MODE_DECIDE batch counts the request in each
+-- rule's state and writes its record first. Returns the new position.
+local function admit_plain(KEYS, k, h, now, delayed, out, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
-  out[o + 1] = REPLY_SHORT
-  out[o + 2] = now
-  local r = o + 2
+  local again = o == short_end and now == short_now and not delayed
+  local r = o + 1
+  if again then
+    out[r] = REPLY_SHORT_AGAIN
+  else
+    out[r] = REPLY_SHORT
+    r = r + 1
+    out[r] = now
+  end
   for i = 1, h.nrules do
     local c = configs[i]
     local mark = 0
@@ -187,12 +203,16 @@ local function admit_plain(KEYS, k, h, now, out, o)
       end
       write_record(c, KEYS[k + i], keep, now, slack, c.fingerprint, used, expires_at, f1, f2, f3, p1, f_pen2[i], f_pen3[i])
     end
-    out[r + 1] = f_wait[i]
-    out[r + 2] = f_remaining[i]
-    out[r + 3] = f_reset[i]
-    out[r + 4] = mark
-    r = r + 4
+    if not again then
+      r = r + 1
+      out[r] = f_wait[i]
+    end
+    out[r + 1] = f_remaining[i]
+    out[r + 2] = f_reset[i]
+    out[r + 3] = mark
+    r = r + 3
   end
+  short_end, short_now = r, now
   return r
 end
 
@@ -254,7 +274,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   -- Every rule's record read and the rule evaluated, the results kept in the f_ arrays; in
   -- this function rather than a phase of its own, as a call would cost every decision.
   local configs = h.configs
-  local admitted = true
+  local admitted, delayed = true, false
   for i = 1, h.nrules do
     local c = configs[i]
     -- get_record, written out: every decision pays for it.
@@ -299,10 +319,12 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
     f_ok[i], f_wait[i], f_remaining[i], f_reset[i] = ok, wait, remaining, reset
     if not ok then
       admitted = false
+    elseif wait > 0 then
+      delayed = true
     end
   end
   if admitted then
-    return admit_plain(KEYS, k, h, now, out, o)
+    return admit_plain(KEYS, k, h, now, delayed, out, o)
   elseif h.waits then
     -- Wait mode: batch.lua looks for a reservation.
     return nil

@@ -85,11 +85,12 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCR
 -- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
 
--- What a batch's reply opens with (batch.lua's header, fast.lua's short reply): `Opening` in
+-- What a batch's reply opens with (batch.lua's header, fast.lua's short replies): `Opening` in
 -- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another
 -- configuration of its name left, which moves that configuration's retry (every instance's
--- deny cache must hear of it).
-local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED = 0, 1, 2, 3
+-- deny cache must hear of it). SHORT_AGAIN: a short admission at the instant of the one
+-- just before it in the call's reply, with no delay (fast.lua).
+local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED, REPLY_SHORT_AGAIN = 0, 1, 2, 3, 4
 
 -- The models by algorithm code. Each entry builds its model when first used in a call (a
 -- script's closures are created anew on every call, so building only the models a batch

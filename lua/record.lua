@@ -135,6 +135,24 @@ local function get_record(key)
   return redis_call('GET', key)
 end
 
+-- TTLs in ms as the decimal text PSETEX takes, by value: the keys of one store are written
+-- with the same few TTLs (a rule's state lasts about as long from one request to the next),
+-- and a lookup costs less than formatting. In a function library the table outlives the
+-- call; it is emptied once it holds `TTL_TEXTS_MAX`. The lookup is written out in
+-- flush_records, this function formats and keeps a TTL not seen yet.
+local ttl_texts, ttl_text_count = {}, 0
+local TTL_TEXTS_MAX = 1024
+
+local function new_ttl_text(ttl)
+  local text = string_format('%d', ttl)
+  if ttl_text_count >= TTL_TEXTS_MAX then
+    ttl_texts, ttl_text_count = {}, 0
+  end
+  ttl_texts[ttl] = text
+  ttl_text_count = ttl_text_count + 1
+  return text
+end
+
 -- Writes what the call's batches left in their records, each key once, and forgets them.
 local function flush_records()
   for i = 1, written_count do
@@ -142,7 +160,7 @@ local function flush_records()
     local ttl = written_ttl[i]
     if ttl then
       -- PSETEX rather than SET … PX: fewer arguments for Redis to parse and check.
-      redis_call('PSETEX', key, string_format('%d', ttl), written_record[i])
+      redis_call('PSETEX', key, ttl_texts[ttl] or new_ttl_text(ttl), written_record[i])
     else
       redis_call('DEL', key)
     end

@@ -6,7 +6,9 @@ Usage: redis_floor.py PORT [ROUNDS]. Loads two libraries into the redis-server o
 (127.0.0.1): `tollgate_floor` does one GET and one PSETEX per key and nothing else; `tollgate_floor_record`
 also unpacks and packs a record of eight doubles and formats the TTL, as tollgate's record
 needs. Each FCALL carries 64 keys (as a coalesced call does). Prints Redis's own µs per key
-from INFO commandstats (the time of the FCALL, and of the GET and PSETEX inside it).
+from INFO commandstats (the time of the FCALL, and of the GET and PSETEX inside it). When the
+server runs under `valgrind --tool=callgrind`, each library's rounds are dumped on their own
+(`callgrind_control -z`, then `-d`): a dump's total over ROUNDS * 64 is its instructions per key.
 """
 import socket
 import subprocess
@@ -53,6 +55,19 @@ def cli(port, *args, stdin=None):
     ).stdout
 
 
+def callgrind(port, flag):
+    """`callgrind_control FLAG` on the server at `port`; whether it runs under callgrind."""
+    pid = next(
+        (l.split(":", 1)[1].strip() for l in cli(port, "info", "server").splitlines() if l.startswith("process_id:")),
+        "",
+    )
+    try:
+        done = subprocess.run(["callgrind_control", flag, pid], capture_output=True, text=True)
+    except FileNotFoundError:
+        return False
+    return "OK" in done.stdout
+
+
 def main():
     port = int(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 1500
@@ -62,6 +77,7 @@ def main():
     for name in ["tollgate_floor", "tollgate_floor_record"]:
         keys = [f"floor:{{{i % 1000}}}" for i in range(per_call)]
         request = command("FCALL", name, per_call, *keys, *([b"x" * 64] * per_call))
+        profiled = callgrind(port, "-z")
         cli(port, "config", "resetstat")
         for _ in range(rounds):
             conn.sendall(request)
@@ -70,6 +86,9 @@ def main():
                 reply += conn.recv(65536)
                 if reply.startswith(b"-"):
                     sys.exit(f"{name}: {reply.decode(errors='replace').strip()}")
+        if profiled:
+            callgrind(port, "-d")
+            print(f"{name}: dumped; divide the total by {rounds * per_call} keys")
         stats = {}
         for line in cli(port, "info", "commandstats").splitlines():
             if line.startswith("cmdstat_"):

@@ -111,6 +111,10 @@ pub(super) enum Opening {
     /// Admitted, and a rule wrote over the state another configuration of its name left:
     /// that configuration's retry moved, so every deny cache must hear of it.
     Adopted = 3,
+    /// In a call's reply only: a [`Short`](Opening::Short) admission at the instant of the
+    /// one just before it, with no rule delayed, sent without them; [`split_reply`] gives
+    /// them back.
+    ShortAgain = 4,
 }
 
 /// Whether the rule keeps a second key (the sliding log's sorted set).
@@ -341,9 +345,11 @@ pub(super) fn is_not_loaded(route: Invocation, e: &redis::RedisError) -> bool {
 /// met; `rules` holds each batch's rule count, in order.
 ///
 /// The reply is one flat array (`lua/call.lua`): per batch, either its integers — 2, now
-/// and four per rule for an admission in short (`lua/fast.lua`), else 3 and seven per rule —
-/// or -1 and the batch's error message. One array for the call keeps Redis from building,
-/// and the client from parsing, a nested array per batch.
+/// and four per rule for an admission in short (`lua/fast.lua`); 4 and three per rule for
+/// one at the instant of the short admission just before it, with no delay, which is given
+/// back here in the first form; else 3 and seven per rule — or -1 and the batch's error
+/// message. One array for the call keeps Redis from building, and the client from parsing,
+/// a nested array per batch.
 pub(super) fn split_reply(
     value: Value,
     rules: impl ExactSizeIterator<Item = usize>,
@@ -355,11 +361,19 @@ pub(super) fn split_reply(
     };
     let mut values = values.into_iter();
     let mut replies = Vec::with_capacity(n);
+    // The instant of the batch just before, when it was admitted in short.
+    let mut short_now = None;
     for rules in rules {
         let first = match values.next() {
             Some(Value::Int(first)) => first,
             _ => return Err(bad()),
         };
+        if first == Opening::ShortAgain as i64 {
+            let now = short_now.ok_or_else(bad)?;
+            replies.push(Ok(short_again(&mut values, rules, now).ok_or_else(bad)?));
+            continue;
+        }
+        short_now = None;
         let len = match first {
             -1 => {
                 let message = match values.next() {
@@ -383,12 +397,36 @@ pub(super) fn split_reply(
                 _ => return Err(bad()),
             }
         }
+        if first == Opening::Short as i64 {
+            short_now = batch.get(1).copied();
+        }
         replies.push(Ok(batch));
     }
     if values.next().is_some() {
         return Err(bad());
     }
     Ok(replies)
+}
+
+/// An [`Opening::ShortAgain`] reply of `rules` rules at `now` (its remaining, reset and mark
+/// per rule, read from `values`), in the [`Opening::Short`] form: 2, now, then per rule no
+/// delay and those three.
+fn short_again(
+    values: &mut impl Iterator<Item = Value>,
+    rules: usize,
+    now: i64,
+) -> Option<Vec<i64>> {
+    let mut batch = Vec::with_capacity(rules.checked_mul(4)?.checked_add(2)?);
+    batch.extend([Opening::Short as i64, now]);
+    let mut next = || match values.next() {
+        Some(Value::Int(i)) => Some(i),
+        _ => None,
+    };
+    for _ in 0..rules {
+        let (remaining, reset, mark) = (next()?, next()?, next()?);
+        batch.extend([0, remaining, reset, mark]);
+    }
+    Some(batch)
 }
 
 /// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
@@ -567,9 +605,11 @@ mod tests {
             0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0,
         ]));
         flat.extend(ints(&[2, 100]));
-        let replies =
-            super::split_reply(Value::Array(flat), [1, 1, 2, 0].into_iter()).expect("well formed");
-        assert_eq!(replies.len(), 4);
+        // Admissions in short at the instant of the one before, of two rules and of one.
+        flat.extend(ints(&[4, 8, 11, 0, 7, 12, 3, 4, 6, 5, 4]));
+        let replies = super::split_reply(Value::Array(flat), [1, 1, 2, 0, 2, 1].into_iter())
+            .expect("well formed");
+        assert_eq!(replies.len(), 6);
         assert_eq!(replies[0], Ok(vec![2, 100, 0, 9, 10, 0]));
         assert!(matches!(&replies[1], Err(StoreError::Unavailable(m)) if m == "ERR oom"));
         assert_eq!(
@@ -577,6 +617,8 @@ mod tests {
             Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0])
         );
         assert_eq!(replies[3], Ok(vec![2, 100]));
+        assert_eq!(replies[4], Ok(vec![2, 100, 0, 8, 11, 0, 0, 7, 12, 3]));
+        assert_eq!(replies[5], Ok(vec![2, 100, 0, 6, 5, 4]));
     }
 
     /// A script reply whose length does not match the batches' rules is a protocol error.
@@ -590,6 +632,24 @@ mod tests {
             (ints(&[2, 100, 0, 9, 10, 0]), vec![1, 1]),
             (ints(&[-1]), vec![1]),
             (Value::Int(2), vec![0]),
+            // An admission in short "again" with none before it, or too short.
+            (ints(&[4, 9, 10, 0]), vec![1]),
+            (
+                ints(&[0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 4, 9, 10, 0]),
+                vec![1, 1],
+            ),
+            (
+                Value::Array(vec![
+                    Value::Int(-1),
+                    Value::BulkString(b"ERR oom".to_vec()),
+                    Value::Int(4),
+                    Value::Int(9),
+                    Value::Int(10),
+                    Value::Int(0),
+                ]),
+                vec![1, 1],
+            ),
+            (ints(&[2, 100, 0, 9, 10, 0, 4, 9, 10]), vec![1, 1]),
         ] {
             assert!(
                 matches!(

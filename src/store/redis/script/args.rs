@@ -172,6 +172,7 @@ mod tests {
             (Opening::Admitted, "REPLY_ADMITTED"),
             (Opening::Short, "REPLY_SHORT"),
             (Opening::Adopted, "REPLY_ADOPTED"),
+            (Opening::ShortAgain, "REPLY_SHORT_AGAIN"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(opening as u64), "{name}");
         }
