@@ -209,7 +209,7 @@ impl<S: Store> Limiter<S> {
 impl<S: Store> Limiter<S> {
     /// [`peek`](Self::peek) for a key in its stored form: what a request of `cost` would get
     /// from `rule`, without consuming anything. A key the store does not hold (never seen,
-    /// expired, or forgotten by a [`MemoryStore`](crate::store::MemoryStore) past its
+    /// expired, or forgotten by a [`MemoryStore`] past its
     /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
     /// find it.
     pub async fn peek_stored(

@@ -223,7 +223,7 @@ impl Division {
     }
 }
 
-/// `rule` with its quota shared among `n` instances ([`Algorithm::share`]); `None` when
+/// `rule` with its quota shared among `n` instances ([`Algorithm::share`](crate::algorithm::Algorithm::share)); `None` when
 /// nothing of the quota is left for one instance.
 fn divide(rule: &Rule, n: u64) -> Option<Rule> {
     let divided = Rule::new(rule.name(), rule.algorithm().share(n)?)

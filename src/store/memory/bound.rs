@@ -1,4 +1,4 @@
-//! The bound on the keys a [`MemoryStore`](super::MemoryStore) holds. Every key is decided
+//! The bound on the keys a [`MemoryStore`] holds. Every key is decided
 //! on its own state, also past the bound: a shard at its share of the bound makes room for
 //! a key it does not hold by forgetting the entries whose state says least (see
 //! [`MemoryStore::max_keys`](super::MemoryStore::max_keys) for the policy and what it can
@@ -155,7 +155,7 @@ impl Shard {
         evicted
     }
 
-    /// The [worth](worth) at or below which about `excess` of the shard's unlocked entries
+    /// The [worth] at or below which about `excess` of the shard's unlocked entries
     /// fall, from a sample of them (the map's order is its hashes', unrelated to worth).
     fn threshold(&self, now: u64, excess: usize) -> Option<(bool, u64, u64)> {
         let mut sample = [(false, 0, 0); SAMPLE];

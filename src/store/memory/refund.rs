@@ -10,7 +10,7 @@ use crate::store::check::Check;
 use super::MemoryStore;
 
 impl MemoryStore {
-    /// [`Store::refund`]: each item under its shard's lock, as exact as the models allow.
+    /// [`Store::refund`](crate::store::Store::refund): each item under its shard's lock, as exact as the models allow.
     pub(super) fn refund_admission(
         &self,
         batch: &[Check<'_>],
@@ -37,7 +37,7 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// [`Store::overdraw`]: each item's units taken (see [`batch::overdraw`]) in its key's
+    /// [`Store::overdraw`](crate::store::Store::overdraw): each item's units taken (see [`batch::overdraw`]) in its key's
     /// entry, made if the key has none (with room made for it past the store's bound, as
     /// for a decision).
     pub(super) fn overdraw_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
