@@ -127,6 +127,19 @@ impl Outcome {
         self
     }
 
+    /// The outcome of a batch with `rule` inserted at `i`: a rule decided elsewhere (from a
+    /// lease) that admitted the request, so the batch's decision stands, and that took
+    /// nothing this outcome can give back.
+    pub(crate) fn with_rule_at(mut self, i: usize, rule: RuleOutcome) -> Outcome {
+        let i = i.min(self.rules.len());
+        self.rules.0.insert(i, rule);
+        if let Some(admission) = &mut self.admission {
+            let i = i.min(admission.taken.len());
+            admission.taken.insert(i, Taken::default());
+        }
+        self
+    }
+
     /// Whether the request is delayed with rules still to count it when it is released:
     /// rules on other keys than the leaky bucket that shapes it (see
     /// [`Store::check`](crate::store::Store::check)).

@@ -17,6 +17,7 @@ use crate::reservation::Reservation;
 use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
+use smallvec::SmallVec;
 
 /// A store that leases a share of a hot key's quota to this instance: one call takes
 /// `units` of the key's quota, and the instance decides from them in process, at in-process
@@ -49,8 +50,14 @@ use crate::Rule;
 ///   instance leasing the key.
 /// - **A request a lease cannot answer gets the store's answer**, exactly: a lease that
 ///   has run out and cannot be renewed (the store denies `units`), a cost larger than the
-///   lease, a wait ([`Limiter::reserve`] with a `max_wait`), a shadow check, a batch of
-///   several checks. Denials, and their `Retry-After`, always come from the store.
+///   lease, a wait ([`Limiter::reserve`] with a `max_wait`), a shadow check. Denials, and
+///   their `Retry-After`, always come from the store.
+/// - **A batch with other rules** (a route with a global limit and a per-user one) takes
+///   the leased rule's units from the lease and asks the store for the others; if the
+///   store refuses them, the units go back to the lease (unless it ended meanwhile: then
+///   they stay used), so a request another rule refuses uses none of the lease. If no
+///   lease can answer, the store decides the whole batch. The first leased rule of a batch
+///   is decided from its lease; a second goes to the store with the others.
 ///
 /// # What a lease costs: under-admission, bounded
 ///
@@ -127,9 +134,21 @@ struct Slot<S: Store + Clone> {
     remaining: AtomicU64,
     /// The store's reset when the lease was taken, in µs.
     reset_us: AtomicU64,
+    /// `Held::generation`, readable without the lock: set before a new lease's units are,
+    /// so that a request taking units knows which lease they came from.
+    generation: AtomicU64,
     /// The lease itself; held while a lease ends or is taken, so that one request takes
     /// the next lease and the others wait for it instead of asking the store each.
     held: tokio::sync::Mutex<Held<S>>,
+}
+
+/// Units a request took from a lease, to give back if the rest of its batch is refused:
+/// the slot and the lease's generation, `None` if the lease changed while they were taken
+/// (they then stay used).
+struct Lent<S: Store + Clone> {
+    slot: Arc<Slot<S>>,
+    generation: Option<u64>,
+    cost: u64,
 }
 
 /// The lease a slot holds, if any.
@@ -220,16 +239,21 @@ impl<S: Store + Clone> Leased<S> {
         self.shared.limiter.store()
     }
 
-    /// The leased rule `batch` can be decided by, if a lease may answer it: one check, not
-    /// in shadow, costing 1 to the lease's units, of a leased rule, without a wait.
+    /// The first check of `batch` a lease may answer, with its index and its rule's
+    /// terms: not in shadow, costing 1 to the lease's units, of a leased rule, in a batch
+    /// without a wait.
     #[inline]
-    fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<&Terms<S>> {
-        let [check] = batch else { return None };
-        if !max_wait.is_zero() || check.shadow || check.cost == 0 {
+    fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Terms<S>)> {
+        if !max_wait.is_zero() {
             return None;
         }
-        let terms = self.shared.terms.iter().find(|t| t.rule == *check.rule)?;
-        (check.cost <= terms.units).then_some(terms)
+        batch.iter().enumerate().find_map(|(i, check)| {
+            if check.shadow || check.cost == 0 {
+                return None;
+            }
+            let terms = self.shared.terms.iter().find(|t| t.rule == *check.rule)?;
+            (check.cost <= terms.units).then_some((i, terms))
+        })
     }
 
     /// Decides `check` from the lease of its key, taking the next lease if this one cannot
@@ -238,16 +262,58 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(outcome) = terms.take(check.key(), check.cost) {
             return Ok(outcome);
         }
+        match self.lend(terms, check).await? {
+            Some((rule, _)) => Ok(Outcome::new([rule].into_iter().collect())),
+            None => self.get_ref().check(&[check], Duration::ZERO).await,
+        }
+    }
+
+    /// Decides a batch of several checks whose `i`-th is leased: that one from the lease
+    /// (taken or renewed as for a lone check), the others by the store, and the lease's
+    /// units given back if the store refuses them, so that a request refused by another
+    /// rule uses none of the lease. When no lease can answer, the store decides the whole
+    /// batch.
+    async fn decide_with_others(
+        &self,
+        terms: &Terms<S>,
+        i: usize,
+        batch: &[Check<'_>],
+    ) -> Result<Outcome, StoreError> {
+        let Some((leased, lent)) = self.lend(terms, batch[i]).await? else {
+            return self.get_ref().check(batch, Duration::ZERO).await;
+        };
+        let rest: SmallVec<[Check<'_>; 4]> = batch
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, c)| *c)
+            .collect();
+        let decided = self.get_ref().check(&rest, Duration::ZERO).await;
+        if !decided.as_ref().is_ok_and(Outcome::is_admitted) {
+            lent.give_back().await;
+        }
+        Ok(decided?.with_rule_at(i, leased))
+    }
+
+    /// `cost` units of `check`'s key taken from its lease, taking the next lease if this
+    /// one cannot answer; `None` when no lease can (the store refused one, or did lately).
+    async fn lend(
+        &self,
+        terms: &Terms<S>,
+        check: Check<'_>,
+    ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
         let slot = terms.slot(check.key());
+        if let Some(lent) = slot.lend(terms, check.cost) {
+            return Ok(Some(lent));
+        }
         let mut held = slot.held.lock().await;
         // Another request may have taken the next lease while this one waited.
-        if let Some(outcome) = slot.take(terms, check.cost) {
-            return Ok(outcome);
+        if let Some(lent) = slot.lend(terms, check.cost) {
+            return Ok(Some(lent));
         }
         slot.end(&mut held).await;
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
-            drop(held);
-            return self.get_ref().check(&[check], Duration::ZERO).await;
+            return Ok(None);
         }
         let lease = [Check {
             cost: terms.units,
@@ -259,8 +325,7 @@ impl<S: Store + Clone> Leased<S> {
             held.denied_until = denial
                 .retry_after
                 .and_then(|d| Instant::now().checked_add(d));
-            drop(held);
-            return self.get_ref().check(&[check], Duration::ZERO).await;
+            return Ok(None);
         }
         // Released now: dropped from here on, the lease keeps its units (never over).
         reservation.confirm().await?;
@@ -272,10 +337,16 @@ impl<S: Store + Clone> Leased<S> {
             let reset_us = u64::try_from(rule.info.reset.as_micros()).unwrap_or(u64::MAX);
             slot.reset_us.store(reset_us, Ordering::Relaxed);
         }
+        slot.generation.store(held.generation, Ordering::Release);
         let left = terms.units - check.cost;
         slot.left.store(left, Ordering::Release);
         self.end_at_term(terms, &slot, held.generation);
-        Ok(slot.outcome(terms, left))
+        let lent = Lent {
+            slot: Arc::clone(&slot),
+            generation: Some(held.generation),
+            cost: check.cost,
+        };
+        Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
 
     /// Ends the lease `generation` of `slot` when its term passes, if it is still held then,
@@ -324,6 +395,7 @@ impl<S: Store + Clone> Terms<S> {
             left: AtomicU64::new(0),
             remaining: AtomicU64::new(0),
             reset_us: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             held: tokio::sync::Mutex::new(Held {
                 lease: None,
                 generation: 0,
@@ -355,21 +427,40 @@ impl<S: Store + Clone> Slot<S> {
         Some(self.outcome(terms, before - cost))
     }
 
+    /// `cost` units taken from the lease for a check of a batch, if it has them, with what
+    /// gives them back.
+    fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let before = self
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(cost))
+            .ok()?;
+        // A new lease's generation is set before its units: the same generation after the
+        // take is the lease the units came from.
+        let same = self.generation.load(Ordering::Acquire) == generation;
+        let lent = Lent {
+            slot: Arc::clone(self),
+            generation: same.then_some(generation),
+            cost,
+        };
+        Some((self.rule_outcome(terms, before - cost), lent))
+    }
+
     /// The outcome of a request admitted from the lease, `left` units left in it.
     fn outcome(&self, terms: &Terms<S>, left: u64) -> Outcome {
-        let info = RateLimitInfo {
-            limit: terms.rule.algorithm().limit(),
-            remaining: self.remaining.load(Ordering::Relaxed).saturating_add(left),
-            reset: Duration::from_micros(self.reset_us.load(Ordering::Relaxed)),
-        };
-        Outcome::new(
-            [RuleOutcome {
-                decision: Decision::Allow,
-                info,
-            }]
-            .into_iter()
-            .collect(),
-        )
+        Outcome::new([self.rule_outcome(terms, left)].into_iter().collect())
+    }
+
+    /// The leased rule's part of such an outcome.
+    fn rule_outcome(&self, terms: &Terms<S>, left: u64) -> RuleOutcome {
+        RuleOutcome {
+            decision: Decision::Allow,
+            info: RateLimitInfo {
+                limit: terms.rule.algorithm().limit(),
+                remaining: self.remaining.load(Ordering::Relaxed).saturating_add(left),
+                reset: Duration::from_micros(self.reset_us.load(Ordering::Relaxed)),
+            },
+        }
     }
 
     /// Ends the lease `held` holds, if any: no request takes from it any more, and the
@@ -385,11 +476,26 @@ impl<S: Store + Clone> Slot<S> {
     }
 }
 
+impl<S: Store + Clone> Lent<S> {
+    /// Gives the units back to the lease they came from, if it still holds: a lease that
+    /// ended meanwhile counted them as used, and a later one never had them.
+    async fn give_back(self) {
+        let Some(generation) = self.generation else {
+            return;
+        };
+        let held = self.slot.held.lock().await;
+        if held.generation == generation && held.lease.is_some() {
+            self.slot.left.fetch_add(self.cost, Ordering::AcqRel);
+        }
+    }
+}
+
 impl<S: Store + Clone> Store for Leased<S> {
     async fn check(&self, batch: &[Check<'_>], max_wait: Duration) -> Result<Outcome, StoreError> {
         match self.leased(batch, max_wait) {
-            Some(terms) => self.decide(terms, batch[0]).await,
-            None => self.shared.limiter.store().check(batch, max_wait).await,
+            Some((_, terms)) if batch.len() == 1 => self.decide(terms, batch[0]).await,
+            Some((i, terms)) => self.decide_with_others(terms, i, batch).await,
+            None => self.get_ref().check(batch, max_wait).await,
         }
     }
 
@@ -401,7 +507,12 @@ impl<S: Store + Clone> Store for Leased<S> {
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
         match self.leased(batch, max_wait) {
-            Some(terms) => terms.take(batch[0].key(), batch[0].cost).map(Ok),
+            Some((_, terms)) if batch.len() == 1 => {
+                terms.take(batch[0].key(), batch[0].cost).map(Ok)
+            }
+            // A batch with a leased rule goes through `check`, which decides that rule from
+            // the lease.
+            Some(_) => None,
             None => self.get_ref().try_check_now(batch, max_wait),
         }
     }

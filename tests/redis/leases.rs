@@ -64,3 +64,36 @@ async fn three_instances_never_admit_more_than_the_rule() {
         "{admitted} of {reference} ({decided} decided)"
     );
 }
+
+/// A batch with a leased global rule and a per-user rule on Redis: the global rule is
+/// decided from leases, each user's fourth request is refused by the store, and a refused
+/// request gives its lease units back (Redis counts one lease, not each request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_a_leased_rule_on_redis() {
+    let server = RedisServer::start();
+    let global = Rule::gcra("global", 1_000, Rate::per_minute(1));
+    let user = Rule::fixed_window("user", 3, Duration::from_secs(60));
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let limiter = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&global, 100, Duration::from_secs(10))
+            .expect("a GCRA leases"),
+    );
+    for who in [&b"ann"[..], b"bob", b"cy"] {
+        let mut admitted = Vec::new();
+        for _ in 0..5 {
+            let batch = [Check::new(&global, b"all"), Check::new(&user, who)];
+            admitted.push(limiter.check(&batch).await.expect("decide").is_admitted());
+        }
+        assert_eq!(admitted, [true, true, true, false, false]);
+    }
+    let plain = Limiter::new(store);
+    let peeked = plain.peek(&global, b"all", 1).await.expect("peek");
+    assert_eq!(peeked.info.remaining, 1_000 - 100 - 1, "one lease counted");
+    let next = limiter
+        .check(&[Check::new(&global, b"all"), Check::new(&user, b"dee")])
+        .await
+        .expect("decide");
+    // 9 used from the lease and this one, the 6 refusals given back: 90 left.
+    assert_eq!(next.rules[0].info.remaining, 900 + 90, "{next:?}");
+}

@@ -260,3 +260,116 @@ async fn leases_exceed_a_burst_by_no_more_than_their_units() {
         );
     }
 }
+
+/// A batch with a leased rule beside rules of its own (a global limit and a per-user one,
+/// as a route with two limits asks): the leased rule is decided from the lease, the others
+/// by the store, and a request the per-user rule refuses uses none of the lease.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_batch_decides_its_leased_rule_from_the_lease() {
+    let clock = ManualClock::new(T0);
+    let global = Rule::gcra("global", 1_000, Rate::per_minute(1));
+    let user = Rule::fixed_window("user", 3, Duration::from_secs(60));
+    let store = MemoryStore::with_clock(clock.clone());
+    let limiter = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&global, 100, Duration::from_secs(10))
+            .unwrap(),
+    );
+    let request = |who: &'static [u8]| [Check::new(&global, b"all"), Check::new(&user, who)];
+    let mut admitted = Vec::new();
+    for _ in 0..5 {
+        admitted.push(limiter.check(&request(b"u1")).await.unwrap().is_admitted());
+    }
+    assert_eq!(admitted, [true, true, true, false, false]);
+    // The store counted one lease of the global rule and u1's three.
+    let plain = Limiter::new(store);
+    assert_eq!(
+        plain.peek(&global, b"all", 1).await.unwrap().info.remaining,
+        899
+    );
+    assert_eq!(plain.peek(&user, b"u1", 1).await.unwrap().info.remaining, 0);
+    // u1's two refusals gave their units back to the lease: 96 left after u2's request.
+    let next = limiter.check(&request(b"u2")).await.unwrap();
+    assert!(next.is_admitted());
+    assert_eq!(next.rules[0].info.remaining, 900 + 96, "{next:?}");
+    assert_eq!(next.rules[1].info.remaining, 2, "{next:?}");
+}
+
+/// Three instances deciding batches of a leased global rule and a per-user rule never
+/// admit more than the global rule's burst plus its refill, nor more than a user's limit,
+/// and no fewer than that less the units parked in leases.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn batches_with_a_leased_rule_never_admit_more_than_its_limit() {
+    let clock = ManualClock::new(T0);
+    let global = Rule::gcra("global", 100, Rate::per_second(1_000));
+    let user = Rule::fixed_window("user", 1_000, Duration::from_secs(60));
+    let store = MemoryStore::with_clock(clock.clone());
+    let leased = instances(&store, &global, 10, 3);
+    let users: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+    let mut by_user = [0u64; 4];
+    for step in 0..3_000usize {
+        for (n, limiter) in leased.iter().enumerate() {
+            let who = (step + n) % users.len();
+            let batch = [Check::new(&global, b"all"), Check::new(&user, users[who])];
+            if limiter.check(&batch).await.unwrap().is_admitted() {
+                by_user[who] += 1;
+            }
+        }
+        clock.advance(Duration::from_micros(500));
+        tokio::time::advance(Duration::from_micros(500)).await;
+    }
+    // 1.5 s: 100 + 1,500 at most for the global rule, each user 1,000 in the minute.
+    let all: u64 = by_user.iter().sum();
+    assert!(all <= 100 + 1_500 && all + 3 * 10 >= 100 + 1_500, "{all}");
+    assert!(by_user.iter().all(|&n| n <= 1_000), "{by_user:?}");
+}
+
+/// Through the layer: a route with a global limit that leases and a per-user limit answers
+/// each user's fourth request with 429, and the global limit is decided from the lease (the
+/// store counts one lease, not each request).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_route_with_a_leased_limit_and_a_per_user_one() {
+    use crate::support::service::{call, with};
+    use tollgate::key;
+    use tollgate::layer::{Limit, RateLimitLayer};
+
+    let clock = ManualClock::new(T0);
+    let global = Rule::gcra("global", 1_000, Rate::per_minute(1));
+    let user = Rule::fixed_window("user", 3, Duration::from_secs(60));
+    let store = MemoryStore::with_clock(clock.clone());
+    let leased = Leased::new(store.clone())
+        .lease(&global, 50, Duration::from_secs(10))
+        .unwrap();
+    let layer = RateLimitLayer::builder()
+        .limiter(Limiter::new(leased))
+        .limit(Limit::new(global.clone(), key::global()))
+        .limit(Limit::new(user.clone(), key::header("user-id")))
+        .build()
+        .unwrap();
+    let svc = with(layer);
+    let request = |who: &str| {
+        http::Request::builder()
+            .uri("/api")
+            .header("user-id", who)
+            .body(String::new())
+            .unwrap()
+    };
+    for who in ["ann", "bob"] {
+        let statuses: Vec<u16> = {
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                seen.push(call(&svc, request(who)).await.status().as_u16());
+            }
+            seen
+        };
+        assert_eq!(statuses, [200, 200, 200, 429], "{who}");
+    }
+    let plain = Limiter::new(store);
+    let global_left = plain
+        .peek(&global, b"global", 1)
+        .await
+        .unwrap()
+        .info
+        .remaining;
+    assert_eq!(global_left, 1_000 - 50 - 1, "one lease of 50 counted");
+}
