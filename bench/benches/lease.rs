@@ -22,15 +22,9 @@ const INSTANCES: usize = 3;
 const TASKS: usize = 16;
 
 fn main() {
-    let secs: f64 = std::env::var("TOLLGATE_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let cell = std::env::var("TOLLGATE_REDIS_CELL").ok();
-    let server = match &cell {
-        Some(module) => redis_server::RedisServer::start_with(&["--loadmodule", module]),
-        None => redis_server::RedisServer::start(),
-    };
+    let secs = tollgate_bench::bench_secs(2.0);
+    let cell = tollgate_bench::redis_cell();
+    let server = redis_server::RedisServer::start_with_module(cell.as_deref());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

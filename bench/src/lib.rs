@@ -17,6 +17,19 @@ pub fn repo_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
+/// The seconds each measurement runs: `TOLLGATE_BENCH_SECS`, else `default`.
+pub fn bench_secs(default: f64) -> f64 {
+    std::env::var("TOLLGATE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The redis-cell module to load into the benches' server: `TOLLGATE_REDIS_CELL`, if set.
+pub fn redis_cell() -> Option<String> {
+    std::env::var("TOLLGATE_REDIS_CELL").ok()
+}
+
 /// A file under the workspace's `target/`, where the benches write their CSVs and charts.
 pub fn target_file(name: &str) -> PathBuf {
     repo_root().join("target").join(name)

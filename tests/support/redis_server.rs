@@ -56,6 +56,14 @@ impl RedisServer {
         self.child.id()
     }
 
+    /// A standalone server with `module` loaded, if one is given (the benches' redis-cell).
+    pub fn start_with_module(module: Option<&str>) -> Self {
+        match module {
+            Some(module) => Self::start_with(&["--loadmodule", module]),
+            None => Self::start(),
+        }
+    }
+
     /// A standalone server started with `extra` arguments too (`--loadmodule …`).
     pub fn start_with(extra: &[&str]) -> Self {
         Self::launch(extra, None, None)
