@@ -420,21 +420,25 @@ impl<S: Store + Clone> Slot<S> {
     /// Takes `cost` units from the lease, if it has them.
     #[inline]
     fn take(&self, terms: &Terms<S>, cost: u64) -> Option<Outcome> {
+        let left = self.take_units(cost)?;
+        Some(self.outcome(terms, left))
+    }
+
+    /// Takes `cost` units without a lock, if the lease has them; the units left.
+    #[inline]
+    fn take_units(&self, cost: u64) -> Option<u64> {
         let before = self
             .left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(cost))
             .ok()?;
-        Some(self.outcome(terms, before - cost))
+        Some(before - cost)
     }
 
     /// `cost` units taken from the lease for a check of a batch, if it has them, with what
     /// gives them back.
     fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
         let generation = self.generation.load(Ordering::Acquire);
-        let before = self
-            .left
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(cost))
-            .ok()?;
+        let left = self.take_units(cost)?;
         // A new lease's generation is set before its units: the same generation after the
         // take is the lease the units came from.
         let same = self.generation.load(Ordering::Acquire) == generation;
@@ -443,7 +447,7 @@ impl<S: Store + Clone> Slot<S> {
             generation: same.then_some(generation),
             cost,
         };
-        Some((self.rule_outcome(terms, before - cost), lent))
+        Some((self.rule_outcome(terms, left), lent))
     }
 
     /// The outcome of a request admitted from the lease, `left` units left in it.
