@@ -6,7 +6,9 @@
 --   record.lua), followed, for a sliding log rule only, by its log
 --   `{prefix}:{<key>}:<rule>/log` (a sorted set).
 -- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
--- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach).
+-- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach); for
+--   MODE_DENY, the µs since the refusals were made, which are judged as of then
+--   (Store::count_denials).
 -- ARGV[3]: mode (prelude.lua's MODE_*). MODE_DECIDE decides; MODE_PEEK decides and writes
 --   nothing; MODE_DENY: another slot of a Redis Cluster batch denied: count the penalty
 --   denials of the rules that reject, admit nothing; MODE_REFUND takes back the admissions a
@@ -576,6 +578,9 @@ local function decide_batch(KEYS, ARGV)
   end
   max_wait = tonumber(ARGV[2])
   mode = tonumber(ARGV[3])
+  if mode == MODE_DENY then
+    now, max_wait = now - max_wait, 0
+  end
   slack_ms = tonumber(ARGV[4])
   local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD or mode == MODE_OVERDRAW
   release_floor, held_floor = now, now

@@ -92,7 +92,7 @@ models[LEAKY_BUCKET] = function()
     mark = function(c, s, at, delay)
       return s[2] + cdiv(s[1], c.p2)
     end,
-    -- Drains `cost` units back out of the queue, as much as is still in it at `now`; with a
+    -- Drains `cost` units back out of the queue as of the state's instant; with a
     -- mark, only while nothing queued behind them (the queue's end is still the mark):
     -- requests behind keep their release. The water a hold added (`hold`) goes with them
     -- only while the queue still ends at `ends` (the admission's mark, given even where
@@ -105,8 +105,8 @@ models[LEAKY_BUCKET] = function()
       if queued ~= ends then
         hold = 0
       end
-      s[1] = sub0(leaky_level(c, s, now), cost * c.p3 + hold)
-      s[2] = max(now, s[2])
+      -- As of the state's own instant (LeakyBucket::refund).
+      s[1] = sub0(s[1], cost * c.p3 + hold)
       return true
     end,
   }

@@ -127,18 +127,17 @@ models[TOKEN_BUCKET] = function()
     mark = function(c, s, at, delay)
       return s[2]
     end,
-    -- Puts back `cost` tokens (up to a full bucket), as they stand at `now`; with a mark,
+    -- Puts back `cost` tokens (up to a full bucket) as of the state's instant; with a mark,
     -- only while nothing was admitted at a later instant (step).
     refund = function(c, s, now, at, cost, mark)
       if mark ~= nil and s[2] ~= mark then
         return false
       end
+      -- As of the state's own instant (TokenBucket::refund).
       if c.p4 == 0 then
-        s[1] = min(c.p1 * c.p3, smooth_level(c, s, now) + cost * c.p3)
-        s[2] = max(now, s[2])
+        s[1] = min(c.p1 * c.p3, s[1] + cost * c.p3)
       else
-        local level, last = stepped_level(c, s, now)
-        s[1], s[2] = min(c.p1, level + cost), last
+        s[1] = min(c.p1, s[1] + cost)
       end
       return true
     end,

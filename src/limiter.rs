@@ -163,10 +163,14 @@ impl<S: Store> Limiter<S> {
         self.store.overdraw(batch).await
     }
 
-    /// Counts the denials of `batch` that stand ([`Store::count_denials`]), under the keys
-    /// the store sees.
-    pub(crate) async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.store.count_denials(batch).await
+    /// Counts the denials of `batch`, refused `ago`, that stand ([`Store::count_denials`]),
+    /// under the keys the store sees.
+    pub(crate) async fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+        ago: Duration,
+    ) -> Result<(), StoreError> {
+        self.store.count_denials(batch, ago).await
     }
 
     /// Decides one rule for `key` at the rule's default cost.

@@ -546,7 +546,9 @@ async fn settle_in<S: Store>(
 
 /// The checks a settlement gives back (`owed` false) or takes (`owed` true), each at the
 /// units that change, with their part of `outcome`. Shadow rules settle like any other:
-/// the reservation knows they took their units.
+/// the reservation knows they took their units. A settled request passed at its release,
+/// so a leaky bucket's hold for a longer release stays: only the units go back (a hold is
+/// drained only with a whole admission that never passed).
 fn settled_part<'a>(
     checks: &[Check<'a>],
     outcome: &Outcome,
@@ -564,7 +566,11 @@ fn settled_part<'a>(
             })
         })
         .collect();
-    (checks, outcome.select(&indices))
+    let mut part = outcome.select(&indices);
+    if let Some(admission) = part.admission.as_mut().filter(|_| !owed) {
+        admission.taken.iter_mut().for_each(|taken| taken.hold = 0);
+    }
+    (checks, part)
 }
 
 /// Runs `work` without waiting for it: to the end at once when it needs no wait (an

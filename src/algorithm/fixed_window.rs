@@ -174,11 +174,13 @@ impl Model for FixedWindow {
         }
     }
 
-    /// A first-hit window that counts nothing was started by admissions all given back:
-    /// the next admission starts its own, as if they had never been (an epoch window
-    /// counting nothing reads as none anyway).
-    fn is_unused(&self, s: &WindowState) -> bool {
-        self.anchor == WindowAnchor::FirstHit && s.count == 0
+    /// A first-hit window that has started and counts nothing was started by admissions
+    /// all given back: the next admission starts its own, as if they had never been (an
+    /// epoch window counting nothing reads as none anyway). One that starts later was
+    /// opened by a reservation for the window after a full one: it stays, so the key is
+    /// as closed until then as it was before the reservation.
+    fn is_unused(&self, s: &WindowState, now: u64) -> bool {
+        self.anchor == WindowAnchor::FirstHit && s.count == 0 && s.start <= now
     }
 
     /// The end of the window whose carried count is paid: the first window after the

@@ -201,7 +201,7 @@ impl Model for LeakyBucket {
     fn refund(
         &self,
         s: &mut LevelState,
-        now: u64,
+        _now: u64,
         _at: u64,
         cost: u64,
         mark: u64,
@@ -210,12 +210,10 @@ impl Model for LeakyBucket {
         if self.expires_at(s) != mark {
             return false;
         }
-        let level = self.level(s, now);
+        // Drained as of the state's own instant, which the drain since would have emptied
+        // alike: the state then reads at every instant as if the water had never come.
         let water = cost * self.pace.period_micros() + hold;
-        *s = LevelState {
-            level: level.saturating_sub(water),
-            last: now.max(s.last),
-        };
+        s.level = s.level.saturating_sub(water);
         true
     }
 

@@ -453,9 +453,9 @@ pub(crate) trait Model {
         mark: u64,
         hold: u64,
     ) -> bool;
-    /// Whether `s`, after a refund, is the same as no state (a first-hit window whose
-    /// every unit was given back never started); a refund then leaves none.
-    fn is_unused(&self, _s: &Self::State) -> bool {
+    /// Whether `s`, after a refund at `now`, is the same as no state (a first-hit window
+    /// whose every unit was given back never started); a refund then leaves none.
+    fn is_unused(&self, _s: &Self::State, _now: u64) -> bool {
         false
     }
     /// [`admit_with`] in one pass where the model has one (a smooth token bucket does):
@@ -621,7 +621,7 @@ fn refund_with<M: Model>(
     if !model.refund(s, now, at, cost, mark, hold) {
         return false;
     }
-    if model.is_unused(s) {
+    if model.is_unused(s, now) {
         *inner = Inner::Empty;
     }
     true

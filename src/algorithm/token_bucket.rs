@@ -338,7 +338,7 @@ impl Model for TokenBucket {
     fn refund(
         &self,
         s: &mut BucketState,
-        now: u64,
+        _now: u64,
         _at: u64,
         cost: u64,
         mark: u64,
@@ -347,19 +347,14 @@ impl Model for TokenBucket {
         if s.last != mark {
             return false;
         }
+        // The tokens go back as of the state's own instant, which a refill since would have
+        // topped up alike: the state then reads at every instant as if the admission had
+        // never been, and a refusal judged as of its instant (`Store::count_denials`) sees
+        // them back.
         let period = self.pace.period_micros();
-        *s = match self.mode {
-            Refill::Smooth => BucketState {
-                level: (self.smooth_level(s, now) + cost * period).min(self.capacity * period),
-                last: now.max(s.last),
-            },
-            Refill::Stepped => {
-                let at = self.stepped_level(s, now);
-                BucketState {
-                    level: (at.level + cost).min(self.capacity),
-                    last: at.last,
-                }
-            }
+        s.level = match self.mode {
+            Refill::Smooth => (s.level + cost * period).min(self.capacity * period),
+            Refill::Stepped => (s.level + cost).min(self.capacity),
         };
         true
     }

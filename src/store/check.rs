@@ -259,18 +259,22 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
-    /// Counts a denial towards the penalty of each item of `batch` whose quota refuses it
-    /// now, as [`check`](Self::check) would have when deciding it; admits nothing and takes
-    /// nothing. A caller that [deferred](Check::defers_denial) a denial counts it here once
-    /// it knows the denial stands.
+    /// Counts a denial towards the penalty of each item of `batch` whose quota refused it
+    /// `ago` before now, as [`check`](Self::check) would have when deciding it then with
+    /// the state as it stands now (units given back since count as never taken); admits
+    /// nothing and takes nothing. A caller that [deferred](Check::defers_denial) a denial
+    /// counts it here once it knows the denial stands. A window that has turned since the
+    /// refusal, by a later admission, leaves the refusal standing: it was made in the
+    /// window before.
     ///
     /// The default counts nothing: a store that ignores [`Check::defers_denial`] has
     /// counted every denial already.
     fn count_denials(
         &self,
         batch: &[Check<'_>],
+        ago: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = batch;
+        let _ = (batch, ago);
         std::future::ready(Ok(()))
     }
 

@@ -533,8 +533,8 @@ impl<S: Store + Clone> Store for Leased<S> {
         self.get_ref().overdraw(batch).await
     }
 
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.get_ref().count_denials(batch).await
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.get_ref().count_denials(batch, ago).await
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {

@@ -353,3 +353,85 @@ async fn a_burst_of_failed_logins_locks_out_in_redis() {
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     a_burst_of_failed_logins_locks_out(Limiter::new(store)).await;
 }
+
+/// The store's time as tokio's clock moves it, from `base` µs.
+#[derive(Debug)]
+struct TokioClock {
+    base: u64,
+    start: tokio::time::Instant,
+}
+
+impl tollgate::Clock for TokioClock {
+    fn now_micros(&self) -> u64 {
+        self.base + self.start.elapsed().as_micros() as u64
+    }
+}
+
+/// Two failed logins per 10 s window, the key locked at the first refusal that counts;
+/// each login answers after a second. Two attempts in the last 500 ms of a window are tried,
+/// a third is refused while they are in flight: they fail, so it was refused by counted
+/// failures, in the window it was made in, and it locks the key, though the window has
+/// turned when the failures answer.
+async fn a_refusal_counts_in_the_window_it_was_made_in<St: Store + Clone>(
+    store: impl FnOnce(TokioClock) -> St,
+) {
+    let window = 10_000_000;
+    let clock = TokioClock {
+        base: crate::support::EPOCH + window - 500_000,
+        start: tokio::time::Instant::now(),
+    };
+    let limiter = Limiter::new(store(clock));
+    let rule = Rule::fixed_window("edge-logins", 2, Duration::from_micros(window))
+        .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter.clone())
+        .route(
+            "POST /login",
+            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
+        )
+        .build()
+        .unwrap();
+    let svc = login(layer, Duration::from_secs(1));
+    let mut attempts = JoinSet::new();
+    for _ in 0..3 {
+        let svc = svc.clone();
+        attempts.spawn(async move { svc.oneshot(attempt("wrong")).await.unwrap().status() });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut seen = Vec::new();
+    while let Some(status) = attempts.join_next().await {
+        seen.push(status.unwrap());
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // The refusal's count runs once the failures have answered.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !locked(&limiter, &rule).await {
+        assert!(
+            Instant::now() < deadline,
+            "a refusal made before the window turned was forgiven after it"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// [`a_refusal_counts_in_the_window_it_was_made_in`] on MemoryStore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_counts_in_the_window_it_was_made_in_memory() {
+    a_refusal_counts_in_the_window_it_was_made_in(MemoryStore::with_clock).await;
+}
+
+/// [`a_refusal_counts_in_the_window_it_was_made_in`] on a Redis server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_counts_in_the_window_it_was_made_in_redis() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_refusal_counts_in_the_window_it_was_made_in(|clock| store.with_clock(clock)).await;
+}

@@ -569,35 +569,6 @@ async fn another_configuration_settling_clears_the_denial_on_every_instance() {
     another_configuration_clears_the_denial(TakeOver::Settle).await;
 }
 
-/// On a Cluster, a batch across slots whose later part denies gives back what its earlier
-/// part took: the denials other instances cached for that rule and key are dropped, as a
-/// refund drops them.
-#[tokio::test]
-async fn a_cross_slot_rollback_clears_the_denials_of_its_rules_everywhere() {
-    let cluster = crate::support::redis_server::RedisCluster::start();
-    let clock = ManualClock::new(BASE_MICROS);
-    let [x, z] = &cached_on_cluster(&cluster, &clock).await;
-    let wide = Rule::fixed_window("wide", 2, Duration::from_secs(3600));
-    let spent = Rule::fixed_window("spent", 1, Duration::from_secs(3600));
-    // Keys chosen on different slots: the batch is decided in two parts.
-    let (a, b) = (&b"alice"[..], &b"bob"[..]);
-    assert!(x.check_one(&wide, a).await.unwrap().is_admitted());
-    assert!(x.check_one(&spent, b).await.unwrap().is_admitted());
-    // z caches a denial of two units of `wide` (one is taken, one left).
-    let dear = [Check::new(&wide, a).with_cost(2)];
-    assert!(!z.check(&dear).await.unwrap().is_admitted());
-    assert_eq!(z.store().deny_cache_len(), 1, "the denial is cached on z");
-
-    let batch = [Check::new(&wide, a), Check::new(&spent, b)];
-    assert!(!x.check(&batch).await.unwrap().is_admitted());
-    until_emptied(z).await;
-    assert_eq!(
-        z.store().deny_cache_len(),
-        0,
-        "the rollback of `wide` reached z"
-    );
-}
-
 /// A denial the cache holds is answered at once, without a future (`try_check_now`, which
 /// `Limiter::check` asks first), as `check` answers it; a batch the cache cannot answer is
 /// left to `check`, which asks Redis.
@@ -645,4 +616,62 @@ async fn a_cached_denial_is_answered_without_a_future() {
         Some(Err(tollgate::StoreError::InvalidBatch(_)))
     ));
     assert!(store.check(&invalid, Duration::ZERO).await.is_err());
+}
+
+/// A settlement above the estimate on one instance moves the key's retry later: the denial
+/// another instance cached is dropped, and its next answer is Redis's later retry.
+#[tokio::test]
+async fn an_overdraft_on_one_instance_clears_the_denial_on_every_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let (a, b) = (
+        cached(&server.url(), &clock, "tollgate").await,
+        cached(&server.url(), &clock, "tollgate").await,
+    );
+    let rule = Rule::token_bucket("export", 1, Rate::new(1, Duration::from_millis(100)));
+    let batch = [Check::new(&rule, b"alice")];
+    let held = b.reserve(&batch, Duration::ZERO).await.unwrap();
+    assert!(held.outcome().is_admitted());
+    let retry = |o: Outcome| o.decision.denial().and_then(|d| d.retry_after);
+    let denied = a.check(&batch).await.unwrap();
+    assert_eq!(retry(denied), Some(Duration::from_millis(100)));
+    assert_eq!(a.store().deny_cache_len(), 1);
+
+    // The export wrote three units: two more are owed, 200 ms of refill.
+    held.settle(&[3]).await.unwrap();
+    until_emptied(&a).await;
+    let again = a.check(&batch).await.unwrap();
+    assert_eq!(
+        retry(again),
+        Some(Duration::from_millis(300)),
+        "the cached denial's retry is Redis's"
+    );
+}
+
+/// A cached denial reports what Redis would: a bucket refills while a dearer request waits
+/// for its retry, so the units it reports as remaining grow, and so does the cache's answer.
+#[tokio::test]
+async fn a_cached_denial_reports_what_redis_would() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(BASE_MICROS);
+    let cached = cached(&server.url(), &clock, "cached").await;
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let plain = Limiter::new(store.with_clock(clock.clone()).with_prefix("plain"));
+    let rule = Rule::token_bucket("bulk", 4, Rate::new(1, Duration::from_millis(100)));
+    let (all, three) = (
+        [Check::new(&rule, b"k").with_cost(4)],
+        [Check::new(&rule, b"k").with_cost(3)],
+    );
+    for limiter in [&cached, &plain] {
+        assert!(limiter.check(&all).await.unwrap().is_admitted());
+        assert!(!limiter.check(&three).await.unwrap().is_admitted());
+    }
+    for _ in 0..3 {
+        clock.advance(Duration::from_millis(110));
+        let (c, p) = (
+            cached.check(&three).await.unwrap(),
+            plain.check(&three).await.unwrap(),
+        );
+        assert_eq!(c, p, "the cache answers what Redis does");
+    }
 }

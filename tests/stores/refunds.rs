@@ -291,6 +291,37 @@ async fn each_rule_is_given_back_at_the_instant_it_counted<S: Store>(
     assert_eq!(after.decision, Decision::Allow, "fw6: {after:?}");
 }
 
+/// A first-hit window: a reservation waiting for the next window, cancelled, leaves the
+/// key as closed as it was until that window (a refund never reopens a key earlier than
+/// the admission's instant), and the next window's units go to the next request.
+async fn a_cancelled_reservation_keeps_the_first_hit_window<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rule = Rule::fixed_window_from_first_hit("ff7", 2, 10 * S);
+    let batch = [Check::new(&rule, b"a")];
+    clock.set_micros(T0 + 1_000_000);
+    for _ in 0..2 {
+        assert_eq!(reserve(limiter, &batch).await.decision, Decision::Allow);
+    }
+    for _ in 0..3 {
+        clock.advance(Duration::from_millis(1));
+        let held = reserve(limiter, &batch).await;
+        assert!(matches!(held.decision, Decision::Delay(_)), "{held:?}");
+        refund(limiter, &batch, &held).await;
+    }
+    let now = limiter.check(&batch).await.unwrap();
+    assert!(
+        !now.is_admitted(),
+        "the window of the first two is still full: {now:?}"
+    );
+    clock.set_micros(T0 + 11_000_000);
+    for _ in 0..2 {
+        let next = limiter.check(&batch).await.unwrap();
+        assert_eq!(next.decision, Decision::Allow, "the next window: {next:?}");
+    }
+}
+
 async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     each_rule_is_given_back_at_the_instant_it_counted(limiter, clock).await;
     a_cancelled_reservation_goes_to_the_next_request(limiter, clock).await;
@@ -299,6 +330,7 @@ async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_leaky_bucket_gives_back_only_the_end_of_its_queue(limiter, clock).await;
     a_counting_refund_takes_back_exactly_its_own(limiter, clock).await;
     a_bucket_refund_gives_back_its_own_units_at_any_rate(limiter, clock).await;
+    a_cancelled_reservation_keeps_the_first_hit_window(limiter, clock).await;
 }
 
 /// Every refund rule above holds on MemoryStore.

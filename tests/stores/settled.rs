@@ -148,10 +148,50 @@ async fn a_fixed_window_carries_its_debt<S: Store + Clone>(
     assert_eq!(paid.decision, Decision::Allow);
 }
 
+/// A leaky bucket that held a request for another queue's longer release, settled below
+/// its estimate: the request still left at its release, so the hold stays and only the
+/// units go back; the next request of the queue leaves the settled units after it.
+async fn a_settlement_below_the_estimate_keeps_a_queues_hold<S: Store + Clone>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let per_10s = Rate::new(1, Duration::from_secs(10));
+    let slow = Rule::leaky_bucket("settled-slow", 4, per_10s);
+    let fast = Rule::leaky_bucket("settled-fast", 40, Rate::per_second(1));
+    clock.set_micros(T0);
+    let fill = [Check::new(&slow, b"q").with_cost(3)];
+    assert_eq!(
+        limiter.check(&fill).await.unwrap().decision,
+        Decision::Allow
+    );
+    let batch = [
+        Check::new(&slow, b"q"),
+        Check::new(&fast, b"q").with_cost(2),
+    ];
+    let held = limiter
+        .reserve(&batch, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        held.outcome().decision,
+        Decision::Delay(Duration::from_secs(30)),
+        "the slow queue holds it"
+    );
+    clock.set_micros(T0 + 30 * S);
+    held.settle(&[1, 1]).await.unwrap();
+    let next = limiter.check(&[Check::new(&fast, b"q")]).await.unwrap();
+    assert_eq!(
+        next.decision,
+        Decision::Delay(Duration::from_secs(1)),
+        "one unit of the held request still drains after its release"
+    );
+}
+
 async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_settled_debt_is_paid_at_the_rules_rate(limiter, clock).await;
     a_token_bucket_serves_no_more_than_its_refill(limiter, clock).await;
     a_fixed_window_carries_its_debt(limiter, clock).await;
+    a_settlement_below_the_estimate_keeps_a_queues_hold(limiter, clock).await;
 }
 
 /// Every settled debt holds on the in-process store.

@@ -53,8 +53,8 @@ impl<S: Store> Store for Still<S> {
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         still(self.0.overdraw(batch)).await
     }
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        still(self.0.count_denials(batch)).await
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        still(self.0.count_denials(batch, ago)).await
     }
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         still(self.0.reset(rule, key)).await

@@ -65,9 +65,9 @@ impl Store for Switch {
         self.overdraws.fetch_add(1, Ordering::SeqCst);
         self.inner.overdraw(batch).await
     }
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
         self.up()?;
-        self.inner.count_denials(batch).await
+        self.inner.count_denials(batch, ago).await
     }
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.up()?;

@@ -12,7 +12,8 @@
 //! [`SETTLE_DEADLINE`] at most: a request that does not settle by then (a login whose body
 //! never arrives) is no successful login, and a client holding one open must not keep its
 //! refusals from counting. Then the store counts the denial if the quota, as it stands
-//! now, still refuses the request ([`Store::count_denials`], [`recount`]).
+//! now, refused the request at the instant it was refused ([`Store::count_denials`],
+//! [`recount`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -194,19 +195,21 @@ impl Drop for Ticket {
     }
 }
 
-/// The count of a refused request's denial of `rule` for `key` at `cost`: the store counts
-/// it towards the rule's penalty if the quota, as it stands now with the requests beside it
-/// settled, refuses the request ([`Store::count_denials`]).
+/// The count of a denial of `rule` for `key` at `cost`, refused now: the store counts it
+/// towards the rule's penalty if the quota, as it stands with the requests beside it
+/// settled, refused the request at the instant it was refused ([`Store::count_denials`]),
+/// so that a window turning meanwhile forgives nothing.
 pub(crate) fn recount<St: Store + Clone>(
     limiter: Limiter<St>,
     rule: Rule,
     key: Box<[u8]>,
     cost: u64,
 ) -> Recount {
+    let refused = tokio::time::Instant::now();
     Box::new(move || {
         run_detached(async move {
             let batch = [Check::new(&rule, &key).with_cost(cost)];
-            if let Err(error) = limiter.count_denials(&batch).await {
+            if let Err(error) = limiter.count_denials(&batch, refused.elapsed()).await {
                 tracing::debug!(%error, rule = rule.name(), "a refused request's denial was not counted");
             }
         });

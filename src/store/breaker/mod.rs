@@ -473,8 +473,8 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.overdraw(batch)).await
     }
 
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.guarded(|| self.store.count_denials(batch)).await
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.guarded(|| self.store.count_denials(batch, ago)).await
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {

@@ -409,12 +409,15 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 
     /// Counts the denials where the batch is decided now: in the primary, or while it is
     /// away in the local store, on the shares of the rules it decides there.
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        match self.primary.count_denials(batch).await {
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        match self.primary.count_denials(batch, ago).await {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(_) => match self.shared.divided_rules(batch) {
-                None => self.local.count_denials(batch).await,
-                Some(rules) => self.local.count_denials(&with_rules(batch, &rules)).await,
+                None => self.local.count_denials(batch, ago).await,
+                Some(rules) => {
+                    let shares = with_rules(batch, &rules);
+                    self.local.count_denials(&shares, ago).await
+                }
             },
             Ok(()) => Ok(()),
         }

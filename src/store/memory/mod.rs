@@ -153,7 +153,7 @@ impl MemoryStore {
         self.shared.make_room(batch)?;
         match batch {
             [check] => self.decide_one(check, max_wait),
-            _ => self.decide_batch(batch, max_wait, false),
+            _ => self.decide_batch(batch, max_wait, None),
         }
     }
 
@@ -226,21 +226,22 @@ impl MemoryStore {
         Ok(outcome)
     }
 
-    /// [`Store::count_denials`]: `batch` decided as refused, so that each item its quota
-    /// refuses counts its denial and none takes anything.
-    fn count_denials_now(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+    /// [`Store::count_denials`]: `batch` decided as refused `ago` µs before now, so that
+    /// each item its quota refused then counts its denial and none takes anything.
+    fn count_denials_now(&self, batch: &[Check<'_>], ago: u64) -> Result<(), StoreError> {
         self.shared.make_room(batch)?;
-        self.decide_batch(batch, 0, true).map(drop)
+        self.decide_batch(batch, 0, Some(ago)).map(drop)
     }
 
     /// Decides a batch of any length: every shard it touches locked (in index order), every
-    /// item evaluated, then committed or reported. A batch `refused` whatever its items say
-    /// only counts the denials of those that refuse it.
+    /// item evaluated, then committed or reported. A batch `refused` some µs before now,
+    /// whatever its items say, is evaluated as of then and only counts the denials of
+    /// those that refuse it.
     fn decide_batch(
         &self,
         batch: &[Check<'_>],
         max_wait: u64,
-        refused: bool,
+        refused: Option<u64>,
     ) -> Result<Outcome, StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
@@ -287,9 +288,10 @@ impl MemoryStore {
                 })
                 .collect()
         };
-        let mut items = evaluate_at(now);
-        let mut admitted = !refused && batch::admits(&items);
-        if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| !admitted && !refused) {
+        let mut items = evaluate_at(refused.map_or(now, |ago| now.saturating_sub(ago)));
+        let mut admitted = refused.is_none() && batch::admits(&items);
+        let decides = refused.is_none() && !admitted;
+        if let Some(wait) = batch::reservation(&items, max_wait).filter(|_| decides) {
             let reserved = evaluate_at(now + wait);
             if batch::admits(&reserved) {
                 (items, admitted) = (reserved, true);
@@ -643,8 +645,8 @@ impl Store for MemoryStore {
         self.overdraw_each(batch)
     }
 
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.count_denials_now(batch)
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.count_denials_now(batch, duration_to_micros(ago))
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {

@@ -193,7 +193,7 @@ proptest! {
             check.shadow = shadow;
             let batch = [check];
             let a = fast.decide_one(&check, max_wait).unwrap();
-            let b = general.decide_batch(&batch, max_wait, false).unwrap();
+            let b = general.decide_batch(&batch, max_wait, None).unwrap();
             prop_assert_eq!(&a, &b);
             // The same entries too, expiry included (which only a sweep would show).
             prop_assert_eq!(entries(&fast), entries(&general));

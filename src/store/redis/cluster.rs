@@ -295,7 +295,7 @@ impl RedisStore {
         let denied = ledger.denied;
         let reply = if denied {
             // Judged as one node judges a denied batch: on arrival, held until its release.
-            self.run_part(batch, members, max_wait, Op::Deny, 0, held)
+            self.run_part(batch, members, 0, Op::Deny, 0, held)
                 .await
                 .map(|reply| (reply, None))
         } else {

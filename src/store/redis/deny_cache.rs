@@ -12,9 +12,12 @@
 //! - A **cheaper** request may pass earlier: never answered (it goes to Redis).
 //! - A **dearer** request is denied too, but its retry-after is in general later (a token
 //!   bucket, GCRA, leaky bucket, sliding log or sliding window frees units over time), so
-//!   only the same cost is answered, which keeps Retry-After exact. A fixed window frees
-//!   everything at once at its end: a denial of `c` there answers every cost from `c` to
-//!   the limit with the same instant.
+//!   only the same cost is answered, which keeps Retry-After exact; and only a cost of one
+//!   unit, which reports none remaining until its retry: a dearer request's remaining
+//!   units grow as it waits. A fixed window frees everything at once at its end: a denial
+//!   of `c` there answers every cost from `c` to the limit with the same instant.
+//! - A denial that leaves **units remaining** is not cached: another instance may take
+//!   them meanwhile, unseen here, and the answer would report them still there.
 //! - A **lock** ([`DenyReason::Locked`]) reports the later of the lock's end and the
 //!   algorithm's own retry. When that is later than the rule's reset (the instant its state
 //!   is back to empty, by which any cost up to the capacity admits), it is the lock's end,
@@ -33,9 +36,10 @@
 //! A denial answers only for the configuration that produced it (its fingerprint and
 //! penalty). Any admission of the rule and key by this instance drops its entry (the state
 //! moved, the retry with it); on any instance, a reset, a held request's refund, the
-//! rollback of a Cluster batch's part, and an admission by another configuration of the
-//! rule (which adopts the state the denial was read from) drop it everywhere (published on
-//! a channel every cached store subscribes to). What the cache cannot see is
+//! rollback of a Cluster batch's part, a settlement's debt (which moves the retry later)
+//! and an admission by another configuration of the rule (which adopts the state the
+//! denial was read from) drop it everywhere (published on a channel every cached store
+//! subscribes to). What the cache cannot see is
 //! another instance admitting a cheaper request meanwhile: that request moves the real
 //! retry later, never earlier, so the answer stays a denial whose Retry-After ignores
 //! other clients, which is what Retry-After promises.
@@ -449,8 +453,13 @@ fn cacheable(
     let costs = match denial.reason {
         // A penalty counts each quota denial in Redis.
         DenyReason::Limited if check.rule.penalty().is_some() => return None,
+        // Another instance may take the units left meanwhile, which this one would not see.
+        DenyReason::Limited if info.remaining > 0 => return None,
         DenyReason::Limited => match check.rule.algorithm() {
             Algorithm::FixedWindow(_) if check.cost <= capacity => (check.cost, capacity),
+            // What a bucket, a log or a sliding window reports as remaining grows while a
+            // dearer request waits, which a cached answer cannot follow.
+            _ if check.cost > 1 => return None,
             _ => (check.cost, check.cost),
         },
         // The lock's own end only when it comes after the algorithm's (see the module docs).

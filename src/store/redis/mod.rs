@@ -365,19 +365,20 @@ impl RedisStore {
     }
 
     /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld`
-    /// call. A call that gives units back, or that adopted another configuration's state,
-    /// moved a retry earlier than a deny cache may hold: every instance's cache is told.
+    /// call. A call that gives units back or takes a debt, or that adopted another
+    /// configuration's state, moved a retry away from what a deny cache may hold: every
+    /// instance's cache is told.
     async fn run_with(
         &self,
         call: Call,
         checks: &[&Check<'_>],
         taken: Option<&[u8]>,
     ) -> Result<Reply, StoreError> {
-        let gives_back = matches!(call.mode, Op::Refund | Op::RefundHeld);
+        let moves = matches!(call.mode, Op::Refund | Op::RefundHeld | Op::Overdraw);
         let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
         let values = self.calls.decide(batch, self.timeout).await?;
         let reply = script::parse(&values, checks)?;
-        if gives_back || reply.adopted {
+        if moves || reply.adopted {
             self.tell_caches(checks).await;
         }
         Ok(reply)
@@ -426,12 +427,13 @@ impl RedisStore {
         groups.into_iter().map(|(_, members)| members).collect()
     }
 
-    /// One `op` call per slot for `batch` (no packed refunds).
-    async fn run_per_slot(&self, batch: &[Check<'_>], op: Op) -> Result<(), StoreError> {
+    /// One `op` call per slot for `batch` (no packed refunds), with `wait` as its max_wait
+    /// (for `Op::Deny`, the µs since the refusals were made).
+    async fn run_per_slot(&self, batch: &[Check<'_>], op: Op, wait: u64) -> Result<(), StoreError> {
         batch::validate(batch)?;
         for members in self.slot_groups(batch) {
             let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-            self.run(self.call(0, op), &checks).await?;
+            self.run(self.call(wait, op), &checks).await?;
         }
         Ok(())
     }
@@ -553,12 +555,13 @@ impl Store for RedisStore {
 
     /// One `Op::Overdraw` call per slot.
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.run_per_slot(batch, Op::Overdraw).await
+        self.run_per_slot(batch, Op::Overdraw, 0).await
     }
 
-    /// One `Op::Deny` call per slot.
-    async fn count_denials(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.run_per_slot(batch, Op::Deny).await
+    /// One `Op::Deny` call per slot, judged `ago` before the server's now.
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.run_per_slot(batch, Op::Deny, duration_to_micros(ago))
+            .await
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
