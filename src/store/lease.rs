@@ -302,11 +302,30 @@ impl<S: Store + Clone> Leased<S> {
         terms: &Terms<S>,
         check: Check<'_>,
     ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
-        let slot = terms.slot(check.key());
-        if let Some(lent) = slot.lend(terms, check.cost) {
-            return Ok(Some(lent));
+        loop {
+            let slot = terms.slot(check.key());
+            if let Some(lent) = slot.lend(terms, check.cost) {
+                return Ok(Some(lent));
+            }
+            let held = slot.held.lock().await;
+            // The slot's term may have ended and forgotten it while this request waited: a
+            // lease taken on it would be one the next requests never find, parked beside
+            // theirs. The key's current slot is asked instead.
+            if terms.holds(check.key(), &slot) {
+                return self.renew(terms, check, &slot, held).await;
+            }
         }
-        let mut held = slot.held.lock().await;
+    }
+
+    /// [`lend`](Self::lend) once this request holds `slot`'s lock (`held`): from the
+    /// lease another request took meanwhile, or from the next lease it takes.
+    async fn renew(
+        &self,
+        terms: &Terms<S>,
+        check: Check<'_>,
+        slot: &Arc<Slot<S>>,
+        mut held: tokio::sync::MutexGuard<'_, Held<S>>,
+    ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
         // Another request may have taken the next lease while this one waited.
         if let Some(lent) = slot.lend(terms, check.cost) {
             return Ok(Some(lent));
@@ -340,9 +359,9 @@ impl<S: Store + Clone> Leased<S> {
         slot.generation.store(held.generation, Ordering::Release);
         let left = terms.units - check.cost;
         slot.left.store(left, Ordering::Release);
-        self.end_at_term(terms, &slot, held.generation);
+        self.end_at_term(terms, slot, held.generation);
         let lent = Lent {
-            slot: Arc::clone(&slot),
+            slot: Arc::clone(slot),
             generation: Some(held.generation),
             cost: check.cost,
         };
@@ -407,6 +426,16 @@ impl<S: Store + Clone> Terms<S> {
             // A poisoned map: the slot decides for this request only, its lease ended by
             // its timer.
             Err(_) => made,
+        }
+    }
+
+    /// Whether `slot` is `key`'s slot still (not forgotten by its term's end or a reset).
+    /// A poisoned map holds every slot: each decides for its own request (see
+    /// [`slot`](Self::slot)).
+    fn holds(&self, key: &[u8], slot: &Arc<Slot<S>>) -> bool {
+        match self.leases.read() {
+            Ok(leases) => leases.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)),
+            Err(_) => true,
         }
     }
 

@@ -373,3 +373,73 @@ async fn a_route_with_a_leased_limit_and_a_per_user_one() {
         .remaining;
     assert_eq!(global_left, 1_000 - 50 - 1, "one lease of 50 counted");
 }
+
+/// A store whose refunds take 100 ms: a lease's end, which gives its unused units back,
+/// holds its key's slot that long.
+#[derive(Clone)]
+struct SlowRefunds(MemoryStore);
+
+impl tollgate::store::Store for SlowRefunds {
+    async fn check(
+        &self,
+        batch: &[Check<'_>],
+        wait: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        self.0.check(batch, wait).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
+        self.0.peek(check).await
+    }
+    async fn refund(
+        &self,
+        batch: &[Check<'_>],
+        outcome: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.0.refund(batch, outcome).await
+    }
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        self.0.overdraw(batch).await
+    }
+    async fn count_denials(
+        &self,
+        batch: &[Check<'_>],
+        ago: Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        self.0.count_denials(batch, ago).await
+    }
+    async fn reset(
+        &self,
+        rule: &Rule,
+        key: &tollgate::StoredKey<'_>,
+    ) -> Result<(), tollgate::StoreError> {
+        self.0.reset(rule, key).await
+    }
+}
+
+/// A request that waits for a lease's term to end (its unused units on their way back)
+/// takes the key's next lease where the next requests find it: one instance parks one
+/// lease of a key at a time, never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ending_under_a_waiting_request_is_not_doubled() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::token_bucket("hot", 100, Rate::per_minute(1));
+    let store = MemoryStore::with_clock(clock.clone());
+    let leased = Leased::new(SlowRefunds(store.clone()))
+        .lease(&rule, 4, Duration::from_millis(50))
+        .expect("a token bucket leases");
+    let limiter = Limiter::new(leased);
+    let batch = [Check::new(&rule, b"all")];
+    assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    // The term ends at 50 ms; its 3 unused units are on their way back until 150 ms.
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    let plain = Limiter::new(store);
+    let remaining = plain.peek(&rule, b"all", 0).await.unwrap().info.remaining;
+    assert_eq!(
+        remaining,
+        100 - 1 - 4,
+        "the first lease's one used unit and one lease of 4 parked"
+    );
+}
