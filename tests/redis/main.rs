@@ -14,6 +14,7 @@ mod distributed;
 mod failover;
 mod fold;
 mod leases;
+mod promises;
 mod readiness;
 mod seams;
 mod sentinel;

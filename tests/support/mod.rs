@@ -8,6 +8,11 @@ use tollgate as tg;
 
 pub mod down;
 pub mod log;
+pub mod promise_checks;
+pub mod promise_driver;
+pub mod promise_schedule;
+pub mod promise_verbs;
+pub mod promises;
 pub mod redis_ha;
 pub mod redis_server;
 pub mod service;
