@@ -454,7 +454,7 @@ local function refund_batch(taken, marked)
         -- The state is the same as none (Model::is_unused): no state, nothing carried.
         r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
         store(r)
-      elseif given ~= false then
+      elseif given then
         -- What other configurations read goes back with the units (batch::refund).
         store_carried(r)
       end

@@ -55,16 +55,18 @@ models[FIXED_WINDOW] = function()
     expires_at = function(c, s)
       return expires(c, s[1], s[2])
     end,
-    -- Takes back an admission of `cost` at `at`, if it still counts in the stored window;
-    -- returns 'none' where that leaves a first-hit window that has started counting
-    -- nothing, which never started (FixedWindow::is_unused).
+    -- Takes back an admission of `cost` at `at`, if it still counts in the stored window
+    -- (false where it does not); returns 'none' where that leaves a first-hit window that
+    -- has started counting nothing, which never started (FixedWindow::is_unused).
     refund = function(c, s, now, at, cost)
       if s[1] <= at and at < s[1] + c.p2 then
         s[2] = sub0(s[2], cost)
         if c.p3 == 1 and s[2] == 0 and s[1] <= now then
           return 'none'
         end
+        return true
       end
+      return false
     end,
   }
 end

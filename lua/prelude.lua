@@ -101,6 +101,6 @@ local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED, REPLY_SHORT_AGAI
 -- said right after the admission, or nil to give back without checking), optionally mark,
 -- overdraw(c, s, now, cost) (Algorithm::overdraw: units taken without a check, carried as
 -- a debt), and `fields`, the length of its stored state. refund returns false
--- where it gave nothing back, and 'none' where what it left is the same as no state
--- (Model::is_unused).
+-- where it gave nothing back, 'none' where what it left is the same as no state
+-- (Model::is_unused), and true otherwise.
 local models = {}

@@ -223,7 +223,7 @@ models[SLIDING_LOG] = function()
       local key = c.log_key
       local e = first_of(redis.call('ZRANGEBYSCORE', key, int(at), int(at)))
       if not e then
-        return
+        return false
       end
       local back = min(e.cost, cost)
       s.oldest_for = nil
@@ -247,6 +247,7 @@ models[SLIDING_LOG] = function()
           'LIMIT', 0, 1))
       end
       s.newest = newest
+      return true
     end,
   }
 end

@@ -71,14 +71,18 @@ models[SLIDING_WINDOW] = function()
     expires_at = function(c, s)
       return s[1] + (1 + max(1, cdiv(s[3], c.p1))) * c.p2
     end,
-    -- Takes back an admission of `cost` at `at` from whichever counter holds it.
+    -- Takes back an admission of `cost` at `at` from whichever counter holds it; false
+    -- where neither does.
     refund = function(c, s, now, at, cost)
       local window_of_at = at - at % c.p2
       if s[1] == window_of_at then
         s[3] = sub0(s[3], cost)
       elseif s[1] == window_of_at + c.p2 then
         s[2] = sub0(s[2], cost)
+      else
+        return false
       end
+      return true
     end,
   }
 end

@@ -504,3 +504,29 @@ async fn a_denied_cross_slot_batch_retries_after_the_queues_release() {
     ];
     same_on_cluster("denied cross-slot", US, &rules, &ops).await;
 }
+
+/// A refund too late for its window (the state has moved two windows on) gives nothing
+/// back on both stores, and leaves what another configuration of the rule reads as it was.
+#[tokio::test(start_paused = true)]
+async fn a_late_refund_leaves_what_another_configuration_reads() {
+    let ms = Duration::from_millis;
+    let rules = [
+        Rule::sliding_window("sw", 5, ms(100)),
+        Rule::sliding_window("sw", 3, ms(100)),
+        Rule::fixed_window("fw", 5, ms(100)),
+        Rule::fixed_window("fw", 3, ms(100)),
+    ];
+    use Op::*;
+    let ops = [
+        Check(10, vec![(0, "k", 1, false)], 0),
+        Check(150, vec![(0, "k", 3, false)], 0),
+        Check(250, vec![(0, "k", 1, false)], 0),
+        Refund(290, 0),
+        Check(295, vec![(1, "k", 1, false)], 0),
+        Check(10, vec![(2, "j", 1, false)], 0),
+        Check(150, vec![(2, "j", 2, false)], 0),
+        Refund(160, 5),
+        Check(170, vec![(3, "j", 2, false)], 0),
+    ];
+    same("late refunds", MS, &rules, &ops).await;
+}
