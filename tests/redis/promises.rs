@@ -9,9 +9,34 @@
 use tollgate::store::RedisStore;
 use tollgate::{Limiter, ManualClock};
 
-use crate::support::promise_driver::{run_schedules, runtime, Target};
+use crate::support::promise_driver::{run_one, run_schedules, runtime, Target};
+use crate::support::promise_schedule::Op;
 use crate::support::redis_server::{RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
+
+/// Two instances sharing `base` under `prefix`, each with the deny cache on.
+async fn cached_pair(base: RedisStore, prefix: String) -> Target<RedisStore> {
+    let clock = ManualClock::new(BASE_MICROS);
+    let mut limiters = Vec::new();
+    for _ in 0..2 {
+        let store = base
+            .clone()
+            .with_clock(clock.clone())
+            .with_prefix(&prefix)
+            .with_deny_cache(64)
+            .await
+            .expect("subscribe");
+        limiters.push(Limiter::new(store));
+    }
+    Target {
+        limiters,
+        clock,
+        probes: true,
+        bound: None,
+        switch: None,
+        slack: Vec::new(),
+    }
+}
 
 /// One server, two instances with the deny cache on, a prefix per schedule.
 #[test]
@@ -22,30 +47,44 @@ fn redis_keeps_every_promise() {
         .block_on(RedisStore::connect(&server.url()))
         .expect("connect");
     run_schedules("redis", &rt, 200, |case| {
-        let base = base.clone();
-        async move {
-            let clock = ManualClock::new(BASE_MICROS);
-            let mut limiters = Vec::new();
-            for _ in 0..2 {
-                let store = base
-                    .clone()
-                    .with_clock(clock.clone())
-                    .with_prefix(format!("promise{case}"))
-                    .with_deny_cache(64)
-                    .await
-                    .expect("subscribe");
-                limiters.push(Limiter::new(store));
-            }
-            Target {
-                limiters,
-                clock,
-                probes: true,
-                bound: None,
-                switch: None,
-                slack: Vec::new(),
-            }
-        }
+        cached_pair(base.clone(), format!("promise{case}"))
     });
+}
+
+/// A fixed window's cached denial answers a dearer request only while the window's end
+/// admits it too: with a debt carried into the next window (3 per 20 ms, 4 overdrawn), a
+/// cost-1 denial is admitted at the window's end, a cost-3 one a window later, and the
+/// cache must not answer the latter with the former's Retry-After.
+#[test]
+fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
+    let server = RedisServer::start();
+    let rt = runtime(false);
+    let base = rt
+        .block_on(RedisStore::connect(&server.url()))
+        .expect("connect");
+    let check = |cost, via| Op::Check {
+        specs: vec![0],
+        key: 0,
+        cost,
+        wait: 0,
+        defer: false,
+        limiter: false,
+        via,
+        split: false,
+    };
+    let ops = vec![
+        Op::Overdraw {
+            spec: 0,
+            key: 0,
+            units: 4,
+        },
+        check(1, 1),
+        check(3, 1),
+    ];
+    let target = rt.block_on(cached_pair(base, "dearer".into()));
+    if let Err(e) = rt.block_on(run_one(&target, [0, 0, 0], ops)) {
+        panic!("{e}");
+    }
 }
 
 /// A 3-node Cluster: a batch whose rules count on two keys is decided slot by slot.

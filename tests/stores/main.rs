@@ -7,6 +7,7 @@ mod support;
 mod bound;
 mod leases;
 mod memory_store;
+mod promise_findings;
 mod promises;
 mod queues;
 mod reconfigured;

@@ -285,6 +285,17 @@ where
     }
 }
 
+/// Runs one schedule, written out (a failure found and shrunk, kept as a test).
+pub async fn run_one<S: Store + Clone>(
+    target: &Target<S>,
+    focus: [usize; 3],
+    ops: Vec<Op>,
+) -> Result<(), String> {
+    Run::new(target, super::vectors::BASE_MICROS + 123_457)
+        .run(&Schedule { focus, ops })
+        .await
+}
+
 /// A runtime for `run_schedules`: `paused` for a store in process (reservations wait
 /// for nothing), real time for Redis (a paused clock would time its calls out).
 pub fn runtime(paused: bool) -> Runtime {
