@@ -143,6 +143,9 @@ fn a_settled_hold_keeps_its_queue_spaced() {
     holds([LB, LQ, LB], ops);
 }
 
+/// Admissions as (instant, units).
+type Admissions = Vec<(u64, u64)>;
+
 /// The reference flags each broken promise and passes its documented edge.
 #[test]
 fn the_reference_flags_what_breaks_a_promise() {
@@ -151,7 +154,7 @@ fn the_reference_flags_what_breaks_a_promise() {
         algo,
         lock: None,
     };
-    let cases: Vec<(Algo, Vec<(u64, u64)>, bool)> = vec![
+    let cases: Vec<(Algo, Admissions, bool)> = vec![
         // Epoch windows of 3 per 10: 3 at 9 and 3 at 10 pass (the boundary burst), 4 in one do not.
         (
             Algo::Fixed {
