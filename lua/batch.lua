@@ -213,7 +213,9 @@ local function evaluate_at(arrival)
     else
       eval = algorithm_evaluate(r, at, r.cost)
     end
-    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held, hold = hold }
+    -- batch::Evaluated::foreign: another configuration's units, which no reservation waits for.
+    local foreign = r.carried ~= nil
+    items[i] = { eval = eval, locked = locked, at = at, arrival = arrival, shadow = r.shadow, pending = pending, held = held, hold = hold, foreign = foreign }
   end
   return items
 end
@@ -255,7 +257,7 @@ local function reservation(items)
     local item = items[i]
     if not item.shadow and rejects(item) then
       local retry = retry_from(item, item.arrival)
-      if item.locked ~= nil or retry == nil then
+      if item.locked ~= nil or item.foreign or retry == nil then
         return nil
       end
       wait = max(wait, retry)

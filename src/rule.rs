@@ -60,7 +60,9 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 ///   that does not fit is denied with Retry-After exactly that instant, and from then on
 ///   the key starts fresh. A request that fits is admitted and the key's state becomes
 ///   the new configuration's own (a fresh state that has just admitted the carried units
-///   and the request), refilling or draining at the new configuration's pace.
+///   and the request), refilling or draining at the new configuration's pace. A request
+///   in wait mode does not wait for the carried units: it is denied with that Retry-After
+///   (a state written for the reserved instant could not keep the key closed until then).
 /// - The penalty (denial count and lock) is kept apart from the algorithm's state and
 ///   survives a reconfiguration unchanged.
 ///

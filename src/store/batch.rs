@@ -144,6 +144,10 @@ pub(crate) struct Evaluated {
     /// The water that hold adds above the queue's own ([`Algorithm::hold`]): what a refund
     /// drains beside the units.
     hold: u64,
+    /// Decided on units another configuration of the rule holds (see [`Rule`]'s
+    /// reconfiguring), which no reservation waits for: this configuration's state, written
+    /// at the reserved instant, could not keep the key closed until then.
+    foreign: bool,
 }
 
 impl Evaluated {
@@ -286,6 +290,7 @@ pub(crate) fn evaluate(
         pending,
         held_until,
         hold,
+        foreign: entry.is_some_and(|e| e.fingerprint != 0 && !e.is_own(check.rule)),
     }
 }
 
@@ -354,7 +359,8 @@ pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
 /// Step 2, in wait mode: for a denied batch, how long after `now` it could be admitted, if
 /// that is within `max_wait` µs. The store then evaluates the batch again at that instant
 /// and, if it admits, commits it there: the units are reserved now, taken from the future,
-/// and the request is delayed until then. Locked keys and costs over capacity never wait.
+/// and the request is delayed until then. Locked keys, costs over capacity and units another
+/// configuration of a rule holds never wait.
 ///
 /// Each item's retry is the earliest arrival it admits at, and with no other traffic an
 /// admissible item stays admissible (a later arrival is released no earlier), so the largest
@@ -368,7 +374,7 @@ pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     let mut wait = 0;
     // A trial rule never makes a request wait.
     for item in items.iter().filter(|e| !e.shadow && e.rejects()) {
-        if item.locked_for.is_some() {
+        if item.locked_for.is_some() || item.foreign {
             return None;
         }
         wait = wait.max(retry_from(item, item.arrival)?);
