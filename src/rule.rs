@@ -75,6 +75,10 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// configurations and rolling-deploy schedules). No stored summary can do better in
 /// general: units the old configuration has already freed (refilled, or whose window
 /// ended) are not in use any more, though the new configuration might have counted them.
+/// One thing is not carried whole: a debt (units a
+/// [`Reservation::settle`](crate::Reservation::settle) took above the capacity) is read by
+/// the other configuration only up to the writer's capacity, and taken over only up to the
+/// reader's; a reconfiguration forgives the rest of it.
 ///
 /// A client that had used little under the old rule keeps using the new one at once. A key
 /// near its old limit waits, at most until the old configuration would have been back to

@@ -231,7 +231,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// A refund does not reopen a key earlier than the admission's instant: after a
     /// wait-mode reservation, the units go to the next request that waits for that instant.
-    /// Penalty state is never touched.
+    /// Penalty state is never touched. A [`reset`](Self::reset) forgives what the key had
+    /// taken, so an admission taken before it and given back after it gives its units back
+    /// into the state admissions since the reset wrote, where it finds its window (or its
+    /// mark: an admission at the same microsecond leaving the same state): the key then
+    /// admits up to those units more after the reset, as if they had been taken before it.
     ///
     /// A [`Reservation::settle`](crate::Reservation::settle) below the estimate comes
     /// through here too. The default implementation gives nothing back: a store outside
