@@ -15,7 +15,8 @@
 //!   only the same cost is answered, which keeps Retry-After exact; and only a cost of one
 //!   unit, which reports none remaining until its retry: a dearer request's remaining
 //!   units grow as it waits. A fixed window frees everything at once at its end: a denial
-//!   of `c` there answers every cost from `c` to the limit with the same instant.
+//!   of `c` there answers every cost from `c` to the limit with the same instant, unless
+//!   a debt keeps its state past that end (a window pays only `limit` of it).
 //! - A denial that leaves **units remaining** is not cached: another instance may take
 //!   them meanwhile, unseen here, and the answer would report them still there.
 //! - A **lock** ([`DenyReason::Locked`]) reports the later of the lock's end and the
@@ -445,7 +446,8 @@ fn cacheable(
     info: RateLimitInfo,
     sent_at: u64,
 ) -> Option<Cached> {
-    let retry = crate::clock::duration_to_micros(denial.retry_after?);
+    let denial_wait = denial.retry_after?;
+    let retry = crate::clock::duration_to_micros(denial_wait);
     if retry == 0 {
         return None;
     }
@@ -456,7 +458,11 @@ fn cacheable(
         // Another instance may take the units left meanwhile, which this one would not see.
         DenyReason::Limited if info.remaining > 0 => return None,
         DenyReason::Limited => match check.rule.algorithm() {
-            Algorithm::FixedWindow(_) if check.cost <= capacity => (check.cost, capacity),
+            // Every cost admits at the retry once the state is back to empty by then: not so
+            // while a debt spans more windows.
+            Algorithm::FixedWindow(_) if check.cost <= capacity && info.reset <= denial_wait => {
+                (check.cost, capacity)
+            }
             // What a bucket, a log or a sliding window reports as remaining grows while a
             // dearer request waits, which a cached answer cannot follow.
             _ if check.cost > 1 => return None,
