@@ -1,6 +1,6 @@
-//! Schedules the promise driver (`promises.rs`) found breaking a promise, shrunk and kept
-//! as tests of their own; and the reference itself, shown to flag what breaks each
-//! promise and to pass what the docs allow.
+//! Schedules the promise driver (`promises.rs`) found breaking a promise, or reaching an
+//! exception the docs now state, shrunk and kept as tests of their own; and the reference
+//! itself, shown to flag what breaks each promise and to pass what the docs allow.
 
 use tollgate::store::MemoryStore;
 use tollgate::{Limiter, ManualClock};
@@ -62,11 +62,12 @@ fn holds(focus: [usize; 3], ops: Vec<Op>) {
     }
 }
 
-/// A reservation taken before `Limiter::reset` and cancelled after it gives back units
-/// the key took since the reset (GCRA burst 3: 5 units pass in one µs). `Store::refund`:
-/// a rule gives back only where the state admits no more than the admissions left in it.
+/// A reservation taken before `Limiter::reset` and cancelled after it gives its units
+/// back into the state written since, and the key admits them again (GCRA burst 3: 5
+/// pass in one µs): `Store::refund` states this exception, and the reference allows
+/// exactly the units given back across the reset, no more.
 #[test]
-fn a_refund_after_a_reset_gives_back_only_its_own_units() {
+fn a_refund_across_a_reset_admits_only_its_own_units_again() {
     let ops = vec![
         reserve(0, 2, 0),
         Op::Reset { spec: 0, key: 0 },
@@ -80,12 +81,12 @@ fn a_refund_after_a_reset_gives_back_only_its_own_units() {
     holds([GC, GC, GC], ops);
 }
 
-/// An overdraft taken under another configuration of the rule keeps the units the key
-/// holds: a sliding log of 4 per 30 ms with 3 in it, overdrawn 1 under the 2-per-45-ms
-/// configuration, admits 2 more at once (5 in one µs, where `Rule` promises at most the
-/// larger capacity, 4).
+/// An overdraft taken under another configuration of the rule is carried only up to
+/// the capacities (`Rule`, "Reconfiguring a rule"): a sliding log of 4 per 30 ms with 3
+/// in it, overdrawn 1 under the 2-per-45-ms configuration, admits 2 more at once (5 in
+/// one µs): the reference allows exactly the debt beyond the larger capacity.
 #[test]
-fn an_overdraft_under_another_configuration_forgets_nothing() {
+fn an_overdraft_under_another_configuration_forgives_only_the_debt() {
     let ops = vec![
         check(0, 2, 0),
         check(0, 1, 0),
@@ -279,5 +280,28 @@ fn the_reference_flags_what_breaks_a_promise() {
             holds,
             "{algo:?} {admissions:?}: {verdict:?}"
         );
+    }
+}
+
+/// Units given back across a reset are allowed again, and no more.
+#[test]
+fn the_reference_forgives_only_what_a_reset_refund_gave_back() {
+    let window = Algo::Fixed {
+        limit: 3,
+        window: 10,
+        first_hit: false,
+    };
+    for (after, holds) in [(5, true), (6, false)] {
+        let mut reference = Reference::new(vec![Spec {
+            name: "r",
+            algo: window,
+            lock: None,
+        }]);
+        let lane = (0, "r", b"k".to_vec());
+        let before = reference.admit(lane.clone(), 0, 0, 0, 2);
+        reference.reset(&lane);
+        reference.admit(lane.clone(), 0, 1, 1, after);
+        reference.give_back(&before, 2);
+        assert_eq!(reference.verify().is_ok(), holds, "{after} after the reset");
     }
 }

@@ -145,12 +145,13 @@ pub fn queue(items: &[&Item], capacity: u64, amount: u64, period: u64) -> Result
 /// A leaky bucket's releases: no two requests leave closer than the units of the first
 /// take to drain (one drain interval per unit, to the µs), whichever was decided first; brute force
 /// over every run of releases `s ..= j`: the units of those before `j` need `units ×
-/// period / amount` µs between the first and `j`.
-pub fn releases(items: &[&Item], amount: u64, period: u64) -> Result<(), String> {
+/// period / amount` µs between the first and `j` (less `extra` units the docs forgive).
+pub fn releases(items: &[&Item], amount: u64, period: u64, extra: u64) -> Result<(), String> {
     for (k, s) in items.iter().enumerate() {
         let mut ahead = 0u128;
         for (n, j) in items[k + 1..].iter().enumerate() {
             ahead += u128::from(items[k + n].units);
+            let ahead = ahead.saturating_sub(u128::from(extra));
             // Releases fall on whole µs, rounded up from the exact drain: a gap may be
             // short of the exact one by less than a µs, never by one.
             let gap = u128::from(j.at - s.at + 1) * u128::from(amount);
