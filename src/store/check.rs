@@ -169,11 +169,13 @@ pub trait Store: Send + Sync + 'static {
     /// nothing has queued behind it (see [`refund`](Self::refund)). What other
     /// configurations of the rule read goes back with the units. A denied batch's rules
     /// are judged where one node judges them (the other slots' rules at a queue's release),
-    /// so its `Retry-After` is the exact wait, without other traffic. One difference in what
-    /// a denied batch reports remains, by design: a sliding log in a slot that admitted and
-    /// was refunded keeps its refunded entry, without units, until it expires, so the quota
-    /// it reports reads that entry's reset, where one node, which never counted the
-    /// request, reads none.
+    /// so its `Retry-After` is the exact wait, without other traffic. Two differences from
+    /// one node remain, by design: a sliding log in a slot that admitted and was refunded
+    /// keeps its refunded entry, without units, until it expires, so the quota it reports
+    /// reads that entry's reset, where one node, which never counted the request, reads
+    /// none; and a rule in such a slot that found another configuration's state keeps it
+    /// taken over (the carried units counted under its own parameters until its state is
+    /// back to empty), which admits no more than one node, perhaps later.
     fn check(
         &self,
         batch: &[Check<'_>],

@@ -13,11 +13,12 @@
 //! its queues holding the request until their release on arrival, so its answers and its
 //! retry are one node's.
 //!
-//! What a denied batch reports differs from one node's answer in one way, inherent to
+//! What a denied batch reports differs from one node's answer in two ways, inherent to
 //! deciding slot by slot: a part admitted and then refunded reports its quota after the
 //! refund, and a sliding log's refunded entry stays, without units, until it expires
 //! (`lua/sliding_log.lua`), so that rule's reset reads the entry's window end where one
-//! node, which never counted the request, reads none.
+//! node, which never counted the request, reads none; and a refunded part that took over
+//! another configuration's state keeps it taken over (`RedisStore`'s docs).
 
 use std::time::Duration;
 

@@ -136,7 +136,11 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   The parts only tried or left to a release are judged there by one more call each. A
 ///   refunded part reports its quota after the refund; a sliding log there keeps its
 ///   refunded entry, without units, until it expires, so its reset reads that entry's
-///   window end.
+///   window end. A refunded part whose rule found another configuration's state (a
+///   rolling deploy, see [`Rule`](crate::Rule#reconfiguring-a-rule)) keeps it taken over:
+///   the carried units stay counted, under its own parameters, until its own state is
+///   back to empty, where one node leaves the other configuration's state as it was. It
+///   reports that reset, and its key admits no more, perhaps later, than on one node.
 /// - Penalties count exactly as on one node: the denying part, the parts judged after the
 ///   denial and the parts after it record the denials of their rules; the refunded parts
 ///   record none (they admitted on arrival).
