@@ -386,9 +386,13 @@ pub enum FailurePolicy {
     /// [`store::Fallback`](crate::store::Fallback) (with a
     /// [`store::Breaker`](crate::store::Breaker) in front of Redis, so no request waits on it
     /// while it is away). Such a store answers with local decisions instead of failing, so
-    /// this policy is what the layer sees as a matter of course; if the store fails anyway
-    /// (a store without a fallback), the request is let through as with
-    /// [`FailOpen`](Self::FailOpen), and logged.
+    /// this policy is what the layer sees as a matter of course; if the local store fails
+    /// too, the request is let through as with [`FailOpen`](Self::FailOpen), and logged.
+    /// Over a store whose calls fail while Redis is away (a Redis store, or a
+    /// [`Breaker`](crate::store::Breaker) around one, without a fallback: see
+    /// [`Store::outage_health`](crate::store::Store::outage_health)),
+    /// [`build`](super::RateLimitLayerBuilder::build) refuses this policy; over a
+    /// [`MemoryStore`](crate::store::MemoryStore), which never is away, it changes nothing.
     ///
     /// ```no_run
     /// use std::time::Duration;

@@ -18,7 +18,7 @@ use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
 use crate::rule::Rule;
-use crate::store::{MemoryStore, Store};
+use crate::store::{Health, MemoryStore, Store};
 
 /// Applies [`Limit`]s to the requests of a service; see the [module docs](super).
 ///
@@ -164,7 +164,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// - a rule name applied twice to one request (the layer's limits and each route's are
     ///   one batch, and a batch that checks one rule twice would count one state twice);
     /// - a rule name bound to two unequal rules anywhere in the layer (stores keep state by
-    ///   name, so two configurations under one name would share, and fight over, one state).
+    ///   name, so two configurations under one name would share, and fight over, one state);
+    /// - [`FailurePolicy::Fallback`] over a store whose calls fail while Redis is away (see
+    ///   [`Store::outage_health`]): it would let every request of an outage through.
     pub fn build(self) -> Result<RateLimitLayer<St>, ConfigError> {
         let Self {
             limiter,
@@ -210,6 +212,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             config.routes.push(Route { pattern, limits });
         }
         problems.extend(names_problems(&config));
+        problems.extend(fallback_problem(&config, limiter.store()));
         if config.held.max == 0 || config.held.max_per_key == Some(0) {
             problems.push(ConfigError::new(
                 "max_held(0) or max_held_per_key(0) holds no request, so every delayed request is refused: use Mode::Enforce without a leaky bucket, or allow at least 1",
@@ -422,6 +425,21 @@ fn costs_problem(limit: &Limit) -> Option<ConfigError> {
             "rule {:?}: every request costs at least {least}, more than the {capacity} it admits at once, so every request would be refused",
             limit.rule.name()
         ))
+    })
+}
+
+/// [`FailurePolicy::Fallback`] relies on the store to decide locally while Redis is away;
+/// over a store whose calls then fail, every request of an outage would pass unlimited, and
+/// its readiness would say healthy.
+fn fallback_problem(config: &Config, store: &impl Store) -> Option<ConfigError> {
+    let fails = store.outage_health() == Health::Failing;
+    (config.on_failure == FailurePolicy::Fallback && fails).then(|| {
+        ConfigError::new(
+            "on_failure(FailurePolicy::Fallback) needs a store that decides locally while Redis is away, \
+             but this store's calls then fail, so every request of an outage would pass unlimited: \
+             build the limiter on store::Fallback::new(Breaker::new(store)) (a store wrapping one \
+             forwards Store::outage_health), or choose FailurePolicy::FailOpen or FailClosed",
+        )
     })
 }
 

@@ -87,7 +87,8 @@ impl<'a> Check<'a> {
 /// (injected faults, a metric, a routing rule between two stores), or a store of your own.
 /// A wrapper forwards every method — the required ones and those with a default
 /// ([`try_check_now`](Self::try_check_now), [`overdraw`](Self::overdraw),
-/// [`count_denials`](Self::count_denials), [`probe`](Self::probe), [`health`](Self::health)),
+/// [`count_denials`](Self::count_denials), [`probe`](Self::probe), [`health`](Self::health),
+/// [`outage_health`](Self::outage_health)),
 /// whose defaults are right for a store of its own but lose what the wrapped store does —
 /// and passes [`refund`](Self::refund)'s `outcome` through untouched, so units still go
 /// back to the store that took them (the crate's [`Breaker`](super::Breaker) and
@@ -313,6 +314,27 @@ pub trait Store: Send + Sync + 'static {
     /// [`Healthy`](Health::Healthy): its failures show only as errors.
     fn health(&self) -> Health {
         Health::Healthy
+    }
+
+    /// How this store decides while a store it depends on across the network (Redis) is
+    /// away, known before any outage, as [`health`](Self::health) names it:
+    /// [`Failing`](Health::Failing) (the default) if its calls then fail
+    /// ([`RedisStore`], a [`Breaker`](super::Breaker) around it, a store of your own that
+    /// does not override this); [`Degraded`](Health::Degraded) if a local store then
+    /// decides in its place (a [`Fallback`](super::Fallback)); [`Healthy`](Health::Healthy)
+    /// if it depends on nothing that can be away (a [`MemoryStore`](super::MemoryStore)).
+    ///
+    /// The layer's [`FailurePolicy::Fallback`](crate::layer::FailurePolicy::Fallback)
+    /// cannot work over a `Failing` store (every request of an outage would pass
+    /// unlimited), so [`build`](crate::layer::RateLimitLayerBuilder::build) refuses it.
+    ///
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
+    fn outage_health(&self) -> Health {
+        Health::Failing
     }
 }
 

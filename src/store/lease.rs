@@ -590,6 +590,10 @@ impl<S: Store + Clone> Store for Leased<S> {
     fn health(&self) -> Health {
         self.get_ref().health()
     }
+
+    fn outage_health(&self) -> Health {
+        self.get_ref().outage_health()
+    }
 }
 
 impl<S: Store + Clone> Clone for Leased<S> {

@@ -103,3 +103,60 @@ fn a_route_that_cannot_mean_what_it_says_is_refused_with_the_fix() {
         assert!(error.contains(fix), "{pattern}: {error}");
     }
 }
+
+/// `FailurePolicy::Fallback` over a store whose calls fail in an outage would let every
+/// request of the outage through unlimited, with readiness saying healthy: refused, naming
+/// the store to build. A store that falls back builds, and so does an in-process store,
+/// which is never away (an app generic over its store, as the quickstart is).
+#[test]
+fn a_fallback_policy_over_a_store_without_a_fallback_is_refused() {
+    use tollgate::layer::FailurePolicy;
+    use tollgate::store::{Breaker, Fallback};
+    use tollgate::Limiter;
+
+    use crate::support::down::Down;
+
+    let limit = || Limit::new(minute(), key::header("user"));
+    let with_policy = |policy| {
+        let down = RateLimitLayer::builder()
+            .limiter(Limiter::new(Down))
+            .limit(limit())
+            .on_failure(policy)
+            .build()
+            .map(drop);
+        let breaker = RateLimitLayer::builder()
+            .limiter(Limiter::new(Breaker::new(Down)))
+            .limit(limit())
+            .on_failure(policy)
+            .build()
+            .map(drop);
+        [down, breaker]
+    };
+    for error in with_policy(FailurePolicy::Fallback) {
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("FailurePolicy::Fallback"), "{error}");
+        assert!(error.contains("store::Fallback::new("), "{error}");
+    }
+    // The other policies need no fallback.
+    for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed] {
+        for built in with_policy(policy) {
+            assert!(built.is_ok(), "{policy:?}: {:?}", built.err());
+        }
+    }
+    let falls_back = Limiter::new(Fallback::new(Breaker::new(Down)));
+    let built = layer_with(limit())
+        .limiter(falls_back.clone())
+        .on_failure(FailurePolicy::Fallback)
+        .build();
+    assert!(built.is_ok(), "{:?}", built.err());
+    // A breaker around the fallback still falls back.
+    let built = layer_with(limit())
+        .limiter(Limiter::new(Breaker::new(falls_back.store().clone())))
+        .on_failure(FailurePolicy::Fallback)
+        .build();
+    assert!(built.is_ok(), "{:?}", built.err());
+    let in_process = layer_with(limit())
+        .on_failure(FailurePolicy::Fallback)
+        .build();
+    assert!(in_process.is_ok(), "{:?}", in_process.err());
+}

@@ -496,6 +496,11 @@ impl<S: Store> Store for Breaker<S> {
             BreakerState::HalfOpen => Health::Failing,
         }
     }
+
+    /// The store's: the breaker opens only on the failures the store has.
+    fn outage_health(&self) -> Health {
+        self.store.outage_health()
+    }
 }
 
 #[cfg(test)]

@@ -435,6 +435,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         self.primary.probe()
     }
 
+    /// Degraded: the local store decides while the primary is away.
+    fn outage_health(&self) -> Health {
+        Health::Degraded
+    }
+
     fn health(&self) -> Health {
         let local = self.local.health();
         if local == Health::Failing {

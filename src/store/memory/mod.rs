@@ -22,7 +22,7 @@ use crate::decision::{
 };
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
-use crate::store::check::{Check, Store};
+use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
@@ -662,6 +662,11 @@ impl Store for MemoryStore {
             o.remove();
         }
         Ok(())
+    }
+
+    /// Healthy: in this process, nothing it depends on can be away.
+    fn outage_health(&self) -> Health {
+        Health::Healthy
     }
 }
 
