@@ -213,6 +213,17 @@ pub struct Lane {
     pub forgiven: u64,
 }
 
+impl Lane {
+    /// A configuration writing over another's state counts the units it finds only up
+    /// to its own capacity (`Rule`, "Reconfiguring a rule"): what it leaves out is given
+    /// back, as far as a refund's promise reads the lane.
+    fn converted(&mut self, spec: usize, seq: u64) {
+        if self.items.iter().any(|i| i.standing && i.spec != spec) {
+            self.last_removal = seq;
+        }
+    }
+}
+
 /// Whether a key must be locked now, must not be, or may be either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -266,6 +277,7 @@ impl Reference {
     pub fn admit(&mut self, id: LaneId, spec: usize, arrival: u64, at: u64, units: u64) -> Slot {
         let seq = self.tick();
         let lane = self.lane(&id);
+        lane.converted(spec, seq);
         lane.items.push(Item {
             seq,
             arrival,
@@ -283,6 +295,7 @@ impl Reference {
     pub fn owe(&mut self, id: LaneId, spec: usize, at: u64, units: u64) {
         let seq = self.tick();
         let lane = self.lane(&id);
+        lane.converted(spec, seq);
         lane.items.push(Item {
             seq,
             arrival: at,
