@@ -128,8 +128,9 @@ fn health(health: &HealthView) -> String {
     if let Some(memory) = &health.memory_store {
         let state = if memory.full {
             format!(
-                "<strong class=\"bad\" id=\"memory\">full</strong>: {} entries forgotten in the last {} to make room for new keys",
+                "<strong class=\"bad\" id=\"memory\">full</strong>: {} entries forgotten to make room for new keys, and {} decisions refused for want of room (a shard full of locked keys), in the last {}",
                 memory.evicted_recently,
+                memory.refused_recently,
                 wait_text(u128::from(memory.recent_seconds) * 1000)
             )
         } else {
@@ -138,9 +139,10 @@ fn health(health: &HealthView) -> String {
         };
         let _ = write!(
             out,
-            "<p class=\"store\">In-process store: {state}; {} keys held, {} forgotten in all. <span class=\"note\">{}</span></p>",
+            "<p class=\"store\">In-process store: {state}; {} keys held, {} forgotten and {} refused in all. <span class=\"note\">{}</span></p>",
             memory.keys,
             memory.evictions,
+            memory.refusals,
             html(memory.when_full)
         );
     }

@@ -555,13 +555,40 @@ async fn a_full_memory_store_is_shown() {
     );
 }
 
+/// A store full of locked keys denies new keys: the page and the API count those
+/// refusals, and the store is shown full.
+#[tokio::test]
+async fn a_memory_store_refusing_new_keys_is_shown() {
+    let store = MemoryStore::new().max_keys(1);
+    let watched = store.clone();
+    let limiter = tollgate::Limiter::new(store.clone());
+    let app = app_on(limiter.clone(), key::header("user"), move |a| {
+        a.memory_store(&watched)
+    });
+    let rule = login_rule();
+    for i in 0..10_000 {
+        if store.refusals() > 0 {
+            break;
+        }
+        for _ in 0..3 {
+            let _ = limiter.check_one(&rule, format!("k{i}")).await;
+        }
+    }
+    let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
+    let memory = &health["memory_store"];
+    assert_eq!(memory["full"], true, "{health}");
+    assert!(memory["refused_recently"].as_u64() > Some(0), "{health}");
+    assert!(memory["refusals"].as_u64() > Some(0), "{health}");
+    let html = page(&app, "/admin").await;
+    assert!(html.contains("refused for want of room"), "{html}");
+}
+
 /// Given a circuit breaker, the page and the API show its own state, not only that the
-/// store is failing: here it opens when an in-process store full of locked keys refuses
-/// new ones.
+/// store is failing: here it opens when the store behind it is down.
 #[tokio::test]
 async fn a_breakers_state_is_shown() {
     use tollgate::store::{Breaker, BreakerState};
-    let breaker = Breaker::new(MemoryStore::new().max_keys(1)).open_for(Duration::from_secs(600));
+    let breaker = Breaker::new(Down).open_for(Duration::from_secs(600));
     let limiter = tollgate::Limiter::new(breaker.clone());
     let watched = breaker.clone();
     let app = app_on(limiter.clone(), key::header("user"), move |a| {
@@ -570,17 +597,10 @@ async fn a_breakers_state_is_shown() {
     let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
     assert_eq!(health["breaker"]["state"], "closed", "{health}");
 
-    // Lock keys until some shard is full of locked keys: a new key there is refused, and
-    // three refusals in a row open the breaker.
-    let lock = Rule::fixed_window("lock", 1, Duration::from_secs(60))
-        .with_penalty(Penalty::lock_for(Duration::from_secs(600)));
-    for i in 0..10_000 {
-        if breaker.state() == BreakerState::Open {
-            break;
-        }
-        for _ in 0..3 {
-            let _ = limiter.check_one(&lock, format!("k{i}")).await;
-        }
+    // Three failures in a row open the breaker.
+    let rule = login_rule();
+    for i in 0..3 {
+        let _ = limiter.check_one(&rule, format!("k{i}")).await;
     }
     assert_eq!(breaker.state(), BreakerState::Open);
     let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
@@ -591,4 +611,35 @@ async fn a_breakers_state_is_shown() {
         html.contains("Circuit breaker: <strong class=\"bad\" id=\"breaker\">open</strong>"),
         "{html}"
     );
+}
+
+/// A store that is down: every call fails as a refused connection does.
+#[derive(Clone, Debug)]
+struct Down;
+
+impl tollgate::store::Store for Down {
+    async fn check(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        Err(refused())
+    }
+    async fn peek(
+        &self,
+        _: tollgate::Check<'_>,
+    ) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
+        Err(refused())
+    }
+    async fn reset(
+        &self,
+        _: &Rule,
+        _: &tollgate::StoredKey<'_>,
+    ) -> Result<(), tollgate::StoreError> {
+        Err(refused())
+    }
+}
+
+fn refused() -> tollgate::StoreError {
+    tollgate::StoreError::Unavailable("connection refused".into())
 }
