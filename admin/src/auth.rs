@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::text::{hex, unhex};
-use tollgate::{store::MemoryStore, Limiter, Rule};
+use tollgate::{store::MemoryStore, Check, Limiter, Rule};
 
 /// The session cookie the login form sets.
 pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
@@ -20,8 +20,61 @@ pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
 pub(crate) const CSRF_COOKIE: &str = "tollgate_admin_csrf";
 /// How long a session lasts.
 pub(crate) const SESSION: Duration = Duration::from_secs(8 * 3600);
-/// The shortest bearer token accepted: 16 bytes, as `openssl rand -hex 8` writes.
-pub(crate) const MIN_TOKEN_LEN: usize = 16;
+/// The shortest bearer token accepted: 32 bytes, as `openssl rand -hex 16` writes.
+pub(crate) const MIN_TOKEN_LEN: usize = 32;
+
+/// The least a token's [estimated entropy](estimated_bits) may be, in bits: a random one of
+/// 32 hexadecimal digits falls below it about once in a million draws.
+const MIN_TOKEN_BITS: f64 = 80.0;
+
+/// Why `token` could be guessed, if it could: too short, holding anything but visible
+/// ASCII (an `Authorization` header carries nothing else, and a space is easy to type
+/// twice), repeating a shorter part, or too regular to be random.
+pub(crate) fn guessable(token: &str) -> Option<String> {
+    let bytes = token.as_bytes();
+    if bytes.len() < MIN_TOKEN_LEN {
+        return Some(format!(
+            "of {} bytes is too short to be secret",
+            bytes.len()
+        ));
+    }
+    if !bytes.iter().all(u8::is_ascii_graphic) {
+        return Some("holds spaces, control or non-ASCII characters".to_owned());
+    }
+    let repeats = (1..=bytes.len() / 2)
+        .any(|period| bytes.chunks(period).all(|part| bytes.starts_with(part)));
+    if repeats {
+        return Some("repeats a shorter part".to_owned());
+    }
+    if estimated_bits(bytes) < MIN_TOKEN_BITS {
+        return Some("is too regular to be random".to_owned());
+    }
+    None
+}
+
+/// A guesser's work for `bytes` as a crude estimate, in bits: the entropy of its
+/// characters' frequencies, or of the steps between neighbours if lower (a run like
+/// `abcdef…` has many characters and one step), times its length.
+fn estimated_bits(bytes: &[u8]) -> f64 {
+    let steps: Vec<u8> = bytes.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    frequency_bits(bytes).min(frequency_bits(&steps))
+}
+
+fn frequency_bits(symbols: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for &s in symbols {
+        counts[usize::from(s)] += 1;
+    }
+    let n = symbols.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2() * n
+        })
+        .sum()
+}
 
 /// How a request was let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,24 +176,23 @@ impl Secrets {
         cookie(headers, CSRF_COOKIE).is_some_and(|c| self.signed_matches("csrf", c, given))
     }
 
-    /// How `headers` authenticate: `Err(())` for a wrong bearer token (a failed attempt).
-    pub(crate) fn access(&self, headers: &HeaderMap) -> Result<Access, ()> {
+    /// The bearer token `headers` offer, when the router asks for one: a guess to be
+    /// checked under the [failure limit](Failures::attempt).
+    pub(crate) fn offered<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        bearer(headers).filter(|_| self.has_token())
+    }
+
+    /// How `headers` authenticate without a bearer token ([`offered`](Self::offered)).
+    pub(crate) fn access(&self, headers: &HeaderMap) -> Access {
         if !self.has_token() {
-            return Ok(Access::Browser);
-        }
-        if let Some(given) = bearer(headers) {
-            return if self.token_matches(given) {
-                Ok(Access::Bearer)
-            } else {
-                Err(())
-            };
+            return Access::Browser;
         }
         let session = cookie(headers, SESSION_COOKIE).is_some_and(|v| self.session_valid(v));
-        Ok(if session {
+        if session {
             Access::Browser
         } else {
             Access::Denied
-        })
+        }
     }
 }
 
@@ -228,15 +280,27 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Failed attempts (a wrong bearer token, a wrong token in the login form), limited per
-/// client with tollgate itself: past the limit, a client's wrong attempts are refused
-/// (`429`) until the window ends, while a valid credential is always let in, so that
-/// failures from an address never lock the operator out. A client is its IPv4 address,
-/// or its IPv6 /64 (what one host is usually given); the store holds at most
-/// [`MAX_CLIENTS`] of them.
+/// Attempts with the token (a bearer token, the login form's), limited per client with
+/// tollgate itself: each takes a unit of the client's quota before it is checked, and the
+/// right token gives it back, so only wrong ones count, and concurrent guesses cannot slip
+/// past the count. Past the limit an attempt is refused (`429`) without being checked:
+/// a guess then tells nothing, right or wrong. Others cannot lock the operator out: a
+/// session cookie is no guess and is never refused, and failures count per client, an
+/// IPv4 address or an IPv6 /64 (what one host is usually given); only a client sharing the
+/// operator's address can make her wait to sign in anew, until the window ends. The store
+/// holds at most [`MAX_CLIENTS`] clients.
 pub(crate) struct Failures {
     limiter: Limiter<MemoryStore>,
     rule: Rule,
+}
+
+/// What an [attempt](Failures::attempt) with the token came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Right,
+    Wrong,
+    /// Past the limit: not checked.
+    Refused,
 }
 
 impl Failures {
@@ -256,11 +320,22 @@ impl Failures {
             .map_or_else(|| "unknown".to_owned(), |c| client(c.0.ip()))
     }
 
-    /// Counts a failed attempt from `address`; returns whether it is past the limit (to be
-    /// answered `429`).
-    pub(crate) async fn fail(&self, address: &str) -> bool {
-        let outcome = self.limiter.check_one(&self.rule, address).await;
-        outcome.is_ok_and(|o| !o.is_admitted())
+    /// Checks an attempt from `address` with `right` (whether the token given is the
+    /// token), unless the client is past the limit.
+    pub(crate) async fn attempt(&self, address: &str, right: impl FnOnce() -> bool) -> Attempt {
+        let batch = [Check::new(&self.rule, address.as_bytes())];
+        let mut taken = match self.limiter.reserve(&batch, Duration::ZERO).await {
+            Ok(taken) if taken.outcome().is_admitted() => taken,
+            // Past the limit, or no count to be had: unchecked.
+            _ => return Attempt::Refused,
+        };
+        if right() {
+            drop(taken.cancel().await);
+            Attempt::Right
+        } else {
+            drop(taken.confirm().await);
+            Attempt::Wrong
+        }
     }
 }
 
@@ -374,5 +449,30 @@ mod tests {
         assert!(secrets.csrf_valid(&headers, &secrets.csrf_token("c1")));
         assert!(!secrets.csrf_valid(&headers, &secrets.csrf_token("c2")));
         assert!(!secrets.csrf_valid(&headers, ""));
+    }
+
+    /// Tokens that can be guessed are refused: short ones, blanks, one character, a run,
+    /// a repeated part; random ones of 32 hexadecimal digits or more are taken.
+    #[test]
+    fn guessable_tokens_are_refused() {
+        for token in [
+            " ".repeat(16),
+            " ".repeat(40),
+            "\t".repeat(40),
+            "a".repeat(16),
+            "a".repeat(64),
+            "0123456789abcdef".to_owned(),
+            "0123456789abcdef0123456789abcdef".to_owned(),
+            "abcdefghijklmnopqrstuvwxyz012345".to_owned(),
+            "ab".repeat(20),
+            "a secret of 16 characters or more".to_owned(),
+        ] {
+            assert!(guessable(&token).is_some(), "{token:?}");
+        }
+        for _ in 0..1_000 {
+            let token = hex(&random()[..16]);
+            assert_eq!(guessable(&token), None, "{token}");
+        }
+        assert_eq!(guessable("c3000dbcba30a94e90d4be5861183f6b"), None);
     }
 }

@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::api::{rules_named, WhichKey};
 use super::auth::{
-    cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Failures,
-    CSRF_COOKIE,
+    cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Attempt,
+    Failures, CSRF_COOKIE,
 };
 use super::render::{self, Lookup, Page};
 use super::text::{hex, key_text};
@@ -168,16 +168,24 @@ pub(super) async fn login<St: Store>(
     let address = Failures::address(&request);
     let form = Form::<SignIn>::from_request(request, &()).await;
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
-    // The right token is never refused, however often others failed from this client.
-    if !shared.secrets.has_token() || shared.secrets.token_matches(&given) {
-        let session = session_cookie(shared.cookie_scope(&base), &shared.secrets.new_session());
-        return see_other(page_at(&base), &[session]);
+    let attempt = if shared.secrets.has_token() {
+        let right = || shared.secrets.token_matches(&given);
+        shared.failures.attempt(&address, right).await
+    } else {
+        Attempt::Right
+    };
+    match attempt {
+        Attempt::Right => {
+            let session = shared.secrets.new_session();
+            let session = session_cookie(shared.cookie_scope(&base), &session);
+            see_other(page_at(&base), &[session])
+        }
+        Attempt::Wrong => page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[]),
+        Attempt::Refused => {
+            let html = render::login_with(&base, "Too many failed attempts: try again later.");
+            page_response(StatusCode::TOO_MANY_REQUESTS, html, &[])
+        }
     }
-    if shared.failures.fail(&address).await {
-        let html = render::login_with(&base, "Too many failed attempts: try again later.");
-        return page_response(StatusCode::TOO_MANY_REQUESTS, html, &[]);
-    }
-    page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[])
 }
 
 /// The sign-out button's field.
