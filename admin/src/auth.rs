@@ -2,12 +2,14 @@
 //! the session cookie its login form sets, the anti-forgery token of the page's forms, and
 //! the limit on failed attempts, enforced by tollgate itself.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::ConnectInfo;
 use hmac::{Hmac, Mac};
 use http::{header, HeaderMap, Request};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -89,12 +91,19 @@ pub(crate) enum Access {
     Denied,
 }
 
-/// The secrets of one router: the digest of its token, and the key its cookies are signed
-/// with (random per router, so a restart ends every session).
+/// The secrets of one router: the digest of its token, the key its cookies are signed with
+/// (random per router, so a restart ends every session), and the sessions not ended.
 pub(crate) struct Secrets {
     token: Option<[u8; 32]>,
     key: [u8; 32],
+    /// Each live session's id and expiry, oldest first: a session cookie is valid only
+    /// while its id is here, so signing out ends it wherever the cookie is replayed.
+    sessions: Mutex<VecDeque<(String, u64)>>,
 }
+
+/// The most sessions a router keeps at once; a sign-in beyond ends the oldest. Only a
+/// holder of the token signs in, so this bounds what an operator's own browsers cost.
+const MAX_SESSIONS: usize = 1_024;
 
 /// `n` random bytes from the operating system; should it fail, a digest of process-keyed
 /// hashes and the time, which an attacker cannot predict either.
@@ -118,6 +127,7 @@ impl Secrets {
         Self {
             token: token.map(|t| Sha256::digest(t).into()),
             key: random(),
+            sessions: Mutex::default(),
         }
     }
 
@@ -149,20 +159,43 @@ impl Secrets {
         }
     }
 
-    /// A new session cookie's value: its expiry and its signature.
+    /// A new session cookie's value: its expiry and id, and their signature.
     pub(crate) fn new_session(&self) -> String {
-        let until = unix_now() + SESSION.as_secs();
-        let signature = self.mac("session", &until.to_string()).unwrap_or_default();
-        format!("{until}.{}", hex(&signature))
+        let now = unix_now();
+        let until = now + SESSION.as_secs();
+        let id = hex(&random()[..16]);
+        let message = format!("{until}.{id}");
+        let signature = self.mac("session", &message).unwrap_or_default();
+        let mut sessions = self.sessions.lock();
+        sessions.retain(|&(_, until)| until > now);
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.pop_front();
+        }
+        sessions.push_back((id, until));
+        format!("{message}.{}", hex(&signature))
     }
 
-    /// Whether a session cookie's value is one this router signed and still current.
-    fn session_valid(&self, value: &str) -> bool {
-        let Some((until, signature)) = value.split_once('.') else {
-            return false;
-        };
+    /// The id of a session cookie's value if this router signed it and it is current.
+    fn signed_session<'v>(&self, value: &'v str) -> Option<&'v str> {
+        let (message, signature) = value.rsplit_once('.')?;
+        let (until, id) = message.split_once('.')?;
         let current = until.parse::<u64>().is_ok_and(|until| until > unix_now());
-        current && self.signed_matches("session", until, signature)
+        (current && self.signed_matches("session", message, signature)).then_some(id)
+    }
+
+    /// Whether a session cookie's value is one this router signed, still current and not
+    /// ended.
+    fn session_valid(&self, value: &str) -> bool {
+        self.signed_session(value)
+            .is_some_and(|id| self.sessions.lock().iter().any(|(live, _)| live == id))
+    }
+
+    /// Ends the session of the request's cookie, if it has one: replayed from anywhere,
+    /// that cookie is refused from now on.
+    pub(crate) fn end_session(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers, SESSION_COOKIE).and_then(|v| self.signed_session(v)) {
+            self.sessions.lock().retain(|(live, _)| live != id);
+        }
     }
 
     /// The anti-forgery token of the forms shown to the browser holding `csrf_cookie`.
@@ -440,6 +473,12 @@ mod tests {
         assert!(!Secrets::new(Some(b"0123456789abcdef")).session_valid(&session));
         let forged = session.replacen('1', "2", 1);
         assert!(!secrets.session_valid(&forged));
+        let mut signed_in = HeaderMap::new();
+        let cookie = format!("{SESSION_COOKIE}={session}");
+        signed_in.insert(header::COOKIE, cookie.parse().unwrap());
+        secrets.end_session(&signed_in);
+        assert!(!secrets.session_valid(&session));
+        assert!(secrets.session_valid(&secrets.new_session()));
 
         let mut headers = HeaderMap::new();
         headers.insert(

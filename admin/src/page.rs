@@ -194,7 +194,8 @@ pub(super) struct SignOut {
     csrf: Option<String>,
 }
 
-/// Ends the browser's session: its cookie is cleared, and the sign-in form is shown.
+/// Ends the browser's session: the router forgets it (its cookie, replayed, is refused),
+/// its cookie is cleared, and the sign-in form is shown.
 pub(super) async fn logout<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     original: OriginalUri,
@@ -211,6 +212,7 @@ pub(super) async fn logout<St: Store>(
         );
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
+    shared.secrets.end_session(&headers);
     let cleared = session_cleared(shared.cookie_scope(&base));
     see_other(page_at(&base), &[cleared])
 }

@@ -165,7 +165,8 @@ async fn failed_sign_ins_do_not_lock_the_operator_out() {
     );
 }
 
-/// Signing out clears the session cookie at the router's path; the page has the button.
+/// Signing out clears the session cookie at the router's path and ends the session: the
+/// old cookie, replayed from another address, is refused. The page has the button.
 #[tokio::test]
 async fn a_session_can_be_signed_out() {
     let (app, _reload) = app();
@@ -209,6 +210,14 @@ async fn a_session_can_be_signed_out() {
         "{cleared}"
     );
     assert!(cleared.contains("Path=/admin;"), "{cleared}");
+    let mut replayed = Request::get("/admin/api/rules")
+        .header(header::COOKIE, &session)
+        .body(Body::empty())
+        .unwrap();
+    let elsewhere: SocketAddr = ([198, 51, 100, 3], 5000).into();
+    replayed.extensions_mut().insert(ConnectInfo(elsewhere));
+    let response = app.clone().oneshot(replayed).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
 }
 
 /// A token that could be guessed is refused when the router is made, saying how to make
