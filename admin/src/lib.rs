@@ -56,6 +56,11 @@
 //!
 //! Decisions, top keys, and which keys were seen locked or denied are this instance's (see
 //! [`Activity`]); a key's state, and whether a listed key is locked now, is the store's.
+//! Locked keys are remembered sixteen times as many as other denied keys; past that, the
+//! page and the API say how many locks were forgotten, and that the list (and a lookup by
+//! a part) is not complete. Keys are shown so that none passes for another: characters
+//! that show nothing are escaped (`\u{…}`), a key kept as a digest reads `sha256:` and its
+//! hex (which the lookup takes back), and a key spelled so itself has its colon escaped.
 //! The rules are the layer's current ones: a router made
 //! from a [reloadable](tollgate::layer::RateLimitLayer::reloadable) layer follows its
 //! reloads.

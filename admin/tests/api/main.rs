@@ -356,6 +356,58 @@ async fn a_part_of_a_key_finds_the_key() {
     assert!(!result.contains(">admitted<"), "{result}");
 }
 
+/// A flood of locked throw-away names does not push a real user's lock out: she is still
+/// listed locked, and a lookup by her name finds her key locked.
+#[tokio::test]
+async fn a_flood_of_locks_keeps_every_lock_shown() {
+    let per_user_and_address = (key::peer_ip(), key::header("user"));
+    let app = app_on(
+        tollgate::Limiter::new(MemoryStore::new()),
+        per_user_and_address,
+        |a| a,
+    );
+    hit(&app, "alice", 3).await;
+    for i in 0..4_000 {
+        hit(&app, &format!("throw-away-{i}"), 3).await;
+    }
+    let (_, found) = send(&app, admin("GET", "/admin/api/find?key=alice", Some(TOKEN))).await;
+    let keys = found["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{found}");
+    assert_eq!(keys[0]["key"], "203.0.113.7\u{241F}alice");
+    assert_eq!(keys[0]["locked"], true, "{found}");
+    let path = "/admin/api/locked?n=5000";
+    let (_, locked) = send(&app, admin("GET", path, Some(TOKEN))).await;
+    let listed =
+        locked[0]["keys"].as_array().unwrap().len() + locked[0]["more"].as_u64().unwrap() as usize;
+    assert_eq!(listed, 4_001, "{}", locked[0]["more"]);
+}
+
+/// A key spelled as a digest is not shown as one, and the digest the page shows, typed
+/// into the lookup, finds the digested key, not a key spelled so.
+#[tokio::test]
+async fn a_digest_typed_finds_the_digested_key() {
+    let (app, _reload) = app();
+    let long = "m".repeat(300);
+    hit(&app, &long, 3).await;
+    let (_, top) = send(&app, admin("GET", "/admin/api/top", Some(TOKEN))).await;
+    let shown = top[0]["keys"][0]["key"].as_str().unwrap().to_owned();
+    assert!(shown.starts_with("sha256:"), "{shown}");
+    hit(&app, &shown, 3).await;
+    let (_, top) = send(&app, admin("GET", "/admin/api/top", Some(TOKEN))).await;
+    let texts: Vec<&str> = top[0]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{top}");
+    assert_ne!(texts[0], texts[1], "{top}");
+    let typed = format!("/admin/api/key?rule=login&key={shown}");
+    let (_, state) = send(&app, admin("GET", &typed, Some(TOKEN))).await;
+    assert_eq!(state["digested"], true, "{state}");
+    assert_eq!(state["key"], shown.as_str(), "{state}");
+}
+
 /// Given the in-process store, the page and the API say whether it is full (it forgot
 /// entries lately to make room for new keys), how many keys it holds, and what it does
 /// when full.
