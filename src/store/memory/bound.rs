@@ -280,7 +280,7 @@ impl MemoryStore {
     /// A shard whose entries are all locked cannot make room without lifting a lock: it
     /// grows past its share with new keys, each decided on its own state, up to twice its
     /// share; beyond that a batch with a key it does not hold is denied
-    /// ([`DenyReason::Limited`](crate::DenyReason::Limited), every rule, `retry_after` when
+    /// ([`DenyReason::Limited`], every rule, `retry_after` when
     /// the first of its locks ends), whatever the caller's policy for a failing store: the
     /// bound limits as a rule does. Each such refusal is counted:
     /// [`refusals`](Self::refusals), and with the `metrics` feature
