@@ -201,8 +201,8 @@ impl<St: Store + Clone> Admin<St> {
 
     /// Shows how full `store` is: the keys it holds, and whether it is at its
     /// [bound](MemoryStore::max_keys), forgetting entries to make room for new keys (it
-    /// [evicted](MemoryStore::evictions) some in the last five minutes), with what that
-    /// means. Pass the in-process store the layer decides in, or the local store of a
+    /// [evicted](MemoryStore::evictions) some in the last five minutes) or denying new keys
+    /// for want of room ([refusals](MemoryStore::refusals)), with what that means. Pass the in-process store the layer decides in, or the local store of a
     /// [`Fallback`](tollgate::store::Fallback) (a clone: clones share their state).
     pub fn memory_store(mut self, store: &MemoryStore) -> Self {
         self.watched.memory = Some(MemoryWatch::of(store));

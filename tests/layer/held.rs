@@ -350,20 +350,25 @@ async fn a_client_that_hangs_up_gives_its_held_units_back() {
     eventually(|| async { backlog(&limiter, "a").await == 10 * S }).await;
 }
 
+/// A leaky bucket per user that holds up to 100 requests, behind a layer holding at most
+/// `max_held` of them at once.
+fn queued(max_held: usize) -> RateLimitLayer {
+    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
+    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
+    RateLimitLayer::builder()
+        .limiter(limiter)
+        .limit(Limit::new(queue, key::header("user-id")))
+        .max_held(max_held)
+        .build()
+        .unwrap()
+}
+
 /// One client cannot take every place for held requests: by default each key that delays
 /// requests holds at most a tenth of `max_held`, so another client's delayed request is
 /// still held, not refused.
 #[tokio::test(start_paused = true)]
 async fn one_client_cannot_take_every_place_by_default() {
-    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter)
-        .limit(Limit::new(queue, key::header("user-id")))
-        .max_held(20)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new().layer(layer).service(ok());
+    let svc = ServiceBuilder::new().layer(queued(20)).service(ok());
     let mut a = Vec::new();
     for _ in 0..30 {
         a.push(tokio::spawn(svc.clone().oneshot(user("a"))));
@@ -386,15 +391,7 @@ async fn one_client_cannot_take_every_place_by_default() {
 /// a short wait is held, not refused.
 #[tokio::test(start_paused = true)]
 async fn many_keys_leave_room_for_a_key_that_holds_nothing_yet() {
-    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter)
-        .limit(Limit::new(queue, key::header("user-id")))
-        .max_held(100)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new().layer(layer).service(ok());
+    let svc = ServiceBuilder::new().layer(queued(100)).service(ok());
     let mut held = Vec::new();
     for attacker in 0..10 {
         for _ in 0..15 {
@@ -422,15 +419,7 @@ async fn many_keys_leave_room_for_a_key_that_holds_nothing_yet() {
 /// needing a short wait is held, not refused.
 #[tokio::test(start_paused = true)]
 async fn fresh_keys_leave_room_for_another_client() {
-    let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(T0)));
-    let queue = Rule::leaky_bucket("queue", 100, tollgate::Rate::per_second(10));
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter)
-        .limit(Limit::new(queue, key::header("user-id")))
-        .max_held(100)
-        .build()
-        .unwrap();
-    let svc = ServiceBuilder::new().layer(layer).service(ok());
+    let svc = ServiceBuilder::new().layer(queued(100)).service(ok());
     let mut held = Vec::new();
     let mut flood = |name: String, requests: usize| {
         for _ in 0..requests {
