@@ -20,6 +20,11 @@ use tollgate::{store::MemoryStore, Check, Limiter, Rule};
 pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
 /// The cookie the page's anti-forgery tokens are derived from.
 pub(crate) const CSRF_COOKIE: &str = "tollgate_admin_csrf";
+/// The cookie of a browser that signed in here before: its attempts count apart from its
+/// address's, so that others sharing the address cannot make it wait.
+pub(crate) const DEVICE_COOKIE: &str = "tollgate_admin_device";
+/// How long a browser is known by its [`DEVICE_COOKIE`].
+pub(crate) const DEVICE: Duration = Duration::from_secs(30 * 86_400);
 /// How long a session lasts.
 pub(crate) const SESSION: Duration = Duration::from_secs(8 * 3600);
 /// The shortest bearer token accepted: 32 bytes, as `openssl rand -hex 16` writes.
@@ -198,6 +203,30 @@ impl Secrets {
         }
     }
 
+    /// The value of the device cookie of the browser `headers` come from: its own, if this
+    /// router signed it, or a new one.
+    pub(crate) fn device_cookie(&self, headers: &HeaderMap) -> String {
+        if let Some(value) = cookie(headers, DEVICE_COOKIE).filter(|v| self.device(v).is_some()) {
+            return value.to_owned();
+        }
+        let id = hex(&random()[..16]);
+        let signature = self.mac("device", &id).unwrap_or_default();
+        format!("{id}.{}", hex(&signature))
+    }
+
+    /// The id of a device cookie's value, if this router signed it.
+    fn device<'v>(&self, value: &'v str) -> Option<&'v str> {
+        let (id, signature) = value.split_once('.')?;
+        self.signed_matches("device", id, signature).then_some(id)
+    }
+
+    /// Whom an attempt from `request` counts against: the browser, if it signed in here
+    /// before (its device cookie), or else its [address](Failures::address).
+    pub(crate) fn attempter<B>(&self, request: &Request<B>) -> String {
+        let device = cookie(request.headers(), DEVICE_COOKIE).and_then(|v| self.device(v));
+        device.map_or_else(|| Failures::address(request), |id| format!("device {id}"))
+    }
+
     /// The anti-forgery token of the forms shown to the browser holding `csrf_cookie`.
     pub(crate) fn csrf_token(&self, csrf_cookie: &str) -> String {
         hex(&self.mac("csrf", csrf_cookie).unwrap_or_default())
@@ -286,6 +315,11 @@ pub(crate) fn session_cookie(scope: CookieScope<'_>, value: &str) -> String {
     set_cookie(scope, SESSION_COOKIE, value, SESSION)
 }
 
+/// The `Set-Cookie` value of a browser's device cookie.
+pub(crate) fn device_cookie(scope: CookieScope<'_>, value: &str) -> String {
+    set_cookie(scope, DEVICE_COOKIE, value, DEVICE)
+}
+
 /// The `Set-Cookie` value that ends the session (signing out).
 pub(crate) fn session_cleared(scope: CookieScope<'_>) -> String {
     set_cookie(scope, SESSION_COOKIE, "", Duration::ZERO)
@@ -318,10 +352,10 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 /// right token gives it back, so only wrong ones count, and concurrent guesses cannot slip
 /// past the count. Past the limit an attempt is refused (`429`) without being checked:
 /// a guess then tells nothing, right or wrong. Others cannot lock the operator out: a
-/// session cookie is no guess and is never refused, and failures count per client, an
-/// IPv4 address or an IPv6 /64 (what one host is usually given); only a client sharing the
-/// operator's address can make her wait to sign in anew, until the window ends. The store
-/// holds at most [`MAX_CLIENTS`] clients.
+/// session cookie is no guess and is never refused, failures count per client, an IPv4
+/// address or an IPv6 /64 (what one host is usually given), and a browser that signed in
+/// here before counts apart by its device cookie, which no one without the token can get
+/// ([`Secrets::attempter`]). The store holds at most [`MAX_CLIENTS`] clients.
 pub(crate) struct Failures {
     limiter: Limiter<MemoryStore>,
     rule: Rule,
@@ -353,10 +387,10 @@ impl Failures {
             .map_or_else(|| "unknown".to_owned(), |c| client(c.0.ip()))
     }
 
-    /// Checks an attempt from `address` with `right` (whether the token given is the
-    /// token), unless the client is past the limit.
-    pub(crate) async fn attempt(&self, address: &str, right: impl FnOnce() -> bool) -> Attempt {
-        let batch = [Check::new(&self.rule, address.as_bytes())];
+    /// Checks an attempt by `attempter` with `right` (whether the token given is the
+    /// token), unless the attempter is past the limit.
+    pub(crate) async fn attempt(&self, attempter: &str, right: impl FnOnce() -> bool) -> Attempt {
+        let batch = [Check::new(&self.rule, attempter.as_bytes())];
         let mut taken = match self.limiter.reserve(&batch, Duration::ZERO).await {
             Ok(taken) if taken.outcome().is_admitted() => taken,
             // Past the limit, or no count to be had: unchecked.

@@ -80,8 +80,9 @@
 //! client (an IPv4 address or an IPv6 /64, from axum's `ConnectInfo`; one count for all
 //! without it) has its attempts answered `429` without being checked until the window
 //! ends, counted by tollgate itself in a store bounded to 65,536 clients. A session is
-//! never refused, and failures from one client never refuse another: only a client
-//! sharing the operator's address can make her wait to sign in anew.
+//! never refused, and failures from one client never refuse another; a browser that
+//! signed in before carries a device cookie (signed, 30 days) and counts apart from its
+//! address, so others sharing the address cannot make it wait to sign in anew.
 //!
 //! A change from a browser (an unblock) must carry the anti-forgery token the page puts in
 //! its forms (the `csrf` field, or an `x-csrf-token` header), derived from a `SameSite=Strict`
@@ -293,9 +294,9 @@ async fn guard<St: Store>(
 ) -> Response {
     let access = match shared.secrets.offered(request.headers()) {
         Some(given) => {
-            let address = Failures::address(&request);
+            let attempter = shared.secrets.attempter(&request);
             let right = || shared.secrets.token_matches(given);
-            match shared.failures.attempt(&address, right).await {
+            match shared.failures.attempt(&attempter, right).await {
                 Attempt::Right => Access::Bearer,
                 Attempt::Wrong => return unauthorized(),
                 Attempt::Refused => {

@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::api::{rules_named, WhichKey};
 use super::auth::{
-    cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Attempt,
-    Failures, CSRF_COOKIE,
+    cookie, device_cookie, random, same_origin, session_cleared, session_cookie, set_cookie,
+    Access, Attempt, CSRF_COOKIE,
 };
 use super::render::{self, Lookup, Page};
 use super::text::{hex, key_text};
@@ -165,20 +165,21 @@ pub(super) async fn login<St: Store>(
         let html = render::login_with(&base, "Sign in from this page itself.");
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
-    let address = Failures::address(&request);
+    let attempter = shared.secrets.attempter(&request);
+    let device = shared.secrets.device_cookie(request.headers());
     let form = Form::<SignIn>::from_request(request, &()).await;
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
     let attempt = if shared.secrets.has_token() {
         let right = || shared.secrets.token_matches(&given);
-        shared.failures.attempt(&address, right).await
+        shared.failures.attempt(&attempter, right).await
     } else {
         Attempt::Right
     };
     match attempt {
         Attempt::Right => {
-            let session = shared.secrets.new_session();
-            let session = session_cookie(shared.cookie_scope(&base), &session);
-            see_other(page_at(&base), &[session])
+            let scope = shared.cookie_scope(&base);
+            let session = session_cookie(scope, &shared.secrets.new_session());
+            see_other(page_at(&base), &[session, device_cookie(scope, &device)])
         }
         Attempt::Wrong => page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[]),
         Attempt::Refused => {

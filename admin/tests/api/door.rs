@@ -71,19 +71,31 @@ async fn credentials_and_forgery_are_checked() {
 /// Past the limit a guess is not checked: the right token from the guessing client is
 /// refused like a wrong one, as a bearer token and in the sign-in form, so 429 tells a
 /// guesser nothing; guesses sent at once cannot slip past the count; the token from
-/// another client, and a session from before, still get in.
+/// another client, a session from before, and a browser that signed in before from the
+/// guesser's own address (its device cookie, which cannot be forged) still get in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guess_past_the_limit_is_not_checked() {
     let (app, _reload) = app();
     let guesser: SocketAddr = "198.51.100.66:4000".parse().unwrap();
     let operator: SocketAddr = "192.0.2.10:4000".parse().unwrap();
     let status = |r: Request<Body>| async { app.clone().oneshot(r).await.unwrap().status() };
-    let session = {
+    let (session, device) = {
         let response = app.clone().oneshot(sign_in(TOKEN, None, guesser)).await;
         let response = response.unwrap();
-        let set = response.headers()[header::SET_COOKIE].to_str().unwrap();
-        set.split(';').next().unwrap().to_owned()
+        let mut set = response.headers().get_all(header::SET_COOKIE).iter();
+        let mut next = || {
+            set.next()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        (next(), next())
     };
+    assert!(device.starts_with("tollgate_admin_device="), "{device}");
     let bearer = |token: &str, peer: SocketAddr| {
         let mut request = admin("GET", "/admin/api/rules", Some(token));
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -115,6 +127,20 @@ async fn a_guess_past_the_limit_is_not_checked() {
         .unwrap();
     with_session.extensions_mut().insert(ConnectInfo(guesser));
     assert_eq!(status(with_session).await, StatusCode::OK);
+    let known = |cookie: &str| {
+        let mut request = sign_in(TOKEN, None, guesser);
+        request
+            .headers_mut()
+            .insert(header::COOKIE, cookie.parse().unwrap());
+        request
+    };
+    assert_eq!(status(known(&device)).await, StatusCode::SEE_OTHER);
+    let forged = format!(
+        "tollgate_admin_device={}.{}",
+        "1".repeat(32),
+        "2".repeat(64)
+    );
+    assert_eq!(status(known(&forged)).await, StatusCode::TOO_MANY_REQUESTS);
 }
 
 fn sign_in(token: &str, origin: Option<&str>, peer: SocketAddr) -> Request<Body> {
