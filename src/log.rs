@@ -45,9 +45,11 @@ pub(crate) enum Event {
     RefundFailure,
     /// The in-process store reached its bound on keys.
     StoreFull,
+    /// A decision observer panicked.
+    ObserverPanic,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 7;
 const ALL: [Event; KINDS] = [
     Event::StoreFailure,
     Event::ShadowDenial,
@@ -55,6 +57,7 @@ const ALL: [Event; KINDS] = [
     Event::KeyUnavailable,
     Event::RefundFailure,
     Event::StoreFull,
+    Event::ObserverPanic,
 ];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
@@ -237,6 +240,11 @@ impl EventLog {
                 suppressed,
                 interval_s,
                 "the in-process store stayed full (summary of the last interval)"
+            ),
+            Event::ObserverPanic => tracing::error!(
+                suppressed,
+                interval_s,
+                "decision observers panicked again (summary of the last interval)"
             ),
         }
     }

@@ -9,7 +9,7 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 
 use super::auth::Access;
-use super::text::{typed_key, unhex};
+use super::text::{typed_digest, typed_key, unhex};
 use super::{view, Shared};
 use tollgate::layer::RuleInfo;
 use tollgate::{store::Store, Rule, StoreError, StoredKey};
@@ -65,7 +65,8 @@ pub(super) struct WhichKey {
 
 impl WhichKey {
     /// The key as the store keeps it, if the key is named well: exact bytes given as a
-    /// digest must be in the form the store keeps digests in.
+    /// digest must be in the form the store keeps digests in; typed text is the key it
+    /// spells, or the digest it shows (`sha256:` and 64 hex digits, as the page shows one).
     pub(super) fn stored(&self) -> Option<StoredKey<'static>> {
         match (&self.key_hex, &self.key) {
             (Some(hex), _) => {
@@ -78,7 +79,10 @@ impl WhichKey {
                     Some(StoredKey::of(&bytes).into_owned())
                 }
             }
-            (None, Some(text)) => Some(StoredKey::of(&typed_key(text)).into_owned()),
+            (None, Some(text)) => match typed_digest(text) {
+                Some(digest) => StoredKey::from_stored(&digest).map(StoredKey::into_owned),
+                None => Some(StoredKey::of(&typed_key(text)).into_owned()),
+            },
             (None, None) => None,
         }
     }

@@ -2,26 +2,86 @@
 //! the session cookie its login form sets, the anti-forgery token of the page's forms, and
 //! the limit on failed attempts, enforced by tollgate itself.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::ConnectInfo;
 use hmac::{Hmac, Mac};
 use http::{header, HeaderMap, Request};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::text::{hex, unhex};
-use tollgate::{store::MemoryStore, Limiter, Rule};
+use tollgate::{store::MemoryStore, Check, Limiter, Rule};
 
 /// The session cookie the login form sets.
 pub(crate) const SESSION_COOKIE: &str = "tollgate_admin_session";
 /// The cookie the page's anti-forgery tokens are derived from.
 pub(crate) const CSRF_COOKIE: &str = "tollgate_admin_csrf";
+/// The cookie of a browser that signed in here before: its attempts count apart from its
+/// address's, so that others sharing the address cannot make it wait.
+pub(crate) const DEVICE_COOKIE: &str = "tollgate_admin_device";
+/// How long a browser is known by its [`DEVICE_COOKIE`].
+pub(crate) const DEVICE: Duration = Duration::from_secs(30 * 86_400);
 /// How long a session lasts.
 pub(crate) const SESSION: Duration = Duration::from_secs(8 * 3600);
-/// The shortest bearer token accepted: 16 bytes, as `openssl rand -hex 8` writes.
-pub(crate) const MIN_TOKEN_LEN: usize = 16;
+/// The shortest bearer token accepted: 32 bytes, as `openssl rand -hex 16` writes.
+pub(crate) const MIN_TOKEN_LEN: usize = 32;
+
+/// The least a token's [estimated entropy](estimated_bits) may be, in bits: a random one of
+/// 32 hexadecimal digits falls below it about once in a million draws.
+const MIN_TOKEN_BITS: f64 = 80.0;
+
+/// Why `token` could be guessed, if it could: too short, holding anything but visible
+/// ASCII (an `Authorization` header carries nothing else, and a space is easy to type
+/// twice), repeating a shorter part, or too regular to be random.
+pub(crate) fn guessable(token: &str) -> Option<String> {
+    let bytes = token.as_bytes();
+    if bytes.len() < MIN_TOKEN_LEN {
+        return Some(format!(
+            "of {} bytes is too short to be secret",
+            bytes.len()
+        ));
+    }
+    if !bytes.iter().all(u8::is_ascii_graphic) {
+        return Some("holds spaces, control or non-ASCII characters".to_owned());
+    }
+    let repeats = (1..=bytes.len() / 2)
+        .any(|period| bytes.chunks(period).all(|part| bytes.starts_with(part)));
+    if repeats {
+        return Some("repeats a shorter part".to_owned());
+    }
+    if estimated_bits(bytes) < MIN_TOKEN_BITS {
+        return Some("is too regular to be random".to_owned());
+    }
+    None
+}
+
+/// A guesser's work for `bytes` as a crude estimate, in bits: the entropy of its
+/// characters' frequencies, or of the steps between neighbours if lower (a run like
+/// `abcdef…` has many characters and one step), times its length.
+fn estimated_bits(bytes: &[u8]) -> f64 {
+    let steps: Vec<u8> = bytes.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    frequency_bits(bytes).min(frequency_bits(&steps))
+}
+
+fn frequency_bits(symbols: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for &s in symbols {
+        counts[usize::from(s)] += 1;
+    }
+    let n = symbols.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2() * n
+        })
+        .sum()
+}
 
 /// How a request was let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +96,19 @@ pub(crate) enum Access {
     Denied,
 }
 
-/// The secrets of one router: the digest of its token, and the key its cookies are signed
-/// with (random per router, so a restart ends every session).
+/// The secrets of one router: the digest of its token, the key its cookies are signed with
+/// (random per router, so a restart ends every session), and the sessions not ended.
 pub(crate) struct Secrets {
     token: Option<[u8; 32]>,
     key: [u8; 32],
+    /// Each live session's id and expiry, oldest first: a session cookie is valid only
+    /// while its id is here, so signing out ends it wherever the cookie is replayed.
+    sessions: Mutex<VecDeque<(String, u64)>>,
 }
+
+/// The most sessions a router keeps at once; a sign-in beyond ends the oldest. Only a
+/// holder of the token signs in, so this bounds what an operator's own browsers cost.
+const MAX_SESSIONS: usize = 1_024;
 
 /// `n` random bytes from the operating system; should it fail, a digest of process-keyed
 /// hashes and the time, which an attacker cannot predict either.
@@ -65,6 +132,7 @@ impl Secrets {
         Self {
             token: token.map(|t| Sha256::digest(t).into()),
             key: random(),
+            sessions: Mutex::default(),
         }
     }
 
@@ -96,20 +164,67 @@ impl Secrets {
         }
     }
 
-    /// A new session cookie's value: its expiry and its signature.
+    /// A new session cookie's value: its expiry and id, and their signature.
     pub(crate) fn new_session(&self) -> String {
-        let until = unix_now() + SESSION.as_secs();
-        let signature = self.mac("session", &until.to_string()).unwrap_or_default();
-        format!("{until}.{}", hex(&signature))
+        let now = unix_now();
+        let until = now + SESSION.as_secs();
+        let id = hex(&random()[..16]);
+        let message = format!("{until}.{id}");
+        let signature = self.mac("session", &message).unwrap_or_default();
+        let mut sessions = self.sessions.lock();
+        sessions.retain(|&(_, until)| until > now);
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.pop_front();
+        }
+        sessions.push_back((id, until));
+        format!("{message}.{}", hex(&signature))
     }
 
-    /// Whether a session cookie's value is one this router signed and still current.
-    fn session_valid(&self, value: &str) -> bool {
-        let Some((until, signature)) = value.split_once('.') else {
-            return false;
-        };
+    /// The id of a session cookie's value if this router signed it and it is current.
+    fn signed_session<'v>(&self, value: &'v str) -> Option<&'v str> {
+        let (message, signature) = value.rsplit_once('.')?;
+        let (until, id) = message.split_once('.')?;
         let current = until.parse::<u64>().is_ok_and(|until| until > unix_now());
-        current && self.signed_matches("session", until, signature)
+        (current && self.signed_matches("session", message, signature)).then_some(id)
+    }
+
+    /// Whether a session cookie's value is one this router signed, still current and not
+    /// ended.
+    fn session_valid(&self, value: &str) -> bool {
+        self.signed_session(value)
+            .is_some_and(|id| self.sessions.lock().iter().any(|(live, _)| live == id))
+    }
+
+    /// Ends the session of the request's cookie, if it has one: replayed from anywhere,
+    /// that cookie is refused from now on.
+    pub(crate) fn end_session(&self, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers, SESSION_COOKIE).and_then(|v| self.signed_session(v)) {
+            self.sessions.lock().retain(|(live, _)| live != id);
+        }
+    }
+
+    /// The value of the device cookie of the browser `headers` come from: its own, if this
+    /// router signed it, or a new one.
+    pub(crate) fn device_cookie(&self, headers: &HeaderMap) -> String {
+        if let Some(value) = cookie(headers, DEVICE_COOKIE).filter(|v| self.device(v).is_some()) {
+            return value.to_owned();
+        }
+        let id = hex(&random()[..16]);
+        let signature = self.mac("device", &id).unwrap_or_default();
+        format!("{id}.{}", hex(&signature))
+    }
+
+    /// The id of a device cookie's value, if this router signed it.
+    fn device<'v>(&self, value: &'v str) -> Option<&'v str> {
+        let (id, signature) = value.split_once('.')?;
+        self.signed_matches("device", id, signature).then_some(id)
+    }
+
+    /// Whom an attempt from `request` counts against: the browser, if it signed in here
+    /// before (its device cookie), or else its [address](Failures::address).
+    pub(crate) fn attempter<B>(&self, request: &Request<B>) -> String {
+        let device = cookie(request.headers(), DEVICE_COOKIE).and_then(|v| self.device(v));
+        device.map_or_else(|| Failures::address(request), |id| format!("device {id}"))
     }
 
     /// The anti-forgery token of the forms shown to the browser holding `csrf_cookie`.
@@ -123,24 +238,23 @@ impl Secrets {
         cookie(headers, CSRF_COOKIE).is_some_and(|c| self.signed_matches("csrf", c, given))
     }
 
-    /// How `headers` authenticate: `Err(())` for a wrong bearer token (a failed attempt).
-    pub(crate) fn access(&self, headers: &HeaderMap) -> Result<Access, ()> {
+    /// The bearer token `headers` offer, when the router asks for one: a guess to be
+    /// checked under the [failure limit](Failures::attempt).
+    pub(crate) fn offered<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        bearer(headers).filter(|_| self.has_token())
+    }
+
+    /// How `headers` authenticate without a bearer token ([`offered`](Self::offered)).
+    pub(crate) fn access(&self, headers: &HeaderMap) -> Access {
         if !self.has_token() {
-            return Ok(Access::Browser);
-        }
-        if let Some(given) = bearer(headers) {
-            return if self.token_matches(given) {
-                Ok(Access::Bearer)
-            } else {
-                Err(())
-            };
+            return Access::Browser;
         }
         let session = cookie(headers, SESSION_COOKIE).is_some_and(|v| self.session_valid(v));
-        Ok(if session {
+        if session {
             Access::Browser
         } else {
             Access::Denied
-        })
+        }
     }
 }
 
@@ -201,6 +315,11 @@ pub(crate) fn session_cookie(scope: CookieScope<'_>, value: &str) -> String {
     set_cookie(scope, SESSION_COOKIE, value, SESSION)
 }
 
+/// The `Set-Cookie` value of a browser's device cookie.
+pub(crate) fn device_cookie(scope: CookieScope<'_>, value: &str) -> String {
+    set_cookie(scope, DEVICE_COOKIE, value, DEVICE)
+}
+
 /// The `Set-Cookie` value that ends the session (signing out).
 pub(crate) fn session_cleared(scope: CookieScope<'_>) -> String {
     set_cookie(scope, SESSION_COOKIE, "", Duration::ZERO)
@@ -228,15 +347,27 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Failed attempts (a wrong bearer token, a wrong token in the login form), limited per
-/// client with tollgate itself: past the limit, a client's wrong attempts are refused
-/// (`429`) until the window ends, while a valid credential is always let in, so that
-/// failures from an address never lock the operator out. A client is its IPv4 address,
-/// or its IPv6 /64 (what one host is usually given); the store holds at most
-/// [`MAX_CLIENTS`] of them.
+/// Attempts with the token (a bearer token, the login form's), limited per client with
+/// tollgate itself: each takes a unit of the client's quota before it is checked, and the
+/// right token gives it back, so only wrong ones count, and concurrent guesses cannot slip
+/// past the count. Past the limit an attempt is refused (`429`) without being checked:
+/// a guess then tells nothing, right or wrong. Others cannot lock the operator out: a
+/// session cookie is no guess and is never refused, failures count per client, an IPv4
+/// address or an IPv6 /64 (what one host is usually given), and a browser that signed in
+/// here before counts apart by its device cookie, which no one without the token can get
+/// ([`Secrets::attempter`]). The store holds at most [`MAX_CLIENTS`] clients.
 pub(crate) struct Failures {
     limiter: Limiter<MemoryStore>,
     rule: Rule,
+}
+
+/// What an [attempt](Failures::attempt) with the token came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Right,
+    Wrong,
+    /// Past the limit: not checked.
+    Refused,
 }
 
 impl Failures {
@@ -256,11 +387,22 @@ impl Failures {
             .map_or_else(|| "unknown".to_owned(), |c| client(c.0.ip()))
     }
 
-    /// Counts a failed attempt from `address`; returns whether it is past the limit (to be
-    /// answered `429`).
-    pub(crate) async fn fail(&self, address: &str) -> bool {
-        let outcome = self.limiter.check_one(&self.rule, address).await;
-        outcome.is_ok_and(|o| !o.is_admitted())
+    /// Checks an attempt by `attempter` with `right` (whether the token given is the
+    /// token), unless the attempter is past the limit.
+    pub(crate) async fn attempt(&self, attempter: &str, right: impl FnOnce() -> bool) -> Attempt {
+        let batch = [Check::new(&self.rule, attempter.as_bytes())];
+        let mut taken = match self.limiter.reserve(&batch, Duration::ZERO).await {
+            Ok(taken) if taken.outcome().is_admitted() => taken,
+            // Past the limit, or no count to be had: unchecked.
+            _ => return Attempt::Refused,
+        };
+        if right() {
+            drop(taken.cancel().await);
+            Attempt::Right
+        } else {
+            drop(taken.confirm().await);
+            Attempt::Wrong
+        }
     }
 }
 
@@ -365,6 +507,12 @@ mod tests {
         assert!(!Secrets::new(Some(b"0123456789abcdef")).session_valid(&session));
         let forged = session.replacen('1', "2", 1);
         assert!(!secrets.session_valid(&forged));
+        let mut signed_in = HeaderMap::new();
+        let cookie = format!("{SESSION_COOKIE}={session}");
+        signed_in.insert(header::COOKIE, cookie.parse().unwrap());
+        secrets.end_session(&signed_in);
+        assert!(!secrets.session_valid(&session));
+        assert!(secrets.session_valid(&secrets.new_session()));
 
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -374,5 +522,30 @@ mod tests {
         assert!(secrets.csrf_valid(&headers, &secrets.csrf_token("c1")));
         assert!(!secrets.csrf_valid(&headers, &secrets.csrf_token("c2")));
         assert!(!secrets.csrf_valid(&headers, ""));
+    }
+
+    /// Tokens that can be guessed are refused: short ones, blanks, one character, a run,
+    /// a repeated part; random ones of 32 hexadecimal digits or more are taken.
+    #[test]
+    fn guessable_tokens_are_refused() {
+        for token in [
+            " ".repeat(16),
+            " ".repeat(40),
+            "\t".repeat(40),
+            "a".repeat(16),
+            "a".repeat(64),
+            "0123456789abcdef".to_owned(),
+            "0123456789abcdef0123456789abcdef".to_owned(),
+            "abcdefghijklmnopqrstuvwxyz012345".to_owned(),
+            "ab".repeat(20),
+            "a secret of 16 characters or more".to_owned(),
+        ] {
+            assert!(guessable(&token).is_some(), "{token:?}");
+        }
+        for _ in 0..1_000 {
+            let token = hex(&random()[..16]);
+            assert_eq!(guessable(&token), None, "{token}");
+        }
+        assert_eq!(guessable("c3000dbcba30a94e90d4be5861183f6b"), None);
     }
 }

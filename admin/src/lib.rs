@@ -25,9 +25,9 @@
 //!     .build()?
 //!     .reloadable();
 //! let admin = Admin::new(&layer, &activity)
-//!     .bearer_token("a secret of 16 characters or more")
+//!     .bearer_token("c3000dbcba30a94e90d4be5861183f6b") // openssl rand -hex 16
 //!     .router()
-//!     .expect("a token long enough");
+//!     .expect("a random token");
 //! let app: Router = Router::new()
 //!     .route("/", axum::routing::get(|| async { "hello" }))
 //!     .layer(layer)
@@ -56,6 +56,11 @@
 //!
 //! Decisions, top keys, and which keys were seen locked or denied are this instance's (see
 //! [`Activity`]); a key's state, and whether a listed key is locked now, is the store's.
+//! Locked keys are remembered sixteen times as many as other denied keys; past that, the
+//! page and the API say how many locks were forgotten, and that the list (and a lookup by
+//! a part) is not complete. Keys are shown so that none passes for another: characters
+//! that show nothing are escaped (`\u{…}`), a key kept as a digest reads `sha256:` and its
+//! hex (which the lookup takes back), and a key spelled so itself has its colon escaped.
 //! The rules are the layer's current ones: a router made
 //! from a [reloadable](tollgate::layer::RateLimitLayer::reloadable) layer follows its
 //! reloads.
@@ -63,7 +68,8 @@
 //! # Who may use it
 //!
 //! Mount it behind the application's authentication, off the public network. With a
-//! [`bearer_token`](Admin::bearer_token) (16 bytes at least) it also asks for one itself;
+//! [`bearer_token`](Admin::bearer_token) (a random one, 32 characters at least) it also
+//! asks for one itself;
 //! with none, the router is made only if told so by name
 //! ([`without_token`](Admin::without_token)). Scripts send `Authorization: Bearer …`;
 //! browsers sign in through the page's form (taken only from the router's own origin),
@@ -72,9 +78,11 @@
 //! at, signed with a key random per router, valid 8 hours; the page's *Sign out* ends it).
 //! Tokens are compared in constant time. After 10 failed attempts within 15 minutes, a
 //! client (an IPv4 address or an IPv6 /64, from axum's `ConnectInfo`; one count for all
-//! without it) has its wrong attempts answered `429` until the window ends, counted by
-//! tollgate itself in a store bounded to 65,536 clients; a valid token or session is never
-//! refused, so failures from a shared address cannot lock the operator out.
+//! without it) has its attempts answered `429` without being checked until the window
+//! ends, counted by tollgate itself in a store bounded to 65,536 clients. A session is
+//! never refused, and failures from one client never refuse another; a browser that
+//! signed in before carries a device cookie (signed, 30 days) and counts apart from its
+//! address, so others sharing the address cannot make it wait to sign in anew.
 //!
 //! A change from a browser (an unblock) must carry the anti-forgery token the page puts in
 //! its forms (the `csrf` field, or an `x-csrf-token` header), derived from a `SameSite=Strict`
@@ -103,7 +111,7 @@ use http::{header, StatusCode};
 
 pub use self::activity::Activity;
 use self::activity::RuleActivities;
-use self::auth::{Access, CookieScope, Failures, Secrets, MIN_TOKEN_LEN};
+use self::auth::{guessable, Access, Attempt, CookieScope, Failures, Secrets};
 use self::watch::{BreakerWatch, MemoryWatch};
 use tollgate::layer::RateLimitLayer;
 use tollgate::store::{Breaker, MemoryStore, Store};
@@ -194,8 +202,8 @@ impl<St: Store + Clone> Admin<St> {
 
     /// Shows how full `store` is: the keys it holds, and whether it is at its
     /// [bound](MemoryStore::max_keys), forgetting entries to make room for new keys (it
-    /// [evicted](MemoryStore::evictions) some in the last five minutes), with what that
-    /// means. Pass the in-process store the layer decides in, or the local store of a
+    /// [evicted](MemoryStore::evictions) some in the last five minutes) or denying new keys
+    /// for want of room ([refusals](MemoryStore::refusals)), with what that means. Pass the in-process store the layer decides in, or the local store of a
     /// [`Fallback`](tollgate::store::Fallback) (a clone: clones share their state).
     pub fn memory_store(mut self, store: &MemoryStore) -> Self {
         self.watched.memory = Some(MemoryWatch::of(store));
@@ -203,8 +211,9 @@ impl<St: Store + Clone> Admin<St> {
     }
 
     /// Asks for `token`: as `Authorization: Bearer <token>`, or once in the page's sign-in
-    /// form. It must be at least 16 bytes (`openssl rand -hex 16` writes 32): a shorter one
-    /// is refused by [`router`](Self::router).
+    /// form. It must be random: 32 visible ASCII characters at least, neither a repeated
+    /// part nor too regular (`openssl rand -hex 32` writes one); [`router`](Self::router)
+    /// refuses a token that could be guessed.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -228,16 +237,15 @@ impl<St: Store + Clone> Admin<St> {
     }
 
     /// The router, to [`nest`](Router::nest) where the application wants it; refused when a
-    /// token is too short to be secret, or when neither a token nor
+    /// token could be guessed (the error says why and how to make one), or when neither a token nor
     /// [`without_token`](Self::without_token) was given.
     pub fn router(self) -> Result<Router, AdminError> {
+        if let Some(why) = self.token.as_deref().and_then(guessable) {
+            return Err(AdminError(format!(
+                "tollgate-admin: the bearer token {why}: it could be guessed; use a random one of 32 characters or more, such as `openssl rand -hex 32` writes"
+            )));
+        }
         match (&self.token, self.without_token) {
-            (Some(token), _) if token.len() < MIN_TOKEN_LEN => {
-                return Err(AdminError(format!(
-                    "tollgate-admin: a bearer token of {} bytes is too short to be secret; use at least {MIN_TOKEN_LEN} random bytes (openssl rand -hex 16)",
-                    token.len()
-                )));
-            }
             (Some(_), true) => {
                 return Err(AdminError(
                     "tollgate-admin: bearer_token and without_token both given; choose one".into(),
@@ -277,24 +285,27 @@ impl<St: Store + Clone> Admin<St> {
 }
 
 /// Lets a request in as its credentials say; only the page and its sign-in form are served
-/// to a request without any. A wrong token is counted against its client, and refused with
-/// `429` past the limit; a valid credential is never refused, however often others failed
-/// from the same client.
+/// to a request without any. A bearer token is an [attempt](Failures::attempt): checked
+/// only while its client is under the limit on failures, refused with `429` past it.
 async fn guard<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let access = match shared.secrets.access(request.headers()) {
-        Ok(access) => access,
-        Err(()) => {
-            let address = Failures::address(&request);
-            if shared.failures.fail(&address).await {
-                let body = "too many failed attempts: try again later\n";
-                return (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+    let access = match shared.secrets.offered(request.headers()) {
+        Some(given) => {
+            let attempter = shared.secrets.attempter(&request);
+            let right = || shared.secrets.token_matches(given);
+            match shared.failures.attempt(&attempter, right).await {
+                Attempt::Right => Access::Bearer,
+                Attempt::Wrong => return unauthorized(),
+                Attempt::Refused => {
+                    let body = "too many failed attempts: try again later\n";
+                    return (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+                }
             }
-            return unauthorized();
         }
+        None => shared.secrets.access(request.headers()),
     };
     let path = request.uri().path();
     let sign_in = path == "/" || path.is_empty() || path == "/login";

@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::api::{rules_named, WhichKey};
 use super::auth::{
-    cookie, random, same_origin, session_cleared, session_cookie, set_cookie, Access, Failures,
-    CSRF_COOKIE,
+    cookie, device_cookie, random, same_origin, session_cleared, session_cookie, set_cookie,
+    Access, Attempt, CSRF_COOKIE,
 };
 use super::render::{self, Lookup, Page};
 use super::text::{hex, key_text};
@@ -165,19 +165,28 @@ pub(super) async fn login<St: Store>(
         let html = render::login_with(&base, "Sign in from this page itself.");
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
-    let address = Failures::address(&request);
+    let attempter = shared.secrets.attempter(&request);
+    let device = shared.secrets.device_cookie(request.headers());
     let form = Form::<SignIn>::from_request(request, &()).await;
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
-    // The right token is never refused, however often others failed from this client.
-    if !shared.secrets.has_token() || shared.secrets.token_matches(&given) {
-        let session = session_cookie(shared.cookie_scope(&base), &shared.secrets.new_session());
-        return see_other(page_at(&base), &[session]);
+    let attempt = if shared.secrets.has_token() {
+        let right = || shared.secrets.token_matches(&given);
+        shared.failures.attempt(&attempter, right).await
+    } else {
+        Attempt::Right
+    };
+    match attempt {
+        Attempt::Right => {
+            let scope = shared.cookie_scope(&base);
+            let session = session_cookie(scope, &shared.secrets.new_session());
+            see_other(page_at(&base), &[session, device_cookie(scope, &device)])
+        }
+        Attempt::Wrong => page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[]),
+        Attempt::Refused => {
+            let html = render::login_with(&base, "Too many failed attempts: try again later.");
+            page_response(StatusCode::TOO_MANY_REQUESTS, html, &[])
+        }
     }
-    if shared.failures.fail(&address).await {
-        let html = render::login_with(&base, "Too many failed attempts: try again later.");
-        return page_response(StatusCode::TOO_MANY_REQUESTS, html, &[]);
-    }
-    page_response(StatusCode::UNAUTHORIZED, render::login(&base, true), &[])
 }
 
 /// The sign-out button's field.
@@ -186,7 +195,8 @@ pub(super) struct SignOut {
     csrf: Option<String>,
 }
 
-/// Ends the browser's session: its cookie is cleared, and the sign-in form is shown.
+/// Ends the browser's session: the router forgets it (its cookie, replayed, is refused),
+/// its cookie is cleared, and the sign-in form is shown.
 pub(super) async fn logout<St: Store>(
     State(shared): State<Arc<Shared<St>>>,
     original: OriginalUri,
@@ -203,6 +213,7 @@ pub(super) async fn logout<St: Store>(
         );
         return page_response(StatusCode::FORBIDDEN, html, &[]);
     }
+    shared.secrets.end_session(&headers);
     let cleared = session_cleared(shared.cookie_scope(&base));
     see_other(page_at(&base), &[cleared])
 }

@@ -128,8 +128,9 @@ fn health(health: &HealthView) -> String {
     if let Some(memory) = &health.memory_store {
         let state = if memory.full {
             format!(
-                "<strong class=\"bad\" id=\"memory\">full</strong>: {} entries forgotten in the last {} to make room for new keys",
+                "<strong class=\"bad\" id=\"memory\">full</strong>: {} entries forgotten to make room for new keys, and {} decisions refused for want of room (a shard full of locked keys), in the last {}",
                 memory.evicted_recently,
+                memory.refused_recently,
                 wait_text(u128::from(memory.recent_seconds) * 1000)
             )
         } else {
@@ -138,9 +139,10 @@ fn health(health: &HealthView) -> String {
         };
         let _ = write!(
             out,
-            "<p class=\"store\">In-process store: {state}; {} keys held, {} forgotten in all. <span class=\"note\">{}</span></p>",
+            "<p class=\"store\">In-process store: {state}; {} keys held, {} forgotten and {} refused in all. <span class=\"note\">{}</span></p>",
             memory.keys,
             memory.evictions,
+            memory.refusals,
             html(memory.when_full)
         );
     }
@@ -189,6 +191,13 @@ fn locked_section(page: &Page<'_>) -> String {
     if more > 0 {
         let _ = write!(out, "<p class=\"note\">… and about {more} more.</p>");
     }
+    let forgotten: u64 = views.iter().map(|v| v.forgotten).sum();
+    if forgotten > 0 {
+        let _ = write!(
+            out,
+            "<p class=\"bad\" id=\"locks-forgotten\">{forgotten} more locked keys were too many for this instance to remember: this list is not complete. Look a key up whole to see its state.</p>"
+        );
+    }
     out.push_str("<p class=\"note\">The keys this instance saw denied as locked, as the store has them now.</p>");
     out
 }
@@ -234,9 +243,10 @@ fn found(lookup: &Lookup, page: &Page<'_>) -> String {
     let keys = &lookup.found.keys;
     if keys.is_empty() {
         return format!(
-            "<p id=\"lookup-result\">No key <code>{0}</code>, nor any this instance saw denied with <code>{0}</code> as a part, has state in the store{1}.</p>",
+            "<p id=\"lookup-result\">No key <code>{0}</code>, nor any this instance saw denied with <code>{0}</code> as a part, has state in the store{1}.</p>{2}",
             key_html(&lookup.key),
-            lookup.rule.as_deref().map(|r| format!(" under {}", html(r))).unwrap_or_else(|| " under any rule".to_owned())
+            lookup.rule.as_deref().map(|r| format!(" under {}", html(r))).unwrap_or_else(|| " under any rule".to_owned()),
+            forgotten_locks(&lookup.found)
         );
     }
     let mut out = String::from("<table id=\"lookup-result\"><tr><th>rule</th><th>key</th><th>next request</th><th>quota</th><th></th></tr>");
@@ -251,7 +261,19 @@ fn found(lookup: &Lookup, page: &Page<'_>) -> String {
             lookup.found.more
         );
     }
+    out.push_str(&forgotten_locks(&lookup.found));
     out
+}
+
+/// The warning that a lookup by a part may miss locked keys this instance forgot.
+fn forgotten_locks(found: &Found) -> String {
+    if found.locks_forgotten == 0 {
+        return String::new();
+    }
+    format!(
+        "<p class=\"bad\" id=\"locks-forgotten\">{} locked keys were too many for this instance to remember: a key with this part may be locked and not found here. Look it up whole (every part) to see its state in the store.</p>",
+        found.locks_forgotten
+    )
 }
 
 fn key_state(state: &KeyState, page: &Page<'_>) -> String {

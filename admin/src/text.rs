@@ -48,12 +48,20 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
 /// controls, whitespace other than the space, variation selectors, tags) as `\u{…}`, and a
 /// `\` or a literal `␟` escaped too, so that no key can pass for another on the page; bytes
 /// that are not UTF-8 as `\x…`; a key the store keeps as a digest as `sha256:` and the
-/// digest's hex. [`typed_key`] reads it back.
+/// digest's hex, and a key spelled so itself with its colon escaped (`sha256\u{3a}…`), so
+/// that it never passes for a digest. [`typed_key`] reads it back.
 pub(crate) fn key_text(bytes: &[u8], digested: bool) -> String {
     if digested {
-        return format!("sha256:{}", hex(bytes.get(1..).unwrap_or_default()));
+        return format!("{DIGEST_PREFIX}{}", hex(bytes.get(1..).unwrap_or_default()));
     }
     let mut out = String::with_capacity(bytes.len());
+    let bytes = match bytes.strip_prefix(DIGEST_PREFIX.as_bytes()) {
+        Some(rest) => {
+            out.push_str("sha256\\u{3a}");
+            rest
+        }
+        None => bytes,
+    };
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
@@ -72,17 +80,33 @@ pub(crate) fn key_text(bytes: &[u8], digested: bool) -> String {
     out
 }
 
-/// Whether `c` could make one key look like another: it shows nothing, shows as a space
-/// other than the space, or reorders the text around it.
+/// How the page shows a key the store keeps as a digest, before the digest's hex.
+const DIGEST_PREFIX: &str = "sha256:";
+
+/// Whether `c` could make one key look like another: it shows nothing (Unicode's default
+/// ignorable code points and format characters, blank fillers), shows as a space other
+/// than the space, reorders the text around it, or shows as the same box as others of its
+/// kind (private use).
 fn hidden(c: char) -> bool {
     c.is_control()
         || (c.is_whitespace() && c != ' ')
         || matches!(c,
-            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
-            | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}'
-            | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}'
-            | '\u{E0000}'..='\u{E0FFF}')
+            '\u{00AD}' | '\u{034F}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}'
+            | '\u{070F}' | '\u{0890}'..='\u{0891}' | '\u{08E2}' | '\u{115F}' | '\u{1160}'
+            | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{2800}' | '\u{3164}'
+            | '\u{E000}'..='\u{F8FF}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}'
+            | '\u{16FE4}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D159}' | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}' | '\u{F0000}'..='\u{10FFFF}')
+}
+
+/// The digest a lookup's text names, as the page shows digests (`sha256:` and 64 hex
+/// digits): the 33 bytes the store keeps it under. A key spelled so itself is shown, and
+/// typed, with its colon escaped.
+pub(crate) fn typed_digest(text: &str) -> Option<Vec<u8>> {
+    let digest = unhex(text.strip_prefix(DIGEST_PREFIX)?).filter(|d| d.len() == 32)?;
+    Some([&[0xFF][..], &digest].concat())
 }
 
 /// A key's text (from [`key_text`]) as HTML: escaped, each part of a tuple key in a box of
@@ -220,5 +244,31 @@ mod tests {
             key_html("203.0.113.7\u{241F}<b>"),
             "<span class=\"part\">203.0.113.7</span><span class=\"sep\">\u{241F}</span><span class=\"part\">&lt;b&gt;</span>"
         );
+    }
+
+    /// Characters that show nothing are escaped, and a raw key spelled as a digest is shown
+    /// apart from the digest, and each is typed back to itself.
+    #[test]
+    fn invisible_characters_and_digest_look_alikes_are_told_apart() {
+        for c in [
+            '\u{1D173}',
+            '\u{1D17A}',
+            '\u{1BCA0}',
+            '\u{1BCA3}',
+            '\u{E000}',
+        ] {
+            let key = format!("al{c}ice");
+            let shown = key_text(key.as_bytes(), false);
+            assert_eq!(shown, format!("al\\u{{{:x}}}ice", c as u32));
+            assert_eq!(typed_key(&shown), key.as_bytes());
+        }
+        let digest = [[0xFF].as_slice(), &[0xAB; 32]].concat();
+        let digest_text = key_text(&digest, true);
+        let look_alike = format!("sha256:{}", "ab".repeat(32));
+        let raw_text = key_text(look_alike.as_bytes(), false);
+        assert_ne!(raw_text, digest_text);
+        assert_eq!(typed_key(&raw_text), look_alike.as_bytes());
+        assert_eq!(typed_digest(&digest_text), Some(digest));
+        assert_eq!(typed_digest(&raw_text), None);
     }
 }

@@ -282,6 +282,10 @@ pub(crate) struct Found {
     pub(crate) keys: Vec<KeyState>,
     /// Keys denied lately that match too, beyond the [`FOUND_PER_RULE`] listed per rule.
     pub(crate) more: usize,
+    /// Locked keys of the rules searched that this instance forgot (more than it
+    /// remembers) while their locks may still run: a key with the typed part may be among
+    /// them, locked and not found.
+    pub(crate) locks_forgotten: u64,
 }
 
 /// The keys `key` names under each of `rules`, with their state: the key itself, and the
@@ -301,9 +305,12 @@ pub(crate) async fn find<St: Store>(
     let mut found = Found {
         keys: Vec::new(),
         more: 0,
+        locks_forgotten: 0,
     };
+    let now = now_millis();
     for rule in rules {
         let activity = activities.find(rule.name());
+        found.locks_forgotten += activity.as_ref().map_or(0, |a| a.locks_forgotten(now));
         let mut seen = match &activity {
             Some(activity) if !key.is_digest() => activity.matching(key.as_bytes()),
             _ => Vec::new(),
@@ -356,6 +363,9 @@ pub(crate) struct LockedView {
     /// Keys locked as far as their denials here said, beyond the ones listed (not asked
     /// of the store).
     pub(crate) more: usize,
+    /// Locked keys this instance forgot (more than it remembers) while their locks may
+    /// still run: the list is not complete.
+    pub(crate) forgotten: u64,
 }
 
 /// The keys each rule with a penalty locks now, at most `n` per rule: those this instance
@@ -376,11 +386,13 @@ pub(crate) async fn locked<St: Store>(
             rule: rule.name().to_owned(),
             keys: Vec::new(),
             more: 0,
+            forgotten: 0,
         };
         let Some(activity) = activities.find(rule.name()) else {
             views.push(view);
             continue;
         };
+        view.forgotten = activity.locks_forgotten(now);
         for (bytes, _) in activity.locked(now) {
             let Some(stored) = StoredKey::from_stored(&bytes) else {
                 continue;

@@ -57,61 +57,82 @@ pub(crate) struct BreakerView {
     pub(crate) meaning: &'static str,
 }
 
-/// How far back "recently" reaches for an in-process store's evictions, in seconds.
+/// How far back "recently" reaches for an in-process store's evictions and refusals, in
+/// seconds.
 pub(crate) const RECENT_SECONDS: u64 = 300;
 
 /// What the store does when full, as the page says it.
 const WHEN_FULL: &str = "A shard of the store at its share of the bound makes room for a \
 new key by forgetting the entries whose state says least: a forgotten key starts afresh, so \
 it may be admitted up to a quota more. A locked key is never forgotten: a shard full of \
-locked keys takes new keys up to twice its share, then refuses them (the layer's failure \
-policy answers them) until a lock ends.";
+locked keys takes new keys up to twice its share, then denies them until a lock ends \
+(refused for want of room).";
 
-/// An in-process store and the count of its evictions as it was seen, to tell whether it
-/// is evicting now: the store counts its evictions since it was made, not when they were.
+/// What a store has counted since it was made, as seen at one second.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    second: u64,
+    evictions: u64,
+    refusals: u64,
+}
+
+/// An in-process store and its counts as they were seen, to tell whether it is evicting or
+/// refusing now: the store counts both since it was made, not when they happened.
 #[derive(Clone)]
 pub(crate) struct MemoryWatch {
     store: MemoryStore,
-    /// (second, evictions) as seen, oldest first: the oldest is the last seen at least
+    /// The counts as seen, oldest first: the oldest is the last seen at least
     /// [`RECENT_SECONDS`] ago, if any, or the first ever.
-    samples: Arc<Mutex<VecDeque<(u64, u64)>>>,
+    samples: Arc<Mutex<VecDeque<Sample>>>,
 }
 
 impl MemoryWatch {
     pub(crate) fn of(store: &MemoryStore) -> Self {
-        let first = (now_second(), store.evictions());
-        Self {
+        let watch = Self {
             store: store.clone(),
-            samples: Arc::new(Mutex::new(VecDeque::from([first]))),
+            samples: Arc::default(),
+        };
+        let first = watch.sample();
+        watch.samples.lock().push_back(first);
+        watch
+    }
+
+    fn sample(&self) -> Sample {
+        Sample {
+            second: now_second(),
+            evictions: self.store.evictions(),
+            refusals: self.store.refusals(),
         }
     }
 
-    /// The store now, and its evictions since the oldest look within about
+    /// The store now, and its evictions and refusals since the oldest look within about
     /// [`RECENT_SECONDS`] (or since this watch began, if later).
     pub(crate) fn view(&self) -> MemoryView {
-        let now = now_second();
-        let evictions = self.store.evictions();
-        let (since, before) = {
+        let now = self.sample();
+        let before = {
             let mut samples = self.samples.lock();
-            if samples.back().is_none_or(|&(second, _)| second < now) {
-                samples.push_back((now, evictions));
+            if samples.back().is_none_or(|s| s.second < now.second) {
+                samples.push_back(now);
             }
             // Keep one sample at least RECENT_SECONDS old: the base of the difference.
             while samples
                 .get(1)
-                .is_some_and(|&(second, _)| second + RECENT_SECONDS <= now)
+                .is_some_and(|s| s.second + RECENT_SECONDS <= now.second)
             {
                 samples.pop_front();
             }
-            samples.front().copied().unwrap_or((now, evictions))
+            samples.front().copied().unwrap_or(now)
         };
-        let recent = evictions.saturating_sub(before);
+        let recent = now.evictions.saturating_sub(before.evictions);
+        let refused_recently = now.refusals.saturating_sub(before.refusals);
         MemoryView {
             keys: self.store.len(),
-            evictions,
+            evictions: now.evictions,
             evicted_recently: recent,
-            recent_seconds: now - since,
-            full: recent > 0,
+            refusals: now.refusals,
+            refused_recently,
+            recent_seconds: now.second - before.second,
+            full: recent > 0 || refused_recently > 0,
             when_full: WHEN_FULL,
         }
     }
@@ -134,8 +155,13 @@ pub(crate) struct MemoryView {
     pub(crate) evictions: u64,
     /// Of those, the ones forgotten in the last `recent_seconds`.
     pub(crate) evicted_recently: u64,
+    /// Decisions denied for want of room (a shard full of locked keys) since the store was
+    /// made.
+    pub(crate) refusals: u64,
+    /// Of those, the ones in the last `recent_seconds`.
+    pub(crate) refused_recently: u64,
     pub(crate) recent_seconds: u64,
-    /// Whether the store is at its bound, making room for new keys: it evicted recently.
+    /// Whether the store is at its bound: it evicted, or refused new keys, recently.
     pub(crate) full: bool,
     /// What the store does when full.
     pub(crate) when_full: &'static str,

@@ -11,6 +11,8 @@ use smallvec::SmallVec;
 use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
 use crate::error::ConfigError;
 
+mod trust;
+
 /// Why an address key found no peer address, and what to add (see [`no_peer`]).
 const NO_PEER: &str = no_peer(cfg!(feature = "axum"));
 
@@ -304,9 +306,11 @@ impl ClientIp {
         self
     }
 
-    /// Allows a trusted network of every address (`0.0.0.0/0`, `::/0`), which the layer's
-    /// `build` otherwise refuses: trusting every peer lets every client that reaches the
-    /// service choose its own key. It is right only where nothing but the proxy can reach
+    /// Allows trusted networks of every address (`0.0.0.0/0`, `::/0`), or of more public
+    /// addresses than any proxy tier has (more than a /8 of IPv4, such as `0.0.0.0/1`, or
+    /// a /16 of IPv6, such as `2000::/3`), which the layer's `build` otherwise refuses:
+    /// trusting (nearly) every peer lets (nearly) every client that reaches the service
+    /// choose its own key. It is right only where nothing but the proxy can reach
     /// the service (a platform's load balancer whose addresses are not known in advance,
     /// in front of a service on a private network).
     ///
@@ -383,11 +387,11 @@ impl KeyExtractor for ClientIp {
             .invalid
             .iter()
             .map(|s| ConfigError::new(format!("trusted proxy {s:?} is not an address or CIDR")));
-        // Trusting every address, at once or in pieces, lets every client write its own key
-        // in the header.
-        let everyone = covering_every_address(&self.trusted)
+        // Trusting every address, at once, in pieces or nearly, lets nearly every client
+        // write its own key in the header.
+        let everyone = trust::too_wide(&self.trusted)
             .filter(|_| !self.everyone)
-            .map(|nets| {
+            .map(|(nets, what)| {
                 let (who, verb) = match nets.as_slice() {
                     [one] => (format!("trusted proxy \"{one}\""), "trusts"),
                     _ => {
@@ -396,34 +400,12 @@ impl KeyExtractor for ClientIp {
                     }
                 };
                 ConfigError::new(format!(
-                    "{who} {verb} every address, so every client chooses its own key: list your proxies' addresses instead (or, if nothing but your proxy can reach this service, call `allow_trusting_everyone()`)"
+                    "{who} {verb} {what}, more than any proxy tier, so nearly every client chooses its own key: list your proxies' addresses instead (or, if nothing but your proxy can reach this service, call `allow_trusting_everyone()`)"
                 ))
             });
         let prefix = check_ipv6_prefix(self.v6_prefix).err();
         ConfigError::collect(invalid.chain(everyone).chain(prefix)).map_or(Ok(()), Err)
     }
-}
-
-/// For each address family (IPv4, IPv6) whose every address some networks of `trusted`
-/// hold together, those networks: `0.0.0.0/0` alone, or `0.0.0.0/1` with `128.0.0.0/1`.
-fn covering_every_address(trusted: &[IpNet]) -> impl Iterator<Item = Vec<IpNet>> + '_ {
-    let same_family = |a: &IpNet, b: &IpNet| a.addr().is_ipv4() == b.addr().is_ipv4();
-    IpNet::aggregate(&trusted.to_vec())
-        .into_iter()
-        .filter(|net| net.prefix_len() == 0)
-        .map(move |all| {
-            let mut nets: Vec<IpNet> = trusted
-                .iter()
-                .filter(|net| same_family(net, &all))
-                .copied()
-                .collect();
-            if let Some(whole) = nets.iter().find(|net| net.prefix_len() == 0) {
-                return vec![*whole];
-            }
-            nets.sort_unstable();
-            nets.dedup();
-            nets
-        })
 }
 
 /// `net`, or the IPv4 network an IPv4-mapped one stands for (`::ffff:10.0.0.0/104` is

@@ -253,10 +253,11 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// place; raise it for a rule on one key for all (a global leaky bucket). A
     /// request counts under each (rule, key) of its batch whose rule delays it; with a
     /// global rule doing the delaying, the bound applies to all requests it delays.
-    /// Beyond it a request is refused as with `max_held`. One share of `max_held` is kept
-    /// for requests whose keys hold nothing yet (none when the share is all of `max_held`):
-    /// keys that already hold requests, however many, fill at most the rest, so a client
-    /// that needs a short wait for the first time finds a place.
+    /// Beyond it a request is refused as with `max_held`. The more a key holds, the less of
+    /// `max_held` it reaches: a key holding `n` requests takes another place only while
+    /// fewer than `max_held × (1 − n / max_held_per_key)` are taken (all of them when the
+    /// share is all of `max_held`), so the last places go to the keys holding least, and the
+    /// room is full only when as many keys as it has places hold one each.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
         self.config_mut().held.max_per_key = Some(n);
         self

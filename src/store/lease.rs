@@ -344,6 +344,10 @@ impl<S: Store + Clone> Leased<S> {
             held.denied_until = denial
                 .retry_after
                 .and_then(|d| Instant::now().checked_add(d));
+            // The slot only remembers the refusal: forgotten when it ends, as is the key
+            // the store refused (a refusal no wait helps is forgotten at once).
+            let due = held.denied_until.unwrap_or_else(Instant::now);
+            self.forget_at(terms, slot, held.generation, due);
             return Ok(None);
         }
         // Released now: dropped from here on, the lease keeps its units (never over).
@@ -359,7 +363,7 @@ impl<S: Store + Clone> Leased<S> {
         slot.generation.store(held.generation, Ordering::Release);
         let left = terms.units - check.cost;
         slot.left.store(left, Ordering::Release);
-        self.end_at_term(terms, slot, held.generation);
+        self.forget_at(terms, slot, held.generation, Instant::now() + terms.term);
         let lent = Lent {
             slot: Arc::clone(slot),
             generation: Some(held.generation),
@@ -368,9 +372,10 @@ impl<S: Store + Clone> Leased<S> {
         Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
 
-    /// Ends the lease `generation` of `slot` when its term passes, if it is still held then,
-    /// and forgets the slot, so that an idle key costs nothing.
-    fn end_at_term(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64) {
+    /// At `due` (a lease's term, or the end of a refusal), ends the lease `generation` of
+    /// `slot` if it is held, and forgets the slot unless a later lease was taken meanwhile:
+    /// so that an idle key, or one the store refused, costs nothing.
+    fn forget_at(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
         let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
         let Some(index) = self
             .shared
@@ -380,11 +385,10 @@ impl<S: Store + Clone> Leased<S> {
         else {
             return;
         };
-        let due = Instant::now() + terms.term;
         tokio::spawn(async move {
             tokio::time::sleep_until(due).await;
             let mut held = slot.held.lock().await;
-            if held.generation != generation || held.lease.is_none() {
+            if held.generation != generation {
                 return;
             }
             slot.end(&mut held).await;
@@ -616,5 +620,36 @@ impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
             .field("store", self.get_ref())
             .field("leases", &rules)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use crate::{ManualClock, Rate};
+
+    /// A key whose lease the store refuses keeps no slot past the refusal: a flood of such
+    /// keys costs nothing once their refusals end.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_lease_keeps_no_slot() {
+        let rule = Rule::gcra("per-user", 4, Rate::per_second(1));
+        let memory = MemoryStore::with_clock(ManualClock::new(0));
+        let leased = Leased::new(memory.clone())
+            .lease(&rule, 4, Duration::from_secs(1))
+            .unwrap();
+        let direct = Limiter::new(memory);
+        for i in 0..100 {
+            let key = format!("user-{i}");
+            // One unit used elsewhere: a lease of all four is refused.
+            direct.check_one(&rule, &key).await.unwrap();
+            let batch = [Check::new(&rule, key.as_bytes())];
+            let outcome = leased.check(&batch, Duration::ZERO).await.unwrap();
+            assert!(outcome.is_admitted());
+        }
+        let slots = || leased.shared.terms[0].leases.read().unwrap().len();
+        assert_eq!(slots(), 100);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(slots(), 0);
     }
 }

@@ -80,9 +80,45 @@ fn trusting_every_address_in_pieces_is_refused() {
         let allowed = key::client_ip(pieces).allow_trusting_everyone();
         assert!(layer_with(Limit::new(minute(), allowed)).build().is_ok());
     }
-    // Half of the addresses is a (wide) list of proxies, not everyone.
-    let half = key::client_ip(["0.0.0.0/1", "::/1"]);
-    assert!(layer_with(Limit::new(minute(), half)).build().is_ok());
+}
+
+/// Networks that hold nearly every address trust more than any proxy tier has: all of
+/// IPv4 but one address, all but `240.0.0.0/4`, half of it, all of global unicast IPv6
+/// are refused, unless allowed by name; private networks and a CDN's ranges are taken.
+#[test]
+fn trusting_nearly_every_address_is_refused() {
+    let all_but_one: Vec<String> = (1..=32u32)
+        .map(|len| {
+            let base = if len == 1 { 0 } else { u32::MAX << (33 - len) };
+            format!("{}/{len}", std::net::Ipv4Addr::from(base))
+        })
+        .collect();
+    let lists: [Vec<String>; 4] = [
+        all_but_one,
+        ["0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/3", "224.0.0.0/4"]
+            .map(String::from)
+            .into(),
+        vec!["2000::/3".to_owned()],
+        vec!["0.0.0.0/1".to_owned()],
+    ];
+    for list in lists {
+        let error = layer_with(Limit::new(minute(), key::client_ip(&list)))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("more public addresses than"), "{error}");
+        assert!(error.contains("allow_trusting_everyone"), "{error}");
+        let allowed = key::client_ip(&list).allow_trusting_everyone();
+        assert!(layer_with(Limit::new(minute(), allowed)).build().is_ok());
+    }
+    let proxies = [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "104.16.0.0/13",
+        "2606:4700::/32",
+    ];
+    let taken = key::client_ip(proxies);
+    assert!(layer_with(Limit::new(minute(), taken)).build().is_ok());
 }
 
 /// A route whose method no client sends, or whose path is in axum 0.7's syntax, would run

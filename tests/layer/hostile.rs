@@ -530,3 +530,45 @@ async fn unmatched_paths_share_one_route_key() -> Result<(), BoxError> {
     assert_eq!(store.len(), 1);
     Ok(())
 }
+
+/// A flood of requests that lock throw-away names fills a bounded store with locked keys:
+/// with the layer's default failure policy, a new user is still held to her limit (the
+/// store denies a key it has no room for), and each such refusal is counted.
+#[tokio::test]
+async fn a_store_full_of_locked_keys_admits_nobody_past_a_limit() -> Result<(), BoxError> {
+    let store = MemoryStore::with_clock(ManualClock::new(crate::support::EPOCH)).max_keys(64);
+    let login = Rule::fixed_window("login", 2, Duration::from_secs(3600))
+        .with_penalty(tollgate::Penalty::lock_for(Duration::from_secs(900)));
+    let svc = with(
+        RateLimitLayer::builder()
+            .limiter(Limiter::new(store.clone()))
+            .limit(Limit::new(login, key::header("user")))
+            .build()?,
+    );
+    let as_user = |user: &str| {
+        Request::get("/")
+            .header("user", user)
+            .body(String::new())
+            .unwrap()
+    };
+    for i in 0..3_000 {
+        for _ in 0..3 {
+            call(&svc, as_user(&format!("throw-away-{i}"))).await;
+        }
+    }
+    let mut admitted = 0;
+    for _ in 0..1_000 {
+        admitted += usize::from(call(&svc, as_user("alice")).await.status() == StatusCode::OK);
+    }
+    assert!(admitted <= 2, "{admitted} of 1,000 admitted");
+    for i in 0..100 {
+        let user = format!("newcomer-{i}");
+        let mut ok = 0;
+        for _ in 0..3 {
+            ok += usize::from(call(&svc, as_user(&user)).await.status() == StatusCode::OK);
+        }
+        assert!(ok <= 2, "{user}: {ok} of 3 admitted");
+    }
+    assert!(store.refusals() > 0);
+    Ok(())
+}

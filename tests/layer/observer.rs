@@ -114,6 +114,31 @@ async fn an_observer_sees_each_rule_with_its_stored_key() {
     }
 }
 
+/// An observer that panics cannot take requests down: each request gets the answer its
+/// rules decided, and the observer set after it still sees every decision.
+#[tokio::test]
+async fn a_panicking_observer_takes_no_request_down() {
+    struct Panics;
+    impl DecisionObserver for Panics {
+        fn on_rule(&self, _: &RuleDecision<'_>) {
+            panic!("an observer's bug");
+        }
+    }
+    let seen = Recorder::default();
+    let layer = RateLimitLayer::builder()
+        .limit(per_user(1))
+        .observe(Panics)
+        .observe(seen.clone())
+        .build()
+        .unwrap();
+    let svc = service(&layer);
+    assert_eq!(send(&svc, "alice").await, StatusCode::OK);
+    assert_eq!(send(&svc, "alice").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(&svc, "bob").await, StatusCode::OK);
+    let admitted: Vec<bool> = seen.take().into_iter().map(|s| s.2).collect();
+    assert_eq!(admitted, [true, false, true]);
+}
+
 /// A reload swaps the rules, not the observers: the running layer's observer sees the new
 /// rules' decisions, and one set on the reloaded builder is not installed.
 #[tokio::test]

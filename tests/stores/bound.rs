@@ -84,8 +84,8 @@ fn a_flood_of_new_keys_never_decides_for_new_clients() {
 }
 
 /// A store whose every entry is locked forgets none of them: it grows to twice its bound
-/// with new keys on their own state, then answers new keys `Unavailable` (never lifting a
-/// lock) until locks end.
+/// with new keys on their own state, then denies new keys until the first lock ends (never
+/// lifting a lock), counting each refusal.
 #[test]
 fn a_store_full_of_locked_keys_never_lifts_a_lock() {
     let clock = ManualClock::new(BASE);
@@ -103,11 +103,17 @@ fn a_store_full_of_locked_keys_never_lifts_a_lock() {
         }
     }
     assert!(!locked.is_empty());
+    let refused = store.refusals();
     let newcomer = decide(&limiter, &rule, b"a newcomer");
-    assert!(
-        matches!(newcomer, Err(StoreError::Unavailable(_))),
-        "{newcomer:?}"
-    );
+    let Ok(Decision::Deny(Denial {
+        reason: DenyReason::Limited,
+        retry_after: Some(retry),
+    })) = newcomer
+    else {
+        panic!("{newcomer:?}");
+    };
+    assert!(retry <= LOCK, "{retry:?}");
+    assert_eq!(store.refusals(), refused + 1);
     for key in &locked {
         assert_eq!(
             reason(&limiter, &rule, key.as_bytes()),

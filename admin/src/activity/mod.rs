@@ -156,6 +156,12 @@ impl RuleActivity {
         self.denied.lock().seen.locked(millis)
     }
 
+    /// How many locked keys were forgotten here whose locks may run at `millis` (see
+    /// [`SeenKeys::locks_forgotten`]).
+    pub(crate) fn locks_forgotten(&self, millis: u64) -> u64 {
+        self.denied.lock().seen.locks_forgotten(millis)
+    }
+
     /// Notes that `key` is not locked: the store says so.
     pub(crate) fn unlocked(&self, key: &[u8]) {
         self.denied.lock().seen.unlocked(key);

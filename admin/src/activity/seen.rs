@@ -5,13 +5,19 @@
 //! Only denials are remembered: an admitted request pays no lock for this. The memory is
 //! bounded: when a new key finds the map full, an eighth of it is forgotten at once (so the
 //! pass that chooses is paid once per that many new keys), keys not locked first, the
-//! longest undenied among them first, then locked keys, the soonest unlocked first.
+//! longest undenied among them first. Locked keys are kept past that bound, up to
+//! [`LOCKED_ROOM`] times it, so that a flood of locked throw-away names does not push a
+//! real user's lock out; beyond, the soonest unlocked are forgotten, and counted, so that
+//! the page can say its list of locks is not complete.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// How many keys each rule remembers by default.
 pub(crate) const DEFAULT_SEEN_KEYS: usize = 1024;
+
+/// How many times the bound locked keys may fill.
+const LOCKED_ROOM: usize = 16;
 
 /// The separator of a tuple key's parts.
 const SEPARATOR: u8 = 0x1F;
@@ -33,19 +39,30 @@ impl Seen {
     }
 }
 
-/// A rule's denied keys, at most `capacity` of them.
+/// A rule's denied keys: at most `capacity` of them not locked, and locked ones up to
+/// [`LOCKED_ROOM`] times that.
 #[derive(Debug)]
 pub(crate) struct SeenKeys {
     capacity: usize,
     keys: HashMap<Box<[u8]>, Seen>,
+    /// How many keys the map holds before it looks for room again: a pass that finds only
+    /// locked keys is not repeated for every new key.
+    look_at: usize,
+    /// Keys forgotten while still locked, and the latest end of their locks.
+    locks_forgotten: u64,
+    forgotten_until: u64,
 }
 
 impl SeenKeys {
     /// Remembers at most `capacity` keys (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
         Self {
-            capacity: capacity.max(1),
+            capacity,
             keys: HashMap::new(),
+            look_at: capacity,
+            locks_forgotten: 0,
+            forgotten_until: 0,
         }
     }
 
@@ -60,7 +77,7 @@ impl SeenKeys {
             };
             return;
         }
-        if self.keys.len() >= self.capacity {
+        if self.keys.len() >= self.look_at {
             self.make_room(now);
         }
         let seen = Seen {
@@ -70,18 +87,46 @@ impl SeenKeys {
         self.keys.insert(key.into(), seen);
     }
 
-    /// Forgets an eighth of the keys, those worth least (see the module's docs).
+    /// Forgets an eighth of the bound's keys, those worth least (see the module's docs):
+    /// keys not locked, and locked ones only when they fill their room.
     fn make_room(&mut self, now: u64) {
         let excess = (self.capacity / 8).max(1);
         let mut ranks: Vec<(bool, u64)> = self.keys.values().map(|s| s.keep_rank(now)).collect();
-        let at = excess.min(ranks.len()) - 1;
-        let threshold = *ranks.select_nth_unstable(at).1;
-        let mut forgotten = 0;
-        self.keys.retain(|_, seen| {
-            let keep = forgotten >= excess || seen.keep_rank(now) > threshold;
-            forgotten += usize::from(!keep);
-            keep
-        });
+        let unlocked = ranks.iter().filter(|(locked, _)| !locked).count();
+        let full_of_locks = self.keys.len() >= self.capacity.saturating_mul(LOCKED_ROOM);
+        let forget = match unlocked {
+            0 if full_of_locks => excess,
+            0 => 0,
+            _ => excess.min(unlocked),
+        };
+        if forget > 0 {
+            let threshold = *ranks.select_nth_unstable(forget - 1).1;
+            if self.forgotten_until <= now {
+                self.locks_forgotten = 0;
+            }
+            let mut forgotten = 0;
+            self.keys.retain(|_, seen| {
+                let rank = seen.keep_rank(now);
+                let keep = forgotten >= forget || rank > threshold;
+                forgotten += usize::from(!keep);
+                if !keep && rank.0 {
+                    self.locks_forgotten += 1;
+                    self.forgotten_until = self.forgotten_until.max(rank.1);
+                }
+                keep
+            });
+        }
+        self.look_at = self.capacity.max(self.keys.len() + excess);
+    }
+
+    /// How many keys were forgotten while still locked, as long as one of those locks may
+    /// still run at `now`: the list of locks is not complete until then.
+    pub(crate) fn locks_forgotten(&self, now: u64) -> u64 {
+        if now < self.forgotten_until {
+            self.locks_forgotten
+        } else {
+            0
+        }
     }
 
     /// Forgets `key`: it was unblocked.
@@ -169,6 +214,35 @@ mod tests {
         assert!(seen.locked(1_000).iter().all(|(k, _)| &**k != b"a"));
         seen.denied(b"b", 2_000, None);
         assert!(seen.locked(2_000).is_empty());
+    }
+
+    /// A flood of locked throw-away names does not push out a lock seen before it; past
+    /// the room for locks, the soonest unlocked go, and are counted.
+    #[test]
+    fn a_flood_of_locks_keeps_earlier_locks() {
+        let mut seen = SeenKeys::new(8);
+        let minute = Some(Duration::from_secs(60));
+        seen.denied(b"alice", 0, Some(Duration::from_secs(600)));
+        for i in 0..100u64 {
+            seen.denied(format!("throw-away-{i}").as_bytes(), 1, minute);
+        }
+        assert_eq!(seen.matching(b"alice").len(), 1);
+        assert_eq!(seen.locks_forgotten(3), 0);
+        for i in 0..1_000u64 {
+            seen.denied(format!("more-{i}").as_bytes(), 2, minute);
+            assert!(seen.keys.len() <= 8 * LOCKED_ROOM + 1);
+        }
+        assert!(seen.locks_forgotten(3) > 0);
+        assert_eq!(
+            seen.locks_forgotten(62_000),
+            0,
+            "every forgotten lock ended"
+        );
+        assert_eq!(
+            seen.matching(b"alice").len(),
+            1,
+            "the latest lock to end stays"
+        );
     }
 
     /// Past the bound, keys not locked go first, the longest undenied first; locks stay.

@@ -79,35 +79,38 @@ impl HeldLimits {
         self.max_per_key.unwrap_or((self.max / 10).max(1))
     }
 
-    /// The places kept for requests whose keys hold nothing yet: one key's share, so that
-    /// keys already holding requests, however many, never take the place of a client that
-    /// needs a short wait for the first time. None where one key's share is every place
-    /// (a global rule delaying every request), which would otherwise lose them.
-    fn kept_for_newcomers(&self) -> usize {
+    /// How many places may be taken already for a request whose keys hold at most `held`
+    /// requests each to take one more: all of them for keys holding nothing, a share less
+    /// for each request held ([`per_key`](Self::per_key) shares make `max`), so the last
+    /// places go to the keys holding least, and the room is full only when as many keys as
+    /// it has places hold one each. All of them where one key's share is every place (a
+    /// global rule delaying every request, which would otherwise lose them).
+    fn reach(&self, held: usize) -> usize {
         let share = self.per_key();
-        share.min(self.max.saturating_sub(share))
+        if share >= self.max {
+            return self.max;
+        }
+        let kept = self.max as u128 * held.min(share) as u128 / share as u128;
+        self.max - kept as usize
     }
 }
 
 impl HeldCounts {
     /// Counts one more held request under `keys` (distinct), or says `None` when that would
     /// pass a bound of `limits`: `max` in all, [`per_key`](HeldLimits::per_key) for each
-    /// key, and, for a request one of whose keys holds requests already, `max` less the
-    /// places kept for newcomers.
+    /// key, and the [reach](HeldLimits::reach) of the key among them that holds most.
     pub(crate) fn try_hold(
         self: &Arc<Self>,
         limits: &HeldLimits,
         keys: SmallVec<[u64; 4]>,
     ) -> Option<HeldSlot> {
         let counts = self;
-        let newcomer = keys
+        let held = keys
             .iter()
-            .all(|key| !counts.shard(*key).lock().contains_key(key));
-        let max = if newcomer {
-            limits.max
-        } else {
-            limits.max.saturating_sub(limits.kept_for_newcomers())
-        };
+            .map(|key| counts.shard(*key).lock().get(key).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let max = limits.reach(held);
         counts
             .total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {

@@ -2,9 +2,11 @@
 //! audit log, an exporter of its own (the operator's view, `tollgate-admin`, is one).
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::decision::RuleOutcome;
+use crate::log::Event;
 use crate::rule::Rule;
 use crate::stored::StoredKey;
 
@@ -14,7 +16,10 @@ use crate::stored::StoredKey;
 /// Every method has a default that does nothing, so an observer implements what it reads
 /// and keeps compiling when a method is added. It is called on the request's path, after
 /// the store decided and before the request goes on: keep it short (count, push to a
-/// channel), never block. Requests whose store failed are not observed (the
+/// channel), never block. A panic in it is caught and logged (`tracing::error!`, at most
+/// once per interval), and the request goes on as decided; an observer whose state a
+/// panic leaves half-written sees the next decision with it (in a build with
+/// `panic = "abort"`, a panic aborts the process as anywhere). Requests whose store failed are not observed (the
 /// [`FailurePolicy`](crate::layer::FailurePolicy) decided them, not a rule).
 ///
 /// ```
@@ -88,10 +93,27 @@ impl Observers {
         self.0.is_empty()
     }
 
+    /// Tells every observer, each on its own: one that panics is logged and passed over,
+    /// and the request goes on as decided (an observer watches; it never takes a request
+    /// down, nor keeps the next observer from seeing it).
     pub(crate) fn notify(&self, decision: &RuleDecision<'_>) {
         for observer in self.0.iter() {
-            observer.on_rule(decision);
+            let told = catch_unwind(AssertUnwindSafe(|| observer.on_rule(decision)));
+            if told.is_err() {
+                observer_panicked(decision.rule);
+            }
         }
+    }
+}
+
+#[cold]
+fn observer_panicked(rule: &Rule) {
+    if let Some(suppressed) = crate::reservation::process_log().admit(Event::ObserverPanic) {
+        tracing::error!(
+            rule = rule.name(),
+            suppressed,
+            "a decision observer panicked: passed over, the request goes on as decided"
+        );
     }
 }
 

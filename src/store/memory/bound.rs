@@ -6,13 +6,17 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
 use super::{MemoryStore, Shard, Shared};
 use crate::clock::StoreClock;
-use crate::decision::StoreId;
+use crate::decision::{
+    combine, Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
+    StoreId,
+};
 use crate::error::StoreError;
 use crate::log::Event;
 use crate::store::batch::Entry;
@@ -28,13 +32,15 @@ const ROOM_SHIFT: u32 = 4;
 /// How many entries a shard samples to find the state below which it forgets.
 const SAMPLE: usize = 64;
 
-/// The bound, per shard, how many shards are at it, and how many entries were forgotten.
+/// The bound, per shard, how many shards are at it, how many entries were forgotten, and
+/// how many batches were refused for want of room.
 pub(super) struct Bound {
     per_shard: usize,
     /// The shards at their share of the bound (each counts itself in as it fills and out as
     /// it makes room): while none is, no decision pays for the check below.
     full: Arc<AtomicUsize>,
     evicted: AtomicU64,
+    refused: AtomicU64,
 }
 
 impl Bound {
@@ -43,6 +49,7 @@ impl Bound {
             per_shard: max_keys.div_ceil(shards).max(1),
             full: Arc::default(),
             evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 }
@@ -63,11 +70,51 @@ fn locked(entry: &Entry, now: u64) -> bool {
     entry.penalty().locked_for(now).is_some()
 }
 
+/// A key of a batch met a shard full of locked keys at twice its share: there is no room
+/// for it until the first of those locks ends, `retry_micros` from now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NoRoom {
+    retry_micros: u64,
+}
+
+impl NoRoom {
+    /// What a decision of `batch` answers: every rule denies until the first lock ends. The
+    /// bound is a limit of the store on the keys it holds, so it refuses as a limit does,
+    /// whatever the caller's policy for a store that fails.
+    pub(super) fn outcome(self, batch: &[Check<'_>]) -> Outcome {
+        let retry = Duration::from_micros(self.retry_micros);
+        let rules: RuleOutcomes = batch
+            .iter()
+            .map(|check| RuleOutcome {
+                decision: Decision::Deny(Denial {
+                    reason: DenyReason::Limited,
+                    retry_after: Some(retry),
+                }),
+                info: RateLimitInfo {
+                    limit: check.rule.algorithm().limit(),
+                    remaining: 0,
+                    reset: retry,
+                },
+            })
+            .collect();
+        combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
+    }
+
+    /// What the verbs that take units without deciding (an overdraft, counted refusals)
+    /// answer: they have nowhere to write them.
+    pub(super) fn error(self) -> StoreError {
+        StoreError::Unavailable(
+            "the in-process store is full of locked keys; new keys wait for a lock to end"
+                .to_owned(),
+        )
+    }
+}
+
 impl Shared {
     /// Makes room for the keys of `batch` that are not held, in shards at their share of
-    /// the bound; an error only when a shard is full of locked keys at twice its share.
+    /// the bound; [`NoRoom`] only when a shard is full of locked keys at twice its share.
     #[inline]
-    pub(super) fn make_room(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+    pub(super) fn make_room(&self, batch: &[Check<'_>]) -> Result<(), NoRoom> {
         if self.bound.full.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
@@ -76,7 +123,7 @@ impl Shared {
 
     /// [`make_room`](Self::make_room) once some shard is full.
     #[inline(never)]
-    fn make_room_in_full_shards(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+    fn make_room_in_full_shards(&self, batch: &[Check<'_>]) -> Result<(), NoRoom> {
         let mut evicted = 0;
         for check in batch {
             let hash = self.hash(check.rule, check.key());
@@ -87,10 +134,10 @@ impl Shared {
             let now = self.clock.now_micros().max(shard.latest);
             evicted += shard.make_room(now);
             if shard.map.len() >= 2 * self.bound.per_shard {
-                return Err(StoreError::Unavailable(
-                    "the in-process store is full of locked keys; new keys wait for a lock to end"
-                        .to_owned(),
-                ));
+                let retry_micros = shard.no_room_until.saturating_sub(now).max(1);
+                drop(shard);
+                self.refused_for_room();
+                return Err(NoRoom { retry_micros });
             }
         }
         if evicted > 0 {
@@ -107,6 +154,20 @@ impl Shared {
             metrics::counter!("tollgate_memory_store_evictions_total").increment(evicted as u64);
         }
         Ok(())
+    }
+
+    /// Counts a batch refused for want of room, logs it, and reports it as a metric.
+    #[cold]
+    fn refused_for_room(&self) {
+        self.bound.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
+            tracing::warn!(
+                suppressed,
+                "the in-process store is full of locked keys: new keys are refused until a lock ends"
+            );
+        }
+        #[cfg(feature = "metrics")]
+        metrics::counter!("tollgate_memory_store_refusals_total").increment(1);
     }
 }
 
@@ -218,10 +279,13 @@ impl MemoryStore {
     ///
     /// A shard whose entries are all locked cannot make room without lifting a lock: it
     /// grows past its share with new keys, each decided on its own state, up to twice its
-    /// share; beyond that a key it does not hold is answered with
-    /// [`StoreError::Unavailable`] (the layer's failure policy decides, 503 by default)
-    /// until the first of its locks ends. Locking that many keys costs a client more than
-    /// a quota of requests for each.
+    /// share; beyond that a batch with a key it does not hold is denied
+    /// ([`DenyReason::Limited`], every rule, `retry_after` when
+    /// the first of its locks ends), whatever the caller's policy for a failing store: the
+    /// bound limits as a rule does. Each such refusal is counted:
+    /// [`refusals`](Self::refusals), and with the `metrics` feature
+    /// `tollgate_memory_store_refusals_total`; a warning is logged. Locking that many keys
+    /// costs a client more than a quota of requests for each.
     pub fn max_keys(self, n: usize) -> Self {
         Self::build(self.shared.clock.clone(), n)
     }
@@ -230,6 +294,12 @@ impl MemoryStore {
     /// empty are not counted: forgetting them changes no decision).
     pub fn evictions(&self) -> u64 {
         self.shared.bound.evicted.load(Ordering::Relaxed)
+    }
+
+    /// How many decisions the store has denied so far because a shard was full of locked
+    /// keys (see [`max_keys`](Self::max_keys)).
+    pub fn refusals(&self) -> u64 {
+        self.shared.bound.refused.load(Ordering::Relaxed)
     }
 
     pub(super) fn build(clock: StoreClock, max_keys: usize) -> Self {

@@ -26,8 +26,8 @@ use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
-use bound::Bound;
 pub(crate) use bound::DEFAULT_MAX_KEYS;
+use bound::{Bound, NoRoom};
 use key::{hash_pair, StoreKey};
 
 /// Shards are swept of expired entries when they have doubled since the last sweep, but not
@@ -150,7 +150,9 @@ impl MemoryStore {
     }
 
     fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
-        self.shared.make_room(batch)?;
+        if let Err(no_room) = self.shared.make_room(batch) {
+            return Ok(no_room.outcome(batch));
+        }
         match batch {
             [check] => self.decide_one(check, max_wait),
             _ => self.decide_batch(batch, max_wait, None),
@@ -229,7 +231,7 @@ impl MemoryStore {
     /// [`Store::count_denials`]: `batch` decided as refused `ago` µs before now, so that
     /// each item its quota refused then counts its denial and none takes anything.
     fn count_denials_now(&self, batch: &[Check<'_>], ago: u64) -> Result<(), StoreError> {
-        self.shared.make_room(batch)?;
+        self.shared.make_room(batch).map_err(NoRoom::error)?;
         self.decide_batch(batch, 0, Some(ago)).map(drop)
     }
 

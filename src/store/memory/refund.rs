@@ -7,6 +7,7 @@ use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::Check;
 
+use super::bound::NoRoom;
 use super::MemoryStore;
 
 impl MemoryStore {
@@ -43,7 +44,7 @@ impl MemoryStore {
     pub(super) fn overdraw_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;
-        shared.make_room(batch)?;
+        shared.make_room(batch).map_err(NoRoom::error)?;
         for check in batch.iter().filter(|c| c.cost > 0) {
             let hash = shared.hash(check.rule, check.key());
             let mut shard = shared.shards[shared.shard_of(hash)].lock();

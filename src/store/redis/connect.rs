@@ -157,32 +157,7 @@ impl RedisStore {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut tls = None;
-        let mut hosts = Vec::new();
-        for sentinel in sentinels {
-            let sentinel = sentinel.as_ref().trim();
-            let (secure, host) = match sentinel.split_once("://") {
-                Some(("rediss", host)) => (true, host),
-                Some(("redis", host)) => (false, host),
-                Some(_) => return Err(StoreError::Unavailable(format!(
-                    "invalid sentinel address {sentinel}: expected host:port, redis://host:port or rediss://host:port"
-                ))),
-                None => (false, sentinel),
-            };
-            if tls.replace(secure).is_some_and(|t| t != secure) {
-                return Err(StoreError::Unavailable(
-                    "some sentinels are given with rediss:// and some without".into(),
-                ));
-            }
-            hosts.push(host.trim_end_matches('/').to_owned());
-        }
-        let scheme = if tls == Some(true) {
-            "rediss+sentinel"
-        } else {
-            "redis+sentinel"
-        };
-        let url = format!("{scheme}://{}/{service}", hosts.join(","));
-        let (target, _) = sentinel::parse(&url, RedisOptions::new())?;
+        let target = sentinel::Target::of_parts(sentinels, service)?;
         Self::sentinel(&target, options).await
     }
 

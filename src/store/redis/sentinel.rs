@@ -57,6 +57,81 @@ pub(super) struct Target {
     pub(super) insecure: bool,
 }
 
+impl Target {
+    /// The target of [`connect_sentinel`](super::RedisStore::connect_sentinel)'s parts,
+    /// each checked on its own and none pasted into a URL: a part cannot set an option
+    /// (`#insecure`) or another part. A sentinel is `host[:port]` (`[v6]:port`), or
+    /// `redis://` / `rediss://` before it for TLS (all alike); the service name goes to
+    /// the sentinels as it is, so it must only be non-empty and printable.
+    pub(super) fn of_parts<I, S>(sentinels: I, service: &str) -> Result<Target, StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let invalid =
+            |why: String| StoreError::Unavailable(format!("invalid sentinel setup: {why}"));
+        let mut tls = None;
+        let mut hosts = Vec::new();
+        for sentinel in sentinels {
+            let sentinel = sentinel.as_ref().trim();
+            let (secure, host) = match sentinel.split_once("://") {
+                Some(("rediss", host)) => (true, host),
+                Some(("redis", host)) => (false, host),
+                Some(_) => return Err(invalid(format!(
+                    "sentinel address {sentinel:?}: expected host:port, redis://host:port or rediss://host:port"
+                ))),
+                None => (false, sentinel),
+            };
+            if tls.replace(secure).is_some_and(|t| t != secure) {
+                return Err(invalid(
+                    "some sentinels are given with rediss:// and some without".into(),
+                ));
+            }
+            hosts.push(host_and_port(host.trim_end_matches('/')).ok_or_else(|| {
+                invalid(format!(
+                    "sentinel address {sentinel:?}: expected host:port, redis://host:port or rediss://host:port"
+                ))
+            })?);
+        }
+        if hosts.is_empty() {
+            return Err(invalid("no sentinel".into()));
+        }
+        if service.is_empty() || service.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(format!(
+                "service name {service:?}: expected the name the sentinels monitor, printable and without spaces"
+            )));
+        }
+        Ok(Target {
+            sentinels: hosts,
+            service: service.to_owned(),
+            tls: tls == Some(true),
+            insecure: false,
+        })
+    }
+}
+
+/// `host[:port]` (`[v6]:port`; port 26379 by default), when `text` is nothing more.
+fn host_and_port(text: &str) -> Option<(String, u16)> {
+    let (name, port) = match text.strip_prefix('[') {
+        Some(v6) => {
+            let (name, rest) = v6.split_once(']')?;
+            let port = match rest {
+                "" => 26379,
+                _ => rest.strip_prefix(':')?.parse().ok()?,
+            };
+            (name, port)
+        }
+        None => match text.rsplit_once(':') {
+            Some((name, port)) => (name, port.parse().ok()?),
+            None => (text, 26379),
+        },
+    };
+    let bad = |c: char| c.is_whitespace() || c.is_control() || "/?#@,[]".contains(c);
+    let plain = !name.is_empty() && !name.chars().any(bad);
+    let v6 = text.starts_with('[') && name.parse::<std::net::Ipv6Addr>().is_ok();
+    (plain && (v6 || !name.contains(':'))).then(|| (name.to_owned(), port))
+}
+
 /// Whether `url` names a Sentinel deployment.
 pub(super) fn is_sentinel_url(url: &str) -> bool {
     let url = url.trim_start();
@@ -517,6 +592,34 @@ mod tests {
                 Err(e) => e.to_string(),
             };
             assert!(msg.contains(why), "{url}: {msg}");
+        }
+    }
+
+    /// `connect_sentinel`'s parts are checked each on its own: a service name holding
+    /// `#insecure` is a name, never an option (verification stays on), and a sentinel
+    /// address holding a path, credentials or another host is refused.
+    #[test]
+    fn sentinel_parts_cannot_smuggle_options() {
+        let target = Target::of_parts(["rediss://s1:26379"], "tlsmaster#insecure").unwrap();
+        assert!(target.tls && !target.insecure);
+        assert_eq!(target.service, "tlsmaster#insecure");
+        let target = Target::of_parts(["[::1]:26380", "s2"], "mymaster").unwrap();
+        assert_eq!(
+            target.sentinels,
+            vec![("::1".into(), 26380), ("s2".into(), 26379)]
+        );
+        for (sentinels, service) in [
+            (vec!["s1:26379/#insecure"], "m"),
+            (vec!["s1:26379/other"], "m"),
+            (vec!["user:pw@s1:26379"], "m"),
+            (vec!["s1:26379,s2:26379"], "m"),
+            (vec!["s1:26379#insecure"], "m"),
+            (vec!["s1"], ""),
+            (vec!["s1"], "my master"),
+            (vec![], "m"),
+        ] {
+            let refused = Target::of_parts(&sentinels, service);
+            assert!(refused.is_err(), "{sentinels:?} {service:?}: {refused:?}");
         }
     }
 }

@@ -1,0 +1,158 @@
+//! Trusted proxy lists too wide to be a proxy tier: a list that holds every address, or
+//! more of the public internet than any proxy tier or CDN has, lets nearly every client
+//! that reaches the service write its own key in the header.
+
+use ipnet::IpNet;
+
+/// The most public IPv4 addresses a list of proxies may hold: a /8 (the largest CDNs hold
+/// a few million).
+const MOST_PUBLIC_V4: u128 = 1 << 24;
+/// The most public IPv6 addresses a list of proxies may hold: a /16.
+const MOST_PUBLIC_V6: u128 = 1 << 112;
+
+/// IPv4 networks no client on the internet sends from (RFC 6890): private, shared,
+/// loopback, link-local, documentation, benchmarking, multicast and reserved. Disjoint.
+const NOT_PUBLIC_V4: [&str; 14] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+
+/// Per address family whose public addresses `trusted` holds too many of: the networks of
+/// that family (`0.0.0.0/0` alone where it is listed), and what they trust.
+pub(super) fn too_wide(trusted: &[IpNet]) -> impl Iterator<Item = (Vec<IpNet>, &'static str)> + '_ {
+    let aggregated = IpNet::aggregate(&trusted.to_vec());
+    [true, false].into_iter().filter_map(move |v4| {
+        let family: Vec<IpNet> = aggregated
+            .iter()
+            .filter(|net| net.addr().is_ipv4() == v4)
+            .copied()
+            .collect();
+        let (public, most) = if v4 {
+            (public_v4(&family), MOST_PUBLIC_V4)
+        } else {
+            (public_v6(&family), MOST_PUBLIC_V6)
+        };
+        if public <= most {
+            return None;
+        }
+        let what = match (family.iter().any(|n| n.prefix_len() == 0), v4) {
+            (true, _) => "every address",
+            (false, true) => "more public addresses than a /8",
+            (false, false) => "more public addresses than a /16",
+        };
+        let mut nets: Vec<IpNet> = trusted
+            .iter()
+            .filter(|net| net.addr().is_ipv4() == v4)
+            .copied()
+            .collect();
+        if let Some(whole) = nets.iter().find(|net| net.prefix_len() == 0) {
+            return Some((vec![*whole], what));
+        }
+        nets.sort_unstable();
+        nets.dedup();
+        Some((nets, what))
+    })
+}
+
+/// How many public IPv4 addresses the disjoint networks `nets` hold.
+fn public_v4(nets: &[IpNet]) -> u128 {
+    let holes: Vec<IpNet> = NOT_PUBLIC_V4
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let all: u128 = nets.iter().map(size).sum();
+    all - nets.iter().map(|net| overlap(net, &holes)).sum::<u128>()
+}
+
+/// How many public IPv6 addresses the disjoint networks `nets` hold: those of global
+/// unicast (`2000::/3`) outside documentation (`2001:db8::/32`).
+fn public_v6(nets: &[IpNet]) -> u128 {
+    let parse = |n: &str| n.parse::<IpNet>().ok();
+    let (Some(global), Some(documentation)) = (parse("2000::/3"), parse("2001:db8::/32")) else {
+        return 0;
+    };
+    let global: u128 = nets.iter().map(|net| overlap(net, &[global])).sum();
+    global
+        - nets
+            .iter()
+            .map(|net| overlap(net, &[documentation]))
+            .sum::<u128>()
+}
+
+/// How many addresses `net` shares with the disjoint networks `others`: two networks are
+/// nested or apart, so each shares all of the smaller or nothing.
+fn overlap(net: &IpNet, others: &[IpNet]) -> u128 {
+    others
+        .iter()
+        .filter(|other| other.addr().is_ipv4() == net.addr().is_ipv4())
+        .map(|other| match (net.contains(other), other.contains(net)) {
+            (true, _) => size(other),
+            (_, true) => size(net),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// How many addresses `net` holds (all of IPv6, 2^128, saturates).
+fn size(net: &IpNet) -> u128 {
+    let host_bits = u32::from(net.max_prefix_len() - net.prefix_len());
+    1u128.checked_shl(host_bits).unwrap_or(u128::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wide(list: &[&str]) -> Vec<&'static str> {
+        let nets: Vec<IpNet> = list.iter().map(|n| n.parse().unwrap()).collect();
+        too_wide(&nets).map(|(_, what)| what).collect()
+    }
+
+    /// Every address, all but one address, all but reserved space, half of IPv4 or all of
+    /// global unicast IPv6 are too wide; private networks and a CDN's ranges are not.
+    #[test]
+    fn near_covers_of_the_internet_are_too_wide() {
+        assert_eq!(wide(&["0.0.0.0/0"]), ["every address"]);
+        assert_eq!(wide(&["0.0.0.0/1"]).len(), 1);
+        assert_eq!(wide(&["0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/3"]).len(), 1);
+        assert_eq!(wide(&["2000::/3"]), ["more public addresses than a /16"]);
+        assert_eq!(wide(&["::/1"]).len(), 1);
+        // Every address but 255.255.255.255: 32 networks, /1 to /32.
+        let all_but_one: Vec<String> = (1..=32u32)
+            .map(|len| {
+                let base = if len == 1 { 0 } else { u32::MAX << (33 - len) };
+                format!("{}/{len}", std::net::Ipv4Addr::from(base))
+            })
+            .collect();
+        let all_but_one: Vec<&str> = all_but_one.iter().map(String::as_str).collect();
+        assert_eq!(wide(&all_but_one).len(), 1);
+
+        let private = [
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "100.64.0.0/10",
+        ];
+        assert!(wide(&private).is_empty());
+        assert!(wide(&["fc00::/7", "fe80::/10", "::1/128"]).is_empty());
+        let cdn = [
+            "104.16.0.0/13",
+            "172.64.0.0/13",
+            "2606:4700::/32",
+            "2a06:98c0::/29",
+        ];
+        assert!(wide(&cdn).is_empty());
+    }
+}
