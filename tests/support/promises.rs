@@ -3,13 +3,18 @@
 //! admissions that still stand (after refunds, cancels and settlements), it brute-forces
 //! what the rule's documentation guarantees. Every check here is one the documented
 //! behaviour must pass; where the docs allow more (a fixed window's boundary burst, a
-//! lease's early units, a reconfiguration's two refills, a `Fallback`'s local quota), the
-//! check allows exactly that much.
+//! lease's early units, a reconfiguration's two refills and forgiven debt, a refund across
+//! a reset, a `Fallback`'s local quota), the check allows exactly that much.
+//!
+//! What it checks, per lane (a rule name and key, in one store): `promise_checks` (the
+//! algorithms' bounds and a penalty's lock), and, by probing the store, `promise_verbs`
+//! (`Retry-After` exact, a refund before its instant reopening nothing).
 //!
 //! The random driver of every verb that feeds it is `promise_driver`; the suites are
 //! `tests/stores/promises.rs` (MemoryStore, `Leased`, `Fallback`) and
 //! `tests/redis/promises.rs` (Redis standalone with the deny cache, and a Cluster). They
-//! run a few hundred schedules per configuration; the long run, 10,000 per configuration:
+//! run a few hundred schedules per configuration (the CI run); the long run, 10,000 per
+//! configuration (`TOLLGATE_PROMISE_SEED`, a byte, picks other schedules):
 //!
 //! ```text
 //! TOLLGATE_PROMISE_CASES=10000 cargo test -p tollgate --all-features --release \
