@@ -1,5 +1,5 @@
 //! Readiness: a `/ready` endpoint for a load balancer or a Kubernetes probe, answered from
-//! [`Limiter::health`] (a few atomic loads, no call to Redis).
+//! [`Limiter::health`] (a few atomic loads; no request waits on Redis).
 //!
 //! - `200 healthy`: decisions come from Redis (or this process, without `REDIS_URL`);
 //! - `200 degraded`: Redis is away, the circuit breaker is open and a local store decides:
@@ -11,8 +11,14 @@
 //! (`redis-cli CLIENT PAUSE 10000 ALL`; `DEBUG SLEEP` is refused by Redis 7's default
 //! `enable-debug-command no`), then send a request (`curl -s localhost:3000/`): `/ready`
 //! turns `degraded` within one timeout, `GET /` keeps answering within milliseconds and
-//! keeps limiting, and once Redis answers again `/ready` returns to `healthy` within the
-//! breaker's probe interval (500 ms) with no request needed: polling `/ready` is enough.
+//! keeps limiting, and once Redis answers again `/ready` returns to `healthy` with no request
+//! needed: polling `/ready` is enough. Degraded, `/ready` has Redis probed (one `PING` at a
+//! time, in the background): within the breaker's probe interval (500 ms) once the breaker
+//! opened, at the next poll after fewer failures than open it.
+//!
+//! `/ready` reports what decisions found, and calls Redis only while degraded: with no
+//! request during an outage it stays `healthy` throughout (nothing was decided without
+//! Redis). The first request decided locally turns it `degraded`.
 //!
 //! A Kubernetes readiness probe that must not take every replica out of service during a
 //! Redis outage should treat `degraded` as ready (it is a 200 here); alert on it instead.

@@ -31,7 +31,9 @@
 //!   [`DecisionEvent::health`](crate::layer::DecisionEvent::health) shows them to the
 //!   `on_decision` hook.
 //! - [`Fallback`](crate::store::Fallback) decides from an in-process `MemoryStore` with the
-//!   same rules whenever the primary fails, and from Redis again as soon as it answers.
+//!   same rules whenever the primary fails, and from Redis again as soon as it answers: a
+//!   request, or the `PING` that `health()` starts while degraded (one at a time), so a
+//!   polled readiness endpoint recovers with no request, whether the breaker opened or not.
 //!
 //! What a client sees during an outage, by [`FailurePolicy`](crate::layer::FailurePolicy):
 //!

@@ -309,8 +309,10 @@ pub trait Store: Send + Sync + 'static {
         None::<std::future::Ready<Result<(), StoreError>>>
     }
 
-    /// Whether the store decides as configured now: cheap (a few atomic loads), for a
-    /// readiness endpoint. A store without a circuit breaker is always
+    /// Whether the store decides as configured now: cheap (a few atomic loads; a store
+    /// that is not may start its [`probe`](Self::probe) in the background, so that a polled
+    /// readiness endpoint sees it recover), for a readiness endpoint. A store without a
+    /// circuit breaker or a fallback is always
     /// [`Healthy`](Health::Healthy): its failures show only as errors.
     fn health(&self) -> Health {
         Health::Healthy

@@ -76,6 +76,9 @@ struct Division {
     /// while falling back with `instances` > 1.
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
+    /// Whether a probe of the primary that [`Fallback::probe_primary`] started is on its
+    /// way.
+    probing: AtomicBool,
     /// The stores the local side's admissions named (one, unless it is a composite
     /// itself), learnt from the outcomes it answers: a refund's units they took go back
     /// there, the others to the primary, and neither side is asked for the other's.
@@ -107,14 +110,7 @@ impl<P, L> Fallback<P, L> {
         Self {
             primary,
             local,
-            shared: Arc::new(Division {
-                instances: 1,
-                falling_back: AtomicBool::new(false),
-                primary_was_unwell: AtomicBool::new(false),
-                divided: Mutex::new(HashMap::default()),
-                hasher: DefaultHashBuilder::default(),
-                local_stores: RwLock::default(),
-            }),
+            shared: Arc::new(Division::new(1)),
         }
     }
 
@@ -130,16 +126,7 @@ impl<P, L> Fallback<P, L> {
         let n = n.max(1);
         match Arc::get_mut(&mut self.shared) {
             Some(shared) => shared.instances = n,
-            None => {
-                self.shared = Arc::new(Division {
-                    instances: n,
-                    falling_back: AtomicBool::new(false),
-                    primary_was_unwell: AtomicBool::new(false),
-                    divided: Mutex::new(HashMap::default()),
-                    hasher: DefaultHashBuilder::default(),
-                    local_stores: RwLock::default(),
-                })
-            }
+            None => self.shared = Arc::new(Division::new(n)),
         }
         self
     }
@@ -157,6 +144,18 @@ impl<P, L> Fallback<P, L> {
 }
 
 impl Division {
+    fn new(instances: u64) -> Self {
+        Self {
+            instances,
+            falling_back: AtomicBool::new(false),
+            primary_was_unwell: AtomicBool::new(false),
+            divided: Mutex::new(HashMap::default()),
+            hasher: DefaultHashBuilder::default(),
+            probing: AtomicBool::new(false),
+            local_stores: RwLock::default(),
+        }
+    }
+
     fn primary_answered(&self) {
         // A load first: every healthy request passes here, and a write would make the
         // cores contend for the line.
@@ -249,7 +248,40 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
         .collect()
 }
 
+/// A probe of the primary on its way: frees the next one when it ends, or when its task is
+/// dropped unrun (the runtime shuts down).
+struct Probing(Arc<Division>);
+
+impl Drop for Probing {
+    fn drop(&mut self) {
+        self.0.probing.store(false, Ordering::Release);
+    }
+}
+
 impl<P: Store, L: Store> Fallback<P, L> {
+    /// Starts the primary's own [`probe`](Store::probe) on a task of its own, one at a
+    /// time, when a tokio runtime runs: its answer ends the fallback. A primary that never
+    /// says it is unwell (a breaker that has not opened, its failures fewer than its
+    /// threshold; no breaker at all) would otherwise keep readiness degraded until a
+    /// request reached it.
+    fn probe_primary(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.shared.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let probing = Probing(Arc::clone(&self.shared));
+        let Some(probe) = self.primary.probe() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if probe.await.is_ok() {
+                probing.0.primary_answered();
+            }
+        });
+    }
+
     /// The primary's answer, when it is the batch's; `None` when the primary failed and
     /// the local store decides.
     fn primary_answer(
@@ -457,9 +489,10 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
         if self.is_falling_back() {
             // Healthy again after being unwell: the breaker's probe got an answer, and the
-            // next request goes to the primary. A store without a breaker never says it is
-            // unwell, so only a request it answers ends its fallback.
+            // next request goes to the primary. A primary that never said it was unwell
+            // is probed here instead, so that readiness recovers with no request.
             if !self.shared.primary_was_unwell.swap(false, Ordering::AcqRel) {
+                self.probe_primary();
                 return Health::Degraded;
             }
             self.shared.primary_answered();
