@@ -95,7 +95,7 @@ fn cluster_keeps_every_promise() {
     let base = rt
         .block_on(RedisStore::connect_cluster(cluster.urls()))
         .expect("connect to the test cluster");
-    run_schedules("cluster", &rt, 150, |case| {
+    run_schedules("cluster", &rt, 200, |case| {
         let base = base.clone();
         async move {
             let clock = ManualClock::new(BASE_MICROS);

@@ -18,7 +18,7 @@ use crate::support::vectors::BASE_MICROS;
 /// The in-process store, bounded, with floods of fresh keys between the steps.
 #[test]
 fn memory_store_keeps_every_promise() {
-    run_schedules("memory", &runtime(true), 300, |_| async {
+    run_schedules("memory", &runtime(true), 500, |_| async {
         let clock = ManualClock::new(BASE_MICROS);
         let store = MemoryStore::with_clock(clock.clone()).max_keys(MAX_KEYS);
         Target {
@@ -39,7 +39,7 @@ fn leased_keeps_every_promise() {
     let specs = specs();
     let lease = |name: &str| specs.iter().find(|s| s.name == name).unwrap().rule();
     let (bucket, gcra) = (lease("tb"), lease("gc"));
-    run_schedules("leased", &runtime(true), 200, |_| {
+    run_schedules("leased", &runtime(true), 300, |_| {
         let (bucket, gcra) = (bucket.clone(), gcra.clone());
         async move {
             let clock = ManualClock::new(BASE_MICROS);
@@ -65,7 +65,7 @@ fn leased_keeps_every_promise() {
 /// primary afterwards"): the reference keeps the two stores' admissions apart.
 #[test]
 fn fallback_keeps_every_promise() {
-    run_schedules("fallback", &runtime(true), 200, |_| async {
+    run_schedules("fallback", &runtime(true), 300, |_| async {
         let clock = ManualClock::new(BASE_MICROS);
         let primary = Switch::new(MemoryStore::with_clock(clock.clone()));
         let store = Fallback::with_local(primary.clone(), MemoryStore::with_clock(clock.clone()));
