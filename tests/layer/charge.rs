@@ -46,6 +46,19 @@ fn login<St: Store + Clone>(layer: RateLimitLayer<St>, work: Duration) -> Svc {
     BoxCloneService::new(svc)
 }
 
+/// [`login`] behind a layer that limits `rule` per user, charged by failed logins.
+fn failures_of<St: Store + Clone>(limiter: Limiter<St>, rule: &Rule, work: Duration) -> Svc {
+    let layer = RateLimitLayer::builder()
+        .limiter(limiter)
+        .route(
+            "POST /login",
+            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
+        )
+        .build()
+        .unwrap();
+    login(layer, work)
+}
+
 fn attempt(password: &str) -> Request<String> {
     Request::post("/login")
         .header("user", "alice")
@@ -92,15 +105,7 @@ async fn settles_at<St: Store>(limiter: &Limiter<St>, rule: &Rule, expected: u64
 /// pass, and successful logins use no quota.
 async fn only_failed_logins_count<St: Store + Clone>(limiter: Limiter<St>) {
     let rule = failed_logins();
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter.clone())
-        .route(
-            "POST /login",
-            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
-        )
-        .build()
-        .unwrap();
-    let svc = login(layer, Duration::from_millis(20));
+    let svc = failures_of(limiter.clone(), &rule, Duration::from_millis(20));
 
     let mut failures = 0;
     for wave in 0..2 {
@@ -260,15 +265,10 @@ async fn a_request_dropped_in_flight_counts() {
 fn guarded_logins<St: Store + Clone>(limiter: Limiter<St>) -> (Svc, Rule) {
     let rule = Rule::fixed_window("guarded-logins", 3, Duration::from_secs(900))
         .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter)
-        .route(
-            "POST /login",
-            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
-        )
-        .build()
-        .unwrap();
-    (login(layer, Duration::from_millis(400)), rule)
+    (
+        failures_of(limiter, &rule, Duration::from_millis(400)),
+        rule,
+    )
 }
 
 /// Ten attempts with `password` at once; their statuses.
@@ -383,15 +383,7 @@ async fn a_refusal_counts_in_the_window_it_was_made_in<St: Store + Clone>(
     let limiter = Limiter::new(store(clock));
     let rule = Rule::fixed_window("edge-logins", 2, Duration::from_micros(window))
         .with_penalty(Penalty::lock_for(Duration::from_secs(3600)));
-    let layer = RateLimitLayer::builder()
-        .limiter(limiter.clone())
-        .route(
-            "POST /login",
-            [Limit::new(rule.clone(), key::header("user")).charge(Charge::failures())],
-        )
-        .build()
-        .unwrap();
-    let svc = login(layer, Duration::from_secs(1));
+    let svc = failures_of(limiter.clone(), &rule, Duration::from_secs(1));
     let mut attempts = JoinSet::new();
     for _ in 0..3 {
         let svc = svc.clone();
