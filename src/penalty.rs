@@ -8,7 +8,9 @@ use crate::clock::duration_to_micros_ceil;
 ///
 /// While locked, every request of the key is denied with
 /// [`DenyReason::Locked`](crate::DenyReason::Locked) and a retry-after of the remaining lock
-/// time, without touching the algorithm's state. Denials are counted in a window that opens
+/// time, without touching the algorithm's state; one costing more than the rule's
+/// capacity, which no wait would admit, keeps its
+/// [`DenyReason::CostExceedsCapacity`](crate::DenyReason::CostExceedsCapacity). Denials are counted in a window that opens
 /// at the first denial and lasts `within`.
 ///
 /// On a layer limit charged by outcome ([`Charge`](crate::layer::Charge)), a refusal counts

@@ -22,6 +22,7 @@
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
 
+use smallvec::SmallVec;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
@@ -167,6 +168,19 @@ impl Evaluated {
                 }
             )
     }
+}
+
+/// `batch` as [`Store::count_denials`](crate::store::Store::count_denials) counts it: a
+/// check that [deferred](Check::defers_denial) its denial did so at its check, and is
+/// counted now.
+pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
+    batch
+        .iter()
+        .map(|c| Check {
+            defers_denial: false,
+            ..*c
+        })
+        .collect()
 }
 
 /// Refuses batches the stores cannot decide consistently: the same rule twice for one key

@@ -270,7 +270,8 @@ pub trait Store: Send + Sync + 'static {
     /// `ago` before now, as [`check`](Self::check) would have when deciding it then with
     /// the state as it stands now (units given back since count as never taken); admits
     /// nothing and takes nothing. A caller that [deferred](Check::defers_denial) a denial
-    /// counts it here once it knows the denial stands. A window that has turned since the
+    /// counts it here once it knows the denial stands, with the batch as it was checked
+    /// (the flag is about the check: every item is counted here). A window that has turned since the
     /// refusal, by a later admission, leaves the refusal standing: it was made in the
     /// window before.
     ///

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::redis_server::RedisServer;
 use tollgate::{
     store::{MemoryStore, RedisStore, Store},
-    Check, Decision, Limiter, ManualClock, Outcome, Rate, Rule,
+    Check, Decision, DenyReason, Limiter, ManualClock, Outcome, Penalty, Rate, Rule,
 };
 
 /// A multiple of every window below, so epoch-aligned windows start here.
@@ -322,6 +322,42 @@ async fn a_cancelled_reservation_keeps_the_first_hit_window<S: Store>(
     }
 }
 
+/// A refusal deferred at its check (`Check::defers_denial`) is counted by
+/// `Store::count_denials` given the batch as it was checked, flag and all: the flag is
+/// about the check, and a count counts.
+async fn a_deferred_refusal_counts_given_as_checked<S: Store>(
+    limiter: &Limiter<S>,
+    clock: &ManualClock,
+) {
+    let rule = Rule::fixed_window("fw8", 1, 10 * S).with_penalty(Penalty::lock_for(60 * S));
+    clock.set_micros(T0 + 1_000_000);
+    let mut check = Check::new(&rule, b"a");
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    check.defers_denial = true;
+    let refused = limiter
+        .store()
+        .check(&[check], Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(!refused.is_admitted());
+    let peek = limiter.peek(&rule, b"a", 1).await.unwrap();
+    assert_ne!(
+        peek.decision.denial().map(|d| d.reason),
+        Some(DenyReason::Locked)
+    );
+    limiter
+        .store()
+        .count_denials(&[check], Duration::ZERO)
+        .await
+        .unwrap();
+    let peek = limiter.peek(&rule, b"a", 1).await.unwrap();
+    assert_eq!(
+        peek.decision.denial().map(|d| d.reason),
+        Some(DenyReason::Locked),
+        "{peek:?}"
+    );
+}
+
 async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     each_rule_is_given_back_at_the_instant_it_counted(limiter, clock).await;
     a_cancelled_reservation_goes_to_the_next_request(limiter, clock).await;
@@ -331,6 +367,7 @@ async fn all<S: Store + Clone>(limiter: &Limiter<S>, clock: &ManualClock) {
     a_counting_refund_takes_back_exactly_its_own(limiter, clock).await;
     a_bucket_refund_gives_back_its_own_units_at_any_rate(limiter, clock).await;
     a_cancelled_reservation_keeps_the_first_hit_window(limiter, clock).await;
+    a_deferred_refusal_counts_given_as_checked(limiter, clock).await;
 }
 
 /// Every refund rule above holds on MemoryStore.

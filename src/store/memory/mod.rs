@@ -648,7 +648,7 @@ impl Store for MemoryStore {
     }
 
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
-        self.count_denials_now(batch, duration_to_micros(ago))
+        self.count_denials_now(&batch::undeferred(batch), duration_to_micros(ago))
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {

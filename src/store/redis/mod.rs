@@ -85,7 +85,9 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// [`ConnectionManager`](redis::aio::ConnectionManager) (multiplexed:
 /// concurrent requests are pipelined over one connection; reconnects on its own). Clones
 /// are cheap and share it. Every call is bounded by a timeout; failures come back as
-/// [`StoreError`]s, never as panics.
+/// [`StoreError`]s, never as panics. The connection gets a `PING` every 500 ms, so that a
+/// server that closes idle connections (a `timeout`, as managed services set one) never
+/// closes it, and a connection that died meanwhile is replaced before a request needs it.
 ///
 /// **Timeouts and retries**: a call that takes longer than the timeout fails with
 /// [`StoreError::Timeout`] and the request is decided by the caller's failure policy (the
@@ -198,6 +200,8 @@ pub struct RedisStore {
     deny_cache: Option<Arc<DenyCache>>,
     /// The name its admissions give it (see `Taken::store`).
     id: StoreId,
+    /// Keeps the connection from going idle while any clone of the store lives.
+    _keep_alive: Arc<connection::KeepAlive>,
 }
 
 impl RedisStore {
@@ -564,7 +568,8 @@ impl Store for RedisStore {
 
     /// One `Op::Deny` call per slot, judged `ago` before the server's now.
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
-        self.run_per_slot(batch, Op::Deny, duration_to_micros(ago))
+        let batch = batch::undeferred(batch);
+        self.run_per_slot(&batch, Op::Deny, duration_to_micros(ago))
             .await
     }
 
