@@ -271,9 +271,9 @@ pub trait Store: Send + Sync + 'static {
     /// the state as it stands now (units given back since count as never taken); admits
     /// nothing and takes nothing. A caller that [deferred](Check::defers_denial) a denial
     /// counts it here once it knows the denial stands, with the batch as it was checked
-    /// (the flag is about the check: every item is counted here). A window that has turned since the
-    /// refusal, by a later admission, leaves the refusal standing: it was made in the
-    /// window before.
+    /// (the flag is about the check: every item is counted here). A window that has
+    /// turned since the refusal, by a later admission, leaves the refusal standing: it was
+    /// made in the window before.
     ///
     /// The default counts nothing: a store that ignores [`Check::defers_denial`] has
     /// counted every denial already.
