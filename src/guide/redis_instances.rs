@@ -141,7 +141,7 @@
 //!   `UNLINK` and the sorted-set commands of the sliding log; `DEL` also for
 //!   [`Limiter::reset`](crate::Limiter::reset);
 //! - `PUBLISH` on the channel `&tollgate:deny-cache`: a reset or refund tells the deny
-//!   caches of every instance; `PING`: the breaker's probe.
+//!   caches of every instance; `PING`: the breaker's probe, and the keepalive below.
 //!
 //! Add as the deployment needs: `+subscribe` for
 //! [`with_deny_cache`](crate::store::RedisStore::with_deny_cache); `+fcall +function|load`
@@ -164,7 +164,12 @@
 //!   naming `+subscribe`); `PUBLISH` is still needed (a reset tells the other instances'
 //!   caches through it and fails without it), so a service that refuses pub/sub entirely
 //!   is refused at `connect`, naming `+publish`;
-//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional (see above).
+//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional (see above);
+//! - an idle `timeout` (the server closes a connection that sent nothing for that long,
+//!   often a few minutes on managed services) costs nothing: the store sends its connection
+//!   a `PING` every 500 ms, so it is never idle, and one that died meanwhile is replaced
+//!   before a request needs it. Without `+ping` the connection may go idle, and the first
+//!   request after each quiet period then fails (the failure policy decides it).
 //!
 //! ## Redis Cluster
 //!

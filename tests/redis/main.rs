@@ -13,6 +13,7 @@ mod differential;
 mod distributed;
 mod failover;
 mod fold;
+mod idle;
 mod leases;
 mod promises;
 mod readiness;

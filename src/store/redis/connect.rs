@@ -12,7 +12,7 @@ use crate::decision::StoreId;
 use crate::error::StoreError;
 
 use super::access;
-use super::connection::Connection;
+use super::connection::{Connection, KeepAlive};
 use super::dispatch::{Caller, Calls};
 use super::invalidation::Servers;
 use super::options::{install_crypto_provider, RedisOptions};
@@ -248,6 +248,7 @@ impl RedisStore {
         access::check(&mut conn, addr, &prefix).await?;
         let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
         let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
+        let keep_alive = KeepAlive::start(&conn);
         Ok(Self {
             conn,
             calls: Arc::new(calls),
@@ -258,6 +259,7 @@ impl RedisStore {
             servers,
             deny_cache: None,
             id: StoreId::new(),
+            _keep_alive: keep_alive,
         })
     }
 }

@@ -2,6 +2,9 @@
 //! primary of a Sentinel deployment, or a Cluster, behind one `ConnectionLike` so that the
 //! rest of the store does not tell them apart.
 
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, Value};
@@ -17,6 +20,47 @@ pub(super) enum Connection {
     Standalone(ConnectionManager),
     Sentinel(SentinelConnection),
     Cluster(ClusterConnection),
+}
+
+/// How often a store sends its connection a `PING`: well within the shortest idle
+/// `timeout` a server can set (1 s).
+const KEEPALIVE: Duration = Duration::from_millis(500);
+
+/// Keeps a store's connection from going idle while any clone of the store holds this. A
+/// server with an idle `timeout` (managed services set one) closes a connection that sent
+/// nothing for that long, and the next command on it would fail: a request after every
+/// quiet period. A `PING` that finds the connection dead instead has it reconnect (or the
+/// sentinels asked again) before a request needs it. A command is never sent again, so
+/// nothing is counted twice.
+pub(super) struct KeepAlive;
+
+impl KeepAlive {
+    /// Starts the `PING`s on `conn`, on a task that ends once the returned handle, and
+    /// every clone of it, is dropped; outside a tokio runtime, none.
+    pub(super) fn start(conn: &Connection) -> Arc<Self> {
+        let alive = Arc::new(KeepAlive);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(keep_alive(conn.clone(), Arc::downgrade(&alive)));
+        }
+        alive
+    }
+}
+
+async fn keep_alive(conn: Connection, alive: Weak<KeepAlive>) {
+    let mut ticks = tokio::time::interval(KEEPALIVE);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: the store has just used the connection.
+    ticks.tick().await;
+    let ping = redis::cmd("PING");
+    loop {
+        ticks.tick().await;
+        if alive.strong_count() == 0 {
+            return;
+        }
+        let mut conn = conn.clone();
+        // A failure is the requests' to report: the connection recovers as after theirs.
+        let _ = tokio::time::timeout(KEEPALIVE, ping.query_async::<Value>(&mut conn)).await;
+    }
 }
 
 /// A failed Redis call as the store reports it.
