@@ -1,6 +1,6 @@
 //! A Redis that closes idle connections (`timeout` in its configuration, as managed services
-//! set it) costs no request after a quiet period, standalone or through Sentinel: the store
-//! keeps its connections from going idle.
+//! set it) costs no request after a quiet period, standalone, through Sentinel or on a Cluster:
+//! the store keeps its connections from going idle.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use tollgate::store::RedisStore;
 use tollgate::{Limiter, Rule};
 
 use crate::support::redis_ha::SentinelGroup;
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{RedisCluster, RedisServer};
 
 /// Quiet periods, each longer than the server's `timeout 1` lets a connection idle (the
 /// server checks idle clients about once a second).
@@ -45,4 +45,16 @@ async fn a_primary_that_closes_idle_connections_costs_no_request_through_sentine
     primary.must(&["CONFIG", "SET", "timeout", "1"]);
     let store = RedisStore::connect(&group.url()).await.expect("connect");
     no_request_fails_after_quiet_periods(store, "sentinel").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_nodes_close_idle_connections_costs_no_request() {
+    let cluster = RedisCluster::start();
+    for node in &cluster.nodes {
+        node.must(&["CONFIG", "SET", "timeout", "1"]);
+    }
+    let store = RedisStore::connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    no_request_fails_after_quiet_periods(store, "cluster").await;
 }

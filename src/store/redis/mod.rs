@@ -85,9 +85,10 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// [`ConnectionManager`](redis::aio::ConnectionManager) (multiplexed:
 /// concurrent requests are pipelined over one connection; reconnects on its own). Clones
 /// are cheap and share it. Every call is bounded by a timeout; failures come back as
-/// [`StoreError`]s, never as panics. The connection gets a `PING` every 500 ms, so that a
-/// server that closes idle connections (a `timeout`, as managed services set one) never
-/// closes it, and a connection that died meanwhile is replaced before a request needs it.
+/// [`StoreError`]s, never as panics. The connection gets a `PING` every 500 ms (on a
+/// Cluster, each primary's), so that a server that closes idle connections (a `timeout`, as
+/// managed services set one) never closes it, and a connection that died meanwhile is
+/// replaced before a request needs it.
 ///
 /// **Timeouts and retries**: a call that takes longer than the timeout fails with
 /// [`StoreError::Timeout`] and the request is decided by the caller's failure policy (the
