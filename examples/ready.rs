@@ -14,7 +14,7 @@
 //! keeps limiting, and once Redis answers again `/ready` returns to `healthy` with no request
 //! needed: polling `/ready` is enough. Degraded, `/ready` has Redis probed (one `PING` at a
 //! time, in the background): within the breaker's probe interval (500 ms) once the breaker
-//! opened, at the next poll after fewer failures than open it.
+//! opened, and as long after the last failed request when fewer failed than open it.
 //!
 //! `/ready` reports what decisions found, and calls Redis only while degraded: with no
 //! request during an outage it stays `healthy` throughout (nothing was decided without

@@ -3,16 +3,19 @@
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
+use tokio::time::Instant;
 
+use crate::clock::duration_to_micros;
 use crate::decision::{Outcome, RuleOutcome, StoreId};
 use crate::error::StoreError;
+use crate::store::breaker::DEFAULT_OPEN_FOR;
 use crate::store::check::{Check, Health, Store};
 use crate::store::memory::MemoryStore;
 use crate::stored::StoredKey;
@@ -79,6 +82,9 @@ struct Division {
     /// Whether a probe of the primary that [`Fallback::probe_primary`] started is on its
     /// way.
     probing: AtomicBool,
+    /// µs after `epoch` the primary last failed, plus one (0: never).
+    failed_at: AtomicU64,
+    epoch: Instant,
     /// The stores the local side's admissions named (one, unless it is a composite
     /// itself), learnt from the outcomes it answers: a refund's units they took go back
     /// there, the others to the primary, and neither side is asked for the other's.
@@ -152,7 +158,20 @@ impl Division {
             divided: Mutex::new(HashMap::default()),
             hasher: DefaultHashBuilder::default(),
             probing: AtomicBool::new(false),
+            failed_at: AtomicU64::new(0),
+            epoch: Instant::now(),
             local_stores: RwLock::default(),
+        }
+    }
+
+    /// Whether the primary has not failed for `quiet`.
+    fn quiet_for(&self, quiet: Duration) -> bool {
+        match self.failed_at.load(Ordering::Acquire) {
+            0 => true,
+            failed => {
+                let now = duration_to_micros(self.epoch.elapsed());
+                now >= (failed - 1).saturating_add(duration_to_micros(quiet))
+            }
         }
     }
 
@@ -167,6 +186,9 @@ impl Division {
     }
 
     fn primary_failed(&self, error: &StoreError) {
+        let now = duration_to_micros(self.epoch.elapsed());
+        self.failed_at
+            .store(now.saturating_add(1), Ordering::Release);
         if !self.falling_back.swap(true, Ordering::AcqRel) {
             // A new fallback: only the primary's health from now on ends it.
             self.primary_was_unwell.store(false, Ordering::Release);
@@ -263,8 +285,13 @@ impl<P: Store, L: Store> Fallback<P, L> {
     /// time, when a tokio runtime runs: its answer ends the fallback. A primary that never
     /// says it is unwell (a breaker that has not opened, its failures fewer than its
     /// threshold; no breaker at all) would otherwise keep readiness degraded until a
-    /// request reached it.
+    /// request reached it. Only once the primary has not failed for a breaker's default
+    /// `open_for`: a primary that answers a `PING` but fails the requests that keep coming
+    /// stays degraded, rather than flapping with every request.
     fn probe_primary(&self) {
+        if !self.shared.quiet_for(DEFAULT_OPEN_FOR) {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -275,9 +302,13 @@ impl<P: Store, L: Store> Fallback<P, L> {
         let Some(probe) = self.primary.probe() else {
             return;
         };
+        // A request the primary failed while the probe was away outweighs its answer.
+        let failed = self.shared.failed_at.load(Ordering::Acquire);
         runtime.spawn(async move {
-            if probe.await.is_ok() {
-                probing.0.primary_answered();
+            let answered = probe.await.is_ok();
+            let shared = &probing.0;
+            if answered && shared.failed_at.load(Ordering::Acquire) == failed {
+                shared.primary_answered();
             }
         });
     }

@@ -1,7 +1,8 @@
 //! Fallback's own tests: local decisions, divided quotas, refunds where the units were
 //! taken, and the wrappers' forwarding.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::*;
 use crate::algorithm::Algorithm;
@@ -269,4 +270,87 @@ fn wrappers_forward_the_answer_at_once_and_the_probe() {
     let outcome = both.try_check_now(&batch, Duration::ZERO);
     assert!(outcome.is_some_and(|o| o.is_ok_and(|o| o.is_admitted())));
     assert!(both.probe().is_some());
+}
+
+/// A primary whose calls fail while `failing`, and whose probe (a `PING`) always answers:
+/// a server that is up but refuses the calls.
+#[derive(Clone, Default)]
+struct Refusing {
+    inner: MemoryStore,
+    failing: Arc<AtomicBool>,
+    probes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Refusing {
+    fn gate(&self) -> Result<(), StoreError> {
+        match self.failing.load(Ordering::SeqCst) {
+            true => Err(StoreError::Unavailable("refused".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Store for Refusing {
+    async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+        self.gate()?;
+        self.inner.check(batch, wait).await
+    }
+    async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+        self.gate()?;
+        self.inner.peek(check).await
+    }
+    async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+        self.gate()?;
+        self.inner.reset(rule, key).await
+    }
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
+        self.probes.fetch_add(1, Ordering::SeqCst);
+        Some(std::future::ready(Ok(())))
+    }
+}
+
+async fn let_tasks_run() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A primary that never says it is unwell (no breaker here) is probed by a polled
+/// `health`, once it has not failed for a breaker's `open_for`: while requests keep
+/// failing it stays degraded, however well it answers the probe, and once they stop its
+/// answer ends the fallback with no request.
+#[tokio::test(start_paused = true)]
+async fn a_polled_fallback_probes_a_primary_once_it_stops_failing() {
+    let primary = Refusing::default();
+    let store = Fallback::new(primary.clone());
+    let rule = Rule::fixed_window("r", 100, Duration::from_secs(60));
+    let batch = [Check::new(&rule, b"k")];
+    primary.failing.store(true, Ordering::SeqCst);
+    for _ in 0..20 {
+        assert!(store.check(&batch, Duration::ZERO).await.is_ok());
+        assert_eq!(store.health(), Health::Degraded);
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let_tasks_run().await;
+    }
+    assert_eq!(
+        primary.probes.load(Ordering::SeqCst),
+        0,
+        "probed while failing"
+    );
+    // No request from here on: polled only.
+    primary.failing.store(false, Ordering::SeqCst);
+    let mut polls = 0;
+    while store.health() != Health::Healthy {
+        polls += 1;
+        assert!(polls <= 10, "still degraded after {polls} polls");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let_tasks_run().await;
+    }
+    assert!(
+        polls >= 4,
+        "probed before the primary was quiet for open_for"
+    );
+    assert_eq!(primary.probes.load(Ordering::SeqCst), 1);
+    assert!(store.check(&batch, Duration::ZERO).await.is_ok());
+    assert!(!store.is_falling_back());
 }
