@@ -76,9 +76,11 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// general: units the old configuration has already freed (refilled, or whose window
 /// ended) are not in use any more, though the new configuration might have counted them.
 /// One thing is not carried whole: a debt (units a
-/// [`Reservation::settle`](crate::Reservation::settle) took above the capacity) is read by
-/// the other configuration only up to the writer's capacity, and taken over only up to the
-/// reader's; a reconfiguration forgives the rest of it.
+/// [`Reservation::settle`](crate::Reservation::settle) took above the capacity). Taken
+/// under the configuration that does not hold the key's state, it takes that state over as
+/// an admission does, with the units in use only up to its own capacity, and the other
+/// configuration reads back at most that capacity: the debt, and the units in use beyond
+/// the smaller capacity, are forgiven.
 ///
 /// A client that had used little under the old rule keeps using the new one at once. A key
 /// near its old limit waits, at most until the old configuration would have been back to

@@ -104,6 +104,27 @@ fn an_overdraft_under_another_configuration_forgives_only_the_debt() {
 /// its instant, reopens nothing earlier: a fixed window of 5 per 30 ms holding 3, then a
 /// reservation under the 3-per-20-ms configuration that waits until those end at the
 /// 30 ms boundary; cancelled, the key must still refuse until then (`Store::refund`).
+/// An overdraft settled on a reservation of nothing under another configuration takes the
+/// key over up to that configuration's smaller capacity: a sliding log of 4 holding 4, a
+/// 2-unit configuration's reservation of 0 settled at 1, and the log of 4 admits two more
+/// in the same µs (`Rule`: the units beyond the smaller capacity go with the debt), never
+/// three.
+#[test]
+fn an_overdraft_on_a_reservation_of_nothing_forgives_only_what_the_docs_say() {
+    let ops = vec![
+        check(0, 1, 0),
+        reserve(2, 0, 0),
+        check(0, 1, 0),
+        check(0, 2, 0),
+        Op::Resolve {
+            pick: 0,
+            fate: Fate::ConfirmSettle(1),
+        },
+        check(0, 2, 0),
+    ];
+    holds([SL, FW, SL_OTHER], ops);
+}
+
 #[test]
 fn a_cancelled_reservation_under_another_configuration_reopens_nothing() {
     let ops = vec![

@@ -314,6 +314,14 @@ impl<S: Store + Clone> Run<'_, S> {
             ..
         } = held;
         let costs = vec![cost; asked.specs.len()];
+        // A rule that admitted owes what the settlement takes above its estimate, a cost of
+        // 0 included (it took nothing, and no slot records it).
+        let took: Vec<bool> = (0..asked.specs.len())
+            .map(|j| {
+                let rule = reservation.outcome().rules.get(j);
+                rule.is_some_and(|r| !matches!(r.decision, tollgate::Decision::Deny(_)))
+            })
+            .collect();
         reservation
             .settle(&costs)
             .await
@@ -321,8 +329,8 @@ impl<S: Store + Clone> Run<'_, S> {
         if cost < asked.cost {
             self.give_back(&slots, asked.cost - cost);
         }
-        for (j, slot) in slots.iter().enumerate() {
-            if slot.is_some() && cost > asked.cost {
+        for (j, &took) in took.iter().enumerate() {
+            if took && cost > asked.cost {
                 let lane = self.lane(&asked, j);
                 self.reference
                     .owe(lane, asked.specs[j], self.now, cost - asked.cost);

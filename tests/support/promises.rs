@@ -394,8 +394,9 @@ fn standing(lane: &Lane) -> Vec<&Item> {
 /// The lane against its rule's promise: each algorithm's own when one configuration wrote
 /// it, the documented bound of a reconfiguration when two did. Beyond it, the units the
 /// docs let the lane exceed it by: a lease's, those given back across a reset, and on a
-/// reconfigured lane the debts (`Rule`, "Reconfiguring a rule": a debt is carried only up
-/// to the writer's and the reader's capacity, and the rest forgiven).
+/// reconfigured lane with a debt, the debts and the units beyond the smaller capacity
+/// (`Rule`, "Reconfiguring a rule": a debt takes the state over only up to the writer's
+/// and the reader's capacity, and the rest is forgiven).
 fn verify_lane(specs: &[Spec], lane: &Lane) -> Result<(), String> {
     use crate::support::promise_checks as c;
     let items = standing(lane);
@@ -408,7 +409,14 @@ fn verify_lane(specs: &[Spec], lane: &Lane) -> Result<(), String> {
         .filter(|i| i.debt && i.standing)
         .map(|i| i.units)
         .sum();
-    let extra = lane.slack + lane.forgiven + if configs.len() > 1 { debts } else { 0 };
+    let forgiven_by_debt = match configs[..] {
+        [a, b] if debts > 0 => {
+            let (x, y) = (specs[a].capacity(), specs[b].capacity());
+            debts + x.max(y) - x.min(y)
+        }
+        _ => 0,
+    };
+    let extra = lane.slack + lane.forgiven + forgiven_by_debt;
     match configs[..] {
         [] => Ok(()),
         [one] => match specs[one].algo {
