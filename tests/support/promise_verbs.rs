@@ -237,6 +237,9 @@ impl<S: Store + Clone> Run<'_, S> {
             DenyReason::Locked => !still,
             _ => unseen || after.decision.is_admitted(),
         };
+        if before.decision.is_admitted() && self.stale_in_cache(check, via).await {
+            return Ok(());
+        }
         if before.decision.is_admitted() || !passes {
             return Err(format!(
                 "denied ({reason:?}) with Retry-After {retry} µs at {}: a µs earlier {:?}, then {:?}",
@@ -244,6 +247,21 @@ impl<S: Store + Clone> Run<'_, S> {
             ));
         }
         Ok(())
+    }
+
+    /// Whether this instance's answer to `check` was a cached denial an invalidation on its
+    /// way drops shortly: another instance's give-back is heard asynchronously, and until
+    /// then the cache denies (`RedisStore::with_deny_cache`: a late message only leaves an
+    /// instance denying until it arrives, never admitting more). A store without a cache
+    /// answers every check at once or none, so it is never stale.
+    async fn stale_in_cache(&self, check: Check<'_>, via: u8) -> bool {
+        let store = self.limiter(via).store();
+        let zero = std::time::Duration::ZERO;
+        if store.try_check_now(&[check], zero).is_none() {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        store.try_check_now(&[check], zero).is_none()
     }
 
     pub(crate) async fn fate(&mut self, mut held: Held<S>, fate: Fate) -> Result<(), String> {
