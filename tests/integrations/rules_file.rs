@@ -284,8 +284,9 @@ key = { client_ip = { trusted = ["10.0.0.0/8", "not-a-net"] } }
     assert!(named.contains("registered: [\"api-key\"]"), "{named}");
     assert!(find("needs exactly one algorithm").starts_with("rules.toml:9:1: limit[1]"));
     assert!(find("not-a-net").starts_with("rules.toml:18:1: limit[2].key"));
-    // Found before the layer's checks, which run once these are fixed.
-    assert_eq!(problems.len(), 4, "{problems:#?}");
+    // The layer's own check, in the same reading.
+    assert!(find("refill amount must be at least 1").starts_with("rules.toml:5:1: limit[0].name"));
+    assert_eq!(problems.len(), 5, "{problems:#?}");
 
     // The layer's own checks, each located at the limit or route it names.
     let toml = r#"
@@ -556,6 +557,41 @@ fn a_route_that_cannot_mean_what_it_says_is_refused_in_a_file() {
                 .iter()
                 .any(|p| p.starts_with("rules.toml:2:1: route[0].pattern") && p.contains(fix)),
             "{pattern}: {problems:#?}"
+        );
+    }
+}
+
+/// A file's problems come in one reading, in the order they are written, whatever kind
+/// they are: a method typo and a zero capacity (the layer's checks) beside an unknown key
+/// (the file's), in the same entry or another, and a typo of a known name names it.
+#[test]
+fn every_problem_in_one_reading_by_line_with_the_name_a_typo_stands_for() {
+    let problems = errors(concat!(
+        "mode = \"enforc\"\n",
+        "[[route]]\n",
+        "pattern = \"POTS /sms\"\n",
+        "[[route.limit]]\n",
+        "name = \"sms\"\n",
+        "token_bucket = { capacity = 0, refill = \"1/m\" }\n",
+        "key = \"global\"\n",
+        "colour = \"red\"\n",
+        "[[limit]]\n",
+        "name = \"ip\"\n",
+        "token_bukcet = { capacity = 1, refill = \"1/s\" }\n",
+        "key = \"peer_ip\"\n",
+    ));
+    let expected = [
+        "rules.toml:1:8: mode: unknown variant `enforc`: did you mean `enforce`?",
+        "rules.toml:3:1: route[0].pattern: route \"POTS /sms\": \"POTS\" is not an HTTP method",
+        "rules.toml:5:1: route[0].limit[0].name: rule \"sms\": token bucket capacity must be at least 1",
+        "rules.toml:8:1: route[0].limit[0].colour: unknown field `colour`, expected one of",
+        "rules.toml:11:1: limit[0].token_bukcet: unknown field `token_bukcet`: did you mean `token_bucket`?",
+    ];
+    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    for (problem, expected) in problems.iter().zip(expected) {
+        assert!(
+            problem.starts_with(expected),
+            "{problem:?}, not {expected:?}"
         );
     }
 }

@@ -136,6 +136,9 @@ pub(super) struct LimitSpec {
     /// It did not read (see `salvage`): the limit is left out of the layer.
     #[serde(skip)]
     pub(super) broken: bool,
+    /// The keys it has that a limit does not, reported and left out (see `salvage`).
+    #[serde(skip)]
+    pub(super) unknown_keys: Vec<String>,
 }
 
 impl LimitSpec {
