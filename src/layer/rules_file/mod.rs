@@ -22,7 +22,7 @@
 //! pattern = "POST /sms/send"
 //! [[route.limit]]
 //! name = "sms-min"
-//! fixed_window = { limit = 1, window = "1m" }
+//! sliding_log = { limit = 1, window = "1m" }
 //! key = { header = "user-id" }
 //!
 //! [[route]]
