@@ -69,8 +69,9 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
-/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`: then only
-/// whether it is a Cluster node is asked (`CLUSTER INFO`), and the dry decision is the check.
+/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`, and a managed
+/// service may rename it away: then only whether it is a Cluster node is asked
+/// (`CLUSTER INFO`), and the dry decision is the check.
 pub(super) async fn server_info(
     conn: &mut Connection,
     addr: &str,
@@ -80,7 +81,7 @@ pub(super) async fn server_info(
         Ok(Value::VerbatimString { text, .. }) => Ok(ServerInfo::parse(&text)),
         Ok(Value::SimpleString(text)) => Ok(ServerInfo::parse(&text)),
         Ok(_) => Ok(ServerInfo::default()),
-        Err(e) if e.code() == Some("NOPERM") => {
+        Err(e) if unavailable_command(&e) => {
             // A Cluster still has to be told apart: a keyless dry decision runs on any node.
             let cluster = redis::cmd("CLUSTER")
                 .arg("INFO")
@@ -94,6 +95,12 @@ pub(super) async fn server_info(
         }
         Err(e) => Err(setup_error(addr, &e)),
     }
+}
+
+/// Whether `e` says the command is not there for this client: denied by its ACL user,
+/// unknown to the server's version, or renamed away (`rename-command`).
+fn unavailable_command(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
 /// Loads the code and decides one empty batch in peek mode (no key is touched, so a prefix
@@ -118,7 +125,7 @@ pub(super) async fn dry_decision(
                 Err(e) => return Err(e),
             },
             // Redis before 7, or a user who may not load functions: the script will do.
-            Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("unknown command") => {}
+            Err(e) if unavailable_command(&e) => {}
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
