@@ -171,14 +171,39 @@ async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<()
 }
 
 const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it FCALL and \
-     FUNCTION LOAD, or EVALSHA, EVAL and SCRIPT LOAD \
-     (ACL SETUSER <user> +fcall +function|load +evalsha +eval +script|load) and the keys \
+     FUNCTION LOAD, or EVALSHA and SCRIPT LOAD \
+     (ACL SETUSER <user> +fcall +function|load +evalsha +script|load) and the keys \
      under the store's prefix (~tollgate:*)";
+
+/// The fix for a permission `e` says the user lacks: the command it names, when that is
+/// not one that runs or loads tollgate's code (`ROLE`, which the Sentinel client asks the
+/// primary, say).
+fn noperm_fix(e: &RedisError) -> String {
+    let text = e.to_string();
+    let command = text
+        .split_once("run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command.to_ascii_lowercase());
+    match command {
+        Some(command)
+            if !["evalsha", "eval", "fcall", "function|load", "script|load"]
+                .contains(&command.as_str()) =>
+        {
+            let name = command.to_ascii_uppercase().replace('|', " ");
+            format!("the Redis user may not run {name}: grant it +{command}; the whole ACL is in tollgate's Redis guide")
+        }
+        _ => NOPERM_FIX.to_owned(),
+    }
+}
 
 /// A start-up failure at `addr`, with the fix where there is a known one.
 pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
+    let noperm;
     let fix = match e.code() {
-        Some("NOPERM") => NOPERM_FIX,
+        Some("NOPERM") => {
+            noperm = noperm_fix(e);
+            noperm.as_str()
+        }
         Some("READONLY") => "this is a read-only replica: point the store at the primary",
         Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => {
             "this is a Redis Cluster node: connect with RedisStore::connect_cluster, or \
