@@ -595,3 +595,34 @@ fn every_problem_in_one_reading_by_line_with_the_name_a_typo_stands_for() {
         );
     }
 }
+
+/// A key extractor's name with a typo, built-in or registered by the code, names the one it
+/// stands for; so does a plan lookup's.
+#[test]
+fn a_typo_in_a_key_or_plan_lookup_name_names_the_known_one() {
+    let limit = |key: &str| {
+        format!("[[limit]]\nname = \"x\"\nfixed_window = {{ limit = 1, window = \"1m\" }}\nkey = {key}\n")
+    };
+    for (key, near) in [
+        ("\"peer-ip\"", "did you mean \"peer_ip\"?"),
+        ("{ named = \"api_key\" }", "did you mean \"api-key\"?"),
+    ] {
+        let problems = errors(&limit(key));
+        assert!(
+            problems.len() == 1
+                && problems[0].starts_with("rules.toml:4:")
+                && problems[0].contains(near),
+            "{key}: {problems:#?}"
+        );
+    }
+    let loader = loader().plan_of(
+        "plan-of-key",
+        tollgate::layer::PlanOf::from_fn(|_| Some("free")),
+    );
+    let toml = "[[limit]]\nkey = \"global\"\nplan_of = { named = \"plan_of_key\" }\nunknown_plan = \"reject\"\nplans = [{ plan = \"free\", name = \"f\", fixed_window = { limit = 1, window = \"1m\" } }]\n";
+    let err = loader.from_toml(toml, "rules.toml", builder()).unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean \"plan-of-key\"?"),
+        "{err}"
+    );
+}

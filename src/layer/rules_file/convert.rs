@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::report::{problem_text, typo_of, Problems};
+use super::report::{did_you_mean, problem_text, typo_of, Problems};
 use super::schema::{
     ClientIpSpec, DuplicatesSpec, Dur, FailureSpec, ForwardedSpec, HeaderSpec, KeySpec, LimitSpec,
     MissingSpec, ModeSpec, PlanOfSpec, RulesFile, UnknownPlanSpec, WindowSpec,
@@ -195,9 +195,10 @@ impl Registered {
                 if found.is_none() {
                     let mut known: Vec<&String> = self.plans.keys().collect();
                     known.sort();
+                    let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
                     problems.at(
                         path,
-                        format!("no plan lookup is registered as {name:?} (Loader::plan_of registers one; registered: {known:?})"),
+                        format!("no plan lookup is registered as {name:?}{near} (Loader::plan_of registers one; registered: {known:?})"),
                     );
                 }
                 found
@@ -259,7 +260,8 @@ impl Registered {
             KeySpec::Named(name) => self.keys.get(name).cloned().ok_or_else(|| {
                 let mut known: Vec<&String> = self.keys.keys().collect();
                 known.sort();
-                format!("unknown key extractor {name:?}: no extractor is registered under that name (Loader::key registers one; registered: {known:?})")
+                let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
+                format!("unknown key extractor {name:?}{near}: no extractor is registered under that name (Loader::key registers one; registered: {known:?})")
             }),
             KeySpec::Or(keys) if keys.len() >= 2 => {
                 let mut parts = keys

@@ -133,6 +133,13 @@ pub(super) fn typo_of<'k>(name: &str, known: impl IntoIterator<Item = &'k str>) 
     nearest(name, known, (name.chars().count() / 8 + 1).min(2))
 }
 
+/// ` (did you mean "known"?)` for the name among `known` that `name` is a typo of, if any.
+pub(super) fn did_you_mean<'k>(name: &str, known: impl IntoIterator<Item = &'k str>) -> String {
+    typo_of(name, known)
+        .map(|known| format!(" (did you mean {known:?}?)"))
+        .unwrap_or_default()
+}
+
 /// serde's message for a name it does not know (`unknown field `x`, expected one of `a`,
 /// `b``), with the name it most likely stands for in place of the list when one is near.
 fn with_nearest_name(message: &str) -> String {
