@@ -78,7 +78,8 @@ fn app(store: MemoryStore, token: &str) -> Result<Router, Box<dyn std::error::Er
     Ok(Router::new()
         .route("/login", login)
         .layer(limits)
-        .nest("/admin", admin))
+        // `nest_service`, not `nest`: axum's `nest` routes `/admin` but not `/admin/`.
+        .nest_service("/admin", admin))
 }
 
 #[tokio::main]

@@ -31,9 +31,12 @@
 //! let app: Router = Router::new()
 //!     .route("/", axum::routing::get(|| async { "hello" }))
 //!     .layer(layer)
-//!     .nest("/admin", admin);
+//!     .nest_service("/admin", admin);
 //! # let _ = app; Ok(()) }
 //! ```
+//!
+//! Mount it with [`nest_service`](Router::nest_service): it serves the page at `/admin`
+//! and `/admin/` alike, where axum's [`nest`](Router::nest) routes `/admin` only.
 //!
 //! # What it serves
 //!
@@ -236,7 +239,8 @@ impl<St: Store + Clone> Admin<St> {
         self
     }
 
-    /// The router, to [`nest`](Router::nest) where the application wants it; refused when a
+    /// The router, to mount with [`nest_service`](Router::nest_service) where the
+    /// application wants it (see the [crate docs](crate)); refused when a
     /// token could be guessed (the error says why and how to make one), or when neither a token nor
     /// [`without_token`](Self::without_token) was given.
     pub fn router(self) -> Result<Router, AdminError> {
@@ -336,3 +340,8 @@ impl<St: fmt::Debug> fmt::Debug for Admin<St> {
             .finish()
     }
 }
+
+/// The README's example compiles as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

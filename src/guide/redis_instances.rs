@@ -164,7 +164,8 @@
 //!   naming `+subscribe`); `PUBLISH` is still needed (a reset tells the other instances'
 //!   caches through it and fails without it), so a service that refuses pub/sub entirely
 //!   is refused at `connect`, naming `+publish`;
-//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional (see above);
+//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional (see above),
+//!   denied by the user or renamed away (`rename-command INFO ""`) alike;
 //! - an idle `timeout` (the server closes a connection that sent nothing for that long,
 //!   often a few minutes on managed services) costs nothing: the store sends its connection
 //!   a `PING` every 500 ms, so it is never idle, and one that died meanwhile is replaced

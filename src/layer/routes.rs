@@ -220,18 +220,28 @@ const KNOWN_METHODS: &[&str] = &[
 
 /// Why `method` is refused, with the method it most likely stands for.
 fn unknown_method(method: &str) -> String {
-    let nearest = KNOWN_METHODS
-        .iter()
-        .map(|known| (edit_distance(method, known), *known))
-        .min()
-        .filter(|(distance, _)| *distance <= 2);
-    let fix = match nearest {
-        Some((_, known)) => format!("write {known:?}"),
+    let fix = match nearest(method, KNOWN_METHODS.iter().copied(), 2) {
+        Some(known) => format!("write {known:?}"),
         None => "name a registered method (GET, POST, PUT, PATCH, DELETE, …)".to_owned(),
     };
     format!(
         "{method:?} is not an HTTP method clients send, so the route would never be limited: {fix}, or leave the method out to limit the path for every method"
     )
+}
+
+/// The name among `known` that `name` most likely stands for: the first nearest, at most
+/// `within` single-character edits away.
+pub(super) fn nearest<'k>(
+    name: &str,
+    known: impl IntoIterator<Item = &'k str>,
+    within: usize,
+) -> Option<&'k str> {
+    known
+        .into_iter()
+        .map(|known| (edit_distance(name, known), known))
+        .filter(|(distance, _)| *distance <= within)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, known)| known)
 }
 
 /// The number of single-character insertions, deletions and substitutions that turn `a`

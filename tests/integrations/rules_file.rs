@@ -284,8 +284,9 @@ key = { client_ip = { trusted = ["10.0.0.0/8", "not-a-net"] } }
     assert!(named.contains("registered: [\"api-key\"]"), "{named}");
     assert!(find("needs exactly one algorithm").starts_with("rules.toml:9:1: limit[1]"));
     assert!(find("not-a-net").starts_with("rules.toml:18:1: limit[2].key"));
-    // Found before the layer's checks, which run once these are fixed.
-    assert_eq!(problems.len(), 4, "{problems:#?}");
+    // The layer's own check, in the same reading.
+    assert!(find("refill amount must be at least 1").starts_with("rules.toml:5:1: limit[0].name"));
+    assert_eq!(problems.len(), 5, "{problems:#?}");
 
     // The layer's own checks, each located at the limit or route it names.
     let toml = r#"
@@ -558,4 +559,70 @@ fn a_route_that_cannot_mean_what_it_says_is_refused_in_a_file() {
             "{pattern}: {problems:#?}"
         );
     }
+}
+
+/// A file's problems come in one reading, in the order they are written, whatever kind
+/// they are: a method typo and a zero capacity (the layer's checks) beside an unknown key
+/// (the file's), in the same entry or another, and a typo of a known name names it.
+#[test]
+fn every_problem_in_one_reading_by_line_with_the_name_a_typo_stands_for() {
+    let problems = errors(concat!(
+        "mode = \"enforc\"\n",
+        "[[route]]\n",
+        "pattern = \"POTS /sms\"\n",
+        "[[route.limit]]\n",
+        "name = \"sms\"\n",
+        "token_bucket = { capacity = 0, refill = \"1/m\" }\n",
+        "key = \"global\"\n",
+        "colour = \"red\"\n",
+        "[[limit]]\n",
+        "name = \"ip\"\n",
+        "token_bukcet = { capacity = 1, refill = \"1/s\" }\n",
+        "key = \"peer_ip\"\n",
+    ));
+    let expected = [
+        "rules.toml:1:8: mode: unknown variant `enforc`: did you mean `enforce`?",
+        "rules.toml:3:1: route[0].pattern: route \"POTS /sms\": \"POTS\" is not an HTTP method",
+        "rules.toml:5:1: route[0].limit[0].name: rule \"sms\": token bucket capacity must be at least 1",
+        "rules.toml:8:1: route[0].limit[0].colour: unknown field `colour`, expected one of",
+        "rules.toml:11:1: limit[0].token_bukcet: unknown field `token_bukcet`: did you mean `token_bucket`?",
+    ];
+    assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    for (problem, expected) in problems.iter().zip(expected) {
+        assert!(
+            problem.starts_with(expected),
+            "{problem:?}, not {expected:?}"
+        );
+    }
+}
+
+/// A key extractor's name with a typo, built-in or registered by the code, names the one it
+/// stands for; so does a plan lookup's.
+#[test]
+fn a_typo_in_a_key_or_plan_lookup_name_names_the_known_one() {
+    let limit = |key: &str| {
+        format!("[[limit]]\nname = \"x\"\nfixed_window = {{ limit = 1, window = \"1m\" }}\nkey = {key}\n")
+    };
+    for (key, near) in [
+        ("\"peer-ip\"", "did you mean \"peer_ip\"?"),
+        ("{ named = \"api_key\" }", "did you mean \"api-key\"?"),
+    ] {
+        let problems = errors(&limit(key));
+        assert!(
+            problems.len() == 1
+                && problems[0].starts_with("rules.toml:4:")
+                && problems[0].contains(near),
+            "{key}: {problems:#?}"
+        );
+    }
+    let loader = loader().plan_of(
+        "plan-of-key",
+        tollgate::layer::PlanOf::from_fn(|_| Some("free")),
+    );
+    let toml = "[[limit]]\nkey = \"global\"\nplan_of = { named = \"plan_of_key\" }\nunknown_plan = \"reject\"\nplans = [{ plan = \"free\", name = \"f\", fixed_window = { limit = 1, window = \"1m\" } }]\n";
+    let err = loader.from_toml(toml, "rules.toml", builder()).unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean \"plan-of-key\"?"),
+        "{err}"
+    );
 }

@@ -1,9 +1,11 @@
 //! The ACL a deployment needs, as the Redis guide writes it: the store works under exactly
 //! that user (every algorithm, resets, the deny cache with `+subscribe`), and a user missing
-//! any one of its permissions is refused at `connect`, naming the permission.
+//! any one of its permissions is refused at `connect`, naming the permission (and only
+//! permissions the guide's line has, or adds for a deployment), through Sentinel too.
 
 use std::time::Duration;
 
+use crate::support::redis_ha::{SentinelGroup, SERVICE};
 use crate::support::redis_server::RedisServer;
 use tollgate::store::{RedisOptions, RedisStore};
 use tollgate::{Limiter, Penalty, Rate, Rule};
@@ -99,6 +101,7 @@ async fn a_user_missing_any_permission_is_refused_naming_it() {
         };
         assert!(msg.contains(missing.as_str()), "without {missing}: {msg}");
         assert!(!msg.contains("secret"), "{msg}");
+        assert_grants_only_the_guides(&msg, &acl);
     }
 
     let url = set_user(&server, "nosub", &acl, &[]);
@@ -129,4 +132,57 @@ async fn a_user_missing_any_permission_is_refused_naming_it() {
         .expect("decide");
     assert!(outcome.is_admitted());
     assert_eq!(server.must(&["EXISTS", "mine:{k}:r"]).trim(), "1");
+}
+
+/// Every `+permission` that `msg` tells to grant is one of the guide's: its line's, or one
+/// the guide adds for a deployment (functions, Sentinel, Cluster, the deny cache, `INFO`).
+fn assert_grants_only_the_guides(msg: &str, acl: &[String]) {
+    let added = [
+        "+fcall",
+        "+function|load",
+        "+role",
+        "+cluster|slots",
+        "+subscribe",
+        "+info",
+    ];
+    for word in msg.split(|c: char| c.is_whitespace() || "(),;".contains(c)) {
+        if word.starts_with('+') && word.len() > 1 {
+            assert!(
+                acl.iter().any(|a| a == word) || added.contains(&word),
+                "{word} is not in the guide: {msg}"
+            );
+        }
+    }
+}
+
+/// Through Sentinel, the guide's line plus `+role` (which the guide adds for Sentinel) is
+/// enough, and without `+role` the error names it, not the scripting commands.
+#[tokio::test]
+async fn through_sentinel_a_missing_role_is_named() {
+    let group = SentinelGroup::start(None);
+    let primary = &group.servers[group.primary().expect("a primary")];
+    let acl = documented_acl();
+    let sentinels: Vec<String> = group
+        .sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    set_user(primary, "norole", &acl, &[]);
+    let options = RedisOptions::new().auth("norole", "secret");
+    let msg = RedisStore::connect_sentinel(&sentinels, SERVICE, options)
+        .await
+        .expect_err("ROLE is denied")
+        .to_string();
+    assert!(msg.contains("+role"), "{msg}");
+    assert!(!msg.contains("EVALSHA"), "{msg}");
+    assert_grants_only_the_guides(&msg, &acl);
+
+    set_user(primary, "withrole", &acl, &["+role"]);
+    let options = RedisOptions::new().auth("withrole", "secret");
+    let store = RedisStore::connect_sentinel(&sentinels, SERVICE, options)
+        .await
+        .expect("the guide's line and +role");
+    let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+    let outcome = Limiter::new(store).check_one(&rule, b"k").await;
+    assert!(outcome.expect("decide").is_admitted());
 }

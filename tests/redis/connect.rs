@@ -74,6 +74,25 @@ async fn connect_to_a_standalone_server_stays_standalone() {
     limits_every_key(store).await;
 }
 
+/// A server that renamed `INFO` away (`rename-command INFO ""`, as managed services do with
+/// commands they keep to themselves) is used all the same: `INFO` is optional, and the dry
+/// decision is the check.
+#[tokio::test]
+async fn a_server_without_info_is_used_all_the_same() {
+    let server = RedisServer::start_with(&["--rename-command", "INFO", ""]);
+    assert!(server
+        .cli(&["INFO"])
+        .is_none_or(|o| o.contains("unknown command")));
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect without INFO");
+    assert!(!store.is_cluster(), "{store:?}");
+    let limiter = Limiter::new(store);
+    let rule = Rule::fixed_window("r", 1, std::time::Duration::from_secs(60));
+    assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+    assert!(!limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
+}
+
 /// Connecting where nothing listens is an error naming the address, and a URL that is not
 /// Redis is an error saying so.
 #[tokio::test]

@@ -42,7 +42,7 @@ fn app() -> (Router, tollgate::layer::ReloadHandle<MemoryStore>) {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)
-        .nest("/admin", admin);
+        .nest_service("/admin", admin);
     (app, reload)
 }
 
@@ -249,7 +249,7 @@ fn app_on<St: tollgate::store::Store + Clone>(
     Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer)
-        .nest("/admin", router)
+        .nest_service("/admin", router)
 }
 
 async fn page(app: &Router, path: &str) -> String {
@@ -528,4 +528,28 @@ impl tollgate::store::Store for Down {
 
 fn refused() -> tollgate::StoreError {
     tollgate::StoreError::Unavailable("connection refused".into())
+}
+
+/// The page's address with a trailing slash (`/admin/`, as people type it) serves the page
+/// as `/admin` does, its forms aimed at the same addresses, for a browser not signed in and
+/// for a script with the token alike.
+#[tokio::test]
+async fn the_page_with_a_trailing_slash_is_the_page() {
+    let (app, _reload) = app();
+    for (token, form) in [
+        (None, "action=\"/admin/login\""),
+        (Some(TOKEN), "action=\"/admin/logout\""),
+    ] {
+        for path in ["/admin", "/admin/"] {
+            let response = app
+                .clone()
+                .oneshot(from_peer(admin("GET", path, token)))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path} {token:?}");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let body = String::from_utf8_lossy(&body);
+            assert!(body.contains(form), "{path} {token:?}: {body}");
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::report::{problem_text, Index, Problems};
+use super::report::{did_you_mean, problem_text, typo_of, Problems};
 use super::schema::{
     ClientIpSpec, DuplicatesSpec, Dur, FailureSpec, ForwardedSpec, HeaderSpec, KeySpec, LimitSpec,
     MissingSpec, ModeSpec, PlanOfSpec, RulesFile, UnknownPlanSpec, WindowSpec,
@@ -33,14 +33,14 @@ pub(super) struct Registered {
 }
 
 impl Registered {
-    /// A layer of `file`'s rules added to `builder`, its problems located in `index`.
+    /// A layer of `file`'s rules added to `builder`, or every problem: those found so far
+    /// (`problems`), the file's, and the layer's own, each located where it is written.
     pub(super) fn build<St: Store>(
         &self,
         file: &RulesFile,
         builder: RateLimitLayerBuilder<St>,
-        index: &Index,
+        mut problems: Problems<'_>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
-        let mut problems = Problems::new(index);
         let mut places = Places::new();
         let mut builder = settings(file, builder, &mut problems);
         for (i, spec) in file.limits.iter().enumerate() {
@@ -66,10 +66,14 @@ impl Registered {
                 builder = builder.route(&route.pattern, limits);
             }
         }
-        if !problems.is_empty() {
-            return Err(problems.into_error());
+        // The layer's checks run on what the file's problems left, so that one reading
+        // reports everything: an entry with a problem is left out or given a placeholder
+        // that passes them, and reports nothing twice.
+        match builder.build() {
+            Ok(layer) if problems.is_empty() => Ok(layer),
+            Ok(_) => Err(problems.into_error()),
+            Err(e) => Err(located(&e, &places, problems)),
         }
-        builder.build().map_err(|e| located(&e, &places, problems))
     }
 
     /// The limits of one entry: one, or one per plan.
@@ -104,7 +108,9 @@ impl Registered {
             }
         }
         let Some(key) = key else {
-            problems.at(path, "a limit needs a key (key = \"global\", say)");
+            if !misspelt(spec, &["key"]) {
+                problems.at(path, "a limit needs a key (key = \"global\", say)");
+            }
             return Vec::new();
         };
         limit(spec, key, path, problems, places)
@@ -122,6 +128,7 @@ impl Registered {
         problems: &mut Problems<'_>,
         places: &mut Places,
     ) -> Vec<Limit> {
+        let found_before = problems.len();
         let plan_of = self.plan_of(plan_of, &format!("{path}.plan_of"), problems);
         let unknown = match &spec.unknown_plan {
             Some(UnknownPlanSpec::Reject) => Some(UnknownPlan::Reject),
@@ -161,6 +168,11 @@ impl Registered {
                 plans = plans.plan_limit(plan.clone(), limit);
             }
         }
+        // A group missing a plan it was written with would draw the layer's complaints
+        // about what is missing (an unknown default, say): left out instead.
+        if problems.len() > found_before {
+            return Vec::new();
+        }
         // The plans' own problems (none given, a name twice, an unknown default) name no
         // rule: located at the group.
         places.push(("plans:".into(), path.into()));
@@ -183,9 +195,10 @@ impl Registered {
                 if found.is_none() {
                     let mut known: Vec<&String> = self.plans.keys().collect();
                     known.sort();
+                    let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
                     problems.at(
                         path,
-                        format!("no plan lookup is registered as {name:?} (Loader::plan_of registers one; registered: {known:?})"),
+                        format!("no plan lookup is registered as {name:?}{near} (Loader::plan_of registers one; registered: {known:?})"),
                     );
                 }
                 found
@@ -193,28 +206,31 @@ impl Registered {
         }
     }
 
-    /// The extractor `spec` describes; a placeholder after reporting its problem.
+    /// The extractor `spec` describes; a placeholder after reporting its problem (so that
+    /// the layer's checks do not report it again).
     fn key_of(
         &self,
         spec: &KeySpec,
         path: &str,
         problems: &mut Problems<'_>,
     ) -> Arc<dyn KeyExtractor> {
+        let placeholder = || Arc::new(key::global());
         match self.extractor(spec, path, problems) {
-            Ok(extractor) => {
-                if let Err(e) = extractor.validate() {
+            Ok(extractor) => match extractor.validate() {
+                Ok(()) => extractor,
+                Err(e) => {
                     // Nested keys report their own problems; report each once.
                     if !matches!(spec, KeySpec::Or(_) | KeySpec::All(_)) {
                         problems.error_at(path, e);
                     }
+                    placeholder()
                 }
-                extractor
-            }
+            },
             Err(why) => {
                 if !why.is_empty() {
                     problems.at(path, why);
                 }
-                Arc::new(key::global())
+                placeholder()
             }
         }
     }
@@ -244,7 +260,8 @@ impl Registered {
             KeySpec::Named(name) => self.keys.get(name).cloned().ok_or_else(|| {
                 let mut known: Vec<&String> = self.keys.keys().collect();
                 known.sort();
-                format!("unknown key extractor {name:?}: no extractor is registered under that name (Loader::key registers one; registered: {known:?})")
+                let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
+                format!("unknown key extractor {name:?}{near}: no extractor is registered under that name (Loader::key registers one; registered: {known:?})")
             }),
             KeySpec::Or(keys) if keys.len() >= 2 => {
                 let mut parts = keys
@@ -343,10 +360,12 @@ fn limit(
     places: &mut Places,
 ) -> Option<Limit> {
     let Some(name) = &spec.name else {
-        problems.at(
-            path,
-            "a limit needs a name (its rule's: name = \"per-user\", say)",
-        );
+        if !misspelt(spec, &["name"]) {
+            problems.at(
+                path,
+                "a limit needs a name (its rule's: name = \"per-user\", say)",
+            );
+        }
         return None;
     };
     places.push((format!("rule {name:?}"), format!("{path}.name")));
@@ -414,17 +433,38 @@ fn rule(spec: &LimitSpec, name: &str, path: &str, problems: &mut Problems<'_>) -
     algorithms.extend(spec.gcra.map(|g| Rule::gcra(name, g.burst, g.rate.0)));
     match algorithms.len() {
         1 => Some(algorithms.remove(0)),
+        0 if misspelt(spec, ALGORITHMS) => None,
         n => {
             problems.at(
                 path,
                 format!(
-                    "limit {name:?} needs exactly one algorithm (fixed_window, fixed_window_from_first_hit, sliding_log, \
-                     sliding_window, token_bucket, token_bucket_stepped, leaky_bucket, gcra); it has {n}"
+                    "limit {name:?} needs exactly one algorithm ({}); it has {n}",
+                    ALGORITHMS.join(", ")
                 ),
             );
             None
         }
     }
+}
+
+/// The fields that give a limit its algorithm.
+const ALGORITHMS: &[&str] = &[
+    "fixed_window",
+    "fixed_window_from_first_hit",
+    "sliding_log",
+    "sliding_window",
+    "token_bucket",
+    "token_bucket_stepped",
+    "leaky_bucket",
+    "gcra",
+];
+
+/// Whether one of `spec`'s unknown keys, reported already with the name it stands for, is a
+/// typo of one of `fields`: that it is missing is the same problem.
+fn misspelt(spec: &LimitSpec, fields: &[&str]) -> bool {
+    spec.unknown_keys
+        .iter()
+        .any(|key| typo_of(key, fields.iter().copied()).is_some())
 }
 
 /// A `client_ip` key: the peer's address, or the forwarded one when the peer is trusted.

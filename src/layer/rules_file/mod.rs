@@ -22,7 +22,7 @@
 //! pattern = "POST /sms/send"
 //! [[route.limit]]
 //! name = "sms-min"
-//! fixed_window = { limit = 1, window = "1m" }
+//! sliding_log = { limit = 1, window = "1m" }
 //! key = { header = "user-id" }
 //!
 //! [[route]]
@@ -83,9 +83,10 @@
 //!
 //! # Errors
 //!
-//! Every problem is reported at once, in a [`ConfigError`] whose problems each start with
-//! `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`): the TOML
-//! syntax, a field that does not exist or has the wrong type, a duration or rate that
+//! Every problem is reported at once, in the order of the lines, in a [`ConfigError`] whose
+//! problems each start with `file:line:column:` and the field's path
+//! (`route[0].limit[1].fixed_window`): the TOML syntax, a field that does not exist (with
+//! the known one it is a typo of, if any) or has the wrong type, a duration or rate that
 //! does not parse (from `toml`'s own spans), and whatever the layer's
 //! [`build`](crate::layer::RateLimitLayerBuilder::build) refuses — a zero limit, a route no
 //! request can match, a name bound to two rules — located at the limit or route it names.
@@ -106,7 +107,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use convert::Registered;
-use report::Index;
+use report::{Index, Problems};
 pub use schema::RulesFile;
 
 use crate::error::ConfigError;
@@ -198,26 +199,28 @@ impl Loader {
         builder: RateLimitLayerBuilder<St>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
         let index = Index::of(text, origin);
-        let located = |e: &toml::de::Error| {
-            let at = e
-                .span()
-                .map(|span| index.at_span(&span))
-                .unwrap_or_default();
-            ConfigError::new(format!("{origin}{at}: {}", e.message().trim()))
-        };
+        let mut problems = Problems::new(&index);
         let error = match toml::from_str::<RulesFile>(text) {
-            Ok(file) => return self.registered.build(&file, builder, &index),
+            Ok(file) => return self.registered.build(&file, builder, problems),
             Err(error) => error,
         };
-        // A syntax error leaves nothing to read; a field of the wrong type would hide the
-        // file's other problems, so the entries that read are checked too.
+        // A syntax error leaves nothing to read; a field of the wrong type or an unknown
+        // one would hide the file's other problems, so the entries that read are checked too.
         let Ok(root) = toml::de::DeTable::parse(text) else {
-            return Err(located(&error));
+            problems.toml(&error);
+            return Err(problems.into_error());
         };
         let (file, unread) = salvage::salvage(root);
-        let built = self.registered.build(&file, builder, &index).err();
-        let problems = unread.iter().map(located).chain(built);
-        Err(ConfigError::collect(problems).unwrap_or_else(|| located(&error)))
+        unread.iter().for_each(|e| problems.toml(e));
+        match self.registered.build(&file, builder, problems) {
+            // What serde refused, salvage read without a problem: serde's message says why.
+            Ok(_) => {
+                let mut problems = Problems::new(&index);
+                problems.toml(&error);
+                Err(problems.into_error())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Builds a layer of `file`'s rules (read from any serde format) added to `builder`;
@@ -227,7 +230,8 @@ impl Loader {
         file: &RulesFile,
         builder: RateLimitLayerBuilder<St>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
-        self.registered.build(file, builder, &Index::default())
+        self.registered
+            .build(file, builder, Problems::new(&Index::default()))
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::report::did_you_mean;
 use crate::rate::Rate;
 
 /// The contents of a rules file, as any serde format reads them (see the
@@ -136,6 +137,9 @@ pub(super) struct LimitSpec {
     /// It did not read (see `salvage`): the limit is left out of the layer.
     #[serde(skip)]
     pub(super) broken: bool,
+    /// The keys it has that a limit does not, reported and left out (see `salvage`).
+    #[serde(skip)]
+    pub(super) unknown_keys: Vec<String>,
 }
 
 impl LimitSpec {
@@ -360,6 +364,7 @@ pub(super) enum DuplicatesSpec {
 }
 
 const KEY_NAMES: &[&str] = &["peer_ip", "route", "method", "global"];
+const TABLE_KEY_NAMES: &[&str] = &["client_ip", "header", "constant", "named", "or", "all"];
 
 impl<'de> Deserialize<'de> for KeySpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -381,14 +386,15 @@ impl<'de> Deserialize<'de> for KeySpec {
                     "route" => Ok(KeySpec::Route),
                     "method" => Ok(KeySpec::Method),
                     "global" => Ok(KeySpec::Global),
-                    "client_ip" | "header" | "constant" | "named" | "or" | "all" => {
+                    name if TABLE_KEY_NAMES.contains(&name) => {
                         Err(E::custom(format_args!(
                             "the key extractor {name:?} needs parameters: write it as a table, {{ {name} = … }}"
                         )))
                     }
                     other => Err(E::custom(format_args!(
-                        "unknown key extractor {other:?}: expected one of {KEY_NAMES:?}, a table (peer_ip, client_ip, header, constant, or, all), \
-                         or {{ named = \"…\" }} for one the code registered"
+                        "unknown key extractor {other:?}{}: expected one of {KEY_NAMES:?}, a table (peer_ip, client_ip, header, constant, or, all), \
+                         or {{ named = \"…\" }} for one the code registered",
+                        did_you_mean(other, KEY_NAMES.iter().chain(TABLE_KEY_NAMES).copied())
                     ))),
                 }
             }

@@ -69,8 +69,9 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
-/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`: then only
-/// whether it is a Cluster node is asked (`CLUSTER INFO`), and the dry decision is the check.
+/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`, and a managed
+/// service may rename it away: then only whether it is a Cluster node is asked
+/// (`CLUSTER INFO`), and the dry decision is the check.
 pub(super) async fn server_info(
     conn: &mut Connection,
     addr: &str,
@@ -80,7 +81,7 @@ pub(super) async fn server_info(
         Ok(Value::VerbatimString { text, .. }) => Ok(ServerInfo::parse(&text)),
         Ok(Value::SimpleString(text)) => Ok(ServerInfo::parse(&text)),
         Ok(_) => Ok(ServerInfo::default()),
-        Err(e) if e.code() == Some("NOPERM") => {
+        Err(e) if unavailable_command(&e) => {
             // A Cluster still has to be told apart: a keyless dry decision runs on any node.
             let cluster = redis::cmd("CLUSTER")
                 .arg("INFO")
@@ -94,6 +95,12 @@ pub(super) async fn server_info(
         }
         Err(e) => Err(setup_error(addr, &e)),
     }
+}
+
+/// Whether `e` says the command is not there for this client: denied by its ACL user,
+/// unknown to the server's version, or renamed away (`rename-command`).
+fn unavailable_command(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
 /// Loads the code and decides one empty batch in peek mode (no key is touched, so a prefix
@@ -118,7 +125,7 @@ pub(super) async fn dry_decision(
                 Err(e) => return Err(e),
             },
             // Redis before 7, or a user who may not load functions: the script will do.
-            Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("unknown command") => {}
+            Err(e) if unavailable_command(&e) => {}
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
@@ -164,14 +171,39 @@ async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<()
 }
 
 const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it FCALL and \
-     FUNCTION LOAD, or EVALSHA, EVAL and SCRIPT LOAD \
-     (ACL SETUSER <user> +fcall +function|load +evalsha +eval +script|load) and the keys \
+     FUNCTION LOAD, or EVALSHA and SCRIPT LOAD \
+     (ACL SETUSER <user> +fcall +function|load +evalsha +script|load) and the keys \
      under the store's prefix (~tollgate:*)";
+
+/// The fix for a permission `e` says the user lacks: the command it names, when that is
+/// not one that runs or loads tollgate's code (`ROLE`, which the Sentinel client asks the
+/// primary, say).
+fn noperm_fix(e: &RedisError) -> String {
+    let text = e.to_string();
+    let command = text
+        .split_once("run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command.to_ascii_lowercase());
+    match command {
+        Some(command)
+            if !["evalsha", "eval", "fcall", "function|load", "script|load"]
+                .contains(&command.as_str()) =>
+        {
+            let name = command.to_ascii_uppercase().replace('|', " ");
+            format!("the Redis user may not run {name}: grant it +{command}; the whole ACL is in tollgate's Redis guide")
+        }
+        _ => NOPERM_FIX.to_owned(),
+    }
+}
 
 /// A start-up failure at `addr`, with the fix where there is a known one.
 pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
+    let noperm;
     let fix = match e.code() {
-        Some("NOPERM") => NOPERM_FIX,
+        Some("NOPERM") => {
+            noperm = noperm_fix(e);
+            noperm.as_str()
+        }
         Some("READONLY") => "this is a read-only replica: point the store at the primary",
         Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => {
             "this is a Redis Cluster node: connect with RedisStore::connect_cluster, or \
