@@ -84,6 +84,9 @@ pub struct Run<'t, S: Store + Clone> {
     /// admitted on it since (what their deny cache cannot see).
     pub(crate) refused_via: std::collections::HashSet<(LaneId, usize)>,
     pub(crate) unseen: std::collections::HashSet<(LaneId, usize)>,
+    /// Whether the verb admitted over another configuration's state, which drops the
+    /// other instances' cached denials of the lane.
+    pub(crate) took_over: bool,
 }
 
 /// The in-process store's bound in the flooded target.
@@ -111,6 +114,7 @@ impl<'t, S: Store + Clone> Run<'t, S> {
             focus: [0; 3],
             refused_via: Default::default(),
             unseen: Default::default(),
+            took_over: false,
         }
     }
 
@@ -241,7 +245,7 @@ impl<'t, S: Store + Clone> Run<'t, S> {
         let drops = matches!(
             op,
             Op::Resolve { .. } | Op::Refund { .. } | Op::Overdraw { .. } | Op::Reset { .. }
-        );
+        ) || std::mem::take(&mut self.took_over);
         if drops && self.target.limiters.len() > 1 {
             tokio::time::sleep(us(5_000)).await;
         }

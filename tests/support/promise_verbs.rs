@@ -104,6 +104,7 @@ impl<S: Store + Clone> Run<'_, S> {
                     .is_some_and(|r| r.decision.is_admitted());
                 (took && asked.cost > 0).then(|| {
                     let lane = self.lane(asked, j);
+                    self.took_over |= self.reference.takes_over(&lane, asked.specs[j]);
                     self.reference
                         .admit(lane, asked.specs[j], arrival, at, asked.cost)
                 })

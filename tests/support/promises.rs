@@ -265,6 +265,15 @@ impl Reference {
         self.slack.insert(name, units);
     }
 
+    /// Whether an admission of `spec` on lane `id` writes over another configuration's
+    /// state (it takes it over, which the other instances' deny caches hear of on a
+    /// channel).
+    pub fn takes_over(&self, id: &LaneId, spec: usize) -> bool {
+        self.lanes
+            .get(id)
+            .is_some_and(|lane| lane.items.iter().any(|i| i.standing && i.spec != spec))
+    }
+
     /// The next verb's order.
     pub fn tick(&mut self) -> u64 {
         self.seq += 1;
