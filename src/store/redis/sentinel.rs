@@ -179,11 +179,7 @@ pub(super) fn parse(
     }
     let mut sentinels = Vec::new();
     for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        let (name, port) = match host.rsplit_once(':') {
-            Some((name, port)) => (name, port.parse().map_err(|_| invalid("a bad port"))?),
-            None => (host, 26379),
-        };
-        sentinels.push((name.trim_matches(['[', ']']).to_owned(), port));
+        sentinels.push(host_and_port(host).ok_or_else(|| invalid("a bad port or host"))?);
     }
     if sentinels.is_empty() {
         return Err(invalid("no sentinel"));
