@@ -9,16 +9,11 @@
 //! reservation; settle the rules left pending to a queue's release; commit the deferred
 //! parts; combine the parts' outcomes into the batch's.
 //!
-//! Once a part denies, the batch is judged where one node judges it (`denial`): on arrival,
-//! its queues holding the request until their release on arrival, so its answers and its
-//! retry are one node's.
-//!
-//! What a denied batch reports differs from one node's answer in two ways, inherent to
-//! deciding slot by slot: a part admitted and then refunded reports its quota after the
-//! refund, and a sliding log's refunded entry stays, without units, until it expires
-//! (`lua/sliding_log.lua`), so that rule's reset reads the entry's window end where one
-//! node, which never counted the request, reads none; and a refunded part that took over
-//! another configuration's state keeps it taken over (`RedisStore`'s docs).
+//! Once a part denies, the batch is judged as one node judges it (`denial`). What it
+//! reports still differs in two ways, inherent to deciding slot by slot: a refunded part
+//! reports its quota after the refund (a sliding log's refunded entry stays, without units,
+//! until it expires, so its reset reads that entry's window end); and a refunded part that
+//! took over another configuration's state keeps it.
 
 use std::time::Duration;
 
@@ -45,8 +40,8 @@ const MAX_REALIGN_ROUNDS: u32 = 2;
 /// The batch indices of one slot's checks, with their slot.
 pub(super) type SlotGroup = (Slot, Vec<usize>);
 
-/// What a cross-slot batch has taken and decided so far, while its parts are decided: the
-/// record a refund or the final outcome is made from.
+/// What a cross-slot batch has taken and decided so far: what a refund or the outcome is
+/// made from.
 struct Ledger {
     /// The parts admitted so far.
     admitted: Vec<Part>,
@@ -61,8 +56,7 @@ struct Ledger {
     /// Whether a part denied.
     denied: bool,
     /// µs after now that the batch's queues release the request at, as the parts found
-    /// them, admitting or denying: once the batch is denied, the other parts' rules are
-    /// still judged there, where one node judges the whole batch.
+    /// them: a denied batch's other rules are judged there, as on one node.
     release: u64,
     /// The members left to a queue's release, and the release they were checked at.
     pending: Vec<(Vec<usize>, u64)>,
@@ -77,8 +71,7 @@ struct Ledger {
 struct Part {
     /// The batch indices of its checks.
     members: SmallVec<[usize; 4]>,
-    /// The members that consumed: all but a shadow item that denied (a refund takes back
-    /// only what was taken).
+    /// The members that consumed: all but a shadow item that denied.
     consumed: SmallVec<[usize; 4]>,
     /// Per consumed member: the instant (in its node's clock) its rule counted the request
     /// at, which a refund takes it back at.
@@ -95,11 +88,9 @@ struct Part {
     deferred: Option<Deferred>,
 }
 
-/// A part that would count the request at a later instant than now (a reservation, a
-/// queue's release): tried (`Op::Try`), and committed with these arguments once every slot
-/// has admitted. A refund gives units back but cannot date a state back to before such a
-/// count (a token bucket counted at a release stays closed until then, a window counted in
-/// the next one forgets the current one's count), so such a part is never refunded.
+/// A part that would count the request later than now (a reservation, a queue's release):
+/// tried (`Op::Try`), and committed with these arguments once every slot has admitted,
+/// since a refund cannot date a state back to before such a count.
 #[derive(Debug, Clone, Copy)]
 struct Deferred {
     least: u64,
@@ -128,9 +119,7 @@ impl RedisStore {
         groups
     }
 
-    /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
-    /// later one denies, and deciding again the slots that would count the request before
-    /// the batch releases it (see [`RedisStore`]'s docs for the guarantee).
+    /// A Cluster batch spanning slots, in the phases of the module docs.
     pub(super) async fn decide_across_slots(
         &self,
         batch: &[Check<'_>],
@@ -339,14 +328,11 @@ impl RedisStore {
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<Option<Outcome>, StoreError> {
-        // A part admitted before a later one reserved the batch further ahead counted the
-        // request too early (a fixed window would count it in a window it does not pass
-        // in), and a queue that released it before another part's queue does would let its
-        // next request leave too soon: take it back and decide it again at the batch's
-        // delay, its queues holding the request until the batch's release. Without other
-        // traffic that part admits there (an admissible rule stays admissible) and the
-        // batch is settled; traffic in between can make it deny or delay further, so this
-        // is bounded.
+        // A part admitted before a later one reserved further ahead counted the request too
+        // early, and a queue that released it before another part's would let its next
+        // request leave too soon: take it back and decide it again at the batch's delay.
+        // Without other traffic it admits there; traffic in between can move it again, so
+        // the rounds are bounded.
         let mut rounds = 0;
         while !ledger.denied && ledger.admitted.iter().any(|p| ledger.is_stale(p)) {
             if rounds == MAX_REALIGN_ROUNDS {

@@ -1,7 +1,5 @@
-//! What a denied cross-slot batch does: refund the parts it committed, and judge the parts
-//! it only tried or left to a release as one node judges a denied batch (on arrival, its
-//! queues holding the request until their release on arrival), counting their penalty
-//! denials.
+//! What a denied cross-slot batch does: refund the parts it committed, and judge the rest
+//! as one node judges a denied batch, counting their penalty denials.
 
 use std::time::Duration;
 
@@ -45,8 +43,7 @@ impl RedisStore {
         }
     }
 
-    /// Marks the batch denied, refunds the parts it committed and judges the parts it only
-    /// tried, and the rules left to a release, as one node judges them.
+    /// Marks the batch denied, refunds the committed parts and judges the rest.
     pub(super) async fn deny(
         &self,
         batch: &[Check<'_>],
