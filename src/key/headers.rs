@@ -23,12 +23,11 @@ pub struct Header {
 /// Which value of a header that a request sends more than once is its key; see
 /// [`Header::duplicates`].
 ///
-/// A gateway that *appends* an identity header after the client's own leaves the client's
-/// value first, and one that keeps the client's copy lets it through untouched: with either,
-/// a client that sends `User-Id: random-$RANDOM` would get a fresh limit per request. So the
-/// default refuses such a request. Gateways must *replace* identity headers (nginx
-/// `proxy_set_header`, Envoy `request_headers_to_add` with `OVERWRITE_IF_EXISTS_OR_ADD`,
-/// HAProxy `http-request set-header`), and then every request carries exactly one value.
+/// A gateway that *appends* an identity header after the client's own, or keeps the
+/// client's copy, would give a client sending `User-Id: random-$RANDOM` a fresh limit per
+/// request, so the default refuses such a request. Gateways should *replace* identity
+/// headers (nginx `proxy_set_header`, Envoy `OVERWRITE_IF_EXISTS_OR_ADD`, HAProxy
+/// `http-request set-header`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Duplicates {
@@ -49,9 +48,9 @@ pub enum Duplicates {
 /// [`KeyErrorKind::Missing`]). A request that sends the header more than once has no key
 /// ([`KeyErrorKind::Invalid`]) unless [`Header::duplicates`] says which value counts.
 ///
-/// The client writes this header: put the service behind a gateway that authenticates the
-/// client and *replaces* the header (see [`Duplicates`]), or the key is whatever the client
-/// says. Several values on one line (`User-Id: a, b`) are one value, `a, b`.
+/// Put the service behind a gateway that authenticates the client and *replaces* the header
+/// (see [`Duplicates`]), or the key is whatever the client says. Several values on one line
+/// (`User-Id: a, b`) are one value, `a, b`.
 ///
 /// The name is a literal (`"user-id"`, any case) or an [`http::HeaderName`]; for a name read
 /// at run time, use [`try_header`].
@@ -59,8 +58,8 @@ pub enum Duplicates {
 /// # Panics
 ///
 /// On a `&'static str` that is not a valid header name, as [`HeaderName::from_static`]
-/// does: a literal is the program's own text, and the first start of the service shows the
-/// mistake. Names from configuration go through [`try_header`], which returns the error.
+/// does: a literal is the program's own text. Names from configuration go through
+/// [`try_header`].
 pub fn header(name: impl IntoHeaderName) -> Header {
     Header::named(name.into_header_name())
 }
