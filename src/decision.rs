@@ -94,10 +94,8 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
-    /// A batch's outcome from each rule's: Deny beats Delay beats Allow, and a denial
-    /// carries the longest retry-after of the denying rules (`None` if any can never admit).
-    /// For a [`Store`](crate::store::Store) written outside this crate; its admitted outcomes carry
-    /// nothing to give back.
+    /// A batch's outcome from each rule's, combined as [`decision`](Self::decision) says: for
+    /// a [`Store`](crate::store::Store) written outside this crate (nothing to give back).
     pub fn new(rules: RuleOutcomes) -> Self {
         combine(rules, |_| false)
     }
@@ -158,9 +156,8 @@ impl Outcome {
     }
 }
 
-/// The per-rule outcomes of a batch ([`Outcome::rules`]), in the order of the batch: a
-/// slice (it derefs to `[RuleOutcome]`) held inline up to two rules, so deciding a batch of
-/// one or two rules allocates nothing. Built by collecting, extending or from a `Vec`.
+/// The per-rule outcomes of a batch ([`Outcome::rules`]), in order: a slice (it derefs to
+/// `[RuleOutcome]`) held inline up to two rules. Built by collecting, extending or from a `Vec`.
 ///
 /// ```
 /// use tollgate::{Decision, RateLimitInfo, RuleOutcome, RuleOutcomes};
@@ -230,8 +227,7 @@ impl<'a> IntoIterator for &'a RuleOutcomes {
     }
 }
 
-/// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
-/// longest retry-after wins, and a denial no wait can lift beats every other. The items
+/// The decision of the batch from its rules' (see [`Outcome::decision`]); the items
 /// `is_shadow` names (by index) take no part.
 pub(crate) fn combine(
     rules: impl Into<RuleOutcomes>,
@@ -268,9 +264,8 @@ fn longer(a: Denial, b: Denial) -> Denial {
 }
 
 /// What a store recorded for an admitted batch, so that the units can go back to the store
-/// that took them: per rule, the store that took them, the instant they were taken at and
-/// the model's mark of the state it left. Kept inside the [`Outcome`]; the
-/// [`Reservation`](crate::Reservation) that owns a held request reads it.
+/// that took them (see [`Taken`]). The [`Reservation`](crate::Reservation) that owns a held
+/// request reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admission {
     /// Per rule of the batch, in order.
@@ -278,25 +273,21 @@ pub(crate) struct Admission {
 }
 
 /// One rule's part of an [`Admission`]: the store that took its units, the instant (µs)
-/// they were taken at and the model's mark of the state it left (see `Algorithm::mark`);
-/// or, `pending`, nothing taken yet: the rule counts the request when it is released.
+/// and the model's mark (see `Algorithm::mark`); or, `pending`, nothing taken yet.
 #[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
-    /// The store that took the units: a store gives back only its own, so that a refund
-    /// lands where the units were taken however stores are composed.
+    /// The store that took the units: a store gives back only its own, however stores are
+    /// composed.
     pub(crate) store: StoreId,
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
-    /// For a leaky bucket that held the request for another queue's longer release: the
-    /// water the hold added above the queue's own, which a refund drains with the units
-    /// (see `LeakyBucket::hold`); 0 otherwise.
+    /// The water a leaky bucket's hold added (see `LeakyBucket::hold`); 0 otherwise.
     pub(crate) hold: u64,
 }
 
-/// One store of this crate (and its clones, which share its state): the name an
-/// [`Admission`] gives the store that took its units. 0 is no store: nothing was taken.
-/// 32 bits keep [`Taken`] at 32 bytes.
+/// One store of this crate (and its clones): the name an [`Admission`] gives the store that
+/// took its units; 0 is none. 32 bits keep [`Taken`] at 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub(crate) struct StoreId(u32);
 
