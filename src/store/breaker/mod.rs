@@ -31,9 +31,7 @@ pub enum BreakerState {
     /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`],
     /// without waiting on the store.
     Open,
-    /// One probe is on its way to the store (the store's own [`probe`](Store::probe), or
-    /// for a store without one, a call); every call fails at once as when open. The probe's
-    /// answer closes the breaker, its failure opens it again.
+    /// One probe is on its way to the store; every call fails at once as when open.
     HalfOpen,
 }
 
@@ -51,27 +49,20 @@ fn state_of(raw: u8) -> BreakerState {
 
 /// A store behind a circuit breaker.
 ///
-/// While the store answers, calls go through unchanged. After
-/// [`failures`](Self::failures) consecutive failures (errors or timeouts, not malformed
-/// batches) the breaker **opens**: every call fails at once with
-/// [`StoreError::CircuitOpen`], so that no request waits on a store that is away. Once
-/// open for [`open_for`](Self::open_for), the next call (or the next look at
-/// [`health`](Store::health), as a readiness endpoint polls it) starts the one **probe**
-/// (half-open): the store's own [`probe`](Store::probe) (a `PING` for
-/// [`RedisStore`]), run by the breaker on a task of its own on the
-/// tokio runtime, while that call fails at once like every other. So no client's request
-/// ever waits on a store that may still hang, and a recovering store gets one probe at a
-/// time, not a thundering herd. The probe's success closes the breaker; its failure
-/// opens it for another `open_for`. A store without a probe of its own (or a call made
-/// outside a tokio runtime) lets that call through as the probe instead: it waits as long
-/// as the store makes it, and if its caller goes away the breaker reopens with the next
-/// call allowed to probe at once. Every transition is a `tracing` event (target
-/// `tollgate::breaker`: `warn` on opening, `info` otherwise).
+/// After [`failures`](Self::failures) consecutive failures (errors or timeouts, not
+/// malformed batches) the breaker **opens**: every call fails at once with
+/// [`StoreError::CircuitOpen`]. Once open for [`open_for`](Self::open_for), the next call
+/// (or look at [`health`](Store::health)) starts one **probe**: the store's own
+/// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on a task of its own, while every
+/// call still fails at once, so no request waits on a store that may still hang. Its
+/// success closes the breaker; its failure opens it for another `open_for`. A store without
+/// a probe (or a call outside a tokio runtime) lets that call through as the probe instead.
+/// Every transition is a `tracing` event (target `tollgate::breaker`: `warn` on opening,
+/// `info` otherwise).
 ///
-/// What the caller does with a failure is its policy: the tower layer's
-/// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
-/// decides from a local store meanwhile. A timed-out call is never sent again by the
-/// breaker (see [`RedisStore`]'s notes on timeouts).
+/// What the caller does with a failure is its policy: the layer's
+/// [`FailurePolicy`](crate::layer::FailurePolicy), or a [`Fallback`](super::Fallback). The
+/// breaker never sends a call again.
 ///
 /// ```
 /// use std::time::Duration;
@@ -349,9 +340,7 @@ impl<S: Store> Breaker<S> {
 
 impl<S: Store> Breaker<S> {
     /// Runs the store's own [`probe`](Store::probe) on a task of its own, if the store has
-    /// one and a tokio runtime runs: the call that found the breaker due for a probe then
-    /// fails at once like every other, and no client waits on a store that may still hang.
-    /// `false`: the call must be the probe.
+    /// one and a tokio runtime runs; `false`: the call must be the probe.
     fn probe_in_background(&self) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
@@ -363,9 +352,8 @@ impl<S: Store> Breaker<S> {
         true
     }
 
-    /// Starts the store's own probe if one is due, without a call: so that a breaker whose
-    /// [`health`](Store::health) is polled (a readiness endpoint) closes once the store is
-    /// back even when no request arrives (a replica taken out of service while failing).
+    /// Starts the store's own probe if one is due, without a call: a polled
+    /// [`health`](Store::health) closes the breaker even when no request arrives.
     fn probe_if_due(&self) {
         if !self.shared.due() {
             return;

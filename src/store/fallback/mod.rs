@@ -25,27 +25,15 @@ use crate::Rule;
 /// that decides while the primary cannot.
 ///
 /// Every call goes to the primary first. When it fails (unreachable, timed out, breaker
-/// open; not a malformed batch), the same batch is decided by the local store, by the same
-/// rules (optionally with each quota divided by the number of instances, see
-/// [`instances`](Self::instances)), and that decision is returned as the answer: the caller
-/// sees no error and limits stay enforced, per instance. As soon as the primary answers
-/// again, decisions come from it again. Put a [`Breaker`](super::Breaker) in front of the
-/// primary, or every request still waits for the primary's timeout before the local store
-/// decides.
+/// open; not a malformed batch), the local store decides the same batch by the same rules
+/// (quotas optionally divided by [`instances`](Self::instances)), and the caller sees that
+/// decision, no error. As soon as the primary answers again, decisions come from it. Put a
+/// [`Breaker`](super::Breaker) in front of the primary, or every request still waits for
+/// its timeout first.
 ///
-/// **What the local decisions mean for the shared counts.** The primary never learns of
-/// the requests admitted locally: when it returns, its counts are those it had when it went
-/// away (or empty, after a restart without persistence). In the worst case a client gets,
-/// over a window that spans the outage, its quota from each instance during the outage plus
-/// its quota from the primary afterwards. With [`instances`](Self::instances) set to the
-/// number of instances, the instances together admit about one quota during the outage.
-/// A penalty lock set locally holds on that instance only; locks in the primary hold again
-/// when it returns.
-///
-/// **A timeout** of the primary means the request is decided locally. The primary may
-/// still have run the call and counted the request (its answer came too late); the call is
-/// never sent again, so it is counted at most once there and once here, never twice in
-/// the primary.
+/// The primary never learns of the local decisions, and locks set locally hold on that
+/// instance only; see [what the local decisions mean for the shared
+/// counts](crate::guide::when_redis_is_away#what-the-local-decisions-mean-for-the-shared-counts).
 ///
 /// ```
 /// use std::time::Duration;
@@ -72,8 +60,7 @@ struct Division {
     /// Whether the last answer came from the local store.
     falling_back: AtomicBool,
     /// Whether the primary said it was unwell (an open breaker) while falling back: its
-    /// saying it is well again afterwards (the breaker's own probe closed it) ends the
-    /// fallback even with no request to prove it, so readiness recovers on its own.
+    /// saying it is well again ends the fallback with no request to prove it.
     primary_was_unwell: AtomicBool,
     /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
     /// while falling back with `instances` > 1.
@@ -85,9 +72,8 @@ struct Division {
     /// µs after `epoch` the primary last failed, plus one (0: never).
     failed_at: AtomicU64,
     epoch: Instant,
-    /// The stores the local side's admissions named (one, unless it is a composite
-    /// itself), learnt from the outcomes it answers: a refund's units they took go back
-    /// there, the others to the primary, and neither side is asked for the other's.
+    /// The stores the local side's admissions named, learnt from its outcomes: a refund's
+    /// units they took go back there, the others to the primary.
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
@@ -120,14 +106,11 @@ impl<P, L> Fallback<P, L> {
         }
     }
 
-    /// Divides every quota by `n` in the local decisions (default 1: the full quota): the
-    /// number of instances you run that share the primary, so that together they admit
-    /// about one quota while it is away. Counts (window limits, capacities, bursts) are
-    /// divided rounding down and rates exactly (or, where the period times `n` is too long
-    /// to build, their amounts rounding down), so that the instances never admit more than
-    /// one quota in all. An instance whose share of a rule rounds down to nothing denies
-    /// that rule's requests while the primary is away (without a `Retry-After`: the wait is
-    /// the primary's return).
+    /// Divides every quota by `n` in the local decisions (default 1): the number of
+    /// instances sharing the primary, so that together they admit about one quota while it
+    /// is away, never more (counts rounding down, rates divided exactly or rounding down). An
+    /// instance whose share of a rule rounds down to nothing denies that rule's requests
+    /// while the primary is away (without a `Retry-After`).
     pub fn instances(mut self, n: u64) -> Self {
         let n = n.max(1);
         match Arc::get_mut(&mut self.shared) {
@@ -281,13 +264,10 @@ impl Drop for Probing {
 }
 
 impl<P: Store, L: Store> Fallback<P, L> {
-    /// Starts the primary's own [`probe`](Store::probe) on a task of its own, one at a
-    /// time, when a tokio runtime runs: its answer ends the fallback. A primary that never
-    /// says it is unwell (a breaker that has not opened, its failures fewer than its
-    /// threshold; no breaker at all) would otherwise keep readiness degraded until a
-    /// request reached it. Only once the primary has not failed for a breaker's default
-    /// `open_for`: a primary that answers a `PING` but fails the requests that keep coming
-    /// stays degraded, rather than flapping with every request.
+    /// Starts the primary's own [`probe`](Store::probe) on a task of its own, one at a time,
+    /// when a tokio runtime runs: its answer ends the fallback, so readiness recovers with
+    /// no request. Only once the primary has not failed for a breaker's default `open_for`,
+    /// so that a primary that answers a `PING` but fails requests does not flap.
     fn probe_primary(&self) {
         if !self.shared.quiet_for(DEFAULT_OPEN_FOR) {
             return;
@@ -410,10 +390,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Gives each rule's units back to the side whose store took them: a held request
-    /// confirmed while the primary was away took its waiting rules' units locally, the
-    /// others in the primary. Each side is asked only for units its stores took: a primary
-    /// that is away would refuse or keep the caller waiting for a refund of nothing.
+    /// Gives each rule's units back to the side whose store took them; each side is asked
+    /// only for its own (a primary that is away would keep the caller waiting for nothing).
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
