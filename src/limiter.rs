@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::reservation::Reservation;
+use crate::store::reservation::Reservation;
 use crate::store::{Check, Health, MemoryStore, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
@@ -123,7 +123,7 @@ impl<S: Store> Limiter<S> {
         S: Clone,
     {
         let outcome = self.reserve_outcome(batch, max_wait).await?;
-        Ok(Reservation::new(self.clone(), batch, outcome, max_wait))
+        Ok(Reservation::new(self.store.clone(), batch, outcome, max_wait))
     }
 
     /// What [`reserve`](Self::reserve) decides, as the store answers it.
@@ -145,22 +145,6 @@ impl<S: Store> Limiter<S> {
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
         self.store.try_check_now(batch, max_wait)
-    }
-
-    /// Gives back the units `outcome` took for `batch` ([`Store::refund`]), under the keys
-    /// the store saw.
-    pub(crate) async fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.store.refund(batch, outcome).await
-    }
-
-    /// Takes what `batch` owes beyond what its admission took ([`Store::overdraw`]), under
-    /// the keys the store saw.
-    pub(crate) async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.store.overdraw(batch).await
     }
 
     /// Counts the denials of `batch`, refused `ago`, that stand ([`Store::count_denials`]),
@@ -188,52 +172,34 @@ impl<S: Store> Limiter<S> {
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
-    /// Long keys are digested as in [`check`](Self::check).
-    pub async fn peek(
-        &self,
-        rule: &Rule,
-        key: impl AsRef<[u8]>,
-        cost: u64,
-    ) -> Result<RuleOutcome, StoreError> {
-        self.store
-            .peek(Check::new(rule, key.as_ref()).with_cost(cost))
-            .await
-    }
-
-    /// Clears the state of `rule` for `key` and lifts any lock (an admin "unblock").
-    pub async fn reset(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        if let Err(e) = rule.validate() {
-            return Err(StoreError::InvalidBatch(e.to_string()));
-        }
-        self.store.reset(rule, &StoredKey::of(key.as_ref())).await
-    }
-}
-
-/// `peek` and `reset` by the key's stored form.
-impl<S: Store> Limiter<S> {
-    /// [`peek`](Self::peek) for a key in its stored form: what a request of `cost` would get
-    /// from `rule`, without consuming anything. A key the store does not hold (never seen,
-    /// expired, or forgotten by a [`MemoryStore`] past its
+    /// `key` is a key's own bytes (a long one is digested as in [`check`](Self::check)) or
+    /// a `&StoredKey` an observer kept. A key the store does not hold (never seen, expired,
+    /// or forgotten by a [`MemoryStore`] past its
     /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
     /// find it.
-    pub async fn peek_stored(
+    pub async fn peek<'k>(
         &self,
         rule: &Rule,
-        key: &StoredKey<'_>,
+        key: impl Into<StoredKey<'k>>,
         cost: u64,
     ) -> Result<RuleOutcome, StoreError> {
-        self.store()
+        let key = key.into();
+        self.store
             .peek(Check::stored(rule, key.as_bytes()).with_cost(cost))
             .await
     }
 
-    /// [`reset`](Self::reset) for a key in its stored form: clears its state under `rule`
-    /// and lifts any lock.
-    pub async fn reset_stored(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+    /// Clears the state of `rule` for `key` (as [`peek`](Self::peek) takes it) and lifts
+    /// any lock (an admin "unblock").
+    pub async fn reset<'k>(
+        &self,
+        rule: &Rule,
+        key: impl Into<StoredKey<'k>>,
+    ) -> Result<(), StoreError> {
         if let Err(e) = rule.validate() {
             return Err(StoreError::InvalidBatch(e.to_string()));
         }
-        self.store().reset(rule, key).await
+        self.store.reset(rule, &key.into()).await
     }
 }
 
@@ -298,7 +264,7 @@ mod tests {
         assert!(first.is_admitted());
         assert!(!limiter.check_one(&rule, &long).await.unwrap().is_admitted());
         let stored = StoredKey::of(&long);
-        let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+        let peeked = limiter.peek(&rule, &stored, 1).await.unwrap();
         assert!(!peeked.decision.is_admitted());
         store.reset(&rule, &stored).await.unwrap();
         assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());

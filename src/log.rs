@@ -11,7 +11,7 @@
 //! quiet interval. Outside a runtime the next event's line carries the count.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -268,6 +268,13 @@ async fn summaries(log: Weak<EventLog>) {
         let Some(log) = log.upgrade() else { return };
         log.write_due_summaries();
     }
+}
+
+/// The log of what happens outside a layer (reservations, the in-process store): one for
+/// the process, so that an outage logs a line per interval, not one per request.
+pub(crate) fn process_log() -> Arc<EventLog> {
+    static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
+    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
 }
 
 impl Default for EventLog {

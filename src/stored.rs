@@ -1,7 +1,7 @@
 //! Keys as the store keeps them: what every [`Check`](crate::Check) carries to a store, and
 //! what a dashboard holds of a key it saw decided (through a
 //! [`DecisionObserver`](crate::layer::DecisionObserver)) and acts on later with
-//! [`Limiter::peek_stored`](crate::Limiter::peek_stored)(crate::Limiter::peek_stored).
+//! [`Limiter::peek`](crate::Limiter::peek) and [`Limiter::reset`](crate::Limiter::reset).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,7 +23,9 @@ pub(crate) const MAX_KEY_LEN: usize = 128;
 ///
 /// A [`DecisionObserver`](crate::layer::DecisionObserver) receives keys in this form, so
 /// that what it keeps of a client sending a 1 MB key is 33 bytes, and
-/// [`Limiter::peek_stored`](crate::Limiter::peek_stored) and [`Limiter::reset_stored`](crate::Limiter::reset_stored) still reach that client's state.
+/// [`Limiter::peek`](crate::Limiter::peek) and [`Limiter::reset`](crate::Limiter::reset),
+/// given a `&StoredKey`, still reach that client's state (given the key's own bytes, they
+/// store it in this form first).
 ///
 /// ```
 /// use tollgate::StoredKey;
@@ -82,6 +84,20 @@ impl<'a> StoredKey<'a> {
     /// Bytes already in stored form, as a [`Check`](crate::Check) carries them.
     pub(crate) fn kept(bytes: &'a [u8]) -> Self {
         Self(Cow::Borrowed(bytes))
+    }
+}
+
+/// A key's own bytes, stored in their form.
+impl<'a, K: AsRef<[u8]> + ?Sized> From<&'a K> for StoredKey<'a> {
+    fn from(key: &'a K) -> Self {
+        Self::of(key.as_ref())
+    }
+}
+
+/// A key already in its stored form, as it is.
+impl<'a> From<&'a StoredKey<'_>> for StoredKey<'a> {
+    fn from(key: &'a StoredKey<'_>) -> Self {
+        Self::kept(key.as_bytes())
     }
 }
 

@@ -85,24 +85,23 @@ impl<'a> Check<'a> {
 ///
 /// `Store` is an extension point: a wrapper that adds behaviour around another store
 /// (injected faults, a metric, a routing rule between two stores), or a store of your own.
-/// A wrapper forwards every method — the required ones and those with a default
-/// ([`try_check_now`](Self::try_check_now), [`overdraw`](Self::overdraw),
-/// [`count_denials`](Self::count_denials), [`probe`](Self::probe), [`health`](Self::health),
-/// [`outage_health`](Self::outage_health)),
-/// whose defaults are right for a store of its own but lose what the wrapped store does —
-/// and passes [`refund`](Self::refund)'s `outcome` through untouched, so units still go
-/// back to the store that took them (the crate's [`Breaker`](super::Breaker) and
-/// [`Fallback`](super::Fallback) do, and a test holds them to it). A store of your own
-/// decides with the semantics documented on [`check`](Self::check) and answers with
-/// [`Outcome::new`](crate::Outcome::new); it records nothing to give back, so the default
-/// `refund` keeps the units a cancelled [`Reservation`](crate::Reservation) took (never more
-/// than the limit, sometimes less). Exact refunds, penalties, shaping and the shared test
-/// vectors come with the stores of this crate.
+/// Every method that changes state or reports it ([`refund`](Self::refund),
+/// [`overdraw`](Self::overdraw), [`count_denials`](Self::count_denials),
+/// [`health`](Self::health)) is required, so a wrapper cannot drop what the wrapped store
+/// does by leaving one out: it forwards each, passing `refund`'s `outcome` through
+/// untouched so units go back to the store that took them. The methods with a default
+/// only make a store faster or better watched ([`try_check_now`](Self::try_check_now),
+/// [`probe`](Self::probe), [`outage_health`](Self::outage_health)); a wrapper forwards them
+/// too. A store of your own decides with the semantics documented on
+/// [`check`](Self::check), answers with [`Outcome::new`](crate::Outcome::new), and says
+/// what it does with the rest: `Ok(())` from `refund` keeps the units a cancelled
+/// [`Reservation`](crate::Reservation) took (never more than the limit), and from
+/// `count_denials`, when its `check` counts every denial already.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Check, Limiter, Outcome, Rule, RuleOutcome, StoreError, StoredKey};
-/// use tollgate::store::{MemoryStore, Store};
+/// use tollgate::store::{Health, MemoryStore, Store};
 ///
 /// /// Counts the batches its inner store decides.
 /// #[derive(Clone, Default)]
@@ -122,8 +121,20 @@ impl<'a> Check<'a> {
 ///     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
 ///         self.inner.refund(batch, outcome).await
 ///     }
+///     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+///         self.inner.overdraw(batch).await
+///     }
+///     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+///         self.inner.count_denials(batch, ago).await
+///     }
 ///     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
 ///         self.inner.reset(rule, key).await
+///     }
+///     fn health(&self) -> Health {
+///         self.inner.health()
+///     }
+///     fn outage_health(&self) -> Health {
+///         self.inner.outage_health()
 ///     }
 /// }
 ///
@@ -135,6 +146,36 @@ impl<'a> Check<'a> {
 /// assert!(limiter.check_one(&rule, b"alice").await?.is_admitted());
 /// assert_eq!(store.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
 /// # Ok(()) }
+/// ```
+///
+/// A wrapper that leaves out what changes state does not compile:
+///
+/// ```compile_fail,E0046
+/// use std::time::Duration;
+/// use tollgate::{Check, Outcome, Rule, RuleOutcome, StoreError, StoredKey};
+/// use tollgate::store::{Health, MemoryStore, Store};
+///
+/// struct Forgetful(MemoryStore);
+///
+/// impl Store for Forgetful {
+///     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
+///         self.0.check(batch, wait).await
+///     }
+///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
+///         self.0.peek(check).await
+///     }
+///     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+///         self.0.refund(batch, outcome).await
+///     }
+///     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+///         self.0.reset(rule, key).await
+///     }
+///     fn health(&self) -> Health {
+///         self.0.health()
+///     }
+///     // No `overdraw`, no `count_denials`: a settled overdraft and a deferred
+///     // login refusal would be lost.
+/// }
 /// ```
 pub trait Store: Send + Sync + 'static {
     /// Decides `batch` all or nothing: if any item is denied, no item's state changes (except
@@ -184,14 +225,20 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
     /// Decides `batch` at once, without a future, when this store can (an in-process store
-    /// can; a networked one cannot): the same decision [`check`](Self::check) would give,
-    /// or `None` when the caller must await `check` instead. [`Limiter::check`] and
+    /// always; a [`RedisStore`] from its deny cache, a [`Leased`](super::Leased) from a
+    /// lease): the same decision [`check`](Self::check) would give, or `None` when the
+    /// caller must await `check` instead. [`Limiter::check`] and
     /// [`Limiter::check_one`] take this path first, so a decision on a
     /// [`MemoryStore`](super::MemoryStore) goes through no future of the store's. The
     /// default returns `None`.
     ///
     /// [`Limiter::check`]: crate::Limiter::check
     /// [`Limiter::check_one`]: crate::Limiter::check_one
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -241,16 +288,12 @@ pub trait Store: Send + Sync + 'static {
     /// admits up to those units more after the reset, as if they had been taken before it.
     ///
     /// A [`Reservation::settle`](crate::Reservation::settle) below the estimate comes
-    /// through here too. The default implementation gives nothing back: a store outside
-    /// this crate keeps what it took, and its reservations keep their units.
+    /// through here too.
     fn refund(
         &self,
         batch: &[Check<'_>],
         outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (batch, outcome);
-        std::future::ready(Ok(()))
-    }
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Takes each item's cost now, without a check, for a request already served whose
     /// cost settled above what its admission took ([`Reservation::settle`]): `batch` holds
@@ -258,13 +301,8 @@ pub trait Store: Send + Sync + 'static {
     /// pay (see [`Reservation::settle`]), so a store that routes keys takes them where the
     /// key is decided now, wherever the admission took its estimate.
     ///
-    /// The default takes nothing: a store outside this crate charges the estimate only.
-    ///
     /// [`Reservation::settle`]: crate::Reservation::settle
-    fn overdraw(&self, batch: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = batch;
-        std::future::ready(Ok(()))
-    }
+    fn overdraw(&self, batch: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Counts a denial towards the penalty of each item of `batch` whose quota refused it
     /// `ago` before now, as [`check`](Self::check) would have when deciding it then with
@@ -274,17 +312,11 @@ pub trait Store: Send + Sync + 'static {
     /// (the flag is about the check: every item is counted here). A window that has
     /// turned since the refusal, by a later admission, leaves the refusal standing: it was
     /// made in the window before.
-    ///
-    /// The default counts nothing: a store that ignores [`Check::defers_denial`] has
-    /// counted every denial already.
     fn count_denials(
         &self,
         batch: &[Check<'_>],
         ago: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (batch, ago);
-        std::future::ready(Ok(()))
-    }
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Forgets the state of `rule` for `key` (in its stored form, as a [`Check`] carries
     /// it) and lifts any lock on it (an admin "unblock").
@@ -315,9 +347,7 @@ pub trait Store: Send + Sync + 'static {
     /// readiness endpoint sees it recover), for a readiness endpoint. A store without a
     /// circuit breaker or a fallback is always
     /// [`Healthy`](Health::Healthy): its failures show only as errors.
-    fn health(&self) -> Health {
-        Health::Healthy
-    }
+    fn health(&self) -> Health;
 
     /// How this store decides while a store it depends on across the network (Redis) is
     /// away, known before any outage, as [`health`](Self::health) names it:

@@ -12,9 +12,8 @@ use tokio::time::Instant;
 use crate::algorithm::Algorithm;
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
-use crate::limiter::Limiter;
-use crate::reservation::Reservation;
 use crate::store::check::{Check, Health, Store};
+use crate::store::reservation::Reservation;
 use crate::stored::StoredKey;
 use crate::Rule;
 use smallvec::SmallVec;
@@ -50,7 +49,7 @@ use smallvec::SmallVec;
 ///   instance leasing the key.
 /// - **A request a lease cannot answer gets the store's answer**, exactly: a lease that
 ///   has run out and cannot be renewed (the store denies `units`), a cost larger than the
-///   lease, a wait ([`Limiter::reserve`] with a `max_wait`), a shadow check. Denials, and
+///   lease, a wait ([`Limiter::reserve`](crate::Limiter::reserve) with a `max_wait`), a shadow check. Denials, and
 ///   their `Retry-After`, always come from the store.
 /// - **A batch with other rules** (a route with a global limit and a per-user one) takes
 ///   the leased rule's units from the lease and asks the store for the others; if the
@@ -111,7 +110,7 @@ pub struct Leased<S: Store + Clone> {
 /// What every clone of a `Leased` shares: the wrapped store, the leased rules and their
 /// leases.
 struct Shared<S: Store + Clone> {
-    limiter: Limiter<S>,
+    store: S,
     terms: Vec<Terms<S>>,
 }
 
@@ -165,7 +164,7 @@ impl<S: Store + Clone> Leased<S> {
     pub fn new(store: S) -> Self {
         Self {
             shared: Arc::new(Shared {
-                limiter: Limiter::new(store),
+                store,
                 terms: Vec::new(),
             }),
         }
@@ -189,7 +188,7 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(error) = ConfigError::collect(problems) {
             return Err(error);
         }
-        let Shared { limiter, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
+        let Shared { store, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
             ConfigError::new("a Leased is configured before it is cloned".to_owned())
         })?;
         terms.push(Terms {
@@ -199,7 +198,7 @@ impl<S: Store + Clone> Leased<S> {
             leases: RwLock::default(),
         });
         Ok(Self {
-            shared: Arc::new(Shared { limiter, terms }),
+            shared: Arc::new(Shared { store, terms }),
         })
     }
 
@@ -236,7 +235,7 @@ impl<S: Store + Clone> Leased<S> {
 
     /// The wrapped store.
     pub fn get_ref(&self) -> &S {
-        self.shared.limiter.store()
+        &self.shared.store
     }
 
     /// The first check of `batch` a lease may answer, with its index and its rule's
@@ -338,8 +337,9 @@ impl<S: Store + Clone> Leased<S> {
             cost: terms.units,
             ..check
         }];
-        let mut reservation = self.shared.limiter.reserve(&lease, Duration::ZERO).await?;
-        let outcome = reservation.outcome().clone();
+        let store = &self.shared.store;
+        let outcome = store.check(&lease, Duration::ZERO).await?;
+        let mut reservation = Reservation::new(store.clone(), &lease, outcome.clone(), Duration::ZERO);
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after
@@ -627,7 +627,7 @@ impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
 mod tests {
     use super::*;
     use crate::store::MemoryStore;
-    use crate::{ManualClock, Rate};
+    use crate::{Limiter, ManualClock, Rate};
 
     /// A key whose lease the store refuses keeps no slot past the refusal: a flood of such
     /// keys costs nothing once their refusals end.

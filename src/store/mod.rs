@@ -25,6 +25,7 @@ mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod reservation;
 
 pub use breaker::{Breaker, BreakerState};
 pub use check::{Health, Store};

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
@@ -11,9 +11,8 @@ use tokio::time::Instant;
 
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
-use crate::limiter::Limiter;
-use crate::log::{Event, EventLog};
-use crate::store::{Check, Store};
+use crate::log::{process_log, Event, EventLog};
+use crate::store::check::{Check, Health, Store};
 use crate::stored::KeyBytes;
 use crate::Rule;
 
@@ -56,7 +55,7 @@ use crate::Rule;
 /// ```
 #[must_use = "a reservation dropped before it is confirmed gives its units back"]
 pub struct Reservation<S: Store + Clone> {
-    limiter: Limiter<S>,
+    store: S,
     batch: Arc<dyn Batch>,
     outcome: Outcome,
     max_wait: Duration,
@@ -136,23 +135,16 @@ impl Batch for Copied {
     }
 }
 
-/// The log of what happens outside a layer (reservations, the in-process store): one for
-/// the process, so that an outage logs a line per interval, not one per request.
-pub(crate) fn process_log() -> Arc<EventLog> {
-    static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
-    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
-}
-
 impl<S: Store + Clone> Reservation<S> {
     /// The reservation of `batch`, which the store answered with `outcome`.
     pub(crate) fn new(
-        limiter: Limiter<S>,
+        store: S,
         batch: &[Check<'_>],
         outcome: Outcome,
         max_wait: Duration,
     ) -> Self {
         Self::of(
-            limiter,
+            store,
             Arc::new(Copied::new(batch)),
             outcome,
             max_wait,
@@ -163,7 +155,7 @@ impl<S: Store + Clone> Reservation<S> {
     /// The reservation of `batch` (owned by the caller's own type), logging failed
     /// give-backs through `log` (the layer's), or the process's log.
     pub(crate) fn of(
-        limiter: Limiter<S>,
+        store: S,
         batch: Arc<dyn Batch>,
         outcome: Outcome,
         max_wait: Duration,
@@ -182,7 +174,7 @@ impl<S: Store + Clone> Reservation<S> {
             Stage::Spent
         };
         Self {
-            limiter,
+            store,
             batch,
             outcome,
             max_wait,
@@ -262,13 +254,13 @@ impl<S: Store + Clone> Reservation<S> {
         self.state = Stage::Confirming;
         let checks = self.batch.checks();
         // Given back first, so that the queues' slots are free to be taken again.
-        if let Err(error) = self.limiter.refund(&checks, &self.outcome).await {
+        if let Err(error) = self.store.refund(&checks, &self.outcome).await {
             if let Some(suppressed) = self.log.admit(Event::RefundFailure) {
                 tracing::warn!(%error, suppressed, "could not refund the units of a request");
             }
         }
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
-        let outcome = self.limiter.reserve_outcome(&checks, max_wait).await;
+        let outcome = self.store.check(&checks, max_wait).await;
         self.state = Stage::Spent;
         let outcome = outcome?;
         let now = Instant::now();
@@ -294,7 +286,7 @@ impl<S: Store + Clone> Reservation<S> {
         }
         self.state = Stage::Spent;
         let checks = self.batch.checks();
-        self.limiter.refund(&checks, &self.outcome).await
+        self.store.refund(&checks, &self.outcome).await
     }
 
     /// Settles what the request cost, once it is known (the bytes a download served, the
@@ -345,7 +337,7 @@ impl<S: Store + Clone> Reservation<S> {
         let Some(settled) = self.settlement(costs)? else {
             return Ok(());
         };
-        settle_in(&self.limiter, &*self.batch, &self.outcome, &settled).await
+        settle_in(&self.store, &*self.batch, &self.outcome, &settled).await
     }
 
     /// [`settle`](Self::settle) without waiting (at once for a store that answers at once,
@@ -356,14 +348,14 @@ impl<S: Store + Clone> Reservation<S> {
             Ok(None) => return,
             Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
         };
-        let (limiter, batch, outcome) = (
-            self.limiter.clone(),
+        let (store, batch, outcome) = (
+            self.store.clone(),
             self.batch.clone(),
             self.outcome.clone(),
         );
         let log = self.log.clone();
         run_detached(async move {
-            if let Err(error) = settle_in(&limiter, &*batch, &outcome, &settled).await {
+            if let Err(error) = settle_in(&store, &*batch, &outcome, &settled).await {
                 if let Some(suppressed) = log.admit(Event::RefundFailure) {
                     tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
                 }
@@ -413,8 +405,8 @@ impl<S: Store + Clone> Reservation<S> {
     }
 
     /// The store's health, as the limiter sees it now.
-    pub(crate) fn health(&self) -> crate::store::Health {
-        self.limiter.health()
+    pub(crate) fn health(&self) -> Health {
+        self.store.health()
     }
 
     /// The request passes now, its delay not waited for (shadow mode holds nothing): a
@@ -455,7 +447,7 @@ impl<S: Store + Clone> Reservation<S> {
             ));
         }
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
-        self.limiter.reserve_outcome(&rest, max_wait).await
+        self.store.check(&rest, max_wait).await
     }
 
     /// Takes in what counting the rules at `pending` answered: their outcomes and units, or,
@@ -506,11 +498,11 @@ impl<S: Store + Clone> Reservation<S> {
     where
         F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
     {
-        let (limiter, batch, log) = (self.limiter.clone(), self.batch.clone(), self.log.clone());
+        let (store, batch, log) = (self.store.clone(), self.batch.clone(), self.log.clone());
         run_detached(async move {
             let checks = batch.checks();
             let checks = select(&checks);
-            if let Err(error) = limiter.refund(&checks, &outcome).await {
+            if let Err(error) = store.refund(&checks, &outcome).await {
                 if let Some(suppressed) = log.admit(Event::RefundFailure) {
                     tracing::warn!(%error, suppressed, "could not refund the units of a request");
                 }
@@ -527,7 +519,7 @@ type Settled = SmallVec<[(usize, u64, bool); 4]>;
 /// cost goes back ([`Store::refund`]), what they took short of it is taken
 /// ([`Store::overdraw`]).
 async fn settle_in<S: Store>(
-    limiter: &Limiter<S>,
+    store: &S,
     batch: &dyn Batch,
     outcome: &Outcome,
     settled: &Settled,
@@ -535,11 +527,11 @@ async fn settle_in<S: Store>(
     let checks = batch.checks();
     let (back, given) = settled_part(&checks, outcome, settled, false);
     if !back.is_empty() {
-        limiter.refund(&back, &given).await?;
+        store.refund(&back, &given).await?;
     }
     let (owed, _) = settled_part(&checks, outcome, settled, true);
     if !owed.is_empty() {
-        limiter.overdraw(&owed).await?;
+        store.overdraw(&owed).await?;
     }
     Ok(())
 }
@@ -610,7 +602,7 @@ impl<S: Store + Clone> fmt::Debug for Reservation<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{store::MemoryStore, ManualClock, Rate};
+    use crate::{store::MemoryStore, Limiter, ManualClock, Rate};
 
     fn limiter() -> Limiter<MemoryStore> {
         Limiter::new(MemoryStore::with_clock(ManualClock::new(1_000_000)))

@@ -524,6 +524,22 @@ impl tollgate::store::Store for Down {
     ) -> Result<(), tollgate::StoreError> {
         Err(refused())
     }
+    async fn refund(&self, _: &[Check<'_>], _: &tollgate::Outcome) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 fn refused() -> tollgate::StoreError {

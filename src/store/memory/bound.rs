@@ -144,7 +144,7 @@ impl Shared {
             self.bound
                 .evicted
                 .fetch_add(evicted as u64, Ordering::Relaxed);
-            if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
+            if let Some(suppressed) = crate::log::process_log().admit(Event::StoreFull) {
                 tracing::warn!(
                     suppressed,
                     "the in-process store is full: the entries whose state says least are forgotten"
@@ -160,7 +160,7 @@ impl Shared {
     #[cold]
     fn refused_for_room(&self) {
         self.bound.refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
+        if let Some(suppressed) = crate::log::process_log().admit(Event::StoreFull) {
             tracing::warn!(
                 suppressed,
                 "the in-process store is full of locked keys: new keys are refused until a lock ends"

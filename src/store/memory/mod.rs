@@ -670,6 +670,9 @@ impl Store for MemoryStore {
     fn outage_health(&self) -> Health {
         Health::Healthy
     }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
+    }
 }
 
 #[cfg(test)]
