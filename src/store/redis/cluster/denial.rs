@@ -25,8 +25,7 @@ impl RedisStore {
         self.run_part(batch, members, 0, Op::Deny, 0, release).await
     }
 
-    /// `result`, after refunding the admitted parts when it is an error: a failed check
-    /// leaves nothing behind that it consumed, as far as it can.
+    /// `result`, after refunding the admitted parts when it is an error.
     pub(super) async fn or_refund<T>(
         &self,
         batch: &[Check<'_>],
@@ -67,8 +66,8 @@ impl RedisStore {
         Ok(())
     }
 
-    /// µs after now that the batch's queues release a request arriving now, without a
-    /// reservation: where one node judges a denied batch. One peek per slot with a queue.
+    /// µs after now that the batch's queues release a request arriving now: where one node
+    /// judges a denied batch. One peek per slot with a queue.
     pub(super) async fn release_on_arrival(
         &self,
         batch: &[Check<'_>],
@@ -114,8 +113,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The parts kept moving each other's release (traffic between the calls): every part
-    /// refunded and the batch denied, rather than admitted with a part counting early.
+    /// The parts kept moving each other's release: every part refunded, the batch denied.
     pub(super) async fn unsettled(
         &self,
         batch: &[Check<'_>],
@@ -129,8 +127,7 @@ impl RedisStore {
         ))
     }
 
-    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
-    /// their quota after the refund.
+    /// Takes back the admissions of `admitted` slots (their rules then report `Allow`).
     pub(super) async fn refund(
         &self,
         batch: &[Check<'_>],
