@@ -25,11 +25,11 @@ pub struct Check<'a> {
     /// when it would deny, it consumes nothing and counts its penalty denial, and its
     /// [`RuleOutcome`] says `Deny`, which is how a caller learns what enforcing it would do.
     pub shadow: bool,
-    /// Leaves a quota denial of this item uncounted by its rule's penalty (a lock still
-    /// refuses): the caller counts it later, if it still stands, with
-    /// [`Store::count_denials`]. A layer limit charged by outcome with a penalty does this
-    /// for a request refused while others of its key are in flight, whose units may yet be
-    /// given back.
+    /// Leaves this item's refusal uncounted by its rule's penalty (a lock still refuses):
+    /// the caller learns later whether the refusal stands, and counts it then with
+    /// [`Store::count_denials`]. The layer sets it for a limit charged by outcome with a
+    /// penalty, on a request refused while others of its key are in flight, whose units
+    /// may yet be given back and the refusal with them.
     pub defers_denial: bool,
 }
 
@@ -203,21 +203,15 @@ pub trait Store: Send + Sync + 'static {
     /// outcomes say `Delay` until the release, when the
     /// [`Reservation`](crate::Reservation) that holds the request counts them.
     ///
-    /// On a Redis Cluster a batch whose keys span slots is decided slot by slot. An
-    /// admitted batch counts every rule at the instant a single node would. A denied batch
-    /// gives back the units its earlier slots took, and with them what else the rule's state
-    /// shows of it: a first-hit window it started is as if never started, and a leaky bucket
-    /// that held the request for another slot's longer queue drains that hold too, while
-    /// nothing has queued behind it (see [`refund`](Self::refund)). What other
-    /// configurations of the rule read goes back with the units. A denied batch's rules
-    /// are judged where one node judges them (the other slots' rules at a queue's release),
-    /// so its `Retry-After` is the exact wait, without other traffic. Two differences from
-    /// one node remain, by design: a sliding log in a slot that admitted and was refunded
-    /// keeps its refunded entry, without units, until it expires, so the quota it reports
-    /// reads that entry's reset, where one node, which never counted the request, reads
-    /// none; and a rule in such a slot that found another configuration's state keeps it
-    /// taken over (the carried units counted under its own parameters until its state is
-    /// back to empty), which admits no more than one node, perhaps later.
+    /// On a Redis Cluster a batch whose keys span slots is decided slot by slot, as one
+    /// node would decide it, but for what [`RedisStore`]'s Cluster section lists (a
+    /// refunded sliding-log entry keeps reporting its reset until it expires; a refunded
+    /// slot keeps another configuration's state taken over).
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
     fn check(
         &self,
         batch: &[Check<'_>],
