@@ -219,12 +219,10 @@ impl Rule {
         )
     }
 
-    /// Sliding window counter: at most `limit` units per `window`, estimated from the current
-    /// and the previous window's counts: admits while
-    /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, with windows
-    /// aligned to the epoch and `elapsed` the time into the current window. O(1) memory (two
-    /// counters) and no boundary burst of 2 × `limit`; the estimate assumes the previous
-    /// window's requests were spread evenly.
+    /// Sliding window counter: admits while
+    /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, windows aligned
+    /// to the epoch. Two counters, no boundary burst of 2 × `limit`; the estimate assumes
+    /// the previous window's requests were spread evenly.
     ///
     /// **Under sustained traffic it admits `limit − 1` per window, not `limit`**: the previous
     /// window's weight rounds up to at least one unit until the current window ends (with
@@ -254,9 +252,8 @@ impl Rule {
         )
     }
 
-    /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
-    /// period (`Rate::per_second(10)` adds 10 tokens once a second, as a Redis script that
-    /// adds tokens per elapsed period does). Always exact.
+    /// Token bucket refilled in steps: the rate's whole amount at the end of each period
+    /// (`Rate::per_second(10)` adds 10 tokens once a second). Always exact.
     ///
     /// Periods count from the request that found the bucket full (a full bucket's state is
     /// dropped), so a key's steps restart from its next request after each refill to full.
@@ -267,12 +264,10 @@ impl Rule {
         )
     }
 
-    /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
-    /// an admitted request is held until the units queued before it have drained
-    /// ([`Decision::Delay`](crate::Decision::Delay)), so traffic leaves evenly spaced; a
-    /// request that does not fit is denied. This is nginx's `limit_req` without `nodelay`,
-    /// with `capacity` counting the request being served. The drain is exact or rounded like
-    /// a token bucket's refill (see [`token_bucket`](Self::token_bucket) and [`Rate`]).
+    /// Leaky bucket (shaping): requests queue (up to `capacity` units, the one being served
+    /// included) and leave at `drain`, each held until the units before it have drained
+    /// ([`Decision::Delay`](crate::Decision::Delay)); one that does not fit is denied: nginx's
+    /// `limit_req` without `nodelay`. The drain is exact or rounded like a token bucket's.
     ///
     /// In a batch with other leaky buckets (a per-user queue beside a per-tenant one), the
     /// request passes when the last of their queues releases it, and each queue counts the

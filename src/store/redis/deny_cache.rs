@@ -5,9 +5,8 @@
 //!
 //! Redis denied `cost` units of a rule for a key with retry-after `r`: with no other
 //! traffic, the same request is admitted at `now + r` and at no instant before (a denial
-//! changes no algorithm state, and each model's retry is the earliest admitting instant).
-//! Until then the same request gets the same denial, with retry-after the rest of `r`. Which
-//! other requests it answers depends on how the retry depends on the cost:
+//! changes no state, and each model's retry is exact), so until then it gets the same
+//! denial. Other requests:
 //!
 //! - A **cheaper** request may pass earlier: never answered (it goes to Redis).
 //! - A **dearer** request is denied too, but its retry is in general later (the other
@@ -23,12 +22,9 @@
 //!   into a counted quota denial when it ends).
 //! - A rule with a **penalty** that is not locked is never answered: Redis must count its
 //!   denials (the lock after `n` of them).
-//! - A **batch** is answered only when every one of its items is: then Deny beats
-//!   everything and the longest retry wins, as in Redis. A batch with a shadow item, or
-//!   with a leaky bucket among other rules (whose queue moves the instant the others count
-//!   at), goes to Redis; so does a wait-mode request whose retry is within its `max_wait`
-//!   (it would become a reservation). Denials are recorded only from batches checked
-//!   without waiting, where every rule is decided at its arrival.
+//! - A **batch** is answered only when every one of its items is, and it has no shadow
+//!   item and no leaky bucket among other rules; a wait-mode request whose retry is within
+//!   its `max_wait` goes to Redis. Denials are recorded only from batches decided on arrival.
 //!
 //! A denial answers only for the configuration that produced it (fingerprint and penalty).
 //! This instance's admission of the rule and key drops its entry; a reset, a refund, a
