@@ -207,6 +207,7 @@ pub trait Store: Send + Sync + 'static {
     /// node would decide it, but for what [`RedisStore`]'s Cluster section lists (a
     /// refunded sliding-log entry keeps reporting its reset until it expires; a refunded
     /// slot keeps another configuration's state taken over).
+    ///
     #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
     #[cfg_attr(
         not(feature = "redis"),

@@ -19,7 +19,7 @@ use crate::Rule;
 /// An admitted request that has not passed yet: the units each rule took, in the store
 /// that took them (a [`Fallback`](crate::store::Fallback)'s primary or its local store),
 /// the rules that wait for the release, and the instant the request is due. Made by
-/// [`Limiter::reserve`].
+/// [`Limiter::reserve`](crate::Limiter::reserve).
 ///
 /// [`confirm`](Self::confirm) it when the request is about to pass: it waits until the
 /// request is due, counts the waiting rules (a global limit beside the per-user leaky bucket
@@ -137,19 +137,8 @@ impl Batch for Copied {
 
 impl<S: Store + Clone> Reservation<S> {
     /// The reservation of `batch`, which the store answered with `outcome`.
-    pub(crate) fn new(
-        store: S,
-        batch: &[Check<'_>],
-        outcome: Outcome,
-        max_wait: Duration,
-    ) -> Self {
-        Self::of(
-            store,
-            Arc::new(Copied::new(batch)),
-            outcome,
-            max_wait,
-            None,
-        )
+    pub(crate) fn new(store: S, batch: &[Check<'_>], outcome: Outcome, max_wait: Duration) -> Self {
+        Self::of(store, Arc::new(Copied::new(batch)), outcome, max_wait, None)
     }
 
     /// The reservation of `batch` (owned by the caller's own type), logging failed
@@ -348,11 +337,8 @@ impl<S: Store + Clone> Reservation<S> {
             Ok(None) => return,
             Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
         };
-        let (store, batch, outcome) = (
-            self.store.clone(),
-            self.batch.clone(),
-            self.outcome.clone(),
-        );
+        let (store, batch, outcome) =
+            (self.store.clone(), self.batch.clone(), self.outcome.clone());
         let log = self.log.clone();
         run_detached(async move {
             if let Err(error) = settle_in(&store, &*batch, &outcome, &settled).await {
