@@ -44,8 +44,8 @@
 //! ## In the layer: [`Mode::Wait`](crate::layer::Mode::Wait)
 //!
 //! In wait mode the layer holds a request until its reserved slot comes due; one that would
-//! wait longer than `max_wait` is refused. See [held requests](crate::layer#held-requests)
-//! for their bounds and what a client hanging up gives back.
+//! wait longer than `max_wait` is refused. See [held requests](#held-requests) for their
+//! bounds and what a client hanging up gives back.
 //!
 //! ```
 //! use std::time::Duration;
@@ -84,3 +84,31 @@
 //! its admitted requests leave evenly spaced, a full queue is refused. Rules on other keys in
 //! the same batch count a shaped request when it leaves the queue
 //! ([`Reservation::confirm`](crate::Reservation::confirm) counts them).
+//!
+//! ## Held requests
+//!
+//! In wait mode, and for a leaky bucket's shaping delay, the layer holds a request until its
+//! reserved units come due, then forwards it. A held request:
+//!
+//! - **does not hold the inner service**: it waits with an idle clone, driven to readiness
+//!   after the wait, so a `ConcurrencyLimit` or `Buffer` inside the layer keeps serving
+//!   other clients meanwhile.
+//! - **is bounded**: at most [`max_held`](crate::layer::RateLimitLayerBuilder::max_held)
+//!   requests at once (10,000 unless changed), and a tenth of that per (rule, key) that
+//!   delays them ([`max_held_per_key`](crate::layer::RateLimitLayerBuilder::max_held_per_key)).
+//!   A request beyond a bound is refused as if denied (429, `Retry-After` its delay), its
+//!   units given back.
+//! - **gives its units back** when dropped before its release (its client hung up, a
+//!   timeout above the layer fired): through [`Store::refund`](crate::store::Store::refund),
+//!   once, best effort, never after its release. A request dropped while the store is still
+//!   deciding has nothing to give back yet.
+//! - **is counted where it passes**: the rules on other keys than the leaky bucket that
+//!   holds it (a global limit beside a per-client queue) are checked at once as they will
+//!   stand at the release, and confirmed at the release
+//!   ([`Reservation::confirm`](crate::Reservation::confirm)); if other requests took their
+//!   room meanwhile, it is refused then (429). So a shared window never admits more than
+//!   its limit, and one client's queue never closes a shared limit to the others. In wait
+//!   mode it may wait again at the release, for what is left of `max_wait`. The
+//!   confirmation is a second store call, and a second decision for the layer's observers.
+//! - **costs memory** until released: its response future, the boxed hold, the request
+//!   and the idle clone of the inner service; `max_held` bounds the total.

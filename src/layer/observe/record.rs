@@ -1,16 +1,13 @@
-//! What is recorded of a decision, below the layer's configuration (which keeps a limit's
-//! metric keys): the outcome words, each limit's metric keys, and the records through the
-//! `metrics` facade (see the [module docs](super) for the names and labels).
+//! The outcome words, and the `metrics` feature: each limit's metric keys, the observer
+//! that records decisions, and the records of what is not a decision (held requests,
+//! refunds) through the `metrics` facade (see the [module docs](super) for the names and
+//! labels). The one place the feature is read in the layer.
 
-#[cfg(feature = "metrics")]
-use std::time::Duration;
+use std::sync::Arc;
 
+use super::observer::DecisionObserver;
 use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
-#[cfg(feature = "metrics")]
-use crate::error::StoreError;
 use crate::rule::Rule;
-#[cfg(feature = "metrics")]
-use crate::store::Health;
 /// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DecisionLabel {
@@ -75,7 +72,7 @@ impl DecisionLabel {
 /// A limit's metric keys, made once with the limit, so that recording one costs no
 /// allocation (a key made per request would allocate its label list). Empty without the
 /// `metrics` feature.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct RuleMetrics {
     #[cfg(feature = "metrics")]
     keys: std::sync::Arc<recording::RuleKeys>,
@@ -109,29 +106,21 @@ pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     recording::charge_refunded(_metrics);
 }
 
-/// Records the store's answer for a request: per limit of its batch, in order, the limit's
-/// keys and whether it is in shadow (a shadow limit, or shadow mode); the store's health,
-/// and how long it took, if timed.
-#[cfg(feature = "metrics")]
-pub(super) fn decision<'a>(
-    limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
-    result: &Result<Outcome, StoreError>,
-    health: Health,
-    elapsed: Option<Duration>,
-) {
-    recording::record(limits, result, health, elapsed);
+/// The observer that records decisions as metrics, with the `metrics` feature.
+pub(super) fn observer() -> Option<Arc<dyn DecisionObserver>> {
+    #[cfg(feature = "metrics")]
+    return Some(Arc::new(recording::Metrics));
+    #[cfg(not(feature = "metrics"))]
+    None
 }
 
 /// The metrics, through the `metrics` facade: every call asks for the current recorder, so
 /// one installed after the layer was built records too.
 #[cfg(feature = "metrics")]
 mod recording {
-    use std::time::Duration;
-
     use metrics::{Key, Label, Level, Metadata};
 
-    use crate::decision::Outcome;
-    use crate::error::StoreError;
+    use crate::layer::observe::observer::{DecisionEvent, DecisionObserver};
     use crate::layer::observe::record::{DecisionLabel, RuleMetrics};
     use crate::rule::Rule;
     use crate::store::Health;
@@ -144,6 +133,7 @@ mod recording {
     static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
 
     /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    #[derive(Debug)]
     pub(super) struct RuleKeys {
         decisions: [Key; DecisionLabel::ALL.len()],
         refunds: Key,
@@ -215,36 +205,28 @@ mod recording {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 
-    pub(super) fn record<'a>(
-        limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
-        result: &Result<Outcome, StoreError>,
-        health: Health,
-        elapsed: Option<Duration>,
-    ) {
-        let health = match health {
-            Health::Healthy => 0.0,
-            Health::Degraded => 1.0,
-            Health::Failing => 2.0,
-        };
-        metrics::with_recorder(|r| {
-            if let Some(elapsed) = elapsed {
-                r.register_histogram(&STORE_DURATION, &METADATA)
-                    .record(elapsed.as_secs_f64());
-            }
-            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
-        });
-        match result {
-            Ok(outcome) => {
-                let denied = !outcome.is_admitted();
-                for ((metrics, in_shadow), rule) in limits.zip(&outcome.rules) {
-                    let verdict = DecisionLabel::of_rule(in_shadow, denied, rule);
-                    count(&metrics.keys.decisions[verdict as usize]);
+    /// Records each decision: per rule its outcome, the store's latency and health.
+    pub(super) struct Metrics;
+
+    impl DecisionObserver for Metrics {
+        fn on_decision(&self, event: &DecisionEvent<'_>) {
+            let health = match event.health {
+                Health::Healthy => 0.0,
+                Health::Degraded => 1.0,
+                Health::Failing => 2.0,
+            };
+            metrics::with_recorder(|r| {
+                if let Some(elapsed) = event.store_latency {
+                    r.register_histogram(&STORE_DURATION, &METADATA)
+                        .record(elapsed.as_secs_f64());
                 }
-            }
-            Err(_) => {
-                for (metrics, _) in limits {
-                    count(&metrics.keys.decisions[DecisionLabel::StoreFailed as usize]);
-                }
+                r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
+            });
+            for rule in event.rules {
+                let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
+                    DecisionLabel::of_rule(rule.shadow, !rule.batch_admitted, outcome)
+                });
+                count(&rule.metrics.keys.decisions[verdict as usize]);
             }
         }
     }
