@@ -3,22 +3,16 @@
 //! by the reservation while the layer may still give units back.
 
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use smallvec::SmallVec;
-use tracing::Instrument;
 
 use super::charge::unsettled::Ticket;
-use super::charge::{defer_denials, tickets};
 use super::config::{Config, Limit, MissingKey, Mode};
-use super::future::CheckFuture;
-use super::observe::{self, Observation};
 use super::plans::select::RequestPlans;
 use super::state::LayerState;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
-use crate::limiter::Limiter;
 use crate::log::Event;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Check, Health, Store};
@@ -112,8 +106,8 @@ impl LayerBatch {
         if items.is_empty() {
             return Ok(None);
         }
-        let tickets = tickets(config, state, route, &mut items, &keys);
         let (config, state) = (Arc::clone(config), Arc::clone(state));
+        let tickets = Tickets::new();
         Ok(Some(Self {
             config,
             state,
@@ -147,7 +141,7 @@ impl LayerBatch {
 
     /// Whether the layer keeps a reservation of `outcome`: it may give units back for a
     /// request it holds, or settle them by its response, or count it at the release.
-    fn keeps(&self, outcome: &Outcome) -> bool {
+    pub(crate) fn keeps(&self, outcome: &Outcome) -> bool {
         outcome.is_admitted()
             && (outcome.decision != Decision::Allow
                 || outcome.needs_confirmation()
@@ -203,101 +197,6 @@ impl<St: Store + Clone> Kept<St> {
         match self {
             Kept::Batch(batch) => batch,
             Kept::Reserved(batch, _) => batch,
-        }
-    }
-}
-
-/// Asks the store about `batch` at once (`Store::try_check_now`): an in-process store
-/// answers, and the request is decided without a future. A store that cannot answer yet
-/// hands the batch back, for [`check`].
-pub(crate) fn check_now<St: Store + Clone>(
-    limiter: &Limiter<St>,
-    batch: LayerBatch,
-    observation: Observation,
-) -> Result<Checked<St>, (LayerBatch, Observation)> {
-    let checks = batch.checks();
-    let max_wait = batch.config.mode.max_wait();
-    let now = {
-        let _entered = observation.span.enter();
-        limiter.reserve_now(&checks, max_wait)
-    };
-    let Some(result) = now else {
-        drop(checks);
-        return Err((batch, observation));
-    };
-    let health = limiter.health();
-    observe::finish(observation, &batch, None, &checks, &result, health);
-    drop(checks);
-    Ok(Checked::new(limiter, batch, result, health))
-}
-
-/// Asks a store that could not answer at once, as a future (boxed: its type cannot be
-/// named in `ResponseFuture` on stable Rust). A store may still answer on its first poll
-/// (a local deny cache, a fallback while its breaker is open): that poll is made here,
-/// with no waker to wake.
-pub(crate) fn check<St: Store + Clone>(
-    limiter: Limiter<St>,
-    batch: LayerBatch,
-    observation: Observation,
-) -> Result<Checked<St>, CheckFuture<St>> {
-    let mut future: CheckFuture<St> = Box::pin(async move {
-        let checks = batch.checks();
-        let max_wait = batch.config.mode.max_wait();
-        let result = limiter
-            .reserve_outcome(&checks, max_wait)
-            .instrument(observation.span.clone())
-            .await;
-        let health = limiter.health();
-        observe::finish(observation, &batch, None, &checks, &result, health);
-        drop(checks);
-        Checked::new(&limiter, batch, result, health)
-    });
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(checked) => Ok(checked),
-        Poll::Pending => Err(future),
-    }
-}
-
-impl<St: Store + Clone> Checked<St> {
-    /// The store's answer for `batch`: a limit charged by outcome whose quota refused the
-    /// request has its denial counted once the requests beside it settle, and the batch is
-    /// kept with a reservation when the layer may still give its units back.
-    fn new(
-        limiter: &Limiter<St>,
-        mut batch: LayerBatch,
-        result: Result<Outcome, StoreError>,
-        health: Health,
-    ) -> Self {
-        let outcome = match &result {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                batch.tickets.clear();
-                let kept = Kept::Batch(batch);
-                return Self {
-                    result,
-                    health,
-                    kept,
-                };
-            }
-        };
-        defer_denials(limiter, &mut batch, outcome);
-        let kept = if batch.keeps(outcome) {
-            let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
-            let batch = Arc::new(batch);
-            let store = limiter.store().clone();
-            let reservation =
-                Reservation::of(store, batch.clone(), outcome.clone(), max_wait, Some(log));
-            Kept::Reserved(batch, Some(Box::new(reservation)))
-        } else {
-            Kept::Batch(batch)
-        };
-        Self {
-            result,
-            health,
-            kept,
         }
     }
 }

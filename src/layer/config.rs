@@ -68,7 +68,6 @@ pub struct Limit {
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
     /// The limit's metric keys (with the `metrics` feature), made once here.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
     /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
     /// requests of that plan only.

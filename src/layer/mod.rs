@@ -118,6 +118,7 @@
 mod batch;
 mod body;
 mod charge;
+mod check;
 mod config;
 mod decide;
 mod future;

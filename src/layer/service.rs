@@ -6,8 +6,10 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::batch::{check, check_now, LayerBatch};
+use super::batch::LayerBatch;
 use super::body::RateLimitBody;
+use super::charge::take_tickets;
+use super::check::{check, check_now};
 use super::config::Config;
 use super::decide::{decide, reject};
 use super::future::ResponseFuture;
@@ -84,7 +86,7 @@ where
         if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             return ResponseFuture::forwarding(self.inner.call(request));
         }
-        let batch = match LayerBatch::of(&config, &self.state, route, &head) {
+        let mut batch = match LayerBatch::of(&config, &self.state, route, &head) {
             Ok(Some(batch)) => batch,
             Ok(None) => return ResponseFuture::forwarding(self.inner.call(request)),
             Err(e) => {
@@ -93,6 +95,7 @@ where
             }
         };
         drop(config);
+        take_tickets(&mut batch);
         // A store that answers at once (in process) is decided here, without a future, and
         // the inner service that was driven to readiness is called directly, without a
         // clone; one that does not is asked by a boxed future, polled with the caller's

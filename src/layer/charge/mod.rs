@@ -19,12 +19,9 @@ use http::Response;
 use smallvec::SmallVec;
 
 use self::unsettled::recount;
-use super::batch::{Item, LayerBatch, Tickets};
-use super::config::Config;
+use super::batch::{LayerBatch, Tickets};
 use super::observe::record;
-use super::state::LayerState;
 use crate::decision::{Decision, DenyReason, Outcome};
-use crate::key::KeyBuf;
 use crate::limiter::Limiter;
 use crate::store::reservation::Reservation;
 use crate::store::Store;
@@ -74,24 +71,25 @@ impl<St: Store + Clone> Charging<St> {
     }
 }
 
-/// The tickets of a request's items whose limits count by outcome with a penalty (see
-/// `unsettled`), taken before the store decides: none for most requests. An item checked
-/// while other requests of its limit and key are being checked or in flight leaves its
-/// denial to the layer (`Item::defers`); one checked alone has it counted by the store, at
-/// once, with the lock it may set in its answer.
-pub(crate) fn tickets(
-    config: &Config,
-    state: &LayerState,
-    route: Option<usize>,
-    items: &mut [Item],
-    keys: &KeyBuf,
-) -> Tickets {
-    let mut tickets = Tickets::new();
+/// Takes the tickets of a batch's items whose limits count by outcome with a penalty (see
+/// `unsettled`), before the store decides: none for most requests. An item checked while
+/// other requests of its limit and key are being checked or in flight leaves its denial to
+/// the layer (`Item::defers`); one checked alone has it counted by the store, at once,
+/// with the lock it may set in its answer.
+pub(crate) fn take_tickets(batch: &mut LayerBatch) {
+    let LayerBatch {
+        config,
+        state,
+        route,
+        items,
+        keys,
+        tickets,
+    } = batch;
     if !config.defers_denials {
-        return tickets;
+        return;
     }
     for (i, item) in items.iter_mut().enumerate() {
-        let Some(limit) = config.limit(route, item.limit) else {
+        let Some(limit) = config.limit(*route, item.limit) else {
             continue;
         };
         if !limit.defers_denials() {
@@ -103,7 +101,6 @@ pub(crate) fn tickets(
             tickets.push((i, ticket));
         }
     }
-    tickets
 }
 
 /// Each limit charged by outcome whose quota refused the request (in a refused batch, or a

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::record::{self, RuleMetrics};
+use super::record::{self, DecisionLabel, RuleMetrics};
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::log::Event;
@@ -105,7 +105,6 @@ pub struct RuleDecision<'a> {
     /// [`Mode::Shadow`](crate::layer::Mode::Shadow).
     pub shadow: bool,
     /// The limit's metric keys, for the `metrics` feature's observer.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: &'a RuleMetrics,
 }
 
@@ -116,7 +115,9 @@ pub(crate) struct Observers(Box<[Arc<dyn DecisionObserver>]>);
 
 impl Observers {
     pub(crate) fn new(added: Vec<Arc<dyn DecisionObserver>>) -> Self {
-        Self(record::observer().into_iter().chain(added).collect())
+        let metrics: Option<Arc<dyn DecisionObserver>> =
+            record::ENABLED.then(|| Arc::new(Metrics) as _);
+        Self(metrics.into_iter().chain(added).collect())
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -133,6 +134,21 @@ impl Observers {
                 observer_panicked(event.route);
             }
         }
+    }
+}
+
+/// Records each decision as metrics (see `record`).
+struct Metrics;
+
+impl DecisionObserver for Metrics {
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        let rules = event.rules.iter().map(|rule| {
+            let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
+                DecisionLabel::of_rule(rule.shadow, !rule.batch_admitted, outcome)
+            });
+            (rule.metrics, verdict)
+        });
+        record::decision(rules, event.health, event.store_latency);
     }
 }
 

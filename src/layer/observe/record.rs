@@ -3,11 +3,11 @@
 //! refunds) through the `metrics` facade (see the [module docs](super) for the names and
 //! labels). The one place the feature is read in the layer.
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use super::observer::DecisionObserver;
 use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
 use crate::rule::Rule;
+use crate::store::Health;
 /// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DecisionLabel {
@@ -56,7 +56,6 @@ impl DecisionLabel {
     }
 
     /// One rule's outcome in a batch: `in_shadow` for a shadow limit or shadow mode.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(super) fn of_rule(in_shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
             Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
@@ -106,12 +105,18 @@ pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     recording::charge_refunded(_metrics);
 }
 
-/// The observer that records decisions as metrics, with the `metrics` feature.
-pub(super) fn observer() -> Option<Arc<dyn DecisionObserver>> {
+/// Whether decisions are recorded as metrics: the `metrics` feature.
+pub(super) const ENABLED: bool = cfg!(feature = "metrics");
+
+/// Records a decision: each rule's metric keys with its outcome, the store's health and
+/// how long it took, if timed.
+pub(super) fn decision<'a>(
+    _rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
+    _health: Health,
+    _latency: Option<Duration>,
+) {
     #[cfg(feature = "metrics")]
-    return Some(Arc::new(recording::Metrics));
-    #[cfg(not(feature = "metrics"))]
-    None
+    recording::decision(_rules, _health, _latency);
 }
 
 /// The metrics, through the `metrics` facade: every call asks for the current recorder, so
@@ -120,7 +125,8 @@ pub(super) fn observer() -> Option<Arc<dyn DecisionObserver>> {
 mod recording {
     use metrics::{Key, Label, Level, Metadata};
 
-    use crate::layer::observe::observer::{DecisionEvent, DecisionObserver};
+    use std::time::Duration;
+
     use crate::layer::observe::record::{DecisionLabel, RuleMetrics};
     use crate::rule::Rule;
     use crate::store::Health;
@@ -205,29 +211,25 @@ mod recording {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 
-    /// Records each decision: per rule its outcome, the store's latency and health.
-    pub(super) struct Metrics;
-
-    impl DecisionObserver for Metrics {
-        fn on_decision(&self, event: &DecisionEvent<'_>) {
-            let health = match event.health {
-                Health::Healthy => 0.0,
-                Health::Degraded => 1.0,
-                Health::Failing => 2.0,
-            };
-            metrics::with_recorder(|r| {
-                if let Some(elapsed) = event.store_latency {
-                    r.register_histogram(&STORE_DURATION, &METADATA)
-                        .record(elapsed.as_secs_f64());
-                }
-                r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
-            });
-            for rule in event.rules {
-                let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
-                    DecisionLabel::of_rule(rule.shadow, !rule.batch_admitted, outcome)
-                });
-                count(&rule.metrics.keys.decisions[verdict as usize]);
+    pub(super) fn decision<'a>(
+        rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
+        health: Health,
+        latency: Option<Duration>,
+    ) {
+        let health = match health {
+            Health::Healthy => 0.0,
+            Health::Degraded => 1.0,
+            Health::Failing => 2.0,
+        };
+        metrics::with_recorder(|r| {
+            if let Some(elapsed) = latency {
+                r.register_histogram(&STORE_DURATION, &METADATA)
+                    .record(elapsed.as_secs_f64());
             }
+            r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
+        });
+        for (metrics, verdict) in rules {
+            count(&metrics.keys.decisions[verdict as usize]);
         }
     }
 
