@@ -183,6 +183,8 @@ pub(crate) struct Checked<St: Store + Clone> {
 }
 
 /// A decided batch, and the reservation of its units if the layer keeps one.
+// The batch stays inline: boxing it would allocate for every request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Kept<St: Store + Clone> {
     /// Nothing the layer may give back, settle or confirm: the batch, in place.
     Batch(LayerBatch),

@@ -16,42 +16,32 @@ use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Health, Store};
 
-/// Asks the store about `batch` at once (`Store::try_check_now`): an in-process store
-/// answers, and the request is decided without a future. A store that cannot answer yet
-/// hands the batch back, for [`check`].
-pub(crate) fn check_now<St: Store + Clone>(
+/// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`, an
+/// in-process store), and the request is decided without a future; else through a boxed
+/// future (its type cannot be named in `ResponseFuture` on stable Rust), polled once here
+/// with no waker to wake, since a store may still answer on its first poll (a local deny
+/// cache, a fallback while its breaker is open).
+pub(crate) fn check<St: Store + Clone>(
     limiter: &Limiter<St>,
     batch: LayerBatch,
     observation: Observation,
-) -> Result<Checked<St>, (LayerBatch, Observation)> {
+) -> Result<Checked<St>, CheckFuture<St>> {
     let checks = batch.checks();
     let max_wait = batch.config.mode.max_wait();
     let now = {
         let _entered = observation.span.enter();
         limiter.reserve_now(&checks, max_wait)
     };
-    let Some(result) = now else {
+    if let Some(result) = now {
+        let health = limiter.health();
+        observe::finish(observation, &batch, None, &checks, &result, health);
         drop(checks);
-        return Err((batch, observation));
-    };
-    let health = limiter.health();
-    observe::finish(observation, &batch, None, &checks, &result, health);
+        return Ok(answered(limiter, batch, result, health));
+    }
     drop(checks);
-    Ok(answered(limiter, batch, result, health))
-}
-
-/// Asks a store that could not answer at once, as a future (boxed: its type cannot be
-/// named in `ResponseFuture` on stable Rust). A store may still answer on its first poll
-/// (a local deny cache, a fallback while its breaker is open): that poll is made here,
-/// with no waker to wake.
-pub(crate) fn check<St: Store + Clone>(
-    limiter: Limiter<St>,
-    batch: LayerBatch,
-    observation: Observation,
-) -> Result<Checked<St>, CheckFuture<St>> {
+    let limiter = limiter.clone();
     let mut future: CheckFuture<St> = Box::pin(async move {
         let checks = batch.checks();
-        let max_wait = batch.config.mode.max_wait();
         let result = limiter
             .reserve_outcome(&checks, max_wait)
             .instrument(observation.span.clone())

@@ -100,14 +100,7 @@ pub(crate) fn decide<B, St: Store + Clone>(checked: Checked<St>, request: &Reque
         (Decision::Deny(_), _) => forward(kept, headers),
         // Shadow mode never holds a request.
         (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(kept, headers),
-        (Decision::Delay(delay), _) => match hold(kept, outcome, headers) {
-            Ok(hold) => Next::Hold(hold),
-            Err(kept) => {
-                tracing::debug!(?delay, "too many held requests: request refused");
-                record::held_refused();
-                Next::Reject(refuse_hold(kept.batch(), outcome, delay, request))
-            }
-        },
+        (Decision::Delay(delay), _) => hold(kept, outcome, headers, delay, request),
     }
 }
 
@@ -161,28 +154,34 @@ fn forward<St: Store + Clone>(kept: Kept<St>, headers: Option<RateLimitHeaders>)
     Next::Forward { headers, charge }
 }
 
-/// Holds the request, if the layer's bounds have room for it; without room, its
-/// reservation is dropped and gives its units back.
-fn hold<St: Store + Clone>(
+/// Holds the request, if the layer's bounds have room for it; without room, it is refused
+/// and its reservation, dropped, gives its units back.
+fn hold<B, St: Store + Clone>(
     kept: Kept<St>,
     outcome: &Outcome,
     headers: Option<RateLimitHeaders>,
-) -> Result<HoldFuture<St>, Kept<St>> {
-    let Kept::Reserved(batch, Some(reservation)) = kept else {
-        return Err(kept);
-    };
-    let (config, state) = (&batch.config, &batch.state);
-    let keys = held_keys(&state.held, &batch.checks(), outcome);
-    let Some(slot) = state.held.try_hold(&config.held, keys) else {
-        return Err(Kept::Reserved(batch, None));
-    };
-    let hold = Hold {
-        reservation,
-        slot,
-        headers,
-        batch,
-    };
-    Ok(hold.release())
+    delay: Duration,
+    request: &Request<B>,
+) -> Next<St> {
+    if let Kept::Reserved(batch, Some(reservation)) = kept {
+        let (config, state) = (&batch.config, &batch.state);
+        let keys = held_keys(&state.held, &batch.checks(), outcome);
+        if let Some(slot) = state.held.try_hold(&config.held, keys) {
+            let hold = Hold {
+                reservation,
+                slot,
+                headers,
+                batch,
+            };
+            return Next::Hold(hold.release());
+        }
+        drop(reservation);
+        tracing::debug!(?delay, "too many held requests: request refused");
+        record::held_refused();
+        return Next::Reject(refuse_hold(&batch, outcome, delay, request));
+    }
+    // Not reserved: nothing to hold it with.
+    Next::Reject(refuse_hold(kept.batch(), outcome, delay, request))
 }
 
 /// A decided request's rules as the layer reports them: in the log, and in the headers

@@ -9,7 +9,7 @@ use tower_service::Service;
 use super::batch::LayerBatch;
 use super::body::RateLimitBody;
 use super::charge::take_tickets;
-use super::check::{check, check_now};
+use super::check::check;
 use super::config::Config;
 use super::decide::{decide, reject};
 use super::future::ResponseFuture;
@@ -101,8 +101,7 @@ where
         // clone; one that does not is asked by a boxed future, polled with the caller's
         // waker.
         let observation = observe::start(&batch);
-        let checked = check_now(&self.limiter, batch, observation)
-            .or_else(|(batch, observation)| check(self.limiter.clone(), batch, observation));
+        let checked = check(&self.limiter, batch, observation);
         match checked {
             Ok(checked) => {
                 let next = decide(checked, &request);

@@ -2,6 +2,8 @@
 //! the key as the store keeps it (long keys as digests) and is kept across reloads;
 //! `RateLimitLayer::rules` follows reloads. Tests that drive a layer run one at a time with
 //! those of `observe`, whose span test counts spans (see there).
+// Each test holds that lock to its end on purpose, awaits included (one thread each).
+#![allow(clippy::await_holding_lock)]
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
