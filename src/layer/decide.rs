@@ -67,40 +67,58 @@ pub(crate) fn decide<B, St: Store + Clone>(checked: Checked<St>, request: &Reque
         Ok(outcome) => outcome,
         Err(error) => return store_failed(config, state, error, health, head()),
     };
-    // The common case, without the per-rule lists below: an admitted batch of enforced
-    // rules only.
-    if outcome.decision == Decision::Allow
-        && config.mode != Mode::Shadow
-        && batch.limits().all(|l| !l.shadow)
-    {
-        let rules = batch
-            .limits()
-            .zip(&outcome.rules)
-            .map(|(l, o)| (&l.rule, o));
-        let enforced = batch.items.len().min(outcome.rules.len());
-        let headers = allowed_headers(config, route, enforced, rules);
-        return forward(kept, headers);
-    }
-    let view = View::new(batch, outcome);
-    let headers = view.headers();
+    let shadow_mode = config.mode == Mode::Shadow;
+    let rules = batch.limits().zip(&outcome.rules);
+    // The rules clients are told about: a shadow rule, or any rule in shadow mode, is not
+    // theirs to plan around.
+    let enforced = rules.clone().filter(|(l, _)| !l.shadow && !shadow_mode);
+    let enforced = enforced.map(|(l, o)| (&l.rule, o));
+    log_shadow_limit_denial(batch, outcome);
     if let Decision::Deny(denial) = outcome.decision {
-        let rule = view.deciding_rule();
+        // The rule that decided: an enforced one, or in shadow mode any.
+        let deciding = rules
+            .clone()
+            .find(|(l, o)| (shadow_mode || !l.shadow) && o.decision == outcome.decision);
+        let rule = deciding.map_or("", |(l, _)| l.rule.name());
         let retry_after_s = denial.retry_after.map(retry_after_secs);
-        if config.mode != Mode::Shadow {
+        if !shadow_mode {
             tracing::debug!(rule, reason = ?denial.reason, retry_after_s, "request rate limited");
+            let told: SmallVec<[(&Rule, RuleOutcome); 4]> =
+                enforced.map(|(r, o)| (r, *o)).collect();
             let kind = RejectionKind::Limited(outcome);
-            return Next::Reject(reject(config, kind, head(), &view.enforced));
+            return Next::Reject(reject(config, kind, head(), &told));
         }
         if let Some(suppressed) = state.log.admit(Event::ShadowDenial) {
             tracing::info!(rule, reason = ?denial.reason, retry_after_s, suppressed, "shadow mode: request would be rate limited");
         }
     }
-    drop(view);
-    match (outcome.decision, config.mode) {
-        (Decision::Deny(_), _) => forward(kept, headers),
+    let headers = allowed_headers(config, route, enforced);
+    drop(rules);
+    match outcome.decision {
         // Shadow mode never holds a request.
-        (Decision::Delay(_), Mode::Shadow) | (Decision::Allow, _) => forward(kept, headers),
-        (Decision::Delay(delay), _) => hold(kept, outcome, headers, delay, request),
+        Decision::Delay(delay) if !shadow_mode => hold(kept, outcome, headers, delay, request),
+        _ => forward(kept, headers),
+    }
+}
+
+/// A shadow limit that would have denied is logged (in shadow mode a denied batch is logged
+/// once, by `decide`).
+fn log_shadow_limit_denial(batch: &LayerBatch, outcome: &Outcome) {
+    let denied_in_shadow_mode = !outcome.is_admitted() && batch.config.mode == Mode::Shadow;
+    let mut rules = batch.limits().zip(&outcome.rules);
+    let found = rules.find(|(l, o)| l.shadow && !o.decision.is_admitted());
+    let Some((limit, o)) = found.filter(|_| !denied_in_shadow_mode) else {
+        return;
+    };
+    let reason = o.decision.denial().map(|d| d.reason);
+    if let Some(suppressed) = batch.state.log.admit(Event::ShadowDenial) {
+        let rule = limit.rule.name();
+        tracing::info!(
+            rule,
+            ?reason,
+            suppressed,
+            "shadow limit: request would be rate limited"
+        );
     }
 }
 
@@ -184,88 +202,17 @@ fn hold<B, St: Store + Clone>(
     Next::Reject(refuse_hold(kept.batch(), outcome, delay, request))
 }
 
-/// A decided request's rules as the layer reports them: in the log, and in the headers
-/// (enforced rules only).
-struct View<'a> {
-    batch: &'a LayerBatch,
-    outcome: &'a Outcome,
-    /// Each rule with its outcome, when someone reads them.
-    rules: SmallVec<[(&'a Rule, RuleOutcome); 4]>,
-    /// The rules clients are told about: a shadow rule, or any rule in shadow mode, is not
-    /// theirs to plan around.
-    enforced: SmallVec<[(&'a Rule, RuleOutcome); 4]>,
-}
-
-impl<'a> View<'a> {
-    fn new(batch: &'a LayerBatch, outcome: &'a Outcome) -> Self {
-        let config = &*batch.config;
-        let denied = !outcome.is_admitted();
-        let with_outcomes = batch.limits().zip(&outcome.rules);
-        let (mut rules, mut enforced) = (SmallVec::new(), SmallVec::new());
-        if denied || config.headers.on_allowed {
-            for (limit, o) in with_outcomes.clone() {
-                rules.push((&limit.rule, *o));
-                if !limit.shadow && config.mode != Mode::Shadow {
-                    enforced.push((&limit.rule, *o));
-                }
-            }
-        }
-        // A shadow rule that would have denied is logged (in shadow mode a denied batch is
-        // logged once, by `decide`).
-        let found = with_outcomes
-            .clone()
-            .find(|(l, o)| l.shadow && !o.decision.is_admitted());
-        if let Some((limit, o)) = found.filter(|_| !denied || config.mode != Mode::Shadow) {
-            let reason = o.decision.denial().map(|d| d.reason);
-            if let Some(suppressed) = batch.state.log.admit(Event::ShadowDenial) {
-                let rule = limit.rule.name();
-                tracing::info!(
-                    rule,
-                    ?reason,
-                    suppressed,
-                    "shadow limit: request would be rate limited"
-                );
-            }
-        }
-        Self {
-            batch,
-            outcome,
-            rules,
-            enforced,
-        }
-    }
-
-    /// The name of the enforced rule that decided a denial.
-    fn deciding_rule(&self) -> &'a str {
-        // In shadow mode no rule is enforced: the deciding one is among them all.
-        let rules = match self.batch.config.mode {
-            Mode::Shadow => &self.rules,
-            _ => &self.enforced,
-        };
-        rules
-            .iter()
-            .find(|(_, o)| o.decision == self.outcome.decision)
-            .map_or("", |(r, _)| r.name())
-    }
-
-    fn headers(&self) -> Option<RateLimitHeaders> {
-        let items = self.enforced.iter().map(|(r, o)| (*r, o));
-        let (config, route) = (&self.batch.config, self.batch.route);
-        allowed_headers(config, route, self.enforced.len(), items)
-    }
-}
-
 /// The headers of a forwarded request, if the layer sends them on admitted responses: the
 /// `enforced` rules of its batch (none in shadow) with their outcomes.
 fn allowed_headers<'a>(
     config: &Config,
     route: Option<usize>,
-    enforced: usize,
-    rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
+    enforced: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
 ) -> Option<RateLimitHeaders> {
-    (config.headers.on_allowed && enforced > 0).then(|| {
-        let policy = config.policy(route, enforced);
-        RateLimitHeaders::new(rules, policy, config.headers.legacy, None)
+    let count = enforced.clone().count();
+    (config.headers.on_allowed && count > 0).then(|| {
+        let policy = config.policy(route, count);
+        RateLimitHeaders::new(enforced, policy, config.headers.legacy, None)
     })
 }
 
