@@ -67,5 +67,5 @@
 //!   /48 in [`key`](crate::key#holders-of-whole-ipv6-networks).
 //! - **The peer's address must reach the layer.** Serve axum with
 //!   `into_make_service_with_connect_info::<SocketAddr>()`.
-//! - **Trusted lists from configuration**: [`key::try_client_ip`](crate::key::try_client_ip)
-//!   returns a bad entry as an error at once.
+//! - **Trusted lists from configuration**: a bad entry is an error of the layer's `build`,
+//!   or at once from [`KeyExtractor::validate`](crate::key::KeyExtractor::validate).

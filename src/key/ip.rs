@@ -227,8 +227,6 @@ pub struct ClientIp {
 /// let behind_lb = key::client_ip(["10.0.0.0/8", "fd00::/8"]).header(ForwardedHeader::Forwarded);
 /// // A mistake in the list is reported by the layer's `build`, naming the rule it keys.
 /// assert!(key::client_ip(["not an address"]).validate().is_err());
-/// // Lists read at run time: `try_client_ip` returns the error at once.
-/// assert!(key::try_client_ip(["not an address"]).is_err());
 /// ```
 pub fn client_ip<I>(trusted: I) -> ClientIp
 where
@@ -253,24 +251,6 @@ where
         }
     }
     client
-}
-
-/// [`client_ip`] for a trusted list read at run time: an entry that is not an address or
-/// CIDR is an error at once.
-///
-/// ```
-/// use tollgate::key;
-///
-/// assert!(key::try_client_ip(["10.0.0.0/8"]).is_ok());
-/// assert!(key::try_client_ip(["not an address"]).is_err());
-/// ```
-pub fn try_client_ip<I>(trusted: I) -> Result<ClientIp, ConfigError>
-where
-    I: IntoIterator,
-    I::Item: AsRef<str>,
-{
-    let client = client_ip(trusted);
-    client.validate().map(|()| client)
 }
 
 impl ClientIp {
@@ -518,8 +498,6 @@ mod tests {
         assert!(problems[0].contains("\"bad\""), "{err}");
         assert!(problems[1].contains("\"10.0.0.0/33\""), "{err}");
         assert!(problems[2].contains("/0 "), "{err}");
-        assert!(try_client_ip(["bad"]).is_err());
-        assert!(try_client_ip(["10.0.0.0/8"]).is_ok());
     }
 
     /// A trusted proxy given as an IPv4-mapped address or network trusts that IPv4 proxy,

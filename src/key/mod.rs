@@ -79,7 +79,7 @@ use crate::error::ConfigError;
 
 pub use error::{KeyError, KeyErrorKind};
 pub use headers::{header, try_header, Duplicates, Header, IntoHeaderName};
-pub use ip::{client_ip, peer_ip, try_client_ip, ClientIp, ForwardedHeader, PeerIp};
+pub use ip::{client_ip, peer_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.
 #[derive(Debug, Clone, Copy)]

@@ -234,7 +234,7 @@ impl<S: Store + Clone> Leased<S> {
     }
 
     /// The wrapped store.
-    pub fn get_ref(&self) -> &S {
+    fn get_ref(&self) -> &S {
         &self.shared.store
     }
 
@@ -339,7 +339,8 @@ impl<S: Store + Clone> Leased<S> {
         }];
         let store = &self.shared.store;
         let outcome = store.check(&lease, Duration::ZERO).await?;
-        let mut reservation = Reservation::new(store.clone(), &lease, outcome.clone(), Duration::ZERO);
+        let mut reservation =
+            Reservation::new(store.clone(), &lease, outcome.clone(), Duration::ZERO);
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after

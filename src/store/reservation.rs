@@ -186,13 +186,6 @@ impl<S: Store + Clone> Reservation<S> {
         self.due
     }
 
-    /// Waits until the request is due.
-    pub async fn wait(&self) {
-        if Instant::now() < self.due {
-            tokio::time::sleep_until(self.due).await;
-        }
-    }
-
     /// Releases the request: waits until it is due, then counts the rules that wait for the
     /// release, and says whether it passes: [`Allow`](Decision::Allow), or
     /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the

@@ -277,8 +277,7 @@ fn limit(spec: &LimitSpec) -> Option<Limit> {
             with(Box::new(move |r| Limit::new(r, k)))
         }
         KeySpec::ClientIp(trusted, h, prefix) => {
-            let k = key::try_client_ip(trusted)
-                .ok()?
+            let k = key::client_ip(trusted)
                 .header(ip_header(*h))
                 .ipv6_prefix(*prefix);
             k.validate().ok()?;

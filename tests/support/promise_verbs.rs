@@ -272,7 +272,7 @@ impl<S: Store + Clone> Run<'_, S> {
         );
         if confirm && !held.confirmed {
             if fate == Fate::WaitConfirm {
-                held.reservation.wait().await;
+                tokio::time::sleep_until(held.reservation.due()).await;
             }
             let outcome = held
                 .reservation
