@@ -1,24 +1,11 @@
-//! The decision of a batch of rules, all or nothing: where penalties lock keys, where a
-//! denied batch is kept from consuming, and where its rules' decisions make the batch's
-//! ([`combine`]: Deny beats Delay beats Allow).
+//! The all-or-nothing decision of a batch, as [`Store::check`](crate::store::Store::check)
+//! documents it: penalties, shadow items, leaky-bucket releases, pending rules, and
+//! [`combine`].
 //!
-//! A store calls it in three steps while it holds every entry of the batch exclusively:
+//! A store calls it in steps while it holds every entry of the batch exclusively:
 //! [`evaluate`] each item (read only) at its key's release ([`key_release`]), [`admits`]
-//! on all of them, then [`commit`] (or [`report`], for items that change nothing) each item, as
-//! [`admitted`] says.
-//!
-//! A shadow item (a trial rule) is decided with the others but never vetoes or delays: it
-//! takes the batch's part when it admits on its own, and a denied item's part (nothing
-//! consumed, the penalty counted) when it does not.
-//!
-//! Every rule counts the request at the instant it passes: the batch's arrival (now, or the
-//! reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
-//! reservations), or later where a leaky bucket holds it in its queue. Every queue of the
-//! batch holds it until the latest of their releases (the batch's release) and the rules on
-//! the key that releases it last count it then; the rules on other keys are pending:
-//! checked now at the release, counted when the request is released
-//! ([`Reservation::confirm`](crate::Reservation::confirm)), so one client's queue never dates a
-//! shared state in the future (see [`evaluate`]).
+//! on all of them, then [`commit`] (or [`report`], for items that change nothing) each item,
+//! as [`admitted`] says.
 //!
 //! `lua/batch.lua` is the Redis twin of this module.
 
@@ -32,8 +19,7 @@ use crate::penalty::PenaltyState;
 use crate::store::check::Check;
 use crate::Rule;
 
-/// The batch's decision from its rules' (Deny beats Delay beats Allow): the outcome's own
-/// rule, which every store applies to its batches.
+/// The batch's decision from its rules' (Deny beats Delay beats Allow).
 pub(crate) use crate::decision::combine;
 
 /// What a store keeps for one rule name and one key.
@@ -46,13 +32,11 @@ pub(crate) use crate::decision::combine;
 pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) fingerprint: u64,
-    /// Written with every admission: `until` is also when the state is back to empty,
-    /// under its own configuration and any other, which makes it the entry's expiry
-    /// without a field of its own.
+    /// Written with every admission: its `until` is when the state is empty under any
+    /// configuration, so it doubles as the entry's expiry.
     pub(crate) carried: Carried,
-    /// The penalty's bookkeeping, on the heap from the first denial it counts: most entries
-    /// never have one, and the entries of the in-process map stay small without it (the
-    /// map's size is what a decision on many keys waits for).
+    /// Boxed from the first counted denial: most entries never have one, and small entries
+    /// keep the in-process map small.
     penalty: Option<Box<Penalized>>,
 }
 
@@ -89,10 +73,8 @@ impl Entry {
         self.fingerprint == rule.fingerprint()
     }
 
-    /// Notes, after `rule` wrote the entry, when its penalty is forgotten: the rule's
-    /// penalty says when it stops counting denials; a rule without one keeps the lock
-    /// only, which belongs to the name (else the entry, and the lock, would go with the
-    /// state).
+    /// Notes, after `rule` wrote the entry, when its penalty is forgotten. A rule without a
+    /// penalty keeps the lock only: the lock belongs to the name, not the state.
     pub(crate) fn written_by(&mut self, rule: &Rule) {
         if let Some(p) = &mut self.penalty {
             p.expires_at = rule
@@ -101,10 +83,9 @@ impl Entry {
         }
     }
 
-    /// The instant (µs) from which this entry is the same as no entry, under any
-    /// configuration of its name: when the state is back to empty (`carried.until`, set at
-    /// every admission; a refund since only brings the state's own end earlier) and the
-    /// penalty is forgotten (as of the last [`written_by`](Self::written_by)).
+    /// The instant (µs) from which this entry equals no entry under any configuration: the
+    /// state is empty (`carried.until`; a refund only brings it earlier) and the penalty
+    /// forgotten (as of the last [`written_by`](Self::written_by)).
     pub(crate) fn expires_at(&self) -> u64 {
         let penalty = self.penalty.as_deref().map_or(0, |p| p.expires_at);
         self.carried.until.max(penalty)
@@ -126,28 +107,25 @@ pub(crate) struct Evaluated {
     eval: Eval,
     /// Microseconds of penalty lock left at arrival, if the key is locked.
     locked_for: Option<u64>,
-    /// The instant the rule counts the request at: its key's release, or the arrival for
-    /// the leaky bucket that holds the request until the release.
+    /// The instant the rule counts the request at: its key's release, or the arrival for a
+    /// leaky bucket.
     at: u64,
-    /// The instant the request arrives: now, or later for a reservation. Locks and the
-    /// denials a penalty counts are about arrivals.
+    /// Now, or later for a reservation. Locks and penalty denials are about arrivals.
     arrival: u64,
     /// A trial item: it never denies or delays the batch.
     shadow: bool,
-    /// Counted only when the request passes: a rule on a key that releases the request
-    /// before the batch does (see [`evaluate`]), evaluated here at the batch's release and
-    /// left unwritten until the caller confirms it then.
+    /// Evaluated at the batch's release and left unwritten until the caller confirms it
+    /// then (see [`evaluate`]).
     pending: bool,
-    /// For a leaky bucket that would release the request before the batch does: the
-    /// batch's release, until which its queue holds the request (see [`evaluate`]); 0
-    /// otherwise.
+    /// For a leaky bucket that would release the request before the batch does, the batch's
+    /// release, until which its queue holds it (see [`evaluate`]); 0 otherwise.
     held_until: u64,
     /// The water that hold adds above the queue's own ([`Algorithm::hold`]): what a refund
     /// drains beside the units.
     hold: u64,
     /// Decided on units another configuration of the rule holds (see [`Rule`]'s
-    /// reconfiguring), which no reservation waits for: this configuration's state, written
-    /// at the reserved instant, could not keep the key closed until then.
+    /// reconfiguring): no reservation waits for them, as this configuration's state could
+    /// not keep the key closed until then.
     foreign: bool,
 }
 
@@ -156,9 +134,8 @@ impl Evaluated {
         self.locked_for.is_some() || !self.eval.is_admitted()
     }
 
-    /// Whether a penalty counts this item's denial: a denial by the rule's quota. Requests
-    /// already locked out, or costing more than the rule can ever admit (a client or
-    /// configuration error, not a rate), don't count.
+    /// Whether this is a quota denial, which a penalty counts. Requests already locked out,
+    /// or costing more than the rule can ever admit (an error, not a rate), don't count.
     fn counts_for_penalty(&self) -> bool {
         self.locked_for.is_none()
             && matches!(
@@ -170,9 +147,8 @@ impl Evaluated {
     }
 }
 
-/// `batch` as [`Store::count_denials`](crate::store::Store::count_denials) counts it: a
-/// check that [deferred](Check::defers_denial) its denial did so at its check, and is
-/// counted now.
+/// `batch` as [`Store::count_denials`](crate::store::Store::count_denials) counts it: no
+/// item [defers](Check::defers_denial) any more.
 pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
@@ -184,9 +160,8 @@ pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
 }
 
 /// Refuses batches the stores cannot decide consistently: the same rule twice for one key
-/// would read one state twice and admit more than the rule allows, and a rule that records
-/// a configuration problem (see [`Rule::validate`](crate::Rule::validate)) has nothing to
-/// decide with.
+/// (one state read twice admits too much), or a rule with a configuration problem
+/// ([`Rule::validate`](crate::Rule::validate)).
 pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     for (i, a) in batch.iter().enumerate() {
         if let Err(e) = a.rule.validate() {
@@ -208,20 +183,9 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
 }
 
 /// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
-/// bucket holds it until the water queued before it has drained (the end of its delay,
-/// whether or not the water it adds fits; a request that adds no water does not queue);
-/// every other rule lets it pass on arrival, and so does a shadow item, which never holds a
-/// request.
-///
-/// The release of a key is the latest of these over the items on that key (see
-/// [`key_release`]): the rules on that key count the request there, so a fixed window
-/// beside the client's own queue never counts the request in a window it does not pass in.
-/// Rules on other keys (a global or per-tenant limit) wait for the batch's release, the
-/// latest over its keys, without closing their state before then: they are pending (see
-/// [`evaluate`]). Every queue of the batch holds the request until the batch's release,
-/// so that no queue lets its next request go before this one's units have drained from
-/// the instant it really leaves. A wait-mode reservation moves every rule of its batch to
-/// the reserved instant (its arrival).
+/// bucket holds it until the water queued before it has drained (whether or not its own
+/// water fits; a request adding no water does not queue); every other rule, and a shadow
+/// item, lets it pass on arrival.
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
         (algorithm, Some(e)) if is_queue(check) => {
@@ -252,19 +216,12 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 /// at `arrival` that its key releases at `release` (see [`key_release`]) and the batch at
 /// `batch_release` (the latest release over every key).
 ///
-/// A leaky bucket counts the request on arrival, its delay being its queue, and lets it go
-/// at the batch's release: when another queue of the batch holds the request longer, this
-/// one holds it too, the time until then reading as queued water
-/// ([`Algorithm::evaluate_held`]), so its next request leaves after this one's units have
-/// drained from the instant it really leaves, never sooner (a queue with too little room
-/// for the hold denies). Every other rule counts the request at its key's release. A rule
-/// whose key releases the request before the batch does (a global or per-tenant limit
-/// beside one client's queue) is *pending*: counting it at the batch's release would date a
-/// shared state in the future and close it to every other client until then
-/// (`tests/stores/shaping.rs` `one_clients_queue_does_not_close_a_shared_bucket`),
-/// counting it on arrival would count the request in a window it does not pass in. So it is
-/// evaluated at the batch's release, changing nothing, and counted when the request is
-/// released ([`Reservation::confirm`](crate::Reservation::confirm)).
+/// A leaky bucket counts the request on arrival and holds it to the batch's release, the
+/// time until then read as queued water ([`Algorithm::evaluate_held`]). Every other rule
+/// counts it at its key's release; a rule whose key releases before the batch is *pending*
+/// ([`Store::check`](crate::store::Store::check)): evaluated at the batch's release,
+/// changing nothing, and counted by
+/// [`Reservation::confirm`](crate::Reservation::confirm).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -363,26 +320,21 @@ pub(crate) fn admits(items: &[Evaluated]) -> bool {
     items.iter().all(|e| e.shadow || !e.rejects())
 }
 
-/// Step 3: whether `item` takes its part as admitted in a batch that `batch_admitted` says
-/// of: every item of an admitted batch, except a shadow item that would deny on its own (it
-/// consumes nothing, as a denied batch would under that rule).
+/// Step 3: whether `item` takes its part as admitted: every item of an admitted batch but a
+/// shadow item that would deny on its own.
 pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
     batch_admitted && !(item.shadow && item.rejects())
 }
 
-/// Step 2, in wait mode: for a denied batch, how long after `now` it could be admitted, if
-/// that is within `max_wait` µs. The store then evaluates the batch again at that instant
-/// and, if it admits, commits it there: the units are reserved now, taken from the future,
-/// and the request is delayed until then. Locked keys, costs over capacity and units another
-/// configuration of a rule holds never wait.
+/// Step 2, in wait mode: how long after `now` a denied batch could be admitted, if within
+/// `max_wait` µs; the store then evaluates and commits it at that instant. Locked keys,
+/// costs over capacity and units another configuration holds never wait.
 ///
-/// Each item's retry is the earliest arrival it admits at, and with no other traffic an
-/// admissible item stays admissible (a later arrival is released no earlier), so the largest
-/// retry admits the whole batch.
+/// An admissible item stays admissible at later arrivals (with no other traffic), so the
+/// largest item retry admits the whole batch.
 ///
-/// Waits are capped at 2^50 µs (some 35 years) whatever `max_wait` says: each reservation
-/// then lies at most that far ahead, so the instants in a state stay below 2^53 instead of
-/// overflowing under reservations that would wait forever (`Duration::MAX`).
+/// Waits are capped at 2^50 µs so instants in a state stay below 2^53 even under
+/// `Duration::MAX`.
 pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     let max_wait = max_wait.min(MAX_SCALED);
     let mut wait = 0;
@@ -396,8 +348,7 @@ pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     (wait <= max_wait).then_some(wait)
 }
 
-/// Whether [`commit`] will change the entry of an item, so a store can skip the write (and
-/// avoid creating entries for keys that stay empty).
+/// Whether [`commit`] will change an item's entry, so a store can skip the write.
 pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> bool {
     if admitted {
         check.cost > 0 && !item.pending
@@ -493,11 +444,10 @@ fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
     }
 }
 
-/// Takes `check.cost` units at `now` without a check, for a request already served (its
-/// cost settled above what its admission took; see
-/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) for how each model
-/// carries the excess). A state another configuration wrote is adopted first, as an
-/// admission's commit adopts it, so the units it held still count.
+/// Takes `check.cost` units at `now` without a check
+/// ([`Store::overdraw`](crate::store::Store::overdraw); each model carries them as
+/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) says). Another
+/// configuration's state is adopted first, so its units still count.
 pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
     let algorithm = check.rule.algorithm();
     if !entry.is_own(check.rule) {
