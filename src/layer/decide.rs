@@ -8,7 +8,7 @@ use http::{Request, Response};
 use smallvec::SmallVec;
 
 use super::batch::{Checked, Kept, LayerBatch};
-use super::charge::Charging;
+use super::charge::{Charging, Outbound};
 use super::config::{Config, FailurePolicy, Mode};
 use super::headers::{retry_after_secs, RateLimitHeaders};
 use super::held::{held_keys, Hold, HoldFuture};
@@ -26,12 +26,7 @@ use crate::store::{Health, Store};
 /// What to do with a checked request.
 pub(crate) enum Next<St: Store + Clone> {
     /// Forward it now.
-    Forward {
-        headers: Option<RateLimitHeaders>,
-        /// For a limit that waits for the response (a charge, a settled cost): settled with
-        /// the response's head.
-        charge: Option<Charging<St>>,
-    },
+    Forward(Outbound<St>),
     /// Hold it, then decide again.
     Hold(HoldFuture<St>),
     Reject(Response<Bytes>),
@@ -139,10 +134,7 @@ fn store_failed<St: Store + Clone>(
         }
         // Fail open; a fallback the store could not give (see `FailurePolicy`); and shadow
         // mode, which never refuses.
-        _ => Next::Forward {
-            headers: None,
-            charge: None,
-        },
+        _ => Next::Forward(Outbound::headers(None)),
     }
 }
 
@@ -151,10 +143,7 @@ fn store_failed<St: Store + Clone>(
 /// says whether they count.
 fn forward<St: Store + Clone>(kept: Kept<St>, headers: Option<RateLimitHeaders>) -> Next<St> {
     let Kept::Reserved(batch, Some(mut reservation)) = kept else {
-        return Next::Forward {
-            headers,
-            charge: None,
-        };
+        return Next::Forward(Outbound::headers(headers));
     };
     if reservation.pending().next().is_some() {
         // At once on a store that answers at once, so that the next request sees them.
@@ -162,14 +151,11 @@ fn forward<St: Store + Clone>(kept: Kept<St>, headers: Option<RateLimitHeaders>)
         run_detached(async move {
             drop(reservation.confirm().await);
         });
-        return Next::Forward {
-            headers,
-            charge: None,
-        };
+        return Next::Forward(Outbound::headers(headers));
     }
     reservation.pass();
     let charge = Charging::new(reservation, batch);
-    Next::Forward { headers, charge }
+    Next::Forward(Outbound { headers, charge })
 }
 
 /// Holds the request, if the layer's bounds have room for it; without room, it is refused

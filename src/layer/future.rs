@@ -13,9 +13,8 @@ use tower_service::Service;
 
 use super::batch::Checked;
 use super::body::RateLimitBody;
-use super::charge::Charging;
+use super::charge::Outbound;
 use super::decide::{decide, Next};
-use super::headers::RateLimitHeaders;
 use super::held::{HoldFuture, Released};
 use crate::store::{MemoryStore, Store};
 
@@ -29,13 +28,6 @@ pub(crate) type CheckFuture<St> = Pin<Box<dyn Future<Output = Checked<St>> + Sen
 struct Passengers<S, ReqB> {
     request: Request<ReqB>,
     inner: S,
-}
-
-/// What a forwarded request's response gets: the `RateLimit` headers, and the charge that
-/// its head settles.
-struct Outbound<St: Store + Clone> {
-    headers: Option<RateLimitHeaders>,
-    charge: Option<Charging<St>>,
 }
 
 pin_project! {
@@ -99,9 +91,9 @@ where
     /// readiness after the hold, and the ready one stays for the next call.
     pub(crate) fn decided(next: Next<St>, request: Request<ReqB>, inner: &mut S) -> Self {
         Self::from(match next {
-            Next::Forward { headers, charge } => Step::Forwarding {
+            Next::Forward(outbound) => Step::Forwarding {
                 future: inner.call(request),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
             Next::Hold(hold) => Step::Holding {
                 hold,
@@ -145,13 +137,13 @@ where
     /// a held request gives it up for an idle clone rather than keep it through the hold.
     fn after(next: Next<St>, mut passengers: Passengers<S, ReqB>, ready: bool) -> Self {
         match next {
-            Next::Forward { headers, charge } if ready => Step::Forwarding {
+            Next::Forward(outbound) if ready => Step::Forwarding {
                 future: passengers.inner.call(passengers.request),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
-            Next::Forward { headers, charge } => Step::Readying {
+            Next::Forward(outbound) => Step::Readying {
                 passengers: Some(passengers),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
             Next::Hold(hold) => {
                 if ready {
@@ -190,7 +182,7 @@ where
                     let released = ready!(hold.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = match released {
-                        Released::Pass { headers, charge } => Next::Forward { headers, charge },
+                        Released::Pass(outbound) => Next::Forward(outbound),
                         Released::Counted(checked) => decide(*checked, &passengers.request),
                     };
                     Step::after(next, passengers, false)
@@ -211,13 +203,8 @@ where
                     // An error of the inner service counts (see `Charge`): `?` drops the
                     // charge unsettled, and its units (an estimate too) stay taken.
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(Outbound { headers, charge }) = outbound.take() {
-                        if let Some(charge) = charge {
-                            response = charge.settle(response);
-                        }
-                        if let Some(ours) = headers {
-                            ours.merge_into(response.headers_mut());
-                        }
+                    if let Some(outbound) = outbound.take() {
+                        response = outbound.apply(response);
                     }
                     return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
                 }

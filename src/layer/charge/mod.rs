@@ -20,11 +20,39 @@ use smallvec::SmallVec;
 
 use self::unsettled::recount;
 use super::batch::{LayerBatch, Tickets};
+use super::headers::RateLimitHeaders;
 use super::observe::record;
 use crate::decision::{Decision, DenyReason, Outcome};
 use crate::limiter::Limiter;
 use crate::store::reservation::Reservation;
 use crate::store::Store;
+
+/// What a forwarded request's response gets: its `RateLimit` headers, and the charge its
+/// head settles.
+pub(crate) struct Outbound<St: Store + Clone> {
+    pub(crate) headers: Option<RateLimitHeaders>,
+    pub(crate) charge: Option<Charging<St>>,
+}
+
+impl<St: Store + Clone> Outbound<St> {
+    /// With `headers` and no charge.
+    pub(crate) fn headers(headers: Option<RateLimitHeaders>) -> Self {
+        let charge = None;
+        Self { headers, charge }
+    }
+
+    /// The inner service answered with `response`: the charge is settled with its head, and
+    /// the headers are added.
+    pub(crate) fn apply<B>(self, mut response: Response<B>) -> Response<B> {
+        if let Some(charge) = self.charge {
+            response = charge.settle(response);
+        }
+        if let Some(ours) = self.headers {
+            ours.merge_into(response.headers_mut());
+        }
+        response
+    }
+}
 
 /// An admitted request's charge by its response: its reservation, settled with the
 /// response's head, which gives back the units of each limit that does not count the

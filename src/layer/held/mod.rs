@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use self::bounds::{HeldCounts, HeldSlot};
 use super::batch::{Checked, Kept, LayerBatch};
-use super::charge::Charging;
+use super::charge::{Charging, Outbound};
 use super::headers::RateLimitHeaders;
 use super::observe;
 use crate::decision::{Decision, Outcome};
@@ -33,10 +33,7 @@ pub(crate) struct Hold<St: Store + Clone> {
 /// What the end of a hold says.
 pub(crate) enum Released<St: Store + Clone> {
     /// Nothing was counted at the release: the request passes as it was decided.
-    Pass {
-        headers: Option<RateLimitHeaders>,
-        charge: Option<Charging<St>>,
-    },
+    Pass(Outbound<St>),
     /// The rules that wait for the release counted it: the layer decides on their answer
     /// (boxed: a hold's future is as small as its common case, `Pass`).
     Counted(Box<Checked<St>>),
@@ -57,13 +54,13 @@ impl<St: Store + Clone> Hold<St> {
                 batch,
             } = self;
             let pending: SmallVec<[usize; 4]> = reservation.pending().collect();
-            reservation.wait().await;
+            tokio::time::sleep_until(reservation.due()).await;
             if pending.is_empty() {
                 // Nothing waits for the release: the request passes with what it took.
                 reservation.pass();
                 drop(slot);
                 let charge = Charging::new(reservation, batch);
-                return Released::Pass { headers, charge };
+                return Released::Pass(Outbound { headers, charge });
             }
             let observation = observe::start(&batch);
             let result = reservation

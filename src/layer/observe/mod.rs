@@ -47,14 +47,10 @@
 //!
 //! # Observers
 //!
-//! A [`DecisionObserver`](super::DecisionObserver) added with
-//! [`observe`](super::RateLimitLayerBuilder::observe) is told of every decision: the
-//! route, the store's answer or its failure, its health and latency, and each rule's
-//! decision with the key in the form the store keeps it — what a dashboard, an audit log
-//! or an exporter of its own builds on, in a crate of its own (the operator's view,
-//! `tollgate-admin`, records decisions per second and the keys denied most this way).
-//! Observers are the layer's state: a [reload](super::ReloadHandle::reload) keeps them.
-//! With no observer, no span and no `metrics` feature, the request's path pays one branch.
+//! What a dashboard, an audit log or an exporter of its own builds on, in a crate of its
+//! own (the operator's view, `tollgate-admin`, is one): see
+//! [`DecisionObserver`](super::DecisionObserver). With no observer, no span and no
+//! `metrics` feature, the request's path pays one branch.
 //!
 //! # Outcomes
 //!
@@ -187,22 +183,17 @@ fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
     if let Some(elapsed) = event.store_latency {
         span.record("store_us", micros(elapsed));
     }
-    let deciding = event.outcome.ok().and_then(deciding_rule).unwrap_or(0);
-    if let Some(rule) = event.rules.get(deciding) {
+    // The rule that decided a denial or a delay (the longest wait), as `decide` finds it;
+    // else the first.
+    let decided = |r: &&RuleDecision<'_>| {
+        let decision = event.outcome.ok().map(|o| o.decision);
+        let by = r.outcome.map(|o| o.decision);
+        (!r.shadow || shadow_mode) && by == decision && decision != Some(Decision::Allow)
+    };
+    let deciding = event.rules.iter().find(decided).or(event.rules.first());
+    if let Some(rule) = deciding {
         span.record("rule", rule.rule.name());
         span.record("key", display(KeyDigest::of(rule.key.as_bytes())));
-    }
-}
-
-/// The index of the rule that decided a denial or a delay (the longest wait).
-fn deciding_rule(outcome: &Outcome) -> Option<usize> {
-    match outcome.decision {
-        Decision::Deny(_) => outcome.deciding_rule(),
-        Decision::Delay(wait) => outcome
-            .rules
-            .iter()
-            .position(|r| r.decision == Decision::Delay(wait)),
-        Decision::Allow => None,
     }
 }
 

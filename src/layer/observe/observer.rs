@@ -18,8 +18,9 @@ use crate::stored::StoredKey;
 /// Watches every decision of a layer; added with
 /// [`RateLimitLayerBuilder::observe`](crate::layer::RateLimitLayerBuilder::observe).
 ///
-/// It is told once per store answer: when a request is checked, and again for the rules
-/// that count a held request at its release. It is called on the request's path, after
+/// It is told once per store answer (failures included): when a request is checked, and
+/// again for the rules that count a held request at its release. Observers are the layer's
+/// state, not its configuration: a reload keeps them. It is called on the request's path, after
 /// the store answered and before the request goes on: keep it short (count, push to a
 /// channel), never block. A panic in it is caught and logged (`tracing::error!`, at most
 /// once per interval), and the request goes on as decided; an observer whose state a
