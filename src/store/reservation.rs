@@ -17,20 +17,15 @@ use crate::stored::KeyBytes;
 use crate::Rule;
 
 /// An admitted request that has not passed yet: the units each rule took, in the store
-/// that took them (a [`Fallback`](crate::store::Fallback)'s primary or its local store),
-/// the rules that wait for the release, and the instant the request is due. Made by
-/// [`Limiter::reserve`](crate::Limiter::reserve).
+/// that took them, the rules that wait for the release, and when the request is due. Made
+/// by [`Limiter::reserve`](crate::Limiter::reserve); the tower layer holds its requests
+/// with it too.
 ///
-/// [`confirm`](Self::confirm) it when the request is about to pass: it waits until the
-/// request is due, counts the waiting rules (a global limit beside the per-user leaky bucket
-/// that delays it) and says [`Allow`](Decision::Allow) or [`Deny`](Decision::Deny) (other
-/// requests took the room meanwhile; what the other rules took is given back).
+/// [`confirm`](Self::confirm) it when the request is about to pass.
 /// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
-/// back, never more than is exact (see [`Store::refund`]). After a confirmation, dropping it
-/// keeps the units (the request passed), and `cancel` still gives them back (a request that
-/// turns out not to count); [`settle`](Self::settle) charges it what it turned out to cost
-/// (a download's size, known once served). The tower layer holds its requests with this
-/// same type.
+/// back as [`Store::refund`] allows. After a confirmation, dropping it keeps the units, and
+/// `cancel` still gives them back; [`settle`](Self::settle) charges what the request turned
+/// out to cost.
 ///
 /// ```
 /// use std::time::Duration;
@@ -70,18 +65,17 @@ pub struct Reservation<S: Store + Clone> {
 enum Stage {
     /// Admitted, not released: dropping it gives its units back.
     Held,
-    /// The waiting rules are being counted: dropped now, it keeps its units, since the
-    /// store may have counted them and units never go back twice.
+    /// The waiting rules are being counted: dropped now, it keeps its units (the store may
+    /// have counted them, and units never go back twice).
     Confirming,
-    /// Released: the units are the request's. Dropping it keeps them; `cancel` gives them
-    /// back.
+    /// Released: dropping it keeps the units; `cancel` gives them back.
     Passed,
     /// Nothing left to give back: denied, given back, or unknown after a store failure.
     Spent,
 }
 
-/// The batch a reservation was checked with, owned so that its units can go back after the
-/// caller's borrow has ended.
+/// The batch a reservation was checked with, owned so its units can go back after the
+/// caller's borrow ends.
 pub(crate) trait Batch: Send + Sync + 'static {
     /// The checks, in the order they were decided.
     fn checks(&self) -> SmallVec<[Check<'_>; 4]>;
@@ -91,8 +85,7 @@ pub(crate) trait Batch: Send + Sync + 'static {
 struct Copied {
     rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, whether it is in shadow, whether
-    /// it defers its denial.
+    /// Per check: where its key ends in `keys`, its cost, `shadow`, `defers_denial`.
     items: SmallVec<[(usize, u64, bool, bool); 2]>,
 }
 
@@ -141,8 +134,7 @@ impl<S: Store + Clone> Reservation<S> {
         Self::of(store, Arc::new(Copied::new(batch)), outcome, max_wait, None)
     }
 
-    /// The reservation of `batch` (owned by the caller's own type), logging failed
-    /// give-backs through `log` (the layer's), or the process's log.
+    /// The reservation of a caller-owned `batch`, logging failed give-backs through `log`.
     pub(crate) fn of(
         store: S,
         batch: Arc<dyn Batch>,
@@ -174,9 +166,8 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// The store's answer: the batch's decision ([`Delay`](Decision::Delay) until the
-    /// request is due) and each rule's outcome. After [`confirm`](Self::confirm), the answer
-    /// at the release.
+    /// The store's answer ([`Delay`](Decision::Delay) until the request is due); after
+    /// [`confirm`](Self::confirm), the answer at the release.
     pub fn outcome(&self) -> &Outcome {
         &self.outcome
     }
@@ -186,15 +177,12 @@ impl<S: Store + Clone> Reservation<S> {
         self.due
     }
 
-    /// Releases the request: waits until it is due, then counts the rules that wait for the
-    /// release, and says whether it passes: [`Allow`](Decision::Allow), or
-    /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the
-    /// hold (then the units the other rules took go back). Waiting rules that can count the
-    /// request only later, within what is left of the wait, make the whole batch wait again:
-    /// it is given back and reserved anew, so that its leaky buckets too let the request go
-    /// when it really passes (a queue that kept its slot here would let its next request
-    /// leave too soon). A denied reservation answers its denial; a confirmed one, the same
-    /// answer again. On a store error the units stay taken.
+    /// Releases the request: waits until it is due, counts the rules that wait for the
+    /// release, and answers [`Allow`](Decision::Allow), or [`Deny`](Decision::Deny) when
+    /// other requests took their room meanwhile (the other rules' units then go back). If
+    /// they can count it only later, within the wait left, the whole batch is given back
+    /// and reserved anew, so its leaky buckets release it when it really passes. A denied or
+    /// confirmed reservation answers the same again. On a store error the units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
         if !self.outcome.is_admitted() {
             return Ok(self.outcome.clone());
@@ -227,10 +215,8 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// The rules that waited for the release reserved a later instant than the one the
-    /// batch's queues hold the request for: the whole batch is given back and reserved
-    /// again from now, with what is left of the wait, so that every rule, queues too,
-    /// counts the request at the instant it passes.
+    /// The waiting rules reserved a later instant than the batch's queues hold the request
+    /// for: give the whole batch back and reserve it again with the wait left.
     async fn reserve_again(&mut self) -> Result<(), StoreError> {
         // Dropped meanwhile, it keeps what the store may have taken.
         self.state = Stage::Confirming;
@@ -259,9 +245,9 @@ impl<S: Store + Clone> Reservation<S> {
         Ok(())
     }
 
-    /// Gives the units back now (the request will not pass, or passed and does not count),
-    /// and says whether the store took them back. Dropping the reservation does the same
-    /// without waiting, before its confirmation.
+    /// Gives the units back now (the request will not pass, or does not count) and says
+    /// whether the store took them. Dropping it before confirmation does the same without
+    /// waiting.
     pub async fn cancel(mut self) -> Result<(), StoreError> {
         if !matches!(self.state, Stage::Held | Stage::Passed) {
             return Ok(());
@@ -271,25 +257,22 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.refund(&checks, &self.outcome).await
     }
 
-    /// Settles what the request cost, once it is known (the bytes a download served, the
-    /// rows a query returned): `costs` holds one cost per check of the batch, in order. Each
-    /// rule gives back what it took beyond its settled cost, as exactly as
-    /// [`Store::refund`] gives back, and takes what it took short of it without a check:
-    /// the request has been served, so nothing is denied, and the rule's state carries the
-    /// excess as a debt that the key's next requests pay at the rule's own rate, however
-    /// far above its limit (every algorithm; a fixed window carries it into the windows
-    /// after; only a debt beyond the exact range, 2^52 units or more than 2^50 µs to pay,
-    /// is capped there): [`Store::overdraw`]. A check settled at the cost it was reserved
-    /// with changes nothing.
+    /// Settles what the request cost once known (bytes served, rows returned): one cost per
+    /// check, in order. Each rule gives back what it took beyond its cost
+    /// ([`Store::refund`]) and takes what it took short of it without a check
+    /// ([`Store::overdraw`]): the request was served, so nothing is denied, and the state
+    /// carries the excess as a debt the key's next requests pay at the rule's rate, however
+    /// far above its limit (a fixed window carries it into later windows; only a debt of
+    /// 2^52 units or more than 2^50 µs is capped).
     ///
-    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit,
-    /// however many there are, and gives back the rest; a lower one admits more at once and
-    /// charges each the rest when it settles. The layer settles this way with
+    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit
+    /// and gives back the rest; a lower one admits more at once and charges the rest here.
+    /// The layer does this with
     /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response).
     ///
     /// Settle after [`confirm`](Self::confirm): rules still waiting for the release took
-    /// nothing and are left out. After it the reservation holds nothing: dropping or
-    /// cancelling it gives nothing back. A store outside this crate settles nothing.
+    /// nothing and are left out. Afterwards the reservation holds nothing. A store outside
+    /// this crate settles nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -322,8 +305,7 @@ impl<S: Store + Clone> Reservation<S> {
         settle_in(&self.store, &*self.batch, &self.outcome, &settled).await
     }
 
-    /// [`settle`](Self::settle) without waiting (at once for a store that answers at once,
-    /// else on a task), logging a failure: the layer settles as the response goes out.
+    /// [`settle`](Self::settle) without waiting ([`run_detached`]), logging a failure.
     pub(crate) fn settle_detached(mut self, costs: &[u64]) {
         let settled = match self.settlement(costs) {
             Ok(Some(settled)) => settled,
@@ -342,8 +324,7 @@ impl<S: Store + Clone> Reservation<S> {
         });
     }
 
-    /// What settling at `costs` gives back and takes: per rule that changes, its index and
-    /// the units given back or taken. `None` when nothing changes; from here on the
+    /// What settling at `costs` changes per rule, `None` if nothing; from here on the
     /// reservation holds nothing.
     fn settlement(&mut self, costs: &[u64]) -> Result<Option<Settled>, StoreError> {
         let checks = self.batch.checks();
@@ -388,13 +369,13 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.health()
     }
 
-    /// The request passes now, its delay not waited for (shadow mode holds nothing): a
-    /// rule that waits for the release is counted by the next `confirm`, at once.
+    /// Makes the request due now (shadow mode holds nothing); the next `confirm` counts any
+    /// waiting rule at once.
     pub(crate) fn release_now(&mut self) {
         self.due = Instant::now();
     }
 
-    /// The request passes now, with nothing left to count: its units are the request's.
+    /// The request passes now, with nothing left to count.
     pub(crate) fn pass(&mut self) {
         if self.state == Stage::Held && self.pending().next().is_none() {
             self.state = Stage::Passed;
@@ -429,8 +410,8 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.check(&rest, max_wait).await
     }
 
-    /// Takes in what counting the rules at `pending` answered: their outcomes and units, or,
-    /// on a denial, gives back what the other rules took.
+    /// Takes in what counting the rules at `pending` answered; on a denial, gives back what
+    /// the other rules took.
     fn merge(&mut self, pending: &[usize], counted: Outcome) {
         for (&i, rule) in pending.iter().zip(&counted.rules) {
             if let Some(slot) = self.outcome.rules.get_mut(i) {
@@ -471,8 +452,7 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// Gives `outcome`'s units back without waiting: at once for a store that answers at
-    /// once, else on a task of the runtime. Outside a runtime the units stay taken.
+    /// Gives `outcome`'s units back without waiting ([`run_detached`]).
     fn refund_detached<F>(&self, outcome: Outcome, select: F)
     where
         F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
@@ -490,13 +470,11 @@ impl<S: Store + Clone> Reservation<S> {
     }
 }
 
-/// Per rule that a settlement changes: its index in the batch, the units given back or
-/// taken, and whether they are taken (an overdraft, owed beyond what the admission took).
+/// Per rule a settlement changes: its index, the units, and whether they are owed (taken).
 type Settled = SmallVec<[(usize, u64, bool); 4]>;
 
-/// Settles `batch`, admitted with `outcome`: what the rules took beyond their settled
-/// cost goes back ([`Store::refund`]), what they took short of it is taken
-/// ([`Store::overdraw`]).
+/// Settles `batch`, admitted with `outcome`, through [`Store::refund`] and
+/// [`Store::overdraw`].
 async fn settle_in<S: Store>(
     store: &S,
     batch: &dyn Batch,
@@ -515,11 +493,9 @@ async fn settle_in<S: Store>(
     Ok(())
 }
 
-/// The checks a settlement gives back (`owed` false) or takes (`owed` true), each at the
-/// units that change, with their part of `outcome`. Shadow rules settle like any other:
-/// the reservation knows they took their units. A settled request passed at its release,
-/// so a leaky bucket's hold for a longer release stays: only the units go back (a hold is
-/// drained only with a whole admission that never passed).
+/// The checks a settlement gives back (`owed` false) or takes (`owed` true), with their
+/// part of `outcome`. Shadow rules settle like any other (they took their units). A settled
+/// request passed, so a leaky bucket's hold stays: only the units go back.
 fn settled_part<'a>(
     checks: &[Check<'a>],
     outcome: &Outcome,
@@ -544,9 +520,8 @@ fn settled_part<'a>(
     (checks, part)
 }
 
-/// Runs `work` without waiting for it: to the end at once when it needs no wait (an
-/// in-process store answers on the first poll), else as a task on the runtime. Outside a
-/// runtime, work that must wait is left undone.
+/// Runs `work` without waiting: to the end at once if it is ready on the first poll, else
+/// on a tokio task. Outside a runtime, work that must wait is left undone.
 pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     let mut cx = Context::from_waker(Waker::noop());
