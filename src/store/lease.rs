@@ -19,65 +19,49 @@ use crate::Rule;
 use smallvec::SmallVec;
 
 /// A store that leases a share of a hot key's quota to this instance: one call takes
-/// `units` of the key's quota, and the instance decides from them in process, at in-process
-/// speed, until they run out or the lease's term ends; then it gives back what it did not
-/// use and takes the next share. Opt-in per rule ([`lease`](Self::lease)); every other
-/// rule, and every batch a lease cannot answer, goes to the wrapped store unchanged.
-///
-/// For a global or per-tenant limit that every request of every instance decides on: with
-/// leases of 100 units, one hot key costs its Redis about one call per 100 decisions per
-/// instance instead of one per decision.
+/// `units` of the key's quota, and the instance decides from them in process until they
+/// run out or the lease's term ends; then it gives back what it did not use and takes the
+/// next share. Opt-in per rule ([`lease`](Self::lease)); every other rule, and every batch
+/// a lease cannot answer, goes to the wrapped store unchanged. Meant for a global or
+/// per-tenant limit every request decides on: one store call per lease, not per decision.
 ///
 /// # What is exact
 ///
-/// A lease is a [`Reservation`] of `units` on the wrapped store: the store counts them when
-/// they are taken, as if that many requests had come then. Only algorithms whose units
-/// may be taken early without admitting more can lease: a **token bucket** (continuous or
-/// stepped) or **GCRA**, whose units taken early are simply not refilled for the others.
-/// Windows and logs date a unit when it is taken (a sliding log's entry would expire a
-/// window after the lease, not after the request), and a leaky bucket's units are its
-/// queue: [`lease`](Self::lease) refuses them, and rules with a [`Penalty`](crate::Penalty)
-/// (a lease admits without the store, so its denials would never count towards a lock).
+/// A lease is a [`Reservation`] of `units` on the wrapped store, counted as if that many
+/// requests had come when it was taken. Only a **token bucket** (continuous or stepped) or
+/// **GCRA** can lease: units taken early are simply not refilled for the others. Windows
+/// and logs would date a unit when taken, and a leaky bucket's units are its queue; rules
+/// with a [`Penalty`](crate::Penalty) are refused too (a lease's denials would never count
+/// towards a lock).
 ///
-/// - **Never more than the store counts.** Every admission is one of the units the store
-///   counted for a lease, or the store's own decision: across all instances, the rule
-///   admits no more than it would admit if each lease's units had been requests arriving
-///   when it was taken. A unit is used after it was counted, at most the lease's `term`
-///   later: where the bucket would have refilled to full in between (a key far under its
-///   limit), a burst seen by the time requests pass may exceed the rule's burst by the
-///   units of such leases, at most `units` (and at most the rate times the `term`) per
-///   instance leasing the key.
-/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease that
-///   has run out and cannot be renewed (the store denies `units`), a cost larger than the
-///   lease, a wait ([`Limiter::reserve`](crate::Limiter::reserve) with a `max_wait`), a shadow check. Denials, and
-///   their `Retry-After`, always come from the store.
-/// - **A batch with other rules** (a route with a global limit and a per-user one) takes
-///   the leased rule's units from the lease and asks the store for the others; if the
-///   store refuses them, the units go back to the lease (unless it ended meanwhile: then
-///   they stay used), so a request another rule refuses uses none of the lease. If no
-///   lease can answer, the store decides the whole batch. The first leased rule of a batch
-///   is decided from its lease; a second goes to the store with the others.
+/// - **Never more than the store counts**: across all instances, the rule admits no more
+///   than if each lease's units had been requests arriving when it was taken. A unit is
+///   used at most `term` after it was counted, so on a key far under its limit a burst may
+///   exceed the rule's burst by at most `units` (and at most rate × `term`) per instance
+///   leasing the key.
+/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease run out
+///   that the store will not renew, a cost larger than the lease, a wait
+///   ([`Limiter::reserve`](crate::Limiter::reserve) with a `max_wait`), a shadow check.
+///   Denials and their `Retry-After` always come from the store.
+/// - **A batch with other rules** takes the first leased rule's units from the lease and
+///   asks the store for the others (a second leased rule included); if the store refuses,
+///   the units go back to the lease (unless it ended meanwhile). If no lease can answer,
+///   the store decides the whole batch.
 ///
 /// # What a lease costs: under-admission, bounded
 ///
-/// Units parked in a lease are counted by the store but not yet used: the other instances
-/// may be denied meanwhile. At any instant at most `units` per instance per leased key are
-/// parked. A lease ends when its units run out, when a request needs more than it has left,
-/// or when its `term` passes (a timer ends it even if no request comes); its unused units
-/// then go back ([`Reservation::settle`]), as exactly as [`Store::refund`] gives back: for
-/// a token bucket or GCRA, only while no other admission has been recorded since; else
-/// they stay taken and refill at the rule's rate. The units of an instance that dies are
-/// never given back, and refill at the rule's rate too: a dead instance's lease ends by
-/// itself, its under-admission at most `units`, for at most `units` divided by the rate.
-/// Take `units` well under the rule's burst divided by the number of instances, so that
-/// instances share the quota fairly, and a `term` of a fraction of a second.
+/// Units parked in a lease are counted but unused, so other instances may be denied
+/// meanwhile: at most `units` per instance per leased key. A lease ends when its units run
+/// out, a request needs more than it has left, or its `term` passes (a timer ends it); its
+/// unused units then go back as [`Store::refund`] allows, else refill at the rule's rate
+/// (so do a dead instance's, never given back). Take `units` well under the burst divided by the number of
+/// instances, and a `term` of a fraction of a second.
 ///
 /// # What a locally decided request reports
 ///
-/// Its [`RateLimitInfo`] is the store's as the lease found it, with the lease's unused
-/// units counted as remaining. Its units are not given back by a cancelled
-/// [`Reservation`] or a refund (they stay used: never more than the limit). A lease is
-/// keyed by the whole rule: a rule reloaded with other parameters under the same name is
+/// Its [`RateLimitInfo`] is the store's as the lease found it, the lease's unused units
+/// counted as remaining. A cancelled [`Reservation`] or a refund does not give its units
+/// back. A lease is keyed by the whole rule: a rule reloaded with other parameters is
 /// decided by the store until a `Leased` is built for it. [`reset`](Store::reset) clears
 /// the store and this instance's leases of the key; other instances keep theirs until
 /// their term ends. Put a [`Fallback`](super::Fallback) inside (`Leased<Fallback<…>>`) to
@@ -107,8 +91,7 @@ pub struct Leased<S: Store + Clone> {
     shared: Arc<Shared<S>>,
 }
 
-/// What every clone of a `Leased` shares: the wrapped store, the leased rules and their
-/// leases.
+/// What every clone of a `Leased` shares.
 struct Shared<S: Store + Clone> {
     store: S,
     terms: Vec<Terms<S>>,
@@ -133,17 +116,16 @@ struct Slot<S: Store + Clone> {
     remaining: AtomicU64,
     /// The store's reset when the lease was taken, in µs.
     reset_us: AtomicU64,
-    /// `Held::generation`, readable without the lock: set before a new lease's units are,
-    /// so that a request taking units knows which lease they came from.
+    /// `Held::generation`, readable without the lock: set before a new lease's units, so a
+    /// request taking units knows which lease they came from.
     generation: AtomicU64,
-    /// The lease itself; held while a lease ends or is taken, so that one request takes
-    /// the next lease and the others wait for it instead of asking the store each.
+    /// Locked while a lease ends or is taken, so one request takes the next lease and the
+    /// others wait for it.
     held: tokio::sync::Mutex<Held<S>>,
 }
 
-/// Units a request took from a lease, to give back if the rest of its batch is refused:
-/// the slot and the lease's generation, `None` if the lease changed while they were taken
-/// (they then stay used).
+/// Units a request took from a lease, to give back if the rest of its batch is refused;
+/// `None` if the lease changed meanwhile (they stay used).
 struct Lent<S: Store + Clone> {
     slot: Arc<Slot<S>>,
     generation: Option<u64>,
@@ -170,10 +152,9 @@ impl<S: Store + Clone> Leased<S> {
         }
     }
 
-    /// Leases `rule`'s quota to this instance `units` at a time, each lease for at most
-    /// `term`. Refused, naming the rule: an invalid rule, an algorithm other than a token
-    /// bucket or GCRA, a rule with a penalty, `units` of 0 or more than the rule's burst, a
-    /// zero `term`, a rule leased twice.
+    /// Leases `rule`'s quota to this instance `units` at a time, each for at most `term`.
+    /// Refused, naming the rule: an invalid rule, an algorithm other than a token bucket or
+    /// GCRA, a penalty, `units` of 0 or above the burst, a zero `term`, a rule leased twice.
     pub fn lease(self, rule: &Rule, units: u64, term: Duration) -> Result<Self, ConfigError> {
         rule.validate()?;
         let problems = Self::problems(rule, units, term)
@@ -238,9 +219,8 @@ impl<S: Store + Clone> Leased<S> {
         &self.shared.store
     }
 
-    /// The first check of `batch` a lease may answer, with its index and its rule's
-    /// terms: not in shadow, costing 1 to the lease's units, of a leased rule, in a batch
-    /// without a wait.
+    /// The first check of `batch` a lease may answer (leased, not shadow, costing 1 to the
+    /// lease's units, no wait), with its index and its rule's terms.
     #[inline]
     fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Terms<S>)> {
         if !max_wait.is_zero() {
@@ -267,11 +247,9 @@ impl<S: Store + Clone> Leased<S> {
         }
     }
 
-    /// Decides a batch of several checks whose `i`-th is leased: that one from the lease
-    /// (taken or renewed as for a lone check), the others by the store, and the lease's
-    /// units given back if the store refuses them, so that a request refused by another
-    /// rule uses none of the lease. When no lease can answer, the store decides the whole
-    /// batch.
+    /// Decides a batch whose `i`-th check is leased: that one from the lease, the others by
+    /// the store, the lease's units given back if the store refuses. When no lease can
+    /// answer, the store decides the whole batch.
     async fn decide_with_others(
         &self,
         terms: &Terms<S>,
@@ -307,9 +285,8 @@ impl<S: Store + Clone> Leased<S> {
                 return Ok(Some(lent));
             }
             let held = slot.held.lock().await;
-            // The slot's term may have ended and forgotten it while this request waited: a
-            // lease taken on it would be one the next requests never find, parked beside
-            // theirs. The key's current slot is asked instead.
+            // The slot may have been forgotten while this request waited: a lease taken on
+            // it would be parked where no request finds it. Ask the key's current slot.
             if terms.holds(check.key(), &slot) {
                 return self.renew(terms, check, &slot, held).await;
             }
@@ -373,9 +350,9 @@ impl<S: Store + Clone> Leased<S> {
         Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
 
-    /// At `due` (a lease's term, or the end of a refusal), ends the lease `generation` of
-    /// `slot` if it is held, and forgets the slot unless a later lease was taken meanwhile:
-    /// so that an idle key, or one the store refused, costs nothing.
+    /// At `due` (a term's or a refusal's end), ends lease `generation` of `slot` if held, and
+    /// forgets the slot unless a later lease was taken, so an idle or refused key costs
+    /// nothing.
     fn forget_at(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
         let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
         let Some(index) = self
@@ -434,8 +411,7 @@ impl<S: Store + Clone> Terms<S> {
         }
     }
 
-    /// Whether `slot` is `key`'s slot still (not forgotten by its term's end or a reset).
-    /// A poisoned map holds every slot: each decides for its own request (see
+    /// Whether `slot` is still `key`'s slot. A poisoned map holds every slot (see
     /// [`slot`](Self::slot)).
     fn holds(&self, key: &[u8], slot: &Arc<Slot<S>>) -> bool {
         match self.leases.read() {
@@ -468,8 +444,8 @@ impl<S: Store + Clone> Slot<S> {
         Some(before - cost)
     }
 
-    /// `cost` units taken from the lease for a check of a batch, if it has them, with what
-    /// gives them back.
+    /// Takes `cost` units for a check of a batch, if the lease has them, with what gives
+    /// them back.
     fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
         let generation = self.generation.load(Ordering::Acquire);
         let left = self.take_units(cost)?;
@@ -501,8 +477,7 @@ impl<S: Store + Clone> Slot<S> {
         }
     }
 
-    /// Ends the lease `held` holds, if any: no request takes from it any more, and the
-    /// units it did not use go back to the store.
+    /// Ends the lease `held` holds, if any, giving its unused units back to the store.
     async fn end(&self, held: &mut Held<S>) {
         let unused = self.left.swap(0, Ordering::AcqRel);
         let Some((reservation, units)) = held.lease.take() else {
@@ -515,8 +490,8 @@ impl<S: Store + Clone> Slot<S> {
 }
 
 impl<S: Store + Clone> Lent<S> {
-    /// Gives the units back to the lease they came from, if it still holds: a lease that
-    /// ended meanwhile counted them as used, and a later one never had them.
+    /// Gives the units back to the lease they came from, if it still holds (an ended lease
+    /// counted them as used).
     async fn give_back(self) {
         let Some(generation) = self.generation else {
             return;
@@ -537,8 +512,8 @@ impl<S: Store + Clone> Store for Leased<S> {
         }
     }
 
-    /// Answers from a lease that has the units, or from a store that answers at once; a
-    /// lease that must be taken or renewed answers through [`check`](Store::check).
+    /// Answers from a lease that has the units, or a store that answers at once; taking or
+    /// renewing a lease goes through [`check`](Store::check).
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -548,8 +523,7 @@ impl<S: Store + Clone> Store for Leased<S> {
             Some((_, terms)) if batch.len() == 1 => {
                 terms.take(batch[0].key(), batch[0].cost).map(Ok)
             }
-            // A batch with a leased rule goes through `check`, which decides that rule from
-            // the lease.
+            // `check` decides a batch's leased rule from the lease.
             Some(_) => None,
             None => self.get_ref().try_check_now(batch, max_wait),
         }
