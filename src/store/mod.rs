@@ -8,8 +8,8 @@
 //! - [`Leased`]: leases a share of a hot key's quota to this instance, which decides from
 //!   it in process (token bucket and GCRA rules that opt in).
 //!
-//! A store decides a batch of [`Check`]s atomically (see [`Store::check`]); [`Health`]
-//! says how well it is deciding.
+//! A store decides a batch of [`Check`]s atomically ([`Store::check`]); [`Health`] says
+//! how well.
 //!
 #![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
 #![cfg_attr(

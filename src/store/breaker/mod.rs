@@ -52,17 +52,15 @@ fn state_of(raw: u8) -> BreakerState {
 /// After [`failures`](Self::failures) consecutive failures (errors or timeouts, not
 /// malformed batches) the breaker **opens**: every call fails at once with
 /// [`StoreError::CircuitOpen`]. Once open for [`open_for`](Self::open_for), the next call
-/// (or look at [`health`](Store::health)) starts one **probe**: the store's own
-/// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on a task of its own, while every
-/// call still fails at once, so no request waits on a store that may still hang. Its
-/// success closes the breaker; its failure opens it for another `open_for`. A store without
-/// a probe (or a call outside a tokio runtime) lets that call through as the probe instead.
+/// (or [`health`](Store::health) look) starts one **probe**, the store's own
+/// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on its own task, while calls still
+/// fail at once. Its success closes the breaker; its failure opens it for another
+/// `open_for`. Without a store probe (or outside a tokio runtime) that call is the probe.
 /// Every transition is a `tracing` event (target `tollgate::breaker`: `warn` on opening,
 /// `info` otherwise).
 ///
-/// What the caller does with a failure is its policy: the layer's
-/// [`FailurePolicy`](crate::layer::FailurePolicy), or a [`Fallback`](super::Fallback). The
-/// breaker never sends a call again.
+/// The breaker never retries a call: the caller's policy handles failures (the layer's
+/// [`FailurePolicy`](crate::layer::FailurePolicy), or a [`Fallback`](super::Fallback)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -124,9 +122,8 @@ impl<S> Breaker<S> {
         self
     }
 
-    /// Stays open this long before a probe, and this long again after a failed one
-    /// (default 500 ms). Set it before cloning the store: clones share the
-    /// breaker.
+    /// Stays open this long before a probe, and again after a failed one (default 500 ms).
+    /// Set it before cloning the store: clones share the breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = duration_to_micros(duration));
         self
@@ -281,8 +278,7 @@ impl Circuit {
     }
 }
 
-/// A call the breaker let through, until it answers: counts its result, or, if the call is
-/// dropped before it answers, frees the probe.
+/// A call the breaker let through: counts its result, or frees the probe if dropped first.
 struct PassGuard<'a> {
     shared: &'a Circuit,
     pass: Option<Pass>,
@@ -386,8 +382,8 @@ impl<S: Store> Breaker<S> {
     }
 }
 
-/// The breaker's own probe, until it answers: counts its result; if its task is dropped
-/// before that (the runtime shuts down), frees the probe as [`PassGuard`] does.
+/// The breaker's own probe: counts its result, or frees the probe if its task is dropped
+/// first.
 struct ProbeGuard {
     shared: Arc<Circuit>,
     recorded: bool,
@@ -430,8 +426,8 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
-    /// Asks the store at once, where it can answer at once, while the circuit is closed; an
-    /// open or probing circuit answers through [`check`](Store::check), which handles it.
+    /// Asks the store at once while the circuit is closed; otherwise
+    /// [`check`](Store::check) answers.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],

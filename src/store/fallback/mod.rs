@@ -25,11 +25,10 @@ use crate::Rule;
 /// that decides while the primary cannot.
 ///
 /// Every call goes to the primary first. When it fails (unreachable, timed out, breaker
-/// open; not a malformed batch), the local store decides the same batch by the same rules
-/// (quotas optionally divided by [`instances`](Self::instances)), and the caller sees that
-/// decision, no error. As soon as the primary answers again, decisions come from it. Put a
-/// [`Breaker`](super::Breaker) in front of the primary, or every request still waits for
-/// its timeout first.
+/// open; not a malformed batch), the local store decides the same batch (quotas optionally
+/// divided by [`instances`](Self::instances)), and the caller sees no error. Once the
+/// primary answers again, it decides. Without a [`Breaker`](super::Breaker) in front of the
+/// primary, every request still waits for its timeout first.
 ///
 /// The primary never learns of the local decisions, and locks set locally hold on that
 /// instance only; see [what the local decisions mean for the shared
@@ -59,30 +58,28 @@ struct Division {
     instances: u64,
     /// Whether the last answer came from the local store.
     falling_back: AtomicBool,
-    /// Whether the primary said it was unwell (an open breaker) while falling back: its
-    /// saying it is well again ends the fallback with no request to prove it.
+    /// Whether the primary said it was unwell (an open breaker) while falling back, so its
+    /// recovery ends the fallback without a request.
     primary_was_unwell: AtomicBool,
     /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
     /// while falling back with `instances` > 1.
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
-    /// Whether a probe of the primary that [`Fallback::probe_primary`] started is on its
-    /// way.
+    /// Whether a [`Fallback::probe_primary`] probe is on its way.
     probing: AtomicBool,
     /// µs after `epoch` the primary last failed, plus one (0: never).
     failed_at: AtomicU64,
     epoch: Instant,
-    /// The stores the local side's admissions named, learnt from its outcomes: a refund's
-    /// units they took go back there, the others to the primary.
+    /// The stores the local side's admissions named: a refund's units they took go back
+    /// there, the others to the primary.
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
 /// The shares of one hash slot, with the fingerprint of the rule each came from.
 type DividedRules = SmallVec<[(u64, Share); 1]>;
 
-/// A rule's share on this instance: the rule with its quotas divided, or, where the share
-/// rounds down to nothing, the rule itself with every request asked more than it can ever
-/// admit, so that it denies.
+/// A rule's share on this instance: its quotas divided, or, where that rounds down to
+/// nothing, the rule itself with every request costing more than it can admit.
 #[derive(Clone)]
 struct Share {
     rule: Rule,
@@ -106,11 +103,10 @@ impl<P, L> Fallback<P, L> {
         }
     }
 
-    /// Divides every quota by `n` in the local decisions (default 1): the number of
-    /// instances sharing the primary, so that together they admit about one quota while it
-    /// is away, never more (counts rounding down, rates divided exactly or rounding down). An
-    /// instance whose share of a rule rounds down to nothing denies that rule's requests
-    /// while the primary is away (without a `Retry-After`).
+    /// Divides every quota by `n` in the local decisions (default 1): the instances sharing
+    /// the primary, so together they admit about one quota while it is away, never more
+    /// (shares round down). A share that rounds down to nothing denies that rule's requests
+    /// (without a `Retry-After`).
     pub fn instances(mut self, n: u64) -> Self {
         let n = n.max(1);
         match Arc::get_mut(&mut self.shared) {
@@ -184,8 +180,7 @@ impl Division {
         }
     }
 
-    /// `batch`'s rules with their quotas divided by `instances`, for the local store; `None`
-    /// when there is nothing to divide (one instance).
+    /// `batch`'s rules with divided quotas; `None` for one instance.
     fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Share; 4]>> {
         (self.instances > 1).then(|| batch.iter().map(|c| self.divided(c.rule)).collect())
     }
@@ -227,8 +222,8 @@ impl Division {
     }
 }
 
-/// `rule` with its quota shared among `n` instances ([`Algorithm::share`](crate::algorithm::Algorithm::share)); `None` when
-/// nothing of the quota is left for one instance.
+/// `rule` with its quota shared among `n` instances
+/// ([`Algorithm::share`](crate::algorithm::Algorithm::share)); `None` when that is nothing.
 fn divide(rule: &Rule, n: u64) -> Option<Rule> {
     let divided = Rule::new(rule.name(), rule.algorithm().share(n)?)
         .checked()
@@ -253,8 +248,8 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
         .collect()
 }
 
-/// A probe of the primary on its way: frees the next one when it ends, or when its task is
-/// dropped unrun (the runtime shuts down).
+/// A probe of the primary on its way: frees the next one when it ends or its task is
+/// dropped.
 struct Probing(Arc<Division>);
 
 impl Drop for Probing {
@@ -264,10 +259,10 @@ impl Drop for Probing {
 }
 
 impl<P: Store, L: Store> Fallback<P, L> {
-    /// Starts the primary's own [`probe`](Store::probe) on a task of its own, one at a time,
-    /// when a tokio runtime runs: its answer ends the fallback, so readiness recovers with
-    /// no request. Only once the primary has not failed for a breaker's default `open_for`,
-    /// so that a primary that answers a `PING` but fails requests does not flap.
+    /// Starts the primary's own [`probe`](Store::probe) on a task, one at a time, when a
+    /// tokio runtime runs: its answer ends the fallback, so readiness recovers without a
+    /// request. Only once the primary has not failed for a breaker's default `open_for`, so
+    /// a primary that answers a `PING` but fails requests does not flap.
     fn probe_primary(&self) {
         if !self.shared.quiet_for(DEFAULT_OPEN_FOR) {
             return;
@@ -312,8 +307,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
         }
     }
 
-    /// An outcome of the local store, whose stores are remembered so that its units go
-    /// back there.
+    /// An outcome of the local store, its stores remembered for refunds.
     fn taken_locally(&self, outcome: Outcome) -> Outcome {
         let Some(admission) = &outcome.admission else {
             return outcome;
@@ -390,8 +384,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Gives each rule's units back to the side whose store took them; each side is asked
-    /// only for its own (a primary that is away would keep the caller waiting for nothing).
+    /// Gives each rule's units back to the side whose store took them, asking each side
+    /// only for its own (an away primary would keep the caller waiting for nothing).
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
@@ -428,9 +422,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         result.and(local)
     }
 
-    /// Takes what a settlement owes where the key is decided now, as a debt its next
-    /// requests pay: in the primary, or while it is away in the local store, on the shares
-    /// of the rules it decides there (wherever the admission took its estimate).
+    /// Takes the debt where the key is decided now: the primary, or while it is away the
+    /// local store, on the rules' shares.
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         match self.primary.overdraw(batch).await {
             Ok(()) => {
@@ -448,8 +441,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Counts the denials where the batch is decided now: in the primary, or while it is
-    /// away in the local store, on the shares of the rules it decides there.
+    /// Counts the denials where the batch is decided now (as [`overdraw`](Store::overdraw)).
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
         match self.primary.count_denials(batch, ago).await {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
@@ -497,9 +489,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return Health::Degraded;
         }
         if self.is_falling_back() {
-            // Healthy again after being unwell: the breaker's probe got an answer, and the
-            // next request goes to the primary. A primary that never said it was unwell
-            // is probed here instead, so that readiness recovers with no request.
+            // Healthy again after being unwell: the breaker's probe answered. A primary that
+            // never said it was unwell is probed here instead, so readiness recovers.
             if !self.shared.primary_was_unwell.swap(false, Ordering::AcqRel) {
                 self.probe_primary();
                 return Health::Degraded;
