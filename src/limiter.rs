@@ -11,11 +11,11 @@ use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
 ///
-/// Usable on its own (a job queue, a CLI, an SMS gateway) and inside the tower layer. It is
-/// a cheap handle: clones share the store, so every clone enforces the same limits.
+/// Usable on its own (a job queue, a CLI) and inside the tower layer. A cheap handle: clones
+/// share the store, so every clone enforces the same limits.
 ///
-/// An SMS gateway's case: per phone number 1 per minute, 5 per hour and 10 per day, checked as
-/// one batch, so a message refused by the minute rule does not use up the hour or the day.
+/// An SMS gateway checks three rules per phone number as one batch, so a message the minute
+/// rule refuses uses up nothing of the hour or the day:
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,35 +61,29 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// Whether the limiter decides as configured ([`Health::Healthy`]), from a local
-    /// fallback while its primary store is away ([`Health::Degraded`]), or not at all
-    /// because a circuit breaker is open ([`Health::Failing`]). Cheap enough to answer
-    /// every readiness probe; see [`Store::health`].
+    /// How well the store is deciding ([`Store::health`]); cheap enough for every
+    /// readiness probe.
     pub fn health(&self) -> Health {
         self.store.health()
     }
 
-    /// Decides a batch all or nothing; see [`Store::check`]. Each check carries its key as
-    /// the store keeps it ([`StoredKey`]: a long key is its digest). A batch with a rule
-    /// that cannot work ([`Rule::validate`]) is refused with [`StoreError::InvalidBatch`]
-    /// naming the rule; nothing is decided.
+    /// Decides a batch all or nothing ([`Store::check`]), each key in its [`StoredKey`]
+    /// form. A batch with a rule that cannot work ([`Rule::validate`]) is refused with
+    /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        // A store that decides at once (MemoryStore) is asked without a future; any other
-        // store's future goes on the heap, where it waits on the network anyway, so that
-        // this future stays small (a caller moves it at least once).
+        // Boxing the store's future keeps this one small (callers move it); a store that
+        // waits on the network can afford the allocation, one that answers at once skips it.
         if let Some(outcome) = self.reserve_now(batch, Duration::ZERO) {
             return outcome;
         }
         Box::pin(self.reserve_outcome(batch, Duration::ZERO)).await
     }
 
-    /// Like [`check`](Self::check), but a batch that would be admitted within `max_wait`
-    /// reserves its units now, atomically, so the slot is the caller's: the
-    /// [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for the wait, and
-    /// owns the units until the request passes ([`Reservation::confirm`]) or gives them back
-    /// ([`Reservation::cancel`], or dropping it). A batch with rules that count the request
-    /// only at its release (rules on other keys than the leaky bucket that delays it) is
-    /// counted by the confirmation. A denied batch's reservation holds nothing.
+    /// Like [`check`](Self::check), but a batch admissible within `max_wait` reserves its
+    /// units now: the [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for
+    /// the wait and owns the units until [`Reservation::confirm`] counts any pending rules,
+    /// or [`Reservation::cancel`] (or a drop) gives them back. A denied batch's reservation
+    /// holds nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -135,9 +129,7 @@ impl<S: Store> Limiter<S> {
         self.store.check(batch, max_wait).await
     }
 
-    /// [`reserve_outcome`](Self::reserve_outcome) without a future, for a store that decides
-    /// at once ([`Store::try_check_now`]): the same answer, or `None` when the store cannot give
-    /// it now.
+    /// [`reserve_outcome`](Self::reserve_outcome) via [`Store::try_check_now`].
     #[inline]
     pub(crate) fn reserve_now(
         &self,
@@ -147,8 +139,7 @@ impl<S: Store> Limiter<S> {
         self.store.try_check_now(batch, max_wait)
     }
 
-    /// Counts the denials of `batch`, refused `ago`, that stand ([`Store::count_denials`]),
-    /// under the keys the store sees.
+    /// [`Store::count_denials`] for `batch`, refused `ago`.
     pub(crate) async fn count_denials(
         &self,
         batch: &[Check<'_>],
@@ -172,11 +163,9 @@ impl<S: Store> Limiter<S> {
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
-    /// `key` is a key's own bytes (a long one is digested as in [`check`](Self::check)) or
-    /// a `&StoredKey` an observer kept. A key the store does not hold (never seen, expired,
-    /// or forgotten by a [`MemoryStore`] past its
-    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
-    /// find it.
+    /// `key` is a key's own bytes or a `&StoredKey` an observer kept. A key the store does
+    /// not hold (never seen, expired, or forgotten past a [`MemoryStore`]'s
+    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh.
     pub async fn peek<'k>(
         &self,
         rule: &Rule,
@@ -203,9 +192,8 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-/// Decisions without a future, for the in-process store, which never waits: what
-/// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
-/// worker thread, a callback), as governor's `check_key` is called.
+/// Decisions without a future on the in-process store, which never waits: what
+/// [`check`](Limiter::check) answers, callable from synchronous code.
 ///
 /// ```
 /// use tollgate::{Check, Limiter, Rate, Rule, store::MemoryStore};
