@@ -38,8 +38,8 @@ pub struct Denial {
     /// Why.
     pub reason: DenyReason,
     /// The exact wait until the same request would be admitted (for a client alone on its
-    /// key): a retry at this instant succeeds, one microsecond earlier fails. `None` when no
-    /// wait helps ([`DenyReason::CostExceedsCapacity`]).
+    /// key): a retry then succeeds, a microsecond earlier fails. `None` when no wait helps
+    /// ([`DenyReason::CostExceedsCapacity`]).
     pub retry_after: Option<Duration>,
 }
 
@@ -84,7 +84,7 @@ pub struct Outcome {
     /// One entry per checked rule, in the order of the batch.
     pub rules: RuleOutcomes,
     /// For an admitted batch, what the store needs to give its units back; `None` when
-    /// denied, or when the store records nothing to give back.
+    /// denied, or when the store records nothing.
     pub(crate) admission: Option<Admission>,
 }
 
@@ -94,14 +94,14 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
-    /// A batch's outcome from each rule's, combined as [`decision`](Self::decision) says: for
-    /// a [`Store`](crate::store::Store) written outside this crate (nothing to give back).
+    /// A batch's outcome from each rule's, combined as [`decision`](Self::decision) says, with
+    /// nothing to give back: for a [`Store`](crate::store::Store) outside this crate.
     pub fn new(rules: RuleOutcomes) -> Self {
         combine(rules, |_| false)
     }
 
-    /// The outcome of the sub-batch made of the rules at `indices` (in that order): what a
-    /// refund of only those rules reads.
+    /// The outcome of the sub-batch of the rules at `indices` (in that order), for a refund
+    /// of only those.
     pub(crate) fn select(&self, indices: &[usize]) -> Outcome {
         Outcome {
             decision: self.decision,
@@ -113,8 +113,7 @@ impl Outcome {
         }
     }
 
-    /// The outcome with every unit it took named as `store`'s (a pending rule took none):
-    /// for a store whose admissions are read off a reply that does not name it.
+    /// The outcome with every unit it took named as `store`'s (a pending rule took none).
     #[cfg(any(test, feature = "redis"))]
     pub(crate) fn taken_by(mut self, store: StoreId) -> Outcome {
         if let Some(admission) = &mut self.admission {
@@ -125,9 +124,8 @@ impl Outcome {
         self
     }
 
-    /// The outcome of a batch with `rule` inserted at `i`: a rule decided elsewhere (from a
-    /// lease) that admitted the request, so the batch's decision stands, and that took
-    /// nothing this outcome can give back.
+    /// The outcome with `rule` inserted at `i`: an admission decided elsewhere (a lease), so
+    /// the decision stands and nothing more can be given back.
     pub(crate) fn with_rule_at(mut self, i: usize, rule: RuleOutcome) -> Outcome {
         let i = i.min(self.rules.len());
         self.rules.0.insert(i, rule);
@@ -138,9 +136,8 @@ impl Outcome {
         self
     }
 
-    /// Whether the request is delayed with rules still to count it when it is released:
-    /// rules on other keys than the leaky bucket that shapes it (see
-    /// [`Store::check`](crate::store::Store::check)).
+    /// Whether the request is delayed with [pending](crate::store::Store::check) rules still
+    /// to count it at its release.
     pub(crate) fn needs_confirmation(&self) -> bool {
         self.admission.as_ref().is_some_and(|a| a.is_pending())
     }
@@ -156,8 +153,8 @@ impl Outcome {
     }
 }
 
-/// The per-rule outcomes of a batch ([`Outcome::rules`]), in order: a slice (it derefs to
-/// `[RuleOutcome]`) held inline up to two rules. Built by collecting, extending or from a `Vec`.
+/// The per-rule outcomes of a batch ([`Outcome::rules`]), in order: derefs to
+/// `[RuleOutcome]`, inline up to two rules. Built by collecting, extending or from a `Vec`.
 ///
 /// ```
 /// use tollgate::{Decision, RateLimitInfo, RuleOutcome, RuleOutcomes};
@@ -263,9 +260,8 @@ fn longer(a: Denial, b: Denial) -> Denial {
     }
 }
 
-/// What a store recorded for an admitted batch, so that the units can go back to the store
-/// that took them (see [`Taken`]). The [`Reservation`](crate::Reservation) that owns a held
-/// request reads it.
+/// What a store recorded for an admitted batch, so the units can go back to the store that
+/// took them ([`Taken`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admission {
     /// Per rule of the batch, in order.
@@ -276,8 +272,7 @@ pub(crate) struct Admission {
 /// and the model's mark (see `Algorithm::mark`); or, `pending`, nothing taken yet.
 #[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
-    /// The store that took the units: a store gives back only its own, however stores are
-    /// composed.
+    /// The store that took the units: a store gives back only its own.
     pub(crate) store: StoreId,
     pub(crate) at: u64,
     pub(crate) mark: u64,
@@ -286,8 +281,8 @@ pub(crate) struct Taken {
     pub(crate) hold: u64,
 }
 
-/// One store of this crate (and its clones): the name an [`Admission`] gives the store that
-/// took its units; 0 is none. 32 bits keep [`Taken`] at 32 bytes.
+/// The name an [`Admission`] gives the store (and its clones) that took its units; 0 is
+/// none. 32 bits keep [`Taken`] at 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub(crate) struct StoreId(u32);
 
@@ -299,8 +294,8 @@ impl StoreId {
     }
 }
 
-/// Equal when the same units were taken alike, by whichever store: two stores that decide
-/// alike answer equal outcomes (the differential tests compare a store with its twin).
+/// Equal when the same units were taken alike, by whichever store, so the differential
+/// tests can compare a store with its twin.
 impl PartialEq for Taken {
     fn eq(&self, other: &Self) -> bool {
         let Self {
@@ -353,14 +348,12 @@ impl Admission {
         self.taken.get(i).copied().unwrap_or_default()
     }
 
-    /// Whether some rules of the batch are still to be counted when the request is
-    /// released.
+    /// Whether some rules are still to be counted at the release.
     pub(crate) fn is_pending(&self) -> bool {
         self.taken.iter().any(|t| t.pending)
     }
 
-    /// The indices (in the batch, in order) of the rules still to be counted when the
-    /// request is released.
+    /// The indices of the rules still to be counted at the release, in order.
     pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
         self.taken
             .iter()
@@ -369,8 +362,7 @@ impl Admission {
             .map(|(i, _)| i)
     }
 
-    /// The admission of the sub-batch made of the rules at `indices` (in that order), to
-    /// give back the units of only some rules of a batch.
+    /// The admission of the sub-batch of the rules at `indices` (in that order).
     pub(crate) fn select(&self, indices: &[usize]) -> Admission {
         Admission {
             taken: indices.iter().map(|&i| self.taken(i)).collect(),

@@ -1,31 +1,22 @@
-//! Keys as the store keeps them: what every [`Check`](crate::Check) carries to a store, and
-//! what a dashboard holds of a key it saw decided (through a
-//! [`DecisionObserver`](crate::layer::DecisionObserver)) and acts on later with
-//! [`Limiter::peek`](crate::Limiter::peek) and [`Limiter::reset`](crate::Limiter::reset).
+//! Keys as the store keeps them ([`StoredKey`]).
 
 use std::borrow::Cow;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-/// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
-/// sending a 1 MB header costs the store 33 bytes, not 1 MB.
+/// Keys longer than this many bytes are stored under their SHA-256 digest.
 pub(crate) const MAX_KEY_LEN: usize = 128;
 
 /// A key in the form the store keeps it: the key itself up to 128 bytes, otherwise (and for
-/// a key starting with the byte `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, the
-/// same on every instance, so instances sharing a Redis share the limit. The two forms
-/// cannot be confused: no key kept as itself starts with `0xFF`, so no key can pose as
-/// another's digest.
+/// a key starting with `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, the same on
+/// every instance. No key kept as itself starts with `0xFF`, so none can pose as another's
+/// digest.
 ///
-/// Every [`Check`](crate::Check) carries its key in this form ([`Check::new`](crate::Check::new) digests it), so a store
-/// never sees a key it must not keep, whoever asks it.
-///
-/// A [`DecisionObserver`](crate::layer::DecisionObserver) receives keys in this form, so
-/// that what it keeps of a client sending a 1 MB key is 33 bytes, and
-/// [`Limiter::peek`](crate::Limiter::peek) and [`Limiter::reset`](crate::Limiter::reset),
-/// given a `&StoredKey`, still reach that client's state (given the key's own bytes, they
-/// store it in this form first).
+/// Every [`Check`](crate::Check) carries its key in this form, so a client sending a 1 MB
+/// key costs a store, or a [`DecisionObserver`](crate::layer::DecisionObserver) that keeps
+/// it, 33 bytes. [`Limiter::peek`](crate::Limiter::peek) and
+/// [`Limiter::reset`](crate::Limiter::reset) take either form.
 ///
 /// ```
 /// use tollgate::StoredKey;
@@ -101,9 +92,8 @@ impl<'a> From<&'a StoredKey<'_>> for StoredKey<'a> {
     }
 }
 
-/// A key's stored form as a [`Check`](crate::Check) carries it: borrowed when the key is kept as itself,
-/// the digest inline otherwise, so that a check stays `Copy` and a long key costs no
-/// allocation.
+/// A key's stored form as a [`Check`](crate::Check) carries it: borrowed, or the digest
+/// inline, so a check stays `Copy` and a long key costs no allocation.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeyBytes<'a> {
     /// A key kept as itself, or bytes already in stored form.
