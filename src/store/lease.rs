@@ -1,5 +1,4 @@
-//! [`Leased`]: a store that leases a share of a hot key's quota to this instance and decides
-//! from it in process.
+//! [`Leased`]: decides a hot key in process from a leased share of its quota.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,10 +51,10 @@ use smallvec::SmallVec;
 ///
 /// Units parked in a lease are counted but unused, so other instances may be denied
 /// meanwhile: at most `units` per instance per leased key. A lease ends when its units run
-/// out, a request needs more than it has left, or its `term` passes (a timer ends it); its
-/// unused units then go back as [`Store::refund`] allows, else refill at the rule's rate
-/// (so do a dead instance's, never given back). Take `units` well under the burst divided by the number of
-/// instances, and a `term` of a fraction of a second.
+/// out, a request needs more than it has left, or its `term` passes; its unused units go
+/// back as [`Store::refund`] allows, else refill at the rule's rate (as a dead instance's
+/// do). Take `units` well under the burst divided by the instances, and a `term` of a
+/// fraction of a second.
 ///
 /// # What a locally decided request reports
 ///
@@ -108,7 +107,7 @@ struct Terms<S: Store + Clone> {
 /// The leases of one rule, by key.
 type Slots<S> = HashMap<Box<[u8]>, Arc<Slot<S>>>;
 
-/// The lease of one key: the units left to decide from, and the lease that holds them.
+/// The lease of one key.
 struct Slot<S: Store + Clone> {
     /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
     left: AtomicU64,
@@ -116,16 +115,13 @@ struct Slot<S: Store + Clone> {
     remaining: AtomicU64,
     /// The store's reset when the lease was taken, in µs.
     reset_us: AtomicU64,
-    /// `Held::generation`, readable without the lock: set before a new lease's units, so a
-    /// request taking units knows which lease they came from.
+    /// `Held::generation` without the lock: set before a new lease's units (see `take`).
     generation: AtomicU64,
-    /// Locked while a lease ends or is taken, so one request takes the next lease and the
-    /// others wait for it.
+    /// Locked while a lease ends or is taken: one request takes it, the others wait.
     held: tokio::sync::Mutex<Held<S>>,
 }
 
-/// Units a request took from a lease, to give back if the rest of its batch is refused;
-/// `None` if the lease changed meanwhile (they stay used).
+/// Units a request took from a lease, to give back if its batch is refused.
 struct Lent<S: Store + Clone> {
     slot: Arc<Slot<S>>,
     generation: Option<u64>,
@@ -219,8 +215,7 @@ impl<S: Store + Clone> Leased<S> {
         &self.shared.store
     }
 
-    /// The first check of `batch` a lease may answer (leased, not shadow, costing 1 to the
-    /// lease's units, no wait), with its index and its rule's terms.
+    /// The first check of `batch` a lease may answer, with its index and its rule's terms.
     #[inline]
     fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Terms<S>)> {
         if !max_wait.is_zero() {
@@ -235,8 +230,7 @@ impl<S: Store + Clone> Leased<S> {
         })
     }
 
-    /// Decides `check` from the lease of its key, taking the next lease if this one cannot
-    /// answer; from the store when no lease can.
+    /// Decides `check` from its key's lease (taking the next one if needed), else the store.
     async fn decide(&self, terms: &Terms<S>, check: Check<'_>) -> Result<Outcome, StoreError> {
         if let Some(outcome) = terms.take(check.key(), check.cost) {
             return Ok(outcome);
@@ -247,9 +241,8 @@ impl<S: Store + Clone> Leased<S> {
         }
     }
 
-    /// Decides a batch whose `i`-th check is leased: that one from the lease, the others by
-    /// the store, the lease's units given back if the store refuses. When no lease can
-    /// answer, the store decides the whole batch.
+    /// Decides a batch whose `i`-th check is leased (see [`Leased`], "A batch with other
+    /// rules").
     async fn decide_with_others(
         &self,
         terms: &Terms<S>,
@@ -272,8 +265,8 @@ impl<S: Store + Clone> Leased<S> {
         Ok(decided?.with_rule_at(i, leased))
     }
 
-    /// `cost` units of `check`'s key taken from its lease, taking the next lease if this
-    /// one cannot answer; `None` when no lease can (the store refused one, or did lately).
+    /// `cost` units from `check`'s key's lease, taking the next if needed; `None` when the
+    /// store refuses a lease, or did lately.
     async fn lend(
         &self,
         terms: &Terms<S>,
@@ -293,8 +286,7 @@ impl<S: Store + Clone> Leased<S> {
         }
     }
 
-    /// [`lend`](Self::lend) once this request holds `slot`'s lock (`held`): from the
-    /// lease another request took meanwhile, or from the next lease it takes.
+    /// [`lend`](Self::lend) once this request holds `slot`'s lock.
     async fn renew(
         &self,
         terms: &Terms<S>,
@@ -322,8 +314,7 @@ impl<S: Store + Clone> Leased<S> {
             held.denied_until = denial
                 .retry_after
                 .and_then(|d| Instant::now().checked_add(d));
-            // The slot only remembers the refusal: forgotten when it ends, as is the key
-            // the store refused (a refusal no wait helps is forgotten at once).
+            // The slot remembers the refusal until it ends (at once if no wait helps).
             let due = held.denied_until.unwrap_or_else(Instant::now);
             self.forget_at(terms, slot, held.generation, due);
             return Ok(None);
@@ -350,9 +341,8 @@ impl<S: Store + Clone> Leased<S> {
         Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
 
-    /// At `due` (a term's or a refusal's end), ends lease `generation` of `slot` if held, and
-    /// forgets the slot unless a later lease was taken, so an idle or refused key costs
-    /// nothing.
+    /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
+    /// later lease was taken, so an idle or refused key costs nothing.
     fn forget_at(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
         let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
         let Some(index) = self
@@ -405,8 +395,7 @@ impl<S: Store + Clone> Terms<S> {
         });
         match self.leases.write() {
             Ok(mut leases) => Arc::clone(leases.entry(Box::from(key)).or_insert(made)),
-            // A poisoned map: the slot decides for this request only, its lease ended by
-            // its timer.
+            // A poisoned map: the slot serves this request only; its timer ends the lease.
             Err(_) => made,
         }
     }
@@ -444,8 +433,7 @@ impl<S: Store + Clone> Slot<S> {
         Some(before - cost)
     }
 
-    /// Takes `cost` units for a check of a batch, if the lease has them, with what gives
-    /// them back.
+    /// Takes `cost` units for a check of a batch, with what gives them back.
     fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
         let generation = self.generation.load(Ordering::Acquire);
         let left = self.take_units(cost)?;
@@ -490,8 +478,7 @@ impl<S: Store + Clone> Slot<S> {
 }
 
 impl<S: Store + Clone> Lent<S> {
-    /// Gives the units back to the lease they came from, if it still holds (an ended lease
-    /// counted them as used).
+    /// Gives the units back to their lease, if it still holds (an ended one used them).
     async fn give_back(self) {
         let Some(generation) = self.generation else {
             return;
@@ -512,8 +499,7 @@ impl<S: Store + Clone> Store for Leased<S> {
         }
     }
 
-    /// Answers from a lease that has the units, or a store that answers at once; taking or
-    /// renewing a lease goes through [`check`](Store::check).
+    /// Answers from a lease that has the units, or a store that answers at once.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],

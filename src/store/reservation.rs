@@ -16,10 +16,8 @@ use crate::store::check::{Check, Health, Store};
 use crate::stored::KeyBytes;
 use crate::Rule;
 
-/// An admitted request that has not passed yet: the units each rule took, in the store
-/// that took them, the rules that wait for the release, and when the request is due. Made
-/// by [`Limiter::reserve`](crate::Limiter::reserve); the tower layer holds its requests
-/// with it too.
+/// An admitted request that has not passed yet, owning the units its rules took. Made by
+/// [`Limiter::reserve`](crate::Limiter::reserve); the tower layer holds requests with it.
 ///
 /// [`confirm`](Self::confirm) it when the request is about to pass.
 /// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
@@ -65,8 +63,7 @@ pub struct Reservation<S: Store + Clone> {
 enum Stage {
     /// Admitted, not released: dropping it gives its units back.
     Held,
-    /// The waiting rules are being counted: dropped now, it keeps its units (the store may
-    /// have counted them, and units never go back twice).
+    /// The waiting rules are being counted: dropped now, it keeps its units (never twice).
     Confirming,
     /// Released: dropping it keeps the units; `cancel` gives them back.
     Passed,
@@ -74,8 +71,7 @@ enum Stage {
     Spent,
 }
 
-/// The batch a reservation was checked with, owned so its units can go back after the
-/// caller's borrow ends.
+/// The batch a reservation was checked with, owned beyond the caller's borrow.
 pub(crate) trait Batch: Send + Sync + 'static {
     /// The checks, in the order they were decided.
     fn checks(&self) -> SmallVec<[Check<'_>; 4]>;
@@ -215,8 +211,7 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// The waiting rules reserved a later instant than the batch's queues hold the request
-    /// for: give the whole batch back and reserve it again with the wait left.
+    /// The waiting rules reserved a later instant than the queues hold the request for.
     async fn reserve_again(&mut self) -> Result<(), StoreError> {
         // Dropped meanwhile, it keeps what the store may have taken.
         self.state = Stage::Confirming;
@@ -245,9 +240,8 @@ impl<S: Store + Clone> Reservation<S> {
         Ok(())
     }
 
-    /// Gives the units back now (the request will not pass, or does not count) and says
-    /// whether the store took them. Dropping it before confirmation does the same without
-    /// waiting.
+    /// Gives the units back now and says whether the store took them. Dropping it before
+    /// confirmation does the same without waiting.
     pub async fn cancel(mut self) -> Result<(), StoreError> {
         if !matches!(self.state, Stage::Held | Stage::Passed) {
             return Ok(());
@@ -324,8 +318,7 @@ impl<S: Store + Clone> Reservation<S> {
         });
     }
 
-    /// What settling at `costs` changes per rule, `None` if nothing; from here on the
-    /// reservation holds nothing.
+    /// What settling at `costs` changes per rule, `None` if nothing; spends the reservation.
     fn settlement(&mut self, costs: &[u64]) -> Result<Option<Settled>, StoreError> {
         let checks = self.batch.checks();
         if costs.len() != checks.len() || self.outcome.rules.len() != checks.len() {
@@ -369,8 +362,7 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.health()
     }
 
-    /// Makes the request due now (shadow mode holds nothing); the next `confirm` counts any
-    /// waiting rule at once.
+    /// Makes the request due now (shadow mode holds nothing).
     pub(crate) fn release_now(&mut self) {
         self.due = Instant::now();
     }
@@ -410,8 +402,7 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.check(&rest, max_wait).await
     }
 
-    /// Takes in what counting the rules at `pending` answered; on a denial, gives back what
-    /// the other rules took.
+    /// Takes in what counting `pending` answered; on a denial, gives the rest back.
     fn merge(&mut self, pending: &[usize], counted: Outcome) {
         for (&i, rule) in pending.iter().zip(&counted.rules) {
             if let Some(slot) = self.outcome.rules.get_mut(i) {
@@ -473,8 +464,7 @@ impl<S: Store + Clone> Reservation<S> {
 /// Per rule a settlement changes: its index, the units, and whether they are owed (taken).
 type Settled = SmallVec<[(usize, u64, bool); 4]>;
 
-/// Settles `batch`, admitted with `outcome`, through [`Store::refund`] and
-/// [`Store::overdraw`].
+/// Settles `batch` through [`Store::refund`] and [`Store::overdraw`].
 async fn settle_in<S: Store>(
     store: &S,
     batch: &dyn Batch,
@@ -493,9 +483,8 @@ async fn settle_in<S: Store>(
     Ok(())
 }
 
-/// The checks a settlement gives back (`owed` false) or takes (`owed` true), with their
-/// part of `outcome`. Shadow rules settle like any other (they took their units). A settled
-/// request passed, so a leaky bucket's hold stays: only the units go back.
+/// The checks a settlement gives back (`owed` false) or takes, with their part of `outcome`.
+/// A settled request passed, so a leaky bucket's hold stays: only the units go back.
 fn settled_part<'a>(
     checks: &[Check<'a>],
     outcome: &Outcome,
