@@ -115,7 +115,7 @@ struct Slot<S: Store + Clone> {
     remaining: AtomicU64,
     /// The store's reset when the lease was taken, in µs.
     reset_us: AtomicU64,
-    /// `Held::generation` without the lock: set before a new lease's units (see `take`).
+    /// `Held::generation` without the lock: set before a new lease's units (see `lend`).
     generation: AtomicU64,
     /// Locked while a lease ends or is taken: one request takes it, the others wait.
     held: tokio::sync::Mutex<Held<S>>,
@@ -124,6 +124,7 @@ struct Slot<S: Store + Clone> {
 /// Units a request took from a lease, to give back if its batch is refused.
 struct Lent<S: Store + Clone> {
     slot: Arc<Slot<S>>,
+    /// `None` if the lease changed while they were taken: they stay used.
     generation: Option<u64>,
     cost: u64,
 }
