@@ -100,8 +100,7 @@ impl Outcome {
         combine(rules, |_| false)
     }
 
-    /// The outcome of the sub-batch of the rules at `indices` (in that order), for a refund
-    /// of only those.
+    /// The outcome of the sub-batch of the rules at `indices`, in that order.
     pub(crate) fn select(&self, indices: &[usize]) -> Outcome {
         Outcome {
             decision: self.decision,
@@ -124,8 +123,7 @@ impl Outcome {
         self
     }
 
-    /// The outcome with `rule` inserted at `i`: an admission decided elsewhere (a lease), so
-    /// the decision stands and nothing more can be given back.
+    /// The outcome with an admitting `rule` decided elsewhere (a lease) inserted at `i`.
     pub(crate) fn with_rule_at(mut self, i: usize, rule: RuleOutcome) -> Outcome {
         let i = i.min(self.rules.len());
         self.rules.0.insert(i, rule);
@@ -136,8 +134,7 @@ impl Outcome {
         self
     }
 
-    /// Whether the request is delayed with [pending](crate::store::Store::check) rules still
-    /// to count it at its release.
+    /// Whether [pending](crate::store::Store::check) rules still count it at its release.
     pub(crate) fn needs_confirmation(&self) -> bool {
         self.admission.as_ref().is_some_and(|a| a.is_pending())
     }
@@ -224,8 +221,7 @@ impl<'a> IntoIterator for &'a RuleOutcomes {
     }
 }
 
-/// The decision of the batch from its rules' (see [`Outcome::decision`]); the items
-/// `is_shadow` names (by index) take no part.
+/// The batch's decision ([`Outcome::decision`]); the items `is_shadow` names take no part.
 pub(crate) fn combine(
     rules: impl Into<RuleOutcomes>,
     is_shadow: impl Fn(usize) -> bool,
@@ -268,8 +264,8 @@ pub(crate) struct Admission {
     pub(crate) taken: SmallVec<[Taken; 2]>,
 }
 
-/// One rule's part of an [`Admission`]: the store that took its units, the instant (µs)
-/// and the model's mark (see `Algorithm::mark`); or, `pending`, nothing taken yet.
+/// One rule's part of an [`Admission`]: who took its units, when (µs), the model's mark;
+/// or, `pending`, nothing taken yet.
 #[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
     /// The store that took the units: a store gives back only its own.
@@ -281,8 +277,8 @@ pub(crate) struct Taken {
     pub(crate) hold: u64,
 }
 
-/// The name an [`Admission`] gives the store (and its clones) that took its units; 0 is
-/// none. 32 bits keep [`Taken`] at 32 bytes.
+/// The name of the store (and clones) that took units; 0 is none. 32 bits keep [`Taken`]
+/// at 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub(crate) struct StoreId(u32);
 
@@ -294,8 +290,7 @@ impl StoreId {
     }
 }
 
-/// Equal when the same units were taken alike, by whichever store, so the differential
-/// tests can compare a store with its twin.
+/// Equal when the same units were taken alike by whichever store (for differential tests).
 impl PartialEq for Taken {
     fn eq(&self, other: &Self) -> bool {
         let Self {

@@ -45,8 +45,8 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// `bytes`, already in stored form: `None` when no key is stored so (longer than 128
-    /// bytes, or starting with `0xFF` without being 33 bytes long).
+    /// `bytes`, already in stored form: `None` when no key is stored so (over 128 bytes,
+    /// or starting with `0xFF` but not 33 bytes long).
     pub fn from_stored(bytes: &'a [u8]) -> Option<Self> {
         let valid = match bytes.first() {
             Some(0xFF) => bytes.len() == 33,
@@ -92,8 +92,7 @@ impl<'a> From<&'a StoredKey<'_>> for StoredKey<'a> {
     }
 }
 
-/// A key's stored form as a [`Check`](crate::Check) carries it: borrowed, or the digest
-/// inline, so a check stays `Copy` and a long key costs no allocation.
+/// A key's stored form, borrowed or the digest inline: a check stays `Copy`, unallocated.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeyBytes<'a> {
     /// A key kept as itself, or bytes already in stored form.

@@ -1,4 +1,4 @@
-//! [`Breaker`]: a circuit breaker around a store, so that an outage costs no latency.
+//! [`Breaker`]: a circuit breaker around a store.
 
 use std::fmt;
 use std::future::Future;
@@ -15,12 +15,10 @@ use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
-/// Consecutive failures that open a [`Breaker`] unless changed with
-/// [`Breaker::failures`].
+/// Consecutive failures that open a [`Breaker`] by default ([`Breaker::failures`]).
 pub(crate) const DEFAULT_FAILURES: u32 = 3;
 
-/// How long an open [`Breaker`] waits before it probes the store, unless changed with
-/// [`Breaker::open_for`].
+/// How long an open [`Breaker`] waits by default before a probe ([`Breaker::open_for`]).
 pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
 /// The state of a [`Breaker`].
@@ -28,8 +26,7 @@ pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 pub enum BreakerState {
     /// Calls go to the store.
     Closed,
-    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`],
-    /// without waiting on the store.
+    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`].
     Open,
     /// One probe is on its way to the store; every call fails at once as when open.
     HalfOpen,
@@ -98,8 +95,8 @@ struct Circuit {
 }
 
 impl<S> Breaker<S> {
-    /// `store` behind a breaker that opens after 3 consecutive failures
-    /// and probes after 500 ms.
+    /// `store` behind a breaker that opens after 3 consecutive failures and probes after
+    /// 500 ms.
     pub fn new(store: S) -> Self {
         Self {
             store,
@@ -311,8 +308,8 @@ impl Drop for PassGuard<'_> {
 }
 
 impl<S: Store> Breaker<S> {
-    /// Runs `call` if the breaker lets it through. `call` makes the store's future only
-    /// then: an in-process store decides as it makes its future.
+    /// Runs `call` if the breaker lets it through (an in-process store decides as `call`
+    /// makes its future).
     async fn guarded<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
     where
         F: FnOnce() -> Fut,
@@ -335,8 +332,8 @@ impl<S: Store> Breaker<S> {
 }
 
 impl<S: Store> Breaker<S> {
-    /// Runs the store's own [`probe`](Store::probe) on a task of its own, if the store has
-    /// one and a tokio runtime runs; `false`: the call must be the probe.
+    /// Runs the store's [`probe`](Store::probe) on a task, if any and in a tokio runtime;
+    /// `false`: the call must be the probe.
     fn probe_in_background(&self) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
@@ -348,8 +345,8 @@ impl<S: Store> Breaker<S> {
         true
     }
 
-    /// Starts the store's own probe if one is due, without a call: a polled
-    /// [`health`](Store::health) closes the breaker even when no request arrives.
+    /// Starts a due probe without a call, so a polled [`health`](Store::health) closes the
+    /// breaker with no request.
     fn probe_if_due(&self) {
         if !self.shared.due() {
             return;
@@ -382,8 +379,7 @@ impl<S: Store> Breaker<S> {
     }
 }
 
-/// The breaker's own probe: counts its result, or frees the probe if its task is dropped
-/// first.
+/// The breaker's own probe: counts its result, or frees the probe if its task is dropped.
 struct ProbeGuard {
     shared: Arc<Circuit>,
     recorded: bool,
@@ -426,8 +422,7 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
-    /// Asks the store at once while the circuit is closed; otherwise
-    /// [`check`](Store::check) answers.
+    /// Asks the store at once while closed; otherwise [`check`](Store::check) answers.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],

@@ -61,8 +61,7 @@ struct Division {
     /// Whether the primary said it was unwell (an open breaker) while falling back, so its
     /// recovery ends the fallback without a request.
     primary_was_unwell: AtomicBool,
-    /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
-    /// while falling back with `instances` > 1.
+    /// The rules with divided quotas, built once per rule while falling back.
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
     /// Whether a [`Fallback::probe_primary`] probe is on its way.
@@ -70,16 +69,15 @@ struct Division {
     /// µs after `epoch` the primary last failed, plus one (0: never).
     failed_at: AtomicU64,
     epoch: Instant,
-    /// The stores the local side's admissions named: a refund's units they took go back
-    /// there, the others to the primary.
+    /// The stores the local side's admissions named, so refunds find their side.
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
 /// The shares of one hash slot, with the fingerprint of the rule each came from.
 type DividedRules = SmallVec<[(u64, Share); 1]>;
 
-/// A rule's share on this instance: its quotas divided, or, where that rounds down to
-/// nothing, the rule itself with every request costing more than it can admit.
+/// A rule's share on this instance: its quotas divided, or, when that is nothing, the rule
+/// with every request costing more than it can admit.
 #[derive(Clone)]
 struct Share {
     rule: Rule,
@@ -248,8 +246,7 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
         .collect()
 }
 
-/// A probe of the primary on its way: frees the next one when it ends or its task is
-/// dropped.
+/// A probe of the primary on its way: frees the next one when it ends or is dropped.
 struct Probing(Arc<Division>);
 
 impl Drop for Probing {
@@ -288,8 +285,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
         });
     }
 
-    /// The primary's answer, when it is the batch's; `None` when the primary failed and
-    /// the local store decides.
+    /// The primary's answer; `None` when it failed and the local store decides.
     fn primary_answer(
         &self,
         result: Result<Outcome, StoreError>,
@@ -352,8 +348,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         Ok(self.taken_locally(outcome))
     }
 
-    /// Asks the primary at once where it can answer at once, and then the local store if
-    /// the primary failed.
+    /// Asks the primary at once where it can, then the local store if the primary failed.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -384,8 +379,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Gives each rule's units back to the side whose store took them, asking each side
-    /// only for its own (an away primary would keep the caller waiting for nothing).
+    /// Gives each rule's units back to the side that took them, asking each only for its own.
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
@@ -422,8 +416,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         result.and(local)
     }
 
-    /// Takes the debt where the key is decided now: the primary, or while it is away the
-    /// local store, on the rules' shares.
+    /// Takes the debt where the key is decided now: the primary, or the local shares.
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         match self.primary.overdraw(batch).await {
             Ok(()) => {
@@ -489,8 +482,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return Health::Degraded;
         }
         if self.is_falling_back() {
-            // Healthy again after being unwell: the breaker's probe answered. A primary that
-            // never said it was unwell is probed here instead, so readiness recovers.
+            // Healthy after unwell: the breaker's probe answered. Otherwise probe it here.
             if !self.shared.primary_was_unwell.swap(false, Ordering::AcqRel) {
                 self.probe_primary();
                 return Health::Degraded;

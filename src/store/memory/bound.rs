@@ -22,8 +22,7 @@ use crate::store::check::Check;
 /// How many keys a store holds by default.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// A shard that makes room frees 1/16 of its share at once, so the pass that finds what to
-/// forget is paid once per that many new keys.
+/// A shard that makes room frees 1/16 of its share, paying the pass once per that many keys.
 const ROOM_SHIFT: u32 = 4;
 
 /// How many entries a shard samples to find the state below which it forgets.
@@ -32,8 +31,7 @@ const SAMPLE: usize = 64;
 /// The bound per shard and its counters.
 pub(super) struct Bound {
     per_shard: usize,
-    /// The shards at their share of the bound: while none is, no decision pays for more
-    /// than this load.
+    /// The shards at their share: while none is, a decision pays one load for the bound.
     full: Arc<AtomicUsize>,
     evicted: AtomicU64,
     refused: AtomicU64,
@@ -50,8 +48,7 @@ impl Bound {
     }
 }
 
-/// How much an entry's state says, lowest forgotten first (see
-/// [`MemoryStore::max_keys`]).
+/// How much an entry's state says, lowest forgotten first ([`MemoryStore::max_keys`]).
 fn worth(entry: &Entry) -> (bool, u64, u64) {
     (
         entry.penalty().denials > 0,
@@ -64,16 +61,14 @@ fn locked(entry: &Entry, now: u64) -> bool {
     entry.penalty().locked_for(now).is_some()
 }
 
-/// A shard at twice its share is full of locked keys: no room until the first lock ends,
-/// `retry_micros` from now.
+/// A shard at twice its share is full of locked keys until `retry_micros` from now.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NoRoom {
     retry_micros: u64,
 }
 
 impl NoRoom {
-    /// What a decision of `batch` answers: every rule denies until the first lock ends, as
-    /// a limit does, not as a failing store.
+    /// Every rule denies until the first lock ends: a limit, not a failing store.
     pub(super) fn outcome(self, batch: &[Check<'_>]) -> Outcome {
         let retry = Duration::from_micros(self.retry_micros);
         let rules: RuleOutcomes = batch
@@ -103,8 +98,7 @@ impl NoRoom {
 }
 
 impl Shared {
-    /// Makes room for the keys of `batch` that are not held, in shards at their share of
-    /// the bound; [`NoRoom`] only when a shard is full of locked keys at twice its share.
+    /// Makes room for `batch`'s new keys in shards at their share; [`NoRoom`] if it can't.
     #[inline]
     pub(super) fn make_room(&self, batch: &[Check<'_>]) -> Result<(), NoRoom> {
         if self.bound.full.load(Ordering::Relaxed) == 0 {
@@ -164,9 +158,9 @@ impl Shared {
 }
 
 impl Shard {
-    /// Frees a sixteenth of the shard's share (see [`MemoryStore::max_keys`]); returns how
-    /// many unexpired entries were forgotten. A shard left with locked entries only grows
-    /// without looking again until its first lock ends or it holds twice its share.
+    /// Frees a sixteenth of the shard's share ([`MemoryStore::max_keys`]); returns how many
+    /// unexpired entries were forgotten. A shard of locked entries then grows without
+    /// looking again until its first lock ends or it holds twice its share.
     fn make_room(&mut self, now: u64) -> usize {
         if now < self.no_room_until && self.map.len() < 2 * self.cap {
             return 0;
@@ -205,8 +199,7 @@ impl Shard {
         evicted
     }
 
-    /// The [worth] at or below which about `excess` unlocked entries fall, from a sample
-    /// (the map's hash order is unrelated to worth).
+    /// The [worth] at or below which about `excess` unlocked entries fall, from a sample.
     fn threshold(&self, now: u64, excess: usize) -> Option<(bool, u64, u64)> {
         let mut sample = [(false, 0, 0); SAMPLE];
         let mut n = 0;
@@ -270,8 +263,7 @@ impl MemoryStore {
         Self::build(self.shared.clock.clone(), n)
     }
 
-    /// How many entries past the bound the store has forgotten (entries back to empty
-    /// not counted).
+    /// How many entries past the bound the store has forgotten (empty ones not counted).
     pub fn evictions(&self) -> u64 {
         self.shared.bound.evicted.load(Ordering::Relaxed)
     }

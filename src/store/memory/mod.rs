@@ -34,27 +34,20 @@ use key::{hash_pair, StoreKey};
 const MIN_SWEEP_LEN: usize = 1024;
 
 /// Rule state kept in this process: for single-node services, tests, and as the fallback
-/// when Redis is down.
+/// when Redis is down. `Clone` is cheap and shares the state.
 ///
-/// The map is split into shards, each behind its own lock; a batch locks the shards it
-/// touches (in index order, so batches never deadlock) and is decided atomically. An entry
-/// whose state is back to empty is removed when its shard has doubled since its last sweep
-/// (bounding memory to about twice the live keys), or by
-/// [`purge_expired`](Self::purge_expired).
-///
-/// A decision allocates nothing once its key's entry exists, but once per key for a rule
-/// with a [`Penalty`](crate::Penalty), at the first denial it counts.
+/// A sharded map; a batch locks the shards it touches (in index order, so batches never
+/// deadlock) and is decided atomically. An entry back to empty is removed when its shard
+/// has doubled since its last sweep (bounding memory to about twice the live keys), or by
+/// [`purge_expired`](Self::purge_expired). A decision allocates nothing once its key's
+/// entry exists, but once per key for a rule with a [`Penalty`](crate::Penalty).
 ///
 /// # What a key costs
 ///
-/// One fixed-size slot of its shard's table per rule and key: the rule's name and the key
-/// (inline up to 29 bytes together, else one allocation of their length), the state, the
-/// configuration's fingerprint, the carried-over state, and a pointer to penalty
-/// bookkeeping. A table doubles at seven eighths full, so a key costs one to two slots.
-/// Measured bytes per key are in BENCHMARKS.md; [`max_keys`](Self::max_keys) bounds the
-/// keys a store holds.
-///
-/// `Clone` is cheap and shares the state.
+/// One fixed-size table slot per rule and key (name and key inline up to 29 bytes together,
+/// else one allocation); a table doubles at seven eighths full, so a key costs one to two
+/// slots. Measured figures are in BENCHMARKS.md; [`max_keys`](Self::max_keys) bounds the
+/// keys held.
 ///
 /// ```
 /// use std::time::Duration;
@@ -88,8 +81,7 @@ struct Shared {
 
 struct Shard {
     map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
-    /// The keys this shard holds before it makes room, and the store's count of shards
-    /// at that cap.
+    /// The keys this shard holds before it makes room; `full` counts the shards at it.
     cap: usize,
     full: Arc<std::sync::atomic::AtomicUsize>,
     /// Whether this shard is counted in `full`.
@@ -97,8 +89,7 @@ struct Shard {
     /// Until when a shard left with locked entries only grows instead of looking for room.
     no_room_until: u64,
     len_after_sweep: usize,
-    /// The latest instant decided at here, for clocks not ordered across threads
-    /// ([`Clock::ordered_across_threads`]).
+    /// The latest instant decided at here (see [`Clock::ordered_across_threads`]).
     latest: u64,
 }
 
@@ -113,8 +104,8 @@ impl MemoryStore {
         )
     }
 
-    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
-    /// tests deterministic).
+    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in
+    /// tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
@@ -222,8 +213,7 @@ impl MemoryStore {
         self.decide_batch(batch, 0, Some(ago)).map(drop)
     }
 
-    /// Decides a batch of any length under the locks of every shard it touches. A batch
-    /// `refused` some µs before now is evaluated as of then and only counts its denials.
+    /// Decides a batch under its shards' locks; one `refused` µs ago only counts denials.
     fn decide_batch(
         &self,
         batch: &[Check<'_>],
@@ -252,8 +242,7 @@ impl MemoryStore {
                 .collect::<SmallVec<[_; 4]>>(),
         );
 
-        // A request arriving at `arrival` passes on each key once every rule on it lets it:
-        // the rules on that key count it then (see `batch::key_release`).
+        // The rules on each key count the request at that key's release.
         let mut evaluate_at = |arrival: u64| -> SmallVec<[batch::Evaluated; 4]> {
             let releases: SmallVec<[u64; 4]> = batch
                 .iter()
@@ -296,9 +285,8 @@ impl MemoryStore {
 }
 
 impl Shared {
-    /// Commits (or reports) each item of an evaluated batch in its locked shard: the rules'
-    /// outcomes and, for an admitted batch, one refund mark per item at the instant its rule
-    /// counted the request, as the Redis twin records it.
+    /// Commits (or reports) each item of an evaluated batch: the rules' outcomes and, if
+    /// admitted, one refund mark per item, as the Redis twin records them.
     fn commit(
         &self,
         guards: &mut [(usize, MutexGuard<'_, Shard>)],
@@ -342,8 +330,8 @@ impl Shared {
         (rules, marks)
     }
 
-    /// The instant to decide at in the locked `shards`: the clock's reading, raised for an
-    /// unordered clock to the latest instant decided at in them (and recorded in each).
+    /// The instant to decide at: the clock's reading, raised for an unordered clock to the
+    /// latest instant decided at in the locked `shards` (and recorded in each).
     #[inline]
     fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
         let now = reading.unwrap_or_else(|| self.clock.now_micros());
@@ -385,8 +373,7 @@ fn guard_for<'a, 'g>(
     &mut slot.expect("shard of a batch item is locked").1
 }
 
-/// Commits an item's decision into its entry, and notes in `taken` what a refund of an
-/// admitted item needs (its mark).
+/// Commits an item's decision into its entry, noting its mark in `taken` if admitted.
 fn write(
     check: &Check<'_>,
     entry: &mut Entry,
@@ -405,12 +392,10 @@ fn write(
 /// The map's entry for one item, found or not.
 type MapEntry<'a> = RawEntryMut<'a, StoreKey, Entry, DefaultHashBuilder>;
 
-/// The common case of a batch of one, without the batch steps: an enforced item costing
-/// something, on an unlocked key holding its own configuration's state (or none), admitted
-/// at once, decided exactly as [`batch`]'s steps would (a property test holds it to them).
-/// Anything else goes back as `Err` for the general steps. `Ok` carries the admission, whose
-/// outcome is written after unlocking ([`admitted_outcome`]), and whether the entry was
-/// created.
+/// The common case of a batch of one: an enforced item costing something, on an unlocked
+/// key holding its own configuration's state (or none), admitted at once, exactly as
+/// [`batch`]'s steps would (a property test holds it to them). Anything else is `Err`. `Ok`
+/// carries the admission ([`admitted_outcome`] after unlocking) and whether the entry is new.
 fn admit_at_once<'a>(
     check: &Check<'_>,
     entry: MapEntry<'a>,
@@ -452,8 +437,7 @@ fn admit_at_once<'a>(
     Ok((admitted, created))
 }
 
-/// The outcome of a batch of one that [`admit_at_once`] admitted at `now`: what
-/// [`batch::combine`] makes of the one rule's report, with the admission's mark for a refund.
+/// The outcome of a batch of one that [`admit_at_once`] admitted at `now`, with its mark.
 fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64, store: StoreId) -> Outcome {
     let Admitted { eval, mark, .. } = admitted;
     let delay_micros = match eval.verdict {
