@@ -1,13 +1,7 @@
 //! The all-or-nothing decision of a batch, as [`Store::check`](crate::store::Store::check)
-//! documents it: penalties, shadow items, leaky-bucket releases, pending rules, and
-//! [`combine`].
-//!
-//! A store calls it in steps while it holds every entry of the batch exclusively:
-//! [`evaluate`] each item (read only) at its key's release ([`key_release`]), [`admits`]
-//! on all of them, then [`commit`] (or [`report`], for items that change nothing) each item,
-//! as [`admitted`] says.
-//!
-//! `lua/batch.lua` is the Redis twin of this module.
+//! documents it; `lua/batch.lua` is its Redis twin. A store holding every entry of the
+//! batch exclusively [`evaluate`]s each item at its key's release ([`key_release`]), asks
+//! [`admits`], then [`commit`]s (or [`report`]s) each item as [`admitted`] says.
 
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -24,10 +18,8 @@ pub(crate) use crate::decision::combine;
 
 /// What a store keeps for one rule name and one key.
 ///
-/// The algorithm's state belongs to the configuration whose fingerprint is stored with it
-/// (0: no state yet). Any other configuration reads `carried` instead (see
-/// [`Rule`](crate::Rule#reconfiguring-a-rule)); the penalty belongs to the name and is read
-/// by every configuration.
+/// The state belongs to the configuration of `fingerprint` (0: none yet); any other reads
+/// `carried` ([`Rule`](crate::Rule#reconfiguring-a-rule)). The penalty belongs to the name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) state: State,
@@ -35,13 +27,11 @@ pub(crate) struct Entry {
     /// Written with every admission: its `until` is when the state is empty under any
     /// configuration, so it doubles as the entry's expiry.
     pub(crate) carried: Carried,
-    /// Boxed from the first counted denial: most entries never have one, and small entries
-    /// keep the in-process map small.
+    /// Boxed from the first counted denial, so the many entries without one stay small.
     penalty: Option<Box<Penalized>>,
 }
 
-/// A penalty's bookkeeping, and the instant it is forgotten as the rule that last wrote
-/// the entry sees it.
+/// A penalty's bookkeeping, and when it is forgotten as the entry's last writer sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Penalized {
     state: PenaltyState,
@@ -107,25 +97,21 @@ pub(crate) struct Evaluated {
     eval: Eval,
     /// Microseconds of penalty lock left at arrival, if the key is locked.
     locked_for: Option<u64>,
-    /// The instant the rule counts the request at: its key's release, or the arrival for a
-    /// leaky bucket.
+    /// When the rule counts the request: its key's release, or arrival for a leaky bucket.
     at: u64,
     /// Now, or later for a reservation. Locks and penalty denials are about arrivals.
     arrival: u64,
     /// A trial item: it never denies or delays the batch.
     shadow: bool,
-    /// Evaluated at the batch's release and left unwritten until the caller confirms it
-    /// then (see [`evaluate`]).
+    /// Pending: left unwritten until the caller confirms it (see [`evaluate`]).
     pending: bool,
     /// For a leaky bucket that would release the request before the batch does, the batch's
     /// release, until which its queue holds it (see [`evaluate`]); 0 otherwise.
     held_until: u64,
-    /// The water that hold adds above the queue's own ([`Algorithm::hold`]): what a refund
-    /// drains beside the units.
+    /// The water that hold adds ([`Algorithm::hold`]), which a refund drains too.
     hold: u64,
-    /// Decided on units another configuration of the rule holds (see [`Rule`]'s
-    /// reconfiguring): no reservation waits for them, as this configuration's state could
-    /// not keep the key closed until then.
+    /// Decided on another configuration's units, which no reservation waits for: this
+    /// configuration's state could not keep the key closed until then.
     foreign: bool,
 }
 
@@ -147,8 +133,8 @@ impl Evaluated {
     }
 }
 
-/// `batch` as [`Store::count_denials`](crate::store::Store::count_denials) counts it: no
-/// item [defers](Check::defers_denial) any more.
+/// `batch` with no item [deferring](Check::defers_denial), for
+/// [`Store::count_denials`](crate::store::Store::count_denials).
 pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
@@ -201,8 +187,7 @@ pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) ->
     }
 }
 
-/// The release of the `i`-th item's key: the latest [`release`] (`releases[j]` for the
-/// `j`-th item) over the items of `batch` on the same key.
+/// The release of the `i`-th item's key: the latest of `releases` over its key's items.
 pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u64 {
     let key = batch[i].key();
     batch
@@ -213,15 +198,13 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
-/// at `arrival` that its key releases at `release` (see [`key_release`]) and the batch at
-/// `batch_release` (the latest release over every key).
+/// at `arrival`, released by its key at `release` and by the batch at `batch_release`.
 ///
-/// A leaky bucket counts the request on arrival and holds it to the batch's release, the
-/// time until then read as queued water ([`Algorithm::evaluate_held`]). Every other rule
-/// counts it at its key's release; a rule whose key releases before the batch is *pending*
+/// A leaky bucket counts it on arrival and holds it to the batch's release, read as queued
+/// water ([`Algorithm::evaluate_held`]). Every other rule counts it at its key's release; a
+/// rule whose key releases earlier is *pending*
 /// ([`Store::check`](crate::store::Store::check)): evaluated at the batch's release,
-/// changing nothing, and counted by
-/// [`Reservation::confirm`](crate::Reservation::confirm).
+/// changing nothing, counted by [`Reservation::confirm`](crate::Reservation::confirm).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -265,8 +248,7 @@ pub(crate) fn evaluate(
     }
 }
 
-/// The water a hold of `check`'s queue until `until` adds above its own at `at` (another
-/// configuration's water read as its own, as [`release`] reads it).
+/// The water a hold of `check`'s queue until `until` adds above its own at `at`.
 fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) -> u64 {
     let algorithm = check.rule.algorithm();
     match entry {
@@ -276,8 +258,7 @@ fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) ->
     }
 }
 
-/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial (a trial
-/// rule never holds a request).
+/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial.
 fn is_queue(check: &Check<'_>) -> bool {
     check.cost > 0 && !check.shadow && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
@@ -305,8 +286,7 @@ impl Evaluated {
     }
 }
 
-/// Microseconds after `from` until the item's rule admits, if a wait can help: the rule's
-/// own retry counts from the instant the rule counts the request at.
+/// Microseconds after `from` until the item's rule admits, if a wait can help.
 fn retry_from(item: &Evaluated, from: u64) -> Option<u64> {
     let counted_in = item.at.saturating_sub(from);
     match item.eval.verdict {
@@ -327,14 +307,10 @@ pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
 }
 
 /// Step 2, in wait mode: how long after `now` a denied batch could be admitted, if within
-/// `max_wait` µs; the store then evaluates and commits it at that instant. Locked keys,
-/// costs over capacity and units another configuration holds never wait.
-///
-/// An admissible item stays admissible at later arrivals (with no other traffic), so the
+/// `max_wait` µs (capped at 2^50 so instants stay below 2^53); the store then evaluates and
+/// commits it there. Locked keys, costs over capacity and another configuration's units
+/// never wait. An admissible item stays admissible later (with no other traffic), so the
 /// largest item retry admits the whole batch.
-///
-/// Waits are capped at 2^50 µs so instants in a state stay below 2^53 even under
-/// `Duration::MAX`.
 pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     let max_wait = max_wait.min(MAX_SCALED);
     let mut wait = 0;
@@ -357,14 +333,13 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     }
 }
 
-/// Whether a denied item's penalty counts its denial: a quota denial of a rule with a
-/// penalty, unless the check leaves it to its caller ([`Check::defers_denial`]).
+/// Whether a penalty counts this denial: a quota denial, of a rule with a penalty, not
+/// [deferred](Check::defers_denial).
 fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
     item.counts_for_penalty() && check.rule.penalty().is_some() && !check.defers_denial
 }
 
-/// Step 3, for an item that [`writes`]: records its part in the batch (the admission, or
-/// the denial a penalty counts) and says what it decided.
+/// Step 3, for an item that [`writes`]: records its admission or counted denial.
 pub(crate) fn commit(
     check: &Check<'_>,
     entry: &mut Entry,
@@ -406,8 +381,7 @@ pub(crate) fn commit(
     report(check, Some(entry), now, &item, admitted)
 }
 
-/// After [`commit`] of an admitted item: what identifies its admission in `entry`, for
-/// [`refund`].
+/// After [`commit`] of an admitted item: its admission's mark in `entry`, for [`refund`].
 pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     let delay = match item.eval.verdict {
         Verdict::Admit { delay_micros } => delay_micros,
@@ -416,8 +390,8 @@ pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     check.rule.algorithm().mark(&entry.state, item.at, delay)
 }
 
-/// Gives back what an item's admission (`taken`) took, where that is exact (see
-/// [`Store::refund`](crate::store::Store::refund)); returns whether it did.
+/// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund));
+/// returns whether it did.
 pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) -> bool {
     // Another configuration wrote the state since (a reconfiguration): not ours to change.
     if !entry.is_own(check.rule) {
@@ -428,8 +402,7 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Tak
     if !algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
         return false;
     }
-    // What other configurations read goes back with the units: a state the refund emptied
-    // holds nothing for them.
+    // What other configurations read goes back with the units.
     entry.carried = carried(check.rule, &entry.state, now);
     true
 }
@@ -473,8 +446,7 @@ pub(crate) fn report(
         reset: Duration::from_micros(eval.reset_micros),
     };
     if admitted {
-        // The release comes after a reservation's wait, and after a leaky bucket's queue:
-        // the rule counted at the release, or at the arrival with its delay ending there.
+        // The rule counted at the release, or at arrival with its delay ending there.
         let delay = match item.eval.verdict {
             Verdict::Admit { delay_micros } => item.at.saturating_sub(now) + delay_micros,
             Verdict::Reject { .. } => 0,
