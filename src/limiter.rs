@@ -1,4 +1,4 @@
-//! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
+//! [`Limiter`]: checks requests against rules in a store.
 
 use std::time::Duration;
 
@@ -178,8 +178,8 @@ impl<S: Store> Limiter<S> {
             .await
     }
 
-    /// Clears the state of `rule` for `key` (as [`peek`](Self::peek) takes it) and lifts
-    /// any lock (an admin "unblock").
+    /// [`Store::reset`]: clears `rule`'s state for `key` (as [`peek`](Self::peek) takes it)
+    /// and lifts any lock.
     pub async fn reset<'k>(
         &self,
         rule: &Rule,

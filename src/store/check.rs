@@ -16,8 +16,7 @@ pub struct Check<'a> {
     pub rule: &'a Rule,
     /// The key, in the form the store keeps it ([`Check::key`]).
     pub(crate) key: KeyBytes<'a>,
-    /// Units the request consumes (a download of 5 MB could cost 5). A cost of 0 consumes
-    /// nothing and is always admitted unless the key is locked.
+    /// Units the request consumes. A cost of 0 is always admitted unless the key is locked.
     pub cost: u64,
     /// A shadow item never denies or delays the batch. It consumes when the batch is
     /// admitted and it admits on its own; when it would deny, it consumes nothing, counts
@@ -71,8 +70,7 @@ impl<'a> Check<'a> {
 
 /// Keeps rule state and decides batches.
 ///
-/// Implementations are cheap handles (`Clone` shares the state), so every clone of a service
-/// using one enforces the same limits.
+/// Implementations are cheap handles: `Clone` shares the state.
 ///
 /// # Implementing a store
 ///
@@ -225,8 +223,7 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// What `check` would say for one item, without consuming anything or counting a
-    /// denial.
+    /// What `check` would say for one item, consuming nothing and counting no denial.
     fn peek(
         &self,
         check: Check<'_>,
@@ -281,8 +278,8 @@ pub trait Store: Send + Sync + 'static {
         ago: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Forgets the state of `rule` for `key` (in its stored form, as a [`Check`] carries
-    /// it) and lifts any lock on it (an admin "unblock").
+    /// Forgets `rule`'s state for `key` (in stored form) and lifts any lock (an admin
+    /// "unblock").
     fn reset(
         &self,
         rule: &Rule,

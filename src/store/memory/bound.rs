@@ -231,15 +231,13 @@ impl Shard {
 }
 
 impl MemoryStore {
-    /// The same store holding about `n` keys (default 1,000,000; see
-    /// [What a key costs](MemoryStore#what-a-key-costs)). Call it on a new store: it
-    /// starts empty.
+    /// The same store, empty, holding about `n` keys (default 1,000,000; see
+    /// [What a key costs](MemoryStore#what-a-key-costs)).
     ///
     /// # Past the bound
     ///
-    /// Every key is decided on its own state, however many keys clients send. The bound is
-    /// kept per shard; a shard at its share that meets a new key frees a sixteenth of its
-    /// share at once:
+    /// Every key is decided on its own state, however many keys clients send. A shard at
+    /// its share of the bound that meets a new key frees a sixteenth of its share:
     ///
     /// 1. entries back to empty first (forgetting them changes nothing);
     /// 2. then those whose state says least: entries counting no penalty denial first,
@@ -247,12 +245,12 @@ impl MemoryStore {
     ///    empty. The order is estimated from a sample of 64 entries;
     /// 3. never a locked key, so a flood never lifts a lock.
     ///
-    /// A forgotten key starts again empty, so it may be over-admitted at most one full quota
-    /// of each of its rules per time it is forgotten (and its penalty count restarts). A
-    /// flooder's keys each record a request or two, so to have a key that used its quota
-    /// forgotten, a client must keep a sixteenth of a shard's share of keys, each recording
-    /// more, alive at once. Each forgotten entry is counted ([`evictions`](Self::evictions);
-    /// `tollgate_memory_store_evictions_total` with the `metrics` feature) and logged.
+    /// A forgotten key starts again empty: at most one full quota of each of its rules
+    /// over-admitted per time it is forgotten (and its penalty count restarts). To have a
+    /// key that used its quota forgotten, a client must keep a sixteenth of a shard's share
+    /// of keys, each recording more, alive at once. Each forgotten entry is counted
+    /// ([`evictions`](Self::evictions); `tollgate_memory_store_evictions_total` with the
+    /// `metrics` feature) and logged.
     ///
     /// A shard of locked entries only grows, up to twice its share; beyond that a batch
     /// with a key it does not hold is denied ([`DenyReason::Limited`], every rule,

@@ -1,5 +1,4 @@
-//! The key of a [`MemoryStore`](super::MemoryStore)'s map: a rule's name and a client key,
-//! inline where they fit, and the one way such a pair is hashed.
+//! The key of a [`MemoryStore`](super::MemoryStore)'s map, and how it is hashed.
 
 use std::hash::{Hash, Hasher};
 
@@ -9,8 +8,7 @@ use crate::store::check::Check;
 /// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (no
 /// allocation, compared in the map's own memory), else in one allocation.
 ///
-/// Aligned to 32 bytes so each of the map's 96-byte buckets spans two cache lines, never
-/// three.
+/// Aligned to 32 bytes so a 96-byte bucket spans two cache lines, never three.
 #[repr(align(32))]
 pub(super) enum StoreKey {
     /// See [`Inline`].
@@ -26,8 +24,7 @@ pub(super) enum StoreKey {
 /// store-forwarding stall.
 pub(super) type Inline = [u8; INLINE_KEY + 2];
 
-/// The longest `name ‖ key` held inline: what fits beside the tag in the 32 bytes the heap
-/// form takes anyway.
+/// The longest `name ‖ key` held inline: what fits beside the tag in the heap form's size.
 pub(super) const INLINE_KEY: usize = 29;
 
 impl StoreKey {
@@ -147,8 +144,7 @@ impl Hash for StoreKey {
 }
 
 /// The one way a (rule name, key) pair is hashed, for lookups and stored keys alike: the
-/// name's [digest](name_digest) and the key's bytes, read in place (not from a fresh copy,
-/// which would stall).
+/// name's [digest](name_digest), then the key's bytes read in place (a fresh copy stalls).
 pub(super) fn hash_pair<H: Hasher>(state: &mut H, name_digest: u64, key: &[u8]) {
     state.write_u64(name_digest);
     state.write(key);
