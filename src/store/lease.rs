@@ -17,12 +17,11 @@ use crate::stored::StoredKey;
 use crate::Rule;
 use smallvec::SmallVec;
 
-/// A store that leases a share of a hot key's quota to this instance: one call takes
-/// `units` of the key's quota, and the instance decides from them in process until they
-/// run out or the lease's term ends; then it gives back what it did not use and takes the
-/// next share. Opt-in per rule ([`lease`](Self::lease)); every other rule, and every batch
-/// a lease cannot answer, goes to the wrapped store unchanged. Meant for a global or
-/// per-tenant limit every request decides on: one store call per lease, not per decision.
+/// A store that leases `units` of a hot key's quota to this instance in one call and
+/// decides from them in process until they run out or the term ends, then gives back the
+/// rest and takes the next share: one store call per lease, not per decision. Opt-in per
+/// rule ([`lease`](Self::lease)); every other rule, and every batch a lease cannot answer,
+/// goes to the wrapped store unchanged.
 ///
 /// # What is exact
 ///
@@ -59,12 +58,11 @@ use smallvec::SmallVec;
 /// # What a locally decided request reports
 ///
 /// Its [`RateLimitInfo`] is the store's as the lease found it, the lease's unused units
-/// counted as remaining. A cancelled [`Reservation`] or a refund does not give its units
-/// back. A lease is keyed by the whole rule: a rule reloaded with other parameters is
-/// decided by the store until a `Leased` is built for it. [`reset`](Store::reset) clears
-/// the store and this instance's leases of the key; other instances keep theirs until
-/// their term ends. Put a [`Fallback`](super::Fallback) inside (`Leased<Fallback<…>>`) to
-/// lease from its local store while the primary is away.
+/// counted as remaining; a refund does not give its units back. A rule reloaded with other
+/// parameters is decided by the store until a `Leased` is built for it.
+/// [`reset`](Store::reset) clears the store and this instance's leases of the key; other
+/// instances keep theirs until their term ends. `Leased<Fallback<…>>` leases from the
+/// [`Fallback`](super::Fallback)'s local store while the primary is away.
 ///
 /// ```
 /// use std::time::Duration;

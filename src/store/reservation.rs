@@ -251,18 +251,15 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.refund(&checks, &self.outcome).await
     }
 
-    /// Settles what the request cost once known (bytes served, rows returned): one cost per
-    /// check, in order. Each rule gives back what it took beyond its cost
-    /// ([`Store::refund`]) and takes what it took short of it without a check
-    /// ([`Store::overdraw`]): the request was served, so nothing is denied, and the state
-    /// carries the excess as a debt the key's next requests pay at the rule's rate, however
-    /// far above its limit (a fixed window carries it into later windows; only a debt of
-    /// 2^52 units or more than 2^50 µs is capped).
+    /// Settles what the request cost once known (bytes served): one cost per check, in
+    /// order. Each rule gives back what it took beyond its cost ([`Store::refund`]) and takes
+    /// the shortfall without a check ([`Store::overdraw`]) as a debt the key's next requests
+    /// pay at the rule's rate, however far above its limit (a fixed window carries it into
+    /// later windows; only a debt of 2^52 units or more than 2^50 µs is capped).
     ///
-    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit
-    /// and gives back the rest; a lower one admits more at once and charges the rest here.
-    /// The layer does this with
-    /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response).
+    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit; a
+    /// lower one admits more at once and charges the rest here (as the layer's
+    /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response) does).
     ///
     /// Settle after [`confirm`](Self::confirm): rules still waiting for the release took
     /// nothing and are left out. Afterwards the reservation holds nothing. A store outside

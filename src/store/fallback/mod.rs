@@ -30,9 +30,8 @@ use crate::Rule;
 /// primary answers again, it decides. Without a [`Breaker`](super::Breaker) in front of the
 /// primary, every request still waits for its timeout first.
 ///
-/// The primary never learns of the local decisions, and locks set locally hold on that
-/// instance only; see [what the local decisions mean for the shared
-/// counts](crate::guide::when_redis_is_away#what-the-local-decisions-mean-for-the-shared-counts).
+/// The primary never learns of the local decisions, and local locks hold on that instance
+/// only ([what that means](crate::guide::when_redis_is_away#what-the-local-decisions-mean-for-the-shared-counts)).
 ///
 /// ```
 /// use std::time::Duration;
