@@ -50,24 +50,20 @@
 //!
 //! - **check**: a store decides a batch of rules for a request, all or nothing.
 //! - **hold**: an admitted request waits before it passes (a leaky bucket's shaping delay, or
-//!   wait mode's reserved slot). The layer holds it; outside the layer its [`Reservation`]
-//!   does.
+//!   wait mode's reserved slot), in a [`Reservation`].
 //! - **release**: the instant a held request passes.
 //! - **pending**: a rule that counts a held request only at its release (a global limit
 //!   beside the per-user leaky bucket that delays it; see [`Store::check`](store::Store::check)).
 //!   [`Reservation::confirm`] counts it.
 //! - **refund**: units a request took go back to the store that took them, for a request
 //!   that will not pass or does not count ([`Reservation::cancel`], [`layer::Charge`]).
-//! - **settle**: a request's cost becomes known once it is served (the bytes a handler
-//!   sent): what its admission took beyond it is refunded, what it took short of it is an
-//!   **overdraft**, taken without a check and carried as a debt the key's next requests pay
+//! - **settle**: a served request's cost becomes known: what its admission took beyond it
+//!   is refunded, what it took short is an **overdraft**, a debt the key's next requests pay
 //!   ([`Reservation::settle`], [`Limit::cost_from_response`](layer::Limit::cost_from_response)).
-//! - **mark**: what identifies the state an admission left, so that a refund takes back
-//!   that admission's units and no one else's.
+//! - **mark**: identifies the state an admission left, so a refund takes back only its units.
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one
 //!   after a change under the same name.
-//! - **shadow**: a rule checked and reported but not enforced (a shadow limit, or any rule in
-//!   shadow mode).
+//! - **shadow**: a rule checked and reported but not enforced.
 //!
 // A link to an item of a feature that is off goes to docs.rs, which documents them all.
 #![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
