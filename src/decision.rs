@@ -83,8 +83,7 @@ pub struct Outcome {
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
     pub rules: RuleOutcomes,
-    /// For an admitted batch, what the store needs to give its units back; `None` when
-    /// denied, or when the store records nothing.
+    /// What the store needs to give an admitted batch's units back; `None` if there is none.
     pub(crate) admission: Option<Admission>,
 }
 
@@ -94,8 +93,8 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
-    /// A batch's outcome from each rule's, combined as [`decision`](Self::decision) says, with
-    /// nothing to give back: for a [`Store`](crate::store::Store) outside this crate.
+    /// A batch's outcome from its rules', with nothing to give back (for a
+    /// [`Store`](crate::store::Store) outside this crate).
     pub fn new(rules: RuleOutcomes) -> Self {
         combine(rules, |_| false)
     }

@@ -74,18 +74,13 @@ impl<'a> Check<'a> {
 ///
 /// # Implementing a store
 ///
-/// For a wrapper (faults, a metric, routing between stores) or a store of your own. Every
-/// method that changes or reports state ([`refund`](Self::refund),
-/// [`overdraw`](Self::overdraw), [`count_denials`](Self::count_denials),
-/// [`health`](Self::health)) is required, so a wrapper cannot drop one: it forwards each,
-/// passing `refund`'s `outcome` through untouched so units go back to the store that took
-/// them. The defaulted methods ([`try_check_now`](Self::try_check_now),
-/// [`probe`](Self::probe), [`outage_health`](Self::outage_health)) only make a store faster
-/// or better watched; a wrapper forwards them too. A store of your own decides as
-/// [`check`](Self::check) documents and answers with [`Outcome::new`](crate::Outcome::new);
-/// `Ok(())` from `refund` keeps a cancelled [`Reservation`](crate::Reservation)'s units
-/// (never more than the limit), and from `count_denials` is right when `check` already
-/// counts every denial.
+/// Every method that changes or reports state is required, so a wrapper cannot drop one:
+/// it forwards each, passing `refund`'s `outcome` through untouched so units go back to the
+/// store that took them; it forwards the defaulted ones (speed, watching) too. A store of
+/// your own decides as [`check`](Self::check) documents and answers with
+/// [`Outcome::new`](crate::Outcome::new); `Ok(())` from `refund` keeps a cancelled
+/// [`Reservation`](crate::Reservation)'s units (never more than the limit), and from
+/// `count_denials` is right when `check` already counts every denial.
 ///
 /// ```
 /// use std::time::Duration;
@@ -177,16 +172,13 @@ pub trait Store: Send + Sync + 'static {
     /// the decision is `Delay` until then. Locked keys and requests costing more than a
     /// rule's capacity are denied without waiting. `max_wait` is capped at 2^50 µs.
     ///
-    /// A reservation counts every rule at the reserved instant, when the last of the
-    /// batch's leaky-bucket queues releases the request. Every leaky bucket takes the slot
-    /// at that release (a queue that would release sooner reads the time until then as
-    /// queued water, and denies if it has no room), so no bucket's outflow exceeds its rate.
-    /// The other rules on the releasing key count the request then (a fixed window never
-    /// counts it in a window it does not pass in). Rules on other keys (a global or
-    /// per-tenant limit) are *pending*: checked now as they will stand at the release, but
-    /// not counted, so one client's queue never dates shared state into the future; their
-    /// outcomes say `Delay`, and the [`Reservation`](crate::Reservation) counts them at the
-    /// release.
+    /// A reservation counts every rule when the last of the batch's leaky-bucket queues
+    /// releases the request. Every leaky bucket takes the slot at that release (a sooner
+    /// queue reads the time until then as queued water, denying if it has no room), so no
+    /// outflow exceeds its rate; the other rules on the releasing key count it then. Rules
+    /// on other keys (a global limit) are *pending*: checked now as they will stand at the
+    /// release but not counted, so one client's queue never dates shared state into the
+    /// future; they say `Delay`, and the [`Reservation`](crate::Reservation) counts them.
     ///
     /// On a Redis Cluster a batch spanning slots is decided slot by slot, with the
     /// differences [`RedisStore`] lists.

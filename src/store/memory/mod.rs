@@ -33,8 +33,8 @@ use key::{hash_pair, StoreKey};
 /// The size below which a shard is never swept: sweeping tiny shards gains nothing.
 const MIN_SWEEP_LEN: usize = 1024;
 
-/// Rule state kept in this process: for single-node services, tests, and as the fallback
-/// when Redis is down. `Clone` is cheap and shares the state.
+/// Rule state kept in this process (single nodes, tests, a fallback when Redis is down).
+/// `Clone` is cheap and shares the state.
 ///
 /// A sharded map; a batch locks the shards it touches (in index order, so batches never
 /// deadlock) and is decided atomically. An entry back to empty is removed when its shard
@@ -94,9 +94,8 @@ struct Shard {
 }
 
 impl MemoryStore {
-    /// An empty store on the monotonic clock, anchored once to the wall clock: it never
-    /// jumps, so a wall-clock step neither freezes nor reopens limits. Its drift from the
-    /// wall clock does not matter: in-process instants are only compared with each other.
+    /// An empty store on the monotonic clock, so a wall-clock step neither freezes nor
+    /// reopens limits (its drift does not matter in process).
     pub fn new() -> Self {
         Self::build(
             StoreClock::Monotonic(MonotonicClock::new()),
