@@ -36,5 +36,5 @@ pub use memory::MemoryStore;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisOptions, RedisStore};
 
-// A store's question is the crate's: `tollgate::Check`.
+// Re-exported at the root as `tollgate::Check`.
 pub(crate) use check::Check;

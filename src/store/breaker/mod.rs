@@ -47,17 +47,15 @@ fn state_of(raw: u8) -> BreakerState {
 /// A store behind a circuit breaker.
 ///
 /// After [`failures`](Self::failures) consecutive failures (errors or timeouts, not
-/// malformed batches) the breaker **opens**: every call fails at once with
-/// [`StoreError::CircuitOpen`]. Once open for [`open_for`](Self::open_for), the next call
-/// (or [`health`](Store::health) look) starts one **probe**, the store's own
+/// malformed batches) the breaker **opens**: calls fail at once with
+/// [`StoreError::CircuitOpen`]. After [`open_for`](Self::open_for), the next call (or
+/// [`health`](Store::health) look) starts one **probe**, the store's
 /// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on its own task, while calls still
-/// fail at once. Its success closes the breaker; its failure opens it for another
-/// `open_for`. Without a store probe (or outside a tokio runtime) that call is the probe.
-/// Every transition is a `tracing` event (target `tollgate::breaker`: `warn` on opening,
-/// `info` otherwise).
-///
-/// The breaker never retries a call: the caller's policy handles failures (the layer's
-/// [`FailurePolicy`](crate::layer::FailurePolicy), or a [`Fallback`](super::Fallback)).
+/// fail at once; success closes the breaker, failure reopens it. Without a store probe (or
+/// a tokio runtime) that call is the probe. Transitions are `tracing` events (target
+/// `tollgate::breaker`: `warn` on opening, `info` otherwise). The breaker never retries: the
+/// layer's [`FailurePolicy`](crate::layer::FailurePolicy) or a
+/// [`Fallback`](super::Fallback) handles failures.
 ///
 /// ```
 /// use std::time::Duration;

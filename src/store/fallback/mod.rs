@@ -21,14 +21,13 @@ use crate::store::memory::MemoryStore;
 use crate::stored::StoredKey;
 use crate::Rule;
 
-/// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store
-/// that decides while the primary cannot.
+/// A primary store (Redis) with a local store that decides while the primary cannot.
 ///
 /// Every call goes to the primary first. When it fails (unreachable, timed out, breaker
 /// open; not a malformed batch), the local store decides the same batch (quotas optionally
-/// divided by [`instances`](Self::instances)), and the caller sees no error. Once the
-/// primary answers again, it decides. Without a [`Breaker`](super::Breaker) in front of the
-/// primary, every request still waits for its timeout first.
+/// divided by [`instances`](Self::instances)) and the caller sees no error; once the primary
+/// answers again, it decides. Put a [`Breaker`](super::Breaker) in front of the primary, or
+/// every request still waits for its timeout first.
 ///
 /// The primary never learns of the local decisions, and local locks hold on that instance
 /// only ([what that means](crate::guide::when_redis_is_away#what-the-local-decisions-mean-for-the-shared-counts)).
@@ -255,10 +254,9 @@ impl Drop for Probing {
 }
 
 impl<P: Store, L: Store> Fallback<P, L> {
-    /// Starts the primary's own [`probe`](Store::probe) on a task, one at a time, when a
-    /// tokio runtime runs: its answer ends the fallback, so readiness recovers without a
-    /// request. Only once the primary has not failed for a breaker's default `open_for`, so
-    /// a primary that answers a `PING` but fails requests does not flap.
+    /// Starts the primary's [`probe`](Store::probe) on a task, one at a time, so readiness
+    /// recovers without a request; only once the primary has not failed for a breaker's
+    /// default `open_for`, so one that answers a `PING` but fails requests does not flap.
     fn probe_primary(&self) {
         if !self.shared.quiet_for(DEFAULT_OPEN_FOR) {
             return;
