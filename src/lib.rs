@@ -33,14 +33,13 @@
 //! `RESOURCE_EXHAUSTED` with `Retry-After` and `RateLimit` headers ([`layer::response`]),
 //! and enforce, shadow and wait modes; see [`layer`] for a complete example.
 //!
-//! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
-//! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
-//! tonic's `TcpConnectInfo` (also inside `TlsConnectInfo`). Without them the layer still
-//! works with axum and tonic, and a hyper server inserts the peer's `SocketAddr` into each
-//! request's extensions. `metrics` records decisions, store latency and health, and held
-//! requests through the `metrics` facade ([`layer::observe`]). `serde` reads a layer's rules
-//! from a file (`tollgate::layer::rules_file`), whose problems name the file, line and
-//! field; a [`ReloadHandle`](layer::ReloadHandle) swaps them in a running layer.
+//! Optional features (none on by default): `axum` and `tonic` let [`key::peer_ip`] read
+//! their connection info (and [`key::route`] axum's `MatchedPath`); without them the layer
+//! still works, and a hyper server inserts the peer's `SocketAddr` into each request's
+//! extensions. `metrics` records decisions, store latency and health, and held requests
+//! ([`layer::observe`]). `serde` reads a layer's rules from a file
+//! (`tollgate::layer::rules_file`), naming the file, line and field of a problem; a
+//! [`ReloadHandle`](layer::ReloadHandle) swaps them in a running layer.
 //!
 //! The [`guide`] has a page per use case.
 //!
