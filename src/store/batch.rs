@@ -24,8 +24,8 @@ pub(crate) use crate::decision::combine;
 pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) fingerprint: u64,
-    /// Written with every admission: its `until` is when the state is empty under any
-    /// configuration, so it doubles as the entry's expiry.
+    /// Written with every admission; its `until` (empty under any configuration) is the
+    /// entry's expiry.
     pub(crate) carried: Carried,
     /// Boxed from the first counted denial, so the many entries without one stay small.
     penalty: Option<Box<Penalized>>,
@@ -73,9 +73,8 @@ impl Entry {
         }
     }
 
-    /// The instant (µs) from which this entry equals no entry under any configuration: the
-    /// state is empty (`carried.until`; a refund only brings it earlier) and the penalty
-    /// forgotten (as of the last [`written_by`](Self::written_by)).
+    /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
+    /// brings it earlier) and the penalty forgotten.
     pub(crate) fn expires_at(&self) -> u64 {
         let penalty = self.penalty.as_deref().map_or(0, |p| p.expires_at);
         self.carried.until.max(penalty)
@@ -168,10 +167,9 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
-/// bucket holds it until the water queued before it has drained (whether or not its own
-/// water fits; a request adding no water does not queue); every other rule, and a shadow
-/// item, lets it pass on arrival.
+/// Step 0: when `check`'s rule lets a request arriving at `arrival` pass: a leaky bucket
+/// once the water queued before it has drained (whether or not its own fits); every other
+/// rule, a shadow item, and a request adding no water, on arrival.
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
         (algorithm, Some(e)) if is_queue(check) => {

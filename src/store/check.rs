@@ -231,8 +231,7 @@ pub trait Store: Send + Sync + 'static {
     /// - fixed window, sliding window, sliding log: while the admission's window (or log
     ///   entry) is still stored; counts add up, so later admissions do not matter.
     /// - token bucket and GCRA: only while no admission has been recorded at a later
-    ///   instant (a later refill step, when stepped); a bucket that filled up meanwhile
-    ///   would have absorbed them.
+    ///   instant (a later refill step, when stepped).
     /// - leaky bucket: what of the admission's water is still queued, only while nothing
     ///   has queued behind it (the requests behind were told when they leave). A queue that
     ///   held the request for another queue's longer release gives that hold back too, under
@@ -260,10 +259,10 @@ pub trait Store: Send + Sync + 'static {
     fn overdraw(&self, batch: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Counts a penalty denial for each item whose quota refused it `ago` before now, as
-    /// [`check`](Self::check) would have then, judged on the state as it stands now (units
-    /// given back since count as never taken); admits and takes nothing. A caller that
-    /// [deferred](Check::defers_denial) a denial passes the batch as checked; every item is
-    /// counted. A window turned since by a later admission leaves the refusal standing.
+    /// [`check`](Self::check) would have then on the state as it stands now (units given
+    /// back since never taken; a window turned since leaves the refusal standing); admits
+    /// and takes nothing. A caller that [deferred](Check::defers_denial) passes the batch as
+    /// checked.
     fn count_denials(
         &self,
         batch: &[Check<'_>],

@@ -173,12 +173,11 @@ impl<S: Store + Clone> Reservation<S> {
         self.due
     }
 
-    /// Releases the request: waits until it is due, counts the rules that wait for the
-    /// release, and answers [`Allow`](Decision::Allow), or [`Deny`](Decision::Deny) when
-    /// other requests took their room meanwhile (the other rules' units then go back). If
-    /// they can count it only later, within the wait left, the whole batch is given back
-    /// and reserved anew, so its leaky buckets release it when it really passes. A denied or
-    /// confirmed reservation answers the same again. On a store error the units stay taken.
+    /// Waits until the request is due, counts the pending rules, and answers
+    /// [`Allow`](Decision::Allow), or [`Deny`](Decision::Deny) if others took their room
+    /// (the other rules' units then go back). If they can count it only later, within the
+    /// wait left, the whole batch is reserved anew so its leaky buckets release it when it
+    /// passes. Asked again, it answers the same. On a store error the units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
         if !self.outcome.is_admitted() {
             return Ok(self.outcome.clone());
@@ -506,8 +505,8 @@ fn settled_part<'a>(
     (checks, part)
 }
 
-/// Runs `work` without waiting: to the end at once if it is ready on the first poll, else
-/// on a tokio task. Outside a runtime, work that must wait is left undone.
+/// Runs `work` at once if ready on the first poll, else on a tokio task; outside a runtime,
+/// work that must wait is left undone.
 pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     let mut cx = Context::from_waker(Waker::noop());

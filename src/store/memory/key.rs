@@ -20,8 +20,7 @@ pub(super) enum StoreKey {
 }
 
 /// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. A lookup
-/// compares the parts in place: a probe built in this form and read back whole would hit a
-/// store-forwarding stall.
+/// compares the parts in place: a probe built in this form would stall store forwarding.
 pub(super) type Inline = [u8; INLINE_KEY + 2];
 
 /// The longest `name ‖ key` held inline: what fits beside the tag in the heap form's size.
