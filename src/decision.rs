@@ -38,8 +38,7 @@ pub struct Denial {
     /// Why.
     pub reason: DenyReason,
     /// The exact wait until the same request would be admitted (for a client alone on its
-    /// key): a retry then succeeds, a microsecond earlier fails. `None` when no wait helps
-    /// ([`DenyReason::CostExceedsCapacity`]).
+    /// key); `None` when no wait helps ([`DenyReason::CostExceedsCapacity`]).
     pub retry_after: Option<Duration>,
 }
 

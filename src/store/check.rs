@@ -22,10 +22,9 @@ pub struct Check<'a> {
     /// admitted and it admits on its own; when it would deny, it consumes nothing, counts
     /// its penalty denial, and its [`RuleOutcome`] says `Deny` (what enforcing it would do).
     pub shadow: bool,
-    /// Leaves this item's refusal uncounted by its rule's penalty (a lock still refuses);
-    /// the caller counts it with [`Store::count_denials`] once it knows the refusal stands.
-    /// The layer sets it when in-flight requests of a limit charged by outcome may still
-    /// give units back, and the refusal with them.
+    /// Leaves this item's refusal uncounted by its penalty (a lock still refuses), for the
+    /// caller to count with [`Store::count_denials`] once it stands (the layer's
+    /// charge-by-outcome limits, whose in-flight requests may still give units back).
     pub defers_denial: bool,
 }
 

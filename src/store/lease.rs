@@ -25,26 +25,20 @@ use smallvec::SmallVec;
 ///
 /// # What is exact
 ///
-/// A lease is a [`Reservation`] of `units` on the wrapped store, counted as if that many
-/// requests had come when it was taken. Only a **token bucket** (continuous or stepped) or
-/// **GCRA** can lease: units taken early are simply not refilled for the others. Windows
-/// and logs would date a unit when taken, and a leaky bucket's units are its queue; rules
-/// with a [`Penalty`](crate::Penalty) are refused too (a lease's denials would never count
-/// towards a lock).
+/// A lease is a [`Reservation`] of `units` on the wrapped store, counted when taken. Only a
+/// **token bucket** or **GCRA** can lease (units taken early are simply not refilled);
+/// windows and logs would date a unit when taken, a leaky bucket's units are its queue, and
+/// a [`Penalty`](crate::Penalty) would never count a lease's denials.
 ///
-/// - **Never more than the store counts**: across all instances, the rule admits no more
-///   than if each lease's units had been requests arriving when it was taken. A unit is
-///   used at most `term` after it was counted, so on a key far under its limit a burst may
-///   exceed the rule's burst by at most `units` (and at most rate × `term`) per instance
-///   leasing the key.
-/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease run out
-///   that the store will not renew, a cost larger than the lease, a wait
-///   ([`Limiter::reserve`](crate::Limiter::reserve) with a `max_wait`), a shadow check.
-///   Denials and their `Retry-After` always come from the store.
+/// - **Never more than the store counts**, across all instances. A unit is used at most
+///   `term` after it was counted, so on a key far under its limit a burst may exceed the
+///   rule's burst by at most `units` (and at most rate × `term`) per leasing instance.
+/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease the
+///   store will not renew, a cost larger than the lease, a wait, a shadow check. Denials
+///   and their `Retry-After` always come from the store.
 /// - **A batch with other rules** takes the first leased rule's units from the lease and
-///   asks the store for the others (a second leased rule included); if the store refuses,
-///   the units go back to the lease (unless it ended meanwhile). If no lease can answer,
-///   the store decides the whole batch.
+///   asks the store for the others; if the store refuses, the units go back to the lease
+///   (unless it ended meanwhile). If no lease can answer, the store decides the batch.
 ///
 /// # What a lease costs: under-admission, bounded
 ///

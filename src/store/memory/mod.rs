@@ -329,8 +329,7 @@ impl Shared {
         (rules, marks)
     }
 
-    /// The instant to decide at: the clock's reading, raised for an unordered clock to the
-    /// latest instant decided at in the locked `shards` (and recorded in each).
+    /// The clock's reading, raised for an unordered clock to the latest in `shards`.
     #[inline]
     fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
         let now = reading.unwrap_or_else(|| self.clock.now_micros());
@@ -344,8 +343,8 @@ impl Shared {
         now
     }
 
-    /// For a clock that [`now`](Self::now) puts in order, a reading taken before locking, so
-    /// its latency overlaps the lock wait. Any other clock is read under the lock.
+    /// A reading taken before locking (overlapping the lock wait) where [`now`](Self::now)
+    /// orders it; other clocks are read under the lock.
     #[inline]
     fn early_reading(&self) -> Option<u64> {
         self.clamp.then(|| self.clock.now_micros())
