@@ -37,8 +37,8 @@ impl Decision {
 pub struct Denial {
     /// Why.
     pub reason: DenyReason,
-    /// The exact wait until the same request would be admitted (for a client alone on its
-    /// key); `None` when no wait helps ([`DenyReason::CostExceedsCapacity`]).
+    /// The wait, exact to the microsecond, until the same request would be admitted (for a
+    /// client alone on its key); `None` when no wait helps ([`DenyReason::CostExceedsCapacity`]).
     pub retry_after: Option<Duration>,
 }
 
@@ -77,8 +77,8 @@ pub struct RuleOutcome {
 /// The decision of a whole batch, and each rule's part in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// Deny beats Delay beats Allow; a denial carries the longest retry-after of the
-    /// denying rules (or `None` if any of them can never admit).
+    /// Deny beats Delay beats Allow; a denial carries the longest retry-after of the denying
+    /// rules (`None` if any can never admit).
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
     pub rules: RuleOutcomes,

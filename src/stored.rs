@@ -9,13 +9,10 @@ use sha2::{Digest, Sha256};
 pub(crate) const MAX_KEY_LEN: usize = 128;
 
 /// A key in the form the store keeps it: the key itself up to 128 bytes, otherwise (and for
-/// a key starting with `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, the same on
-/// every instance. No key kept as itself starts with `0xFF`, so none can pose as another's
-/// digest.
-///
-/// Every [`Check`](crate::Check) carries its key in this form, so a client sending a 1 MB
-/// key costs a store, or a [`DecisionObserver`](crate::layer::DecisionObserver) that keeps
-/// it, 33 bytes. [`Limiter::peek`](crate::Limiter::peek) and
+/// a key starting with `0xFF`) `0xFF` and the key's SHA-256, the same on every instance; no
+/// key kept as itself can pose as a digest. Every [`Check`](crate::Check) carries this form,
+/// so a 1 MB key costs a store, or a [`DecisionObserver`](crate::layer::DecisionObserver)
+/// keeping it, 33 bytes. [`Limiter::peek`](crate::Limiter::peek) and
 /// [`Limiter::reset`](crate::Limiter::reset) take either form.
 ///
 /// ```

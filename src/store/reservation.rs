@@ -19,11 +19,10 @@ use crate::Rule;
 /// An admitted request that has not passed yet, owning the units its rules took. Made by
 /// [`Limiter::reserve`](crate::Limiter::reserve); the tower layer holds requests with it.
 ///
-/// [`confirm`](Self::confirm) it when the request is about to pass.
-/// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
-/// back as [`Store::refund`] allows. After a confirmation, dropping it keeps the units, and
-/// `cancel` still gives them back; [`settle`](Self::settle) charges what the request turned
-/// out to cost.
+/// [`confirm`](Self::confirm) it when the request is about to pass; [`cancel`](Self::cancel)
+/// or drop it when it will not: its units go back as [`Store::refund`] allows. After a
+/// confirmation, dropping it keeps the units, `cancel` still gives them back, and
+/// [`settle`](Self::settle) charges what the request turned out to cost.
 ///
 /// ```
 /// use std::time::Duration;

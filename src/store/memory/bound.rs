@@ -159,8 +159,8 @@ impl Shared {
 
 impl Shard {
     /// Frees a sixteenth of the shard's share ([`MemoryStore::max_keys`]); returns how many
-    /// unexpired entries were forgotten. A shard of locked entries then grows without
-    /// looking again until its first lock ends or it holds twice its share.
+    /// unexpired entries were forgotten. A shard of locked entries stops looking for room
+    /// until its first lock ends or it holds twice its share.
     fn make_room(&mut self, now: u64) -> usize {
         if now < self.no_room_until && self.map.len() < 2 * self.cap {
             return 0;
@@ -169,8 +169,7 @@ impl Shard {
         let target = self.cap - (self.cap >> ROOM_SHIFT).max(1).min(self.cap);
         let mut excess = self.map.len().saturating_sub(target);
         let mut evicted = 0;
-        // The sample's threshold may let fewer through than are missing: the second pass
-        // takes any unlocked entry.
+        // The sample's threshold may free too few: the second pass takes any unlocked entry.
         for pass in 0..2 {
             if excess == 0 {
                 break;
