@@ -11,11 +11,9 @@ use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
 ///
-/// Usable on its own (a job queue, a CLI) and inside the tower layer. A cheap handle: clones
-/// share the store, so every clone enforces the same limits.
-///
-/// An SMS gateway checks three rules per phone number as one batch, so a message the minute
-/// rule refuses uses up nothing of the hour or the day:
+/// Usable on its own and inside the tower layer; clones share the store, so every clone
+/// enforces the same limits. An SMS gateway checks three rules per phone number as one
+/// batch, so a message the minute rule refuses uses up nothing of the hour or the day:
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,8 +59,7 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// How well the store is deciding ([`Store::health`]); cheap enough for every
-    /// readiness probe.
+    /// How well the store is deciding ([`Store::health`]), cheaply enough for every probe.
     pub fn health(&self) -> Health {
         self.store.health()
     }
@@ -81,9 +78,7 @@ impl<S: Store> Limiter<S> {
 
     /// Like [`check`](Self::check), but a batch admissible within `max_wait` reserves its
     /// units now: the [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for
-    /// the wait and owns the units until [`Reservation::confirm`] counts any pending rules,
-    /// or [`Reservation::cancel`] (or a drop) gives them back. A denied batch's reservation
-    /// holds nothing.
+    /// the wait and owns the units (nothing, if denied) until it is confirmed or cancelled.
     ///
     /// ```
     /// use std::time::Duration;
