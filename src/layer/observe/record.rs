@@ -1,13 +1,14 @@
-//! The outcome words, and the `metrics` feature: each limit's metric keys, the observer
-//! that records decisions, and the records of what is not a decision (held requests,
-//! refunds) through the `metrics` facade (see the [module docs](super) for the names and
-//! labels). The one place the feature is read in the layer.
+//! The outcome words, and the `metrics` feature: each limit's metric keys, the records of
+//! decisions (for the observer that `observer` installs) and of what is not a decision
+//! (held requests, refunds) through the `metrics` facade (see the [module docs](super) for
+//! the names and labels). The one place the feature is read in the layer.
 
 use std::time::Duration;
 
 use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
 use crate::rule::Rule;
 use crate::store::Health;
+
 /// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DecisionLabel {
@@ -123,9 +124,9 @@ pub(super) fn decision<'a>(
 /// one installed after the layer was built records too.
 #[cfg(feature = "metrics")]
 mod recording {
-    use metrics::{Key, Label, Level, Metadata};
-
     use std::time::Duration;
+
+    use metrics::{Key, Label, Level, Metadata};
 
     use crate::layer::observe::record::{DecisionLabel, RuleMetrics};
     use crate::rule::Rule;
