@@ -290,10 +290,9 @@ pub trait Store: Send + Sync + 'static {
         None::<std::future::Ready<Result<(), StoreError>>>
     }
 
-    /// Whether the store decides as configured now, cheaply, for a readiness endpoint. A
-    /// store that is not may start its [`probe`](Self::probe) in the background, so polling
-    /// sees it recover. Without a breaker or fallback it is always
-    /// [`Healthy`](Health::Healthy): failures show only as errors.
+    /// Whether the store decides as configured now, cheaply, for a readiness endpoint (it
+    /// may start a [`probe`](Self::probe), so polling sees recovery). Without a breaker or
+    /// fallback, always [`Healthy`](Health::Healthy): failures show only as errors.
     fn health(&self) -> Health;
 
     /// The [`health`](Self::health) this store would report during a network outage, known

@@ -1,12 +1,10 @@
 //! Where rule state lives: the [`Store`] trait and every store.
 //!
 //! - [`MemoryStore`]: in this process, bounded; the default of a layer, tests, single nodes.
-//! - [`RedisStore`] (feature `redis`): in Redis, standalone or Cluster, shared by every
-//!   instance; decided by Lua scripts that twin the algorithms' models.
+//! - [`RedisStore`] (feature `redis`): in Redis (standalone or Cluster), shared by instances.
 //! - [`Breaker`]: a circuit breaker around a store, so that a failing one answers at once.
 //! - [`Fallback`]: a primary store, and a local one that decides while the primary cannot.
-//! - [`Leased`]: leases a share of a hot key's quota to this instance, which decides from
-//!   it in process (token bucket and GCRA rules that opt in).
+//! - [`Leased`]: decides a hot key in process from a leased share of its quota.
 //!
 //! A store decides a batch of [`Check`]s atomically ([`Store::check`]); [`Health`] says
 //! how well.
