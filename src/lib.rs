@@ -102,9 +102,9 @@ pub use error::{ConfigError, StoreError};
 pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
-pub use store::reservation::Reservation;
 pub use rule::Rule;
 pub use store::check::Check;
+pub use store::reservation::Reservation;
 pub use stored::StoredKey;
 
 /// The README's examples compile and run as doc tests.

@@ -112,7 +112,12 @@ impl<S: Store> Limiter<S> {
         S: Clone,
     {
         let outcome = self.reserve_outcome(batch, max_wait).await?;
-        Ok(Reservation::new(self.store.clone(), batch, outcome, max_wait))
+        Ok(Reservation::new(
+            self.store.clone(),
+            batch,
+            outcome,
+            max_wait,
+        ))
     }
 
     /// What [`reserve`](Self::reserve) decides, as the store answers it.

@@ -78,10 +78,7 @@ async fn peek_and_reset_by_stored_key_follow_the_bound() {
     }
     let mut forgotten = 0;
     for key in keys.iter().step_by(97) {
-        let peeked = limiter
-            .peek(&rule, &StoredKey::of(key), 0)
-            .await
-            .unwrap();
+        let peeked = limiter.peek(&rule, &StoredKey::of(key), 0).await.unwrap();
         let remaining = peeked.info.remaining;
         assert!(remaining == 1 || remaining == 2, "{remaining}");
         forgotten += usize::from(remaining == 2);

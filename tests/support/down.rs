@@ -18,7 +18,11 @@ impl Store for Down {
     async fn reset(&self, _: &Rule, _: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         Err(refused())
     }
-    async fn refund(&self, _: &[Check<'_>], _: &tollgate::Outcome) -> Result<(), tollgate::StoreError> {
+    async fn refund(
+        &self,
+        _: &[Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
         Ok(())
     }
     async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {

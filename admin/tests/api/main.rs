@@ -524,15 +524,19 @@ impl tollgate::store::Store for Down {
     ) -> Result<(), tollgate::StoreError> {
         Err(refused())
     }
-    async fn refund(&self, _: &[Check<'_>], _: &tollgate::Outcome) -> Result<(), tollgate::StoreError> {
+    async fn refund(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
         Ok(())
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+    async fn overdraw(&self, _: &[tollgate::Check<'_>]) -> Result<(), tollgate::StoreError> {
         Ok(())
     }
     async fn count_denials(
         &self,
-        _: &[Check<'_>],
+        _: &[tollgate::Check<'_>],
         _: std::time::Duration,
     ) -> Result<(), tollgate::StoreError> {
         Ok(())
