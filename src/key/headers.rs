@@ -12,7 +12,8 @@ use super::{KeyBuf, KeyError, KeyErrorKind, KeyExtractor, RequestHead};
 /// The value of a header; see [`header`].
 #[derive(Debug, Clone)]
 pub struct Header {
-    pub(super) name: HeaderName,
+    /// The name, or the text that is no header name (reported by `validate`).
+    pub(super) name: Result<HeaderName, Arc<str>>,
     duplicates: Duplicates,
     /// The messages of a request without the header, and with it twice: made once, so a
     /// fallback costs no allocation.
@@ -52,73 +53,29 @@ pub enum Duplicates {
 /// (see [`Duplicates`]), or the key is whatever the client says. Several values on one line
 /// (`User-Id: a, b`) are one value, `a, b`.
 ///
-/// The name is a literal (`"user-id"`, any case) or an [`http::HeaderName`]; for a name read
-/// at run time, use [`try_header`].
-///
-/// # Panics
-///
-/// On a `&'static str` that is not a valid header name, as [`HeaderName::from_static`]
-/// does: a literal is the program's own text. Names from configuration go through
-/// [`try_header`].
-pub fn header(name: impl IntoHeaderName) -> Header {
-    Header::named(name.into_header_name())
-}
-
-/// [`header`] for a name read at run time: an invalid header name is a configuration error.
+/// The name is any text (`"user-id"`, any case, or an [`http::HeaderName`]); one that is no
+/// header name is reported by the layer's `build`, naming the rule it keys, or at once by
+/// [`validate`](KeyExtractor::validate).
 ///
 /// ```
-/// use tollgate::key;
+/// use tollgate::key::{self, KeyExtractor};
 ///
-/// assert!(key::try_header("user-id").is_ok());
-/// assert!(key::try_header("user id").is_err());
+/// assert!(key::header("user-id").validate().is_ok());
+/// assert!(key::header("user id").validate().is_err());
 /// ```
-pub fn try_header(name: &str) -> Result<Header, ConfigError> {
-    HeaderName::from_bytes(name.as_bytes())
-        .map(Header::named)
-        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-}
-
-/// A header name [`header`] accepts without a `?`: an [`http::HeaderName`], or a
-/// `&'static str` literal (checked as [`HeaderName::from_static`] checks one, but in any
-/// case).
-pub trait IntoHeaderName {
-    /// The name; see [`header`] for what an invalid literal does.
-    fn into_header_name(self) -> HeaderName;
-}
-
-impl IntoHeaderName for HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self
-    }
-}
-
-impl IntoHeaderName for &HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self.clone()
-    }
-}
-
-impl IntoHeaderName for &'static str {
-    fn into_header_name(self) -> HeaderName {
-        match HeaderName::from_bytes(self.as_bytes()) {
-            Ok(name) => name,
-            // A literal in the program's source, not input: the documented panic of
-            // `key::header`, as `HeaderName::from_static`'s.
-            Err(_) => panic!("{self:?} is not a valid header name; use key::try_header for names read at run time"),
-        }
+pub fn header(name: impl AsRef<str>) -> Header {
+    let text = name.as_ref();
+    let name = HeaderName::from_bytes(text.as_bytes()).map_err(|_| Arc::from(text));
+    let shown = name.as_ref().map_or(text, HeaderName::as_str);
+    Header {
+        missing: format!("header {shown}").into(),
+        duplicated: format!("header {shown} appears more than once").into(),
+        duplicates: Duplicates::default(),
+        name,
     }
 }
 
 impl Header {
-    fn named(name: HeaderName) -> Self {
-        Self {
-            missing: format!("header {name}").into(),
-            duplicated: format!("header {name} appears more than once").into(),
-            duplicates: Duplicates::default(),
-            name,
-        }
-    }
-
     /// Which value counts when a request sends the header more than once (default
     /// [`Duplicates::Reject`]: none).
     ///
@@ -138,7 +95,10 @@ impl Header {
 
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        let mut values = req.headers().get_all(&self.name).iter();
+        let name = self.name.as_ref().map_err(|_| {
+            KeyError::misconfigured("the key's header name is invalid (see the layer's build)")
+        })?;
+        let mut values = req.headers().get_all(name).iter();
         let value = match self.duplicates {
             Duplicates::Reject => {
                 let first = values.next();
@@ -156,6 +116,15 @@ impl KeyExtractor for Header {
                 Ok(())
             }
             _ => Err(KeyError::shared(KeyErrorKind::Missing, &self.missing)),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match &self.name {
+            Ok(_) => Ok(()),
+            Err(text) => Err(ConfigError::new(format!(
+                "{text:?} is not a valid header name"
+            ))),
         }
     }
 }

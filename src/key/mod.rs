@@ -78,7 +78,7 @@ use smallvec::SmallVec;
 use crate::error::ConfigError;
 
 pub use error::{KeyError, KeyErrorKind};
-pub use headers::{header, try_header, Duplicates, Header, IntoHeaderName};
+pub use headers::{header, Duplicates, Header};
 pub use ip::{client_ip, peer_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.
@@ -519,9 +519,10 @@ mod tests {
             b"\x02global"
         );
         assert_eq!(extract(&user.or(global()), &req).unwrap(), b"\x01u1");
-        assert!(try_header("bad header").is_err());
-        assert_eq!(header(http::header::USER_AGENT).name, "user-agent");
-        assert_eq!(header("User-Id").name, "user-id");
+        assert!(header("bad header").validate().is_err());
+        assert!(extract(&header("bad header"), &req).is_err());
+        assert_eq!(header(http::header::USER_AGENT).name.unwrap(), "user-agent");
+        assert_eq!(header("User-Id").name.unwrap(), "user-id");
     }
 
     /// A request no route matched has the one key of all such requests, never its path.

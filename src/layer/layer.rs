@@ -328,7 +328,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///     if request.uri().path().starts_with("/api/") && wants_problem {
     ///         *response.body_mut() = format!(
     ///             r#"{{"type":"about:blank","title":"Too Many Requests","status":{},"detail":"{}","instance":"{}"}}"#,
-    ///             rejection.status().as_u16(),
+    ///             response.status().as_u16(),
     ///             rejection.message(),
     ///             request.uri().path(),
     ///         )
