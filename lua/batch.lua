@@ -21,20 +21,15 @@
 --   that far ahead), then optionally a space and the µs after now at which another slot's
 --   leaky bucket releases the request.
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
--- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation
---   (the instant the request arrives at), now, then per rule seven integers: outcome (0
---   allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry
---   µs), remaining, reset µs, the refund mark (0 if none), the instant the rule counted the
---   request at (0 if not admitted; -1 if pending, batch::evaluate), and the water a leaky
---   bucket's hold added (0 if none; LeakyBucket::hold).
+-- Writes: the batch's reply (record.lua's reply) into the call's `out` after its position
+--   `o`, admitted or not, with the reservation (the instant the request arrives at); returns
+--   the new position.
 --
 -- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
 -- The batch being decided, set by decide_batch, so the helpers below are not closures
 -- built anew for every batch.
 local now, max_wait, mode, slack_ms, release_floor, held_floor, rules
--- Whether a rule of the batch adopted another configuration's state (REPLY_ADOPTED).
-local adopted
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -59,14 +54,14 @@ local function adopt(r, at, extra)
   return s
 end
 
--- Writes over another configuration's state with adopt(r, at, extra); the reply says
--- REPLY_ADOPTED so that the deny caches hear of it.
+-- Writes over another configuration's state with adopt(r, at, extra); the rule's reply
+-- says it adopted, so that the deny caches hear of it.
 local function take_over(r, at, extra)
   if r.log_key then
     redis.call('DEL', r.log_key)
   end
   r.state = adopt(r, at, extra)
-  r.own, r.carried, adopted = true, nil, true
+  r.own, r.carried, r.adopted = true, nil, true
 end
 
 -- A cost of 0 asks for nothing and passes, even where reservations took more than is
@@ -317,43 +312,15 @@ end
 -- after it), its state read with one GET or from an earlier batch of the call. Returns the
 -- rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
-    rule_args(packed)
-  local model = model_of(code)
-  -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
-  local r = {
-    code = code,
-    -- Whether the rule is a leaky bucket (a sliding log is the rule with a `log_key`).
-    leaky = code == LEAKY_BUCKET,
-    model = model,
-    fields = model.fields,
-    bytes = model.bytes,
-    format = model.format,
-    cost = cost,
-    p1 = p1,
-    p2 = p2,
-    p3 = p3,
-    p4 = p4,
-    lock_for = lock_for,
-    after = after,
-    within = within,
-    shadow = shadow == 1,
-    -- Its quota denials are left to the caller (batch::counts_denial).
-    defers = defers == 1,
-    key = KEYS[key_index],
-    key_id = key_id,
-    pen = nil,
-    state = nil,
-    fingerprint = fingerprint,
-    quota = quota,
-    -- The record's head (fingerprint, units in use and empty-at instant); `own` when this
-    -- configuration wrote the state. Otherwise `carried` holds what another configuration
-    -- left (its state fields are kept as they are in `foreign`).
-    head = nil,
-    own = false,
-    carried = nil,
-    foreign = '',
-  }
+  -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua),
+  -- which adds: whether it is a leaky bucket (a sliding log is the rule with a `log_key`),
+  -- its key, state and penalty fields, and the record's head (fingerprint, units in use and
+  -- empty-at instant); `own` when this configuration wrote the state. Otherwise `carried`
+  -- holds what another configuration left (its state fields are kept as they are in
+  -- `foreign`), and `adopted` says whether this rule wrote over it.
+  local r = rule_args(packed)
+  local code = r.code
+  r.leaky, r.key, r.own, r.foreign, r.adopted = code == LEAKY_BUCKET, KEYS[key_index], false, '', false
   key_index = key_index + 1
   if code == SLIDING_LOG then
     r.log_key = KEYS[key_index]
@@ -374,26 +341,21 @@ local function load_rule(KEYS, key_index, packed)
   end
   if code == SLIDING_LOG and not r.carried then
     -- Only the newest entry: the model looks up the rest of the log as it needs it.
-    r.state = model.load(r)
+    r.state = r.model.load(r)
   end
   return r, key_index
 end
 
--- The reply of a call that decides nothing (a refund, an overdraft), opening with `opening`:
--- each rule allows, with its quota as it stands.
-local function quota_reply(opening)
-  local reply = { opening, now, now }
+-- The reply of a call that decides nothing (a refund, an overdraft) into `out` after `o`:
+-- each rule passes, with its quota as it stands. Returns the new position.
+local function quota_reply(out, o)
   for i = 1, #rules do
-    local info = algorithm_evaluate(rules[i], now, 0)
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = info.remaining
-    reply[#reply + 1] = info.reset
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    local r = rules[i]
+    local info = algorithm_evaluate(r, now, 0)
+    said_remaining[i], said_reset[i], said_mark[i], said_value[i] = info.remaining, info.reset, 0, 0
+    said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = 0, 0, 0, r.adopted and 1 or 0
   end
-  return reply
+  return reply(out, o, false, now, 0, #rules)
 end
 
 -- Writes a rule's own state after a refund or an overdraft, with the head another
@@ -409,8 +371,8 @@ local function store_carried(r)
 end
 
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
--- instant in `taken` (ARGV[5]); replies as quota_reply.
-local function refund_batch(taken, marked)
+-- instant in `taken` (ARGV[5]); replies as quota_reply into `out` after `o`.
+local function refund_batch(taken, marked, out, o)
   if #rules > 0 then
     taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
   end
@@ -434,13 +396,12 @@ local function refund_batch(taken, marked)
       end
     end
   end
-  return quota_reply(REPLY_DENIED)
+  return quota_reply(out, o)
 end
 
 -- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
--- adopting another configuration's state first. Replies as quota_reply.
-local function overdraw_batch()
-  adopted = false
+-- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
+local function overdraw_batch(out, o)
   for i = 1, #rules do
     local r = rules[i]
     -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
@@ -458,7 +419,7 @@ local function overdraw_batch()
       store_carried(r)
     end
   end
-  return quota_reply(adopted and REPLY_ADOPTED or REPLY_DENIED)
+  return quota_reply(out, o)
 end
 
 -- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
@@ -470,9 +431,9 @@ local function commit(r, item, admitted)
     end
     if item.held then
       -- LeakyBucket::held: the queue before the hold has drained by its end, another
-      -- configuration's too (which this writes over: REPLY_ADOPTED).
+      -- configuration's too (which this writes over: the rule adopted it).
       r.state = r.model.held(r, item.at, r.cost, item.held)
-      adopted = adopted or r.carried ~= nil
+      r.adopted = r.adopted or r.carried ~= nil
       r.own, r.carried = true, nil
     elseif not r.carried then
       if not is_live(r, item.at) then
@@ -498,45 +459,38 @@ local function commit(r, item, admitted)
   return 0
 end
 
--- Step 3 (batch::report) for rule `r` and its item: appends its seven integers to `reply`.
-local function report(reply, r, item, admitted, mark)
+-- Step 3 (batch::report) for the `i`th rule `r` and its item: what it says in the reply
+-- (record.lua's said_*), the request reserved at `reserved`.
+local function report(i, r, item, admitted, mark, reserved)
   local e = item.eval
-  local outcome, value, remaining, reset
+  local outcome, value, remaining, reset, at, hold = 0, 0, nil, nil, 0, 0
   if admitted then
-    local delay = 0
     if e.ok then
-      delay = (item.at - now) + e.wait
+      value = (item.at - now) + e.wait
     end
-    outcome = delay > 0 and 1 or 0
     -- The eval was made at the reserved instant; the reset a client sees counts from now.
-    value, remaining, reset = delay, e.remaining, e.reset + (item.at - now)
+    remaining, reset = e.remaining, e.reset + (item.at - now)
+    at, hold = item.pending and -1 or item.at - reserved, item.hold
   else
     local retry = retry_from(item, now)
     if retry == nil then
-      outcome, value = 4, 0
+      outcome = 3
     elseif item.locked ~= nil then
-      outcome, value = 3, max(retry, item.locked)
-    elseif e.ok then
-      outcome, value = 0, 0
-    else
-      outcome, value = 2, retry
+      outcome, value = 2, max(retry, item.locked)
+    elseif not e.ok then
+      outcome, value = 1, retry
     end
     -- Nothing was consumed: report the quota as it stands.
     local info = algorithm_evaluate(r, now, 0)
     remaining, reset = info.remaining, info.reset
   end
-  local at, hold = 0, 0
-  if admitted then
-    at = item.pending and -1 or item.at
-    hold = item.hold
-  end
-  local n = #reply
-  reply[n + 1], reply[n + 2], reply[n + 3] = outcome, value, remaining
-  reply[n + 4], reply[n + 5], reply[n + 6] = reset, mark, at
-  reply[n + 7] = hold
+  said_remaining[i], said_reset[i], said_mark[i], said_value[i] = remaining, reset, mark, value
+  said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, at, hold, r.adopted and 1 or 0
 end
 
-local function decide_batch(KEYS, ARGV)
+-- Decides the batch of KEYS and ARGV (see the header) and writes its reply into `out` after
+-- `o`; returns the new position.
+local function decide_batch(KEYS, ARGV, out, o)
   -- The batch being decided: the shared locals above.
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
@@ -566,10 +520,10 @@ local function decide_batch(KEYS, ARGV)
     rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
   end
   if mode == MODE_OVERDRAW then
-    return overdraw_batch()
+    return overdraw_batch(out, o)
   end
   if refunds then
-    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD)
+    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD, out, o)
   end
 
   -- Step 2 (batch::admits, and batch::reservation in wait mode).
@@ -585,8 +539,6 @@ local function decide_batch(KEYS, ARGV)
     end
   end
   -- Step 3 (batch::commit / batch::report).
-  adopted = false
-  local reply = { REPLY_DENIED, items.reserved, now }
   for i = 1, #rules do
     local r, item = rules[i], items[i]
     -- batch::admitted: a shadow item that would deny takes a denied item's part.
@@ -595,10 +547,7 @@ local function decide_batch(KEYS, ARGV)
     if mode ~= MODE_PEEK and mode ~= MODE_TRY then
       mark = commit(r, item, counted)
     end
-    report(reply, r, item, counted, mark)
+    report(i, r, item, counted, mark, items.reserved)
   end
-  if admitted then
-    reply[1] = adopted and REPLY_ADOPTED or REPLY_ADMITTED
-  end
-  return reply
+  return reply(out, o, admitted, now, items.reserved - now, #rules)
 end

@@ -5,13 +5,11 @@
 -- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" (its key
 --   and rule counts, batch.lua's ARGV[2], ARGV[3], ARGV[4] as decimal integers, and 1 when
 --   two more arguments follow, else 0) and then its rules' arguments (batch.lua's ARGV[6…],
---   112 bytes each), all one argument (parsed once per distinct value, fast.lua's
+--   RULE_BYTES each), all one argument (parsed once per distinct value, fast.lua's
 --   shape_of); then, when <extra> is 1, batch.lua's ARGV[1] and ARGV[5]; when 0, they are
 --   "" and "0". TIME is read at most once per call.
--- Returns: one flat array: per batch, in order, batch.lua's reply (2 + 4 per rule for
---   fast.lua's short admission, 1 + 3 per rule for REPLY_SHORT_AGAIN, else 3 + 7 per rule),
---   or -1 and a message when the batch failed; src/store/redis/script.rs `split_reply`
---   splits it.
+-- Returns: one flat array: per batch, in order, its reply (record.lua's reply), or -1 and a
+--   message when the batch failed; src/store/redis/script.rs `split_reply` splits it.
 -- Batches of one call on the same key share its record (record.lua's get_record,
 -- flush_records), each decided exactly as one call after another would decide it.
 
@@ -43,14 +41,11 @@ local function decide_general(KEYS, k, h, now, arg5, time, out, o)
   for i = 1, h.nrules do
     args[5 + i] = rules[i]
   end
-  local ok, reply = pcall(decide_batch, keys, args)
+  local ok, e = pcall(decide_batch, keys, args, out, o)
   if not ok then
-    return failed(out, o, reply)
+    return failed(out, o, e)
   end
-  for i = 1, #reply do
-    out[o + i] = reply[i]
-  end
-  return o + #reply
+  return e
 end
 
 -- The call's reply, reused from call to call in a function library; what a longer reply
@@ -60,8 +55,8 @@ local out = {}
 -- Decides the call's batches into `out`; returns the reply's length.
 local function decide_batches(KEYS, ARGV)
   local time = nil
-  -- No admission in short before the call's first batch (fast.lua's REPLY_SHORT_AGAIN).
-  short_end = nil
+  -- No batch's instants before the call's first (record.lua's reply).
+  said_end = nil
   local o = 0
   local k, a = 0, 1
   local nargv = #ARGV

@@ -4,11 +4,8 @@
 -- ahead (ARGV[5] = 0), and every rule is plain: no penalty, not shadow, not a leaky bucket
 -- or sliding log, its state absent, expired or its own configuration's. Every other batch,
 -- and one denied in wait mode, goes to batch.lua, with nothing written. What is decided
--- and written is exactly what decide_batch would (tests/vectors.rs checks both).
--- Its reply is decide_batch's, except that an admitted batch is answered in short: 2, now,
--- then per rule its delay, remaining, reset µs and refund mark; and one right after another
--- short admission at the same instant with no delay: 4, then per rule its remaining, reset
--- µs and refund mark (REPLY_SHORT_AGAIN). src/store/redis/script.rs reads both.
+-- and written is exactly what decide_batch would (tests/vectors.rs checks both), and so is
+-- its reply (record.lua's reply).
 
 -- Library functions held in locals, declared near their closures (see record.lua).
 local tonumber = tonumber
@@ -27,30 +24,11 @@ local function config_of(packed)
   if c then
     return c
   end
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota =
-    rule_args(packed)
-  local model = model_of(code)
-  c = {
-    model = model,
-    cost = cost,
-    p1 = p1,
-    p2 = p2,
-    p3 = p3,
-    p4 = p4,
-    lock_for = lock_for,
-    after = after,
-    within = within,
-    fingerprint = fingerprint,
-    quota = quota,
-    -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
-    gcra = code == GCRA,
-    -- Whether the rule may take this path at all; its stored state decides the rest.
-    plain = after == 0 and shadow == 0 and code ~= LEAKY_BUCKET and code ~= SLIDING_LOG,
-    -- What read_record and write_record read.
-    fields = model.fields,
-    bytes = model.bytes,
-    format = model.format,
-  }
+  c = rule_args(packed)
+  -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
+  c.gcra = c.code == GCRA
+  -- Whether the rule may take this path at all; its stored state decides the rest.
+  c.plain = c.after == 0 and not c.shadow and c.code ~= LEAKY_BUCKET and c.code ~= SLIDING_LOG
   if config_count >= CONFIGS_MAX then
     configs, config_count = {}, 0
   end
@@ -121,37 +99,24 @@ end
 
 -- The batch's rules, reused from batch to batch: per rule, its state (nil when absent or
 -- expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as they are: a lock
--- belongs to the name) and what its model says (ok, the delay or retry, remaining, reset).
+-- belongs to the name) and what its model says: ok, the delay or retry (nil: no wait
+-- helps), and the remaining and reset it reports (record.lua's said_remaining, said_reset).
 local f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
-local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
+local f_ok, f_wait = {}, {}
 
--- Where the last admission in short ended in the call's reply and its instant (call.lua
--- forgets them as a call starts): the next batch admitted at `o` = short_end, at the same
--- instant and with no rule delayed, is answered REPLY_SHORT_AGAIN.
-local short_end, short_now = nil, nil
-
--- The admitted batch's reply in short (see the header), written into `out` after position
--- `o`; a MODE_DECIDE batch writes its records first. Returns the new position.
-local function admit_plain(KEYS, k, h, now, delayed, out, o)
+-- Writes the admitted batch's records (in MODE_DECIDE) and what its rules say; the reply
+-- goes into `out` after position `o`. Returns the new position.
+local function admit_plain(KEYS, k, h, now, out, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
-  local again = o == short_end and now == short_now and not delayed
-  local r = o + 1
-  if again then
-    out[r] = REPLY_SHORT_AGAIN
-  else
-    out[r] = REPLY_SHORT
-    r = r + 1
-    out[r] = now
-  end
   for i = 1, h.nrules do
     local c = configs[i]
     local mark = 0
     if writes and c.cost > 0 then
       -- `sub0` and `max` are written out: every admission pays for them.
       local p1 = f_pen1[i]
-      local used = c.quota - f_remaining[i]
+      local used = c.quota - said_remaining[i]
       if used < 0 then
         used = 0
       end
@@ -185,36 +150,25 @@ local function admit_plain(KEYS, k, h, now, delayed, out, o)
       end
       write_record(c, KEYS[k + i], keep, now, slack, c.fingerprint, used, expires_at, f1, f2, f3, p1, f_pen2[i], f_pen3[i])
     end
-    if not again then
-      r = r + 1
-      out[r] = f_wait[i]
-    end
-    out[r + 1] = f_remaining[i]
-    out[r + 2] = f_reset[i]
-    out[r + 3] = mark
-    r = r + 3
+    said_mark[i], said_value[i], said_outcome[i] = mark, f_wait[i], 0
+    said_at[i], said_hold[i], said_adopted[i] = 0, 0, 0
   end
-  short_end, short_now = r, now
-  return r
+  return reply(out, o, true, now, 0, h.nrules)
 end
 
--- The denied batch's reply (decide_batch's), written into `out` after position `o`; nothing
--- is written to Redis. Returns the new position.
+-- What the denied batch's rules say (decide_batch's); nothing is written to Redis. The
+-- reply goes into `out` after position `o`. Returns the new position.
 local function deny_plain(h, now, out, o)
   local configs = h.configs
-  out[o + 1] = REPLY_DENIED
-  out[o + 2] = now
-  out[o + 3] = now
-  local r = o + 3
   for i = 1, h.nrules do
     local c = configs[i]
     local outcome, value = 0, 0
     if not f_ok[i] then
       local wait = f_wait[i]
       if wait == nil then
-        outcome = 4
+        outcome = 3
       else
-        outcome, value = 2, wait
+        outcome, value = 1, wait
       end
     end
     -- What a cost of 0 would see.
@@ -226,16 +180,10 @@ local function deny_plain(h, now, out, o)
       local info = own_evaluate(c, f_state[i], now, 0)
       remaining, reset = info.remaining, info.reset
     end
-    out[r + 1] = outcome
-    out[r + 2] = value
-    out[r + 3] = remaining
-    out[r + 4] = reset
-    out[r + 5] = 0
-    out[r + 6] = 0
-    out[r + 7] = 0
-    r = r + 7
+    said_remaining[i], said_reset[i], said_mark[i], said_value[i] = remaining, reset, 0, value
+    said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, 0, 0, 0
   end
-  return r
+  return reply(out, o, false, now, 0, h.nrules)
 end
 
 -- Decides the batch whose keys start after KEYS[k], of shape `h`, with batch.lua's ARGV[1]
@@ -253,7 +201,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   end
   -- Every rule's record read and evaluated into the f_ arrays.
   local configs = h.configs
-  local admitted, delayed = true, false
+  local admitted = true
   for i = 1, h.nrules do
     local c = configs[i]
     -- get_record, written out: every decision pays for it.
@@ -295,15 +243,13 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
       ok, wait, remaining, reset = e.ok, e.wait, e.remaining, e.reset
     end
     f_pen1[i], f_pen2[i], f_pen3[i] = l1, l2, l3
-    f_ok[i], f_wait[i], f_remaining[i], f_reset[i] = ok, wait, remaining, reset
+    f_ok[i], f_wait[i], said_remaining[i], said_reset[i] = ok, wait, remaining, reset
     if not ok then
       admitted = false
-    elseif wait > 0 then
-      delayed = true
     end
   end
   if admitted then
-    return admit_plain(KEYS, k, h, now, delayed, out, o)
+    return admit_plain(KEYS, k, h, now, out, o)
   elseif h.waits then
     -- Wait mode: batch.lua looks for a reservation.
     return nil

@@ -81,10 +81,10 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCR
 -- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
 
--- What a batch's reply opens with: `Opening` in src/store/redis/script.rs. ADOPTED:
--- admitted, and a rule wrote over another configuration's state (the deny caches must hear
--- of it). SHORT_AGAIN: see fast.lua.
-local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED, REPLY_SHORT_AGAIN = 0, 1, 2, 3, 4
+-- A batch's reply opens with REPLY_ADMITTED or 0, plus REPLY_AGAIN when it leaves out the
+-- instants (they are the batch's just before it in the call), plus REPLY_WIDTH times the
+-- values it sends per rule: `Opening` in src/store/redis/script.rs. See record.lua's reply.
+local REPLY_ADMITTED, REPLY_AGAIN, REPLY_WIDTH = 1, 2, 4
 
 -- The models by algorithm code, each built when first used in a call. A model has:
 -- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,

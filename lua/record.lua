@@ -1,13 +1,9 @@
--- A rule's packed arguments and its stored record, read and written here alone: the general
--- path (batch.lua) and the streamlined one (fast.lua) both go through these functions.
+-- A rule's packed arguments, its stored record and the batch's reply, read and written here
+-- alone: the general path (batch.lua) and the streamlined one (fast.lua) both go through
+-- these functions.
 --
--- A rule's packed argument (batch.lua's ARGV[6…]): fourteen little-endian doubles,
--- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
--- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
--- (0 = no penalty), within µs, shadow (1: batch::admitted), the fingerprint
--- (`Rule::fingerprint`), the capacity (`Algorithm::quota`), the key id (the index of the
--- batch's first rule on the same client key, batch::key_release), and defers (1: its quota
--- denials are left to the caller, Check::defers_denial).
+-- A rule's packed argument (batch.lua's ARGV[6…]): thirteen little-endian doubles,
+-- `RuleArgs` in src/store/redis/script/args.rs, read by rule_args.
 --
 -- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
 -- (struct.pack "<d…", exact for these integers): the head, which is the fingerprint of the
@@ -43,15 +39,40 @@ local function model_of(code)
   return model
 end
 
--- The bytes of a rule's packed argument: fourteen doubles.
-local RULE_BYTES = 112
+-- The bytes of a rule's packed argument: thirteen doubles.
+local RULE_BYTES = 104
 
--- A rule's packed argument, unpacked: code, cost, p1, p2, p3, p4, lock_for, after, within,
--- shadow, fingerprint, quota, key_id, defers.
+-- A rule's configuration from its packed argument: the algorithm's code, model and
+-- parameters p1…p4 (see each algorithm's file), the cost, the penalty (lock_for µs, `after`
+-- denials that lock, 0 = none, counted `within` µs), whether it is shadow (batch::admitted)
+-- and whether its quota denials are left to the caller (batch::counts_denial; one value of
+-- bits, 1 and 2), the fingerprint (`Rule::fingerprint`), the capacity (`Algorithm::quota`)
+-- and the key id (the index of the batch's first rule on the same client key,
+-- batch::key_release). The models, penalty.lua and the functions below read it as `c`.
 local function rule_args(packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
-    struct_unpack('<dddddddddddddd', packed)
-  return code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, enforced, fingerprint, quota, key_id =
+    struct_unpack('<ddddddddddddd', packed)
+  local model = model_of(code)
+  return {
+    code = code,
+    model = model,
+    fields = model.fields,
+    bytes = model.bytes,
+    format = model.format,
+    cost = cost,
+    p1 = p1,
+    p2 = p2,
+    p3 = p3,
+    p4 = p4,
+    lock_for = lock_for,
+    after = after,
+    within = within,
+    shadow = enforced % 2 == 1,
+    defers = enforced >= 2,
+    fingerprint = fingerprint,
+    quota = quota,
+    key_id = key_id,
+  }
 end
 
 -- The record `raw` (a GET's reply) as configuration `c` reads it: what it holds ('own',
@@ -179,4 +200,56 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
   else
     written_record[i], written_ttl[i] = false, false
   end
+end
+
+-- What each rule of the batch being answered says, by its index in the batch (filled by
+-- batch.lua and fast.lua, read by reply): the units remaining, the µs until reset, the
+-- refund mark (0 if none), the value (delay or retry µs), the outcome (0 passes: allowed,
+-- or delayed by the value; 1 limited, 2 locked, 3 cost exceeds capacity), the µs after the
+-- reservation the rule counted the request at (-1 pending, batch::evaluate), the water a
+-- leaky bucket's hold added (LeakyBucket::hold), and 1 when it wrote over another
+-- configuration's state (the deny caches must hear of it), else 0.
+local said_remaining, said_reset, said_mark, said_value = {}, {}, {}, {}
+local said_outcome, said_at, said_hold, said_adopted = {}, {}, {}, {}
+local said = { said_remaining, said_reset, said_mark, said_value, said_outcome, said_at, said_hold, said_adopted }
+
+-- Where the last batch's reply ended in the call's reply, and its instants (call.lua
+-- forgets them as a call starts).
+local said_end, said_now, said_wait = nil, nil, nil
+
+-- Writes the reply of a batch of `n` rules (admitted or not) decided at `now`, the request
+-- reserved `wait` µs later, into `out` after `o`; returns the new position. The reply: its
+-- opening (prelude.lua's REPLY_*), then now and wait unless they are those of the batch
+-- just before it in the call, then per rule the first `width` of its values above (as many
+-- as the rule with most needs: the rest are 0). src/store/redis/script.rs `split_reply`
+-- reads it.
+local function reply(out, o, admitted, now, wait, n)
+  local width = 0
+  for i = 1, n do
+    for j = 8, width + 1, -1 do
+      if said[j][i] ~= 0 then
+        width = j
+        break
+      end
+    end
+  end
+  local opening = REPLY_WIDTH * width
+  if admitted then
+    opening = opening + REPLY_ADMITTED
+  end
+  if o == said_end and now == said_now and wait == said_wait then
+    out[o + 1] = opening + REPLY_AGAIN
+    o = o + 1
+  else
+    out[o + 1], out[o + 2], out[o + 3] = opening, now, wait
+    o = o + 3
+  end
+  for i = 1, n do
+    for j = 1, width do
+      out[o + j] = said[j][i]
+    end
+    o = o + width
+  end
+  said_end, said_now, said_wait = o, now, wait
+  return o
 end

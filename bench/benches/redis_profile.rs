@@ -74,23 +74,10 @@ fn main() {
         // TOLLGATE_LUA_DIR=lua: the library built from the files as they are now (as
         // src/store/redis/script.rs builds it), for trying Lua changes without a rebuild.
         if let Ok(dir) = std::env::var("TOLLGATE_LUA_DIR") {
-            let files = [
-                "prelude", "fixed_window", "sliding_log", "sliding_window", "token_bucket",
-                "leaky_bucket", "gcra", "penalty", "record", "batch", "fast", "call",
-            ];
-            let body: String = files
-                .iter()
-                .map(|f| std::fs::read_to_string(format!("{dir}/{f}.lua")).expect("lua file"))
-                .collect();
             name = "tollgate_profile".to_owned();
-            let source = format!(
-                "#!lua name={name}\n\
-                 local function build()\n{body}return decide_call\nend\n\
-                 local decide_call = nil\n\
-                 redis.register_function('{name}', function(keys, args)\n\
-                 \x20 if not decide_call then\n    decide_call = build()\n  end\n\
-                 \x20 return decide_call(keys, args)\nend)\n"
-            );
+            let source = RedisStore::lua_source(Some(&name), |file, _| {
+                std::fs::read_to_string(format!("{dir}/{file}.lua")).expect("lua file")
+            });
             let _: Value = redis::cmd("FUNCTION")
                 .arg("LOAD")
                 .arg("REPLACE")
@@ -119,9 +106,9 @@ fn main() {
             }
             cmd
         };
-        // One flat array for the call (lua/call.lua): per batch, 2 (admitted, in short:
-        // lua/fast.lua), now, and four integers per rule; or, right after such a batch at the
-        // same instant, 4 and three integers per rule.
+        // One flat array for the call (lua/call.lua): per batch its opening (odd: admitted;
+        // 2 added: the instants of the batch before, left out; over 4, the values per rule),
+        // now and the wait unless left out, then per rule its values (lua/record.lua's reply).
         let n = rules.len();
         // TOLLGATE_PROFILE_ANY_REPLY=1: any array will do (a library of TOLLGATE_LUA_DIR cut
         // short to see what a stage costs may answer less).
@@ -136,8 +123,10 @@ fn main() {
             let (mut at, mut decided) = (0, 0);
             while at < values.len() {
                 at += match values[at] {
-                    Value::Int(2) => 2 + 4 * n,
-                    Value::Int(4) if at > 0 => 1 + 3 * n,
+                    Value::Int(o) if o % 2 == 1 && (o & 2 == 0 || at > 0) => {
+                        let instants = if o & 2 == 0 { 2 } else { 0 };
+                        1 + instants + (o / 4) as usize * n
+                    }
                     _ => panic!("not admitted: {:?}", &values[at..]),
                 };
                 decided += 1;

@@ -172,6 +172,17 @@ impl RedisStore {
         self.calls.caller().route() == Invocation::Function
     }
 
+    /// The code this store sends, for the benchmarks: a script when `library` is `None`,
+    /// else a function library of that name; `text` gives each Lua file's text from its name
+    /// (`"prelude"`, …) and the text built in.
+    #[doc(hidden)]
+    pub fn lua_source(
+        library: Option<&str>,
+        text: impl Fn(&str, &'static str) -> String,
+    ) -> String {
+        script::source(library, text)
+    }
+
     /// Whether the batches of requests that wait for Redis at the same moment go out as one
     /// call (default: yes, on a standalone server; a Redis Cluster never coalesces).
     ///
@@ -301,9 +312,9 @@ impl RedisStore {
     }
 
     /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld`
-    /// call. A call that gives units back or takes a debt, or that adopted another
-    /// configuration's state, moved a retry away from what a deny cache may hold: every
-    /// instance's cache is told.
+    /// call. A call that gives units back or takes a debt moved its rules' retries away from
+    /// what a deny cache may hold, and so did a rule that adopted another configuration's
+    /// state: every instance's cache is told of them.
     async fn run_with(
         &self,
         call: Call,
@@ -314,8 +325,14 @@ impl RedisStore {
         let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
         let values = self.calls.decide(batch, self.timeout).await?;
         let reply = script::parse(&values, checks)?;
-        if moves || reply.adopted {
-            self.tell_caches(checks).await;
+        if moves || reply.adopted.contains(&true) {
+            let moved = checks.iter().zip(&reply.adopted);
+            self.tell_caches(
+                moved
+                    .filter(|&(_, &adopted)| moves || adopted)
+                    .map(|(c, _)| *c),
+            )
+            .await;
         }
         Ok(reply)
     }
@@ -323,9 +340,9 @@ impl RedisStore {
     /// Drops the cached denials of `checks` on every instance. The state moved whatever
     /// happens here: a lost message only leaves another instance denying until its cached
     /// denial ends (never admitting more), so it is a warning, not a failed call.
-    async fn tell_caches(&self, checks: &[&Check<'_>]) {
+    async fn tell_caches<'a, 'c: 'a>(&self, checks: impl Iterator<Item = &'a Check<'c>>) {
         // A shadow rule's refund gives nothing back.
-        for check in checks.iter().filter(|c| !c.shadow) {
+        for check in checks.filter(|c| !c.shadow) {
             if let Err(error) = self.invalidate(check.rule, check.key()).await {
                 tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a moved state");
             }

@@ -18,38 +18,70 @@ mod args;
 
 use self::args::{exact_double, Code, RuleArgs};
 
-/// Expands to the script's files, in the order `lua/prelude.lua` describes, followed by
-/// the given tails: the helpers, the six models, penalties, the rules' arguments and stored
-/// records, the batch driver, the streamlined batch and the call driver (`lua/call.lua`,
-/// which decides several batches in one call).
-macro_rules! source {
-    ($($tail:expr),*) => {
-        concat!(
-            include_str!("../../../lua/prelude.lua"),
-            include_str!("../../../lua/fixed_window.lua"),
-            include_str!("../../../lua/sliding_log.lua"),
-            include_str!("../../../lua/sliding_window.lua"),
-            include_str!("../../../lua/token_bucket.lua"),
-            include_str!("../../../lua/leaky_bucket.lua"),
-            include_str!("../../../lua/gcra.lua"),
-            include_str!("../../../lua/penalty.lua"),
-            include_str!("../../../lua/record.lua"),
-            include_str!("../../../lua/batch.lua"),
-            include_str!("../../../lua/fast.lua"),
-            include_str!("../../../lua/call.lua"),
-            $($tail),*
-        )
+/// The script's files by name, in the order `lua/prelude.lua` describes: the helpers, the
+/// six models, penalties, the rules' arguments, stored records and replies, the batch
+/// driver, the streamlined batch and the call driver (`lua/call.lua`, which decides several
+/// batches in one call).
+const FILES: [(&str, &str); 12] = [
+    ("prelude", include_str!("../../../lua/prelude.lua")),
+    (
+        "fixed_window",
+        include_str!("../../../lua/fixed_window.lua"),
+    ),
+    ("sliding_log", include_str!("../../../lua/sliding_log.lua")),
+    (
+        "sliding_window",
+        include_str!("../../../lua/sliding_window.lua"),
+    ),
+    (
+        "token_bucket",
+        include_str!("../../../lua/token_bucket.lua"),
+    ),
+    (
+        "leaky_bucket",
+        include_str!("../../../lua/leaky_bucket.lua"),
+    ),
+    ("gcra", include_str!("../../../lua/gcra.lua")),
+    ("penalty", include_str!("../../../lua/penalty.lua")),
+    ("record", include_str!("../../../lua/record.lua")),
+    ("batch", include_str!("../../../lua/batch.lua")),
+    ("fast", include_str!("../../../lua/fast.lua")),
+    ("call", include_str!("../../../lua/call.lua")),
+];
+
+/// The code as the store sends it: a script (`EVALSHA`) when `library` is `None`, else a
+/// function library of that name (`FUNCTION LOAD`); `text` gives each file's text from its
+/// name (`"prelude"`, …) and the text built in (see `RedisStore::lua_source`).
+pub(super) fn source(library: Option<&str>, text: impl Fn(&str, &'static str) -> String) -> String {
+    let body: String = FILES
+        .iter()
+        .map(|&(name, built)| text(name, built))
+        .collect();
+    let Some(name) = library else {
+        return body + "return decide_call(KEYS, ARGV)\n";
     };
+    // Redis 7.0 runs a library's top level without Lua's standard library (no `math`,
+    // `string`, `struct`), so the code is built on the function's first call and kept.
+    format!(
+        "#!lua name={name}\n\
+         local function build()\n{body}return decide_call\nend\n\
+         local decide_call = nil\n\
+         redis.register_function('{name}', function(keys, args)\n\
+         \x20 if not decide_call then\n    decide_call = build()\n  end\n\
+         \x20 return decide_call(keys, args)\nend)\n"
+    )
 }
 
-/// The code without an entry point: the library's body.
-const BODY: &str = source!();
+/// The code as built in, from each file's name and text.
+fn built_in(_: &str, text: &'static str) -> String {
+    text.to_owned()
+}
 
 /// The code as a script (`EVALSHA`): everything is defined anew on every call.
-pub(super) const SOURCE: &str = source!("return decide_call(KEYS, ARGV)\n");
+static SOURCE: LazyLock<String> = LazyLock::new(|| source(None, built_in));
 
 /// Hashed once; `EVALSHA` runs it, and `SCRIPT LOAD` loads it on `NOSCRIPT`.
-pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
 
 /// The code as a Redis function library (`FUNCTION LOAD`, `FCALL`, Redis 7 and later): the
 /// helpers and models are defined once, when the library loads, so a call pays only for its
@@ -65,16 +97,7 @@ pub(super) struct Library {
 /// Built once.
 pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let name = format!("tollgate_{}", &SCRIPT.get_hash()[..16]);
-    // Redis 7.0 runs a library's top level without Lua's standard library (no `math`,
-    // `string`, `struct`), so the code is built on the function's first call and kept.
-    let source = format!(
-        "#!lua name={name}\n\
-         local function build()\n{BODY}return decide_call\nend\n\
-         local decide_call = nil\n\
-         redis.register_function('{name}', function(keys, args)\n\
-         \x20 if not decide_call then\n    decide_call = build()\n  end\n\
-         \x20 return decide_call(keys, args)\nend)\n"
-    );
+    let source = source(Some(&name), built_in);
     Library { name, source }
 });
 
@@ -103,21 +126,18 @@ pub(super) enum Op {
     Try = 6,
 }
 
-/// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Opening {
-    Denied = 0,
-    Admitted = 1,
-    /// The short reply of an admission (`lua/fast.lua`).
-    Short = 2,
-    /// Admitted, and a rule wrote over the state another configuration of its name left:
-    /// that configuration's retry moved, so every deny cache must hear of it.
-    Adopted = 3,
-    /// In a call's reply only: a [`Short`](Opening::Short) admission at the instant of the
-    /// one just before it, with no rule delayed, sent without them; [`split_reply`] gives
-    /// them back.
-    ShortAgain = 4,
-}
+/// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`): [`REPLY_ADMITTED`] or
+/// 0, plus [`REPLY_AGAIN`] when the reply leaves out its instants (those of the batch just
+/// before it in the call), plus [`REPLY_WIDTH`] times the values it sends per rule (the
+/// first of its [`FIELDS`]; the rest are 0).
+pub(super) const REPLY_ADMITTED: i64 = 1;
+pub(super) const REPLY_AGAIN: i64 = 2;
+pub(super) const REPLY_WIDTH: i64 = 4;
+
+/// The values a rule's reply holds (`lua/record.lua`'s `said`): remaining, reset µs, refund
+/// mark, value (delay or retry µs), outcome, µs after the reservation it counted the request
+/// at (-1 pending), its queue's hold, and 1 when it adopted another configuration's state.
+const FIELDS: usize = 8;
 
 /// Whether the rule keeps a second key (the sliding log's sorted set).
 pub(super) fn has_log(algorithm: &Algorithm) -> bool {
@@ -328,7 +348,7 @@ pub(super) fn load_command(route: Invocation) -> Cmd {
         }
         Invocation::Script => {
             let mut cmd = redis::cmd("SCRIPT");
-            cmd.arg("LOAD").arg(SOURCE);
+            cmd.arg("LOAD").arg(SOURCE.as_str());
             cmd
         }
     }
@@ -346,12 +366,12 @@ pub(super) fn is_not_loaded(route: Invocation, e: &redis::RedisError) -> bool {
 /// Splits the reply to a call into each batch's integers, or the error that batch alone
 /// met; `rules` holds each batch's rule count, in order.
 ///
-/// The reply is one flat array (`lua/call.lua`): per batch, either its integers — 2, now
-/// and four per rule for an admission in short (`lua/fast.lua`); 4 and three per rule for
-/// one at the instant of the short admission just before it, with no delay, which is given
-/// back here in the first form; else 3 and seven per rule — or -1 and the batch's error
+/// The reply is one flat array (`lua/call.lua`): per batch, either its reply (its opening,
+/// see [`REPLY_ADMITTED`], then now and the reservation's wait unless the opening says they
+/// are the batch's before, then per rule its first values) or -1 and the batch's error
 /// message. One array for the call keeps Redis from building, and the client from parsing,
-/// a nested array per batch.
+/// a nested array per batch. Each batch's integers are given back whole, for [`parse`]:
+/// admitted (1) or not (0), now, the wait, then per rule all its [`FIELDS`].
 pub(super) fn split_reply(
     value: Value,
     rules: impl ExactSizeIterator<Item = usize>,
@@ -363,21 +383,11 @@ pub(super) fn split_reply(
     };
     let mut values = values.into_iter();
     let mut replies = Vec::with_capacity(n);
-    // The instant of the batch just before, when it was admitted in short.
-    let mut short_now = None;
+    // The instants of the batch just before, which the next may leave out.
+    let mut before = None;
     for rules in rules {
-        let first = match values.next() {
-            Some(Value::Int(first)) => first,
-            _ => return Err(bad()),
-        };
-        if first == Opening::ShortAgain as i64 {
-            let now = short_now.ok_or_else(bad)?;
-            replies.push(Ok(short_again(&mut values, rules, now).ok_or_else(bad)?));
-            continue;
-        }
-        short_now = None;
-        let len = match first {
-            -1 => {
+        let opening = match values.next() {
+            Some(Value::Int(-1)) => {
                 let message = match values.next() {
                     Some(Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
                     Some(Value::SimpleString(text)) => text,
@@ -385,23 +395,13 @@ pub(super) fn split_reply(
                     None => return Err(bad()),
                 };
                 replies.push(Err(StoreError::Unavailable(message)));
+                before = None;
                 continue;
             }
-            2 => rules.checked_mul(4).and_then(|r| r.checked_add(2)),
-            _ => rules.checked_mul(7).and_then(|r| r.checked_add(3)),
-        }
-        .ok_or_else(bad)?;
-        let mut batch = Vec::with_capacity(len);
-        batch.push(first);
-        for _ in 1..len {
-            match values.next() {
-                Some(Value::Int(i)) => batch.push(i),
-                _ => return Err(bad()),
-            }
-        }
-        if first == Opening::Short as i64 {
-            short_now = batch.get(1).copied();
-        }
+            Some(Value::Int(opening)) if opening >= 0 => opening,
+            _ => return Err(bad()),
+        };
+        let batch = batch_reply(&mut values, opening, rules, &mut before).ok_or_else(bad)?;
         replies.push(Ok(batch));
     }
     if values.next().is_some() {
@@ -410,23 +410,34 @@ pub(super) fn split_reply(
     Ok(replies)
 }
 
-/// An [`Opening::ShortAgain`] reply of `rules` rules at `now` (its remaining, reset and mark
-/// per rule, read from `values`), in the [`Opening::Short`] form: 2, now, then per rule no
-/// delay and those three.
-fn short_again(
+/// The reply of a batch of `rules` rules that opens with `opening`, read from `values` and
+/// given back whole (see [`split_reply`]); `before` holds the instants of the batch just
+/// before it, and then its own.
+fn batch_reply(
     values: &mut impl Iterator<Item = Value>,
+    opening: i64,
     rules: usize,
-    now: i64,
+    before: &mut Option<(i64, i64)>,
 ) -> Option<Vec<i64>> {
-    let mut batch = Vec::with_capacity(rules.checked_mul(4)?.checked_add(2)?);
-    batch.extend([Opening::Short as i64, now]);
     let mut next = || match values.next() {
         Some(Value::Int(i)) => Some(i),
         _ => None,
     };
+    let width = usize::try_from(opening / REPLY_WIDTH)
+        .ok()
+        .filter(|&w| w <= FIELDS)?;
+    let (now, wait) = match opening & REPLY_AGAIN {
+        0 => (next()?, next()?),
+        _ => (*before)?,
+    };
+    *before = Some((now, wait));
+    let mut batch = Vec::with_capacity(rules.checked_mul(FIELDS)?.checked_add(3)?);
+    batch.extend([opening & REPLY_ADMITTED, now, wait]);
     for _ in 0..rules {
-        let (remaining, reset, mark) = (next()?, next()?, next()?);
-        batch.extend([0, remaining, reset, mark]);
+        for _ in 0..width {
+            batch.push(next()?);
+        }
+        batch.resize(batch.len() + FIELDS - width, 0);
     }
     Some(batch)
 }
@@ -435,8 +446,6 @@ fn short_again(
 #[derive(Debug, Clone)]
 pub(super) struct Reply {
     pub(super) admitted: bool,
-    /// A rule adopted another configuration's state ([`Opening::Adopted`]).
-    pub(super) adopted: bool,
     /// The instant the request arrives at: `now`, or later after a wait-mode reservation
     /// (or another Cluster slot's). A leaky bucket's queue does not move it: only the rules
     /// on the bucket's key count the request at its release (see `taken`).
@@ -448,6 +457,9 @@ pub(super) struct Reply {
     /// One per check: the instant its rule counted the request at, the refund mark of its
     /// admission (see `Store::refund`) and its queue's hold, all 0 if none.
     pub(super) taken: SmallVec<[Taken; 4]>,
+    /// One per check: whether its rule wrote over the state another configuration of its
+    /// name left; that configuration's retry moved, so every deny cache must hear of it.
+    pub(super) adopted: SmallVec<[bool; 4]>,
 }
 
 impl Reply {
@@ -457,7 +469,7 @@ impl Reply {
     }
 }
 
-/// Parses the script's reply for `checks`.
+/// Parses the script's reply for `checks`, as [`split_reply`] gives it back.
 pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
     let bad = || {
         StoreError::Protocol(format!(
@@ -467,103 +479,63 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         ))
     };
     let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
-    let opening = values.first().copied();
-    if opening == Some(Opening::Short as i64) {
-        return parse_admitted(values, checks).ok_or_else(bad);
-    }
-    if values.len() != 3 + 7 * checks.len() {
+    let us = |v: i64| uint(v).map(Duration::from_micros);
+    let [admitted, now, wait, ref fields @ ..] = *values else {
+        return Err(bad());
+    };
+    if fields.len() != FIELDS * checks.len() {
         return Err(bad());
     }
-    let (admitted, adopted) = match opening {
-        Some(v) if v == Opening::Denied as i64 => (false, false),
-        Some(v) if v == Opening::Admitted as i64 => (true, false),
-        Some(v) if v == Opening::Adopted as i64 => (true, true),
-        _ => return Err(bad()),
-    };
-    let reserved = uint(values[1])?;
-    let now = uint(values[2])?;
-    let rules = checks
-        .iter()
-        .zip(values[3..].chunks_exact(7))
-        .map(|(check, v)| {
-            let value = uint(v[1])?;
-            let us = Duration::from_micros;
-            let decision = match v[0] {
-                0 => Decision::Allow,
-                1 => Decision::Delay(us(value)),
-                2 => deny(DenyReason::Limited, Some(us(value))),
-                3 => deny(DenyReason::Locked, Some(us(value))),
-                4 => deny(DenyReason::CostExceedsCapacity, None),
-                _ => return Err(bad()),
-            };
-            Ok(RuleOutcome {
-                decision,
-                info: RateLimitInfo {
-                    limit: check.rule.algorithm().quota().0,
-                    remaining: uint(v[2])?,
-                    reset: us(uint(v[3])?),
-                },
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let taken = values[3..]
-        .chunks_exact(7)
-        .map(|v| {
-            // -1: a pending rule, counted only when the request is released.
-            Ok(match v[5] {
-                -1 => Taken::pending(),
-                at => Taken {
-                    hold: uint(v[6])?,
-                    ..Taken::at(StoreId::default(), uint(at)?, uint(v[4])?)
-                },
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Reply {
+    let admitted = admitted == REPLY_ADMITTED;
+    let now = uint(now)?;
+    let reserved = now.checked_add(uint(wait)?).ok_or_else(bad)?;
+    let n = checks.len();
+    let mut reply = Reply {
         admitted,
-        adopted,
         reserved,
         now,
-        rules,
-        taken,
-    })
-}
-
-/// The short reply of an admission (lua/fast.lua): 2, now, then per check its delay,
-/// remaining, reset and mark; every rule counted the request at now, which is also when it
-/// arrives.
-fn parse_admitted(values: &[i64], checks: &[&Check<'_>]) -> Option<Reply> {
-    if values.len() != 2 + 4 * checks.len() {
-        return None;
-    }
-    let uint = |v: i64| u64::try_from(v).ok();
-    let now = uint(values[1])?;
-    let mut rules = Vec::with_capacity(checks.len());
-    let mut taken = SmallVec::with_capacity(checks.len());
-    for (check, v) in checks.iter().zip(values[2..].chunks_exact(4)) {
-        let delay = Duration::from_micros(uint(v[0])?);
-        rules.push(RuleOutcome {
-            decision: if delay.is_zero() {
-                Decision::Allow
-            } else {
-                Decision::Delay(delay)
-            },
+        rules: Vec::with_capacity(n),
+        taken: SmallVec::with_capacity(n),
+        adopted: SmallVec::with_capacity(n),
+    };
+    for (check, v) in checks.iter().zip(fields.chunks_exact(FIELDS)) {
+        let [remaining, reset, mark, value, outcome, at, hold, adopted] = v else {
+            return Err(bad());
+        };
+        let value = us(*value)?;
+        let decision = match outcome {
+            0 if value.is_zero() => Decision::Allow,
+            0 => Decision::Delay(value),
+            1 => deny(DenyReason::Limited, Some(value)),
+            2 => deny(DenyReason::Locked, Some(value)),
+            3 => deny(DenyReason::CostExceedsCapacity, None),
+            _ => return Err(bad()),
+        };
+        reply.rules.push(RuleOutcome {
+            decision,
             info: RateLimitInfo {
                 limit: check.rule.algorithm().quota().0,
-                remaining: uint(v[1])?,
-                reset: Duration::from_micros(uint(v[2])?),
+                remaining: uint(*remaining)?,
+                reset: us(*reset)?,
             },
         });
-        taken.push(Taken::at(StoreId::default(), now, uint(v[3])?));
+        // A rule counts the request only where it passes in an admitted batch; -1: pending,
+        // counted only when the request is released.
+        reply.taken.push(match *at {
+            _ if !admitted || *outcome != 0 => Taken::default(),
+            -1 => Taken::pending(),
+            at => Taken {
+                hold: uint(*hold)?,
+                ..Taken::at(
+                    StoreId::default(),
+                    reserved.saturating_add(uint(at)?),
+                    uint(*mark)?,
+                )
+            },
+        });
+        reply.adopted.push(*adopted != 0);
     }
-    Some(Reply {
-        admitted: true,
-        adopted: false,
-        reserved: now,
-        now,
-        rules,
-        taken,
-    })
+    Ok(reply)
 }
 
 fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
@@ -585,64 +557,55 @@ mod tests {
     use crate::error::StoreError;
 
     /// A script reply is split into one result per batch by its rule count, a batch's error
-    /// kept to that batch.
+    /// kept to that batch, each batch given back whole.
     #[test]
     fn a_call_reply_is_split_by_batch() {
         let ints = |v: &[i64]| v.iter().map(|&i| Value::Int(i)).collect::<Vec<_>>();
-        // An admission in short of one rule, a failed batch, a long reply of two rules and
-        // the empty admission of a batch without rules.
-        let mut flat = ints(&[2, 100, 0, 9, 10, 0]);
+        // An admission of one rule in three values, a failed batch, a denial of two rules in
+        // five, then at the same instants the admission of a batch without rules and one of
+        // two rules in two values, and one at other instants in all eight.
+        let mut flat = ints(&[13, 100, 0, 9, 10, 5]);
         flat.push(Value::Int(-1));
         flat.push(Value::BulkString(b"ERR oom".to_vec()));
-        flat.extend(ints(&[
-            0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0,
-        ]));
-        flat.extend(ints(&[2, 100]));
-        // Admissions in short at the instant of the one before, of two rules and of one.
-        flat.extend(ints(&[4, 8, 11, 0, 7, 12, 3, 4, 6, 5, 4]));
+        flat.extend(ints(&[20, 100, 0, 2, 5, 0, 3, 1, 7, 8, 0, 0, 0]));
+        flat.extend(ints(&[3, 11, 8, 11, 7, 12]));
+        flat.extend(ints(&[33, 200, 5, 1, 2, 3, 4, 0, 6, 7, 1]));
         let replies = super::split_reply(Value::Array(flat), [1, 1, 2, 0, 2, 1].into_iter())
             .expect("well formed");
         assert_eq!(replies.len(), 6);
-        assert_eq!(replies[0], Ok(vec![2, 100, 0, 9, 10, 0]));
+        assert_eq!(replies[0], Ok(vec![1, 100, 0, 9, 10, 5, 0, 0, 0, 0, 0]));
         assert!(matches!(&replies[1], Err(StoreError::Unavailable(m)) if m == "ERR oom"));
-        assert_eq!(
-            replies[2],
-            Ok(vec![0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 0, 0, 7, 8, 0, 0, 0])
-        );
-        assert_eq!(replies[3], Ok(vec![2, 100]));
-        assert_eq!(replies[4], Ok(vec![2, 100, 0, 8, 11, 0, 0, 7, 12, 3]));
-        assert_eq!(replies[5], Ok(vec![2, 100, 0, 6, 5, 4]));
+        let denied = [0, 100, 0, 2, 5, 0, 3, 1, 0, 0, 0, 7, 8, 0, 0, 0, 0, 0, 0];
+        assert_eq!(replies[2], Ok(denied.to_vec()));
+        assert_eq!(replies[3], Ok(vec![1, 100, 0]));
+        let again = [1, 100, 0, 8, 11, 0, 0, 0, 0, 0, 0, 7, 12, 0, 0, 0, 0, 0, 0];
+        assert_eq!(replies[4], Ok(again.to_vec()));
+        assert_eq!(replies[5], Ok(vec![1, 200, 5, 1, 2, 3, 4, 0, 6, 7, 1]));
     }
 
     /// A script reply whose length does not match the batches' rules is a protocol error.
     #[test]
     fn a_call_reply_of_another_length_is_refused() {
         let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+        let failed = |tail: &[i64]| {
+            let mut v = vec![Value::Int(-1), Value::BulkString(b"ERR oom".to_vec())];
+            v.extend(tail.iter().map(|&i| Value::Int(i)));
+            Value::Array(v)
+        };
         for (reply, rules) in [
             // Too short, too long, a count of batches that differs.
-            (ints(&[2, 100, 0, 9, 10]), vec![1]),
-            (ints(&[2, 100, 0, 9, 10, 0, 0]), vec![1]),
-            (ints(&[2, 100, 0, 9, 10, 0]), vec![1, 1]),
+            (ints(&[13, 100, 0, 9, 10]), vec![1]),
+            (ints(&[13, 100, 0, 9, 10, 0, 0]), vec![1]),
+            (ints(&[13, 100, 0, 9, 10, 0]), vec![1, 1]),
             (ints(&[-1]), vec![1]),
             (Value::Int(2), vec![0]),
-            // An admission in short "again" with none before it, or too short.
-            (ints(&[4, 9, 10, 0]), vec![1]),
-            (
-                ints(&[0, 100, 100, 2, 5, 3, 4, 0, 0, 0, 4, 9, 10, 0]),
-                vec![1, 1],
-            ),
-            (
-                Value::Array(vec![
-                    Value::Int(-1),
-                    Value::BulkString(b"ERR oom".to_vec()),
-                    Value::Int(4),
-                    Value::Int(9),
-                    Value::Int(10),
-                    Value::Int(0),
-                ]),
-                vec![1, 1],
-            ),
-            (ints(&[2, 100, 0, 9, 10, 0, 4, 9, 10]), vec![1, 1]),
+            // More values per rule than a rule has, an opening below -1.
+            (ints(&[37, 100, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]), vec![1]),
+            (ints(&[-2, 100, 0]), vec![0]),
+            // Instants left out with no batch before, or only a failed one.
+            (ints(&[15, 9, 10, 0]), vec![1]),
+            (failed(&[15, 9, 10, 0]), vec![1, 1]),
+            (ints(&[13, 100, 0, 9, 10, 0, 15, 9, 10]), vec![1, 1]),
         ] {
             assert!(
                 matches!(

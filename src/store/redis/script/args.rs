@@ -5,7 +5,6 @@ use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
 use crate::store::Check;
 
-
 /// The code the scripts know an algorithm by (`models[code]`; the names in
 /// `lua/prelude.lua`). The fingerprint's encoding carries the same numbers
 /// (`Algorithm::code_and_params`, which a test here holds to these).
@@ -34,7 +33,7 @@ impl Code {
 }
 
 /// One rule's packed argument (`lua/record.lua`'s `rule_args`): the fields in this order,
-/// each a little-endian double.
+/// each a little-endian double, `shadow` and `defers_denials` as one (bits 1 and 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RuleArgs {
     pub(super) code: Code,
@@ -64,8 +63,8 @@ pub(super) struct RuleArgs {
 }
 
 impl RuleArgs {
-    /// The encoded length: fourteen doubles (`RULE_BYTES` in `lua/record.lua`).
-    pub(super) const BYTES: usize = 14 * 8;
+    /// The encoded length: thirteen doubles (`RULE_BYTES` in `lua/record.lua`).
+    pub(super) const BYTES: usize = 13 * 8;
 
     /// The arguments of `check`, the batch's first rule on its key being the `key_id`th.
     pub(super) fn of(check: &Check<'_>, key_id: usize) -> Self {
@@ -109,11 +108,10 @@ impl RuleArgs {
             self.lock_for,
             self.after,
             self.within,
-            u64::from(self.shadow),
+            u64::from(self.shadow) | u64::from(self.defers_denials) << 1,
             self.fingerprint,
             self.quota,
             self.key_id,
-            u64::from(self.defers_denials),
         ];
         for value in fields {
             out.extend_from_slice(&exact_double(value).to_le_bytes());
@@ -132,7 +130,7 @@ pub(super) fn exact_double(value: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Op, Opening};
+    use super::super::{Op, REPLY_ADMITTED, REPLY_AGAIN, REPLY_WIDTH};
     use super::{Code, RuleArgs};
     use crate::{Rate, Rule};
 
@@ -176,11 +174,9 @@ mod tests {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
         for (opening, name) in [
-            (Opening::Denied, "REPLY_DENIED"),
-            (Opening::Admitted, "REPLY_ADMITTED"),
-            (Opening::Short, "REPLY_SHORT"),
-            (Opening::Adopted, "REPLY_ADOPTED"),
-            (Opening::ShortAgain, "REPLY_SHORT_AGAIN"),
+            (REPLY_ADMITTED, "REPLY_ADMITTED"),
+            (REPLY_AGAIN, "REPLY_AGAIN"),
+            (REPLY_WIDTH, "REPLY_WIDTH"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(opening as u64), "{name}");
         }
@@ -191,10 +187,10 @@ mod tests {
         );
     }
 
-    /// Rule arguments encode as fourteen little-endian doubles in the order the script
+    /// Rule arguments encode as thirteen little-endian doubles in the order the script
     /// reads them.
     #[test]
-    fn rule_args_are_fourteen_doubles_in_order() {
+    fn rule_args_are_thirteen_doubles_in_order() {
         let args = RuleArgs {
             code: Code::Gcra,
             cost: 2,
@@ -217,7 +213,7 @@ mod tests {
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("eight bytes")))
             .collect();
-        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 1, 11, 12, 13, 1]
+        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 3, 11, 12, 13]
             .into_iter()
             .map(f64::from)
             .collect();
