@@ -217,7 +217,7 @@ impl RedisStore {
         }
         let cluster = builder
             .build()
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
+            .map_err(|e| StoreError::Misconfigured(format!("invalid redis Cluster URLs: {e} ({URL_FORMS})")))?;
         let connect = async {
             let conn = cluster
                 .get_async_connection()
@@ -266,7 +266,9 @@ impl RedisStore {
 
 /// A client for `url`, with `options`' certificates for a `rediss://` URL.
 fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
-    let invalid = |e: redis::RedisError| StoreError::Unavailable(format!("invalid redis URL: {e}"));
+    let invalid = |e: redis::RedisError| {
+        StoreError::Misconfigured(format!("invalid redis URL: {e} ({URL_FORMS})"))
+    };
     if url.trim_start().starts_with("rediss") {
         install_crypto_provider();
     }
@@ -275,6 +277,11 @@ fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
         None => Client::open(url).map_err(invalid),
     }
 }
+
+/// The URLs [`RedisStore::connect`] takes, for the error of one that is not one of them.
+const URL_FORMS: &str = "expected redis://[user:password@]host[:port][/db], rediss://… for \
+     TLS, several Cluster nodes as redis://host:port,redis://host:port, or \
+     redis+sentinel://[user:password@]host[:port][,host:port…]/service_name[/db]";
 
 /// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
 fn no_answer(addr: &str) -> StoreError {

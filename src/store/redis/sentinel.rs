@@ -69,7 +69,7 @@ impl Target {
         S: AsRef<str>,
     {
         let invalid =
-            |why: String| StoreError::Unavailable(format!("invalid sentinel setup: {why}"));
+            |why: String| StoreError::Misconfigured(format!("invalid sentinel setup: {why}"));
         let mut tls = None;
         let mut hosts = Vec::new();
         for sentinel in sentinels {
@@ -146,7 +146,7 @@ pub(super) fn parse(
     mut options: RedisOptions,
 ) -> Result<(Target, RedisOptions), StoreError> {
     let invalid = |why: &str| {
-        StoreError::Unavailable(format!(
+        StoreError::Misconfigured(format!(
             "invalid redis URL: {why} (expected redis+sentinel://[user:password@]host:port\
              [,host:port…]/service_name[/db])"
         ))
@@ -200,7 +200,7 @@ pub(super) fn parse(
 
 /// `%XX` escapes decoded (a `@`, `:` or `,` in a password).
 fn percent_decode(text: &str) -> Result<String, StoreError> {
-    let bad = || StoreError::Unavailable("invalid redis URL: a bad %-escape".into());
+    let bad = || StoreError::Misconfigured("invalid redis URL: a bad %-escape".into());
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -235,7 +235,7 @@ pub(super) fn client(
             },
             false => ConnectionAddr::Tcp(host.clone(), *port),
         });
-    let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
+    let invalid = |e: RedisError| StoreError::Misconfigured(format!("invalid sentinel setup: {e}"));
     let mut builder =
         SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
             .map_err(invalid)?
