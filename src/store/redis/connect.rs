@@ -11,11 +11,11 @@ use redis::{Client, TlsMode};
 use crate::decision::StoreId;
 use crate::error::StoreError;
 
-use super::access;
 use super::connection::{Connection, KeepAlive};
 use super::dispatch::{Caller, Calls};
 use super::invalidation::Servers;
 use super::options::{install_crypto_provider, RedisOptions};
+use super::primary::Checks;
 use super::script::Invocation;
 use super::sentinel::{self, SentinelConnection};
 use super::setup;
@@ -215,9 +215,9 @@ impl RedisStore {
             }
             builder = builder.certs(certs);
         }
-        let cluster = builder
-            .build()
-            .map_err(|e| StoreError::Misconfigured(format!("invalid redis Cluster URLs: {e} ({URL_FORMS})")))?;
+        let cluster = builder.build().map_err(|e| {
+            StoreError::Misconfigured(format!("invalid redis Cluster URLs: {e} ({URL_FORMS})"))
+        })?;
         let connect = async {
             let conn = cluster
                 .get_async_connection()
@@ -242,11 +242,14 @@ impl RedisStore {
         // A Cluster runs the script: its calls are not coalesced (each batch's keys route
         // to their own node), and a script needs no loading per node ahead of time.
         let cluster = matches!(conn, Connection::Cluster(_));
-        // The commands first: a command denied inside the code would be reported without
-        // its name.
         let prefix = options.escaped_prefix();
-        access::check(&mut conn, addr, &prefix).await?;
-        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
+        let route = setup::check(&mut conn, addr, &prefix, !cluster).await?;
+        if let Connection::Sentinel(sentinel) = &conn {
+            sentinel.check_primaries_with(Checks {
+                prefix: prefix.clone(),
+                route,
+            });
+        }
         let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
         let keep_alive = KeepAlive::start(&conn);
         Ok(Self {
