@@ -55,10 +55,20 @@ async fn a_missing_client_certificate_names_the_option_that_sends_one() {
 /// A URL that is not one names the forms `connect` takes.
 #[tokio::test]
 async fn a_malformed_url_names_the_forms_connect_takes() {
-    for url in ["http://127.0.0.1:6379/", "redis//127.0.0.1:6379", "127.0.0.1:6379"] {
+    for url in [
+        "http://127.0.0.1:6379/",
+        "redis//127.0.0.1:6379",
+        "127.0.0.1:6379",
+    ] {
         let msg = misconfigured(url, RedisOptions::new()).await;
-        assert!(msg.contains("redis://[user:password@]host[:port][/db]"), "{url}: {msg}");
-        assert!(msg.contains("rediss://") && msg.contains("redis+sentinel://"), "{msg}");
+        assert!(
+            msg.contains("redis://[user:password@]host[:port][/db]"),
+            "{url}: {msg}"
+        );
+        assert!(
+            msg.contains("rediss://") && msg.contains("redis+sentinel://"),
+            "{msg}"
+        );
     }
 }
 

@@ -11,11 +11,11 @@ use redis::{Client, TlsMode};
 use crate::decision::StoreId;
 use crate::error::StoreError;
 
+use super::access;
 use super::connection::{Connection, KeepAlive};
 use super::dispatch::{Caller, Calls};
 use super::invalidation::Servers;
 use super::options::{install_crypto_provider, RedisOptions};
-use super::primary::Checks;
 use super::script::Invocation;
 use super::sentinel::{self, SentinelConnection};
 use super::setup;
@@ -243,12 +243,12 @@ impl RedisStore {
         // to their own node), and a script needs no loading per node ahead of time.
         let cluster = matches!(conn, Connection::Cluster(_));
         let prefix = options.escaped_prefix();
-        let route = setup::check(&mut conn, addr, &prefix, !cluster).await?;
+        let route = check(&mut conn, addr, &prefix, !cluster).await?;
         if let Connection::Sentinel(sentinel) = &conn {
-            sentinel.check_primaries_with(Checks {
-                prefix: prefix.clone(),
-                route,
-            });
+            let prefix: Arc<[u8]> = Arc::from(prefix.as_slice());
+            sentinel.check_primaries_with(Box::new(move |client, addr| {
+                Box::pin(check_primary(client, addr, Arc::clone(&prefix), route))
+            }));
         }
         let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
         let keep_alive = KeepAlive::start(&conn);
@@ -265,6 +265,60 @@ impl RedisStore {
             _keep_alive: keep_alive,
         })
     }
+}
+
+/// The checks of a server the store decides on: the user may do everything the store does
+/// under `prefix`, and the code loads and runs ([`setup::dry_decision`]); the route that worked.
+async fn check(
+    conn: &mut Connection,
+    addr: &str,
+    prefix: &[u8],
+    functions: bool,
+) -> Result<Invocation, StoreError> {
+    // The commands first: a command denied inside the code would be reported without its
+    // name.
+    access::check(conn, addr, prefix).await?;
+    setup::dry_decision(conn, addr, functions).await
+}
+
+/// `connect`'s checks, on a primary the sentinels name after the first (`client`, at
+/// `addr`): [`StoreError::Misconfigured`] when the store cannot decide there, another error
+/// when it did not answer.
+async fn check_primary(
+    client: Client,
+    addr: String,
+    prefix: Arc<[u8]>,
+    route: Invocation,
+) -> Result<(), StoreError> {
+    let addr = addr.as_str();
+    let check = async {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+            .set_number_of_retries(0);
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| setup::setup_error(addr, &e))?;
+        let mut conn = Connection::Standalone(manager);
+        let info = setup::server_info(&mut conn, addr).await?;
+        if let Some(refusal) = info.refusal(addr) {
+            return Err(refusal);
+        }
+        let functions = route == Invocation::Function;
+        let found = check(&mut conn, addr, &prefix, functions).await?;
+        // Before Redis 7 there are no functions, and calls fall back to the script there.
+        if found != route && info.version.is_none_or(|v| v >= (7, 0)) {
+            return Err(StoreError::Misconfigured(format!(
+                "redis at {addr}: the store calls tollgate's code as a function (FCALL), and \
+                 the Redis user may not load or call functions here: grant it +fcall and \
+                 +function|load"
+            )));
+        }
+        Ok(())
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, check)
+        .await
+        .unwrap_or(Err(StoreError::Timeout))
 }
 
 /// A client for `url`, with `options`' certificates for a `rediss://` URL.

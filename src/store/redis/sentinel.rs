@@ -499,7 +499,7 @@ impl Shared {
             found.addr != primary.addr || primary.refusal.is_some()
         };
         if let Some(checks) = self.checks.get().filter(|_| unchecked) {
-            match checks.run(&found.client, &found.addr).await {
+            match checks(found.client.clone(), found.addr.clone()).await {
                 Ok(()) => {}
                 Err(e @ StoreError::Misconfigured(_)) => found.refusal = Some(e),
                 Err(e) => {
@@ -520,20 +520,8 @@ impl Shared {
             Ok(found)
                 if found.addr != primary.addr || primary.broken || primary.refusal.is_some() =>
             {
-                if found.addr != primary.addr {
-                    let failover = primary::failover(&primary.addr, &found.addr);
-                    tracing::warn!(target: "tollgate::redis", "{failover}");
-                    self.warnings.clear();
-                }
-                match &found.refusal {
-                    Some(e) => self
-                        .warnings
-                        .warn(&found.addr, primary::refused(&found.addr, e)),
-                    None => {
-                        tracing::info!(target: "tollgate::redis", primary = %found.addr, "deciding on the primary the sentinels name");
-                        self.warnings.clear();
-                    }
-                }
+                let refusal = found.refusal.as_ref();
+                self.warnings.adopted(&primary.addr, &found.addr, refusal);
                 self.refused
                     .store(found.refusal.is_some(), Ordering::Release);
                 *primary = found;

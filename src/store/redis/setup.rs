@@ -103,26 +103,12 @@ fn unavailable_command(e: &RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
-/// The checks of a server the store decides on: the user may do everything the store does
-/// under `prefix`, and the code loads and runs ([`dry_decision`]); the route that worked.
-pub(super) async fn check(
-    conn: &mut Connection,
-    addr: &str,
-    prefix: &[u8],
-    functions: bool,
-) -> Result<Invocation, StoreError> {
-    // The commands first: a command denied inside the code would be reported without its
-    // name.
-    super::access::check(conn, addr, prefix).await?;
-    dry_decision(conn, addr, functions).await
-}
-
 /// Loads the code and decides one empty batch in peek mode (no key is touched, so a prefix
 /// chosen later and an ACL limited to it are no obstacle): the code loads, the user may run
 /// it, it runs on this server, and the reply is understood. With `functions`, the code is
 /// loaded as a function library where the server has functions (Redis 7 and later) and the
 /// user may load and call it; else as a script. Returns the route that worked.
-async fn dry_decision(
+pub(super) async fn dry_decision(
     conn: &mut Connection,
     addr: &str,
     functions: bool,
