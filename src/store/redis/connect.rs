@@ -65,6 +65,14 @@ impl RedisStore {
     /// system's roots, a client certificate (mutual TLS), and the prefix whose keys and
     /// channel are checked (and set, as [`with_prefix`](Self::with_prefix) would).
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        let tls = url.trim_start().starts_with("rediss");
+        let certified = options.client.is_some();
+        Self::open(url, options)
+            .await
+            .map_err(|e| perhaps_client_certificate(e, tls && !certified))
+    }
+
+    async fn open(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         if sentinel::is_sentinel_url(url) {
             let (target, options) = sentinel::parse(url, options)?;
             return Self::sentinel(&target, options).await;
@@ -158,7 +166,10 @@ impl RedisStore {
         S: AsRef<str>,
     {
         let target = sentinel::Target::of_parts(sentinels, service)?;
-        Self::sentinel(&target, options).await
+        let uncertified = target.tls && options.client.is_none();
+        Self::sentinel(&target, options)
+            .await
+            .map_err(|e| perhaps_client_certificate(e, uncertified))
     }
 
     async fn sentinel(
@@ -340,10 +351,47 @@ const URL_FORMS: &str = "expected redis://[user:password@]host[:port][/db], redi
      TLS, several Cluster nodes as redis://host:port,redis://host:port, or \
      redis+sentinel://[user:password@]host[:port][,host:port…]/service_name[/db]";
 
+/// A TLS server that requires a client certificate may close the connection before its
+/// alert saying so is read, or leave it silent: for a connect over TLS without one
+/// (`uncertified`), an error of a connection lost or silent says what it may be.
+fn perhaps_client_certificate(e: StoreError, uncertified: bool) -> StoreError {
+    const SIGNS: [&str; 5] = ["reset", "closed", "broken pipe", "eof", "did not answer"];
+    match e {
+        StoreError::Unavailable(m)
+            if uncertified && SIGNS.iter().any(|s| m.to_ascii_lowercase().contains(s)) =>
+        {
+            StoreError::Unavailable(format!(
+                "{m} (if the server requires a client certificate, pass one with \
+                 RedisOptions::client_cert_pem)"
+            ))
+        }
+        e => e,
+    }
+}
+
 /// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
 fn no_answer(addr: &str) -> StoreError {
     StoreError::Unavailable(format!(
         "redis at {addr} did not answer within {} s: check the URL and that the server is up",
         CONNECT_TIMEOUT.as_secs()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS connection lost or silent, without a client certificate, may be a server that
+    /// requires one: the error says so; with one, or without TLS, it does not.
+    #[test]
+    fn a_lost_tls_connection_without_a_client_certificate_names_the_option() {
+        let lost = || StoreError::Unavailable("redis at h:1: Connection reset by peer".into());
+        let msg = perhaps_client_certificate(lost(), true).to_string();
+        assert!(msg.contains("RedisOptions::client_cert_pem"), "{msg}");
+        assert_eq!(perhaps_client_certificate(lost(), false), lost());
+        let refused = StoreError::Unavailable("redis at h:1: Connection refused".into());
+        assert_eq!(perhaps_client_certificate(refused.clone(), true), refused);
+        let silent = perhaps_client_certificate(no_answer("h:1"), true).to_string();
+        assert!(silent.contains("client_cert_pem"), "{silent}");
+    }
 }
