@@ -37,7 +37,10 @@
 //! [`connect`](crate::store::RedisStore::connect) checks the deployment before it returns: a
 //! wrong URL or password, a certificate that does not verify, a user without one of the
 //! permissions below, a replica, or a server older than Redis 5.0 is an error at start,
-//! naming the fix, rather than a limiter that fails open for every request.
+//! naming the fix, rather than a limiter that fails open for every request. Such an error
+//! is [`StoreError::Misconfigured`](crate::StoreError::Misconfigured) ("rate limit store
+//! misconfigured: …"); one where nothing answers is an outage,
+//! [`StoreError::Unavailable`](crate::StoreError::Unavailable).
 //!
 //! `REDIS_URL` forms that `connect` takes (the examples read `REDIS_URL`):
 //!
@@ -88,6 +91,14 @@
 //! sentinels on a request's path. The URL's credentials and database are the primary's;
 //! sentinels that require a password of their own get it from
 //! [`RedisOptions::sentinel_auth`](crate::store::RedisOptions::sentinel_auth).
+//!
+//! A primary the sentinels name later (a failover, `SENTINEL MONITOR` naming another
+//! server) gets the checks the first got at `connect`, and a warning says that what the old
+//! primary held (counters, penalty locks, held units) may be lost. If the new primary
+//! fails them (its user lacks `@scripting`, say), the store does not decide there: each
+//! call fails with the checks' error, naming the grant, `health()` is `Failing`, and the
+//! checks run again every second until they pass. While the primary the sentinels name
+//! refuses, the log says so, naming it and its error, once and then every few seconds.
 //!
 //! ## Failover, measured
 //!
@@ -157,7 +168,16 @@
 //!
 //! Services that run Redis for you commonly require TLS (`rediss://`, their certificate
 //! chains to the system's roots), rename or refuse administrative commands, and some refuse
-//! `FUNCTION LOAD` or pub/sub:
+//! `FUNCTION LOAD` or pub/sub. `connect` names each mistake with its fix, and asks little:
+//! - a certificate signed by a private CA: "the server's certificate is not signed by a CA
+//!   this client trusts: pass the CA with `RedisOptions::ca_pem`…"; a server that requires
+//!   a client certificate: "the server requires a client certificate: pass one … with
+//!   `RedisOptions::client_cert_pem`…";
+//! - a password missing ("the server requires a password: put it in the URL…") or refused
+//!   ("the server refused the credentials given…: check the user and password");
+//! - a URL of another form (the forms above are listed), or a port where something other
+//!   than Redis answers ("the server does not speak the Redis protocol (is it the right
+//!   port?)");
 //! - without `FUNCTION LOAD` (or `FCALL`) the store runs the script (`EVALSHA`, loaded with
 //!   `SCRIPT LOAD`), which every service that allows Lua allows;
 //! - without `SUBSCRIBE`, leave the deny cache off (`with_deny_cache` fails at start,

@@ -313,8 +313,9 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the store decides as configured now: cheap (a few atomic loads; a store
     /// that is not may start its [`probe`](Self::probe) in the background, so that a polled
     /// readiness endpoint sees it recover), for a readiness endpoint. A store without a
-    /// circuit breaker or a fallback is always
-    /// [`Healthy`](Health::Healthy): its failures show only as errors.
+    /// circuit breaker or a fallback is [`Healthy`](Health::Healthy) (its failures show
+    /// only as errors) unless it knows it cannot decide: a [`RedisStore`] whose Sentinel
+    /// primary failed the checks of `connect` is [`Failing`](Health::Failing).
     fn health(&self) -> Health {
         Health::Healthy
     }

@@ -48,10 +48,14 @@ impl RedisStore {
     /// Before it returns, the store loads its code, decides one empty batch (a dry peek),
     /// and runs each command its code uses once on a key of its own under the prefix (the
     /// default, `tollgate`; [`connect_with`](Self::connect_with) checks another), all
-    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address and the
-    /// fix in the message, when:
-    /// - nothing answers at the URL, the password is wrong, or a TLS certificate does not
-    ///   verify;
+    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address in the
+    /// message, when nothing answers at the URL (an outage, which may pass), and with
+    /// [`StoreError::Misconfigured`], the address and the fix in the message, when:
+    /// - the URL is not one of the forms above, or the server there does not speak Redis;
+    /// - the password is missing or refused;
+    /// - the server's certificate does not verify (an unknown CA:
+    ///   [`RedisOptions::ca_pem`]), or the server requires a client certificate
+    ///   ([`RedisOptions::client_cert_pem`]);
     /// - the Redis user may not run tollgate's code, one of the commands it runs, or use
     ///   the keys or the channel under the prefix (the message names the permission; the
     ///   whole ACL is in the [Redis guide](crate::guide::redis_instances));
@@ -141,6 +145,13 @@ impl RedisStore {
     /// fail at once and the failure policy decides. A primary that hangs rather than dies
     /// costs each call the store's timeout until the sentinels fail it over. The figures,
     /// measured under load, are in the [Redis guide](crate::guide::redis_instances).
+    ///
+    /// Each primary the sentinels name later gets the checks `connect` gave the first, and a
+    /// new primary is logged as a warning (what the old one held may be lost). One that
+    /// fails them is not decided on: every call fails with their
+    /// [`StoreError::Misconfigured`], which names the fix, [`health`](crate::Limiter::health)
+    /// is [`Failing`](crate::store::Health::Failing), and the checks run again every second,
+    /// so a grant given there is taken up without a restart.
     ///
     /// ```no_run
     /// use tollgate::store::{RedisOptions, RedisStore};
