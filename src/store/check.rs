@@ -316,6 +316,12 @@ pub trait Store: Send + Sync + 'static {
     /// circuit breaker or a fallback is [`Healthy`](Health::Healthy) (its failures show
     /// only as errors) unless it knows it cannot decide: a [`RedisStore`] whose Sentinel
     /// primary failed the checks of `connect` is [`Failing`](Health::Failing).
+    ///
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
     fn health(&self) -> Health {
         Health::Healthy
     }
