@@ -224,7 +224,8 @@ fn fix(e: &RedisError) -> Option<Fix> {
         Some("READONLY") => {
             return config("this is a read-only replica: point the store at the primary")
         }
-        Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => return config(CLUSTER_NODE),
+        Some("MOVED" | "ASK" | "CROSSSLOT") => return config(CLUSTER_NODE),
+        Some("CLUSTERDOWN") => return Some(Fix::Outage("the Cluster does not serve every slot")),
         Some("NOAUTH") => return config(NO_PASSWORD),
         Some("WRONGPASS") => return config(WRONG_PASSWORD),
         _ => {}
