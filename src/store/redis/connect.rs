@@ -323,6 +323,10 @@ async fn check_primary(
             .map_err(|e| setup::setup_error(addr, &e))?;
         let mut conn = Connection::Standalone(manager);
         let info = setup::server_info(&mut conn, addr).await?;
+        // Demoted since the sentinels named it (a failover under way): ask them again.
+        if info.replica {
+            return Err(StoreError::Unavailable(format!("{addr} is a replica now")));
+        }
         if let Some(refusal) = info.refusal(addr) {
             return Err(refusal);
         }
