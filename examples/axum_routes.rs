@@ -25,11 +25,22 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tollgate::key::{self, KeyExtractor, RequestHead};
-use tollgate::layer::{DecisionEvent, Limit, Mode, RateLimitLayer};
+use tollgate::layer::{DecisionEvent, DecisionObserver, Limit, Mode, RateLimitLayer};
 use tollgate::{
     store::{MemoryStore, Store},
     ConfigError, Limiter, Penalty, Rate, Rule,
 };
+
+/// Tells of each search the rule on trial would have refused.
+struct WouldRefuse;
+
+impl DecisionObserver for WouldRefuse {
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        if event.outcome.is_ok_and(|o| !o.is_admitted()) {
+            println!("shadow: search-strict would have refused this search");
+        }
+    }
+}
 
 /// The app, on any store.
 pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigError> {
@@ -92,11 +103,7 @@ pub fn app<St: Store + Clone>(limiter: Limiter<St>) -> Result<Router, ConfigErro
             user().or(key::peer_ip()),
         ))
         .mode(Mode::Shadow)
-        .on_decision(|event: &DecisionEvent<'_>| {
-            if !event.outcome().is_admitted() {
-                println!("shadow: search-strict would have refused this search");
-            }
-        })
+        .observe(WouldRefuse)
         .build()?;
 
     Ok(Router::new()

@@ -9,41 +9,29 @@
 -- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach); for
 --   MODE_DENY, the µs since the refusals were made, which are judged as of then
 --   (Store::count_denials).
--- ARGV[3]: mode (prelude.lua's MODE_*). MODE_DECIDE decides; MODE_PEEK decides and writes
---   nothing; MODE_DENY: another slot of a Redis Cluster batch denied: count the penalty
---   denials of the rules that reject, admit nothing; MODE_REFUND takes back the admissions a
---   MODE_DECIDE call made, each rule at its instant in ARGV[5]; MODE_REFUND_HELD gives back a
---   held request's admissions, each rule at its own instant, only where its model's mark
---   says that is exact (Store::refund); MODE_OVERDRAW takes each rule's cost now without a
---   check (a request served at a cost settled above what it took, batch::overdraw);
---   MODE_TRY decides as MODE_DECIDE does, a wait-mode reservation included, and writes
---   nothing (a Redis Cluster part that would count the request at a later instant, committed
---   once every slot has admitted: a refund could not put such a count back as it was).
--- ARGV[4]: extra milliseconds added to every TTL (the TTL is only garbage collection; the
---   state's own expiry instant is what counts, compared exactly in µs).
--- ARGV[5]: the refunds, per rule three little-endian doubles: the instant its admission
---   was recorded at, its mark (by MODE_REFUND only for the hold) and its hold; other modes, the least delay in µs
---   (another slot of a Redis Cluster batch reserved the request that far ahead, so no rule
---   here may count it before now + that), then optionally a space and the µs after now at
---   which another slot's leaky bucket releases the request (the queues here hold it until
---   then at least, and the rules on keys released earlier are pending).
+-- ARGV[3]: mode (prelude.lua's MODE_*): DECIDE; PEEK (decides, writes nothing); DENY
+--   (another Cluster slot denied: count the penalty denials, admit nothing); REFUND (take
+--   back a DECIDE call's admissions at their instants in ARGV[5]); REFUND_HELD (the same
+--   where each model's mark says it is exact, Store::refund); OVERDRAW (take each cost now,
+--   batch::overdraw); TRY (decide as DECIDE, reservation included, write nothing: a
+--   Cluster part committed once every slot has admitted).
+-- ARGV[4]: extra milliseconds added to every TTL (TTLs are only garbage collection).
+-- ARGV[5]: REFUND modes: per rule three little-endian doubles, the admission's instant, its
+--   mark and its hold. Other modes: the least delay in µs (another Cluster slot reserved
+--   that far ahead), then optionally a space and the µs after now at which another slot's
+--   leaky bucket releases the request.
 -- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
--- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation (the instant the request arrives at: now, or
---   later after a wait-mode reservation or another Cluster slot's, ARGV[5]; a leaky bucket's
---   queue does not move it), now, then per rule seven integers: outcome (0 allow, 1 delay,
---   2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry µs), remaining,
---   reset µs, the admission's refund mark (0 if none), the instant the rule counted the
---   request at (0 if not admitted; -1 if pending: a rule on another key than the leaky
---   bucket that holds the request, evaluated at the batch's release and counted only when
---   the request is released, batch::evaluate), and the water a leaky bucket's hold for a
---   longer release added above its queue's own (0 if none; LeakyBucket::hold), which a
---   refund drains with the units.
+-- Returns: REPLY_ADMITTED, REPLY_ADOPTED or REPLY_DENIED (prelude.lua), the reservation
+--   (the instant the request arrives at), now, then per rule seven integers: outcome (0
+--   allow, 1 delay, 2 limited, 3 locked, 4 cost exceeds capacity), its value (delay or retry
+--   µs), remaining, reset µs, the refund mark (0 if none), the instant the rule counted the
+--   request at (0 if not admitted; -1 if pending, batch::evaluate), and the water a leaky
+--   bucket's hold added (0 if none; LeakyBucket::hold).
 --
 -- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
--- The batch being decided, set by decide_batch: batches are decided one at a time, so the
--- helpers below read these instead of being built anew for every batch (closures cost
--- allocations; in a function library they are built once per library load).
+-- The batch being decided, set by decide_batch, so the helpers below are not closures
+-- built anew for every batch.
 local now, max_wait, mode, slack_ms, release_floor, held_floor, rules
 -- Whether a rule of the batch adopted another configuration's state (REPLY_ADOPTED).
 local adopted
@@ -61,9 +49,7 @@ local function held(r, at)
   return 0
 end
 
--- Algorithm::adopt: the state this configuration reads at `at` from a key whose state another
--- configuration wrote (r.carried): a fresh state that has just admitted the units the other
--- one still held, and `extra` more (the request being committed).
+-- Algorithm::adopt, from r.carried.
 local function adopt(r, at, extra)
   local s = r.model.fresh(r, at)
   local units = held(r, at) + extra
@@ -73,9 +59,8 @@ local function adopt(r, at, extra)
   return s
 end
 
--- Writes over another configuration's state: the rule's own state from now on is
--- adopt(r, at, extra) (a sliding log's old entries go), and the reply says REPLY_ADOPTED so
--- that the deny caches hear of it.
+-- Writes over another configuration's state with adopt(r, at, extra); the reply says
+-- REPLY_ADOPTED so that the deny caches hear of it.
 local function take_over(r, at, extra)
   if r.log_key then
     redis.call('DEL', r.log_key)
@@ -93,8 +78,8 @@ local function free_passes(cost, e)
   return e
 end
 
--- Algorithm::evaluate for a state that is the configuration's own, or none (`s` nil: a
--- fresh one). Shared with the streamlined path (fast.lua).
+-- Algorithm::evaluate on the configuration's own state or none (`s` nil). Shared with
+-- fast.lua.
 local function own_evaluate(c, s, at, cost)
   local model = c.model
   if not s then
@@ -121,9 +106,7 @@ local function algorithm_evaluate(r, at, cost)
   if units == 0 then
     return own_evaluate(r, is_live(r, at) and r.state or nil, at, cost)
   end
-  -- Algorithm::evaluate_carried: the other configuration's units count as this one's
-  -- and are held until its state would be empty, so a request that does not fit waits
-  -- exactly until then.
+  -- Algorithm::evaluate_carried.
   local e = r.model.evaluate(r, adopt(r, at, 0), at, cost)
   local held_for = r.carried.empty_at - at
   if not e.ok and e.wait ~= nil then
@@ -134,11 +117,8 @@ local function algorithm_evaluate(r, at, cost)
   return free_passes(cost, e)
 end
 
--- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass.
--- A leaky bucket holds it until the water queued before it has drained (a request that adds
--- no water does not queue); every other rule lets it pass on arrival. Only the rules on the
--- bucket's own key wait for that (batch::key_release): a shared state dated at one client's
--- release would admit nothing before then, to every other client.
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass
+-- (later than arrival only for a leaky bucket's queue).
 local function released_at(r, arrival)
   if not r.leaky or r.cost == 0 or r.shadow then
     return arrival
@@ -167,13 +147,9 @@ local function queued_state(r, at)
 end
 
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
--- (no earlier than another Cluster slot reserved, release_floor), changing nothing. A leaky
--- bucket counts it on arrival, its delay being its queue, and holds it until the batch's
--- release (the latest, no earlier than another Cluster slot's queue releases it,
--- held_floor): when that is later than its own, the time until then reads as queued water
--- (`held`). The other rules count it at their key's release; a rule whose key releases it
--- before the batch does is pending: evaluated at the batch's release, counted only when
--- the request is released.
+-- (no earlier than release_floor), changing nothing; a leaky bucket holds it until the
+-- batch's release (no earlier than held_floor), and rules whose key releases it earlier
+-- are pending.
 local function evaluate_at(arrival)
   local reserved = max(arrival, release_floor)
   local releases = {}
@@ -337,10 +313,9 @@ local function store_state(r)
 end
 
 
--- One rule of the batch: its packed argument `packed`, its key KEYS[key_index] (and, for a
--- sliding log, its log after it) and its stored state, read with one GET, or from what an
--- earlier batch of the call wrote to it (record.lua's get_record; a sliding log: one ZRANGE
--- of its newest member). Returns the rule and the index of the next rule's key.
+-- One rule of the batch from its packed argument and KEYS[key_index] (a sliding log's log
+-- after it), its state read with one GET or from an earlier batch of the call. Returns the
+-- rule and the index of the next rule's key.
 local function load_rule(KEYS, key_index, packed)
   local code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers =
     rule_args(packed)
@@ -348,8 +323,7 @@ local function load_rule(KEYS, key_index, packed)
   -- The rule is its own configuration table (`c` in the models, penalty.lua, record.lua).
   local r = {
     code = code,
-    -- Whether the rule is a leaky bucket (a sliding log is the rule with a `log_key`): read
-    -- here, so that one closure rather than several captures the codes.
+    -- Whether the rule is a leaky bucket (a sliding log is the rule with a `log_key`).
     leaky = code == LEAKY_BUCKET,
     model = model,
     fields = model.fields,
@@ -405,9 +379,8 @@ local function load_rule(KEYS, key_index, packed)
   return r, key_index
 end
 
--- The reply of a call that decides nothing (a refund, an overdraft), opening with `opening`
--- (REPLY_DENIED, or REPLY_ADOPTED when it wrote over another configuration's state): each
--- rule allows, with its quota as it stands.
+-- The reply of a call that decides nothing (a refund, an overdraft), opening with `opening`:
+-- each rule allows, with its quota as it stands.
 local function quota_reply(opening)
   local reply = { opening, now, now }
   for i = 1, #rules do
@@ -436,8 +409,7 @@ local function store_carried(r)
 end
 
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
--- instant in `taken` (ARGV[5]) and replies that each rule allows, with its quota as it
--- stands (the batch was denied elsewhere).
+-- instant in `taken` (ARGV[5]); replies as quota_reply.
 local function refund_batch(taken, marked)
   if #rules > 0 then
     taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
@@ -465,10 +437,8 @@ local function refund_batch(taken, marked)
   return quota_reply(REPLY_DENIED)
 end
 
--- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw:
--- the model carries it as a debt within the exact range), whatever its state admits: a state another configuration wrote is
--- adopted first, as an admission's commit adopts it (and the reply says REPLY_ADOPTED, so
--- that the deny caches hear of it). Replies as quota_reply.
+-- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
+-- adopting another configuration's state first. Replies as quota_reply.
 local function overdraw_batch()
   adopted = false
   for i = 1, #rules do
@@ -491,10 +461,8 @@ local function overdraw_batch()
   return quota_reply(adopted and REPLY_ADOPTED or REPLY_DENIED)
 end
 
--- Step 3 (batch::commit) for rule `r` and its item: counts an admission (`admitted`) in its
--- state, or a denial in its penalty, and writes what changed. Returns the admission's refund
--- mark: what identifies it for a later refund (Store::refund), where the model needs more
--- than the instant; 0 if none.
+-- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
+-- penalty, and writes what changed. Returns the admission's refund mark (0 if none).
 local function commit(r, item, admitted)
   if admitted then
     if r.cost == 0 or item.pending then
@@ -521,9 +489,7 @@ local function commit(r, item, admitted)
       return r.model.mark(r, r.state, item.at, item.eval.wait)
     end
   elseif r.after > 0 and not r.defers and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-    -- A denial by the quota counts (batch::counts_denial); a request already locked out or
-    -- costing more than the rule can ever admit does not, nor one of a rule whose denials
-    -- are left to the caller.
+    -- batch::counts_denial.
     if record_denial(r, r.pen, item.arrival) then
       item.locked = locked_for(r.pen, item.arrival)
     end

@@ -1,28 +1,19 @@
--- The call driver: one call decides one or more batches, each all or nothing on its own, in
--- the order they are given. A store coalesces the batches of requests that wait at the same
--- moment into one call (src/store/redis/dispatch.rs), so the call's fixed costs (entering
--- Redis's Lua, reading TIME, building the reply) are paid once for all of them.
+-- The call driver: one call decides one or more batches (coalesced by
+-- src/store/redis/dispatch.rs), each all or nothing on its own, in order.
 --
 -- KEYS: the batches' keys (batch.lua's KEYS), one batch after another.
 -- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" (its key
 --   and rule counts, batch.lua's ARGV[2], ARGV[3], ARGV[4] as decimal integers, and 1 when
 --   two more arguments follow, else 0) and then its rules' arguments (batch.lua's ARGV[6…],
---   112 bytes each), all one argument, which a call parses once per distinct value
---   (fast.lua's shape_of); then, when <extra> is 1, batch.lua's ARGV[1] (the instant, or ""
---   for the server's TIME) and ARGV[5]; when 0, they are "" and "0". TIME is read at most
---   once per call, so every batch of a call decides at the same instant.
--- Returns: one flat array for the whole call (one table to build here, one array for the
---   client to parse, instead of a table per batch): per batch, in order, batch.lua's reply
---   (its length follows from its first integer and the batch's rule count: 2 + 4 per rule
---   for fast.lua's short admission, 1 + 3 per rule for its REPLY_SHORT_AGAIN, which takes
---   its instant from the batch before it, else 3 + 7 per rule), or -1 and a message when
---   the batch failed (a Redis error, say); the other batches of the call are decided as if
---   it were alone. src/store/redis/script.rs `split_reply` splits it.
--- Batches of one call on the same key share its record: read from Redis until one of them
--- writes it, then from what it wrote, and written once at the call's end (record.lua's
--- get_record, flush_records), each batch decided exactly as one call after another would
--- decide it: under load, when coalescing gathers many requests on one hot key, a call pays
--- one GET and one PSETEX for all of them.
+--   112 bytes each), all one argument (parsed once per distinct value, fast.lua's
+--   shape_of); then, when <extra> is 1, batch.lua's ARGV[1] and ARGV[5]; when 0, they are
+--   "" and "0". TIME is read at most once per call.
+-- Returns: one flat array: per batch, in order, batch.lua's reply (2 + 4 per rule for
+--   fast.lua's short admission, 1 + 3 per rule for REPLY_SHORT_AGAIN, else 3 + 7 per rule),
+--   or -1 and a message when the batch failed; src/store/redis/script.rs `split_reply`
+--   splits it.
+-- Batches of one call on the same key share its record (record.lua's get_record,
+-- flush_records), each decided exactly as one call after another would decide it.
 
 -- A failed batch's reply, written into the call's reply `out` after its position `o`;
 -- returns the new position. Redis 7 raises a command's error as a table with the message
@@ -62,9 +53,8 @@ local function decide_general(KEYS, k, h, now, arg5, time, out, o)
   return o + #reply
 end
 
--- The call's reply, reused from call to call in a function library (where this chunk runs
--- once): Redis copies it out as the call returns, and what a longer reply left past the
--- end is cleared below.
+-- The call's reply, reused from call to call in a function library; what a longer reply
+-- left past the end is cleared below.
 local out = {}
 
 -- Decides the call's batches into `out`; returns the reply's length.
@@ -107,9 +97,8 @@ end
 
 local function decide_call(KEYS, ARGV)
   local ok, o = pcall(decide_batches, KEYS, ARGV)
-  -- The records are written once, at the end (record.lua's flush_records); also when the
-  -- call fails after some batches were decided (a malformed shape), whose decisions stand
-  -- as if each had been written at once.
+  -- The records are written once, at the end; also when the call fails after some batches
+  -- were decided, whose decisions stand.
   flush_records()
   if not ok then
     error(o, 0)

@@ -1,37 +1,23 @@
 -- The streamlined batch: the common case decided without the tables batch.lua builds.
 --
--- A batch takes this path when it decides or peeks (MODE_DECIDE or MODE_PEEK), no other
--- Cluster slot reserved it ahead (ARGV[5] = 0), and every rule is a plain one: no penalty,
--- not shadow, not a leaky bucket (whose queue moves the instant a rule counts at),
--- not a sliding log (whose state is a sorted set), and its stored state is absent, expired
--- or its own configuration's (not another configuration's carried units). Then every rule
--- counts the request at `now`, and the batch admits when every rule does. A batch that is
--- denied in wait mode (max_wait > 0) goes back to batch.lua, which looks for a reservation;
--- so does every other batch. Nothing is written before that choice is made, so the general
--- path decides such a batch from the same state. What is decided and written is exactly
--- what decide_batch decides and writes (tests/vectors.rs compares both with the Rust
--- models). Its reply is decide_batch's, except that an admitted batch is answered in short:
--- 2, now, then per rule: its delay, remaining, reset µs and refund mark, which says what
--- the long form would (reserved = now; per rule, outcome 1 with a delay, else 0, and the
--- request counted at now); src/store/redis/script.rs `parse` reads both. An admission in
--- short right after another in the call's reply, at the same instant and with no rule
--- delayed, is shorter still: 4, then per rule its remaining, reset µs and refund mark
--- (REPLY_SHORT_AGAIN; src/store/redis/script.rs `split_reply` gives it back the instant and
--- the zero delays), as the batches a store coalesces into one call mostly are. It is
--- written straight into the call's one reply (lua/call.lua), with no table of its own.
+-- A batch takes this path when it decides or peeks, no other Cluster slot reserved it
+-- ahead (ARGV[5] = 0), and every rule is plain: no penalty, not shadow, not a leaky bucket
+-- or sliding log, its state absent, expired or its own configuration's. Every other batch,
+-- and one denied in wait mode, goes to batch.lua, with nothing written. What is decided
+-- and written is exactly what decide_batch would (tests/vectors.rs checks both).
+-- Its reply is decide_batch's, except that an admitted batch is answered in short: 2, now,
+-- then per rule its delay, remaining, reset µs and refund mark; and one right after another
+-- short admission at the same instant with no delay: 4, then per rule its remaining, reset
+-- µs and refund mark (REPLY_SHORT_AGAIN). src/store/redis/script.rs reads both.
 
--- The library functions a decision calls, held in locals once (in a function library, once
--- per library load), declared near the closures that capture them (see record.lua): here
--- only fast.lua's and call.lua's closures do.
+-- Library functions held in locals, declared near their closures (see record.lua).
 local tonumber = tonumber
 local tostring = tostring
 local type = type
 local pcall = pcall
 
--- Rule configurations by their packed argument (record.lua's rule_args). Lua interns
--- strings, so the lookup is a hash of a pointer; the coalesced batches of one call usually
--- share their rules, and in a function library the table outlives the call. Costs are part
--- of the argument, so the table is emptied once it holds `CONFIGS_MAX`.
+-- Rule configurations by their packed argument (interned strings: the lookup hashes a
+-- pointer). Emptied once it holds `CONFIGS_MAX`.
 local configs = {}
 local config_count = 0
 local CONFIGS_MAX = 512
@@ -74,10 +60,8 @@ local function config_of(packed)
 end
 
 -- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
--- few (counts, max_wait, mode and slack are its configuration, the rules and costs its
--- routes'), and Lua interns strings, so the lookup hashes a pointer. At most `SHAPES_MAX`
--- are kept; the table is emptied once full. call.lua looks a shape up itself and calls
--- shape_of for one it has not seen: a call per batch would cost more than the lookup.
+-- few. Emptied once it holds `SHAPES_MAX`. call.lua looks a shape up itself and calls
+-- shape_of only for one it has not seen.
 local shapes = {}
 local shape_count = 0
 local SHAPES_MAX = 256
@@ -148,9 +132,7 @@ local f_ok, f_wait, f_remaining, f_reset = {}, {}, {}, {}
 local short_end, short_now = nil, nil
 
 -- The admitted batch's reply in short (see the header), written into `out` after position
--- `o`: 2, now, then per rule its delay, remaining, reset and mark; or REPLY_SHORT_AGAIN, then
--- per rule its remaining, reset and mark. A MODE_DECIDE batch counts the request in each
--- rule's state and writes its record first. Returns the new position.
+-- `o`; a MODE_DECIDE batch writes its records first. Returns the new position.
 local function admit_plain(KEYS, k, h, now, delayed, out, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
@@ -256,11 +238,9 @@ local function deny_plain(h, now, out, o)
   return r
 end
 
--- Decides the batch whose keys start after KEYS[k], whose shape is `h` (shape_of), with
--- batch.lua's ARGV[1] `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil).
--- Writes batch.lua's reply into the call's reply `out` after position `o` and returns the
--- new position, or returns nil when the batch needs the general path (nothing written
--- then, to Redis or to `out`).
+-- Decides the batch whose keys start after KEYS[k], of shape `h`, with batch.lua's ARGV[1]
+-- `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil). Writes its reply into `out`
+-- after `o` and returns the new position, or nil (nothing written) for the general path.
 local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   -- "0" is the only text of 0 a store sends as ARGV[5].
   if not h.fast or arg5 ~= '0' then
@@ -271,8 +251,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   else
     now = tonumber(now)
   end
-  -- Every rule's record read and the rule evaluated, the results kept in the f_ arrays; in
-  -- this function rather than a phase of its own, as a call would cost every decision.
+  -- Every rule's record read and evaluated into the f_ arrays.
   local configs = h.configs
   local admitted, delayed = true, false
   for i = 1, h.nrules do

@@ -6,16 +6,12 @@
 -- and run as one chunk (a script whose last line calls decide_call, or the body of a
 -- function library's builder), so every file sees the locals declared before it.
 --
--- Arithmetic: every quantity is an integer of magnitude at most 2^53 (configuration
--- validation keeps every parameter within 2^50 and every scaled quantity, a quota times a
--- period, within 2^52; instants are microseconds since the epoch, below 2^52 until 2112), so
--- Lua's doubles hold them exactly. The one sum that may pass 2^53 (GCRA's backlog plus a
--- cost, up to twice the tolerance) is only compared with a smaller value, which rounding
--- (monotonic) cannot turn around. Division goes through `div` / `cdiv` (written out as
--- floor(a / b) and ceil(a / b) where a decision would pay for the call): for |a| < 2^53 and
--- b >= 1, the correctly rounded double a/b is never on the wrong side of an integer (a
--- non-integer quotient is at least 1/b away from one, more than the rounding error
--- |a/b| * 2^-53), so floor / ceil of it are the exact integer quotients.
+-- Arithmetic: every quantity is an integer of magnitude at most 2^53 (see
+-- src/algorithm/mod.rs), so doubles hold them exactly. The one sum that may pass 2^53
+-- (GCRA's backlog plus a cost) is only compared with a smaller value, which monotonic
+-- rounding cannot turn around. Division goes through `div` / `cdiv` (or floor(a / b),
+-- ceil(a / b) written out): for |a| < 2^53 and b >= 1 the rounded a/b is never on the wrong
+-- side of an integer, so they are the exact integer quotients.
 
 local floor = math.floor
 local ceil = math.ceil
@@ -85,16 +81,12 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCR
 -- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
 
--- What a batch's reply opens with (batch.lua's header, fast.lua's short replies): `Opening` in
--- src/store/redis/script.rs. ADOPTED: admitted, and a rule wrote over the state another
--- configuration of its name left, which moves that configuration's retry (every instance's
--- deny cache must hear of it). SHORT_AGAIN: a short admission at the instant of the one
--- just before it in the call's reply, with no delay (fast.lua).
+-- What a batch's reply opens with: `Opening` in src/store/redis/script.rs. ADOPTED:
+-- admitted, and a rule wrote over another configuration's state (the deny caches must hear
+-- of it). SHORT_AGAIN: see fast.lua.
 local REPLY_DENIED, REPLY_ADMITTED, REPLY_SHORT, REPLY_ADOPTED, REPLY_SHORT_AGAIN = 0, 1, 2, 3, 4
 
--- The models by algorithm code. Each entry builds its model when first used in a call (a
--- script's closures are created anew on every call, so building only the models a batch
--- uses keeps the call cheap). A model has:
+-- The models by algorithm code, each built when first used in a call. A model has:
 -- fresh(c, now), settled_at(c, s) (the instant the state describes: its last admission,
 -- later than now after a reservation), evaluate(c, s, now, cost), apply(c, s, now, cost),
 -- expires_at(c, s), refund(c, s, now, at, cost, mark) (mark: what mark(c, s, at, delay)

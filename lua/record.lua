@@ -4,14 +4,10 @@
 -- A rule's packed argument (batch.lua's ARGV[6…]): fourteen little-endian doubles,
 -- `RuleArgs` in src/store/redis/script/args.rs: algorithm code, cost, p1, p2, p3, p4 (the
 -- algorithm's parameters, see each algorithm's file), lock_for µs, denials that lock
--- (0 = no penalty), within µs, shadow (1 = a shadow rule: it never denies or delays the batch,
--- and consumes only when it admits on its own; batch::admitted), the configuration's
--- fingerprint (`Rule::fingerprint`), its capacity (`Algorithm::quota`), its key id (the
--- index of the batch's first rule on the same client key: the rules on one key count the
--- request when a leaky bucket on that key releases it, batch::key_release), and whether
--- its quota denials are left to the caller rather than counted towards its penalty (1: a
--- limit charged by outcome, whose layer counts them once the requests in flight have
--- settled; Check::defers_denial).
+-- (0 = no penalty), within µs, shadow (1: batch::admitted), the fingerprint
+-- (`Rule::fingerprint`), the capacity (`Algorithm::quota`), the key id (the index of the
+-- batch's first rule on the same client key, batch::key_release), and defers (1: its quota
+-- denials are left to the caller, Check::defers_denial).
 --
 -- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
 -- (struct.pack "<d…", exact for these integers): the head, which is the fingerprint of the
@@ -22,12 +18,9 @@
 -- window_start. The functions pass its parts as multiple values, not a table, so the
 -- streamlined path builds none.
 
--- The library functions a decision calls, held in locals once (in a function library, once
--- per library load): a global is a table lookup by name on every use, a local a register
--- or an upvalue. Declared here rather than in prelude.lua: a script (EVALSHA) creates every
--- closure anew on each call, and a closure's capture of a local searches the open upvalues
--- from the newest local down, so capturing these from the prelude would cost every script
--- call; here only the closures from this file on capture them.
+-- The library functions a decision calls, held in locals (a global is a lookup by name).
+-- Declared here rather than in prelude.lua so that only the closures from this file on
+-- capture them: a script creates every closure anew on each call.
 local struct_pack = struct.pack
 local struct_unpack = struct.unpack
 local redis_call = redis.call
@@ -61,14 +54,10 @@ local function rule_args(packed)
   return code, cost, p1, p2, p3, p4, lock_for, after, within, shadow, fingerprint, quota, key_id, defers
 end
 
--- The record `raw` (a GET's reply) as configuration `c` (its model's `fields`, `bytes` and
--- `format`, and its `fingerprint`) reads it: what it holds ('own': c's state; 'foreign':
--- another configuration's; 'none': no algorithm state, or no record), c's own state fields
--- f1, f2, f3 (nil past its model's fields, and unless 'own': a model's state table is
--- { f1, f2, f3 }, whose unused slots stay empty), the penalty's three fields,
--- and the head (fingerprint, units in use, empty-at instant). A value that is no record (not
--- a whole number of doubles, or fewer than six) reads as no record. Every decision calls
--- it, so the record of c's own length is read with as few steps as Lua allows.
+-- The record `raw` (a GET's reply) as configuration `c` reads it: what it holds ('own',
+-- 'foreign' or 'none'), c's own state fields f1, f2, f3 (nil past its model's fields, and
+-- unless 'own'), the penalty's three fields, and the head. A value that is no record reads
+-- as none.
 local function read_record(c, raw)
   if raw and #raw == c.bytes then
     local fields = c.fields
@@ -111,19 +100,12 @@ local function read_record(c, raw)
   return 'foreign', nil, nil, nil, l1, l2, l3, t1, t2, t3
 end
 
--- The call's records (lua/call.lua), so that the batches of one call deciding on the same
--- key read it from Redis only until one of them writes it, and write it once: `slot`
--- holds, by key, the index of what the call wrote to it in `written` (the key),
--- `written_record` (the record's bytes, or false for none) and `written_ttl` (the TTL in
--- ms for a PSETEX, false for a DEL), which the call's end writes (flush_records). A key
--- the call only reads is read from Redis each time: it is the same until written, and an
--- entry per read would cost a call on distinct keys more than the GETs it saves. Each
--- batch still reads and writes its records as if alone, so it decides what it would
--- decide one call after another; only the GET and PSETEX in between are saved. A record's
--- TTL is only garbage collection and time stands still within a call, so the last write's
--- TTL is the one that counts, as it would. In a function library the tables outlive the
--- call: one hash entry per key written, emptied at the end (so the table keeps its size),
--- and arrays overwritten by the next call.
+-- The records the call's batches wrote, so that the batches of one call on the same key
+-- read it from Redis only until one writes it, and write it once (flush_records): `slot`
+-- holds, by key, the index in `written` (the key), `written_record` (the bytes, or false
+-- for none) and `written_ttl` (ms for a PSETEX, false for a DEL). A key only read is read
+-- from Redis each time. Time stands still within a call, so the last write's TTL is the
+-- one that counts.
 local slot, written, written_record, written_ttl, written_count = {}, {}, {}, {}, 0
 
 -- What GET `key` answers within the call. Written out on the streamlined path (fast.lua).
@@ -135,11 +117,8 @@ local function get_record(key)
   return redis_call('GET', key)
 end
 
--- TTLs in ms as the decimal text PSETEX takes, by value: the keys of one store are written
--- with the same few TTLs (a rule's state lasts about as long from one request to the next),
--- and a lookup costs less than formatting. In a function library the table outlives the
--- call; it is emptied once it holds `TTL_TEXTS_MAX`. The lookup is written out in
--- flush_records, this function formats and keeps a TTL not seen yet.
+-- TTLs in ms as decimal text, by value (a store writes the same few); emptied once it holds
+-- `TTL_TEXTS_MAX`. flush_records looks them up; this formats a TTL not seen yet.
 local ttl_texts, ttl_text_count = {}, 0
 local TTL_TEXTS_MAX = 1024
 
@@ -169,13 +148,10 @@ local function flush_records()
   written_count = 0
 end
 
--- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (the latest
--- instant it says anything about), or deletes the key once that has passed; the TTL is only
--- garbage collection, the state's own expiry instant is what counts, compared exactly in µs.
--- The record: the head h1, h2, h3, then the state fields (`foreign`, bytes kept as another
--- configuration wrote them, '' for none; or, when `foreign` is nil, configuration `c`'s own
--- f1, f2, f3, as many as its model has), then the penalty's l1, l2, l3. One function, so a
--- write costs the streamlined path one call.
+-- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at`, or deletes
+-- the key once that has passed. The record: the head h1, h2, h3, then the state fields
+-- (`foreign`'s bytes as another configuration wrote them, or when nil `c`'s own f1, f2,
+-- f3), then the penalty's l1, l2, l3.
 local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign)
   local record
   if foreign then

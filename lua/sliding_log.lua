@@ -1,13 +1,10 @@
 -- Sliding log. Mirrors src/algorithm/sliding_log.rs.
 -- Config: c.p1 = limit, c.p2 = window (µs), c.log_key = the log (a sorted set).
 -- State: the sorted set holds one member per instant, "<instant>:<cost>:<through>" scored by
--- the instant: admissions at the same instant are merged into one member (as the model
--- merges them), so members are unique and no entry is lost when two requests share a
--- microsecond. <through> is the running total of units the log has taken, modulo 2^52
--- (Logged::through): the live units are the newest total minus the total before the oldest
--- live entry, and the entry that frees enough units is found by a search on rank. A
--- decision therefore costs O(log n) lookups (O(log² n) at worst for the search of a large
--- cost) and never reads the whole set.
+-- the instant (admissions at one instant merged, as the model merges them). <through> is the
+-- running total modulo 2^52 (Logged::through), so live units are a difference of totals and
+-- the entry that frees enough is found by a search on rank: O(log n) lookups, never the
+-- whole set.
 -- The driver keeps s = { newest = the newest entry, loaded by `load` }; evaluate queries the
 -- set, apply and refund leave the commands to send in s.clear (the set is dead: unlink it),
 -- s.prune_before (drop up to PRUNE_BATCH members scored at or below it), s.removed and
@@ -16,9 +13,8 @@ models[SLIDING_LOG] = function()
   -- Totals wrap at 2^52: a total plus an entry's units (at most 2^50) stays exact in a
   -- double, and a run of live entries never holds 2^52 units.
   local TOTAL = 4503599627370496
-  -- Expired members an admission removes at most: each admission adds at most one member,
-  -- so the backlog shrinks however bursty the traffic was, and no call pays for a whole
-  -- window of expired entries at once.
+  -- Expired members an admission removes at most (it adds at most one), so no call pays
+  -- for a whole window of expired entries at once.
   local PRUNE_BATCH = 64
 
   local function wrap(total)
@@ -128,12 +124,10 @@ models[SLIDING_LOG] = function()
       local freeing = oldest
       if oldest.cost < to_free then
         -- Search on rank between the oldest live entry (frees too little) and the newest
-        -- (frees everything live, and to_free <= used since cost <= limit); `freeing` is
-        -- always the entry at rank `hi`, and `lo_units` / `hi_units` are the units freed up
-        -- to rank lo - 1 and hi. Each probe guesses where to_free falls if the units between
-        -- are spread evenly (one or two probes when costs are alike); a guess that does not
-        -- halve the range is followed by a bisection, so a probe count stays within twice
-        -- that of a binary search whatever the costs. Every probe is an O(log n) ZRANGE.
+        -- (frees everything live); `freeing` is the entry at rank `hi`, `lo_units` /
+        -- `hi_units` the units freed up to rank lo - 1 and hi. Each probe interpolates; one
+        -- that does not halve the range is followed by a bisection, so probes stay within
+        -- twice a binary search's. Every probe is an O(log n) ZRANGE.
         local lo = redis.call('ZCOUNT', c.log_key, '-inf', int(now - window)) + 1
         local hi = redis.call('ZCARD', c.log_key) - 1
         local lo_units, hi_units = oldest.cost, used
@@ -216,9 +210,8 @@ models[SLIDING_LOG] = function()
       end
       return 0
     end,
-    -- Takes back an admission of `cost` logged at `at`. The totals of the entries after it
-    -- drop by what it gives back; those are the admissions made since, within one round
-    -- trip of the refunded one, so few.
+    -- Takes back an admission of `cost` logged at `at`; the totals of the (few) entries
+    -- after it drop by what it gives back.
     refund = function(c, s, now, at, cost)
       local key = c.log_key
       local e = first_of(redis.call('ZRANGEBYSCORE', key, int(at), int(at)))

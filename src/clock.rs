@@ -16,11 +16,9 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now_micros(&self) -> u64;
 
     /// Whether a reading is never earlier than one taken before it on another thread
-    /// (`true` by default). A clock that reads a per-core counter without a fence (the
-    /// default clock of [`MemoryStore::new`](crate::store::MemoryStore::new)) may read a fraction of a microsecond behind another core's
-    /// earlier reading; a [`MemoryStore`](crate::store::MemoryStore) on such a clock never lets its
-    /// time go backwards within a shard (it takes the latest instant it has decided at
-    /// there). Clocks that say `true` are read as they are, so a [`ManualClock`] set back is
+    /// (`true` by default). On a clock that says `false` (a per-core counter read without a
+    /// fence), a [`MemoryStore`](crate::store::MemoryStore) never lets its time go backwards
+    /// within a shard; one that says `true` is read as it is, so a [`ManualClock`] set back is
     /// seen set back.
     fn ordered_across_threads(&self) -> bool {
         true
@@ -45,18 +43,14 @@ impl Clock for SystemClock {
 /// since. The default of [`MemoryStore`](crate::store::MemoryStore::new).
 ///
 /// It reads the CPU's time-stamp counter where that is invariant (through
-/// [`quanta`](https://docs.rs/quanta), calibrated against the monotonic clock once per
-/// process), several times cheaper than a read of the wall clock, which matters to an
-/// in-process decision; elsewhere it reads the OS's monotonic clock.
+/// [`quanta`](https://docs.rs/quanta), calibrated once per process), cheaper than the wall
+/// clock; elsewhere the OS's monotonic clock.
 ///
-/// Because it follows the monotonic clock, it never jumps: an NTP step or an administrator
-/// setting the wall clock back does not move it, so limits neither freeze nor reopen when
-/// the wall clock does. In exchange it drifts from the wall clock: by however far the
-/// counter's rate, calibrated once per process against the monotonic clock (for up to
-/// 200 ms), is off, and by the wall clock's own corrections since the anchor. Neither matters to an in-process store, whose instants
-/// are only ever compared with each other (a retry-after or a reset is a duration); a store
-/// whose instants other processes read (Redis) takes the server's time instead. Make a new
-/// clock to re-anchor it.
+/// It never jumps: an NTP step or a wall clock set back does not move it, so limits neither
+/// freeze nor reopen. In exchange it drifts from the wall clock (by the calibration's error
+/// and the wall clock's corrections since the anchor), which does not matter to an
+/// in-process store, whose instants are only compared with each other. Make a new clock to
+/// re-anchor it.
 ///
 /// Clones share the anchor.
 #[derive(Debug, Clone)]
@@ -102,8 +96,8 @@ impl Clock for MonotonicClock {
 }
 
 /// A clock as a [`MemoryStore`](crate::store::MemoryStore) holds it: its default clock called
-/// directly, any other through the trait object. Every decision reads the clock, and a call
-/// through the trait object would cost the default clock about as much as its reading.
+/// directly (a virtual call would cost about as much as its reading), any other through the
+/// trait object.
 #[derive(Debug, Clone)]
 pub(crate) enum StoreClock {
     Monotonic(MonotonicClock),

@@ -37,9 +37,8 @@ impl Decision {
 pub struct Denial {
     /// Why.
     pub reason: DenyReason,
-    /// The exact wait until the same request would be admitted (for a client alone on its
-    /// key): a retry at this instant succeeds, one microsecond earlier fails. `None` when no
-    /// wait helps ([`DenyReason::CostExceedsCapacity`]).
+    /// The wait, exact to the microsecond, until the same request would be admitted (for a
+    /// client alone on its key); `None` when no wait helps ([`DenyReason::CostExceedsCapacity`]).
     pub retry_after: Option<Duration>,
 }
 
@@ -78,13 +77,12 @@ pub struct RuleOutcome {
 /// The decision of a whole batch, and each rule's part in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// Deny beats Delay beats Allow; a denial carries the longest retry-after of the
-    /// denying rules (or `None` if any of them can never admit).
+    /// Deny beats Delay beats Allow; a denial carries the longest retry-after of the denying
+    /// rules (`None` if any can never admit).
     pub decision: Decision,
     /// One entry per checked rule, in the order of the batch.
     pub rules: RuleOutcomes,
-    /// For an admitted batch, what the store needs to give its units back; `None` when
-    /// denied, or when the store records nothing to give back.
+    /// What the store needs to give an admitted batch's units back; `None` if there is none.
     pub(crate) admission: Option<Admission>,
 }
 
@@ -94,16 +92,13 @@ impl Outcome {
         self.decision.is_admitted()
     }
 
-    /// A batch's outcome from each rule's: Deny beats Delay beats Allow, and a denial
-    /// carries the longest retry-after of the denying rules (`None` if any can never admit).
-    /// For a [`Store`](crate::store::Store) written outside this crate; its admitted outcomes carry
-    /// nothing to give back.
+    /// A batch's outcome from its rules', with nothing to give back (for a
+    /// [`Store`](crate::store::Store) outside this crate).
     pub fn new(rules: RuleOutcomes) -> Self {
         combine(rules, |_| false)
     }
 
-    /// The outcome of the sub-batch made of the rules at `indices` (in that order): what a
-    /// refund of only those rules reads.
+    /// The outcome of the sub-batch of the rules at `indices`, in that order.
     pub(crate) fn select(&self, indices: &[usize]) -> Outcome {
         Outcome {
             decision: self.decision,
@@ -115,8 +110,7 @@ impl Outcome {
         }
     }
 
-    /// The outcome with every unit it took named as `store`'s (a pending rule took none):
-    /// for a store whose admissions are read off a reply that does not name it.
+    /// The outcome with every unit it took named as `store`'s (a pending rule took none).
     #[cfg(any(test, feature = "redis"))]
     pub(crate) fn taken_by(mut self, store: StoreId) -> Outcome {
         if let Some(admission) = &mut self.admission {
@@ -127,9 +121,7 @@ impl Outcome {
         self
     }
 
-    /// The outcome of a batch with `rule` inserted at `i`: a rule decided elsewhere (from a
-    /// lease) that admitted the request, so the batch's decision stands, and that took
-    /// nothing this outcome can give back.
+    /// The outcome with an admitting `rule` decided elsewhere (a lease) inserted at `i`.
     pub(crate) fn with_rule_at(mut self, i: usize, rule: RuleOutcome) -> Outcome {
         let i = i.min(self.rules.len());
         self.rules.0.insert(i, rule);
@@ -140,9 +132,7 @@ impl Outcome {
         self
     }
 
-    /// Whether the request is delayed with rules still to count it when it is released:
-    /// rules on other keys than the leaky bucket that shapes it (see
-    /// [`Store::check`](crate::store::Store::check)).
+    /// Whether [pending](crate::store::Store::check) rules still count it at its release.
     pub(crate) fn needs_confirmation(&self) -> bool {
         self.admission.as_ref().is_some_and(|a| a.is_pending())
     }
@@ -158,9 +148,8 @@ impl Outcome {
     }
 }
 
-/// The per-rule outcomes of a batch ([`Outcome::rules`]), in the order of the batch: a
-/// slice (it derefs to `[RuleOutcome]`) held inline up to two rules, so deciding a batch of
-/// one or two rules allocates nothing. Built by collecting, extending or from a `Vec`.
+/// The per-rule outcomes of a batch ([`Outcome::rules`]), in order: derefs to
+/// `[RuleOutcome]`, inline up to two rules. Built by collecting, extending or from a `Vec`.
 ///
 /// ```
 /// use tollgate::{Decision, RateLimitInfo, RuleOutcome, RuleOutcomes};
@@ -230,9 +219,7 @@ impl<'a> IntoIterator for &'a RuleOutcomes {
     }
 }
 
-/// The decision of the batch from its rules' decisions: Deny beats Delay beats Allow; the
-/// longest retry-after wins, and a denial no wait can lift beats every other. The items
-/// `is_shadow` names (by index) take no part.
+/// The batch's decision ([`Outcome::decision`]); the items `is_shadow` names take no part.
 pub(crate) fn combine(
     rules: impl Into<RuleOutcomes>,
     is_shadow: impl Fn(usize) -> bool,
@@ -267,36 +254,29 @@ fn longer(a: Denial, b: Denial) -> Denial {
     }
 }
 
-/// What a store recorded for an admitted batch, so that the units can go back to the store
-/// that took them: per rule, the store that took them, the instant they were taken at and
-/// the model's mark of the state it left. Kept inside the [`Outcome`]; the
-/// [`Reservation`](crate::Reservation) that owns a held request reads it.
+/// What a store recorded for an admitted batch, so the units can go back to the store that
+/// took them ([`Taken`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admission {
     /// Per rule of the batch, in order.
     pub(crate) taken: SmallVec<[Taken; 2]>,
 }
 
-/// One rule's part of an [`Admission`]: the store that took its units, the instant (µs)
-/// they were taken at and the model's mark of the state it left (see `Algorithm::mark`);
-/// or, `pending`, nothing taken yet: the rule counts the request when it is released.
+/// One rule's part of an [`Admission`]: who took its units, when (µs), the model's mark;
+/// or, `pending`, nothing taken yet.
 #[derive(Debug, Clone, Copy, Eq, Default)]
 pub(crate) struct Taken {
-    /// The store that took the units: a store gives back only its own, so that a refund
-    /// lands where the units were taken however stores are composed.
+    /// The store that took the units: a store gives back only its own.
     pub(crate) store: StoreId,
     pub(crate) at: u64,
     pub(crate) mark: u64,
     pub(crate) pending: bool,
-    /// For a leaky bucket that held the request for another queue's longer release: the
-    /// water the hold added above the queue's own, which a refund drains with the units
-    /// (see `LeakyBucket::hold`); 0 otherwise.
+    /// The water a leaky bucket's hold added (see `LeakyBucket::hold`); 0 otherwise.
     pub(crate) hold: u64,
 }
 
-/// One store of this crate (and its clones, which share its state): the name an
-/// [`Admission`] gives the store that took its units. 0 is no store: nothing was taken.
-/// 32 bits keep [`Taken`] at 32 bytes.
+/// The name of the store (and clones) that took units; 0 is none. 32 bits keep [`Taken`]
+/// at 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub(crate) struct StoreId(u32);
 
@@ -308,8 +288,7 @@ impl StoreId {
     }
 }
 
-/// Equal when the same units were taken alike, by whichever store: two stores that decide
-/// alike answer equal outcomes (the differential tests compare a store with its twin).
+/// Equal when the same units were taken alike by whichever store (for differential tests).
 impl PartialEq for Taken {
     fn eq(&self, other: &Self) -> bool {
         let Self {
@@ -362,14 +341,12 @@ impl Admission {
         self.taken.get(i).copied().unwrap_or_default()
     }
 
-    /// Whether some rules of the batch are still to be counted when the request is
-    /// released.
+    /// Whether some rules are still to be counted at the release.
     pub(crate) fn is_pending(&self) -> bool {
         self.taken.iter().any(|t| t.pending)
     }
 
-    /// The indices (in the batch, in order) of the rules still to be counted when the
-    /// request is released.
+    /// The indices of the rules still to be counted at the release, in order.
     pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
         self.taken
             .iter()
@@ -378,8 +355,7 @@ impl Admission {
             .map(|(i, _)| i)
     }
 
-    /// The admission of the sub-batch made of the rules at `indices` (in that order), to
-    /// give back the units of only some rules of a batch.
+    /// The admission of the sub-batch of the rules at `indices` (in that order).
     pub(crate) fn select(&self, indices: &[usize]) -> Admission {
         Admission {
             taken: indices.iter().map(|&i| self.taken(i)).collect(),

@@ -1,12 +1,11 @@
 //! Distributed rate limiting for tower services.
 //!
 //! tollgate decides whether a request may pass under one or more [`Rule`]s, each counting
-//! under a key (a client IP, a user id, a route, a constant for a global limit). Six
-//! algorithms, all exact integer models, each built by a [`Rule`] constructor: fixed window,
-//! sliding log, sliding window counter, token bucket, leaky bucket (shaping) and GCRA (see
-//! [choosing an algorithm](guide::choosing_an_algorithm)). Rules can lock a key out
-//! after abuse ([`Penalty`]). State lives in a [`Store`](store::Store); [`MemoryStore`](store::MemoryStore) keeps it in
-//! this process, [`RedisStore`] in Redis for many instances (see [`store`]).
+//! under a key (a client IP, a user id, a constant for a global limit). Six exact integer
+//! algorithms: fixed window, sliding log, sliding window counter, token bucket, leaky bucket
+//! (shaping) and GCRA ([choosing one](guide::choosing_an_algorithm)). A [`Penalty`] locks a
+//! key out after abuse. State lives in a [`store`]: [`MemoryStore`](store::MemoryStore) in
+//! this process, [`RedisStore`] in Redis for many instances.
 //!
 //! ```
 //! use std::time::Duration;
@@ -25,56 +24,45 @@
 //! ```
 //!
 //! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
-//! [`Limiter`] for the SMS example with per-minute, per-hour and per-day limits).
+//! [`Limiter`]). Every clone of a [`Limiter`] shares one store, so every clone of a service
+//! using it enforces the same limits (unlike tower's own `RateLimit`, whose counter lives
+//! inside the service).
 //!
-//! For HTTP and gRPC services, [`RateLimitLayer`](layer::RateLimitLayer) applies rules to requests in any tower
+//! For HTTP and gRPC, [`RateLimitLayer`](layer::RateLimitLayer) applies rules in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
-//! `RESOURCE_EXHAUSTED` answers with `Retry-After` and `RateLimit` headers ([`layer::response`]),
-//! and enforce, shadow and wait modes. A layer is built like tower-http's, its whole
-//! configuration checked once at the end: see [`layer`] for a complete example.
+//! `RESOURCE_EXHAUSTED` with `Retry-After` and `RateLimit` headers ([`layer::response`]),
+//! and enforce, shadow and wait modes; see [`layer`] for a complete example.
 //!
-//! Optional features (none on by default): `axum` lets [`key::peer_ip`] read axum's
-//! `ConnectInfo` and [`key::route`] its `MatchedPath`; `tonic` lets [`key::peer_ip`] read
-//! tonic's `TcpConnectInfo` (also inside the `TlsConnectInfo` of a TLS server). Without them the layer still works with axum and tonic, and a
-//! hyper server inserts the peer's `SocketAddr` into each request's extensions. `metrics`
-//! records decisions by rule and outcome, the store's latency and health and the held
-//! requests through the `metrics` facade, for any exporter (see [`layer::observe`]).
-//! `serde` reads a layer's rules from a file (`tollgate::layer::rules_file`: TOML, or any serde
-//! format), whose problems name the file, line and field; with a [`ReloadHandle`](layer::ReloadHandle) a new
-//! file replaces the rules of a running layer.
+//! Optional features (none on by default): `axum` and `tonic` let [`key::peer_ip`] read
+//! their connection info (and [`key::route`] axum's `MatchedPath`); without them the layer
+//! still works, and a hyper server inserts the peer's `SocketAddr` into each request's
+//! extensions. `metrics` records decisions, store latency and health, and held requests
+//! ([`layer::observe`]). `serde` reads a layer's rules from a file
+//! (`tollgate::layer::rules_file`), naming the file, line and field of a problem; a
+//! [`ReloadHandle`](layer::ReloadHandle) swaps them in a running layer.
 //!
-//! The [`guide`] has a page per use case: an API limited per user, an address behind a
-//! proxy, SMS limits on several levels, downloads by size, login lockout, gRPC per method,
-//! waiting for a permit, several instances on Redis, and rolling out a rule in shadow.
-//!
-//! Every clone of a [`Limiter`] shares one store, so every clone of a service using it
-//! enforces the same limits (unlike tower's own `RateLimit`, whose counter lives inside the
-//! service).
+//! The [`guide`] has a page per use case.
 //!
 //! # Glossary
 //!
-//! The words the documentation and the code use for the life of a request:
+//! The words the documentation and the code use for a request's life:
 //!
 //! - **check**: a store decides a batch of rules for a request, all or nothing.
 //! - **hold**: an admitted request waits before it passes (a leaky bucket's shaping delay, or
-//!   wait mode's reserved slot). The layer holds it; outside the layer its [`Reservation`]
-//!   does.
+//!   wait mode's reserved slot), in a [`Reservation`].
 //! - **release**: the instant a held request passes.
 //! - **pending**: a rule that counts a held request only at its release (a global limit
-//!   beside the per-user leaky bucket that delays it), so that one client's queue never
-//!   dates a shared state in the future. [`Reservation::confirm`] counts it.
+//!   beside the per-user leaky bucket that delays it; see [`Store::check`](store::Store::check)).
+//!   [`Reservation::confirm`] counts it.
 //! - **refund**: units a request took go back to the store that took them, for a request
 //!   that will not pass or does not count ([`Reservation::cancel`], [`layer::Charge`]).
-//! - **settle**: a request's cost becomes known once it is served (the bytes a handler
-//!   sent): what its admission took beyond it is refunded, what it took short of it is an
-//!   **overdraft**, taken without a check and carried as a debt the key's next requests pay
+//! - **settle**: a served request's cost becomes known: what its admission took beyond it
+//!   is refunded, what it took short is an **overdraft**, a debt the key's next requests pay
 //!   ([`Reservation::settle`], [`Limit::cost_from_response`](layer::Limit::cost_from_response)).
-//! - **mark**: what identifies the state an admission left, so that a refund takes back
-//!   that admission's units and no one else's.
+//! - **mark**: identifies the state an admission left, so a refund takes back only its units.
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one
 //!   after a change under the same name.
-//! - **shadow**: a rule checked and reported but not enforced (a shadow limit, or any rule in
-//!   shadow mode).
+//! - **shadow**: a rule checked and reported but not enforced.
 //!
 // A link to an item of a feature that is off goes to docs.rs, which documents them all.
 #![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
@@ -102,7 +90,6 @@ mod limiter;
 mod log;
 mod penalty;
 mod rate;
-mod reservation;
 mod rule;
 pub mod store;
 mod stored;
@@ -115,9 +102,9 @@ pub use error::{ConfigError, StoreError};
 pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
-pub use reservation::Reservation;
 pub use rule::Rule;
 pub use store::check::Check;
+pub use store::reservation::Reservation;
 pub use stored::StoredKey;
 
 /// The README's examples compile and run as doc tests.

@@ -1,21 +1,19 @@
-//! [`Limiter`]: checks requests against rules in a store, with or without HTTP.
+//! [`Limiter`]: checks requests against rules in a store.
 
 use std::time::Duration;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::reservation::Reservation;
+use crate::store::reservation::Reservation;
 use crate::store::{Check, Health, MemoryStore, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
 /// Checks requests against rules, keeping state in a [`Store`].
 ///
-/// Usable on its own (a job queue, a CLI, an SMS gateway) and inside the tower layer. It is
-/// a cheap handle: clones share the store, so every clone enforces the same limits.
-///
-/// An SMS gateway's case: per phone number 1 per minute, 5 per hour and 10 per day, checked as
-/// one batch, so a message refused by the minute rule does not use up the hour or the day.
+/// Usable on its own and inside the tower layer; clones share the store, so every clone
+/// enforces the same limits. An SMS gateway checks three rules per phone number as one
+/// batch, so a message the minute rule refuses uses up nothing of the hour or the day:
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,35 +59,26 @@ impl<S: Store> Limiter<S> {
         &self.store
     }
 
-    /// Whether the limiter decides as configured ([`Health::Healthy`]), from a local
-    /// fallback while its primary store is away ([`Health::Degraded`]), or not at all
-    /// because a circuit breaker is open ([`Health::Failing`]). Cheap enough to answer
-    /// every readiness probe; see [`Store::health`].
+    /// How well the store is deciding ([`Store::health`]), cheaply enough for every probe.
     pub fn health(&self) -> Health {
         self.store.health()
     }
 
-    /// Decides a batch all or nothing; see [`Store::check`]. Each check carries its key as
-    /// the store keeps it ([`StoredKey`]: a long key is its digest). A batch with a rule
-    /// that cannot work ([`Rule::validate`]) is refused with [`StoreError::InvalidBatch`]
-    /// naming the rule; nothing is decided.
+    /// Decides a batch all or nothing ([`Store::check`]), each key in its [`StoredKey`]
+    /// form. A batch with a rule that cannot work ([`Rule::validate`]) is refused with
+    /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        // A store that decides at once (MemoryStore) is asked without a future; any other
-        // store's future goes on the heap, where it waits on the network anyway, so that
-        // this future stays small (a caller moves it at least once).
+        // Boxing the store's future keeps this one small (callers move it); a store that
+        // waits on the network can afford the allocation, one that answers at once skips it.
         if let Some(outcome) = self.reserve_now(batch, Duration::ZERO) {
             return outcome;
         }
         Box::pin(self.reserve_outcome(batch, Duration::ZERO)).await
     }
 
-    /// Like [`check`](Self::check), but a batch that would be admitted within `max_wait`
-    /// reserves its units now, atomically, so the slot is the caller's: the
-    /// [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for the wait, and
-    /// owns the units until the request passes ([`Reservation::confirm`]) or gives them back
-    /// ([`Reservation::cancel`], or dropping it). A batch with rules that count the request
-    /// only at its release (rules on other keys than the leaky bucket that delays it) is
-    /// counted by the confirmation. A denied batch's reservation holds nothing.
+    /// Like [`check`](Self::check), but a batch admissible within `max_wait` reserves its
+    /// units now: the [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for
+    /// the wait and owns the units (nothing, if denied) until it is confirmed or cancelled.
     ///
     /// ```
     /// use std::time::Duration;
@@ -123,7 +112,12 @@ impl<S: Store> Limiter<S> {
         S: Clone,
     {
         let outcome = self.reserve_outcome(batch, max_wait).await?;
-        Ok(Reservation::new(self.clone(), batch, outcome, max_wait))
+        Ok(Reservation::new(
+            self.store.clone(),
+            batch,
+            outcome,
+            max_wait,
+        ))
     }
 
     /// What [`reserve`](Self::reserve) decides, as the store answers it.
@@ -135,9 +129,7 @@ impl<S: Store> Limiter<S> {
         self.store.check(batch, max_wait).await
     }
 
-    /// [`reserve_outcome`](Self::reserve_outcome) without a future, for a store that decides
-    /// at once ([`Store::try_check_now`]): the same answer, or `None` when the store cannot give
-    /// it now.
+    /// [`reserve_outcome`](Self::reserve_outcome) via [`Store::try_check_now`].
     #[inline]
     pub(crate) fn reserve_now(
         &self,
@@ -147,24 +139,7 @@ impl<S: Store> Limiter<S> {
         self.store.try_check_now(batch, max_wait)
     }
 
-    /// Gives back the units `outcome` took for `batch` ([`Store::refund`]), under the keys
-    /// the store saw.
-    pub(crate) async fn refund(
-        &self,
-        batch: &[Check<'_>],
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.store.refund(batch, outcome).await
-    }
-
-    /// Takes what `batch` owes beyond what its admission took ([`Store::overdraw`]), under
-    /// the keys the store saw.
-    pub(crate) async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.store.overdraw(batch).await
-    }
-
-    /// Counts the denials of `batch`, refused `ago`, that stand ([`Store::count_denials`]),
-    /// under the keys the store sees.
+    /// [`Store::count_denials`] for `batch`, refused `ago`.
     pub(crate) async fn count_denials(
         &self,
         batch: &[Check<'_>],
@@ -188,58 +163,37 @@ impl<S: Store> Limiter<S> {
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.
-    /// Long keys are digested as in [`check`](Self::check).
-    pub async fn peek(
+    /// `key` is a key's own bytes or a `&StoredKey` an observer kept. A key the store does
+    /// not hold (never seen, expired, or forgotten past a [`MemoryStore`]'s
+    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh.
+    pub async fn peek<'k>(
         &self,
         rule: &Rule,
-        key: impl AsRef<[u8]>,
+        key: impl Into<StoredKey<'k>>,
         cost: u64,
     ) -> Result<RuleOutcome, StoreError> {
+        let key = key.into();
         self.store
-            .peek(Check::new(rule, key.as_ref()).with_cost(cost))
-            .await
-    }
-
-    /// Clears the state of `rule` for `key` and lifts any lock (an admin "unblock").
-    pub async fn reset(&self, rule: &Rule, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        if let Err(e) = rule.validate() {
-            return Err(StoreError::InvalidBatch(e.to_string()));
-        }
-        self.store.reset(rule, &StoredKey::of(key.as_ref())).await
-    }
-}
-
-/// `peek` and `reset` by the key's stored form.
-impl<S: Store> Limiter<S> {
-    /// [`peek`](Self::peek) for a key in its stored form: what a request of `cost` would get
-    /// from `rule`, without consuming anything. A key the store does not hold (never seen,
-    /// expired, or forgotten by a [`MemoryStore`] past its
-    /// [bound](crate::store::MemoryStore::max_keys)) is reported fresh, as `check` would
-    /// find it.
-    pub async fn peek_stored(
-        &self,
-        rule: &Rule,
-        key: &StoredKey<'_>,
-        cost: u64,
-    ) -> Result<RuleOutcome, StoreError> {
-        self.store()
             .peek(Check::stored(rule, key.as_bytes()).with_cost(cost))
             .await
     }
 
-    /// [`reset`](Self::reset) for a key in its stored form: clears its state under `rule`
+    /// [`Store::reset`]: clears `rule`'s state for `key` (as [`peek`](Self::peek) takes it)
     /// and lifts any lock.
-    pub async fn reset_stored(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+    pub async fn reset<'k>(
+        &self,
+        rule: &Rule,
+        key: impl Into<StoredKey<'k>>,
+    ) -> Result<(), StoreError> {
         if let Err(e) = rule.validate() {
             return Err(StoreError::InvalidBatch(e.to_string()));
         }
-        self.store().reset(rule, key).await
+        self.store.reset(rule, &key.into()).await
     }
 }
 
-/// Decisions without a future, for the in-process store, which never waits: what
-/// [`check`](Limiter::check) answers, returned at once, from synchronous code too (a CLI, a
-/// worker thread, a callback), as governor's `check_key` is called.
+/// Decisions without a future on the in-process store, which never waits: what
+/// [`check`](Limiter::check) answers, callable from synchronous code.
 ///
 /// ```
 /// use tollgate::{Check, Limiter, Rate, Rule, store::MemoryStore};
@@ -298,7 +252,7 @@ mod tests {
         assert!(first.is_admitted());
         assert!(!limiter.check_one(&rule, &long).await.unwrap().is_admitted());
         let stored = StoredKey::of(&long);
-        let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+        let peeked = limiter.peek(&rule, &stored, 1).await.unwrap();
         assert!(!peeked.decision.is_admitted());
         store.reset(&rule, &stored).await.unwrap();
         assert!(limiter.check_one(&rule, &long).await.unwrap().is_admitted());

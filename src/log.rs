@@ -1,23 +1,17 @@
 //! Logs that cannot flood: during a store outage or a shadow rollout every request has
 //! something to report, and one line per request would bury everything else in the log.
 //!
-//! Each kind of event is logged at once the first time; events of that kind within the
-//! next interval are only counted (and, for a store failure, the latest error is kept).
-//! When the interval ends with events left out, a summary line says how many and, for
-//! store failures, the last error; the next interval starts then, so a lasting outage
-//! costs one line per interval. A kind whose interval passes with nothing left out goes
-//! quiet: its next event is logged at once again.
+//! Each kind of event is logged at once the first time; the rest of the interval's events
+//! are counted (a store failure's latest error kept), and a summary line when the interval
+//! ends says how many, so a lasting outage costs one line per interval. A kind whose
+//! interval passes quiet logs its next event at once again.
 //!
-//! The summary is written when the interval ends, not only when a later event comes: the
-//! tail of an outage (the failures after the last line, before Redis came back) is
-//! reported even when no failure follows. A small tokio task per layer does that; it is
-//! spawned by the first event left out and ends once a whole interval passes with nothing
-//! left out. Nothing runs per request, and outside a tokio runtime the count is carried
-//! by the next event's line instead. The request path does no allocation here: the kept
-//! error is cloned only when it differs from the one kept before.
+//! The summary comes when the interval ends, so an outage's tail is reported even when no
+//! failure follows: a small tokio task, spawned by the first event left out, ends after a
+//! quiet interval. Outside a runtime the next event's line carries the count.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -274,6 +268,13 @@ async fn summaries(log: Weak<EventLog>) {
         let Some(log) = log.upgrade() else { return };
         log.write_due_summaries();
     }
+}
+
+/// The log of what happens outside a layer (reservations, the in-process store): one for
+/// the process, so that an outage logs a line per interval, not one per request.
+pub(crate) fn process_log() -> Arc<EventLog> {
+    static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
+    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
 }
 
 impl Default for EventLog {

@@ -8,16 +8,10 @@ use crate::clock::duration_to_micros_ceil;
 ///
 /// While locked, every request of the key is denied with
 /// [`DenyReason::Locked`](crate::DenyReason::Locked) and a retry-after of the remaining lock
-/// time, without touching the algorithm's state; one costing more than the rule's
-/// capacity, which no wait would admit, keeps its
-/// [`DenyReason::CostExceedsCapacity`](crate::DenyReason::CostExceedsCapacity). Denials are counted in a window that opens
-/// at the first denial and lasts `within`.
-///
-/// On a layer limit charged by outcome ([`Charge`](crate::layer::Charge)), a refusal counts
-/// only once the requests in flight beside it have settled, and only if the quota still
-/// refuses it then: requests refused only because others hold units their responses give
-/// back (a burst of successful logins) never lock a key out. See `Charge` for what that
-/// cannot see across instances.
+/// time, without touching the algorithm's state (one costing more than the capacity keeps
+/// [`DenyReason::CostExceedsCapacity`](crate::DenyReason::CostExceedsCapacity)). Denials are
+/// counted in a window that opens at the first denial and lasts `within`. On a limit charged
+/// by outcome, see [`Charge`](crate::layer::Charge) for which refusals count.
 ///
 /// ```
 /// use std::time::Duration;

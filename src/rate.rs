@@ -13,14 +13,11 @@ use crate::clock::duration_to_micros_ceil;
 /// # Exactness
 ///
 /// The continuous algorithms (smooth token bucket, leaky bucket, GCRA) compute with the rate
-/// in lowest terms and keep fractions of a microsecond: `Rate::per_day(100_000)` is one unit
-/// every 864 ms, `Rate::per_second(600_000)` three units every 5 µs, both exact. A rate is
-/// exact whenever `quota × period / gcd(amount, period)` (the quota being the bucket's
-/// capacity or burst, the period in µs) is at most 2^52. Otherwise it is rounded down to the
-/// nearest rate the arithmetic holds, never faster: each unit comes less than 1 µs later than
-/// the exact rate would let it (less than `1 / n` µs for a rounded rate of `n` units per
-/// period), which makes the rate slower by about `quota / 2^52` of itself at most (two parts
-/// in ten million for a quota of a billion). A bucket that would take more than 2^52 µs
+/// in lowest terms and keep fractions of a microsecond (`Rate::per_second(600_000)` is three
+/// units every 5 µs). A rate is exact whenever `quota × period / gcd(amount, period)` (the
+/// quota being the capacity or burst, the period in µs) is at most 2^52. Otherwise it is
+/// rounded down, never faster: each unit comes less than 1 µs later than at the exact rate,
+/// about `quota / 2^52` of the rate at most. A bucket that would take more than 2^52 µs
 /// (about 142 years) to fill is refused.
 ///
 /// ```
@@ -87,13 +84,10 @@ impl Rate {
         }
     }
 
-    /// The rate the continuous models compute with when their scaled quantities (a quota times
-    /// the period) must stay within `max_period` µs of period: this rate in lowest terms if it
-    /// fits, else `n` units per `p` µs, `n` the most units this rate lets through in
-    /// `max_period` µs and `p ≤ max_period` the fewest whole µs it takes for them: never
-    /// faster, and each unit comes less than `1 / n` µs (at most 1 µs) later than at the exact
-    /// rate. `None` when even one unit per its interval rounded up to whole microseconds does
-    /// not fit, or for a zero amount or period.
+    /// This rate in lowest terms if its period is within `max_period` µs, else `n` units per
+    /// `p ≤ max_period` µs, `n` the most units it lets through in `max_period` µs and `p` the
+    /// fewest whole µs they take: never faster, each unit less than `1 / n` µs later. `None`
+    /// when even one unit does not fit, or for a zero amount or period.
     pub(crate) fn within_period(self, max_period: u64) -> Option<Rate> {
         if self.amount == 0 || self.period_micros == 0 {
             return None;
@@ -126,10 +120,8 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-/// Division by a number fixed when a rule is built (an enforced rate's amount or period), as
-/// a multiplication and a shift: a 64-bit division is among the slowest instructions, and a
-/// decision's one-pass admission has two or three of them in its chain. Exact for every
-/// dividend: below 2^53 (every scaled quantity of the models; see `algorithm::MAX_PRODUCT`)
+/// Division by a number fixed when a rule is built, as a multiplication and a shift (a
+/// 64-bit division is among the slowest instructions). Exact for every dividend: below 2^53
 /// by Granlund and Montgomery's theorem 4.2 (`m = ⌈2^(53+ℓ) / d⌉` with `2^ℓ ≥ d`), above it
 /// by a plain division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

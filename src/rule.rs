@@ -19,9 +19,8 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// whether abuse locks the key out.
 ///
 /// Every constructor says what it admits. A configuration that cannot work (a zero limit,
-/// a zero period, an invalid name) is recorded in the rule and reported, naming the rule,
-/// by [`validate`](Self::validate) and by the layer's `build` — at start-up, with every
-/// other problem of the layer, so a running service never meets one. Literals need no `?`.
+/// a zero period, an invalid name) is recorded in the rule and reported by
+/// [`validate`](Self::validate) and by the layer's `build`, so literals need no `?`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -45,49 +44,31 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 ///
 /// # Reconfiguring a rule
 ///
-/// Stores keep beside each state the [`fingerprint`](Self::fingerprint) of the algorithm and
-/// parameters that wrote it, so no process reads another configuration's state as its own.
-/// When a rule is changed under the same name (a new deploy, a rolling deploy where old
-/// and new processes share one Redis, or two hand-built rules given to
-/// [`Limiter::check`](crate::Limiter::check)), the state the other configuration wrote is
-/// not read as empty either: it would hand every client a fresh quota. Instead:
+/// Stores keep beside each state the [`fingerprint`](Self::fingerprint) of the configuration
+/// that wrote it. When a rule changes under the same name (a deploy, a rolling deploy
+/// sharing one Redis, two hand-built rules given to [`Limiter::check`](crate::Limiter::check)),
+/// the other configuration's state is neither read as one's own nor as empty (a fresh quota
+/// for every client). Instead:
 ///
-/// - With each state, stores keep a summary any configuration can read: the units in use
-///   when it was last written (the writer's capacity minus what remained) and the instant
-///   it would have been back to empty under the writer's parameters.
+/// - Each state carries a summary any configuration can read: the units in use when it was
+///   last written (the writer's capacity minus what remained) and the instant it would have
+///   been back to empty under the writer's parameters.
 /// - A configuration that finds another's state counts those units as its own, up to its
-///   capacity, and holds them until that instant: nothing frees them earlier, a request
-///   that does not fit is denied with Retry-After exactly that instant, and from then on
-///   the key starts fresh. A request that fits is admitted and the key's state becomes
-///   the new configuration's own (a fresh state that has just admitted the carried units
-///   and the request), refilling or draining at the new configuration's pace. A request
-///   in wait mode does not wait for the carried units: it is denied with that Retry-After
-///   (a state written for the reserved instant could not keep the key closed until then).
-/// - The penalty (denial count and lock) is kept apart from the algorithm's state and
-///   survives a reconfiguration unchanged.
+///   capacity, until that instant. A request that does not fit is denied with Retry-After
+///   exactly that instant (in wait mode too: it does not wait for carried units); one that
+///   fits is admitted and the state becomes the new configuration's own, as if it had just
+///   admitted the carried units and the request.
+/// - The penalty (denial count and lock) is kept apart and survives unchanged.
 ///
-/// This conversion is conservative rather than exact. Within one microsecond, the units
-/// admitted under both configurations together never exceed the larger of their
-/// capacities: a change hands out no second quota. Over any `t` microseconds they never
-/// exceed what each configuration alone admits in `t` (its capacity plus its refill, drain
-/// or further windows), added, less the smaller capacity: each keeps its own refill, but
-/// no second burst (`tests/models/reconfiguration.rs` checks this bound on random pairs of
-/// configurations and rolling-deploy schedules). No stored summary can do better in
-/// general: units the old configuration has already freed (refilled, or whose window
-/// ended) are not in use any more, though the new configuration might have counted them.
-/// One thing is not carried whole: a debt (units a
-/// [`Reservation::settle`](crate::Reservation::settle) took above the capacity). Taken
-/// under the configuration that does not hold the key's state, it takes that state over as
-/// an admission does, with the units in use only up to its own capacity, and the other
-/// configuration reads back at most that capacity: the debt, and the units in use beyond
-/// the smaller capacity, are forgiven.
-///
-/// A client that had used little under the old rule keeps using the new one at once. A key
-/// near its old limit waits, at most until the old configuration would have been back to
-/// a full quota, before it sees the new configuration's full quota. Converting state
-/// exactly would need a formula per pair of algorithms and per direction, in Rust and in
-/// Lua, and exists only for pairs that share a notion of state (a token bucket's refill
-/// mode, say); this rule is one, the same for every pair.
+/// This is conservative rather than exact. Within one microsecond, both configurations
+/// together never admit more than the larger capacity; over any `t` microseconds, never more
+/// than what each alone admits in `t`, added, less the smaller capacity: each keeps its own
+/// refill but there is no second burst (`tests/models/reconfiguration.rs` checks this bound).
+/// A debt ([`Reservation::settle`](crate::Reservation::settle) above the capacity) is not
+/// carried whole: across a change it is carried only up to the capacity, the rest forgiven.
+/// A key near its old limit waits at most until the old configuration would have been back
+/// to a full quota; one formula serves every pair of algorithms, where an exact conversion
+/// would need one per pair and direction, in Rust and in Lua.
 ///
 /// ```
 /// use std::time::Duration;
@@ -113,8 +94,7 @@ pub struct Rule {
     algorithm: Algorithm,
     /// `algorithm.fingerprint()`, computed once: stores compare it on every request.
     fingerprint: u64,
-    /// [`name_digest`] of the name, computed once: the in-process store hashes it with
-    /// the key on every request.
+    /// [`name_digest`] of the name, computed once.
     name_digest: u64,
     penalty: Option<Penalty>,
     cost: u64,
@@ -128,9 +108,8 @@ impl Rule {
         Self::with(name, Ok(algorithm))
     }
 
-    /// The rule, or a rule that records why it cannot work: the name's problem and the
-    /// algorithm's, each prefixed with the rule's name. An unusable rule keeps a
-    /// placeholder algorithm that nothing decides with: every store and the layer refuse it.
+    /// The rule, or one recording why it cannot work (with a placeholder algorithm that
+    /// every store and the layer refuse).
     fn with(name: impl AsRef<str>, algorithm: Result<Algorithm, ConfigError>) -> Self {
         let name = name.as_ref();
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
@@ -158,13 +137,10 @@ impl Rule {
         }
     }
 
-    /// Whether this rule can work; if not, every reason, each naming the rule. The rule
-    /// constructors take literals without a `?` and record what is wrong instead: a
-    /// [`RateLimitLayer`](crate::layer::RateLimitLayer)'s `build` reports it with the rest
-    /// of the layer's configuration, and a [`Limiter`](crate::Limiter) or store given an
-    /// invalid rule refuses the batch ([`StoreError::InvalidBatch`](crate::StoreError)),
-    /// never deciding with it. Rules read at run time (a configuration file) are checked
-    /// here, or with [`checked`](Self::checked).
+    /// Whether this rule can work; if not, every reason, each naming the rule. A layer's
+    /// `build` reports it; a [`Limiter`](crate::Limiter) or store refuses a batch with an
+    /// invalid rule ([`StoreError::InvalidBatch`](crate::StoreError)). Check rules read at
+    /// run time here, or with [`checked`](Self::checked).
     ///
     /// ```
     /// use std::time::Duration;
@@ -181,8 +157,7 @@ impl Rule {
         }
     }
 
-    /// Whether [`validate`](Self::validate) passes, without building its error: what a
-    /// store asks on every request.
+    /// Whether [`validate`](Self::validate) passes, without building its error.
     pub(crate) fn is_valid(&self) -> bool {
         self.problem.is_none()
     }
@@ -207,11 +182,9 @@ impl Rule {
     /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour), windows being
     /// `[k·window, (k+1)·window)`, so every key's windows turn over at the same instants.
     ///
-    /// Cheap (one counter per key) but coarse: a client can spend `limit` at the end of one
-    /// window and `limit` again at the start of the next, so up to 2 × `limit` pass within
-    /// one window-long interval that straddles a boundary. Use
-    /// [`sliding_log`](Self::sliding_log) or [`sliding_window`](Self::sliding_window) where
-    /// that burst matters.
+    /// Cheap (one counter per key) but coarse: up to 2 × `limit` pass within a window-long
+    /// interval that straddles a boundary. Use [`sliding_log`](Self::sliding_log) or
+    /// [`sliding_window`](Self::sliding_window) where that burst matters.
     pub fn fixed_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -236,10 +209,9 @@ impl Rule {
 
     /// Sliding log: never more than `limit` units in any interval of length `window`.
     ///
-    /// Every admission is logged with its time and cost, and counts until `window` after it
-    /// was made. Exact, at the price of memory proportional to the admissions in one window:
-    /// one entry per instant that admitted, so at most `limit` live entries per key. A
-    /// decision costs O(log n) in the number of entries, in process and in Redis alike.
+    /// Every admission is logged with its time and cost and counts for `window`. Exact, at
+    /// the price of one entry per admitting instant (at most `limit` per key); a decision is
+    /// O(log n) in the entries.
     pub fn sliding_log(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -247,26 +219,20 @@ impl Rule {
         )
     }
 
-    /// Sliding window counter: at most `limit` units per `window`, estimated from the current
-    /// and the previous window's counts: admits while
-    /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, with windows
-    /// aligned to the epoch and `elapsed` the time into the current window. O(1) memory (two
-    /// counters) and no boundary burst of 2 × `limit`; the estimate assumes the previous
-    /// window's requests were spread evenly.
+    /// Sliding window counter: admits while
+    /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, windows aligned
+    /// to the epoch. Two counters, no boundary burst of 2 × `limit`; the estimate assumes
+    /// the previous window's requests were spread evenly.
     ///
-    /// **Under sustained traffic it admits `limit − 1` per window, not `limit`.** While the
-    /// previous window counted anything, its weight rounds up to at least one unit until the
-    /// very end of the current window, so the current window fills only to `limit − 1`
-    /// (with `limit` 1: one request per two windows). A burst after a quiet window gets the
-    /// full `limit`. Choose the limit with this in mind (`limit + 1` for "`limit` per window,
-    /// sustained"), or use a [`sliding_log`](Self::sliding_log), which is exact.
+    /// **Under sustained traffic it admits `limit − 1` per window, not `limit`**: the previous
+    /// window's weight rounds up to at least one unit until the current window ends (with
+    /// `limit` 1: one request per two windows). A burst after a quiet window gets the full
+    /// `limit`. Use `limit + 1` for "`limit` per window, sustained", or a
+    /// [`sliding_log`](Self::sliding_log), which is exact.
     ///
-    /// Exact to the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per
-    /// day is). For larger configurations the previous window's weight moves in steps of
-    /// about `window × limit / 2^52` µs (19 ms for a billion per day, 7 s for a billion per
-    /// 366 days): `elapsed` is rounded down to a whole step, so the weight is never lighter
-    /// than the exact one and the window never admits more. Retry-After stays exact for the
-    /// weight as computed.
+    /// Exact to the microsecond while `limit × window (µs)` ≤ 2^52 (50,000 per day is). Beyond,
+    /// the previous window's weight moves in steps of about `window × limit / 2^52` µs, rounded
+    /// so that it is never lighter than the exact one; Retry-After stays exact for that weight.
     pub fn sliding_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(
             name,
@@ -276,12 +242,9 @@ impl Rule {
 
     /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
     /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
-    /// A new key starts full; refill is computed from the elapsed time when a request
-    /// arrives, no timer runs. Exact to the microsecond for every rate whose
-    /// `capacity × period / gcd(amount, period)` is at most 2^52
-    /// (`token_bucket("d", 100_000, Rate::per_day(100_000))` gains one token every 864 ms
-    /// exactly); beyond, the refill is rounded down by less than 1 µs per token (see
-    /// [`Rate`]). A bucket that takes more than 2^52 µs to fill is refused.
+    /// A new key starts full. Exact while `capacity × period / gcd(amount, period)` ≤ 2^52;
+    /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]). A bucket
+    /// that takes more than 2^52 µs to fill is refused.
     pub fn token_bucket(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
         Self::with(
             name,
@@ -289,14 +252,11 @@ impl Rule {
         )
     }
 
-    /// Token bucket refilled in steps: the rate's whole amount is added at the end of each
-    /// period (`Rate::per_second(10)` adds 10 tokens once a second, as a Redis script that
-    /// adds tokens per elapsed period does). Always exact.
+    /// Token bucket refilled in steps: the rate's whole amount at the end of each period
+    /// (`Rate::per_second(10)` adds 10 tokens once a second). Always exact.
     ///
-    /// Periods count from the request that found the bucket full: a key's first request,
-    /// and again the first request after the bucket has refilled to full (a full bucket's
-    /// state is dropped, so idle keys cost no memory). So the steps of one key are not on a
-    /// fixed grid: after each refill to full they restart from the next request.
+    /// Periods count from the request that found the bucket full (a full bucket's state is
+    /// dropped), so a key's steps restart from its next request after each refill to full.
     pub fn token_bucket_stepped(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
         Self::with(
             name,
@@ -304,21 +264,15 @@ impl Rule {
         )
     }
 
-    /// Leaky bucket (shaping): requests queue (up to `capacity` units) and leave at `drain`;
-    /// an admitted request is held until the units queued before it have drained
-    /// ([`Decision::Delay`](crate::Decision::Delay)), so traffic leaves evenly spaced; a
-    /// request that does not fit is denied. This is nginx's `limit_req` without `nodelay`,
-    /// with `capacity` counting the request being served. The drain is exact or rounded like
-    /// a token bucket's refill (see [`token_bucket`](Self::token_bucket) and [`Rate`]).
+    /// Leaky bucket (shaping): requests queue (up to `capacity` units, the one being served
+    /// included) and leave at `drain`, each held until the units before it have drained
+    /// ([`Decision::Delay`](crate::Decision::Delay)); one that does not fit is denied: nginx's
+    /// `limit_req` without `nodelay`. The drain is exact or rounded like a token bucket's.
     ///
     /// In a batch with other leaky buckets (a per-user queue beside a per-tenant one), the
-    /// request passes when the last of their queues releases it, and every queue of the
-    /// batch keeps its slot there: the time a queue would have been free before then reads
-    /// as queued water, so the next request it admits leaves its own units after this one
-    /// really left, never sooner, and a queue without room for that wait denies the batch
-    /// (Retry-After: when it has room). So no bucket lets requests leave faster than
-    /// `drain`, whichever key holds them; the price is the idle time before the release,
-    /// which the bucket does not give to other requests.
+    /// request passes when the last of their queues releases it, and each queue counts the
+    /// wait until then as queued water (a queue without room for it denies the batch). So no
+    /// bucket lets requests leave faster than `drain`; the price is that idle time.
     pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
         Self::with(
             name,
@@ -327,11 +281,9 @@ impl Rule {
     }
 
     /// GCRA: bursts of up to `burst` units, `rate` sustained
-    /// (`gcra("x", 5, Rate::per_second(5))` admits 5 at once, then one every 200 ms). The
-    /// emission interval keeps its fraction of a µs (600,000 per second is 3 units every
-    /// 5 µs, not one every 2 µs); one instant per key is stored, the theoretical arrival
-    /// time of the next unit. The rate is exact or rounded like a token bucket's refill (see
-    /// [`token_bucket`](Self::token_bucket) and [`Rate`]).
+    /// (`gcra("x", 5, Rate::per_second(5))` admits 5 at once, then one every 200 ms). One
+    /// instant per key is stored, with its fraction of a µs; the rate is exact or rounded like
+    /// a token bucket's refill (see [`token_bucket`](Self::token_bucket)).
     pub fn gcra(name: impl AsRef<str>, burst: u64, rate: Rate) -> Self {
         Self::with(name, Gcra::new(burst, rate).map(Algorithm::Gcra))
     }
@@ -374,12 +326,9 @@ impl Rule {
         &self.algorithm
     }
 
-    /// The fingerprint of the algorithm and its parameters (not of the name, the penalty or
-    /// the cost): a digest that is the same in every process and every version of tollgate,
-    /// shared by two rules exactly when their algorithms read and write state alike (the
-    /// same algorithm with the same parameters as enforced, rates in lowest terms). See
-    /// [Reconfiguring a
-    /// rule](#reconfiguring-a-rule).
+    /// The fingerprint of the algorithm and its parameters (not the name, penalty or cost):
+    /// the same in every process and version, shared by two rules exactly when they read and
+    /// write state alike. See [Reconfiguring a rule](#reconfiguring-a-rule).
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
     }
@@ -396,8 +345,7 @@ impl Rule {
 }
 
 /// A rule name folded into 64 bits (FNV-1a): what a store's hasher takes in place of the
-/// name's bytes, so a lookup hashes a word and the key. The same for a name however it is
-/// held (a [`Rule`] caches it; a stored key recomputes it from its bytes).
+/// name's bytes.
 pub(crate) fn name_digest(name: &[u8]) -> u64 {
     name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -406,8 +354,7 @@ pub(crate) fn name_digest(name: &[u8]) -> u64 {
 
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // An unusable rule's placeholder algorithm is not its configuration: show its
-        // problem instead.
+        // An unusable rule's placeholder algorithm is not its configuration.
         let algorithm: &dyn fmt::Debug = match &self.problem {
             None => &self.algorithm,
             Some(problem) => problem,

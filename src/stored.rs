@@ -1,29 +1,19 @@
-//! Keys as the store keeps them: what every [`Check`](crate::Check) carries to a store, and
-//! what a dashboard holds of a key it saw decided (through a
-//! [`DecisionObserver`](crate::layer::DecisionObserver)) and acts on later with
-//! [`Limiter::peek_stored`](crate::Limiter::peek_stored)(crate::Limiter::peek_stored).
+//! Keys as the store keeps them ([`StoredKey`]).
 
 use std::borrow::Cow;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-/// Keys longer than this many bytes are stored under their SHA-256 digest, so a client
-/// sending a 1 MB header costs the store 33 bytes, not 1 MB.
+/// Keys longer than this many bytes are stored under their SHA-256 digest.
 pub(crate) const MAX_KEY_LEN: usize = 128;
 
 /// A key in the form the store keeps it: the key itself up to 128 bytes, otherwise (and for
-/// a key starting with the byte `0xFF`) the byte `0xFF` and the key's 32-byte SHA-256, the
-/// same on every instance, so instances sharing a Redis share the limit. The two forms
-/// cannot be confused: no key kept as itself starts with `0xFF`, so no key can pose as
-/// another's digest.
-///
-/// Every [`Check`](crate::Check) carries its key in this form ([`Check::new`](crate::Check::new) digests it), so a store
-/// never sees a key it must not keep, whoever asks it.
-///
-/// A [`DecisionObserver`](crate::layer::DecisionObserver) receives keys in this form, so
-/// that what it keeps of a client sending a 1 MB key is 33 bytes, and
-/// [`Limiter::peek_stored`](crate::Limiter::peek_stored) and [`Limiter::reset_stored`](crate::Limiter::reset_stored) still reach that client's state.
+/// a key starting with `0xFF`) `0xFF` and the key's SHA-256, the same on every instance; no
+/// key kept as itself can pose as a digest. Every [`Check`](crate::Check) carries this form,
+/// so a 1 MB key costs a store, or a [`DecisionObserver`](crate::layer::DecisionObserver)
+/// keeping it, 33 bytes. [`Limiter::peek`](crate::Limiter::peek) and
+/// [`Limiter::reset`](crate::Limiter::reset) take either form.
 ///
 /// ```
 /// use tollgate::StoredKey;
@@ -52,8 +42,8 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// `bytes`, already in stored form: `None` when no key is stored so (longer than 128
-    /// bytes, or starting with `0xFF` without being 33 bytes long).
+    /// `bytes`, already in stored form: `None` when no key is stored so (over 128 bytes,
+    /// or starting with `0xFF` but not 33 bytes long).
     pub fn from_stored(bytes: &'a [u8]) -> Option<Self> {
         let valid = match bytes.first() {
             Some(0xFF) => bytes.len() == 33,
@@ -85,9 +75,21 @@ impl<'a> StoredKey<'a> {
     }
 }
 
-/// A key's stored form as a [`Check`](crate::Check) carries it: borrowed when the key is kept as itself,
-/// the digest inline otherwise, so that a check stays `Copy` and a long key costs no
-/// allocation.
+/// A key's own bytes, stored in their form.
+impl<'a, K: AsRef<[u8]> + ?Sized> From<&'a K> for StoredKey<'a> {
+    fn from(key: &'a K) -> Self {
+        Self::of(key.as_ref())
+    }
+}
+
+/// A key already in its stored form, as it is.
+impl<'a> From<&'a StoredKey<'_>> for StoredKey<'a> {
+    fn from(key: &'a StoredKey<'_>) -> Self {
+        Self::kept(key.as_bytes())
+    }
+}
+
+/// A key's stored form, borrowed or the digest inline: a check stays `Copy`, unallocated.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeyBytes<'a> {
     /// A key kept as itself, or bytes already in stored form.

@@ -7,8 +7,8 @@
 //! It is built on tollgate's public seam only: an [`Activity`] recorder set on the layer as
 //! its [`DecisionObserver`](tollgate::layer::DecisionObserver), the layer's
 //! [`rules`](tollgate::layer::RateLimitLayer::rules), and
-//! [`Limiter::peek_stored`](tollgate::Limiter::peek_stored) /
-//! [`reset_stored`](tollgate::Limiter::reset_stored).
+//! [`Limiter::peek`](tollgate::Limiter::peek) /
+//! [`reset`](tollgate::Limiter::reset).
 //!
 //! ```
 //! use std::time::Duration;

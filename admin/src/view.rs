@@ -253,8 +253,8 @@ pub(crate) async fn key_state<St: Store>(
     rule: &Rule,
     key: &StoredKey<'_>,
 ) -> Result<KeyState, StoreError> {
-    let now = limiter.peek_stored(rule, key, 0).await?;
-    let next = limiter.peek_stored(rule, key, rule.cost()).await?;
+    let now = limiter.peek(rule, key, 0).await?;
+    let next = limiter.peek(rule, key, rule.cost()).await?;
     let (locked, retry_after) = match next.decision {
         Decision::Deny(denial) => (denial.reason == DenyReason::Locked, denial.retry_after),
         Decision::Delay(wait) => (false, Some(wait)),
@@ -401,7 +401,7 @@ pub(crate) async fn locked<St: Store>(
                 view.more += 1;
                 continue;
             }
-            let next = limiter.peek_stored(rule, &stored, rule.cost()).await?;
+            let next = limiter.peek(rule, &stored, rule.cost()).await?;
             match next.decision.denial() {
                 Some(d) if d.reason == DenyReason::Locked => {
                     let wait = d.retry_after.unwrap_or_default();
@@ -427,7 +427,7 @@ pub(crate) async fn unblock<St: Store>(
     rule: &Rule,
     key: &StoredKey<'_>,
 ) -> Result<(), StoreError> {
-    limiter.reset_stored(rule, key).await?;
+    limiter.reset(rule, key).await?;
     if let Some(activity) = activity.find(rule.name()) {
         activity.forget(key.as_bytes());
     }

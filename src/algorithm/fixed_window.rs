@@ -18,17 +18,10 @@ pub(crate) enum WindowAnchor {
     FirstHit,
 }
 
-/// At most `limit` units per window; the counter starts again at each window.
+/// At most `limit` units per window (see [`Rule::fixed_window`](crate::Rule::fixed_window)).
 ///
-/// A count above the limit (a cost settled above what its admission took) is a debt: each
-/// window that passes pays `limit` of it and the rest is carried into the next, so a
-/// request waits for the first window whose carried count leaves room for it, and the state
-/// lives until the count is paid.
-///
-/// Cheap (one counter per key) but coarse: a client can spend `limit` at the end of one
-/// window and `limit` again at the start of the next, so up to 2 × `limit` pass within one
-/// window-long interval that straddles a boundary. Use [`SlidingLog`](super::SlidingLog) or
-/// [`SlidingWindow`](super::SlidingWindow) where that burst matters.
+/// A count above the limit (a settled debt) is paid `limit` per window, the rest carried
+/// into the next; the state lives until it is paid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FixedWindow {
     limit: u64,
@@ -43,8 +36,7 @@ pub(crate) struct WindowState {
 }
 
 impl FixedWindow {
-    /// What an invalid [`Rule`](crate::Rule) holds in place of its algorithm: never decided
-    /// with, since stores refuse a rule that records a problem.
+    /// What an invalid [`Rule`](crate::Rule) holds in place of its algorithm; never decided with.
     pub(crate) const UNUSABLE: Self = Self {
         limit: 1,
         window: 1,
@@ -87,9 +79,8 @@ impl FixedWindow {
 }
 
 impl FixedWindow {
-    /// The state as it stands at `now`: the window holding `now` (never earlier than the
-    /// stored one) with what is left of the stored count after each window since paid
-    /// `limit`.
+    /// The state at `now`: the window holding `now`, the stored count less `limit` per
+    /// window since.
     fn at(&self, s: &WindowState, now: u64) -> WindowState {
         let turns = now.saturating_sub(s.start) / self.window;
         if turns == 0 {
@@ -154,9 +145,8 @@ impl Model for FixedWindow {
         s.count = (s.count + cost).min(most_owed(self.limit, self.window).max(s.count));
     }
 
-    /// Counts add up, so an admission taken back out of the window that holds it leaves
-    /// exactly the others, whatever was admitted since (a debt carried from it included,
-    /// which the stored count still holds until a later window is written).
+    /// Counts add up, so taking an admission back out of its window leaves exactly the
+    /// others, whatever was admitted since.
     fn refund(
         &self,
         s: &mut WindowState,
@@ -174,11 +164,9 @@ impl Model for FixedWindow {
         }
     }
 
-    /// A first-hit window that has started and counts nothing was started by admissions
-    /// all given back: the next admission starts its own, as if they had never been (an
-    /// epoch window counting nothing reads as none anyway). One that starts later was
-    /// opened by a reservation for the window after a full one: it stays, so the key is
-    /// as closed until then as it was before the reservation.
+    /// A started first-hit window that counts nothing had all its admissions given back: the
+    /// next admission starts its own. One that starts later was opened by a reservation and
+    /// stays, keeping the key closed until then.
     fn is_unused(&self, s: &WindowState, now: u64) -> bool {
         self.anchor == WindowAnchor::FirstHit && s.count == 0 && s.start <= now
     }

@@ -4,17 +4,11 @@ use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT,
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
 
-/// Sustains `rate` with bursts of up to `burst` units, storing one instant per key: the
-/// theoretical arrival time (TAT) of the next unit.
+/// Sustains `rate` with bursts of up to `burst` units, storing the theoretical arrival time
+/// (TAT) of the next unit (see [`Rule::gcra`](crate::Rule::gcra)).
 ///
-/// The emission interval (the rate's period over its amount) keeps its fraction of a
-/// microsecond: 600,000 per second is 3 units every 5 µs, and admits 600,000 units a
-/// second, not the 500,000 an interval rounded to 2 µs would. The TAT is stored as whole
-/// microseconds plus a fraction in units of `1 / amount` µs (of the rate in lowest terms).
-/// It is exact whenever `burst × period / gcd(amount, period)` is at most 2^52; beyond that
-/// the rate is rounded down by less than 1 µs per unit (see [`Rate`]'s exactness notes and
-/// [`enforced_rate`](Self::enforced_rate)). A burst that takes more than 2^52 µs to refill
-/// is refused.
+/// The TAT keeps its fraction of a µs, in units of `1 / amount` µs, so that 600,000 per
+/// second admits 600,000, not the 500,000 an interval rounded to 2 µs would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
     rate: Rate,
@@ -128,10 +122,8 @@ impl Model for Gcra {
         }
     }
 
-    /// A request that fits: the backlog after it, `after` (scaled), says everything: the
-    /// new TAT is `now + after / amount` with the remainder as its fraction, the state
-    /// expires (and the eval resets) `⌈after / amount⌉` µs from now, and `after` is the
-    /// mark. One division by the amount (quotient and remainder) instead of four.
+    /// A request that fits: the scaled backlog after it, `after`, gives the new TAT, the
+    /// expiry and the mark with one division.
     #[inline]
     fn admit_in_one_pass(&self, inner: &mut Inner, now: u64, cost: u64) -> Option<Admitted> {
         if cost == 0 || cost > self.burst {
@@ -173,9 +165,8 @@ impl Model for Gcra {
         };
     }
 
-    /// The TAT moves past the tolerance by the units taken: requests wait until the rate
-    /// has brought it back. Within the exact range: the units taken at once stay within
-    /// [`MAX_PRODUCT`] scaled, and the TAT within [`MAX_SCALED`] µs of `now`.
+    /// The TAT moves past the tolerance by the units taken, within [`MAX_PRODUCT`] scaled
+    /// units and [`MAX_SCALED`] µs of `now`.
     fn overdraw(&self, s: &mut TatState, now: u64, cost: u64) {
         self.apply(s, now, cost.min(MAX_PRODUCT / self.pace.period_micros()));
         let horizon = now + MAX_SCALED;
@@ -187,10 +178,8 @@ impl Model for Gcra {
         }
     }
 
-    /// The scaled backlog the admission at `at` left, `(TAT − at) × amount + fraction`:
-    /// every later admission adds to it and time passing leaves it alone, so it tells
-    /// whether the state is still where this admission left it (even when admissions move
-    /// the TAT by less than a microsecond).
+    /// The scaled backlog the admission at `at` left: every later admission adds to it and
+    /// time leaves it alone, so it tells whether the state is still where this one left it.
     fn mark(&self, s: &TatState, at: u64, _delay: u64) -> u64 {
         s.tat
             .saturating_sub(at)
@@ -199,10 +188,8 @@ impl Model for Gcra {
             .unwrap_or(u64::MAX)
     }
 
-    /// Moves the TAT back by the units, but only while it is where this admission left it:
-    /// a later admission at an instant the TAT had not reached yet would have been counted
-    /// from that instant without this one, so giving these units back then could let more
-    /// through than the rate allows.
+    /// Moves the TAT back by the units, only while it is where this admission left it: a
+    /// later admission was counted without this one, so a refund then could let more through.
     fn refund(
         &self,
         s: &mut TatState,

@@ -4,16 +4,8 @@ use super::{check_range, scaled_rate, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
-/// A queue of up to `capacity` units drained at `drain`: an admitted request is held until
-/// the units queued before it have drained (`Delay`), so traffic leaves evenly spaced; a
-/// request that does not fit in the queue is denied. This is nginx's `limit_req` without
-/// `nodelay`, with `capacity` counting the request being served.
-///
-/// The drain is exact to the microsecond whenever `capacity × period / gcd(amount, period)`
-/// is at most 2^52 (`leaky_bucket("d", 100_000, Rate::per_day(100_000))` releases one unit
-/// every 864 ms exactly); beyond that the drain rate is rounded down by less than 1 µs per
-/// unit (see [`Rate`]'s exactness notes and [`enforced_drain`](Self::enforced_drain)). A
-/// queue that takes more than 2^52 µs to drain is refused.
+/// A queue of up to `capacity` units drained at `drain` (see
+/// [`Rule::leaky_bucket`](crate::Rule::leaky_bucket)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeakyBucket {
     capacity: u64,
@@ -69,12 +61,10 @@ impl LeakyBucket {
         (self.capacity * self.pace.period_micros()).div_ceil(self.pace.amount())
     }
 
-    /// What a request of `cost` units (at least 1) arriving at `at` gets when its batch
-    /// releases it at `until`, later than this queue alone would (another queue of the batch
-    /// holds it longer): this queue keeps it until then, so the time before `until` reads as
-    /// queued water, and the request leaves at `until` with its units draining after it.
-    /// The water queued before it has drained by `until`, whatever the state. The same
-    /// answer as [`evaluate`](Model::evaluate) on a queue that drains exactly at `until`.
+    /// What a request of `cost` units (at least 1) arriving at `at` gets when another queue
+    /// of its batch releases it at `until`: the time before `until` reads as queued water
+    /// (whatever the state, its own water has drained by then), as
+    /// [`evaluate`](Model::evaluate) on a queue that drains exactly at `until`.
     pub(crate) fn evaluate_held(&self, at: u64, cost: u64, until: u64) -> Eval {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         let full = self.capacity * period;
@@ -103,10 +93,8 @@ impl LeakyBucket {
         }
     }
 
-    /// The water [`held`](Self::held) adds above the queue's own (`s`; `None`: empty) when
-    /// it holds a request arriving at `at` until `until`: the state it writes no longer
-    /// shows how much of its water was the queue's, so a refund needs this to leave the
-    /// queue as if the request had never come.
+    /// The water [`held`](Self::held) adds above the queue's own (`s`; `None`: empty): the
+    /// state it writes no longer shows it, and a refund needs it.
     pub(crate) fn hold(&self, s: Option<&LevelState>, at: u64, until: u64) -> u64 {
         let own = s.map_or(0, |s| self.level(s, at));
         until
@@ -168,9 +156,8 @@ impl Model for LeakyBucket {
         };
     }
 
-    /// The units join the queue as water above its capacity, which drains at the rate
-    /// before any request fits. Within the exact range: the water stays within
-    /// [`MAX_PRODUCT`] scaled, and drains within [`MAX_SCALED`] µs.
+    /// The units join the queue as water above its capacity, within [`MAX_PRODUCT`] scaled
+    /// units and [`MAX_SCALED`] µs of drain.
     fn overdraw(&self, s: &mut LevelState, now: u64, cost: u64) {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         let level = self.level(s, now);
@@ -185,19 +172,15 @@ impl Model for LeakyBucket {
         };
     }
 
-    /// The end of the queue right after the admission (the instant the queue is empty again
-    /// if nothing more joins): draining leaves it where it is, so while it has not moved,
-    /// nothing joined the queue behind this admission.
+    /// The end of the queue right after the admission: while it has not moved, nothing
+    /// joined behind this admission.
     fn mark(&self, s: &LevelState, _at: u64, _delay: u64) -> u64 {
         self.expires_at(s)
     }
 
-    /// Drains the admission's units back out of the queue, as much of them as is still in
-    /// it, while nothing queued behind them (the queue's end is still `mark`); and with
-    /// them the water a hold for another queue's longer release added (`hold`), so the
-    /// queue is left as if the request had never come. Requests queued behind keep the
-    /// release they were told, so taking water from the middle of the queue would let a
-    /// new request leave with the last of them: their units stay taken instead.
+    /// Drains the admission's units (and its `hold`) back out while nothing queued behind
+    /// them (the end is still `mark`): requests behind keep the release they were told, so
+    /// water taken from the middle would let a new request leave with the last of them.
     fn refund(
         &self,
         s: &mut LevelState,

@@ -1,27 +1,19 @@
 //! The six algorithms as pure, clock-free models.
 //!
-//! Each model is a configuration plus a state type with two operations:
-//! [`Algorithm::evaluate`] says what a request of some cost would get at an instant without
-//! changing anything, and [`Algorithm::apply`] records an admission. Stores keep the state;
-//! the models know nothing about maps or Redis (the Lua scripts in `lua/` are their twins,
-//! kept in step by the shared vectors in `tests/vectors/`).
+//! Each model is a configuration plus a state: [`Algorithm::evaluate`] says what a request
+//! would get without changing anything, [`Algorithm::apply`] records an admission. Stores keep
+//! the state; the Lua scripts in `lua/` are the models' twins, kept in step by
+//! `tests/vectors/`.
 //!
-//! All time is integer microseconds and all quantities are integers. Where a rate does not
-//! divide evenly (3 per second), the models scale quantities by the period (of the rate in
-//! lowest terms) instead of rounding time, so the arithmetic is exact. Configurations are
-//! validated so that every parameter stays within 2^50 and every scaled quantity (a quota
-//! times a period) within 2^52, which keeps the Lua twins (double precision, exact below
-//! 2^53) exact too. Where a configuration's exact scale would exceed that, the model rounds
-//! so that it never admits more: a rate is slowed by less than 1 µs per unit (see
-//! [`Rate`]), a sliding window's weight moves in steps rather than every µs (see
+//! Time is integer microseconds, quantities integers. Where a rate does not divide evenly,
+//! quantities are scaled by the rate's period instead of rounding time. Parameters stay within
+//! 2^50 and scaled quantities within 2^52, so the Lua twins (doubles, exact below 2^53) are
+//! exact too; beyond that a model rounds so that it never admits more (see [`Rate`] and
 //! [`SlidingWindow`]).
 //!
-//! A state whose [`Algorithm::expires_at`] has passed is the same as no state at all, which is
-//! why stores may delete it.
-//!
-//! A configuration is identified by its [`Algorithm::fingerprint`]; stores keep it beside the
-//! state, so state written under other parameters is never read as one's own (see
-//! [`Rule`](crate::Rule#reconfiguring-a-rule) for what is read instead).
+//! A state past its [`Algorithm::expires_at`] is the same as none, so stores may delete it.
+//! State written under another [`Algorithm::fingerprint`] is never read as one's own (see
+//! [`Rule`](crate::Rule#reconfiguring-a-rule)).
 
 mod fixed_window;
 mod gcra;
@@ -104,10 +96,7 @@ impl Eval {
     }
 }
 
-/// One of the six algorithms with its configuration.
-///
-/// Build one through the [`Rule`](crate::Rule) constructors, or through each algorithm's
-/// `new`, which validate the configuration.
+/// One of the six algorithms with its configuration, validated by each model's `new`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Algorithm {
     /// Counter per window; see [`FixedWindow`].
@@ -124,11 +113,9 @@ pub(crate) enum Algorithm {
     Gcra(Gcra),
 }
 
-/// What any configuration can read of a state another configuration wrote: the units that
-/// state had in use when it was last written (the writer's capacity minus what remained),
-/// and the instant it would have been back to empty under the writer's parameters. Units in
-/// use only ever fall as time passes, so holding `used` until `until` never counts less
-/// than the writer would have.
+/// What any configuration can read of another's state (see
+/// [`Rule`](crate::Rule#reconfiguring-a-rule)). Units in use only fall as time passes, so
+/// holding `used` until `until` never counts less than the writer would have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Carried {
     pub(crate) used: u64,
@@ -199,21 +186,18 @@ impl Algorithm {
         each_model!(self, m => apply_with(m, &mut state.0, now, cost))
     }
 
-    /// [`evaluate`](Self::evaluate) at `now`, and if that admits, [`apply`](Self::apply)
-    /// (for a cost above 0; a cost of 0 changes nothing), with the [`expires_at`](Self::expires_at) and the
-    /// [`mark`](Self::mark) of the state it leaves: one pass for a store's common case, the
-    /// same results as the four calls. A rejection (`Err`) changes nothing.
+    /// [`evaluate`](Self::evaluate), and if that admits, [`apply`](Self::apply) (a cost of 0
+    /// changes nothing), with the [`expires_at`](Self::expires_at) and [`mark`](Self::mark) of
+    /// the state it leaves: the four calls in one pass. A rejection changes nothing.
     #[inline(always)]
     pub(crate) fn admit(&self, state: &mut State, now: u64, cost: u64) -> Result<Admitted, Eval> {
         each_model!(self, m => admit_with(m, &mut state.0, now, cost))
     }
 
     /// Records `cost` units taken at `now` whatever the state admits (a cost settled above
-    /// what the request's admission took): the state owes the whole excess until the rule's
-    /// own rate has paid it, as each model's `overdraw` says; retries stay exact and the
-    /// state lives until the debt is paid. The one cap is the exact range (see the module
-    /// docs): a debt beyond [`MAX_PRODUCT`] units (scaled, where the model scales) or
-    /// [`MAX_SCALED`] µs of payoff is forgiven there.
+    /// the admission's): the state owes the excess until the rule's rate has paid it and
+    /// lives until then. A debt beyond [`MAX_PRODUCT`] units or [`MAX_SCALED`] µs of payoff
+    /// is forgiven there.
     pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
         let cost = cost.min(MAX_PRODUCT);
         if cost > 0 {
@@ -221,18 +205,15 @@ impl Algorithm {
         }
     }
 
-    /// What identifies the admission [`apply`](Self::apply) just recorded at `at`, held
-    /// for `delay` µs by the rule itself, so that [`refund`](Self::refund) can tell whether
-    /// the state still shows it as it was left.
+    /// Identifies the admission [`apply`](Self::apply) just recorded at `at` (held `delay`
+    /// µs), so that [`refund`](Self::refund) can tell whether the state still shows it.
     pub(crate) fn mark(&self, state: &State, at: u64, delay: u64) -> u64 {
         each_model!(self, m => mark_with(m, &state.0, at, delay))
     }
 
-    /// Takes back an admission of `cost` units recorded at `at` (identified by `mark`, and
-    /// for a leaky bucket that held the request for a longer release, `hold`: see
-    /// [`hold`](Self::hold)), as the state stands at `now`, but only where that is exact:
-    /// the result is never a state that admits more than the admissions left in it allow.
-    /// Returns whether units were given back.
+    /// Takes back an admission of `cost` units recorded at `at` (identified by `mark` and
+    /// [`hold`](Self::hold)), only where that is exact: the result never admits more than the
+    /// admissions left in it allow. Returns whether units were given back.
     pub(crate) fn refund(
         &self,
         state: &mut State,
@@ -244,10 +225,8 @@ impl Algorithm {
         each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, (mark, hold)))
     }
 
-    /// For a leaky bucket whose queue holds a request arriving at `at` until `until`, later
-    /// than its own water would: the water that hold adds above the queue's own in `state`
-    /// (see [`LeakyBucket::hold`]), which a refund drains with the units; 0 for the other
-    /// algorithms, which hold nothing.
+    /// The water a leaky bucket's hold of a request from `at` until `until` adds (see
+    /// [`LeakyBucket::hold`]); 0 for the other algorithms.
     pub(crate) fn hold(&self, state: &State, at: u64, until: u64) -> u64 {
         match (self, &state.0) {
             (Algorithm::LeakyBucket(m), Inner::LeakyBucket(s)) => m.hold(Some(s), at, until),
@@ -256,9 +235,7 @@ impl Algorithm {
         }
     }
 
-    /// For a leaky bucket: what a request of `cost` units (at least 1) arriving at `at`
-    /// gets when its batch releases it at `until`, later than this queue alone would (see
-    /// [`LeakyBucket::evaluate_held`]); `None` for the other algorithms, which hold nothing.
+    /// [`LeakyBucket::evaluate_held`]; `None` for the other algorithms.
     pub(crate) fn evaluate_held(&self, at: u64, cost: u64, until: u64) -> Option<Eval> {
         match self {
             Algorithm::LeakyBucket(m) => Some(m.evaluate_held(at, cost, until)),
@@ -280,14 +257,9 @@ impl Algorithm {
         each_model!(self, m => live(m, &state.0, 0).map_or(0, |s| m.expires_at(s)))
     }
 
-    /// A deterministic digest of the algorithm and its parameters, the same in every process
-    /// and every version of tollgate: two configurations share a fingerprint exactly when
-    /// they read and write state alike. It lies in `1 .. 2^52`, so the Lua scripts hold it
-    /// exactly in a double (0 is left for "no state").
-    ///
-    /// It is a truncated SHA-256 of a fixed encoding: a version tag, the algorithm's code
-    /// and up to four parameters as little-endian 64-bit integers. Changing that encoding
-    /// makes every stored state foreign to the new version, so it is pinned by a test.
+    /// See [`Rule::fingerprint`](crate::Rule::fingerprint). It lies in `1 .. 2^52`, so Lua
+    /// holds it exactly (0 is "no state"). A truncated SHA-256 of a version tag, the code and
+    /// parameters; changing the encoding orphans every stored state, so a test pins it.
     pub(crate) fn fingerprint(&self) -> u64 {
         let mut digest = Sha256::new();
         digest.update(b"tollgate/algorithm/v1");
@@ -300,9 +272,7 @@ impl Algorithm {
     }
 
     /// The algorithm's code (`models[code]` in `lua/*.lua`) and the parameters the models
-    /// compute with: the rates as enforced (in lowest terms, or rounded down). Two
-    /// configurations with the same values decide alike and keep their state at the same
-    /// scale, so these are also what the [fingerprint](Self::fingerprint) covers.
+    /// compute with (rates as enforced): what the [fingerprint](Self::fingerprint) covers.
     pub(crate) fn code_and_params(&self) -> [u64; 5] {
         match self {
             Algorithm::FixedWindow(m) => {
@@ -317,7 +287,6 @@ impl Algorithm {
                 let (w, step) = (m.window_micros(), m.weight_step_micros());
                 [3, m.limit(), w, step, w.div_ceil(step)]
             }
-            // The rates as the models compute with them (in lowest terms, or rounded down).
             Algorithm::TokenBucket(m) => {
                 let mode = match m.mode() {
                     Refill::Smooth => 0,
@@ -337,11 +306,8 @@ impl Algorithm {
         }
     }
 
-    /// The state this configuration reads at `now` from a key whose stored state another
-    /// configuration wrote, summarised by `carried`: a fresh state that has just admitted
-    /// the units the other one had in use (up to this one's capacity), or a fresh state once
-    /// the other's would have been back to empty. `extra` more units are admitted with them
-    /// (the request being committed).
+    /// The state this configuration reads at `now` from another's, summarised by `carried`:
+    /// a fresh state that has admitted the carried units (up to capacity) and `extra`.
     pub(crate) fn adopt(&self, carried: Carried, now: u64, extra: u64) -> State {
         let mut state = State::default();
         let units = carried.held(now, self.quota().0) + extra;
@@ -351,11 +317,9 @@ impl Algorithm {
         state
     }
 
-    /// [`evaluate`](Self::evaluate) for a key whose stored state another configuration
-    /// wrote. The units it had in use count as this configuration's own and are held until
-    /// the instant its state would have been back to empty: before then nothing frees them
-    /// (rebuilding the state at every instant does not refill it), so a request that does
-    /// not fit waits exactly until then, when a fresh state admits any cost up to capacity.
+    /// [`evaluate`](Self::evaluate) for a key whose state another configuration wrote: the
+    /// carried units are held until `carried.until` (rebuilding the state at every instant
+    /// does not refill it), so a request that does not fit waits exactly until then.
     pub(crate) fn evaluate_carried(&self, carried: Carried, now: u64, cost: u64) -> Eval {
         let mut eval = self.evaluate(&self.adopt(carried, now, 0), now, cost);
         if carried.held(now, self.quota().0) == 0 {
@@ -378,8 +342,7 @@ impl Algorithm {
         eval
     }
 
-    /// The most units admitted at once: [`quota`](Self::quota)'s first half, without
-    /// computing the period.
+    /// The most units admitted at once.
     pub(crate) fn limit(&self) -> u64 {
         match self {
             Algorithm::FixedWindow(m) => m.limit(),
@@ -430,9 +393,8 @@ pub(crate) trait Model {
     fn evaluate(&self, s: &Self::State, now: u64, cost: u64) -> Eval;
     /// Records an admission at `now`, never earlier than `settled_at`.
     fn apply(&self, s: &mut Self::State, now: u64, cost: u64);
-    /// Records `cost` units (at most [`MAX_PRODUCT`]) taken at `now` without an admission
-    /// (see [`Algorithm::overdraw`]), `now` possibly earlier than `settled_at`: the state
-    /// owes the excess until the model's rate has paid it, within the exact range.
+    /// [`Algorithm::overdraw`] (`cost` at most [`MAX_PRODUCT`]); `now` may be earlier than
+    /// `settled_at`.
     fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
     /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
@@ -440,10 +402,7 @@ pub(crate) trait Model {
     fn mark(&self, _s: &Self::State, _at: u64, _delay: u64) -> u64 {
         0
     }
-    /// Takes back an admission of `cost` at `at` (identified by `mark`; `hold`: the water
-    /// a leaky bucket's hold added, 0 for every other model) as the state stands at `now`,
-    /// if the state still shows it such that giving it back is exact; returns whether it
-    /// did.
+    /// [`Algorithm::refund`].
     fn refund(
         &self,
         s: &mut Self::State,
@@ -458,10 +417,8 @@ pub(crate) trait Model {
     fn is_unused(&self, _s: &Self::State, _now: u64) -> bool {
         false
     }
-    /// [`admit_with`] in one pass where the model has one (a smooth token bucket does):
-    /// the admission of `cost` units at `now` recorded in `inner`, exactly as
-    /// `admit_with`'s general steps would, or `None` (and `inner` unchanged) to leave the
-    /// request, admitted or not, to those steps.
+    /// [`admit_with`] in one pass where the model has one (a smooth token bucket), or
+    /// `None` with `inner` unchanged.
     fn admit_in_one_pass(&self, _inner: &mut Inner, _now: u64, _cost: u64) -> Option<Admitted> {
         None
     }

@@ -8,11 +8,8 @@ use crate::error::ConfigError;
 use crate::rate::Rate;
 
 impl Algorithm {
-    /// One instance's share of this algorithm's quota among `n`: counts divided by `n`
-    /// rounding down, rates divided exactly (the period `n` times as long), or their
-    /// amounts rounding down where that period does not build. So the shares of `n`
-    /// instances never admit more together than the quota. `None` when nothing is left
-    /// for one instance.
+    /// One instance's share of this algorithm's quota among `n`, rounded down so that `n`
+    /// shares never admit more than the quota; `None` when nothing is left for one.
     pub(crate) fn share(&self, n: u64) -> Option<Algorithm> {
         let by_period = |r: Rate| {
             let period = r.period_micros().saturating_mul(n);

@@ -7,28 +7,20 @@ use super::{check_range, Eval, Model, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
-/// Never more than `limit` units in any window-long interval: every admission is logged
-/// with its time and cost, and an entry counts until `window` after it was made.
+/// Never more than `limit` units in any window-long interval (see
+/// [`Rule::sliding_log`](crate::Rule::sliding_log)); running totals count the live units
+/// without walking the log.
 ///
-/// Exact, at the price of memory proportional to the admissions in one window: one entry
-/// per instant that admitted (admissions in the same microsecond share one), so at most
-/// `limit` live entries per key. A decision costs O(log n) in the number of entries, in
-/// this model and in Redis alike: running totals count the live units without walking them.
-///
-/// Units taken above the limit (a cost settled above what its admission took) are a debt
-/// that each window pays `limit` of: an overdraft of `cost` units is logged `k = ⌈cost /
-/// limit⌉ − 1` windows later, as the `cost − k × limit` units left for that window, and
-/// the key admits nothing before then (the entry holds it as a reservation does), so a
-/// request waits for the window where what is left of the debt leaves room for it.
+/// A debt (units settled above the limit) is paid `limit` per window: an overdraft of `cost`
+/// is logged `k = ⌈cost / limit⌉ − 1` windows later as the `cost − k × limit` units left, and
+/// the key admits nothing before then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingLog {
     limit: u64,
     window: u64,
 }
 
-/// Admissions in time order, at most one per instant (admissions at the same microsecond
-/// are merged), so a log never holds more entries than live units plus the expired ones
-/// not yet pruned.
+/// Admissions in time order, at most one per microsecond.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct LogState {
     pub(crate) entries: VecDeque<Logged>,
@@ -41,11 +33,8 @@ pub(crate) struct Logged {
     pub(crate) at: u64,
     /// Units admitted at that instant.
     pub(crate) cost: u64,
-    /// Units the log has taken up to and including this entry, wrapping: the units of any
-    /// run of entries is the difference of two totals, so neither counting the live units
-    /// nor finding the entry that frees enough of them walks the log (the Redis twin finds
-    /// both with O(log n) sorted-set lookups). Only differences are read, and a run never
-    /// holds 2^64 units, so wrapping loses nothing.
+    /// Units the log has taken up to and including this entry, wrapping: a run's units are
+    /// the difference of two totals, so nothing walks the log, and no run holds 2^64 units.
     pub(crate) through: u64,
 }
 
@@ -152,8 +141,7 @@ impl Model for SlidingLog {
     }
 
     /// Logs the overdraft where its last `limit` units fall (see the type's docs), merged
-    /// with an entry at `now` or later (an admission whose settled cost this is, or a debt
-    /// already logged ahead), at most [`MAX_SCALED`] µs ahead of that entry.
+    /// with an entry at `now` or later, at most [`MAX_SCALED`] µs ahead of it.
     fn overdraw(&self, s: &mut LogState, now: u64, cost: u64) {
         let first = self.first_live(s, now);
         s.entries.drain(..first);
@@ -176,10 +164,8 @@ impl Model for SlidingLog {
         });
     }
 
-    /// Entries add up: the units logged at `at` lose `cost`, whatever was logged since. An
-    /// entry left with no units stays until it expires: a reservation at `at` pruned the
-    /// entries that expire by then, and its entry keeps the key closed until `at`, so those
-    /// still count for requests before it.
+    /// Entries add up: the units logged at `at` lose `cost`. An emptied entry stays until it
+    /// expires: a reservation's entry keeps the key closed until `at`.
     fn refund(
         &self,
         s: &mut LogState,

@@ -7,33 +7,14 @@ use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
-/// Admits while `previous × (window − elapsed) / window + current ≤ limit`, with windows
-/// aligned to the epoch and `elapsed` the time into the current window.
+/// Admits while `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, in
+/// integers, windows aligned to the epoch (see
+/// [`Rule::sliding_window`](crate::Rule::sliding_window), including why sustained traffic
+/// gets `limit − 1`). Beyond the exact range `elapsed` is rounded down to a whole
+/// [`weight_step_micros`](Self::weight_step_micros), so the weight is never lighter.
 ///
-/// O(1) memory (two counters) and no boundary burst of 2 × `limit`; the estimate assumes the
-/// previous window's requests were spread evenly.
-///
-/// **Under sustained traffic it admits `limit − 1` per window, not `limit`.** While the
-/// previous window counted anything, its weight rounds up to at least one unit until the
-/// very end of the current window, so the current window fills only to `limit − 1`, and the
-/// next window then sees a previous count of `limit − 1` again. With `limit = 1` that is one
-/// request per *two* windows. Bursts after a quiet window still get the full `limit`. Choose
-/// the limit with this in mind (`limit + 1` for "`limit` per window, sustained"), or use a
-/// [`SlidingLog`](super::SlidingLog), which is exact: `limit` in any window-long interval.
-///
-/// The comparison is done in integers
-/// (`⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`), so it is exact to
-/// the microsecond whenever `limit × window (µs)` is at most 2^52 (50,000 per day is). For
-/// larger configurations the previous window's weight moves in steps of
-/// [`weight_step_micros`](Self::weight_step_micros) (about `window × limit / 2^52` µs: 19 ms
-/// for a billion per day, 7 s for a billion per 366 days): `elapsed` is rounded down to a
-/// whole step, so the weight is never lighter than the exact one and the window never admits
-/// more. Retry-After stays exact for the weight as computed.
-///
-/// A count above the limit (a cost settled above what its admission took) is a debt: when
-/// the window turns, the previous window weighs `limit` of it and the rest is carried as
-/// the new window's count, so each window that passes pays `limit` and a request waits for
-/// the first window whose carried count leaves room for it.
+/// A debt (a count above the limit) is paid `limit` per window: when the window turns the
+/// previous one weighs `limit` of it and the rest is carried as the new window's count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingWindow {
     limit: u64,
@@ -83,16 +64,14 @@ impl SlidingWindow {
         self.window
     }
 
-    /// The resolution, in µs, of the previous window's weight: 1 (exact) whenever `limit ×
-    /// window (µs)` is at most 2^52, more for larger configurations (rounded so that the
-    /// window never admits more than the exact estimate).
+    /// The resolution, in µs, of the previous window's weight: 1 (exact) while `limit ×
+    /// window (µs)` ≤ 2^52.
     pub(crate) fn weight_step_micros(&self) -> u64 {
         self.step
     }
 
-    /// The counters as they stand at `now` (a stored state may belong to a window before):
-    /// each window since the stored one paid `limit` of its count and carried the rest, and
-    /// the window before `now`'s weighs what it paid.
+    /// The counters at `now`: each window since the stored one paid `limit` and carried the
+    /// rest.
     fn at(&self, s: &CountersState, now: u64) -> CountersState {
         let turns = now.saturating_sub(s.start) / self.window;
         if turns == 0 {
@@ -194,11 +173,9 @@ impl Model for SlidingWindow {
         s.current = (s.current + cost).min(most);
     }
 
-    /// Counts add up: an admission is taken back from whichever counter holds its window
-    /// (windows start at multiples of the length), whatever was admitted since. Where the
-    /// previous counter weighs only the `limit` its window paid of a debt, the carried rest
-    /// keeps the units given back from it counted: the state weighs at least as much as one
-    /// that never took them.
+    /// Counts add up: an admission is taken back from the counter of its window, whatever was
+    /// admitted since; a debt's carried rest keeps the state at least as heavy as one that
+    /// never took them.
     fn refund(
         &self,
         s: &mut CountersState,

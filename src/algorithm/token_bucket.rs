@@ -12,24 +12,14 @@ pub(crate) enum Refill {
     /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
     #[default]
     Smooth,
-    /// In steps: the rate's whole amount is added at the end of each period (as a Redis
-    /// script that adds tokens per elapsed period does). Periods count from the request that found the bucket full: a
-    /// key's first request, and again the first request after the bucket has refilled to
-    /// full (a full bucket's state is dropped, so idle keys cost no memory). So the steps
-    /// of one key are not on a fixed grid: after each refill to full they restart from the
-    /// next request.
+    /// In steps: the rate's whole amount at the end of each period, counted from the request
+    /// that found the bucket full (see
+    /// [`Rule::token_bucket_stepped`](crate::Rule::token_bucket_stepped)).
     Stepped,
 }
 
-/// Bursts up to `capacity` units, sustained at the refill rate. A new key starts full.
-///
-/// Refill is computed from the elapsed time when a request arrives; no timer runs.
-///
-/// Smooth refill is exact to the microsecond whenever `capacity × period / gcd(amount,
-/// period)` is at most 2^52 (`token_bucket("d", 100_000, Rate::per_day(100_000))` gains one
-/// token every 864 ms exactly); beyond that the refill rate is rounded down by less than 1 µs
-/// per token (see [`Rate`]'s exactness notes and [`enforced_refill`](Self::enforced_refill)).
-/// Stepped refill is always exact. A bucket that takes more than 2^52 µs to fill is refused.
+/// Bursts up to `capacity` units, sustained at the refill rate, computed from the elapsed
+/// time (no timer); see [`Rule::token_bucket`](crate::Rule::token_bucket).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TokenBucket {
     capacity: u64,
@@ -220,13 +210,9 @@ impl Model for TokenBucket {
         }
     }
 
-    /// A level cannot go below zero, so the debt is the refill it owes: the tokens missing
-    /// are refilled from `now` (or from a refill already owed) before the bucket holds any
-    /// again, so the state stands as of that instant, and until then it reads as held like
-    /// a reservation (`settled_at`): every request is refused with the exact wait until the
-    /// debt is paid and its own tokens have come. Within the exact range: the tokens taken
-    /// at once stay within [`MAX_PRODUCT`] scaled, the refill owed within [`MAX_SCALED`]
-    /// µs of `now`.
+    /// A level cannot go below zero, so the debt is the refill it owes: the state stands as
+    /// of the instant the missing tokens have refilled, and reads as held until then like a
+    /// reservation (`settled_at`). Within [`MAX_PRODUCT`] scaled tokens and [`MAX_SCALED`] µs.
     fn overdraw(&self, s: &mut BucketState, now: u64, cost: u64) {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         let horizon = now + MAX_SCALED;
@@ -288,9 +274,8 @@ impl Model for TokenBucket {
         s.last
     }
 
-    /// Smooth refill, a request that fits: the level at `now` is found once (its distance
-    /// to full also says whether the state is live), and the state it leaves expires when
-    /// the eval's reset says. Three divisions instead of the general steps' six.
+    /// Smooth refill, a request that fits: the level at `now` found once (its distance to
+    /// full also says whether the state is live).
     #[inline]
     fn admit_in_one_pass(&self, inner: &mut Inner, now: u64, cost: u64) -> Option<Admitted> {
         if self.mode != Refill::Smooth || cost == 0 || cost > self.capacity {
@@ -331,10 +316,8 @@ impl Model for TokenBucket {
         })
     }
 
-    /// Puts the tokens back (up to a full bucket), but only while no admission has been
-    /// recorded at a later instant (a later step, when stepped): without this one, the
-    /// bucket might have filled up before it, and the tokens it took would not be there to
-    /// give back. Admissions at the same instant add up, so they do not stand in the way.
+    /// Puts the tokens back (up to full), only while no admission was recorded at a later
+    /// instant (step): without this one the bucket might have filled before it.
     fn refund(
         &self,
         s: &mut BucketState,
@@ -347,10 +330,8 @@ impl Model for TokenBucket {
         if s.last != mark {
             return false;
         }
-        // The tokens go back as of the state's own instant, which a refill since would have
-        // topped up alike: the state then reads at every instant as if the admission had
-        // never been, and a refusal judged as of its instant (`Store::count_denials`) sees
-        // them back.
+        // The tokens go back as of the state's own instant: the state then reads at every
+        // instant as if the admission had never been.
         let period = self.pace.period_micros();
         s.level = match self.mode {
             Refill::Smooth => (s.level + cost * period).min(self.capacity * period),

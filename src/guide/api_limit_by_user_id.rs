@@ -1,8 +1,7 @@
 //! # An API limited per user (`User-Id`)
 //!
-//! Each user of an API gets 100 requests a minute, with bursts of up to 20 at once. The
-//! user is named by a `User-Id` header that the API gateway sets after authenticating the
-//! caller.
+//! Each user gets 100 requests a minute, with bursts of up to 20, named by a `User-Id`
+//! header that the API gateway sets after authenticating the caller.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};
@@ -42,21 +41,17 @@
 //!
 //! ## The header must come from the gateway
 //!
-//! A key is only a limit if the client cannot choose it. A client that may write `User-Id`
-//! itself gets a fresh quota per made-up id. So the gateway must authenticate the caller
-//! and *replace* the header (nginx `proxy_set_header`, Envoy `OVERWRITE_IF_EXISTS_OR_ADD`),
-//! never append to it. A request that carries the header twice is refused by default; if
-//! your gateway appends its value after the client's, say so with
-//! [`Header::duplicates`](crate::key::Header::duplicates)`(Duplicates::Last)`.
+//! A key is only a limit if the client cannot choose it: a client that may write `User-Id`
+//! gets a fresh quota per made-up id. So the gateway must *replace* the header, never
+//! append to it (see [`Duplicates`](crate::key::Duplicates)); a request carrying it twice is
+//! refused by default.
 //!
 //! ## Anonymous callers
 //!
 //! Without the header, the request is refused with 400 ([`MissingKey::Reject`](crate::layer::MissingKey),
-//! the default). To let anonymous callers in under a per-address limit instead, fall back
-//! to the peer's address with [`or`](crate::key::KeyExtractor::or): the two branches never
-//! share a key, so user `203.0.113.7` is not the anonymous client at that address. Or skip
-//! the limit for them with [`MissingKey::Skip`](crate::layer::MissingKey::Skip) and let
-//! another limit cover them.
+//! the default). Fall back to the peer's address with [`or`](crate::key::KeyExtractor::or)
+//! (the two branches never share a key), or skip the limit with
+//! [`MissingKey::Skip`](crate::layer::MissingKey::Skip) and let another limit cover them.
 //!
 //! ```
 //! use tollgate::key::{self, KeyExtractor};

@@ -1,12 +1,8 @@
 //! # Choosing an algorithm
 //!
-//! Six algorithms, each an exact integer model (time in microseconds, no floating point),
-//! each taking a cost per request. `cargo run -p tollgate-bench --bin algorithms_chart` draws them side by
-//! side on the same traffic (the chart is `docs/algorithms.png`, shown in the README):
-//! the fixed window admits twice its limit when a burst straddles a window boundary, the
-//! sliding log never admits more than its limit in any window-long interval, the leaky
-//! bucket spreads what it admits evenly, and the token bucket and GCRA let a stored burst
-//! through, then the rate.
+//! Six algorithms, each an exact integer model (time in microseconds), each taking a cost
+//! per request. The README's chart (`cargo run -p tollgate-bench --bin algorithms_chart`)
+//! draws them side by side on the same traffic.
 //!
 //! | constructor | choose it for | memory per key | more than the limit in some window-long interval? | exact range | cost of a decision |
 //! |---|---|---|---|---|---|
@@ -17,10 +13,9 @@
 //! | [`Rule::leaky_bucket`](crate::Rule::leaky_bucket) | shaping: requests leave evenly spaced (nginx `limit_req`), for a fragile backend | two integers | never: what it admits leaves spaced at the rate | as the smooth token bucket | O(1) |
 //! | [`Rule::gcra`](crate::Rule::gcra) | a token bucket in one timestamp: per-client API limits, the high-traffic default | two integers (an instant and its fraction of a µs) | yes, by design: burst + rate × window | as the smooth token bucket (600,000 per second is 3 units every 5 µs, exactly) | O(1) |
 //!
-//! Where a configuration cannot be exact, it rounds towards admitting less, never more.
-//! On Redis every algorithm is decided in the same call as the request's other rules (one
-//! `FCALL`, or `EVALSHA` where Redis has no functions): a `GET` and, when it admits, a
-//! `SET` per rule, plus the sorted-set commands of a sliding log.
+//! Where a configuration cannot be exact, it rounds towards admitting less, never more. On
+//! Redis every rule of a request is decided in one call: a `GET` and, when it admits, a
+//! `SET` per rule, plus a sliding log's sorted-set commands.
 //!
 //! ## A burst across a window boundary
 //!
@@ -66,8 +61,7 @@
 //!
 //! Every amount from 1 to 10^9 per any period from 1 ms to 366 days builds for every
 //! algorithm; only a bucket that would take more than 2^52 µs (about 142 years) to fill is
-//! refused. [`Rule::validate`](crate::Rule::validate) says so for rules read at run time
-//! (a layer's `build` checks its rules itself).
+//! refused, as [`Rule::validate`](crate::Rule::validate) says.
 //!
 //! ```
 //! use std::time::Duration;

@@ -32,31 +32,25 @@
 //!
 //! ## In the layer
 //!
-//! In a layer, what a download costs is what its handler served: the handler knows, however
-//! the request spelt the file's name, whether it resumed part-way (`Range`), whether the
-//! file changed since. [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response)
-//! reads it from the response (its `Content-Length`, or here a value the handler puts in
-//! the response's extensions) and settles the request's cost with it, against an estimate
-//! taken at admission: what the estimate took beyond it is given back, what it took short
-//! of it is taken as a debt that the key's next requests pay.
+//! In a layer, a download costs what its handler served: only the handler knows how the name
+//! was spelt, whether the download resumed (`Range`), whether the file changed.
+//! [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response) reads that from the
+//! response (its `Content-Length`, or here a value in its extensions) and settles against the
+//! estimate taken at admission: an excess estimate is given back, a shortfall becomes a debt
+//! the key's next requests pay.
 //!
 //! The estimate, [`Limit::cost`](crate::layer::Limit::cost), decides admission. Take it from
-//! what the server knows (the stored file), never from a number the client sends (a client
-//! that writes `size=0` would download without limit), and clamp it with
-//! [`min_cost`](crate::layer::Limit::min_cost) so that no request is free. Where the server
-//! knows the size, estimate with an upper bound, such as the size of the whole file: the
-//! downloads in flight then stay within the quota however many run at once, and each gives
-//! back what it did not serve. An estimate that misreads a request only admits it on less.
+//! what the server knows, never from a number the client sends (`size=0` would download
+//! without limit), and clamp it with [`min_cost`](crate::layer::Limit::min_cost) so that no
+//! request is free. An upper bound (the whole file's size) keeps the downloads in flight
+//! within the quota however many run at once.
 //!
-//! What a download served is charged whole, whatever its estimate: the part beyond the
-//! estimate is a debt that the rule's own rate pays before the key's next request passes,
-//! however large it is (only a debt beyond the exact range, more than 2^52 units or more
-//! than 2^50 µs, about 35 years, to pay, is capped there). What a debt cannot take back is what concurrency lets through
-//! before any download settles: downloads admitted together are each admitted on their
-//! estimate, so the quota is overrun by at most what the estimates in flight leave
-//! uncounted. With upper bounds that is nothing; with `min_cost(1)` alone, twenty downloads
-//! started at once pass on 20 MB and serve what they serve, and the key then waits until
-//! the rate has paid it all.
+//! What was served is charged whole: the part beyond the estimate is a debt the rule's rate
+//! pays before the key's next request passes (capped only beyond the exact range: 2^52 units
+//! or 2^50 µs, about 35 years). A debt cannot take back what concurrency lets through before
+//! any download settles: the quota is overrun by at most what the estimates in flight leave
+//! uncounted — nothing with upper bounds; with `min_cost(1)` alone, twenty downloads started
+//! at once pass on 20 MB, and the key then waits until the rate has paid for what they served.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};
@@ -129,17 +123,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A token bucket suits downloads: a user may fetch a large file at once, then waits for
-//! the refill, and a download that served more than its estimate leaves the bucket in debt,
-//! which the refill pays before the next download passes: over any stretch of time no more
-//! than the capacity plus the refill is served, once the debts are paid (the example on
-//! [`cost_from_response`](crate::layer::Limit::cost_from_response) shows it). A fixed window
-//! of "500 MB per hour" works too, but lets 1000 MB through across the turn of an hour (the
-//! chart in the README shows that boundary burst); a debt above its 500 MB is carried into
-//! the hours after, each paying 500 MB, and the key is refused until the first hour with
-//! room for the request.
+//! A token bucket suits downloads: a user may fetch a large file at once, then waits for the
+//! refill; once debts are paid, no stretch of time serves more than the capacity plus the
+//! refill (see [`cost_from_response`](crate::layer::Limit::cost_from_response)). A fixed
+//! window of "500 MB per hour" works too, but lets 1000 MB through across the turn of an
+//! hour; a debt above its 500 MB is carried into the following hours, 500 MB each.
 //!
-//! On axum, say what was served from the handler: `Content-Length` for a body of known size
-//! is added after the layers of `Router::layer` and `route_layer` have seen the response, so
-//! behind them it is there only if the handler sets it. The `axum_routes` example's handler
-//! returns `(Extension(Served { bytes }), body)`.
+//! On axum, say what was served from the handler: `Content-Length` of a body of known size is
+//! added after the layers of `Router::layer` and `route_layer` have seen the response. The
+//! `axum_routes` example's handler returns `(Extension(Served { bytes }), body)`.

@@ -1,11 +1,9 @@
 //! # A gRPC service limited per method
 //!
 //! A gRPC method's route is its path, `/package.Service/Method`, so a route table limits
-//! each method on its own. A refused call gets `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
-//! which a tonic client sees as `Code::ResourceExhausted`, with the rich error model's
+//! each method on its own. A refused call gets `grpc-status: 8` (`RESOURCE_EXHAUSTED`), with
 //! `google.rpc.RetryInfo` (the exact wait) and `QuotaFailure` (the rule) in
-//! `grpc-status-details-bin`, which the retry policies of gRPC clients in other languages
-//! read as well.
+//! `grpc-status-details-bin`, which gRPC clients' retry policies read.
 //!
 //! On a tonic server the layer goes on the `Server` builder, in front of the generated
 //! service (`examples/tonic.rs` is the whole server and a client, from a `.proto` file):
@@ -76,9 +74,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A whole service shares one limit with a prefix route (`"/helloworld.Greeter/*"`); a
-//! limit over all methods goes in [`limit`](crate::layer::RateLimitLayerBuilder::limit), and is
-//! decided in the same batch as the method's. Keys other than the address come from
-//! metadata, which is HTTP headers: [`key::header`](crate::key::header)`("x-api-key")`.
-//! Requests that are not gRPC (`content-type` other than `application/grpc[+…]`) get an
-//! HTTP 429 instead; grpc-web gets its own content type.
+//! A whole service shares one limit with a prefix route (`"/helloworld.Greeter/*"`); a limit
+//! over all methods goes in [`limit`](crate::layer::RateLimitLayerBuilder::limit), decided in
+//! the same batch. Metadata is HTTP headers: [`key::header`](crate::key::header)`("x-api-key")`.
+//! Requests that are not gRPC get an HTTP 429 instead.

@@ -1,12 +1,10 @@
 //! # A limit per client address behind a proxy
 //!
-//! Behind a load balancer or reverse proxy, every request arrives from the proxy's address,
-//! so [`key::peer_ip`](crate::key::peer_ip) would put all clients under one key. The
-//! client's address is in a header the proxy writes (`X-Forwarded-For`, `Forwarded` or
-//! `X-Real-IP`) — and clients can write those headers too. [`key::client_ip`](crate::key::client_ip)
-//! reads the header only from the proxies you trust, from the right: the right-most address
-//! that is not a trusted proxy is the client. Whatever a client writes to the left of it is
-//! ignored.
+//! Behind a proxy every request arrives from the proxy's address, so
+//! [`key::peer_ip`](crate::key::peer_ip) would put all clients under one key. The client's
+//! address is in a header the proxy writes — and clients can write it too.
+//! [`key::client_ip`](crate::key::client_ip) reads it only from the proxies you trust, from
+//! the right: the right-most address that is not a trusted proxy is the client.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -58,21 +56,16 @@
 //!
 //! ## Getting it right
 //!
-//! - **Trust exactly your proxies.** List every hop that appends to the header (a CDN in
-//!   front of a load balancer: both ranges). A hop you forget becomes "the client", and
-//!   all clients behind it share its quota. Trusting a range that clients can come from
-//!   lets them choose their key.
-//! - **Read the header your proxy writes**, and only that one:
+//! - **Trust exactly your proxies**, every hop that appends to the header (a CDN and a load
+//!   balancer: both ranges). A forgotten hop becomes "the client" for all behind it; a
+//!   trusted range clients can come from lets them choose their key.
+//! - **Read the one header your proxy writes**:
 //!   [`ClientIp::header`](crate::key::ClientIp::header)`(ForwardedHeader::Forwarded)` for
-//!   RFC 7239, `XRealIp` for nginx's `X-Real-IP`. A proxy that sets one header but passes
-//!   another through from the client would let the client choose its key.
-//! - **IPv6 clients are grouped by /64** (one host usually holds a whole /64); see
-//!   [`ClientIp::ipv6_prefix`](crate::key::ClientIp::ipv6_prefix), and the
-//!   [`key`](crate::key#holders-of-whole-ipv6-networks) docs for a second, coarser limit
-//!   per /48 in the same batch.
+//!   RFC 7239, `XRealIp` for nginx's `X-Real-IP`.
+//! - **IPv6 clients are grouped by /64**; see
+//!   [`ClientIp::ipv6_prefix`](crate::key::ClientIp::ipv6_prefix) and a coarser limit per
+//!   /48 in [`key`](crate::key#holders-of-whole-ipv6-networks).
 //! - **The peer's address must reach the layer.** Serve axum with
-//!   `into_make_service_with_connect_info::<SocketAddr>()`; without it, an address key is a
-//!   500 whose log line names that fix.
-//! - **Trusted lists from configuration**: [`key::try_client_ip`](crate::key::try_client_ip)
-//!   returns a bad entry as an error at once; with `client_ip`, the layer's `build`
-//!   reports it.
+//!   `into_make_service_with_connect_info::<SocketAddr>()`.
+//! - **Trusted lists from configuration**: a bad entry is an error of the layer's `build`,
+//!   or at once from [`KeyExtractor::validate`](crate::key::KeyExtractor::validate).

@@ -1,10 +1,8 @@
 //! # Login lockout
 //!
-//! Password guessing is slowed by a limit on attempts, and stopped by a lockout: after
-//! repeated refusals, the address (or account) is locked out for a while, every request
-//! refused at once with the lock's remaining time as `Retry-After`, without touching the
-//! rule's counts. A [`Penalty`](crate::Penalty) on a rule does that; an administrator lifts a
-//! lock with [`Limiter::reset`](crate::Limiter::reset).
+//! Password guessing is slowed by a limit on attempts and stopped by a lockout: a
+//! [`Penalty`](crate::Penalty) locks the address (or account) out after repeated refusals;
+//! an administrator lifts it with [`Limiter::reset`](crate::Limiter::reset).
 //!
 //! ## Every attempt counts: in the layer
 //!
@@ -52,18 +50,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This counts every attempt, successful or not, which also slows down a user who logs in
-//! often (and a shared address: an office behind one NAT). Put the login limit in a layer
-//! of its own, outside any global limit, if refused attempts should count there too (see
-//! [one layer or two](crate::layer#one-layer-or-two)).
+//! This counts every attempt, successful or not (an office behind one NAT shares it). See
+//! [one layer or two](crate::layer#one-layer-or-two) for how it combines with a global limit.
 //!
 //! ## Only failed attempts count: with the limiter
 //!
-//! To count failures only, ask the [`Limiter`](crate::Limiter) in the handler. Before the
-//! password is looked at, [`peek`](crate::Limiter::peek) (a look that consumes nothing)
-//! says whether the account is locked; after a wrong password,
-//! [`check`](crate::Limiter::check) counts the failure. Here 5 failures within 15 minutes
-//! are answered as such, and the sixth locks the account for an hour.
+//! To count failures only, ask the [`Limiter`](crate::Limiter) in the handler:
+//! [`peek`](crate::Limiter::peek) (which consumes nothing) says whether the account is
+//! locked, [`check`](crate::Limiter::check) counts a wrong password. Here the sixth failure
+//! within 15 minutes locks the account for an hour.
 //!
 //! ```
 //! use std::time::Duration;
@@ -128,8 +123,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Lock accounts *and* addresses: an account lock alone lets an attacker try one password
-//! on many accounts, an address lock alone lets a botnet spread its guesses. Two rules
-//! (one keyed by the account, one by the address) in one batch are decided together.
-//! Mind that an account lock is also a way for anyone to lock a user out; a short lock,
-//! or a lock per (account, address) pair (a tuple key), limits that.
+//! Lock accounts *and* addresses (two rules in one batch): an account lock alone lets an
+//! attacker try one password on many accounts, an address lock alone lets a botnet spread
+//! its guesses. An account lock also lets anyone lock a user out; a short lock, or one per
+//! (account, address) pair, limits that.

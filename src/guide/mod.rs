@@ -1,9 +1,7 @@
 //! Guides: one page per use case, each with code that compiles and runs as a test.
 //!
-//! This module holds documentation only. Each page starts from a problem, shows the
-//! configuration that solves it with tollgate's real API, and says what to watch for. The
-//! Redis pages compile but do not run in tests (they need a server); every other example on
-//! these pages runs in `cargo test --doc`.
+//! Each page starts from a problem, shows the configuration that solves it and what to watch
+//! for. The Redis examples only compile (they need a server); the others run.
 //!
 //! | page | use case |
 //! |---|---|

@@ -4,8 +4,9 @@
 //! nothing. Before enforcing it, run it in shadow: it is decided with the others and keeps
 //! its state as if enforced, but never refuses or holds a request. Its would-be denials
 //! are logged (`tracing`, at most once per [`log_interval`](crate::layer::RateLimitLayerBuilder::log_interval)
-//! with a count) and shown to the [`on_decision`](crate::layer::RateLimitLayerBuilder::on_decision)
-//! hook, where you can count them per rule in your metrics.
+//! with a count) and told to the layer's [observers](crate::layer::DecisionObserver), where
+//! you can count them per rule (with the `metrics` feature, `tollgate_decisions_total`
+//! counts them as `shadow_denied`).
 //!
 //! One rule in shadow beside enforced ones: [`Limit::shadow`](crate::layer::Limit::shadow).
 //!
@@ -14,27 +15,34 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use http::{Request, Response, StatusCode};
-//! use tollgate::layer::{DecisionEvent, Limit, RateLimitLayer};
+//! use tollgate::layer::{DecisionEvent, DecisionObserver, Limit, RateLimitLayer};
 //! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! /// Counts the would-be denials of the rules in shadow.
+//! #[derive(Default)]
+//! struct WouldRefuse(AtomicUsize);
+//!
+//! impl DecisionObserver for WouldRefuse {
+//!     fn on_decision(&self, event: &DecisionEvent<'_>) {
+//!         for rule in event.rules.iter().filter(|r| r.shadow) {
+//!             if rule.outcome.is_some_and(|o| !o.decision.is_admitted()) {
+//!                 self.0.fetch_add(1, Ordering::Relaxed); // or a metrics counter per rule
+//!             }
+//!         }
+//!     }
+//! }
+//!
 //! let minute = Duration::from_secs(60);
-//! let would_refuse = Arc::new(AtomicUsize::new(0));
-//! let counter = would_refuse.clone();
+//! let would_refuse = Arc::new(WouldRefuse::default());
 //! let limits = RateLimitLayer::builder()
 //!     // Enforced today: 100 a minute per user.
 //!     .limit(Limit::new(Rule::fixed_window("search", 100, minute), key::header("user-id")))
 //!     // In shadow: 3 a minute. Would it refuse good clients?
 //!     .limit(Limit::new(Rule::sliding_log("search-strict", 3, minute), key::header("user-id")).shadow())
-//!     .on_decision(move |event: &DecisionEvent<'_>| {
-//!         for (rule, outcome) in event.rules() {
-//!             if event.is_shadow(rule) && !outcome.decision.is_admitted() {
-//!                 counter.fetch_add(1, Ordering::Relaxed); // or a metrics counter per rule
-//!             }
-//!         }
-//!     })
+//!     .observe(would_refuse.clone())
 //!     .build()?;
 //! let app = ServiceBuilder::new()
 //!     .layer(limits)
@@ -51,7 +59,7 @@
 //!     assert!(!response.headers()["ratelimit-policy"].to_str()?.contains("search-strict"));
 //! }
 //! // …but it would have refused the last two.
-//! assert_eq!(would_refuse.load(Ordering::Relaxed), 2);
+//! assert_eq!(would_refuse.0.load(Ordering::Relaxed), 2);
 //! # Ok(()) }
 //! ```
 //!

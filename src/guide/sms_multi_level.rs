@@ -1,17 +1,15 @@
 //! # SMS codes: limits on several levels, all or nothing
 //!
 //! A service that texts login codes limits each phone number to 1 message a minute, 5 an
-//! hour and 10 a day, and each client address to 20 an hour. A request refused by any of
-//! these rules must use up none of the others: a client that asks twice within a minute
-//! has not spent 2 of its 5 hourly messages.
+//! hour and 10 a day, and each client address to 20 an hour. A request refused by any rule
+//! must use up none of the others.
 //!
 //! tollgate decides the rules of one request as one batch: if one rule denies, no rule's
-//! state changes, and the denial carries the longest wait among the rules that deny. On
-//! Redis the batch is one script call, so it is also atomic between instances.
+//! state changes, and the denial carries the longest wait. On Redis the batch is one script
+//! call, atomic between instances.
 //!
-//! The phone number is in the request body, which the layer does not read (it decides on
-//! the request's head, before the body arrives). So the handler asks the
-//! [`Limiter`](crate::Limiter) itself once it has parsed the body:
+//! The phone number is in the body, which the layer does not read, so the handler asks the
+//! [`Limiter`](crate::Limiter) once it has parsed the body:
 //!
 //! ```
 //! use std::time::Duration;
@@ -89,19 +87,15 @@
 //! ```
 //!
 //! The rules are sliding logs, as [choosing an algorithm](super::choosing_an_algorithm)
-//! recommends for SMS: never more than 1 message in any 60 seconds, 5 in any 60 minutes, 10 in
-//! any 24 hours, at the cost of one entry per message sent. A fixed window of "1 a minute"
-//! lets two messages 11 seconds apart through when a minute turns between them. Where a quota
-//! is meant per calendar hour or day ("5 this hour", starting again on the hour), use
-//! [`Rule::fixed_window`](crate::Rule::fixed_window), aligned to the epoch (the day at
-//! midnight UTC), or [`Rule::fixed_window_from_first_hit`](crate::Rule::fixed_window_from_first_hit)
-//! for windows that start at a phone's first message.
+//! recommends for SMS: never more than 1 message in any 60 seconds, 5 in any 60 minutes, 10
+//! in any 24 hours. Where a quota is meant per calendar hour or day, use
+//! [`Rule::fixed_window`](crate::Rule::fixed_window) (aligned to the epoch: the day at
+//! midnight UTC) or [`Rule::fixed_window_from_first_hit`](crate::Rule::fixed_window_from_first_hit).
 //!
 //! ## When the key is in the request's head
 //!
-//! When the limits hang on something the head carries (a `User-Id` header, the address),
-//! the layer does the same with a route table, and a request's global and route limits are
-//! still one batch (see [`layer`](crate::layer)):
+//! When the key is in the head (a `User-Id` header, the address), the layer does the same
+//! with a route table, its global and route limits still one batch:
 //!
 //! ```
 //! use std::time::Duration;

@@ -1,9 +1,8 @@
 //! # Waiting for a permit instead of being refused
 //!
 //! Some callers would rather wait a little than be refused: a batch job calling a partner
-//! API that allows 10 calls a second, or a service smoothing its own clients' bursts.
-//! tollgate reserves the slot atomically and says how long to wait for it: no polling
-//! loop, no thundering herd when the slot opens, and the order of reservations is kept.
+//! API, or a service smoothing its clients' bursts. tollgate reserves the slot atomically
+//! and says how long to wait: no polling loop, no thundering herd, reservations in order.
 //!
 //! ## Outside HTTP: [`Limiter::reserve`](crate::Limiter::reserve)
 //!
@@ -42,17 +41,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! If the caller goes away while waiting (its task is cancelled), the dropped
-//! [`Reservation`](crate::Reservation) gives the slot back, so the next caller can have it.
-//!
 //! ## In the layer: [`Mode::Wait`](crate::layer::Mode::Wait)
 //!
-//! In wait mode the layer holds a request until its reserved slot comes due, then forwards
-//! it; a request that would wait longer than `max_wait` is refused as in enforce mode. A
-//! held request does not hold the inner service (a `ConcurrencyLimit` inside keeps serving
-//! others), held requests are bounded ([`max_held`](crate::layer::RateLimitLayerBuilder::max_held),
-//! [`max_held_per_key`](crate::layer::RateLimitLayerBuilder::max_held_per_key)), and a request whose
-//! client hangs up gives its slot back (see [held requests](crate::layer#held-requests)).
+//! In wait mode the layer holds a request until its reserved slot comes due; one that would
+//! wait longer than `max_wait` is refused. See [held requests](#held-requests) for their
+//! bounds and what a client hanging up gives back.
 //!
 //! ```
 //! use std::time::Duration;
@@ -88,10 +81,34 @@
 //! ```
 //!
 //! A [leaky bucket](crate::Rule::leaky_bucket) shapes traffic the same way in enforce mode:
-//! its admitted requests are held so that they leave evenly spaced, and a full queue is
-//! refused (nginx's `limit_req` without `nodelay`). Rules on other keys in the same batch (a
-//! global limit beside a per-client queue) count a shaped request when it leaves the queue,
-//! not when it joins it: [`Reservation::confirm`](crate::Reservation::confirm) counts them.
-//! Leaky buckets on several keys of one batch (a per-client queue beside a per-tenant one)
-//! all hold the request until the last of them lets it go, so neither lets its traffic
-//! leave faster than its rate.
+//! its admitted requests leave evenly spaced, a full queue is refused. Rules on other keys in
+//! the same batch count a shaped request when it leaves the queue
+//! ([`Reservation::confirm`](crate::Reservation::confirm) counts them).
+//!
+//! ## Held requests
+//!
+//! In wait mode, and for a leaky bucket's shaping delay, the layer holds a request until its
+//! reserved units come due, then forwards it. A held request:
+//!
+//! - **does not hold the inner service**: it waits with an idle clone, driven to readiness
+//!   after the wait, so a `ConcurrencyLimit` or `Buffer` inside the layer keeps serving
+//!   other clients meanwhile.
+//! - **is bounded**: at most [`max_held`](crate::layer::RateLimitLayerBuilder::max_held)
+//!   requests at once (10,000 unless changed), and a tenth of that per (rule, key) that
+//!   delays them ([`max_held_per_key`](crate::layer::RateLimitLayerBuilder::max_held_per_key)).
+//!   A request beyond a bound is refused as if denied (429, `Retry-After` its delay), its
+//!   units given back.
+//! - **gives its units back** when dropped before its release (its client hung up, a
+//!   timeout above the layer fired): through [`Store::refund`](crate::store::Store::refund),
+//!   once, best effort, never after its release. A request dropped while the store is still
+//!   deciding has nothing to give back yet.
+//! - **is counted where it passes**: the rules on other keys than the leaky bucket that
+//!   holds it (a global limit beside a per-client queue) are checked at once as they will
+//!   stand at the release, and confirmed at the release
+//!   ([`Reservation::confirm`](crate::Reservation::confirm)); if other requests took their
+//!   room meanwhile, it is refused then (429). So a shared window never admits more than
+//!   its limit, and one client's queue never closes a shared limit to the others. In wait
+//!   mode it may wait again at the release, for what is left of `max_wait`. The
+//!   confirmation is a second store call, and a second decision for the layer's observers.
+//! - **costs memory** until released: its response future, the boxed hold, the request
+//!   and the idle clone of the inner service; `max_held` bounds the total.

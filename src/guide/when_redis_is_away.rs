@@ -29,7 +29,7 @@
 //!   while every request still goes straight to the failure policy; the probe's answer
 //!   closes it. Transitions are `tracing` events (target `tollgate::breaker`), and
 //!   [`DecisionEvent::health`](crate::layer::DecisionEvent::health) shows them to the
-//!   `on_decision` hook.
+//!   layer's observers.
 //! - [`Fallback`](crate::store::Fallback) decides from an in-process `MemoryStore` with the
 //!   same rules whenever the primary fails, and from Redis again as soon as it answers: a
 //!   request, or the `PING` that `health()` starts while degraded (one at a time), so a

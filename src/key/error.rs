@@ -26,8 +26,8 @@ pub struct KeyError {
     message: Message,
 }
 
-/// A [`KeyError`]'s message: given by the caller, or shared by an extractor that gives it on
-/// every request without its key (an `Arc` clone, so a fallback costs no allocation).
+/// A [`KeyError`]'s message: given by the caller, or shared by an extractor (an `Arc`
+/// clone, so a fallback costs no allocation).
 #[derive(Clone)]
 enum Message {
     Given(Cow<'static, str>),

@@ -12,7 +12,8 @@ use super::{KeyBuf, KeyError, KeyErrorKind, KeyExtractor, RequestHead};
 /// The value of a header; see [`header`].
 #[derive(Debug, Clone)]
 pub struct Header {
-    pub(super) name: HeaderName,
+    /// The name, or the text that is no header name (reported by `validate`).
+    pub(super) name: Result<HeaderName, Arc<str>>,
     duplicates: Duplicates,
     /// The messages of a request without the header, and with it twice: made once, so a
     /// fallback costs no allocation.
@@ -23,12 +24,11 @@ pub struct Header {
 /// Which value of a header that a request sends more than once is its key; see
 /// [`Header::duplicates`].
 ///
-/// A gateway that *appends* an identity header after the client's own leaves the client's
-/// value first, and one that keeps the client's copy lets it through untouched: with either,
-/// a client that sends `User-Id: random-$RANDOM` would get a fresh limit per request. So the
-/// default refuses such a request. Gateways must *replace* identity headers (nginx
-/// `proxy_set_header`, Envoy `request_headers_to_add` with `OVERWRITE_IF_EXISTS_OR_ADD`,
-/// HAProxy `http-request set-header`), and then every request carries exactly one value.
+/// A gateway that *appends* an identity header after the client's own, or keeps the
+/// client's copy, would give a client sending `User-Id: random-$RANDOM` a fresh limit per
+/// request, so the default refuses such a request. Gateways should *replace* identity
+/// headers (nginx `proxy_set_header`, Envoy `OVERWRITE_IF_EXISTS_OR_ADD`, HAProxy
+/// `http-request set-header`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Duplicates {
@@ -49,77 +49,33 @@ pub enum Duplicates {
 /// [`KeyErrorKind::Missing`]). A request that sends the header more than once has no key
 /// ([`KeyErrorKind::Invalid`]) unless [`Header::duplicates`] says which value counts.
 ///
-/// The client writes this header: put the service behind a gateway that authenticates the
-/// client and *replaces* the header (see [`Duplicates`]), or the key is whatever the client
-/// says. Several values on one line (`User-Id: a, b`) are one value, `a, b`.
+/// Put the service behind a gateway that authenticates the client and *replaces* the header
+/// (see [`Duplicates`]), or the key is whatever the client says. Several values on one line
+/// (`User-Id: a, b`) are one value, `a, b`.
 ///
-/// The name is a literal (`"user-id"`, any case) or an [`http::HeaderName`]; for a name read
-/// at run time, use [`try_header`].
-///
-/// # Panics
-///
-/// On a `&'static str` that is not a valid header name, as [`HeaderName::from_static`]
-/// does: a literal is the program's own text, and the first start of the service shows the
-/// mistake. Names from configuration go through [`try_header`], which returns the error.
-pub fn header(name: impl IntoHeaderName) -> Header {
-    Header::named(name.into_header_name())
-}
-
-/// [`header`] for a name read at run time: an invalid header name is a configuration error.
+/// The name is any text (`"user-id"`, any case, or an [`http::HeaderName`]); one that is no
+/// header name is reported by the layer's `build`, naming the rule it keys, or at once by
+/// [`validate`](KeyExtractor::validate).
 ///
 /// ```
-/// use tollgate::key;
+/// use tollgate::key::{self, KeyExtractor};
 ///
-/// assert!(key::try_header("user-id").is_ok());
-/// assert!(key::try_header("user id").is_err());
+/// assert!(key::header("user-id").validate().is_ok());
+/// assert!(key::header("user id").validate().is_err());
 /// ```
-pub fn try_header(name: &str) -> Result<Header, ConfigError> {
-    HeaderName::from_bytes(name.as_bytes())
-        .map(Header::named)
-        .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-}
-
-/// A header name [`header`] accepts without a `?`: an [`http::HeaderName`], or a
-/// `&'static str` literal (checked as [`HeaderName::from_static`] checks one, but in any
-/// case).
-pub trait IntoHeaderName {
-    /// The name; see [`header`] for what an invalid literal does.
-    fn into_header_name(self) -> HeaderName;
-}
-
-impl IntoHeaderName for HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self
-    }
-}
-
-impl IntoHeaderName for &HeaderName {
-    fn into_header_name(self) -> HeaderName {
-        self.clone()
-    }
-}
-
-impl IntoHeaderName for &'static str {
-    fn into_header_name(self) -> HeaderName {
-        match HeaderName::from_bytes(self.as_bytes()) {
-            Ok(name) => name,
-            // A literal in the program's source, not input: the documented panic of
-            // `key::header`, as `HeaderName::from_static`'s.
-            Err(_) => panic!("{self:?} is not a valid header name; use key::try_header for names read at run time"),
-        }
+pub fn header(name: impl AsRef<str>) -> Header {
+    let text = name.as_ref();
+    let name = HeaderName::from_bytes(text.as_bytes()).map_err(|_| Arc::from(text));
+    let shown = name.as_ref().map_or(text, HeaderName::as_str);
+    Header {
+        missing: format!("header {shown}").into(),
+        duplicated: format!("header {shown} appears more than once").into(),
+        duplicates: Duplicates::default(),
+        name,
     }
 }
 
 impl Header {
-    fn named(name: HeaderName) -> Self {
-        Self {
-            missing: format!("header {name}").into(),
-            duplicated: format!("header {name} appears more than once").into(),
-            duplicates: Duplicates::default(),
-            name,
-        }
-    }
-
     /// Which value counts when a request sends the header more than once (default
     /// [`Duplicates::Reject`]: none).
     ///
@@ -139,7 +95,10 @@ impl Header {
 
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        let mut values = req.headers().get_all(&self.name).iter();
+        let name = self.name.as_ref().map_err(|_| {
+            KeyError::misconfigured("the key's header name is invalid (see the layer's build)")
+        })?;
+        let mut values = req.headers().get_all(name).iter();
         let value = match self.duplicates {
             Duplicates::Reject => {
                 let first = values.next();
@@ -157,6 +116,15 @@ impl KeyExtractor for Header {
                 Ok(())
             }
             _ => Err(KeyError::shared(KeyErrorKind::Missing, &self.missing)),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match &self.name {
+            Ok(_) => Ok(()),
+            Err(text) => Err(ConfigError::new(format!(
+                "{text:?} is not a valid header name"
+            ))),
         }
     }
 }

@@ -16,9 +16,8 @@ mod trust;
 /// Why an address key found no peer address, and what to add (see [`no_peer`]).
 const NO_PEER: &str = no_peer(cfg!(feature = "axum"));
 
-/// Why an address key found no peer address, with the fix: a server on axum puts its
-/// connection info in every request, but without tollgate's `axum` feature the type is not
-/// known here and the only fix is the feature, so that comes first.
+/// Why an address key found no peer address, with the fix: without tollgate's `axum`
+/// feature axum's connection info is unreadable, so that fix comes first.
 const fn no_peer(axum: bool) -> &'static str {
     if axum {
         "the peer address is not in the request's extensions: \
@@ -34,9 +33,7 @@ on tonic, serve over TCP, or over TLS streams of TCP (feature `tonic`)"
     }
 }
 
-/// The address of the TCP peer, from the request's extensions: a [`SocketAddr`] (what a hyper
-/// server inserts by hand), axum's `ConnectInfo<SocketAddr>` (feature `axum`) or tonic's
-/// `TcpConnectInfo`, bare or inside `TlsConnectInfo` (feature `tonic`).
+/// The address of the TCP peer, from the request's extensions (see [`peer_ip`]).
 pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
     if let Some(addr) = extensions.get::<SocketAddr>() {
         return Some(addr.ip());
@@ -58,10 +55,9 @@ pub(crate) fn peer_addr(extensions: &Extensions) -> Option<IpAddr> {
     None
 }
 
-/// What a tonic server over TLS (its own `tls_config`, or `serve_with_incoming` over rustls
-/// streams) puts in the extensions: `TlsConnectInfo<TcpConnectInfo>`. Named through the
-/// stream's `Connected` impl because tonic exports the type only with a TLS crypto provider
-/// enabled, which tollgate should not choose for its users.
+/// What a tonic server over TLS puts in the extensions: `TlsConnectInfo<TcpConnectInfo>`,
+/// named through the stream's `Connected` impl because tonic exports the type only with a
+/// TLS crypto provider enabled, which tollgate should not choose for its users.
 #[cfg(feature = "tonic")]
 type TonicTlsConnectInfo = <tokio_rustls::server::TlsStream<tokio::net::TcpStream> as
     tonic::transport::server::Connected>::ConnectInfo;
@@ -86,9 +82,8 @@ fn push_ip(key: &mut KeyBuf, ip: IpAddr, v6_prefix: u8) {
     };
 }
 
-/// Writes `ip` in dotted decimal, as `Display` does, without `fmt`'s machinery: the key of
-/// every request by IPv4 address is written here. Each octet is one lookup of its digits
-/// and a dot, written four bytes at once.
+/// Writes `ip` in dotted decimal, as `Display` does, without `fmt`'s machinery (every IPv4
+/// key is written here): one table lookup per octet.
 fn push_ipv4(key: &mut KeyBuf, ip: Ipv4Addr) {
     // At most 16 bytes ("255.255.255.255."), gathered on the stack and pushed at once
     // without the last dot.
@@ -131,18 +126,14 @@ pub struct PeerIp {
 }
 
 /// The TCP peer's address, IPv6 aggregated to /64 ([`PeerIp::ipv6_prefix`]); an IPv4-mapped
-/// IPv6 peer (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) is
-/// keyed as its IPv4 address, so it shares one limit with that address.
+/// IPv6 peer (`::ffff:192.0.2.1`) is keyed as its IPv4 address.
 ///
 /// Reads a [`SocketAddr`] extension (insert it in a hyper server), axum's
-/// `ConnectInfo<SocketAddr>` (feature `axum`; serve with
+/// `ConnectInfo<SocketAddr>` (feature `axum`, off by default; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`, bare
-/// or inside the `TlsConnectInfo` of a TLS server (tonic's `tls_config`, or
-/// `serve_with_incoming` over rustls streams; feature `tonic`). Without one of them the key
-/// is a [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose
-/// message names the fix: the request gets a 500, never a silent pass. On axum, enable
-/// tollgate's `axum` feature (off by default): without it axum's `ConnectInfo` is in every
-/// request but cannot be read, and the logged error says so first.
+/// or inside `TlsConnectInfo` (feature `tonic`). Without one of them the key is a
+/// [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose message
+/// names the fix: the request gets a 500, never a silent pass.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.
 pub fn peer_ip() -> PeerIp {
@@ -151,10 +142,8 @@ pub fn peer_ip() -> PeerIp {
 
 impl PeerIp {
     /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
-    /// anything else is a configuration error, reported by
-    /// [`validate`](KeyExtractor::validate) and so by the layer's `build`). The
-    /// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit
-    /// in one layer.
+    /// anything else is reported by [`validate`](KeyExtractor::validate)). See
+    /// [holders of whole IPv6 networks](super#holders-of-whole-ipv6-networks).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.v6_prefix = bits;
         self
@@ -173,8 +162,7 @@ fn check_ipv6_prefix(bits: u8) -> Result<(), ConfigError> {
     }
 }
 
-/// What an address key with a configuration problem answers instead of a key: the
-/// problem itself was reported by `validate` (and refused by the layer's `build`).
+/// What an address key with a configuration problem answers instead of a key.
 const INVALID_CONFIG: &str =
     "the key's configuration is invalid; KeyExtractor::validate names the problem";
 
@@ -221,23 +209,17 @@ pub struct ClientIp {
 /// The client's address behind the reverse proxies in `trusted` (CIDRs such as
 /// `"10.0.0.0/8"`, or single addresses).
 ///
-/// A request from a peer that is not a trusted proxy is keyed by the peer's address and its
-/// forwarding headers are ignored: anyone can write `X-Forwarded-For: 1.2.3.4`. From a
-/// trusted proxy, the chosen header ([`X-Forwarded-For`](ForwardedHeader::XForwardedFor) by
-/// default) is read from the right: the right-most address that is not a trusted proxy is the
-/// client (the addresses left of it were written by the client itself). If every address is
-/// trusted, the left-most one is the client. An entry that cannot be parsed ends the walk, and
-/// the last good hop is the key; a proxy that sends no header is keyed as itself.
+/// A peer that is not a trusted proxy is keyed by its own address, its forwarding headers
+/// ignored. From a trusted proxy, the chosen header
+/// ([`X-Forwarded-For`](ForwardedHeader::XForwardedFor) by default) is read from the right:
+/// the right-most address that is not a trusted proxy is the client; if every address is
+/// trusted, the left-most. An entry that cannot be parsed ends the walk at the last good
+/// hop; a proxy that sends no header is keyed as itself. Read exactly the one header your
+/// proxy sets (see [the guide](crate::guide::ip_behind_proxy)).
 ///
-/// Read exactly one header, the one your proxy sets: a proxy that sets `X-Forwarded-For`
-/// but passes a client's `Forwarded` through would let the client choose its key.
-///
-/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]; the
-/// [module docs](super#holders-of-whole-ipv6-networks) show a strict and a coarse limit in
-/// one layer). A trusted proxy may be written IPv4-mapped (`::ffff:10.0.0.5`, or
-/// `::ffff:10.0.0.0/104`): it is the IPv4 proxy, whether its connection arrives as IPv4 or,
-/// on a dual-stack listener, mapped. The peer address comes from the same place as
-/// [`peer_ip`]'s.
+/// IPv6 addresses are aggregated to /64 ([`ClientIp::ipv6_prefix`]). A trusted proxy may be
+/// written IPv4-mapped (`::ffff:10.0.0.0/104`): it is the IPv4 proxy either way. The peer
+/// address comes from the same place as [`peer_ip`]'s.
 ///
 /// ```
 /// use tollgate::key::{self, ForwardedHeader, KeyExtractor};
@@ -245,8 +227,6 @@ pub struct ClientIp {
 /// let behind_lb = key::client_ip(["10.0.0.0/8", "fd00::/8"]).header(ForwardedHeader::Forwarded);
 /// // A mistake in the list is reported by the layer's `build`, naming the rule it keys.
 /// assert!(key::client_ip(["not an address"]).validate().is_err());
-/// // Lists read at run time: `try_client_ip` returns the error at once.
-/// assert!(key::try_client_ip(["not an address"]).is_err());
 /// ```
 pub fn client_ip<I>(trusted: I) -> ClientIp
 where
@@ -273,24 +253,6 @@ where
     client
 }
 
-/// [`client_ip`] for a trusted list read at run time: an entry that is not an address or
-/// CIDR is an error at once.
-///
-/// ```
-/// use tollgate::key;
-///
-/// assert!(key::try_client_ip(["10.0.0.0/8"]).is_ok());
-/// assert!(key::try_client_ip(["not an address"]).is_err());
-/// ```
-pub fn try_client_ip<I>(trusted: I) -> Result<ClientIp, ConfigError>
-where
-    I: IntoIterator,
-    I::Item: AsRef<str>,
-{
-    let client = client_ip(trusted);
-    client.validate().map(|()| client)
-}
-
 impl ClientIp {
     /// Reads the client's address from `header` (default `X-Forwarded-For`).
     pub fn header(mut self, header: ForwardedHeader) -> Self {
@@ -298,21 +260,16 @@ impl ClientIp {
         self
     }
 
-    /// Aggregates IPv6 addresses to their first `bits` bits (default 64, from 1 to 128;
-    /// anything else is a configuration error, reported by
-    /// [`validate`](KeyExtractor::validate) and so by the layer's `build`).
+    /// Aggregates IPv6 addresses to their first `bits` bits (see [`PeerIp::ipv6_prefix`]).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.v6_prefix = bits;
         self
     }
 
     /// Allows trusted networks of every address (`0.0.0.0/0`, `::/0`), or of more public
-    /// addresses than any proxy tier has (more than a /8 of IPv4, such as `0.0.0.0/1`, or
-    /// a /16 of IPv6, such as `2000::/3`), which the layer's `build` otherwise refuses:
-    /// trusting (nearly) every peer lets (nearly) every client that reaches the service
-    /// choose its own key. It is right only where nothing but the proxy can reach
-    /// the service (a platform's load balancer whose addresses are not known in advance,
-    /// in front of a service on a private network).
+    /// addresses than any proxy tier has (more than a /8 of IPv4 or a /16 of IPv6), which
+    /// validation otherwise refuses: trusting nearly every peer lets nearly every client
+    /// choose its own key. Right only where nothing but the proxy can reach the service.
     ///
     /// ```
     /// use tollgate::key::{self, KeyExtractor};
@@ -409,9 +366,7 @@ impl KeyExtractor for ClientIp {
 }
 
 /// `net`, or the IPv4 network an IPv4-mapped one stands for (`::ffff:10.0.0.0/104` is
-/// `10.0.0.0/8`), so that a proxy listed either way is trusted whichever way its address
-/// reaches us. A network wider than the mapped range (`::/0`) stays IPv6 and holds only
-/// IPv6 addresses.
+/// `10.0.0.0/8`). A network wider than the mapped range (`::/0`) stays IPv6.
 fn unmapped_net(net: IpNet) -> IpNet {
     let IpNet::V6(v6) = net else { return net };
     let mapped_bits = v6.prefix_len().checked_sub(96);
@@ -543,8 +498,6 @@ mod tests {
         assert!(problems[0].contains("\"bad\""), "{err}");
         assert!(problems[1].contains("\"10.0.0.0/33\""), "{err}");
         assert!(problems[2].contains("/0 "), "{err}");
-        assert!(try_client_ip(["bad"]).is_err());
-        assert!(try_client_ip(["10.0.0.0/8"]).is_ok());
     }
 
     /// A trusted proxy given as an IPv4-mapped address or network trusts that IPv4 proxy,

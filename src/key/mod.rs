@@ -28,19 +28,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Keys are what the client cannot choose, or they limit nothing. A header key is only as good
-//! as the gateway in front: it must authenticate the client and *replace* the header, and
-//! a request that carries it twice (the client's copy and the gateway's) is refused unless
-//! [`Header::duplicates`] says which copy counts. Forwarding headers are read only from
-//! trusted proxies, from the right. The two branches of [`KeyExtractor::or`] never share a
-//! key: the user `203.0.113.7` is not the anonymous client at that address.
+//! Keys are what the client cannot choose, or they limit nothing: a header key needs a
+//! gateway that authenticates the client and *replaces* the header (see
+//! [the guide](crate::guide::api_limit_by_user_id)); forwarding headers are read only from
+//! trusted proxies, from the right.
 //!
-//! IPv6 addresses are aggregated to a prefix (default /64): one host usually owns a whole
-//! /64, so limiting single addresses would let it rotate through 2^64 of them. IPv4-mapped
-//! addresses (`::ffff:192.0.2.1`, what a dual-stack listener reports for IPv4 clients) are
-//! their IPv4 address, as peers, as trusted proxies and as keys. Keys longer
-//! than 128 bytes are digested by the [`Limiter`](crate::Limiter),
-//! so a client sending a 64 KB header value costs the store 33 bytes.
+//! IPv6 addresses are aggregated to a prefix (default /64), since one host usually owns a
+//! whole /64. IPv4-mapped addresses (`::ffff:192.0.2.1`) are their IPv4 address, as peers,
+//! as trusted proxies and as keys. The [`Limiter`](crate::Limiter) digests keys longer than
+//! 128 bytes, so a 64 KB header value costs the store 33 bytes.
 //!
 //! ## Holders of whole IPv6 networks
 //!
@@ -82,8 +78,8 @@ use smallvec::SmallVec;
 use crate::error::ConfigError;
 
 pub use error::{KeyError, KeyErrorKind};
-pub use headers::{header, try_header, Duplicates, Header, IntoHeaderName};
-pub use ip::{client_ip, peer_ip, try_client_ip, ClientIp, ForwardedHeader, PeerIp};
+pub use headers::{header, Duplicates, Header};
+pub use ip::{client_ip, peer_ip, ClientIp, ForwardedHeader, PeerIp};
 
 /// The parts of a request a key (or a cost) can be read from.
 #[derive(Debug, Clone, Copy)]
@@ -180,10 +176,8 @@ impl KeyBuf {
     }
 
     /// Escapes the bytes from `start` on as one part of a tuple's key: each
-    /// [`KEY_SEPARATOR`] or [`KEY_ESCAPE`] among them is preceded by [`KEY_ESCAPE`], so
-    /// that no part's bytes read as a separator and no two tuples share a key. Parts that
-    /// hold neither byte (header values, addresses, methods and routes cannot) are left as
-    /// they are, without a copy.
+    /// [`KEY_SEPARATOR`] or [`KEY_ESCAPE`] is preceded by [`KEY_ESCAPE`]. Parts holding
+    /// neither (the usual case) are not copied.
     fn escape_part(&mut self, start: usize) {
         let special = |b: &u8| matches!(*b, KEY_SEPARATOR | KEY_ESCAPE);
         let part = self.bytes.get(start..).unwrap_or_default();
@@ -239,10 +233,8 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError>;
 
     /// Whether this extractor's configuration can work: a layer's
-    /// [`build`](crate::layer::RateLimitLayerBuilder::build) calls it for every limit and
-    /// reports the problems with the rule they key. The built-in extractors whose
-    /// constructors take literals without a `?` ([`client_ip`], `ipv6_prefix`) record their
-    /// problems for this; an extractor used with a problem finds no key
+    /// [`build`](crate::layer::RateLimitLayerBuilder::build) reports the problems with the
+    /// rule they key. An extractor used with a problem finds no key
     /// ([`KeyErrorKind::Misconfigured`]). The default: nothing to check.
     fn validate(&self) -> Result<(), ConfigError> {
         Ok(())
@@ -289,9 +281,8 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
 /// The first extractor that finds a key; see [`KeyExtractor::or`].
 ///
 /// The key is tagged with the branch that found it: the byte `0x01` and the first
-/// extractor's key, or `0x02` and the second's. One byte, so the key stays inline and a fallback
-/// allocates nothing; a fixed-length tag, so no key of one branch can spell a key of the other,
-/// whatever bytes the extractors write. (Pass the tagged bytes to
+/// extractor's key, or `0x02` and the second's; a fixed-length tag, so no key of one branch
+/// can spell a key of the other. (Pass the tagged bytes to
 /// [`Limiter::reset`](crate::Limiter::reset) to unblock a key by hand.)
 ///
 /// ```
@@ -528,9 +519,10 @@ mod tests {
             b"\x02global"
         );
         assert_eq!(extract(&user.or(global()), &req).unwrap(), b"\x01u1");
-        assert!(try_header("bad header").is_err());
-        assert_eq!(header(http::header::USER_AGENT).name, "user-agent");
-        assert_eq!(header("User-Id").name, "user-id");
+        assert!(header("bad header").validate().is_err());
+        assert!(extract(&header("bad header"), &req).is_err());
+        assert_eq!(header(http::header::USER_AGENT).name.unwrap(), "user-agent");
+        assert_eq!(header("User-Id").name.unwrap(), "user-id");
     }
 
     /// A request no route matched has the one key of all such requests, never its path.

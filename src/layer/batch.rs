@@ -1,18 +1,20 @@
-//! A request's batch as the layer keeps it (its limits' items, their keys in one buffer,
-//! the configuration they come from), and the store's answer for it.
+//! A request's batch through the layer: built once in `call` (its limits' items, their keys
+//! in one buffer, the configuration they come from), asked of the store, decided, and kept
+//! by the reservation while the layer may still give units back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use super::charge::unsettled::Ticket;
-use super::config::Config;
+use super::config::{Config, Limit, MissingKey, Mode};
+use super::plans::select::RequestPlans;
 use super::state::LayerState;
-use crate::decision::Outcome;
+use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
-use crate::key::KeyBuf;
-use crate::reservation::{Batch, Reservation};
+use crate::key::{KeyBuf, KeyError, KeyErrorKind, RequestHead};
+use crate::log::Event;
+use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Check, Health, Store};
 use crate::stored::KeyBytes;
 
@@ -30,8 +32,11 @@ pub(crate) struct Item {
     pub(crate) defers: bool,
 }
 
-/// A request's batch as the layer keeps it: the configuration it was checked under, its
-/// route, and its keys in one buffer.
+/// The [`Ticket`]s of a request's items, each with its index in the batch.
+pub(crate) type Tickets = SmallVec<[(usize, Ticket); 1]>;
+
+/// A request's batch: the configuration it is decided under, its route, its items and
+/// their keys. The one value that carries a request from `call` to its release.
 pub(crate) struct LayerBatch {
     pub(crate) config: Arc<Config>,
     pub(crate) state: Arc<LayerState>,
@@ -40,72 +45,160 @@ pub(crate) struct LayerBatch {
     pub(crate) keys: KeyBuf,
     /// Per limit charged by outcome with a penalty: the request until it has settled, which
     /// it has when the batch is dropped (after its units were given back, if they were).
-    /// Held for that drop only.
-    pub(crate) _tickets: Tickets,
+    pub(crate) tickets: Tickets,
 }
-
-/// The [`Ticket`]s of a request's items, each with its index in the batch.
-pub(crate) type Tickets = SmallVec<[(usize, Ticket); 1]>;
 
 impl Batch for LayerBatch {
     fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
-        batch_of(&self.config, self.route, &self.items, &self.keys, None)
-    }
-}
-
-/// Whether one of `items`' limits waits for the response to settle its units: it counts
-/// by outcome, or reads its cost from the response.
-pub(crate) fn settled_by_response(config: &Config, route: Option<usize>, items: &[Item]) -> bool {
-    items.iter().any(|item| {
-        config
-            .limit(route, item.limit)
-            .is_some_and(|l| l.settles_by_response())
-    })
-}
-
-/// The batch of a request's items: each limit's rule, its key's bytes, the cost; and, if
-/// asked, each item's index among the request's limits.
-pub(crate) fn batch_of<'a>(
-    config: &'a Config,
-    route: Option<usize>,
-    items: &[Item],
-    keys: &'a KeyBuf,
-    mut limits: Option<&mut SmallVec<[usize; 4]>>,
-) -> SmallVec<[Check<'a>; 4]> {
-    let mut batch = SmallVec::new();
-    for item in items {
-        // Always present: the items were made from these limits and this buffer.
-        let limit = config.limit(route, item.limit);
-        let key = keys.as_bytes().get(item.start..item.end);
-        if let (Some(limit), Some(key)) = (limit, key) {
-            if let Some(limits) = limits.as_deref_mut() {
-                limits.push(item.limit);
-            }
-            batch.push(Check {
+        self.entries()
+            .map(|(item, limit, key)| Check {
                 rule: &limit.rule,
                 key: KeyBytes::of(key),
                 cost: item.cost,
                 shadow: limit.shadow,
                 defers_denial: item.defers,
-            });
-        }
+            })
+            .collect()
     }
-    batch
 }
 
-/// The store's answer for a request's batch.
+impl LayerBatch {
+    /// The batch of a request on `route`: each of its limits that applies, with its key
+    /// (read while the request is borrowed, into one inline buffer) and its cost; `None`
+    /// when no limit applies. A limit without a key is left out, or the request is refused
+    /// with the key's error, as the limit and the mode say.
+    pub(crate) fn of(
+        config: &Arc<Config>,
+        state: &Arc<LayerState>,
+        route: Option<usize>,
+        head: &RequestHead<'_>,
+    ) -> Result<Option<Self>, KeyError> {
+        let mut keys = KeyBuf::new();
+        let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+        let mut plans = RequestPlans::default();
+        for (i, limit) in config.limits(route).enumerate() {
+            let start = keys.len();
+            // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
+            // the limit does with a missing key.
+            let (extracted, plan_refused) = match plans.applies(limit.plan.as_ref(), head) {
+                Ok(true) => (limit.key.extract(head, &mut keys), false),
+                Ok(false) => continue,
+                Err(unknown_plan) => (Err(unknown_plan), true),
+            };
+            let Err(e) = extracted else {
+                let (end, cost) = (keys.len(), limit.cost_of(head));
+                let defers = false;
+                items.push(Item {
+                    limit: i,
+                    start,
+                    end,
+                    cost,
+                    defers,
+                });
+                continue;
+            };
+            keys.truncate(start);
+            if !refuses_for_key(config, state, limit, &e, plan_refused) {
+                continue;
+            }
+            return Err(e);
+        }
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let (config, state) = (Arc::clone(config), Arc::clone(state));
+        let tickets = Tickets::new();
+        Ok(Some(Self {
+            config,
+            state,
+            route,
+            items,
+            keys,
+            tickets,
+        }))
+    }
+
+    /// Each item with its limit and its key's bytes. Always all of them: the items were
+    /// made from these limits and this buffer.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&Item, &Limit, &[u8])> + Clone {
+        self.items.iter().filter_map(|item| {
+            let limit = self.config.limit(self.route, item.limit)?;
+            let key = self.keys.as_bytes().get(item.start..item.end)?;
+            Some((item, limit, key))
+        })
+    }
+
+    /// Each item's limit, in order.
+    pub(crate) fn limits(&self) -> impl Iterator<Item = &Limit> + Clone {
+        self.entries().map(|(_, limit, _)| limit)
+    }
+
+    /// Whether one of the batch's limits waits for the response to settle its units: it
+    /// counts by outcome, or reads its cost from the response.
+    pub(crate) fn settled_by_response(&self) -> bool {
+        self.limits().any(Limit::settles_by_response)
+    }
+
+    /// Whether the layer keeps a reservation of `outcome`: it may give units back for a
+    /// request it holds, or settle them by its response, or count it at the release.
+    pub(crate) fn keeps(&self, outcome: &Outcome) -> bool {
+        outcome.is_admitted()
+            && (outcome.decision != Decision::Allow
+                || outcome.needs_confirmation()
+                || self.settled_by_response())
+    }
+}
+
+/// Whether a limit whose key could not be read refuses the request. A key the server
+/// cannot provide is logged; shadow mode and shadow limits report and never refuse.
+fn refuses_for_key(
+    config: &Config,
+    state: &LayerState,
+    limit: &Limit,
+    e: &KeyError,
+    plan_refused: bool,
+) -> bool {
+    if e.kind() == KeyErrorKind::Misconfigured {
+        if let Some(suppressed) = state.log.admit(Event::KeyUnavailable) {
+            tracing::error!(rule = limit.rule.name(), error = %e, suppressed, "rate limit key unavailable");
+        }
+    } else if limit.on_missing == MissingKey::Skip && !plan_refused {
+        return false;
+    }
+    if config.mode == Mode::Shadow || limit.shadow {
+        if let Some(suppressed) = state.log.admit(Event::ShadowMissingKey) {
+            tracing::info!(rule = limit.rule.name(), error = %e, suppressed, "shadow: request would be refused for its key");
+        }
+        return false;
+    }
+    true
+}
+
+/// The store's answer for a request's batch, with what the layer keeps of it.
 pub(crate) struct Checked<St: Store + Clone> {
     pub(crate) result: Result<Outcome, StoreError>,
-    pub(crate) route: Option<usize>,
-    /// The index (among the request's limits) of each item of the batch, in order.
-    pub(crate) limits: SmallVec<[usize; 4]>,
-    /// For an admitted request whose units the layer may still give back (it is held, or a
-    /// limit waits for its response): the reservation that owns them.
-    pub(crate) reservation: Option<Box<Reservation<St>>>,
-    /// The batch the reservation was made of.
-    pub(crate) batch: Option<Arc<LayerBatch>>,
     /// The store's health right after it answered.
     pub(crate) health: Health,
-    /// How long the store took, if timed (see `observe`).
-    pub(crate) store_latency: Option<Duration>,
+    pub(crate) kept: Kept<St>,
+}
+
+/// A decided batch, and the reservation of its units if the layer keeps one.
+// The batch stays inline: boxing it would allocate for every request.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Kept<St: Store + Clone> {
+    /// Nothing the layer may give back, settle or confirm: the batch, in place.
+    Batch(LayerBatch),
+    /// The batch shared with the reservation that owns its units: an admitted request the
+    /// layer holds, whose response settles it, or that counts at its release. `None` once a
+    /// confirmation refused it (its units went back).
+    Reserved(Arc<LayerBatch>, Option<Box<Reservation<St>>>),
+}
+
+impl<St: Store + Clone> Kept<St> {
+    pub(crate) fn batch(&self) -> &LayerBatch {
+        match self {
+            Kept::Batch(batch) => batch,
+            Kept::Reserved(batch, _) => batch,
+        }
+    }
 }

@@ -15,11 +15,9 @@ use super::observe::record::RuleMetrics;
 use super::plans::select::PlanGuard;
 use super::response::Rejection;
 use super::routes::RoutePattern;
-use crate::decision::{Outcome, RuleOutcome};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::log::DEFAULT_LOG_INTERVAL;
 use crate::rule::Rule;
-use crate::store::Health;
 
 /// A rule applied to requests: the [`Rule`], the key it counts under, what a request costs,
 /// and what to do when a request has no key.
@@ -70,7 +68,6 @@ pub struct Limit {
     pub(crate) shadow: bool,
     pub(crate) charge: Charge,
     /// The limit's metric keys (with the `metrics` feature), made once here.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) metrics: RuleMetrics,
     /// Set when this limit is one plan of a [`Plans`](super::Plans): it applies to the
     /// requests of that plan only.
@@ -231,9 +228,9 @@ impl Limit {
     /// trip) as the enforced limits and keeps its state as if enforced, but it never
     /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
     /// headers. A request it would deny consumes none of its quota and counts towards its
-    /// penalty; the would-be denial is reported through `tracing` and
-    /// [`on_decision`](super::RateLimitLayerBuilder::on_decision)
-    /// ([`DecisionEvent::is_shadow`]). A request the enforced limits deny consumes nothing
+    /// penalty; the would-be denial is reported through `tracing` and to
+    /// [observers](super::DecisionObserver) ([`RuleDecision::shadow`](super::RuleDecision::shadow)).
+    /// A request the enforced limits deny consumes nothing
     /// of it either. A missing key is logged and the limit left out, whatever
     /// [`on_missing_key`](Self::on_missing_key) says.
     ///
@@ -341,7 +338,7 @@ pub enum Mode {
     #[default]
     Enforce,
     /// Decide and record (the rules' state changes as in enforce mode), report through
-    /// `tracing` and [`on_decision`](super::RateLimitLayerBuilder::on_decision), but never reject
+    /// `tracing` and to [observers](super::DecisionObserver), but never reject
     /// or hold a request: for rolling out a layer safely. The rules are not advertised in
     /// the `RateLimit` headers (clients should not plan around rules that are not
     /// enforced). A request without a key, or a failed store, is logged and let through
@@ -415,62 +412,7 @@ pub enum FailurePolicy {
     Fallback,
 }
 
-/// A decision as the [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook sees it.
-#[derive(Debug)]
-pub struct DecisionEvent<'a> {
-    pub(crate) outcome: &'a Outcome,
-    pub(crate) rules: &'a [(&'a Rule, RuleOutcome)],
-    /// Per rule of `rules`: a shadow limit.
-    pub(crate) shadow: &'a [bool],
-    pub(crate) mode: Mode,
-    pub(crate) route: Option<&'a str>,
-    pub(crate) health: Health,
-    pub(crate) store_latency: Option<Duration>,
-}
-
-impl<'a> DecisionEvent<'a> {
-    /// The store's health when it decided: [`Health::Degraded`] means a
-    /// [`Fallback`](crate::store::Fallback)'s local store took this decision (its circuit
-    /// breaker open, or Redis failing).
-    pub fn health(&self) -> Health {
-        self.health
-    }
-
-    /// How long the store took to decide (always measured when an
-    /// [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook is set).
-    pub fn store_latency(&self) -> Option<Duration> {
-        self.store_latency
-    }
-
-    /// The decision of the batch.
-    pub fn outcome(&self) -> &'a Outcome {
-        self.outcome
-    }
-
-    /// Each checked rule and what it decided, shadow rules included.
-    pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> {
-        self.rules.iter().map(|(r, o)| (*r, o))
-    }
-
-    /// Whether `rule` was checked in shadow, so that its denial was not enforced: a
-    /// [`Limit::shadow`], or any rule in [`Mode::Shadow`].
-    pub fn is_shadow(&self, rule: &Rule) -> bool {
-        self.mode == Mode::Shadow
-            || self
-                .rules
-                .iter()
-                .zip(self.shadow)
-                .any(|((r, _), &shadow)| shadow && r.name() == rule.name())
-    }
-
-    /// The route-table pattern the request matched, if any.
-    pub fn route(&self) -> Option<&'a str> {
-        self.route
-    }
-}
-
 pub(crate) type RejectFn = dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync;
-pub(crate) type DecisionFn = dyn Fn(&DecisionEvent<'_>) + Send + Sync;
 pub(crate) type ExemptFn = dyn Fn(&RequestHead<'_>) -> bool + Send + Sync;
 
 /// One entry of the route table.
@@ -489,7 +431,6 @@ pub(crate) struct Config {
     pub(crate) on_failure: FailurePolicy,
     pub(crate) headers: HeaderOptions,
     pub(crate) on_reject: Option<Arc<RejectFn>>,
-    pub(crate) on_decision: Option<Arc<DecisionFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     /// How often the layer's log writes each kind of event (see `log_interval`).
     pub(crate) log_interval: Duration,
@@ -513,7 +454,6 @@ impl Default for Config {
             on_failure: FailurePolicy::default(),
             headers: HeaderOptions::default(),
             on_reject: None,
-            on_decision: None,
             exempt: None,
             log_interval: DEFAULT_LOG_INTERVAL,
             held: HeldLimits::default(),
@@ -604,7 +544,6 @@ impl fmt::Debug for Config {
             .field("on_failure", &self.on_failure)
             .field("headers", &self.headers)
             .field("on_reject", &self.on_reject.is_some())
-            .field("on_decision", &self.on_decision.is_some())
             .field("exempt", &self.exempt.is_some())
             .field("held", &self.held)
             .finish()

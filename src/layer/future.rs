@@ -4,7 +4,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -14,12 +13,9 @@ use tower_service::Service;
 
 use super::batch::Checked;
 use super::body::RateLimitBody;
-use super::charge::Charging;
-use super::config::Config;
+use super::charge::Outbound;
 use super::decide::{decide, Next};
-use super::headers::RateLimitHeaders;
 use super::held::{HoldFuture, Released};
-use super::state::LayerState;
 use crate::store::{MemoryStore, Store};
 
 const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";
@@ -27,20 +23,11 @@ const POLLED_AFTER_COMPLETION: &str = "ResponseFuture polled after completion";
 /// The store's answer for a request, as a future.
 pub(crate) type CheckFuture<St> = Pin<Box<dyn Future<Output = Checked<St>> + Send>>;
 
-/// What a request carries through the states until it is forwarded: the request, the
-/// inner service to call with it, the configuration it is decided under.
+/// What a request carries through the states until it is forwarded: the request, and the
+/// inner service to call with it (its batch travels with the store's answer).
 struct Passengers<S, ReqB> {
     request: Request<ReqB>,
     inner: S,
-    config: Arc<Config>,
-    state: Arc<LayerState>,
-}
-
-/// What a forwarded request's response gets: the `RateLimit` headers, and the charge that
-/// its head settles.
-struct Outbound<St: Store + Clone> {
-    headers: Option<RateLimitHeaders>,
-    charge: Option<Charging<St>>,
 }
 
 pin_project! {
@@ -94,44 +81,25 @@ where
     St: Store + Clone,
 {
     /// Waits for the store's answer. `inner` is the service driven to readiness.
-    pub(crate) fn checking(
-        check: CheckFuture<St>,
-        request: Request<ReqB>,
-        inner: S,
-        config: Arc<Config>,
-        state: Arc<LayerState>,
-    ) -> Self {
-        let passengers = Some(Passengers {
-            request,
-            inner,
-            config,
-            state,
-        });
+    pub(crate) fn checking(check: CheckFuture<St>, request: Request<ReqB>, inner: S) -> Self {
+        let passengers = Some(Passengers { request, inner });
         Self::from(Step::Checking { check, passengers })
     }
 
     /// Acts on a decision taken in `call`: `inner` is the service driven to readiness,
     /// called for a request forwarded now; a held request takes an idle clone, driven to
     /// readiness after the hold, and the ready one stays for the next call.
-    pub(crate) fn decided(
-        next: Next<St>,
-        request: Request<ReqB>,
-        inner: &mut S,
-        config: &Arc<Config>,
-        state: &Arc<LayerState>,
-    ) -> Self {
+    pub(crate) fn decided(next: Next<St>, request: Request<ReqB>, inner: &mut S) -> Self {
         Self::from(match next {
-            Next::Forward { headers, charge } => Step::Forwarding {
+            Next::Forward(outbound) => Step::Forwarding {
                 future: inner.call(request),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
             Next::Hold(hold) => Step::Holding {
                 hold,
                 passengers: Some(Passengers {
                     request,
                     inner: inner.clone(),
-                    config: Arc::clone(config),
-                    state: Arc::clone(state),
                 }),
             },
             Next::Reject(response) => Step::Rejected {
@@ -169,13 +137,13 @@ where
     /// a held request gives it up for an idle clone rather than keep it through the hold.
     fn after(next: Next<St>, mut passengers: Passengers<S, ReqB>, ready: bool) -> Self {
         match next {
-            Next::Forward { headers, charge } if ready => Step::Forwarding {
+            Next::Forward(outbound) if ready => Step::Forwarding {
                 future: passengers.inner.call(passengers.request),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
-            Next::Forward { headers, charge } => Step::Readying {
+            Next::Forward(outbound) => Step::Readying {
                 passengers: Some(passengers),
-                outbound: Some(Outbound { headers, charge }),
+                outbound: Some(outbound),
             },
             Next::Hold(hold) => {
                 if ready {
@@ -207,25 +175,15 @@ where
                 StepProj::Checking { check, passengers } => {
                     let checked = ready!(check.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
-                    let next = decide(
-                        &passengers.config,
-                        &passengers.state,
-                        checked,
-                        &passengers.request,
-                    );
+                    let next = decide(checked, &passengers.request);
                     Step::after(next, passengers, true)
                 }
                 StepProj::Holding { hold, passengers } => {
                     let released = ready!(hold.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = match released {
-                        Released::Pass { headers, charge } => Next::Forward { headers, charge },
-                        Released::Counted(checked) => decide(
-                            &passengers.config,
-                            &passengers.state,
-                            *checked,
-                            &passengers.request,
-                        ),
+                        Released::Pass(outbound) => Next::Forward(outbound),
+                        Released::Counted(checked) => decide(*checked, &passengers.request),
                     };
                     Step::after(next, passengers, false)
                 }
@@ -245,13 +203,8 @@ where
                     // An error of the inner service counts (see `Charge`): `?` drops the
                     // charge unsettled, and its units (an estimate too) stay taken.
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(Outbound { headers, charge }) = outbound.take() {
-                        if let Some(charge) = charge {
-                            response = charge.settle(response);
-                        }
-                        if let Some(ours) = headers {
-                            ours.merge_into(response.headers_mut());
-                        }
+                    if let Some(outbound) = outbound.take() {
+                        response = outbound.apply(response);
                     }
                     return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
                 }

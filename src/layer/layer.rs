@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::config::{Config, DecisionEvent, FailurePolicy, Limit, Mode, Route};
+use super::config::{Config, FailurePolicy, Limit, Mode, Route};
 use super::observe::observer::{DecisionObserver, Observers};
 use super::reload::source::ConfigSource;
 use super::response::Rejection;
@@ -140,7 +140,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// before `"/sms/{provider}/send"`), whatever the order of declaration; among routes of
     /// the same shape, the first declared. Paths are matched as sent
     /// (not percent-decoded), with empty segments ignored: `/sms/send/` is `/sms/send`; a
-    /// `GET` route also covers `HEAD`.
+    /// `GET` route also covers `HEAD`. Under axum's `Router::nest` patterns are full paths as
+    /// clients send them (the layer reads `OriginalUri`), and the nested router's own path is
+    /// matched too: of the two, the more specific route applies.
     ///
     /// A pattern no request can match is a [`build`](Self::build) error rather than a route
     /// that silently runs unlimited: a lower-case method (`"post /x"`: methods are
@@ -223,7 +225,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                state: LayerState::new(&config, Observers(observers.into())),
+                state: LayerState::new(&config, Observers::new(observers)),
                 config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
@@ -240,9 +242,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// as if denied (429 with `Retry-After` = its delay, rounded up), and the units reserved
     /// for it are given back. The count is shared by every service the layer makes (and by
     /// clones of the layer). `0` is refused by [`build`](Self::build): it would refuse every
-    /// delay. The [`on_decision`](Self::on_decision) hook sees the store's decision (the
-    /// delay); the refusal itself is logged with `tracing::debug!`. What a held request
-    /// costs until it is released: see the [module docs](super#held-requests).
+    /// delay. [Observers](Self::observe) see the store's decision (the delay); the refusal itself is logged with `tracing::debug!`. What a held request
+    /// costs until it is released: see [held requests](crate::guide::waiting_for_a_permit#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
         self.config_mut().held.max = n;
         self
@@ -263,11 +264,12 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Adds `observer`, told of each rule's decision of every request with the rule and the
-    /// key as the store keeps it (see [`DecisionObserver`]); several may be set, each told in
-    /// the order set. An observer is the layer's state, not its configuration: a
+    /// Adds `observer`, told of every decision: its route, the store's answer, health and
+    /// latency, and each rule's decision with the key as the store keeps it (see
+    /// [`DecisionObserver`]); several may be added, each told in the order added, after the
+    /// `metrics` feature's. An observer is the layer's state, not its configuration: a
     /// [reload](super::ReloadHandle::reload) keeps the running layer's observers and ignores
-    /// the reloaded builder's. With none set, the request's path pays one branch.
+    /// the reloaded builder's.
     pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
         self.observers.push(Arc::new(observer));
         self
@@ -326,7 +328,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///     if request.uri().path().starts_with("/api/") && wants_problem {
     ///         *response.body_mut() = format!(
     ///             r#"{{"type":"about:blank","title":"Too Many Requests","status":{},"detail":"{}","instance":"{}"}}"#,
-    ///             rejection.status().as_u16(),
+    ///             response.status().as_u16(),
     ///             rejection.message(),
     ///             request.uri().path(),
     ///         )
@@ -349,16 +351,6 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Calls `f` with every decision (admitted, delayed or denied; in every mode), for
-    /// metrics or audit logs. It runs on the request path: keep it short.
-    pub fn on_decision<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&DecisionEvent<'_>) + Send + Sync + 'static,
-    {
-        self.config_mut().on_decision = Some(Arc::new(f));
-        self
-    }
-
     /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
     /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
     /// the first at once, then, when an `interval` ends with events left out, one summary
@@ -373,7 +365,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Lets requests for which `is_exempt` says `true` through without any limit: health
     /// checks, an allow-list of addresses or API keys. It is asked first, before any key is
     /// extracted, so an exempt request needs no key and consumes nothing; it makes no
-    /// decision, so [`on_decision`](Self::on_decision) does not see it and it gets no
+    /// decision, so no [observer](Self::observe) sees it and it gets no
     /// `RateLimit` headers. Called again, each predicate is tried in turn.
     ///
     /// ```

@@ -179,7 +179,7 @@ impl<'a> Rejection<'a> {
 
     /// The HTTP status of the default response: 429, 400 for a missing key, 500 for a key
     /// the server cannot provide, 503 for a failed store.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self.kind {
             RejectionKind::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
             RejectionKind::Key(e) if e.kind() == KeyErrorKind::Misconfigured => {
@@ -229,7 +229,7 @@ impl<'a> Rejection<'a> {
 
     /// The headers every default rejection carries: `Retry-After` (whole seconds, rounded
     /// up, at least 1) and the rate-limit headers of the checked rules.
-    pub fn headers(&self) -> HeaderMap {
+    pub(crate) fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Some(d) = self.retry_after() {
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
@@ -299,9 +299,11 @@ impl<'a> Rejection<'a> {
         Some(status)
     }
 
-    /// The response the layer sends by default: for HTTP the [`status`](Self::status) with
-    /// the [`headers`](Self::headers) and the [`message`](Self::message) as a plain-text
-    /// body; for gRPC (and grpc-web) an HTTP 200 trailers-only response with `grpc-status`,
+    /// The response the layer sends by default, the start of a response of your own: for
+    /// HTTP its status (429, 400 for a missing key, 500 for a key the server cannot
+    /// provide, 503 for a failed store) with `Retry-After` (whole seconds, rounded up, at
+    /// least 1), the rate-limit headers of the checked rules, and the
+    /// [`message`](Self::message) as a plain-text body; for gRPC (and grpc-web) an HTTP 200 trailers-only response with `grpc-status`,
     /// `grpc-message` and `grpc-status-details-bin`: a tonic client sees
     /// `Code::ResourceExhausted` for a limit, and `tonic-types` reads the details.
     pub fn default_response(&self) -> Response<Bytes> {

@@ -1,26 +1,7 @@
-//! The decision of a batch of rules, all or nothing: where penalties lock keys, where a
-//! denied batch is kept from consuming, and where its rules' decisions make the batch's
-//! ([`combine`]: Deny beats Delay beats Allow).
-//!
-//! A store calls it in three steps while it holds every entry of the batch exclusively:
-//! [`evaluate`] each item (read only) at its key's release ([`key_release`]), [`admits`]
-//! on all of them, then [`commit`] (or [`report`], for items that change nothing) each item, as
-//! [`admitted`] says.
-//!
-//! A shadow item (a trial rule) is decided with the others but never vetoes or delays: it
-//! takes the batch's part when it admits on its own, and a denied item's part (nothing
-//! consumed, the penalty counted) when it does not.
-//!
-//! Every rule counts the request at the instant it passes: the batch's arrival (now, or the
-//! reserved instant in wait mode; on a Redis Cluster, the latest of the parts'
-//! reservations), or later where a leaky bucket holds it in its queue. Every queue of the
-//! batch holds it until the latest of their releases (the batch's release) and the rules on
-//! the key that releases it last count it then; the rules on other keys are pending:
-//! checked now at the release, counted when the request is released
-//! ([`Reservation::confirm`](crate::Reservation::confirm)), so one client's queue never dates a
-//! shared state in the future (see [`evaluate`]).
-//!
-//! `lua/batch.lua` is the Redis twin of this module.
+//! The all-or-nothing decision of a batch, as [`Store::check`](crate::store::Store::check)
+//! documents it; `lua/batch.lua` is its Redis twin. A store holding every entry of the
+//! batch exclusively [`evaluate`]s each item at its key's release ([`key_release`]), asks
+//! [`admits`], then [`commit`]s (or [`report`]s) each item as [`admitted`] says.
 
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -32,32 +13,25 @@ use crate::penalty::PenaltyState;
 use crate::store::check::Check;
 use crate::Rule;
 
-/// The batch's decision from its rules' (Deny beats Delay beats Allow): the outcome's own
-/// rule, which every store applies to its batches.
+/// The batch's decision from its rules' (Deny beats Delay beats Allow).
 pub(crate) use crate::decision::combine;
 
 /// What a store keeps for one rule name and one key.
 ///
-/// The algorithm's state belongs to the configuration whose fingerprint is stored with it
-/// (0: no state yet). Any other configuration reads `carried` instead (see
-/// [`Rule`](crate::Rule#reconfiguring-a-rule)); the penalty belongs to the name and is read
-/// by every configuration.
+/// The state belongs to the configuration of `fingerprint` (0: none yet); any other reads
+/// `carried` ([`Rule`](crate::Rule#reconfiguring-a-rule)). The penalty belongs to the name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) state: State,
     pub(crate) fingerprint: u64,
-    /// Written with every admission: `until` is also when the state is back to empty,
-    /// under its own configuration and any other, which makes it the entry's expiry
-    /// without a field of its own.
+    /// Written with every admission; its `until` (empty under any configuration) is the
+    /// entry's expiry.
     pub(crate) carried: Carried,
-    /// The penalty's bookkeeping, on the heap from the first denial it counts: most entries
-    /// never have one, and the entries of the in-process map stay small without it (the
-    /// map's size is what a decision on many keys waits for).
+    /// Boxed from the first counted denial, so the many entries without one stay small.
     penalty: Option<Box<Penalized>>,
 }
 
-/// A penalty's bookkeeping, and the instant it is forgotten as the rule that last wrote
-/// the entry sees it.
+/// A penalty's bookkeeping, and when it is forgotten as the entry's last writer sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Penalized {
     state: PenaltyState,
@@ -89,10 +63,8 @@ impl Entry {
         self.fingerprint == rule.fingerprint()
     }
 
-    /// Notes, after `rule` wrote the entry, when its penalty is forgotten: the rule's
-    /// penalty says when it stops counting denials; a rule without one keeps the lock
-    /// only, which belongs to the name (else the entry, and the lock, would go with the
-    /// state).
+    /// Notes, after `rule` wrote the entry, when its penalty is forgotten. A rule without a
+    /// penalty keeps the lock only: the lock belongs to the name, not the state.
     pub(crate) fn written_by(&mut self, rule: &Rule) {
         if let Some(p) = &mut self.penalty {
             p.expires_at = rule
@@ -101,10 +73,8 @@ impl Entry {
         }
     }
 
-    /// The instant (µs) from which this entry is the same as no entry, under any
-    /// configuration of its name: when the state is back to empty (`carried.until`, set at
-    /// every admission; a refund since only brings the state's own end earlier) and the
-    /// penalty is forgotten (as of the last [`written_by`](Self::written_by)).
+    /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
+    /// brings it earlier) and the penalty forgotten.
     pub(crate) fn expires_at(&self) -> u64 {
         let penalty = self.penalty.as_deref().map_or(0, |p| p.expires_at);
         self.carried.until.max(penalty)
@@ -126,28 +96,21 @@ pub(crate) struct Evaluated {
     eval: Eval,
     /// Microseconds of penalty lock left at arrival, if the key is locked.
     locked_for: Option<u64>,
-    /// The instant the rule counts the request at: its key's release, or the arrival for
-    /// the leaky bucket that holds the request until the release.
+    /// When the rule counts the request: its key's release, or arrival for a leaky bucket.
     at: u64,
-    /// The instant the request arrives: now, or later for a reservation. Locks and the
-    /// denials a penalty counts are about arrivals.
+    /// Now, or later for a reservation. Locks and penalty denials are about arrivals.
     arrival: u64,
     /// A trial item: it never denies or delays the batch.
     shadow: bool,
-    /// Counted only when the request passes: a rule on a key that releases the request
-    /// before the batch does (see [`evaluate`]), evaluated here at the batch's release and
-    /// left unwritten until the caller confirms it then.
+    /// Pending: left unwritten until the caller confirms it (see [`evaluate`]).
     pending: bool,
-    /// For a leaky bucket that would release the request before the batch does: the
-    /// batch's release, until which its queue holds the request (see [`evaluate`]); 0
-    /// otherwise.
+    /// For a leaky bucket that would release the request before the batch does, the batch's
+    /// release, until which its queue holds it (see [`evaluate`]); 0 otherwise.
     held_until: u64,
-    /// The water that hold adds above the queue's own ([`Algorithm::hold`]): what a refund
-    /// drains beside the units.
+    /// The water that hold adds ([`Algorithm::hold`]), which a refund drains too.
     hold: u64,
-    /// Decided on units another configuration of the rule holds (see [`Rule`]'s
-    /// reconfiguring), which no reservation waits for: this configuration's state, written
-    /// at the reserved instant, could not keep the key closed until then.
+    /// Decided on another configuration's units, which no reservation waits for: this
+    /// configuration's state could not keep the key closed until then.
     foreign: bool,
 }
 
@@ -156,9 +119,8 @@ impl Evaluated {
         self.locked_for.is_some() || !self.eval.is_admitted()
     }
 
-    /// Whether a penalty counts this item's denial: a denial by the rule's quota. Requests
-    /// already locked out, or costing more than the rule can ever admit (a client or
-    /// configuration error, not a rate), don't count.
+    /// Whether this is a quota denial, which a penalty counts. Requests already locked out,
+    /// or costing more than the rule can ever admit (an error, not a rate), don't count.
     fn counts_for_penalty(&self) -> bool {
         self.locked_for.is_none()
             && matches!(
@@ -170,9 +132,8 @@ impl Evaluated {
     }
 }
 
-/// `batch` as [`Store::count_denials`](crate::store::Store::count_denials) counts it: a
-/// check that [deferred](Check::defers_denial) its denial did so at its check, and is
-/// counted now.
+/// `batch` with no item [deferring](Check::defers_denial), for
+/// [`Store::count_denials`](crate::store::Store::count_denials).
 pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
@@ -184,9 +145,8 @@ pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
 }
 
 /// Refuses batches the stores cannot decide consistently: the same rule twice for one key
-/// would read one state twice and admit more than the rule allows, and a rule that records
-/// a configuration problem (see [`Rule::validate`](crate::Rule::validate)) has nothing to
-/// decide with.
+/// (one state read twice admits too much), or a rule with a configuration problem
+/// ([`Rule::validate`](crate::Rule::validate)).
 pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     for (i, a) in batch.iter().enumerate() {
         if let Err(e) = a.rule.validate() {
@@ -207,21 +167,9 @@ pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Step 0: the instant `check`'s rule lets a request arriving at `arrival` pass. A leaky
-/// bucket holds it until the water queued before it has drained (the end of its delay,
-/// whether or not the water it adds fits; a request that adds no water does not queue);
-/// every other rule lets it pass on arrival, and so does a shadow item, which never holds a
-/// request.
-///
-/// The release of a key is the latest of these over the items on that key (see
-/// [`key_release`]): the rules on that key count the request there, so a fixed window
-/// beside the client's own queue never counts the request in a window it does not pass in.
-/// Rules on other keys (a global or per-tenant limit) wait for the batch's release, the
-/// latest over its keys, without closing their state before then: they are pending (see
-/// [`evaluate`]). Every queue of the batch holds the request until the batch's release,
-/// so that no queue lets its next request go before this one's units have drained from
-/// the instant it really leaves. A wait-mode reservation moves every rule of its batch to
-/// the reserved instant (its arrival).
+/// Step 0: when `check`'s rule lets a request arriving at `arrival` pass: a leaky bucket
+/// once the water queued before it has drained (whether or not its own fits); every other
+/// rule, a shadow item, and a request adding no water, on arrival.
 pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) -> u64 {
     match (check.rule.algorithm(), entry) {
         (algorithm, Some(e)) if is_queue(check) => {
@@ -237,8 +185,7 @@ pub(crate) fn release(check: &Check<'_>, entry: Option<&Entry>, arrival: u64) ->
     }
 }
 
-/// The release of the `i`-th item's key: the latest [`release`] (`releases[j]` for the
-/// `j`-th item) over the items of `batch` on the same key.
+/// The release of the `i`-th item's key: the latest of `releases` over its key's items.
 pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u64 {
     let key = batch[i].key();
     batch
@@ -249,22 +196,13 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving
-/// at `arrival` that its key releases at `release` (see [`key_release`]) and the batch at
-/// `batch_release` (the latest release over every key).
+/// at `arrival`, released by its key at `release` and by the batch at `batch_release`.
 ///
-/// A leaky bucket counts the request on arrival, its delay being its queue, and lets it go
-/// at the batch's release: when another queue of the batch holds the request longer, this
-/// one holds it too, the time until then reading as queued water
-/// ([`Algorithm::evaluate_held`]), so its next request leaves after this one's units have
-/// drained from the instant it really leaves, never sooner (a queue with too little room
-/// for the hold denies). Every other rule counts the request at its key's release. A rule
-/// whose key releases the request before the batch does (a global or per-tenant limit
-/// beside one client's queue) is *pending*: counting it at the batch's release would date a
-/// shared state in the future and close it to every other client until then
-/// (`tests/stores/shaping.rs` `one_clients_queue_does_not_close_a_shared_bucket`),
-/// counting it on arrival would count the request in a window it does not pass in. So it is
-/// evaluated at the batch's release, changing nothing, and counted when the request is
-/// released ([`Reservation::confirm`](crate::Reservation::confirm)).
+/// A leaky bucket counts it on arrival and holds it to the batch's release, read as queued
+/// water ([`Algorithm::evaluate_held`]). Every other rule counts it at its key's release; a
+/// rule whose key releases earlier is *pending*
+/// ([`Store::check`](crate::store::Store::check)): evaluated at the batch's release,
+/// changing nothing, counted by [`Reservation::confirm`](crate::Reservation::confirm).
 pub(crate) fn evaluate(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -308,8 +246,7 @@ pub(crate) fn evaluate(
     }
 }
 
-/// The water a hold of `check`'s queue until `until` adds above its own at `at` (another
-/// configuration's water read as its own, as [`release`] reads it).
+/// The water a hold of `check`'s queue until `until` adds above its own at `at`.
 fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) -> u64 {
     let algorithm = check.rule.algorithm();
     match entry {
@@ -319,8 +256,7 @@ fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) ->
     }
 }
 
-/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial (a trial
-/// rule never holds a request).
+/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial.
 fn is_queue(check: &Check<'_>) -> bool {
     check.cost > 0 && !check.shadow && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
@@ -348,8 +284,7 @@ impl Evaluated {
     }
 }
 
-/// Microseconds after `from` until the item's rule admits, if a wait can help: the rule's
-/// own retry counts from the instant the rule counts the request at.
+/// Microseconds after `from` until the item's rule admits, if a wait can help.
 fn retry_from(item: &Evaluated, from: u64) -> Option<u64> {
     let counted_in = item.at.saturating_sub(from);
     match item.eval.verdict {
@@ -363,26 +298,17 @@ pub(crate) fn admits(items: &[Evaluated]) -> bool {
     items.iter().all(|e| e.shadow || !e.rejects())
 }
 
-/// Step 3: whether `item` takes its part as admitted in a batch that `batch_admitted` says
-/// of: every item of an admitted batch, except a shadow item that would deny on its own (it
-/// consumes nothing, as a denied batch would under that rule).
+/// Step 3: whether `item` takes its part as admitted: every item of an admitted batch but a
+/// shadow item that would deny on its own.
 pub(crate) fn admitted(item: &Evaluated, batch_admitted: bool) -> bool {
     batch_admitted && !(item.shadow && item.rejects())
 }
 
-/// Step 2, in wait mode: for a denied batch, how long after `now` it could be admitted, if
-/// that is within `max_wait` µs. The store then evaluates the batch again at that instant
-/// and, if it admits, commits it there: the units are reserved now, taken from the future,
-/// and the request is delayed until then. Locked keys, costs over capacity and units another
-/// configuration of a rule holds never wait.
-///
-/// Each item's retry is the earliest arrival it admits at, and with no other traffic an
-/// admissible item stays admissible (a later arrival is released no earlier), so the largest
-/// retry admits the whole batch.
-///
-/// Waits are capped at 2^50 µs (some 35 years) whatever `max_wait` says: each reservation
-/// then lies at most that far ahead, so the instants in a state stay below 2^53 instead of
-/// overflowing under reservations that would wait forever (`Duration::MAX`).
+/// Step 2, in wait mode: how long after `now` a denied batch could be admitted, if within
+/// `max_wait` µs (capped at 2^50 so instants stay below 2^53); the store then evaluates and
+/// commits it there. Locked keys, costs over capacity and another configuration's units
+/// never wait. An admissible item stays admissible later (with no other traffic), so the
+/// largest item retry admits the whole batch.
 pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     let max_wait = max_wait.min(MAX_SCALED);
     let mut wait = 0;
@@ -396,8 +322,7 @@ pub(crate) fn reservation(items: &[Evaluated], max_wait: u64) -> Option<u64> {
     (wait <= max_wait).then_some(wait)
 }
 
-/// Whether [`commit`] will change the entry of an item, so a store can skip the write (and
-/// avoid creating entries for keys that stay empty).
+/// Whether [`commit`] will change an item's entry, so a store can skip the write.
 pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> bool {
     if admitted {
         check.cost > 0 && !item.pending
@@ -406,14 +331,13 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     }
 }
 
-/// Whether a denied item's penalty counts its denial: a quota denial of a rule with a
-/// penalty, unless the check leaves it to its caller ([`Check::defers_denial`]).
+/// Whether a penalty counts this denial: a quota denial, of a rule with a penalty, not
+/// [deferred](Check::defers_denial).
 fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
     item.counts_for_penalty() && check.rule.penalty().is_some() && !check.defers_denial
 }
 
-/// Step 3, for an item that [`writes`]: records its part in the batch (the admission, or
-/// the denial a penalty counts) and says what it decided.
+/// Step 3, for an item that [`writes`]: records its admission or counted denial.
 pub(crate) fn commit(
     check: &Check<'_>,
     entry: &mut Entry,
@@ -455,8 +379,7 @@ pub(crate) fn commit(
     report(check, Some(entry), now, &item, admitted)
 }
 
-/// After [`commit`] of an admitted item: what identifies its admission in `entry`, for
-/// [`refund`].
+/// After [`commit`] of an admitted item: its admission's mark in `entry`, for [`refund`].
 pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     let delay = match item.eval.verdict {
         Verdict::Admit { delay_micros } => delay_micros,
@@ -465,8 +388,8 @@ pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     check.rule.algorithm().mark(&entry.state, item.at, delay)
 }
 
-/// Gives back what an item's admission (`taken`) took, where that is exact (see
-/// [`Store::refund`](crate::store::Store::refund)); returns whether it did.
+/// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund));
+/// returns whether it did.
 pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) -> bool {
     // Another configuration wrote the state since (a reconfiguration): not ours to change.
     if !entry.is_own(check.rule) {
@@ -477,8 +400,7 @@ pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Tak
     if !algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
         return false;
     }
-    // What other configurations read goes back with the units: a state the refund emptied
-    // holds nothing for them.
+    // What other configurations read goes back with the units.
     entry.carried = carried(check.rule, &entry.state, now);
     true
 }
@@ -493,11 +415,10 @@ fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
     }
 }
 
-/// Takes `check.cost` units at `now` without a check, for a request already served (its
-/// cost settled above what its admission took; see
-/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) for how each model
-/// carries the excess). A state another configuration wrote is adopted first, as an
-/// admission's commit adopts it, so the units it held still count.
+/// Takes `check.cost` units at `now` without a check
+/// ([`Store::overdraw`](crate::store::Store::overdraw); each model carries them as
+/// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) says). Another
+/// configuration's state is adopted first, so its units still count.
 pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
     let algorithm = check.rule.algorithm();
     if !entry.is_own(check.rule) {
@@ -523,8 +444,7 @@ pub(crate) fn report(
         reset: Duration::from_micros(eval.reset_micros),
     };
     if admitted {
-        // The release comes after a reservation's wait, and after a leaky bucket's queue:
-        // the rule counted at the release, or at the arrival with its delay ending there.
+        // The rule counted at the release, or at arrival with its delay ending there.
         let delay = match item.eval.verdict {
             Verdict::Admit { delay_micros } => item.at.saturating_sub(now) + delay_micros,
             Verdict::Reject { .. } => 0,

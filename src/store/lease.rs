@@ -1,5 +1,4 @@
-//! [`Leased`]: a store that leases a share of a hot key's quota to this instance and decides
-//! from it in process.
+//! [`Leased`]: decides a hot key in process from a leased share of its quota.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,77 +11,52 @@ use tokio::time::Instant;
 use crate::algorithm::Algorithm;
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
-use crate::limiter::Limiter;
-use crate::reservation::Reservation;
 use crate::store::check::{Check, Health, Store};
+use crate::store::reservation::Reservation;
 use crate::stored::StoredKey;
 use crate::Rule;
 use smallvec::SmallVec;
 
-/// A store that leases a share of a hot key's quota to this instance: one call takes
-/// `units` of the key's quota, and the instance decides from them in process, at in-process
-/// speed, until they run out or the lease's term ends; then it gives back what it did not
-/// use and takes the next share. Opt-in per rule ([`lease`](Self::lease)); every other
-/// rule, and every batch a lease cannot answer, goes to the wrapped store unchanged.
-///
-/// For a global or per-tenant limit that every request of every instance decides on: with
-/// leases of 100 units, one hot key costs its Redis about one call per 100 decisions per
-/// instance instead of one per decision.
+/// A store that leases `units` of a hot key's quota to this instance in one call and
+/// decides from them in process until they run out or the term ends, then gives back the
+/// rest and takes the next share: one store call per lease, not per decision. Opt-in per
+/// rule ([`lease`](Self::lease)); every other rule, and every batch a lease cannot answer,
+/// goes to the wrapped store unchanged.
 ///
 /// # What is exact
 ///
-/// A lease is a [`Reservation`] of `units` on the wrapped store: the store counts them when
-/// they are taken, as if that many requests had come then. Only algorithms whose units
-/// may be taken early without admitting more can lease: a **token bucket** (continuous or
-/// stepped) or **GCRA**, whose units taken early are simply not refilled for the others.
-/// Windows and logs date a unit when it is taken (a sliding log's entry would expire a
-/// window after the lease, not after the request), and a leaky bucket's units are its
-/// queue: [`lease`](Self::lease) refuses them, and rules with a [`Penalty`](crate::Penalty)
-/// (a lease admits without the store, so its denials would never count towards a lock).
+/// A lease is a [`Reservation`] of `units` on the wrapped store, counted when taken. Only a
+/// **token bucket** or **GCRA** can lease (units taken early are simply not refilled);
+/// windows and logs would date a unit when taken, a leaky bucket's units are its queue, and
+/// a [`Penalty`](crate::Penalty) would never count a lease's denials.
 ///
-/// - **Never more than the store counts.** Every admission is one of the units the store
-///   counted for a lease, or the store's own decision: across all instances, the rule
-///   admits no more than it would admit if each lease's units had been requests arriving
-///   when it was taken. A unit is used after it was counted, at most the lease's `term`
-///   later: where the bucket would have refilled to full in between (a key far under its
-///   limit), a burst seen by the time requests pass may exceed the rule's burst by the
-///   units of such leases, at most `units` (and at most the rate times the `term`) per
-///   instance leasing the key.
-/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease that
-///   has run out and cannot be renewed (the store denies `units`), a cost larger than the
-///   lease, a wait ([`Limiter::reserve`] with a `max_wait`), a shadow check. Denials, and
-///   their `Retry-After`, always come from the store.
-/// - **A batch with other rules** (a route with a global limit and a per-user one) takes
-///   the leased rule's units from the lease and asks the store for the others; if the
-///   store refuses them, the units go back to the lease (unless it ended meanwhile: then
-///   they stay used), so a request another rule refuses uses none of the lease. If no
-///   lease can answer, the store decides the whole batch. The first leased rule of a batch
-///   is decided from its lease; a second goes to the store with the others.
+/// - **Never more than the store counts**, across all instances. A unit is used at most
+///   `term` after it was counted, so on a key far under its limit a burst may exceed the
+///   rule's burst by at most `units` (and at most rate × `term`) per leasing instance.
+/// - **A request a lease cannot answer gets the store's answer**, exactly: a lease the
+///   store will not renew, a cost larger than the lease, a wait, a shadow check. Denials
+///   and their `Retry-After` always come from the store.
+/// - **A batch with other rules** takes the first leased rule's units from the lease and
+///   asks the store for the others; if the store refuses, the units go back to the lease
+///   (unless it ended meanwhile). If no lease can answer, the store decides the batch.
 ///
 /// # What a lease costs: under-admission, bounded
 ///
-/// Units parked in a lease are counted by the store but not yet used: the other instances
-/// may be denied meanwhile. At any instant at most `units` per instance per leased key are
-/// parked. A lease ends when its units run out, when a request needs more than it has left,
-/// or when its `term` passes (a timer ends it even if no request comes); its unused units
-/// then go back ([`Reservation::settle`]), as exactly as [`Store::refund`] gives back: for
-/// a token bucket or GCRA, only while no other admission has been recorded since; else
-/// they stay taken and refill at the rule's rate. The units of an instance that dies are
-/// never given back, and refill at the rule's rate too: a dead instance's lease ends by
-/// itself, its under-admission at most `units`, for at most `units` divided by the rate.
-/// Take `units` well under the rule's burst divided by the number of instances, so that
-/// instances share the quota fairly, and a `term` of a fraction of a second.
+/// Units parked in a lease are counted but unused, so other instances may be denied
+/// meanwhile: at most `units` per instance per leased key. A lease ends when its units run
+/// out, a request needs more than it has left, or its `term` passes; its unused units go
+/// back as [`Store::refund`] allows, else refill at the rule's rate (as a dead instance's
+/// do). Take `units` well under the burst divided by the instances, and a `term` of a
+/// fraction of a second.
 ///
 /// # What a locally decided request reports
 ///
-/// Its [`RateLimitInfo`] is the store's as the lease found it, with the lease's unused
-/// units counted as remaining. Its units are not given back by a cancelled
-/// [`Reservation`] or a refund (they stay used: never more than the limit). A lease is
-/// keyed by the whole rule: a rule reloaded with other parameters under the same name is
-/// decided by the store until a `Leased` is built for it. [`reset`](Store::reset) clears
-/// the store and this instance's leases of the key; other instances keep theirs until
-/// their term ends. Put a [`Fallback`](super::Fallback) inside (`Leased<Fallback<…>>`) to
-/// lease from its local store while the primary is away.
+/// Its [`RateLimitInfo`] is the store's as the lease found it, the lease's unused units
+/// counted as remaining; a refund does not give its units back. A rule reloaded with other
+/// parameters is decided by the store until a `Leased` is built for it.
+/// [`reset`](Store::reset) clears the store and this instance's leases of the key; other
+/// instances keep theirs until their term ends. `Leased<Fallback<…>>` leases from the
+/// [`Fallback`](super::Fallback)'s local store while the primary is away.
 ///
 /// ```
 /// use std::time::Duration;
@@ -108,10 +82,9 @@ pub struct Leased<S: Store + Clone> {
     shared: Arc<Shared<S>>,
 }
 
-/// What every clone of a `Leased` shares: the wrapped store, the leased rules and their
-/// leases.
+/// What every clone of a `Leased` shares.
 struct Shared<S: Store + Clone> {
-    limiter: Limiter<S>,
+    store: S,
     terms: Vec<Terms<S>>,
 }
 
@@ -126,7 +99,7 @@ struct Terms<S: Store + Clone> {
 /// The leases of one rule, by key.
 type Slots<S> = HashMap<Box<[u8]>, Arc<Slot<S>>>;
 
-/// The lease of one key: the units left to decide from, and the lease that holds them.
+/// The lease of one key.
 struct Slot<S: Store + Clone> {
     /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
     left: AtomicU64,
@@ -134,19 +107,16 @@ struct Slot<S: Store + Clone> {
     remaining: AtomicU64,
     /// The store's reset when the lease was taken, in µs.
     reset_us: AtomicU64,
-    /// `Held::generation`, readable without the lock: set before a new lease's units are,
-    /// so that a request taking units knows which lease they came from.
+    /// `Held::generation` without the lock: set before a new lease's units (see `lend`).
     generation: AtomicU64,
-    /// The lease itself; held while a lease ends or is taken, so that one request takes
-    /// the next lease and the others wait for it instead of asking the store each.
+    /// Locked while a lease ends or is taken: one request takes it, the others wait.
     held: tokio::sync::Mutex<Held<S>>,
 }
 
-/// Units a request took from a lease, to give back if the rest of its batch is refused:
-/// the slot and the lease's generation, `None` if the lease changed while they were taken
-/// (they then stay used).
+/// Units a request took from a lease, to give back if its batch is refused.
 struct Lent<S: Store + Clone> {
     slot: Arc<Slot<S>>,
+    /// `None` if the lease changed while they were taken: they stay used.
     generation: Option<u64>,
     cost: u64,
 }
@@ -165,16 +135,15 @@ impl<S: Store + Clone> Leased<S> {
     pub fn new(store: S) -> Self {
         Self {
             shared: Arc::new(Shared {
-                limiter: Limiter::new(store),
+                store,
                 terms: Vec::new(),
             }),
         }
     }
 
-    /// Leases `rule`'s quota to this instance `units` at a time, each lease for at most
-    /// `term`. Refused, naming the rule: an invalid rule, an algorithm other than a token
-    /// bucket or GCRA, a rule with a penalty, `units` of 0 or more than the rule's burst, a
-    /// zero `term`, a rule leased twice.
+    /// Leases `rule`'s quota to this instance `units` at a time, each for at most `term`.
+    /// Refused, naming the rule: an invalid rule, an algorithm other than a token bucket or
+    /// GCRA, a penalty, `units` of 0 or above the burst, a zero `term`, a rule leased twice.
     pub fn lease(self, rule: &Rule, units: u64, term: Duration) -> Result<Self, ConfigError> {
         rule.validate()?;
         let problems = Self::problems(rule, units, term)
@@ -189,7 +158,7 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(error) = ConfigError::collect(problems) {
             return Err(error);
         }
-        let Shared { limiter, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
+        let Shared { store, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
             ConfigError::new("a Leased is configured before it is cloned".to_owned())
         })?;
         terms.push(Terms {
@@ -199,7 +168,7 @@ impl<S: Store + Clone> Leased<S> {
             leases: RwLock::default(),
         });
         Ok(Self {
-            shared: Arc::new(Shared { limiter, terms }),
+            shared: Arc::new(Shared { store, terms }),
         })
     }
 
@@ -235,13 +204,11 @@ impl<S: Store + Clone> Leased<S> {
     }
 
     /// The wrapped store.
-    pub fn get_ref(&self) -> &S {
-        self.shared.limiter.store()
+    fn get_ref(&self) -> &S {
+        &self.shared.store
     }
 
-    /// The first check of `batch` a lease may answer, with its index and its rule's
-    /// terms: not in shadow, costing 1 to the lease's units, of a leased rule, in a batch
-    /// without a wait.
+    /// The first check of `batch` a lease may answer, with its index and its rule's terms.
     #[inline]
     fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Terms<S>)> {
         if !max_wait.is_zero() {
@@ -256,8 +223,7 @@ impl<S: Store + Clone> Leased<S> {
         })
     }
 
-    /// Decides `check` from the lease of its key, taking the next lease if this one cannot
-    /// answer; from the store when no lease can.
+    /// Decides `check` from its key's lease (taking the next one if needed), else the store.
     async fn decide(&self, terms: &Terms<S>, check: Check<'_>) -> Result<Outcome, StoreError> {
         if let Some(outcome) = terms.take(check.key(), check.cost) {
             return Ok(outcome);
@@ -268,11 +234,8 @@ impl<S: Store + Clone> Leased<S> {
         }
     }
 
-    /// Decides a batch of several checks whose `i`-th is leased: that one from the lease
-    /// (taken or renewed as for a lone check), the others by the store, and the lease's
-    /// units given back if the store refuses them, so that a request refused by another
-    /// rule uses none of the lease. When no lease can answer, the store decides the whole
-    /// batch.
+    /// Decides a batch whose `i`-th check is leased (see [`Leased`], "A batch with other
+    /// rules").
     async fn decide_with_others(
         &self,
         terms: &Terms<S>,
@@ -295,8 +258,8 @@ impl<S: Store + Clone> Leased<S> {
         Ok(decided?.with_rule_at(i, leased))
     }
 
-    /// `cost` units of `check`'s key taken from its lease, taking the next lease if this
-    /// one cannot answer; `None` when no lease can (the store refused one, or did lately).
+    /// `cost` units from `check`'s key's lease, taking the next if needed; `None` when the
+    /// store refuses a lease, or did lately.
     async fn lend(
         &self,
         terms: &Terms<S>,
@@ -308,17 +271,15 @@ impl<S: Store + Clone> Leased<S> {
                 return Ok(Some(lent));
             }
             let held = slot.held.lock().await;
-            // The slot's term may have ended and forgotten it while this request waited: a
-            // lease taken on it would be one the next requests never find, parked beside
-            // theirs. The key's current slot is asked instead.
+            // The slot may have been forgotten while this request waited: a lease taken on
+            // it would be parked where no request finds it. Ask the key's current slot.
             if terms.holds(check.key(), &slot) {
                 return self.renew(terms, check, &slot, held).await;
             }
         }
     }
 
-    /// [`lend`](Self::lend) once this request holds `slot`'s lock (`held`): from the
-    /// lease another request took meanwhile, or from the next lease it takes.
+    /// [`lend`](Self::lend) once this request holds `slot`'s lock.
     async fn renew(
         &self,
         terms: &Terms<S>,
@@ -338,14 +299,15 @@ impl<S: Store + Clone> Leased<S> {
             cost: terms.units,
             ..check
         }];
-        let mut reservation = self.shared.limiter.reserve(&lease, Duration::ZERO).await?;
-        let outcome = reservation.outcome().clone();
+        let store = &self.shared.store;
+        let outcome = store.check(&lease, Duration::ZERO).await?;
+        let mut reservation =
+            Reservation::new(store.clone(), &lease, outcome.clone(), Duration::ZERO);
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after
                 .and_then(|d| Instant::now().checked_add(d));
-            // The slot only remembers the refusal: forgotten when it ends, as is the key
-            // the store refused (a refusal no wait helps is forgotten at once).
+            // The slot remembers the refusal until it ends (at once if no wait helps).
             let due = held.denied_until.unwrap_or_else(Instant::now);
             self.forget_at(terms, slot, held.generation, due);
             return Ok(None);
@@ -372,9 +334,8 @@ impl<S: Store + Clone> Leased<S> {
         Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
 
-    /// At `due` (a lease's term, or the end of a refusal), ends the lease `generation` of
-    /// `slot` if it is held, and forgets the slot unless a later lease was taken meanwhile:
-    /// so that an idle key, or one the store refused, costs nothing.
+    /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
+    /// later lease was taken, so an idle or refused key costs nothing.
     fn forget_at(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
         let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
         let Some(index) = self
@@ -427,14 +388,12 @@ impl<S: Store + Clone> Terms<S> {
         });
         match self.leases.write() {
             Ok(mut leases) => Arc::clone(leases.entry(Box::from(key)).or_insert(made)),
-            // A poisoned map: the slot decides for this request only, its lease ended by
-            // its timer.
+            // A poisoned map: the slot serves this request only; its timer ends the lease.
             Err(_) => made,
         }
     }
 
-    /// Whether `slot` is `key`'s slot still (not forgotten by its term's end or a reset).
-    /// A poisoned map holds every slot: each decides for its own request (see
+    /// Whether `slot` is still `key`'s slot. A poisoned map holds every slot (see
     /// [`slot`](Self::slot)).
     fn holds(&self, key: &[u8], slot: &Arc<Slot<S>>) -> bool {
         match self.leases.read() {
@@ -467,8 +426,7 @@ impl<S: Store + Clone> Slot<S> {
         Some(before - cost)
     }
 
-    /// `cost` units taken from the lease for a check of a batch, if it has them, with what
-    /// gives them back.
+    /// Takes `cost` units for a check of a batch, with what gives them back.
     fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
         let generation = self.generation.load(Ordering::Acquire);
         let left = self.take_units(cost)?;
@@ -500,8 +458,7 @@ impl<S: Store + Clone> Slot<S> {
         }
     }
 
-    /// Ends the lease `held` holds, if any: no request takes from it any more, and the
-    /// units it did not use go back to the store.
+    /// Ends the lease `held` holds, if any, giving its unused units back to the store.
     async fn end(&self, held: &mut Held<S>) {
         let unused = self.left.swap(0, Ordering::AcqRel);
         let Some((reservation, units)) = held.lease.take() else {
@@ -514,8 +471,7 @@ impl<S: Store + Clone> Slot<S> {
 }
 
 impl<S: Store + Clone> Lent<S> {
-    /// Gives the units back to the lease they came from, if it still holds: a lease that
-    /// ended meanwhile counted them as used, and a later one never had them.
+    /// Gives the units back to their lease, if it still holds (an ended one used them).
     async fn give_back(self) {
         let Some(generation) = self.generation else {
             return;
@@ -536,8 +492,7 @@ impl<S: Store + Clone> Store for Leased<S> {
         }
     }
 
-    /// Answers from a lease that has the units, or from a store that answers at once; a
-    /// lease that must be taken or renewed answers through [`check`](Store::check).
+    /// Answers from a lease that has the units, or a store that answers at once.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -547,8 +502,7 @@ impl<S: Store + Clone> Store for Leased<S> {
             Some((_, terms)) if batch.len() == 1 => {
                 terms.take(batch[0].key(), batch[0].cost).map(Ok)
             }
-            // A batch with a leased rule goes through `check`, which decides that rule from
-            // the lease.
+            // `check` decides a batch's leased rule from the lease.
             Some(_) => None,
             None => self.get_ref().try_check_now(batch, max_wait),
         }
@@ -627,7 +581,7 @@ impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
 mod tests {
     use super::*;
     use crate::store::MemoryStore;
-    use crate::{ManualClock, Rate};
+    use crate::{Limiter, ManualClock, Rate};
 
     /// A key whose lease the store refuses keeps no slot past the refusal: a flood of such
     /// keys costs nothing once their refusals end.

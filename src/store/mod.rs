@@ -1,15 +1,13 @@
 //! Where rule state lives: the [`Store`] trait and every store.
 //!
 //! - [`MemoryStore`]: in this process, bounded; the default of a layer, tests, single nodes.
-//! - [`RedisStore`] (feature `redis`): in Redis, standalone or Cluster, shared by every
-//!   instance; decided by Lua scripts that twin the algorithms' models.
+//! - [`RedisStore`] (feature `redis`): in Redis (standalone or Cluster), shared by instances.
 //! - [`Breaker`]: a circuit breaker around a store, so that a failing one answers at once.
 //! - [`Fallback`]: a primary store, and a local one that decides while the primary cannot.
-//! - [`Leased`]: leases a share of a hot key's quota to this instance, which decides from
-//!   it in process (token bucket and GCRA rules that opt in).
+//! - [`Leased`]: decides a hot key in process from a leased share of its quota.
 //!
-//! A store decides a batch of [`Check`]s atomically (see [`Store::check`]); [`Health`]
-//! says how well it is deciding.
+//! A store decides a batch of [`Check`]s atomically ([`Store::check`]); [`Health`] says
+//! how well.
 //!
 #![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
 #![cfg_attr(
@@ -25,6 +23,7 @@ mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod reservation;
 
 pub use breaker::{Breaker, BreakerState};
 pub use check::{Health, Store};
@@ -35,5 +34,5 @@ pub use memory::MemoryStore;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisOptions, RedisStore};
 
-// A store's question is the crate's: `tollgate::Check`.
+// Re-exported at the root as `tollgate::Check`.
 pub(crate) use check::Check;

@@ -1,5 +1,5 @@
 //! The layer on a store that is down, with `FailurePolicy::Fallback`: the local store's
-//! decisions reach clients (429 with headers), and the `on_decision` hook sees the
+//! decisions reach clients (429 with headers), and the layer's observers see the
 //! degraded health. No sockets, no Redis.
 
 use std::convert::Infallible;
@@ -38,7 +38,11 @@ async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<()
             key::global(),
         ))
         .on_failure(FailurePolicy::Fallback)
-        .on_decision(move |event| hook.lock().unwrap().push(event.health()))
+        .observe(crate::support::service::Watch(
+            move |event: &tollgate::layer::DecisionEvent<'_>| {
+                hook.lock().unwrap().push(event.health)
+            },
+        ))
         .build()?;
     let svc =
         ServiceBuilder::new()
@@ -190,6 +194,19 @@ impl Store for NoRefund {
     }
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
     }
 }
 

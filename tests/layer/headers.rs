@@ -299,7 +299,7 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
             let mut response = rejection.default_response();
             *response.body_mut() = Bytes::from(format!(
                 "{{\"type\":\"about:blank\",\"status\":{},\"detail\":\"{}\",\"instance\":\"{} {}\"}}",
-                rejection.status().as_u16(),
+                response.status().as_u16(),
                 rejection.message(),
                 request.method(),
                 request.uri().path(),

@@ -81,6 +81,19 @@ impl Store for Later {
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
     }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 /// Client a's second request is held for 10 s; client b is served meanwhile, though the

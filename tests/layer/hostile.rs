@@ -271,6 +271,26 @@ impl Store for Counted {
     ) -> Result<(), tollgate::StoreError> {
         self.inner.reset(rule, key).await
     }
+    async fn refund(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[tollgate::Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 /// A shadow limit is decided in the same store round trip as the enforced ones, reported to
@@ -278,6 +298,7 @@ impl Store for Counted {
 #[tokio::test]
 async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_advertised(
 ) -> Result<(), BoxError> {
+    use crate::support::service::Watch;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     use tollgate::layer::DecisionEvent;
@@ -304,22 +325,16 @@ async fn a_shadow_limit_is_decided_in_the_same_round_trip_and_never_enforced_or_
             .shadow(),
         )
         .headers_on_allowed(true)
-        .on_decision(move |event: &DecisionEvent<'_>| {
-            let (trial, outcome) = event
-                .rules()
-                .find(|(r, _)| r.name() == "trial")
-                .expect("the trial rule is reported");
-            let enforced = event
-                .rules()
-                .find(|(r, _)| r.name() == "enforced")
-                .unwrap()
-                .0;
+        .observe(Watch(move |event: &DecisionEvent<'_>| {
+            let rule = |name| event.rules.iter().find(|r| r.rule.name() == name);
+            let trial = rule("trial").expect("the trial rule is reported");
+            let enforced = rule("enforced").unwrap();
             record.lock().unwrap().push((
-                outcome.decision.is_admitted(),
-                event.is_shadow(trial),
-                event.is_shadow(enforced),
+                trial.outcome.unwrap().decision.is_admitted(),
+                trial.shadow,
+                enforced.shadow,
             ));
-        })
+        }))
         .build()?;
     let svc = with(layer);
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::down::Down;
+use crate::support::service::Watch;
 use crate::support::service::{call, header, limiter, with, Svc};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -137,16 +138,13 @@ async fn shadow_mode_never_rejects_but_reports() -> Result<(), BoxError> {
         ))
         .mode(Mode::Shadow)
         .headers_on_allowed(true)
-        .on_decision(move |event: &DecisionEvent<'_>| {
-            if !event.outcome().is_admitted() {
-                assert!(event.rules().all(|(r, _)| event.is_shadow(r)));
-                assert_eq!(
-                    event.rules().next().map(|(r, _)| r.name()),
-                    Some("new-rule")
-                );
+        .observe(Watch(move |event: &DecisionEvent<'_>| {
+            if event.outcome.is_ok_and(|o| !o.is_admitted()) {
+                assert!(event.rules.iter().all(|r| r.shadow));
+                assert_eq!(event.rules.first().map(|r| r.rule.name()), Some("new-rule"));
                 seen.fetch_add(1, Ordering::SeqCst);
             }
-        })
+        }))
         .build()?;
     let svc = with(layer);
     for _ in 0..5 {
@@ -453,6 +451,26 @@ impl Store for Slow {
     }
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
+    }
+    async fn refund(
+        &self,
+        _: &[Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::service::{limiter, Svc};
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{Limit, MissingKey, RateLimitLayer};
+use tollgate::layer::{Limit, MissingKey, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
     key,
     store::{MemoryStore, Store},
@@ -29,7 +29,7 @@ const IP: &str = "203.0.113.77";
 /// it (seen under load in CI).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -52,6 +52,10 @@ fn service<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
 /// Per user 2 a minute, a trial rule of 1 a minute beside it; a login route that locks a
 /// client IP out after one denial.
 fn layer() -> RateLimitLayer<MemoryStore> {
+    builder().build().unwrap()
+}
+
+fn builder() -> RateLimitLayerBuilder<MemoryStore> {
     let minute = Duration::from_secs(60);
     RateLimitLayer::builder()
         .limiter(limiter())
@@ -78,8 +82,6 @@ fn layer() -> RateLimitLayer<MemoryStore> {
             )
             .charge(tollgate::layer::Charge::failures())],
         )
-        .build()
-        .unwrap()
 }
 
 fn get(user: &str) -> Request<String> {
@@ -159,7 +161,12 @@ fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
         .with_max_level(tracing::Level::DEBUG)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
-    let statuses = tracing::subscriber::with_default(subscriber, || run(drive(&service(layer()))));
+    let statuses = tracing::subscriber::with_default(subscriber, || {
+        // A callsite another test's thread registered while this subscriber was being
+        // installed may keep the interest it had without it: ask every callsite again.
+        tracing::callsite::rebuild_interest_cache();
+        run(drive(&service(layer())))
+    });
     assert_eq!(statuses, EXPECTED);
 
     let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
@@ -200,7 +207,7 @@ fn the_span_carries_rule_outcome_latency_and_only_a_digest_of_the_key() {
     assert!(!text.contains(IP), "{text}");
 }
 
-/// The `on_decision` hook sees the store's latency, measured because it is there.
+/// An observer sees the store's latency, measured because it is there.
 #[test]
 fn the_hook_sees_the_store_latency() {
     let _serial = serial();
@@ -212,7 +219,11 @@ fn the_hook_sees_the_store_latency() {
             Rule::fixed_window("per-user", 2, Duration::from_secs(60)),
             key::header("user-id"),
         ))
-        .on_decision(move |event| record.lock().unwrap().push(event.store_latency()))
+        .observe(crate::support::service::Watch(
+            move |event: &tollgate::layer::DecisionEvent<'_>| {
+                record.lock().unwrap().push(event.store_latency)
+            },
+        ))
         .build()
         .unwrap();
     let status = run(async { service(layer).oneshot(get(USER)).await.unwrap().status() });
@@ -348,6 +359,38 @@ mod metrics_feature {
                 assert!(!v.contains("alice") && !v.contains(IP));
             }
         }
+    }
+
+    /// Metrics are an observer of the one seam: a layer's own observer is told of the same
+    /// decisions, per rule, as `tollgate_decisions_total` counts, and of as many store
+    /// latencies as the histogram holds.
+    #[test]
+    fn metrics_and_an_observer_see_the_same_decisions() {
+        use tollgate::layer::DecisionEvent;
+        let _serial = super::serial();
+        let told: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+        let record = told.clone();
+        let layer = builder().observe(crate::support::service::Watch(
+            move |event: &DecisionEvent<'_>| {
+                let mut told = record.lock().unwrap();
+                for rule in event.rules {
+                    told.push((rule.rule.name().to_owned(), event.store_latency.is_some()));
+                }
+            },
+        ));
+        let recorder = DebuggingRecorder::new();
+        let layer = layer.build().unwrap();
+        let statuses = metrics::with_local_recorder(&recorder, || run(drive(&service(layer))));
+        assert_eq!(statuses, EXPECTED);
+        let recorded = Recorded::of(&recorder);
+        let told = told.lock().unwrap();
+        for rule in ["per-user", "per-user-trial", "login"] {
+            let observed = told.iter().filter(|(r, _)| r == rule).count() as u64;
+            let counted = recorded.counter("tollgate_decisions_total", &[("rule", rule)]);
+            assert_eq!(observed, counted, "{rule}");
+            assert!(counted > 0, "{rule}");
+        }
+        assert!(told.iter().all(|(_, timed)| *timed));
     }
 
     /// A store failure is counted per rule as `store_failed`.

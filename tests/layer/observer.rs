@@ -1,20 +1,25 @@
 //! The seam a dashboard builds on: a `DecisionObserver` receives each rule's decision with
 //! the key as the store keeps it (long keys as digests) and is kept across reloads;
-//! `RateLimitLayer::rules` follows reloads.
+//! `RateLimitLayer::rules` follows reloads. Tests that drive a layer run one at a time with
+//! those of `observe`, whose span test counts spans (see there).
+// Each test holds that lock to its end on purpose, awaits included (one thread each).
+#![allow(clippy::await_holding_lock)]
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{DecisionObserver, Limit, Mode, RateLimitBody, RateLimitLayer, RuleDecision};
+use tollgate::layer::{
+    DecisionEvent, DecisionObserver, Limit, Mode, RateLimitBody, RateLimitLayer,
+};
 use tollgate::{key, Penalty, Rate, Rule, StoredKey};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
 type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
 
-fn service(layer: &RateLimitLayer) -> Svc {
+fn service<St: tollgate::store::Store + Clone>(layer: &RateLimitLayer<St>) -> Svc {
     BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {
         Ok::<_, Infallible>(Response::new(String::from("ok")))
     })))
@@ -35,14 +40,16 @@ type Seen = (String, Vec<u8>, bool, bool, bool);
 struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
 impl DecisionObserver for Recorder {
-    fn on_rule(&self, d: &RuleDecision<'_>) {
-        self.0.lock().unwrap().push((
-            d.rule.name().to_owned(),
-            d.key.as_bytes().to_vec(),
-            d.outcome.decision.is_admitted(),
-            d.batch_admitted,
-            d.shadow,
-        ));
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        for d in event.rules {
+            self.0.lock().unwrap().push((
+                d.rule.name().to_owned(),
+                d.key.as_bytes().to_vec(),
+                d.outcome.is_some_and(|o| o.decision.is_admitted()),
+                d.batch_admitted,
+                d.shadow,
+            ));
+        }
     }
 }
 
@@ -79,6 +86,7 @@ fn trial() -> Limit {
 /// shadow rule is flagged.
 #[tokio::test]
 async fn an_observer_sees_each_rule_with_its_stored_key() {
+    let _serial = crate::observe::serial();
     let seen = Recorder::default();
     let layer = RateLimitLayer::builder()
         .limit(per_user(1))
@@ -118,9 +126,10 @@ async fn an_observer_sees_each_rule_with_its_stored_key() {
 /// rules decided, and the observer set after it still sees every decision.
 #[tokio::test]
 async fn a_panicking_observer_takes_no_request_down() {
+    let _serial = crate::observe::serial();
     struct Panics;
     impl DecisionObserver for Panics {
-        fn on_rule(&self, _: &RuleDecision<'_>) {
+        fn on_decision(&self, _: &DecisionEvent<'_>) {
             panic!("an observer's bug");
         }
     }
@@ -143,6 +152,7 @@ async fn a_panicking_observer_takes_no_request_down() {
 /// rules' decisions, and one set on the reloaded builder is not installed.
 #[tokio::test]
 async fn observers_are_kept_across_a_reload() {
+    let _serial = crate::observe::serial();
     let seen = Recorder::default();
     let (layer, handle) = RateLimitLayer::builder()
         .limit(per_user(5))
@@ -173,6 +183,7 @@ async fn observers_are_kept_across_a_reload() {
 /// reloadable layer's answer follows its reloads.
 #[tokio::test]
 async fn the_rules_view_follows_a_reload() {
+    let _serial = crate::observe::serial();
     let penalty = Penalty::lock_for(Duration::from_secs(600)).after(3);
     let (layer, handle) = RateLimitLayer::builder()
         .limit(per_user(5))
@@ -214,4 +225,73 @@ async fn the_rules_view_follows_a_reload() {
     assert!(rules[0].shadow && rules[0].mode == Mode::Shadow);
     // The handle's builder decides with the same store the layer's limiter holds.
     assert!(format!("{:?}", layer.limiter()).contains("MemoryStore"));
+}
+
+/// A failed store is observed too: the event carries the error, and each rule of the batch
+/// with no outcome of its own (the failure policy decided, not a rule).
+#[tokio::test]
+async fn a_failed_store_is_observed_with_no_rule_outcome() {
+    let _serial = crate::observe::serial();
+    let seen = Recorder::default();
+    let failed: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let record = failed.clone();
+    let layer = RateLimitLayer::builder()
+        .limiter(tollgate::Limiter::new(crate::support::down::Down))
+        .limit(per_user(1))
+        .observe(seen.clone())
+        .observe(crate::support::service::Watch(
+            move |event: &DecisionEvent<'_>| {
+                record.lock().unwrap().push(event.outcome.is_err());
+            },
+        ))
+        .build()
+        .unwrap();
+    assert_eq!(send(&service(&layer), "alice").await, StatusCode::OK);
+    assert_eq!(*failed.lock().unwrap(), [true]);
+    let seen = seen.take();
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].2, seen[0].3), (false, false));
+}
+
+/// One seam watches decisions, and CI holds the crate to it: one observer trait, no other
+/// hook on the builder, and the `metrics` feature read in the layer by its observer's file
+/// only (the memory store's eviction count, not a decision, is recorded where it happens).
+#[test]
+fn decisions_are_watched_through_one_seam() {
+    fn sources(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path.display().to_string(), text));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let lines = || {
+        files
+            .iter()
+            .flat_map(|(p, t)| t.lines().map(move |l| (p, l.trim())))
+    };
+    let traits: Vec<_> = lines()
+        .filter(|(_, l)| l.starts_with("pub trait") && l.contains("Observer"))
+        .collect();
+    assert_eq!(traits.len(), 1, "{traits:?}");
+    let hooks: Vec<_> = lines()
+        .filter(|(_, l)| l.starts_with("pub fn on_decision") || l.contains("DecisionFn"))
+        .collect();
+    assert!(hooks.is_empty(), "{hooks:?}");
+    let gated: Vec<_> = lines()
+        .filter(|(p, l)| {
+            p.contains("layer") && l.starts_with("#[cfg(") && l.contains("\"metrics\"")
+        })
+        .map(|(p, _)| p.rsplit(['/', '\\']).next().unwrap_or(p))
+        .collect();
+    assert!(gated.iter().all(|p| *p == "record.rs"), "{gated:?}");
 }

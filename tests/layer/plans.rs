@@ -274,7 +274,18 @@ fn plans_that_cannot_work_are_build_errors() {
         "{err}"
     );
 
-    assert!(PlanOf::try_header("x plan").is_err());
+    let err = RateLimitLayer::builder()
+        .limits(
+            Plans::new(key::global(), PlanOf::header("x plan"), UnknownPlan::Reject)
+                .plan("p", Rule::fixed_window("p", 1, Duration::from_secs(1))),
+        )
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("\"x plan\" is not a valid header name"),
+        "{err}"
+    );
 }
 
 /// On Redis, each plan keeps its own state under its own key, and an unknown plan is

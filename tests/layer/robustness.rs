@@ -273,12 +273,12 @@ fn limit(spec: &LimitSpec) -> Option<Limit> {
         KeySpec::Method => with(Box::new(|r| Limit::new(r, key::method()))),
         KeySpec::Route => with(Box::new(|r| Limit::new(r, key::route()))),
         KeySpec::Header(name) => {
-            let k = key::try_header(name).ok()?;
+            let k = key::header(name);
+            k.validate().ok()?;
             with(Box::new(move |r| Limit::new(r, k)))
         }
         KeySpec::ClientIp(trusted, h, prefix) => {
-            let k = key::try_client_ip(trusted)
-                .ok()?
+            let k = key::client_ip(trusted)
                 .header(ip_header(*h))
                 .ipv6_prefix(*prefix);
             k.validate().ok()?;
@@ -294,11 +294,15 @@ fn limit(spec: &LimitSpec) -> Option<Limit> {
             with(Box::new(move |r| Limit::new(r, k)))
         }
         KeySpec::HeaderOrPeer(name) => {
-            let k = key::try_header(name).ok()?.or(key::peer_ip());
+            let k = key::header(name);
+            k.validate().ok()?;
+            let k = k.or(key::peer_ip());
             with(Box::new(move |r| Limit::new(r, k)))
         }
         KeySpec::Pair(name) => {
-            let k = (key::try_header(name).ok()?, key::route());
+            let k = key::header(name);
+            k.validate().ok()?;
+            let k = (k, key::route());
             with(Box::new(move |r| Limit::new(r, k)))
         }
     }?;

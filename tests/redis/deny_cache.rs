@@ -117,7 +117,7 @@ async fn run<S: Store>(
             }
             Action::Reset { key, rule } => {
                 limiter
-                    .reset(&rules[*rule], [b'k', *key])
+                    .reset(&rules[*rule], &[b'k', *key])
                     .await
                     .expect("reset");
             }

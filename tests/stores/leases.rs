@@ -415,6 +415,9 @@ impl tollgate::store::Store for SlowRefunds {
     ) -> Result<(), tollgate::StoreError> {
         self.0.reset(rule, key).await
     }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 /// A request that waits for a lease's term to end (its unused units on their way back)

@@ -269,6 +269,19 @@ impl<S: Store + Clone> Store for Recorded<S> {
         let _turn = self.turn.lock().await;
         still(self.inner.reset(rule, key)).await
     }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 /// Runs `steps` on `store` (rule `i` on `keys[i]`), holding each admitted request in its

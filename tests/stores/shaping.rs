@@ -471,11 +471,13 @@ async fn in_shadow_mode_shaped_requests_count_on_every_rule() {
             key::global(),
         ))
         .mode(Mode::Shadow)
-        .on_decision(move |event| {
-            if !event.outcome().is_admitted() {
-                seen.fetch_add(1, Ordering::Relaxed);
-            }
-        })
+        .observe(crate::support::service::Watch(
+            move |event: &tollgate::layer::DecisionEvent<'_>| {
+                if event.outcome.is_ok_and(|o| !o.is_admitted()) {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        ))
         .build()
         .expect("valid layer");
     let service = ServiceBuilder::new().layer(layer).service(service_fn(

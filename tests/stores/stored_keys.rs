@@ -1,4 +1,4 @@
-//! `peek_stored` and `reset_stored`: a key in the form the store keeps it (what a
+//! `peek` and `reset` with a `&StoredKey`: a key in the form the store keeps it (what a
 //! `DecisionObserver` is given) reaches the same state `check` decides on, also for keys
 //! kept as digests and past a `MemoryStore`'s bound.
 
@@ -32,18 +32,18 @@ async fn a_stored_key_reaches_the_state_check_left() {
     assert_eq!(remaining_after_check(&limiter, &rule, &long), 1);
 
     // Cost 0: what is left now, nothing asked of it.
-    let peeked = limiter.peek_stored(&rule, &stored, 0).await.unwrap();
+    let peeked = limiter.peek(&rule, &stored, 0).await.unwrap();
     assert_eq!(peeked.info.remaining, 1);
     assert_eq!(peeked, limiter.peek(&rule, &long, 0).await.unwrap());
 
     // Used up, then locked by a denial.
     remaining_after_check(&limiter, &rule, &long);
     remaining_after_check(&limiter, &rule, &long);
-    let locked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+    let locked = limiter.peek(&rule, &stored, 1).await.unwrap();
     assert!(matches!(locked.decision, Decision::Deny(d) if d.reason == DenyReason::Locked));
 
-    limiter.reset_stored(&rule, &stored).await.unwrap();
-    let fresh = limiter.peek_stored(&rule, &stored, 0).await.unwrap();
+    limiter.reset(&rule, &stored).await.unwrap();
+    let fresh = limiter.peek(&rule, &stored, 0).await.unwrap();
     assert_eq!((fresh.decision, fresh.info.remaining), (Decision::Allow, 2));
     assert!(limiter
         .check_now(&[Check::new(&rule, &long)])
@@ -58,9 +58,9 @@ async fn a_stored_key_reaches_the_state_check_left() {
     );
 }
 
-/// Past the bound, `peek_stored` answers what `check` then finds: a key the store forgot is
+/// Past the bound, `peek` answers what `check` then finds: a key the store forgot is
 /// fresh (and some were forgotten), a key it kept has its state; a locked key stays locked
-/// until `reset_stored` lifts it.
+/// until `reset` lifts it.
 #[tokio::test]
 async fn peek_and_reset_by_stored_key_follow_the_bound() {
     let store = MemoryStore::with_clock(ManualClock::new(BASE)).max_keys(1_000);
@@ -78,10 +78,7 @@ async fn peek_and_reset_by_stored_key_follow_the_bound() {
     }
     let mut forgotten = 0;
     for key in keys.iter().step_by(97) {
-        let peeked = limiter
-            .peek_stored(&rule, &StoredKey::of(key), 0)
-            .await
-            .unwrap();
+        let peeked = limiter.peek(&rule, &StoredKey::of(key), 0).await.unwrap();
         let remaining = peeked.info.remaining;
         assert!(remaining == 1 || remaining == 2, "{remaining}");
         forgotten += usize::from(remaining == 2);
@@ -93,8 +90,8 @@ async fn peek_and_reset_by_stored_key_follow_the_bound() {
     );
 
     let stored = StoredKey::of(&locked);
-    let peeked = limiter.peek_stored(&rule, &stored, 1).await.unwrap();
+    let peeked = limiter.peek(&rule, &stored, 1).await.unwrap();
     assert!(matches!(peeked.decision, Decision::Deny(d) if d.reason == DenyReason::Locked));
-    limiter.reset_stored(&rule, &stored).await.unwrap();
+    limiter.reset(&rule, &stored).await.unwrap();
     assert_eq!(remaining_after_check(&limiter, &rule, &locked), 1);
 }

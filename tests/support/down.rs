@@ -18,6 +18,26 @@ impl Store for Down {
     async fn reset(&self, _: &Rule, _: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         Err(refused())
     }
+    async fn refund(
+        &self,
+        _: &[Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 fn refused() -> StoreError {

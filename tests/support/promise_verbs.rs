@@ -272,7 +272,7 @@ impl<S: Store + Clone> Run<'_, S> {
         );
         if confirm && !held.confirmed {
             if fate == Fate::WaitConfirm {
-                held.reservation.wait().await;
+                tokio::time::sleep_until(held.reservation.due()).await;
             }
             let outcome = held
                 .reservation
@@ -448,7 +448,7 @@ impl<S: Store + Clone> Run<'_, S> {
         let spec = self.focus[spec % 3];
         let rule: Rule = self.rules[spec].clone();
         let key = [b'k', key];
-        let sides: &[u8] = match self.limiter(0).reset(&rule, key).await {
+        let sides: &[u8] = match self.limiter(0).reset(&rule, &key).await {
             Ok(()) => &[0, 1],
             // A `Fallback` resets its local store, then reports that the primary is away.
             Err(_) if self.down => &[1],

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use http::{Request, Response};
-use tollgate::layer::{RateLimitBody, RateLimitLayer};
+use tollgate::layer::{DecisionEvent, DecisionObserver, RateLimitBody, RateLimitLayer};
 use tollgate::{
     store::{MemoryStore, Store},
     Limiter, ManualClock,
@@ -51,4 +51,13 @@ pub fn policy(res: &Response<impl Sized>) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned()
+}
+
+/// A test's closure as a [`DecisionObserver`]: told of each decision.
+pub struct Watch<F>(pub F);
+
+impl<F: Fn(&DecisionEvent<'_>) + Send + Sync + 'static> DecisionObserver for Watch<F> {
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        (self.0)(event);
+    }
 }

@@ -73,4 +73,7 @@ impl Store for Switch {
         self.up()?;
         self.inner.reset(rule, key).await
     }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }

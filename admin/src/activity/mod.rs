@@ -4,7 +4,7 @@
 //! locks and to find a key by one of its parts).
 //!
 //! Both are per instance: each process sees its own traffic (the store's state, read by
-//! [`Limiter::peek_stored`](tollgate::Limiter::peek_stored), is what instances share). They
+//! [`Limiter::peek`](tollgate::Limiter::peek), is what instances share). They
 //! are fed by the layer's [`DecisionObserver`] seam: an admitted or delayed request costs a
 //! lookup of the rule and one atomic increment per rule, a denial one more lock and a map
 //! lookup for the top keys.
@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tollgate::layer::{DecisionObserver, RuleDecision};
+use tollgate::layer::{DecisionEvent, DecisionObserver, RuleDecision};
 use tollgate::{Decision, DenyReason};
 
 use self::distinct::Distinct;
@@ -294,14 +294,26 @@ impl Default for Activity {
 }
 
 impl DecisionObserver for Activity {
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        for rule in event.rules {
+            self.on_rule(rule);
+        }
+    }
+}
+
+impl Activity {
+    /// One rule's decision; none when the store failed (the failure policy decided).
     fn on_rule(&self, d: &RuleDecision<'_>) {
-        let denied = matches!(d.outcome.decision, Decision::Deny(_));
+        let Some(outcome) = d.outcome else {
+            return;
+        };
+        let denied = matches!(outcome.decision, Decision::Deny(_));
         if !denied && !d.batch_admitted {
             // Another rule denied the request: that rule counts it.
             return;
         }
         let activity = self.0.rule(d.rule.name());
-        match d.outcome.decision {
+        match outcome.decision {
             Decision::Deny(denial) => {
                 let locked = denial.reason == DenyReason::Locked;
                 let locked_for = denial.retry_after.filter(|_| locked);

@@ -524,6 +524,26 @@ impl tollgate::store::Store for Down {
     ) -> Result<(), tollgate::StoreError> {
         Err(refused())
     }
+    async fn refund(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: &tollgate::Outcome,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[tollgate::Check<'_>]) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[tollgate::Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> tollgate::store::Health {
+        tollgate::store::Health::Healthy
+    }
 }
 
 fn refused() -> tollgate::StoreError {

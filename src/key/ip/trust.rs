@@ -1,6 +1,5 @@
-//! Trusted proxy lists too wide to be a proxy tier: a list that holds every address, or
-//! more of the public internet than any proxy tier or CDN has, lets nearly every client
-//! that reaches the service write its own key in the header.
+//! Trusted proxy lists too wide to be a proxy tier (see
+//! [`ClientIp::allow_trusting_everyone`](crate::key::ClientIp::allow_trusting_everyone)).
 
 use ipnet::IpNet;
 

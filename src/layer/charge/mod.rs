@@ -18,11 +18,41 @@ use std::sync::Arc;
 use http::Response;
 use smallvec::SmallVec;
 
-use super::batch::{settled_by_response, LayerBatch};
+use self::unsettled::recount;
+use super::batch::{LayerBatch, Tickets};
+use super::headers::RateLimitHeaders;
 use super::observe::record;
-use crate::decision::Decision;
-use crate::reservation::Reservation;
+use crate::decision::{Decision, DenyReason, Outcome};
+use crate::limiter::Limiter;
+use crate::store::reservation::Reservation;
 use crate::store::Store;
+
+/// What a forwarded request's response gets: its `RateLimit` headers, and the charge its
+/// head settles.
+pub(crate) struct Outbound<St: Store + Clone> {
+    pub(crate) headers: Option<RateLimitHeaders>,
+    pub(crate) charge: Option<Charging<St>>,
+}
+
+impl<St: Store + Clone> Outbound<St> {
+    /// With `headers` and no charge.
+    pub(crate) fn headers(headers: Option<RateLimitHeaders>) -> Self {
+        let charge = None;
+        Self { headers, charge }
+    }
+
+    /// The inner service answered with `response`: the charge is settled with its head, and
+    /// the headers are added.
+    pub(crate) fn apply<B>(self, mut response: Response<B>) -> Response<B> {
+        if let Some(charge) = self.charge {
+            response = charge.settle(response);
+        }
+        if let Some(ours) = self.headers {
+            ours.merge_into(response.headers_mut());
+        }
+        response
+    }
+}
 
 /// An admitted request's charge by its response: its reservation, settled with the
 /// response's head, which gives back the units of each limit that does not count the
@@ -36,7 +66,8 @@ pub(crate) struct Charging<St: Store + Clone> {
 impl<St: Store + Clone> Charging<St> {
     /// The charge of an admitted request, if one of its limits waits for the response.
     pub(crate) fn new(reservation: Box<Reservation<St>>, batch: Arc<LayerBatch>) -> Option<Self> {
-        settled_by_response(&batch.config, batch.route, &batch.items)
+        batch
+            .settled_by_response()
             .then_some(Self { reservation, batch })
     }
 
@@ -45,32 +76,89 @@ impl<St: Store + Clone> Charging<St> {
     /// a shadow rule that would have denied, which the reservation leaves out.
     pub(crate) fn settle<B>(self, response: Response<B>) -> Response<B> {
         let (parts, body) = response.into_parts();
-        let LayerBatch {
-            config,
-            route,
-            items,
-            ..
-        } = &*self.batch;
         let rules = &self.reservation.outcome().rules;
-        let costs: SmallVec<[u64; 4]> = items
-            .iter()
+        let costs: SmallVec<[u64; 4]> = self
+            .batch
+            .entries()
             .enumerate()
-            .map(|(i, item)| {
+            .map(|(i, (item, limit, _))| {
                 let took = rules
                     .get(i)
                     .is_some_and(|r| !matches!(r.decision, Decision::Deny(_)));
-                match config.limit(*route, item.limit) {
-                    Some(limit) if took => {
-                        if !limit.charge.counts(parts.status) {
-                            record::charge_refunded(&limit.metrics);
-                        }
-                        limit.settled_cost(item.cost, &parts)
-                    }
-                    _ => item.cost,
+                if !took {
+                    return item.cost;
                 }
+                if !limit.charge.counts(parts.status) {
+                    record::charge_refunded(&limit.metrics);
+                }
+                limit.settled_cost(item.cost, &parts)
             })
             .collect();
         self.reservation.settle_detached(&costs);
         Response::from_parts(parts, body)
     }
+}
+
+/// Takes the tickets of a batch's items whose limits count by outcome with a penalty (see
+/// `unsettled`), before the store decides: none for most requests. An item checked while
+/// other requests of its limit and key are being checked or in flight leaves its denial to
+/// the layer (`Item::defers`); one checked alone has it counted by the store, at once,
+/// with the lock it may set in its answer.
+pub(crate) fn take_tickets(batch: &mut LayerBatch) {
+    let LayerBatch {
+        config,
+        state,
+        route,
+        items,
+        keys,
+        tickets,
+    } = batch;
+    if !config.defers_denials {
+        return;
+    }
+    for (i, item) in items.iter_mut().enumerate() {
+        let Some(limit) = config.limit(*route, item.limit) else {
+            continue;
+        };
+        if !limit.defers_denials() {
+            continue;
+        }
+        if let Some(key) = keys.as_bytes().get(item.start..item.end) {
+            let (ticket, alone) = state.unsettled.start(&limit.rule, key);
+            item.defers = !alone;
+            tickets.push((i, ticket));
+        }
+    }
+}
+
+/// Each limit charged by outcome whose quota refused the request (in a refused batch, or a
+/// shadow limit in an admitted one) has its denial counted once the requests beside it
+/// have settled (see `unsettled`); the batch keeps the tickets of the other limits, which
+/// settle with the request.
+pub(crate) fn defer_denials<St: Store + Clone>(
+    limiter: &Limiter<St>,
+    batch: &mut LayerBatch,
+    outcome: &Outcome,
+) {
+    if batch.tickets.is_empty() {
+        return;
+    }
+    let mut unsettled = Tickets::new();
+    for (i, ticket) in std::mem::take(&mut batch.tickets) {
+        let refused = outcome.rules.get(i).and_then(|r| r.decision.denial());
+        let by_quota =
+            refused.is_some_and(|d| d.reason == DenyReason::Limited && d.retry_after.is_some());
+        let Some((item, limit, key)) = batch.entries().nth(i) else {
+            continue;
+        };
+        if !by_quota {
+            unsettled.push((i, ticket));
+        } else if item.defers {
+            let most = limit.rule.penalty().map_or(0, |p| p.denials());
+            let recount = recount(limiter.clone(), limit.rule.clone(), key.into(), item.cost);
+            ticket.defer(recount, usize::try_from(most).unwrap_or(usize::MAX));
+        }
+        // Otherwise decided alone: the store counted the denial.
+    }
+    batch.tickets = unsettled;
 }

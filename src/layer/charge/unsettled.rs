@@ -23,8 +23,8 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::limiter::Limiter;
-use crate::reservation::run_detached;
 use crate::rule::Rule;
+use crate::store::reservation::run_detached;
 use crate::store::{Check, Store};
 
 /// A denial's count, run once the requests it waits for have settled.

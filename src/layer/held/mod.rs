@@ -13,12 +13,12 @@ use smallvec::SmallVec;
 use tracing::Instrument;
 
 use self::bounds::{HeldCounts, HeldSlot};
-use super::batch::{Checked, LayerBatch};
-use super::charge::Charging;
+use super::batch::{Checked, Kept, LayerBatch};
+use super::charge::{Charging, Outbound};
 use super::headers::RateLimitHeaders;
 use super::observe;
 use crate::decision::{Decision, Outcome};
-use crate::reservation::{Batch, Reservation};
+use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Check, Store};
 
 /// A held request: its reservation, its place under the layer's bounds, and the headers
@@ -33,10 +33,7 @@ pub(crate) struct Hold<St: Store + Clone> {
 /// What the end of a hold says.
 pub(crate) enum Released<St: Store + Clone> {
     /// Nothing was counted at the release: the request passes as it was decided.
-    Pass {
-        headers: Option<RateLimitHeaders>,
-        charge: Option<Charging<St>>,
-    },
+    Pass(Outbound<St>),
     /// The rules that wait for the release counted it: the layer decides on their answer
     /// (boxed: a hold's future is as small as its common case, `Pass`).
     Counted(Box<Checked<St>>),
@@ -57,15 +54,15 @@ impl<St: Store + Clone> Hold<St> {
                 batch,
             } = self;
             let pending: SmallVec<[usize; 4]> = reservation.pending().collect();
-            reservation.wait().await;
+            tokio::time::sleep_until(reservation.due()).await;
             if pending.is_empty() {
                 // Nothing waits for the release: the request passes with what it took.
                 reservation.pass();
                 drop(slot);
                 let charge = Charging::new(reservation, batch);
-                return Released::Pass { headers, charge };
+                return Released::Pass(Outbound { headers, charge });
             }
-            let observation = observe::start(&batch.config, batch.route);
+            let observation = observe::start(&batch);
             let result = reservation
                 .confirm()
                 .instrument(observation.span.clone())
@@ -87,8 +84,6 @@ fn counted<St: Store + Clone>(
     observation: observe::Observation,
     result: Result<Outcome, crate::StoreError>,
 ) -> Checked<St> {
-    let checks = batch.checks();
-    let limits: SmallVec<[usize; 4]> = batch.items.iter().map(|item| item.limit).collect();
     let health = reservation.health();
     let counted_now = result.as_ref().map(|outcome| Outcome {
         decision: outcome.decision,
@@ -98,35 +93,28 @@ fn counted<St: Store + Clone>(
             .collect(),
         admission: None,
     });
-    let pick = |all: &[usize]| -> SmallVec<[usize; 4]> {
-        pending
-            .iter()
-            .filter_map(|&i| all.get(i).copied())
-            .collect()
-    };
+    let checks = batch.checks();
     let pending_checks: SmallVec<[Check<'_>; 4]> = pending
         .iter()
         .filter_map(|&i| checks.get(i).copied())
         .collect();
-    let store_latency = observe::finish(
+    let counted_now = counted_now.map_err(|e| e.clone());
+    observe::finish(
         observation,
-        &batch.config,
-        &batch.state,
-        &pick(&limits),
+        &batch,
+        Some(pending),
         &pending_checks,
-        &counted_now.map_err(|e| e.clone()),
+        &counted_now,
         health,
     );
     let admitted = result.as_ref().is_ok_and(|o| o.is_admitted());
     drop((pending_checks, checks));
+    let reservation = admitted.then_some(reservation);
+    let kept = Kept::Reserved(batch, reservation);
     Checked {
         result,
-        route: batch.route,
-        limits,
-        reservation: admitted.then_some(reservation),
-        batch: Some(batch),
         health,
-        store_latency,
+        kept,
     }
 }
 

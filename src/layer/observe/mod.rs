@@ -1,5 +1,8 @@
-//! What the layer tells operators about each decision: a `tracing` span, and with the
-//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//! What the layer tells operators about each decision, through one seam: every store
+//! answer becomes one [`DecisionEvent`], which fills the `tracing` span's fields and is
+//! told to every [`DecisionObserver`](super::DecisionObserver) — the layer's own and, with
+//! the `metrics` feature, the one that records metrics through the
+//! [`metrics`](https://docs.rs/metrics) facade.
 //!
 //! # The span
 //!
@@ -18,14 +21,14 @@
 //! - `store_us`: how long the store took, in µs.
 //!
 //! When nothing listens at `DEBUG` for this target, the span costs a check of a cached
-//! interest, and the store call is not timed unless the `metrics` feature is on or an
-//! [`on_decision`](super::RateLimitLayerBuilder::on_decision) hook reads
-//! [`DecisionEvent::store_latency`](super::DecisionEvent::store_latency).
+//! interest, and the store call is not timed unless an observer is told of it.
 //!
 //! # Metrics
 //!
-//! With the `metrics` feature the layer records, through whatever recorder the application
-//! installs (Prometheus, StatsD, OpenTelemetry…):
+//! With the `metrics` feature every layer has an observer of its own, first among its
+//! observers, that records through whatever recorder the application installs
+//! (Prometheus, StatsD, OpenTelemetry…). Held requests, refunds and evictions are not
+//! decisions: they are recorded where they happen, beside it.
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
@@ -44,12 +47,10 @@
 //!
 //! # Observers
 //!
-//! A [`DecisionObserver`](super::DecisionObserver) set with
-//! [`observe`](super::RateLimitLayerBuilder::observe) is told each rule's decision of every
-//! request, with the key in the form the store keeps it: what a dashboard, an audit log or
-//! an exporter of its own builds on, in a crate of its own (the operator's view,
-//! `tollgate-admin`, records decisions per second and the keys denied most this way). With
-//! no observer set the request's path pays one branch.
+//! What a dashboard, an audit log or an exporter of its own builds on, in a crate of its
+//! own (the operator's view, `tollgate-admin`, is one): see
+//! [`DecisionObserver`](super::DecisionObserver). With no observer, no span and no
+//! `metrics` feature, the request's path pays one branch.
 //!
 //! # Outcomes
 //!
@@ -62,12 +63,10 @@
 //! with the same words.
 //!
 //! Each limit's metric keys are made once, with the limit, so recording costs no
-//! allocation of the layer's own: one lookup in the recorder per rule of each request,
-//! plus the store's latency and health (figures in `BENCHMARKS.md`). Every record asks for
-//! the recorder installed now, so a recorder installed after the layer was built records
-//! too. A delayed request the layer has no room to hold is counted `delayed` by its rules
-//! and in `tollgate_held_refused_total`.
-//!
+//! allocation of the layer's own. Every record asks for the recorder installed now, so a
+//! recorder installed after the layer was built records too. A delayed request the layer
+//! has no room to hold is counted `delayed` by its rules and in
+//! `tollgate_held_refused_total`.
 pub(super) mod observer;
 pub(super) mod record;
 pub(super) mod rules;
@@ -77,12 +76,14 @@ use std::hash::BuildHasher;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
 use tracing::field::{display, Empty};
 use tracing::Span;
 
+use self::observer::{DecisionEvent, RuleDecision};
 use self::record::DecisionLabel;
-use super::config::{Config, Mode};
-use super::state::LayerState;
+use super::batch::LayerBatch;
+use super::config::Mode;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::store::{Check, Health};
@@ -92,8 +93,6 @@ use crate::stored::StoredKey;
 pub(crate) struct Observation {
     pub(crate) span: Span,
     start: Option<Instant>,
-    /// The route of the request observed.
-    route: Option<usize>,
 }
 
 /// Opens the span of a request's decision, and starts the clock if anyone will read it.
@@ -104,7 +103,7 @@ pub(crate) struct Observation {
 /// compatibility (its records and enter/exit) on every request when a dependency turns on
 /// tracing's `log` feature, as axum does.
 #[inline]
-pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
+pub(crate) fn start(batch: &LayerBatch) -> Observation {
     let debug = tracing::Level::DEBUG;
     let wanted = debug <= tracing::level_filters::STATIC_MAX_LEVEL
         && debug <= tracing::level_filters::LevelFilter::current();
@@ -112,7 +111,7 @@ pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
         tracing::debug_span!(
             target: "tollgate::decision",
             "rate_limit",
-            route = config.route_pattern(route),
+            route = batch.config.route_pattern(batch.route),
             outcome = Empty,
             rule = Empty,
             key = Empty,
@@ -121,96 +120,80 @@ pub(crate) fn start(config: &Config, route: Option<usize>) -> Observation {
     } else {
         Span::none()
     };
-    let timed = cfg!(feature = "metrics") || !span.is_disabled() || config.on_decision.is_some();
+    let timed = !span.is_disabled() || !batch.state.observers.is_empty();
     Observation {
         span,
         start: timed.then(Instant::now),
-        route,
     }
 }
 
-/// Records the store's answer for `batch` (whose items are the request's limits at
-/// `limits`): the span's fields and the metrics. Returns how long the store took, if timed.
+/// Observes the store's answer for `checks`: all of `batch`'s, or, at a held request's
+/// release, those of the items at `which`, counted then, whose outcomes `result` lists in
+/// order. One event fills the span's fields and is told to every observer.
 pub(crate) fn finish(
     observation: Observation,
-    config: &Config,
-    state: &LayerState,
-    limits: &[usize],
-    batch: &[Check<'_>],
+    batch: &LayerBatch,
+    which: Option<&[usize]>,
+    checks: &[Check<'_>],
     result: &Result<Outcome, StoreError>,
     health: Health,
-) -> Option<Duration> {
-    let route = observation.route;
-    let elapsed = observation.start.map(|start| start.elapsed());
-    #[cfg(feature = "metrics")]
-    {
-        let limits = limits.iter().filter_map(|&i| config.limit(route, i));
-        let in_shadow = |shadow| shadow || config.mode == Mode::Shadow;
-        let limits = limits.map(|l| (&l.metrics, in_shadow(l.shadow)));
-        record::decision(limits, result, health, elapsed);
+) {
+    let (span, state) = (&observation.span, &batch.state);
+    if span.is_disabled() && state.observers.is_empty() {
+        return;
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (route, limits, health);
-    if !state.observers.is_empty() {
-        if let Ok(outcome) = result {
-            notify(config, state, route, limits, batch, outcome);
-        }
+    let store_latency = observation.start.map(|start| start.elapsed());
+    let outcome = result.as_ref();
+    let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
+    let shadow_mode = batch.config.mode == Mode::Shadow;
+    let limits = batch.limits().enumerate();
+    let limits = limits.filter(|(i, _)| which.is_none_or(|w| w.contains(i)));
+    let rules: SmallVec<[RuleDecision<'_>; 4]> = limits
+        .zip(checks)
+        .enumerate()
+        .map(|(j, ((_, limit), check))| RuleDecision {
+            rule: check.rule,
+            key: StoredKey::kept(check.key()),
+            outcome: outcome.ok().and_then(|o| o.rules.get(j)),
+            batch_admitted,
+            shadow: limit.shadow || shadow_mode,
+            metrics: &limit.metrics,
+        })
+        .collect();
+    let event = DecisionEvent {
+        route: batch.config.route_pattern(batch.route),
+        outcome,
+        rules: &rules,
+        health,
+        store_latency,
+    };
+    if !span.is_disabled() {
+        record_span(span, &event, shadow_mode);
     }
+    state.observers.notify(&event);
+}
 
-    let span = &observation.span;
-    if span.is_disabled() {
-        return elapsed;
-    }
-    let verdict = match result {
-        Ok(outcome) => DecisionLabel::of_batch(config.mode == Mode::Shadow, outcome),
+/// The span's fields, from the event the observers see.
+fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
+    let verdict = match event.outcome {
+        Ok(outcome) => DecisionLabel::of_batch(shadow_mode, outcome),
         Err(_) => DecisionLabel::StoreFailed,
     };
     span.record("outcome", verdict.as_str());
-    if let Some(elapsed) = elapsed {
+    if let Some(elapsed) = event.store_latency {
         span.record("store_us", micros(elapsed));
     }
-    let deciding = result.as_ref().ok().and_then(deciding_rule).unwrap_or(0);
-    if let Some(check) = batch.get(deciding) {
-        span.record("rule", check.rule.name());
-        span.record("key", display(KeyDigest::of(check.key())));
-    }
-    elapsed
-}
-
-/// Tells the layer's observers of each rule's decision, with the key as the store keeps it.
-#[inline(never)]
-fn notify(
-    config: &Config,
-    state: &LayerState,
-    route: Option<usize>,
-    limits: &[usize],
-    batch: &[Check<'_>],
-    outcome: &Outcome,
-) {
-    let batch_admitted = outcome.is_admitted();
-    for ((&i, check), rule) in limits.iter().zip(batch).zip(&outcome.rules) {
-        let Some(limit) = config.limit(route, i) else {
-            continue;
-        };
-        state.observers.notify(&observer::RuleDecision {
-            rule: check.rule,
-            key: StoredKey::kept(check.key()),
-            outcome: rule,
-            batch_admitted,
-            shadow: limit.shadow || config.mode == Mode::Shadow,
-        });
-    }
-}
-
-/// The index of the rule that decided a denial or a delay (the longest wait).
-fn deciding_rule(outcome: &Outcome) -> Option<usize> {
-    match outcome.decision {
-        Decision::Deny(_) => outcome.deciding_rule(),
-        Decision::Delay(wait) => outcome
-            .rules
-            .iter()
-            .position(|r| r.decision == Decision::Delay(wait)),
-        Decision::Allow => None,
+    // The rule that decided a denial or a delay (the longest wait), as `decide` finds it;
+    // else the first.
+    let decided = |r: &&RuleDecision<'_>| {
+        let decision = event.outcome.ok().map(|o| o.decision);
+        let by = r.outcome.map(|o| o.decision);
+        (!r.shadow || shadow_mode) && by == decision && decision != Some(Decision::Allow)
+    };
+    let deciding = event.rules.iter().find(decided).or(event.rules.first());
+    if let Some(rule) = deciding {
+        span.record("rule", rule.rule.name());
+        span.record("key", display(KeyDigest::of(rule.key.as_bytes())));
     }
 }
 

@@ -1,40 +1,45 @@
-//! The seam for what watches the layer's decisions from outside the crate: a dashboard, an
-//! audit log, an exporter of its own (the operator's view, `tollgate-admin`, is one).
+//! The one seam through which a layer's decisions are watched: a dashboard, an audit log,
+//! an exporter of its own (the operator's view, `tollgate-admin`, is one), and the `metrics`
+//! feature's recorder.
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::decision::RuleOutcome;
+use super::record::{self, DecisionLabel, RuleMetrics};
+use crate::decision::{Outcome, RuleOutcome};
+use crate::error::StoreError;
 use crate::log::Event;
 use crate::rule::Rule;
+use crate::store::Health;
 use crate::stored::StoredKey;
 
-/// Watches each rule's decision of every request a layer checks; set with
+/// Watches every decision of a layer; added with
 /// [`RateLimitLayerBuilder::observe`](crate::layer::RateLimitLayerBuilder::observe).
 ///
-/// Every method has a default that does nothing, so an observer implements what it reads
-/// and keeps compiling when a method is added. It is called on the request's path, after
-/// the store decided and before the request goes on: keep it short (count, push to a
+/// It is told once per store answer (failures included): when a request is checked, and
+/// again for the rules that count a held request at its release. Observers are the layer's
+/// state, not its configuration: a reload keeps them. It is called on the request's path, after
+/// the store answered and before the request goes on: keep it short (count, push to a
 /// channel), never block. A panic in it is caught and logged (`tracing::error!`, at most
 /// once per interval), and the request goes on as decided; an observer whose state a
 /// panic leaves half-written sees the next decision with it (in a build with
-/// `panic = "abort"`, a panic aborts the process as anywhere). Requests whose store failed are not observed (the
-/// [`FailurePolicy`](crate::layer::FailurePolicy) decided them, not a rule).
+/// `panic = "abort"`, a panic aborts the process as anywhere).
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use tollgate::layer::{DecisionObserver, Limit, RateLimitLayer, RuleDecision};
+/// use tollgate::layer::{DecisionEvent, DecisionObserver, Limit, RateLimitLayer};
 /// use tollgate::{key, Rule};
 ///
 /// #[derive(Default)]
 /// struct Denials(AtomicU64);
 ///
 /// impl DecisionObserver for Denials {
-///     fn on_rule(&self, decision: &RuleDecision<'_>) {
-///         if !decision.outcome.decision.is_admitted() {
+///     fn on_decision(&self, event: &DecisionEvent<'_>) {
+///         if event.outcome.is_ok_and(|o| !o.is_admitted()) {
 ///             self.0.fetch_add(1, Ordering::Relaxed);
 ///         }
 ///     }
@@ -49,20 +54,37 @@ use crate::stored::StoredKey;
 /// # let _ = layer; Ok(()) }
 /// ```
 pub trait DecisionObserver: Send + Sync + 'static {
-    /// One rule's decision of a request: called for each rule of the request's batch, in
-    /// order, once the store decided.
-    fn on_rule(&self, decision: &RuleDecision<'_>) {
-        let _ = decision;
-    }
+    /// A request's batch was decided, or its store failed.
+    fn on_decision(&self, event: &DecisionEvent<'_>);
 }
 
 impl<T: DecisionObserver + ?Sized> DecisionObserver for Arc<T> {
-    fn on_rule(&self, decision: &RuleDecision<'_>) {
-        (**self).on_rule(decision);
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        (**self).on_decision(event);
     }
 }
 
-/// One rule's decision of one request, as a [`DecisionObserver`] sees it.
+/// A decision, as a [`DecisionObserver`] sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct DecisionEvent<'a> {
+    /// The route-table pattern the request matched, if any.
+    pub route: Option<&'a str>,
+    /// The store's answer for the batch; `Err` when the store failed, and the
+    /// [`FailurePolicy`](crate::layer::FailurePolicy) decided, not a rule.
+    pub outcome: Result<&'a Outcome, &'a StoreError>,
+    /// Each rule of the batch, in order.
+    pub rules: &'a [RuleDecision<'a>],
+    /// The store's health when it answered: [`Health::Degraded`] means a
+    /// [`Fallback`](crate::store::Fallback)'s local store decided (its circuit breaker
+    /// open, or Redis failing).
+    pub health: Health,
+    /// How long the store took (measured whenever an observer or the `rate_limit` span
+    /// listens).
+    pub store_latency: Option<Duration>,
+}
+
+/// One rule's decision of one request, as a [`DecisionEvent`] lists it.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct RuleDecision<'a> {
@@ -70,25 +92,35 @@ pub struct RuleDecision<'a> {
     pub rule: &'a Rule,
     /// The request's key under this rule, in the form the store keeps it: a key over 128
     /// bytes is its digest, so an observer keeping keys keeps at most 33 bytes of each,
-    /// and [`Limiter::peek_stored`](crate::Limiter::peek_stored) and
-    /// [`reset_stored`](crate::Limiter::reset_stored) reach its state.
+    /// and [`Limiter::peek`](crate::Limiter::peek) and
+    /// [`reset`](crate::Limiter::reset) reach its state with it.
     pub key: StoredKey<'a>,
-    /// What the rule decided. In a batch another rule denied, a rule that would have
-    /// admitted says `Allow` here but consumed nothing (see `batch_admitted`).
-    pub outcome: &'a RuleOutcome,
+    /// What the rule decided; `None` when the store failed. In a batch another rule
+    /// denied, a rule that would have admitted says `Allow` here but consumed nothing (see
+    /// `batch_admitted`).
+    pub outcome: Option<&'a RuleOutcome>,
     /// Whether the request's batch was admitted (allowed or delayed) by all its rules.
     pub batch_admitted: bool,
     /// Whether the rule was checked in shadow, so that its denial was not enforced: a
     /// [`Limit::shadow`](crate::layer::Limit::shadow), or any rule in
     /// [`Mode::Shadow`](crate::layer::Mode::Shadow).
     pub shadow: bool,
+    /// The limit's metric keys, for the `metrics` feature's observer.
+    pub(crate) metrics: &'a RuleMetrics,
 }
 
-/// The observers of a layer, in the order they were set.
+/// The observers of a layer: the `metrics` feature's first, then the layer's, in the order
+/// they were added.
 #[derive(Clone, Default)]
-pub(crate) struct Observers(pub(crate) Box<[Arc<dyn DecisionObserver>]>);
+pub(crate) struct Observers(Box<[Arc<dyn DecisionObserver>]>);
 
 impl Observers {
+    pub(crate) fn new(added: Vec<Arc<dyn DecisionObserver>>) -> Self {
+        let metrics: Option<Arc<dyn DecisionObserver>> =
+            record::ENABLED.then(|| Arc::new(Metrics) as _);
+        Self(metrics.into_iter().chain(added).collect())
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -96,21 +128,36 @@ impl Observers {
     /// Tells every observer, each on its own: one that panics is logged and passed over,
     /// and the request goes on as decided (an observer watches; it never takes a request
     /// down, nor keeps the next observer from seeing it).
-    pub(crate) fn notify(&self, decision: &RuleDecision<'_>) {
+    pub(crate) fn notify(&self, event: &DecisionEvent<'_>) {
         for observer in self.0.iter() {
-            let told = catch_unwind(AssertUnwindSafe(|| observer.on_rule(decision)));
+            let told = catch_unwind(AssertUnwindSafe(|| observer.on_decision(event)));
             if told.is_err() {
-                observer_panicked(decision.rule);
+                observer_panicked(event.route);
             }
         }
     }
 }
 
+/// Records each decision as metrics (see `record`).
+struct Metrics;
+
+impl DecisionObserver for Metrics {
+    fn on_decision(&self, event: &DecisionEvent<'_>) {
+        let rules = event.rules.iter().map(|rule| {
+            let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
+                DecisionLabel::of_rule(rule.shadow, !rule.batch_admitted, outcome)
+            });
+            (rule.metrics, verdict)
+        });
+        record::decision(rules, event.health, event.store_latency);
+    }
+}
+
 #[cold]
-fn observer_panicked(rule: &Rule) {
-    if let Some(suppressed) = crate::reservation::process_log().admit(Event::ObserverPanic) {
+fn observer_panicked(route: Option<&str>) {
+    if let Some(suppressed) = crate::log::process_log().admit(Event::ObserverPanic) {
         tracing::error!(
-            rule = rule.name(),
+            route,
             suppressed,
             "a decision observer panicked: passed over, the request goes on as decided"
         );

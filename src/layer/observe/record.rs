@@ -1,16 +1,14 @@
-//! What is recorded of a decision, below the layer's configuration (which keeps a limit's
-//! metric keys): the outcome words, each limit's metric keys, and the records through the
-//! `metrics` facade (see the [module docs](super) for the names and labels).
+//! The outcome words, and the `metrics` feature: each limit's metric keys, the records of
+//! decisions (for the observer that `observer` installs) and of what is not a decision
+//! (held requests, refunds) through the `metrics` facade (see the [module docs](super) for
+//! the names and labels). The one place the feature is read in the layer.
 
-#[cfg(feature = "metrics")]
 use std::time::Duration;
 
 use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
-#[cfg(feature = "metrics")]
-use crate::error::StoreError;
 use crate::rule::Rule;
-#[cfg(feature = "metrics")]
 use crate::store::Health;
+
 /// The outcome of a rule, or of a batch (see the [module docs](super#outcomes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DecisionLabel {
@@ -59,7 +57,6 @@ impl DecisionLabel {
     }
 
     /// One rule's outcome in a batch: `in_shadow` for a shadow limit or shadow mode.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(super) fn of_rule(in_shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
         match rule.decision {
             Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
@@ -75,7 +72,7 @@ impl DecisionLabel {
 /// A limit's metric keys, made once with the limit, so that recording one costs no
 /// allocation (a key made per request would allocate its label list). Empty without the
 /// `metrics` feature.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct RuleMetrics {
     #[cfg(feature = "metrics")]
     keys: std::sync::Arc<recording::RuleKeys>,
@@ -109,17 +106,18 @@ pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     recording::charge_refunded(_metrics);
 }
 
-/// Records the store's answer for a request: per limit of its batch, in order, the limit's
-/// keys and whether it is in shadow (a shadow limit, or shadow mode); the store's health,
-/// and how long it took, if timed.
-#[cfg(feature = "metrics")]
+/// Whether decisions are recorded as metrics: the `metrics` feature.
+pub(super) const ENABLED: bool = cfg!(feature = "metrics");
+
+/// Records a decision: each rule's metric keys with its outcome, the store's health and
+/// how long it took, if timed.
 pub(super) fn decision<'a>(
-    limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
-    result: &Result<Outcome, StoreError>,
-    health: Health,
-    elapsed: Option<Duration>,
+    _rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
+    _health: Health,
+    _latency: Option<Duration>,
 ) {
-    recording::record(limits, result, health, elapsed);
+    #[cfg(feature = "metrics")]
+    recording::decision(_rules, _health, _latency);
 }
 
 /// The metrics, through the `metrics` facade: every call asks for the current recorder, so
@@ -130,8 +128,6 @@ mod recording {
 
     use metrics::{Key, Label, Level, Metadata};
 
-    use crate::decision::Outcome;
-    use crate::error::StoreError;
     use crate::layer::observe::record::{DecisionLabel, RuleMetrics};
     use crate::rule::Rule;
     use crate::store::Health;
@@ -144,6 +140,7 @@ mod recording {
     static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
 
     /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
+    #[derive(Debug)]
     pub(super) struct RuleKeys {
         decisions: [Key; DecisionLabel::ALL.len()],
         refunds: Key,
@@ -215,11 +212,10 @@ mod recording {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 
-    pub(super) fn record<'a>(
-        limits: impl Iterator<Item = (&'a RuleMetrics, bool)>,
-        result: &Result<Outcome, StoreError>,
+    pub(super) fn decision<'a>(
+        rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
         health: Health,
-        elapsed: Option<Duration>,
+        latency: Option<Duration>,
     ) {
         let health = match health {
             Health::Healthy => 0.0,
@@ -227,25 +223,14 @@ mod recording {
             Health::Failing => 2.0,
         };
         metrics::with_recorder(|r| {
-            if let Some(elapsed) = elapsed {
+            if let Some(elapsed) = latency {
                 r.register_histogram(&STORE_DURATION, &METADATA)
                     .record(elapsed.as_secs_f64());
             }
             r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
         });
-        match result {
-            Ok(outcome) => {
-                let denied = !outcome.is_admitted();
-                for ((metrics, in_shadow), rule) in limits.zip(&outcome.rules) {
-                    let verdict = DecisionLabel::of_rule(in_shadow, denied, rule);
-                    count(&metrics.keys.decisions[verdict as usize]);
-                }
-            }
-            Err(_) => {
-                for (metrics, _) in limits {
-                    count(&metrics.keys.decisions[DecisionLabel::StoreFailed as usize]);
-                }
-            }
+        for (metrics, verdict) in rules {
+            count(&metrics.keys.decisions[verdict as usize]);
         }
     }
 

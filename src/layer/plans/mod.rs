@@ -128,7 +128,7 @@ impl IntoIterator for Plans {
 
     fn into_iter(self) -> Self::IntoIter {
         let names: Box<[Box<str>]> = self.plans.iter().map(|(n, _)| n.clone()).collect();
-        let mut problems = Vec::new();
+        let mut problems: Vec<ConfigError> = self.plan_of.problem().into_iter().cloned().collect();
         if names.is_empty() {
             problems.push(ConfigError::new("plans: no plan given"));
         }

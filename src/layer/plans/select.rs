@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::header::HeaderName;
 
 use crate::error::ConfigError;
-use crate::key::{IntoHeaderName, KeyError, RequestHead};
+use crate::key::{KeyError, RequestHead};
 
 type PlanFn = dyn for<'a> Fn(&RequestHead<'a>) -> Option<Cow<'a, str>> + Send + Sync;
 
@@ -18,34 +18,38 @@ type PlanFn = dyn for<'a> Fn(&RequestHead<'a>) -> Option<Cow<'a, str>> + Send + 
 pub struct PlanOf {
     find: Arc<PlanFn>,
     what: Cow<'static, str>,
+    /// Why it cannot work (a header name that is none), reported by the layer's `build`.
+    problem: Option<ConfigError>,
 }
 
 impl PlanOf {
-    /// The plan named in the header `name` (a literal; see [`key::header`](crate::key::header)
-    /// for what an invalid one does, and [`try_header`](Self::try_header) for names read at
-    /// run time). A header only the gateway writes: a client that could set it would choose
-    /// its own plan.
-    pub fn header(name: impl IntoHeaderName) -> Self {
-        Self::header_named(name.into_header_name())
-    }
-
-    /// [`header`](Self::header) for a name read at run time: an invalid header name is a
-    /// configuration error.
-    pub fn try_header(name: &str) -> Result<Self, ConfigError> {
-        HeaderName::from_bytes(name.as_bytes())
-            .map(Self::header_named)
-            .map_err(|_| ConfigError::new(format!("{name:?} is not a valid header name")))
-    }
-
-    fn header_named(name: HeaderName) -> Self {
-        let what = format!("header {name}").into();
+    /// The plan named in the header `name`: a header only the gateway writes (a client that
+    /// could set it would choose its own plan). A name that is no header name is reported
+    /// by the layer's `build`.
+    pub fn header(name: impl AsRef<str>) -> Self {
+        let text = name.as_ref();
+        let Ok(name) = HeaderName::from_bytes(text.as_bytes()) else {
+            return Self {
+                find: Arc::new(|_: &RequestHead<'_>| None),
+                what: format!("header {text}").into(),
+                problem: Some(ConfigError::new(format!(
+                    "plans: {text:?} is not a valid header name"
+                ))),
+            };
+        };
         Self {
+            what: format!("header {name}").into(),
             find: Arc::new(move |head: &RequestHead<'_>| {
                 let value = head.headers().get(&name)?.to_str().ok()?;
                 Some(Cow::Borrowed(value))
             }),
-            what,
+            problem: None,
         }
+    }
+
+    /// Why this cannot work, if it cannot.
+    pub(crate) fn problem(&self) -> Option<&ConfigError> {
+        self.problem.as_ref()
     }
 
     /// The plan `f` finds for a request, `None` if it finds none. It runs on the request
@@ -71,6 +75,7 @@ impl PlanOf {
         Self {
             find: Arc::new(move |head: &RequestHead<'_>| f(head).map(Into::into)),
             what: Cow::Borrowed("the request's plan"),
+            problem: None,
         }
     }
 }

@@ -109,9 +109,9 @@ impl<St: Store + Clone> RateLimitLayer<St> {
 impl<St: Store + Clone> ReloadHandle<St> {
     /// A builder on the layer's limiter, with no limits yet: configure it as at start-up,
     /// then give it to [`reload`](Self::reload). Everything the builder sets is replaced,
-    /// hooks ([`on_reject`](RateLimitLayerBuilder::on_reject),
-    /// [`on_decision`](RateLimitLayerBuilder::on_decision), exemptions) included: make the
-    /// base builder in one function, used at start-up and for every reload.
+    /// hooks ([`on_reject`](RateLimitLayerBuilder::on_reject), exemptions) included, but
+    /// not the observers, which the running layer keeps: make the base builder in one
+    /// function, used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
         RateLimitLayerBuilder::on(self.limiter.clone())
     }

@@ -187,9 +187,14 @@ impl Registered {
         problems: &mut Problems<'_>,
     ) -> Option<PlanOf> {
         match spec {
-            PlanOfSpec::Header(name) => PlanOf::try_header(name)
-                .map_err(|e| problems.error_at(path, e))
-                .ok(),
+            PlanOfSpec::Header(name) => {
+                let plan_of = PlanOf::header(name);
+                match plan_of.problem() {
+                    Some(e) => problems.error_at(path, e.clone()),
+                    None => return Some(plan_of),
+                }
+                None
+            }
             PlanOfSpec::Named(name) => {
                 let found = self.plans.get(name).cloned();
                 if found.is_none() {
@@ -492,7 +497,8 @@ fn header(spec: &HeaderSpec) -> Result<Arc<dyn KeyExtractor>, String> {
         HeaderSpec::Name(name) => (name, None),
         HeaderSpec::Table { name, duplicates } => (name, Some(duplicates)),
     };
-    let header = key::try_header(name).map_err(|e| problem_text(&e))?;
+    let header = key::header(name);
+    header.validate().map_err(|e| problem_text(&e))?;
     let Some(duplicates) = duplicates else {
         return Ok(Arc::new(header));
     };

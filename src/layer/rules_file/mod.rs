@@ -77,7 +77,7 @@
 //! ([`Loader::key`], [`Loader::plan_of`]) and the file names them (`{ named = "api-key" }`,
 //! `plan_of = { named = "plan-of-key" }`). The file's limits are added to a builder the code
 //! gives ([`Loader::load`]), so hooks ([`on_reject`](crate::layer::RateLimitLayerBuilder::on_reject),
-//! [`on_decision`](crate::layer::RateLimitLayerBuilder::on_decision), exemptions) and limits
+//! [observers](crate::layer::RateLimitLayerBuilder::observe), exemptions) and limits
 //! that need code (a [`Limit::cost`](crate::layer::Limit::cost) function) stay in the code,
 //! beside the file's, decided in the same batch.
 //!

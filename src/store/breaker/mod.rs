@@ -1,4 +1,4 @@
-//! [`Breaker`]: a circuit breaker around a store, so that an outage costs no latency.
+//! [`Breaker`]: a circuit breaker around a store.
 
 use std::fmt;
 use std::future::Future;
@@ -15,12 +15,10 @@ use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
-/// Consecutive failures that open a [`Breaker`] unless changed with
-/// [`Breaker::failures`].
+/// Consecutive failures that open a [`Breaker`] by default ([`Breaker::failures`]).
 pub(crate) const DEFAULT_FAILURES: u32 = 3;
 
-/// How long an open [`Breaker`] waits before it probes the store, unless changed with
-/// [`Breaker::open_for`].
+/// How long an open [`Breaker`] waits by default before a probe ([`Breaker::open_for`]).
 pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
 /// The state of a [`Breaker`].
@@ -28,12 +26,9 @@ pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 pub enum BreakerState {
     /// Calls go to the store.
     Closed,
-    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`],
-    /// without waiting on the store.
+    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`].
     Open,
-    /// One probe is on its way to the store (the store's own [`probe`](Store::probe), or
-    /// for a store without one, a call); every call fails at once as when open. The probe's
-    /// answer closes the breaker, its failure opens it again.
+    /// One probe is on its way to the store; every call fails at once as when open.
     HalfOpen,
 }
 
@@ -51,27 +46,16 @@ fn state_of(raw: u8) -> BreakerState {
 
 /// A store behind a circuit breaker.
 ///
-/// While the store answers, calls go through unchanged. After
-/// [`failures`](Self::failures) consecutive failures (errors or timeouts, not malformed
-/// batches) the breaker **opens**: every call fails at once with
-/// [`StoreError::CircuitOpen`], so that no request waits on a store that is away. Once
-/// open for [`open_for`](Self::open_for), the next call (or the next look at
-/// [`health`](Store::health), as a readiness endpoint polls it) starts the one **probe**
-/// (half-open): the store's own [`probe`](Store::probe) (a `PING` for
-/// [`RedisStore`]), run by the breaker on a task of its own on the
-/// tokio runtime, while that call fails at once like every other. So no client's request
-/// ever waits on a store that may still hang, and a recovering store gets one probe at a
-/// time, not a thundering herd. The probe's success closes the breaker; its failure
-/// opens it for another `open_for`. A store without a probe of its own (or a call made
-/// outside a tokio runtime) lets that call through as the probe instead: it waits as long
-/// as the store makes it, and if its caller goes away the breaker reopens with the next
-/// call allowed to probe at once. Every transition is a `tracing` event (target
-/// `tollgate::breaker`: `warn` on opening, `info` otherwise).
-///
-/// What the caller does with a failure is its policy: the tower layer's
-/// [`FailurePolicy`](crate::layer::FailurePolicy), or [`Fallback`](super::Fallback), which
-/// decides from a local store meanwhile. A timed-out call is never sent again by the
-/// breaker (see [`RedisStore`]'s notes on timeouts).
+/// After [`failures`](Self::failures) consecutive failures (errors or timeouts, not
+/// malformed batches) the breaker **opens**: calls fail at once with
+/// [`StoreError::CircuitOpen`]. After [`open_for`](Self::open_for), the next call (or
+/// [`health`](Store::health) look) starts one **probe**, the store's
+/// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on its own task, while calls still
+/// fail at once; success closes the breaker, failure reopens it. Without a store probe (or
+/// a tokio runtime) that call is the probe. Transitions are `tracing` events (target
+/// `tollgate::breaker`: `warn` on opening, `info` otherwise). The breaker never retries: the
+/// layer's [`FailurePolicy`](crate::layer::FailurePolicy) or a
+/// [`Fallback`](super::Fallback) handles failures.
 ///
 /// ```
 /// use std::time::Duration;
@@ -109,8 +93,8 @@ struct Circuit {
 }
 
 impl<S> Breaker<S> {
-    /// `store` behind a breaker that opens after 3 consecutive failures
-    /// and probes after 500 ms.
+    /// `store` behind a breaker that opens after 3 consecutive failures and probes after
+    /// 500 ms.
     pub fn new(store: S) -> Self {
         Self {
             store,
@@ -133,9 +117,8 @@ impl<S> Breaker<S> {
         self
     }
 
-    /// Stays open this long before a probe, and this long again after a failed one
-    /// (default 500 ms). Set it before cloning the store: clones share the
-    /// breaker.
+    /// Stays open this long before a probe, and again after a failed one (default 500 ms).
+    /// Set it before cloning the store: clones share the breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = duration_to_micros(duration));
         self
@@ -290,8 +273,7 @@ impl Circuit {
     }
 }
 
-/// A call the breaker let through, until it answers: counts its result, or, if the call is
-/// dropped before it answers, frees the probe.
+/// A call the breaker let through: counts its result, or frees the probe if dropped first.
 struct PassGuard<'a> {
     shared: &'a Circuit,
     pass: Option<Pass>,
@@ -324,8 +306,8 @@ impl Drop for PassGuard<'_> {
 }
 
 impl<S: Store> Breaker<S> {
-    /// Runs `call` if the breaker lets it through. `call` makes the store's future only
-    /// then: an in-process store decides as it makes its future.
+    /// Runs `call` if the breaker lets it through (an in-process store decides as `call`
+    /// makes its future).
     async fn guarded<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
     where
         F: FnOnce() -> Fut,
@@ -348,9 +330,7 @@ impl<S: Store> Breaker<S> {
 }
 
 impl<S: Store> Breaker<S> {
-    /// Runs the store's own [`probe`](Store::probe) on a task of its own, if the store has
-    /// one and a tokio runtime runs: the call that found the breaker due for a probe then
-    /// fails at once like every other, and no client waits on a store that may still hang.
+    /// Runs the store's [`probe`](Store::probe) on a task, if any and in a tokio runtime;
     /// `false`: the call must be the probe.
     fn probe_in_background(&self) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -363,9 +343,8 @@ impl<S: Store> Breaker<S> {
         true
     }
 
-    /// Starts the store's own probe if one is due, without a call: so that a breaker whose
-    /// [`health`](Store::health) is polled (a readiness endpoint) closes once the store is
-    /// back even when no request arrives (a replica taken out of service while failing).
+    /// Starts a due probe without a call, so a polled [`health`](Store::health) closes the
+    /// breaker with no request.
     fn probe_if_due(&self) {
         if !self.shared.due() {
             return;
@@ -398,8 +377,7 @@ impl<S: Store> Breaker<S> {
     }
 }
 
-/// The breaker's own probe, until it answers: counts its result; if its task is dropped
-/// before that (the runtime shuts down), frees the probe as [`PassGuard`] does.
+/// The breaker's own probe: counts its result, or frees the probe if its task is dropped.
 struct ProbeGuard {
     shared: Arc<Circuit>,
     recorded: bool,
@@ -442,8 +420,7 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
-    /// Asks the store at once, where it can answer at once, while the circuit is closed; an
-    /// open or probing circuit answers through [`check`](Store::check), which handles it.
+    /// Asks the store at once while closed; otherwise [`check`](Store::check) answers.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],

@@ -49,6 +49,19 @@ impl Store for Flaky {
         self.gate().await?;
         self.inner.reset(rule, key).await
     }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
+    }
 }
 
 fn rule() -> Rule {
@@ -226,6 +239,22 @@ impl Store for Pinged {
             }
             Ok(())
         })
+    }
+    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
     }
 }
 

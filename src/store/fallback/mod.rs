@@ -21,31 +21,16 @@ use crate::store::memory::MemoryStore;
 use crate::stored::StoredKey;
 use crate::Rule;
 
-/// A primary store (Redis, usually behind a [`Breaker`](super::Breaker)) with a local store
-/// that decides while the primary cannot.
+/// A primary store (Redis) with a local store that decides while the primary cannot.
 ///
 /// Every call goes to the primary first. When it fails (unreachable, timed out, breaker
-/// open; not a malformed batch), the same batch is decided by the local store, by the same
-/// rules (optionally with each quota divided by the number of instances, see
-/// [`instances`](Self::instances)), and that decision is returned as the answer: the caller
-/// sees no error and limits stay enforced, per instance. As soon as the primary answers
-/// again, decisions come from it again. Put a [`Breaker`](super::Breaker) in front of the
-/// primary, or every request still waits for the primary's timeout before the local store
-/// decides.
+/// open; not a malformed batch), the local store decides the same batch (quotas optionally
+/// divided by [`instances`](Self::instances)) and the caller sees no error; once the primary
+/// answers again, it decides. Put a [`Breaker`](super::Breaker) in front of the primary, or
+/// every request still waits for its timeout first.
 ///
-/// **What the local decisions mean for the shared counts.** The primary never learns of
-/// the requests admitted locally: when it returns, its counts are those it had when it went
-/// away (or empty, after a restart without persistence). In the worst case a client gets,
-/// over a window that spans the outage, its quota from each instance during the outage plus
-/// its quota from the primary afterwards. With [`instances`](Self::instances) set to the
-/// number of instances, the instances together admit about one quota during the outage.
-/// A penalty lock set locally holds on that instance only; locks in the primary hold again
-/// when it returns.
-///
-/// **A timeout** of the primary means the request is decided locally. The primary may
-/// still have run the call and counted the request (its answer came too late); the call is
-/// never sent again, so it is counted at most once there and once here, never twice in
-/// the primary.
+/// The primary never learns of the local decisions, and local locks hold on that instance
+/// only ([what that means](crate::guide::when_redis_is_away#what-the-local-decisions-mean-for-the-shared-counts)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -71,32 +56,26 @@ struct Division {
     instances: u64,
     /// Whether the last answer came from the local store.
     falling_back: AtomicBool,
-    /// Whether the primary said it was unwell (an open breaker) while falling back: its
-    /// saying it is well again afterwards (the breaker's own probe closed it) ends the
-    /// fallback even with no request to prove it, so readiness recovers on its own.
+    /// Whether the primary said it was unwell (an open breaker) while falling back, so its
+    /// recovery ends the fallback without a request.
     primary_was_unwell: AtomicBool,
-    /// The rules with divided quotas, by (name, fingerprint): built once per rule, only
-    /// while falling back with `instances` > 1.
+    /// The rules with divided quotas, built once per rule while falling back.
     divided: Mutex<HashMap<u64, DividedRules>>,
     hasher: DefaultHashBuilder,
-    /// Whether a probe of the primary that [`Fallback::probe_primary`] started is on its
-    /// way.
+    /// Whether a [`Fallback::probe_primary`] probe is on its way.
     probing: AtomicBool,
     /// µs after `epoch` the primary last failed, plus one (0: never).
     failed_at: AtomicU64,
     epoch: Instant,
-    /// The stores the local side's admissions named (one, unless it is a composite
-    /// itself), learnt from the outcomes it answers: a refund's units they took go back
-    /// there, the others to the primary, and neither side is asked for the other's.
+    /// The stores the local side's admissions named, so refunds find their side.
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
 /// The shares of one hash slot, with the fingerprint of the rule each came from.
 type DividedRules = SmallVec<[(u64, Share); 1]>;
 
-/// A rule's share on this instance: the rule with its quotas divided, or, where the share
-/// rounds down to nothing, the rule itself with every request asked more than it can ever
-/// admit, so that it denies.
+/// A rule's share on this instance: its quotas divided, or, when that is nothing, the rule
+/// with every request costing more than it can admit.
 #[derive(Clone)]
 struct Share {
     rule: Rule,
@@ -120,14 +99,10 @@ impl<P, L> Fallback<P, L> {
         }
     }
 
-    /// Divides every quota by `n` in the local decisions (default 1: the full quota): the
-    /// number of instances you run that share the primary, so that together they admit
-    /// about one quota while it is away. Counts (window limits, capacities, bursts) are
-    /// divided rounding down and rates exactly (or, where the period times `n` is too long
-    /// to build, their amounts rounding down), so that the instances never admit more than
-    /// one quota in all. An instance whose share of a rule rounds down to nothing denies
-    /// that rule's requests while the primary is away (without a `Retry-After`: the wait is
-    /// the primary's return).
+    /// Divides every quota by `n` in the local decisions (default 1): the instances sharing
+    /// the primary, so together they admit about one quota while it is away, never more
+    /// (shares round down). A share that rounds down to nothing denies that rule's requests
+    /// (without a `Retry-After`).
     pub fn instances(mut self, n: u64) -> Self {
         let n = n.max(1);
         match Arc::get_mut(&mut self.shared) {
@@ -201,8 +176,7 @@ impl Division {
         }
     }
 
-    /// `batch`'s rules with their quotas divided by `instances`, for the local store; `None`
-    /// when there is nothing to divide (one instance).
+    /// `batch`'s rules with divided quotas; `None` for one instance.
     fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Share; 4]>> {
         (self.instances > 1).then(|| batch.iter().map(|c| self.divided(c.rule)).collect())
     }
@@ -244,8 +218,8 @@ impl Division {
     }
 }
 
-/// `rule` with its quota shared among `n` instances ([`Algorithm::share`](crate::algorithm::Algorithm::share)); `None` when
-/// nothing of the quota is left for one instance.
+/// `rule` with its quota shared among `n` instances
+/// ([`Algorithm::share`](crate::algorithm::Algorithm::share)); `None` when that is nothing.
 fn divide(rule: &Rule, n: u64) -> Option<Rule> {
     let divided = Rule::new(rule.name(), rule.algorithm().share(n)?)
         .checked()
@@ -270,8 +244,7 @@ fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'
         .collect()
 }
 
-/// A probe of the primary on its way: frees the next one when it ends, or when its task is
-/// dropped unrun (the runtime shuts down).
+/// A probe of the primary on its way: frees the next one when it ends or is dropped.
 struct Probing(Arc<Division>);
 
 impl Drop for Probing {
@@ -281,13 +254,9 @@ impl Drop for Probing {
 }
 
 impl<P: Store, L: Store> Fallback<P, L> {
-    /// Starts the primary's own [`probe`](Store::probe) on a task of its own, one at a
-    /// time, when a tokio runtime runs: its answer ends the fallback. A primary that never
-    /// says it is unwell (a breaker that has not opened, its failures fewer than its
-    /// threshold; no breaker at all) would otherwise keep readiness degraded until a
-    /// request reached it. Only once the primary has not failed for a breaker's default
-    /// `open_for`: a primary that answers a `PING` but fails the requests that keep coming
-    /// stays degraded, rather than flapping with every request.
+    /// Starts the primary's [`probe`](Store::probe) on a task, one at a time, so readiness
+    /// recovers without a request; only once the primary has not failed for a breaker's
+    /// default `open_for`, so one that answers a `PING` but fails requests does not flap.
     fn probe_primary(&self) {
         if !self.shared.quiet_for(DEFAULT_OPEN_FOR) {
             return;
@@ -313,8 +282,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
         });
     }
 
-    /// The primary's answer, when it is the batch's; `None` when the primary failed and
-    /// the local store decides.
+    /// The primary's answer; `None` when it failed and the local store decides.
     fn primary_answer(
         &self,
         result: Result<Outcome, StoreError>,
@@ -332,8 +300,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
         }
     }
 
-    /// An outcome of the local store, whose stores are remembered so that its units go
-    /// back there.
+    /// An outcome of the local store, its stores remembered for refunds.
     fn taken_locally(&self, outcome: Outcome) -> Outcome {
         let Some(admission) = &outcome.admission else {
             return outcome;
@@ -378,8 +345,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         Ok(self.taken_locally(outcome))
     }
 
-    /// Asks the primary at once where it can answer at once, and then the local store if
-    /// the primary failed.
+    /// Asks the primary at once where it can, then the local store if the primary failed.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -410,10 +376,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Gives each rule's units back to the side whose store took them: a held request
-    /// confirmed while the primary was away took its waiting rules' units locally, the
-    /// others in the primary. Each side is asked only for units its stores took: a primary
-    /// that is away would refuse or keep the caller waiting for a refund of nothing.
+    /// Gives each rule's units back to the side that took them, asking each only for its own.
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
@@ -450,9 +413,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         result.and(local)
     }
 
-    /// Takes what a settlement owes where the key is decided now, as a debt its next
-    /// requests pay: in the primary, or while it is away in the local store, on the shares
-    /// of the rules it decides there (wherever the admission took its estimate).
+    /// Takes the debt where the key is decided now: the primary, or the local shares.
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         match self.primary.overdraw(batch).await {
             Ok(()) => {
@@ -470,8 +431,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         }
     }
 
-    /// Counts the denials where the batch is decided now: in the primary, or while it is
-    /// away in the local store, on the shares of the rules it decides there.
+    /// Counts the denials where the batch is decided now (as [`overdraw`](Store::overdraw)).
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
         match self.primary.count_denials(batch, ago).await {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
@@ -519,9 +479,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return Health::Degraded;
         }
         if self.is_falling_back() {
-            // Healthy again after being unwell: the breaker's probe got an answer, and the
-            // next request goes to the primary. A primary that never said it was unwell
-            // is probed here instead, so that readiness recovers with no request.
+            // Healthy after unwell: the breaker's probe answered. Otherwise probe it here.
             if !self.shared.primary_was_unwell.swap(false, Ordering::AcqRel) {
                 self.probe_primary();
                 return Health::Degraded;

@@ -251,6 +251,22 @@ impl Store for Probed {
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         Some(std::future::ready(Ok(())))
     }
+    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
+    }
 }
 
 /// The crate's wrappers lose none of the store's methods: a store that answers at once
@@ -306,6 +322,22 @@ impl Store for Refusing {
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         self.probes.fetch_add(1, Ordering::SeqCst);
         Some(std::future::ready(Ok(())))
+    }
+    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    async fn count_denials(
+        &self,
+        _: &[Check<'_>],
+        _: std::time::Duration,
+    ) -> Result<(), crate::StoreError> {
+        Ok(())
+    }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
     }
 }
 

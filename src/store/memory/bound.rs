@@ -1,8 +1,5 @@
-//! The bound on the keys a [`MemoryStore`] holds. Every key is decided
-//! on its own state, also past the bound: a shard at its share of the bound makes room for
-//! a key it does not hold by forgetting the entries whose state says least (see
-//! [`MemoryStore::max_keys`](super::MemoryStore::max_keys) for the policy and what it can
-//! over-admit). A locked key is never forgotten.
+//! The bound on the keys a [`MemoryStore`] holds; the policy is documented on
+//! [`MemoryStore::max_keys`](super::MemoryStore::max_keys).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,19 +22,16 @@ use crate::store::check::Check;
 /// How many keys a store holds by default.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// A shard that makes room frees this fraction of its share at once (1/16): the pass over
-/// the shard that finds what to forget is then paid once per that many new keys.
+/// A shard that makes room frees 1/16 of its share, paying the pass once per that many keys.
 const ROOM_SHIFT: u32 = 4;
 
 /// How many entries a shard samples to find the state below which it forgets.
 const SAMPLE: usize = 64;
 
-/// The bound, per shard, how many shards are at it, how many entries were forgotten, and
-/// how many batches were refused for want of room.
+/// The bound per shard and its counters.
 pub(super) struct Bound {
     per_shard: usize,
-    /// The shards at their share of the bound (each counts itself in as it fills and out as
-    /// it makes room): while none is, no decision pays for the check below.
+    /// The shards at their share: while none is, a decision pays one load for the bound.
     full: Arc<AtomicUsize>,
     evicted: AtomicU64,
     refused: AtomicU64,
@@ -54,10 +48,7 @@ impl Bound {
     }
 }
 
-/// How much an entry's state says, lowest forgotten first: whether it counts denials
-/// towards a lock, then the units it recorded at its last admission (what forgetting it
-/// can over-admit), then when it is back to empty anyway (the least recently used first,
-/// among entries of one rule).
+/// How much an entry's state says, lowest forgotten first ([`MemoryStore::max_keys`]).
 fn worth(entry: &Entry) -> (bool, u64, u64) {
     (
         entry.penalty().denials > 0,
@@ -70,17 +61,14 @@ fn locked(entry: &Entry, now: u64) -> bool {
     entry.penalty().locked_for(now).is_some()
 }
 
-/// A key of a batch met a shard full of locked keys at twice its share: there is no room
-/// for it until the first of those locks ends, `retry_micros` from now.
+/// A shard at twice its share is full of locked keys until `retry_micros` from now.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NoRoom {
     retry_micros: u64,
 }
 
 impl NoRoom {
-    /// What a decision of `batch` answers: every rule denies until the first lock ends. The
-    /// bound is a limit of the store on the keys it holds, so it refuses as a limit does,
-    /// whatever the caller's policy for a store that fails.
+    /// Every rule denies until the first lock ends: a limit, not a failing store.
     pub(super) fn outcome(self, batch: &[Check<'_>]) -> Outcome {
         let retry = Duration::from_micros(self.retry_micros);
         let rules: RuleOutcomes = batch
@@ -100,8 +88,7 @@ impl NoRoom {
         combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
     }
 
-    /// What the verbs that take units without deciding (an overdraft, counted refusals)
-    /// answer: they have nowhere to write them.
+    /// What an overdraft or counted refusal answers: it has nowhere to write.
     pub(super) fn error(self) -> StoreError {
         StoreError::Unavailable(
             "the in-process store is full of locked keys; new keys wait for a lock to end"
@@ -111,8 +98,7 @@ impl NoRoom {
 }
 
 impl Shared {
-    /// Makes room for the keys of `batch` that are not held, in shards at their share of
-    /// the bound; [`NoRoom`] only when a shard is full of locked keys at twice its share.
+    /// Makes room for `batch`'s new keys in shards at their share; [`NoRoom`] if it can't.
     #[inline]
     pub(super) fn make_room(&self, batch: &[Check<'_>]) -> Result<(), NoRoom> {
         if self.bound.full.load(Ordering::Relaxed) == 0 {
@@ -144,7 +130,7 @@ impl Shared {
             self.bound
                 .evicted
                 .fetch_add(evicted as u64, Ordering::Relaxed);
-            if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
+            if let Some(suppressed) = crate::log::process_log().admit(Event::StoreFull) {
                 tracing::warn!(
                     suppressed,
                     "the in-process store is full: the entries whose state says least are forgotten"
@@ -160,7 +146,7 @@ impl Shared {
     #[cold]
     fn refused_for_room(&self) {
         self.bound.refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(suppressed) = crate::reservation::process_log().admit(Event::StoreFull) {
+        if let Some(suppressed) = crate::log::process_log().admit(Event::StoreFull) {
             tracing::warn!(
                 suppressed,
                 "the in-process store is full of locked keys: new keys are refused until a lock ends"
@@ -172,12 +158,9 @@ impl Shared {
 }
 
 impl Shard {
-    /// Makes room in a shard at its share of the bound for a sixteenth of it: the expired
-    /// entries go first, then as many as are missing of the unlocked entries whose state
-    /// [says least](worth). Returns how many unexpired entries were forgotten. A shard
-    /// left with locked entries only grows past its share without looking again (see
-    /// [`MemoryStore::max_keys`]) until the first of its locks ends or it holds twice its
-    /// share.
+    /// Frees a sixteenth of the shard's share ([`MemoryStore::max_keys`]); returns how many
+    /// unexpired entries were forgotten. A shard of locked entries stops looking for room
+    /// until its first lock ends or it holds twice its share.
     fn make_room(&mut self, now: u64) -> usize {
         if now < self.no_room_until && self.map.len() < 2 * self.cap {
             return 0;
@@ -186,8 +169,7 @@ impl Shard {
         let target = self.cap - (self.cap >> ROOM_SHIFT).max(1).min(self.cap);
         let mut excess = self.map.len().saturating_sub(target);
         let mut evicted = 0;
-        // The sample's threshold may let fewer through than are missing: the second pass
-        // takes any unlocked entry.
+        // The sample's threshold may free too few: the second pass takes any unlocked entry.
         for pass in 0..2 {
             if excess == 0 {
                 break;
@@ -216,8 +198,7 @@ impl Shard {
         evicted
     }
 
-    /// The [worth] at or below which about `excess` of the shard's unlocked entries
-    /// fall, from a sample of them (the map's order is its hashes', unrelated to worth).
+    /// The [worth] at or below which about `excess` unlocked entries fall, from a sample.
     fn threshold(&self, now: u64, excess: usize) -> Option<(bool, u64, u64)> {
         let mut sample = [(false, 0, 0); SAMPLE];
         let mut n = 0;
@@ -249,55 +230,42 @@ impl Shard {
 }
 
 impl MemoryStore {
-    /// The same store holding about `n` keys (default 1,000,000; what a key costs is under
-    /// [What a key costs](MemoryStore#what-a-key-costs)). Call it on a new store: it
-    /// starts empty.
+    /// The same store, empty, holding about `n` keys (default 1,000,000; see
+    /// [What a key costs](MemoryStore#what-a-key-costs)).
     ///
     /// # Past the bound
     ///
-    /// Every key is decided on its own state, however many keys clients send: a flood of
-    /// new keys never makes one client's decision depend on another's. The bound is kept
-    /// per shard; a shard at its share that meets a key it does not hold makes room for a
-    /// sixteenth of its share at once:
+    /// Every key is decided on its own state, however many keys clients send. A shard at
+    /// its share of the bound that meets a new key frees a sixteenth of its share:
     ///
-    /// 1. entries whose state is back to empty go first (forgetting them changes nothing);
-    /// 2. then, of the others, those whose state says least: first entries that count no
-    ///    denial towards a penalty, among them the fewest units recorded at their last
-    ///    admission, then the soonest back to empty (for one rule, the least recently
-    ///    used). The order is estimated from a sample of 64 entries;
-    /// 3. a locked key is never forgotten, so a flood never lifts a lock.
+    /// 1. entries back to empty first (forgetting them changes nothing);
+    /// 2. then those whose state says least: entries counting no penalty denial first,
+    ///    then the fewest units recorded at their last admission, then the soonest back to
+    ///    empty. The order is estimated from a sample of 64 entries;
+    /// 3. never a locked key, so a flood never lifts a lock.
     ///
-    /// What it can over-admit: a forgotten key starts again from an empty state, so it may
-    /// be admitted once more what its state recorded — at most one full quota of each of
-    /// its rules per time it is forgotten (and a penalty's count of denials starts again).
-    /// Only keys whose state says least are forgotten, and a flooder's keys each record a
-    /// request or two: to have a key that has used its quota forgotten, a client must keep
-    /// a sixteenth of a shard's share of keys, each recording more, alive at once. With the
-    /// default bound and 32 shards (two cores), a shard holds 31,250 keys and forgets 1,953
-    /// at a time. Each forgotten entry is counted: [`evictions`](Self::evictions), and with
-    /// the `metrics` feature `tollgate_memory_store_evictions_total`; a warning is logged.
+    /// A forgotten key starts again empty: at most one full quota of each of its rules
+    /// over-admitted per time it is forgotten (and its penalty count restarts). To have a
+    /// key that used its quota forgotten, a client must keep a sixteenth of a shard's share
+    /// of keys, each recording more, alive at once. Each forgotten entry is counted
+    /// ([`evictions`](Self::evictions); `tollgate_memory_store_evictions_total` with the
+    /// `metrics` feature) and logged.
     ///
-    /// A shard whose entries are all locked cannot make room without lifting a lock: it
-    /// grows past its share with new keys, each decided on its own state, up to twice its
-    /// share; beyond that a batch with a key it does not hold is denied
-    /// ([`DenyReason::Limited`], every rule, `retry_after` when
-    /// the first of its locks ends), whatever the caller's policy for a failing store: the
-    /// bound limits as a rule does. Each such refusal is counted:
-    /// [`refusals`](Self::refusals), and with the `metrics` feature
-    /// `tollgate_memory_store_refusals_total`; a warning is logged. Locking that many keys
-    /// costs a client more than a quota of requests for each.
+    /// A shard of locked entries only grows, up to twice its share; beyond that a batch
+    /// with a key it does not hold is denied ([`DenyReason::Limited`], every rule,
+    /// `retry_after` when its first lock ends), whatever the failure policy. Each refusal
+    /// is counted ([`refusals`](Self::refusals); `tollgate_memory_store_refusals_total`
+    /// with the `metrics` feature) and logged.
     pub fn max_keys(self, n: usize) -> Self {
         Self::build(self.shared.clock.clone(), n)
     }
 
-    /// How many entries past the bound the store has forgotten so far (entries back to
-    /// empty are not counted: forgetting them changes no decision).
+    /// How many entries past the bound the store has forgotten (empty ones not counted).
     pub fn evictions(&self) -> u64 {
         self.shared.bound.evicted.load(Ordering::Relaxed)
     }
 
-    /// How many decisions the store has denied so far because a shard was full of locked
-    /// keys (see [`max_keys`](Self::max_keys)).
+    /// How many decisions the store has denied because a shard was full of locked keys.
     pub fn refusals(&self) -> u64 {
         self.shared.bound.refused.load(Ordering::Relaxed)
     }

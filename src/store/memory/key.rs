@@ -1,18 +1,14 @@
-//! The key of a [`MemoryStore`](super::MemoryStore)'s map: a rule's name and a client key,
-//! inline where they fit, and the one way such a pair is hashed.
+//! The key of a [`MemoryStore`](super::MemoryStore)'s map, and how it is hashed.
 
 use std::hash::{Hash, Hasher};
 
 use crate::rule::name_digest;
 use crate::store::check::Check;
 
-/// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (a
-/// lookup then compares them in the map's own memory, and an entry costs no allocation of
-/// its own), else in one allocation.
+/// A rule's name and a key, `name ‖ key`: inline when they fit in [`INLINE_KEY`] bytes (no
+/// allocation, compared in the map's own memory), else in one allocation.
 ///
-/// Aligned to 32 bytes, so that the map's 96-byte buckets start at 0 or 32 within a cache
-/// line and each spans two lines: at the 16 bytes the map would otherwise align them to,
-/// half of them start at 16 or 48 and span three, a third line fetched for some lookups.
+/// Aligned to 32 bytes so a 96-byte bucket spans two cache lines, never three.
 #[repr(align(32))]
 pub(super) enum StoreKey {
     /// See [`Inline`].
@@ -24,13 +20,10 @@ pub(super) enum StoreKey {
 }
 
 /// An inline `name ‖ key`: `[name length, total length, name ‖ key, zeros]`. A lookup
-/// compares the name and the key with the stored parts where they are: building a probe of
-/// this form first and reading it back whole stalls the load on the copy's narrower stores
-/// (a store-forwarding stall).
+/// compares the parts in place: a probe built in this form would stall store forwarding.
 pub(super) type Inline = [u8; INLINE_KEY + 2];
 
-/// The longest `name ‖ key` a [`StoreKey`] holds inline: as much as fits beside its tag in
-/// the 32 bytes its heap form takes anyway.
+/// The longest `name ‖ key` held inline: what fits beside the tag in the heap form's size.
 pub(super) const INLINE_KEY: usize = 29;
 
 impl StoreKey {
@@ -95,10 +88,8 @@ impl StoreKey {
     }
 }
 
-/// Whether two slices of the same length hold the same bytes, compared a word at a time
-/// (the last word overlapping the one before) without a call: the names and keys a lookup
-/// compares are a few to a few dozen bytes, which a call to `memcmp` would cost more than
-/// the comparison itself.
+/// Whether two slices hold the same bytes, a word at a time (the last word overlapping):
+/// for a few dozen bytes, a call to `memcmp` costs more than the comparison.
 #[inline]
 fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
@@ -152,8 +143,7 @@ impl Hash for StoreKey {
 }
 
 /// The one way a (rule name, key) pair is hashed, for lookups and stored keys alike: the
-/// name's digest ([`name_digest`], cached in the rule) and the key's bytes, read where they
-/// are (a copy made just before would be read back before it is written out, a stall).
+/// name's [digest](name_digest), then the key's bytes read in place (a fresh copy stalls).
 pub(super) fn hash_pair<H: Hasher>(state: &mut H, name_digest: u64, key: &[u8]) {
     state.write_u64(name_digest);
     state.write(key);

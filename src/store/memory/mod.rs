@@ -30,38 +30,24 @@ pub(crate) use bound::DEFAULT_MAX_KEYS;
 use bound::{Bound, NoRoom};
 use key::{hash_pair, StoreKey};
 
-/// Shards are swept of expired entries when they have doubled since the last sweep, but not
-/// below this size (sweeping tiny shards often gains nothing).
+/// The size below which a shard is never swept: sweeping tiny shards gains nothing.
 const MIN_SWEEP_LEN: usize = 1024;
 
-/// Rule state kept in this process: for single-node services, tests, and as the fallback
-/// when Redis is down.
+/// Rule state kept in this process (single nodes, tests, a fallback when Redis is down).
+/// `Clone` is cheap and shares the state.
 ///
-/// The map is split into shards, each behind its own lock, so requests for different keys
-/// rarely wait on each other; a batch locks the shards it touches (in index order, so two
-/// batches never deadlock) and is decided atomically. Idle entries are removed once their
-/// state is back to empty: a shard sweeps itself when it has doubled in size since its last
-/// sweep, which bounds memory to about twice the live keys, and
-/// [`purge_expired`](Self::purge_expired) sweeps everything on demand.
-///
-/// A decision allocates nothing once its key's entry exists (a key whose rule name and key
-/// together exceed 29 bytes takes one allocation when its entry is made), except once per
-/// key for a rule with a [`Penalty`](crate::Penalty): its bookkeeping goes on the heap at
-/// the first denial it counts, so that the entries of every other key stay small.
+/// A sharded map; a batch locks the shards it touches (in index order, so batches never
+/// deadlock) and is decided atomically. An entry back to empty is removed when its shard
+/// has doubled since its last sweep (bounding memory to about twice the live keys), or by
+/// [`purge_expired`](Self::purge_expired). A decision allocates nothing once its key's
+/// entry exists, but once per key for a rule with a [`Penalty`](crate::Penalty).
 ///
 /// # What a key costs
 ///
-/// Each rule and key holds one slot of its shard's table, of a fixed size: the rule's name
-/// and the key (inline when together they fit in 29 bytes, else in an allocation of their
-/// length), the state, its configuration's fingerprint, what a reconfigured rule carries
-/// over (whose end is also the entry's expiry), and a pointer to the penalty's bookkeeping.
-/// A table doubles when seven eighths of its slots are in use, so a key costs a little over
-/// one slot to a little over two, by where the count of keys falls between doublings.
-/// The bytes per key measured at a thousand and at a million keys (short keys, IPv6
-/// networks) are in BENCHMARKS.md, "Scale and memory"; [`max_keys`](Self::max_keys)
-/// bounds the keys a store holds.
-///
-/// `Clone` is cheap and shares the state.
+/// One fixed-size table slot per rule and key (name and key inline up to 29 bytes together,
+/// else one allocation); a table doubles at seven eighths full, so a key costs one to two
+/// slots. Measured figures are in BENCHMARKS.md; [`max_keys`](Self::max_keys) bounds the
+/// keys held.
 ///
 /// ```
 /// use std::time::Duration;
@@ -95,8 +81,7 @@ struct Shared {
 
 struct Shard {
     map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
-    /// The keys this shard holds before it makes room for new ones, and the store's count
-    /// of the shards that are there.
+    /// The keys this shard holds before it makes room; `full` counts the shards at it.
     cap: usize,
     full: Arc<std::sync::atomic::AtomicUsize>,
     /// Whether this shard is counted in `full`.
@@ -104,17 +89,13 @@ struct Shard {
     /// Until when a shard left with locked entries only grows instead of looking for room.
     no_room_until: u64,
     len_after_sweep: usize,
-    /// The latest instant a decision in this shard was taken at, for clocks whose readings
-    /// on different threads may come out of order (see [`Clock::ordered_across_threads`]).
+    /// The latest instant decided at here (see [`Clock::ordered_across_threads`]).
     latest: u64,
 }
 
 impl MemoryStore {
-    /// An empty store on the monotonic clock, anchored once to the wall clock: it reads the
-    /// CPU's time-stamp counter where that is invariant (several times cheaper than the wall
-    /// clock), and never jumps, so an NTP step or an administrator setting the wall clock
-    /// back neither freezes nor reopens limits. It drifts from the wall clock in exchange,
-    /// which an in-process store never sees: its instants are only compared with each other.
+    /// An empty store on the monotonic clock, so a wall-clock step neither freezes nor
+    /// reopens limits (its drift does not matter in process).
     pub fn new() -> Self {
         Self::build(
             StoreClock::Monotonic(MonotonicClock::new()),
@@ -122,8 +103,8 @@ impl MemoryStore {
         )
     }
 
-    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) makes
-    /// tests deterministic).
+    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in
+    /// tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
@@ -159,12 +140,10 @@ impl MemoryStore {
         }
     }
 
-    /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup of the entry
-    /// under one lock, and the same steps of [`batch`] on it (a property test compares the
-    /// two paths).
+    /// [`decide_batch`](Self::decide_batch) for a batch of one: one lookup under one lock
+    /// (a property test compares the two paths).
     fn decide_one(&self, check: &Check<'_>, max_wait: u64) -> Result<Outcome, StoreError> {
-        // A batch of one holds no rule twice: only the rule's own validity is in question,
-        // checked when it was built.
+        // A batch of one holds no rule twice; the rule's validity was checked when built.
         if !check.rule.is_valid() {
             batch::validate(std::slice::from_ref(check))?;
         }
@@ -182,8 +161,7 @@ impl MemoryStore {
                 if created {
                     shard.sweep_if_grown(now);
                 }
-                // The outcome is written out after the lock is released: the unlock's
-                // atomic operation then waits on the entry's few stores only.
+                // Write the outcome after unlocking, so the unlock waits on fewer stores.
                 drop(shard);
                 return Ok(admitted_outcome(check.rule, admitted, now, shared.id));
             }
@@ -228,17 +206,13 @@ impl MemoryStore {
         Ok(outcome)
     }
 
-    /// [`Store::count_denials`]: `batch` decided as refused `ago` µs before now, so that
-    /// each item its quota refused then counts its denial and none takes anything.
+    /// [`Store::count_denials`], `ago` in µs.
     fn count_denials_now(&self, batch: &[Check<'_>], ago: u64) -> Result<(), StoreError> {
         self.shared.make_room(batch).map_err(NoRoom::error)?;
         self.decide_batch(batch, 0, Some(ago)).map(drop)
     }
 
-    /// Decides a batch of any length: every shard it touches locked (in index order), every
-    /// item evaluated, then committed or reported. A batch `refused` some µs before now,
-    /// whatever its items say, is evaluated as of then and only counts the denials of
-    /// those that refuse it.
+    /// Decides a batch under its shards' locks; one `refused` µs ago only counts denials.
     fn decide_batch(
         &self,
         batch: &[Check<'_>],
@@ -267,8 +241,7 @@ impl MemoryStore {
                 .collect::<SmallVec<[_; 4]>>(),
         );
 
-        // A request arriving at `arrival` passes on each key once every rule on it lets it:
-        // the rules on that key count it then (see `batch::key_release`).
+        // The rules on each key count the request at that key's release.
         let mut evaluate_at = |arrival: u64| -> SmallVec<[batch::Evaluated; 4]> {
             let releases: SmallVec<[u64; 4]> = batch
                 .iter()
@@ -311,11 +284,8 @@ impl MemoryStore {
 }
 
 impl Shared {
-    /// Commits (or reports, for items that change nothing) each item of an evaluated batch
-    /// in its shard, all locked in `guards`: the rules' outcomes, and for an admitted batch
-    /// one mark per item (a shadow item that denied took nothing; a refund skips shadow
-    /// items), each at the instant its rule counted the request, as the Redis twin records
-    /// it.
+    /// Commits (or reports) each item of an evaluated batch: the rules' outcomes and, if
+    /// admitted, one refund mark per item, as the Redis twin records them.
     fn commit(
         &self,
         guards: &mut [(usize, MutexGuard<'_, Shard>)],
@@ -359,10 +329,7 @@ impl Shared {
         (rules, marks)
     }
 
-    /// The instant to decide at in `shards` (all locked): the clock's reading (`reading`,
-    /// if taken already), or for a clock whose readings on different threads may come out
-    /// of order, never earlier than an instant already decided at in one of them (and
-    /// recorded as the latest in each).
+    /// The clock's reading, raised for an unordered clock to the latest in `shards`.
     #[inline]
     fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
         let now = reading.unwrap_or_else(|| self.clock.now_micros());
@@ -376,10 +343,8 @@ impl Shared {
         now
     }
 
-    /// For a clock whose readings [`now`](Self::now) puts in order, a reading taken before
-    /// the shards are locked: the clock's latency then overlaps the wait for the lock, and
-    /// a reading that comes out earlier than another thread's decision in the shard is
-    /// raised to it. Any other clock is read under the lock, in the order of the decisions.
+    /// A reading taken before locking (overlapping the lock wait) where [`now`](Self::now)
+    /// orders it; other clocks are read under the lock.
     #[inline]
     fn early_reading(&self) -> Option<u64> {
         self.clamp.then(|| self.clock.now_micros())
@@ -406,8 +371,7 @@ fn guard_for<'a, 'g>(
     &mut slot.expect("shard of a batch item is locked").1
 }
 
-/// Commits an item's decision into its entry, and notes in `taken` what a refund of an
-/// admitted item needs (its mark).
+/// Commits an item's decision into its entry, noting its mark in `taken` if admitted.
 fn write(
     check: &Check<'_>,
     entry: &mut Entry,
@@ -426,15 +390,10 @@ fn write(
 /// The map's entry for one item, found or not.
 type MapEntry<'a> = RawEntryMut<'a, StoreKey, Entry, DefaultHashBuilder>;
 
-/// The common case of a batch of one, decided without the batch steps: an enforced item
-/// that costs something, on a key holding its own configuration's state (or none) that no
-/// penalty of its rule locks, admitted at once. It decides exactly as the steps of
-/// [`batch`] do on such an item (evaluate at now, commit, report, combine), with the
-/// entry's expiry taken from the commit instead of computed again; the property test
-/// below holds it to the general path. Anything else (a denial, a wait, another
-/// configuration's state, a lock, a shadow item, a cost of 0) goes back as `Err` for the
-/// general steps to decide. `Ok` carries the admission, whose outcome is written once the
-/// shard's lock is released ([`admitted_outcome`]), and whether the entry was created.
+/// The common case of a batch of one: an enforced item costing something, on an unlocked
+/// key holding its own configuration's state (or none), admitted at once, exactly as
+/// [`batch`]'s steps would (a property test holds it to them). Anything else is `Err`. `Ok`
+/// carries the admission ([`admitted_outcome`] after unlocking) and whether the entry is new.
 fn admit_at_once<'a>(
     check: &Check<'_>,
     entry: MapEntry<'a>,
@@ -476,8 +435,7 @@ fn admit_at_once<'a>(
     Ok((admitted, created))
 }
 
-/// The outcome of a batch of one that [`admit_at_once`] admitted at `now`: what
-/// [`batch::combine`] makes of the one rule's report, with the admission's mark for a refund.
+/// The outcome of a batch of one that [`admit_at_once`] admitted at `now`, with its mark.
 fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64, store: StoreId) -> Outcome {
     let Admitted { eval, mark, .. } = admitted;
     let delay_micros = match eval.verdict {
@@ -505,9 +463,8 @@ fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64, store: StoreId) -
     }
 }
 
-/// Steps 1 and 2 of [`batch`] for a batch of one on `entry`: the item as decided (at now,
-/// or at a reserved instant within `max_wait`) and whether the batch is admitted, exactly
-/// as [`MemoryStore::decide_batch`] evaluates a batch of one.
+/// Steps 1 and 2 of [`batch`] for a batch of one on `entry` (now, or a reserved instant
+/// within `max_wait`), exactly as [`MemoryStore::decide_batch`] evaluates it.
 fn decide_item(
     check: &Check<'_>,
     entry: Option<&Entry>,
@@ -669,6 +626,9 @@ impl Store for MemoryStore {
     /// Healthy: in this process, nothing it depends on can be away.
     fn outage_health(&self) -> Health {
         Health::Healthy
+    }
+    fn health(&self) -> crate::store::Health {
+        crate::store::Health::Healthy
     }
 }
 

@@ -1,4 +1,3 @@
-//! Giving back what a held request took, and taking what a settled cost owes beyond it:
 //! [`Store::refund`](crate::store::Store::refund) and
 //! [`Store::overdraw`](crate::store::Store::overdraw) for the in-process store.
 
@@ -11,7 +10,7 @@ use super::bound::NoRoom;
 use super::MemoryStore;
 
 impl MemoryStore {
-    /// [`Store::refund`](crate::store::Store::refund): each item under its shard's lock, as exact as the models allow.
+    /// [`Store::refund`](crate::store::Store::refund): each item under its shard's lock.
     pub(super) fn refund_admission(
         &self,
         batch: &[Check<'_>],
@@ -21,8 +20,8 @@ impl MemoryStore {
         let shared = &*self.shared;
         for (i, check) in batch.iter().enumerate() {
             let taken = admission.taken(i);
-            // A trial rule's units are not given back: it may have taken nothing. A pending
-            // rule was never counted. Units another store took are not this store's to give.
+            // A trial rule may have taken nothing; a pending rule was never counted; units
+            // another store took are not ours.
             if check.cost == 0 || check.shadow || taken.pending || taken.store != shared.id {
                 continue;
             }
@@ -38,9 +37,8 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// [`Store::overdraw`](crate::store::Store::overdraw): each item's units taken (see [`batch::overdraw`]) in its key's
-    /// entry, made if the key has none (with room made for it past the store's bound, as
-    /// for a decision).
+    /// [`Store::overdraw`](crate::store::Store::overdraw) ([`batch::overdraw`]) in each
+    /// key's entry, made (room included) if absent.
     pub(super) fn overdraw_each(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
         batch::validate(batch)?;
         let shared = &*self.shared;

@@ -1,24 +1,17 @@
 //! A Redis Cluster batch whose keys span slots, decided part by part (one part per slot):
 //! the guarantee it keeps is in [`RedisStore`]'s docs.
 //!
-//! The phases, in the order [`decide_across_slots`](RedisStore::decide_across_slots) runs
-//! them: split the batch by slot; find the part whose leaky bucket holds the request
-//! longest, which goes first; decide each part in turn (committed at once where it counts
-//! the request now, else tried and left [`Deferred`]), refunding the committed parts when a
-//! later one denies; realign the parts that counted the request before the batch's
-//! reservation; settle the rules left pending to a queue's release; commit the deferred
-//! parts; combine the parts' outcomes into the batch's.
+//! The phases of [`decide_across_slots`](RedisStore::decide_across_slots): split the batch
+//! by slot; the part whose leaky bucket holds the request longest goes first; decide each
+//! part in turn (committed, or tried and left [`Deferred`]), refunding the committed ones
+//! when a later one denies; realign the parts that counted the request too early; settle
+//! the rules pending to a queue's release; commit the deferred parts; combine the outcomes.
 //!
-//! Once a part denies, the batch is judged where one node judges it (`denial`): on arrival,
-//! its queues holding the request until their release on arrival, so its answers and its
-//! retry are one node's.
-//!
-//! What a denied batch reports differs from one node's answer in two ways, inherent to
-//! deciding slot by slot: a part admitted and then refunded reports its quota after the
-//! refund, and a sliding log's refunded entry stays, without units, until it expires
-//! (`lua/sliding_log.lua`), so that rule's reset reads the entry's window end where one
-//! node, which never counted the request, reads none; and a refunded part that took over
-//! another configuration's state keeps it taken over (`RedisStore`'s docs).
+//! Once a part denies, the batch is judged as one node judges it (`denial`). What it
+//! reports still differs in two ways, inherent to deciding slot by slot: a refunded part
+//! reports its quota after the refund (a sliding log's refunded entry stays, without units,
+//! until it expires, so its reset reads that entry's window end); and a refunded part that
+//! took over another configuration's state keeps it.
 
 use std::time::Duration;
 
@@ -38,15 +31,14 @@ mod denial;
 
 use denial::set_outcomes;
 
-/// How often a cross-slot batch decides its early parts again before it gives up (denies):
-/// each round only follows traffic that moved a part's release in between.
+/// How often a cross-slot batch decides its early parts again before it denies.
 const MAX_REALIGN_ROUNDS: u32 = 2;
 
 /// The batch indices of one slot's checks, with their slot.
 pub(super) type SlotGroup = (Slot, Vec<usize>);
 
-/// What a cross-slot batch has taken and decided so far, while its parts are decided: the
-/// record a refund or the final outcome is made from.
+/// What a cross-slot batch has taken and decided so far: what a refund or the outcome is
+/// made from.
 struct Ledger {
     /// The parts admitted so far.
     admitted: Vec<Part>,
@@ -54,21 +46,17 @@ struct Ledger {
     outcomes: Vec<Option<RuleOutcome>>,
     /// Per rule of the batch: what it took (for `Admission`).
     taken: SmallVec<[Taken; 4]>,
-    /// The batch's reservation: µs after now that the request arrives at (a wait-mode
-    /// reservation; a leaky bucket's queue holds only its own slot's rules), so no later
-    /// part may count it earlier.
+    /// The batch's reservation: µs after now that the request arrives at; no later part may
+    /// count it earlier.
     delay: u64,
     /// Whether a part denied.
     denied: bool,
     /// µs after now that the batch's queues release the request at, as the parts found
-    /// them, admitting or denying: once the batch is denied, the other parts' rules are
-    /// still judged there, where one node judges the whole batch.
+    /// them: a denied batch's other rules are judged there, as on one node.
     release: u64,
     /// The members left to a queue's release, and the release they were checked at.
     pending: Vec<(Vec<usize>, u64)>,
-    /// µs after now that the batch's queues release a request arriving now, without a
-    /// reservation, once a peek or the leader's own call has found it (see
-    /// [`release_on_arrival`](RedisStore::release_on_arrival)).
+    /// See [`release_on_arrival`](RedisStore::release_on_arrival), once found.
     on_arrival: Option<u64>,
 }
 
@@ -77,17 +65,13 @@ struct Ledger {
 struct Part {
     /// The batch indices of its checks.
     members: SmallVec<[usize; 4]>,
-    /// The members that consumed: all but a shadow item that denied (a refund takes back
-    /// only what was taken).
+    /// The members that consumed: all but a shadow item that denied.
     consumed: SmallVec<[usize; 4]>,
-    /// Per consumed member: the instant (in its node's clock) its rule counted the request
-    /// at, which a refund takes it back at.
+    /// Per consumed member: the instant (its node's clock) its rule counted the request at.
     taken: SmallVec<[Taken; 4]>,
-    /// µs after its node's now that it reserved the request at (a wait-mode reservation:
-    /// a leaky bucket's queue holds only the rules on its own key, all in this slot).
+    /// µs after its node's now that it reserved the request at.
     delay: u64,
-    /// µs after its node's now that its leaky buckets release the request at (0 if none
-    /// holds it): the rules of other slots are pending until then.
+    /// µs after its node's now that its leaky buckets release the request at (0: none).
     shaped: u64,
     /// Whether one of its members joins a leaky bucket's queue.
     queues: bool,
@@ -95,11 +79,9 @@ struct Part {
     deferred: Option<Deferred>,
 }
 
-/// A part that would count the request at a later instant than now (a reservation, a
-/// queue's release): tried (`Op::Try`), and committed with these arguments once every slot
-/// has admitted. A refund gives units back but cannot date a state back to before such a
-/// count (a token bucket counted at a release stays closed until then, a window counted in
-/// the next one forgets the current one's count), so such a part is never refunded.
+/// A part that would count the request later than now (a reservation, a queue's release):
+/// tried (`Op::Try`), and committed with these arguments once every slot has admitted,
+/// since a refund cannot date a state back to before such a count.
 #[derive(Debug, Clone, Copy)]
 struct Deferred {
     least: u64,
@@ -128,9 +110,7 @@ impl RedisStore {
         groups
     }
 
-    /// A Cluster batch spanning slots: each slot in turn, refunding the admitted slots if a
-    /// later one denies, and deciding again the slots that would count the request before
-    /// the batch releases it (see [`RedisStore`]'s docs for the guarantee).
+    /// A Cluster batch spanning slots, in the phases of the module docs.
     pub(super) async fn decide_across_slots(
         &self,
         batch: &[Check<'_>],
@@ -159,9 +139,8 @@ impl RedisStore {
         ledger.into_outcome(batch)
     }
 
-    /// The part whose leaky bucket holds the request longest goes first: how long its
-    /// queue holds the request (µs after its node's now) decides which rules of the other
-    /// parts are pending. With queues in several slots, each is looked at first.
+    /// The part whose leaky bucket holds the request longest, which goes first (with
+    /// queues in several slots, each is peeked first).
     async fn lead(
         &self,
         batch: &[Check<'_>],
@@ -193,9 +172,8 @@ impl RedisStore {
         Ok(lead)
     }
 
-    /// Decides one slot's `members` in their turn: the rules the leader's queue releases
-    /// the request to are checked at that release, the others decided and committed now,
-    /// its queues holding the request until that release.
+    /// Decides one slot's `members` in their turn: the rules pending to the leader's release
+    /// are checked there, the others decided now.
     async fn decide_slot(
         &self,
         batch: &[Check<'_>],
@@ -205,11 +183,9 @@ impl RedisStore {
         ledger: &mut Ledger,
     ) -> Result<(), StoreError> {
         let shaped = ledger.shaped();
-        // Its rules pass the request before the leader's queue does: pending (see
-        // `batch::evaluate`), checked now as they stand at the release. Trial rules, rules
-        // that take nothing and queues (which hold the request until the release) count it
-        // on arrival. A denied batch's rules are judged at the release too, so that their
-        // retries are the waits one node would answer.
+        // Rules that pass the request before the leader's queue does are pending
+        // (`batch::evaluate`); trial rules, rules that take nothing and queues count it on
+        // arrival.
         let held = match (ledger.denied, leads) {
             (true, _) => ledger.release,
             (false, false) if shaped > ledger.delay => shaped,
@@ -242,10 +218,9 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Checks the rules a queue releases the request to (`later`) at that release
-    /// (`shaped`): they stay pending if they admit there. If they do not, a wait-mode batch
-    /// reserves from there (the part to commit is returned: the queue's part is realigned
-    /// to it later and then holds the request no longer); any other batch is denied.
+    /// Checks the pending rules (`later`) at the release (`shaped`): they stay pending if
+    /// they admit there; if not, a wait-mode batch reserves from there (the part to commit
+    /// is returned) and any other batch is denied.
     async fn check_at_release(
         &self,
         batch: &[Check<'_>],
@@ -282,8 +257,7 @@ impl RedisStore {
     }
 
     /// Decides and commits `members`, no earlier than `least` nor the batch's reservation,
-    /// their queues holding the request `held` µs at least; once a part has denied, the rest
-    /// only record their penalty denials.
+    /// their queues holding the request `held` µs at least.
     async fn commit_part(
         &self,
         batch: &[Check<'_>],
@@ -330,23 +304,19 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Decides again the admitted parts of a cross-slot batch that counted the request
-    /// before its reservation (`ledger.delay`), or whose queues let it go before another
-    /// part's queue releases it; `Some` outcome: no agreement, denied and refunded.
+    /// Decides again the admitted parts that counted the request too early; `Some`
+    /// outcome: no agreement, denied and refunded.
     async fn realign(
         &self,
         batch: &[Check<'_>],
         max_wait: u64,
         ledger: &mut Ledger,
     ) -> Result<Option<Outcome>, StoreError> {
-        // A part admitted before a later one reserved the batch further ahead counted the
-        // request too early (a fixed window would count it in a window it does not pass
-        // in), and a queue that released it before another part's queue does would let its
-        // next request leave too soon: take it back and decide it again at the batch's
-        // delay, its queues holding the request until the batch's release. Without other
-        // traffic that part admits there (an admissible rule stays admissible) and the
-        // batch is settled; traffic in between can make it deny or delay further, so this
-        // is bounded.
+        // A part admitted before a later one reserved further ahead counted the request too
+        // early, and a queue that released it before another part's would let its next
+        // request leave too soon: take it back and decide it again at the batch's delay.
+        // Without other traffic it admits there; traffic in between can move it again, so
+        // the rounds are bounded.
         let mut rounds = 0;
         while !ledger.denied && ledger.admitted.iter().any(|p| ledger.is_stale(p)) {
             if rounds == MAX_REALIGN_ROUNDS {
@@ -388,11 +358,9 @@ impl RedisStore {
         Ok(None)
     }
 
-    /// The rules left to the release were checked at the queue's release as it stood
-    /// then; realigning may have moved it and the reservation. Where the queue still holds
-    /// the request past its reservation they stay pending (checked again where the release
-    /// moved); where it no longer does, they count at the reservation like the rest, which
-    /// may move it again. `Some` outcome: no agreement, denied and refunded.
+    /// Settles the pending rules after realigning moved the release or the reservation:
+    /// still pending where the queue holds the request past its reservation (checked again
+    /// there), else counted at the reservation. `Some` outcome: denied and refunded.
     async fn settle_pending(
         &self,
         batch: &[Check<'_>],
@@ -446,10 +414,8 @@ impl RedisStore {
         Ok(None)
     }
 
-    /// Decides `members` at least `least` µs ahead, their queues holding the request `held`
-    /// µs: committed at once where every rule counts it now, else tried and, admitted, left
-    /// to [`commit_deferred`](Self::commit_deferred) (see [`Deferred`]). `Some`: tried, nothing
-    /// written.
+    /// Decides `members` at least `least` µs ahead, held `held` µs: committed where every
+    /// rule counts it now, else tried and left [`Deferred`] (`Some`: nothing written).
     async fn decide_part(
         &self,
         batch: &[Check<'_>],
@@ -468,8 +434,7 @@ impl RedisStore {
         Ok((reply, later.then_some(Deferred { least, held })))
     }
 
-    /// Commits the parts left deferred, now that every slot has admitted; `Some` outcome:
-    /// traffic in between made one deny, and the batch is denied and refunded.
+    /// Commits the deferred parts; `Some` outcome: one denied, the batch denied and refunded.
     async fn commit_deferred(
         &self,
         batch: &[Check<'_>],
@@ -496,8 +461,7 @@ impl RedisStore {
         Ok(None)
     }
 
-    /// One script call for the `members` of `batch` (one slot), reserved at least
-    /// `min_delay` µs ahead, its queues holding the request `held` µs at least.
+    /// One script call for the `members` of `batch` (one slot).
     async fn run_part(
         &self,
         batch: &[Check<'_>],
@@ -532,20 +496,17 @@ impl Ledger {
         }
     }
 
-    /// µs after now that the admitted parts' leaky buckets release the request at (0 if
-    /// none holds it).
+    /// µs after now that the admitted parts' leaky buckets release the request at.
     fn shaped(&self) -> u64 {
         self.admitted.iter().map(|p| p.shaped).max().unwrap_or(0)
     }
 
-    /// Whether `part` must be decided again: it counted the request before the batch's
-    /// reservation, or its queues let the request go before another part's queue does.
+    /// Whether `part` counted the request too early and must be decided again.
     fn is_stale(&self, part: &Part) -> bool {
         part.delay < self.delay || (part.queues && part.shaped < self.held())
     }
 
-    /// µs after now until which the admitted parts' queues hold the request beyond its
-    /// reservation (0: none does): every queue of the batch holds it until then.
+    /// µs after now until which the admitted parts' queues hold the request (0: none).
     fn held(&self) -> u64 {
         let shaped = self.shaped();
         if shaped > self.delay {
@@ -555,8 +516,7 @@ impl Ledger {
         }
     }
 
-    /// Records what the `members` of an admitted part took and moves the batch's
-    /// reservation to the part's if later; the part, for the caller to place.
+    /// Records what an admitted part took and moves the batch's reservation to it if later.
     fn admit(&mut self, members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Part {
         for (&i, &t) in members.iter().zip(&reply.taken) {
             self.taken[i] = t;
@@ -621,8 +581,7 @@ fn is_queue(check: &Check<'_>) -> bool {
     !check.shadow && check.cost > 0 && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
-/// How long the queues among `members` hold the request (µs after their node's now), as a
-/// peek found them.
+/// How long the queues among `members` hold the request, as a peek found them.
 fn queue_release(batch: &[Check<'_>], members: &[usize], reply: &Reply) -> u64 {
     let mut release = 0;
     // A queue holds the request while it is not empty, whether or not the request fits
@@ -634,9 +593,8 @@ fn queue_release(batch: &[Check<'_>], members: &[usize], reply: &Reply) -> u64 {
     {
         let holds = match outcome.decision {
             Decision::Delay(d) => d,
-            // A denied reply reports each queue as it stands, whichever rule denied: it
-            // holds the request until its water has drained (in wait mode it reserves
-            // later).
+            // A denied reply reports each queue as it stands: it holds the request until
+            // its water has drained.
             _ if !reply.admitted => outcome.info.reset,
             _ => Duration::ZERO,
         };

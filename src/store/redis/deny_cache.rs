@@ -5,59 +5,43 @@
 //!
 //! Redis denied `cost` units of a rule for a key with retry-after `r`: with no other
 //! traffic, the same request is admitted at `now + r` and at no instant before (a denial
-//! changes no algorithm state, and each model's retry is the earliest admitting instant).
-//! Until then the same request gets the same denial, with retry-after the rest of `r`. Which
-//! other requests it answers depends on how the retry depends on the cost:
+//! changes no state, and each model's retry is exact), so until then it gets the same
+//! denial. Other requests:
 //!
 //! - A **cheaper** request may pass earlier: never answered (it goes to Redis).
-//! - A **dearer** request is denied too, but its retry-after is in general later (a token
-//!   bucket, GCRA, leaky bucket, sliding log or sliding window frees units over time), so
-//!   only the same cost is answered, which keeps Retry-After exact; and only a cost of one
-//!   unit, which reports none remaining until its retry: a dearer request's remaining
-//!   units grow as it waits. A fixed window frees everything at once at its end: a denial
-//!   of `c` there answers every cost from `c` to the limit with the same instant, unless
-//!   a debt keeps its state past that end (a window pays only `limit` of it).
+//! - A **dearer** request is denied too, but its retry is in general later (the other
+//!   models free units over time), so only the same cost is answered, and only a cost of
+//!   one unit, which reports none remaining until its retry. A fixed window frees
+//!   everything at its end: a denial of `c` answers every cost from `c` to the limit, unless
+//!   a debt keeps its state past that end.
 //! - A denial that leaves **units remaining** is not cached: another instance may take
-//!   them meanwhile, unseen here, and the answer would report them still there.
+//!   them meanwhile, unseen here.
 //! - A **lock** ([`DenyReason::Locked`]) reports the later of the lock's end and the
-//!   algorithm's own retry. When that is later than the rule's reset (the instant its state
-//!   is back to empty, by which any cost up to the capacity admits), it is the lock's end,
-//!   and it answers every cost up to the capacity until then. A lock shorter than the
-//!   algorithm's own retry is not cached: the denial turns into a counted quota denial
-//!   when the lock ends.
+//!   algorithm's retry. When the lock's end is later than the rule's reset, it answers every
+//!   cost up to the capacity until then; a shorter lock is not cached (the denial turns
+//!   into a counted quota denial when it ends).
 //! - A rule with a **penalty** that is not locked is never answered: Redis must count its
 //!   denials (the lock after `n` of them).
-//! - A **batch** is answered only when every one of its items is: then Deny beats
-//!   everything and the longest retry wins, as in Redis. A batch with a shadow item, or
-//!   with a leaky bucket among other rules (whose queue moves the instant the others count
-//!   at), goes to Redis; so does a wait-mode request whose retry is within its `max_wait`
-//!   (it would become a reservation). Denials are recorded only from batches checked
-//!   without waiting, where every rule is decided at its arrival.
+//! - A **batch** is answered only when every one of its items is, and it has no shadow
+//!   item and no leaky bucket among other rules; a wait-mode request whose retry is within
+//!   its `max_wait` goes to Redis. Denials are recorded only from batches decided on arrival.
 //!
-//! A denial answers only for the configuration that produced it (its fingerprint and
-//! penalty). Any admission of the rule and key by this instance drops its entry (the state
-//! moved, the retry with it); on any instance, a reset, a held request's refund, the
-//! rollback of a Cluster batch's part, a settlement's debt (which moves the retry later)
-//! and an admission by another configuration of the rule (which adopts the state the
-//! denial was read from) drop it everywhere (published on a channel every cached store
-//! subscribes to). What the cache cannot see is
-//! another instance admitting a cheaper request meanwhile: that request moves the real
-//! retry later, never earlier, so the answer stays a denial whose Retry-After ignores
-//! other clients, which is what Retry-After promises.
+//! A denial answers only for the configuration that produced it (fingerprint and penalty).
+//! This instance's admission of the rule and key drops its entry; a reset, a refund, a
+//! settlement's debt or another configuration's admission, on any instance, drops it
+//! everywhere (see [`invalidation`]). Another instance admitting a cheaper request only moves
+//! the real retry later, so the answer stays a denial.
 //!
 //! # Time
 //!
-//! Redis decides on its own clock; the cache keeps local instants. A denial read at local
-//! instant `s` (taken before the call is sent) with retry-after `r` is cached until `s + r`:
-//! Redis decided at some instant after `s`, so its own deadline is no earlier, and the
-//! cache never denies longer than Redis would. Answered from the cache, Retry-After is
-//! at most one round trip shorter than Redis's; a retry then goes to Redis.
+//! The cache keeps local instants. A denial read at local instant `s` (taken before the
+//! call is sent) with retry-after `r` is cached until `s + r`: Redis decided after `s`, so
+//! the cache never denies longer than Redis would, and at most one round trip shorter.
 //!
 //! # Memory
 //!
-//! Entries end at their deadline (dropped when met, and swept when a shard is full), and
-//! the cache holds at most its capacity: a full shard refuses new entries (the request
-//! goes to Redis, which stays exact).
+//! Entries end at their deadline (dropped when met, swept when a shard is full); a full
+//! shard refuses new entries.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -93,8 +77,7 @@ pub(super) struct DenyCache {
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
     listener: StdMutex<Option<tokio::task::AbortHandle>>,
-    /// The prefix whose channel it listens on, and the clock its instants are read on: a
-    /// store given another since (`with_prefix`, `with_clock`) must not use it.
+    /// The prefix and clock it was made for (see [`serves`](Self::serves)).
     prefix: Arc<[u8]>,
     clock: Option<Arc<dyn Clock>>,
 }

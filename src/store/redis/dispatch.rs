@@ -3,17 +3,11 @@
 //! that wait at the same moment go out as one call.
 //!
 //! Coalescing: at most [`MAX_IN_FLIGHT`] calls are in flight at once. A request that finds
-//! no call in flight and nobody queued sends its call itself, at once (a lone request waits
-//! for nothing). Otherwise it queues, and the dispatcher task sends everything queued as one
-//! call as soon as a slot frees (up to [`MAX_BATCHES_PER_CALL`]). A request that sent itself
-//! alone while another call was in flight would hold a slot for one batch while the rest
-//! queue behind it for a whole call: the calls would settle into one of one batch and one of
-//! all the others, each side (Redis, the client) idle while the other works on the large
-//! one. Each batch of a call is
-//! still decided all or nothing, in queue order, and an error in one batch (a Redis error
-//! inside the script) fails that batch only. A request that gave up waiting (its timeout)
-//! before its call left is not sent at all; once sent, nothing is ever sent again, except
-//! after Redis said the code was not loaded (then the call did not run).
+//! no call in flight and nobody queued sends its call itself, at once. Otherwise it queues,
+//! and the dispatcher task sends everything queued as one call when a slot frees. Sending
+//! alone while another call is in flight would settle the calls into one of one batch and
+//! one of all the others, each side idle while the other works on the large one. The
+//! promises to callers are on [`RedisStore::with_coalescing`](super::RedisStore::with_coalescing).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -31,10 +25,8 @@ use super::script::{self, Encoded, Invocation};
 /// the next is on its way, and the requests arriving meanwhile queue for the call after.
 const MAX_IN_FLIGHT: usize = 2;
 
-/// Batches one call decides at most, so a call stays short next to other clients' commands,
-/// and so that, with many requests waiting, the two calls in flight share them about evenly
-/// (Redis decides one while the client answers the other's requests) rather than one call
-/// taking nearly all of them.
+/// Batches one call decides at most: a call stays short next to other clients' commands,
+/// and the calls in flight share the waiting requests about evenly.
 const MAX_BATCHES_PER_CALL: usize = 32;
 
 /// What a call answers per batch: the script's integers, or that batch's error.

@@ -76,9 +76,8 @@ pub(super) async fn subscribe(
     Err(last)
 }
 
-/// Applies the invalidations published on `channel` to `cache` for as long as it lives.
-/// When the subscription is lost, the cache is emptied and bypassed (a reset may have been
-/// missed) until it is subscribed again.
+/// Applies the invalidations published on `channel` to `cache` for as long as it lives;
+/// while the subscription is lost, the cache is emptied and bypassed.
 pub(super) async fn listen(
     cache: std::sync::Weak<DenyCache>,
     servers: Servers,

@@ -54,121 +54,65 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 
 /// Rule state kept in Redis (standalone or Cluster), shared by every instance of a service.
 ///
-/// Each batch of rules for one request is decided by one call of tollgate's Lua code, all
-/// or nothing, on the server: the six algorithms, penalty lockouts and wait-mode
-/// reservations are the Lua twins of the Rust models (kept in step by the shared
-/// conformance vectors). On Redis 7 and later (standalone) the code is a function library,
-/// loaded when the store connects and called with `FCALL`, so a call pays only for its
-/// decisions; elsewhere (older servers, a Cluster, users allowed scripts only,
-/// [`with_functions(false)`](Self::with_functions)) it is a script run with `EVALSHA`. Either
-/// is loaded again transparently when Redis lost it (`FUNCTION FLUSH`, `SCRIPT FLUSH`, a
-/// restart or a failover): the call that found it missing did not run, and is sent again.
+/// Each request's batch of rules is decided by one call of tollgate's Lua code, all or
+/// nothing, on the server (the Lua twins of the Rust models). On Redis 7 and later
+/// (standalone) the code is a function library called with `FCALL`; elsewhere (older
+/// servers, a Cluster, [`with_functions(false)`](Self::with_functions)) a script run with
+/// `EVALSHA`. Either is loaded again when Redis lost it (a flush, a restart, a failover): the
+/// call that found it missing did not run, and is sent again.
 ///
-/// **Coalescing** ([`with_coalescing`](Self::with_coalescing), on by default on a standalone
-/// server): the batches of requests waiting for Redis at the same moment go out as one
-/// call, each still decided all or nothing on its own, in the order they queued; a request
-/// that finds nothing waiting and no call in flight is sent at once.
+/// **Coalescing**: see [`with_coalescing`](Self::with_coalescing).
 ///
 /// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
-/// clocks disagree still share one timeline. [`with_clock`](Self::with_clock) overrides it
-/// for deterministic tests.
+/// clocks disagree share one timeline; [`with_clock`](Self::with_clock) overrides it.
 ///
-/// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state with the fingerprint of the
-/// configuration that wrote it, a string) and, for a sliding log, also
-/// `{prefix}:{<key>}:<rule>/log` (its entries, a sorted set; `/` is not in a rule name's alphabet, so
-/// no rule's key can spell another's log). The extracted key is the hash tag, so
-/// all the rules of one client live in one Cluster slot. Bytes of the key or prefix that
-/// would break the hash tag (`{`, `}`, and the escape `\`) are escaped, and an empty key is
-/// written `\0`, so distinct keys never share state. Every key carries a TTL that ends once
-/// its state is back to empty, so idle keys cost no memory.
+/// **Keys** are `{prefix}:{<key>}:<rule>` (the rule's state and the fingerprint of the
+/// configuration that wrote it) and, for a sliding log, `{prefix}:{<key>}:<rule>/log` (a
+/// sorted set; `/` is not in a rule name's alphabet). The extracted key is the hash tag, so a
+/// client's rules live in one Cluster slot; `{`, `}` and `\` are escaped and an empty key is
+/// written `\0`, so distinct keys never share state. Every key's TTL ends once its state is
+/// back to empty.
 ///
-/// **Connections**: a standalone store runs over one
-/// [`ConnectionManager`](redis::aio::ConnectionManager) (multiplexed:
-/// concurrent requests are pipelined over one connection; reconnects on its own). Clones
-/// are cheap and share it. Every call is bounded by a timeout; failures come back as
-/// [`StoreError`]s, never as panics. The connection gets a `PING` every 500 ms (on a
-/// Cluster, each primary's), so that a server that closes idle connections (a `timeout`, as
-/// managed services set one) never closes it, and a connection that died meanwhile is
-/// replaced before a request needs it.
+/// **Connections**: a standalone store runs over one multiplexed, reconnecting
+/// [`ConnectionManager`](redis::aio::ConnectionManager), shared by cheap clones. The
+/// connection (on a Cluster, each primary's) gets a `PING` every 500 ms, so that a server's
+/// idle `timeout` never closes it and a dead one is replaced before a request needs it.
 ///
-/// **Timeouts and retries**: a call that takes longer than the timeout fails with
-/// [`StoreError::Timeout`] and the request is decided by the caller's failure policy (the
-/// layer's [`FailurePolicy`](crate::layer::FailurePolicy), or a
-/// [`Fallback`](super::Fallback)'s local store). Redis may still run the script it was sent
-/// (the answer came too late, or the connection dropped after the call left), so a timed-out
-/// or failed request may be counted once in Redis; it is never counted twice, because no
-/// script call is ever sent again: the standalone connection does not re-send failed
-/// commands, the Cluster connection is built without retries (a `MOVED` during resharding
-/// fails that one call, and the next goes to the new owner), and the one repeat there is,
-/// after `NOSCRIPT` or a missing function, follows a call that did not run. The decision a client sees is the
-/// policy's, never Redis's late answer as well. Put a [`Breaker`](super::Breaker) in front
-/// so that an outage does not cost every request the timeout: while it is open it probes
-/// Redis with a `PING` ([`Store::probe`]) on its own, and no request waits.
-/// **Deny cache** ([`with_deny_cache`](Self::with_deny_cache)): optionally, an instance
-/// answers the denials Redis gave it again, exactly, until they end, with no Redis call
-/// (a client hammering a key it is denied on costs Redis almost nothing); whatever moves a
-/// retry earlier on any instance (a reset, a refund, another configuration of the rule
-/// taking over its state) clears them on all.
+/// **Timeouts and retries**: a call past the timeout fails with [`StoreError::Timeout`] and
+/// the caller's failure policy decides (the layer's
+/// [`FailurePolicy`](crate::layer::FailurePolicy), or a [`Fallback`](super::Fallback)).
+/// Redis may still have run it, so a failed request may be counted once; never twice, since
+/// no script call is sent again (the Cluster connection is built without retries; the one
+/// repeat, after `NOSCRIPT` or a missing function, follows a call that did not run). Put a
+/// [`Breaker`](super::Breaker) in front so that an outage does not cost every request the
+/// timeout.
 ///
-/// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share
-/// a slot (the usual case: several rules over one client key) is one script call and as
-/// atomic as on a standalone server. A batch spanning slots is split per slot and the parts
-/// are decided one after another, in the order their first rule appears in the batch; if a
-/// part denies, the parts already admitted are refunded by a compensating script call, and
-/// the parts after it only record their penalty denials. What this guarantees:
-/// - A denied batch consumes nothing once `check` has returned `Ok`: every admitted part
-///   has been refunded. When no other request of the same key is admitted between the
-///   admission and its refund, the refund is the exact inverse of the admission for every
-///   algorithm: the state is as if the batch had never been checked. A part that would
-///   count the request later than now (a wait-mode reservation, a queue's release) is
-///   first tried, writing nothing, and committed only once every part has admitted (one
-///   more call for each such part), because a refund cannot date a state back to before
-///   such a count. Only if traffic between the calls makes such a commit deny are the
-///   parts committed before it refunded, and one counted later than now then stays closed
-///   until that instant (errs towards limiting).
+/// **Deny cache**: see [`with_deny_cache`](Self::with_deny_cache).
+///
+/// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share a
+/// slot (the usual case) is one script call, as atomic as on a standalone server. A batch
+/// spanning slots is split per slot and the parts decided one after another; if a part
+/// denies, the parts already admitted are refunded by a compensating call. What holds:
+/// - A denied batch consumes nothing once `check` has returned `Ok`. With no other admission
+///   of the same key between, the refund is the exact inverse of the admission. A part that
+///   would count the request later than now (a reservation, a queue's release) is tried
+///   first, writing nothing, and committed once every part has admitted.
 /// - Between a part's admission and its refund (one round trip), other requests see those
-///   units as taken, so they may be denied when, strictly, they could have passed. If one
-///   of them is admitted meanwhile on a token bucket, leaky bucket or GCRA rule that
-///   refills (drains) the refunded units within that round trip, the refund can give back
-///   up to those units once too many: the only way a cross-slot batch can over-admit, by
-///   at most its own cost, and only at rates of thousands per second per key.
-/// - A [shadow](Check::shadow) item never makes its part deny, and only what was consumed
-///   is refunded: a shadow item that denied gives nothing back.
-/// - A denied batch's rules are judged where one node judges them: on arrival, without a
-///   reservation, the queues holding the request until their release, the other keys'
-///   rules at that release; so its decisions, quotas and `Retry-After` are one node's.
-///   The parts only tried or left to a release are judged there by one more call each. A
-///   refunded part reports its quota after the refund; a sliding log there keeps its
-///   refunded entry, without units, until it expires, so its reset reads that entry's
-///   window end. A refunded part whose rule found another configuration's state (a
-///   rolling deploy, see [`Rule`](crate::Rule#reconfiguring-a-rule)) keeps it taken over:
-///   the carried units stay counted, under its own parameters, until its own state is
-///   back to empty, where one node leaves the other configuration's state as it was. It
-///   reports that reset, and its key admits no more, perhaps later, than on one node.
-/// - Penalties count exactly as on one node: the denying part, the parts judged after the
-///   denial and the parts after it record the denials of their rules; the refunded parts
-///   record none (they admitted on arrival).
-/// - If a call fails half-way (Redis unreachable, timeout), the store refunds what it can
-///   and `check` returns the error; a part whose refund failed stays consumed until its
-///   state expires (errs towards limiting).
-/// - Each part reads the time of the node that owns its slot (unless a clock is injected).
-/// - Every part counts the request at the batch's reservation, as on one node (a fixed
-///   window in one slot never counts it in a window it does not pass in because a
-///   wait-mode reservation in another slot holds it). The part whose leaky bucket holds
-///   the request longest is decided first (found by a read-only call to each part with a
-///   queue, when several have one): the leaky buckets of the other parts hold the request
-///   until its release, as on one node, and their other rules are pending until then (see
-///   [`Store::check`]). Each part is
-///   decided no earlier than the longest reservation the parts before it returned; a part
-///   decided before a later one reserved further ahead, or whose queues let the request go
-///   before a later part's queue does, is refunded and decided again there (two more calls
-///   for each such part, only when parts disagree).
-///   If traffic between the calls moves a part's reservation yet again, after two such rounds
-///   the batch is refunded and denied rather than admitted with a part counting early.
-///   Parts compare delays, not instants, so each node's clock governs its own part.
-/// - Not a transaction: a concurrent reader of an earlier slot can see the admitted units
-///   before the refund. Keep a request's rules on one key (one hash tag) where that matters:
-///   then the batch is one script call and fully atomic.
+///   units as taken. A token bucket, leaky bucket or GCRA that refills them within that
+///   round trip may get them back once too many: the only over-admission, by at most the
+///   batch's cost, and only at thousands per second per key.
+/// - A [shadow](Check::shadow) item never makes its part deny.
+/// - A denied batch's decisions, quotas and `Retry-After` are what one node would report;
+///   penalties count exactly as on one node. A refunded part whose rule took over another
+///   configuration's state (see [`Rule`](crate::Rule#reconfiguring-a-rule)) keeps it, so its
+///   key may admit no more, perhaps later, than on one node.
+/// - A call failing half-way refunds what it can and `check` returns the error; a part whose
+///   refund failed stays consumed until its state expires (errs towards limiting).
+/// - Each part reads its own node's time; parts compare delays, not instants. Every part
+///   counts the request at the batch's reservation, as on one node: parts that disagree are
+///   refunded and decided again (after two rounds, the batch is denied).
+/// - Not a transaction: a concurrent reader can see admitted units before their refund. Keep
+///   a request's rules on one hash tag where that matters.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -232,10 +176,8 @@ impl RedisStore {
     /// Whether the batches of requests that wait for Redis at the same moment go out as one
     /// call (default: yes, on a standalone server; a Redis Cluster never coalesces).
     ///
-    /// A request that finds nothing waiting and no call in flight is sent at once, so a
-    /// lone request waits no longer for it; under load one call decides many batches, which cuts Redis's time per
-    /// decision and raises decisions per second. Each batch is still decided all or nothing
-    /// on its own, in the order the requests queued, an error in one batch fails that batch
+    /// A lone request is sent at once; under load one call decides many batches. Each batch
+    /// is still decided all or nothing on its own, in queue order; an error fails that batch
     /// only, and a request that timed out before its call left is never sent.
     pub fn with_coalescing(mut self, enabled: bool) -> Self {
         let coalesce = enabled && !self.is_cluster();
@@ -274,42 +216,27 @@ impl RedisStore {
     }
 
     /// Keeps the denials Redis gives in this instance and answers them again until they
-    /// end, without calling Redis: under abuse (a client hammering a key it is denied on)
-    /// almost every request is answered locally. At most `capacity` rule-and-key entries
-    /// are kept; each ends with its denial.
+    /// end, without calling Redis: a client hammering a key it is denied on is answered
+    /// locally. At most `capacity` rule-and-key entries are kept.
     ///
     /// Exact: a request is answered from the cache only when Redis would deny it too, with
-    /// the same reason and (up to one round trip shorter, never longer) the same
-    /// Retry-After; everything else goes to Redis. In short: a denial answers the same cost
-    /// (any cost up to the limit for a fixed window, whose window frees everything at
-    /// once), a penalty lock that outlasts the rule's own retry answers every cost up to
-    /// the capacity, a rule with a penalty that is not locked is always asked (its denials
-    /// are counted), a batch is answered only when each of its rules is (and has no shadow
-    /// item), and a wait-mode request that could wait for its slot is asked. An admission
-    /// of the rule and key by this instance drops its entry. The `remaining` a cached
-    /// denial reports is the rule's as Redis last reported it (the quota only grows back
-    /// meanwhile, so it may read low); everything else is as Redis would say.
+    /// the same reason and the same Retry-After (up to one round trip shorter, never longer).
+    /// A denial answers the same cost (any cost up to the limit for a fixed window); a penalty
+    /// lock answers every cost; a rule with an unlocked penalty is always asked (its denials
+    /// count); a batch is answered only when each of its rules is and it has no shadow item;
+    /// a wait-mode request that could wait is asked. A cached denial reports `remaining` as
+    /// Redis last did (it may read low). Another instance admitting a cheaper request only
+    /// moves the real retry later, so the answer stays a denial.
     ///
-    /// What no instance can see: another instance admitting a cheaper request of the same
-    /// key meanwhile. That only ever moves the real retry later, so the answer is still a
-    /// denial, with the Retry-After the client would get alone on its key (as every
-    /// Retry-After is defined).
-    ///
-    /// A cached denial answers only the configuration of the rule that got it. What moves
-    /// a retry earlier drops the entry on every instance: resets ([`Store::reset`],
-    /// [`Limiter::reset`](crate::Limiter::reset)), refunds (of held requests, of a Cluster
-    /// batch's admitted parts when another part denies), and an admission by another
-    /// configuration of the rule, which takes over the state the denial was read from
-    /// (during a rolling change of a rule). Stores publish them
-    /// on the channel `{prefix}:deny-cache`, and a cached store listens on a connection of
-    /// its own (subscribed before this returns). While that connection is lost, the cache
-    /// is emptied and bypassed until it is subscribed again. Give every instance sharing
-    /// the keys the same prefix.
+    /// What moves a retry earlier drops the entry on every instance: resets, refunds, and an
+    /// admission by another configuration of the rule. Stores publish them on the channel
+    /// `{prefix}:deny-cache`, which a cached store listens to on a connection of its own
+    /// (subscribed before this returns); while that connection is lost, the cache is emptied
+    /// and bypassed. Give every instance sharing the keys the same prefix.
     ///
     /// Fails when the channel cannot be subscribed. Call it after
-    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock): the cache
-    /// belongs to that prefix and clock, and a copy of the store given another prefix or
-    /// clock later does not use it.
+    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock): a copy given
+    /// another prefix or clock later does not use the cache.
     ///
     /// ```no_run
     /// use tollgate::store::RedisStore;

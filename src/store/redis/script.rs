@@ -16,7 +16,7 @@ use crate::store::Check;
 
 mod args;
 
-use self::args::{Code, RuleArgs};
+use self::args::{exact_double, Code, RuleArgs};
 
 /// Expands to the script's files, in the order `lua/prelude.lua` describes, followed by
 /// the given tails: the helpers, the six models, penalties, the rules' arguments and stored
@@ -85,7 +85,9 @@ pub(super) enum Op {
     Decide = 0,
     /// Decide, write nothing.
     Peek = 1,
-    /// The batch is denied elsewhere (another Cluster slot): count penalty denials only.
+    /// Admit nothing; count the penalty denials of the rules that refuse, judged as of
+    /// `ARGV[2]` µs ago: a batch another Cluster slot denied (0 µs ago), or refusals left
+    /// to `Store::count_denials`.
     Deny = 2,
     /// Take back the admissions a `Decide` call recorded at an instant.
     Refund = 3,
@@ -427,15 +429,6 @@ fn short_again(
         batch.extend([0, remaining, reset, mark]);
     }
     Some(batch)
-}
-
-/// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
-/// Larger values (a cost, lock or window beyond 2^52 µs, about 142 years) are capped at
-/// 2^52, which every comparison in the scripts treats the same as the value itself (a cost
-/// that large exceeds every capacity).
-fn exact_double(value: u64) -> f64 {
-    const CAP: u64 = 1 << 52;
-    value.min(CAP) as f64
 }
 
 /// The script's reply to a `Decide`, `Peek` or `Deny` call.

@@ -1,7 +1,5 @@
-//! What a denied cross-slot batch does: refund the parts it committed, and judge the parts
-//! it only tried or left to a release as one node judges a denied batch (on arrival, its
-//! queues holding the request until their release on arrival), counting their penalty
-//! denials.
+//! What a denied cross-slot batch does: refund the parts it committed, and judge the rest
+//! as one node judges a denied batch, counting their penalty denials.
 
 use std::time::Duration;
 
@@ -27,8 +25,7 @@ impl RedisStore {
         self.run_part(batch, members, 0, Op::Deny, 0, release).await
     }
 
-    /// `result`, after refunding the admitted parts when it is an error: a failed check
-    /// leaves nothing behind that it consumed, as far as it can.
+    /// `result`, after refunding the admitted parts when it is an error.
     pub(super) async fn or_refund<T>(
         &self,
         batch: &[Check<'_>],
@@ -45,8 +42,7 @@ impl RedisStore {
         }
     }
 
-    /// Marks the batch denied, refunds the parts it committed and judges the parts it only
-    /// tried, and the rules left to a release, as one node judges them.
+    /// Marks the batch denied, refunds the committed parts and judges the rest.
     pub(super) async fn deny(
         &self,
         batch: &[Check<'_>],
@@ -70,8 +66,8 @@ impl RedisStore {
         Ok(())
     }
 
-    /// µs after now that the batch's queues release a request arriving now, without a
-    /// reservation: where one node judges a denied batch. One peek per slot with a queue.
+    /// µs after now that the batch's queues release a request arriving now: where one node
+    /// judges a denied batch. One peek per slot with a queue.
     pub(super) async fn release_on_arrival(
         &self,
         batch: &[Check<'_>],
@@ -117,8 +113,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The parts kept moving each other's release (traffic between the calls): every part
-    /// refunded and the batch denied, rather than admitted with a part counting early.
+    /// The parts kept moving each other's release: every part refunded, the batch denied.
     pub(super) async fn unsettled(
         &self,
         batch: &[Check<'_>],
@@ -132,8 +127,7 @@ impl RedisStore {
         ))
     }
 
-    /// Takes back the admissions of `admitted` slots; their rules then report `Allow` with
-    /// their quota after the refund.
+    /// Takes back the admissions of `admitted` slots (their rules then report `Allow`).
     pub(super) async fn refund(
         &self,
         batch: &[Check<'_>],

@@ -5,7 +5,6 @@ use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
 use crate::store::Check;
 
-use super::exact_double;
 
 /// The code the scripts know an algorithm by (`models[code]`; the names in
 /// `lua/prelude.lua`). The fingerprint's encoding carries the same numbers
@@ -120,6 +119,15 @@ impl RuleArgs {
             out.extend_from_slice(&exact_double(value).to_le_bytes());
         }
     }
+}
+
+/// `value` as a double, exact: configuration validation keeps every parameter below 2^50.
+/// Larger values (a cost, lock or window beyond 2^52 µs, about 142 years) are capped at
+/// 2^52, which every comparison in the scripts treats the same as the value itself (a cost
+/// that large exceeds every capacity).
+pub(super) fn exact_double(value: u64) -> f64 {
+    const CAP: u64 = 1 << 52;
+    value.min(CAP) as f64
 }
 
 #[cfg(test)]

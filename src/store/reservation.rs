@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
@@ -11,27 +11,18 @@ use tokio::time::Instant;
 
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
-use crate::limiter::Limiter;
-use crate::log::{Event, EventLog};
-use crate::store::{Check, Store};
+use crate::log::{process_log, Event, EventLog};
+use crate::store::check::{Check, Health, Store};
 use crate::stored::KeyBytes;
 use crate::Rule;
 
-/// An admitted request that has not passed yet: the units each rule took, in the store
-/// that took them (a [`Fallback`](crate::store::Fallback)'s primary or its local store),
-/// the rules that wait for the release, and the instant the request is due. Made by
-/// [`Limiter::reserve`].
+/// An admitted request that has not passed yet, owning the units its rules took. Made by
+/// [`Limiter::reserve`](crate::Limiter::reserve); the tower layer holds requests with it.
 ///
-/// [`confirm`](Self::confirm) it when the request is about to pass: it waits until the
-/// request is due, counts the waiting rules (a global limit beside the per-user leaky bucket
-/// that delays it) and says [`Allow`](Decision::Allow) or [`Deny`](Decision::Deny) (other
-/// requests took the room meanwhile; what the other rules took is given back).
-/// [`cancel`](Self::cancel) it, or drop it, when the request will not pass: its units go
-/// back, never more than is exact (see [`Store::refund`]). After a confirmation, dropping it
-/// keeps the units (the request passed), and `cancel` still gives them back (a request that
-/// turns out not to count); [`settle`](Self::settle) charges it what it turned out to cost
-/// (a download's size, known once served). The tower layer holds its requests with this
-/// same type.
+/// [`confirm`](Self::confirm) it when the request is about to pass; [`cancel`](Self::cancel)
+/// or drop it when it will not: its units go back as [`Store::refund`] allows. After a
+/// confirmation, dropping it keeps the units, `cancel` still gives them back, and
+/// [`settle`](Self::settle) charges what the request turned out to cost.
 ///
 /// ```
 /// use std::time::Duration;
@@ -56,7 +47,7 @@ use crate::Rule;
 /// ```
 #[must_use = "a reservation dropped before it is confirmed gives its units back"]
 pub struct Reservation<S: Store + Clone> {
-    limiter: Limiter<S>,
+    store: S,
     batch: Arc<dyn Batch>,
     outcome: Outcome,
     max_wait: Duration,
@@ -71,18 +62,15 @@ pub struct Reservation<S: Store + Clone> {
 enum Stage {
     /// Admitted, not released: dropping it gives its units back.
     Held,
-    /// The waiting rules are being counted: dropped now, it keeps its units, since the
-    /// store may have counted them and units never go back twice.
+    /// The waiting rules are being counted: dropped now, it keeps its units (never twice).
     Confirming,
-    /// Released: the units are the request's. Dropping it keeps them; `cancel` gives them
-    /// back.
+    /// Released: dropping it keeps the units; `cancel` gives them back.
     Passed,
     /// Nothing left to give back: denied, given back, or unknown after a store failure.
     Spent,
 }
 
-/// The batch a reservation was checked with, owned so that its units can go back after the
-/// caller's borrow has ended.
+/// The batch a reservation was checked with, owned beyond the caller's borrow.
 pub(crate) trait Batch: Send + Sync + 'static {
     /// The checks, in the order they were decided.
     fn checks(&self) -> SmallVec<[Check<'_>; 4]>;
@@ -92,8 +80,7 @@ pub(crate) trait Batch: Send + Sync + 'static {
 struct Copied {
     rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, whether it is in shadow, whether
-    /// it defers its denial.
+    /// Per check: where its key ends in `keys`, its cost, `shadow`, `defers_denial`.
     items: SmallVec<[(usize, u64, bool, bool); 2]>,
 }
 
@@ -136,34 +123,15 @@ impl Batch for Copied {
     }
 }
 
-/// The log of what happens outside a layer (reservations, the in-process store): one for
-/// the process, so that an outage logs a line per interval, not one per request.
-pub(crate) fn process_log() -> Arc<EventLog> {
-    static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
-    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
-}
-
 impl<S: Store + Clone> Reservation<S> {
     /// The reservation of `batch`, which the store answered with `outcome`.
-    pub(crate) fn new(
-        limiter: Limiter<S>,
-        batch: &[Check<'_>],
-        outcome: Outcome,
-        max_wait: Duration,
-    ) -> Self {
-        Self::of(
-            limiter,
-            Arc::new(Copied::new(batch)),
-            outcome,
-            max_wait,
-            None,
-        )
+    pub(crate) fn new(store: S, batch: &[Check<'_>], outcome: Outcome, max_wait: Duration) -> Self {
+        Self::of(store, Arc::new(Copied::new(batch)), outcome, max_wait, None)
     }
 
-    /// The reservation of `batch` (owned by the caller's own type), logging failed
-    /// give-backs through `log` (the layer's), or the process's log.
+    /// The reservation of a caller-owned `batch`, logging failed give-backs through `log`.
     pub(crate) fn of(
-        limiter: Limiter<S>,
+        store: S,
         batch: Arc<dyn Batch>,
         outcome: Outcome,
         max_wait: Duration,
@@ -182,7 +150,7 @@ impl<S: Store + Clone> Reservation<S> {
             Stage::Spent
         };
         Self {
-            limiter,
+            store,
             batch,
             outcome,
             max_wait,
@@ -193,9 +161,8 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// The store's answer: the batch's decision ([`Delay`](Decision::Delay) until the
-    /// request is due) and each rule's outcome. After [`confirm`](Self::confirm), the answer
-    /// at the release.
+    /// The store's answer ([`Delay`](Decision::Delay) until the request is due); after
+    /// [`confirm`](Self::confirm), the answer at the release.
     pub fn outcome(&self) -> &Outcome {
         &self.outcome
     }
@@ -205,22 +172,11 @@ impl<S: Store + Clone> Reservation<S> {
         self.due
     }
 
-    /// Waits until the request is due.
-    pub async fn wait(&self) {
-        if Instant::now() < self.due {
-            tokio::time::sleep_until(self.due).await;
-        }
-    }
-
-    /// Releases the request: waits until it is due, then counts the rules that wait for the
-    /// release, and says whether it passes: [`Allow`](Decision::Allow), or
-    /// [`Deny`](Decision::Deny) when other requests took the waiting rules' room during the
-    /// hold (then the units the other rules took go back). Waiting rules that can count the
-    /// request only later, within what is left of the wait, make the whole batch wait again:
-    /// it is given back and reserved anew, so that its leaky buckets too let the request go
-    /// when it really passes (a queue that kept its slot here would let its next request
-    /// leave too soon). A denied reservation answers its denial; a confirmed one, the same
-    /// answer again. On a store error the units stay taken.
+    /// Waits until the request is due, counts the pending rules, and answers
+    /// [`Allow`](Decision::Allow), or [`Deny`](Decision::Deny) if others took their room
+    /// (the other rules' units then go back). If they can count it only later, within the
+    /// wait left, the whole batch is reserved anew so its leaky buckets release it when it
+    /// passes. Asked again, it answers the same. On a store error the units stay taken.
     pub async fn confirm(&mut self) -> Result<Outcome, StoreError> {
         if !self.outcome.is_admitted() {
             return Ok(self.outcome.clone());
@@ -253,22 +209,19 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// The rules that waited for the release reserved a later instant than the one the
-    /// batch's queues hold the request for: the whole batch is given back and reserved
-    /// again from now, with what is left of the wait, so that every rule, queues too,
-    /// counts the request at the instant it passes.
+    /// The waiting rules reserved a later instant than the queues hold the request for.
     async fn reserve_again(&mut self) -> Result<(), StoreError> {
         // Dropped meanwhile, it keeps what the store may have taken.
         self.state = Stage::Confirming;
         let checks = self.batch.checks();
         // Given back first, so that the queues' slots are free to be taken again.
-        if let Err(error) = self.limiter.refund(&checks, &self.outcome).await {
+        if let Err(error) = self.store.refund(&checks, &self.outcome).await {
             if let Some(suppressed) = self.log.admit(Event::RefundFailure) {
                 tracing::warn!(%error, suppressed, "could not refund the units of a request");
             }
         }
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
-        let outcome = self.limiter.reserve_outcome(&checks, max_wait).await;
+        let outcome = self.store.check(&checks, max_wait).await;
         self.state = Stage::Spent;
         let outcome = outcome?;
         let now = Instant::now();
@@ -285,37 +238,30 @@ impl<S: Store + Clone> Reservation<S> {
         Ok(())
     }
 
-    /// Gives the units back now (the request will not pass, or passed and does not count),
-    /// and says whether the store took them back. Dropping the reservation does the same
-    /// without waiting, before its confirmation.
+    /// Gives the units back now and says whether the store took them. Dropping it before
+    /// confirmation does the same without waiting.
     pub async fn cancel(mut self) -> Result<(), StoreError> {
         if !matches!(self.state, Stage::Held | Stage::Passed) {
             return Ok(());
         }
         self.state = Stage::Spent;
         let checks = self.batch.checks();
-        self.limiter.refund(&checks, &self.outcome).await
+        self.store.refund(&checks, &self.outcome).await
     }
 
-    /// Settles what the request cost, once it is known (the bytes a download served, the
-    /// rows a query returned): `costs` holds one cost per check of the batch, in order. Each
-    /// rule gives back what it took beyond its settled cost, as exactly as
-    /// [`Store::refund`] gives back, and takes what it took short of it without a check:
-    /// the request has been served, so nothing is denied, and the rule's state carries the
-    /// excess as a debt that the key's next requests pay at the rule's own rate, however
-    /// far above its limit (every algorithm; a fixed window carries it into the windows
-    /// after; only a debt beyond the exact range, 2^52 units or more than 2^50 µs to pay,
-    /// is capped there): [`Store::overdraw`]. A check settled at the cost it was reserved
-    /// with changes nothing.
+    /// Settles what the request cost once known (bytes served): one cost per check, in
+    /// order. Each rule gives back what it took beyond its cost ([`Store::refund`]) and takes
+    /// the shortfall without a check ([`Store::overdraw`]) as a debt the key's next requests
+    /// pay at the rule's rate, however far above its limit (a fixed window carries it into
+    /// later windows; only a debt of 2^52 units or more than 2^50 µs is capped).
     ///
-    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit,
-    /// however many there are, and gives back the rest; a lower one admits more at once and
-    /// charges each the rest when it settles. The layer settles this way with
-    /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response).
+    /// Reserve with an estimate: an upper bound keeps requests in flight within the limit; a
+    /// lower one admits more at once and charges the rest here (as the layer's
+    /// [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response) does).
     ///
     /// Settle after [`confirm`](Self::confirm): rules still waiting for the release took
-    /// nothing and are left out. After it the reservation holds nothing: dropping or
-    /// cancelling it gives nothing back. A store outside this crate settles nothing.
+    /// nothing and are left out. Afterwards the reservation holds nothing. A store outside
+    /// this crate settles nothing.
     ///
     /// ```
     /// use std::time::Duration;
@@ -345,25 +291,21 @@ impl<S: Store + Clone> Reservation<S> {
         let Some(settled) = self.settlement(costs)? else {
             return Ok(());
         };
-        settle_in(&self.limiter, &*self.batch, &self.outcome, &settled).await
+        settle_in(&self.store, &*self.batch, &self.outcome, &settled).await
     }
 
-    /// [`settle`](Self::settle) without waiting (at once for a store that answers at once,
-    /// else on a task), logging a failure: the layer settles as the response goes out.
+    /// [`settle`](Self::settle) without waiting ([`run_detached`]), logging a failure.
     pub(crate) fn settle_detached(mut self, costs: &[u64]) {
         let settled = match self.settlement(costs) {
             Ok(Some(settled)) => settled,
             Ok(None) => return,
             Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
         };
-        let (limiter, batch, outcome) = (
-            self.limiter.clone(),
-            self.batch.clone(),
-            self.outcome.clone(),
-        );
+        let (store, batch, outcome) =
+            (self.store.clone(), self.batch.clone(), self.outcome.clone());
         let log = self.log.clone();
         run_detached(async move {
-            if let Err(error) = settle_in(&limiter, &*batch, &outcome, &settled).await {
+            if let Err(error) = settle_in(&store, &*batch, &outcome, &settled).await {
                 if let Some(suppressed) = log.admit(Event::RefundFailure) {
                     tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
                 }
@@ -371,9 +313,7 @@ impl<S: Store + Clone> Reservation<S> {
         });
     }
 
-    /// What settling at `costs` gives back and takes: per rule that changes, its index and
-    /// the units given back or taken. `None` when nothing changes; from here on the
-    /// reservation holds nothing.
+    /// What settling at `costs` changes per rule, `None` if nothing; spends the reservation.
     fn settlement(&mut self, costs: &[u64]) -> Result<Option<Settled>, StoreError> {
         let checks = self.batch.checks();
         if costs.len() != checks.len() || self.outcome.rules.len() != checks.len() {
@@ -413,17 +353,16 @@ impl<S: Store + Clone> Reservation<S> {
     }
 
     /// The store's health, as the limiter sees it now.
-    pub(crate) fn health(&self) -> crate::store::Health {
-        self.limiter.health()
+    pub(crate) fn health(&self) -> Health {
+        self.store.health()
     }
 
-    /// The request passes now, its delay not waited for (shadow mode holds nothing): a
-    /// rule that waits for the release is counted by the next `confirm`, at once.
+    /// Makes the request due now (shadow mode holds nothing).
     pub(crate) fn release_now(&mut self) {
         self.due = Instant::now();
     }
 
-    /// The request passes now, with nothing left to count: its units are the request's.
+    /// The request passes now, with nothing left to count.
     pub(crate) fn pass(&mut self) {
         if self.state == Stage::Held && self.pending().next().is_none() {
             self.state = Stage::Passed;
@@ -455,11 +394,10 @@ impl<S: Store + Clone> Reservation<S> {
             ));
         }
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
-        self.limiter.reserve_outcome(&rest, max_wait).await
+        self.store.check(&rest, max_wait).await
     }
 
-    /// Takes in what counting the rules at `pending` answered: their outcomes and units, or,
-    /// on a denial, gives back what the other rules took.
+    /// Takes in what counting `pending` answered; on a denial, gives the rest back.
     fn merge(&mut self, pending: &[usize], counted: Outcome) {
         for (&i, rule) in pending.iter().zip(&counted.rules) {
             if let Some(slot) = self.outcome.rules.get_mut(i) {
@@ -500,17 +438,16 @@ impl<S: Store + Clone> Reservation<S> {
         }
     }
 
-    /// Gives `outcome`'s units back without waiting: at once for a store that answers at
-    /// once, else on a task of the runtime. Outside a runtime the units stay taken.
+    /// Gives `outcome`'s units back without waiting ([`run_detached`]).
     fn refund_detached<F>(&self, outcome: Outcome, select: F)
     where
         F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
     {
-        let (limiter, batch, log) = (self.limiter.clone(), self.batch.clone(), self.log.clone());
+        let (store, batch, log) = (self.store.clone(), self.batch.clone(), self.log.clone());
         run_detached(async move {
             let checks = batch.checks();
             let checks = select(&checks);
-            if let Err(error) = limiter.refund(&checks, &outcome).await {
+            if let Err(error) = store.refund(&checks, &outcome).await {
                 if let Some(suppressed) = log.admit(Event::RefundFailure) {
                     tracing::warn!(%error, suppressed, "could not refund the units of a request");
                 }
@@ -519,15 +456,12 @@ impl<S: Store + Clone> Reservation<S> {
     }
 }
 
-/// Per rule that a settlement changes: its index in the batch, the units given back or
-/// taken, and whether they are taken (an overdraft, owed beyond what the admission took).
+/// Per rule a settlement changes: its index, the units, and whether they are owed (taken).
 type Settled = SmallVec<[(usize, u64, bool); 4]>;
 
-/// Settles `batch`, admitted with `outcome`: what the rules took beyond their settled
-/// cost goes back ([`Store::refund`]), what they took short of it is taken
-/// ([`Store::overdraw`]).
+/// Settles `batch` through [`Store::refund`] and [`Store::overdraw`].
 async fn settle_in<S: Store>(
-    limiter: &Limiter<S>,
+    store: &S,
     batch: &dyn Batch,
     outcome: &Outcome,
     settled: &Settled,
@@ -535,20 +469,17 @@ async fn settle_in<S: Store>(
     let checks = batch.checks();
     let (back, given) = settled_part(&checks, outcome, settled, false);
     if !back.is_empty() {
-        limiter.refund(&back, &given).await?;
+        store.refund(&back, &given).await?;
     }
     let (owed, _) = settled_part(&checks, outcome, settled, true);
     if !owed.is_empty() {
-        limiter.overdraw(&owed).await?;
+        store.overdraw(&owed).await?;
     }
     Ok(())
 }
 
-/// The checks a settlement gives back (`owed` false) or takes (`owed` true), each at the
-/// units that change, with their part of `outcome`. Shadow rules settle like any other:
-/// the reservation knows they took their units. A settled request passed at its release,
-/// so a leaky bucket's hold for a longer release stays: only the units go back (a hold is
-/// drained only with a whole admission that never passed).
+/// The checks a settlement gives back (`owed` false) or takes, with their part of `outcome`.
+/// A settled request passed, so a leaky bucket's hold stays: only the units go back.
 fn settled_part<'a>(
     checks: &[Check<'a>],
     outcome: &Outcome,
@@ -573,9 +504,8 @@ fn settled_part<'a>(
     (checks, part)
 }
 
-/// Runs `work` without waiting for it: to the end at once when it needs no wait (an
-/// in-process store answers on the first poll), else as a task on the runtime. Outside a
-/// runtime, work that must wait is left undone.
+/// Runs `work` at once if ready on the first poll, else on a tokio task; outside a runtime,
+/// work that must wait is left undone.
 pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
     let mut work = Box::pin(work);
     let mut cx = Context::from_waker(Waker::noop());
@@ -610,7 +540,7 @@ impl<S: Store + Clone> fmt::Debug for Reservation<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{store::MemoryStore, ManualClock, Rate};
+    use crate::{store::MemoryStore, Limiter, ManualClock, Rate};
 
     fn limiter() -> Limiter<MemoryStore> {
         Limiter::new(MemoryStore::with_clock(ManualClock::new(1_000_000)))

@@ -1,0 +1,100 @@
+//! Asking the store about a request's batch: at once when it can answer (an in-process
+//! store), else through a boxed future; and what the layer keeps of its answer.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use tracing::Instrument;
+
+use super::batch::{Checked, Kept, LayerBatch};
+use super::charge::defer_denials;
+use super::future::CheckFuture;
+use super::observe::{self, Observation};
+use crate::decision::Outcome;
+use crate::error::StoreError;
+use crate::limiter::Limiter;
+use crate::store::reservation::{Batch, Reservation};
+use crate::store::{Health, Store};
+
+/// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`, an
+/// in-process store), and the request is decided without a future; else through a boxed
+/// future (its type cannot be named in `ResponseFuture` on stable Rust), polled once here
+/// with no waker to wake, since a store may still answer on its first poll (a local deny
+/// cache, a fallback while its breaker is open).
+pub(crate) fn check<St: Store + Clone>(
+    limiter: &Limiter<St>,
+    batch: LayerBatch,
+    observation: Observation,
+) -> Result<Checked<St>, CheckFuture<St>> {
+    let checks = batch.checks();
+    let max_wait = batch.config.mode.max_wait();
+    let now = {
+        let _entered = observation.span.enter();
+        limiter.reserve_now(&checks, max_wait)
+    };
+    if let Some(result) = now {
+        let health = limiter.health();
+        observe::finish(observation, &batch, None, &checks, &result, health);
+        drop(checks);
+        return Ok(answered(limiter, batch, result, health));
+    }
+    drop(checks);
+    let limiter = limiter.clone();
+    let mut future: CheckFuture<St> = Box::pin(async move {
+        let checks = batch.checks();
+        let result = limiter
+            .reserve_outcome(&checks, max_wait)
+            .instrument(observation.span.clone())
+            .await;
+        let health = limiter.health();
+        observe::finish(observation, &batch, None, &checks, &result, health);
+        drop(checks);
+        answered(&limiter, batch, result, health)
+    });
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(checked) => Ok(checked),
+        Poll::Pending => Err(future),
+    }
+}
+
+/// The store's answer for `batch`: a limit charged by outcome whose quota refused the
+/// request has its denial counted once the requests beside it settle, and the batch is kept
+/// with a reservation when the layer may still give its units back.
+fn answered<St: Store + Clone>(
+    limiter: &Limiter<St>,
+    mut batch: LayerBatch,
+    result: Result<Outcome, StoreError>,
+    health: Health,
+) -> Checked<St> {
+    let outcome = match &result {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            batch.tickets.clear();
+            let kept = Kept::Batch(batch);
+            return Checked {
+                result,
+                health,
+                kept,
+            };
+        }
+    };
+    defer_denials(limiter, &mut batch, outcome);
+    let kept = if batch.keeps(outcome) {
+        let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
+        let batch = Arc::new(batch);
+        let store = limiter.store().clone();
+        let reservation =
+            Reservation::of(store, batch.clone(), outcome.clone(), max_wait, Some(log));
+        Kept::Reserved(batch, Some(Box::new(reservation)))
+    } else {
+        Kept::Batch(batch)
+    };
+    Checked {
+        result,
+        health,
+        kept,
+    }
+}
