@@ -90,8 +90,13 @@ pub enum StoreError {
     /// configuration cannot work (see [`Rule::validate`](crate::Rule::validate)), named in
     /// the message. Nothing is decided.
     InvalidBatch(String),
-    /// The store could not be reached or answered with an error.
+    /// The store could not be reached or answered with an error: an outage, which may pass.
     Unavailable(String),
+    /// The store cannot work as configured: the URL, the credentials, the certificates, the
+    /// Redis user's permissions or the server itself do not fit (found when connecting, or
+    /// on a primary the sentinels name later). The message names the fix; trying again
+    /// does not help until the configuration changes.
+    Misconfigured(String),
     /// The store did not answer in time.
     Timeout,
     /// The store answered something this version does not understand.
@@ -106,6 +111,7 @@ impl fmt::Display for StoreError {
         match self {
             StoreError::InvalidBatch(m) => write!(f, "invalid rate limit batch: {m}"),
             StoreError::Unavailable(m) => write!(f, "rate limit store unavailable: {m}"),
+            StoreError::Misconfigured(m) => write!(f, "rate limit store misconfigured: {m}"),
             StoreError::Timeout => f.write_str("rate limit store timed out"),
             StoreError::Protocol(m) => write!(f, "unexpected answer from rate limit store: {m}"),
             StoreError::CircuitOpen => f.write_str("rate limit store circuit open"),
@@ -121,6 +127,7 @@ impl fmt::Debug for StoreError {
         match self {
             StoreError::InvalidBatch(m) => f.debug_tuple("InvalidBatch").field(m).finish(),
             StoreError::Unavailable(m) => f.debug_tuple("Unavailable").field(m).finish(),
+            StoreError::Misconfigured(m) => f.debug_tuple("Misconfigured").field(m).finish(),
             StoreError::Timeout => f.write_str("Timeout"),
             StoreError::Protocol(m) => f.debug_tuple("Protocol").field(m).finish(),
             StoreError::CircuitOpen => f.write_str("CircuitOpen"),

@@ -37,7 +37,10 @@
 //! [`connect`](crate::store::RedisStore::connect) checks the deployment before it returns: a
 //! wrong URL or password, a certificate that does not verify, a user without one of the
 //! permissions below, a replica, or a server older than Redis 5.0 is an error at start,
-//! naming the fix, rather than a limiter that fails open for every request.
+//! naming the fix, rather than a limiter that fails open for every request. Such an error
+//! is [`StoreError::Misconfigured`](crate::StoreError::Misconfigured) ("rate limit store
+//! misconfigured: …"); one where nothing answers is an outage,
+//! [`StoreError::Unavailable`](crate::StoreError::Unavailable).
 //!
 //! `REDIS_URL` forms that `connect` takes (the examples read `REDIS_URL`):
 //!
@@ -89,6 +92,14 @@
 //! sentinels that require a password of their own get it from
 //! [`RedisOptions::sentinel_auth`](crate::store::RedisOptions::sentinel_auth).
 //!
+//! A primary the sentinels name later (a failover, `SENTINEL MONITOR` naming another
+//! server) gets the checks the first got at `connect`, and a warning says that what the old
+//! primary held (counters, penalty locks, held units) may be lost. If the new primary
+//! fails them (its user lacks `@scripting`, say), the store does not decide there: each
+//! call fails with the checks' error, naming the grant, `health()` is `Failing`, and the
+//! checks run again every second until they pass. While the primary the sentinels name
+//! refuses, the log says so, naming it and its error, once and then every few seconds.
+//!
 //! ## Failover, measured
 //!
 //! Eight tasks deciding on one hot key without pause (about 2,500 decisions a second on a
@@ -111,9 +122,10 @@
 //!   the timeout until the breaker opens.
 //! - The time to the new primary is the deployment's detection (`down-after-milliseconds`,
 //!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms (Sentinel:
-//!   its retry while the connection is broken; a `SENTINEL FAILOVER` that leaves the old
-//!   primary up is noticed by the 250 ms watcher, measured at 1.5 to 2 s in all, most of
-//!   it the sentinels' promotion). The code is on the promoted replica: the function
+//!   its retry while the connection is broken, then its checks of the new primary, a few
+//!   round trips; a `SENTINEL FAILOVER` that leaves the old primary up is noticed by the
+//!   250 ms watcher, measured at 1.5 to 2 s in all, most of it the sentinels' promotion).
+//!   The code is on the promoted replica: the function
 //!   library is replicated, and a script is loaded again on its first `NOSCRIPT`.
 //! - What a failover can cost the limit: replication is asynchronous, so decisions the old
 //!   primary acknowledged but had not yet sent to its replica are lost with it, and the
@@ -157,7 +169,16 @@
 //!
 //! Services that run Redis for you commonly require TLS (`rediss://`, their certificate
 //! chains to the system's roots), rename or refuse administrative commands, and some refuse
-//! `FUNCTION LOAD` or pub/sub:
+//! `FUNCTION LOAD` or pub/sub. `connect` names each mistake with its fix, and asks little:
+//! - a certificate signed by a private CA: "the server's certificate is not signed by a CA
+//!   this client trusts: pass the CA with `RedisOptions::ca_pem`…"; a server that requires
+//!   a client certificate: "the server requires a client certificate: pass one … with
+//!   `RedisOptions::client_cert_pem`…";
+//! - a password missing ("the server requires a password: put it in the URL…") or refused
+//!   ("the server refused the credentials given…: check the user and password");
+//! - a URL of another form (the forms above are listed), or a port where something other
+//!   than Redis answers ("the server does not speak the Redis protocol (is it the right
+//!   port?)");
 //! - without `FUNCTION LOAD` (or `FCALL`) the store runs the script (`EVALSHA`, loaded with
 //!   `SCRIPT LOAD`), which every service that allows Lua allows;
 //! - without `SUBSCRIBE`, leave the deny cache off (`with_deny_cache` fails at start,

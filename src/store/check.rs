@@ -292,7 +292,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store decides as configured now, cheaply, for a readiness endpoint (it
     /// may start a [`probe`](Self::probe), so polling sees recovery). Without a breaker or
-    /// fallback, always [`Healthy`](Health::Healthy): failures show only as errors.
+    /// fallback, [`Healthy`](Health::Healthy) (failures show only as errors) unless it
+    /// knows it cannot decide: a [`RedisStore`] whose Sentinel primary failed the checks of
+    /// `connect` is [`Failing`](Health::Failing).
+    ///
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
+    )]
     fn health(&self) -> Health;
 
     /// The [`health`](Self::health) this store would report during a network outage, known

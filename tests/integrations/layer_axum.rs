@@ -71,7 +71,7 @@ async fn the_quickstart_connects_to_redis_before_it_listens() {
     };
     let printed = format!("{error:?}");
     assert!(
-        printed.starts_with("rate limit store unavailable: invalid redis URL"),
+        printed.starts_with("rate limit store misconfigured: invalid redis URL"),
         "{printed}"
     );
     assert!(quickstart::app_for(None).await.is_ok());

@@ -181,7 +181,7 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     limits_every_key(store).await;
 }
 
-/// Connecting to a replica is an error that says to use the primary.
+/// Connecting to a replica is a configuration error that says to use the primary.
 #[tokio::test]
 async fn a_replica_is_an_error_naming_the_primary() {
     let primary = RedisServer::start();
@@ -191,7 +191,7 @@ async fn a_replica_is_an_error_naming_the_primary() {
     assert!(msg.contains("replica") && msg.contains("primary"), "{msg}");
     assert!(matches!(
         RedisStore::connect(&replica.url()).await,
-        Err(StoreError::Unavailable(_))
+        Err(StoreError::Misconfigured(_))
     ));
 }
 
@@ -205,7 +205,7 @@ async fn a_wrong_password_is_an_error_naming_the_fix() {
     let url = format!("redis://someone:wrong@127.0.0.1:{}/", server.port);
     let msg = refusal(&url).await;
     assert!(msg.contains(&format!("127.0.0.1:{}", server.port)), "{msg}");
-    assert!(msg.contains("password in the URL"), "{msg}");
+    assert!(msg.contains("check the user and password"), "{msg}");
     assert!(!msg.contains("wrong@"), "{msg}");
 }
 

@@ -19,5 +19,6 @@ mod promises;
 mod readiness;
 mod seams;
 mod sentinel;
+mod startup;
 mod store;
 mod tls;

@@ -78,7 +78,7 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
             command.to_ascii_lowercase()
         )
     };
-    StoreError::Unavailable(format!(
+    StoreError::Misconfigured(format!(
         "redis at {addr}: the Redis user may not run {command} as tollgate does ({text}): \
          grant it {grant}; the whole ACL is in tollgate's Redis guide"
     ))
@@ -87,8 +87,10 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
 /// The error for a subscription to the deny caches' `channel` refused at `addr`.
 pub(super) fn subscribe_refusal(channel: &[u8], e: StoreError) -> StoreError {
     match e {
-        StoreError::Unavailable(m) if m.to_ascii_uppercase().contains("NOPERM") => {
-            StoreError::Unavailable(format!(
+        StoreError::Unavailable(m) | StoreError::Misconfigured(m)
+            if m.to_ascii_uppercase().contains("NOPERM") =>
+        {
+            StoreError::Misconfigured(format!(
                 "{m}: the deny cache subscribes to {0}; grant the Redis user +subscribe and &{0}",
                 String::from_utf8_lossy(channel)
             ))

@@ -48,10 +48,14 @@ impl RedisStore {
     /// Before it returns, the store loads its code, decides one empty batch (a dry peek),
     /// and runs each command its code uses once on a key of its own under the prefix (the
     /// default, `tollgate`; [`connect_with`](Self::connect_with) checks another), all
-    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address and the
-    /// fix in the message, when:
-    /// - nothing answers at the URL, the password is wrong, or a TLS certificate does not
-    ///   verify;
+    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address in the
+    /// message, when nothing answers at the URL (an outage, which may pass), and with
+    /// [`StoreError::Misconfigured`], the address and the fix in the message, when:
+    /// - the URL is not one of the forms above, or the server there does not speak Redis;
+    /// - the password is missing or refused;
+    /// - the server's certificate does not verify (an unknown CA:
+    ///   [`RedisOptions::ca_pem`]), or the server requires a client certificate
+    ///   ([`RedisOptions::client_cert_pem`]);
     /// - the Redis user may not run tollgate's code, one of the commands it runs, or use
     ///   the keys or the channel under the prefix (the message names the permission; the
     ///   whole ACL is in the [Redis guide](crate::guide::redis_instances));
@@ -65,6 +69,14 @@ impl RedisStore {
     /// system's roots, a client certificate (mutual TLS), and the prefix whose keys and
     /// channel are checked (and set, as [`with_prefix`](Self::with_prefix) would).
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        let tls = url.trim_start().starts_with("rediss");
+        let certified = options.client.is_some();
+        Self::open(url, options)
+            .await
+            .map_err(|e| perhaps_client_certificate(e, tls && !certified))
+    }
+
+    async fn open(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         if sentinel::is_sentinel_url(url) {
             let (target, options) = sentinel::parse(url, options)?;
             return Self::sentinel(&target, options).await;
@@ -134,6 +146,13 @@ impl RedisStore {
     /// costs each call the store's timeout until the sentinels fail it over. The figures,
     /// measured under load, are in the [Redis guide](crate::guide::redis_instances).
     ///
+    /// Each primary the sentinels name later gets the checks `connect` gave the first, and a
+    /// new primary is logged as a warning (what the old one held may be lost). One that
+    /// fails them is not decided on: every call fails with their
+    /// [`StoreError::Misconfigured`], which names the fix, [`health`](crate::Limiter::health)
+    /// is [`Failing`](crate::store::Health::Failing), and the checks run again every second,
+    /// so a grant given there is taken up without a restart.
+    ///
     /// ```no_run
     /// use tollgate::store::{RedisOptions, RedisStore};
     ///
@@ -158,7 +177,10 @@ impl RedisStore {
         S: AsRef<str>,
     {
         let target = sentinel::Target::of_parts(sentinels, service)?;
-        Self::sentinel(&target, options).await
+        let uncertified = target.tls && options.client.is_none();
+        Self::sentinel(&target, options)
+            .await
+            .map_err(|e| perhaps_client_certificate(e, uncertified))
     }
 
     async fn sentinel(
@@ -215,9 +237,9 @@ impl RedisStore {
             }
             builder = builder.certs(certs);
         }
-        let cluster = builder
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis Cluster URLs: {e}")))?;
+        let cluster = builder.build().map_err(|e| {
+            StoreError::Misconfigured(format!("invalid redis Cluster URLs: {e} ({URL_FORMS})"))
+        })?;
         let connect = async {
             let conn = cluster
                 .get_async_connection()
@@ -242,11 +264,14 @@ impl RedisStore {
         // A Cluster runs the script: its calls are not coalesced (each batch's keys route
         // to their own node), and a script needs no loading per node ahead of time.
         let cluster = matches!(conn, Connection::Cluster(_));
-        // The commands first: a command denied inside the code would be reported without
-        // its name.
         let prefix = options.escaped_prefix();
-        access::check(&mut conn, addr, &prefix).await?;
-        let route = setup::dry_decision(&mut conn, addr, !cluster).await?;
+        let route = check(&mut conn, addr, &prefix, !cluster).await?;
+        if let Connection::Sentinel(sentinel) = &conn {
+            let prefix: Arc<[u8]> = Arc::from(prefix.as_slice());
+            sentinel.check_primaries_with(Box::new(move |client, addr| {
+                Box::pin(check_primary(client, addr, Arc::clone(&prefix), route))
+            }));
+        }
         let calls = Calls::new(Caller::new(conn.clone(), route), !cluster);
         let keep_alive = KeepAlive::start(&conn);
         Ok(Self {
@@ -264,9 +289,69 @@ impl RedisStore {
     }
 }
 
+/// The checks of a server the store decides on: the user may do everything the store does
+/// under `prefix`, and the code loads and runs ([`setup::dry_decision`]); the route that worked.
+async fn check(
+    conn: &mut Connection,
+    addr: &str,
+    prefix: &[u8],
+    functions: bool,
+) -> Result<Invocation, StoreError> {
+    // The commands first: a command denied inside the code would be reported without its
+    // name.
+    access::check(conn, addr, prefix).await?;
+    setup::dry_decision(conn, addr, functions).await
+}
+
+/// `connect`'s checks, on a primary the sentinels name after the first (`client`, at
+/// `addr`): [`StoreError::Misconfigured`] when the store cannot decide there, another error
+/// when it did not answer.
+async fn check_primary(
+    client: Client,
+    addr: String,
+    prefix: Arc<[u8]>,
+    route: Invocation,
+) -> Result<(), StoreError> {
+    let addr = addr.as_str();
+    let check = async {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+            .set_number_of_retries(0);
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| setup::setup_error(addr, &e))?;
+        let mut conn = Connection::Standalone(manager);
+        let info = setup::server_info(&mut conn, addr).await?;
+        // Demoted since the sentinels named it (a failover under way): ask them again.
+        if info.replica {
+            return Err(StoreError::Unavailable(format!("{addr} is a replica now")));
+        }
+        if let Some(refusal) = info.refusal(addr) {
+            return Err(refusal);
+        }
+        let functions = route == Invocation::Function;
+        let found = check(&mut conn, addr, &prefix, functions).await?;
+        // Before Redis 7 there are no functions, and calls fall back to the script there.
+        if found != route && info.version.is_none_or(|v| v >= (7, 0)) {
+            return Err(StoreError::Misconfigured(format!(
+                "redis at {addr}: the store calls tollgate's code as a function (FCALL), and \
+                 the Redis user may not load or call functions here: grant it +fcall and \
+                 +function|load"
+            )));
+        }
+        Ok(())
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, check)
+        .await
+        .unwrap_or(Err(StoreError::Timeout))
+}
+
 /// A client for `url`, with `options`' certificates for a `rediss://` URL.
 fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
-    let invalid = |e: redis::RedisError| StoreError::Unavailable(format!("invalid redis URL: {e}"));
+    let invalid = |e: redis::RedisError| {
+        StoreError::Misconfigured(format!("invalid redis URL: {e} ({URL_FORMS})"))
+    };
     if url.trim_start().starts_with("rediss") {
         install_crypto_provider();
     }
@@ -276,10 +361,52 @@ fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
     }
 }
 
+/// The URLs [`RedisStore::connect`] takes, for the error of one that is not one of them.
+const URL_FORMS: &str = "expected redis://[user:password@]host[:port][/db], rediss://… for \
+     TLS, several Cluster nodes as redis://host:port,redis://host:port, or \
+     redis+sentinel://[user:password@]host[:port][,host:port…]/service_name[/db]";
+
+/// A TLS server that requires a client certificate may close the connection before its
+/// alert saying so is read, or leave it silent: for a connect over TLS without one
+/// (`uncertified`), an error of a connection lost or silent says what it may be.
+fn perhaps_client_certificate(e: StoreError, uncertified: bool) -> StoreError {
+    const SIGNS: [&str; 5] = ["reset", "closed", "broken pipe", "eof", "did not answer"];
+    match e {
+        StoreError::Unavailable(m)
+            if uncertified && SIGNS.iter().any(|s| m.to_ascii_lowercase().contains(s)) =>
+        {
+            StoreError::Unavailable(format!(
+                "{m} (if the server requires a client certificate, pass one with \
+                 RedisOptions::client_cert_pem)"
+            ))
+        }
+        e => e,
+    }
+}
+
 /// The error of a connect that got no answer within [`CONNECT_TIMEOUT`].
 fn no_answer(addr: &str) -> StoreError {
     StoreError::Unavailable(format!(
         "redis at {addr} did not answer within {} s: check the URL and that the server is up",
         CONNECT_TIMEOUT.as_secs()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS connection lost or silent, without a client certificate, may be a server that
+    /// requires one: the error says so; with one, or without TLS, it does not.
+    #[test]
+    fn a_lost_tls_connection_without_a_client_certificate_names_the_option() {
+        let lost = || StoreError::Unavailable("redis at h:1: Connection reset by peer".into());
+        let msg = perhaps_client_certificate(lost(), true).to_string();
+        assert!(msg.contains("RedisOptions::client_cert_pem"), "{msg}");
+        assert_eq!(perhaps_client_certificate(lost(), false), lost());
+        let refused = StoreError::Unavailable("redis at h:1: Connection refused".into());
+        assert_eq!(perhaps_client_certificate(refused.clone(), true), refused);
+        let silent = perhaps_client_certificate(no_answer("h:1"), true).to_string();
+        assert!(silent.contains("client_cert_pem"), "{silent}");
+    }
 }

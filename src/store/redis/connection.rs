@@ -63,6 +63,18 @@ async fn keep_alive(conn: Connection, alive: Weak<KeepAlive>) {
     }
 }
 
+impl Connection {
+    /// Why the store does not decide on this connection's server, though it answers: a
+    /// Sentinel primary that failed `connect`'s checks. Each call fails with this error,
+    /// which names the fix, rather than with a raw refusal of each command.
+    pub(super) fn refusal(&self) -> Option<StoreError> {
+        match self {
+            Connection::Sentinel(c) => c.refusal(),
+            Connection::Standalone(_) | Connection::Cluster(_) => None,
+        }
+    }
+}
+
 /// A failed Redis call as the store reports it.
 pub(super) fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())

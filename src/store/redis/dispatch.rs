@@ -59,6 +59,9 @@ impl Caller {
 
     /// One call deciding `batches`, in order; the code is loaded again if Redis lost it.
     pub(super) async fn call(&self, batches: &[&Encoded]) -> Result<Vec<BatchReply>, StoreError> {
+        if let Some(refusal) = self.conn.refusal() {
+            return Err(refusal);
+        }
         let mut conn = self.conn.clone();
         let mut route = self.route();
         let mut cmd = script::command(route, batches);

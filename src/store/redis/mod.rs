@@ -9,6 +9,7 @@ mod dispatch;
 mod invalidation;
 mod keys;
 mod options;
+mod primary;
 mod script;
 mod sentinel;
 mod setup;
@@ -28,7 +29,7 @@ use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Outcome, RuleOutcome, StoreId};
 use crate::error::StoreError;
 use crate::store::batch;
-use crate::store::check::{Check, Store};
+use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
@@ -519,6 +520,9 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
+        if let Some(refusal) = self.conn.refusal() {
+            return Err(refusal);
+        }
         let check = Check::stored(rule, key.as_bytes());
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.key(&check, false));
@@ -540,6 +544,9 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let timeout = self.timeout;
         Some(async move {
+            if let Some(refusal) = conn.refusal() {
+                return Err(refusal);
+            }
             tokio::time::timeout(timeout, redis::cmd("PING").query_async::<Value>(&mut conn))
                 .await
                 .map_err(|_| StoreError::Timeout)?
@@ -547,7 +554,14 @@ impl Store for RedisStore {
             Ok(())
         })
     }
-    fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+
+    /// [`Failing`](Health::Failing) while a Sentinel primary fails `connect`'s checks (the
+    /// store does not decide there), else [`Healthy`](Health::Healthy): an outage shows
+    /// only as errors.
+    fn health(&self) -> Health {
+        match self.conn.refusal() {
+            Some(_) => Health::Failing,
+            None => Health::Healthy,
+        }
     }
 }

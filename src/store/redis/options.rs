@@ -132,14 +132,14 @@ impl RedisOptions {
             || self.db != 0
             || self.sentinel_auth.is_some()
         {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Misconfigured(
                 "RedisOptions::auth, db and sentinel_auth are for Sentinel: write the \
                  user, password and database in the URL (redis://user:password@host:port/db)"
                     .into(),
             ));
         }
         if self.certificates().is_some() && !url.trim_start().starts_with("rediss") {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Misconfigured(
                 "a CA or client certificate was given for a URL without TLS: use rediss://".into(),
             ));
         }

@@ -11,10 +11,12 @@
 //! the primary, whose `ROLE` is checked, and the connection is replaced when the primary
 //! moved or the old one is broken. A broken connection is resolved again every [`RETRY`]
 //! until a primary answers; meanwhile calls fail at once and the caller's failure policy
-//! decides.
+//! decides. A primary new to the store gets the checks `connect` gave the first; one that
+//! fails them is not decided on (every call fails with their error, naming the fix) and is
+//! checked again every [`RECHECK`] until it passes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -28,6 +30,7 @@ use tokio::time::Instant;
 use crate::error::StoreError;
 
 use super::options::RedisOptions;
+use super::primary::{self, Checks, Warnings, RECHECK};
 use super::DEFAULT_TIMEOUT;
 
 /// The pause between resolutions while the connection is broken: with the sentinels'
@@ -69,7 +72,7 @@ impl Target {
         S: AsRef<str>,
     {
         let invalid =
-            |why: String| StoreError::Unavailable(format!("invalid sentinel setup: {why}"));
+            |why: String| StoreError::Misconfigured(format!("invalid sentinel setup: {why}"));
         let mut tls = None;
         let mut hosts = Vec::new();
         for sentinel in sentinels {
@@ -146,7 +149,7 @@ pub(super) fn parse(
     mut options: RedisOptions,
 ) -> Result<(Target, RedisOptions), StoreError> {
     let invalid = |why: &str| {
-        StoreError::Unavailable(format!(
+        StoreError::Misconfigured(format!(
             "invalid redis URL: {why} (expected redis+sentinel://[user:password@]host:port\
              [,host:port…]/service_name[/db])"
         ))
@@ -200,7 +203,7 @@ pub(super) fn parse(
 
 /// `%XX` escapes decoded (a `@`, `:` or `,` in a password).
 fn percent_decode(text: &str) -> Result<String, StoreError> {
-    let bad = || StoreError::Unavailable("invalid redis URL: a bad %-escape".into());
+    let bad = || StoreError::Misconfigured("invalid redis URL: a bad %-escape".into());
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -235,7 +238,7 @@ pub(super) fn client(
             },
             false => ConnectionAddr::Tcp(host.clone(), *port),
         });
-    let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid sentinel setup: {e}"));
+    let invalid = |e: RedisError| StoreError::Misconfigured(format!("invalid sentinel setup: {e}"));
     let mut builder =
         SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
             .map_err(invalid)?
@@ -285,6 +288,13 @@ struct Shared {
     resolving: AtomicBool,
     /// When the last resolution started, to space out those of suspect calls.
     last_resolution: Mutex<Instant>,
+    /// `connect`'s checks, for each primary named after the first.
+    checks: OnceLock<Checks>,
+    /// Whether the primary failed them (its `refusal`), read on every call.
+    refused: AtomicBool,
+    /// The primary the sentinels named when the watcher last asked, for the log.
+    named: Mutex<Option<String>>,
+    warnings: Warnings,
 }
 
 #[derive(Clone)]
@@ -294,6 +304,8 @@ struct Primary {
     /// `host:port`.
     addr: String,
     broken: bool,
+    /// The error of `connect`'s checks, which this primary failed.
+    refusal: Option<StoreError>,
 }
 
 /// Connection settings: the store's own timeouts govern the calls.
@@ -315,6 +327,7 @@ async fn find_primary(sentinels: &mut SentinelClient) -> Result<Primary, RedisEr
         conn,
         addr,
         broken: false,
+        refusal: None,
     })
 }
 
@@ -334,9 +347,27 @@ impl SentinelConnection {
             primary: Mutex::new(primary),
             resolving: AtomicBool::new(false),
             last_resolution: Mutex::new(Instant::now()),
+            checks: OnceLock::new(),
+            refused: AtomicBool::new(false),
+            named: Mutex::new(Some(addr.clone())),
+            warnings: Warnings::default(),
         });
         tokio::spawn(watch(Arc::downgrade(&shared)));
         Ok((Self { shared, db }, addr))
+    }
+
+    /// Has each primary named after this one checked with `checks` (those of `connect`).
+    pub(super) fn check_primaries_with(&self, checks: Checks) {
+        let _ = self.shared.checks.set(checks);
+    }
+
+    /// The error of `connect`'s checks, which the primary failed: every call's error rather
+    /// than a raw refusal of each command.
+    pub(super) fn refusal(&self) -> Option<StoreError> {
+        if !self.shared.refused.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shared.primary.lock().refusal.clone()
     }
 
     /// A client for the primary as last resolved (for a pub/sub connection of its own).
@@ -411,60 +442,98 @@ async fn watch(shared: Weak<Shared>) {
             RESOLVE_TIMEOUT,
             ask.query_async::<Option<(String, u16)>>(conn),
         );
-        match named.await {
-            Ok(Ok(Some((host, port)))) => {
-                if format!("{host}:{port}") != strong.primary.lock().addr {
-                    strong.start_resolution();
-                }
-            }
+        let named = match named.await {
+            Ok(Ok(Some((host, port)))) => Some(format!("{host}:{port}")),
             // Another sentinel next time.
-            _ => sentinel = None,
+            _ => {
+                sentinel = None;
+                None
+            }
+        };
+        if named
+            .as_ref()
+            .is_some_and(|n| *n != strong.primary.lock().addr)
+        {
+            strong.start_resolution();
         }
+        *strong.named.lock() = named;
     }
 }
 
-/// Resolves the primary once, and again every [`RETRY`] while the connection is broken;
-/// ends when the store is dropped.
+/// Resolves the primary once, and again every [`RETRY`] while the connection is broken (or
+/// [`RECHECK`] while the primary fails `connect`'s checks); ends when the store is dropped.
 async fn resolve(shared: Weak<Shared>) {
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        let found = {
-            let mut sentinels = strong.sentinels.lock().await;
-            tokio::time::timeout(RESOLVE_TIMEOUT, find_primary(&mut sentinels)).await
-        };
-        if strong.adopt(found) {
+        let found = strong.find().await;
+        let Some(pause) = strong.adopt(found) else {
             strong.resolving.store(false, Ordering::Release);
             return;
-        }
+        };
         drop(strong);
-        tokio::time::sleep(RETRY).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
 impl Shared {
-    /// Takes a resolution's result: the connection is replaced where the primary moved or
-    /// the old connection is broken. Whether the connection works now.
-    fn adopt(
-        &self,
-        found: Result<Result<Primary, RedisError>, tokio::time::error::Elapsed>,
-    ) -> bool {
-        let mut primary = self.primary.lock();
-        match found {
-            Ok(Ok(found)) if found.addr != primary.addr || primary.broken => {
-                tracing::info!(target: "tollgate::redis", from = %primary.addr, to = %found.addr, "following the primary the sentinels name");
-                *primary = found;
+    /// Asks the sentinels for the primary, and gives one new to the store (or one that
+    /// failed them) `connect`'s checks; `Err` says why none was found, and about which.
+    async fn find(&self) -> Result<Primary, (String, String)> {
+        let found = {
+            let mut sentinels = self.sentinels.lock().await;
+            tokio::time::timeout(RESOLVE_TIMEOUT, find_primary(&mut sentinels)).await
+        };
+        let mut found = match found {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                let named = self.named.lock().clone();
+                let message = primary::unresolved(named.as_deref(), &e);
+                return Err((named.unwrap_or_default(), message));
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(target: "tollgate::redis", %error, "the sentinels named no primary");
-            }
-            Err(_) => {
-                tracing::warn!(target: "tollgate::redis", "the sentinels did not answer in time")
+            Err(_) => return Err((String::new(), "the sentinels did not answer in time".into())),
+        };
+        let unchecked = {
+            let primary = self.primary.lock();
+            found.addr != primary.addr || primary.refusal.is_some()
+        };
+        if let Some(checks) = self.checks.get().filter(|_| unchecked) {
+            match checks(found.client.clone(), found.addr.clone()).await {
+                Ok(()) => {}
+                Err(e @ StoreError::Misconfigured(_)) => found.refusal = Some(e),
+                Err(e) => {
+                    let message = format!("the primary {} did not answer: {e}", found.addr);
+                    return Err((found.addr, message));
+                }
             }
         }
-        !primary.broken
+        Ok(found)
+    }
+
+    /// Takes a resolution's result: the connection is replaced where the primary moved,
+    /// the old connection is broken, or the primary had failed the checks. `None` when
+    /// the store decides on the primary now, else the pause before the next resolution.
+    fn adopt(&self, found: Result<Primary, (String, String)>) -> Option<Duration> {
+        let mut primary = self.primary.lock();
+        match found {
+            Ok(found)
+                if found.addr != primary.addr || primary.broken || primary.refusal.is_some() =>
+            {
+                let refusal = found.refusal.as_ref();
+                self.warnings.adopted(&primary.addr, &found.addr, refusal);
+                self.refused
+                    .store(found.refusal.is_some(), Ordering::Release);
+                *primary = found;
+            }
+            Ok(_) => {}
+            Err((about, why)) => self.warnings.warn(&about, why),
+        }
+        match (primary.broken, &primary.refusal) {
+            (false, None) => None,
+            (false, Some(_)) => Some(RECHECK),
+            (true, _) => Some(RETRY),
+        }
     }
 }
 

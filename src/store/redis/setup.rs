@@ -47,13 +47,13 @@ impl ServerInfo {
     /// Cluster node is not one (the caller connects as a Cluster client instead).
     pub(super) fn refusal(&self, addr: &str) -> Option<StoreError> {
         if let Some(version) = self.version.filter(|&v| v < MIN_VERSION) {
-            return Some(StoreError::Unavailable(format!(
+            return Some(StoreError::Misconfigured(format!(
                 "redis at {addr} is version {}.{}, tollgate's script needs Redis {}.{} or newer",
                 version.0, version.1, MIN_VERSION.0, MIN_VERSION.1
             )));
         }
         if self.replica && !self.cluster {
-            return Some(StoreError::Unavailable(format!(
+            return Some(StoreError::Misconfigured(format!(
                 "redis at {addr} is a replica (INFO role:slave): tollgate writes its state on \
                  every decision, point the store at the primary"
             )));
@@ -121,7 +121,7 @@ pub(super) async fn dry_decision(
             Ok(_) => match dry_call(conn, addr, Invocation::Function).await {
                 Ok(()) => return Ok(Invocation::Function),
                 // A user who may load functions but not call them: the script will do.
-                Err(StoreError::Unavailable(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
+                Err(StoreError::Misconfigured(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
                 Err(e) => return Err(e),
             },
             // Redis before 7, or a user who may not load functions: the script will do.
@@ -151,7 +151,7 @@ async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<()
     let caller = Caller::new(conn.clone(), route);
     let mut replies = caller.call(&[&batch]).await.map_err(|e| match e {
         StoreError::Unavailable(message) if message.to_ascii_uppercase().contains("NOPERM") => {
-            StoreError::Unavailable(format!("redis at {addr}: {message} ({NOPERM_FIX})"))
+            StoreError::Misconfigured(format!("redis at {addr}: {NOPERM_FIX} ({message})"))
         }
         StoreError::Unavailable(message) => {
             StoreError::Unavailable(format!("redis at {addr}: {message}"))
@@ -196,38 +196,90 @@ fn noperm_fix(e: &RedisError) -> String {
     }
 }
 
-/// A start-up failure at `addr`, with the fix where there is a known one.
+/// A start-up failure at `addr`: a configuration error naming the fix where `e` says what
+/// to fix, else an outage.
 pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
-    let noperm;
-    let fix = match e.code() {
-        Some("NOPERM") => {
-            noperm = noperm_fix(e);
-            noperm.as_str()
+    match fix(e) {
+        Some(Fix::Misconfigured(fix)) => {
+            StoreError::Misconfigured(format!("redis at {addr}: {fix} ({})", brief(e)))
         }
-        Some("READONLY") => "this is a read-only replica: point the store at the primary",
-        Some("MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") => {
-            "this is a Redis Cluster node: connect with RedisStore::connect_cluster, or \
-             RedisStore::connect, which detects a Cluster"
-        }
-        _ if e.kind() == redis::ErrorKind::AuthenticationFailed => {
-            "authentication failed: put the user and password in the URL \
-             (redis://user:password@host:port/)"
-        }
-        Some("NOAUTH" | "WRONGPASS") => {
-            "authentication failed: put the user and password in the URL \
-             (redis://user:password@host:port/)"
-        }
-        _ if e.to_string().contains("cluster support disabled") => {
-            "this server is not a Redis Cluster node: connect with RedisStore::connect"
-        }
-        _ if e.is_connection_refusal() => "nothing listens there: check the URL",
-        _ => "",
-    };
-    if fix.is_empty() {
-        StoreError::Unavailable(format!("redis at {addr}: {e}"))
-    } else {
-        StoreError::Unavailable(format!("redis at {addr}: {e} ({fix})"))
+        Some(Fix::Outage(fix)) => StoreError::Unavailable(format!("redis at {addr}: {e} ({fix})")),
+        None => StoreError::Unavailable(format!("redis at {addr}: {e}")),
     }
+}
+
+/// What a start-up error asks of its reader: a change of configuration, or patience.
+enum Fix {
+    Misconfigured(String),
+    Outage(&'static str),
+}
+
+/// The fix `e` calls for, read off its code, its kind or its words (the only place where
+/// rustls' verdicts and the parser's show).
+fn fix(e: &RedisError) -> Option<Fix> {
+    let text = e.to_string();
+    let config = |fix: &str| Some(Fix::Misconfigured(fix.to_owned()));
+    match e.code() {
+        Some("NOPERM") => return Some(Fix::Misconfigured(noperm_fix(e))),
+        Some("READONLY") => {
+            return config("this is a read-only replica: point the store at the primary")
+        }
+        Some("MOVED" | "ASK" | "CROSSSLOT") => return config(CLUSTER_NODE),
+        Some("CLUSTERDOWN") => return Some(Fix::Outage("the Cluster does not serve every slot")),
+        Some("NOAUTH") => return config(NO_PASSWORD),
+        Some("WRONGPASS") => return config(WRONG_PASSWORD),
+        _ => {}
+    }
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return config(WRONG_PASSWORD);
+    }
+    const SAID: [(&str, &str); 6] = [
+        (
+            "UnknownIssuer",
+            "the server's certificate is not signed by a CA this client trusts: pass the CA \
+             with RedisOptions::ca_pem to RedisStore::connect_with (or trust it system-wide)",
+        ),
+        (
+            "CertificateRequired",
+            "the server requires a client certificate: pass one signed by a CA the server \
+             trusts with RedisOptions::client_cert_pem to RedisStore::connect_with",
+        ),
+        (
+            "invalid peer certificate",
+            "the server's certificate does not verify: check the host name in the URL and \
+             the CA given with RedisOptions::ca_pem",
+        ),
+        (
+            "InvalidContentType",
+            "the server does not speak TLS there: use redis:// rather than rediss://, or the \
+             server's TLS port",
+        ),
+        (
+            "Parse error",
+            "the server does not speak the Redis protocol (is it the right port?)",
+        ),
+        (
+            "cluster support disabled",
+            "this server is not a Redis Cluster node: connect with RedisStore::connect",
+        ),
+    ];
+    if let Some((_, fix)) = SAID.iter().find(|(said, _)| text.contains(said)) {
+        return config(fix);
+    }
+    e.is_connection_refusal()
+        .then_some(Fix::Outage("nothing listens there: check the URL"))
+}
+
+const CLUSTER_NODE: &str = "this is a Redis Cluster node: connect with \
+     RedisStore::connect_cluster, or RedisStore::connect, which detects a Cluster";
+const NO_PASSWORD: &str = "the server requires a password: put it in the URL \
+     (redis://user:password@host:port/; for Sentinel, RedisOptions::auth)";
+const WRONG_PASSWORD: &str = "the server refused the credentials given (the URL's \
+     user:password, or RedisOptions::auth for Sentinel): check the user and password";
+
+/// `e`'s text on one line: a parser's error lists each unexpected byte on a line of its own.
+fn brief(e: &RedisError) -> String {
+    e.to_string().trim().replace('\n', "; ")
 }
 
 #[cfg(test)]
