@@ -252,8 +252,8 @@ impl Limit {
         self
     }
 
-    /// Sets which requests count, by the status of their response (default
-    /// [`Charge::all`]): [`Charge::failures`] counts failed logins only (401 and 403),
+    /// Sets which requests count, by the status of their response (by default every
+    /// request): [`Charge::failures`] counts failed logins only (401 and 403),
     /// [`Charge::except_server_errors`] gives a failing backend's requests back. Units are
     /// taken at admission and given back when the response does not count, so the
     /// requests that count never exceed the limit, however many run at once; see

@@ -108,7 +108,7 @@ enum Counted {
 
 impl Charge {
     /// Every request counts, whatever its response (the default).
-    pub fn all() -> Self {
+    pub(crate) fn all() -> Self {
         Self { kind: Counted::All }
     }
 
