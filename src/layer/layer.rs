@@ -26,12 +26,8 @@ use crate::store::{Health, MemoryStore, Store};
 /// table and the options, then [`build`](RateLimitLayerBuilder::build), which checks the
 /// whole configuration once. The layer holds a [`Limiter`] (a cheap handle on the store)
 /// and its configuration behind an `Arc`: every service it makes, and every clone of those,
-/// enforces the same limits.
-///
-/// tower has a `RateLimitLayer` and a `RateLimit` of its own (`tower::limit`), a
-/// per-service counter. Where both are in scope, name this one by its path
-/// (`tollgate::layer::RateLimitLayer`) or import it under another name
-/// (`use tollgate::layer::RateLimitLayer as Tollgate;`).
+/// enforces the same limits. Not tower's `RateLimitLayer`: see
+/// [tower's `RateLimit`](super#towers-ratelimit).
 #[derive(Clone)]
 pub struct RateLimitLayer<St = MemoryStore> {
     pub(super) limiter: Limiter<St>,
@@ -237,39 +233,32 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Holds at most `n` requests at once (default 10,000): requests waiting
-    /// out a leaky bucket's delay or a wait-mode reservation. A request beyond it is refused
-    /// as if denied (429 with `Retry-After` = its delay, rounded up), and the units reserved
-    /// for it are given back. The count is shared by every service the layer makes (and by
-    /// clones of the layer). `0` is refused by [`build`](Self::build): it would refuse every
-    /// delay. [Observers](Self::observe) see the store's decision (the delay); the refusal itself is logged with `tracing::debug!`. What a held request
-    /// costs until it is released: see [held requests](crate::guide::waiting_for_a_permit#held-requests).
+    /// Holds at most `n` requests at once (default 10,000): requests waiting out a leaky
+    /// bucket's delay or a wait-mode reservation, counted across every service and clone of
+    /// the layer. A request beyond it is refused as if denied (429, `Retry-After` = its delay
+    /// rounded up) and its reserved units are given back; [observers](Self::observe) see the
+    /// store's delay, the refusal is logged with `tracing::debug!`. `0` is a
+    /// [`build`](Self::build) error. Costs: [held requests](crate::guide::waiting_for_a_permit#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
         self.config_mut().held.max = n;
         self
     }
 
-    /// Holds at most `n` requests at once per key that delays them (default: a tenth of
-    /// [`max_held`](Self::max_held), at least 1), so that one client cannot take every
-    /// place; raise it for a rule on one key for all (a global leaky bucket). A
-    /// request counts under each (rule, key) of its batch whose rule delays it; with a
-    /// global rule doing the delaying, the bound applies to all requests it delays.
-    /// Beyond it a request is refused as with `max_held`. The more a key holds, the less of
-    /// `max_held` it reaches: a key holding `n` requests takes another place only while
-    /// fewer than `max_held × (1 − n / max_held_per_key)` are taken (all of them when the
-    /// share is all of `max_held`), so the last places go to the keys holding least, and the
-    /// room is full only when as many keys as it has places hold one each.
+    /// Holds at most `n` requests at once per (rule, key) that delays them (default: a tenth
+    /// of [`max_held`](Self::max_held), at least 1), so one client cannot take every place;
+    /// raise it for a rule on one key for all (a global leaky bucket). Beyond it a request is
+    /// refused as with `max_held`. A key holding `n` takes another place only while fewer
+    /// than `max_held × (1 − n / max_held_per_key)` are taken, so the last places go to the
+    /// keys holding least.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
         self.config_mut().held.max_per_key = Some(n);
         self
     }
 
-    /// Adds `observer`, told of every decision: its route, the store's answer, health and
-    /// latency, and each rule's decision with the key as the store keeps it (see
-    /// [`DecisionObserver`]); several may be added, each told in the order added, after the
-    /// `metrics` feature's. An observer is the layer's state, not its configuration: a
-    /// [reload](super::ReloadHandle::reload) keeps the running layer's observers and ignores
-    /// the reloaded builder's.
+    /// Adds `observer`, told of every decision (see [`DecisionObserver`]); several are told
+    /// in the order added, after the `metrics` feature's. Observers are layer state: a
+    /// [reload](super::ReloadHandle::reload) keeps the running layer's and ignores the
+    /// reloaded builder's.
     pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
         self.observers.push(Arc::new(observer));
         self
@@ -283,14 +272,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (default
     /// `true`; rejections always carry them). Rules in shadow ([`Limit::shadow`],
-    /// [`Mode::Shadow`]) are never advertised.
-    ///
-    /// On by default because that is what the headers are for: a client that reads
-    /// `r=3` slows down before it meets a 429, and retries less. They cost one small
-    /// allocation per admitted response (the `RateLimit` value; `RateLimit-Policy` is
-    /// rendered once, when the layer is built) and tell a client its quota, which a 429
-    /// tells it anyway. `headers_on_allowed(false)` keeps them to rejections (tower_governor's
-    /// default): for a limit clients should not plan around, or the leanest hot path.
+    /// [`Mode::Shadow`]) are never advertised. On by default so a client slows down before
+    /// it meets a 429; `false` (tower_governor's default) suits a limit clients should not
+    /// plan around, and saves one small allocation per admitted response.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config_mut().headers.on_allowed = yes;
         self
@@ -354,9 +338,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
     /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
     /// the first at once, then, when an `interval` ends with events left out, one summary
-    /// line with their number (`suppressed`) and, for store failures, the last error
-    /// (`last_error`), even if no request follows. A store outage or a shadow rollout then
-    /// costs one line per interval, not one per request. `Duration::ZERO` logs every event.
+    /// line with their number (`suppressed`) and, for store failures, the `last_error`, even
+    /// if no request follows. `Duration::ZERO` logs every event.
     pub fn log_interval(mut self, interval: Duration) -> Self {
         self.config_mut().log_interval = interval;
         self
@@ -403,9 +386,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     }
 }
 
-/// A limit whose every request costs more than its rule ever admits at once would refuse
-/// every request (`CostExceedsCapacity`): a `min_cost`, or a rule's default cost, above
-/// the rule's capacity.
+/// A `min_cost` or default cost above the rule's capacity: every request refused.
 fn costs_problem(limit: &Limit) -> Option<ConfigError> {
     limit.rule.validate().ok()?;
     let capacity = limit.rule.algorithm().quota().0;
@@ -421,9 +402,7 @@ fn costs_problem(limit: &Limit) -> Option<ConfigError> {
     })
 }
 
-/// [`FailurePolicy::Fallback`] relies on the store to decide locally while Redis is away;
-/// over a store whose calls then fail, every request of an outage would pass unlimited, and
-/// its readiness would say healthy.
+/// [`FailurePolicy::Fallback`] over a store that fails in an outage: every request passes.
 fn fallback_problem(config: &Config, store: &impl Store) -> Option<ConfigError> {
     let fails = store.outage_health() == Health::Failing;
     (config.on_failure == FailurePolicy::Fallback && fails).then(|| {

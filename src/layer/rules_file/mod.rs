@@ -72,30 +72,22 @@
 //!
 //! # File and code together
 //!
-//! Closures cannot come from a file: a key read by code, a cost function, a plan looked up
-//! in the server's records. The code registers them on the [`Loader`] by name
-//! ([`Loader::key`], [`Loader::plan_of`]) and the file names them (`{ named = "api-key" }`,
-//! `plan_of = { named = "plan-of-key" }`). The file's limits are added to a builder the code
-//! gives ([`Loader::load`]), so hooks ([`on_reject`](crate::layer::RateLimitLayerBuilder::on_reject),
-//! [observers](crate::layer::RateLimitLayerBuilder::observe), exemptions) and limits
-//! that need code (a [`Limit::cost`](crate::layer::Limit::cost) function) stay in the code,
-//! beside the file's, decided in the same batch.
+//! Closures cannot come from a file: the code registers them on the [`Loader`] by name
+//! ([`Loader::key`], [`Loader::plan_of`]) and the file names them (`{ named = "api-key" }`).
+//! The file's limits are added to a builder the code gives ([`Loader::load`]), so hooks
+//! ([`on_reject`](crate::layer::RateLimitLayerBuilder::on_reject), observers, exemptions)
+//! and limits that need code (a [`Limit::cost`](crate::layer::Limit::cost) function) stay
+//! in the code, decided in the same batch.
 //!
 //! # Errors
 //!
-//! Every problem is reported at once, in the order of the lines, in a [`ConfigError`] whose
-//! problems each start with `file:line:column:` and the field's path
-//! (`route[0].limit[1].fixed_window`): the TOML syntax, a field that does not exist (with
-//! the known one it is a typo of, if any) or has the wrong type, a duration or rate that
-//! does not parse (from `toml`'s own spans), and whatever the layer's
-//! [`build`](crate::layer::RateLimitLayerBuilder::build) refuses — a zero limit, a route no
-//! request can match, a name bound to two rules — located at the limit or route it names.
-//! A [`RulesFile`] read from another format is checked the same way, its problems named by
-//! path without lines.
-//!
-//! With a [`ReloadHandle`](crate::layer::ReloadHandle), a new file replaces the rules of a
-//! running layer, and a file with a problem leaves them as they were: see
-//! `examples/reload.rs`.
+//! Every problem is reported at once, in line order, in a [`ConfigError`] whose problems
+//! each start with `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`):
+//! TOML syntax, an unknown field (with the known one it is a typo of) or a wrong type, a bad
+//! duration or rate, and whatever [`build`](crate::layer::RateLimitLayerBuilder::build)
+//! refuses, located at the limit or route it names. A [`RulesFile`] from another format is
+//! checked the same way, named by path without lines. A [`ReloadHandle`](crate::layer::ReloadHandle)
+//! swaps in a new file's rules, keeping the old ones if it has a problem (`examples/reload.rs`).
 
 mod convert;
 mod report;
@@ -115,8 +107,8 @@ use crate::key::KeyExtractor;
 use crate::layer::{PlanOf, RateLimitLayer, RateLimitLayerBuilder};
 use crate::store::Store;
 
-/// Turns rules files into layers, with the key extractors and plan lookups that only code
-/// can provide, registered by name. See the [module docs](self).
+/// Turns rules files into layers, with code's key extractors and plan lookups registered by
+/// name. See the [module docs](self).
 ///
 /// ```
 /// use tollgate::key;

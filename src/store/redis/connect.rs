@@ -25,32 +25,29 @@ use super::{RedisStore, DEFAULT_TIMEOUT};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RedisStore {
-    /// Connects to Redis and checks that tollgate can work there, so that a deployment that
-    /// cannot is an error now, not a silent failure on every request.
+    /// Connects to Redis and checks that tollgate can work there: a deployment that cannot
+    /// is an error now, not a failure on every request.
     ///
     /// `url` is one of:
     /// - one server, `redis://[user:password@]host:port/db`, or `rediss://…` for TLS (the
     ///   server's certificate verified against the system's roots; `#insecure` at the end
     ///   skips verification; a CA or client certificate of your own through
     ///   [`connect_with`](Self::connect_with));
-    /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`, the
-    ///   same as [`connect_cluster`](Self::connect_cluster); a comma in a password is
-    ///   written `%2C`). A server that has cluster mode enabled is connected to as a Cluster
-    ///   client seeded with that node, which discovers the others: the store never runs as
-    ///   a standalone client against a Cluster ([`is_cluster`](Self::is_cluster) says which
-    ///   it became);
+    /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`, as
+    ///   [`connect_cluster`](Self::connect_cluster); a comma in a password is `%2C`). One
+    ///   server in cluster mode is connected to as a Cluster seeded with it, never as a
+    ///   standalone client ([`is_cluster`](Self::is_cluster) says which it became);
     /// - a Sentinel deployment,
     ///   `redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`
     ///   (`rediss+sentinel://` for TLS to the sentinels and the primary): the credentials
     ///   and database are the primary's; the store follows the primary the sentinels name
     ///   through failovers (see [`connect_sentinel`](Self::connect_sentinel)).
     ///
-    /// Before it returns, the store loads its code, decides one empty batch (a dry peek),
-    /// and runs each command its code uses once on a key of its own under the prefix (the
-    /// default, `tollgate`; [`connect_with`](Self::connect_with) checks another), all
-    /// within a few seconds. It fails with [`StoreError::Unavailable`], the address in the
-    /// message, when nothing answers at the URL (an outage, which may pass), and with
-    /// [`StoreError::Misconfigured`], the address and the fix in the message, when:
+    /// Before it returns (within a few seconds), the store loads its code, decides one empty
+    /// batch, and runs each command its code uses once on a key of its own under the prefix
+    /// (`tollgate`; [`connect_with`](Self::connect_with) sets another). It fails with
+    /// [`StoreError::Unavailable`] when nothing answers (an outage, which may pass), and with
+    /// [`StoreError::Misconfigured`], naming the address and the fix, when:
     /// - the URL is not one of the forms above, or the server there does not speak Redis;
     /// - the password is missing or refused;
     /// - the server's certificate does not verify (an unknown CA:
@@ -136,22 +133,18 @@ impl RedisStore {
     /// `options`' [`auth`](RedisOptions::auth) and [`db`](RedisOptions::db) for the primary:
     /// the parts of a `redis+sentinel://` URL, which [`connect`](Self::connect) takes too.
     ///
-    /// The store never writes to a replica: the sentinels' answer is checked with `ROLE`,
-    /// and a call that finds the connection lost or the server demoted (`READONLY`) has the
-    /// sentinels asked again, in the background, every 100 ms until a primary answers. So
-    /// a failover (`SENTINEL FAILOVER`, or the primary killed) is followed within 100 ms of
-    /// the sentinels promoting a replica (which itself takes their
-    /// `down-after-milliseconds` plus the election when the primary died); meanwhile calls
-    /// fail at once and the failure policy decides. A primary that hangs rather than dies
-    /// costs each call the store's timeout until the sentinels fail it over. The figures,
-    /// measured under load, are in the [Redis guide](crate::guide::redis_instances).
+    /// The store never writes to a replica (the sentinels' answer is checked with `ROLE`).
+    /// A call that finds the connection lost or the server demoted (`READONLY`) has the
+    /// sentinels asked again in the background every 100 ms, so a failover is followed
+    /// within 100 ms of the sentinels promoting a replica; meanwhile calls fail at once and
+    /// the failure policy decides. A primary that hangs rather than dies costs each call the
+    /// store's timeout until it is failed over. Figures: the [Redis guide](crate::guide::redis_instances).
     ///
-    /// Each primary the sentinels name later gets the checks `connect` gave the first, and a
-    /// new primary is logged as a warning (what the old one held may be lost). One that
-    /// fails them is not decided on: every call fails with their
-    /// [`StoreError::Misconfigured`], which names the fix, [`health`](crate::Limiter::health)
-    /// is [`Failing`](crate::store::Health::Failing), and the checks run again every second,
-    /// so a grant given there is taken up without a restart.
+    /// Each later primary gets `connect`'s checks and is logged as a warning (what the old
+    /// one held may be lost). One that fails them is not decided on: every call fails with
+    /// their [`StoreError::Misconfigured`], [`health`](crate::Limiter::health) is
+    /// [`Failing`](crate::store::Health::Failing), and they run again every second, so a
+    /// grant given there is taken up without a restart.
     ///
     /// ```no_run
     /// use tollgate::store::{RedisOptions, RedisStore};
@@ -253,8 +246,7 @@ impl RedisStore {
             .map_err(|_| no_answer(&addr))?
     }
 
-    /// Checks the deployment on `conn` (the code runs, the user may do all the store does
-    /// under the prefix) and makes the store.
+    /// Checks the deployment on `conn` and makes the store.
     async fn ready(
         mut conn: Connection,
         addr: &str,
@@ -297,15 +289,13 @@ async fn check(
     prefix: &[u8],
     functions: bool,
 ) -> Result<Invocation, StoreError> {
-    // The commands first: a command denied inside the code would be reported without its
-    // name.
+    // The commands first: a command denied inside the code is reported without its name.
     access::check(conn, addr, prefix).await?;
     setup::dry_decision(conn, addr, functions).await
 }
 
-/// `connect`'s checks, on a primary the sentinels name after the first (`client`, at
-/// `addr`): [`StoreError::Misconfigured`] when the store cannot decide there, another error
-/// when it did not answer.
+/// `connect`'s checks on a later primary: [`StoreError::Misconfigured`] when the store
+/// cannot decide there, another error when it did not answer.
 async fn check_primary(
     client: Client,
     addr: String,
@@ -366,9 +356,8 @@ const URL_FORMS: &str = "expected redis://[user:password@]host[:port][/db], redi
      TLS, several Cluster nodes as redis://host:port,redis://host:port, or \
      redis+sentinel://[user:password@]host[:port][,host:port…]/service_name[/db]";
 
-/// A TLS server that requires a client certificate may close the connection before its
-/// alert saying so is read, or leave it silent: for a connect over TLS without one
-/// (`uncertified`), an error of a connection lost or silent says what it may be.
+/// A TLS server that requires a client certificate may drop the connection before its
+/// alert is read, or go silent: for such an error without one, say what it may be.
 fn perhaps_client_certificate(e: StoreError, uncertified: bool) -> StoreError {
     const SIGNS: [&str; 5] = ["reset", "closed", "broken pipe", "eof", "did not answer"];
     match e {

@@ -1,19 +1,12 @@
 //! Redis Sentinel: the primary found through the sentinels, and followed when they fail it
 //! over.
 //!
-//! Calls run on a multiplexed connection to the primary the sentinels named. A call that
-//! finds the connection lost, or the server a replica (`READONLY`), marks it broken; a call
-//! that never got its answer (the store's timeout dropped it) marks it suspect; and a
-//! watcher asks a sentinel every [`WATCH`] which server is the primary, because after a
-//! failover the old primary may go on accepting writes (which the new one never sees)
-//! until the sentinels get round to demoting it, seconds later. Each of these starts one
-//! resolution in the background (never on a request's path): the sentinels are asked for
-//! the primary, whose `ROLE` is checked, and the connection is replaced when the primary
-//! moved or the old one is broken. A broken connection is resolved again every [`RETRY`]
-//! until a primary answers; meanwhile calls fail at once and the caller's failure policy
-//! decides. A primary new to the store gets the checks `connect` gave the first; one that
-//! fails them is not decided on (every call fails with their error, naming the fix) and is
-//! checked again every [`RECHECK`] until it passes.
+//! A call that finds the connection lost or the server a replica (`READONLY`) marks it
+//! broken; a call the store's timeout dropped marks it suspect; a watcher asks a sentinel
+//! every [`WATCH`] which server is the primary, since a failed-over primary may go on
+//! accepting writes until demoted. Each starts one background resolution (never on a
+//! request's path), repeated every [`RETRY`] while broken. Promised behaviour:
+//! [`connect_sentinel`](super::RedisStore::connect_sentinel).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -61,11 +54,10 @@ pub(super) struct Target {
 }
 
 impl Target {
-    /// The target of [`connect_sentinel`](super::RedisStore::connect_sentinel)'s parts,
-    /// each checked on its own and none pasted into a URL: a part cannot set an option
-    /// (`#insecure`) or another part. A sentinel is `host[:port]` (`[v6]:port`), or
-    /// `redis://` / `rediss://` before it for TLS (all alike); the service name goes to
-    /// the sentinels as it is, so it must only be non-empty and printable.
+    /// The target of [`connect_sentinel`](super::RedisStore::connect_sentinel)'s parts, each
+    /// checked on its own, never pasted into a URL (a part cannot set `#insecure`). A sentinel
+    /// is `host[:port]`, `redis://` or `rediss://` before it for TLS (all alike); the service
+    /// name must only be non-empty and printable.
     pub(super) fn of_parts<I, S>(sentinels: I, service: &str) -> Result<Target, StoreError>
     where
         I: IntoIterator<Item = S>,
@@ -375,9 +367,7 @@ impl SentinelConnection {
         self.shared.primary.lock().client.clone()
     }
 
-    /// Something went wrong on the primary's connection: resolve again in the background.
-    /// `broken`: the connection is lost (or the server is a replica), so the resolution is
-    /// repeated until a primary answers.
+    /// Resolves again in the background; `broken` (lost, or a replica): until a primary answers.
     pub(super) fn suspect(&self, broken: bool) {
         if broken {
             self.shared.primary.lock().broken = true;
@@ -511,9 +501,8 @@ impl Shared {
         Ok(found)
     }
 
-    /// Takes a resolution's result: the connection is replaced where the primary moved,
-    /// the old connection is broken, or the primary had failed the checks. `None` when
-    /// the store decides on the primary now, else the pause before the next resolution.
+    /// Takes a resolution's result (replacing the connection where needed): `None` when the
+    /// store decides on the primary now, else the pause before the next resolution.
     fn adopt(&self, found: Result<Primary, (String, String)>) -> Option<Duration> {
         let mut primary = self.primary.lock();
         match found {
