@@ -29,8 +29,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `Retry-After` seconds for a wait of `d`: rounded up and at least 1, so a client is
-/// never told to retry at once when it was just refused.
+/// The `Retry-After` seconds for a wait of `d`: rounded up, at least 1 (never "retry now").
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }
@@ -45,8 +44,7 @@ pub(crate) struct HeaderOptions {
 }
 
 impl Default for HeaderOptions {
-    /// `RateLimit` on admitted responses too: the headers exist so that clients slow down
-    /// before a 429 (see `RateLimitLayerBuilder::headers_on_allowed`).
+    /// `RateLimit` on admitted responses too (`RateLimitLayerBuilder::headers_on_allowed`).
     fn default() -> Self {
         Self {
             on_allowed: true,
@@ -72,11 +70,8 @@ fn advertised(outcome: &RuleOutcome) -> (u64, u64) {
     }
 }
 
-/// The rate-limit headers of one response, rendered: `RateLimit-Policy`, `RateLimit` and
-/// the legacy headers' figures. Built once per response with no intermediate `String`: the
-/// lists are written into a buffer on the stack, and each header value is one exactly
-/// sized copy of it (the policy list, which depends only on the configuration, is usually
-/// a cached value whose clone allocates nothing).
+/// The rate-limit headers of one response, rendered. Each list is one exactly sized
+/// allocation; the policy list is usually a cached value whose clone allocates nothing.
 pub(crate) struct RateLimitHeaders {
     policy: Option<HeaderValue>,
     state: Option<HeaderValue>,
@@ -84,13 +79,11 @@ pub(crate) struct RateLimitHeaders {
     legacy: Option<(u64, u64, u64)>,
 }
 
-/// A header list, written into the bytes its header value keeps: its length is counted
-/// first (see [`List::len_of`]), so the value is one allocation of exactly that size and
-/// nothing is copied after. A miscount costs an allocation, never a wrong header.
+/// A header list, its length counted first ([`List::len_of`]) so the value is one exact
+/// allocation; a miscount costs an allocation, never a wrong header.
 struct List(Vec<u8>);
 
-/// A parameter of a list item, after the rule's name: `;r=5` (its key with the separators,
-/// then its value).
+/// A parameter of a list item, after the rule's name: `;r=5`.
 struct Item {
     key: &'static [u8; 3],
     value: u64,
@@ -128,8 +121,7 @@ impl List {
         }
     }
 
-    /// The header value; rule names are validated to a token-safe alphabet, so this never
-    /// fails for our lists.
+    /// The header value; rule names are validated token-safe, so this never fails.
     fn into_value(self) -> Option<HeaderValue> {
         HeaderValue::from_maybe_shared(Bytes::from(self.0)).ok()
     }
@@ -183,10 +175,8 @@ pub(crate) fn policy_value<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Opt
 }
 
 impl RateLimitHeaders {
-    /// The headers for `rules`. `policy`, if given, is the `RateLimit-Policy` value of
-    /// exactly these rules (see [`policy_value`]). `denied` is the decision of a denied
-    /// batch: its deciding rule (the first whose own decision it is) is the one the legacy
-    /// headers describe, so they agree with `Retry-After`.
+    /// The headers for `rules`; `policy`, the cached [`policy_value`] of exactly these
+    /// rules. The legacy headers describe `denied`'s deciding rule, agreeing with `Retry-After`.
     pub(crate) fn new<'a>(
         rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
         policy: Option<&HeaderValue>,
@@ -254,11 +244,9 @@ impl RateLimitHeaders {
         }
     }
 
-    /// Adds the headers to an inner service's response: the structured-field lists are
-    /// appended, so that nested layers (a `route_layer` inside a global layer) each
-    /// contribute their rules; the legacy single-valued headers are replaced, except on a
-    /// response that carries `Retry-After` (an inner layer's rejection), whose legacy
-    /// headers describe the rule that decided it.
+    /// Adds the headers to an inner service's response: the lists are appended, so nested
+    /// layers each contribute their rules; the legacy headers are replaced, except on an
+    /// inner layer's rejection (it carries `Retry-After`): those describe its deciding rule.
     pub(crate) fn merge_into(self, headers: &mut HeaderMap) {
         if let Some(v) = self.policy {
             headers.append(RATELIMIT_POLICY, v);

@@ -18,22 +18,18 @@
 //!   rule that decided a 429 has `t` equal to `Retry-After`;
 //! - during a penalty lock, `r=0` and `t` is the time left on the lock, whatever the rule's
 //!   own quota says (a lock refuses everything);
-//! - for a rule that did not refuse, the seconds until its quota is whole again. That is
-//!   exact for fixed windows; for the refilling algorithms (buckets, GCRA, sliding windows)
-//!   some quota may come back sooner, so a client that waits `t` is late, never early.
+//! - for a rule that did not refuse, the seconds until its quota is whole again (exact for
+//!   fixed windows; the refilling algorithms may give some back sooner).
 //!
 //! Times are whole seconds, rounded up, so a client that waits as told is never early. The
 //! legacy `X-RateLimit-Limit` / `-Remaining` / `-Reset` describe one rule: on a rejection
 //! the one that decided `Retry-After`, otherwise the one with the least left.
 //!
-//! A gRPC request (`content-type` exactly `application/grpc` or `application/grpc+…`) is
-//! answered the way gRPC clients expect: HTTP 200 with `grpc-status`, `grpc-message` and,
-//! for a limit or an unavailable store, `grpc-status-details-bin` carrying the standard
-//! rich error model: a `google.rpc.Status` with a `google.rpc.RetryInfo` (the exact wait)
-//! and a `google.rpc.QuotaFailure` naming each refusing rule, which the retry policies of
-//! gRPC clients (Go, Python, tonic with `tonic-types`) read. A grpc-web request
-//! (`application/grpc-web…`) gets the same trailers-only answer in grpc-web's content type.
-//! Anything else is HTTP.
+//! A gRPC request (`content-type` exactly `application/grpc` or `application/grpc+…`) gets
+//! HTTP 200 with `grpc-status`, `grpc-message` and, for a limit or an unavailable store,
+//! `grpc-status-details-bin`: a `google.rpc.Status` with a `RetryInfo` (the exact wait) and
+//! a `QuotaFailure` naming each refusing rule, which gRPC clients' retry policies read.
+//! grpc-web (`application/grpc-web…`) gets the same in its own content type; the rest, HTTP.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -51,9 +47,8 @@ const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
-/// The `Retry-After` of a fail-closed 503: the store's outage has no known end, and a
-/// second is long enough to spare it a storm of retries yet short enough to notice its
-/// return.
+/// The `Retry-After` of a fail-closed 503: the outage has no known end; a second spares
+/// the store a storm of retries yet notices its return.
 const STORE_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Why the layer refuses a request.
@@ -112,11 +107,7 @@ impl Protocol {
 
 /// A refused request, as the rejection function sees it; see
 /// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
-///
-/// It carries the request's head ([`request`](Self::request): method, URI, headers, the
-/// matched route), so a rejection can answer in the form the route or the client's
-/// `Accept` asks for. It is built only for a refused request: an admitted one pays nothing
-/// for it.
+/// Built only for a refused request: an admitted one pays nothing for it.
 #[derive(Debug)]
 pub struct Rejection<'a> {
     kind: RejectionKind<'a>,
@@ -177,8 +168,7 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// The HTTP status of the default response: 429, 400 for a missing key, 500 for a key
-    /// the server cannot provide, 503 for a failed store.
+    /// The HTTP status of the default response (see [`default_response`](Self::default_response)).
     pub(crate) fn status(&self) -> StatusCode {
         match self.kind {
             RejectionKind::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -190,8 +180,7 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// The gRPC status code of the default response: 8 (`RESOURCE_EXHAUSTED`), 3
-    /// (`INVALID_ARGUMENT`), 13 (`INTERNAL`) or 14 (`UNAVAILABLE`).
+    /// The gRPC code of [`status`](Self::status): 8 `RESOURCE_EXHAUSTED`, 3, 13 or 14.
     pub(crate) fn grpc_status(&self) -> u8 {
         match self.status() {
             StatusCode::TOO_MANY_REQUESTS => 8,
@@ -201,9 +190,8 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// A one-line description for the client. A key the server cannot provide (a
-    /// configuration mistake, logged with its fix) is only "internal server error": the
-    /// server's set-up is no business of the client's.
+    /// A one-line description for the client; a key the server cannot provide (a
+    /// configuration mistake, logged with its fix) is only "internal server error".
     pub fn message(&self) -> String {
         match self.kind {
             RejectionKind::Limited(outcome) => {
@@ -227,8 +215,7 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// The headers every default rejection carries: `Retry-After` (whole seconds, rounded
-    /// up, at least 1) and the rate-limit headers of the checked rules.
+    /// `Retry-After` and the rate-limit headers of the checked rules.
     pub(crate) fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Some(d) = self.retry_after() {
@@ -245,11 +232,8 @@ impl<'a> Rejection<'a> {
         headers
     }
 
-    /// The `google.rpc.Status` of a gRPC rejection, protobuf-encoded: the
-    /// [`grpc_status`](Self::grpc_status) and [`message`](Self::message), with a
-    /// `google.rpc.RetryInfo` when waiting helps and a `google.rpc.QuotaFailure` with one
-    /// violation per refusing rule (its name as the subject). `None` when there is nothing
-    /// to add to `grpc-status` and `grpc-message` (a missing key).
+    /// The protobuf-encoded `google.rpc.Status` (see the [module docs](self)); `None` when it
+    /// adds nothing to `grpc-status` and `grpc-message` (a missing key).
     pub(crate) fn grpc_status_details(&self) -> Option<Vec<u8>> {
         let retry = self.retry_after();
         let violations = self
@@ -303,9 +287,8 @@ impl<'a> Rejection<'a> {
     /// HTTP its status (429, 400 for a missing key, 500 for a key the server cannot
     /// provide, 503 for a failed store) with `Retry-After` (whole seconds, rounded up, at
     /// least 1), the rate-limit headers of the checked rules, and the
-    /// [`message`](Self::message) as a plain-text body; for gRPC (and grpc-web) an HTTP 200 trailers-only response with `grpc-status`,
-    /// `grpc-message` and `grpc-status-details-bin`: a tonic client sees
-    /// `Code::ResourceExhausted` for a limit, and `tonic-types` reads the details.
+    /// [`message`](Self::message) as a plain-text body; for gRPC (and grpc-web) a
+    /// trailers-only answer, as the [module docs](self) say (tonic: `Code::ResourceExhausted`).
     pub fn default_response(&self) -> Response<Bytes> {
         let mut response = Response::new(Bytes::new());
         let mut headers = self.headers();
@@ -345,9 +328,8 @@ impl<'a> Rejection<'a> {
     }
 }
 
-/// The few protobuf encodings `google.rpc.Status` needs, written by hand so the details
-/// go out whatever features are on (gRPC requests arrive without the `tonic` feature) and
-/// without a protobuf dependency for a handful of fields. Proto3: zero scalars are left out.
+/// The protobuf encodings `google.rpc.Status` needs, by hand: gRPC requests arrive without
+/// the `tonic` feature, and a handful of fields needs no dependency. Zero scalars left out.
 mod proto {
     fn varint(out: &mut Vec<u8>, mut v: u64) {
         while v >= 0x80 {
