@@ -7,28 +7,22 @@
 //! # The span
 //!
 //! Every checked request gets a span `rate_limit` (target `tollgate::decision`, level
-//! `DEBUG`) around the store's decision, so the store's own events (a breaker opening, a
-//! Redis error) are its children, and a tracing exporter shows the decision inside the
-//! request's trace. Its fields:
+//! `DEBUG`) around the store's decision, so the store's own events are its children. Its
+//! fields:
 //!
 //! - `route`: the route-table pattern the request matched, if any;
 //! - `outcome`: the batch's outcome, one of the [outcomes](#outcomes);
 //! - `rule`: the rule that decided (the longest wait of a denial or a delay), or the first
 //!   of an admitted batch;
-//! - `key`: that rule's key, only as a short digest (8 hex digits of a hash keyed with a
-//!   random value per process): enough to tell whether two lines are about the same client,
-//!   not to learn which client, nor to match lines of two processes;
+//! - `key`: that rule's key as 8 hex digits of a hash keyed per process: enough to tell
+//!   whether two lines are about the same client, not which client, nor across processes;
 //! - `store_us`: how long the store took, in µs.
-//!
-//! When nothing listens at `DEBUG` for this target, the span costs a check of a cached
-//! interest, and the store call is not timed unless an observer is told of it.
 //!
 //! # Metrics
 //!
-//! With the `metrics` feature every layer has an observer of its own, first among its
-//! observers, that records through whatever recorder the application installs
-//! (Prometheus, StatsD, OpenTelemetry…). Held requests, refunds and evictions are not
-//! decisions: they are recorded where they happen, beside it.
+//! With the `metrics` feature every layer's first observer records through whatever
+//! recorder the application installs. Held requests, refunds and evictions are not
+//! decisions: they are recorded where they happen.
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
@@ -40,17 +34,14 @@
 //! | `tollgate_charge_refunds_total` | counter | `rule` | requests whose units were given back because their response did not count ([`Charge`](super::Charge)) |
 //! | `tollgate_memory_store_evictions_total` | counter | | entries a [`MemoryStore`](crate::store::MemoryStore) past its bound forgot to make room for new keys (see [`MemoryStore::max_keys`](crate::store::MemoryStore::max_keys)) |
 //!
-//! Each is described, with its unit, to the recorder installed when a limit is made (the
-//! `# HELP` lines of Prometheus's text). Labels are the rule's name and fixed words only. A
-//! key never becomes a label: keys are unbounded (every client IP would be a series) and may
-//! be personal data.
+//! Each is described, with its unit, to the recorder installed when a limit is made.
+//! Labels are the rule's name and fixed words only: a key is unbounded and may be personal
+//! data, so never a label.
 //!
 //! # Observers
 //!
-//! What a dashboard, an audit log or an exporter of its own builds on, in a crate of its
-//! own (the operator's view, `tollgate-admin`, is one): see
-//! [`DecisionObserver`](super::DecisionObserver). With no observer, no span and no
-//! `metrics` feature, the request's path pays one branch.
+//! What a dashboard, an audit log or an exporter builds on, in a crate of its own (like
+//! `tollgate-admin`): see [`DecisionObserver`](super::DecisionObserver).
 //!
 //! # Outcomes
 //!
@@ -62,9 +53,7 @@
 //! [`FailurePolicy`](super::FailurePolicy) decided). The span's `outcome` is the batch's,
 //! with the same words.
 //!
-//! Each limit's metric keys are made once, with the limit, so recording costs no
-//! allocation of the layer's own. Every record asks for the recorder installed now, so a
-//! recorder installed after the layer was built records too. A delayed request the layer
+//! A recorder installed after the layer was built records too. A delayed request the layer
 //! has no room to hold is counted `delayed` by its rules and in
 //! `tollgate_held_refused_total`.
 pub(super) mod observer;
@@ -97,11 +86,9 @@ pub(crate) struct Observation {
 
 /// Opens the span of a request's decision, and starts the clock if anyone will read it.
 ///
-/// The span is made only when some subscriber enables `DEBUG` for something (tracing's
-/// global level hint, which every filter raises to the most verbose level it may enable,
-/// span-name filters included): with none, a disabled span still costs tracing's `log`
-/// compatibility (its records and enter/exit) on every request when a dependency turns on
-/// tracing's `log` feature, as axum does.
+/// The span is made only when tracing's global level hint allows `DEBUG`: even a disabled
+/// span costs tracing's `log` compatibility on every request when a dependency (axum) turns
+/// on tracing's `log` feature.
 #[inline]
 pub(crate) fn start(batch: &LayerBatch) -> Observation {
     let debug = tracing::Level::DEBUG;
@@ -127,9 +114,8 @@ pub(crate) fn start(batch: &LayerBatch) -> Observation {
     }
 }
 
-/// Observes the store's answer for `checks`: all of `batch`'s, or, at a held request's
-/// release, those of the items at `which`, counted then, whose outcomes `result` lists in
-/// order. One event fills the span's fields and is told to every observer.
+/// Observes the store's answer for `checks` (all of `batch`'s, or at a held request's
+/// release those at `which`): one event fills the span's fields and is told to every observer.
 pub(crate) fn finish(
     observation: Observation,
     batch: &LayerBatch,

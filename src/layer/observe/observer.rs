@@ -1,6 +1,4 @@
-//! The one seam through which a layer's decisions are watched: a dashboard, an audit log,
-//! an exporter of its own (the operator's view, `tollgate-admin`, is one), and the `metrics`
-//! feature's recorder.
+//! The one seam through which a layer's decisions are watched.
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,13 +17,10 @@ use crate::stored::StoredKey;
 /// [`RateLimitLayerBuilder::observe`](crate::layer::RateLimitLayerBuilder::observe).
 ///
 /// It is told once per store answer (failures included): when a request is checked, and
-/// again for the rules that count a held request at its release. Observers are the layer's
-/// state, not its configuration: a reload keeps them. It is called on the request's path, after
-/// the store answered and before the request goes on: keep it short (count, push to a
-/// channel), never block. A panic in it is caught and logged (`tracing::error!`, at most
-/// once per interval), and the request goes on as decided; an observer whose state a
-/// panic leaves half-written sees the next decision with it (in a build with
-/// `panic = "abort"`, a panic aborts the process as anywhere).
+/// again for the rules that count a held request at its release. It runs on the request's
+/// path: keep it short (count, push to a channel), never block. A panic in it is caught and
+/// logged (at most once per interval) and the request goes on as decided; the observer sees
+/// the next decision with whatever state the panic left (`panic = "abort"` aborts as anywhere).
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,10 +85,9 @@ pub struct DecisionEvent<'a> {
 pub struct RuleDecision<'a> {
     /// The rule.
     pub rule: &'a Rule,
-    /// The request's key under this rule, in the form the store keeps it: a key over 128
-    /// bytes is its digest, so an observer keeping keys keeps at most 33 bytes of each,
-    /// and [`Limiter::peek`](crate::Limiter::peek) and
-    /// [`reset`](crate::Limiter::reset) reach its state with it.
+    /// The request's key under this rule as the store keeps it (a key over 128 bytes is its
+    /// 33-byte digest), which [`Limiter::peek`](crate::Limiter::peek) and
+    /// [`reset`](crate::Limiter::reset) take.
     pub key: StoredKey<'a>,
     /// What the rule decided; `None` when the store failed. In a batch another rule
     /// denied, a rule that would have admitted says `Allow` here but consumed nothing (see
@@ -125,9 +119,8 @@ impl Observers {
         self.0.is_empty()
     }
 
-    /// Tells every observer, each on its own: one that panics is logged and passed over,
-    /// and the request goes on as decided (an observer watches; it never takes a request
-    /// down, nor keeps the next observer from seeing it).
+    /// Tells every observer; one that panics is logged and passed over, never taking the
+    /// request down nor hiding it from the next observer.
     pub(crate) fn notify(&self, event: &DecisionEvent<'_>) {
         for observer in self.0.iter() {
             let told = catch_unwind(AssertUnwindSafe(|| observer.on_decision(event)));

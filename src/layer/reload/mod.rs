@@ -1,11 +1,7 @@
 //! Live reconfiguration: [`ReloadHandle`] swaps the configuration of a running layer.
 //!
-//! A layer's configuration lives behind an `Arc`. A reloadable layer keeps that `Arc` in an
-//! [`ArcSwap`]: a request takes the configuration current when it is called (a load with no
-//! lock and, on the request path, no reference count), keeps an `Arc` of it for as long as
-//! it needs one (its store call, a hold, a refund), and so finishes under the rules it
-//! started with however often they change meanwhile. A swap is one pointer store: no request
-//! ever sees half of a configuration.
+//! A reloadable layer keeps its configuration's `Arc` in an [`ArcSwap`]: a request loads the
+//! current one and keeps an `Arc` of it as long as it needs (store call, hold, refund).
 
 pub(super) mod source;
 
@@ -26,20 +22,18 @@ use crate::store::Store;
 /// mode, policies and hooks — atomically, in every service the layer made and every clone
 /// of them; made by [`RateLimitLayer::reloadable`].
 ///
-/// - **Atomic.** A request runs under one configuration from start to end: the one current
-///   when the service was called. Requests in flight (being decided, held, or forwarded)
-///   finish under the rules they started with; the next call sees the new ones. No request
-///   sees part of the old configuration and part of the new.
+/// - **Atomic.** A request runs under the configuration current when the service was
+///   called, from start to end (decided, held, forwarded); the next call sees the new one.
 /// - **No lock on the request path.** A request reads the configuration with one atomic
 ///   load ([`arc_swap`]); a reload never waits for requests, nor they for it.
 /// - **Checked first.** [`reload`](Self::reload) builds the new configuration with the same
 ///   [`build`](RateLimitLayerBuilder::build) as any layer and installs it only if it can
 ///   work: on an error the running configuration stays, and the error says why.
-/// - **The same limiter and state.** The layer keeps deciding with its own [`Limiter`] (its
-///   store); [`builder`](Self::builder) starts from it. What the layer keeps as it runs stays
-///   too: [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under the
-///   old configuration and the new one together, a refusal of a limit charged by outcome
-///   still waits for the requests beside it, and the log's intervals carry on.
+/// - **The same limiter and state.** The layer keeps its own [`Limiter`] (its store), which
+///   [`builder`](Self::builder) starts from, and its state:
+///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under both
+///   configurations together, a refusal of a limit charged by outcome still waits for the
+///   requests beside it, and the log's intervals carry on.
 ///
 /// State is kept by rule name in the store, so a rule that keeps its name and parameters
 /// across a reload keeps its counts; a rule whose parameters change under the same name is
@@ -107,34 +101,29 @@ impl<St: Store + Clone> RateLimitLayer<St> {
 }
 
 impl<St: Store + Clone> ReloadHandle<St> {
-    /// A builder on the layer's limiter, with no limits yet: configure it as at start-up,
-    /// then give it to [`reload`](Self::reload). Everything the builder sets is replaced,
-    /// hooks ([`on_reject`](RateLimitLayerBuilder::on_reject), exemptions) included, but
-    /// not the observers, which the running layer keeps: make the base builder in one
-    /// function, used at start-up and for every reload.
+    /// A builder on the layer's limiter, with no limits yet, for [`reload`](Self::reload).
+    /// Everything it sets is replaced, hooks ([`on_reject`](RateLimitLayerBuilder::on_reject),
+    /// exemptions) included, but not the observers: make the base builder in one function,
+    /// used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
         RateLimitLayerBuilder::on(self.limiter.clone())
     }
 
-    /// Builds `builder` and, if its configuration can work, installs it in the running
-    /// layer; otherwise returns every problem (as
-    /// [`build`](RateLimitLayerBuilder::build) does) and the running configuration stays.
+    /// Builds `builder` and installs it in the running layer; on error (every problem, as
+    /// [`build`](RateLimitLayerBuilder::build) reports) the running configuration stays.
     pub fn reload(&self, builder: RateLimitLayerBuilder<St>) -> Result<(), ConfigError> {
         self.replace(builder.build()?);
         Ok(())
     }
 
-    /// Installs the configuration of `layer`, a layer already built (the `serde` feature's
-    /// `rules_file::Loader` builds one, its messages naming the file's lines), in the
-    /// running layer. `layer`'s own limiter is not used: the running layer
-    /// keeps its own.
+    /// Installs the configuration of `layer`, already built (say by the `serde` feature's
+    /// `rules_file::Loader`), in the running layer, which keeps its own limiter.
     pub fn replace(&self, layer: RateLimitLayer<St>) {
         let config = match layer.config {
             ConfigSource::Fixed(config) => config,
             ConfigSource::Live(live) => live.load_full(),
         };
-        // The running layer's state stays (`layer`'s own is dropped): requests held, refusals
-        // waiting and the log's intervals carry on under the new configuration.
+        // The running layer's state stays; `layer`'s own is dropped.
         self.state.follow(&config);
         self.config.store(config);
     }
