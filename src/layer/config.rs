@@ -103,12 +103,10 @@ impl Limit {
     /// Sets what a request costs (the download case: the size of what it fetches). A cost
     /// of 0 consumes nothing.
     ///
-    /// Compute the cost from what the server knows — the stored file's size, the rows a
-    /// query will return — never from a number the client writes (a `size` query parameter
-    /// or header): a client that writes `0`, or a small number, then downloads without
-    /// limit. Where a cost can come out as 0, clamp it with [`min_cost`](Self::min_cost).
-    /// Where only the handler knows (what it served), make this the estimate and let the
-    /// response settle the cost: [`cost_from_response`](Self::cost_from_response).
+    /// Compute the cost from what the server knows (the stored file's size), never from a
+    /// number the client writes: a client that writes `0` downloads without limit. Clamp a
+    /// cost that can be 0 with [`min_cost`](Self::min_cost); where only the handler knows,
+    /// let the response settle it: [`cost_from_response`](Self::cost_from_response).
     pub fn cost<F>(mut self, cost: F) -> Self
     where
         F: Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
@@ -118,57 +116,38 @@ impl Limit {
     }
 
     /// Sets the least a request costs (default 0): the [`cost`](Self::cost) function's
-    /// answer, or the rule's default cost, is raised to `units`. `min_cost(1)` makes sure
-    /// that no request passes without counting.
+    /// answer, or the rule's default cost, is raised to `units`.
     pub fn min_cost(mut self, units: u64) -> Self {
         self.min_cost = units;
         self
     }
 
     /// Sets what a request costs by its response: `cost` reads the response's head when the
-    /// inner service answers (the size of what the handler served: its `Content-Length`, or
-    /// a value it puts in the response's extensions) and says the request's cost, or `None`
-    /// to keep what was taken at admission. Whatever path, query or spelling the request
-    /// used, it costs what the handler served.
+    /// inner service answers (its `Content-Length`, or a value the handler puts in its
+    /// extensions) and says the request's cost, or `None` to keep what was taken at
+    /// admission. Whatever spelling the request used, it costs what the handler served.
     ///
-    /// A request is admitted on an estimate, taken like any cost: [`cost`](Self::cost)'s
-    /// answer or the rule's cost, raised to [`min_cost`](Self::min_cost). Its response
-    /// settles it (the settled cost is raised to `min_cost` too, and charged whole):
+    /// A request is admitted on an estimate ([`cost`](Self::cost)'s answer or the rule's
+    /// cost, raised to [`min_cost`](Self::min_cost)); its response settles it, raised to
+    /// `min_cost` too and charged whole:
     /// - **less than the estimate**: the difference is given back, as exactly as a
     ///   [`Charge`] gives back (see [`Store::refund`](crate::store::Store::refund)).
-    /// - **more**: the difference is taken without a check (the request has been served),
-    ///   and the key's next requests pay all of it, however far above the rule's limit it
-    ///   goes: the key is refused until the rule's own rate has paid the debt, and the
-    ///   retry-after names that instant exactly. A GCRA's TAT moves past its burst, a token
-    ///   bucket owes the refill before its next token, a leaky bucket holds the water above
-    ///   its capacity (later requests are refused, then queued behind it), a sliding log
-    ///   logs the units left after each window has paid its limit where they fall, and a
-    ///   fixed window or sliding window carries its count above the limit into the windows
-    ///   after, each paying the limit. Only a debt beyond the exact range (2^52 units, or
-    ///   more than 2^50 µs, about 35 years, to pay) is capped there.
+    /// - **more**: the difference is taken without a check, however far above the limit: the
+    ///   key is refused until the rule's own rate has paid the debt, and the retry-after names
+    ///   that instant exactly (capped only beyond the exact range).
     ///
-    /// The estimate decides admission. Where the server knows the size (the file the
-    /// request names, from its own records), estimate with that upper bound: the requests
-    /// in flight then stay within the limit however many run at once, and each gives back
-    /// what it did not serve; a request whose bound does not fit is refused, even if it
-    /// would have served less. A low estimate (`min_cost(1)` alone) admits a request while
-    /// one unit is left: requests in flight together are each admitted on their estimate,
-    /// so before their responses settle they may serve more than is left, by at most what
-    /// the estimates in flight leave uncounted; the debt then closes the key until it is
-    /// paid. An estimate that misreads the request (a spelling its parser does not know)
-    /// costs one admission check, never the charge.
+    /// The estimate decides admission: an upper bound keeps the requests in flight within the
+    /// limit; a low one lets them overrun it by at most what the estimates in flight leave
+    /// uncounted. How to choose: the [download guide](crate::guide::download_by_cost).
     ///
     /// An error of the inner service, or a response that never comes, keeps the estimate.
-    /// With a [`charge`](Self::charge), a response the charge does not count gives back
-    /// everything, and one it counts costs its settled cost. On Redis the settlement runs
-    /// as a task once the response is returned, like a charge's refund. The response's own
-    /// `RateLimit` header says what was left after the estimate: it was written before the
-    /// response settled the cost.
+    /// With a [`charge`](Self::charge), a response it does not count gives back everything.
+    /// On Redis the settlement runs as a task once the response is returned. The response's
+    /// own `RateLimit` header was written before it settled the cost.
     ///
-    /// Only the head is read, when it arrives: a streamed body's size is what the handler
-    /// says it is. On axum, `Content-Length` for a body of known size is added after the
-    /// layers of `Router::layer` and `route_layer` have seen the response: behind them, the
-    /// handler sets the header, or an extension, itself.
+    /// Only the head is read: a streamed body's size is what the handler says. On axum,
+    /// `Content-Length` of a known-size body is added after `Router::layer` and `route_layer`
+    /// layers see the response: behind them, the handler sets the header or an extension.
     ///
     /// ```
     /// use std::time::Duration;
@@ -224,15 +203,14 @@ impl Limit {
         self
     }
 
-    /// Makes this a shadow limit: it is decided in the same batch (the same round
-    /// trip) as the enforced limits and keeps its state as if enforced, but it never
-    /// rejects, delays or waits for a request, and it is not advertised in the `RateLimit`
-    /// headers. A request it would deny consumes none of its quota and counts towards its
-    /// penalty; the would-be denial is reported through `tracing` and to
-    /// [observers](super::DecisionObserver) ([`RuleDecision::shadow`](super::RuleDecision::shadow)).
-    /// A request the enforced limits deny consumes nothing
-    /// of it either. A missing key is logged and the limit left out, whatever
-    /// [`on_missing_key`](Self::on_missing_key) says.
+    /// Makes this a shadow limit: decided in the same batch as the enforced limits, keeping
+    /// its state as if enforced, but it never rejects, delays or waits for a request, and is
+    /// not advertised in the `RateLimit` headers. A request it would deny consumes none of
+    /// its quota and counts towards its penalty; the would-be denial is reported through
+    /// `tracing` and to [observers](super::DecisionObserver)
+    /// ([`RuleDecision::shadow`](super::RuleDecision::shadow)). A request the enforced limits
+    /// deny consumes nothing of it either. A missing key is logged and the limit left out,
+    /// whatever [`on_missing_key`](Self::on_missing_key) says.
     ///
     /// ```
     /// use std::time::Duration;
@@ -255,10 +233,8 @@ impl Limit {
     /// Sets which requests count, by the status of their response (by default every
     /// request): [`Charge::failures`] counts failed logins only (401 and 403),
     /// [`Charge::except_server_errors`] gives a failing backend's requests back. Units are
-    /// taken at admission and given back when the response does not count, so the
-    /// requests that count never exceed the limit, however many run at once; see
-    /// [`Charge`] for what counts when there is no response, and which algorithms give
-    /// back exactly.
+    /// taken at admission and given back when the response does not count, so the requests
+    /// that count never exceed the limit; see [`Charge`] for the details.
     pub fn charge(mut self, charge: Charge) -> Self {
         self.charge = charge;
         self
@@ -337,12 +313,11 @@ pub enum Mode {
     /// Reject denied requests; hold delayed ones (leaky-bucket shaping) for their delay.
     #[default]
     Enforce,
-    /// Decide and record (the rules' state changes as in enforce mode), report through
-    /// `tracing` and to [observers](super::DecisionObserver), but never reject
-    /// or hold a request: for rolling out a layer safely. The rules are not advertised in
-    /// the `RateLimit` headers (clients should not plan around rules that are not
-    /// enforced). A request without a key, or a failed store, is logged and let through
-    /// too. To try one rule beside enforced ones, see [`Limit::shadow`].
+    /// Decide and record (state changes as in enforce mode), report through `tracing` and
+    /// to [observers](super::DecisionObserver), but never reject or hold a request: for
+    /// rolling out a layer safely. The rules are not advertised in the `RateLimit` headers.
+    /// A request without a key, or a failed store, is logged and let through too. One rule
+    /// in shadow beside enforced ones: [`Limit::shadow`].
     Shadow,
     /// Hold a request until it is admitted, if that is within `max_wait`: its units are
     /// reserved atomically at once (no polling), and the request is forwarded when they come
@@ -376,20 +351,15 @@ pub enum FailurePolicy {
     FailOpen,
     /// Refuse the request with 503 (gRPC `UNAVAILABLE`).
     FailClosed,
-    /// Decide from a local store while the shared one is away: what the examples use with
-    /// Redis. The fallback lives in the store, so that it serves every user of the
-    /// [`Limiter`](crate::Limiter), gives held requests' units back to the store that took
-    /// them, and works without HTTP: build the limiter on a
-    /// [`store::Fallback`](crate::store::Fallback) (with a
+    /// Decide from a local store while the shared one is away. The fallback lives in the
+    /// store, so it serves every user of the [`Limiter`](crate::Limiter): build the limiter
+    /// on a [`store::Fallback`](crate::store::Fallback) (with a
     /// [`store::Breaker`](crate::store::Breaker) in front of Redis, so no request waits on it
-    /// while it is away). Such a store answers with local decisions instead of failing, so
-    /// this policy is what the layer sees as a matter of course; if the local store fails
-    /// too, the request is let through as with [`FailOpen`](Self::FailOpen), and logged.
-    /// Over a store whose calls fail while Redis is away (a Redis store, or a
-    /// [`Breaker`](crate::store::Breaker) around one, without a fallback: see
-    /// [`Store::outage_health`](crate::store::Store::outage_health)),
+    /// while it is away). If the local store fails too, the request is let through as with
+    /// [`FailOpen`](Self::FailOpen), and logged. Over a store whose calls fail while Redis is
+    /// away (see [`Store::outage_health`](crate::store::Store::outage_health)),
     /// [`build`](super::RateLimitLayerBuilder::build) refuses this policy; over a
-    /// [`MemoryStore`](crate::store::MemoryStore), which never is away, it changes nothing.
+    /// [`MemoryStore`](crate::store::MemoryStore) it changes nothing.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -435,9 +405,8 @@ pub(crate) struct Config {
     /// How often the layer's log writes each kind of event (see `log_interval`).
     pub(crate) log_interval: Duration,
     pub(crate) held: HeldLimits,
-    /// Per route (no route first, then the table's), the `RateLimit-Policy` value of its
-    /// enforced limits and their number: the configuration's part of the headers, rendered
-    /// once by [`Config::cache_derived`] rather than on every admitted response.
+    /// Per route (no route first), the `RateLimit-Policy` value of its enforced limits and
+    /// their number, rendered once by [`Config::cache_derived`].
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
     /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
     /// request under none takes no tickets. True (every request looks) until
@@ -498,9 +467,8 @@ impl Config {
         }
     }
 
-    /// What the final limits and route table imply for every request, worked out once: each
-    /// route's `RateLimit-Policy` value of its enforced limits (those not in shadow), and
-    /// whether any limit leaves its denials to the layer.
+    /// Works out once what the final limits imply: each route's `RateLimit-Policy` value,
+    /// and whether any limit leaves its denials to the layer.
     pub(crate) fn cache_derived(&mut self) {
         let limits = self.routes.iter().flat_map(|r| &r.limits);
         self.defers_denials = self.global.iter().chain(limits).any(Limit::defers_denials);
