@@ -10,50 +10,30 @@ use http::StatusCode;
 /// ([`Limit::charge`](crate::layer::Limit::charge)); by default, [every one](Self::all).
 ///
 /// A limit with a charge takes its units when the request is admitted, as every limit does,
-/// and gives them back ([`Store::refund`](crate::store::Store::refund)) when the inner service answers with a status the
-/// charge does not count. So, under any concurrency, the requests that count never exceed
-/// the limit: a request in flight holds its units until its response says whether it
-/// counts. Requests that will not count can be refused while the quota is held by requests
-/// in flight (a login burst at the limit), never more than that.
+/// and gives them back ([`Store::refund`](crate::store::Store::refund), as exactly as it says
+/// for the rule's algorithm) when the response has a status the charge does not count. So,
+/// under any concurrency, the requests that count never exceed the limit; requests that
+/// will not count can be refused while requests in flight hold the quota, never more.
+/// For "failed logins only" under concurrent traffic, use a fixed window or a sliding log,
+/// which give back whatever was admitted meanwhile. A refund from Redis runs as a task after
+/// the response is returned: the next request may still see the units taken for a round trip.
 ///
-/// What counts, besides the statuses the charge names:
-/// - an **error of the inner service** (its `Service::Error`, not a response): counted.
-///   There is no status to judge it by, and counting is the choice that never admits more
-///   than the limit (a backend that errs is what a brute-force attempt can provoke).
-/// - a request whose **response never comes** (its client hung up, a timeout above the
-///   layer dropped it): counted, for the same reason.
-/// - a rejection by the layer itself: it consumed nothing to begin with.
+/// Besides the statuses the charge names, an **error of the inner service** and a
+/// **response that never comes** (client hung up, timeout above the layer) count: counting
+/// never admits more than the limit. A rejection by the layer consumed nothing.
 ///
-/// The refund gives back as exactly as [`Store::refund`](crate::store::Store::refund) says
-/// for the rule's algorithm; for "failed logins only" under concurrent traffic, use a fixed
-/// window or a sliding log, which give back whatever was admitted meanwhile. A refund from
-/// Redis runs as a task on the tokio runtime after the response is returned (an in-process
-/// store's, at once): a client's next request may still see the units taken for the length
-/// of a round trip.
-///
-/// With a [`Penalty`](crate::Penalty) on the limit's rule, a refusal counts towards the
-/// lockout only when the quota refuses the request with the requests beside it settled: a
-/// burst of successful logins refuses the attempts that come while it holds the quota, and
-/// those refusals are for units the successes give back. A request checked while no other
-/// request of its limit and key is being checked or in flight on this instance is decided
-/// as usual: its refusal counts at once, and the one that locks the key answers `Locked`.
-/// A request checked beside others is decided without counting its refusal; the refusal
-/// waits until every one of them has answered (its units counted or given back), then the
-/// store is asked whether the quota, as it stands then, refuses it, and counts the denial
-/// if so. A burst of successful logins never locks its user out; a burst of failed ones
-/// does, once the failures are counted. What this cannot see:
-/// - requests in flight on **other instances** sharing the store (Redis): a refusal they
-///   cause is counted as if they counted (towards locking), and so is one whose check a
-///   request that came after it on this instance overtook (two requests at the same
-///   moment);
-/// - time passing while a refusal waits: the quota is asked when the requests before it
-///   have answered, so a refusal whose window has ended by then is not counted (towards
-///   not locking), and a refusal waits as long as the slowest of those requests; its own
-///   answer is a plain refusal, whose Retry-After does not know of a lock the count sets;
-/// - refusals beyond the penalty's count while others wait for the same limit and key:
-///   not counted (the waiting ones are enough to lock), nor a refusal at the release of a
-///   held request ([`Reservation::confirm`](crate::Reservation::confirm)) decided beside
-///   others.
+/// With a [`Penalty`](crate::Penalty) on the rule, a burst of successful logins never locks
+/// its user out; a burst of failed ones does. A request checked alone (no other of its limit
+/// and key being checked or in flight on this instance) is decided as usual, its refusal
+/// counted at once. One checked beside others has its refusal counted later: once they have
+/// answered (at most 2 s), if the quota as it stands then refused it at the instant it was
+/// refused. What this cannot see:
+/// - requests in flight on **other instances** sharing the store: a refusal they cause is
+///   counted, and so is one a later request of this instance overtook;
+/// - a lock this later count sets: the refusal's own answer is a plain refusal;
+/// - refusals beyond the penalty's count while others wait for the same limit and key, and
+///   refusals at a held request's release ([`Reservation::confirm`](crate::Reservation::confirm))
+///   decided beside others: not counted.
 ///
 /// Only the HTTP status is read: a gRPC service answers `200` with a `grpc-status`
 /// trailer, which a charge does not see.

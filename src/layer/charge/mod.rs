@@ -1,14 +1,7 @@
-//! Charging by outcome: a [`Limit`](super::Limit) that counts only some responses (failed
-//! logins, say) takes its units when the request is admitted, like any limit, and gives
-//! them back once the response shows that this request does not count. A limit whose cost
-//! the response settles ([`Limit::cost_from_response`](super::Limit::cost_from_response))
-//! takes an estimate the same way, and the response gives back or takes the difference.
-//!
-//! Taking first and giving back later is what keeps it exact under concurrency: a request
-//! in flight holds its units, so however many arrive at once, no more are admitted than the
-//! limit allows, even if every one of them turns out to count. Asking only after the
-//! response would let a burst of simultaneous failed logins all through before the first
-//! one is counted.
+//! Charging by outcome ([`Charge`](super::Charge)) and by response
+//! ([`Limit::cost_from_response`](super::Limit::cost_from_response)): units are taken at
+//! admission and settled by the response. Taking first keeps it exact under concurrency;
+//! asking only after the response would let a burst of failed logins all through.
 
 pub(super) mod counts;
 pub(super) mod unsettled;
@@ -55,9 +48,7 @@ impl<St: Store + Clone> Outbound<St> {
 }
 
 /// An admitted request's charge by its response: its reservation, settled with the
-/// response's head, which gives back the units of each limit that does not count the
-/// response, and settles the cost of each limit that reads it from the response. Made only
-/// for requests with such a limit (see `Limit::settles_by_response`).
+/// response's head. Made only for requests with such a limit (`Limit::settles_by_response`).
 pub(crate) struct Charging<St: Store + Clone> {
     reservation: Box<Reservation<St>>,
     batch: Arc<LayerBatch>,
@@ -100,10 +91,8 @@ impl<St: Store + Clone> Charging<St> {
 }
 
 /// Takes the tickets of a batch's items whose limits count by outcome with a penalty (see
-/// `unsettled`), before the store decides: none for most requests. An item checked while
-/// other requests of its limit and key are being checked or in flight leaves its denial to
-/// the layer (`Item::defers`); one checked alone has it counted by the store, at once,
-/// with the lock it may set in its answer.
+/// `unsettled`), before the store decides: none for most requests. An item not alone
+/// leaves its denial to the layer (`Item::defers`).
 pub(crate) fn take_tickets(batch: &mut LayerBatch) {
     let LayerBatch {
         config,

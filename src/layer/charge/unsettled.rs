@@ -1,19 +1,13 @@
 //! The penalty of a limit charged by outcome: its denials count once the requests beside
 //! them have settled.
 //!
-//! A request refused while requests of the same limit and key are in flight may be refused
-//! only for the units they hold until their responses say whether they count (a burst of
-//! successful logins): such a refusal is no attempt a lockout should punish. A request
-//! checked alone (nothing else of its limit and key being checked, in flight or waiting
-//! here) is decided as usual, its denial counted by the store. The store decides the others
-//! without counting their denials ([`Check::defers_denial`]), and each refusal waits here
-//! until every request of its limit and key that was being checked or in flight when it
-//! was refused has settled (its units counted, or given back in the store), or for
-//! [`SETTLE_DEADLINE`] at most: a request that does not settle by then (a login whose body
-//! never arrives) is no successful login, and a client holding one open must not keep its
-//! refusals from counting. Then the store counts the denial if the quota, as it stands
-//! now, refused the request at the instant it was refused ([`Store::count_denials`],
-//! [`recount`]).
+//! A request refused while others of its limit and key are in flight may be refused only
+//! for units they will give back (a burst of successful logins): no attempt a lockout
+//! should punish. The store decides such a request without counting its denial
+//! ([`Check::defers_denial`]); the refusal waits here until every request of its limit and
+//! key checked or in flight when it was refused has settled, or [`SETTLE_DEADLINE`] (a
+//! client holding a login open must not keep its refusals from counting). Then
+//! [`recount`] asks [`Store::count_denials`]. Promises: [`Charge`](crate::layer::Charge).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,8 +80,7 @@ pub(crate) struct Ticket {
 
 impl Unsettled {
     /// The ticket of a request of `rule` for `key`, taken before the store decides it, and
-    /// whether the request is alone: no other request of the rule and key is being checked
-    /// or in flight, and no refusal waits.
+    /// whether it is alone (nothing else checked, in flight or waiting for the rule and key).
     pub(crate) fn start(self: &Arc<Self>, rule: &Rule, key: &[u8]) -> (Ticket, bool) {
         let slot: Slot = (rule.shared_name(), key.into());
         let mut slots = self.slots.lock();
@@ -164,10 +157,9 @@ impl Unsettled {
 }
 
 impl Ticket {
-    /// The request was refused by its limit's quota: its denial is counted by `recount`
-    /// once the requests of its limit and key started before now have settled (at once if
-    /// none is left), or at its [`SETTLE_DEADLINE`]. At most `most` denials wait per limit
-    /// and key (the penalty's count: more would lock no more), the others are not counted.
+    /// The request was refused by its limit's quota: `recount` runs once the requests of its
+    /// limit and key started before now have settled, or at [`SETTLE_DEADLINE`]. At most
+    /// `most` (the penalty's count) wait per limit and key; the others are not counted.
     pub(crate) fn defer(mut self, recount: Recount, most: usize) {
         let Some(slot) = self.slot.take() else {
             return;
@@ -195,10 +187,8 @@ impl Drop for Ticket {
     }
 }
 
-/// The count of a denial of `rule` for `key` at `cost`, refused now: the store counts it
-/// towards the rule's penalty if the quota, as it stands with the requests beside it
-/// settled, refused the request at the instant it was refused ([`Store::count_denials`]),
-/// so that a window turning meanwhile forgives nothing.
+/// The count of a denial of `rule` for `key` at `cost`, refused now, judged at the instant
+/// of the refusal ([`Store::count_denials`]): a window turning meanwhile forgives nothing.
 pub(crate) fn recount<St: Store + Clone>(
     limiter: Limiter<St>,
     rule: Rule,
