@@ -7,18 +7,11 @@ use http::Method;
 
 use crate::error::ConfigError;
 
-/// A parsed route pattern: an optional method, then a path of literal segments, `{param}`
-/// segments (any one segment) and an optional final `*` or `{*rest}` (any rest, including
-/// none). Empty segments are ignored on both sides, so a trailing or doubled slash matches
-/// the same route; a `GET` pattern also matches `HEAD`.
-///
-/// A pattern that no request can match is refused when parsed, since its route would run
-/// unlimited without a word: a method in lower case (methods are case-sensitive, so
-/// `post` is an extension method, not `POST`), a method outside the registered ones (a
-/// typo such as `POTS`), axum 0.7's `:name` and `*name` segments (axum 0.8 reads them as
-/// literal text), a `?` or `#` (the query and the fragment are
-/// not part of the path), spaces, control or non-ASCII characters (clients percent-encode
-/// them), and `.` or `..` segments (clients resolve them before sending).
+/// A parsed route pattern; its syntax and matching:
+/// [`RateLimitLayerBuilder::route`](super::RateLimitLayerBuilder::route). A pattern no request
+/// can match is refused when parsed (its route would run unlimited without a word): besides
+/// those `route` lists, a method outside the registered ones (a typo such as `POTS`) and
+/// axum 0.7's `:name` and `*name` segments (axum 0.8 reads them as literal text).
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,
@@ -109,8 +102,7 @@ impl RoutePattern {
     }
 
     /// How specific the pattern is, segment by segment, as axum's router (matchit) ranks
-    /// routes: a literal before a parameter before a wildcard. Of two patterns matching one
-    /// path, the one whose ranks compare lower is the route the router takes.
+    /// routes: of two patterns matching one path, the lower is the route taken.
     pub(crate) fn ranks(&self) -> impl Iterator<Item = u8> + '_ {
         let segments = self.segments.iter().map(|s| match s {
             Segment::Literal(_) => 0,
@@ -119,8 +111,7 @@ impl RoutePattern {
         segments.chain(self.rest.then_some(2))
     }
 
-    /// Whether every request `later` matches, `self` matches too, and `self` ranks as
-    /// `later` does: then `self`, declared first, takes all of `later`'s requests and
+    /// Whether `self`, declared first, takes every request `later` matches (same rank), so
     /// `later` can never apply.
     pub(crate) fn covers(&self, later: &RoutePattern) -> bool {
         if !self.ranks().eq(later.ranks()) {
@@ -172,8 +163,7 @@ impl RoutePattern {
 }
 
 /// The methods a route pattern may name: the IANA registry of HTTP methods, and `PURGE`
-/// (sent to caches, unregistered). A method outside it is most likely a typo, whose route
-/// would never be limited.
+/// (sent to caches, unregistered); any other is most likely a typo.
 const KNOWN_METHODS: &[&str] = &[
     "GET",
     "HEAD",
@@ -229,8 +219,7 @@ fn unknown_method(method: &str) -> String {
     )
 }
 
-/// The name among `known` that `name` most likely stands for: the first nearest, at most
-/// `within` single-character edits away.
+/// The first nearest of `known` to `name`, at most `within` single-character edits away.
 pub(super) fn nearest<'k>(
     name: &str,
     known: impl IntoIterator<Item = &'k str>,
@@ -244,8 +233,7 @@ pub(super) fn nearest<'k>(
         .map(|(_, known)| known)
 }
 
-/// The number of single-character insertions, deletions and substitutions that turn `a`
-/// into `b`.
+/// The edit distance from `a` to `b`.
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::StatusCode;
 
 /// Which responses a [`Limit`](crate::layer::Limit) counts
-/// ([`Limit::charge`](crate::layer::Limit::charge)); by default, [every one](Self::all).
+/// ([`Limit::charge`](crate::layer::Limit::charge)); by default, every one.
 ///
 /// A limit with a charge takes its units when the request is admitted, as every limit does,
 /// and gives them back ([`Store::refund`](crate::store::Store::refund), as exactly as it says

@@ -32,8 +32,7 @@ impl Default for HeldLimits {
     }
 }
 
-/// Shards of the per-key counts: held requests are few next to requests, so a handful of
-/// locks is enough to keep them from queueing on one.
+/// Shards of the per-key counts: held requests are few, so a handful of locks is enough.
 const HELD_SHARDS: usize = 16;
 
 /// The requests held now: in all, and per (rule, key) that delays them.
@@ -73,18 +72,14 @@ impl HeldCounts {
 }
 
 impl HeldLimits {
-    /// The most requests one key may have held: as set, or by default a tenth of `max`
-    /// (at least 1), so that one client never takes every place.
+    /// The most requests one key may have held (see `max_held_per_key`).
     pub(crate) fn per_key(&self) -> usize {
         self.max_per_key.unwrap_or((self.max / 10).max(1))
     }
 
     /// How many places may be taken already for a request whose keys hold at most `held`
-    /// requests each to take one more: all of them for keys holding nothing, a share less
-    /// for each request held ([`per_key`](Self::per_key) shares make `max`), so the last
-    /// places go to the keys holding least, and the room is full only when as many keys as
-    /// it has places hold one each. All of them where one key's share is every place (a
-    /// global rule delaying every request, which would otherwise lose them).
+    /// each to take one more: `max` less a share per request held ([`per_key`](Self::per_key)
+    /// shares make `max`); all of `max` where one key's share is every place (a global rule).
     fn reach(&self, held: usize) -> usize {
         let share = self.per_key();
         if share >= self.max {

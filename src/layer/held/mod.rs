@@ -118,11 +118,9 @@ fn counted<St: Store + Clone>(
     }
 }
 
-/// For a request the layer will hold (delayed, not in shadow mode), what it counts under
-/// for `max_held_per_key`: each (rule, key) whose rule delays it, once. A shadow rule never
-/// delays a request (its `Delay` says what enforcing it would do), so it takes no place:
-/// else it could refuse a request. A rule left pending to the release says `Delay` only
-/// because another rule holds the request.
+/// For a request the layer will hold, what it counts under for `max_held_per_key`: each
+/// (rule, key) whose rule delays it, once. Neither a shadow rule (else it could refuse a
+/// request) nor a rule pending to the release (another rule holds the request) takes a place.
 pub(crate) fn held_keys(
     counts: &HeldCounts,
     batch: &[Check<'_>],

@@ -29,16 +29,11 @@ pub enum UnknownPlan {
 
 /// A limit whose rule is chosen per request by the request's plan: free, pro, enterprise.
 ///
-/// Each plan has its own [`Rule`], and each rule its own name, so each plan keeps its own
-/// state: a key counts, under one plan, only what it did under that plan. Moving a key to
-/// another plan (an upgrade, a downgrade) is then well defined: its next request counts
-/// under the new plan's rule with whatever that rule's state for the key holds — a full
-/// quota if the key never used the plan, or what it left there if it comes back within the
-/// rule's window — and its state under the old plan is left to expire. A key that moves
-/// between plans can therefore use each plan's quota in the same window: the plan must come
-/// from the server (its records, a header the gateway writes), never from the client.
-/// (One name for all plans is refused by the layer's `build`: a name stands for one
-/// configuration, see [One name, one configuration](crate::Rule#one-name-one-configuration).)
+/// Each plan has its own [`Rule`] with its own name (see
+/// [One name, one configuration](crate::Rule#one-name-one-configuration)), so its own state:
+/// a key moved to another plan counts under that plan's rule with whatever state it holds
+/// for the key, and its old state expires. A key that moves between plans can use each
+/// plan's quota in the same window: the plan must come from the server, never the client.
 ///
 /// `Plans` is an `IntoIterator` of [`Limit`]s, one per plan, of which a request meets
 /// exactly one (or none, under [`UnknownPlan::Unlimited`]): give it to
@@ -102,10 +97,8 @@ impl Plans {
         self.plan_limit(name, limit)
     }
 
-    /// Requests of the plan `name` are limited by `limit`: a [`Limit`] of its own, for a
-    /// cost function, a key of its own or a shadow limit ([`Limit::shadow`]). A request of the
-    /// plan without that limit's key follows the limit's
-    /// [`on_missing_key`](Limit::on_missing_key).
+    /// Requests of the plan `name` are limited by `limit`, a [`Limit`] of its own (a cost
+    /// function, its own key, [`shadow`](Limit::shadow), [`on_missing_key`](Limit::on_missing_key)).
     pub fn plan_limit(mut self, name: impl Into<String>, limit: Limit) -> Self {
         self.plans.push((name.into().into(), limit));
         self

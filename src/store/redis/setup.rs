@@ -69,9 +69,8 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
-/// Asks the server at `addr` what it is. An ACL user may be denied `INFO`, and a managed
-/// service may rename it away: then only whether it is a Cluster node is asked
-/// (`CLUSTER INFO`), and the dry decision is the check.
+/// Asks the server at `addr` what it is. Where `INFO` is denied or renamed away, only
+/// `CLUSTER INFO` is asked, and the dry decision is the check.
 pub(super) async fn server_info(
     conn: &mut Connection,
     addr: &str,
@@ -103,11 +102,10 @@ fn unavailable_command(e: &RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
-/// Loads the code and decides one empty batch in peek mode (no key is touched, so a prefix
-/// chosen later and an ACL limited to it are no obstacle): the code loads, the user may run
-/// it, it runs on this server, and the reply is understood. With `functions`, the code is
-/// loaded as a function library where the server has functions (Redis 7 and later) and the
-/// user may load and call it; else as a script. Returns the route that worked.
+/// Loads the code and decides one empty batch in peek mode (touching no key): the code
+/// loads, runs here for this user, and its reply is understood. With `functions`, as a
+/// function library where Redis 7+ and the user allow it, else as a script. Returns the
+/// route that worked.
 pub(super) async fn dry_decision(
     conn: &mut Connection,
     addr: &str,
@@ -175,9 +173,8 @@ const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it F
      (ACL SETUSER <user> +fcall +function|load +evalsha +script|load) and the keys \
      under the store's prefix (~tollgate:*)";
 
-/// The fix for a permission `e` says the user lacks: the command it names, when that is
-/// not one that runs or loads tollgate's code (`ROLE`, which the Sentinel client asks the
-/// primary, say).
+/// The fix for a permission `e` says the user lacks, when it names a command other than
+/// those that run or load tollgate's code (`ROLE`, say).
 fn noperm_fix(e: &RedisError) -> String {
     let text = e.to_string();
     let command = text
@@ -214,8 +211,8 @@ enum Fix {
     Outage(&'static str),
 }
 
-/// The fix `e` calls for, read off its code, its kind or its words (the only place where
-/// rustls' verdicts and the parser's show).
+/// The fix `e` calls for, read off its code, its kind or its words (where rustls' and the
+/// parser's verdicts show).
 fn fix(e: &RedisError) -> Option<Fix> {
     let text = e.to_string();
     let config = |fix: &str| Some(Fix::Misconfigured(fix.to_owned()));
