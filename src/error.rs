@@ -92,10 +92,9 @@ pub enum StoreError {
     InvalidBatch(String),
     /// The store could not be reached or answered with an error: an outage, which may pass.
     Unavailable(String),
-    /// The store cannot work as configured: the URL, the credentials, the certificates, the
-    /// Redis user's permissions or the server itself do not fit (found when connecting, or
-    /// on a primary the sentinels name later). The message names the fix; trying again
-    /// does not help until the configuration changes.
+    /// The store cannot work as configured (URL, credentials, certificates, permissions,
+    /// server), found when connecting or on a later Sentinel primary. The message names the
+    /// fix; retrying does not help until the configuration changes.
     Misconfigured(String),
     /// The store did not answer in time.
     Timeout,

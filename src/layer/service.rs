@@ -96,10 +96,8 @@ where
         };
         drop(config);
         take_tickets(&mut batch);
-        // A store that answers at once (in process) is decided here, without a future, and
-        // the inner service that was driven to readiness is called directly, without a
-        // clone; one that does not is asked by a boxed future, polled with the caller's
-        // waker.
+        // A store that answers at once (in process) is decided here and the ready inner
+        // service called directly; another is asked by a boxed future.
         let observation = observe::start(&batch);
         let checked = check(&self.limiter, batch, observation);
         match checked {
@@ -112,13 +110,9 @@ where
     }
 }
 
-/// The route-table entry of the request, if any. Without a route table, the path is not
-/// even looked up.
-///
-/// On a nested router the table may be written with full paths or with the nested
-/// router's own: both paths are matched, and the more specific route of the two applies
-/// (the full path's among equals), so a catch-all matching the full path never hides a
-/// strict route written for the nested one.
+/// The route-table entry of the request, if any. On a nested router both the full and the
+/// nested path are matched, and the more specific route applies (the full path's among
+/// equals), so a catch-all on the full path never hides a route for the nested one.
 fn route_of<B>(config: &Config, request: &Request<B>) -> Option<usize> {
     if config.routes.is_empty() {
         return None;

@@ -92,9 +92,8 @@ impl RedisOptions {
         self
     }
 
-    /// The user and password of the sentinels themselves, where they require one
-    /// (`requirepass` or an ACL in the sentinels' configuration); without it, the sentinels
-    /// are asked without credentials. An empty user is the `default` user.
+    /// The user and password of the sentinels themselves, where they require one (else
+    /// they are asked without credentials). An empty user is the `default` user.
     pub fn sentinel_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.sentinel_auth = Some((user.into(), password.into()));
         self
@@ -168,9 +167,8 @@ impl fmt::Debug for RedisOptions {
     }
 }
 
-/// Makes `ring` the process's rustls provider unless the application chose one: redis
-/// builds its TLS config with the process default, which rustls cannot pick alone when an
-/// application's dependencies enable several providers.
+/// Makes `ring` the process's rustls provider unless the application chose one: rustls
+/// cannot pick a default alone when several providers are enabled.
 pub(super) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing the race to another installer is fine: a provider is then installed.
