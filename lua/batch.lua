@@ -348,14 +348,14 @@ end
 
 -- The reply of a call that decides nothing (a refund, an overdraft) into `out` after `o`:
 -- each rule passes, with its quota as it stands. Returns the new position.
-local function quota_reply(out, o)
+local function quota_reply(o)
   for i = 1, #rules do
     local r = rules[i]
     local info = algorithm_evaluate(r, now, 0)
     said_remaining[i], said_reset[i], said_mark[i], said_value[i] = info.remaining, info.reset, 0, 0
     said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = 0, 0, 0, r.adopted and 1 or 0
   end
-  return reply(out, o, false, now, 0, #rules)
+  return reply(o, false, now, 0, #rules)
 end
 
 -- Writes a rule's own state after a refund or an overdraft, with the head another
@@ -372,7 +372,7 @@ end
 
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
 -- instant in `taken` (ARGV[5]); replies as quota_reply into `out` after `o`.
-local function refund_batch(taken, marked, out, o)
+local function refund_batch(taken, marked, o)
   if #rules > 0 then
     taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
   end
@@ -396,12 +396,12 @@ local function refund_batch(taken, marked, out, o)
       end
     end
   end
-  return quota_reply(out, o)
+  return quota_reply(o)
 end
 
 -- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
 -- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
-local function overdraw_batch(out, o)
+local function overdraw_batch(o)
   for i = 1, #rules do
     local r = rules[i]
     -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
@@ -419,7 +419,7 @@ local function overdraw_batch(out, o)
       store_carried(r)
     end
   end
-  return quota_reply(out, o)
+  return quota_reply(o)
 end
 
 -- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
@@ -490,7 +490,7 @@ end
 
 -- Decides the batch of KEYS and ARGV (see the header) and writes its reply into `out` after
 -- `o`; returns the new position.
-local function decide_batch(KEYS, ARGV, out, o)
+local function decide_batch(KEYS, ARGV, o)
   -- The batch being decided: the shared locals above.
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
@@ -520,10 +520,10 @@ local function decide_batch(KEYS, ARGV, out, o)
     rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
   end
   if mode == MODE_OVERDRAW then
-    return overdraw_batch(out, o)
+    return overdraw_batch(o)
   end
   if refunds then
-    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD, out, o)
+    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD, o)
   end
 
   -- Step 2 (batch::admits, and batch::reservation in wait mode).
@@ -549,5 +549,5 @@ local function decide_batch(KEYS, ARGV, out, o)
     end
     report(i, r, item, counted, mark, items.reserved)
   end
-  return reply(out, o, admitted, now, items.reserved - now, #rules)
+  return reply(o, admitted, now, items.reserved - now, #rules)
 end

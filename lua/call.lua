@@ -16,7 +16,7 @@
 -- A failed batch's reply, written into the call's reply `out` after its position `o`;
 -- returns the new position. Redis 7 raises a command's error as a table with the message
 -- in `err`.
-local function failed(out, o, err)
+local function failed(o, err)
   if type(err) == 'table' then
     err = err.err
   end
@@ -28,7 +28,7 @@ end
 -- The general path (lua/batch.lua) for the batch whose keys start after KEYS[k], whose
 -- shape is `h`, with batch.lua's ARGV[1] `now` and ARGV[5] `arg5`; its reply is written
 -- into `out` after position `o`, and the new position returned.
-local function decide_general(KEYS, k, h, now, arg5, time, out, o)
+local function decide_general(KEYS, k, h, now, arg5, time, o)
   local keys = {}
   for i = 1, h.nkeys do
     keys[i] = KEYS[k + i]
@@ -41,16 +41,12 @@ local function decide_general(KEYS, k, h, now, arg5, time, out, o)
   for i = 1, h.nrules do
     args[5 + i] = rules[i]
   end
-  local ok, e = pcall(decide_batch, keys, args, out, o)
+  local ok, e = pcall(decide_batch, keys, args, o)
   if not ok then
-    return failed(out, o, e)
+    return failed(o, e)
   end
   return e
 end
-
--- The call's reply, reused from call to call in a function library; what a longer reply
--- left past the end is cleared below.
-local out = {}
 
 -- Decides the call's batches into `out`; returns the reply's length.
 local function decide_batches(KEYS, ARGV)
@@ -77,11 +73,11 @@ local function decide_batches(KEYS, ARGV)
     end
     -- The common case first (lua/fast.lua), straight from the call's arguments; nil sends
     -- the batch to the general path, with nothing written.
-    local ok, e = pcall(decide_plain, KEYS, k, h, now, arg5, time, out, o)
+    local ok, e = pcall(decide_plain, KEYS, k, h, now, arg5, time, o)
     if not ok then
-      o = failed(out, o, e)
+      o = failed(o, e)
     elseif not e then
-      o = decide_general(KEYS, k, h, now, arg5, time, out, o)
+      o = decide_general(KEYS, k, h, now, arg5, time, o)
     else
       o = e
     end

@@ -99,15 +99,16 @@ end
 
 -- The batch's rules, reused from batch to batch: per rule, its state (nil when absent or
 -- expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as they are: a lock
--- belongs to the name) and what its model says: ok, the delay or retry (nil: no wait
--- helps), and the remaining and reset it reports (record.lua's said_remaining, said_reset).
+-- belongs to the name) and what its model says: ok, then in record.lua's said_value the
+-- delay or retry (nil: no wait helps), and in said_remaining and said_reset what it reports.
 local f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
-local f_ok, f_wait = {}, {}
+local f_ok = {}
 
 -- Writes the admitted batch's records (in MODE_DECIDE) and what its rules say; the reply
--- goes into `out` after position `o`. Returns the new position.
-local function admit_plain(KEYS, k, h, now, out, o)
+-- goes into `out` after position `o`, with the values of its rules up to their delays when
+-- `delayed`, else up to their marks (the rest are 0). Returns the new position.
+local function admit_plain(KEYS, k, h, now, delayed, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
   for i = 1, h.nrules do
@@ -140,7 +141,7 @@ local function admit_plain(KEYS, k, h, now, out, o)
         expires_at = model.expires_at(c, s)
         f1, f2, f3 = s[1], s[2], s[3]
         if model.mark then
-          mark = model.mark(c, s, now, f_wait[i])
+          mark = model.mark(c, s, now, said_value[i])
         end
       end
       -- A lock belongs to the name: the record lasts as long as it does.
@@ -150,21 +151,20 @@ local function admit_plain(KEYS, k, h, now, out, o)
       end
       write_record(c, KEYS[k + i], keep, now, slack, c.fingerprint, used, expires_at, f1, f2, f3, p1, f_pen2[i], f_pen3[i])
     end
-    said_mark[i], said_value[i], said_outcome[i] = mark, f_wait[i], 0
-    said_at[i], said_hold[i], said_adopted[i] = 0, 0, 0
+    said_mark[i] = mark
   end
-  return reply(out, o, true, now, 0, h.nrules)
+  return reply(o, true, now, 0, h.nrules, delayed and 4 or 3)
 end
 
 -- What the denied batch's rules say (decide_batch's); nothing is written to Redis. The
 -- reply goes into `out` after position `o`. Returns the new position.
-local function deny_plain(h, now, out, o)
+local function deny_plain(h, now, o)
   local configs = h.configs
   for i = 1, h.nrules do
     local c = configs[i]
     local outcome, value = 0, 0
     if not f_ok[i] then
-      local wait = f_wait[i]
+      local wait = said_value[i]
       if wait == nil then
         outcome = 3
       else
@@ -180,16 +180,16 @@ local function deny_plain(h, now, out, o)
       local info = own_evaluate(c, f_state[i], now, 0)
       remaining, reset = info.remaining, info.reset
     end
-    said_remaining[i], said_reset[i], said_mark[i], said_value[i] = remaining, reset, 0, value
-    said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, 0, 0, 0
+    said_remaining[i], said_reset[i], said_mark[i] = remaining, reset, 0
+    said_value[i], said_outcome[i] = value, outcome
   end
-  return reply(out, o, false, now, 0, h.nrules)
+  return reply(o, false, now, 0, h.nrules, 5)
 end
 
 -- Decides the batch whose keys start after KEYS[k], of shape `h`, with batch.lua's ARGV[1]
 -- `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil). Writes its reply into `out`
 -- after `o` and returns the new position, or nil (nothing written) for the general path.
-local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
+local function decide_plain(KEYS, k, h, now, arg5, time, o)
   -- "0" is the only text of 0 a store sends as ARGV[5].
   if not h.fast or arg5 ~= '0' then
     return nil
@@ -201,7 +201,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
   end
   -- Every rule's record read and evaluated into the f_ arrays.
   local configs = h.configs
-  local admitted = true
+  local admitted, delayed = true, false
   for i = 1, h.nrules do
     local c = configs[i]
     -- get_record, written out: every decision pays for it.
@@ -243,16 +243,18 @@ local function decide_plain(KEYS, k, h, now, arg5, time, out, o)
       ok, wait, remaining, reset = e.ok, e.wait, e.remaining, e.reset
     end
     f_pen1[i], f_pen2[i], f_pen3[i] = l1, l2, l3
-    f_ok[i], f_wait[i], said_remaining[i], said_reset[i] = ok, wait, remaining, reset
+    f_ok[i], said_value[i], said_remaining[i], said_reset[i] = ok, wait, remaining, reset
     if not ok then
       admitted = false
+    elseif wait > 0 then
+      delayed = true
     end
   end
   if admitted then
-    return admit_plain(KEYS, k, h, now, out, o)
+    return admit_plain(KEYS, k, h, now, delayed, o)
   elseif h.waits then
     -- Wait mode: batch.lua looks for a reservation.
     return nil
   end
-  return deny_plain(h, now, out, o)
+  return deny_plain(h, now, o)
 end

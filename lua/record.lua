@@ -213,23 +213,30 @@ local said_remaining, said_reset, said_mark, said_value = {}, {}, {}, {}
 local said_outcome, said_at, said_hold, said_adopted = {}, {}, {}, {}
 local said = { said_remaining, said_reset, said_mark, said_value, said_outcome, said_at, said_hold, said_adopted }
 
--- Where the last batch's reply ended in the call's reply, and its instants (call.lua
--- forgets them as a call starts).
+-- The call's reply (lua/call.lua), reused from call to call in a function library; what a
+-- longer reply left past the end is cleared as the call ends.
+local out = {}
+
+-- Where the last batch's reply ended in `out`, and its instants (call.lua forgets them as
+-- a call starts).
 local said_end, said_now, said_wait = nil, nil, nil
 
 -- Writes the reply of a batch of `n` rules (admitted or not) decided at `now`, the request
 -- reserved `wait` µs later, into `out` after `o`; returns the new position. The reply: its
 -- opening (prelude.lua's REPLY_*), then now and wait unless they are those of the batch
--- just before it in the call, then per rule the first `width` of its values above (as many
--- as the rule with most needs: the rest are 0). src/store/redis/script.rs `split_reply`
--- reads it.
-local function reply(out, o, admitted, now, wait, n)
-  local width = 0
-  for i = 1, n do
-    for j = 8, width + 1, -1 do
-      if said[j][i] ~= 0 then
-        width = j
-        break
+-- just before it in the call, then per rule the first `width` of its values (at least
+-- remaining and reset; the rest are 0): as many as the rule with most needs when `width`
+-- is nil, or as many as a caller that knows its rules' values says (fast.lua fills no
+-- more). src/store/redis/script.rs `split_reply` reads it.
+local function reply(o, admitted, now, wait, n, width)
+  if not width then
+    width = 2
+    for i = 1, n do
+      for j = 8, width + 1, -1 do
+        if said[j][i] ~= 0 then
+          width = j
+          break
+        end
       end
     end
   end
@@ -244,9 +251,14 @@ local function reply(out, o, admitted, now, wait, n)
     out[o + 1], out[o + 2], out[o + 3] = opening, now, wait
     o = o + 3
   end
+  -- The values every admission sends written out, the others looked up.
   for i = 1, n do
-    for j = 1, width do
-      out[o + j] = said[j][i]
+    out[o + 1], out[o + 2] = said_remaining[i], said_reset[i]
+    if width > 2 then
+      out[o + 3] = said_mark[i]
+      for j = 4, width do
+        out[o + j] = said[j][i]
+      end
     end
     o = o + width
   end
