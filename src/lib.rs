@@ -103,7 +103,7 @@ pub use limiter::Limiter;
 pub use penalty::Penalty;
 pub use rate::Rate;
 pub use rule::Rule;
-pub use store::check::Check;
+pub use store::check::{Check, Refusal};
 pub use store::reservation::Reservation;
 pub use stored::StoredKey;
 

@@ -17,6 +17,7 @@ use crate::log::Event;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Check, Health, Store};
 use crate::stored::KeyBytes;
+use crate::Refusal;
 
 /// One limit of a request's batch: its index among the request's limits, its key's bytes in
 /// the shared key buffer, its cost, and whether the store leaves its denials to the layer.
@@ -28,7 +29,7 @@ pub(crate) struct Item {
     pub(crate) cost: u64,
     /// A limit charged by outcome with a penalty, checked while other requests of its key
     /// are being checked or in flight: its denial waits for them (see
-    /// `charge::unsettled`), checked as [deferring its denial](Check::defers_denial).
+    /// `charge::unsettled`), checked as [deferring its refusal](Refusal::Deferred).
     pub(crate) defers: bool,
 }
 
@@ -55,8 +56,13 @@ impl Batch for LayerBatch {
                 rule: &limit.rule,
                 key: KeyBytes::of(key),
                 cost: item.cost,
-                shadow: limit.shadow,
-                defers_denial: item.defers,
+                refusal: if limit.shadow {
+                    Refusal::Shadow
+                } else if item.defers {
+                    Refusal::Deferred
+                } else {
+                    Refusal::Enforced
+                },
             })
             .collect()
     }

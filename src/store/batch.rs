@@ -10,7 +10,7 @@ use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, Taken};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
-use crate::store::check::Check;
+use crate::store::check::{Check, Refusal};
 use crate::Rule;
 
 /// The batch's decision from its rules' (Deny beats Delay beats Allow).
@@ -132,14 +132,17 @@ impl Evaluated {
     }
 }
 
-/// `batch` with no item [deferring](Check::defers_denial), for
+/// `batch` with no item [deferring](Refusal::Deferred) its refusal, for
 /// [`Store::count_denials`](crate::store::Store::count_denials).
 pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
     batch
         .iter()
-        .map(|c| Check {
-            defers_denial: false,
-            ..*c
+        .map(|c| match c.refusal {
+            Refusal::Deferred => Check {
+                refusal: Refusal::Enforced,
+                ..*c
+            },
+            _ => *c,
         })
         .collect()
 }
@@ -211,7 +214,7 @@ pub(crate) fn evaluate(
     batch_release: u64,
 ) -> Evaluated {
     let queue = is_queue(check);
-    let pending = !queue && release < batch_release && check.cost > 0 && !check.shadow;
+    let pending = !queue && release < batch_release && check.cost > 0 && !check.in_shadow();
     let held_until = if queue && self::release(check, entry, arrival) < batch_release {
         batch_release
     } else {
@@ -238,7 +241,7 @@ pub(crate) fn evaluate(
         locked_for,
         at,
         arrival,
-        shadow: check.shadow,
+        shadow: check.in_shadow(),
         pending,
         held_until,
         hold,
@@ -258,7 +261,9 @@ fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) ->
 
 /// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial.
 fn is_queue(check: &Check<'_>) -> bool {
-    check.cost > 0 && !check.shadow && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
+    check.cost > 0
+        && !check.in_shadow()
+        && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
 /// [`evaluate`] for a batch of one, whose key and batch release are the rule's own.
@@ -332,9 +337,11 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
 }
 
 /// Whether a penalty counts this denial: a quota denial, of a rule with a penalty, not
-/// [deferred](Check::defers_denial).
+/// [deferred](Refusal::Deferred).
 fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
-    item.counts_for_penalty() && check.rule.penalty().is_some() && !check.defers_denial
+    item.counts_for_penalty()
+        && check.rule.penalty().is_some()
+        && check.refusal != Refusal::Deferred
 }
 
 /// Step 3, for an item that [`writes`]: records its admission or counted denial.

@@ -18,14 +18,26 @@ pub struct Check<'a> {
     pub(crate) key: KeyBytes<'a>,
     /// Units the request consumes. A cost of 0 is always admitted unless the key is locked.
     pub cost: u64,
-    /// A shadow item never denies or delays the batch. It consumes when the batch is
-    /// admitted and it admits on its own; when it would deny, it consumes nothing, counts
-    /// its penalty denial, and its [`RuleOutcome`] says `Deny` (what enforcing it would do).
-    pub shadow: bool,
-    /// Leaves this item's refusal uncounted by its penalty (a lock still refuses), for the
-    /// caller to count with [`Store::count_denials`] once it stands (the layer's
-    /// charge-by-outcome limits, whose in-flight requests may still give units back).
-    pub defers_denial: bool,
+    /// What a refusal of this item does (by default it denies the batch and counts
+    /// towards the rule's penalty).
+    pub refusal: Refusal,
+}
+
+/// What a [`Check`]'s refusal does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// It denies the batch and counts towards the rule's penalty.
+    #[default]
+    Enforced = 0,
+    /// It never denies or delays the batch: the item consumes when the batch is admitted
+    /// and it admits on its own; when it would deny, it consumes nothing, counts its penalty
+    /// denial, and its [`RuleOutcome`] says `Deny` (what enforcing it would do).
+    Shadow = 1,
+    /// It denies the batch but leaves the penalty uncounted (a lock still refuses), for the
+    /// caller to count with [`Store::count_denials`] once the refusal stands: the layer's
+    /// charge-by-outcome limits, whose requests in flight may still give units back.
+    Deferred = 2,
 }
 
 impl<'a> Check<'a> {
@@ -49,9 +61,14 @@ impl<'a> Check<'a> {
             rule,
             key,
             cost: rule.cost(),
-            shadow: false,
-            defers_denial: false,
+            refusal: Refusal::Enforced,
         }
+    }
+
+    /// Whether the item is in shadow ([`Refusal::Shadow`]).
+    #[inline]
+    pub(crate) fn in_shadow(&self) -> bool {
+        self.refusal == Refusal::Shadow
     }
 
     /// The key the rule counts under, in its stored form ([`StoredKey`]).
@@ -163,7 +180,7 @@ impl<'a> Check<'a> {
 pub trait Store: Send + Sync + 'static {
     /// Decides `batch` all or nothing: if any item is denied, no item's state changes but
     /// the denied items' penalty bookkeeping. Deny beats Delay beats Allow; the longest
-    /// retry-after among the denials is the batch's. [Shadow](Check::shadow) items take no
+    /// retry-after among the denials is the batch's. [Shadow](Refusal::Shadow) items take no
     /// part in the batch's decision.
     ///
     /// With a non-zero `max_wait`, a batch admissible within `max_wait` is admitted now as a
@@ -260,7 +277,7 @@ pub trait Store: Send + Sync + 'static {
     /// Counts a penalty denial for each item whose quota refused it `ago` before now, as
     /// [`check`](Self::check) would have then on the state as it stands now (units given
     /// back since never taken; a window turned since leaves the refusal standing); admits
-    /// and takes nothing. A caller that [deferred](Check::defers_denial) passes the batch as
+    /// and takes nothing. A caller that [deferred](Refusal::Deferred) passes the batch as
     /// checked.
     fn count_denials(
         &self,

@@ -215,7 +215,7 @@ impl<S: Store + Clone> Leased<S> {
             return None;
         }
         batch.iter().enumerate().find_map(|(i, check)| {
-            if check.shadow || check.cost == 0 {
+            if check.in_shadow() || check.cost == 0 {
                 return None;
             }
             let terms = self.shared.terms.iter().find(|t| t.rule == *check.rule)?;

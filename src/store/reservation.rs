@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::log::{process_log, Event, EventLog};
-use crate::store::check::{Check, Health, Store};
+use crate::store::check::{Check, Health, Refusal, Store};
 use crate::stored::KeyBytes;
 use crate::Rule;
 
@@ -80,8 +80,8 @@ pub(crate) trait Batch: Send + Sync + 'static {
 struct Copied {
     rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, `shadow`, `defers_denial`.
-    items: SmallVec<[(usize, u64, bool, bool); 2]>,
+    /// Per check: where its key ends in `keys`, its cost, what its refusal does.
+    items: SmallVec<[(usize, u64, Refusal); 2]>,
 }
 
 impl Copied {
@@ -91,7 +91,7 @@ impl Copied {
             .iter()
             .map(|c| {
                 keys.extend_from_slice(c.key());
-                (keys.len(), c.cost, c.shadow, c.defers_denial)
+                (keys.len(), c.cost, c.refusal)
             })
             .collect();
         Self {
@@ -108,15 +108,14 @@ impl Batch for Copied {
         self.rules
             .iter()
             .zip(&self.items)
-            .map(|(rule, &(end, cost, shadow, defers_denial))| {
+            .map(|(rule, &(end, cost, refusal))| {
                 let key = self.keys.get(start..end).unwrap_or_default();
                 start = end;
                 Check {
                     rule,
                     key: KeyBytes::Kept(key),
                     cost,
-                    shadow,
-                    defers_denial,
+                    refusal,
                 }
             })
             .collect()
@@ -430,7 +429,8 @@ impl<S: Store + Clone> Reservation<S> {
         };
         let rules = std::mem::take(&mut self.outcome.rules);
         let checks = self.batch.checks();
-        self.outcome = crate::decision::combine(rules, |i| checks.get(i).is_some_and(|c| c.shadow));
+        self.outcome =
+            crate::decision::combine(rules, |i| checks.get(i).is_some_and(|c| c.in_shadow()));
         self.outcome.admission = admission;
         if let (Decision::Delay(delay), Stage::Passed) = (self.outcome.decision, self.state) {
             self.due = Instant::now().checked_add(delay).unwrap_or(self.due);
@@ -492,7 +492,7 @@ fn settled_part<'a>(
         .filter_map(|&(i, units, _)| {
             checks.get(i).map(|c| Check {
                 cost: units,
-                shadow: false,
+                refusal: Refusal::Enforced,
                 ..*c
             })
         })

@@ -107,7 +107,7 @@ async fn run<S: Store>(
                     .collect();
                 if *shadow_last && batch.len() > 1 {
                     if let Some(last) = batch.last_mut() {
-                        last.shadow = true;
+                        last.refusal = tollgate::Refusal::Shadow;
                     }
                 }
                 let wait = Duration::from_micros(*max_wait_us);

@@ -101,7 +101,9 @@ fn batch<'a>(rules: &'a [Rule], step: &Step) -> Vec<Check<'a>> {
                 b"hot"
             };
             let mut check = Check::new(&rules[r], key).with_cost(step.cost);
-            check.shadow = step.shadow & (1 << j) != 0;
+            if step.shadow & (1 << j) != 0 {
+                check.refusal = tollgate::Refusal::Shadow;
+            }
             check
         })
         .collect()

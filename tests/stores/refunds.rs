@@ -322,7 +322,7 @@ async fn a_cancelled_reservation_keeps_the_first_hit_window<S: Store>(
     }
 }
 
-/// A refusal deferred at its check (`Check::defers_denial`) is counted by
+/// A refusal deferred at its check (`Refusal::Deferred`) is counted by
 /// `Store::count_denials` given the batch as it was checked, flag and all: the flag is
 /// about the check, and a count counts.
 async fn a_deferred_refusal_counts_given_as_checked<S: Store>(
@@ -333,7 +333,7 @@ async fn a_deferred_refusal_counts_given_as_checked<S: Store>(
     clock.set_micros(T0 + 1_000_000);
     let mut check = Check::new(&rule, b"a");
     assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    check.defers_denial = true;
+    check.refusal = tollgate::Refusal::Deferred;
     let refused = limiter
         .store()
         .check(&[check], Duration::ZERO)

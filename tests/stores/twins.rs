@@ -42,7 +42,9 @@ fn batch<'r>(rules: &'r [Rule], items: &[(usize, &'static str, u64, bool)]) -> V
         .iter()
         .map(|&(r, k, cost, shadow)| {
             let mut check = Check::new(&rules[r], k.as_bytes()).with_cost(cost);
-            check.shadow = shadow;
+            if shadow {
+                check.refusal = tollgate::Refusal::Shadow;
+            }
             check
         })
         .collect()

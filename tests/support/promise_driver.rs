@@ -147,7 +147,9 @@ impl<'t, S: Store + Clone> Run<'t, S> {
             .zip(&asked.keys)
             .map(|(&s, key)| {
                 let mut check = Check::new(&self.rules[s], key).with_cost(asked.cost);
-                check.defers_denial = defer;
+                if defer {
+                    check.refusal = tollgate::Refusal::Deferred;
+                }
                 check
             })
             .collect()

@@ -111,7 +111,7 @@ pub enum Op {
     Advance(u64),
     /// `Store::check` (or `Limiter::check` when `limiter`) of rules (by their place in the
     /// schedule's focus) on key `key`,
-    /// waiting up to `wait` µs; a denial deferred (`defers_denial`) when `defer`.
+    /// waiting up to `wait` µs; a denial deferred (`Refusal::Deferred`) when `defer`.
     /// `split`: the second rule counts on the other key (on a Cluster, another slot).
     Check {
         specs: Vec<usize>,

@@ -420,7 +420,7 @@ impl<S: Store + Clone> Run<'_, S> {
     /// and is not locked now (the docs say nothing of a refusal counted during a lock).
     pub(crate) async fn count(&mut self, deferred: Deferred) -> Result<(), String> {
         {
-            // As the layer counts them: the checks without `defers_denial` (a check still
+            // As the layer counts them: the checks without `Refusal::Deferred` (a check still
             // marked deferred is not counted here either).
             let checks = self.checks(&deferred.asked, false);
             let ago = us(self.now - deferred.made);

@@ -33,7 +33,7 @@
 //! from the step's instant until its state is back to empty). A step with `max_wait_us` runs
 //! in wait mode: a batch admissible within that many µs reserves its slot and gets `delay`
 //! (stores only). A rule with `"shadow": true` is checked as a trial item
-//! ([`Check::shadow`]) in every step; `expect.rules`, when present, lists each rule's own
+//! (`Refusal::Shadow`) in every step; `expect.rules`, when present, lists each rule's own
 //! decision (`allow`, `delay`, `deny`) in batch order. A step with `settle`
 //! (`{"step": 2, "costs": [7]}`) settles the batch that step `step` reserved at one cost per
 //! check ([`Reservation::settle`](super::tg::Reservation::settle): what each rule took
@@ -405,7 +405,9 @@ pub async fn run_on_store<S: Store + Clone>(
                     .get(rule.as_str())
                     .unwrap_or_else(|| panic!("{:?}: unknown rule {rule}", scenario.name));
                 let mut check = Check::new(rule, key.as_bytes()).with_cost(*cost);
-                check.shadow = *shadow;
+                if *shadow {
+                    check.refusal = super::tg::Refusal::Shadow;
+                }
                 check
             })
             .collect();

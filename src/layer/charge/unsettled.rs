@@ -4,7 +4,7 @@
 //! A request refused while others of its limit and key are in flight may be refused only
 //! for units they will give back (a burst of successful logins): no attempt a lockout
 //! should punish. The store decides such a request without counting its denial
-//! ([`Check::defers_denial`]); the refusal waits here until every request of its limit and
+//! ([`Refusal::Deferred`](crate::Refusal::Deferred)); the refusal waits here until every request of its limit and
 //! key checked or in flight when it was refused has settled, or [`SETTLE_DEADLINE`] (a
 //! client holding a login open must not keep its refusals from counting). Then
 //! [`recount`] asks [`Store::count_denials`]. Promises: [`Charge`](crate::layer::Charge).

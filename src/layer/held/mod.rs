@@ -134,7 +134,7 @@ pub(crate) fn held_keys(
             .is_some_and(|a| a.taken(i).pending)
     };
     for (i, (check, rule)) in batch.iter().zip(&outcome.rules).enumerate() {
-        if !check.shadow && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
+        if !check.in_shadow() && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
             let key = counts.key_of(check.rule.name(), check.key());
             if !keys.contains(&key) {
                 keys.push(key);

@@ -85,7 +85,7 @@ impl NoRoom {
                 },
             })
             .collect();
-        combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
+        combine(rules, |i| batch.get(i).is_some_and(|c| c.in_shadow()))
     }
 
     /// What an overdraft or counted refusal answers: it has nowhere to write.

@@ -199,7 +199,7 @@ impl MemoryStore {
         drop(shard);
         let mut rules = RuleOutcomes::new();
         rules.push(rule);
-        let mut outcome = batch::combine(rules, |_| check.shadow);
+        let mut outcome = batch::combine(rules, |_| check.in_shadow());
         if admitted {
             outcome.admission = Some(Admission::new([taken]));
         }
@@ -275,7 +275,7 @@ impl MemoryStore {
 
         let (rules, marks) = shared.commit(&mut guards, batch, &hashes, &items, admitted, now);
         drop(guards);
-        let mut outcome = batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow));
+        let mut outcome = batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.in_shadow()));
         if admitted {
             outcome.admission = Some(Admission::new(marks));
         }
@@ -401,7 +401,7 @@ fn admit_at_once<'a>(
     now: u64,
 ) -> Result<(Admitted, bool), MapEntry<'a>> {
     let (rule, cost) = (check.rule, check.cost);
-    if check.shadow || cost == 0 {
+    if check.in_shadow() || cost == 0 {
         return Err(entry);
     }
     let algorithm = rule.algorithm();

@@ -22,7 +22,7 @@ impl MemoryStore {
             let taken = admission.taken(i);
             // A trial rule may have taken nothing; a pending rule was never counted; units
             // another store took are not ours.
-            if check.cost == 0 || check.shadow || taken.pending || taken.store != shared.id {
+            if check.cost == 0 || check.in_shadow() || taken.pending || taken.store != shared.id {
                 continue;
             }
             let hash = shared.hash(check.rule, check.key());

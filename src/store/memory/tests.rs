@@ -190,7 +190,9 @@ proptest! {
             fast_clock.advance(std::time::Duration::from_micros(advance));
             general_clock.advance(std::time::Duration::from_micros(advance));
             let mut check = Check::new(&rules[usize::from(second)], b"k").with_cost(cost);
-            check.shadow = shadow;
+            if shadow {
+                check.refusal = crate::Refusal::Shadow;
+            }
             let batch = [check];
             let a = fast.decide_one(&check, max_wait).unwrap();
             let b = general.decide_batch(&batch, max_wait, None).unwrap();

@@ -194,7 +194,7 @@ impl RedisStore {
         let (later, now): (Vec<usize>, Vec<usize>) = if held > 0 && !ledger.denied {
             members
                 .iter()
-                .partition(|&&i| !batch[i].shadow && batch[i].cost > 0 && !is_queue(&batch[i]))
+                .partition(|&&i| !batch[i].in_shadow() && batch[i].cost > 0 && !is_queue(&batch[i]))
         } else {
             (Vec::new(), members.to_vec())
         };
@@ -548,7 +548,9 @@ impl Part {
             .iter()
             .zip(&reply.rules)
             .zip(&reply.taken)
-            .filter(|((&i, o), t)| !t.pending && (!batch[i].shadow || o.decision.is_admitted()))
+            .filter(|((&i, o), t)| {
+                !t.pending && (!batch[i].in_shadow() || o.decision.is_admitted())
+            })
             .map(|((&i, _), &t)| (i, t))
             .unzip();
         let shaped = members
@@ -556,7 +558,7 @@ impl Part {
             .zip(&reply.rules)
             .filter(|&(&i, _)| {
                 let c = &batch[i];
-                !c.shadow && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+                !c.in_shadow() && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
             })
             .filter_map(|(_, o)| match o.decision {
                 Decision::Delay(d) => Some(duration_to_micros(d)),
@@ -578,7 +580,9 @@ impl Part {
 
 /// Whether `check` is a leaky bucket's queue the request joins.
 fn is_queue(check: &Check<'_>) -> bool {
-    !check.shadow && check.cost > 0 && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
+    !check.in_shadow()
+        && check.cost > 0
+        && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
 /// How long the queues among `members` hold the request, as a peek found them.

@@ -227,7 +227,7 @@ impl DenyCache {
 
     /// The live denial that answers `check` at `now`, if any.
     fn lookup(&self, check: &Check<'_>, now: u64) -> Option<Cached> {
-        if check.shadow {
+        if check.in_shadow() {
             return None;
         }
         let rule = check.rule.name();
@@ -266,7 +266,7 @@ impl DenyCache {
         let may_insert = max_wait == 0 && decided_on_arrival(batch) && self.epoch() == epoch;
         for (check, rule) in batch.iter().zip(&outcome.rules) {
             match rule.decision {
-                Decision::Deny(denial) if may_insert && !check.shadow => {
+                Decision::Deny(denial) if may_insert && !check.in_shadow() => {
                     if let Some(cached) = cacheable(check, denial, rule.info, sent_at) {
                         self.insert(check, cached, sent_at);
                     }
@@ -418,7 +418,7 @@ pub(super) fn invalidation(rule: &Rule, key: &[u8]) -> Vec<u8> {
 fn decided_on_arrival(batch: &[Check<'_>]) -> bool {
     batch.len() == 1
         || !batch.iter().any(|c| {
-            !c.shadow && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
+            !c.in_shadow() && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
         })
 }
 

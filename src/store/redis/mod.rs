@@ -101,7 +101,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///   units as taken. A token bucket, leaky bucket or GCRA that refills them within that
 ///   round trip may get them back once too many: the only over-admission, by at most the
 ///   batch's cost, and only at thousands per second per key.
-/// - A [shadow](Check::shadow) item never makes its part deny.
+/// - A [shadow](crate::Refusal::Shadow) item never makes its part deny.
 /// - A denied batch's decisions, quotas and `Retry-After` are what one node would report;
 ///   penalties count exactly as on one node. A refunded part whose rule took over another
 ///   configuration's state (see [`Rule`](crate::Rule#reconfiguring-a-rule)) keeps it, so its
@@ -343,7 +343,7 @@ impl RedisStore {
     /// denial ends (never admitting more), so it is a warning, not a failed call.
     async fn tell_caches<'a, 'c: 'a>(&self, checks: impl Iterator<Item = &'a Check<'c>>) {
         // A shadow rule's refund gives nothing back.
-        for check in checks.filter(|c| !c.shadow) {
+        for check in checks.filter(|c| !c.in_shadow()) {
             if let Err(error) = self.invalidate(check.rule, check.key()).await {
                 tracing::warn!(rule = check.rule.name(), %error, "deny caches not told of a moved state");
             }
@@ -492,7 +492,7 @@ impl Store for RedisStore {
         // took nothing yet; units another store took are not this store's to give.
         let gives = |&i: &usize| {
             let taken = admission.taken(i);
-            !batch[i].shadow && !taken.pending && taken.store == self.id
+            !batch[i].in_shadow() && !taken.pending && taken.store == self.id
         };
         for members in self.slot_groups(batch) {
             let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();

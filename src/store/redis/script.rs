@@ -547,7 +547,7 @@ fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
 
 /// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).
 pub(super) fn combine(rules: Vec<RuleOutcome>, batch: &[Check<'_>]) -> crate::decision::Outcome {
-    batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.shadow))
+    batch::combine(rules, |i| batch.get(i).is_some_and(|c| c.in_shadow()))
 }
 
 #[cfg(test)]

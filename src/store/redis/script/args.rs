@@ -3,7 +3,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
-use crate::store::Check;
+use crate::store::check::{Check, Refusal};
 
 /// The code the scripts know an algorithm by (`models[code]`; the names in
 /// `lua/prelude.lua`). The fingerprint's encoding carries the same numbers
@@ -33,7 +33,7 @@ impl Code {
 }
 
 /// One rule's packed argument (`lua/record.lua`'s `rule_args`): the fields in this order,
-/// each a little-endian double, `shadow` and `defers_denials` as one (bits 1 and 2).
+/// each a little-endian double, `refusal` as its number (`Refusal`: 0 enforced, 1 shadow, 2 deferred).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RuleArgs {
     pub(super) code: Code,
@@ -49,17 +49,14 @@ pub(super) struct RuleArgs {
     pub(super) lock_for: u64,
     pub(super) after: u64,
     pub(super) within: u64,
-    /// A shadow rule (`Check::shadow`).
-    pub(super) shadow: bool,
+    /// What its refusal does (`Check::refusal`).
+    pub(super) refusal: Refusal,
     /// `Rule::fingerprint`.
     pub(super) fingerprint: u64,
     /// `Algorithm::quota`.
     pub(super) quota: u64,
     /// The index of the batch's first rule on the same client key (batch::key_release).
     pub(super) key_id: u64,
-    /// Whether its quota denial is left to the caller, not counted towards the penalty
-    /// (`Check::defers_denial`).
-    pub(super) defers_denials: bool,
 }
 
 impl RuleArgs {
@@ -88,11 +85,10 @@ impl RuleArgs {
             lock_for,
             after,
             within,
-            shadow: check.shadow,
+            refusal: check.refusal,
             fingerprint: check.rule.fingerprint(),
             quota: algorithm.quota().0,
             key_id: key_id as u64,
-            defers_denials: check.defers_denial,
         }
     }
 
@@ -108,7 +104,7 @@ impl RuleArgs {
             self.lock_for,
             self.after,
             self.within,
-            u64::from(self.shadow) | u64::from(self.defers_denials) << 1,
+            self.refusal as u64,
             self.fingerprint,
             self.quota,
             self.key_id,
@@ -131,7 +127,7 @@ pub(super) fn exact_double(value: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::super::{Op, REPLY_ADMITTED, REPLY_AGAIN, REPLY_WIDTH};
-    use super::{Code, RuleArgs};
+    use super::{Code, Refusal, RuleArgs};
     use crate::{Rate, Rule};
 
     /// The value of `local <name>, … = <value>, …` in `source`, by name.
@@ -201,11 +197,10 @@ mod tests {
             lock_for: 7,
             after: 8,
             within: 9,
-            shadow: true,
+            refusal: Refusal::Deferred,
             fingerprint: 11,
             quota: 12,
             key_id: 13,
-            defers_denials: true,
         };
         let mut out = Vec::new();
         args.encode(&mut out);
@@ -213,7 +208,7 @@ mod tests {
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("eight bytes")))
             .collect();
-        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 3, 11, 12, 13]
+        let expected: Vec<f64> = [6, 2, 3, 4, 5, 6, 7, 8, 9, 2, 11, 12, 13]
             .into_iter()
             .map(f64::from)
             .collect();
