@@ -488,6 +488,35 @@ local function report(i, r, item, admitted, mark, reserved)
   said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, at, hold, r.adopted and 1 or 0
 end
 
+-- Steps 2 and 3 for the batch's rules: decides, commits and reports; the reply goes into
+-- `out` after `o`. Returns the new position.
+local function decide_rules(o)
+  -- Step 2 (batch::admits, and batch::reservation in wait mode).
+  local items = evaluate_at(now)
+  local admitted = mode ~= MODE_DENY and admits(items)
+  if (mode == MODE_DECIDE or mode == MODE_TRY) and not admitted then
+    local wait = reservation(items)
+    if wait then
+      local reserved = evaluate_at(now + wait)
+      if admits(reserved) then
+        items, admitted = reserved, true
+      end
+    end
+  end
+  -- Step 3 (batch::commit / batch::report).
+  for i = 1, #rules do
+    local r, item = rules[i], items[i]
+    -- batch::admitted: a shadow item that would deny takes a denied item's part.
+    local counted = admitted and not (item.shadow and rejects(item))
+    local mark = 0
+    if mode ~= MODE_PEEK and mode ~= MODE_TRY then
+      mark = commit(r, item, counted)
+    end
+    report(i, r, item, counted, mark, items.reserved)
+  end
+  return reply(o, admitted, now, items.reserved - now, #rules)
+end
+
 -- Decides the batch of KEYS and ARGV (see the header) and writes its reply into `out` after
 -- `o`; returns the new position.
 local function decide_batch(KEYS, ARGV, o)
@@ -525,29 +554,5 @@ local function decide_batch(KEYS, ARGV, o)
   if refunds then
     return refund_batch(ARGV[5], mode == MODE_REFUND_HELD, o)
   end
-
-  -- Step 2 (batch::admits, and batch::reservation in wait mode).
-  local items = evaluate_at(now)
-  local admitted = mode ~= MODE_DENY and admits(items)
-  if (mode == MODE_DECIDE or mode == MODE_TRY) and not admitted then
-    local wait = reservation(items)
-    if wait then
-      local reserved = evaluate_at(now + wait)
-      if admits(reserved) then
-        items, admitted = reserved, true
-      end
-    end
-  end
-  -- Step 3 (batch::commit / batch::report).
-  for i = 1, #rules do
-    local r, item = rules[i], items[i]
-    -- batch::admitted: a shadow item that would deny takes a denied item's part.
-    local counted = admitted and not (item.shadow and rejects(item))
-    local mark = 0
-    if mode ~= MODE_PEEK and mode ~= MODE_TRY then
-      mark = commit(r, item, counted)
-    end
-    report(i, r, item, counted, mark, items.reserved)
-  end
-  return reply(o, admitted, now, items.reserved - now, #rules)
+  return decide_rules(o)
 end

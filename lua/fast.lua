@@ -194,14 +194,9 @@ local function decide_plain(KEYS, k, h, now, arg5, time, o)
   if not h.fast or arg5 ~= '0' then
     return nil
   end
-  if now == '' then
-    now = time
-  else
-    now = tonumber(now)
-  end
+  now = now == '' and time or tonumber(now)
   -- Every rule's record read and evaluated into the f_ arrays.
-  local configs = h.configs
-  local admitted, delayed = true, false
+  local configs, admitted, delayed = h.configs, true, false
   for i = 1, h.nrules do
     local c = configs[i]
     -- get_record, written out: every decision pays for it.
@@ -231,12 +226,9 @@ local function decide_plain(KEYS, k, h, now, arg5, time, o)
         ok, wait = true, 0
       end
     else
-      local s = nil
-      if kind == 'own' then
-        s = { f1, f2, f3 }
-        if c.model.expires_at(c, s) <= now then
-          s = nil
-        end
+      local s = kind == 'own' and { f1, f2, f3 } or nil
+      if s and c.model.expires_at(c, s) <= now then
+        s = nil
       end
       f_state[i] = s
       local e = own_evaluate(c, s, now, c.cost)
@@ -252,9 +244,7 @@ local function decide_plain(KEYS, k, h, now, arg5, time, o)
   end
   if admitted then
     return admit_plain(KEYS, k, h, now, delayed, o)
-  elseif h.waits then
-    -- Wait mode: batch.lua looks for a reservation.
-    return nil
   end
-  return deny_plain(h, now, o)
+  -- In wait mode batch.lua looks for a reservation.
+  return not h.waits and deny_plain(h, now, o) or nil
 end

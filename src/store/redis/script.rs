@@ -478,8 +478,6 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
             checks.len()
         ))
     };
-    let uint = |v: i64| u64::try_from(v).map_err(|_| bad());
-    let us = |v: i64| uint(v).map(Duration::from_micros);
     let [admitted, now, wait, ref fields @ ..] = *values else {
         return Err(bad());
     };
@@ -487,8 +485,11 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         return Err(bad());
     }
     let admitted = admitted == REPLY_ADMITTED;
-    let now = uint(now)?;
-    let reserved = now.checked_add(uint(wait)?).ok_or_else(bad)?;
+    let now = u64::try_from(now).map_err(|_| bad())?;
+    let reserved = u64::try_from(wait)
+        .ok()
+        .and_then(|wait| now.checked_add(wait))
+        .ok_or_else(bad)?;
     let n = checks.len();
     let mut reply = Reply {
         admitted,
@@ -499,43 +500,55 @@ pub(super) fn parse(values: &[i64], checks: &[&Check<'_>]) -> Result<Reply, Stor
         adopted: SmallVec::with_capacity(n),
     };
     for (check, v) in checks.iter().zip(fields.chunks_exact(FIELDS)) {
-        let [remaining, reset, mark, value, outcome, at, hold, adopted] = v else {
-            return Err(bad());
-        };
-        let value = us(*value)?;
-        let decision = match outcome {
-            0 if value.is_zero() => Decision::Allow,
-            0 => Decision::Delay(value),
-            1 => deny(DenyReason::Limited, Some(value)),
-            2 => deny(DenyReason::Locked, Some(value)),
-            3 => deny(DenyReason::CostExceedsCapacity, None),
-            _ => return Err(bad()),
-        };
-        reply.rules.push(RuleOutcome {
-            decision,
-            info: RateLimitInfo {
-                limit: check.rule.algorithm().quota().0,
-                remaining: uint(*remaining)?,
-                reset: us(*reset)?,
-            },
-        });
-        // A rule counts the request only where it passes in an admitted batch; -1: pending,
-        // counted only when the request is released.
-        reply.taken.push(match *at {
-            _ if !admitted || *outcome != 0 => Taken::default(),
-            -1 => Taken::pending(),
-            at => Taken {
-                hold: uint(*hold)?,
-                ..Taken::at(
-                    StoreId::default(),
-                    reserved.saturating_add(uint(at)?),
-                    uint(*mark)?,
-                )
-            },
-        });
-        reply.adopted.push(*adopted != 0);
+        let (rule, taken) = rule_reply(check, v, admitted, reserved).ok_or_else(bad)?;
+        reply.rules.push(rule);
+        reply.taken.push(taken);
+        reply.adopted.push(v[FIELDS - 1] != 0);
     }
     Ok(reply)
+}
+
+/// A rule's values in the reply of a batch (admitted or not, the request reserved at
+/// `reserved`): what it says, and what it took.
+fn rule_reply(
+    check: &Check<'_>,
+    v: &[i64],
+    admitted: bool,
+    reserved: u64,
+) -> Option<(RuleOutcome, Taken)> {
+    let &[remaining, reset, mark, value, outcome, at, hold, _] = v else {
+        return None;
+    };
+    let uint = |v: i64| u64::try_from(v).ok();
+    let value = Duration::from_micros(uint(value)?);
+    let decision = match outcome {
+        0 if value.is_zero() => Decision::Allow,
+        0 => Decision::Delay(value),
+        1 => deny(DenyReason::Limited, Some(value)),
+        2 => deny(DenyReason::Locked, Some(value)),
+        3 => deny(DenyReason::CostExceedsCapacity, None),
+        _ => return None,
+    };
+    let info = RateLimitInfo {
+        limit: check.rule.algorithm().quota().0,
+        remaining: uint(remaining)?,
+        reset: Duration::from_micros(uint(reset)?),
+    };
+    // A rule counts the request only where it passes in an admitted batch; -1: pending,
+    // counted only when the request is released.
+    let taken = match at {
+        _ if !admitted || outcome != 0 => Taken::default(),
+        -1 => Taken::pending(),
+        at => Taken {
+            hold: uint(hold)?,
+            ..Taken::at(
+                StoreId::default(),
+                reserved.checked_add(uint(at)?)?,
+                uint(mark)?,
+            )
+        },
+    };
+    Some((RuleOutcome { decision, info }, taken))
 }
 
 fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
