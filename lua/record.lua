@@ -256,8 +256,10 @@ local function reply(o, admitted, now, wait, n, width)
     out[o + 1], out[o + 2] = said_remaining[i], said_reset[i]
     if width > 2 then
       out[o + 3] = said_mark[i]
-      for j = 4, width do
-        out[o + j] = said[j][i]
+      if width > 3 then
+        for j = 4, width do
+          out[o + j] = said[j][i]
+        end
       end
     end
     o = o + width
