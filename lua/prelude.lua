@@ -83,7 +83,7 @@ local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVE
 
 -- A batch's reply opens with REPLY_ADMITTED or 0, plus REPLY_AGAIN when it leaves out the
 -- instants (they are the batch's just before it in the call), plus REPLY_WIDTH times the
--- values it sends per rule: `Opening` in src/store/redis/script.rs. See record.lua's reply.
+-- values it sends per rule: `REPLY_*` in src/store/redis/script.rs. See record.lua's reply.
 local REPLY_ADMITTED, REPLY_AGAIN, REPLY_WIDTH = 1, 2, 4
 
 -- The models by algorithm code, each built when first used in a call. A model has:
