@@ -105,12 +105,14 @@ local f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
 local f_ok = {}
 
--- Writes the admitted batch's records (in MODE_DECIDE) and what its rules say; the reply
--- goes into `out` after position `o`, with the values of its rules up to their delays when
--- `delayed`, else up to their marks (the rest are 0). Returns the new position.
+-- Writes the admitted batch's records (in MODE_DECIDE) and its reply into `out` after
+-- position `o` (record.lua's open_reply): per rule its remaining, reset and mark, then its
+-- delay when one is `delayed` (the rest are 0). Returns the new position.
 local function admit_plain(KEYS, k, h, now, delayed, o)
   local configs, slack = h.configs, h.slack
   local writes = h.writes
+  local width = delayed and 4 or 3
+  o = open_reply(o, true, now, 0, h.nrules, width)
   for i = 1, h.nrules do
     local c = configs[i]
     local mark = 0
@@ -151,9 +153,13 @@ local function admit_plain(KEYS, k, h, now, delayed, o)
       end
       write_record(c, KEYS[k + i], keep, now, slack, c.fingerprint, used, expires_at, f1, f2, f3, p1, f_pen2[i], f_pen3[i])
     end
-    said_mark[i] = mark
+    out[o + 1], out[o + 2], out[o + 3] = said_remaining[i], said_reset[i], mark
+    if delayed then
+      out[o + 4] = said_value[i]
+    end
+    o = o + width
   end
-  return reply(o, true, now, 0, h.nrules, delayed and 4 or 3)
+  return o
 end
 
 -- What the denied batch's rules say (decide_batch's); nothing is written to Redis. The

@@ -221,13 +221,31 @@ local out = {}
 -- a call starts).
 local said_end, said_now, said_wait = nil, nil, nil
 
--- Writes the reply of a batch of `n` rules (admitted or not) decided at `now`, the request
--- reserved `wait` µs later, into `out` after `o`; returns the new position. The reply: its
--- opening (prelude.lua's REPLY_*), then now and wait unless they are those of the batch
--- just before it in the call, then per rule the first `width` of its values (at least
--- remaining and reset; the rest are 0): as many as the rule with most needs when `width`
--- is nil, or as many as a caller that knows its rules' values says (fast.lua fills no
--- more). src/store/redis/script.rs `split_reply` reads it.
+-- Opens the reply of a batch of `n` rules (admitted or not) decided at `now`, the request
+-- reserved `wait` µs later, each rule sending the first `width` of its values above (the
+-- rest are 0): writes its opening (prelude.lua's REPLY_*) into `out` after `o`, then now
+-- and wait unless they are those of the batch just before it in the call. Returns the
+-- position after which the rules' values go, `width` each, in that order.
+-- src/store/redis/script.rs `split_reply` reads the reply.
+local function open_reply(o, admitted, now, wait, n, width)
+  local opening = REPLY_WIDTH * width
+  if admitted then
+    opening = opening + REPLY_ADMITTED
+  end
+  if o == said_end and now == said_now and wait == said_wait then
+    out[o + 1] = opening + REPLY_AGAIN
+    o = o + 1
+  else
+    out[o + 1], out[o + 2], out[o + 3] = opening, now, wait
+    o = o + 3
+  end
+  said_end, said_now, said_wait = o + n * width, now, wait
+  return o
+end
+
+-- Writes the reply (open_reply's) of a batch whose rules' values are in the said_ arrays:
+-- `width` of them per rule, or when nil as many as the rule with most needs (at least
+-- remaining and reset). Returns the new position.
 local function reply(o, admitted, now, wait, n, width)
   if not width then
     width = 2
@@ -240,30 +258,12 @@ local function reply(o, admitted, now, wait, n, width)
       end
     end
   end
-  local opening = REPLY_WIDTH * width
-  if admitted then
-    opening = opening + REPLY_ADMITTED
-  end
-  if o == said_end and now == said_now and wait == said_wait then
-    out[o + 1] = opening + REPLY_AGAIN
-    o = o + 1
-  else
-    out[o + 1], out[o + 2], out[o + 3] = opening, now, wait
-    o = o + 3
-  end
-  -- The values every admission sends written out, the others looked up.
+  o = open_reply(o, admitted, now, wait, n, width)
   for i = 1, n do
-    out[o + 1], out[o + 2] = said_remaining[i], said_reset[i]
-    if width > 2 then
-      out[o + 3] = said_mark[i]
-      if width > 3 then
-        for j = 4, width do
-          out[o + j] = said[j][i]
-        end
-      end
+    for j = 1, width do
+      out[o + j] = said[j][i]
     end
     o = o + width
   end
-  said_end, said_now, said_wait = o, now, wait
   return o
 end
