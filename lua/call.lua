@@ -8,7 +8,7 @@
 --   RULE_BYTES each), all one argument (parsed once per distinct value, fast.lua's
 --   shape_of); then, when <extra> is 1, batch.lua's ARGV[1] and ARGV[5]; when 0, they are
 --   "" and "0". TIME is read at most once per call.
--- Returns: one flat array: per batch, in order, its reply (record.lua's reply), or -1 and a
+-- Returns: one flat array: per batch, in order, its reply (record.lua's open_reply), or -1 and a
 --   message when the batch failed; src/store/redis/script.rs `split_reply` splits it.
 -- Batches of one call on the same key share its record (record.lua's get_record,
 -- flush_records), each decided exactly as one call after another would decide it.

@@ -5,7 +5,7 @@
 -- or sliding log, its state absent, expired or its own configuration's. Every other batch,
 -- and one denied in wait mode, goes to batch.lua, with nothing written. What is decided
 -- and written is exactly what decide_batch would (tests/vectors.rs checks both), and so is
--- its reply (record.lua's reply).
+-- its reply (record.lua's open_reply).
 
 -- Library functions held in locals, declared near their closures (see record.lua).
 local tonumber = tonumber
