@@ -44,13 +44,13 @@ local RULE_BYTES = 104
 
 -- A rule's configuration from its packed argument: the algorithm's code, model and
 -- parameters p1…p4 (see each algorithm's file), the cost, the penalty (lock_for µs, `after`
--- denials that lock, 0 = none, counted `within` µs), whether it is shadow (batch::admitted)
--- and whether its quota denials are left to the caller (batch::counts_denial; one value of
--- bits, 1 and 2), the fingerprint (`Rule::fingerprint`), the capacity (`Algorithm::quota`)
+-- denials that lock, 0 = none, counted `within` µs), what its refusal does (`Refusal`: 0
+-- enforced, 1 shadow, batch::admitted, 2 its quota denials left to the caller,
+-- batch::counts_denial), the fingerprint (`Rule::fingerprint`), the capacity (`Algorithm::quota`)
 -- and the key id (the index of the batch's first rule on the same client key,
 -- batch::key_release). The models, penalty.lua and the functions below read it as `c`.
 local function rule_args(packed)
-  local code, cost, p1, p2, p3, p4, lock_for, after, within, enforced, fingerprint, quota, key_id =
+  local code, cost, p1, p2, p3, p4, lock_for, after, within, refusal, fingerprint, quota, key_id =
     struct_unpack('<ddddddddddddd', packed)
   local model = model_of(code)
   return {
@@ -67,8 +67,8 @@ local function rule_args(packed)
     lock_for = lock_for,
     after = after,
     within = within,
-    shadow = enforced % 2 == 1,
-    defers = enforced >= 2,
+    shadow = refusal == 1,
+    defers = refusal == 2,
     fingerprint = fingerprint,
     quota = quota,
     key_id = key_id,
