@@ -32,7 +32,8 @@ pub(crate) const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
 type Slot = (Arc<str>, Box<[u8]>);
 
 /// The requests of the limits charged by outcome with a penalty, per rule name and key,
-/// that have not settled, and the denials waiting for them. One per layer configuration.
+/// that have not settled, and the denials waiting for them. One per layer (in its state, so
+/// a reload keeps the requests in flight).
 #[derive(Debug, Default)]
 pub(crate) struct Unsettled {
     slots: Mutex<HashMap<Slot, Requests>>,
