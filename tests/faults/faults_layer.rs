@@ -195,18 +195,18 @@ impl Store for NoRefund {
     async fn reset(&self, rule: &Rule, key: &tollgate::StoredKey<'_>) -> Result<(), StoreError> {
         self.0.reset(rule, key).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        self.0.overdraw(batch).await
     }
     async fn count_denials(
         &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
+        batch: &[Check<'_>],
+        ago: std::time::Duration,
     ) -> Result<(), tollgate::StoreError> {
-        Ok(())
+        self.0.count_denials(batch, ago).await
     }
     fn health(&self) -> tollgate::store::Health {
-        tollgate::store::Health::Healthy
+        self.0.health()
     }
 }
 

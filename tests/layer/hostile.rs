@@ -278,18 +278,18 @@ impl Store for Counted {
     ) -> Result<(), tollgate::StoreError> {
         Ok(())
     }
-    async fn overdraw(&self, _: &[tollgate::Check<'_>]) -> Result<(), tollgate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[tollgate::Check<'_>]) -> Result<(), tollgate::StoreError> {
+        self.inner.overdraw(batch).await
     }
     async fn count_denials(
         &self,
-        _: &[tollgate::Check<'_>],
-        _: std::time::Duration,
+        batch: &[tollgate::Check<'_>],
+        ago: std::time::Duration,
     ) -> Result<(), tollgate::StoreError> {
-        Ok(())
+        self.inner.count_denials(batch, ago).await
     }
     fn health(&self) -> tollgate::store::Health {
-        tollgate::store::Health::Healthy
+        self.inner.health()
     }
 }
 

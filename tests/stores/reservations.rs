@@ -269,18 +269,18 @@ impl<S: Store + Clone> Store for Recorded<S> {
         let _turn = self.turn.lock().await;
         still(self.inner.reset(rule, key)).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), tollgate::StoreError> {
+        self.inner.overdraw(batch).await
     }
     async fn count_denials(
         &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
+        batch: &[Check<'_>],
+        ago: std::time::Duration,
     ) -> Result<(), tollgate::StoreError> {
-        Ok(())
+        self.inner.count_denials(batch, ago).await
     }
     fn health(&self) -> tollgate::store::Health {
-        tollgate::store::Health::Healthy
+        self.inner.health()
     }
 }
 

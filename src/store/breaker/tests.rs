@@ -49,18 +49,14 @@ impl Store for Flaky {
         self.gate().await?;
         self.inner.reset(rule, key).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.inner.overdraw(batch).await
     }
-    async fn count_denials(
-        &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
-    ) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.inner.count_denials(batch, ago).await
     }
     fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+        self.inner.health()
     }
 }
 
@@ -240,21 +236,17 @@ impl Store for Pinged {
             Ok(())
         })
     }
-    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.flaky.refund(batch, outcome).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.flaky.overdraw(batch).await
     }
-    async fn count_denials(
-        &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
-    ) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.flaky.count_denials(batch, ago).await
     }
     fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+        self.flaky.health()
     }
 }
 

@@ -251,21 +251,17 @@ impl Store for Probed {
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         Some(std::future::ready(Ok(())))
     }
-    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.0.refund(batch, outcome).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.0.overdraw(batch).await
     }
-    async fn count_denials(
-        &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
-    ) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.0.count_denials(batch, ago).await
     }
     fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+        self.0.health()
     }
 }
 
@@ -323,21 +319,17 @@ impl Store for Refusing {
         self.probes.fetch_add(1, Ordering::SeqCst);
         Some(std::future::ready(Ok(())))
     }
-    async fn refund(&self, _: &[Check<'_>], _: &crate::Outcome) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
+        self.inner.refund(batch, outcome).await
     }
-    async fn overdraw(&self, _: &[Check<'_>]) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.inner.overdraw(batch).await
     }
-    async fn count_denials(
-        &self,
-        _: &[Check<'_>],
-        _: std::time::Duration,
-    ) -> Result<(), crate::StoreError> {
-        Ok(())
+    async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.inner.count_denials(batch, ago).await
     }
     fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+        self.inner.health()
     }
 }
 
