@@ -76,14 +76,9 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router) -> std::io::R
 #[allow(dead_code)] // Tests include this file for `app` and `serve`.
 async fn connect_redis(url: &str) -> Result<RedisStore, tollgate::StoreError> {
     let store = RedisStore::connect(url).await?;
-    let mode = if store.is_cluster() {
-        "a Redis Cluster"
-    } else if url.contains("+sentinel://") {
-        "the primary the Redis Sentinels name"
-    } else {
-        "a standalone Redis"
-    };
-    println!("limits live in {mode} (REDIS_URL), shared by every instance");
+    // The store's `Debug` names what it found: a standalone server, a Sentinel primary or
+    // a Cluster.
+    println!("limits live in Redis (REDIS_URL), shared by every instance: {store:?}");
     Ok(store)
 }
 

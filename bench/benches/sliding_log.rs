@@ -30,7 +30,10 @@ mod redis_server;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use tollgate::{store::RedisStore, Check, Decision, Limiter, ManualClock, Rate, Rule};
+use tollgate::{
+    store::{RedisOptions, RedisStore},
+    Check, Decision, Limiter, ManualClock, Rate, Rule,
+};
 
 const WINDOW: Duration = Duration::from_secs(3600);
 /// 20,000 days after the epoch, as in the test vectors.
@@ -149,10 +152,9 @@ fn row(n: &str, what: &str, (wall, cpu): (f64, f64), entries: u64, bytes: u64) {
 
 async fn run(server: &redis_server::RedisServer, calls: u64) {
     let clock = ManualClock::new(T0);
-    let store = RedisStore::connect(&server.url())
+    let store = RedisStore::connect_with(&server.url(), RedisOptions::new().prefix("bench"))
         .await
         .expect("connect to the bench redis-server")
-        .with_prefix("bench")
         .with_clock(clock.clone());
     let limiter = Limiter::new(store);
     let client = redis::Client::open(server.url()).expect("client");

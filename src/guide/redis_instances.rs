@@ -9,15 +9,15 @@
 //! use std::time::Duration;
 //! use tollgate::layer::{FailurePolicy, Limit, RateLimitLayer};
 //! use tollgate::store::{Breaker, Fallback};
-//! use tollgate::store::RedisStore;
+//! use tollgate::store::{RedisOptions, RedisStore};
 //! use tollgate::{key, Limiter, Rate, Rule};
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let redis = RedisStore::connect("redis://redis.internal:6379/")
+//! // Keys `myapp:{<key>}:<rule>`, apart from other users of the same Redis.
+//! let options = RedisOptions::new().prefix("myapp");
+//! let redis = RedisStore::connect_with("redis://redis.internal:6379/", options)
 //!     .await?
-//!     // Keys `myapp:{<key>}:<rule>`, apart from other users of the same Redis.
-//!     .with_prefix("myapp")
 //!     // A decision that takes longer is decided by the failure policy.
 //!     .with_timeout(Duration::from_millis(50))
 //!     // Keys that are denied are answered here until their denial ends, without Redis.
@@ -83,8 +83,7 @@
 //!
 //! ## Sentinel
 //!
-//! `redis+sentinel://` (or [`connect_sentinel`](crate::store::RedisStore::connect_sentinel)
-//! with the same parts) asks the sentinels for the primary of `service_name`, checks with
+//! `redis+sentinel://` asks the sentinels for the primary of `service_name`, checks with
 //! `ROLE` that it is one, and follows it: a call that finds the connection lost, or the
 //! server demoted (`READONLY`), has the sentinels asked again in the background every 100 ms
 //! until a primary answers, so the store never writes to a replica and never waits on the
@@ -196,15 +195,15 @@
 //! ## Redis Cluster
 //!
 //! Give `connect` any node's URL (it detects a Cluster and discovers the others), or several
-//! with [`connect_cluster`](crate::store::RedisStore::connect_cluster):
+//! separated by commas:
 //!
 //! ```no_run
 //! use tollgate::store::RedisStore;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let redis = RedisStore::connect_cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).await?;
-//! assert!(redis.is_cluster());
+//! let redis = RedisStore::connect("redis://10.0.0.1:7000,redis://10.0.0.2:7000").await?;
+//! # let _ = redis;
 //! # Ok(()) }
 //! ```
 //!
@@ -235,5 +234,5 @@
 //! A rule's identity is its name and its parameters: the state of `Rule::fixed_window("api",
 //! 100, 60 s)` is not read by `Rule::fixed_window("api", 50, 60 s)`, so a rolling deploy that
 //! changes a rule never admits more than the stricter of the two would. Give unrelated
-//! services their own prefix ([`with_prefix`](crate::store::RedisStore::with_prefix)) so that
+//! services their own prefix ([`RedisOptions::prefix`](crate::store::RedisOptions::prefix)) so that
 //! their rule names cannot meet.

@@ -408,7 +408,7 @@ fn owner(cluster: &RedisCluster, key: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_cluster_master_affects_only_its_slots() {
     let mut cluster = RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect")
         .with_timeout(TIMEOUT);
@@ -588,7 +588,7 @@ async fn dropped_connections_count_each_request_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_call_whose_connection_drops_is_never_sent_again() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect")
         .with_timeout(Duration::from_secs(2));
@@ -622,7 +622,7 @@ async fn the_probe_answers_only_when_every_server_does() {
     assert_eq!(ping().await, Ok(()));
 
     let mut cluster = RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect")
         .with_timeout(TIMEOUT);

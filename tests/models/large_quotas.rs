@@ -286,7 +286,7 @@ fn gcra_of_a_billion_per_second_admits_1_000_per_microsecond() {
 #[tokio::test]
 async fn cluster_refunds_restore_fractional_state_exactly() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect to the test cluster");
     let clock = ManualClock::new(BASE);

@@ -5,14 +5,14 @@
 
 use std::time::Duration;
 
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{prefixed, RedisServer};
 use crate::support::specs::{spec_of, Kind, Spec, KINDS};
 use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{
     key,
-    store::{MemoryStore, RedisStore, Store},
+    store::{MemoryStore, RedisOptions, RedisStore, Store},
     Check, Clock, Decision, DenyReason, Limiter, ManualClock, Rate, Rule,
 };
 
@@ -181,11 +181,10 @@ fn memory() -> (ManualClock, Limiter<MemoryStore>) {
 
 async fn redis(server: &RedisServer, prefix: &str) -> (ManualClock, Limiter<RedisStore>) {
     let clock = ManualClock::new(BASE_MICROS);
-    let store = RedisStore::connect(&server.url())
+    let store = RedisStore::connect_with(&server.url(), RedisOptions::new().prefix(prefix))
         .await
         .expect("connect to the test redis-server")
-        .with_clock(clock.clone())
-        .with_prefix(prefix);
+        .with_clock(clock.clone());
     (clock, Limiter::new(store))
 }
 
@@ -518,9 +517,7 @@ fn redis_store_reconfiguration_never_hands_out_a_second_quota_and_matches_memory
     use proptest::test_runner::{Config, TestRunner};
     let server = RedisServer::start();
     let rt = runtime();
-    let base = rt
-        .block_on(RedisStore::connect(&server.url()))
-        .expect("connect to the test redis-server");
+    let url = server.url();
     let mut runner = TestRunner::new(Config {
         cases: 96,
         failure_persistence: None,
@@ -533,11 +530,8 @@ fn redis_store_reconfiguration_never_hands_out_a_second_quota_and_matches_memory
             let rules = [rule_of(&a), rule_of(&b)];
             let (memory_clock, memory) = memory();
             let redis_clock = ManualClock::new(BASE_MICROS);
-            let redis = Limiter::new(
-                base.clone()
-                    .with_clock(redis_clock.clone())
-                    .with_prefix(format!("case{}", case.get())),
-            );
+            let store = rt.block_on(prefixed(&url, format!("case{}", case.get())));
+            let redis = Limiter::new(store.with_clock(redis_clock.clone()));
             let (m_admitted, m_outcomes) =
                 rt.block_on(run_schedule(&memory, &memory_clock, &rules, &steps));
             let (r_admitted, r_outcomes) =

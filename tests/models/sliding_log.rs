@@ -132,7 +132,7 @@ async fn redis_peek_reports_the_log_reset() {
 #[tokio::test]
 async fn cluster_refunds_under_concurrent_admissions_keep_the_count_exact() {
     let cluster = crate::support::redis_server::RedisCluster::start();
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect to the test cluster");
     let limiter = Limiter::new(store);

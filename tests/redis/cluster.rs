@@ -13,7 +13,7 @@ use tollgate::{
 };
 
 async fn limiter(cluster: &RedisCluster, clock: &ManualClock) -> Limiter<RedisStore> {
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect to the test cluster");
     Limiter::new(store.with_clock(clock.clone()))

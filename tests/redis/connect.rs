@@ -4,7 +4,10 @@
 
 use crate::support::redis_server::{RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
-use tollgate::{store::RedisStore, Limiter, ManualClock, Rate, Rule, StoreError};
+use tollgate::{
+    store::{RedisOptions, RedisStore},
+    Limiter, ManualClock, Rate, Rule, StoreError,
+};
 
 /// The quickstart's `/report` limit: bursts of 3, then 1 per second.
 fn report_rule() -> Rule {
@@ -20,6 +23,11 @@ async fn refusal(url: &str) -> String {
 }
 
 /// Every client key gets exactly 3 of 8 at one instant, wherever its slot lives.
+/// Whether `store` talks to a Cluster, as its `Debug` says.
+fn is_cluster(store: &RedisStore) -> bool {
+    format!("{store:?}").contains(r#"connection: "cluster""#)
+}
+
 async fn limits_every_key(store: RedisStore) {
     let limiter = Limiter::new(store.with_clock(ManualClock::new(BASE_MICROS)));
     let rule = report_rule();
@@ -46,7 +54,7 @@ async fn connect_to_one_cluster_node_becomes_a_cluster_client_and_limits() {
 
     // One node's URL, as a user copies it: the other nodes are discovered.
     let store = RedisStore::connect(&urls[0]).await.expect("connect");
-    assert!(store.is_cluster(), "{store:?}");
+    assert!(is_cluster(&store), "{store:?}");
     for node in &cluster.nodes {
         node.must(&["CONFIG", "RESETSTAT"]);
     }
@@ -57,9 +65,12 @@ async fn connect_to_one_cluster_node_becomes_a_cluster_client_and_limits() {
     }
 
     // Several nodes in one string, comma-separated.
-    let store = RedisStore::connect(&urls.join(",")).await.expect("connect");
-    assert!(store.is_cluster(), "{store:?}");
-    limits_every_key(store.with_prefix("comma")).await;
+    let options = RedisOptions::new().prefix("comma");
+    let store = RedisStore::connect_with(&urls.join(","), options)
+        .await
+        .expect("connect");
+    assert!(is_cluster(&store), "{store:?}");
+    limits_every_key(store).await;
 }
 
 /// Connecting to a standalone server gives a standalone client, and the check on connect
@@ -68,7 +79,7 @@ async fn connect_to_one_cluster_node_becomes_a_cluster_client_and_limits() {
 async fn connect_to_a_standalone_server_stays_standalone() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.expect("connect");
-    assert!(!store.is_cluster(), "{store:?}");
+    assert!(!is_cluster(&store), "{store:?}");
     // The dry decision touched no key.
     assert_eq!(server.must(&["DBSIZE"]).trim(), "0");
     limits_every_key(store).await;
@@ -86,7 +97,7 @@ async fn a_server_without_info_is_used_all_the_same() {
     let store = RedisStore::connect(&server.url())
         .await
         .expect("connect without INFO");
-    assert!(!store.is_cluster(), "{store:?}");
+    assert!(!is_cluster(&store), "{store:?}");
     let limiter = Limiter::new(store);
     let rule = Rule::fixed_window("r", 1, std::time::Duration::from_secs(60));
     assert!(limiter.check_one(&rule, b"k").await.unwrap().is_admitted());
@@ -123,7 +134,6 @@ async fn a_user_allowed_scripts_only_runs_the_script() {
         server.must(&acl);
         let url = format!("redis://{user}:secret@127.0.0.1:{}/", server.port);
         let store = RedisStore::connect(&url).await.expect("connect");
-        assert!(!store.uses_functions(), "{user}");
         server.must(&["CONFIG", "RESETSTAT"]);
         let limiter = Limiter::new(store);
         let rule = Rule::fixed_window("r", 2, std::time::Duration::from_secs(60));
@@ -209,13 +219,14 @@ async fn a_wrong_password_is_an_error_naming_the_fix() {
     assert!(!msg.contains("wrong@"), "{msg}");
 }
 
-/// Connecting as a cluster to a standalone server is an error pointing to
-/// `RedisStore::connect`.
+/// Connecting as a cluster (several URLs) to a standalone server is an error pointing to
+/// `RedisStore::connect` with its URL alone.
 #[tokio::test]
-async fn connect_cluster_to_a_standalone_server_names_connect() {
+async fn cluster_urls_naming_a_standalone_server_name_connect() {
     let server = RedisServer::start();
-    let msg = match RedisStore::connect_cluster([server.url()]).await {
-        Ok(store) => panic!("connect_cluster succeeded: {store:?}"),
+    let urls = [server.url(), server.url()].join(",");
+    let msg = match RedisStore::connect(&urls).await {
+        Ok(store) => panic!("connected as a cluster: {store:?}"),
         Err(e) => e.to_string(),
     };
     assert!(msg.contains("RedisStore::connect"), "{msg}");

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::redis_server::{RedisCluster, RedisServer};
+use crate::support::redis_server::{prefixed, RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -103,9 +103,7 @@ fn memory_and_redis_decide_alike() {
         .enable_all()
         .build()
         .unwrap();
-    let base = rt
-        .block_on(RedisStore::connect(&server.url()))
-        .expect("connect");
+    let url = server.url();
     let rules = rules();
     let mut runner = TestRunner::new(Config {
         cases: 64,
@@ -119,11 +117,8 @@ fn memory_and_redis_decide_alike() {
             let clock = ManualClock::new(BASE_MICROS + 123_457);
             let memory = Limiter::new(MemoryStore::with_clock(clock.clone()).max_keys(MAX_KEYS));
             let mut flooded = 0u32;
-            let redis = Limiter::new(
-                base.clone()
-                    .with_clock(clock.clone())
-                    .with_prefix(format!("case{}", case.get())),
-            );
+            let store = rt.block_on(prefixed(&url, format!("case{}", case.get())));
+            let redis = Limiter::new(store.with_clock(clock.clone()));
             rt.block_on(async {
                 // The reservations of the step before, in both stores, and what they settle at.
                 let mut unsettled: Option<(_, _, Vec<u64>)> = None;
@@ -186,7 +181,7 @@ fn memory_and_redis_decide_alike() {
                     prop_assert_eq!(m, r, "step {}: {:?}", i, s);
                 }
                 prop_assert_eq!(
-                    memory.store().evictions(),
+                    memory.store().stats().evictions,
                     0,
                     "past its bound the store forgot only keys back to empty"
                 );
@@ -312,9 +307,7 @@ fn memory_and_cluster_with_queues_decide_alike() {
         .enable_all()
         .build()
         .unwrap();
-    let base = rt
-        .block_on(RedisStore::connect_cluster(cluster.urls()))
-        .expect("connect to the test cluster");
+    let url = cluster.url();
     let rules = queue_rules();
     let mut runner = TestRunner::new(Config {
         cases: 400,
@@ -327,11 +320,8 @@ fn memory_and_cluster_with_queues_decide_alike() {
             case.set(case.get() + 1);
             let clock = ManualClock::new(BASE_MICROS + 123_457);
             let memory = Limiter::new(MemoryStore::with_clock(clock.clone()));
-            let redis = Limiter::new(
-                base.clone()
-                    .with_clock(clock.clone())
-                    .with_prefix(format!("cluster{}", case.get())),
-            );
+            let store = rt.block_on(prefixed(&url, format!("cluster{}", case.get())));
+            let redis = Limiter::new(store.with_clock(clock.clone()));
             rt.block_on(async {
                 for (i, s) in steps.iter().enumerate() {
                     clock.advance(Duration::from_micros(s.advance_us));

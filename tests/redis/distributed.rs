@@ -18,7 +18,10 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use tollgate::{store::RedisStore, Limiter, Rule};
+use tollgate::{
+    store::{RedisOptions, RedisStore},
+    Limiter, Rule,
+};
 
 const CHILD_ENV: &str = "TOLLGATE_DISTRIBUTED_REDIS";
 const LIMIT: u64 = 20;
@@ -59,10 +62,9 @@ fn child_server() {
         std::process::exit(0);
     });
     rt.block_on(async move {
-        let store = RedisStore::connect(&url)
+        let store = RedisStore::connect_with(&url, RedisOptions::new().prefix("distributed"))
             .await
             .expect("connect")
-            .with_prefix("distributed")
             .with_deny_cache(10_000)
             .await
             .expect("subscribe");

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{prefixed, RedisServer};
 use crate::support::vectors::BASE_MICROS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -171,9 +171,7 @@ fn batches_folded_on_one_key_decide_as_one_call_each() {
         .enable_all()
         .build()
         .unwrap();
-    let base = rt
-        .block_on(RedisStore::connect(&server.url()))
-        .expect("connect");
+    let url = server.url();
     let rules = rules();
     let mut runner = TestRunner::new(Config {
         cases: 48,
@@ -187,7 +185,10 @@ fn batches_folded_on_one_key_decide_as_one_call_each() {
             let (folded_prefix, alone_prefix) =
                 (format!("f{}", case.get()), format!("a{}", case.get()));
             let clock = ManualClock::new(BASE_MICROS + 123_457);
-            let with = |prefix: &str| base.clone().with_clock(clock.clone()).with_prefix(prefix);
+            let with = |prefix: &str| {
+                rt.block_on(prefixed(&url, prefix))
+                    .with_clock(clock.clone())
+            };
             let folded = Limiter::new(with(&folded_prefix));
             let alone = Limiter::new(with(&alone_prefix).with_coalescing(false));
             let memory = Limiter::new(MemoryStore::with_clock(clock.clone()));

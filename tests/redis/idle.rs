@@ -53,8 +53,6 @@ async fn a_cluster_whose_nodes_close_idle_connections_costs_no_request() {
     for node in &cluster.nodes {
         node.must(&["CONFIG", "SET", "timeout", "1"]);
     }
-    let store = RedisStore::connect_cluster(cluster.urls())
-        .await
-        .expect("connect");
+    let store = RedisStore::connect(&cluster.url()).await.expect("connect");
     no_request_fails_after_quiet_periods(store, "cluster").await;
 }

@@ -11,18 +11,17 @@ use tollgate::{Limiter, ManualClock};
 
 use crate::support::promise_driver::{run_one, run_schedules, runtime, Target};
 use crate::support::promise_schedule::Op;
-use crate::support::redis_server::{RedisCluster, RedisServer};
+use crate::support::redis_server::{prefixed, RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
 
-/// Two instances sharing `base` under `prefix`, each with the deny cache on.
-async fn cached_pair(base: RedisStore, prefix: String) -> Target<RedisStore> {
+/// Two instances on the Redis at `url` under `prefix`, each with the deny cache on.
+async fn cached_pair(url: String, prefix: String) -> Target<RedisStore> {
     let clock = ManualClock::new(BASE_MICROS);
     let mut limiters = Vec::new();
     for _ in 0..2 {
-        let store = base
-            .clone()
+        let store = prefixed(&url, &prefix)
+            .await
             .with_clock(clock.clone())
-            .with_prefix(&prefix)
             .with_deny_cache(64)
             .await
             .expect("subscribe");
@@ -43,11 +42,9 @@ async fn cached_pair(base: RedisStore, prefix: String) -> Target<RedisStore> {
 fn redis_keeps_every_promise() {
     let server = RedisServer::start();
     let rt = runtime(false);
-    let base = rt
-        .block_on(RedisStore::connect(&server.url()))
-        .expect("connect");
+    let url = server.url();
     run_schedules("redis", &rt, 200, |case| {
-        cached_pair(base.clone(), format!("promise{case}"))
+        cached_pair(url.clone(), format!("promise{case}"))
     });
 }
 
@@ -59,9 +56,6 @@ fn redis_keeps_every_promise() {
 fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
     let server = RedisServer::start();
     let rt = runtime(false);
-    let base = rt
-        .block_on(RedisStore::connect(&server.url()))
-        .expect("connect");
     let check = |cost, via| Op::Check {
         specs: vec![0],
         key: 0,
@@ -81,7 +75,7 @@ fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
         check(1, 1),
         check(3, 1),
     ];
-    let target = rt.block_on(cached_pair(base, "dearer".into()));
+    let target = rt.block_on(cached_pair(server.url(), "dearer".into()));
     if let Err(e) = rt.block_on(run_one(&target, [0, 0, 0], ops)) {
         panic!("{e}");
     }
@@ -92,16 +86,14 @@ fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
 fn cluster_keeps_every_promise() {
     let cluster = RedisCluster::start();
     let rt = runtime(false);
-    let base = rt
-        .block_on(RedisStore::connect_cluster(cluster.urls()))
-        .expect("connect to the test cluster");
+    let url = cluster.url();
     run_schedules("cluster", &rt, 200, |case| {
-        let base = base.clone();
+        let url = url.clone();
         async move {
             let clock = ManualClock::new(BASE_MICROS);
-            let store = base
-                .with_clock(clock.clone())
-                .with_prefix(format!("promise{case}"));
+            let store = prefixed(&url, format!("promise{case}"))
+                .await
+                .with_clock(clock.clone());
             Target {
                 limiters: vec![Limiter::new(store)],
                 clock,

@@ -109,7 +109,7 @@ async fn a_refund_that_empties_a_state_leaves_nothing_for_another_configuration(
 async fn a_cross_slot_denial_leaves_no_first_hit_window_started() {
     let cluster = crate::support::redis_server::RedisCluster::start();
     let clock = ManualClock::new(BASE_MICROS);
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect to the test cluster");
     let limiter = Limiter::new(store.with_clock(clock.clone()));

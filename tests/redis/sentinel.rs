@@ -35,7 +35,7 @@ async fn sentinel_over_tls_finds_the_primary_and_follows_a_failover() {
         .await
         .expect("connect through the sentinels")
         .with_timeout(Duration::from_millis(200));
-    assert!(!store.is_cluster());
+    assert!(format!("{store:?}").contains(r#"connection: "sentinel""#));
     let old = group.primary().expect("a primary");
     let new = 1 - old;
     let limiter = Limiter::new(store);
@@ -73,21 +73,16 @@ async fn sentinel_over_tls_finds_the_primary_and_follows_a_failover() {
     assert!(outcome.rules[0].info.remaining <= 1_000_000 - 31);
 }
 
-/// `connect_sentinel` takes the parts of the URL, credentials and database included.
+/// A `redis+sentinel://` URL carries the primary's credentials and database.
 #[tokio::test]
-async fn connect_sentinel_takes_the_parts_of_the_url() {
+async fn a_sentinel_url_carries_the_primarys_credentials_and_database() {
     let group = SentinelGroup::start(None);
     let primary = &group.servers[group.primary().expect("a primary")];
     primary.must(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all"]);
-    let sentinels: Vec<String> = group
-        .sentinels
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port))
-        .collect();
-    let options = RedisOptions::new().auth("app", "pw").db(3);
-    let store = RedisStore::connect_sentinel(&sentinels, SERVICE, options)
+    let url = group.url().replace("://", "://app:pw@");
+    let store = RedisStore::connect(&format!("{url}/3"))
         .await
-        .expect("connect_sentinel");
+        .expect("connect through the sentinels");
     let rule = Rule::fixed_window("parts", 1, Duration::from_secs(60));
     assert!(Limiter::new(store)
         .check_one(&rule, b"k")
@@ -96,8 +91,8 @@ async fn connect_sentinel_takes_the_parts_of_the_url() {
         .is_admitted());
     assert_eq!(primary.must(&["-n", "3", "DBSIZE"]).trim(), "1");
 
-    let wrong = RedisOptions::new().auth("app", "wrong");
-    let msg = RedisStore::connect_sentinel(&sentinels, SERVICE, wrong)
+    let wrong = url.replace("app:pw@", "app:wrong@");
+    let msg = RedisStore::connect(&wrong)
         .await
         .expect_err("a wrong password");
     assert!(!msg.to_string().contains("wrong"), "{msg}");
@@ -132,11 +127,10 @@ async fn a_primary_named_later_gets_the_checks_of_connect() {
         "+@all",
         "-@scripting",
     ]);
-    let sentinels: Vec<String> = group.sentinels.iter().map(addr).collect();
-    let options = RedisOptions::new().auth("app", "pw");
-    let store = RedisStore::connect_sentinel(&sentinels, SERVICE, options)
+    let url = group.url().replace("://", "://app:pw@");
+    let store = RedisStore::connect(&url)
         .await
-        .expect("connect_sentinel")
+        .expect("connect through the sentinels")
         .with_timeout(Duration::from_millis(500));
     let limiter = Limiter::new(store);
     let rule = Rule::fixed_window("later", 100, Duration::from_secs(3600));

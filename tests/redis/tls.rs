@@ -53,10 +53,11 @@ async fn the_server_certificate_is_verified_against_the_ca_given() {
     decides(store).await;
 
     // Skipping verification only by name.
-    let store = RedisStore::connect(&format!("{url}#insecure"))
+    let options = RedisOptions::new().prefix("insecure");
+    let store = RedisStore::connect_with(&format!("{url}#insecure"), options)
         .await
         .expect("connect #insecure");
-    decides(store.with_prefix("insecure")).await;
+    decides(store).await;
 
     // Plain TCP to a TLS port gets no answer it understands.
     let plain = url.replace("rediss://", "redis://");
@@ -176,7 +177,7 @@ async fn a_cluster_over_tls_decides_on_every_node() {
     let store = RedisStore::connect_with(&nodes[0].url(), options)
         .await
         .expect("connect to the TLS cluster");
-    assert!(store.is_cluster(), "{store:?}");
+    assert!(format!("{store:?}").contains(r#"connection: "cluster""#));
     let limiter = Limiter::new(store);
     let rule = Rule::fixed_window("tls", 1, Duration::from_secs(60));
     for client in 0..30 {

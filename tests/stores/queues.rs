@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::redis_server::RedisServer;
 use tollgate::{
-    store::{MemoryStore, RedisStore, Store},
+    store::{MemoryStore, RedisOptions, RedisStore, Store},
     Check, Decision, Limiter, ManualClock, Rate, Rule,
 };
 
@@ -94,8 +94,9 @@ async fn queues_on_two_keys_on_redis() {
     let server = RedisServer::start();
     for (prefix, case) in [("keeps", 0), ("denies", 1)] {
         let clock = ManualClock::new(T0);
-        let store = RedisStore::connect(&server.url()).await.expect("connect");
-        let limiter = Limiter::new(store.with_clock(clock.clone()).with_prefix(prefix));
+        let options = RedisOptions::new().prefix(prefix);
+        let store = RedisStore::connect_with(&server.url(), options).await;
+        let limiter = Limiter::new(store.expect("connect").with_clock(clock.clone()));
         if case == 0 {
             a_queue_keeps_the_slot_its_request_leaves_in(&limiter, &clock).await;
         } else {

@@ -396,13 +396,11 @@ async fn refunds_on_redis_store() {
 async fn refunds_on_redis_cluster() {
     let cluster = crate::support::redis_server::RedisCluster::start();
     let clock = ManualClock::new(T0);
-    let store = RedisStore::connect_cluster(cluster.urls())
-        .await
-        .expect("connect");
+    let store = RedisStore::connect(&cluster.url()).await.expect("connect");
     all(&Limiter::new(store.with_clock(clock.clone())), &clock).await;
 
     // A batch across slots is given back slot by slot.
-    let store = RedisStore::connect_cluster(cluster.urls())
+    let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connect")
         .with_clock(clock.clone());

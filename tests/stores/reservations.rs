@@ -17,7 +17,7 @@ use crate::support::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tollgate::{
-    store::{MemoryStore, RedisStore, Store},
+    store::{MemoryStore, RedisOptions, RedisStore, Store},
     Check, Clock, Decision, Limiter, ManualClock, Outcome, Rate, Rule, RuleOutcome, StoreError,
 };
 
@@ -472,11 +472,11 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Runs `cases` random schedules on the rules' `keys` through
 /// [`every_rule_counts_where_it_says`], each on a fresh store `store_for(clock, case)` makes
 /// (a Redis store: under a prefix of its own), on `rt` (the one a Redis store was connected on).
-fn run_schedules<S: Store + Clone>(
+fn run_schedules<S: Store + Clone, F: std::future::Future<Output = S>>(
     rt: &tokio::runtime::Runtime,
     cases: u32,
     keys: impl Strategy<Value = [&'static [u8]; 4]>,
-    store_for: impl Fn(TokioClock, usize) -> S,
+    store_for: impl Fn(TokioClock, usize) -> F,
 ) {
     let case = AtomicUsize::new(0);
     TestRunner::new(Config {
@@ -487,21 +487,26 @@ fn run_schedules<S: Store + Clone>(
     .run(&(keys, batch_steps()), |(keys, steps)| {
         rt.block_on(async {
             let clock = TokioClock::starting_now();
-            let store = store_for(clock.clone(), case.fetch_add(1, Ordering::Relaxed));
+            let store = store_for(clock.clone(), case.fetch_add(1, Ordering::Relaxed)).await;
             every_rule_counts_where_it_says(store, clock, keys, &steps).await
         })
     })
     .unwrap();
 }
 
-fn on_redis(store: &RedisStore) -> impl Fn(TokioClock, usize) -> RedisStore + '_ {
+/// A store of `url` per case, under a prefix of its own.
+fn on_redis(url: String) -> impl Fn(TokioClock, usize) -> BoxFuture<RedisStore> {
     move |clock, case| {
-        store
-            .clone()
-            .with_clock(clock)
-            .with_prefix(format!("case{case}"))
+        let options = RedisOptions::new().prefix(format!("case{case}"));
+        let url = url.clone();
+        Box::pin(async move {
+            let store = still(RedisStore::connect_with(&url, options)).await;
+            store.expect("connect").with_clock(clock)
+        })
     }
 }
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T>>>;
 
 /// Every rule on one key: one script call per batch on Redis.
 const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
@@ -511,7 +516,7 @@ const ONE_KEY: [&[u8]; 4] = [b"k"; 4];
 #[test]
 fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     run_schedules(&runtime(), 256, Just(ONE_KEY), |clock, _| {
-        MemoryStore::with_clock(clock)
+        std::future::ready(MemoryStore::with_clock(clock))
     });
 }
 
@@ -520,10 +525,7 @@ fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
 fn batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect(&server.url())))
-        .expect("connect");
-    run_schedules(&rt, 48, Just(ONE_KEY), on_redis(&store));
+    run_schedules(&rt, 48, Just(ONE_KEY), on_redis(server.url()));
 }
 
 /// The keys a mixed batch puts its rules on: the slow queue on the client's key, each other
@@ -539,7 +541,7 @@ fn mixed_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
 #[test]
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() {
     run_schedules(&runtime(), 256, mixed_keys(), |clock, _| {
-        MemoryStore::with_clock(clock)
+        std::future::ready(MemoryStore::with_clock(clock))
     });
 }
 
@@ -548,10 +550,7 @@ fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_memory() 
 fn mixed_key_batches_with_a_leaky_bucket_count_each_rule_where_it_says_redis() {
     let server = RedisServer::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect(&server.url())))
-        .expect("connect");
-    run_schedules(&rt, 48, mixed_keys(), on_redis(&store));
+    run_schedules(&rt, 48, mixed_keys(), on_redis(server.url()));
 }
 
 /// The same on a Redis Cluster: the two keys lie in different slots, so a mixed batch is
@@ -562,10 +561,7 @@ fn mixed_key_batches_count_each_rule_where_it_says_cluster() {
     assert_ne!(slot(b"client"), slot(b"shared"), "the keys span slots");
     let cluster = RedisCluster::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect_cluster(cluster.urls())))
-        .expect("connect to the test cluster");
-    run_schedules(&rt, 24, mixed_keys(), on_redis(&store));
+    run_schedules(&rt, 24, mixed_keys(), on_redis(cluster.url()));
 }
 
 /// The keys of a batch with a queue on each of two keys: the slow queue on the client's
@@ -581,7 +577,7 @@ fn two_queue_keys() -> impl Strategy<Value = [&'static [u8]; 4]> {
 #[test]
 fn queues_on_two_keys_never_drain_faster_than_their_rate_memory() {
     run_schedules(&runtime(), 256, two_queue_keys(), |clock, _| {
-        MemoryStore::with_clock(clock)
+        std::future::ready(MemoryStore::with_clock(clock))
     });
 }
 
@@ -590,10 +586,7 @@ fn queues_on_two_keys_never_drain_faster_than_their_rate_memory() {
 fn queues_on_two_keys_never_drain_faster_than_their_rate_redis() {
     let server = RedisServer::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect(&server.url())))
-        .expect("connect");
-    run_schedules(&rt, 48, two_queue_keys(), on_redis(&store));
+    run_schedules(&rt, 48, two_queue_keys(), on_redis(server.url()));
 }
 
 /// The same on a Redis Cluster: the two queues lie in different slots, each decided by a
@@ -602,10 +595,7 @@ fn queues_on_two_keys_never_drain_faster_than_their_rate_redis() {
 fn queues_on_two_keys_never_drain_faster_than_their_rate_cluster() {
     let cluster = RedisCluster::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect_cluster(cluster.urls())))
-        .expect("connect to the test cluster");
-    run_schedules(&rt, 24, two_queue_keys(), on_redis(&store));
+    run_schedules(&rt, 24, two_queue_keys(), on_redis(cluster.url()));
 }
 
 /// The same on a Redis Cluster with each rule on a key of its own, so a batch spans slots
@@ -620,10 +610,7 @@ fn cross_slot_batches_count_each_rule_where_it_says_cluster() {
     assert!(slots.len() >= 3, "the keys span slots");
     let cluster = RedisCluster::start();
     let rt = runtime();
-    let store = rt
-        .block_on(still(RedisStore::connect_cluster(cluster.urls())))
-        .expect("connect to the test cluster");
-    run_schedules(&rt, 24, Just(keys), on_redis(&store));
+    run_schedules(&rt, 24, Just(keys), on_redis(cluster.url()));
 }
 
 trait NowForTest {

@@ -153,7 +153,7 @@ pub(super) async fn same_on_cluster(name: &str, unit: Duration, rules: &[Rule], 
     .await;
     let cluster = crate::support::redis_server::RedisCluster::start();
     let clock = ManualClock::new(T0);
-    let store = Still::connect_cluster(cluster.urls()).await;
+    let store = Still::connect(&cluster.url()).await;
     let redis = run(
         &Limiter::new(store.with_clock(clock.clone())),
         &clock,

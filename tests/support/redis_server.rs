@@ -13,6 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A store on the Redis at `url` (a server or a Cluster) with its keys under `prefix`.
+pub async fn prefixed(url: &str, prefix: impl AsRef<[u8]>) -> tollgate::store::RedisStore {
+    let options = tollgate::store::RedisOptions::new().prefix(prefix);
+    tollgate::store::RedisStore::connect_with(url, options)
+        .await
+        .expect("connect to the test Redis")
+}
+
 fn binary(env: &str, name: &str) -> String {
     std::env::var(env).unwrap_or_else(|_| name.to_owned())
 }
@@ -366,6 +374,11 @@ impl RedisCluster {
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// Every node's URL in one, comma-separated, as `RedisStore::connect` takes a Cluster.
+    pub fn url(&self) -> String {
+        self.urls().join(",")
     }
 
     /// `command`'s calls summed over the nodes.

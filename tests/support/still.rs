@@ -18,11 +18,6 @@ impl Still<RedisStore> {
         Self(still(RedisStore::connect(url)).await.expect("connect"))
     }
 
-    pub async fn connect_cluster(urls: Vec<String>) -> Self {
-        let store = still(RedisStore::connect_cluster(urls)).await;
-        Self(store.expect("connect to the test cluster"))
-    }
-
     pub fn with_clock(self, clock: ManualClock) -> Self {
         Self(self.0.with_clock(clock))
     }

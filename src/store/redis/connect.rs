@@ -1,6 +1,7 @@
 //! Connecting a [`RedisStore`]: a standalone server, a Cluster or a Sentinel deployment,
 //! over TCP or TLS, checked before the store is handed out.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,20 +33,17 @@ impl RedisStore {
     /// - one server, `redis://[user:password@]host:port/db`, or `rediss://…` for TLS (the
     ///   server's certificate verified against the system's roots; `#insecure` at the end
     ///   skips verification; a CA or client certificate of your own through
-    ///   [`connect_with`](Self::connect_with));
-    /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`, as
-    ///   [`connect_cluster`](Self::connect_cluster); a comma in a password is `%2C`). One
-    ///   server in cluster mode is connected to as a Cluster seeded with it, never as a
-    ///   standalone client ([`is_cluster`](Self::is_cluster) says which it became);
+    ///   [`connect_with`](Self::connect_with)). A server in cluster mode is connected to as
+    ///   a Cluster seeded with it;
+    /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`; a
+    ///   comma in a password is `%2C`);
     /// - a Sentinel deployment,
     ///   `redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`
-    ///   (`rediss+sentinel://` for TLS to the sentinels and the primary): the credentials
-    ///   and database are the primary's; the store follows the primary the sentinels name
-    ///   through failovers (see [`connect_sentinel`](Self::connect_sentinel)).
+    ///   (`rediss+sentinel://` for TLS to the sentinels and the primary).
     ///
     /// Before it returns (within a few seconds), the store loads its code, decides one empty
     /// batch, and runs each command its code uses once on a key of its own under the prefix
-    /// (`tollgate`; [`connect_with`](Self::connect_with) sets another). It fails with
+    /// (`tollgate`, or [`RedisOptions::prefix`]). It fails with
     /// [`StoreError::Unavailable`] when nothing answers (an outage, which may pass), and with
     /// [`StoreError::Misconfigured`], naming the address and the fix, when:
     /// - the URL is not one of the forms above, or the server there does not speak Redis;
@@ -58,14 +56,30 @@ impl RedisStore {
     ///   whole ACL is in the [Redis guide](crate::guide::redis_instances));
     /// - the server is a replica (it would refuse or lose the writes);
     /// - the server is older than Redis 5.0, or cannot run the script.
+    ///
+    /// # Sentinel
+    ///
+    /// The URL's credentials and database are the primary's. The store never writes to a
+    /// replica (the sentinels' answer is checked with `ROLE`). A call that finds the
+    /// connection lost or the server demoted (`READONLY`) has the sentinels asked again in
+    /// the background every 100 ms, so a failover is followed within 100 ms of the sentinels
+    /// promoting a replica; meanwhile calls fail at once and the failure policy decides. A
+    /// primary that hangs rather than dies costs each call the store's timeout until it is
+    /// failed over.
+    ///
+    /// Each later primary gets these checks and is logged as a warning (what the old one
+    /// held may be lost). One that fails them is not decided on: every call fails with
+    /// their [`StoreError::Misconfigured`], [`health`](crate::Limiter::health) is
+    /// [`Failing`](crate::store::Health::Failing), and they run again every second, so a
+    /// grant given there is taken up without a restart. Figures: the
+    /// [Redis guide](crate::guide::redis_instances).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, RedisOptions::new()).await
     }
 
-    /// [`connect`](Self::connect), with what a URL cannot say: a CA to trust instead of the
-    /// system's roots, a client certificate (mutual TLS), and the prefix whose keys and
-    /// channel are checked (and set, as [`with_prefix`](Self::with_prefix) would).
+    /// [`connect`](Self::connect), with what a URL cannot say ([`RedisOptions`]).
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        // `rediss+sentinel://` too.
         let tls = url.trim_start().starts_with("rediss");
         let certified = options.client.is_some();
         Self::open(url, options)
@@ -75,8 +89,7 @@ impl RedisStore {
 
     async fn open(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         if sentinel::is_sentinel_url(url) {
-            let (target, options) = sentinel::parse(url, options)?;
-            return Self::sentinel(&target, options).await;
+            return Self::sentinel(&sentinel::parse(url)?, options).await;
         }
         options.check_for_url(url)?;
         if url.contains(',') {
@@ -87,17 +100,8 @@ impl RedisStore {
         // The address without the credentials the URL may carry.
         let addr = client.get_connection_info().addr().to_string();
         let connect = async {
-            // The store's own per-call timeout governs, not the redis crate's own default; a
-            // dead server fails the connect after a few quick retries instead of the default many.
-            let config = ConnectionManagerConfig::new()
-                .set_response_timeout(None)
-                .set_connection_timeout(Some(DEFAULT_TIMEOUT))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            let manager = ConnectionManager::new_with_config(client.clone(), config)
-                .await
-                .map_err(|e| setup::setup_error(&addr, &e))?;
-            let mut conn = Connection::Standalone(manager);
+            // A dead server fails the connect after a few quick retries, not the default many.
+            let mut conn = standalone(client.clone(), 2, &addr).await?;
             let info = setup::server_info(&mut conn, &addr).await?;
             if let Some(refusal) = info.refusal(&addr) {
                 return Err(refusal);
@@ -108,72 +112,10 @@ impl RedisStore {
             let servers = Servers::Nodes(Arc::from(vec![client]));
             Self::ready(conn, &addr, &options, servers).await.map(Some)
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(Some(store))) => Ok(store),
-            Ok(Ok(None)) => Self::cluster(vec![url.to_owned()], options).await,
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(no_answer(&addr)),
+        match within(&addr, connect).await? {
+            Some(store) => Ok(store),
+            None => Self::cluster(vec![url.to_owned()], options).await,
         }
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`, or
-    /// `rediss://` for TLS), loads the script on every primary and checks the deployment,
-    /// as [`connect`](Self::connect) does.
-    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self, StoreError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let urls = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        Self::cluster(urls, RedisOptions::new()).await
-    }
-
-    /// Connects to the primary that the Redis Sentinels at `sentinels` (`host:port`, or
-    /// `rediss://host:port` for TLS to them and to the primary) watch under `service`, with
-    /// `options`' [`auth`](RedisOptions::auth) and [`db`](RedisOptions::db) for the primary:
-    /// the parts of a `redis+sentinel://` URL, which [`connect`](Self::connect) takes too.
-    ///
-    /// The store never writes to a replica (the sentinels' answer is checked with `ROLE`).
-    /// A call that finds the connection lost or the server demoted (`READONLY`) has the
-    /// sentinels asked again in the background every 100 ms, so a failover is followed
-    /// within 100 ms of the sentinels promoting a replica; meanwhile calls fail at once and
-    /// the failure policy decides. A primary that hangs rather than dies costs each call the
-    /// store's timeout until it is failed over. Figures: the [Redis guide](crate::guide::redis_instances).
-    ///
-    /// Each later primary gets `connect`'s checks and is logged as a warning (what the old
-    /// one held may be lost). One that fails them is not decided on: every call fails with
-    /// their [`StoreError::Misconfigured`], [`health`](crate::Limiter::health) is
-    /// [`Failing`](crate::store::Health::Failing), and they run again every second, so a
-    /// grant given there is taken up without a restart.
-    ///
-    /// ```no_run
-    /// use tollgate::store::{RedisOptions, RedisStore};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let options = RedisOptions::new().auth("app", "secret").db(0);
-    /// let store = RedisStore::connect_sentinel(
-    ///     ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
-    ///     "mymaster",
-    ///     options,
-    /// )
-    /// .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn connect_sentinel<I, S>(
-        sentinels: I,
-        service: &str,
-        options: RedisOptions,
-    ) -> Result<Self, StoreError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let target = sentinel::Target::of_parts(sentinels, service)?;
-        let uncertified = target.tls && options.client.is_none();
-        Self::sentinel(&target, options)
-            .await
-            .map_err(|e| perhaps_client_certificate(e, uncertified))
     }
 
     async fn sentinel(
@@ -190,7 +132,7 @@ impl RedisStore {
         let addr = format!("sentinels {sentinels} (service {})", target.service);
         let connect = async {
             let (sentinel, primary) =
-                SentinelConnection::connect(client, &target.service, options.db)
+                SentinelConnection::connect(client, &target.service, target.db)
                     .await
                     .map_err(|e| setup::setup_error(&addr, &e))?;
             let addr = format!("{addr}, primary {primary}");
@@ -201,9 +143,7 @@ impl RedisStore {
             }
             Self::ready(conn, &addr, &options, Servers::Sentinel(sentinel)).await
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| no_answer(&addr))?
+        within(&addr, connect).await
     }
 
     async fn cluster(urls: Vec<String>, options: RedisOptions) -> Result<Self, StoreError> {
@@ -241,9 +181,7 @@ impl RedisStore {
             let servers = Servers::Nodes(Arc::from(clients));
             Self::ready(Connection::Cluster(conn), &addr, &options, servers).await
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| no_answer(&addr))?
+        within(&addr, connect).await
     }
 
     /// Checks the deployment on `conn` and makes the store.
@@ -257,7 +195,8 @@ impl RedisStore {
         // to their own node), and a script needs no loading per node ahead of time.
         let cluster = matches!(conn, Connection::Cluster(_));
         let prefix = options.escaped_prefix();
-        let route = check(&mut conn, addr, &prefix, !cluster).await?;
+        let functions = !cluster && !options.script_only;
+        let route = check(&mut conn, addr, &prefix, functions).await?;
         if let Connection::Sentinel(sentinel) = &conn {
             let prefix: Arc<[u8]> = Arc::from(prefix.as_slice());
             sentinel.check_primaries_with(Box::new(move |client, addr| {
@@ -269,7 +208,6 @@ impl RedisStore {
         Ok(Self {
             conn,
             calls: Arc::new(calls),
-            functions_loaded: route == Invocation::Function,
             prefix: Arc::from(prefix),
             timeout: DEFAULT_TIMEOUT,
             clock: None,
@@ -279,6 +217,30 @@ impl RedisStore {
             _keep_alive: keep_alive,
         })
     }
+}
+
+/// `connect`, bounded by [`CONNECT_TIMEOUT`].
+async fn within<T>(
+    addr: &str,
+    connect: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        .await
+        .map_err(|_| no_answer(addr))?
+}
+
+/// A reconnecting connection to `client`'s server, tried `retries` times more. The store's
+/// own per-call timeout governs, not the redis crate's default.
+async fn standalone(client: Client, retries: usize, addr: &str) -> Result<Connection, StoreError> {
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+        .set_number_of_retries(retries)
+        .set_max_delay(Duration::from_millis(500));
+    let manager = ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(|e| setup::setup_error(addr, &e))?;
+    Ok(Connection::Standalone(manager))
 }
 
 /// The checks of a server the store decides on: the user may do everything the store does
@@ -304,14 +266,7 @@ async fn check_primary(
 ) -> Result<(), StoreError> {
     let addr = addr.as_str();
     let check = async {
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(Some(DEFAULT_TIMEOUT))
-            .set_number_of_retries(0);
-        let manager = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| setup::setup_error(addr, &e))?;
-        let mut conn = Connection::Standalone(manager);
+        let mut conn = standalone(client, 0, addr).await?;
         let info = setup::server_info(&mut conn, addr).await?;
         // Demoted since the sentinels named it (a failover under way): ask them again.
         if info.replica {

@@ -124,10 +124,6 @@ impl Calls {
         &self.caller
     }
 
-    pub(super) fn coalesces(&self) -> bool {
-        self.coalesce
-    }
-
     /// Decides `batch`, within `timeout`.
     pub(super) async fn decide(&self, batch: Encoded, timeout: Duration) -> BatchReply {
         if !self.coalesce {

@@ -37,14 +37,13 @@ use connection::{unavailable, Connection};
 use deny_cache::DenyCache;
 use dispatch::{Caller, Calls};
 use invalidation::{listen, subscribe, Servers};
-use keys::escape_into;
-use script::{Call, Encoded, Invocation, Op, Reply};
+use script::{Call, Encoded, Op, Reply};
 
 /// How long a call may take before it fails with [`StoreError::Timeout`], unless changed
 /// with [`RedisStore::with_timeout`].
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The key prefix unless changed with [`RedisStore::with_prefix`].
+/// The key prefix unless changed with [`RedisOptions::prefix`].
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
 
 /// With an injected clock the script's instants are not the server's, so TTLs (garbage
@@ -57,7 +56,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// Each request's batch of rules is decided by one call of tollgate's Lua code, all or
 /// nothing, on the server (the Lua twins of the Rust models). On Redis 7 and later
 /// (standalone) the code is a function library called with `FCALL`; elsewhere (older
-/// servers, a Cluster, [`with_functions(false)`](Self::with_functions)) a script run with
+/// servers, a Cluster, [`RedisOptions::functions(false)`](RedisOptions::functions)) a script run with
 /// `EVALSHA`. Either is loaded again when Redis lost it (a flush, a restart, a failover): the
 /// call that found it missing did not run, and is sent again.
 ///
@@ -89,7 +88,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///
 /// **Deny cache**: see [`with_deny_cache`](Self::with_deny_cache).
 ///
-/// **Redis Cluster** ([`connect_cluster`](Self::connect_cluster)): a batch whose keys share a
+/// **Redis Cluster**: a batch whose keys share a
 /// slot (the usual case) is one script call, as atomic as on a standalone server. A batch
 /// spanning slots is split per slot and the parts decided one after another; if a part
 /// denies, the parts already admitted are refunded by a compensating call. What holds:
@@ -116,13 +115,13 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tollgate::store::RedisStore;
+/// use tollgate::store::{RedisOptions, RedisStore};
 /// use tollgate::{Limiter, Rule};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = RedisStore::connect("redis://127.0.0.1/").await?
-///     .with_prefix("myapp")
+/// let options = RedisOptions::new().prefix("myapp");
+/// let store = RedisStore::connect_with("redis://127.0.0.1/", options).await?
 ///     .with_timeout(Duration::from_millis(200));
 /// let limiter = Limiter::new(store);
 /// let rule = Rule::fixed_window("login", 5, Duration::from_secs(60));
@@ -135,8 +134,6 @@ pub struct RedisStore {
     conn: Connection,
     /// Script calls: their route and, on a standalone server, their coalescing.
     calls: Arc<Calls>,
-    /// Whether the server took the function library when the store connected.
-    functions_loaded: bool,
     prefix: Arc<[u8]>,
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
@@ -151,28 +148,6 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Whether decisions run as a Redis function (`FCALL`), the default where the server
-    /// has functions (Redis 7 and later, standalone), or else as a script (`EVALSHA`).
-    ///
-    /// `false` makes this store (and its later clones) run the script even where functions
-    /// are available, e.g. for a Redis user allowed `EVALSHA` but not `FCALL`. `true`
-    /// changes nothing where the server did not take the library when the store connected.
-    pub fn with_functions(mut self, enabled: bool) -> Self {
-        let route = if enabled && self.functions_loaded {
-            Invocation::Function
-        } else {
-            Invocation::Script
-        };
-        let coalesce = self.calls.coalesces();
-        self.calls = Arc::new(Calls::new(Caller::new(self.conn.clone(), route), coalesce));
-        self
-    }
-
-    /// Whether decisions run as a Redis function (`FCALL`) rather than a script.
-    pub fn uses_functions(&self) -> bool {
-        self.calls.caller().route() == Invocation::Function
-    }
-
     /// The code this store sends, for the benchmarks: a script when `library` is `None`,
     /// else a function library of that name; `text` gives each Lua file's text from its name
     /// (`"prelude"`, …) and the text built in.
@@ -191,24 +166,9 @@ impl RedisStore {
     /// is still decided all or nothing on its own, in queue order; an error fails that batch
     /// only, and a request that timed out before its call left is never sent.
     pub fn with_coalescing(mut self, enabled: bool) -> Self {
-        let coalesce = enabled && !self.is_cluster();
+        let coalesce = enabled && !matches!(self.conn, Connection::Cluster(_));
         let caller = Caller::new(self.conn.clone(), self.calls.caller().route());
         self.calls = Arc::new(Calls::new(caller, coalesce));
-        self
-    }
-
-    /// Whether this store talks to a Redis Cluster (else to one standalone server).
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.conn, Connection::Cluster(_))
-    }
-
-    /// Puts every key of this store under `prefix` (default `"tollgate"`): stores with
-    /// different prefixes share nothing, not even a refund's units.
-    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        let mut escaped = Vec::new();
-        escape_into(&mut escaped, prefix.as_ref());
-        self.prefix = Arc::from(escaped);
-        self.id = StoreId::new();
         self
     }
 
@@ -246,8 +206,8 @@ impl RedisStore {
     /// and bypassed. Give every instance sharing the keys the same prefix.
     ///
     /// Fails when the channel cannot be subscribed. Call it after
-    /// [`with_prefix`](Self::with_prefix) and [`with_clock`](Self::with_clock): a copy given
-    /// another prefix or clock later does not use the cache.
+    /// [`with_clock`](Self::with_clock): a copy given another clock later does not use the
+    /// cache.
     ///
     /// ```no_run
     /// use tollgate::store::RedisStore;
@@ -353,7 +313,7 @@ impl RedisStore {
     /// Decides a batch [`check`](Store::check) has validated.
     async fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         if let Connection::Cluster(_) = self.conn {
-            let groups = self.by_slot(batch);
+            let groups = self.slot_groups(batch);
             if groups.len() > 1 {
                 let outcome = self.decide_across_slots(batch, &groups, max_wait).await?;
                 return Ok(outcome.taken_by(self.id));

@@ -1,5 +1,5 @@
 //! [`RedisOptions`]: what a URL cannot say about a connection (a CA, a client certificate,
-//! the prefix checked at connect, a Sentinel deployment's credentials).
+//! the prefix checked at connect, the sentinels' credentials, the route of the calls).
 
 use std::fmt;
 
@@ -10,9 +10,7 @@ use crate::error::StoreError;
 use super::keys::escape_into;
 use super::DEFAULT_PREFIX;
 
-/// How [`RedisStore::connect_with`](super::RedisStore::connect_with) and
-/// [`RedisStore::connect_sentinel`](super::RedisStore::connect_sentinel) connect, beyond
-/// the URL.
+/// How [`RedisStore::connect_with`](super::RedisStore::connect_with) connects, beyond the URL.
 ///
 /// - **TLS** (`rediss://`): the server's certificate is verified against the system's roots
 ///   (the platform's store, or the file named by `SSL_CERT_FILE`) unless
@@ -22,8 +20,9 @@ use super::DEFAULT_PREFIX;
 ///   end of the URL (`rediss://host:6380/#insecure`).
 /// - **Prefix**: the keys and channel that `connect` checks the user may use (see
 ///   [`prefix`](Self::prefix)).
-/// - **Sentinel** credentials and database: [`auth`](Self::auth), [`db`](Self::db) (in a
-///   URL they are written in it instead).
+/// - **Sentinel**: the sentinels' own credentials ([`sentinel_auth`](Self::sentinel_auth));
+///   the primary's are in the URL.
+/// - **Route**: [`functions`](Self::functions).
 ///
 /// ```no_run
 /// use tollgate::store::{RedisOptions, RedisStore};
@@ -42,10 +41,9 @@ pub struct RedisOptions {
     pub(super) prefix: Option<Vec<u8>>,
     pub(super) ca: Option<Vec<u8>>,
     pub(super) client: Option<(Vec<u8>, Vec<u8>)>,
-    pub(super) user: Option<String>,
-    pub(super) password: Option<String>,
-    pub(super) db: i64,
     pub(super) sentinel_auth: Option<(String, String)>,
+    /// `functions(false)`: the script even where functions are available.
+    pub(super) script_only: bool,
 }
 
 impl RedisOptions {
@@ -54,9 +52,9 @@ impl RedisOptions {
         Self::default()
     }
 
-    /// The store's key prefix (as [`RedisStore::with_prefix`](super::RedisStore::with_prefix)
-    /// sets it), known at connect so that the Redis user's access to its keys
-    /// (`~<prefix>:*`) and channel (`&<prefix>:deny-cache`) is checked there.
+    /// Puts every key of the store under `prefix` (default `"tollgate"`): stores with
+    /// different prefixes share nothing, not even a refund's units. `connect` checks that
+    /// the Redis user may use its keys (`~<prefix>:*`) and channel (`&<prefix>:deny-cache`).
     pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = Some(prefix.as_ref().to_vec());
         self
@@ -76,26 +74,19 @@ impl RedisOptions {
         self
     }
 
-    /// The user and password of the Redis primary that
-    /// [`connect_sentinel`](super::RedisStore::connect_sentinel) connects to (a URL carries
-    /// them itself). An empty user is the `default` user.
-    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some(user.into()).filter(|u| !u.is_empty());
-        self.password = Some(password.into());
-        self
-    }
-
-    /// The database number on the primary that
-    /// [`connect_sentinel`](super::RedisStore::connect_sentinel) connects to (default 0).
-    pub fn db(mut self, db: i64) -> Self {
-        self.db = db;
-        self
-    }
-
     /// The user and password of the sentinels themselves, where they require one (else
     /// they are asked without credentials). An empty user is the `default` user.
     pub fn sentinel_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.sentinel_auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Whether decisions run as a Redis function (`FCALL`), the default where the server
+    /// has functions (Redis 7 and later, standalone), or else as a script (`EVALSHA`).
+    /// `false` runs the script even where functions are available, e.g. for a Redis user
+    /// allowed `EVALSHA` but not `FCALL`.
+    pub fn functions(mut self, enabled: bool) -> Self {
+        self.script_only = !enabled;
         self
     }
 
@@ -126,15 +117,9 @@ impl RedisOptions {
     /// An error unless a `redis://` or `rediss://` URL (standalone or Cluster) can use what
     /// is set here.
     pub(super) fn check_for_url(&self, url: &str) -> Result<(), StoreError> {
-        if self.user.is_some()
-            || self.password.is_some()
-            || self.db != 0
-            || self.sentinel_auth.is_some()
-        {
+        if self.sentinel_auth.is_some() {
             return Err(StoreError::Misconfigured(
-                "RedisOptions::auth, db and sentinel_auth are for Sentinel: write the \
-                 user, password and database in the URL (redis://user:password@host:port/db)"
-                    .into(),
+                "RedisOptions::sentinel_auth is for a redis+sentinel:// URL".into(),
             ));
         }
         if self.certificates().is_some() && !url.trim_start().starts_with("rediss") {
@@ -156,13 +141,11 @@ impl fmt::Debug for RedisOptions {
             )
             .field("ca", &self.ca.is_some())
             .field("client_cert", &self.client.is_some())
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("db", &self.db)
             .field(
                 "sentinel_auth",
                 &self.sentinel_auth.as_ref().map(|(u, _)| u),
             )
+            .field("script_only", &self.script_only)
             .finish()
     }
 }

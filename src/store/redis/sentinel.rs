@@ -6,7 +6,7 @@
 //! every [`WATCH`] which server is the primary, since a failed-over primary may go on
 //! accepting writes until demoted. Each starts one background resolution (never on a
 //! request's path), repeated every [`RETRY`] while broken. Promised behaviour:
-//! [`connect_sentinel`](super::RedisStore::connect_sentinel).
+//! [`connect`](super::RedisStore::connect#sentinel).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -51,58 +51,10 @@ pub(super) struct Target {
     pub(super) tls: bool,
     /// `#insecure`: TLS without verifying certificates.
     pub(super) insecure: bool,
-}
-
-impl Target {
-    /// The target of [`connect_sentinel`](super::RedisStore::connect_sentinel)'s parts, each
-    /// checked on its own, never pasted into a URL (a part cannot set `#insecure`). A sentinel
-    /// is `host[:port]`, `redis://` or `rediss://` before it for TLS (all alike); the service
-    /// name must only be non-empty and printable.
-    pub(super) fn of_parts<I, S>(sentinels: I, service: &str) -> Result<Target, StoreError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let invalid =
-            |why: String| StoreError::Misconfigured(format!("invalid sentinel setup: {why}"));
-        let mut tls = None;
-        let mut hosts = Vec::new();
-        for sentinel in sentinels {
-            let sentinel = sentinel.as_ref().trim();
-            let (secure, host) = match sentinel.split_once("://") {
-                Some(("rediss", host)) => (true, host),
-                Some(("redis", host)) => (false, host),
-                Some(_) => return Err(invalid(format!(
-                    "sentinel address {sentinel:?}: expected host:port, redis://host:port or rediss://host:port"
-                ))),
-                None => (false, sentinel),
-            };
-            if tls.replace(secure).is_some_and(|t| t != secure) {
-                return Err(invalid(
-                    "some sentinels are given with rediss:// and some without".into(),
-                ));
-            }
-            hosts.push(host_and_port(host.trim_end_matches('/')).ok_or_else(|| {
-                invalid(format!(
-                    "sentinel address {sentinel:?}: expected host:port, redis://host:port or rediss://host:port"
-                ))
-            })?);
-        }
-        if hosts.is_empty() {
-            return Err(invalid("no sentinel".into()));
-        }
-        if service.is_empty() || service.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(invalid(format!(
-                "service name {service:?}: expected the name the sentinels monitor, printable and without spaces"
-            )));
-        }
-        Ok(Target {
-            sentinels: hosts,
-            service: service.to_owned(),
-            tls: tls == Some(true),
-            insecure: false,
-        })
-    }
+    /// The primary's user (`None`: `default`), password and database.
+    pub(super) user: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) db: i64,
 }
 
 /// `host[:port]` (`[v6]:port`; port 26379 by default), when `text` is nothing more.
@@ -134,12 +86,8 @@ pub(super) fn is_sentinel_url(url: &str) -> bool {
 }
 
 /// Parses `redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`
-/// (`rediss+sentinel://` for TLS, `#insecure` to skip verification) into the target and
-/// the options with the credentials and database.
-pub(super) fn parse(
-    url: &str,
-    mut options: RedisOptions,
-) -> Result<(Target, RedisOptions), StoreError> {
+/// (`rediss+sentinel://` for TLS, `#insecure` to skip verification).
+pub(super) fn parse(url: &str) -> Result<Target, StoreError> {
     let invalid = |why: &str| {
         StoreError::Misconfigured(format!(
             "invalid redis URL: {why} (expected redis+sentinel://[user:password@]host:port\
@@ -168,9 +116,11 @@ pub(super) fn parse(
         Some((userinfo, hosts)) => (Some(userinfo), hosts),
         None => (None, authority),
     };
+    let (mut user, mut password) = (None, None);
     if let Some(userinfo) = userinfo {
-        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-        options = options.auth(percent_decode(user)?, percent_decode(password)?);
+        let (name, secret) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        user = Some(percent_decode(name)?).filter(|u| !u.is_empty());
+        password = Some(percent_decode(secret)?);
     }
     let mut sentinels = Vec::new();
     for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
@@ -181,16 +131,19 @@ pub(super) fn parse(
     }
     let mut parts = path.split('/').filter(|p| !p.is_empty());
     let service = percent_decode(parts.next().ok_or_else(|| invalid("no service name"))?)?;
-    if let Some(db) = parts.next() {
-        options = options.db(db.parse().map_err(|_| invalid("a bad database number"))?);
-    }
-    let target = Target {
+    let db = match parts.next() {
+        Some(db) => db.parse().map_err(|_| invalid("a bad database number"))?,
+        None => 0,
+    };
+    Ok(Target {
         sentinels,
         service,
         tls,
         insecure,
-    };
-    Ok((target, options))
+        user,
+        password,
+        db,
+    })
 }
 
 /// `%XX` escapes decoded (a `@`, `:` or `,` in a password).
@@ -212,8 +165,8 @@ fn percent_decode(text: &str) -> Result<String, StoreError> {
     String::from_utf8(out).map_err(|_| bad())
 }
 
-/// The sentinel client for `target`: `options`' credentials, database and certificates go
-/// to the primary, its sentinel credentials to the sentinels.
+/// The sentinel client for `target`: its credentials and database go to the primary,
+/// `options`' sentinel credentials to the sentinels, its certificates to both.
 pub(super) fn client(
     target: &Target,
     options: &RedisOptions,
@@ -234,11 +187,11 @@ pub(super) fn client(
     let mut builder =
         SentinelClientBuilder::new(addrs, &target.service, SentinelServerType::Master)
             .map_err(invalid)?
-            .set_client_to_redis_db(options.db);
-    if let Some(user) = &options.user {
+            .set_client_to_redis_db(target.db);
+    if let Some(user) = &target.user {
         builder = builder.set_client_to_redis_username(user);
     }
-    if let Some(password) = &options.password {
+    if let Some(password) = &target.password {
         builder = builder.set_client_to_redis_password(password);
     }
     if let Some((user, password)) = &options.sentinel_auth {
@@ -607,11 +560,8 @@ mod tests {
     /// a database; TLS and `#insecure`; mistakes named.
     #[test]
     fn sentinel_urls_parse_into_their_parts() {
-        let (target, options) = parse(
-            "redis+sentinel://app:p%40ss@10.0.0.1:26379,10.0.0.2:26380/mymaster/2",
-            RedisOptions::new(),
-        )
-        .expect("parses");
+        let target = parse("redis+sentinel://app:p%40ss@10.0.0.1:26379,10.0.0.2:26380/mymaster/2")
+            .expect("parses");
         assert_eq!(
             target,
             Target {
@@ -619,19 +569,23 @@ mod tests {
                 service: "mymaster".into(),
                 tls: false,
                 insecure: false,
+                user: Some("app".into()),
+                password: Some("p@ss".into()),
+                db: 2,
             }
         );
-        assert_eq!(options.user.as_deref(), Some("app"));
-        assert_eq!(options.password.as_deref(), Some("p@ss"));
-        assert_eq!(options.db, 2);
 
-        let (target, options) =
-            parse("rediss+sentinel://:pw@s1/svc#insecure", RedisOptions::new()).expect("parses");
+        let target = parse("rediss+sentinel://:pw@s1/svc#insecure").expect("parses");
         assert!(target.tls && target.insecure);
-        assert_eq!(target.sentinels, vec![("s1".into(), 26379)]);
+        assert_eq!(target.sentinels, vec![("s1".into(), 26379),]);
         assert_eq!(
-            (options.user, options.password.as_deref()),
+            (target.user, target.password.as_deref()),
             (None, Some("pw"))
+        );
+        let target = parse("redis+sentinel://[::1]:26380,s2/m").expect("parses");
+        assert_eq!(
+            target.sentinels,
+            vec![("::1".into(), 26380), ("s2".into(), 26379)]
         );
 
         for (url, why) in [
@@ -641,39 +595,11 @@ mod tests {
             ("redis+sentinel://s1/svc/x", "a bad database number"),
             ("redis+sentinel://s1/svc#insecure", "only #insecure"),
         ] {
-            let msg = match parse(url, RedisOptions::new()) {
+            let msg = match parse(url) {
                 Ok(parsed) => panic!("{url} parsed: {parsed:?}"),
                 Err(e) => e.to_string(),
             };
             assert!(msg.contains(why), "{url}: {msg}");
-        }
-    }
-
-    /// `connect_sentinel`'s parts are checked each on its own: a service name holding
-    /// `#insecure` is a name, never an option (verification stays on), and a sentinel
-    /// address holding a path, credentials or another host is refused.
-    #[test]
-    fn sentinel_parts_cannot_smuggle_options() {
-        let target = Target::of_parts(["rediss://s1:26379"], "tlsmaster#insecure").unwrap();
-        assert!(target.tls && !target.insecure);
-        assert_eq!(target.service, "tlsmaster#insecure");
-        let target = Target::of_parts(["[::1]:26380", "s2"], "mymaster").unwrap();
-        assert_eq!(
-            target.sentinels,
-            vec![("::1".into(), 26380), ("s2".into(), 26379)]
-        );
-        for (sentinels, service) in [
-            (vec!["s1:26379/#insecure"], "m"),
-            (vec!["s1:26379/other"], "m"),
-            (vec!["user:pw@s1:26379"], "m"),
-            (vec!["s1:26379,s2:26379"], "m"),
-            (vec!["s1:26379#insecure"], "m"),
-            (vec!["s1"], ""),
-            (vec!["s1"], "my master"),
-            (vec![], "m"),
-        ] {
-            let refused = Target::of_parts(&sentinels, service);
-            assert!(refused.is_err(), "{sentinels:?} {service:?}: {refused:?}");
         }
     }
 }

@@ -257,7 +257,7 @@ fn fix(e: &RedisError) -> Option<Fix> {
         ),
         (
             "cluster support disabled",
-            "this server is not a Redis Cluster node: connect with RedisStore::connect",
+            "this server is not a Redis Cluster node: give RedisStore::connect its URL alone",
         ),
     ];
     if let Some((_, fix)) = SAID.iter().find(|(said, _)| text.contains(said)) {
@@ -267,12 +267,12 @@ fn fix(e: &RedisError) -> Option<Fix> {
         .then_some(Fix::Outage("nothing listens there: check the URL"))
 }
 
-const CLUSTER_NODE: &str = "this is a Redis Cluster node: connect with \
-     RedisStore::connect_cluster, or RedisStore::connect, which detects a Cluster";
+const CLUSTER_NODE: &str =
+    "this is a Redis Cluster node: RedisStore::connect detects a Cluster from its URL";
 const NO_PASSWORD: &str = "the server requires a password: put it in the URL \
-     (redis://user:password@host:port/; for Sentinel, RedisOptions::auth)";
+     (redis://user:password@host:port/, redis+sentinel://user:password@host:port/service)";
 const WRONG_PASSWORD: &str = "the server refused the credentials given (the URL's \
-     user:password, or RedisOptions::auth for Sentinel): check the user and password";
+     user:password): check the user and password";
 
 /// `e`'s text on one line: a parser's error lists each unexpected byte on a line of its own.
 fn brief(e: &RedisError) -> String {
