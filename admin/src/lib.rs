@@ -193,21 +193,22 @@ impl<St: Store + Clone> Admin<St> {
         }
     }
 
-    /// Shows the state of `breaker` (closed, open, half-open), the circuit breaker in the
-    /// layer's store: the limiter's health says only that a store is away, not whether its
-    /// breaker is open or probing. Pass the breaker before it goes into the store (or a
-    /// clone of it: clones share their state), e.g. the one around the primary store of a
-    /// [`Fallback`](tollgate::store::Fallback).
-    pub fn breaker<S: Clone + Send + Sync + 'static>(mut self, breaker: &Breaker<S>) -> Self {
+    /// Shows the state of `breaker` (closed, or open while its [health](Store::health) is
+    /// failing), the circuit breaker in the layer's store: the limiter's health says only
+    /// that a store is away, not whether its breaker is open. Pass the breaker before it
+    /// goes into the store (or a clone of it: clones share their state), e.g. the one
+    /// around the primary store of a [`Fallback`](tollgate::store::Fallback).
+    pub fn breaker<S: Store + Clone>(mut self, breaker: &Breaker<S>) -> Self {
         self.watched.breaker = Some(BreakerWatch::of(breaker));
         self
     }
 
     /// Shows how full `store` is: the keys it holds, and whether it is at its
     /// [bound](MemoryStore::max_keys), forgetting entries to make room for new keys (it
-    /// [evicted](MemoryStore::evictions) some in the last five minutes) or denying new keys
-    /// for want of room ([refusals](MemoryStore::refusals)), with what that means. Pass the in-process store the layer decides in, or the local store of a
-    /// [`Fallback`](tollgate::store::Fallback) (a clone: clones share their state).
+    /// [evicted](tollgate::store::MemoryStats::evictions) some in the last five minutes) or
+    /// denying new keys for want of room ([refusals](tollgate::store::MemoryStats::refusals)),
+    /// with what that means. Pass the in-process store the layer decides in, or the local
+    /// store of a [`Fallback`](tollgate::store::Fallback) (a clone: clones share their state).
     pub fn memory_store(mut self, store: &MemoryStore) -> Self {
         self.watched.memory = Some(MemoryWatch::of(store));
         self

@@ -1,6 +1,6 @@
-//! What the router is given to watch beside the limiter's [`Health`](tollgate::store::Health),
-//! which says only *that* something is away: a circuit breaker's own state, and how full an
-//! in-process store is. The router is generic over the layer's store and cannot reach
+//! What the router is given to watch beside the limiter's [`Health`], which says only
+//! *that* something is away: a circuit breaker's own health, and how full an in-process
+//! store is. The router is generic over the layer's store and cannot reach
 //! either inside it, so the application hands them over ([`Admin::breaker`],
 //! [`Admin::memory_store`]): both are cheap clones sharing the state they watch.
 //!
@@ -13,32 +13,28 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use tollgate::store::{Breaker, BreakerState, MemoryStore};
+use tollgate::store::{Breaker, Health, MemoryStats, MemoryStore, Store};
 
 use super::activity::now_second;
 
-/// A breaker's state, whatever store it wraps.
+/// A breaker's health, whatever store it wraps: failing while it is open or probing.
 #[derive(Clone)]
-pub(crate) struct BreakerWatch(Arc<dyn Fn() -> BreakerState + Send + Sync>);
+pub(crate) struct BreakerWatch(Arc<dyn Fn() -> Health + Send + Sync>);
 
 impl BreakerWatch {
-    pub(crate) fn of<S: Clone + Send + Sync + 'static>(breaker: &Breaker<S>) -> Self {
+    pub(crate) fn of<S: Store + Clone>(breaker: &Breaker<S>) -> Self {
         let breaker = breaker.clone();
-        Self(Arc::new(move || breaker.state()))
+        Self(Arc::new(move || breaker.health()))
     }
 
     pub(crate) fn view(&self) -> BreakerView {
         let (state, meaning) = match (self.0)() {
-            BreakerState::Closed => ("closed", "calls go to the store"),
-            BreakerState::Open => (
+            Health::Failing => (
                 "open",
                 "the store failed repeatedly: calls fail at once, without waiting on it (a \
                  fallback decides, or the failure policy), until a probe finds it back",
             ),
-            BreakerState::HalfOpen => (
-                "half-open",
-                "one probe is on its way to the store: calls fail at once until it answers",
-            ),
+            _ => ("closed", "calls go to the store"),
         };
         BreakerView { state, meaning }
     }
@@ -72,8 +68,7 @@ locked keys takes new keys up to twice its share, then denies them until a lock 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     second: u64,
-    evictions: u64,
-    refusals: u64,
+    stats: MemoryStats,
 }
 
 /// An in-process store and its counts as they were seen, to tell whether it is evicting or
@@ -100,8 +95,7 @@ impl MemoryWatch {
     fn sample(&self) -> Sample {
         Sample {
             second: now_second(),
-            evictions: self.store.evictions(),
-            refusals: self.store.refusals(),
+            stats: self.store.stats(),
         }
     }
 
@@ -123,15 +117,17 @@ impl MemoryWatch {
             }
             samples.front().copied().unwrap_or(now)
         };
+        let recent_seconds = now.second - before.second;
+        let (now, before) = (now.stats, before.stats);
         let recent = now.evictions.saturating_sub(before.evictions);
         let refused_recently = now.refusals.saturating_sub(before.refusals);
         MemoryView {
-            keys: self.store.len(),
+            keys: now.keys,
             evictions: now.evictions,
             evicted_recently: recent,
             refusals: now.refusals,
             refused_recently,
-            recent_seconds: now.second - before.second,
+            recent_seconds,
             full: recent > 0 || refused_recently > 0,
             when_full: WHEN_FULL,
         }
@@ -141,7 +137,7 @@ impl MemoryWatch {
 impl fmt::Debug for MemoryWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryWatch")
-            .field("evictions", &self.store.evictions())
+            .field("evictions", &self.store.stats().evictions)
             .finish_non_exhaustive()
     }
 }

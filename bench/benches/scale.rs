@@ -140,7 +140,7 @@ fn main() {
             assert!(outcome.is_ok_and(|o| o.is_admitted()), "the rule admits");
         }
         let insert = thread_cpu_ns() - cpu;
-        assert_eq!(limiter.store().len() as u64, n, "every key is live");
+        assert_eq!(limiter.store().stats().keys as u64, n, "every key is live");
         let bytes = LIVE_BYTES.load(Ordering::Relaxed) - bytes_before;
         let blocks = BLOCKS.load(Ordering::Relaxed) - blocks_before;
         let rss = resident_mib();

@@ -25,11 +25,11 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod reservation;
 
-pub use breaker::{Breaker, BreakerState};
+pub use breaker::Breaker;
 pub use check::{Health, Store};
 pub use fallback::Fallback;
 pub use lease::Leased;
-pub use memory::MemoryStore;
+pub use memory::{MemoryStats, MemoryStore};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisOptions, RedisStore};

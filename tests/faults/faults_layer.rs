@@ -74,7 +74,7 @@ async fn with_redis_down_the_fallback_limits_and_the_hook_sees_it() -> Result<()
     );
     assert_eq!(*seen.lock().unwrap(), [Health::Degraded; 5]);
     assert_eq!(limiter.health(), Health::Degraded);
-    assert_eq!(breaker.state(), tollgate::store::BreakerState::Open);
+    assert_eq!(breaker.health(), Health::Failing);
     Ok(())
 }
 

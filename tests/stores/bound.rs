@@ -75,11 +75,11 @@ fn a_flood_of_new_keys_never_decides_for_new_clients() {
     );
     // Of the entries that say least (one unit each), none was bob's two.
     assert!(!admitted(&limiter, &rule, b"bob"), "bob's third");
-    assert!(store.len() <= 11_000, "{} keys", store.len());
+    assert!(store.stats().keys <= 11_000, "{} keys", store.stats().keys);
     assert!(
-        store.evictions() >= 40_000,
+        store.stats().evictions >= 40_000,
         "{} forgotten",
-        store.evictions()
+        store.stats().evictions
     );
 }
 
@@ -103,7 +103,7 @@ fn a_store_full_of_locked_keys_never_lifts_a_lock() {
         }
     }
     assert!(!locked.is_empty());
-    let refused = store.refusals();
+    let refused = store.stats().refusals;
     let newcomer = decide(&limiter, &rule, b"a newcomer");
     let Ok(Decision::Deny(Denial {
         reason: DenyReason::Limited,
@@ -113,14 +113,14 @@ fn a_store_full_of_locked_keys_never_lifts_a_lock() {
         panic!("{newcomer:?}");
     };
     assert!(retry <= LOCK, "{retry:?}");
-    assert_eq!(store.refusals(), refused + 1);
+    assert_eq!(store.stats().refusals, refused + 1);
     for key in &locked {
         assert_eq!(
             reason(&limiter, &rule, key.as_bytes()),
             Some(DenyReason::Locked)
         );
     }
-    assert_eq!(store.evictions(), 0);
+    assert_eq!(store.stats().evictions, 0);
 
     clock.advance(LOCK);
     assert!(admitted(&limiter, &rule, b"a newcomer"));
@@ -146,5 +146,5 @@ async fn past_its_bound_an_overdraft_is_taken_in_the_keys_own_entry() {
         Some(DenyReason::Limited)
     );
     assert!(admitted(&limiter, &rule, b"another newcomer"));
-    assert!(store.len() <= 300, "{} keys", store.len());
+    assert!(store.stats().keys <= 300, "{} keys", store.stats().keys);
 }

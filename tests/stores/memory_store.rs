@@ -83,16 +83,15 @@ fn purge_expired_removes_a_million_idle_keys() {
     let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1));
     hit_all(&store, &rule, 0..MILLION);
     // Nothing has expired, so self-sweeping kept everything.
-    assert_eq!(store.len(), MILLION as usize);
+    assert_eq!(store.stats().keys, MILLION as usize);
 
     clock.set_micros(BASE + 999_999);
     assert_eq!(store.purge_expired(), 0);
-    assert_eq!(store.len(), MILLION as usize);
+    assert_eq!(store.stats().keys, MILLION as usize);
 
     clock.set_micros(BASE + 1_000_000);
     assert_eq!(store.purge_expired(), MILLION as usize);
-    assert_eq!(store.len(), 0);
-    assert!(store.is_empty());
+    assert_eq!(store.stats().keys, 0);
 
     // A purged key starts afresh.
     let outcome = ready(store.check(&[Check::new(&rule, &7u32.to_le_bytes())], Duration::ZERO));
@@ -122,16 +121,16 @@ fn shards_sweep_themselves_without_purge() {
     let (clock, store) = store_at(BASE);
     let rule = Rule::fixed_window("ip", 10, Duration::from_secs(1));
     hit_all(&store, &rule, 0..MILLION);
-    assert_eq!(store.len(), n);
+    assert_eq!(store.stats().keys, n);
 
     clock.set_micros(BASE + 1_000_000);
     let mut peak = 0;
     let step = 1 << 14;
     for first in (MILLION..2 * MILLION).step_by(step) {
         hit_all(&store, &rule, first..(first + step as u32).min(2 * MILLION));
-        peak = peak.max(store.len());
+        peak = peak.max(store.stats().keys);
     }
-    let len = store.len();
+    let len = store.stats().keys;
     assert!(
         peak <= bound,
         "{peak} entries held during the second million"
@@ -141,7 +140,7 @@ fn shards_sweep_themselves_without_purge() {
     assert!(len >= n, "only {len} entries: live keys were dropped");
     // What is left to purge is whatever old keys the shards have not swept yet.
     assert_eq!(store.purge_expired(), len - n);
-    assert_eq!(store.len(), n);
+    assert_eq!(store.stats().keys, n);
 }
 
 /// `reset` lifts a penalty lock and clears the state: the key starts afresh at once.
@@ -166,7 +165,7 @@ async fn reset_lifts_a_penalty_lock() {
     assert_eq!(still.retry_after, Some(Duration::from_secs(600 - 61)));
 
     limiter.reset(&rule, user).await.unwrap();
-    assert_eq!(store.len(), 0);
+    assert_eq!(store.stats().keys, 0);
     let outcome = limiter.check_one(&rule, user).await.unwrap();
     assert_eq!(outcome.decision, Decision::Allow);
     assert_eq!(outcome.rules[0].info.remaining, 1);
@@ -194,7 +193,7 @@ fn peek_consumes_nothing_and_counts_no_denial() {
         assert_eq!(seen.decision, Decision::Allow);
         assert_eq!(seen.info.remaining, 2);
     }
-    assert_eq!(store.len(), 0, "peek created an entry");
+    assert_eq!(store.stats().keys, 0, "peek created an entry");
 
     for left in [2, 1, 0] {
         let outcome = ready(limiter.check_one(&rule, key)).unwrap();
@@ -259,7 +258,7 @@ fn the_same_rule_twice_for_one_key_is_an_invalid_batch() {
         ready(limiter.check(&huge_twice)),
         Err(StoreError::InvalidBatch(_))
     ));
-    assert_eq!(store.len(), 0, "a refused batch wrote state");
+    assert_eq!(store.stats().keys, 0, "a refused batch wrote state");
     assert_eq!(peek(&limiter, &rule, b"k", 0).info.remaining, 5);
 
     let two_keys = [Check::new(&rule, b"k"), Check::new(&rule, b"j")];
@@ -293,7 +292,7 @@ fn a_one_megabyte_key_is_stored_digested() {
     // Distinct keys, distinct limits.
     assert!(check(&limiter, &rule, &middle).is_admitted());
     assert!(check(&limiter, &rule, &last).is_admitted());
-    assert_eq!(store.len(), 3);
+    assert_eq!(store.stats().keys, 3);
 
     // Stored digested: a check carries the digest, so the store asked directly finds the
     // key's state, and a key spelling the digest is another key.
@@ -311,7 +310,7 @@ fn a_one_megabyte_key_is_stored_digested() {
 
     // And so does its reset.
     ready(limiter.reset(&rule, &a)).unwrap();
-    assert_eq!(store.len(), 2);
+    assert_eq!(store.stats().keys, 2);
     assert!(check(&limiter, &rule, &a).is_admitted());
     assert_eq!(peek(&limiter, &rule, &last, 0).info.remaining, 1);
 }
@@ -334,8 +333,8 @@ fn clones_share_limits() {
         assert_eq!(peek(l, &rule, b"k", 0).info.remaining, 0);
     }
     assert!(hit(&store.clone(), &rule, b"k2"));
-    assert_eq!(store.len(), 2);
-    assert_eq!(limiter_clone.store().len(), 2);
+    assert_eq!(store.stats().keys, 2);
+    assert_eq!(limiter_clone.store().stats().keys, 2);
 
     // A reset through one clone unblocks for all.
     ready(via_store_clone.reset(&rule, b"k")).unwrap();

@@ -455,7 +455,7 @@ async fn a_memory_store_refusing_new_keys_is_shown() {
     });
     let rule = login_rule();
     for i in 0..10_000 {
-        if store.refusals() > 0 {
+        if store.stats().refusals > 0 {
             break;
         }
         for _ in 0..3 {
@@ -475,7 +475,7 @@ async fn a_memory_store_refusing_new_keys_is_shown() {
 /// store is failing: here it opens when the store behind it is down.
 #[tokio::test]
 async fn a_breakers_state_is_shown() {
-    use tollgate::store::{Breaker, BreakerState};
+    use tollgate::store::{Breaker, Health, Store};
     let breaker = Breaker::new(Down).open_for(Duration::from_secs(600));
     let limiter = tollgate::Limiter::new(breaker.clone());
     let watched = breaker.clone();
@@ -490,7 +490,7 @@ async fn a_breakers_state_is_shown() {
     for i in 0..3 {
         let _ = limiter.check_one(&rule, format!("k{i}")).await;
     }
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.health(), Health::Failing);
     let (_, health) = send(&app, admin("GET", "/admin/api/health", Some(TOKEN))).await;
     assert_eq!(health["health"], "failing", "{health}");
     assert_eq!(health["breaker"]["state"], "open", "{health}");

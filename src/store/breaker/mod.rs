@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,28 +22,11 @@ pub(crate) const DEFAULT_FAILURES: u32 = 3;
 /// How long an open [`Breaker`] waits by default before a probe ([`Breaker::open_for`]).
 pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
-/// The state of a [`Breaker`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Calls go to the store.
-    Closed,
-    /// The store failed repeatedly: calls fail at once with [`StoreError::CircuitOpen`].
-    Open,
-    /// One probe is on its way to the store; every call fails at once as when open.
-    HalfOpen,
-}
-
+// The breaker's state: calls go to the store; the store failed repeatedly and calls fail at
+// once with `CircuitOpen`; one probe is on its way and calls fail at once as when open.
 const CLOSED: u8 = 0;
 const OPEN: u8 = 1;
 const HALF_OPEN: u8 = 2;
-
-fn state_of(raw: u8) -> BreakerState {
-    match raw {
-        CLOSED => BreakerState::Closed,
-        OPEN => BreakerState::Open,
-        _ => BreakerState::HalfOpen,
-    }
-}
 
 /// A store behind a circuit breaker.
 ///
@@ -52,7 +36,8 @@ fn state_of(raw: u8) -> BreakerState {
 /// [`health`](Store::health) look) starts one **probe**, the store's
 /// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on its own task, while calls still
 /// fail at once; success closes the breaker, failure reopens it. Without a store probe (or
-/// a tokio runtime) that call is the probe. Transitions are `tracing` events (target
+/// a tokio runtime) that call is the probe. While open or probing, its
+/// [`health`](Store::health) is [`Failing`](Health::Failing). Transitions are `tracing` events (target
 /// `tollgate::breaker`: `warn` on opening, `info` otherwise). The breaker never retries: the
 /// layer's [`FailurePolicy`](crate::layer::FailurePolicy) or a
 /// [`Fallback`](super::Fallback) handles failures.
@@ -98,15 +83,11 @@ impl<S> Breaker<S> {
     pub fn new(store: S) -> Self {
         Self {
             store,
-            shared: Arc::new(Circuit {
-                failures: DEFAULT_FAILURES,
-                open_for_micros: duration_to_micros(DEFAULT_OPEN_FOR),
-                state: AtomicU8::new(CLOSED),
-                consecutive: AtomicU32::new(0),
-                opened_at: AtomicU64::new(0),
-                probing: AtomicBool::new(false),
-                epoch: Instant::now(),
-            }),
+            shared: Arc::new(Circuit::closed(
+                DEFAULT_FAILURES,
+                duration_to_micros(DEFAULT_OPEN_FOR),
+                Instant::now(),
+            )),
         }
     }
 
@@ -124,29 +105,17 @@ impl<S> Breaker<S> {
         self
     }
 
+    /// A closed circuit of its own, configured by `f` (clones made before keep theirs).
     fn configure(&mut self, f: impl FnOnce(&mut Circuit)) {
-        match Arc::get_mut(&mut self.shared) {
-            Some(shared) => f(shared),
-            None => {
-                let old = &self.shared;
-                let mut fresh = Circuit {
-                    failures: old.failures,
-                    open_for_micros: old.open_for_micros,
-                    state: AtomicU8::new(CLOSED),
-                    consecutive: AtomicU32::new(0),
-                    opened_at: AtomicU64::new(0),
-                    probing: AtomicBool::new(false),
-                    epoch: old.epoch,
-                };
-                f(&mut fresh);
-                self.shared = Arc::new(fresh);
-            }
-        }
+        let old = &self.shared;
+        let mut fresh = Circuit::closed(old.failures, old.open_for_micros, old.epoch);
+        f(&mut fresh);
+        self.shared = Arc::new(fresh);
     }
 
-    /// The breaker's state now.
-    pub fn state(&self) -> BreakerState {
-        state_of(self.shared.state.load(Ordering::Acquire))
+    /// `CLOSED`, `OPEN` or `HALF_OPEN`: what [`health`](Store::health) reports.
+    fn state(&self) -> u8 {
+        self.shared.state.load(Ordering::Acquire)
     }
 }
 
@@ -158,6 +127,18 @@ enum Pass {
 }
 
 impl Circuit {
+    fn closed(failures: u32, open_for_micros: u64, epoch: Instant) -> Self {
+        Self {
+            failures,
+            open_for_micros,
+            state: AtomicU8::new(CLOSED),
+            consecutive: AtomicU32::new(0),
+            opened_at: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            epoch,
+        }
+    }
+
     fn now(&self) -> u64 {
         duration_to_micros(self.epoch.elapsed())
     }
@@ -194,19 +175,15 @@ impl Circuit {
                     .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
                 {
+                    // The state changed under us (another probe closed it): go by the new one.
                     self.probing.store(false, Ordering::Release);
-                    return self.pass_after_race();
+                    return (self.state.load(Ordering::Acquire) == CLOSED).then_some(Pass::Call);
                 }
                 tracing::info!(target: "tollgate::breaker", "circuit half-open: probing the store");
                 Some(Pass::Probe)
             }
             _ => None,
         }
-    }
-
-    /// The state changed under us (another probe closed it): go by the new state, once.
-    fn pass_after_race(&self) -> Option<Pass> {
-        (self.state.load(Ordering::Acquire) == CLOSED).then_some(Pass::Call)
     }
 
     fn succeeded(&self, pass: Pass) {
@@ -273,13 +250,14 @@ impl Circuit {
     }
 }
 
-/// A call the breaker let through: counts its result, or frees the probe if dropped first.
-struct PassGuard<'a> {
-    shared: &'a Circuit,
+/// A call (or probe task) the breaker let through: counts its result, or frees the probe if
+/// dropped first. `C` is `&Circuit` for a call, `Arc<Circuit>` for a probe on its own task.
+struct PassGuard<C: Deref<Target = Circuit>> {
+    shared: C,
     pass: Option<Pass>,
 }
 
-impl PassGuard<'_> {
+impl<C: Deref<Target = Circuit>> PassGuard<C> {
     fn record<T>(mut self, result: &Result<T, StoreError>) {
         let Some(pass) = self.pass.take() else {
             return;
@@ -297,7 +275,7 @@ impl PassGuard<'_> {
     }
 }
 
-impl Drop for PassGuard<'_> {
+impl<C: Deref<Target = Circuit>> Drop for PassGuard<C> {
     fn drop(&mut self) {
         if self.pass == Some(Pass::Probe) {
             self.shared.abandoned();
@@ -316,88 +294,49 @@ impl<S: Store> Breaker<S> {
         let Some(pass) = self.shared.pass() else {
             return Err(StoreError::CircuitOpen);
         };
-        if pass == Pass::Probe && self.probe_in_background() {
+        // The store's own probe runs on a task; without one (or a runtime), this call is
+        // the probe.
+        if pass == Pass::Probe && self.spawn_probe(|| true) {
             return Err(StoreError::CircuitOpen);
         }
         let guard = PassGuard {
-            shared: &self.shared,
+            shared: &*self.shared,
             pass: Some(pass),
         };
         let result = call().await;
         guard.record(&result);
         result
     }
-}
-
-impl<S: Store> Breaker<S> {
-    /// Runs the store's [`probe`](Store::probe) on a task, if any and in a tokio runtime;
-    /// `false`: the call must be the probe.
-    fn probe_in_background(&self) -> bool {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
-        let Some(probe) = self.store.probe() else {
-            return false;
-        };
-        self.spawn_probe(&runtime, probe);
-        true
-    }
 
     /// Starts a due probe without a call, so a polled [`health`](Store::health) closes the
     /// breaker with no request.
     fn probe_if_due(&self) {
-        if !self.shared.due() {
-            return;
+        if self.shared.due() {
+            // Lost the race (another probe, or closed meanwhile): the unsent probe is dropped.
+            self.spawn_probe(|| self.shared.pass() == Some(Pass::Probe));
         }
+    }
+
+    /// Runs the store's [`probe`](Store::probe) on a task if it has one, we are in a tokio
+    /// runtime, and `ours` (asked last) says this probe is due; `false` without a probe.
+    fn spawn_probe(&self, ours: impl FnOnce() -> bool) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+            return false;
         };
         let Some(probe) = self.store.probe() else {
-            return;
+            return false;
         };
-        // Lost the race (another probe, or closed meanwhile): the unsent probe is dropped.
-        if self.shared.pass() == Some(Pass::Probe) {
-            self.spawn_probe(&runtime, probe);
+        if ours() {
+            let guard = PassGuard {
+                shared: Arc::clone(&self.shared),
+                pass: Some(Pass::Probe),
+            };
+            runtime.spawn(async move {
+                let result = probe.await;
+                guard.record(&result);
+            });
         }
-    }
-
-    fn spawn_probe(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        probe: impl Future<Output = Result<(), StoreError>> + Send + 'static,
-    ) {
-        let guard = ProbeGuard {
-            shared: Arc::clone(&self.shared),
-            recorded: false,
-        };
-        runtime.spawn(async move {
-            let result = probe.await;
-            guard.record(&result);
-        });
-    }
-}
-
-/// The breaker's own probe: counts its result, or frees the probe if its task is dropped.
-struct ProbeGuard {
-    shared: Arc<Circuit>,
-    recorded: bool,
-}
-
-impl ProbeGuard {
-    fn record(mut self, result: &Result<(), StoreError>) {
-        self.recorded = true;
-        match result {
-            Ok(()) => self.shared.succeeded(Pass::Probe),
-            Err(e) => self.shared.failed(Pass::Probe, e),
-        }
-    }
-}
-
-impl Drop for ProbeGuard {
-    fn drop(&mut self) {
-        if !self.recorded {
-            self.shared.abandoned();
-        }
+        true
     }
 }
 
@@ -405,7 +344,10 @@ impl<S: fmt::Debug> fmt::Debug for Breaker<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Breaker")
             .field("store", &self.store)
-            .field("state", &self.state())
+            .field(
+                "state",
+                &["closed", "open", "half-open"][usize::from(self.state())],
+            )
             .field("failures", &self.shared.failures)
             .field(
                 "open_for",
@@ -426,12 +368,12 @@ impl<S: Store> Store for Breaker<S> {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
-        if self.state() != BreakerState::Closed {
+        if self.state() != CLOSED {
             return None;
         }
         let result = self.store.try_check_now(batch, max_wait)?;
         PassGuard {
-            shared: &self.shared,
+            shared: &*self.shared,
             pass: Some(Pass::Call),
         }
         .record(&result);
@@ -465,12 +407,12 @@ impl<S: Store> Store for Breaker<S> {
 
     fn health(&self) -> Health {
         match self.state() {
-            BreakerState::Closed => self.store.health(),
-            BreakerState::Open => {
+            CLOSED => self.store.health(),
+            OPEN => {
                 self.probe_if_due();
                 Health::Failing
             }
-            BreakerState::HalfOpen => Health::Failing,
+            _ => Health::Failing,
         }
     }
 

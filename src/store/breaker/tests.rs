@@ -81,13 +81,13 @@ async fn opens_after_consecutive_failures_and_then_skips_the_store() {
             breaker.check(&batch, Duration::ZERO).await,
             Err(StoreError::Unavailable(_))
         ));
-        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.state(), CLOSED);
     }
     assert!(matches!(
         breaker.check(&batch, Duration::ZERO).await,
         Err(StoreError::Unavailable(_))
     ));
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     assert_eq!(breaker.health(), Health::Failing);
     let calls = flaky.calls();
     for _ in 0..100 {
@@ -112,7 +112,7 @@ async fn a_success_resets_the_count_of_consecutive_failures() {
         flaky.down.store(false, Ordering::SeqCst);
         assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
     }
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(breaker.state(), CLOSED);
 }
 
 /// A store without a probe of its own: one request at a time is the probe.
@@ -126,7 +126,7 @@ async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
     let batch = [Check::new(&rule, b"k")];
     flaky.down.store(true, Ordering::SeqCst);
     assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
 
     // Not before `open_for`.
     tokio::time::advance(Duration::from_millis(999)).await;
@@ -143,7 +143,7 @@ async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
         Err(StoreError::Unavailable(_))
     ));
     assert_eq!(flaky.calls(), calls + 1);
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     assert_eq!(
         breaker.check(&batch, Duration::ZERO).await,
         Err(StoreError::CircuitOpen)
@@ -160,7 +160,7 @@ async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
             .await
     });
     tokio::task::yield_now().await;
-    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    assert_eq!(breaker.state(), HALF_OPEN);
     let calls = flaky.calls();
     for _ in 0..50 {
         assert_eq!(
@@ -177,11 +177,11 @@ async fn one_probe_at_a_time_and_its_answer_closes_or_reopens() {
     // Its caller goes away: the next call probes at once, succeeds and closes.
     probe.abort();
     assert!(probe.await.is_err());
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     flaky.hang.store(false, Ordering::SeqCst);
     flaky.down.store(false, Ordering::SeqCst);
     assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(breaker.state(), CLOSED);
     assert_eq!(breaker.health(), Health::Healthy);
 }
 
@@ -268,7 +268,7 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     let batch = [Check::new(&rule, b"k")];
     store.flaky.down.store(true, Ordering::SeqCst);
     assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     let calls = store.flaky.calls();
 
     // Not before `open_for`.
@@ -289,7 +289,7 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     );
     let_tasks_run().await;
     assert_eq!(store.probes(), 1);
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     tokio::time::advance(Duration::from_millis(999)).await;
     assert_eq!(
         breaker.check(&batch, Duration::ZERO).await,
@@ -309,14 +309,14 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
         );
         let_tasks_run().await;
     }
-    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    assert_eq!(breaker.state(), HALF_OPEN);
     assert_eq!(store.probes(), 2, "one probe at a time");
     assert_eq!(store.flaky.calls(), calls, "no request reaches the store");
 
     // Its answer closes the breaker; requests go to the store again.
     tokio::time::advance(Duration::from_secs(5)).await;
     let_tasks_run().await;
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(breaker.state(), CLOSED);
     assert_eq!(breaker.health(), Health::Healthy);
     assert!(breaker.check(&batch, Duration::ZERO).await.is_ok());
     assert_eq!(store.flaky.calls(), calls + 1);
@@ -326,7 +326,7 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     store.slow.store(false, Ordering::SeqCst);
     store.flaky.down.store(true, Ordering::SeqCst);
     assert!(breaker.check(&batch, Duration::ZERO).await.is_err());
-    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(breaker.state(), OPEN);
     store.flaky.down.store(false, Ordering::SeqCst);
     assert_eq!(breaker.health(), Health::Failing);
     let_tasks_run().await;
@@ -335,7 +335,7 @@ async fn a_store_with_a_probe_is_probed_by_the_breaker_and_no_request_waits() {
     assert_eq!(breaker.health(), Health::Failing);
     let_tasks_run().await;
     assert_eq!(store.probes(), 3);
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(breaker.state(), CLOSED);
     assert_eq!(breaker.health(), Health::Healthy);
 }
 
@@ -353,7 +353,7 @@ async fn a_malformed_batch_is_not_a_store_failure() {
             Err(StoreError::InvalidBatch(_))
         ));
     }
-    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert_eq!(breaker.state(), CLOSED);
 }
 
 /// Readiness recovers with no traffic: a fallback over a breaker is degraded while the

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
-use super::{MemoryStore, Shard, Shared};
+use super::{MemoryStats, MemoryStore, Shard, Shared};
 use crate::clock::StoreClock;
 use crate::decision::{
     combine, Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
@@ -248,26 +248,26 @@ impl MemoryStore {
     /// over-admitted per time it is forgotten (and its penalty count restarts). To have a
     /// key that used its quota forgotten, a client must keep a sixteenth of a shard's share
     /// of keys, each recording more, alive at once. Each forgotten entry is counted
-    /// ([`evictions`](Self::evictions); `tollgate_memory_store_evictions_total` with the
+    /// ([`evictions`](MemoryStats::evictions); `tollgate_memory_store_evictions_total` with the
     /// `metrics` feature) and logged.
     ///
     /// A shard of locked entries only grows, up to twice its share; beyond that a batch
     /// with a key it does not hold is denied ([`DenyReason::Limited`], every rule,
     /// `retry_after` when its first lock ends), whatever the failure policy. Each refusal
-    /// is counted ([`refusals`](Self::refusals); `tollgate_memory_store_refusals_total`
+    /// is counted ([`refusals`](MemoryStats::refusals); `tollgate_memory_store_refusals_total`
     /// with the `metrics` feature) and logged.
     pub fn max_keys(self, n: usize) -> Self {
         Self::build(self.shared.clock.clone(), n)
     }
 
-    /// How many entries past the bound the store has forgotten (empty ones not counted).
-    pub fn evictions(&self) -> u64 {
-        self.shared.bound.evicted.load(Ordering::Relaxed)
-    }
-
-    /// How many decisions the store has denied because a shard was full of locked keys.
-    pub fn refusals(&self) -> u64 {
-        self.shared.bound.refused.load(Ordering::Relaxed)
+    /// How full the store is now, for an operator's page or a test.
+    pub fn stats(&self) -> MemoryStats {
+        let shared = &self.shared;
+        MemoryStats {
+            keys: shared.shards.iter().map(|s| s.lock().map.len()).sum(),
+            evictions: shared.bound.evicted.load(Ordering::Relaxed),
+            refusals: shared.bound.refused.load(Ordering::Relaxed),
+        }
     }
 
     pub(super) fn build(clock: StoreClock, max_keys: usize) -> Self {

@@ -68,6 +68,19 @@ pub struct MemoryStore {
     shared: Arc<Shared>,
 }
 
+/// How full a [`MemoryStore`] is ([`MemoryStore::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryStats {
+    /// Entries held, expired ones included until swept.
+    pub keys: usize,
+    /// Entries forgotten past the bound ([`max_keys`](MemoryStore::max_keys)) since the
+    /// store was made; entries back to empty are not counted.
+    pub evictions: u64,
+    /// Decisions denied since the store was made because a shard was full of locked keys.
+    pub refusals: u64,
+}
+
 struct Shared {
     shards: Box<[Mutex<Shard>]>,
     bound: Bound,
@@ -107,16 +120,6 @@ impl MemoryStore {
     /// tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
-    }
-
-    /// The number of entries held, expired or not.
-    pub fn len(&self) -> usize {
-        self.shared.shards.iter().map(|s| s.lock().map.len()).sum()
-    }
-
-    /// Whether the store holds no entry.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Removes every entry whose state is back to empty; returns how many were removed.
