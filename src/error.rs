@@ -87,7 +87,7 @@ impl std::error::Error for ConfigError {}
 #[non_exhaustive]
 pub enum StoreError {
     /// The batch itself is malformed: the same rule twice for one key, or a rule whose
-    /// configuration cannot work (see [`Rule::validate`](crate::Rule::validate)), named in
+    /// configuration cannot work (see [`Rule::checked`](crate::Rule::checked)), named in
     /// the message. Nothing is decided.
     InvalidBatch(String),
     /// The store could not be reached or answered with an error: an outage, which may pass.

@@ -65,15 +65,15 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decides a batch all or nothing ([`Store::check`]), each key in its [`StoredKey`]
-    /// form. A batch with a rule that cannot work ([`Rule::validate`]) is refused with
+    /// form. A batch with a rule that cannot work ([`Rule::checked`]) is refused with
     /// [`StoreError::InvalidBatch`] naming the rule; nothing is decided.
     pub async fn check(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
         // Boxing the store's future keeps this one small (callers move it); a store that
         // waits on the network can afford the allocation, one that answers at once skips it.
-        if let Some(outcome) = self.reserve_now(batch, Duration::ZERO) {
+        if let Some(outcome) = self.store.try_check_now(batch, Duration::ZERO) {
             return outcome;
         }
-        Box::pin(self.reserve_outcome(batch, Duration::ZERO)).await
+        Box::pin(self.store.check(batch, Duration::ZERO)).await
     }
 
     /// Like [`check`](Self::check), but a batch admissible within `max_wait` reserves its
@@ -111,7 +111,7 @@ impl<S: Store> Limiter<S> {
     where
         S: Clone,
     {
-        let outcome = self.reserve_outcome(batch, max_wait).await?;
+        let outcome = self.store.check(batch, max_wait).await?;
         Ok(Reservation::new(
             self.store.clone(),
             batch,
@@ -120,46 +120,13 @@ impl<S: Store> Limiter<S> {
         ))
     }
 
-    /// What [`reserve`](Self::reserve) decides, as the store answers it.
-    pub(crate) async fn reserve_outcome(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> Result<Outcome, StoreError> {
-        self.store.check(batch, max_wait).await
-    }
-
-    /// [`reserve_outcome`](Self::reserve_outcome) via [`Store::try_check_now`].
-    #[inline]
-    pub(crate) fn reserve_now(
-        &self,
-        batch: &[Check<'_>],
-        max_wait: Duration,
-    ) -> Option<Result<Outcome, StoreError>> {
-        self.store.try_check_now(batch, max_wait)
-    }
-
-    /// [`Store::count_denials`] for `batch`, refused `ago`.
-    pub(crate) async fn count_denials(
-        &self,
-        batch: &[Check<'_>],
-        ago: Duration,
-    ) -> Result<(), StoreError> {
-        self.store.count_denials(batch, ago).await
-    }
-
     /// Decides one rule for `key` at the rule's default cost.
     pub async fn check_one(
         &self,
         rule: &Rule,
         key: impl AsRef<[u8]>,
     ) -> Result<Outcome, StoreError> {
-        // As `check` does, for a batch of one.
-        let batch = [Check::new(rule, key.as_ref())];
-        if let Some(outcome) = self.reserve_now(&batch, Duration::ZERO) {
-            return outcome;
-        }
-        Box::pin(self.reserve_outcome(&batch, Duration::ZERO)).await
+        self.check(&[Check::new(rule, key.as_ref())]).await
     }
 
     /// What a request of `cost` would get from `rule` for `key`, without consuming anything.

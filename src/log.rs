@@ -109,10 +109,20 @@ impl EventLog {
     pub(crate) fn admit(self: &Arc<Self>, event: Event) -> Option<u64> {
         let kind = &self.kinds[event as usize];
         let now = self.now();
-        let next = kind.next.load(Ordering::Acquire);
-        let due = next == 0 || now >= next;
         // One caller wins the line for this interval; the others are counted.
-        if due
+        if self.claim(kind, now) {
+            return Some(kind.suppressed.swap(0, Ordering::AcqRel));
+        }
+        kind.suppressed.fetch_add(1, Ordering::AcqRel);
+        self.summarize_later();
+        None
+    }
+
+    /// Whether the caller takes `kind`'s line at `now` (its interval has ended, and no other
+    /// caller took it first), starting its next interval.
+    fn claim(&self, kind: &EventCount, now: u64) -> bool {
+        let next = kind.next.load(Ordering::Acquire);
+        now >= next
             && kind
                 .next
                 .compare_exchange(
@@ -122,12 +132,6 @@ impl EventLog {
                     Ordering::Acquire,
                 )
                 .is_ok()
-        {
-            return Some(kind.suppressed.swap(0, Ordering::AcqRel));
-        }
-        kind.suppressed.fetch_add(1, Ordering::AcqRel);
-        self.summarize_later();
-        None
     }
 
     /// [`admit`](Self::admit) for a store failure, keeping `error` for the summary when it
@@ -173,21 +177,8 @@ impl EventLog {
     fn write_due_summaries(&self) {
         let now = self.now();
         for (event, kind) in ALL.into_iter().zip(&self.kinds) {
-            let next = kind.next.load(Ordering::Acquire);
-            if now < next || kind.suppressed.load(Ordering::Acquire) == 0 {
-                continue;
-            }
             // An event that takes the line first carries the count itself.
-            if kind
-                .next
-                .compare_exchange(
-                    next,
-                    now.saturating_add(self.interval()),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_err()
-            {
+            if kind.suppressed.load(Ordering::Acquire) == 0 || !self.claim(kind, now) {
                 continue;
             }
             let suppressed = kind.suppressed.swap(0, Ordering::AcqRel);
@@ -198,48 +189,43 @@ impl EventLog {
     }
 
     fn write_summary(&self, event: Event, suppressed: u64) {
+        use tracing::Level;
+        let (level, what) = match event {
+            Event::StoreFailure => (Level::WARN, "rate limit store failed again"),
+            Event::ShadowDenial => (
+                Level::INFO,
+                "shadow: more requests would have been rate limited",
+            ),
+            Event::ShadowMissingKey => (
+                Level::INFO,
+                "shadow: more requests would have been refused for their key",
+            ),
+            Event::KeyUnavailable => (Level::ERROR, "rate limit key unavailable again"),
+            Event::RefundFailure => (Level::WARN, "more refunds failed"),
+            Event::StoreFull => (Level::WARN, "the in-process store stayed full"),
+            Event::ObserverPanic => (Level::ERROR, "decision observers panicked again"),
+        };
         let interval_s = Duration::from_micros(self.interval()).as_secs_f64();
-        match event {
-            Event::StoreFailure => {
-                let last = self.last_failure.lock().take();
-                let last_error = last.as_ref().map(tracing::field::display);
-                tracing::warn!(
+        // Only store failures keep an error; `None` writes no field.
+        let last = (event == Event::StoreFailure)
+            .then(|| self.last_failure.lock().take())
+            .flatten();
+        let last_error = last.as_ref().map(tracing::field::display);
+        // A level is part of a callsite's static metadata: one call per level.
+        macro_rules! summary {
+            ($level:ident) => {
+                tracing::$level!(
                     suppressed,
                     last_error,
                     interval_s,
-                    "rate limit store failed again (summary of the last interval)"
-                );
-            }
-            Event::ShadowDenial => tracing::info!(
-                suppressed,
-                interval_s,
-                "shadow: more requests would have been rate limited (summary of the last interval)"
-            ),
-            Event::ShadowMissingKey => tracing::info!(
-                suppressed,
-                interval_s,
-                "shadow: more requests would have been refused for their key (summary of the last interval)"
-            ),
-            Event::KeyUnavailable => tracing::error!(
-                suppressed,
-                interval_s,
-                "rate limit key unavailable again (summary of the last interval)"
-            ),
-            Event::RefundFailure => tracing::warn!(
-                suppressed,
-                interval_s,
-                "more refunds failed (summary of the last interval)"
-            ),
-            Event::StoreFull => tracing::warn!(
-                suppressed,
-                interval_s,
-                "the in-process store stayed full (summary of the last interval)"
-            ),
-            Event::ObserverPanic => tracing::error!(
-                suppressed,
-                interval_s,
-                "decision observers panicked again (summary of the last interval)"
-            ),
+                    "{what} (summary of the last interval)"
+                )
+            };
+        }
+        match level {
+            Level::ERROR => summary!(error),
+            Level::WARN => summary!(warn),
+            _ => summary!(info),
         }
     }
 }

@@ -20,7 +20,7 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 ///
 /// Every constructor says what it admits. A configuration that cannot work (a zero limit,
 /// a zero period, an invalid name) is recorded in the rule and reported by
-/// [`validate`](Self::validate) and by the layer's `build`, so literals need no `?`.
+/// [`checked`](Self::checked) and by the layer's `build`, so literals need no `?`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,7 +32,7 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// let api = Rule::token_bucket("api", 100, Rate::per_second(10))
 ///     .with_penalty(Penalty::lock_for(Duration::from_secs(600)).after(20).within(Duration::from_secs(60)));
 /// assert_eq!(api.name(), "api");
-/// assert!(api.validate().is_ok());
+/// assert!(api.checked().is_ok());
 /// ```
 ///
 /// # One name, one configuration
@@ -98,19 +98,19 @@ pub struct Rule {
     name_digest: u64,
     penalty: Option<Penalty>,
     cost: u64,
-    /// Why this rule cannot work, if it cannot (see [`Rule::validate`]).
+    /// Why this rule cannot work, if it cannot (see [`Rule::checked`]).
     problem: Option<Arc<ConfigError>>,
 }
 
 impl Rule {
     /// A rule named `name` running `algorithm`, its name checked as every constructor's.
     pub(crate) fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Self {
-        Self::with(name, Ok(algorithm))
+        Self::with(name, Ok::<_, ConfigError>(algorithm))
     }
 
     /// The rule, or one recording why it cannot work (with a placeholder algorithm that
     /// every store and the layer refuse).
-    fn with(name: impl AsRef<str>, algorithm: Result<Algorithm, ConfigError>) -> Self {
+    fn with(name: impl AsRef<str>, algorithm: Result<impl Into<Algorithm>, ConfigError>) -> Self {
         let name = name.as_ref();
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
         let name_problem =
@@ -121,7 +121,7 @@ impl Rule {
             ))
                 });
         let (algorithm, algorithm_problem) = match algorithm {
-            Ok(algorithm) => (algorithm, None),
+            Ok(algorithm) => (algorithm.into(), None),
             Err(e) => (Algorithm::FixedWindow(FixedWindow::UNUSABLE), Some(e)),
         };
         let problem = ConfigError::collect(name_problem.into_iter().chain(algorithm_problem))
@@ -137,20 +137,8 @@ impl Rule {
         }
     }
 
-    /// Whether this rule can work; if not, every reason, each naming the rule. A layer's
-    /// `build` reports it; a [`Limiter`](crate::Limiter) or store refuses a batch with an
-    /// invalid rule ([`StoreError::InvalidBatch`](crate::StoreError)). Check rules read at
-    /// run time here, or with [`checked`](Self::checked).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::Rule;
-    ///
-    /// let zero = Rule::fixed_window("sms-minute", 0, Duration::from_secs(60));
-    /// let err = zero.validate().unwrap_err();
-    /// assert!(err.to_string().contains("rule \"sms-minute\": fixed window limit must be at least 1"));
-    /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// [`checked`](Self::checked) without taking the rule.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         match &self.problem {
             None => Ok(()),
             Some(problem) => Err(ConfigError::clone(problem)),
@@ -162,17 +150,18 @@ impl Rule {
         self.problem.is_none()
     }
 
-    /// The rule if it can work (see [`validate`](Self::validate)): the path for rules read
-    /// at run time.
+    /// The rule if it can work; if not, every reason, each naming the rule: the path for
+    /// rules read at run time. A layer's `build` reports the same; a
+    /// [`Limiter`](crate::Limiter) or store refuses a batch with an invalid rule
+    /// ([`StoreError::InvalidBatch`](crate::StoreError)).
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Rule;
     ///
-    /// # fn main() -> Result<(), tollgate::ConfigError> {
-    /// let limit: u64 = "5".parse().unwrap_or(0); // from a configuration file, say
-    /// let rule = Rule::fixed_window("per-user", limit, Duration::from_secs(60)).checked()?;
-    /// # let _ = rule; Ok(()) }
+    /// let limit: u64 = "0".parse().unwrap_or(0); // from a configuration file, say
+    /// let err = Rule::fixed_window("sms-minute", limit, Duration::from_secs(60)).checked().unwrap_err();
+    /// assert!(err.to_string().contains("rule \"sms-minute\": fixed window limit must be at least 1"));
     /// ```
     pub fn checked(self) -> Result<Self, ConfigError> {
         self.validate().map(|()| self)
@@ -186,10 +175,7 @@ impl Rule {
     /// interval that straddles a boundary. Use [`sliding_log`](Self::sliding_log) or
     /// [`sliding_window`](Self::sliding_window) where that burst matters.
     pub fn fixed_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
-        Self::with(
-            name,
-            FixedWindow::new(limit, window, WindowAnchor::Epoch).map(Algorithm::FixedWindow),
-        )
+        Self::with(name, FixedWindow::new(limit, window, WindowAnchor::Epoch))
     }
 
     /// Fixed window that starts at a key's first request: at most `limit` units in the
@@ -203,7 +189,7 @@ impl Rule {
     ) -> Self {
         Self::with(
             name,
-            FixedWindow::new(limit, window, WindowAnchor::FirstHit).map(Algorithm::FixedWindow),
+            FixedWindow::new(limit, window, WindowAnchor::FirstHit),
         )
     }
 
@@ -213,10 +199,7 @@ impl Rule {
     /// the price of one entry per admitting instant (at most `limit` per key); a decision is
     /// O(log n) in the entries.
     pub fn sliding_log(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
-        Self::with(
-            name,
-            SlidingLog::new(limit, window).map(Algorithm::SlidingLog),
-        )
+        Self::with(name, SlidingLog::new(limit, window))
     }
 
     /// Sliding window counter: admits while
@@ -234,10 +217,7 @@ impl Rule {
     /// the previous window's weight moves in steps of about `window × limit / 2^52` µs, rounded
     /// so that it is never lighter than the exact one; Retry-After stays exact for that weight.
     pub fn sliding_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
-        Self::with(
-            name,
-            SlidingWindow::new(limit, window).map(Algorithm::SlidingWindow),
-        )
+        Self::with(name, SlidingWindow::new(limit, window))
     }
 
     /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
@@ -246,10 +226,7 @@ impl Rule {
     /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]). A bucket
     /// that takes more than 2^52 µs to fill is refused.
     pub fn token_bucket(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
-        Self::with(
-            name,
-            TokenBucket::new(capacity, refill, Refill::Smooth).map(Algorithm::TokenBucket),
-        )
+        Self::with(name, TokenBucket::new(capacity, refill, Refill::Smooth))
     }
 
     /// Token bucket refilled in steps: the rate's whole amount at the end of each period
@@ -258,10 +235,7 @@ impl Rule {
     /// Periods count from the request that found the bucket full (a full bucket's state is
     /// dropped), so a key's steps restart from its next request after each refill to full.
     pub fn token_bucket_stepped(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
-        Self::with(
-            name,
-            TokenBucket::new(capacity, refill, Refill::Stepped).map(Algorithm::TokenBucket),
-        )
+        Self::with(name, TokenBucket::new(capacity, refill, Refill::Stepped))
     }
 
     /// Leaky bucket (shaping): requests queue (up to `capacity` units, the one being served
@@ -274,10 +248,7 @@ impl Rule {
     /// wait until then as queued water (a queue without room for it denies the batch). So no
     /// bucket lets requests leave faster than `drain`; the price is that idle time.
     pub fn leaky_bucket(name: impl AsRef<str>, capacity: u64, drain: Rate) -> Self {
-        Self::with(
-            name,
-            LeakyBucket::new(capacity, drain).map(Algorithm::LeakyBucket),
-        )
+        Self::with(name, LeakyBucket::new(capacity, drain))
     }
 
     /// GCRA: bursts of up to `burst` units, `rate` sustained
@@ -285,7 +256,7 @@ impl Rule {
     /// instant per key is stored, with its fraction of a µs; the rate is exact or rounded like
     /// a token bucket's refill (see [`token_bucket`](Self::token_bucket)).
     pub fn gcra(name: impl AsRef<str>, burst: u64, rate: Rate) -> Self {
-        Self::with(name, Gcra::new(burst, rate).map(Algorithm::Gcra))
+        Self::with(name, Gcra::new(burst, rate))
     }
 
     /// Adds a penalty lockout.

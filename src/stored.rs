@@ -127,10 +127,7 @@ impl<'a> KeyBytes<'a> {
 
 impl fmt::Debug for StoredKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut hex = String::with_capacity(self.0.len() * 2);
-        for b in self.0.iter() {
-            hex.push_str(&format!("{b:02x}"));
-        }
+        let hex: String = self.0.iter().map(|b| format!("{b:02x}")).collect();
         f.debug_tuple("StoredKey").field(&hex).finish()
     }
 }

@@ -6,16 +6,16 @@ use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 
-/// Where a fixed window starts.
+/// Where a fixed window starts; the number is its code in the Lua models and the fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum WindowAnchor {
     /// Windows are aligned to the Unix epoch: `[k·window, (k+1)·window)`. Every key's windows
     /// turn over at the same instants (a minute window turns at each whole minute).
     #[default]
-    Epoch,
+    Epoch = 0,
     /// A window starts at a key's first request and lasts `window` (Redis's `SET key 1 EX
     /// window` / `INCR` pattern).
-    FirstHit,
+    FirstHit = 1,
 }
 
 /// At most `limit` units per window (see [`Rule::fixed_window`](crate::Rule::fixed_window)).
@@ -24,9 +24,11 @@ pub(crate) enum WindowAnchor {
 /// into the next; the state lives until it is paid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FixedWindow {
-    limit: u64,
-    window: u64,
-    anchor: WindowAnchor,
+    /// The most units admitted per window.
+    pub(super) limit: u64,
+    /// The window length in µs.
+    pub(super) window: u64,
+    pub(super) anchor: WindowAnchor,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,21 +62,6 @@ impl FixedWindow {
             window,
             anchor,
         })
-    }
-
-    /// The most units admitted per window.
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window length in microseconds.
-    pub(crate) fn window_micros(&self) -> u64 {
-        self.window
-    }
-
-    /// Where windows start.
-    pub(crate) fn anchor(&self) -> WindowAnchor {
-        self.anchor
     }
 }
 

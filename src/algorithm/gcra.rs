@@ -11,11 +11,13 @@ use crate::rate::{Divisor, Rate};
 /// second admits 600,000, not the 500,000 an interval rounded to 2 µs would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gcra {
-    rate: Rate,
-    burst: u64,
-    /// `amount` units every `period` µs: the rate the arithmetic uses, in lowest terms (or
-    /// rounded down).
-    pace: Rate,
+    /// The sustained rate as given.
+    pub(super) rate: Rate,
+    /// The most units admitted at once.
+    pub(super) burst: u64,
+    /// `amount` units every `period` µs: the rate enforced and the arithmetic uses, `rate`
+    /// in lowest terms, or rounded down (by less than 1 µs per unit) to stay exact.
+    pub(super) pace: Rate,
     /// Division by `pace`'s amount and by its period, for the one-pass admission.
     by_amount: Divisor,
     by_period: Divisor,
@@ -44,22 +46,7 @@ impl Gcra {
         })
     }
 
-    /// The sustained rate.
-    pub(crate) fn rate(&self) -> Rate {
-        self.rate
-    }
-
-    /// The rate the algorithm enforces: [`rate`](Self::rate) itself, unless it had to be
-    /// rounded down (by less than 1 µs per unit) to stay exact.
-    pub(crate) fn enforced_rate(&self) -> Rate {
-        self.pace
-    }
-
-    /// The most units admitted at once.
-    pub(crate) fn burst(&self) -> u64 {
-        self.burst
-    }
-
+    /// Microseconds a full backlog takes to clear: the burst restored.
     pub(crate) fn fill_micros(&self) -> u64 {
         self.tolerance().div_ceil(self.pace.amount())
     }

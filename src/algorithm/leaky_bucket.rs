@@ -8,10 +8,13 @@ use crate::rate::Rate;
 /// [`Rule::leaky_bucket`](crate::Rule::leaky_bucket)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeakyBucket {
-    capacity: u64,
-    drain: Rate,
-    /// The rate the arithmetic uses: `drain` in lowest terms, or rounded down.
-    pace: Rate,
+    /// The most units queued, including the one being served.
+    pub(super) capacity: u64,
+    /// The drain rate as given.
+    pub(super) drain: Rate,
+    /// The rate the queue enforces and the arithmetic uses: `drain` in lowest terms, or
+    /// rounded down (by less than 1 µs per unit) to stay exact.
+    pub(super) pace: Rate,
 }
 
 /// `level` is the queued water in scaled units (one unit = `period`; `amount` drain per µs,
@@ -38,22 +41,6 @@ impl LeakyBucket {
             drain,
             pace,
         })
-    }
-
-    /// The drain rate the queue enforces: [`drain`](Self::drain) itself, unless it had to be
-    /// rounded down (by less than 1 µs per unit) to stay exact.
-    pub(crate) fn enforced_drain(&self) -> Rate {
-        self.pace
-    }
-
-    /// The most units queued, including the one being served.
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    /// The drain rate.
-    pub(crate) fn drain(&self) -> Rate {
-        self.drain
     }
 
     /// Microseconds a full queue takes to drain.

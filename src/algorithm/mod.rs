@@ -113,6 +113,25 @@ pub(crate) enum Algorithm {
     Gcra(Gcra),
 }
 
+/// Each model is the configuration of its own variant.
+macro_rules! into_algorithm {
+    ($($model:ident),+) => {$(
+        impl From<$model> for Algorithm {
+            fn from(model: $model) -> Self {
+                Algorithm::$model(model)
+            }
+        }
+    )+};
+}
+into_algorithm!(
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    LeakyBucket,
+    Gcra
+);
+
 /// What any configuration can read of another's state (see
 /// [`Rule`](crate::Rule#reconfiguring-a-rule)). Units in use only fall as time passes, so
 /// holding `used` until `until` never counts less than the writer would have.
@@ -183,7 +202,9 @@ impl Algorithm {
     /// Records the admission of a request of `cost` units at `now`. Call only after
     /// [`evaluate`](Self::evaluate) admitted it with the same arguments.
     pub(crate) fn apply(&self, state: &mut State, now: u64, cost: u64) {
-        each_model!(self, m => apply_with(m, &mut state.0, now, cost))
+        each_model!(self, m => if let Some(s) = own_state(m, &mut state.0, now) {
+            m.apply(s, now, cost)
+        })
     }
 
     /// [`evaluate`](Self::evaluate), and if that admits, [`apply`](Self::apply) (a cost of 0
@@ -201,7 +222,9 @@ impl Algorithm {
     pub(crate) fn overdraw(&self, state: &mut State, now: u64, cost: u64) {
         let cost = cost.min(MAX_PRODUCT);
         if cost > 0 {
-            each_model!(self, m => overdraw_with(m, &mut state.0, now, cost))
+            each_model!(self, m => if let Some(s) = own_state(m, &mut state.0, now) {
+                m.overdraw(s, now, cost)
+            })
         }
     }
 
@@ -275,34 +298,17 @@ impl Algorithm {
     /// compute with (rates as enforced): what the [fingerprint](Self::fingerprint) covers.
     pub(crate) fn code_and_params(&self) -> [u64; 5] {
         match self {
-            Algorithm::FixedWindow(m) => {
-                let anchor = match m.anchor() {
-                    WindowAnchor::Epoch => 0,
-                    WindowAnchor::FirstHit => 1,
-                };
-                [1, m.limit(), m.window_micros(), anchor, 0]
-            }
-            Algorithm::SlidingLog(m) => [2, m.limit(), m.window_micros(), 0, 0],
-            Algorithm::SlidingWindow(m) => {
-                let (w, step) = (m.window_micros(), m.weight_step_micros());
-                [3, m.limit(), w, step, w.div_ceil(step)]
-            }
+            Algorithm::FixedWindow(m) => [1, m.limit, m.window, m.anchor as u64, 0],
+            Algorithm::SlidingLog(m) => [2, m.limit, m.window, 0, 0],
+            Algorithm::SlidingWindow(m) => [3, m.limit, m.window, m.step, m.steps],
             Algorithm::TokenBucket(m) => {
-                let mode = match m.mode() {
-                    Refill::Smooth => 0,
-                    Refill::Stepped => 1,
-                };
-                let rate = m.enforced_refill();
-                [4, m.capacity(), rate.amount(), rate.period_micros(), mode]
+                let (amount, period) = (m.pace.amount(), m.pace.period_micros());
+                [4, m.capacity, amount, period, m.mode as u64]
             }
             Algorithm::LeakyBucket(m) => {
-                let rate = m.enforced_drain();
-                [5, m.capacity(), rate.amount(), rate.period_micros(), 0]
+                [5, m.capacity, m.pace.amount(), m.pace.period_micros(), 0]
             }
-            Algorithm::Gcra(m) => {
-                let rate = m.enforced_rate();
-                [6, m.burst(), rate.period_micros(), rate.amount(), 0]
-            }
+            Algorithm::Gcra(m) => [6, m.burst, m.pace.period_micros(), m.pace.amount(), 0],
         }
     }
 
@@ -345,12 +351,12 @@ impl Algorithm {
     /// The most units admitted at once.
     pub(crate) fn limit(&self) -> u64 {
         match self {
-            Algorithm::FixedWindow(m) => m.limit(),
-            Algorithm::SlidingLog(m) => m.limit(),
-            Algorithm::SlidingWindow(m) => m.limit(),
-            Algorithm::TokenBucket(m) => m.capacity(),
-            Algorithm::LeakyBucket(m) => m.capacity(),
-            Algorithm::Gcra(m) => m.burst(),
+            Algorithm::FixedWindow(m) => m.limit,
+            Algorithm::SlidingLog(m) => m.limit,
+            Algorithm::SlidingWindow(m) => m.limit,
+            Algorithm::TokenBucket(m) => m.capacity,
+            Algorithm::LeakyBucket(m) => m.capacity,
+            Algorithm::Gcra(m) => m.burst,
         }
     }
 
@@ -370,9 +376,9 @@ impl Algorithm {
     /// that quota is restored (used for `RateLimit-Policy` headers).
     pub(crate) fn quota(&self) -> (u64, Duration) {
         let w = match self {
-            Algorithm::FixedWindow(m) => m.window_micros(),
-            Algorithm::SlidingLog(m) => m.window_micros(),
-            Algorithm::SlidingWindow(m) => m.window_micros(),
+            Algorithm::FixedWindow(m) => m.window,
+            Algorithm::SlidingLog(m) => m.window,
+            Algorithm::SlidingWindow(m) => m.window,
             Algorithm::TokenBucket(m) => m.fill_micros(),
             Algorithm::LeakyBucket(m) => m.drain_micros(),
             Algorithm::Gcra(m) => m.fill_micros(),
@@ -493,7 +499,7 @@ fn evaluate_live<M: Model>(model: &M, live: Option<&M::State>, now: u64, cost: u
     Eval::reject(retry, 0, at_settled.reset_micros + wait)
 }
 
-/// [`evaluate_with`], then, if that admits, [`apply_with`], [`Model::expires_at`] and
+/// [`evaluate_with`], then, if that admits, [`Model::apply`], [`Model::expires_at`] and
 /// [`mark_with`] on the state it leaves: the state's liveness found once for all four.
 #[inline]
 fn admit_with<M: Model>(
@@ -538,22 +544,12 @@ fn admit_with<M: Model>(
     })
 }
 
-fn apply_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
+/// The model's live state in `inner`, made fresh at `now` where there is none (see [`live`]).
+fn own_state<'a, M: Model>(model: &M, inner: &'a mut Inner, now: u64) -> Option<&'a mut M::State> {
     if live(model, inner, now).is_none() {
         *inner = M::wrap(model.fresh(now));
     }
-    if let Some(s) = M::get_mut(inner) {
-        model.apply(s, now, cost);
-    }
-}
-
-fn overdraw_with<M: Model>(model: &M, inner: &mut Inner, now: u64, cost: u64) {
-    if live(model, inner, now).is_none() {
-        *inner = M::wrap(model.fresh(now));
-    }
-    if let Some(s) = M::get_mut(inner) {
-        model.overdraw(s, now, cost);
-    }
+    M::get_mut(inner)
 }
 
 fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64, delay: u64) -> u64 {

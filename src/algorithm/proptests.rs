@@ -136,7 +136,7 @@ impl Reference {
     ) -> State {
         match (rule.algorithm(), held_until) {
             (Algorithm::LeakyBucket(m), Some(until)) => {
-                let level = (until - at) * m.enforced_drain().amount();
+                let level = (until - at) * m.pace.amount();
                 State(super::Inner::LeakyBucket(super::leaky_bucket::LevelState {
                     level,
                     last: at,
@@ -378,9 +378,9 @@ proptest! {
             return Ok(());
         };
         let enforced = match rule.algorithm() {
-            Algorithm::TokenBucket(m) => m.enforced_refill(),
-            Algorithm::LeakyBucket(m) => m.enforced_drain(),
-            Algorithm::Gcra(m) => m.enforced_rate(),
+            Algorithm::TokenBucket(m) => m.pace,
+            Algorithm::LeakyBucket(m) => m.pace,
+            Algorithm::Gcra(m) => m.pace,
             other => unreachable!("{other:?}"),
         };
         // n units per p' µs against a per p: 0 ≤ p'/n − p/a < 1/n µs per unit.
@@ -436,7 +436,7 @@ proptest! {
     ) {
         let rule = Rule::sliding_window("r", limit, Duration::from_micros(window));
         let Algorithm::SlidingWindow(model) = rule.algorithm() else { unreachable!() };
-        let step = model.weight_step_micros();
+        let step = model.step;
         let alg = rule.algorithm();
         let mut state = State::default();
         let mut now = BASE;

@@ -26,28 +26,26 @@ impl Algorithm {
     fn divided(&self, n: u64, rate: impl Fn(Rate) -> Rate) -> Result<Algorithm, ConfigError> {
         let count = |c: u64| c / n;
         match self {
-            Algorithm::FixedWindow(a) => FixedWindow::new(
-                count(a.limit()),
-                Duration::from_micros(a.window_micros()),
-                a.anchor(),
-            )
-            .map(Algorithm::FixedWindow),
+            Algorithm::FixedWindow(a) => {
+                FixedWindow::new(count(a.limit), Duration::from_micros(a.window), a.anchor)
+                    .map(Algorithm::FixedWindow)
+            }
             Algorithm::SlidingLog(a) => {
-                SlidingLog::new(count(a.limit()), Duration::from_micros(a.window_micros()))
+                SlidingLog::new(count(a.limit), Duration::from_micros(a.window))
                     .map(Algorithm::SlidingLog)
             }
             Algorithm::SlidingWindow(a) => {
-                SlidingWindow::new(count(a.limit()), Duration::from_micros(a.window_micros()))
+                SlidingWindow::new(count(a.limit), Duration::from_micros(a.window))
                     .map(Algorithm::SlidingWindow)
             }
             Algorithm::TokenBucket(a) => {
-                TokenBucket::new(count(a.capacity()), rate(a.refill()), a.mode())
+                TokenBucket::new(count(a.capacity), rate(a.refill), a.mode)
                     .map(Algorithm::TokenBucket)
             }
             Algorithm::LeakyBucket(a) => {
-                LeakyBucket::new(count(a.capacity()), rate(a.drain())).map(Algorithm::LeakyBucket)
+                LeakyBucket::new(count(a.capacity), rate(a.drain)).map(Algorithm::LeakyBucket)
             }
-            Algorithm::Gcra(a) => Gcra::new(count(a.burst()), rate(a.rate())).map(Algorithm::Gcra),
+            Algorithm::Gcra(a) => Gcra::new(count(a.burst), rate(a.rate)).map(Algorithm::Gcra),
         }
     }
 }

@@ -16,8 +16,10 @@ use crate::error::ConfigError;
 /// the key admits nothing before then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingLog {
-    limit: u64,
-    window: u64,
+    /// The most units in any window.
+    pub(super) limit: u64,
+    /// The window length in µs.
+    pub(super) window: u64,
 }
 
 /// Admissions in time order, at most one per microsecond.
@@ -48,16 +50,6 @@ impl SlidingLog {
             MAX_SCALED,
         )?;
         Ok(Self { limit, window })
-    }
-
-    /// The most units in any window.
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window length in microseconds.
-    pub(crate) fn window_micros(&self) -> u64 {
-        self.window
     }
 
     /// The index of the first entry still counting at `now` (`entries.len()` if none).

@@ -11,18 +11,21 @@ use crate::error::ConfigError;
 /// integers, windows aligned to the epoch (see
 /// [`Rule::sliding_window`](crate::Rule::sliding_window), including why sustained traffic
 /// gets `limit − 1`). Beyond the exact range `elapsed` is rounded down to a whole
-/// [`weight_step_micros`](Self::weight_step_micros), so the weight is never lighter.
+/// `step`, so the weight is never lighter.
 ///
 /// A debt (a count above the limit) is paid `limit` per window: when the window turns the
 /// previous one weighs `limit` of it and the rest is carried as the new window's count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlidingWindow {
-    limit: u64,
-    window: u64,
-    /// The weight's resolution in µs (1: exact).
-    step: u64,
+    /// The most units per window.
+    pub(super) limit: u64,
+    /// The window length in µs.
+    pub(super) window: u64,
+    /// The resolution, in µs, of the previous window's weight: 1 (exact) while `limit ×
+    /// window (µs)` ≤ 2^52.
+    pub(super) step: u64,
     /// `⌈window / step⌉`: the weight is `(steps − ⌊elapsed / step⌋) / steps`.
-    steps: u64,
+    pub(super) steps: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,22 +55,6 @@ impl SlidingWindow {
             step,
             steps,
         })
-    }
-
-    /// The most units per window.
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The window length in microseconds.
-    pub(crate) fn window_micros(&self) -> u64 {
-        self.window
-    }
-
-    /// The resolution, in µs, of the previous window's weight: 1 (exact) while `limit ×
-    /// window (µs)` ≤ 2^52.
-    pub(crate) fn weight_step_micros(&self) -> u64 {
-        self.step
     }
 
     /// The counters at `now`: each window since the stored one paid `limit` and carried the
@@ -241,15 +228,10 @@ mod tests {
     #[test]
     fn the_weight_is_exact_up_to_2_pow_52_and_stepped_beyond() {
         let day = Duration::from_secs(86_400);
-        assert_eq!(
-            SlidingWindow::new(50_000, day)
-                .unwrap()
-                .weight_step_micros(),
-            1
-        );
+        assert_eq!(SlidingWindow::new(50_000, day).unwrap().step, 1);
         let huge = SlidingWindow::new(1_000_000_000, day).unwrap();
         // 2^52 / 10^9 = 4,503,599 steps at most: ⌈86,400,000,000 / 4,503,599⌉ µs each.
-        assert_eq!(huge.weight_step_micros(), 19_185);
+        assert_eq!(huge.step, 19_185);
         assert!(huge.limit * huge.steps <= MAX_PRODUCT);
         assert!(huge.steps * huge.step >= huge.window);
     }

@@ -6,28 +6,31 @@ use super::{
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
 
-/// How a [`TokenBucket`] refills.
+/// How a [`TokenBucket`] refills; the number is its code in the Lua models and the fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Refill {
     /// Continuously: `Rate::per_second(10)` adds a tenth of a token every 100 ms.
     #[default]
-    Smooth,
+    Smooth = 0,
     /// In steps: the rate's whole amount at the end of each period, counted from the request
     /// that found the bucket full (see
     /// [`Rule::token_bucket_stepped`](crate::Rule::token_bucket_stepped)).
-    Stepped,
+    Stepped = 1,
 }
 
 /// Bursts up to `capacity` units, sustained at the refill rate, computed from the elapsed
 /// time (no timer); see [`Rule::token_bucket`](crate::Rule::token_bucket).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TokenBucket {
-    capacity: u64,
-    refill: Rate,
-    mode: Refill,
-    /// The rate the arithmetic uses: smooth, `refill` in lowest terms (or rounded down);
-    /// stepped, `refill` as given (6 per minute in steps is not 1 per 10 s).
-    pace: Rate,
+    /// The most tokens the bucket holds.
+    pub(super) capacity: u64,
+    /// The refill rate as given.
+    pub(super) refill: Rate,
+    pub(super) mode: Refill,
+    /// The rate the bucket enforces and the arithmetic uses: smooth, `refill` in lowest
+    /// terms, or rounded down (by less than 1 µs per token) to stay exact; stepped, `refill`
+    /// as given (6 per minute in steps is not 1 per 10 s).
+    pub(super) pace: Rate,
     /// Division by `pace`'s amount and by its period, for the one-pass admission.
     by_amount: Divisor,
     by_period: Divisor,
@@ -71,27 +74,6 @@ impl TokenBucket {
             by_amount: Divisor::new(pace.amount()),
             by_period: Divisor::new(pace.period_micros()),
         })
-    }
-
-    /// The refill rate the bucket enforces: [`refill`](Self::refill) itself, unless a smooth
-    /// refill had to be rounded down (by less than 1 µs per token) to stay exact.
-    pub(crate) fn enforced_refill(&self) -> Rate {
-        self.pace
-    }
-
-    /// The most tokens the bucket holds.
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    /// The refill rate.
-    pub(crate) fn refill(&self) -> Rate {
-        self.refill
-    }
-
-    /// Smooth or stepped refill.
-    pub(crate) fn mode(&self) -> Refill {
-        self.mode
     }
 
     /// Microseconds an empty bucket takes to fill up.

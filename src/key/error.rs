@@ -59,22 +59,9 @@ impl PartialEq for KeyError {
 impl Eq for KeyError {}
 
 impl KeyError {
-    /// The request lacks the key (`message` says what is missing).
-    pub fn missing(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Missing, message)
-    }
-
-    /// The request's key cannot be read.
-    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Invalid, message)
-    }
-
-    /// The server cannot provide the key; `message` should name the fix.
-    pub fn misconfigured(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(KeyErrorKind::Misconfigured, message)
-    }
-
-    fn new(kind: KeyErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+    /// An error of `kind`; `message` says what is missing or unreadable, or, for
+    /// [`Misconfigured`](KeyErrorKind::Misconfigured), names the fix.
+    pub fn new(kind: KeyErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             kind,
             message: Message::Given(message.into()),

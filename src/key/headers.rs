@@ -96,7 +96,10 @@ impl Header {
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         let name = self.name.as_ref().map_err(|_| {
-            KeyError::misconfigured("the key's header name is invalid (see the layer's build)")
+            KeyError::new(
+                KeyErrorKind::Misconfigured,
+                "the key's header name is invalid (see the layer's build)",
+            )
         })?;
         let mut values = req.headers().get_all(name).iter();
         let value = match self.duplicates {

@@ -8,7 +8,7 @@ use http::Extensions;
 use ipnet::{IpNet, Ipv4Net};
 use smallvec::SmallVec;
 
-use super::{KeyBuf, KeyError, KeyExtractor, RequestHead};
+use super::{KeyBuf, KeyError, KeyErrorKind, KeyExtractor, RequestHead};
 use crate::error::ConfigError;
 
 mod trust;
@@ -169,9 +169,10 @@ const INVALID_CONFIG: &str =
 impl KeyExtractor for PeerIp {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         if !(1..=128).contains(&self.v6_prefix) {
-            return Err(KeyError::misconfigured(INVALID_CONFIG));
+            return Err(KeyError::new(KeyErrorKind::Misconfigured, INVALID_CONFIG));
         }
-        let ip = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
+        let ip = peer_addr(req.extensions())
+            .ok_or_else(|| KeyError::new(KeyErrorKind::Misconfigured, NO_PEER))?;
         push_ip(key, ip, self.v6_prefix);
         Ok(())
     }
@@ -332,9 +333,10 @@ impl ClientIp {
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         if !self.invalid.is_empty() || !(1..=128).contains(&self.v6_prefix) {
-            return Err(KeyError::misconfigured(INVALID_CONFIG));
+            return Err(KeyError::new(KeyErrorKind::Misconfigured, INVALID_CONFIG));
         }
-        let peer = peer_addr(req.extensions()).ok_or_else(|| KeyError::misconfigured(NO_PEER))?;
+        let peer = peer_addr(req.extensions())
+            .ok_or_else(|| KeyError::new(KeyErrorKind::Misconfigured, NO_PEER))?;
         push_ip(key, self.client(req, peer), self.v6_prefix);
         Ok(())
     }

@@ -214,7 +214,7 @@ impl fmt::Debug for KeyBuf {
 /// [`KeyError`] instead. On an error the caller discards whatever was appended.
 ///
 /// ```
-/// use tollgate::key::{KeyBuf, KeyError, KeyExtractor, RequestHead};
+/// use tollgate::key::{KeyBuf, KeyError, KeyErrorKind, KeyExtractor, RequestHead};
 ///
 /// /// The tenant from the first path segment: `/acme/orders` → `acme`.
 /// struct Tenant;
@@ -223,7 +223,7 @@ impl fmt::Debug for KeyBuf {
 ///     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
 ///         match req.uri().path().split('/').nth(1) {
 ///             Some(tenant) if !tenant.is_empty() => Ok(key.push(tenant.as_bytes())),
-///             _ => Err(KeyError::missing("tenant in the path")),
+///             _ => Err(KeyError::new(KeyErrorKind::Missing, "tenant in the path")),
 ///         }
 ///     }
 /// }
@@ -473,7 +473,10 @@ where
                 key.push(k.as_ref());
                 Ok(())
             }
-            None => Err(KeyError::missing("key from the extractor function")),
+            None => Err(KeyError::new(
+                KeyErrorKind::Missing,
+                "key from the extractor function",
+            )),
         }
     }
 }

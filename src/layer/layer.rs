@@ -154,7 +154,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// The layer, if its configuration can work; otherwise every problem found, each naming
     /// the rule or route it concerns:
     ///
-    /// - a rule that cannot work (see [`Rule::validate`]), or a key that cannot
+    /// - a rule that cannot work (see [`Rule::checked`]), or a key that cannot
     ///   ([`KeyExtractor::validate`](crate::key::KeyExtractor::validate));
     /// - a limit whose every request costs more than its rule admits at once (a
     ///   [`min_cost`](Limit::min_cost), or the rule's default cost, above its capacity);

@@ -200,7 +200,8 @@ pub(crate) fn recount<St: Store + Clone>(
     Box::new(move || {
         run_detached(async move {
             let batch = [Check::new(&rule, &key).with_cost(cost)];
-            if let Err(error) = limiter.count_denials(&batch, refused.elapsed()).await {
+            let counted = limiter.store().count_denials(&batch, refused.elapsed());
+            if let Err(error) = counted.await {
                 tracing::debug!(%error, rule = rule.name(), "a refused request's denial was not counted");
             }
         });

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::header::HeaderName;
 
 use crate::error::ConfigError;
-use crate::key::{KeyError, RequestHead};
+use crate::key::{KeyError, KeyErrorKind, RequestHead};
 
 type PlanFn = dyn for<'a> Fn(&RequestHead<'a>) -> Option<Cow<'a, str>> + Send + Sync;
 
@@ -114,10 +114,11 @@ impl Selector {
         match self.unknown {
             Otherwise::Plan(i) => Ok(Some(i)),
             Otherwise::Unlimited => Ok(None),
-            Otherwise::Reject if found.is_none() => {
-                Err(KeyError::missing(self.plan_of.what.clone()))
-            }
-            Otherwise::Reject => Err(KeyError::invalid("unknown plan")),
+            Otherwise::Reject if found.is_none() => Err(KeyError::new(
+                KeyErrorKind::Missing,
+                self.plan_of.what.clone(),
+            )),
+            Otherwise::Reject => Err(KeyError::new(KeyErrorKind::Invalid, "unknown plan")),
         }
     }
 }
