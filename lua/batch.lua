@@ -1,31 +1,14 @@
--- The batch driver: decides a batch of rules for one request all or nothing.
--- Mirrors src/store/batch.rs (the release → evaluate every rule → admits? → reservation in
--- wait mode → commit / report) and src/store/memory/mod.rs's use of it.
+-- The batch driver (the general path): decides a batch of rules for one request all or
+-- nothing. Mirrors src/store/batch.rs (the release → evaluate every rule → admits? →
+-- reservation in wait mode → commit / report) and src/store/memory/mod.rs's use of it.
 --
 -- KEYS: per rule in batch order, the rule's key `{prefix}:{<key>}:<rule>` (its record, see
 --   record.lua), followed, for a sliding log rule only, by its log
 --   `{prefix}:{<key>}:<rule>/log` (a sorted set).
--- ARGV[1]: the instant in µs since the epoch, or "" to read the server's TIME (once).
--- ARGV[2]: max_wait in µs (wait mode: reserve a later slot if one is within reach); for
---   MODE_DENY, the µs since the refusals were made, which are judged as of then
---   (Store::count_denials).
--- ARGV[3]: mode (prelude.lua's MODE_*): DECIDE; PEEK (decides, writes nothing); DENY
---   (another Cluster slot denied: count the penalty denials, admit nothing); REFUND (take
---   back a DECIDE call's admissions at their instants in ARGV[5]); REFUND_HELD (the same
---   where each model's mark says it is exact, Store::refund); OVERDRAW (take each cost now,
---   batch::overdraw); TRY (decide as DECIDE, reservation included, write nothing: a
---   Cluster part committed once every slot has admitted).
--- ARGV[4]: extra milliseconds added to every TTL (TTLs are only garbage collection).
--- ARGV[5]: REFUND modes: per rule three little-endian doubles, the admission's instant, its
---   mark and its hold. Other modes: the least delay in µs (another Cluster slot reserved
---   that far ahead), then optionally a space and the µs after now at which another slot's
---   leaky bucket releases the request.
--- ARGV[6…]: one per rule, its packed argument (record.lua's rule_args).
+-- Arguments: the batch's shape, instant and floors, as call.lua describes them.
 -- Writes: the batch's reply (record.lua's reply) into the call's `out` after its position
 --   `o`, admitted or not, with the reservation (the instant the request arrives at); returns
 --   the new position.
---
--- In a call (lua/call.lua), ARGV[1] may already be a number (the call read TIME once).
 
 -- The batch being decided, set by decide_batch, so the helpers below are not closures
 -- built anew for every batch.
@@ -112,25 +95,8 @@ local function algorithm_evaluate(r, at, cost)
   return free_passes(cost, e)
 end
 
--- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass
--- (later than arrival only for a leaky bucket's queue).
-local function released_at(r, arrival)
-  if not r.leaky or r.cost == 0 or r.shadow then
-    return arrival
-  end
-  local units = held(r, arrival)
-  if units > 0 then
-    -- Another configuration's water, held as this bucket's own (Algorithm::adopt).
-    return max(arrival, r.model.expires_at(r, adopt(r, arrival, 0)))
-  end
-  if is_live(r, arrival) then
-    return max(arrival, r.model.expires_at(r, r.state))
-  end
-  return arrival
-end
-
--- The queue's own state at `at` as released_at reads it (batch::queued_hold): another
--- configuration's water held as its own, or nil when empty.
+-- The queue's own state at `at` (batch::queued_hold): another configuration's water held
+-- as its own (Algorithm::adopt), or nil when empty.
 local function queued_state(r, at)
   if held(r, at) > 0 then
     return adopt(r, at, 0)
@@ -139,6 +105,16 @@ local function queued_state(r, at)
     return r.state
   end
   return nil
+end
+
+-- Step 0 (batch::release): the instant the rule lets a request arriving at `arrival` pass
+-- (later than arrival only for a leaky bucket's queue).
+local function released_at(r, arrival)
+  local s = r.leaky and r.cost > 0 and not r.shadow and queued_state(r, arrival)
+  if s then
+    return max(arrival, r.model.expires_at(r, s))
+  end
+  return arrival
 end
 
 -- Step 1 (batch::evaluate): what each rule says about a request arriving at `arrival`
@@ -240,11 +216,8 @@ local function reservation(items)
   return nil
 end
 
--- Writes a rule's state back with a TTL that ends once it is back to empty.
-local function ttl_ms(expires_at)
-  return cdiv(expires_at - now, 1000) + slack_ms
-end
-
+-- Writes a sliding log's changes to its sorted set, with a TTL that ends once it is back
+-- to empty.
 local function store_log(r)
   local s = r.state
   if s.clear then
@@ -269,7 +242,7 @@ local function store_log(r)
   end
   local expires_at = r.model.expires_at(r, s)
   if expires_at > now then
-    redis.call('PEXPIRE', r.log_key, int(ttl_ms(expires_at)))
+    redis.call('PEXPIRE', r.log_key, int(cdiv(expires_at - now, 1000) + slack_ms))
   elseif not s.newest then
     redis.call('DEL', r.log_key)
   end
@@ -297,16 +270,6 @@ local function store(r)
   end
   write_record(r, r.key, expires_at, now, slack_ms, h[1], h[2], h[3], f1, f2, f3, p[1], p[2], p[3], foreign)
 end
-
--- Writes a rule's state after an admission or a refund: a sliding log keeps its entries
--- in a sorted set of their own.
-local function store_state(r)
-  if r.log_key then
-    store_log(r)
-  end
-  store(r)
-end
-
 
 -- One rule of the batch from its packed argument and KEYS[key_index] (a sliding log's log
 -- after it), its state read with one GET or from an earlier batch of the call. Returns the
@@ -346,119 +309,6 @@ local function load_rule(KEYS, key_index, packed)
   return r, key_index
 end
 
--- The reply of a call that decides nothing (a refund, an overdraft) into `out` after `o`:
--- each rule passes, with its quota as it stands. Returns the new position.
-local function quota_reply(o)
-  for i = 1, #rules do
-    local r = rules[i]
-    local info = algorithm_evaluate(r, now, 0)
-    said_remaining[i], said_reset[i], said_mark[i], said_value[i] = info.remaining, info.reset, 0, 0
-    said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = 0, 0, 0, r.adopted and 1 or 0
-  end
-  return reply(o, false, now, 0, #rules)
-end
-
--- Writes a rule's own state after a refund or an overdraft, with the head another
--- configuration reads of it at `now` (batch::carried): read after a sliding log's entries
--- are written, which its quota is counted from.
-local function store_carried(r)
-  if r.log_key then
-    store_log(r)
-  end
-  local info = algorithm_evaluate(r, now, 0)
-  r.head = { r.fingerprint, sub0(r.quota, info.remaining), r.model.expires_at(r, r.state) }
-  store(r)
-end
-
--- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
--- instant in `taken` (ARGV[5]); replies as quota_reply into `out` after `o`.
-local function refund_batch(taken, marked, o)
-  if #rules > 0 then
-    taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
-  end
-  for i = 1, #rules do
-    local r = rules[i]
-    -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
-    -- decided).
-    local at, mark, ends, hold = taken[3 * i - 2], nil, taken[3 * i - 1], taken[3 * i]
-    if marked then
-      mark = ends
-    end
-    if r.cost > 0 and is_live(r, now) then
-      local given = r.model.refund(r, r.state, now, at, r.cost, mark, hold, ends)
-      if given == 'none' then
-        -- The state is the same as none (Model::is_unused): no state, nothing carried.
-        r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
-        store(r)
-      elseif given then
-        -- What other configurations read goes back with the units (batch::refund).
-        store_carried(r)
-      end
-    end
-  end
-  return quota_reply(o)
-end
-
--- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
--- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
-local function overdraw_batch(o)
-  for i = 1, #rules do
-    local r = rules[i]
-    -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
-    local cost = min(r.cost, MAX_PRODUCT)
-    if cost > 0 then
-      local model = r.model
-      local overdraw = model.overdraw
-      if r.carried then
-        take_over(r, now, 0)
-      elseif not is_live(r, now) then
-        r.state = model.fresh(r, now)
-      end
-      overdraw(r, r.state, now, cost)
-      r.own = true
-      store_carried(r)
-    end
-  end
-  return quota_reply(o)
-end
-
--- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
--- penalty, and writes what changed. Returns the admission's refund mark (0 if none).
-local function commit(r, item, admitted)
-  if admitted then
-    if r.cost == 0 or item.pending then
-      return 0
-    end
-    if item.held then
-      -- LeakyBucket::held: the queue before the hold has drained by its end, another
-      -- configuration's too (which this writes over: the rule adopted it).
-      r.state = r.model.held(r, item.at, r.cost, item.held)
-      r.adopted = r.adopted or r.carried ~= nil
-      r.own, r.carried = true, nil
-    elseif not r.carried then
-      if not is_live(r, item.at) then
-        r.state = r.model.fresh(r, item.at)
-      end
-      r.model.apply(r, r.state, item.at, r.cost)
-      r.own = true
-    else
-      take_over(r, item.at, r.cost)
-    end
-    r.head = { r.fingerprint, sub0(r.quota, item.eval.remaining), r.model.expires_at(r, r.state) }
-    store_state(r)
-    if r.model.mark then
-      return r.model.mark(r, r.state, item.at, item.eval.wait)
-    end
-  elseif r.after > 0 and not r.defers and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
-    -- batch::counts_denial.
-    if record_denial(r, r.pen, item.arrival) then
-      item.locked = locked_for(r.pen, item.arrival)
-    end
-    store(r)
-  end
-  return 0
-end
-
 -- Step 3 (batch::report) for the `i`th rule `r` and its item: what it says in the reply
 -- (record.lua's said_*), the request reserved at `reserved`.
 local function report(i, r, item, admitted, mark, reserved)
@@ -486,6 +336,111 @@ local function report(i, r, item, admitted, mark, reserved)
   end
   said_remaining[i], said_reset[i], said_mark[i], said_value[i] = remaining, reset, mark, value
   said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, at, hold, r.adopted and 1 or 0
+end
+
+-- The reply of a call that decides nothing (a refund, an overdraft) into `out` after `o`:
+-- each rule reports as a passing rule of a batch not admitted, its quota as it stands.
+-- Returns the new position.
+local function quota_reply(o)
+  local passes = { eval = { ok = true }, at = now }
+  for i = 1, #rules do
+    report(i, rules[i], passes, false, 0, now)
+  end
+  return reply(o, false, now, 0, #rules)
+end
+
+-- overdraft, once a sliding log's entries are written, which its quota is counted from.
+local function store_own(r, remaining)
+  if r.log_key then
+    store_log(r)
+  end
+  remaining = remaining or algorithm_evaluate(r, now, 0).remaining
+  r.head = { r.fingerprint, sub0(r.quota, remaining), r.model.expires_at(r, r.state) }
+  store(r)
+end
+
+-- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
+-- instant in `taken` (the batch's floors); replies as quota_reply into `out` after `o`.
+local function refund_batch(taken, marked, o)
+  if #rules > 0 then
+    taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
+  end
+  for i = 1, #rules do
+    local r = rules[i]
+    -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
+    -- decided).
+    local at, ends, hold = taken[3 * i - 2], taken[3 * i - 1], taken[3 * i]
+    local mark = marked and ends or nil
+    if r.cost > 0 and is_live(r, now) then
+      local given = r.model.refund(r, r.state, now, at, r.cost, mark, hold, ends)
+      if given == 'none' then
+        -- The state is the same as none (Model::is_unused): no state, nothing carried.
+        r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
+        store(r)
+      elseif given then
+        -- What other configurations read goes back with the units (batch::refund).
+        store_own(r)
+      end
+    end
+  end
+  return quota_reply(o)
+end
+
+-- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
+-- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
+local function overdraw_batch(o)
+  for i = 1, #rules do
+    local r = rules[i]
+    -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
+    local cost = min(r.cost, MAX_PRODUCT)
+    if cost > 0 then
+      if r.carried then
+        take_over(r, now, 0)
+      elseif not is_live(r, now) then
+        r.state = r.model.fresh(r, now)
+      end
+      r.model.overdraw(r, r.state, now, cost)
+      r.own = true
+      store_own(r)
+    end
+  end
+  return quota_reply(o)
+end
+
+-- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
+-- penalty, and writes what changed. Returns the admission's refund mark (0 if none).
+local function commit(r, item, admitted)
+  if admitted then
+    if r.cost == 0 or item.pending then
+      return 0
+    end
+    if item.held then
+      -- LeakyBucket::held: the queue before the hold has drained by its end, another
+      -- configuration's too (which this writes over: the rule adopted it).
+      r.state = r.model.held(r, item.at, r.cost, item.held)
+      r.adopted = r.adopted or r.carried ~= nil
+      r.own, r.carried = true, nil
+    elseif not r.carried then
+      if not is_live(r, item.at) then
+        r.state = r.model.fresh(r, item.at)
+      end
+      r.model.apply(r, r.state, item.at, r.cost)
+      r.own = true
+    else
+      take_over(r, item.at, r.cost)
+    end
+    store_own(r, item.eval.remaining)
+    if r.model.mark then
+      return r.model.mark(r, r.state, item.at, item.eval.wait)
+    end
+  elseif r.after > 0 and not r.defers and item.locked == nil and not item.eval.ok and item.eval.wait ~= nil then
+    -- batch::counts_denial.
+    if record_denial(r, r.pen, item.arrival) then
+      item.locked = locked_for(r.pen, item.arrival)
+    end
+    store(r)
+  end
+  return 0
 end
 
 -- Steps 2 and 3 for the batch's rules: decides, commits and reports; the reply goes into
@@ -517,26 +472,18 @@ local function decide_rules(o)
   return reply(o, admitted, now, items.reserved - now, #rules)
 end
 
--- Decides the batch of KEYS and ARGV (see the header) and writes its reply into `out` after
--- `o`; returns the new position.
-local function decide_batch(KEYS, ARGV, o)
+-- Decides the batch whose keys start after KEYS[k], of shape `h`, at `at` µs with `floors`
+-- (call.lua's), and writes its reply into `out` after `o`; returns the new position.
+local function decide_batch(KEYS, k, h, at, floors, o)
   -- The batch being decided: the shared locals above.
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
-  else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  max_wait = tonumber(ARGV[2])
-  mode = tonumber(ARGV[3])
+  now, max_wait, mode, slack_ms = at, h.max_wait, h.mode, h.slack
   if mode == MODE_DENY then
     now, max_wait = now - max_wait, 0
   end
-  slack_ms = tonumber(ARGV[4])
   local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD or mode == MODE_OVERDRAW
   release_floor, held_floor = now, now
   if not refunds then
-    local least, held = string.match(ARGV[5], '^(%d+) ?(%d*)$')
+    local least, held = string.match(floors, '^(%d+) ?(%d*)$')
     release_floor = now + tonumber(least)
     if held ~= '' then
       held_floor = now + tonumber(held)
@@ -544,15 +491,15 @@ local function decide_batch(KEYS, ARGV, o)
   end
   -- Every rule's configuration and stored state, nothing else before the decision.
   rules = {}
-  local key_index = 1
-  for i = 1, #ARGV - 5 do
-    rules[i], key_index = load_rule(KEYS, key_index, ARGV[5 + i])
+  local key_index = k + 1
+  for i = 1, h.nrules do
+    rules[i], key_index = load_rule(KEYS, key_index, h.rules[i])
   end
   if mode == MODE_OVERDRAW then
     return overdraw_batch(o)
   end
   if refunds then
-    return refund_batch(ARGV[5], mode == MODE_REFUND_HELD, o)
+    return refund_batch(floors, mode == MODE_REFUND_HELD, o)
   end
   return decide_rules(o)
 end

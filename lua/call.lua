@@ -2,14 +2,22 @@
 -- src/store/redis/dispatch.rs), each all or nothing on its own, in order.
 --
 -- KEYS: the batches' keys (batch.lua's KEYS), one batch after another.
--- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" (its key
---   and rule counts, batch.lua's ARGV[2], ARGV[3], ARGV[4] as decimal integers, and 1 when
---   two more arguments follow, else 0) and then its rules' arguments (batch.lua's ARGV[6…],
---   RULE_BYTES each), all one argument (parsed once per distinct value, fast.lua's
---   shape_of); then, when <extra> is 1, batch.lua's ARGV[1] and ARGV[5]; when 0, they are
---   "" and "0". TIME is read at most once per call.
--- Returns: one flat array: per batch, in order, its reply (record.lua's open_reply), or -1 and a
---   message when the batch failed; src/store/redis/script.rs `split_reply` splits it.
+-- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" as
+--   decimal integers, then its rules' packed arguments (record.lua's rule_args, RULE_BYTES
+--   each), all one argument (parsed once per distinct value, fast.lua's shape_of); then,
+--   when <extra> is 1, its instant and its floors as two more arguments (else "" and "0").
+--   keys, rules: how many keys (a sliding log rule has two) and rules the batch holds.
+--   max_wait: µs a wait-mode request may be reserved ahead; for MODE_DENY, the µs since
+--     the refusals were made, which are judged as of then (Store::count_denials).
+--   mode: prelude.lua's MODE_*, each described at `Op` in src/store/redis/script.rs.
+--   slack: milliseconds added to every TTL (TTLs are only garbage collection).
+--   instant: µs since the epoch, or "" for the server's TIME (read at most once per call).
+--   floors: in the refund modes, per rule three little-endian doubles: the admission's
+--     instant, its mark and its hold. Otherwise the least delay in µs (another Cluster slot
+--     reserved that far ahead), then optionally a space and the µs after now at which
+--     another slot's leaky bucket releases the request.
+-- Returns: one flat array: per batch, in order, its reply (record.lua's open_reply), or -1
+--   and a message when the batch failed; src/store/redis/script.rs `split_reply` splits it.
 -- Batches of one call on the same key share its record (record.lua's get_record,
 -- flush_records), each decided exactly as one call after another would decide it.
 
@@ -25,29 +33,6 @@ local function failed(o, err)
   return o + 2
 end
 
--- The general path (lua/batch.lua) for the batch whose keys start after KEYS[k], whose
--- shape is `h`, with batch.lua's ARGV[1] `now` and ARGV[5] `arg5`; its reply is written
--- into `out` after position `o`, and the new position returned.
-local function decide_general(KEYS, k, h, now, arg5, time, o)
-  local keys = {}
-  for i = 1, h.nkeys do
-    keys[i] = KEYS[k + i]
-  end
-  if now == '' then
-    now = time
-  end
-  local args = { now, h.max_wait, h.mode, h.slack, arg5 }
-  local rules = h.rules
-  for i = 1, h.nrules do
-    args[5 + i] = rules[i]
-  end
-  local ok, e = pcall(decide_batch, keys, args, o)
-  if not ok then
-    return failed(o, e)
-  end
-  return e
-end
-
 -- Decides the call's batches into `out`; returns the reply's length.
 local function decide_batches(KEYS, ARGV)
   local time = nil
@@ -59,9 +44,9 @@ local function decide_batches(KEYS, ARGV)
   while a <= nargv do
     local bytes = ARGV[a]
     local h = shapes[bytes] or shape_of(bytes)
-    local now, arg5 = '', '0'
+    local now, floors = '', '0'
     if h.extra then
-      now, arg5 = ARGV[a + 1], ARGV[a + 2]
+      now, floors = ARGV[a + 1], ARGV[a + 2]
       a = a + 3
     else
       a = a + 1
@@ -71,15 +56,17 @@ local function decide_batches(KEYS, ARGV)
       local t = redis_call('TIME')
       time = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
+    now = now == '' and time or tonumber(now)
     -- The common case first (lua/fast.lua), straight from the call's arguments; nil sends
-    -- the batch to the general path, with nothing written.
-    local ok, e = pcall(decide_plain, KEYS, k, h, now, arg5, time, o)
-    if not ok then
-      o = failed(o, e)
-    elseif not e then
-      o = decide_general(KEYS, k, h, now, arg5, time, o)
-    else
+    -- the batch to the general path (lua/batch.lua), with nothing written.
+    local ok, e = pcall(decide_plain, KEYS, k, h, now, floors, o)
+    if ok and not e then
+      ok, e = pcall(decide_batch, KEYS, k, h, now, floors, o)
+    end
+    if ok then
       o = e
+    else
+      o = failed(o, e)
     end
     k = k + h.nkeys
   end

@@ -1,8 +1,8 @@
 -- The streamlined batch: the common case decided without the tables batch.lua builds.
 --
 -- A batch takes this path when it decides or peeks, no other Cluster slot reserved it
--- ahead (ARGV[5] = 0), and every rule is plain: no penalty, not shadow, not a leaky bucket
--- or sliding log, its state absent, expired or its own configuration's. Every other batch,
+-- ahead (its floors are 0), and every rule is plain: no penalty, not shadow, not a leaky
+-- bucket or sliding log, its state absent, expired or its own configuration's. Every other batch,
 -- and one denied in wait mode, goes to batch.lua, with nothing written. What is decided
 -- and written is exactly what decide_batch would (tests/vectors.rs checks both), and so is
 -- its reply (record.lua's open_reply).
@@ -13,30 +13,6 @@ local tostring = tostring
 local type = type
 local pcall = pcall
 
--- Rule configurations by their packed argument (interned strings: the lookup hashes a
--- pointer). Emptied once it holds `CONFIGS_MAX`.
-local configs = {}
-local config_count = 0
-local CONFIGS_MAX = 512
-
-local function config_of(packed)
-  local c = configs[packed]
-  if c then
-    return c
-  end
-  c = rule_args(packed)
-  -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
-  c.gcra = c.code == GCRA
-  -- Whether the rule may take this path at all; its stored state decides the rest.
-  c.plain = c.after == 0 and not c.shadow and c.code ~= LEAKY_BUCKET and c.code ~= SLIDING_LOG
-  if config_count >= CONFIGS_MAX then
-    configs, config_count = {}, 0
-  end
-  configs[packed] = c
-  config_count = config_count + 1
-  return c
-end
-
 -- Batch shapes (lua/call.lua's ARGV) by their bytes, parsed once: a store sends the same
 -- few. Emptied once it holds `SHAPES_MAX`. call.lua looks a shape up itself and calls
 -- shape_of only for one it has not seen.
@@ -45,32 +21,26 @@ local shape_count = 0
 local SHAPES_MAX = 256
 
 local function shape_of(bytes)
-  local h = shapes[bytes]
-  if h then
-    return h
-  end
   local newline = string.find(bytes, '\n', 1, true)
   local nkeys, nrules, max_wait, mode, slack, extra
   if newline then
     nkeys, nrules, max_wait, mode, slack, extra =
       string.match(string.sub(bytes, 1, newline - 1), '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d)$')
   end
-  if not nkeys then
+  nrules = tonumber(nrules)
+  if not nrules or #bytes ~= newline + nrules * RULE_BYTES then
     error('tollgate: a malformed batch shape')
   end
-  nkeys, nrules, max_wait, mode = tonumber(nkeys), tonumber(nrules), tonumber(max_wait), tonumber(mode)
-  if #bytes ~= newline + nrules * RULE_BYTES then
-    error('tollgate: a malformed batch shape')
-  end
-  h = {
+  nkeys, max_wait, mode = tonumber(nkeys), tonumber(max_wait), tonumber(mode)
+  local h = {
     nkeys = nkeys,
     nrules = nrules,
     max_wait = max_wait,
     mode = mode,
     slack = tonumber(slack),
-    -- Whether the instant and ARGV[5] follow as arguments (else "" and "0").
+    -- Whether the instant and floors follow as arguments (else "" and "0").
     extra = extra == '1',
-    -- The rules' arguments (batch.lua's ARGV[6…]) and configurations.
+    -- The rules' packed arguments and configurations (record.lua's rule_args).
     rules = {},
     configs = {},
     -- Whether the batch may take the streamlined path (its rules' states decide the rest),
@@ -83,9 +53,12 @@ local function shape_of(bytes)
   for i = 1, nrules do
     local from = newline + (i - 1) * RULE_BYTES + 1
     local rule = string.sub(bytes, from, from + RULE_BYTES - 1)
-    local c = config_of(rule)
+    local c = rule_args(rule)
+    -- A GCRA decides on plain numbers (gcra_evaluate, gcra_apply), with no tables.
+    c.gcra = c.code == GCRA
     h.rules[i], h.configs[i] = rule, c
-    if not c.plain then
+    -- Whether the rule may take this path at all; its stored state decides the rest.
+    if c.after ~= 0 or c.shadow or c.code == LEAKY_BUCKET or c.code == SLIDING_LOG then
       h.fast = false
     end
   end
@@ -192,15 +165,14 @@ local function deny_plain(h, now, o)
   return reply(o, false, now, 0, h.nrules, 5)
 end
 
--- Decides the batch whose keys start after KEYS[k], of shape `h`, with batch.lua's ARGV[1]
--- `now` and ARGV[5] `arg5`, at `time` (the call's TIME, or nil). Writes its reply into `out`
--- after `o` and returns the new position, or nil (nothing written) for the general path.
-local function decide_plain(KEYS, k, h, now, arg5, time, o)
-  -- "0" is the only text of 0 a store sends as ARGV[5].
-  if not h.fast or arg5 ~= '0' then
+-- Decides the batch whose keys start after KEYS[k], of shape `h`, at `now` µs with `floors`
+-- (call.lua's). Writes its reply into `out` after `o` and returns the new position, or nil
+-- (nothing written) for the general path.
+local function decide_plain(KEYS, k, h, now, floors, o)
+  -- "0" is the only text of 0 a store sends as floors.
+  if not h.fast or floors ~= '0' then
     return nil
   end
-  now = now == '' and time or tonumber(now)
   -- Every rule's record read and evaluated into the f_ arrays.
   local configs, admitted, delayed = h.configs, true, false
   for i = 1, h.nrules do

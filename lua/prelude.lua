@@ -78,7 +78,7 @@ end
 -- src/store/redis/script/args.rs.
 local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCRA = 1, 2, 3, 4, 5, 6
 
--- What a call does with a batch (batch.lua's ARGV[3]): `Op` in src/store/redis/script.rs.
+-- What a call does with a batch (call.lua's mode): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
 
 -- A batch's reply opens with REPLY_ADMITTED or 0, plus REPLY_AGAIN when it leaves out the

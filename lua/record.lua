@@ -2,7 +2,7 @@
 -- alone: the general path (batch.lua) and the streamlined one (fast.lua) both go through
 -- these functions.
 --
--- A rule's packed argument (batch.lua's ARGV[6…]): thirteen little-endian doubles,
+-- A rule's packed argument (in call.lua's shape): thirteen little-endian doubles,
 -- `RuleArgs` in src/store/redis/script/args.rs, read by rule_args.
 --
 -- The record (a rule's key `{prefix}:{<key>}:<rule>`): little-endian doubles
@@ -94,12 +94,6 @@ local function read_record(c, raw)
         return 'own', t4, t5, t6, t7, t8, t9, t1, t2, t3
       end
       return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t7, t8, t9, t1, t2, t3
-    elseif fields == 1 then
-      local t1, t2, t3, t4, t5, t6, t7 = struct_unpack(c.format, raw)
-      if t1 == c.fingerprint then
-        return 'own', t4, nil, nil, t5, t6, t7, t1, t2, t3
-      end
-      return t1 == 0 and 'none' or 'foreign', nil, nil, nil, t5, t6, t7, t1, t2, t3
     end
     -- No state fields: the sliding log's record, whose state is its log.
     local t1, t2, t3, t4, t5, t6 = struct_unpack(c.format, raw)
@@ -115,10 +109,7 @@ local function read_record(c, raw)
   -- Another length: another configuration's record, or bare penalty fields.
   local t1, t2, t3 = struct_unpack('<ddd', raw)
   local l1, l2, l3 = struct_unpack('<ddd', raw, #raw - 23)
-  if t1 == 0 then
-    return 'none', nil, nil, nil, l1, l2, l3, t1, t2, t3
-  end
-  return 'foreign', nil, nil, nil, l1, l2, l3, t1, t2, t3
+  return t1 == 0 and 'none' or 'foreign', nil, nil, nil, l1, l2, l3, t1, t2, t3
 end
 
 -- The records the call's batches wrote, so that the batches of one call on the same key
@@ -181,8 +172,6 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
     local fields = c.fields
     if fields == 2 then
       record = struct_pack(c.format, h1, h2, h3, f1, f2, l1, l2, l3)
-    elseif fields == 1 then
-      record = struct_pack(c.format, h1, h2, h3, f1, l1, l2, l3)
     elseif fields == 3 then
       record = struct_pack(c.format, h1, h2, h3, f1, f2, f3, l1, l2, l3)
     else

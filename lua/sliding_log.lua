@@ -235,10 +235,6 @@ models[SLIDING_LOG] = function()
           s.added[#s.added + 1] = { newest.at, member(newest) }
         end
       end
-      if not newest then
-        newest = first_of(redis.call('ZREVRANGEBYSCORE', key, '(' .. int(at), '-inf',
-          'LIMIT', 0, 1))
-      end
       s.newest = newest
       return true
     end,

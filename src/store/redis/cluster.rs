@@ -15,7 +15,6 @@
 
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
@@ -24,7 +23,7 @@ use crate::decision::{Admission, Decision, Outcome, RuleOutcome, Taken};
 use crate::error::StoreError;
 use crate::store::check::Check;
 
-use super::script::{self, Call, Op, Reply};
+use super::script::{self, is_queue, Call, Op, Reply};
 use super::RedisStore;
 
 mod denial;
@@ -33,9 +32,6 @@ use denial::set_outcomes;
 
 /// How often a cross-slot batch decides its early parts again before it denies.
 const MAX_REALIGN_ROUNDS: u32 = 2;
-
-/// The batch indices of one slot's checks, with their slot.
-pub(super) type SlotGroup = (Slot, Vec<usize>);
 
 /// What a cross-slot batch has taken and decided so far: what a refund or the outcome is
 /// made from.
@@ -88,43 +84,21 @@ struct Deferred {
     held: u64,
 }
 
-/// Which part goes first.
-struct Lead {
-    /// The part whose leaky bucket holds the request longest (`None`: no part has one).
-    leader: Option<usize>,
-    /// How long that is, when every part with a queue was looked at.
-    longest: Option<u64>,
-}
-
 impl RedisStore {
-    /// The batch's indices grouped by slot, in the order each slot first appears.
-    pub(super) fn by_slot(&self, batch: &[Check<'_>]) -> Vec<SlotGroup> {
-        let mut groups: Vec<SlotGroup> = Vec::new();
-        for (i, check) in batch.iter().enumerate() {
-            let slot = Slot::for_key(self.key(check, false));
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
-            }
-        }
-        groups
-    }
-
     /// A Cluster batch spanning slots, in the phases of the module docs.
     pub(super) async fn decide_across_slots(
         &self,
         batch: &[Check<'_>],
-        groups: &[SlotGroup],
+        groups: &[SmallVec<[usize; 4]>],
         max_wait: u64,
     ) -> Result<Outcome, StoreError> {
-        let lead = self.lead(batch, groups, max_wait).await?;
-        let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
-        order.sort_by_key(|&g| Some(g) != lead.leader);
         let mut ledger = Ledger::new(batch.len());
-        ledger.on_arrival = lead.longest;
+        let leader = self.lead(batch, groups, max_wait, &mut ledger).await?;
+        let mut order: SmallVec<[usize; 4]> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| Some(g) != leader);
         for g in order {
-            let leads = Some(g) == lead.leader;
-            self.decide_slot(batch, &groups[g].1, leads, max_wait, &mut ledger)
+            let leads = Some(g) == leader;
+            self.decide_slot(batch, &groups[g], leads, max_wait, &mut ledger)
                 .await?;
         }
         if let Some(unsettled) = self.realign(batch, max_wait, &mut ledger).await? {
@@ -139,37 +113,36 @@ impl RedisStore {
         ledger.into_outcome(batch)
     }
 
-    /// The part whose leaky bucket holds the request longest, which goes first (with
-    /// queues in several slots, each is peeked first).
+    /// The part whose leaky bucket holds the request longest (`None`: no part has one),
+    /// which goes first. With queues in several slots, each is peeked first, and how long
+    /// the longest holds the request is the ledger's `on_arrival`.
     async fn lead(
         &self,
         batch: &[Check<'_>],
-        groups: &[SlotGroup],
+        groups: &[SmallVec<[usize; 4]>],
         max_wait: u64,
-    ) -> Result<Lead, StoreError> {
+        ledger: &mut Ledger,
+    ) -> Result<Option<usize>, StoreError> {
         let shaping: SmallVec<[usize; 4]> = (0..groups.len())
-            .filter(|&g| groups[g].1.iter().any(|&i| is_queue(&batch[i])))
+            .filter(|&g| groups[g].iter().any(|&i| is_queue(&batch[i])))
             .collect();
-        let mut lead = Lead {
-            leader: shaping.first().copied(),
-            longest: shaping.is_empty().then_some(0),
-        };
         if shaping.len() <= 1 {
-            return Ok(lead);
+            ledger.on_arrival = shaping.is_empty().then_some(0);
+            return Ok(shaping.first().copied());
         }
-        let mut longest = 0;
+        let (mut leader, mut longest) = (shaping[0], 0);
         for &g in &shaping {
-            let members = &groups[g].1;
+            let members = &groups[g];
             let reply = self
                 .run_part(batch, members, max_wait, Op::Peek, 0, 0)
                 .await?;
             let release = queue_release(batch, members, &reply);
             if release > longest {
-                (lead.leader, longest) = (Some(g), release);
+                (leader, longest) = (g, release);
             }
         }
-        lead.longest = Some(longest);
-        Ok(lead)
+        ledger.on_arrival = Some(longest);
+        Ok(Some(leader))
     }
 
     /// Decides one slot's `members` in their turn: the rules pending to the leader's release
@@ -237,9 +210,7 @@ impl RedisStore {
             for &i in &later {
                 ledger.taken[i] = Taken::pending();
             }
-            for (&i, outcome) in later.iter().zip(reply.rules) {
-                ledger.outcomes[i] = Some(outcome);
-            }
+            set_outcomes(&mut ledger.outcomes, &later, reply.rules);
             ledger.pending.push((later, shaped));
             Ok(None)
         } else if max_wait > 0 {
@@ -286,8 +257,7 @@ impl RedisStore {
                 .get_or_insert(queue_release(batch, members, &reply));
         }
         if reply.admitted {
-            let mut part = ledger.admit(members, &reply, batch);
-            part.deferred = deferred;
+            let part = ledger.admit(members, &reply, batch, deferred);
             ledger.admitted.push(part);
         } else if !denied {
             ledger.release = ledger.release.max(queue_release(batch, members, &reply));
@@ -321,7 +291,7 @@ impl RedisStore {
         while !ledger.denied && ledger.admitted.iter().any(|p| ledger.is_stale(p)) {
             if rounds == MAX_REALIGN_ROUNDS {
                 // Still no agreement: deny rather than let a part count the request early.
-                return self.unsettled(batch, ledger).await.map(Some);
+                return self.unsettled(batch, ledger).await;
             }
             rounds += 1;
             let mut p = 0;
@@ -349,8 +319,7 @@ impl RedisStore {
                         .await?;
                     break;
                 }
-                let mut part = ledger.admit(&early.members, &reply, batch);
-                part.deferred = deferred;
+                let part = ledger.admit(&early.members, &reply, batch, deferred);
                 ledger.admitted.insert(p, part);
                 p += 1;
             }
@@ -379,7 +348,7 @@ impl RedisStore {
                 break;
             }
             if rounds == MAX_REALIGN_ROUNDS {
-                return self.unsettled(batch, ledger).await.map(Some);
+                return self.unsettled(batch, ledger).await;
             }
             rounds += 1;
             for (members, _) in stale {
@@ -402,8 +371,7 @@ impl RedisStore {
                 if peek {
                     ledger.pending.push((members, shaped));
                 } else {
-                    let mut part = ledger.admit(&members, &reply, batch);
-                    part.deferred = deferred;
+                    let part = ledger.admit(&members, &reply, batch, deferred);
                     ledger.admitted.push(part);
                 }
             }
@@ -453,9 +421,9 @@ impl RedisStore {
             if !reply.admitted {
                 ledger.admitted[p].deferred = None;
                 ledger.admitted[p].consumed.clear();
-                return self.unsettled(batch, ledger).await.map(Some);
+                return self.unsettled(batch, ledger).await;
             }
-            ledger.admitted[p] = ledger.admit(&members, &reply, batch);
+            ledger.admitted[p] = ledger.admit(&members, &reply, batch, None);
             set_outcomes(&mut ledger.outcomes, &members, reply.rules);
         }
         Ok(None)
@@ -508,20 +476,22 @@ impl Ledger {
 
     /// µs after now until which the admitted parts' queues hold the request (0: none).
     fn held(&self) -> u64 {
-        let shaped = self.shaped();
-        if shaped > self.delay {
-            shaped
-        } else {
-            0
-        }
+        Some(self.shaped()).filter(|&s| s > self.delay).unwrap_or(0)
     }
 
-    /// Records what an admitted part took and moves the batch's reservation to it if later.
-    fn admit(&mut self, members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Part {
+    /// Records what an admitted part took (tried only when `deferred`) and moves the
+    /// batch's reservation to it if later.
+    fn admit(
+        &mut self,
+        members: &[usize],
+        reply: &Reply,
+        batch: &[Check<'_>],
+        deferred: Option<Deferred>,
+    ) -> Part {
         for (&i, &t) in members.iter().zip(&reply.taken) {
             self.taken[i] = t;
         }
-        let part = Part::new(members, reply, batch);
+        let part = Part::new(members, reply, batch, deferred);
         self.delay = self.delay.max(part.delay);
         self.release = self.release.max(part.shaped);
         part
@@ -543,7 +513,12 @@ impl Ledger {
 }
 
 impl Part {
-    fn new(members: &[usize], reply: &Reply, batch: &[Check<'_>]) -> Self {
+    fn new(
+        members: &[usize],
+        reply: &Reply,
+        batch: &[Check<'_>],
+        deferred: Option<Deferred>,
+    ) -> Self {
         let (consumed, taken) = members
             .iter()
             .zip(&reply.rules)
@@ -573,16 +548,9 @@ impl Part {
             delay: reply.reserved.saturating_sub(reply.now),
             shaped,
             queues: members.iter().any(|&i| is_queue(&batch[i])),
-            deferred: None,
+            deferred,
         }
     }
-}
-
-/// Whether `check` is a leaky bucket's queue the request joins.
-fn is_queue(check: &Check<'_>) -> bool {
-    !check.in_shadow()
-        && check.cost > 0
-        && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
 /// How long the queues among `members` hold the request, as a peek found them.

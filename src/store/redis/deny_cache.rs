@@ -45,7 +45,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -59,6 +59,8 @@ use crate::penalty::Penalty;
 use crate::store::batch;
 use crate::store::check::Check;
 use crate::Rule;
+
+use super::script::is_queue;
 
 /// Shards of the map, so concurrent requests rarely wait on one another.
 const SHARDS: usize = 16;
@@ -76,7 +78,7 @@ pub(super) struct DenyCache {
     /// Whether the invalidation channel is subscribed: only then are entries kept and used.
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
-    listener: StdMutex<Option<tokio::task::AbortHandle>>,
+    listener: OnceLock<tokio::task::AbortHandle>,
     /// The prefix and clock it was made for (see [`serves`](Self::serves)).
     prefix: Arc<[u8]>,
     clock: Option<Arc<dyn Clock>>,
@@ -85,14 +87,15 @@ pub(super) struct DenyCache {
 #[derive(Default)]
 struct CacheShard {
     table: HashTable<CacheSlot>,
-    /// The earliest deadline in the shard: a full shard is swept only once it has passed.
+    /// The earliest deadline in the shard, or earlier: a full shard is swept only once it
+    /// has passed.
     next_expiry: u64,
 }
 
 /// The denials of one rule name and key (one per configuration, usually one).
 struct CacheSlot {
     hash: u64,
-    /// The rule name's length (one byte: names are at most 64), the name, the key.
+    /// See [`id`].
     id: Box<[u8]>,
     denials: SmallVec<[Cached; 1]>,
 }
@@ -104,10 +107,6 @@ impl CacheSlot {
             && usize::from(self.id[0]) == n
             && &self.id[1..1 + n] == rule.as_bytes()
             && &self.id[1 + n..] == key
-    }
-
-    fn until(&self) -> u64 {
-        self.denials.iter().map(|d| d.until).max().unwrap_or(0)
     }
 }
 
@@ -145,7 +144,7 @@ impl DenyCache {
             len: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
             live: AtomicBool::new(false),
-            listener: StdMutex::new(None),
+            listener: OnceLock::new(),
             prefix,
             clock,
         }
@@ -171,17 +170,15 @@ impl DenyCache {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Whether the invalidation channel is subscribed. Either way the cache forgets what it
+    /// held: a reset may have been missed while it was not.
     pub(super) fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::Release);
-        if !live {
-            self.clear();
-        }
+        self.clear();
     }
 
     pub(super) fn set_listener(&self, task: tokio::task::AbortHandle) {
-        if let Ok(mut slot) = self.listener.lock() {
-            *slot = Some(task);
-        }
+        let _ = self.listener.set(task);
     }
 
     fn hash(&self, rule: &str, key: &[u8]) -> u64 {
@@ -237,7 +234,7 @@ impl DenyCache {
             .table
             .find_entry(hash, |s| s.is(rule, check.key()))
             .ok()?;
-        if entry.get().until() <= now {
+        if entry.get().denials.iter().all(|d| d.until <= now) {
             entry.remove();
             self.len.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -303,21 +300,12 @@ impl DenyCache {
                 return;
             }
         }
-        let mut id = Vec::with_capacity(1 + rule.len() + check.key().len());
-        // Rule names are at most 64 bytes (`Rule::new`).
-        id.push(u8::try_from(rule.len()).unwrap_or(u8::MAX));
-        id.extend_from_slice(rule.as_bytes());
-        id.extend_from_slice(check.key());
         let slot = CacheSlot {
             hash,
-            id: id.into_boxed_slice(),
+            id: id(rule, check.key()).into_boxed_slice(),
             denials: smallvec::smallvec![cached],
         };
-        if shard.table.is_empty() {
-            shard.next_expiry = cached.until;
-        } else {
-            shard.next_expiry = shard.next_expiry.min(cached.until);
-        }
+        shard.next_expiry = shard.next_expiry.min(cached.until);
         shard.table.insert_unique(hash, slot, |s| s.hash);
         self.len.fetch_add(1, Ordering::AcqRel);
     }
@@ -385,10 +373,8 @@ impl DenyCache {
 
 impl Drop for DenyCache {
     fn drop(&mut self) {
-        if let Ok(mut slot) = self.listener.lock() {
-            if let Some(task) = slot.take() {
-                task.abort();
-            }
+        if let Some(task) = self.listener.get() {
+            task.abort();
         }
     }
 }
@@ -403,23 +389,20 @@ impl std::fmt::Debug for DenyCache {
     }
 }
 
-/// The message that invalidates `rule` for `key`: the name's length, the name, the key.
-pub(super) fn invalidation(rule: &Rule, key: &[u8]) -> Vec<u8> {
-    let name = rule.name().as_bytes();
-    let mut payload = Vec::with_capacity(1 + name.len() + key.len());
-    payload.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(key);
-    payload
+/// A rule name and key as one entry's id, which is also the message that invalidates it:
+/// the name's length (one byte: names are at most 64, `Rule::new`), the name, the key.
+pub(super) fn id(rule: &str, key: &[u8]) -> Vec<u8> {
+    let mut id = Vec::with_capacity(1 + rule.len() + key.len());
+    id.push(u8::try_from(rule.len()).unwrap_or(u8::MAX));
+    id.extend_from_slice(rule.as_bytes());
+    id.extend_from_slice(key);
+    id
 }
 
 /// Whether every rule of `batch` decides at the request's arrival: not so when a leaky
 /// bucket's queue holds the request and the rules on its key count it at its release.
 fn decided_on_arrival(batch: &[Check<'_>]) -> bool {
-    batch.len() == 1
-        || !batch.iter().any(|c| {
-            !c.in_shadow() && c.cost > 0 && matches!(c.rule.algorithm(), Algorithm::LeakyBucket(_))
-        })
+    batch.len() == 1 || !batch.iter().any(is_queue)
 }
 
 /// The cache entry for a denial of `check` read at `sent_at`, if one is exact.

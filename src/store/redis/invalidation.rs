@@ -24,7 +24,7 @@ impl RedisStore {
         }
         let mut cmd = redis::cmd("PUBLISH");
         cmd.arg(self.channel())
-            .arg(deny_cache::invalidation(rule, key));
+            .arg(deny_cache::id(rule.name(), key));
         let mut conn = self.conn.clone();
         tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
             .await
@@ -42,15 +42,6 @@ pub(super) enum Servers {
     Sentinel(SentinelConnection),
 }
 
-impl Servers {
-    fn clients(&self) -> Vec<Client> {
-        match self {
-            Servers::Nodes(clients) => clients.to_vec(),
-            Servers::Sentinel(conn) => vec![conn.primary_client()],
-        }
-    }
-}
-
 /// A connection subscribed to `channel` on the first of `servers` that answers (on a
 /// Cluster, a message published on any node reaches every node).
 pub(super) async fn subscribe(
@@ -58,7 +49,11 @@ pub(super) async fn subscribe(
     channel: &[u8],
 ) -> Result<redis::aio::PubSubStream, StoreError> {
     let mut last = StoreError::Unavailable("no server to subscribe to".into());
-    for client in servers.clients() {
+    let clients = match servers {
+        Servers::Nodes(clients) => clients.to_vec(),
+        Servers::Sentinel(conn) => vec![conn.primary_client()],
+    };
+    for client in clients {
         let attempt = async {
             let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
             pubsub.subscribe(channel).await.map_err(unavailable)?;
@@ -105,10 +100,7 @@ pub(super) async fn listen(
             }
         }
         match cache.upgrade() {
-            Some(cache) => {
-                cache.clear();
-                cache.set_live(true);
-            }
+            Some(cache) => cache.set_live(true),
             None => return,
         }
     }

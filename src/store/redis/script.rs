@@ -16,38 +16,33 @@ use crate::store::Check;
 
 mod args;
 
-use self::args::{exact_double, Code, RuleArgs};
+/// `(name, text)` of each `lua/<name>.lua`.
+macro_rules! lua_files {
+    ($($name:ident),*) => {
+        [$((stringify!($name), include_str!(concat!("../../../lua/", stringify!($name), ".lua")))),*]
+    };
+}
+
+use self::args::{exact_double, RULE_BYTES};
 
 /// The script's files by name, in the order `lua/prelude.lua` describes: the helpers, the
 /// six models, penalties, the rules' arguments, stored records and replies, the batch
 /// driver, the streamlined batch and the call driver (`lua/call.lua`, which decides several
 /// batches in one call).
-const FILES: [(&str, &str); 12] = [
-    ("prelude", include_str!("../../../lua/prelude.lua")),
-    (
-        "fixed_window",
-        include_str!("../../../lua/fixed_window.lua"),
-    ),
-    ("sliding_log", include_str!("../../../lua/sliding_log.lua")),
-    (
-        "sliding_window",
-        include_str!("../../../lua/sliding_window.lua"),
-    ),
-    (
-        "token_bucket",
-        include_str!("../../../lua/token_bucket.lua"),
-    ),
-    (
-        "leaky_bucket",
-        include_str!("../../../lua/leaky_bucket.lua"),
-    ),
-    ("gcra", include_str!("../../../lua/gcra.lua")),
-    ("penalty", include_str!("../../../lua/penalty.lua")),
-    ("record", include_str!("../../../lua/record.lua")),
-    ("batch", include_str!("../../../lua/batch.lua")),
-    ("fast", include_str!("../../../lua/fast.lua")),
-    ("call", include_str!("../../../lua/call.lua")),
-];
+const FILES: [(&str, &str); 12] = lua_files!(
+    prelude,
+    fixed_window,
+    sliding_log,
+    sliding_window,
+    token_bucket,
+    leaky_bucket,
+    gcra,
+    penalty,
+    record,
+    batch,
+    fast,
+    call
+);
 
 /// The code as the store sends it: a script (`EVALSHA`) when `library` is `None`, else a
 /// function library of that name (`FUNCTION LOAD`); `text` gives each file's text from its
@@ -72,36 +67,20 @@ pub(super) fn source(library: Option<&str>, text: impl Fn(&str, &'static str) ->
     )
 }
 
-/// The code as built in, from each file's name and text.
-fn built_in(_: &str, text: &'static str) -> String {
-    text.to_owned()
-}
-
 /// The code as a script (`EVALSHA`): everything is defined anew on every call.
-static SOURCE: LazyLock<String> = LazyLock::new(|| source(None, built_in));
+static SOURCE: LazyLock<String> = LazyLock::new(|| source(None, |_, text| text.to_owned()));
 
 /// Hashed once; `EVALSHA` runs it, and `SCRIPT LOAD` loads it on `NOSCRIPT`.
-pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&SOURCE));
 
-/// The code as a Redis function library (`FUNCTION LOAD`, `FCALL`, Redis 7 and later): the
-/// helpers and models are defined once, when the library loads, so a call pays only for its
-/// decisions. The library and its one function are named after the script's hash, so
+/// The name of the code as a Redis function library (`FUNCTION LOAD`, `FCALL`, Redis 7 and
+/// later), and of its one function: the helpers and models are defined once, when the
+/// library loads, so a call pays only for its decisions. Named after the script's hash, so
 /// instances running different versions of tollgate never call each other's code.
-pub(super) struct Library {
-    /// The library's name, which is also its function's.
-    pub(super) name: String,
-    /// `#!lua name=…`, the body, and the registration.
-    pub(super) source: String,
-}
+static LIBRARY: LazyLock<String> =
+    LazyLock::new(|| format!("tollgate_{}", &SCRIPT.get_hash()[..16]));
 
-/// Built once.
-pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let name = format!("tollgate_{}", &SCRIPT.get_hash()[..16]);
-    let source = source(Some(&name), built_in);
-    Library { name, source }
-});
-
-/// What the script does with a batch (`ARGV[3]`; `MODE_*` in `lua/prelude.lua`).
+/// What the script does with a batch (its mode; `MODE_*` in `lua/prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Op {
     /// Decide and commit.
@@ -109,7 +88,7 @@ pub(super) enum Op {
     /// Decide, write nothing.
     Peek = 1,
     /// Admit nothing; count the penalty denials of the rules that refuse, judged as of
-    /// `ARGV[2]` µs ago: a batch another Cluster slot denied (0 µs ago), or refusals left
+    /// max_wait µs ago: a batch another Cluster slot denied (0 µs ago), or refusals left
     /// to `Store::count_denials`.
     Deny = 2,
     /// Take back the admissions a `Decide` call recorded at an instant.
@@ -141,7 +120,15 @@ const FIELDS: usize = 8;
 
 /// Whether the rule keeps a second key (the sliding log's sorted set).
 pub(super) fn has_log(algorithm: &Algorithm) -> bool {
-    Code::of(algorithm) == Code::SlidingLog
+    matches!(algorithm, Algorithm::SlidingLog(_))
+}
+
+/// Whether `check` is a leaky bucket's queue the request joins: its key's rules count the
+/// request at the queue's release, not on arrival.
+pub(super) fn is_queue(check: &Check<'_>) -> bool {
+    !check.in_shadow()
+        && check.cost > 0
+        && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
 }
 
 /// The arguments common to every call.
@@ -162,8 +149,8 @@ pub(super) struct Call {
     pub(super) held: u64,
 }
 
-/// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call: per check, its instant, mark and
-/// hold as doubles.
+/// The floors of an `Op::Refund` or `Op::RefundHeld` call (`lua/call.lua`): per check, its
+/// instant, mark and hold as doubles.
 pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     let mut packed = Vec::new();
     for t in taken {
@@ -174,32 +161,11 @@ pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     packed
 }
 
-/// Whether a batch's instant and `ARGV[5]` follow its shape: only when they are not ""
-/// (the server's `TIME`) and 0.
-fn extra_follows(call: &Call, taken: bool) -> bool {
-    call.now.is_some() || taken || call.min_delay != 0 || call.held != 0
-}
-
-/// Appends `value` in decimal.
-fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 /// Appends a shape's header line (`lua/call.lua`): the key and rule counts, max_wait, the
-/// mode, the TTL slack and whether the instant and `ARGV[5]` follow. Written by hand:
+/// mode, the TTL slack and whether the instant and floors follow. Written with `itoa`:
 /// `write!` costs more than the rest of the batch.
-fn push_header(shape: &mut Vec<u8>, call: &Call, nkeys: usize, nrules: usize, taken: bool) {
-    let extra = extra_follows(call, taken);
+fn push_header(shape: &mut Vec<u8>, call: &Call, nkeys: usize, nrules: usize, extra: bool) {
+    let mut digits = itoa::Buffer::new();
     for (i, value) in [
         nkeys as u64,
         nrules as u64,
@@ -214,7 +180,7 @@ fn push_header(shape: &mut Vec<u8>, call: &Call, nkeys: usize, nrules: usize, ta
         if i > 0 {
             shape.push(b' ');
         }
-        push_decimal(shape, value);
+        shape.extend_from_slice(digits.format(value).as_bytes());
     }
     shape.push(b'\n');
 }
@@ -227,16 +193,19 @@ pub(super) struct Encoded {
     /// How many rules (checks) the batch holds: the length of its reply follows from it.
     rules: usize,
     call: Call,
-    /// `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld` call (see `packed_taken`).
+    /// The floors of an `Op::Refund` or `Op::RefundHeld` call (see `packed_taken`).
     taken: Option<Vec<u8>>,
+    /// Whether the instant and floors follow the shape: only when they are not "" (the
+    /// server's `TIME`) and 0.
+    extra: bool,
     /// The batch's shape (`lua/call.lua`): its header line, then per rule its
-    /// [`RuleArgs`]. Built here, once, and kept on the heap, so the batch stays
+    /// arguments (`args::encode`). Built here, once, and kept on the heap, so the batch stays
     /// small while it moves through the queue into its call.
     shape: Vec<u8>,
 }
 
 impl Encoded {
-    /// Encodes `checks` (keys built by `key_of`). `taken` replaces `ARGV[5]` for a
+    /// Encodes `checks` (keys built by `key_of`). `taken` replaces the floors of a
     /// `Op::Refund` or `Op::RefundHeld` call.
     pub(super) fn new(
         call: Call,
@@ -251,8 +220,9 @@ impl Encoded {
                 .count();
         // The shape: one argument, the same bytes for every batch of the same rules and
         // configuration, which the script parses once and then looks up.
-        let mut shape = Vec::with_capacity(64 + RuleArgs::BYTES * checks.len());
-        push_header(&mut shape, &call, nkeys, checks.len(), taken.is_some());
+        let mut shape = Vec::with_capacity(64 + RULE_BYTES * checks.len());
+        let extra = call.now.is_some() || taken.is_some() || call.min_delay != 0 || call.held != 0;
+        push_header(&mut shape, &call, nkeys, checks.len(), extra);
         let mut keys = SmallVec::new();
         for (i, check) in checks.iter().enumerate() {
             // The rules on one client key share its leaky bucket's release (batch::key_release).
@@ -264,13 +234,14 @@ impl Encoded {
             if has_log(check.rule.algorithm()) {
                 keys.push(key_of(check, true));
             }
-            RuleArgs::of(check, key_id).encode(&mut shape);
+            args::encode(check, key_id, &mut shape);
         }
         Self {
             keys,
             rules: checks.len(),
             call,
             taken: taken.map(<[u8]>::to_vec),
+            extra,
             shape,
         }
     }
@@ -278,11 +249,6 @@ impl Encoded {
     /// How many rules the batch holds.
     pub(super) fn rules(&self) -> usize {
         self.rules
-    }
-
-    /// Whether the instant and `ARGV[5]` follow the shape (the header's last digit).
-    fn extra(&self) -> bool {
-        extra_follows(&self.call, self.taken.is_some())
     }
 
     /// Bytes this batch adds to a command, about.
@@ -293,7 +259,7 @@ impl Encoded {
     fn push_args(&self, cmd: &mut Cmd) {
         let call = &self.call;
         cmd.arg(&self.shape[..]);
-        if self.extra() {
+        if self.extra {
             match call.now {
                 Some(now) => cmd.arg(now),
                 None => cmd.arg(""),
@@ -323,7 +289,7 @@ pub(super) fn command(route: Invocation, batches: &[&Encoded]) -> Cmd {
     let bytes = 64 + batches.iter().map(|b| b.size()).sum::<usize>();
     let mut cmd = Cmd::with_capacity(args, bytes);
     match route {
-        Invocation::Function => cmd.arg("FCALL").arg(&LIBRARY.name),
+        Invocation::Function => cmd.arg("FCALL").arg(LIBRARY.as_str()),
         Invocation::Script => cmd.arg("EVALSHA").arg(SCRIPT.get_hash()),
     };
     cmd.arg(batches.iter().map(|b| b.keys.len()).sum::<usize>());
@@ -343,7 +309,8 @@ pub(super) fn load_command(route: Invocation) -> Cmd {
     match route {
         Invocation::Function => {
             let mut cmd = redis::cmd("FUNCTION");
-            cmd.arg("LOAD").arg("REPLACE").arg(&LIBRARY.source);
+            let library = source(Some(&LIBRARY), |_, text| text.to_owned());
+            cmd.arg("LOAD").arg("REPLACE").arg(library);
             cmd
         }
         Invocation::Script => {
@@ -521,6 +488,12 @@ fn rule_reply(
     };
     let uint = |v: i64| u64::try_from(v).ok();
     let value = Duration::from_micros(uint(value)?);
+    let deny = |reason, retry_after| {
+        Decision::Deny(Denial {
+            reason,
+            retry_after,
+        })
+    };
     let decision = match outcome {
         0 if value.is_zero() => Decision::Allow,
         0 => Decision::Delay(value),
@@ -549,13 +522,6 @@ fn rule_reply(
         },
     };
     Some((RuleOutcome { decision, info }, taken))
-}
-
-fn deny(reason: DenyReason, retry_after: Option<Duration>) -> Decision {
-    Decision::Deny(Denial {
-        reason,
-        retry_after,
-    })
 }
 
 /// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).
@@ -630,14 +596,22 @@ mod tests {
         }
     }
 
-    /// Decimals are written as the plain digits Lua reads, up to `u64::MAX`.
+    /// A shape's header is written as the plain decimals Lua reads, up to `u64::MAX`.
     #[test]
-    fn decimals_are_written_as_lua_reads_them() {
+    fn headers_are_written_as_lua_reads_them() {
+        let call = super::Call {
+            now: None,
+            max_wait: u64::MAX,
+            mode: super::Op::Try,
+            slack_ms: 10,
+            min_delay: 0,
+            held: 0,
+        };
         let mut out = Vec::new();
-        for value in [0, 7, 10, 1_234_567_890, u64::MAX] {
-            out.clear();
-            super::push_decimal(&mut out, value);
-            assert_eq!(out, value.to_string().into_bytes());
-        }
+        super::push_header(&mut out, &call, 0, 1_234_567_890, false);
+        assert_eq!(
+            out,
+            format!("0 1234567890 {} 6 10 0\n", u64::MAX).into_bytes()
+        );
     }
 }

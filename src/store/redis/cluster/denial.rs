@@ -9,22 +9,11 @@ use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::check::Check;
 
-use super::super::script::{self, Op, Reply};
+use super::super::script::{self, is_queue, Op, Reply};
 use super::super::RedisStore;
-use super::{is_queue, queue_release, Deferred, Ledger, Part};
+use super::{queue_release, Deferred, Ledger, Part};
 
 impl RedisStore {
-    /// Judges `members` as one node judges a denied batch (on arrival, its queues holding
-    /// the request until `release`), counting the penalty denials of the rules that reject.
-    pub(super) async fn judge(
-        &self,
-        batch: &[Check<'_>],
-        members: &[usize],
-        release: u64,
-    ) -> Result<Reply, StoreError> {
-        self.run_part(batch, members, 0, Op::Deny, 0, release).await
-    }
-
     /// `result`, after refunding the admitted parts when it is an error.
     pub(super) async fn or_refund<T>(
         &self,
@@ -32,17 +21,16 @@ impl RedisStore {
         ledger: &mut Ledger,
         result: Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        match result {
-            Ok(value) => Ok(value),
-            Err(e) => {
-                self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
-                    .await?;
-                Err(e)
-            }
+        if result.is_err() {
+            self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
+                .await?;
         }
+        result
     }
 
-    /// Marks the batch denied, refunds the committed parts and judges the rest.
+    /// Marks the batch denied, refunds the committed parts and judges the rest as one node
+    /// judges a denied batch (`Op::Deny`: on arrival, its queues holding the request until
+    /// the batch's release), counting the penalty denials of the rules that reject.
     pub(super) async fn deny(
         &self,
         batch: &[Check<'_>],
@@ -60,7 +48,9 @@ impl RedisStore {
             .into_iter()
             .map(|(m, _)| m);
         for members in tried.chain(pending).collect::<Vec<_>>() {
-            let judged = self.judge(batch, &members, ledger.release).await?;
+            let judged = self
+                .run_part(batch, &members, 0, Op::Deny, 0, ledger.release)
+                .await?;
             set_outcomes(&mut ledger.outcomes, &members, judged.rules);
         }
         Ok(())
@@ -77,7 +67,7 @@ impl RedisStore {
             return Ok(release);
         }
         let mut release = 0;
-        for (_, members) in self.by_slot(batch) {
+        for members in self.slot_groups(batch) {
             let queues: SmallVec<[usize; 4]> = members
                 .into_iter()
                 .filter(|&i| is_queue(&batch[i]))
@@ -107,24 +97,33 @@ impl RedisStore {
                 && members.iter().all(|&i| batch[i].rule.penalty().is_none())
         });
         if deferred.is_some() && !judged_alike {
-            let judged = self.judge(batch, members, ledger.release).await?;
+            let judged = self
+                .run_part(batch, members, 0, Op::Deny, 0, ledger.release)
+                .await?;
             set_outcomes(&mut ledger.outcomes, members, judged.rules);
         }
         Ok(())
     }
 
-    /// The parts kept moving each other's release: every part refunded, the batch denied.
+    /// The outcome of a batch whose parts kept moving each other's release (traffic
+    /// between the calls): every part refunded, the batch denied, retry once the longest
+    /// release seen.
     pub(super) async fn unsettled(
         &self,
         batch: &[Check<'_>],
         ledger: &mut Ledger,
-    ) -> Result<Outcome, StoreError> {
+    ) -> Result<Option<Outcome>, StoreError> {
         self.refund(batch, &ledger.admitted, &mut ledger.outcomes)
             .await?;
-        Ok(unsettled(
-            std::mem::take(&mut ledger.outcomes),
-            ledger.delay,
-        ))
+        let outcomes = std::mem::take(&mut ledger.outcomes);
+        Ok(Some(Outcome {
+            decision: Decision::Deny(Denial {
+                reason: DenyReason::Limited,
+                retry_after: Some(Duration::from_micros(ledger.delay)),
+            }),
+            rules: outcomes.into_iter().flatten().collect(),
+            admission: None,
+        }))
     }
 
     /// Takes back the admissions of `admitted` slots (their rules then report `Allow`).
@@ -141,25 +140,9 @@ impl RedisStore {
             let reply = self
                 .run_with(self.call(0, Op::Refund), &checks, Some(&packed))
                 .await?;
-            for (&i, outcome) in part.consumed.iter().zip(reply.rules) {
-                outcomes[i] = Some(outcome);
-            }
+            set_outcomes(outcomes, &part.consumed, reply.rules);
         }
         Ok(())
-    }
-}
-
-/// The outcome of a cross-slot batch whose parts kept moving each other's release (traffic
-/// between the calls): denied, every part refunded, retry once the longest release seen.
-pub(super) fn unsettled(outcomes: Vec<Option<RuleOutcome>>, delay: u64) -> Outcome {
-    let rules = outcomes.into_iter().flatten().collect();
-    Outcome {
-        decision: Decision::Deny(Denial {
-            reason: DenyReason::Limited,
-            retry_after: Some(Duration::from_micros(delay)),
-        }),
-        rules,
-        admission: None,
     }
 }
 
