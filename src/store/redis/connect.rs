@@ -59,20 +59,13 @@ impl RedisStore {
     ///
     /// # Sentinel
     ///
-    /// The URL's credentials and database are the primary's. The store never writes to a
-    /// replica (the sentinels' answer is checked with `ROLE`). A call that finds the
-    /// connection lost or the server demoted (`READONLY`) has the sentinels asked again in
-    /// the background every 100 ms, so a failover is followed within 100 ms of the sentinels
-    /// promoting a replica; meanwhile calls fail at once and the failure policy decides. A
-    /// primary that hangs rather than dies costs each call the store's timeout until it is
-    /// failed over.
-    ///
-    /// Each later primary gets these checks and is logged as a warning (what the old one
-    /// held may be lost). One that fails them is not decided on: every call fails with
-    /// their [`StoreError::Misconfigured`], [`health`](crate::Limiter::health) is
-    /// [`Failing`](crate::store::Health::Failing), and they run again every second, so a
-    /// grant given there is taken up without a restart. Figures: the
-    /// [Redis guide](crate::guide::redis_instances).
+    /// The URL's credentials and database are the primary's. The store follows the primary
+    /// the sentinels name (checked with `ROLE`) through failovers, within 100 ms of a
+    /// promotion; meanwhile calls fail at once and the failure policy decides. Each later
+    /// primary gets these checks; while one fails them, every call fails with their
+    /// [`StoreError::Misconfigured`] and [`health`](crate::Limiter::health) is
+    /// [`Failing`](crate::store::Health::Failing). How, and figures: the
+    /// [Redis guide](crate::guide::redis_instances#sentinel).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, RedisOptions::new()).await
     }

@@ -243,6 +243,13 @@ impl RedisStore {
         self.deny_cache.as_ref().map_or(0, |c| c.len())
     }
 
+    /// The deny cache, unless this copy was given another clock than the one it keeps.
+    fn cache(&self) -> Option<&Arc<DenyCache>> {
+        self.deny_cache
+            .as_ref()
+            .filter(|c| c.serves(&self.prefix, &self.clock))
+    }
+
     /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
     /// (denials are durations, so no wall clock is needed, nor its jumps wanted).
     fn local_now(&self) -> u64 {
@@ -272,7 +279,7 @@ impl RedisStore {
         self.run_with(call, checks, None).await
     }
 
-    /// [`run`](Self::run), with the packed `ARGV[5]` of an `Op::Refund` or `Op::RefundHeld`
+    /// [`run`](Self::run), with the packed floors of an `Op::Refund` or `Op::RefundHeld`
     /// call. A call that gives units back or takes a debt moved its rules' retries away from
     /// what a deny cache may hold, and so did a rule that adopted another configuration's
     /// state: every instance's cache is told of them.
@@ -364,6 +371,22 @@ fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
     outcome
 }
 
+/// `cmd` on `conn`, bounded by `timeout`; refused while the server fails `connect`'s checks.
+async fn command(
+    mut conn: Connection,
+    cmd: redis::Cmd,
+    timeout: Duration,
+) -> Result<(), StoreError> {
+    if let Some(refusal) = conn.refusal() {
+        return Err(refusal);
+    }
+    tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn))
+        .await
+        .map_err(|_| StoreError::Timeout)?
+        .map_err(unavailable)?;
+    Ok(())
+}
+
 /// Microseconds since the first call in this process, never going back.
 fn monotonic_micros() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -393,11 +416,7 @@ impl Store for RedisStore {
         let max_wait = duration_to_micros(max_wait);
         // Validated once, here: the cache's answer and `decide` both rely on it.
         batch::validate(batch)?;
-        let Some(cache) = self
-            .deny_cache
-            .as_ref()
-            .filter(|c| c.serves(&self.prefix, &self.clock))
-        else {
+        let Some(cache) = self.cache() else {
             return self.decide(batch, max_wait).await;
         };
         let sent_at = self.local_now();
@@ -419,10 +438,7 @@ impl Store for RedisStore {
         batch: &[Check<'_>],
         max_wait: Duration,
     ) -> Option<Result<Outcome, StoreError>> {
-        let cache = self
-            .deny_cache
-            .as_ref()
-            .filter(|c| c.serves(&self.prefix, &self.clock))?;
+        let cache = self.cache()?;
         if let Err(e) = batch::validate(batch) {
             return Some(Err(e));
         }
@@ -480,39 +496,21 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-        if let Some(refusal) = self.conn.refusal() {
-            return Err(refusal);
-        }
         let check = Check::stored(rule, key.as_bytes());
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.key(&check, false));
         if script::has_log(rule.algorithm()) {
             cmd.arg(self.key(&check, true));
         }
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(unavailable)?;
+        command(self.conn.clone(), cmd, self.timeout).await?;
         self.invalidate(rule, key.as_bytes()).await
     }
 
-    /// A `PING` on a clone of the connection, bounded by the store's timeout. On a Cluster
-    /// it goes to every master and succeeds only if all answer: a breaker closed while one
-    /// master still hangs would make that master's requests wait the timeout again.
+    /// A `PING`. On a Cluster it goes to every master and succeeds only if all answer: a
+    /// breaker closed while one master still hangs would make that master's requests wait
+    /// the timeout again.
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
-        let mut conn = self.conn.clone();
-        let timeout = self.timeout;
-        Some(async move {
-            if let Some(refusal) = conn.refusal() {
-                return Err(refusal);
-            }
-            tokio::time::timeout(timeout, redis::cmd("PING").query_async::<Value>(&mut conn))
-                .await
-                .map_err(|_| StoreError::Timeout)?
-                .map_err(unavailable)?;
-            Ok(())
-        })
+        Some(command(self.conn.clone(), redis::cmd("PING"), self.timeout))
     }
 
     /// [`Failing`](Health::Failing) while a Sentinel primary fails `connect`'s checks (the

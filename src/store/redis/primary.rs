@@ -26,25 +26,6 @@ pub(super) type Checks =
 
 type CheckResult = Result<(), StoreError>;
 
-/// The warning of a primary the sentinels name in place of another.
-fn failover(from: &str, to: &str) -> String {
-    format!(
-        "failover: the sentinels name a new primary {to} (was {from}); the counters, penalty \
-         lockouts and held units that {from} kept are lost unless {to} replicated them, so \
-         limits may admit more for a while"
-    )
-}
-
-/// The warning of a primary that failed the checks.
-fn refused(addr: &str, error: &StoreError) -> String {
-    format!(
-        "the store does not decide on the primary the sentinels name, {addr}, which fails \
-         connect's checks: calls fail with this error and health() is failing until it \
-         passes them (checked again every {} s): {error}",
-        RECHECK.as_secs()
-    )
-}
-
 /// The warning of a resolution that found no primary: the one the sentinels name
 /// (`named`, as last heard) and its error, or that they named none.
 pub(super) fn unresolved(named: Option<&str>, error: &RedisError) -> String {
@@ -86,11 +67,24 @@ impl Warnings {
     /// whether it decides there (`refusal`: the error of the checks it failed).
     pub(super) fn adopted(&self, from: &str, to: &str, refusal: Option<&StoreError>) {
         if from != to {
-            tracing::warn!(target: "tollgate::redis", "{}", failover(from, to));
+            tracing::warn!(
+                target: "tollgate::redis",
+                "failover: the sentinels name a new primary {to} (was {from}); the counters, \
+                 penalty lockouts and held units that {from} kept are lost unless {to} \
+                 replicated them, so limits may admit more for a while"
+            );
             *self.last.lock() = None;
         }
         match refusal {
-            Some(e) => self.warn(to, refused(to, e)),
+            Some(e) => self.warn(
+                to,
+                format!(
+                    "the store does not decide on the primary the sentinels name, {to}, which \
+                     fails connect's checks: calls fail with this error and health() is \
+                     failing until it passes them (checked again every {} s): {e}",
+                    RECHECK.as_secs()
+                ),
+            ),
             None => {
                 tracing::info!(target: "tollgate::redis", primary = %to, "deciding on the primary the sentinels name");
                 *self.last.lock() = None;
