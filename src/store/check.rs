@@ -152,7 +152,7 @@ impl<'a> Check<'a> {
 ///
 /// ```compile_fail,E0046
 /// use std::time::Duration;
-/// use tollgate::{Check, Outcome, Rule, RuleOutcome, StoreError, StoredKey};
+/// use tollgate::{Check, Outcome, StoreError};
 /// use tollgate::store::{Health, MemoryStore, Store};
 ///
 /// struct Forgetful(MemoryStore);
@@ -161,20 +161,11 @@ impl<'a> Check<'a> {
 ///     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
 ///         self.0.check(batch, wait).await
 ///     }
-///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-///         self.0.peek(check).await
-///     }
-///     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-///         self.0.refund(batch, outcome).await
-///     }
-///     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-///         self.0.reset(rule, key).await
-///     }
 ///     fn health(&self) -> Health {
 ///         self.0.health()
 ///     }
-///     // No `overdraw`, no `count_denials`: a settled overdraft and a deferred
-///     // login refusal would be lost.
+///     // No `refund`, `overdraw` or `count_denials` (nor `peek`, `reset`): units given
+///     // back, a settled overdraft and a deferred login refusal would be lost.
 /// }
 /// ```
 pub trait Store: Send + Sync + 'static {
@@ -197,13 +188,7 @@ pub trait Store: Send + Sync + 'static {
     /// future; they say `Delay`, and the [`Reservation`](crate::Reservation) counts them.
     ///
     /// On a Redis Cluster a batch spanning slots is decided slot by slot, with the
-    /// differences [`RedisStore`] lists.
-    ///
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
+    /// differences the Redis store lists.
     fn check(
         &self,
         batch: &[Check<'_>],
@@ -211,17 +196,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
     /// The decision [`check`](Self::check) would give, without a future, when this store
-    /// can answer at once (an in-process store always; a [`RedisStore`] from its deny cache,
+    /// can answer at once (an in-process store always; a Redis store from its deny cache,
     /// a [`Leased`](super::Leased) from a lease); `None` (the default) when the caller must
     /// await `check`. [`Limiter::check`] and [`Limiter::check_one`] try it first.
     ///
     /// [`Limiter::check`]: crate::Limiter::check
     /// [`Limiter::check_one`]: crate::Limiter::check_one
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -296,13 +276,7 @@ pub trait Store: Send + Sync + 'static {
     /// A health check of its own, for a [`Breaker`](super::Breaker) to learn the store is
     /// back without a client's request as the probe; `None` (the default) lets one request
     /// through instead. The future borrows nothing (it runs on its own task) and is bounded
-    /// by the store's timeout. [`RedisStore`] sends a `PING`.
-    ///
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
+    /// by the store's timeout. A Redis store sends a `PING`.
     fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         None::<std::future::Ready<Result<(), StoreError>>>
     }
@@ -310,30 +284,18 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the store decides as configured now, cheaply, for a readiness endpoint (it
     /// may start a [`probe`](Self::probe), so polling sees recovery). Without a breaker or
     /// fallback, [`Healthy`](Health::Healthy) (failures show only as errors) unless it
-    /// knows it cannot decide: a [`RedisStore`] whose Sentinel primary failed the checks of
+    /// knows it cannot decide: a Redis store whose Sentinel primary failed the checks of
     /// `connect` is [`Failing`](Health::Failing).
-    ///
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
     fn health(&self) -> Health;
 
     /// The [`health`](Self::health) this store would report during a network outage, known
-    /// in advance: [`Failing`](Health::Failing) (the default) if its calls fail
-    /// ([`RedisStore`], a [`Breaker`](super::Breaker) around it); [`Degraded`](Health::Degraded)
+    /// in advance: [`Failing`](Health::Failing) (the default) if its calls fail (a Redis
+    /// store, a [`Breaker`](super::Breaker) around it); [`Degraded`](Health::Degraded)
     /// if a local store decides instead (a [`Fallback`](super::Fallback));
     /// [`Healthy`](Health::Healthy) if nothing can be away (a
     /// [`MemoryStore`](super::MemoryStore)). [`build`](crate::layer::RateLimitLayerBuilder::build)
     /// refuses [`FailurePolicy::Fallback`](crate::layer::FailurePolicy::Fallback) over a
     /// `Failing` store, whose outage would pass every request unlimited.
-    ///
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
     fn outage_health(&self) -> Health {
         Health::Failing
     }
@@ -352,19 +314,13 @@ pub enum Health {
     Failing,
 }
 
-impl Health {
-    /// The lower-case name, for a response body or a metric label.
-    pub(crate) fn as_str(&self) -> &'static str {
-        match self {
+/// The lower-case name, for a response body or a metric label.
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
             Health::Healthy => "healthy",
             Health::Degraded => "degraded",
             Health::Failing => "failing",
-        }
-    }
-}
-
-impl std::fmt::Display for Health {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        })
     }
 }

@@ -137,25 +137,14 @@ impl<S: Store + Clone> Reservation<S> {
         log: Option<Arc<EventLog>>,
     ) -> Self {
         let reserved_at = Instant::now();
-        let delay = match outcome.decision {
-            Decision::Delay(delay) => delay,
-            _ => Duration::ZERO,
-        };
-        let state = if outcome.is_admitted() && outcome.admission.is_some() {
-            Stage::Held
-        } else if outcome.is_admitted() {
-            Stage::Passed
-        } else {
-            Stage::Spent
-        };
         Self {
             store,
             batch,
+            due: due_after(&outcome, reserved_at),
+            state: Stage::of(&outcome),
             outcome,
             max_wait,
             reserved_at,
-            due: reserved_at.checked_add(delay).unwrap_or(reserved_at),
-            state,
             log: log.unwrap_or_else(process_log),
         }
     }
@@ -215,24 +204,14 @@ impl<S: Store + Clone> Reservation<S> {
         let checks = self.batch.checks();
         // Given back first, so that the queues' slots are free to be taken again.
         if let Err(error) = self.store.refund(&checks, &self.outcome).await {
-            if let Some(suppressed) = self.log.admit(Event::RefundFailure) {
-                tracing::warn!(%error, suppressed, "could not refund the units of a request");
-            }
+            refund_failed(&self.log, &error);
         }
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
         let outcome = self.store.check(&checks, max_wait).await;
         self.state = Stage::Spent;
         let outcome = outcome?;
-        let now = Instant::now();
-        self.due = match outcome.decision {
-            Decision::Delay(delay) => now.checked_add(delay).unwrap_or(now),
-            _ => now,
-        };
-        self.state = match (outcome.is_admitted(), &outcome.admission) {
-            (true, Some(_)) => Stage::Held,
-            (true, None) => Stage::Passed,
-            (false, _) => Stage::Spent,
-        };
+        self.due = due_after(&outcome, Instant::now());
+        self.state = Stage::of(&outcome);
         self.outcome = outcome;
         Ok(())
     }
@@ -305,9 +284,7 @@ impl<S: Store + Clone> Reservation<S> {
         let log = self.log.clone();
         run_detached(async move {
             if let Err(error) = settle_in(&store, &*batch, &outcome, &settled).await {
-                if let Some(suppressed) = log.admit(Event::RefundFailure) {
-                    tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
-                }
+                refund_failed(&log, &error);
             }
         });
     }
@@ -424,7 +401,7 @@ impl<S: Store + Clone> Reservation<S> {
                 admission: before,
                 ..self.outcome.clone()
             };
-            self.refund_detached(given, |checks| checks.clone());
+            self.refund_detached(given);
             None
         };
         let rules = std::mem::take(&mut self.outcome.rules);
@@ -432,27 +409,46 @@ impl<S: Store + Clone> Reservation<S> {
         self.outcome =
             crate::decision::combine(rules, |i| checks.get(i).is_some_and(|c| c.in_shadow()));
         self.outcome.admission = admission;
-        if let (Decision::Delay(delay), Stage::Passed) = (self.outcome.decision, self.state) {
-            self.due = Instant::now().checked_add(delay).unwrap_or(self.due);
+        if let (Decision::Delay(_), Stage::Passed) = (self.outcome.decision, self.state) {
+            self.due = due_after(&self.outcome, Instant::now());
             self.state = Stage::Held;
         }
     }
 
     /// Gives `outcome`'s units back without waiting ([`run_detached`]).
-    fn refund_detached<F>(&self, outcome: Outcome, select: F)
-    where
-        F: for<'a> FnOnce(&SmallVec<[Check<'a>; 4]>) -> SmallVec<[Check<'a>; 4]> + Send + 'static,
-    {
+    fn refund_detached(&self, outcome: Outcome) {
         let (store, batch, log) = (self.store.clone(), self.batch.clone(), self.log.clone());
         run_detached(async move {
-            let checks = batch.checks();
-            let checks = select(&checks);
-            if let Err(error) = store.refund(&checks, &outcome).await {
-                if let Some(suppressed) = log.admit(Event::RefundFailure) {
-                    tracing::warn!(%error, suppressed, "could not refund the units of a request");
-                }
+            if let Err(error) = store.refund(&batch.checks(), &outcome).await {
+                refund_failed(&log, &error);
             }
         });
+    }
+}
+
+impl Stage {
+    /// Where a reservation answered `outcome` stands.
+    fn of(outcome: &Outcome) -> Self {
+        match (outcome.is_admitted(), &outcome.admission) {
+            (true, Some(_)) => Stage::Held,
+            (true, None) => Stage::Passed,
+            (false, _) => Stage::Spent,
+        }
+    }
+}
+
+/// When a request answered `outcome` at `now` may pass.
+fn due_after(outcome: &Outcome, now: Instant) -> Instant {
+    match outcome.decision {
+        Decision::Delay(delay) => now.checked_add(delay).unwrap_or(now),
+        _ => now,
+    }
+}
+
+/// Logs (rate-limited by `log`) units that could not be given back, or a debt not taken.
+fn refund_failed(log: &Arc<EventLog>, error: &StoreError) {
+    if let Some(suppressed) = log.admit(Event::RefundFailure) {
+        tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
     }
 }
 
@@ -522,7 +518,7 @@ impl<S: Store + Clone> Drop for Reservation<S> {
     fn drop(&mut self) {
         if self.state == Stage::Held {
             self.state = Stage::Spent;
-            self.refund_detached(self.outcome.clone(), |checks| checks.clone());
+            self.refund_detached(self.outcome.clone());
         }
     }
 }

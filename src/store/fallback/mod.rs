@@ -176,9 +176,12 @@ impl Division {
         }
     }
 
-    /// `batch`'s rules with divided quotas; `None` for one instance.
-    fn divided_rules(&self, batch: &[Check<'_>]) -> Option<SmallVec<[Share; 4]>> {
-        (self.instances > 1).then(|| batch.iter().map(|c| self.divided(c.rule)).collect())
+    /// `batch`'s rules with divided quotas; none for one instance, whose batch is as given.
+    fn shares(&self, batch: &[Check<'_>]) -> SmallVec<[Share; 4]> {
+        match self.instances {
+            1 => SmallVec::new(),
+            _ => batch.iter().map(|c| self.divided(c.rule)).collect(),
+        }
     }
 
     /// `rule`'s share with its quotas divided by `instances`.
@@ -231,17 +234,17 @@ fn divide(rule: &Rule, n: u64) -> Option<Rule> {
     })
 }
 
-/// `batch` with each check's rule replaced by the one at its index in `rules`.
-fn with_rules<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'a>; 4]> {
-    batch
-        .iter()
-        .zip(shares)
-        .map(|(c, share)| Check {
-            rule: &share.rule,
-            cost: if share.none { u64::MAX } else { c.cost },
-            ..*c
-        })
-        .collect()
+/// `batch` as the local store decides it: each check's rule replaced by its share, if any
+/// ([`Division::shares`]).
+fn local_batch<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'a>; 4]> {
+    let mut local: SmallVec<[Check<'a>; 4]> = SmallVec::from_slice(batch);
+    for (check, share) in local.iter_mut().zip(shares) {
+        check.rule = &share.rule;
+        if share.none {
+            check.cost = u64::MAX;
+        }
+    }
+    local
 }
 
 /// A probe of the primary on its way: frees the next one when it ends or is dropped.
@@ -334,14 +337,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         if let Some(answer) = self.primary_answer(self.primary.check(batch, max_wait).await) {
             return answer;
         }
-        let outcome = match self.shared.divided_rules(batch) {
-            None => self.local.check(batch, max_wait).await?,
-            Some(rules) => {
-                self.local
-                    .check(&with_rules(batch, &rules), max_wait)
-                    .await?
-            }
-        };
+        let shares = self.shared.shares(batch);
+        let outcome = self
+            .local
+            .check(&local_batch(batch, &shares), max_wait)
+            .await?;
         Ok(self.taken_locally(outcome))
     }
 
@@ -355,13 +355,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         if let Some(answer) = self.primary_answer(primary) {
             return Some(answer);
         }
-        let local = match self.shared.divided_rules(batch) {
-            None => self.local.try_check_now(batch, max_wait),
-            Some(rules) => self
-                .local
-                .try_check_now(&with_rules(batch, &rules), max_wait),
-        }?;
-        Some(local.map(|o| self.taken_locally(o)))
+        let shares = self.shared.shares(batch);
+        let outcome = self
+            .local
+            .try_check_now(&local_batch(batch, &shares), max_wait)?;
+        Some(outcome.map(|o| self.taken_locally(o)))
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
@@ -370,7 +368,7 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(_) => {
                 let share = [self.shared.divided(check.rule)];
-                let local = with_rules(std::slice::from_ref(&check), &share);
+                let local = local_batch(&[check], &share);
                 self.local.peek(local[0]).await
             }
         }
@@ -402,15 +400,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return result;
         }
         let (checks, outcome) = part(&local);
-        let local = match self.shared.divided_rules(&checks) {
-            None => self.local.refund(&checks, &outcome).await,
-            Some(rules) => {
-                self.local
-                    .refund(&with_rules(&checks, &rules), &outcome)
-                    .await
-            }
-        };
-        result.and(local)
+        let shares = self.shared.shares(&checks);
+        let checks = local_batch(&checks, &shares);
+        result.and(self.local.refund(&checks, &outcome).await)
     }
 
     /// Takes the debt where the key is decided now: the primary, or the local shares.
@@ -423,10 +415,9 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
             Err(e) => {
                 self.shared.primary_failed(&e);
-                match self.shared.divided_rules(batch) {
-                    None => self.local.overdraw(batch).await,
-                    Some(rules) => self.local.overdraw(&with_rules(batch, &rules)).await,
-                }
+                let shares = self.shared.shares(batch);
+                let local = local_batch(batch, &shares);
+                self.local.overdraw(&local).await
             }
         }
     }
@@ -435,13 +426,11 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
         match self.primary.count_denials(batch, ago).await {
             Err(e @ StoreError::InvalidBatch(_)) => Err(e),
-            Err(_) => match self.shared.divided_rules(batch) {
-                None => self.local.count_denials(batch, ago).await,
-                Some(rules) => {
-                    let shares = with_rules(batch, &rules);
-                    self.local.count_denials(&shares, ago).await
-                }
-            },
+            Err(_) => {
+                let shares = self.shared.shares(batch);
+                let local = local_batch(batch, &shares);
+                self.local.count_denials(&local, ago).await
+            }
             Ok(()) => Ok(()),
         }
     }
