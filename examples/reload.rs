@@ -47,7 +47,7 @@ pub fn load<St: Store + Clone>(
 pub fn reload<St: Store + Clone>(loader: &Loader, path: &Path, handle: &ReloadHandle<St>) -> bool {
     match loader.load(path, handle.builder()) {
         Ok(layer) => {
-            handle.replace(layer);
+            handle.reload(layer);
             tracing::info!(path = %path.display(), "rate limit rules reloaded");
             true
         }

@@ -46,7 +46,7 @@ pub(crate) fn rules(running: &[RuleInfo]) -> Vec<RuleView> {
         .map(|info| {
             let rule = &info.rule;
             let mode = match info.mode {
-                _ if info.shadow => "shadow",
+                Mode::Shadow => "shadow",
                 Mode::Wait { .. } => "wait",
                 _ => "enforce",
             };

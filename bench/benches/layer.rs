@@ -109,14 +109,11 @@ fn overhead(c: &mut Criterion) {
     });
 
     // Three plans chosen by a header: one rule per request, picked among three.
-    let plans = Plans::new(
-        key::header("user-id"),
-        PlanOf::header("x-plan"),
-        UnknownPlan::Plan("free".into()),
-    )
-    .plan("free", roomy("plan-free"))
-    .plan("pro", roomy("plan-pro"))
-    .plan("enterprise", roomy("plan-enterprise"));
+    let plan = |name| Limit::new(roomy(name), key::header("user-id"));
+    let plans = Plans::new(PlanOf::header("x-plan"), UnknownPlan::Plan("free".into()))
+        .plan("free", plan("plan-free"))
+        .plan("pro", plan("plan-pro"))
+        .plan("enterprise", plan("plan-enterprise"));
     let planned = hello().layer(
         RateLimitLayer::builder()
             .limiter(limiter.clone())

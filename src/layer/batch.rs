@@ -93,9 +93,9 @@ impl LayerBatch {
             };
             let Err(e) = extracted else {
                 let (end, cost) = (keys.len(), limit.cost_of(head));
-                let defers = false;
+                let (limit, defers) = (i, false);
                 items.push(Item {
-                    limit: i,
+                    limit,
                     start,
                     end,
                     cost,
@@ -104,23 +104,17 @@ impl LayerBatch {
                 continue;
             };
             keys.truncate(start);
-            if !refuses_for_key(config, state, limit, &e, plan_refused) {
-                continue;
+            if refuses_for_key(config, state, limit, &e, plan_refused) {
+                return Err(e);
             }
-            return Err(e);
         }
-        if items.is_empty() {
-            return Ok(None);
-        }
-        let (config, state) = (Arc::clone(config), Arc::clone(state));
-        let tickets = Tickets::new();
-        Ok(Some(Self {
-            config,
-            state,
+        Ok((!items.is_empty()).then(|| Self {
+            config: Arc::clone(config),
+            state: Arc::clone(state),
             route,
             items,
             keys,
-            tickets,
+            tickets: Tickets::new(),
         }))
     }
 

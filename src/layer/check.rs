@@ -70,28 +70,24 @@ fn answered<St: Store + Clone>(
     result: Result<Outcome, StoreError>,
     health: Health,
 ) -> Checked<St> {
-    let outcome = match &result {
-        Ok(outcome) => outcome,
+    let kept = match &result {
+        Ok(outcome) => {
+            defer_denials(limiter, &mut batch, outcome);
+            if batch.keeps(outcome) {
+                let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
+                let batch = Arc::new(batch);
+                let (store, outcome) = (limiter.store().clone(), outcome.clone());
+                let reservation =
+                    Reservation::of(store, batch.clone(), outcome, max_wait, Some(log));
+                Kept::Reserved(batch, Some(Box::new(reservation)))
+            } else {
+                Kept::Batch(batch)
+            }
+        }
         Err(_) => {
             batch.tickets.clear();
-            let kept = Kept::Batch(batch);
-            return Checked {
-                result,
-                health,
-                kept,
-            };
+            Kept::Batch(batch)
         }
-    };
-    defer_denials(limiter, &mut batch, outcome);
-    let kept = if batch.keeps(outcome) {
-        let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
-        let batch = Arc::new(batch);
-        let store = limiter.store().clone();
-        let reservation =
-            Reservation::of(store, batch.clone(), outcome.clone(), max_wait, Some(log));
-        Kept::Reserved(batch, Some(Box::new(reservation)))
-    } else {
-        Kept::Batch(batch)
     };
     Checked {
         result,

@@ -95,7 +95,7 @@ impl Limit {
             settled_cost: None,
             on_missing: MissingKey::Reject,
             shadow: false,
-            charge: Charge::all(),
+            charge: Charge::default(),
             plan: None,
         }
     }
@@ -245,11 +245,6 @@ impl Limit {
     /// outcome with a penalty, enforced (a shadow limit's refusal refuses nothing).
     pub(crate) fn defers_denials(&self) -> bool {
         !self.charge.counts_all() && self.rule.penalty().is_some() && !self.shadow
-    }
-
-    /// Whether this is a shadow limit (see [`shadow`](Self::shadow)).
-    pub(crate) fn is_shadow(&self) -> bool {
-        self.shadow
     }
 
     pub(crate) fn cost_of(&self, req: &RequestHead<'_>) -> u64 {
@@ -437,22 +432,14 @@ impl Config {
     /// take (a literal segment before a parameter before a wildcard), the first declared
     /// among equals.
     pub(crate) fn route_for(&self, method: &http::Method, path: &str) -> Option<usize> {
-        let mut best: Option<usize> = None;
-        for (i, route) in self.routes.iter().enumerate() {
-            if !route.pattern.matches(method, path) {
-                continue;
-            }
-            let better =
-                best.is_none_or(|b| route.pattern.ranks().lt(self.routes[b].pattern.ranks()));
-            if better {
-                best = Some(i);
-            }
-        }
-        best
+        let pattern = |i: usize| &self.routes[i].pattern;
+        (0..self.routes.len())
+            .filter(|&i| pattern(i).matches(method, path))
+            .min_by(|&a, &b| pattern(a).ranks().cmp(pattern(b).ranks()))
     }
 
     /// The limits of a request on `route`: the layer's own, then the route's.
-    pub(crate) fn limits(&self, route: Option<usize>) -> impl Iterator<Item = &Limit> {
+    pub(crate) fn limits(&self, route: Option<usize>) -> impl Iterator<Item = &Limit> + Clone {
         let routed = route
             .and_then(|r| self.routes.get(r))
             .map_or(&[][..], |r| &r.limits[..]);

@@ -83,14 +83,15 @@ where
     /// Waits for the store's answer. `inner` is the service driven to readiness.
     pub(crate) fn checking(check: CheckFuture<St>, request: Request<ReqB>, inner: S) -> Self {
         let passengers = Some(Passengers { request, inner });
-        Self::from(Step::Checking { check, passengers })
+        let state = Step::Checking { check, passengers };
+        Self { state }
     }
 
     /// Acts on a decision taken in `call`: `inner` is the service driven to readiness,
     /// called for a request forwarded now; a held request takes an idle clone, driven to
     /// readiness after the hold, and the ready one stays for the next call.
     pub(crate) fn decided(next: Next<St>, request: Request<ReqB>, inner: &mut S) -> Self {
-        Self::from(match next {
+        let state = match next {
             Next::Forward(outbound) => Step::Forwarding {
                 future: inner.call(request),
                 outbound: Some(outbound),
@@ -105,24 +106,21 @@ where
             Next::Reject(response) => Step::Rejected {
                 response: Some(response),
             },
-        })
+        };
+        Self { state }
     }
 
     /// Forwards the request at once, unlimited.
     pub(crate) fn forwarding(future: S::Future) -> Self {
-        Self::from(Step::Forwarding {
-            future,
-            outbound: None,
-        })
+        let outbound = None;
+        let state = Step::Forwarding { future, outbound };
+        Self { state }
     }
 
+    /// Answers with a rejection made in `call`.
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
-        Self::from(Step::Rejected {
-            response: Some(response),
-        })
-    }
-
-    fn from(state: Step<S, ReqB, St>) -> Self {
+        let response = Some(response);
+        let state = Step::Rejected { response };
         Self { state }
     }
 }

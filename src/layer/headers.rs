@@ -158,16 +158,15 @@ fn state_item(outcome: &RuleOutcome) -> [Item; 2] {
     ]
 }
 
-/// The `RateLimit-Policy` value of `rules`, for a layer to keep and reuse for every
-/// response that advertises exactly these rules.
-pub(crate) fn policy_value<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Option<HeaderValue> {
-    // Once per route, at build: the rules gathered first cost nothing that matters.
-    let rules: Vec<&Rule> = rules.into_iter().collect();
-    let len = rules
-        .iter()
-        .map(|r| List::item_len(r, policy_item(r)))
-        .sum();
-    let mut policy = List::with_capacity(List::len_of(rules.len(), len));
+/// The `RateLimit-Policy` value of `rules`: cached per route by a layer, for every response
+/// that advertises exactly these rules.
+pub(crate) fn policy_value<'a>(
+    rules: impl Iterator<Item = &'a Rule> + Clone,
+) -> Option<HeaderValue> {
+    let (items, len) = rules.clone().fold((0, 0), |(n, len), r| {
+        (n + 1, len + List::item_len(r, policy_item(r)))
+    });
+    let mut policy = List::with_capacity(List::len_of(items, len));
     for rule in rules {
         policy.push(rule, policy_item(rule));
     }
@@ -183,25 +182,19 @@ impl RateLimitHeaders {
         legacy: bool,
         denied: Option<Decision>,
     ) -> Self {
-        let (mut items, mut state_len, mut policy_len) = (0, 0, 0);
+        let (mut items, mut state_len) = (0, 0);
         for (rule, outcome) in rules.clone() {
             items += 1;
             state_len += List::item_len(rule, state_item(outcome));
-            if policy.is_none() {
-                policy_len += List::item_len(rule, policy_item(rule));
-            }
         }
-        // Written only when no cached value is given.
-        let mut policy_list = policy
-            .is_none()
-            .then(|| List::with_capacity(List::len_of(items, policy_len)));
+        let policy = match policy {
+            Some(cached) => Some(cached.clone()),
+            None => policy_value(rules.clone().map(|(rule, _)| rule)),
+        };
         let mut state = List::with_capacity(List::len_of(items, state_len));
         // The legacy headers' rule: (limit, r, t, decided the denial).
         let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
         for (rule, outcome) in rules {
-            if let Some(list) = &mut policy_list {
-                list.push(rule, policy_item(rule));
-            }
             let (r, t) = advertised(outcome);
             state.push(rule, state_item(outcome));
             let deciding = denied.is_some_and(|d| d == outcome.decision);
@@ -217,10 +210,7 @@ impl RateLimitHeaders {
             }
         }
         Self {
-            policy: match policy_list {
-                Some(list) => list.into_value(),
-                None => policy.cloned(),
-            },
+            policy,
             state: state.into_value(),
             legacy: legacy
                 .then_some(legacy_rule)
@@ -229,24 +219,10 @@ impl RateLimitHeaders {
         }
     }
 
-    /// Sets the headers on `headers`, replacing any there.
-    pub(crate) fn insert_into(self, headers: &mut HeaderMap) {
-        if let Some(v) = self.policy {
-            headers.insert(RATELIMIT_POLICY, v);
-        }
-        if let Some(v) = self.state {
-            headers.insert(RATELIMIT, v);
-        }
-        if let Some((limit, r, t)) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
-            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(r));
-            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(t));
-        }
-    }
-
-    /// Adds the headers to an inner service's response: the lists are appended, so nested
-    /// layers each contribute their rules; the legacy headers are replaced, except on an
-    /// inner layer's rejection (it carries `Retry-After`): those describe its deciding rule.
+    /// Adds the headers to a response (a rejection's, or an inner service's): the lists are
+    /// appended, so nested layers each contribute their rules; the legacy headers are
+    /// replaced, except on an inner layer's rejection (it carries `Retry-After` and them):
+    /// those describe its deciding rule.
     pub(crate) fn merge_into(self, headers: &mut HeaderMap) {
         if let Some(v) = self.policy {
             headers.append(RATELIMIT_POLICY, v);

@@ -20,15 +20,10 @@ use crate::limiter::Limiter;
 use crate::rule::Rule;
 use crate::store::{Health, MemoryStore, Store};
 
-/// Applies [`Limit`]s to the requests of a service; see the [module docs](super).
-///
-/// Made by a [`RateLimitLayerBuilder`]: [`RateLimitLayer::builder`], the limits, the route
-/// table and the options, then [`build`](RateLimitLayerBuilder::build), which checks the
-/// whole configuration once. The layer holds a [`Limiter`] (a cheap handle on the store)
-/// and its configuration behind an `Arc`: every service it makes, and every clone of those,
-/// enforces the same limits. Not tower's `RateLimitLayer`: see
-/// [tower's `RateLimit`](super#towers-ratelimit).
-#[derive(Clone)]
+/// Applies [`Limit`]s to the requests of a service; see the [module docs](super). Made by
+/// [`RateLimitLayer::builder`]; not tower's `RateLimitLayer` (see
+/// [tower's `RateLimit`](super#towers-ratelimit)).
+#[derive(Clone, Debug)]
 pub struct RateLimitLayer<St = MemoryStore> {
     pub(super) limiter: Limiter<St>,
     pub(super) config: ConfigSource,
@@ -110,10 +105,6 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         }
     }
 
-    fn config_mut(&mut self) -> &mut Config {
-        &mut self.config
-    }
-
     /// Applies `limit` to every request. A request's limits (the layer's and its route's)
     /// are decided as one batch: if one denies, none consumes.
     pub fn limit(mut self, limit: Limit) -> Self {
@@ -172,27 +163,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             routes,
             observers,
         } = self;
-        let mut problems = Vec::new();
-        let mut checked: Vec<&Rule> = Vec::new();
-        let all_limits = config
-            .global
-            .iter()
-            .chain(routes.iter().flat_map(|(_, limits)| limits));
-        for limit in all_limits {
-            if !checked.contains(&&limit.rule) {
-                checked.push(&limit.rule);
-                problems.extend(limit.rule.validate().err());
-            }
-            problems.extend(costs_problem(limit));
-            problems.extend(limit.plan.as_ref().and_then(|plan| plan.problem()));
-            problems.extend(
-                limit
-                    .key
-                    .validate()
-                    .err()
-                    .map(|e| e.within(format_args!("the key of rule {:?}", limit.rule.name()))),
-            );
-        }
+        let limits = config.global.iter().chain(routes.iter().flat_map(|r| &r.1));
+        let mut problems = limits_problems(limits);
         for (pattern, limits) in routes {
             let pattern = match RoutePattern::parse(&pattern) {
                 Ok(pattern) => pattern,
@@ -229,7 +201,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
 
     /// Sets the mode (default [`Mode::Enforce`]).
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.config_mut().mode = mode;
+        self.config.mode = mode;
         self
     }
 
@@ -240,7 +212,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// store's delay, the refusal is logged with `tracing::debug!`. `0` is a
     /// [`build`](Self::build) error. Costs: [held requests](crate::guide::waiting_for_a_permit#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
-        self.config_mut().held.max = n;
+        self.config.held.max = n;
         self
     }
 
@@ -251,7 +223,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// than `max_held × (1 − n / max_held_per_key)` are taken, so the last places go to the
     /// keys holding least.
     pub fn max_held_per_key(mut self, n: usize) -> Self {
-        self.config_mut().held.max_per_key = Some(n);
+        self.config.held.max_per_key = Some(n);
         self
     }
 
@@ -266,7 +238,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
 
     /// Sets what happens when the store fails (default [`FailurePolicy::FailOpen`]).
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
-        self.config_mut().on_failure = policy;
+        self.config.on_failure = policy;
         self
     }
 
@@ -276,7 +248,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// it meets a 429; `false` (tower_governor's default) suits a limit clients should not
     /// plan around, and saves one small allocation per admitted response.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
-        self.config_mut().headers.on_allowed = yes;
+        self.config.headers.on_allowed = yes;
         self
     }
 
@@ -284,7 +256,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// `X-RateLimit-Reset` (seconds from now), describing on a rejection the rule that
     /// decided `Retry-After`, otherwise the rule with the least left.
     pub fn legacy_headers(mut self, yes: bool) -> Self {
-        self.config_mut().headers.legacy = yes;
+        self.config.headers.legacy = yes;
         self
     }
 
@@ -303,7 +275,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// # fn main() -> Result<(), tollgate::ConfigError> {
     /// let layer = RateLimitLayer::builder().on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
-    ///     let request = rejection.request();
+    ///     let request = rejection.request;
     ///     let wants_problem = request
     ///         .headers()
     ///         .get(ACCEPT)
@@ -331,7 +303,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     where
         F: Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
     {
-        self.config_mut().on_reject = Some(Arc::new(f));
+        self.config.on_reject = Some(Arc::new(f));
         self
     }
 
@@ -341,7 +313,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// line with their number (`suppressed`) and, for store failures, the `last_error`, even
     /// if no request follows. `Duration::ZERO` logs every event.
     pub fn log_interval(mut self, interval: Duration) -> Self {
-        self.config_mut().log_interval = interval;
+        self.config.log_interval = interval;
         self
     }
 
@@ -375,8 +347,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     where
         F: Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
     {
-        let config = self.config_mut();
-        config.exempt = Some(match config.exempt.take() {
+        self.config.exempt = Some(match self.config.exempt.take() {
             None => Arc::new(is_exempt),
             Some(earlier) => {
                 Arc::new(move |head: &RequestHead<'_>| earlier(head) || is_exempt(head))
@@ -384,6 +355,25 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         });
         self
     }
+}
+
+/// The problems of each limit: its rule (once per rule), its key, a cost no request fits,
+/// and its group of plans.
+fn limits_problems<'a>(limits: impl Iterator<Item = &'a Limit>) -> Vec<ConfigError> {
+    let mut problems = Vec::new();
+    let mut checked: Vec<&Rule> = Vec::new();
+    for limit in limits {
+        if !checked.contains(&&limit.rule) {
+            checked.push(&limit.rule);
+            problems.extend(limit.rule.validate().err());
+        }
+        problems.extend(costs_problem(limit));
+        problems.extend(limit.plan.as_ref().and_then(|plan| plan.problem()));
+        let name = limit.rule.name();
+        let key = limit.key.validate().err();
+        problems.extend(key.map(|e| e.within(format_args!("the key of rule {name:?}"))));
+    }
+    problems
 }
 
 /// A `min_cost` or default cost above the rule's capacity: every request refused.
@@ -452,12 +442,12 @@ impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
     type Service = RateLimit<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::from_parts(
+        RateLimit {
             inner,
-            self.limiter.clone(),
-            self.config.clone(),
-            Arc::clone(&self.state),
-        )
+            limiter: self.limiter.clone(),
+            config: self.config.clone(),
+            state: Arc::clone(&self.state),
+        }
     }
 }
 
@@ -468,15 +458,6 @@ impl<St: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<St> {
             .field("config", &self.config)
             .field("routes", &self.routes)
             .field("observers", &self.observers.len())
-            .finish()
-    }
-}
-
-impl<St: fmt::Debug> fmt::Debug for RateLimitLayer<St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer")
-            .field("limiter", &self.limiter)
-            .field("config", &self.config)
             .finish()
     }
 }

@@ -107,13 +107,21 @@ impl Protocol {
 
 /// A refused request, as the rejection function sees it; see
 /// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
-/// Built only for a refused request: an admitted one pays nothing for it.
+/// Built only for a refused request: an admitted one pays nothing for it. Its parts are
+/// fields, as a [`DecisionEvent`](crate::layer::DecisionEvent)'s are.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Rejection<'a> {
-    kind: RejectionKind<'a>,
-    request: RequestHead<'a>,
+    /// Why it is refused.
+    pub kind: RejectionKind<'a>,
+    /// The refused request's head: method, URI, headers (`Accept`, …), extensions, and
+    /// [`route`](RequestHead::route), the route-table pattern it matched (else axum's
+    /// `MatchedPath`).
+    pub request: RequestHead<'a>,
+    /// Each enforced rule checked and what it decided (empty unless
+    /// [`RejectionKind::Limited`]; rules in shadow are left out).
+    pub rules: &'a [(&'a Rule, RuleOutcome)],
     protocol: Protocol,
-    rules: &'a [(&'a Rule, RuleOutcome)],
     legacy: bool,
 }
 
@@ -133,28 +141,10 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// Why it is refused.
-    pub fn kind(&self) -> RejectionKind<'a> {
-        self.kind
-    }
-
-    /// The refused request's head: method, URI, headers (`Accept`, …), extensions, and
-    /// [`route`](RequestHead::route), the route-table pattern it matched (else axum's
-    /// `MatchedPath`).
-    pub fn request(&self) -> RequestHead<'a> {
-        self.request
-    }
-
     /// Whether it is a gRPC request: `content-type` is exactly `application/grpc` or
     /// `application/grpc+…` (grpc-web is not).
     pub fn is_grpc(&self) -> bool {
         self.protocol == Protocol::Grpc
-    }
-
-    /// Each enforced rule checked and what it decided (empty unless
-    /// [`RejectionKind::Limited`]; rules in shadow are left out).
-    pub fn rules(&self) -> impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone {
-        self.rules.iter().map(|(r, o)| (*r, o))
     }
 
     /// The wait before a retry can succeed: for a [`RejectionKind::Limited`] request that
@@ -226,8 +216,8 @@ impl<'a> Rejection<'a> {
                 RejectionKind::Limited(outcome) => Some(outcome.decision),
                 _ => None,
             };
-            RateLimitHeaders::new(self.rules(), None, self.legacy, denied)
-                .insert_into(&mut headers);
+            let rules = self.rules.iter().map(|(r, o)| (*r, o));
+            RateLimitHeaders::new(rules, None, self.legacy, denied).merge_into(&mut headers);
         }
         headers
     }
@@ -237,7 +227,8 @@ impl<'a> Rejection<'a> {
     pub(crate) fn grpc_status_details(&self) -> Option<Vec<u8>> {
         let retry = self.retry_after();
         let violations = self
-            .rules()
+            .rules
+            .iter()
             .filter_map(|(rule, o)| Some((rule, o.decision.denial()?)));
         let mut quota_failure = Vec::new();
         for (rule, denial) in violations {

@@ -1,4 +1,3 @@
-use std::fmt;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -22,32 +21,17 @@ use crate::limiter::Limiter;
 use crate::store::{MemoryStore, Store};
 
 /// Rate limits the requests of an inner service; made by
-/// [`RateLimitLayer`](super::RateLimitLayer).
-///
-/// `Clone` shares the limiter and the configuration: every clone enforces the same limits,
-/// unlike tower's own `RateLimit`, whose counter lives inside each service.
+/// [`RateLimitLayer`](super::RateLimitLayer). `Clone` shares the limiter, the configuration
+/// and the layer's state: every clone enforces the same limits.
+#[derive(Clone, Debug)]
 pub struct RateLimit<S, St = MemoryStore> {
-    inner: S,
-    limiter: Limiter<St>,
-    config: ConfigSource,
-    state: Arc<LayerState>,
+    pub(super) inner: S,
+    pub(super) limiter: Limiter<St>,
+    pub(super) config: ConfigSource,
+    pub(super) state: Arc<LayerState>,
 }
 
 impl<S, St> RateLimit<S, St> {
-    pub(crate) fn from_parts(
-        inner: S,
-        limiter: Limiter<St>,
-        config: ConfigSource,
-        state: Arc<LayerState>,
-    ) -> Self {
-        Self {
-            inner,
-            limiter,
-            config,
-            state,
-        }
-    }
-
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -153,25 +137,4 @@ fn original_path<B>(request: &Request<B>) -> &str {
 fn take_ready<S: Clone>(inner: &mut S) -> S {
     let clone = inner.clone();
     mem::replace(inner, clone)
-}
-
-impl<S: Clone, St: Clone> Clone for RateLimit<S, St> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            state: Arc::clone(&self.state),
-        }
-    }
-}
-
-impl<S: fmt::Debug, St: fmt::Debug> fmt::Debug for RateLimit<S, St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("inner", &self.inner)
-            .field("limiter", &self.limiter)
-            .field("config", &self.config)
-            .finish()
-    }
 }

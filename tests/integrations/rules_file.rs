@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::support::service::with;
 use http::{Request, StatusCode};
 use tollgate::key;
-use tollgate::layer::rules_file::{Loader, RulesFile};
+use tollgate::layer::rules_file::Loader;
 use tollgate::layer::{Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{store::MemoryStore, ConfigError, Limiter, Rule};
 use tower::ServiceExt;
@@ -103,7 +103,7 @@ async fn the_example_file_builds_and_enforces_what_it_says() {
 /// limits in the same batch; a problem in it is located by its path.
 #[tokio::test]
 async fn json_works_too_and_code_limits_sit_beside_the_files() {
-    let file: RulesFile = serde_json::from_str(
+    let file: serde_json::Value = serde_json::from_str(
         r#"{ "route": [{ "pattern": "GET /files/{id}", "limit": [
               { "name": "per-user", "fixed_window": { "limit": 2, "window": "1m" },
                 "key": { "or": [{ "header": "user-id" }, "global"] } } ] }] }"#,
@@ -116,7 +116,7 @@ async fn json_works_too_and_code_limits_sit_beside_the_files() {
     )
     .cost(|_req| 4);
     let layer = Loader::new()
-        .build(&file, builder().limit(downloads))
+        .from_deserializer(file, builder().limit(downloads))
         .unwrap();
     let svc = with(layer.clone());
     let get = || Request::get("/files/1").body(String::new()).unwrap();
@@ -136,11 +136,13 @@ async fn json_works_too_and_code_limits_sit_beside_the_files() {
     );
 
     // Paths, without lines, for a problem in a format without spans.
-    let file: RulesFile = serde_json::from_str(
+    let file: serde_json::Value = serde_json::from_str(
         r#"{ "limit": [{ "name": "x", "sliding_log": { "limit": 0, "window": "1s" }, "key": "global" }] }"#,
     )
     .unwrap();
-    let err = Loader::new().build(&file, builder()).unwrap_err();
+    let err = Loader::new()
+        .from_deserializer(file, builder())
+        .unwrap_err();
     assert!(
         err.to_string()
             .contains("limit[0].name: rule \"x\": sliding log limit must be at least 1"),
@@ -434,7 +436,7 @@ async fn an_invalid_file_leaves_the_running_rules() {
     );
 
     write(3);
-    handle.replace(loader().load(&path, handle.builder()).unwrap());
+    handle.reload(loader().load(&path, handle.builder()).unwrap());
     let res = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(policy(&res), "\"all\";q=3;w=60");
     // The same name with other parameters: the unit used under the old rule still counts.

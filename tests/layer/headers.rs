@@ -287,7 +287,7 @@ async fn a_custom_rejection_answers_problem_json_per_route_and_accept() -> Resul
             )],
         )
         .on_reject(|rejection| {
-            let request = rejection.request();
+            let request = rejection.request;
             let wants_problem = request
                 .headers()
                 .get("accept")

@@ -66,7 +66,7 @@ async fn a_reload_in_a_burst_of_successful_logins_locks_nobody_out() -> Result<(
         burst.spawn(async move { svc.oneshot(attempt("right")).await.map(|r| r.status()) });
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    handle.reload(configure(handle.builder()))?;
+    handle.reload(configure(handle.builder()).build()?);
     for _ in 0..5 {
         let svc = svc.clone();
         burst.spawn(async move { svc.oneshot(attempt("right")).await.map(|r| r.status()) });

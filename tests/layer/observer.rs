@@ -172,7 +172,7 @@ async fn observers_are_kept_across_a_reload() {
             key::header("user-id"),
         ))
         .observe(ignored.clone());
-    handle.reload(reloaded).unwrap();
+    handle.reload(reloaded.build().unwrap());
     send(&svc, "bob").await;
     let after: Vec<String> = seen.take().into_iter().map(|s| s.0).collect();
     assert_eq!(after, ["renamed"]);
@@ -211,18 +211,23 @@ async fn the_rules_view_follows_a_reload() {
     assert_eq!(rules[1].routes, ["POST /login"]);
     assert_eq!(rules[2].routes, ["POST /logout", "GET /me"]);
     assert_eq!(rules[1].rule.penalty(), Some(&penalty));
-    assert!(!rules[0].shadow && rules[0].mode == Mode::Enforce);
+    assert_eq!(rules[0].mode, Mode::Enforce);
 
-    handle
-        .reload(handle.builder().limit(trial()).mode(Mode::Shadow))
-        .unwrap();
+    handle.reload(
+        handle
+            .builder()
+            .limit(trial())
+            .mode(Mode::Shadow)
+            .build()
+            .unwrap(),
+    );
     let rules = layer.rules();
     assert_eq!(rules.len(), 1);
     assert_eq!(
         (rules[0].rule.name(), rules[0].algorithm),
         ("trial", "gcra")
     );
-    assert!(rules[0].shadow && rules[0].mode == Mode::Shadow);
+    assert_eq!(rules[0].mode, Mode::Shadow);
     // The handle's builder decides with the same store the layer's limiter holds.
     assert!(format!("{:?}", layer.limiter()).contains("MemoryStore"));
 }

@@ -20,9 +20,10 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 /// free: 1 a minute, pro: 3 a minute, per API key.
 fn plans(plan_of: PlanOf, unknown: UnknownPlan) -> Plans {
-    Plans::new(key::header("x-api-key"), plan_of, unknown)
-        .plan("free", Rule::fixed_window("api-free", 1, MINUTE))
-        .plan("pro", Rule::fixed_window("api-pro", 3, MINUTE))
+    let limit = |rule| Limit::new(rule, key::header("x-api-key"));
+    Plans::new(plan_of, unknown)
+        .plan("free", limit(Rule::fixed_window("api-free", 1, MINUTE)))
+        .plan("pro", limit(Rule::fixed_window("api-pro", 3, MINUTE)))
 }
 
 fn request(api_key: &str, plan: Option<&str>) -> Request<String> {
@@ -231,6 +232,7 @@ async fn plans_are_one_batch_with_the_other_limits() {
 #[test]
 fn plans_that_cannot_work_are_build_errors() {
     let build = |plans: Plans| RateLimitLayer::builder().limits(plans).build().map(|_| ());
+    let global = |rule| Limit::new(rule, key::global());
     let err = build(plans(
         PlanOf::header("x-plan"),
         UnknownPlan::Plan("gold".into()),
@@ -243,9 +245,9 @@ fn plans_that_cannot_work_are_build_errors() {
     );
 
     let err = build(
-        Plans::new(key::global(), PlanOf::header("x-plan"), UnknownPlan::Reject)
-            .plan("free", Rule::fixed_window("api-free", 1, MINUTE))
-            .plan("free", Rule::fixed_window("api-free-2", 1, MINUTE)),
+        Plans::new(PlanOf::header("x-plan"), UnknownPlan::Reject)
+            .plan("free", global(Rule::fixed_window("api-free", 1, MINUTE)))
+            .plan("free", global(Rule::fixed_window("api-free-2", 1, MINUTE))),
     )
     .unwrap_err();
     assert!(
@@ -253,19 +255,14 @@ fn plans_that_cannot_work_are_build_errors() {
         "{err}"
     );
 
-    let err = build(Plans::new(
-        key::global(),
-        PlanOf::header("x-plan"),
-        UnknownPlan::Reject,
-    ))
-    .unwrap_err();
+    let err = build(Plans::new(PlanOf::header("x-plan"), UnknownPlan::Reject)).unwrap_err();
     assert!(err.to_string().contains("no plan given"), "{err}");
 
     // One name for two plans' different rules: the name is one state, refused.
     let err = build(
-        Plans::new(key::global(), PlanOf::header("x-plan"), UnknownPlan::Reject)
-            .plan("free", Rule::fixed_window("api", 1, MINUTE))
-            .plan("pro", Rule::fixed_window("api", 5, MINUTE)),
+        Plans::new(PlanOf::header("x-plan"), UnknownPlan::Reject)
+            .plan("free", global(Rule::fixed_window("api", 1, MINUTE)))
+            .plan("pro", global(Rule::fixed_window("api", 5, MINUTE))),
     )
     .unwrap_err();
     assert!(
@@ -276,8 +273,10 @@ fn plans_that_cannot_work_are_build_errors() {
 
     let err = RateLimitLayer::builder()
         .limits(
-            Plans::new(key::global(), PlanOf::header("x plan"), UnknownPlan::Reject)
-                .plan("p", Rule::fixed_window("p", 1, Duration::from_secs(1))),
+            Plans::new(PlanOf::header("x plan"), UnknownPlan::Reject).plan(
+                "p",
+                global(Rule::fixed_window("p", 1, Duration::from_secs(1))),
+            ),
         )
         .build()
         .unwrap_err();
@@ -341,13 +340,13 @@ async fn an_unknown_plan_is_refused_even_by_a_limit_that_skips_missing_keys() {
         key::header("x-api-key"),
     )
     .on_missing_key(MissingKey::Skip);
-    let plans = Plans::new(
+    let pro = Limit::new(
+        Rule::fixed_window("api-pro", 3, MINUTE),
         key::header("x-api-key"),
-        PlanOf::header("x-plan"),
-        UnknownPlan::Reject,
-    )
-    .plan_limit("free", free)
-    .plan("pro", Rule::fixed_window("api-pro", 3, MINUTE));
+    );
+    let plans = Plans::new(PlanOf::header("x-plan"), UnknownPlan::Reject)
+        .plan("free", free)
+        .plan("pro", pro);
     let svc = with(layer(plans));
     let anonymous_free = Request::get("/")
         .header("x-plan", "free")

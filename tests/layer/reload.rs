@@ -66,7 +66,7 @@ async fn rules_swapped_under_load_are_applied_whole() {
         .build()
         .unwrap()
         .reloadable();
-    handle.reload(configure_a(handle.builder())).unwrap();
+    handle.reload(configure_a(handle.builder()).build().unwrap());
     let svc = service(&layer);
 
     // Both configurations built once; a thread swaps them as fast as it can, so that swaps
@@ -86,8 +86,8 @@ async fn rules_swapped_under_load_are_applied_whole() {
         let (done, swaps) = (done.clone(), swaps.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Acquire) {
-                handle.replace(build_b.clone());
-                handle.replace(build_a.clone());
+                handle.reload(build_b.clone());
+                handle.reload(build_a.clone());
                 swaps.fetch_add(2, Ordering::AcqRel);
                 std::thread::yield_now();
             }
@@ -178,12 +178,16 @@ async fn a_held_request_finishes_under_the_rules_it_started_with() {
     let held = tokio::spawn(svc.clone().oneshot(request()));
     tokio::task::yield_now().await;
     // …while the rules change under it.
-    handle
-        .reload(handle.builder().limit(Limit::new(
-            Rule::fixed_window("new", 5, Duration::from_secs(60)),
-            key::global(),
-        )))
-        .unwrap();
+    handle.reload(
+        handle
+            .builder()
+            .limit(Limit::new(
+                Rule::fixed_window("new", 5, Duration::from_secs(60)),
+                key::global(),
+            ))
+            .build()
+            .unwrap(),
+    );
     let fresh = svc.clone().oneshot(request()).await.unwrap();
     assert_eq!(fresh.status(), StatusCode::OK);
     assert_eq!(policy(&fresh), "\"new\";q=5;w=60");
@@ -222,15 +226,20 @@ async fn state_is_kept_by_rule_name_across_reloads() {
     );
 
     // The same rule, with a route added: its count goes on.
-    handle
-        .reload(handle.builder().limit(per_user()).route(
-            "POST /sms",
-            [Limit::new(
-                Rule::fixed_window("sms", 1, minute),
-                key::global(),
-            )],
-        ))
-        .unwrap();
+    handle.reload(
+        handle
+            .builder()
+            .limit(per_user())
+            .route(
+                "POST /sms",
+                [Limit::new(
+                    Rule::fixed_window("sms", 1, minute),
+                    key::global(),
+                )],
+            )
+            .build()
+            .unwrap(),
+    );
     assert_eq!(
         svc.clone().oneshot(request()).await.unwrap().status(),
         StatusCode::OK
@@ -242,13 +251,16 @@ async fn state_is_kept_by_rule_name_across_reloads() {
 
     // A refused configuration (a rule name bound to two rules) changes nothing.
     let err = handle
-        .reload(handle.builder().limit(per_user()).route(
+        .builder()
+        .limit(per_user())
+        .route(
             "/x",
             [Limit::new(
                 Rule::fixed_window("per-user", 9, minute),
                 key::global(),
             )],
-        ))
+        )
+        .build()
         .unwrap_err();
     assert!(err.to_string().contains("\"per-user\""), "{err}");
     assert_eq!(
@@ -257,12 +269,16 @@ async fn state_is_kept_by_rule_name_across_reloads() {
     );
 
     // Under a new name the key starts fresh.
-    handle
-        .reload(handle.builder().limit(Limit::new(
-            Rule::fixed_window("per-user-v2", 2, minute),
-            key::header("user-id"),
-        )))
-        .unwrap();
+    handle.reload(
+        handle
+            .builder()
+            .limit(Limit::new(
+                Rule::fixed_window("per-user-v2", 2, minute),
+                key::header("user-id"),
+            ))
+            .build()
+            .unwrap(),
+    );
     assert_eq!(
         svc.oneshot(request()).await.unwrap().status(),
         StatusCode::OK
@@ -298,7 +314,7 @@ async fn held_requests_count_under_one_bound_across_a_reload() {
     let held = tokio::spawn(svc.clone().oneshot(request()));
     tokio::task::yield_now().await;
 
-    handle.reload(config(handle.builder())).unwrap();
+    handle.reload(config(handle.builder()).build().unwrap());
     // The new configuration's bound of one is taken by the request held under the old.
     let refused = svc.clone().oneshot(request()).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -331,7 +347,7 @@ async fn the_log_interval_holds_across_a_reload() -> Result<(), tower::BoxError>
     assert_eq!(call(&svc, get()).await.status(), StatusCode::OK);
     assert_eq!(captured.lines().len(), 1);
 
-    handle.reload(configure(handle.builder()))?;
+    handle.reload(configure(handle.builder()).build()?);
     call(&svc, get()).await;
     let lines = captured.lines();
     assert!(lines.is_empty(), "logged again after a reload: {lines:?}");

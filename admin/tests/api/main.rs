@@ -94,13 +94,13 @@ async fn rules_are_listed_and_follow_reloads() {
     assert_eq!(rules[0]["mode"], "enforce");
 
     let trial = Rule::fixed_window("trial", 5, Duration::from_secs(1));
-    reload
-        .reload(
-            reload
-                .builder()
-                .route("GET /x", [Limit::new(trial, key::global()).shadow()]),
-        )
-        .unwrap();
+    reload.reload(
+        reload
+            .builder()
+            .route("GET /x", [Limit::new(trial, key::global()).shadow()])
+            .build()
+            .unwrap(),
+    );
     let (_, rules) = send(&app, admin("GET", "/admin/api/rules", Some(TOKEN))).await;
     assert_eq!(rules.as_array().map(Vec::len), Some(1));
     assert_eq!(rules[0]["name"], "trial");

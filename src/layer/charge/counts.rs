@@ -73,9 +73,7 @@ use http::StatusCode;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Default)]
-pub struct Charge {
-    kind: Counted,
-}
+pub struct Charge(Counted);
 
 #[derive(Clone, Default)]
 enum Counted {
@@ -87,25 +85,16 @@ enum Counted {
 }
 
 impl Charge {
-    /// Every request counts, whatever its response (the default).
-    pub(crate) fn all() -> Self {
-        Self { kind: Counted::All }
-    }
-
     /// Only `401 Unauthorized` and `403 Forbidden` count: failed logins, bad API keys. A
     /// client that signs in correctly never uses up the quota of failed attempts.
     pub fn failures() -> Self {
-        Self {
-            kind: Counted::Failures,
-        }
+        Self(Counted::Failures)
     }
 
     /// Every response but a server error (`5xx`) counts, so that a failing backend does not
     /// use up its clients' quotas.
     pub fn except_server_errors() -> Self {
-        Self {
-            kind: Counted::ExceptServerErrors,
-        }
+        Self(Counted::ExceptServerErrors)
     }
 
     /// The responses for which `counts` says `true` count.
@@ -126,14 +115,12 @@ impl Charge {
     where
         F: Fn(StatusCode) -> bool + Send + Sync + 'static,
     {
-        Self {
-            kind: Counted::When(Arc::new(counts)),
-        }
+        Self(Counted::When(Arc::new(counts)))
     }
 
     /// Whether a response with `status` counts.
     pub(crate) fn counts(&self, status: StatusCode) -> bool {
-        match &self.kind {
+        match &self.0 {
             Counted::All => true,
             Counted::Failures => {
                 status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN
@@ -145,14 +132,14 @@ impl Charge {
 
     /// Whether every response counts (nothing is ever given back).
     pub(crate) fn counts_all(&self) -> bool {
-        matches!(self.kind, Counted::All)
+        matches!(self.0, Counted::All)
     }
 }
 
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Counted::All => "Charge::all()",
+        f.write_str(match self.0 {
+            Counted::All => "Charge::default()",
             Counted::Failures => "Charge::failures()",
             Counted::ExceptServerErrors => "Charge::except_server_errors()",
             Counted::When(_) => "Charge::when(..)",

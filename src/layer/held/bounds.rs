@@ -69,6 +69,47 @@ impl HeldCounts {
     fn shard(&self, key: u64) -> &Mutex<HashMap<u64, usize>> {
         &self.per_key[(key >> 60) as usize % HELD_SHARDS]
     }
+
+    /// Counts one more held request under `keys` (distinct), or says `None` when that would
+    /// pass a bound of `limits`: `max` in all, [`per_key`](HeldLimits::per_key) for each
+    /// key, and the [reach](HeldLimits::reach) of the key among them that holds most.
+    pub(crate) fn try_hold(
+        self: &Arc<Self>,
+        limits: &HeldLimits,
+        keys: SmallVec<[u64; 4]>,
+    ) -> Option<HeldSlot> {
+        let held = keys
+            .iter()
+            .map(|key| self.shard(*key).lock().get(key).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let max = limits.reach(held);
+        self.total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        record::held(true);
+        // The slot gives back what it took when dropped, on the way out too.
+        let mut slot = HeldSlot {
+            counts: self.clone(),
+            keys: SmallVec::new(),
+        };
+        let max_per_key = limits.per_key();
+        for key in keys {
+            let mut shard = self.shard(key).lock();
+            let n = shard.entry(key).or_insert(0);
+            if *n >= max_per_key {
+                if *n == 0 {
+                    shard.remove(&key);
+                }
+                return None;
+            }
+            *n += 1;
+            slot.keys.push(key);
+        }
+        Some(slot)
+    }
 }
 
 impl HeldLimits {
@@ -87,53 +128,6 @@ impl HeldLimits {
         }
         let kept = self.max as u128 * held.min(share) as u128 / share as u128;
         self.max - kept as usize
-    }
-}
-
-impl HeldCounts {
-    /// Counts one more held request under `keys` (distinct), or says `None` when that would
-    /// pass a bound of `limits`: `max` in all, [`per_key`](HeldLimits::per_key) for each
-    /// key, and the [reach](HeldLimits::reach) of the key among them that holds most.
-    pub(crate) fn try_hold(
-        self: &Arc<Self>,
-        limits: &HeldLimits,
-        keys: SmallVec<[u64; 4]>,
-    ) -> Option<HeldSlot> {
-        let counts = self;
-        let held = keys
-            .iter()
-            .map(|key| counts.shard(*key).lock().get(key).copied().unwrap_or(0))
-            .max()
-            .unwrap_or(0);
-        let max = limits.reach(held);
-        counts
-            .total
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()?;
-        record::held(true);
-        // The slot gives back what it took when dropped, on the way out too.
-        let mut slot = HeldSlot {
-            counts: counts.clone(),
-            keys: SmallVec::new(),
-        };
-        let max_per_key = limits.per_key();
-        {
-            for key in keys {
-                let mut shard = counts.shard(key).lock();
-                let n = shard.entry(key).or_insert(0);
-                if *n >= max_per_key {
-                    if *n == 0 {
-                        shard.remove(&key);
-                    }
-                    return None;
-                }
-                *n += 1;
-                slot.keys.push(key);
-            }
-        }
-        Some(slot)
     }
 }
 

@@ -1,5 +1,4 @@
-//! A read-only view of the rules a layer runs now, for a dashboard: each rule's algorithm,
-//! quota, penalty, routes and mode.
+//! A read-only view of the rules a layer runs now, for a dashboard.
 
 use std::time::Duration;
 
@@ -25,10 +24,8 @@ pub struct RuleInfo {
     /// The route patterns the rule applies to, `"*"` for the layer's own limits (every
     /// request), in the order of the layer's configuration.
     pub routes: Vec<String>,
-    /// Whether the rule is in shadow: a [`Limit::shadow`](super::super::Limit::shadow), or
-    /// the layer in [`Mode::Shadow`].
-    pub shadow: bool,
-    /// The layer's mode.
+    /// The mode the rule runs in: the layer's, or [`Mode::Shadow`] for a
+    /// [`Limit::shadow`](super::super::Limit::shadow).
     pub mode: Mode,
 }
 
@@ -53,8 +50,11 @@ pub(crate) fn rules(config: &Config) -> Vec<RuleInfo> {
             quota,
             period,
             routes: vec![route.to_owned()],
-            shadow: limit.is_shadow() || config.mode == Mode::Shadow,
-            mode: config.mode,
+            mode: if limit.shadow {
+                Mode::Shadow
+            } else {
+                config.mode
+            },
         });
     }
     infos

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use self::select::{Otherwise, PlanGuard, PlanOf, Selector};
 use super::config::Limit;
 use crate::error::ConfigError;
-use crate::key::KeyExtractor;
 use crate::rule::Rule;
 
 /// What a request whose plan is not one of the [`Plans`] (or that has none) gets. There is
@@ -29,29 +28,30 @@ pub enum UnknownPlan {
 
 /// A limit whose rule is chosen per request by the request's plan: free, pro, enterprise.
 ///
-/// Each plan has its own [`Rule`] with its own name (see
+/// Each plan is a [`Limit`] whose rule has its own name (see
 /// [One name, one configuration](crate::Rule#one-name-one-configuration)), so its own state:
 /// a key moved to another plan counts under that plan's rule with whatever state it holds
 /// for the key, and its old state expires. A key that moves between plans can use each
 /// plan's quota in the same window: the plan must come from the server, never the client.
 ///
-/// `Plans` is an `IntoIterator` of [`Limit`]s, one per plan, of which a request meets
-/// exactly one (or none, under [`UnknownPlan::Unlimited`]): give it to
+/// `Plans` is an `IntoIterator` of those limits, of which a request meets exactly one (or
+/// none, under [`UnknownPlan::Unlimited`]): give it to
 /// [`RateLimitLayerBuilder::limits`](super::RateLimitLayerBuilder::limits) or to a
 /// [`route`](super::RateLimitLayerBuilder::route), beside other limits, in one batch.
 ///
 /// ```
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
-/// use tollgate::layer::{PlanOf, Plans, RateLimitLayer, UnknownPlan};
+/// use tollgate::layer::{Limit, PlanOf, Plans, RateLimitLayer, UnknownPlan};
 /// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let per_key = Plans::new(key::header("x-api-key"), PlanOf::header("x-plan"), UnknownPlan::Plan("free".into()))
-///     .plan("free", Rule::fixed_window("api-free", 1, Duration::from_secs(60)))
-///     .plan("pro", Rule::token_bucket("api-pro", 100, Rate::per_second(10)));
+/// let api_key = key::header("x-api-key");
+/// let per_key = Plans::new(PlanOf::header("x-plan"), UnknownPlan::Plan("free".into()))
+///     .plan("free", Limit::new(Rule::fixed_window("api-free", 1, Duration::from_secs(60)), api_key.clone()))
+///     .plan("pro", Limit::new(Rule::token_bucket("api-pro", 100, Rate::per_second(10)), api_key));
 /// let layer = RateLimitLayer::builder()
 ///     .limits(per_key)
 ///     .build()?;
@@ -71,35 +71,25 @@ pub enum UnknownPlan {
 /// # Ok(()) }
 /// ```
 pub struct Plans {
-    key: Arc<dyn KeyExtractor>,
     plan_of: PlanOf,
     unknown: UnknownPlan,
     plans: Vec<(Box<str>, Limit)>,
 }
 
 impl Plans {
-    /// Limits counted under the key `key` finds, with the rule of the plan `plan_of` finds;
-    /// a request whose plan is none of them gets `unknown`. Add plans with
-    /// [`plan`](Self::plan).
-    pub fn new(key: impl KeyExtractor, plan_of: PlanOf, unknown: UnknownPlan) -> Self {
+    /// Limits chosen by the plan `plan_of` finds; a request whose plan is none of them gets
+    /// `unknown`. Add plans with [`plan`](Self::plan).
+    pub fn new(plan_of: PlanOf, unknown: UnknownPlan) -> Self {
         Self {
-            key: Arc::new(key),
             plan_of,
             unknown,
             plans: Vec::new(),
         }
     }
 
-    /// Requests of the plan `name` are limited by `rule`, counted under the key of
-    /// [`new`](Self::new). Give each plan's rule its own name.
-    pub fn plan(self, name: impl Into<String>, rule: Rule) -> Self {
-        let limit = Limit::from_shared(rule, self.key.clone());
-        self.plan_limit(name, limit)
-    }
-
-    /// Requests of the plan `name` are limited by `limit`, a [`Limit`] of its own (a cost
-    /// function, its own key, [`shadow`](Limit::shadow), [`on_missing_key`](Limit::on_missing_key)).
-    pub fn plan_limit(mut self, name: impl Into<String>, limit: Limit) -> Self {
+    /// Requests of the plan `name` are limited by `limit` (its rule, key, cost and options);
+    /// give each plan's rule its own name.
+    pub fn plan(mut self, name: impl Into<String>, limit: Limit) -> Self {
         self.plans.push((name.into().into(), limit));
         self
     }
@@ -155,7 +145,7 @@ impl IntoIterator for Plans {
         if plans.is_empty() {
             // Carries the problem to `build`, which refuses it: never decided with.
             let placeholder = Rule::fixed_window("plans", 1, std::time::Duration::from_secs(1));
-            plans.push((Box::from(""), Limit::from_shared(placeholder, self.key)));
+            plans.push((Box::from(""), Limit::new(placeholder, crate::key::global())));
         }
         let limits: Vec<Limit> = plans
             .into_iter()

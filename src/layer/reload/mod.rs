@@ -1,11 +1,7 @@
 //! Live reconfiguration: [`ReloadHandle`] swaps the configuration of a running layer.
-//!
-//! A reloadable layer keeps its configuration's `Arc` in an [`ArcSwap`]: a request loads the
-//! current one and keeps an `Arc` of it as long as it needs (store call, hold, refund).
 
 pub(super) mod source;
 
-use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -14,7 +10,6 @@ use self::source::ConfigSource;
 use super::config::Config;
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use super::state::LayerState;
-use crate::error::ConfigError;
 use crate::limiter::Limiter;
 use crate::store::Store;
 
@@ -22,23 +17,21 @@ use crate::store::Store;
 /// mode, policies and hooks — atomically, in every service the layer made and every clone
 /// of them; made by [`RateLimitLayer::reloadable`].
 ///
-/// - **Atomic.** A request runs under the configuration current when the service was
-///   called, from start to end (decided, held, forwarded); the next call sees the new one.
-/// - **No lock on the request path.** A request reads the configuration with one atomic
-///   load ([`arc_swap`]); a reload never waits for requests, nor they for it.
-/// - **Checked first.** [`reload`](Self::reload) builds the new configuration with the same
-///   [`build`](RateLimitLayerBuilder::build) as any layer and installs it only if it can
-///   work: on an error the running configuration stays, and the error says why.
-/// - **The same limiter and state.** The layer keeps its own [`Limiter`] (its store), which
-///   [`builder`](Self::builder) starts from, and its state:
+/// - **Atomic, no lock.** A request reads the configuration with one atomic load
+///   ([`arc_swap`]) and keeps it from start to end (decided, held, forwarded); the next
+///   call sees the new one. A reload never waits for requests, nor they for it.
+/// - **Checked first.** [`reload`](Self::reload) takes a layer, so its configuration passed
+///   [`build`](RateLimitLayerBuilder::build) (or a rules file's loader): a configuration
+///   that cannot work never reaches the running layer.
+/// - **The same limiter and state.** The running layer keeps its [`Limiter`] (which
+///   [`builder`](Self::builder) starts from), its observers and its state:
 ///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under both
 ///   configurations together, a refusal of a limit charged by outcome still waits for the
 ///   requests beside it, and the log's intervals carry on.
 ///
-/// State is kept by rule name in the store, so a rule that keeps its name and parameters
-/// across a reload keeps its counts; a rule whose parameters change under the same name is
-/// converted as [Reconfiguring a rule](crate::Rule#reconfiguring-a-rule) describes (never a
-/// fresh quota); a new name starts fresh.
+/// State is kept by rule name in the store: a rule that keeps its name and parameters keeps
+/// its counts; one whose parameters change under the same name is converted as
+/// [Reconfiguring a rule](crate::Rule#reconfiguring-a-rule) describes; a new name starts fresh.
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,16 +54,16 @@ use crate::store::Store;
 /// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::OK);
 /// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
 ///
-/// // A configuration that cannot work is refused; the running one stays.
+/// // A configuration that cannot work is refused by `build`; the running one stays.
 /// let broken = handle.builder().limit(Limit::new(Rule::fixed_window("per-user", 0, minute), key::global()));
-/// assert!(handle.reload(broken).is_err());
-/// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert!(broken.build().is_err());
 ///
 /// // Every service the layer made sees the new rules at once.
-/// handle.reload(handle.builder())?;
+/// handle.reload(handle.builder().build()?);
 /// assert_eq!(service.oneshot(request()?).await?.status(), StatusCode::OK);
 /// # Ok(()) }
 /// ```
+#[derive(Clone, Debug)]
 pub struct ReloadHandle<St> {
     limiter: Limiter<St>,
     config: Arc<ArcSwap<Config>>,
@@ -109,44 +102,15 @@ impl<St: Store + Clone> ReloadHandle<St> {
         RateLimitLayerBuilder::on(self.limiter.clone())
     }
 
-    /// Builds `builder` and installs it in the running layer; on error (every problem, as
-    /// [`build`](RateLimitLayerBuilder::build) reports) the running configuration stays.
-    pub fn reload(&self, builder: RateLimitLayerBuilder<St>) -> Result<(), ConfigError> {
-        self.replace(builder.build()?);
-        Ok(())
-    }
-
-    /// Installs the configuration of `layer`, already built (say by the `serde` feature's
-    /// `rules_file::Loader`), in the running layer, which keeps its own limiter.
-    pub fn replace(&self, layer: RateLimitLayer<St>) {
+    /// Installs the configuration of `layer` (from [`builder`](Self::builder) and
+    /// [`build`](RateLimitLayerBuilder::build), or a rules file's loader) in the running
+    /// layer, which keeps its own limiter, observers and state.
+    pub fn reload(&self, layer: RateLimitLayer<St>) {
         let config = match layer.config {
             ConfigSource::Fixed(config) => config,
             ConfigSource::Live(live) => live.load_full(),
         };
-        // The running layer's state stays; `layer`'s own is dropped.
         self.state.follow(&config);
         self.config.store(config);
-    }
-}
-
-impl<St> Clone for ReloadHandle<St>
-where
-    Limiter<St>: Clone,
-{
-    fn clone(&self) -> Self {
-        Self {
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            state: Arc::clone(&self.state),
-        }
-    }
-}
-
-impl<St: fmt::Debug> fmt::Debug for ReloadHandle<St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadHandle")
-            .field("limiter", &self.limiter)
-            .field("config", &self.config.load())
-            .finish()
     }
 }

@@ -1,8 +1,6 @@
 //! Where a layer finds its configuration: a fixed `Arc`, or the [`ArcSwap`] a
-//! [`ReloadHandle`](super::ReloadHandle) swaps (see the [folder's root](super) for how a
-//! request keeps the configuration it started with).
+//! [`ReloadHandle`](super::ReloadHandle) swaps.
 
-use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -11,7 +9,7 @@ use arc_swap::{ArcSwap, Guard};
 use crate::layer::config::Config;
 
 /// Where a layer, and every service it makes, finds its configuration.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) enum ConfigSource {
     /// Built once, never changed: a plain `Arc`.
     Fixed(Arc<Config>),
@@ -43,15 +41,6 @@ impl Deref for Current<'_> {
         match self {
             Current::Fixed(config) => config,
             Current::Live(guard) => guard,
-        }
-    }
-}
-
-impl fmt::Debug for ConfigSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigSource::Fixed(config) => fmt::Debug::fmt(config, f),
-            ConfigSource::Live(config) => f.debug_tuple("Live").field(&config.load()).finish(),
         }
     }
 }
