@@ -75,12 +75,6 @@ impl MonotonicClock {
     }
 }
 
-impl Default for MonotonicClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Clock for MonotonicClock {
     #[inline]
     fn now_micros(&self) -> u64 {

@@ -229,13 +229,9 @@ pub(crate) fn combine(
     for (_, rule) in rules.iter().enumerate().filter(|(i, _)| !is_shadow(*i)) {
         decision = match (decision, rule.decision) {
             (Decision::Deny(a), Decision::Deny(b)) => Decision::Deny(longer(a, b)),
-            (Decision::Deny(a), _) => Decision::Deny(a),
-            (_, Decision::Deny(b)) => Decision::Deny(b),
+            (deny @ Decision::Deny(_), _) | (_, deny @ Decision::Deny(_)) => deny,
             (Decision::Delay(a), Decision::Delay(b)) => Decision::Delay(a.max(b)),
-            (Decision::Delay(a), Decision::Allow) | (Decision::Allow, Decision::Delay(a)) => {
-                Decision::Delay(a)
-            }
-            (Decision::Allow, Decision::Allow) => Decision::Allow,
+            (Decision::Allow, other) | (other, Decision::Allow) => other,
         };
     }
     Outcome {

@@ -105,7 +105,7 @@ pub struct Rule {
 impl Rule {
     /// A rule named `name` running `algorithm`, its name checked as every constructor's.
     pub(crate) fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Self {
-        Self::with(name, Ok::<_, ConfigError>(algorithm))
+        Self::with(name, Ok(algorithm))
     }
 
     /// The rule, or one recording why it cannot work (with a placeholder algorithm that
@@ -113,13 +113,11 @@ impl Rule {
     fn with(name: impl AsRef<str>, algorithm: Result<impl Into<Algorithm>, ConfigError>) -> Self {
         let name = name.as_ref();
         let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
-        let name_problem =
-            (name.is_empty() || name.len() > MAX_RULE_NAME_LEN || !name.chars().all(valid_char))
-                .then(|| {
-                    ConfigError::new(format!(
-                "the name must be 1 to {MAX_RULE_NAME_LEN} characters of A-Z a-z 0-9 - _ . :"
-            ))
-                });
+        let valid = (1..=MAX_RULE_NAME_LEN).contains(&name.len()) && name.chars().all(valid_char);
+        let name_problem = (!valid).then(|| {
+            let rule = format!("1 to {MAX_RULE_NAME_LEN} characters of A-Z a-z 0-9 - _ . :");
+            ConfigError::new(format!("the name must be {rule}"))
+        });
         let (algorithm, algorithm_problem) = match algorithm {
             Ok(algorithm) => (algorithm.into(), None),
             Err(e) => (Algorithm::FixedWindow(FixedWindow::UNUSABLE), Some(e)),
@@ -222,9 +220,8 @@ impl Rule {
 
     /// Token bucket: bursts of up to `capacity` units, refilled continuously at `refill`
     /// (`token_bucket("x", 100, Rate::per_second(10))` admits 100 at once, then 10 per second).
-    /// A new key starts full. Exact while `capacity × period / gcd(amount, period)` ≤ 2^52;
-    /// beyond, the refill is rounded down by less than 1 µs per token (see [`Rate`]). A bucket
-    /// that takes more than 2^52 µs to fill is refused.
+    /// A new key starts full. The refill is exact, or rounded down by less than 1 µs per
+    /// token where it cannot be ([`Rate`'s exactness](Rate#exactness)).
     pub fn token_bucket(name: impl AsRef<str>, capacity: u64, refill: Rate) -> Self {
         Self::with(name, TokenBucket::new(capacity, refill, Refill::Smooth))
     }

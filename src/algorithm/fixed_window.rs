@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
-use crate::clock::duration_to_micros_ceil;
+use super::{check_window, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 
 /// Where a fixed window starts; the number is its code in the Lua models and the fingerprint.
@@ -51,12 +50,7 @@ impl FixedWindow {
         window: Duration,
         anchor: WindowAnchor,
     ) -> Result<Self, ConfigError> {
-        let limit = check_range("fixed window limit", limit, MAX_SCALED)?;
-        let window = check_range(
-            "fixed window length (µs)",
-            duration_to_micros_ceil(window),
-            MAX_SCALED,
-        )?;
+        let (limit, window) = check_window("fixed window", limit, window)?;
         Ok(Self {
             limit,
             window,

@@ -1,6 +1,8 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
-use super::{check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED};
+use super::{
+    check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED,
+};
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
 
@@ -33,9 +35,8 @@ pub(crate) struct TatState {
 impl Gcra {
     /// `rate` sustained, with up to `burst` units at once.
     pub(crate) fn new(burst: u64, rate: Rate) -> Result<Self, ConfigError> {
-        check_range("GCRA rate amount", rate.amount(), MAX_SCALED)?;
-        check_range("GCRA rate period (µs)", rate.period_micros(), MAX_SCALED)?;
-        check_range("GCRA burst", burst, MAX_SCALED)?;
+        check_rate("GCRA rate", rate)?;
+        check_range("GCRA burst", burst)?;
         let pace = scaled_rate("GCRA burst", burst, rate)?;
         Ok(Self {
             rate,

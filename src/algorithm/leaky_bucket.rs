@@ -1,6 +1,6 @@
 //! Leaky bucket as a shaper: requests queue and leave at a constant rate.
 
-use super::{check_range, scaled_rate, Eval, Model, MAX_PRODUCT, MAX_SCALED};
+use super::{check_range, check_rate, scaled_rate, Eval, Model, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -28,13 +28,8 @@ pub(crate) struct LevelState {
 impl LeakyBucket {
     /// A queue of `capacity` units drained at `drain`.
     pub(crate) fn new(capacity: u64, drain: Rate) -> Result<Self, ConfigError> {
-        check_range("leaky bucket capacity", capacity, MAX_SCALED)?;
-        check_range("leaky bucket drain amount", drain.amount(), MAX_SCALED)?;
-        check_range(
-            "leaky bucket drain period (µs)",
-            drain.period_micros(),
-            MAX_SCALED,
-        )?;
+        check_range("leaky bucket capacity", capacity)?;
+        check_rate("leaky bucket drain", drain)?;
         let pace = scaled_rate("leaky bucket capacity", capacity, drain)?;
         Ok(Self {
             capacity,

@@ -23,6 +23,7 @@ mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
+use std::fmt;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -34,6 +35,7 @@ pub(crate) use sliding_log::SlidingLog;
 pub(crate) use sliding_window::SlidingWindow;
 pub(crate) use token_bucket::{Refill, TokenBucket};
 
+use crate::clock::duration_to_micros_ceil;
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -580,17 +582,38 @@ fn refund_with<M: Model>(
     true
 }
 
-/// Rejects zero and over-large quantities with a message naming the parameter.
-pub(crate) fn check_range(what: &str, value: u64, max: u64) -> Result<u64, ConfigError> {
+/// Rejects a parameter of 0 or above [`MAX_SCALED`] with a message naming it (`what`).
+pub(crate) fn check_range(what: impl fmt::Display, value: u64) -> Result<u64, ConfigError> {
     if value == 0 {
         return Err(ConfigError::new(format!("{what} must be at least 1")));
     }
-    if value > max {
+    if value > MAX_SCALED {
         return Err(ConfigError::new(format!(
-            "{what} is {value}, more than the supported {max}"
+            "{what} is {value}, more than the supported {MAX_SCALED}"
         )));
     }
     Ok(value)
+}
+
+/// A window model's limit and window (in µs), each checked by [`check_range`]; `model`
+/// names them (`"fixed window"`).
+pub(crate) fn check_window(
+    model: &str,
+    limit: u64,
+    window: Duration,
+) -> Result<(u64, u64), ConfigError> {
+    let limit = check_range(format_args!("{model} limit"), limit)?;
+    let window = duration_to_micros_ceil(window);
+    let window = check_range(format_args!("{model} length (µs)"), window)?;
+    Ok((limit, window))
+}
+
+/// A rate's amount and period, each checked by [`check_range`]; `what` names the rate
+/// (`"token bucket refill"`).
+pub(crate) fn check_rate(what: &str, rate: Rate) -> Result<(), ConfigError> {
+    check_range(format_args!("{what} amount"), rate.amount())?;
+    check_range(format_args!("{what} period (µs)"), rate.period_micros())?;
+    Ok(())
 }
 
 /// `a * b`, failing when the product leaves the exact range.

@@ -3,8 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{check_range, Eval, Model, MAX_SCALED};
-use crate::clock::duration_to_micros_ceil;
+use super::{check_window, Eval, Model, MAX_SCALED};
 use crate::error::ConfigError;
 
 /// Never more than `limit` units in any window-long interval (see
@@ -43,12 +42,7 @@ pub(crate) struct Logged {
 impl SlidingLog {
     /// At most `limit` units in any interval of length `window`.
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        let limit = check_range("sliding log limit", limit, MAX_SCALED)?;
-        let window = check_range(
-            "sliding log window (µs)",
-            duration_to_micros_ceil(window),
-            MAX_SCALED,
-        )?;
+        let (limit, window) = check_window("sliding log", limit, window)?;
         Ok(Self { limit, window })
     }
 

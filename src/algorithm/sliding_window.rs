@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use super::fixed_window::most_owed;
-use super::{check_range, Eval, Model, MAX_PRODUCT, MAX_SCALED};
-use crate::clock::duration_to_micros_ceil;
+use super::{check_window, Eval, Model, MAX_PRODUCT};
 use crate::error::ConfigError;
 
 /// Admits while `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, in
@@ -39,12 +38,7 @@ pub(crate) struct CountersState {
 impl SlidingWindow {
     /// At most `limit` units per `window`, estimated over the last two windows.
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        let limit = check_range("sliding window limit", limit, MAX_SCALED)?;
-        let window = check_range(
-            "sliding window length (µs)",
-            duration_to_micros_ceil(window),
-            MAX_SCALED,
-        )?;
+        let (limit, window) = check_window("sliding window", limit, window)?;
         // The fewest µs per step that keep limit × steps within the exact range.
         let max_steps = MAX_PRODUCT / limit;
         let step = window.div_ceil(max_steps);

@@ -1,7 +1,8 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
 use super::{
-    check_product, check_range, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED,
+    check_product, check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT,
+    MAX_SCALED,
 };
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
@@ -48,13 +49,8 @@ pub(crate) struct BucketState {
 impl TokenBucket {
     /// A bucket of `capacity` tokens refilled at `refill`, continuously or in steps.
     pub(crate) fn new(capacity: u64, refill: Rate, mode: Refill) -> Result<Self, ConfigError> {
-        check_range("token bucket capacity", capacity, MAX_SCALED)?;
-        check_range("token bucket refill amount", refill.amount(), MAX_SCALED)?;
-        check_range(
-            "token bucket refill period (µs)",
-            refill.period_micros(),
-            MAX_SCALED,
-        )?;
+        check_range("token bucket capacity", capacity)?;
+        check_rate("token bucket refill", refill)?;
         let pace = match mode {
             Refill::Smooth => scaled_rate("token bucket capacity", capacity, refill)?,
             Refill::Stepped => {

@@ -401,11 +401,10 @@ fn parse_node(raw: &[u8]) -> Option<IpAddr> {
         let end = rest.find(']')?;
         return rest[..end].parse::<Ipv6Addr>().ok().map(IpAddr::V6);
     }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    // IPv4 with a port.
-    s.parse::<SocketAddr>().ok().map(|a| a.ip())
+    // Else an address, or IPv4 with a port.
+    s.parse::<IpAddr>()
+        .or_else(|_| s.parse::<SocketAddr>().map(|a| a.ip()))
+        .ok()
 }
 
 #[cfg(test)]

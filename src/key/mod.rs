@@ -13,20 +13,7 @@
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain; inside a part, `0x1F` and `0x10` are preceded by `0x10`, so no two tuples share a key) |
-//! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was |
-//!
-//! ```
-//! use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let per_user = key::header("user-id").or(key::global());
-//! let request = http::Request::get("/").header("user-id", "42").body(())?;
-//! let mut buf = KeyBuf::new();
-//! per_user.extract(&RequestHead::from_request(&request), &mut buf)?;
-//! // Tagged as found by the first branch of `or`.
-//! assert_eq!(buf.as_bytes(), b"\x0142");
-//! # Ok(()) }
-//! ```
+//! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was (see [`Or`] for the bytes) |
 //!
 //! Keys are what the client cannot choose, or they limit nothing: a header key needs a
 //! gateway that authenticates the client and *replaces* the header (see
