@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_window, Eval, Model, MAX_PRODUCT, MAX_SCALED};
+use super::{check_window, Eval, Model, Refund, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 
 /// Where a fixed window starts; the number is its code in the Lua models and the fingerprint.
@@ -128,15 +128,7 @@ impl Model for FixedWindow {
 
     /// Counts add up, so taking an admission back out of its window leaves exactly the
     /// others, whatever was admitted since.
-    fn refund(
-        &self,
-        s: &mut WindowState,
-        _now: u64,
-        at: u64,
-        cost: u64,
-        _mark: u64,
-        _hold: u64,
-    ) -> bool {
+    fn refund(&self, s: &mut WindowState, Refund { at, cost, .. }: Refund) -> bool {
         if s.start <= at && at < s.start.saturating_add(self.window) {
             s.count = s.count.saturating_sub(cost);
             true

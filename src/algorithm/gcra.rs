@@ -1,7 +1,8 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
 use super::{
-    check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT, MAX_SCALED,
+    check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, Refund, MAX_PRODUCT,
+    MAX_SCALED,
 };
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
@@ -178,15 +179,7 @@ impl Model for Gcra {
 
     /// Moves the TAT back by the units, only while it is where this admission left it: a
     /// later admission was counted without this one, so a refund then could let more through.
-    fn refund(
-        &self,
-        s: &mut TatState,
-        _now: u64,
-        at: u64,
-        cost: u64,
-        mark: u64,
-        _hold: u64,
-    ) -> bool {
+    fn refund(&self, s: &mut TatState, Refund { at, cost, mark, .. }: Refund) -> bool {
         if s.tat < at || self.mark(s, at, 0) != mark {
             return false;
         }

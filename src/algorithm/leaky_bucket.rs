@@ -1,6 +1,6 @@
 //! Leaky bucket as a shaper: requests queue and leave at a constant rate.
 
-use super::{check_range, check_rate, scaled_rate, Eval, Model, MAX_PRODUCT, MAX_SCALED};
+use super::{check_range, check_rate, scaled_rate, Eval, Model, Refund, MAX_PRODUCT, MAX_SCALED};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -166,11 +166,9 @@ impl Model for LeakyBucket {
     fn refund(
         &self,
         s: &mut LevelState,
-        _now: u64,
-        _at: u64,
-        cost: u64,
-        mark: u64,
-        hold: u64,
+        Refund {
+            cost, mark, hold, ..
+        }: Refund,
     ) -> bool {
         if self.expires_at(s) != mark {
             return false;

@@ -63,16 +63,10 @@ pub(crate) struct Eval {
 pub(crate) enum Verdict {
     /// Admitted; the request should be held for `delay_micros` first (non-zero only for the
     /// leaky bucket, which shapes traffic).
-    Admit {
-        /// Microseconds to hold the request before forwarding it.
-        delay_micros: u64,
-    },
+    Admit { delay_micros: u64 },
     /// Rejected. `retry_micros` is the exact wait until the same request would be admitted,
     /// or `None` when it never can be (its cost exceeds the rule's capacity).
-    Reject {
-        /// Microseconds until a retry succeeds, if one ever can.
-        retry_micros: Option<u64>,
-    },
+    Reject { retry_micros: Option<u64> },
 }
 
 impl Eval {
@@ -165,6 +159,16 @@ pub(crate) struct Admitted {
     pub(crate) mark: u64,
 }
 
+/// An admission [`Algorithm::refund`] gives back: `cost` units recorded at `at`, the
+/// [`mark`](Algorithm::mark) it left and the water its [`hold`](Algorithm::hold) added.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refund {
+    at: u64,
+    cost: u64,
+    mark: u64,
+    hold: u64,
+}
+
 /// The state one rule keeps for one key. Opaque: stores hold it, models read and write it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct State(pub(crate) Inner);
@@ -247,7 +251,13 @@ impl Algorithm {
         cost: u64,
         (mark, hold): (u64, u64),
     ) -> bool {
-        each_model!(self, m => refund_with(m, &mut state.0, now, at, cost, (mark, hold)))
+        let given = Refund {
+            at,
+            cost,
+            mark,
+            hold,
+        };
+        each_model!(self, m => refund_with(m, &mut state.0, now, given))
     }
 
     /// The water a leaky bucket's hold of a request from `at` until `until` adds (see
@@ -410,16 +420,8 @@ pub(crate) trait Model {
     fn mark(&self, _s: &Self::State, _at: u64, _delay: u64) -> u64 {
         0
     }
-    /// [`Algorithm::refund`].
-    fn refund(
-        &self,
-        s: &mut Self::State,
-        now: u64,
-        at: u64,
-        cost: u64,
-        mark: u64,
-        hold: u64,
-    ) -> bool;
+    /// [`Algorithm::refund`] on the model's live state.
+    fn refund(&self, s: &mut Self::State, given: Refund) -> bool;
     /// Whether `s`, after a refund at `now`, is the same as no state (a first-hit window
     /// whose every unit was given back never started); a refund then leaves none.
     fn is_unused(&self, _s: &Self::State, _now: u64) -> bool {
@@ -558,22 +560,15 @@ fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64, delay: u64) -> u64 {
     M::get(inner).map_or(0, |s| model.mark(s, at, delay))
 }
 
-fn refund_with<M: Model>(
-    model: &M,
-    inner: &mut Inner,
-    now: u64,
-    at: u64,
-    cost: u64,
-    (mark, hold): (u64, u64),
-) -> bool {
+fn refund_with<M: Model>(model: &M, inner: &mut Inner, now: u64, given: Refund) -> bool {
     // An expired state (or another algorithm's) holds no admission to give back.
-    if cost == 0 || live(model, inner, now).is_none() {
+    if given.cost == 0 || live(model, inner, now).is_none() {
         return false;
     }
     let Some(s) = M::get_mut(inner) else {
         return false;
     };
-    if !model.refund(s, now, at, cost, mark, hold) {
+    if !model.refund(s, given) {
         return false;
     }
     if model.is_unused(s, now) {

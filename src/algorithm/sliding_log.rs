@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{check_window, Eval, Model, MAX_SCALED};
+use super::{check_window, Eval, Model, Refund, MAX_SCALED};
 use crate::error::ConfigError;
 
 /// Never more than `limit` units in any window-long interval (see
@@ -152,15 +152,7 @@ impl Model for SlidingLog {
 
     /// Entries add up: the units logged at `at` lose `cost`. An emptied entry stays until it
     /// expires: a reservation's entry keeps the key closed until `at`.
-    fn refund(
-        &self,
-        s: &mut LogState,
-        _now: u64,
-        at: u64,
-        cost: u64,
-        _mark: u64,
-        _hold: u64,
-    ) -> bool {
+    fn refund(&self, s: &mut LogState, Refund { at, cost, .. }: Refund) -> bool {
         let Some(i) = s.entries.iter().position(|e| e.at == at) else {
             return false;
         };

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::fixed_window::most_owed;
-use super::{check_window, Eval, Model, MAX_PRODUCT};
+use super::{check_window, Eval, Model, Refund, MAX_PRODUCT};
 use crate::error::ConfigError;
 
 /// Admits while `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, in
@@ -157,15 +157,7 @@ impl Model for SlidingWindow {
     /// Counts add up: an admission is taken back from the counter of its window, whatever was
     /// admitted since; a debt's carried rest keeps the state at least as heavy as one that
     /// never took them.
-    fn refund(
-        &self,
-        s: &mut CountersState,
-        _now: u64,
-        at: u64,
-        cost: u64,
-        _mark: u64,
-        _hold: u64,
-    ) -> bool {
+    fn refund(&self, s: &mut CountersState, Refund { at, cost, .. }: Refund) -> bool {
         let window_of_at = at - at % self.window;
         if s.start == window_of_at {
             s.current = s.current.saturating_sub(cost);

@@ -1,8 +1,8 @@
 //! Token bucket: tokens refill over time up to a capacity; a request spends `cost` tokens.
 
 use super::{
-    check_product, check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, MAX_PRODUCT,
-    MAX_SCALED,
+    check_product, check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, Refund,
+    MAX_PRODUCT, MAX_SCALED,
 };
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
@@ -296,15 +296,7 @@ impl Model for TokenBucket {
 
     /// Puts the tokens back (up to full), only while no admission was recorded at a later
     /// instant (step): without this one the bucket might have filled before it.
-    fn refund(
-        &self,
-        s: &mut BucketState,
-        _now: u64,
-        _at: u64,
-        cost: u64,
-        mark: u64,
-        _hold: u64,
-    ) -> bool {
+    fn refund(&self, s: &mut BucketState, Refund { cost, mark, .. }: Refund) -> bool {
         if s.last != mark {
             return false;
         }
