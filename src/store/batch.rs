@@ -444,32 +444,8 @@ pub(crate) fn report(
     item: &Evaluated,
     admitted: bool,
 ) -> RuleOutcome {
-    let limit = check.rule.algorithm().limit();
-    let info = |eval: &Eval| RateLimitInfo {
-        limit,
-        remaining: eval.remaining,
-        reset: Duration::from_micros(eval.reset_micros),
-    };
     if admitted {
-        // The rule counted at the release, or at arrival with its delay ending there.
-        let delay = match item.eval.verdict {
-            Verdict::Admit { delay_micros } => item.at.saturating_sub(now) + delay_micros,
-            Verdict::Reject { .. } => 0,
-        };
-        let decision = if delay > 0 {
-            Decision::Delay(Duration::from_micros(delay))
-        } else {
-            Decision::Allow
-        };
-        // The eval was made at the reserved instant; the reset a client sees counts from now.
-        let reserved = Eval {
-            reset_micros: item.eval.reset_micros + item.at.saturating_sub(now),
-            ..item.eval
-        };
-        return RuleOutcome {
-            decision,
-            info: info(&reserved),
-        };
+        return admitted_rule(check.rule, &item.eval, item.at.saturating_sub(now));
     }
     let algorithm_retry = retry_from(item, now);
     let decision = match (algorithm_retry, item.locked_for) {
@@ -480,9 +456,36 @@ pub(crate) fn report(
         (retry, None) => deny(DenyReason::Limited, retry),
     };
     // Nothing was consumed: report the quota as it stands.
+    let eval = evaluate_algorithm(check.rule, entry, now, 0);
     RuleOutcome {
         decision,
-        info: info(&evaluate_algorithm(check.rule, entry, now, 0)),
+        info: RateLimitInfo {
+            limit: check.rule.algorithm().limit(),
+            remaining: eval.remaining,
+            reset: Duration::from_micros(eval.reset_micros),
+        },
+    }
+}
+
+/// What a rule admitted with `eval` reports when it counts the request `later` µs from now
+/// (its key's release, or arrival with its delay ending there): a delay until then, and
+/// the reset as a client sees it from now.
+#[inline]
+pub(crate) fn admitted_rule(rule: &Rule, eval: &Eval, later: u64) -> RuleOutcome {
+    let delay = match eval.verdict {
+        Verdict::Admit { delay_micros } => later + delay_micros,
+        Verdict::Reject { .. } => 0,
+    };
+    RuleOutcome {
+        decision: match delay {
+            0 => Decision::Allow,
+            _ => Decision::Delay(Duration::from_micros(delay)),
+        },
+        info: RateLimitInfo {
+            limit: rule.algorithm().limit(),
+            remaining: eval.remaining,
+            reset: Duration::from_micros(eval.reset_micros + later),
+        },
     }
 }
 

@@ -85,7 +85,7 @@ pub struct Leased<S: Store + Clone> {
 /// What every clone of a `Leased` shares.
 struct Shared<S: Store + Clone> {
     store: S,
-    terms: Vec<Terms<S>>,
+    terms: Vec<Arc<Terms<S>>>,
 }
 
 /// One leased rule: its lease's size and term, and its leases by key.
@@ -161,12 +161,12 @@ impl<S: Store + Clone> Leased<S> {
         let Shared { store, mut terms } = Arc::into_inner(self.shared).ok_or_else(|| {
             ConfigError::new("a Leased is configured before it is cloned".to_owned())
         })?;
-        terms.push(Terms {
+        terms.push(Arc::new(Terms {
             rule: rule.clone(),
             units,
             term,
             leases: RwLock::default(),
-        });
+        }));
         Ok(Self {
             shared: Arc::new(Shared { store, terms }),
         })
@@ -210,7 +210,7 @@ impl<S: Store + Clone> Leased<S> {
 
     /// The first check of `batch` a lease may answer, with its index and its rule's terms.
     #[inline]
-    fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Terms<S>)> {
+    fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Arc<Terms<S>>)> {
         if !max_wait.is_zero() {
             return None;
         }
@@ -224,7 +224,7 @@ impl<S: Store + Clone> Leased<S> {
     }
 
     /// Decides `check` from its key's lease (taking the next one if needed), else the store.
-    async fn decide(&self, terms: &Terms<S>, check: Check<'_>) -> Result<Outcome, StoreError> {
+    async fn decide(&self, terms: &Arc<Terms<S>>, check: Check<'_>) -> Result<Outcome, StoreError> {
         if let Some(outcome) = terms.take(check.key(), check.cost) {
             return Ok(outcome);
         }
@@ -238,7 +238,7 @@ impl<S: Store + Clone> Leased<S> {
     /// rules").
     async fn decide_with_others(
         &self,
-        terms: &Terms<S>,
+        terms: &Arc<Terms<S>>,
         i: usize,
         batch: &[Check<'_>],
     ) -> Result<Outcome, StoreError> {
@@ -262,7 +262,7 @@ impl<S: Store + Clone> Leased<S> {
     /// store refuses a lease, or did lately.
     async fn lend(
         &self,
-        terms: &Terms<S>,
+        terms: &Arc<Terms<S>>,
         check: Check<'_>,
     ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
         loop {
@@ -282,7 +282,7 @@ impl<S: Store + Clone> Leased<S> {
     /// [`lend`](Self::lend) once this request holds `slot`'s lock.
     async fn renew(
         &self,
-        terms: &Terms<S>,
+        terms: &Arc<Terms<S>>,
         check: Check<'_>,
         slot: &Arc<Slot<S>>,
         mut held: tokio::sync::MutexGuard<'_, Held<S>>,
@@ -309,7 +309,7 @@ impl<S: Store + Clone> Leased<S> {
                 .and_then(|d| Instant::now().checked_add(d));
             // The slot remembers the refusal until it ends (at once if no wait helps).
             let due = held.denied_until.unwrap_or_else(Instant::now);
-            self.forget_at(terms, slot, held.generation, due);
+            terms.forget_at(slot, held.generation, due);
             return Ok(None);
         }
         // Released now: dropped from here on, the lease keeps its units (never over).
@@ -325,7 +325,7 @@ impl<S: Store + Clone> Leased<S> {
         slot.generation.store(held.generation, Ordering::Release);
         let left = terms.units - check.cost;
         slot.left.store(left, Ordering::Release);
-        self.forget_at(terms, slot, held.generation, Instant::now() + terms.term);
+        terms.forget_at(slot, held.generation, Instant::now() + terms.term);
         let lent = Lent {
             slot: Arc::clone(slot),
             generation: Some(held.generation),
@@ -333,19 +333,13 @@ impl<S: Store + Clone> Leased<S> {
         };
         Ok(Some((slot.rule_outcome(terms, left), lent)))
     }
+}
 
+impl<S: Store + Clone> Terms<S> {
     /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
     /// later lease was taken, so an idle or refused key costs nothing.
-    fn forget_at(&self, terms: &Terms<S>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
-        let (shared, slot) = (Arc::clone(&self.shared), Arc::clone(slot));
-        let Some(index) = self
-            .shared
-            .terms
-            .iter()
-            .position(|t| std::ptr::eq(t, terms))
-        else {
-            return;
-        };
+    fn forget_at(self: &Arc<Self>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
+        let (terms, slot) = (Arc::clone(self), Arc::clone(slot));
         tokio::spawn(async move {
             tokio::time::sleep_until(due).await;
             let mut held = slot.held.lock().await;
@@ -353,21 +347,21 @@ impl<S: Store + Clone> Leased<S> {
                 return;
             }
             slot.end(&mut held).await;
-            if let Some(terms) = shared.terms.get(index) {
-                if let Ok(mut leases) = terms.leases.write() {
-                    leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
-                }
+            if let Ok(mut leases) = terms.leases.write() {
+                leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
             }
         });
     }
-}
 
-impl<S: Store + Clone> Terms<S> {
     /// Takes `cost` units from `key`'s lease without a lock or a wait, if it has them.
     #[inline]
     fn take(&self, key: &[u8], cost: u64) -> Option<Outcome> {
         let leases = self.leases.read().ok()?;
-        leases.get(key)?.take(self, cost)
+        let slot = leases.get(key)?;
+        let left = slot.take_units(cost)?;
+        Some(Outcome::new(
+            [slot.rule_outcome(self, left)].into_iter().collect(),
+        ))
     }
 
     /// `key`'s slot, made if it has none.
@@ -409,13 +403,6 @@ impl<S: Store + Clone> Terms<S> {
 }
 
 impl<S: Store + Clone> Slot<S> {
-    /// Takes `cost` units from the lease, if it has them.
-    #[inline]
-    fn take(&self, terms: &Terms<S>, cost: u64) -> Option<Outcome> {
-        let left = self.take_units(cost)?;
-        Some(self.outcome(terms, left))
-    }
-
     /// Takes `cost` units without a lock, if the lease has them; the units left.
     #[inline]
     fn take_units(&self, cost: u64) -> Option<u64> {
@@ -441,12 +428,8 @@ impl<S: Store + Clone> Slot<S> {
         Some((self.rule_outcome(terms, left), lent))
     }
 
-    /// The outcome of a request admitted from the lease, `left` units left in it.
-    fn outcome(&self, terms: &Terms<S>, left: u64) -> Outcome {
-        Outcome::new([self.rule_outcome(terms, left)].into_iter().collect())
-    }
-
-    /// The leased rule's part of such an outcome.
+    /// The leased rule's part of the outcome of a request admitted from the lease, `left`
+    /// units left in it.
     fn rule_outcome(&self, terms: &Terms<S>, left: u64) -> RuleOutcome {
         RuleOutcome {
             decision: Decision::Allow,

@@ -15,11 +15,9 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
-use crate::algorithm::{Admitted, Carried, State, Verdict};
+use crate::algorithm::{Admitted, Carried, State};
 use crate::clock::{duration_to_micros, Clock, MonotonicClock, StoreClock};
-use crate::decision::{
-    Admission, Decision, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes, StoreId, Taken,
-};
+use crate::decision::{Admission, Outcome, RuleOutcome, RuleOutcomes, StoreId, Taken};
 use crate::error::StoreError;
 use crate::store::batch::{self, Entry, Evaluated};
 use crate::store::check::{Check, Health, Store};
@@ -176,12 +174,7 @@ impl MemoryStore {
         };
         let (item, admitted) = decide_item(check, existing, now, max_wait);
         let item_admitted = batch::admitted(&item, admitted);
-        let mut taken = Taken {
-            store: shared.id,
-            at: item.counted_at(),
-            hold: item.hold(),
-            ..Taken::default()
-        };
+        let mut taken = shared.taken(&item);
         let rule = if batch::writes(check, &item, item_admitted) {
             let (stored, created) = match entry {
                 RawEntryMut::Occupied(o) => (o.into_mut(), false),
@@ -306,16 +299,7 @@ impl Shared {
             .map(|((check, &hash), item)| {
                 let shard = guard_for(guards, self.shard_of(hash));
                 let admitted = batch::admitted(item, batch_admitted);
-                let mut taken = if item.is_pending() {
-                    Taken::pending()
-                } else {
-                    Taken {
-                        store: self.id,
-                        at: item.counted_at(),
-                        hold: item.hold(),
-                        ..Taken::default()
-                    }
-                };
+                let mut taken = self.taken(item);
                 let outcome = if batch::writes(check, item, admitted) {
                     shard.update(hash, check, now, |entry| {
                         write(check, entry, now, item, admitted, &mut taken)
@@ -330,6 +314,30 @@ impl Shared {
             })
             .collect();
         (rules, marks)
+    }
+
+    /// What `item`'s admission takes here, before its mark is known: nothing yet if it is
+    /// pending.
+    #[inline]
+    fn taken(&self, item: &Evaluated) -> Taken {
+        if item.is_pending() {
+            return Taken::pending();
+        }
+        Taken {
+            store: self.id,
+            at: item.counted_at(),
+            hold: item.hold(),
+            ..Taken::default()
+        }
+    }
+
+    /// Locks `check`'s shard, for one item outside a decision: the guard, the key's hash,
+    /// and the time now.
+    fn lock(&self, check: &Check<'_>) -> (MutexGuard<'_, Shard>, u64, u64) {
+        let hash = self.hash(check.rule, check.key());
+        let mut shard = self.shards[self.shard_of(hash)].lock();
+        let now = self.now(None, &mut [&mut shard]);
+        (shard, hash, now)
     }
 
     /// The clock's reading, raised for an unordered clock to the latest in `shards`.
@@ -440,29 +448,13 @@ fn admit_at_once<'a>(
 
 /// The outcome of a batch of one that [`admit_at_once`] admitted at `now`, with its mark.
 fn admitted_outcome(rule: &Rule, admitted: Admitted, now: u64, store: StoreId) -> Outcome {
-    let Admitted { eval, mark, .. } = admitted;
-    let delay_micros = match eval.verdict {
-        Verdict::Admit { delay_micros } => delay_micros,
-        Verdict::Reject { .. } => 0,
-    };
-    let decision = if delay_micros > 0 {
-        Decision::Delay(Duration::from_micros(delay_micros))
-    } else {
-        Decision::Allow
-    };
+    let rule = batch::admitted_rule(rule, &admitted.eval, 0);
     let mut rules = RuleOutcomes::new();
-    rules.push(RuleOutcome {
-        decision,
-        info: RateLimitInfo {
-            limit: rule.algorithm().limit(),
-            remaining: eval.remaining,
-            reset: Duration::from_micros(eval.reset_micros),
-        },
-    });
+    rules.push(rule);
     Outcome {
-        decision,
+        decision: rule.decision,
         rules,
-        admission: Some(Admission::one(Taken::at(store, now, mark))),
+        admission: Some(Admission::one(Taken::at(store, now, admitted.mark))),
     }
 }
 
@@ -586,10 +578,7 @@ impl Store for MemoryStore {
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
-        let shared = &*self.shared;
-        let hash = shared.hash(check.rule, check.key());
-        let mut shard = shared.shards[shared.shard_of(hash)].lock();
-        let now = shared.now(None, &mut [&mut shard]);
+        let (shard, hash, now) = self.shared.lock(&check);
         let entry = shard.get(hash, &check);
         let item = batch::evaluate_alone(&check, entry, now);
         let admitted = batch::admitted(&item, batch::admits(std::slice::from_ref(&item)));
@@ -612,10 +601,8 @@ impl Store for MemoryStore {
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-        let shared = &*self.shared;
         let check = Check::stored(rule, key.as_bytes());
-        let hash = shared.hash(rule, key.as_bytes());
-        let mut shard = shared.shards[shared.shard_of(hash)].lock();
+        let (mut shard, hash, _) = self.shared.lock(&check);
         if let RawEntryMut::Occupied(o) = shard
             .map
             .raw_entry_mut()
@@ -630,8 +617,9 @@ impl Store for MemoryStore {
     fn outage_health(&self) -> Health {
         Health::Healthy
     }
-    fn health(&self) -> crate::store::Health {
-        crate::store::Health::Healthy
+
+    fn health(&self) -> Health {
+        Health::Healthy
     }
 }
 

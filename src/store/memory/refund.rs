@@ -25,9 +25,7 @@ impl MemoryStore {
             if check.cost == 0 || check.in_shadow() || taken.pending || taken.store != shared.id {
                 continue;
             }
-            let hash = shared.hash(check.rule, check.key());
-            let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.now(None, &mut [&mut shard]);
+            let (mut shard, hash, now) = shared.lock(check);
             if let Some(entry) = shard.get_mut(hash, check) {
                 if batch::refund(check, entry, now, &taken) {
                     entry.written_by(check.rule);
@@ -44,9 +42,7 @@ impl MemoryStore {
         let shared = &*self.shared;
         shared.make_room(batch).map_err(NoRoom::error)?;
         for check in batch.iter().filter(|c| c.cost > 0) {
-            let hash = shared.hash(check.rule, check.key());
-            let mut shard = shared.shards[shared.shard_of(hash)].lock();
-            let now = shared.now(None, &mut [&mut shard]);
+            let (mut shard, hash, now) = shared.lock(check);
             shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
         }
         Ok(())
