@@ -1,5 +1,5 @@
-//! What a layer enforces: [`Limit`]s (a rule, a key, a cost), the route table, the mode, the
-//! failure policy and the hooks. Shared by every clone of the service behind one `Arc`.
+//! What a layer enforces: [`Limit`]s, the route table, the mode, the failure policy and
+//! the hooks, shared by every clone of the service behind one `Arc`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 
 use super::charge::counts::Charge;
-use super::headers::{policy_value, HeaderOptions};
+use super::headers::policy_value;
 use super::held::bounds::HeldLimits;
 use super::observe::record::RuleMetrics;
 use super::plans::select::PlanGuard;
@@ -122,71 +122,29 @@ impl Limit {
         self
     }
 
-    /// Sets what a request costs by its response: `cost` reads the response's head when the
-    /// inner service answers (its `Content-Length`, or a value the handler puts in its
-    /// extensions) and says the request's cost, or `None` to keep what was taken at
-    /// admission. Whatever spelling the request used, it costs what the handler served.
-    ///
-    /// A request is admitted on an estimate ([`cost`](Self::cost)'s answer or the rule's
-    /// cost, raised to [`min_cost`](Self::min_cost)); its response settles it, raised to
-    /// `min_cost` too and charged whole:
+    /// Sets what a request costs by its response: `cost` reads the response's head (its
+    /// `Content-Length`, or a value the handler puts in its extensions) and says the cost,
+    /// or `None` to keep the estimate it was admitted on ([`cost`](Self::cost)'s answer or
+    /// the rule's cost, raised to [`min_cost`](Self::min_cost)). The settled cost, raised to
+    /// `min_cost` too, is charged whole:
     /// - **less than the estimate**: the difference is given back, as exactly as a
-    ///   [`Charge`] gives back (see [`Store::refund`](crate::store::Store::refund)).
+    ///   [`Charge`] gives back (see [`Store::refund`](crate::store::Store::refund));
     /// - **more**: the difference is taken without a check, however far above the limit: the
     ///   key is refused until the rule's own rate has paid the debt, and the retry-after names
-    ///   that instant exactly (capped only beyond the exact range).
+    ///   that instant.
     ///
     /// The estimate decides admission: an upper bound keeps the requests in flight within the
-    /// limit; a low one lets them overrun it by at most what the estimates in flight leave
-    /// uncounted. How to choose: the [download guide](crate::guide::download_by_cost).
-    ///
-    /// An error of the inner service, or a response that never comes, keeps the estimate.
-    /// With a [`charge`](Self::charge), a response it does not count gives back everything.
-    /// On Redis the settlement runs as a task once the response is returned. The response's
-    /// own `RateLimit` header was written before it settled the cost.
+    /// limit; a low one lets them overrun it by what the estimates in flight leave uncounted.
+    /// An error of the inner service, or a response that never comes, keeps the estimate; a
+    /// response the [`charge`](Self::charge) does not count gives back everything. On Redis
+    /// the settlement runs as a task once the response is returned, after its `RateLimit`
+    /// header was written.
     ///
     /// Only the head is read: a streamed body's size is what the handler says. On axum,
     /// `Content-Length` of a known-size body is added after `Router::layer` and `route_layer`
     /// layers see the response: behind them, the handler sets the header or an extension.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use http::{Response, StatusCode};
-    /// use tollgate::layer::{Limit, RateLimitLayer};
-    /// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
-    ///
-    /// /// What the handler served, in MB: it knows, whatever the request looked like.
-    /// #[derive(Clone, Copy)]
-    /// struct ServedMb(u64);
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // 500 MB per user, refilled at 100 MB a minute; 1 MB at admission, then what was served.
-    /// let downloads = Limit::new(
-    ///     Rule::token_bucket("download-mb", 500, Rate::per_minute(100)),
-    ///     key::header("user-id"),
-    /// )
-    /// .min_cost(1)
-    /// .cost_from_response(|res| res.extensions.get::<ServedMb>().map(|served| served.0));
-    /// let layer = RateLimitLayer::builder()
-    ///     .limit(downloads)
-    ///     .build()?;
-    /// let files = ServiceBuilder::new().layer(layer).service(service_fn(|_req: http::Request<()>| async {
-    ///     let mut response = Response::new(());
-    ///     response.extensions_mut().insert(ServedMb(400));
-    ///     Ok::<_, std::convert::Infallible>(response)
-    /// }));
-    /// let get = || http::Request::get("/files/a.iso").header("user-id", "7").body(());
-    /// // 400 MB served, 100 left; the next download is admitted on 1 MB and overdraws 300.
-    /// assert_eq!(files.clone().oneshot(get()?).await?.status(), StatusCode::OK);
-    /// assert_eq!(files.clone().oneshot(get()?).await?.status(), StatusCode::OK);
-    /// // The debt closes the key until the refill has paid it: 3 minutes and 1 MB more.
-    /// let refused = files.oneshot(get()?).await?;
-    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    /// assert_eq!(refused.headers()["retry-after"], "181");
-    /// # Ok(()) }
-    /// ```
+    /// How to choose the estimate, with an example: the
+    /// [download guide](crate::guide::download_by_cost).
     pub fn cost_from_response<F>(mut self, cost: F) -> Self
     where
         F: Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
@@ -204,12 +162,11 @@ impl Limit {
     }
 
     /// Makes this a shadow limit: decided in the same batch as the enforced limits, keeping
-    /// its state as if enforced, but it never rejects, delays or waits for a request, and is
-    /// not advertised in the `RateLimit` headers. A request it would deny consumes none of
-    /// its quota and counts towards its penalty; the would-be denial is reported through
-    /// `tracing` and to [observers](super::DecisionObserver)
-    /// ([`RuleDecision::shadow`](super::RuleDecision::shadow)). A request the enforced limits
-    /// deny consumes nothing of it either. A missing key is logged and the limit left out,
+    /// its state as if enforced, but it never rejects or holds a request, and is not
+    /// advertised in the `RateLimit` headers. A request it would deny consumes none of its
+    /// quota and counts towards its penalty, and one the enforced limits deny consumes
+    /// nothing of it; the would-be denial is reported through `tracing` and to
+    /// [observers](super::DecisionObserver). A missing key is logged and the limit left out,
     /// whatever [`on_missing_key`](Self::on_missing_key) says.
     ///
     /// ```
@@ -231,10 +188,7 @@ impl Limit {
     }
 
     /// Sets which requests count, by the status of their response (by default every
-    /// request): [`Charge::failures`] counts failed logins only (401 and 403),
-    /// [`Charge::except_server_errors`] gives a failing backend's requests back. Units are
-    /// taken at admission and given back when the response does not count, so the requests
-    /// that count never exceed the limit; see [`Charge`] for the details.
+    /// request): failed logins only, say ([`Charge::failures`]). See [`Charge`].
     pub fn charge(mut self, charge: Charge) -> Self {
         self.charge = charge;
         self
@@ -308,11 +262,9 @@ pub enum Mode {
     /// Reject denied requests; hold delayed ones (leaky-bucket shaping) for their delay.
     #[default]
     Enforce,
-    /// Decide and record (state changes as in enforce mode), report through `tracing` and
-    /// to [observers](super::DecisionObserver), but never reject or hold a request: for
-    /// rolling out a layer safely. The rules are not advertised in the `RateLimit` headers.
-    /// A request without a key, or a failed store, is logged and let through too. One rule
-    /// in shadow beside enforced ones: [`Limit::shadow`].
+    /// Decide and record as in enforce mode, but never reject or hold a request: for
+    /// rolling out a layer safely. Denials are reported as a [`Limit::shadow`]'s are; a
+    /// request without a key, or a failed store, is logged and let through too.
     Shadow,
     /// Hold a request until it is admitted, if that is within `max_wait`: its units are
     /// reserved atomically at once (no polling), and the request is forwarded when they come
@@ -334,9 +286,8 @@ impl Mode {
     }
 }
 
-/// What the layer does when the store fails (unreachable, timed out). Logged with
-/// `tracing::warn!` either way (at most once per
-/// [`log_interval`](super::RateLimitLayerBuilder::log_interval), with a count).
+/// What the layer does when the store fails (unreachable, timed out); logged at most once
+/// per [`log_interval`](super::RateLimitLayerBuilder::log_interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
@@ -346,34 +297,14 @@ pub enum FailurePolicy {
     FailOpen,
     /// Refuse the request with 503 (gRPC `UNAVAILABLE`).
     FailClosed,
-    /// Decide from a local store while the shared one is away. The fallback lives in the
-    /// store, so it serves every user of the [`Limiter`](crate::Limiter): build the limiter
-    /// on a [`store::Fallback`](crate::store::Fallback) (with a
-    /// [`store::Breaker`](crate::store::Breaker) in front of Redis, so no request waits on it
-    /// while it is away). If the local store fails too, the request is let through as with
-    /// [`FailOpen`](Self::FailOpen), and logged. Over a store whose calls fail while Redis is
-    /// away (see [`Store::outage_health`](crate::store::Store::outage_health)),
-    /// [`build`](super::RateLimitLayerBuilder::build) refuses this policy; over a
-    /// [`MemoryStore`](crate::store::MemoryStore) it changes nothing.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::layer::{FailurePolicy, RateLimitLayer};
-    /// use tollgate::store::{Breaker, Fallback};
-    /// use tollgate::store::RedisStore;
-    /// use tollgate::Limiter;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let redis = RedisStore::connect("redis://127.0.0.1/").await?
-    ///     .with_timeout(Duration::from_millis(100));
-    /// let limiter = Limiter::new(Fallback::new(Breaker::new(redis)).instances(3));
-    /// let layer = RateLimitLayer::builder().limiter(limiter)
-    ///     .on_failure(FailurePolicy::Fallback)
-    ///     .build()?;
-    /// # let _ = layer;
-    /// # Ok(()) }
-    /// ```
+    /// Decide from a local store while the shared one is away: build the limiter on a
+    /// [`store::Fallback`](crate::store::Fallback), with a
+    /// [`store::Breaker`](crate::store::Breaker) in front of Redis so that no request waits
+    /// on it while it is away. If the local store fails too, the request is let through, and
+    /// logged. [`build`](super::RateLimitLayerBuilder::build) refuses this policy over a
+    /// store whose calls fail while Redis is away
+    /// ([`Store::outage_health`](crate::store::Store::outage_health)). See
+    /// [When Redis is away](crate::guide::when_redis_is_away).
     Fallback,
 }
 
@@ -394,18 +325,20 @@ pub(crate) struct Config {
     pub(crate) routes: Vec<Route>,
     pub(crate) mode: Mode,
     pub(crate) on_failure: FailurePolicy,
-    pub(crate) headers: HeaderOptions,
+    /// Whether admitted responses carry the rate-limit headers too (rejections always do).
+    pub(crate) headers_on_allowed: bool,
+    /// Whether responses carry the legacy `X-RateLimit-*` headers too.
+    pub(crate) legacy_headers: bool,
     pub(crate) on_reject: Option<Arc<RejectFn>>,
     pub(crate) exempt: Option<Arc<ExemptFn>>,
     /// How often the layer's log writes each kind of event (see `log_interval`).
     pub(crate) log_interval: Duration,
     pub(crate) held: HeldLimits,
-    /// Per route (no route first), the `RateLimit-Policy` value of its enforced limits and
-    /// their number, rendered once by [`Config::cache_derived`].
+    /// Per route (no route first), the number of its enforced limits and their
+    /// `RateLimit-Policy` value ([`Config::cache_derived`]).
     pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
     /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
-    /// request under none takes no tickets. True (every request looks) until
-    /// [`Config::cache_derived`] has looked at the final limits.
+    /// request under none takes no tickets. True until [`Config::cache_derived`].
     pub(crate) defers_denials: bool,
 }
 
@@ -416,7 +349,8 @@ impl Default for Config {
             routes: Vec::new(),
             mode: Mode::default(),
             on_failure: FailurePolicy::default(),
-            headers: HeaderOptions::default(),
+            headers_on_allowed: true,
+            legacy_headers: false,
             on_reject: None,
             exempt: None,
             log_interval: DEFAULT_LOG_INTERVAL,
@@ -497,7 +431,8 @@ impl fmt::Debug for Config {
             .field("routes", &self.routes)
             .field("mode", &self.mode)
             .field("on_failure", &self.on_failure)
-            .field("headers", &self.headers)
+            .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("legacy_headers", &self.legacy_headers)
             .field("on_reject", &self.on_reject.is_some())
             .field("exempt", &self.exempt.is_some())
             .field("held", &self.held)

@@ -39,7 +39,7 @@ pub(crate) fn reject(
     request: RequestHead<'_>,
     rules: &[(&Rule, RuleOutcome)],
 ) -> Response<Bytes> {
-    let rejection = Rejection::new(kind, request, rules, config.headers.legacy);
+    let rejection = Rejection::new(kind, request, rules, config.legacy_headers);
     match &config.on_reject {
         Some(f) => f(&rejection),
         None => rejection.default_response(),
@@ -196,9 +196,9 @@ fn allowed_headers<'a>(
     enforced: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
 ) -> Option<RateLimitHeaders> {
     let count = enforced.clone().count();
-    (config.headers.on_allowed && count > 0).then(|| {
+    (config.headers_on_allowed && count > 0).then(|| {
         let policy = config.policy(route, count);
-        RateLimitHeaders::new(enforced, policy, config.headers.legacy, None)
+        RateLimitHeaders::new(enforced, policy, config.legacy_headers, None)
     })
 }
 

@@ -1,7 +1,5 @@
-//! The rate-limit headers of a response, rendered: `RateLimit-Policy` and `RateLimit`
-//! (draft-ietf-httpapi-ratelimit-headers-11, one list item per rule) and the legacy
-//! `X-RateLimit-*`, on rejections and admitted responses alike. What each figure means is
-//! told in the [`response`](super::response) module's docs.
+//! The rate-limit headers of a response, rendered, on rejections and admitted responses
+//! alike; what each figure means is told in the [`response`](super::response) module's docs.
 
 use std::time::Duration;
 
@@ -12,16 +10,11 @@ use http::HeaderMap;
 use crate::decision::{Decision, Denial, DenyReason, RuleOutcome};
 use crate::rule::Rule;
 
-/// `RateLimit-Policy`.
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`.
 pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// Legacy `X-RateLimit-Limit`.
 pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-/// Legacy `X-RateLimit-Remaining`.
 pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
-/// Legacy `X-RateLimit-Reset` (seconds from now).
 pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// `d` in whole seconds, rounded up.
@@ -32,25 +25,6 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 /// The `Retry-After` seconds for a wait of `d`: rounded up, at least 1 (never "retry now").
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
-}
-
-/// Which headers the layer writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeaderOptions {
-    /// Also on admitted responses (always on rejections).
-    pub(crate) on_allowed: bool,
-    /// Also `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
-    pub(crate) legacy: bool,
-}
-
-impl Default for HeaderOptions {
-    /// `RateLimit` on admitted responses too (`RateLimitLayerBuilder::headers_on_allowed`).
-    fn default() -> Self {
-        Self {
-            on_allowed: true,
-            legacy: false,
-        }
-    }
 }
 
 /// What a rule advertises in `RateLimit`: the units available now and the seconds until

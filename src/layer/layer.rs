@@ -39,23 +39,13 @@ impl RateLimitLayer {
 }
 
 /// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
-/// [`build`](Self::build) checks the whole configuration once, reporting every problem.
+/// [`build`](Self::build) checks the whole configuration once, reporting every problem,
+/// each naming its rule or route.
 ///
 /// ```
-/// use std::time::Duration;
 /// use tollgate::layer::{Limit, RateLimitLayer};
-/// use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
+/// use tollgate::{key, Rate, Rule};
 ///
-/// # fn main() -> Result<(), tollgate::ConfigError> {
-/// let layer = RateLimitLayer::builder()
-///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(1000)), key::global()))
-///     .route("POST /sms/send", [Limit::new(
-///         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
-///         key::header("user-id"),
-///     )])
-///     .build()?;
-///
-/// // Every mistake at once, each naming its rule or route.
 /// let err = RateLimitLayer::builder()
 ///     .limit(Limit::new(Rule::gcra("global", 1000, Rate::per_second(0)), key::global()))
 ///     .route("post /sms/send", [])
@@ -64,7 +54,6 @@ impl RateLimitLayer {
 /// assert_eq!(err.problems().count(), 2);
 /// assert!(err.to_string().contains("rule \"global\""));
 /// assert!(err.to_string().contains("route \"post /sms/send\""));
-/// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct RateLimitLayerBuilder<St = MemoryStore> {
@@ -87,9 +76,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         }
     }
 
-    /// Decides with `limiter` (its store: a [`RedisStore`] shared
-    /// by several instances, a [`Fallback`](crate::store::Fallback)…) instead of the
-    /// builder's own in-process store; what was configured so far stays.
+    /// Decides with `limiter` (its store: a [`RedisStore`] shared by several instances, a
+    /// [`Fallback`](crate::store::Fallback)…) instead of the builder's own in-process store.
     ///
     #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
     #[cfg_attr(
@@ -105,8 +93,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         }
     }
 
-    /// Applies `limit` to every request. A request's limits (the layer's and its route's)
-    /// are decided as one batch: if one denies, none consumes.
+    /// Applies `limit` to every request, in one batch with its route's limits.
     pub fn limit(mut self, limit: Limit) -> Self {
         self.config.global.push(limit);
         self
@@ -227,10 +214,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Adds `observer`, told of every decision (see [`DecisionObserver`]); several are told
-    /// in the order added, after the `metrics` feature's. Observers are layer state: a
-    /// [reload](super::ReloadHandle::reload) keeps the running layer's and ignores the
-    /// reloaded builder's.
+    /// Adds `observer`, told of every decision after those added before (and the `metrics`
+    /// feature's). A [reload](super::ReloadHandle::reload) keeps the running layer's
+    /// observers and ignores the reloaded builder's.
     pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
         self.observers.push(Arc::new(observer));
         self
@@ -243,12 +229,11 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (default
-    /// `true`; rejections always carry them). Rules in shadow ([`Limit::shadow`],
-    /// [`Mode::Shadow`]) are never advertised. On by default so a client slows down before
-    /// it meets a 429; `false` (tower_governor's default) suits a limit clients should not
-    /// plan around, and saves one small allocation per admitted response.
+    /// `true`, so that a client slows down before it meets a 429; rejections always carry
+    /// them). `false` suits a limit clients should not plan around, and saves one small
+    /// allocation per admitted response. Rules in shadow are never advertised.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
-        self.config.headers.on_allowed = yes;
+        self.config.headers_on_allowed = yes;
         self
     }
 
@@ -256,21 +241,19 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// `X-RateLimit-Reset` (seconds from now), describing on a rejection the rule that
     /// decided `Retry-After`, otherwise the rule with the least left.
     pub fn legacy_headers(mut self, yes: bool) -> Self {
-        self.config.headers.legacy = yes;
+        self.config.legacy_headers = yes;
         self
     }
 
-    /// Builds rejections with `f` instead of the default (status, headers, body). Start
-    /// from [`Rejection::default_response`] to keep the standard headers (and the gRPC
-    /// answer). The [`Rejection`] carries the request's head — method, path, route, headers
-    /// such as `Accept` — so the answer can suit the route and the client; here an API
-    /// route answers `application/problem+json` (RFC 9457) to clients that ask for it:
+    /// Builds rejections with `f` instead of the default. Start from
+    /// [`Rejection::default_response`] to keep the standard headers (and the gRPC answer);
+    /// the [`Rejection`]'s request head lets the answer suit the route and the client. Here
+    /// an API route answers `application/problem+json` (RFC 9457) to clients that ask:
     ///
     /// ```
     /// use http::header::{ACCEPT, CONTENT_TYPE};
     /// use http::HeaderValue;
     /// use tollgate::layer::RateLimitLayer;
-    /// use tollgate::{Limiter, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), tollgate::ConfigError> {
     /// let layer = RateLimitLayer::builder().on_reject(|rejection| {
@@ -307,27 +290,25 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Logs each kind of event (a store failure, a shadow denial, a shadow request without
-    /// a key, a key the server cannot provide) at most once per `interval` (default 10 s):
-    /// the first at once, then, when an `interval` ends with events left out, one summary
-    /// line with their number (`suppressed`) and, for store failures, the `last_error`, even
-    /// if no request follows. `Duration::ZERO` logs every event.
+    /// Logs each kind of event (a store failure, a shadow denial, a key the server cannot
+    /// provide…) at most once per `interval` (default 10 s): the first at once, then, when
+    /// an `interval` ends with events left out, one line with their number (`suppressed`)
+    /// and, for store failures, the `last_error`. `Duration::ZERO` logs every event.
     pub fn log_interval(mut self, interval: Duration) -> Self {
         self.config.log_interval = interval;
         self
     }
 
     /// Lets requests for which `is_exempt` says `true` through without any limit: health
-    /// checks, an allow-list of addresses or API keys. It is asked first, before any key is
-    /// extracted, so an exempt request needs no key and consumes nothing; it makes no
-    /// decision, so no [observer](Self::observe) sees it and it gets no
-    /// `RateLimit` headers. Called again, each predicate is tried in turn.
+    /// checks, an allow-list of addresses or API keys. It is asked before any key is
+    /// extracted: an exempt request needs no key, consumes nothing, is seen by no
+    /// [observer](Self::observe) and gets no `RateLimit` headers. Called again, each
+    /// predicate is tried in turn.
     ///
     /// ```
     /// use std::collections::HashSet;
     /// use tollgate::key::{self, KeyBuf, KeyExtractor};
     /// use tollgate::layer::RateLimitLayer;
-    /// use tollgate::{Limiter, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // The office's addresses, as the client-IP key writes them.

@@ -2,17 +2,14 @@
 //!
 //! A [`RateLimitLayer`] applies [`Limit`]s — a [`Rule`](crate::Rule), the
 //! [key](crate::key) it counts under, a cost — to the requests of any
-//! `Service<http::Request<B>>` (axum, hyper, tonic, or a plain tower stack). All the limits
-//! of a request are decided as one batch by the [`Limiter`](crate::Limiter): if one
-//! denies, none consumes. [`RateLimitLayer::builder`] takes steps that return the builder;
-//! [`build`](RateLimitLayerBuilder::build) checks the whole configuration once and reports
-//! every problem at once, each naming its rule or route.
+//! `Service<http::Request<B>>` (axum, hyper, tonic, or a plain tower stack). A request's
+//! limits are decided as one batch by the [`Limiter`](crate::Limiter): if one denies, none
+//! consumes. [`build`](RateLimitLayerBuilder::build) checks the whole configuration once.
 //!
-//! - **Per route**: [`RateLimitLayerBuilder::route`] (`"POST /sms/send"`,
-//!   `"GET /files/{id}"`, `"/pkg.Service/Method"`, `"/api/*"`); a request's global and
-//!   route limits are one batch. **Per plan**: [`Plans`].
+//! - **Per route**: [`RateLimitLayerBuilder::route`]; **per plan**: [`Plans`];
+//!   **exemptions**: [`RateLimitLayerBuilder::exempt`].
 //! - **Changed live**: [`RateLimitLayer::reloadable`], and with the `serde` feature from a
-//!   file (`tollgate::layer::rules_file`). **Exemptions**: [`RateLimitLayerBuilder::exempt`].
+//!   file (`tollgate::layer::rules_file`).
 //! - **Responses**: 429 with `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
 //!   headers, `RESOURCE_EXHAUSTED` for gRPC, 503 for a store failure under `FailClosed`
 //!   (see [`response`], [`RateLimitLayerBuilder::on_reject`]).
@@ -20,14 +17,12 @@
 //!   A delayed request is held: see [held requests](crate::guide::waiting_for_a_permit#held-requests).
 //! - **By outcome**: [`Limit::charge`] counts only the responses that count (failed logins:
 //!   [`Charge::failures`]); [`Limit::cost_from_response`] charges what the response says.
-//! - **Observed** through one seam, [`DecisionObserver`]: the `tracing` span and the
-//!   `metrics` feature are told the same decisions (see [`observe`]). **Store failures**
-//!   follow the [`FailurePolicy`], logged at most once per
-//!   [`log_interval`](RateLimitLayerBuilder::log_interval) per kind.
+//! - **Observed** through one seam, [`DecisionObserver`], which the `tracing` span and the
+//!   `metrics` feature share (see [`observe`]). **Store failures** follow the
+//!   [`FailurePolicy`].
 //!
 //! Every clone of the service shares the limiter, the configuration and the layer's state,
-//! so all clones — one per connection in hyper and axum — enforce the same limits (tower's
-//! own `RateLimit` keeps its counter inside the service, so its clones do not). A request
+//! so all clones — one per connection in hyper and axum — enforce the same limits. A request
 //! decided by a `MemoryStore` and admitted allocates nothing of the layer's own.
 //!
 //! ```
@@ -74,46 +69,23 @@
 //!
 //! # One layer or two
 //!
-//! Nested layers are separate batches. With a `route_layer` inside a global layer (or two
-//! layers stacked in a `ServiceBuilder`), the outer layer has already counted a request
-//! when the inner one refuses it: a client refused by the SMS limit still spends its
-//! global quota, and the `RateLimit` headers of the refusal show it. One layer with a route
-//! table decides both as one batch, all or nothing. On axum it goes on the router like any
-//! layer (with the `axum` feature, [`key::peer_ip`](crate::key::peer_ip) reads axum's
-//! `ConnectInfo`):
-//!
-//! ```
-//! # use std::time::Duration;
-//! # use axum::{routing::{get, post}, Router};
-//! # use tollgate::layer::{Limit, RateLimitLayer};
-//! # use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limits = RateLimitLayer::builder()
-//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
-//!     .route("POST /sms/send", [Limit::new(
-//!         Rule::fixed_window("sms-min", 1, Duration::from_secs(60)),
-//!         key::header("user-id"),
-//!     )])
-//!     .build()?;
-//! let app: Router = Router::new()
-//!     .route("/", get(|| async { "hello" }))
-//!     .route("/sms/send", post(|| async { "sent" }))
-//!     .layer(limits);
-//! # Ok(()) }
-//! ```
+//! Nested layers are separate batches: the outer layer has already counted a request when
+//! the inner one refuses it (a client refused by the SMS limit still spends its global
+//! quota). One layer with a route table decides both as one batch, all or nothing; on axum
+//! it goes on the router (`Router::layer`) like any layer, as the README shows.
 //!
 //! Two layers are the right tool when the limits must not be one batch: different stores
 //! (a local `MemoryStore` in front of a shared Redis, to shed a flood before it costs a
 //! round trip), different [modes](Mode) or failure policies, or a limit that should count
-//! every attempt, refused or not (a login route's brute-force counter outside the global
-//! limit). Then the outer layer counts what the inner refuses, by design.
+//! every attempt, refused or not. Then the outer layer counts what the inner refuses.
 //!
 //! # tower's `RateLimit`
 //!
-//! tower has a `RateLimitLayer` and a `RateLimit` too (`tower::limit`). Where both are
-//! imported, name tollgate's by path or rename one (`use tollgate::layer::RateLimitLayer as
-//! Tollgate;`). There is no `ServiceBuilder` extension method: `ServiceBuilder::rate_limit`
-//! is tower's own and would win; `.layer(layer)` reads as well.
+//! tower has a `RateLimitLayer` and a `RateLimit` too (`tower::limit`), whose counter lives
+//! inside each service, so its clones do not share it. Where both are imported, name
+//! tollgate's by path or rename one (`use tollgate::layer::RateLimitLayer as Tollgate;`).
+//! There is no `ServiceBuilder` extension method: `ServiceBuilder::rate_limit` is tower's
+//! own and would win.
 
 mod batch;
 mod body;

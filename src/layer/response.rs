@@ -148,8 +148,7 @@ impl<'a> Rejection<'a> {
     }
 
     /// The wait before a retry can succeed: for a [`RejectionKind::Limited`] request that
-    /// waiting can help, the exact wait; for [`RejectionKind::StoreUnavailable`], one
-    /// second (the outage has no known end).
+    /// waiting can help, the exact wait; for [`RejectionKind::StoreUnavailable`], one second.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.kind {
             RejectionKind::Limited(outcome) => outcome.decision.denial()?.retry_after,

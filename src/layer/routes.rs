@@ -9,9 +9,8 @@ use crate::error::ConfigError;
 
 /// A parsed route pattern; its syntax and matching:
 /// [`RateLimitLayerBuilder::route`](super::RateLimitLayerBuilder::route). A pattern no request
-/// can match is refused when parsed (its route would run unlimited without a word): besides
-/// those `route` lists, a method outside the registered ones (a typo such as `POTS`) and
-/// axum 0.7's `:name` and `*name` segments (axum 0.8 reads them as literal text).
+/// can match is refused when parsed, including a method outside the registered ones (a typo
+/// such as `POTS`) and axum 0.7's `:name` and `*name` segments.
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,

@@ -1,11 +1,6 @@
-//! What a layer keeps for as long as it lives, beside the configuration a reload swaps.
-//!
-//! The configuration says what to enforce; this state is what enforcing it has left in
-//! this instance: the requests held now, the refusals of limits charged by outcome that
-//! wait for the requests beside them, the log's rate limiter, and the observers of its
-//! decisions. A reload replaces the configuration and nothing here:
-//! a request held, a refusal waiting or a log line left out under the old rules is still
-//! one under the new.
+//! What a layer keeps for as long as it lives, beside the configuration a reload swaps: what
+//! enforcing it has left in this instance. A request held, a refusal waiting or a log line
+//! left out under the old rules is still one under the new.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,10 +14,7 @@ use crate::log::EventLog;
 /// The long-lived state of one layer, shared by every service it makes, every clone of
 /// those, and its [`ReloadHandle`](super::ReloadHandle).
 pub(crate) struct LayerState {
-    /// The requests held now, in all and per key.
     pub(crate) held: Arc<HeldCounts>,
-    /// The requests of limits charged by outcome with a penalty that have not settled, and
-    /// the refusals waiting for them.
     pub(crate) unsettled: Arc<Unsettled>,
     /// The rate limiter of the layer's log lines.
     pub(crate) log: Arc<EventLog>,

@@ -13,30 +13,21 @@ use http::StatusCode;
 /// and gives them back ([`Store::refund`](crate::store::Store::refund), as exactly as it says
 /// for the rule's algorithm) when the response has a status the charge does not count. So,
 /// under any concurrency, the requests that count never exceed the limit; requests that
-/// will not count can be refused while requests in flight hold the quota, never more.
-/// For "failed logins only" under concurrent traffic, use a fixed window or a sliding log,
-/// which give back whatever was admitted meanwhile. A refund from Redis runs as a task after
-/// the response is returned: the next request may still see the units taken for a round trip.
-///
-/// Besides the statuses the charge names, an **error of the inner service** and a
-/// **response that never comes** (client hung up, timeout above the layer) count: counting
-/// never admits more than the limit. A rejection by the layer consumed nothing.
+/// will not count can be refused while requests in flight hold the quota, never more (a
+/// fixed window or a sliding log gives back whatever was admitted meanwhile). A refund from
+/// Redis runs as a task after the response is returned. An **error of the inner service**
+/// and a **response that never comes** count; a rejection by the layer consumed nothing.
+/// Only the HTTP status is read: a gRPC service's `grpc-status` trailer is not seen.
 ///
 /// With a [`Penalty`](crate::Penalty) on the rule, a burst of successful logins never locks
 /// its user out; a burst of failed ones does. A request checked alone (no other of its limit
-/// and key being checked or in flight on this instance) is decided as usual, its refusal
-/// counted at once. One checked beside others has its refusal counted later: once they have
-/// answered (at most 2 s), if the quota as it stands then refused it at the instant it was
-/// refused. What this cannot see:
-/// - requests in flight on **other instances** sharing the store: a refusal they cause is
-///   counted, and so is one a later request of this instance overtook;
-/// - a lock this later count sets: the refusal's own answer is a plain refusal;
-/// - refusals beyond the penalty's count while others wait for the same limit and key, and
-///   refusals at a held request's release ([`Reservation::confirm`](crate::Reservation::confirm))
-///   decided beside others: not counted.
-///
-/// Only the HTTP status is read: a gRPC service answers `200` with a `grpc-status`
-/// trailer, which a charge does not see.
+/// and key being checked or in flight on this instance) is decided as usual. One checked
+/// beside others has its refusal counted once they have answered (at most 2 s), if the
+/// quota as it stands then refused it at the instant it was refused. Not seen: requests in
+/// flight on **other instances** (a refusal they cause is counted); refusals beyond the
+/// penalty's count while others wait for the same limit and key, and refusals at a held
+/// request's release ([`Reservation::confirm`](crate::Reservation::confirm)) decided beside
+/// others (not counted). A lock this later count sets is not in the refusal's own answer.
 ///
 /// ```
 /// use std::time::Duration;

@@ -1,13 +1,11 @@
 //! The penalty of a limit charged by outcome: its denials count once the requests beside
-//! them have settled.
+//! them have settled (promises: [`Charge`](crate::layer::Charge)).
 //!
 //! A request refused while others of its limit and key are in flight may be refused only
-//! for units they will give back (a burst of successful logins): no attempt a lockout
-//! should punish. The store decides such a request without counting its denial
-//! ([`Refusal::Deferred`](crate::Refusal::Deferred)); the refusal waits here until every request of its limit and
-//! key checked or in flight when it was refused has settled, or [`SETTLE_DEADLINE`] (a
-//! client holding a login open must not keep its refusals from counting). Then
-//! [`recount`] asks [`Store::count_denials`]. Promises: [`Charge`](crate::layer::Charge).
+//! for units they will give back (a burst of successful logins). The store decides it
+//! without counting its denial ([`Refusal::Deferred`](crate::Refusal::Deferred)); the
+//! refusal waits here until the requests checked or in flight when it was refused have
+//! settled, or [`SETTLE_DEADLINE`], then [`recount`] asks [`Store::count_denials`].
 
 use std::collections::HashMap;
 use std::sync::Arc;

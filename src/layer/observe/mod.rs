@@ -21,8 +21,8 @@
 //! # Metrics
 //!
 //! With the `metrics` feature every layer's first observer records through whatever
-//! recorder the application installs. Held requests, refunds and evictions are not
-//! decisions: they are recorded where they happen.
+//! recorder the application installs, even one installed after the layer was built. Held
+//! requests, refunds and evictions are not decisions: they are recorded where they happen.
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
@@ -38,11 +38,6 @@
 //! Labels are the rule's name and fixed words only: a key is unbounded and may be personal
 //! data, so never a label.
 //!
-//! # Observers
-//!
-//! What a dashboard, an audit log or an exporter builds on, in a crate of its own (like
-//! `tollgate-admin`): see [`DecisionObserver`](super::DecisionObserver).
-//!
 //! # Outcomes
 //!
 //! Per rule (`tollgate_decisions_total`): `admitted`, `delayed` (held for a leaky bucket's
@@ -51,11 +46,8 @@
 //! `denied_by_other` (this rule would admit, but another rule of the batch denied, so this
 //! one consumed nothing), and `store_failed` (the store failed; the
 //! [`FailurePolicy`](super::FailurePolicy) decided). The span's `outcome` is the batch's,
-//! with the same words.
-//!
-//! A recorder installed after the layer was built records too. A delayed request the layer
-//! has no room to hold is counted `delayed` by its rules and in
-//! `tollgate_held_refused_total`.
+//! with the same words. A delayed request the layer has no room to hold is counted `delayed`
+//! by its rules and in `tollgate_held_refused_total`.
 pub(super) mod observer;
 pub(super) mod record;
 pub(super) mod rules;
@@ -162,7 +154,7 @@ pub(crate) fn finish(
 /// The span's fields, from the event the observers see.
 fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
     let verdict = match event.outcome {
-        Ok(outcome) => DecisionLabel::of_batch(shadow_mode, outcome),
+        Ok(outcome) => DecisionLabel::of(shadow_mode, false, outcome.decision),
         Err(_) => DecisionLabel::StoreFailed,
     };
     span.record("outcome", verdict.as_str());

@@ -138,7 +138,7 @@ impl DecisionObserver for Metrics {
     fn on_decision(&self, event: &DecisionEvent<'_>) {
         let rules = event.rules.iter().map(|rule| {
             let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
-                DecisionLabel::of_rule(rule.shadow, !rule.batch_admitted, outcome)
+                DecisionLabel::of(rule.shadow, !rule.batch_admitted, outcome.decision)
             });
             (rule.metrics, verdict)
         });

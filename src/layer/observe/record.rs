@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
+use crate::decision::{Decision, DenyReason};
 use crate::rule::Rule;
 use crate::store::Health;
 
@@ -22,43 +22,26 @@ pub(super) enum DecisionLabel {
 }
 
 impl DecisionLabel {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [DecisionLabel; 7] = [
-        DecisionLabel::Admitted,
-        DecisionLabel::Delayed,
-        DecisionLabel::Denied,
-        DecisionLabel::Locked,
-        DecisionLabel::ShadowDenied,
-        DecisionLabel::DeniedByOther,
-        DecisionLabel::StoreFailed,
+    /// The words of the outcomes, in the order of the variants.
+    const NAMES: [&'static str; 7] = [
+        "admitted",
+        "delayed",
+        "denied",
+        "locked",
+        "shadow_denied",
+        "denied_by_other",
+        "store_failed",
     ];
 
     pub(super) fn as_str(self) -> &'static str {
-        match self {
-            DecisionLabel::Admitted => "admitted",
-            DecisionLabel::Delayed => "delayed",
-            DecisionLabel::Denied => "denied",
-            DecisionLabel::Locked => "locked",
-            DecisionLabel::ShadowDenied => "shadow_denied",
-            DecisionLabel::DeniedByOther => "denied_by_other",
-            DecisionLabel::StoreFailed => "store_failed",
-        }
+        Self::NAMES[self as usize]
     }
 
-    /// A batch's outcome: `shadow_mode` for a layer in shadow mode.
-    pub(super) fn of_batch(shadow_mode: bool, outcome: &Outcome) -> Self {
-        match outcome.decision {
-            Decision::Deny(_) if shadow_mode => DecisionLabel::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
-            Decision::Deny(_) => DecisionLabel::Denied,
-            Decision::Delay(_) if !shadow_mode => DecisionLabel::Delayed,
-            _ => DecisionLabel::Admitted,
-        }
-    }
-
-    /// One rule's outcome in a batch: `in_shadow` for a shadow limit or shadow mode.
-    pub(super) fn of_rule(in_shadow: bool, batch_denied: bool, rule: &RuleOutcome) -> Self {
-        match rule.decision {
+    /// The outcome of a `decision`, a batch's or one rule's in a batch: `in_shadow` for a
+    /// layer in shadow mode (or a shadow limit's rule), `batch_denied` when another rule
+    /// denied the rule's batch.
+    pub(super) fn of(in_shadow: bool, batch_denied: bool, decision: Decision) -> Self {
+        match decision {
             Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
             Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
             Decision::Deny(_) => DecisionLabel::Denied,
@@ -96,14 +79,14 @@ pub(crate) fn held(_starts: bool) {
 /// A delayed request was refused: no room to hold it.
 pub(crate) fn held_refused() {
     #[cfg(feature = "metrics")]
-    recording::held_refused();
+    recording::count(&recording::HELD_REFUSED);
 }
 
 /// A request's units were given back for the limit of `_metrics`: its response did not
 /// count.
 pub(crate) fn charge_refunded(_metrics: &RuleMetrics) {
     #[cfg(feature = "metrics")]
-    recording::charge_refunded(_metrics);
+    recording::count(&_metrics.keys.refunds);
 }
 
 /// Whether decisions are recorded as metrics: the `metrics` feature.
@@ -137,28 +120,28 @@ mod recording {
     static STORE_DURATION: Key = Key::from_static_name("tollgate_store_duration_seconds");
     static STORE_HEALTH: Key = Key::from_static_name("tollgate_store_health");
     static HELD: Key = Key::from_static_name("tollgate_held_requests");
-    static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
+    pub(super) static HELD_REFUSED: Key = Key::from_static_name("tollgate_held_refused_total");
 
     /// One limit's keys: `tollgate_decisions_total` per outcome, and its refunds.
     #[derive(Debug)]
     pub(super) struct RuleKeys {
-        decisions: [Key; DecisionLabel::ALL.len()],
-        refunds: Key,
+        decisions: [Key; DecisionLabel::NAMES.len()],
+        pub(super) refunds: Key,
     }
 
     impl RuleKeys {
         pub(super) fn new(rule: &Rule) -> Self {
             describe();
             let name = rule.shared_name();
-            let decision = |verdict: DecisionLabel| {
+            let decision = |verdict: &'static str| {
                 let labels = vec![
                     Label::new("rule", name.clone()),
-                    Label::new("outcome", verdict.as_str()),
+                    Label::new("outcome", verdict),
                 ];
                 Key::from_parts("tollgate_decisions_total", labels)
             };
             Self {
-                decisions: DecisionLabel::ALL.map(decision),
+                decisions: DecisionLabel::NAMES.map(decision),
                 refunds: Key::from_parts(
                     "tollgate_charge_refunds_total",
                     vec![Label::new("rule", name.clone())],
@@ -208,7 +191,7 @@ mod recording {
         );
     }
 
-    fn count(key: &Key) {
+    pub(super) fn count(key: &Key) {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 
@@ -243,13 +226,5 @@ mod recording {
                 gauge.decrement(1.0);
             }
         });
-    }
-
-    pub(super) fn held_refused() {
-        count(&HELD_REFUSED);
-    }
-
-    pub(super) fn charge_refunded(metrics: &RuleMetrics) {
-        count(&metrics.keys.refunds);
     }
 }

@@ -9,8 +9,6 @@ use arc_swap::ArcSwap;
 use self::source::ConfigSource;
 use super::config::Config;
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
-use super::state::LayerState;
-use crate::limiter::Limiter;
 use crate::store::Store;
 
 /// Replaces the configuration of a running [`RateLimitLayer`] — its limits, route table,
@@ -23,7 +21,7 @@ use crate::store::Store;
 /// - **Checked first.** [`reload`](Self::reload) takes a layer, so its configuration passed
 ///   [`build`](RateLimitLayerBuilder::build) (or a rules file's loader): a configuration
 ///   that cannot work never reaches the running layer.
-/// - **The same limiter and state.** The running layer keeps its [`Limiter`] (which
+/// - **The same limiter and state.** The running layer keeps its [`Limiter`](crate::Limiter) (which
 ///   [`builder`](Self::builder) starts from), its observers and its state:
 ///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under both
 ///   configurations together, a refusal of a limit charged by outcome still waits for the
@@ -54,10 +52,6 @@ use crate::store::Store;
 /// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::OK);
 /// assert_eq!(service.clone().oneshot(request()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
 ///
-/// // A configuration that cannot work is refused by `build`; the running one stays.
-/// let broken = handle.builder().limit(Limit::new(Rule::fixed_window("per-user", 0, minute), key::global()));
-/// assert!(broken.build().is_err());
-///
 /// // Every service the layer made sees the new rules at once.
 /// handle.reload(handle.builder().build()?);
 /// assert_eq!(service.oneshot(request()?).await?.status(), StatusCode::OK);
@@ -65,9 +59,9 @@ use crate::store::Store;
 /// ```
 #[derive(Clone, Debug)]
 pub struct ReloadHandle<St> {
-    limiter: Limiter<St>,
-    config: Arc<ArcSwap<Config>>,
-    state: Arc<LayerState>,
+    /// The running layer, whose configuration is `live`.
+    layer: RateLimitLayer<St>,
+    live: Arc<ArcSwap<Config>>,
 }
 
 impl<St: Store + Clone> RateLimitLayer<St> {
@@ -79,17 +73,9 @@ impl<St: Store + Clone> RateLimitLayer<St> {
             ConfigSource::Live(live) => live,
             ConfigSource::Fixed(config) => Arc::new(ArcSwap::new(config)),
         };
-        let handle = ReloadHandle {
-            limiter: self.limiter.clone(),
-            config: live.clone(),
-            state: Arc::clone(&self.state),
-        };
-        let layer = RateLimitLayer {
-            limiter: self.limiter,
-            config: ConfigSource::Live(live),
-            state: self.state,
-        };
-        (layer, handle)
+        let config = ConfigSource::Live(live.clone());
+        let layer = RateLimitLayer { config, ..self };
+        (layer.clone(), ReloadHandle { layer, live })
     }
 }
 
@@ -99,7 +85,7 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// exemptions) included, but not the observers: make the base builder in one function,
     /// used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
-        RateLimitLayerBuilder::on(self.limiter.clone())
+        RateLimitLayerBuilder::on(self.layer.limiter.clone())
     }
 
     /// Installs the configuration of `layer` (from [`builder`](Self::builder) and
@@ -110,7 +96,7 @@ impl<St: Store + Clone> ReloadHandle<St> {
             ConfigSource::Fixed(config) => config,
             ConfigSource::Live(live) => live.load_full(),
         };
-        self.state.follow(&config);
-        self.config.store(config);
+        self.layer.state.follow(&config);
+        self.live.store(config);
     }
 }
