@@ -85,8 +85,9 @@
 //! each start with `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`):
 //! TOML syntax, an unknown field (with the known one it is a typo of) or a wrong type, a bad
 //! duration or rate, and whatever [`build`](crate::layer::RateLimitLayerBuilder::build)
-//! refuses, located at the limit or route it names. A [`RulesFile`] from another format is
-//! checked the same way, named by path without lines. A [`ReloadHandle`](crate::layer::ReloadHandle)
+//! refuses, located at the limit or route it names. Rules in another format
+//! ([`Loader::from_deserializer`]) are checked the same way, named by path without lines.
+//! A [`ReloadHandle`](crate::layer::ReloadHandle)
 //! swaps in a new file's rules, keeping the old ones if it has a problem (`examples/reload.rs`).
 
 mod convert;
@@ -94,13 +95,15 @@ mod report;
 mod salvage;
 mod schema;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use convert::Registered;
-use report::{Index, Problems};
-pub use schema::RulesFile;
+use serde::{Deserialize, Deserializer};
+
+use report::Problems;
+use schema::RulesFile;
 
 use crate::error::ConfigError;
 use crate::key::KeyExtractor;
@@ -114,7 +117,6 @@ use crate::store::Store;
 /// use tollgate::key;
 /// use tollgate::layer::{PlanOf, RateLimitLayer};
 /// use tollgate::layer::rules_file::Loader;
-/// use tollgate::{Limiter, store::MemoryStore};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let loader = Loader::new()
@@ -128,24 +130,20 @@ use crate::store::Store;
 ///     key = { named = "api-key" }
 ///     plan_of = { named = "plan-of-key" }
 ///     unknown_plan = "reject"
-///     plans = [
-///       { plan = "free", name = "api-free", fixed_window = { limit = 100, window = "1h" } },
-///       { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
-///     ]
+///     plans = [{ plan = "free", name = "api-free", fixed_window = { limit = 100, window = "1h" } }]
 /// "#;
-/// let builder = RateLimitLayer::builder();
-/// let layer = loader.from_toml(toml, "rules.toml", builder)?;
+/// let layer = loader.from_toml(toml, "rules.toml", RateLimitLayer::builder())?;
 ///
 /// // A problem names the file, the line and the field.
-/// let builder = RateLimitLayer::builder();
-/// let err = loader.from_toml("[[limit]]\nname = \"x\"\nkey = \"global\"\nfixed_window = { limit = 0, window = \"1m\" }\n", "rules.toml", builder)
-///     .unwrap_err();
+/// let toml = "[[limit]]\nname = \"x\"\nkey = \"global\"\nfixed_window = { limit = 0, window = \"1m\" }\n";
+/// let err = loader.from_toml(toml, "rules.toml", RateLimitLayer::builder()).unwrap_err();
 /// assert!(err.to_string().contains("rules.toml:2:1: limit[0].name: rule \"x\": fixed window limit must be at least 1"), "{err}");
 /// # let _ = layer; Ok(()) }
 /// ```
 #[derive(Clone, Default)]
 pub struct Loader {
-    registered: Registered,
+    keys: BTreeMap<String, Arc<dyn KeyExtractor>>,
+    plans: BTreeMap<String, PlanOf>,
 }
 
 impl Loader {
@@ -157,15 +155,13 @@ impl Loader {
     /// Registers `extractor` under `name`, for `key = { named = "name" }` (a later one
     /// under the same name replaces it).
     pub fn key(mut self, name: impl Into<String>, extractor: impl KeyExtractor) -> Self {
-        self.registered
-            .keys
-            .insert(name.into(), Arc::new(extractor));
+        self.keys.insert(name.into(), Arc::new(extractor));
         self
     }
 
     /// Registers `plan_of` under `name`, for `plan_of = { named = "name" }`.
     pub fn plan_of(mut self, name: impl Into<String>, plan_of: PlanOf) -> Self {
-        self.registered.plans.insert(name.into(), plan_of);
+        self.plans.insert(name.into(), plan_of);
         self
     }
 
@@ -190,52 +186,53 @@ impl Loader {
         origin: &str,
         builder: RateLimitLayerBuilder<St>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
-        let index = Index::of(text, origin);
-        let mut problems = Problems::new(&index);
-        let error = match toml::from_str::<RulesFile>(text) {
-            Ok(file) => return self.registered.build(&file, builder, problems),
-            Err(error) => error,
-        };
-        // A syntax error leaves nothing to read; a field of the wrong type or an unknown
-        // one would hide the file's other problems, so the entries that read are checked too.
-        let Ok(root) = toml::de::DeTable::parse(text) else {
-            problems.toml(&error);
-            return Err(problems.into_error());
-        };
-        let (file, unread) = salvage::salvage(root);
-        unread.iter().for_each(|e| problems.toml(e));
-        match self.registered.build(&file, builder, problems) {
-            // What serde refused, salvage read without a problem: serde's message says why.
-            Ok(_) => {
-                let mut problems = Problems::new(&index);
-                problems.toml(&error);
+        let root = toml::de::DeTable::parse(text);
+        let fields = root.as_ref().ok().map(|root| root.get_ref());
+        let mut problems = Problems::of(text, origin, fields);
+        match root {
+            // serde would stop at the first field of the wrong type or unknown, hiding the
+            // file's other problems: each entry is read on its own instead.
+            Ok(root) => {
+                let (file, unread) = salvage::salvage(root);
+                unread.iter().for_each(|e| problems.toml(e));
+                self.layer(&file, builder, problems)
+            }
+            Err(syntax) => {
+                problems.toml(&syntax);
                 Err(problems.into_error())
             }
-            Err(e) => Err(e),
         }
     }
 
-    /// Builds a layer of `file`'s rules (read from any serde format) added to `builder`;
-    /// every problem is reported at once, each naming the field's path.
-    pub fn build<St: Store>(
+    /// [`load`](Self::load) for rules in any format serde reads (JSON, YAML, …); a problem
+    /// is located by its field's path, without a line.
+    ///
+    /// ```
+    /// # use tollgate::layer::{rules_file::Loader, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let rules: serde_json::Value = serde_json::from_str(r#"{
+    ///     "limit": [{ "name": "per-user", "fixed_window": { "limit": 100, "window": "1m" },
+    ///                 "key": { "header": "user-id" } }]
+    /// }"#)?;
+    /// let layer = Loader::new().from_deserializer(rules, RateLimitLayer::builder())?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn from_deserializer<'de, St: Store, D: Deserializer<'de>>(
         &self,
-        file: &RulesFile,
+        rules: D,
         builder: RateLimitLayerBuilder<St>,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
-        self.registered
-            .build(file, builder, Problems::new(&Index::default()))
+        let file = RulesFile::deserialize(rules)
+            .map_err(|e| ConfigError::new(format!("the rules do not read: {e}")))?;
+        self.layer(&file, builder, Problems::default())
     }
 }
 
 impl fmt::Debug for Loader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut keys: Vec<&String> = self.registered.keys.keys().collect();
-        keys.sort();
-        let mut plans: Vec<&String> = self.registered.plans.keys().collect();
-        plans.sort();
         f.debug_struct("Loader")
-            .field("keys", &keys)
-            .field("plan_of", &plans)
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .field("plan_of", &self.plans.keys().collect::<Vec<_>>())
             .finish()
     }
 }

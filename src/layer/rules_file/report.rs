@@ -5,43 +5,46 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
 use crate::error::ConfigError;
 use crate::layer::routes::nearest;
 
-/// A problem without `ConfigError`'s "invalid rate limit configuration" preamble.
-pub(super) fn problem_text(e: &ConfigError) -> String {
-    e.problems().collect::<Vec<_>>().join("; ")
-}
-
-/// Where each field of a TOML text is written.
+/// The problems found so far, each with where it is written.
 #[derive(Debug, Default)]
-pub(super) struct Index {
+pub(super) struct Problems {
+    /// Names the text in messages (a file name).
     origin: String,
     /// Line starts, in bytes.
     lines: Vec<usize>,
     /// Each field's path (`route[0].limit[1].name`) and its span, from its key on.
     fields: HashMap<String, Range<usize>>,
+    /// Each problem's line and column when known, and its message.
+    found: Vec<(Option<(usize, usize)>, String)>,
+    /// Where each rule name and route pattern is written: (how the layer's messages name
+    /// it, the path of the field that writes it).
+    names: Vec<(String, String)>,
 }
 
-impl Index {
-    /// The fields of `text`, named `origin` in messages.
-    pub(super) fn of(text: &str, origin: &str) -> Self {
-        let lines = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        let mut index = Index {
+impl Problems {
+    /// None yet, in `text` named `origin`, whose fields are `root`'s (none when it does
+    /// not parse).
+    pub(super) fn of(text: &str, origin: &str, root: Option<&DeTable<'_>>) -> Self {
+        let mut problems = Problems {
             origin: origin.into(),
-            lines,
-            fields: HashMap::new(),
+            lines: std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
+            ..Self::default()
         };
-        // A text that does not parse has no fields; `toml::from_str` reports why.
-        if let Ok(root) = toml::de::DeTable::parse(text) {
-            index.walk_table(root.get_ref(), "");
+        if let Some(root) = root {
+            problems.walk_table(root, "");
         }
-        index
+        problems
     }
 
-    fn walk_table(&mut self, table: &toml::de::DeTable<'_>, path: &str) {
+    fn walk_table(&mut self, table: &DeTable<'_>, path: &str) {
         for (key, value) in table.iter() {
             let path = match path {
                 "" => key.get_ref().to_string(),
@@ -52,16 +55,11 @@ impl Index {
         }
     }
 
-    fn walk_value(
-        &mut self,
-        value: &toml::Spanned<toml::de::DeValue<'_>>,
-        path: &str,
-        span: Range<usize>,
-    ) {
+    fn walk_value(&mut self, value: &Spanned<DeValue<'_>>, path: &str, span: Range<usize>) {
         self.fields.insert(path.to_owned(), span);
         match value.get_ref() {
-            toml::de::DeValue::Table(table) => self.walk_table(table, path),
-            toml::de::DeValue::Array(items) => {
+            DeValue::Table(table) => self.walk_table(table, path),
+            DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     self.walk_value(item, &format!("{path}[{i}]"), item.span());
                 }
@@ -72,24 +70,9 @@ impl Index {
 
     /// `:line:column` of a byte offset, 1-based.
     fn line_col(&self, offset: usize) -> Option<(usize, usize)> {
-        if self.lines.is_empty() {
-            return None;
-        }
         let line = self.lines.partition_point(|&start| start <= offset);
         let start = self.lines.get(line.checked_sub(1)?)?;
         Some((line, offset - start + 1))
-    }
-
-    /// Where the error's span is: its line and column, and the innermost field that holds
-    /// it.
-    fn at_span(&self, span: &Range<usize>) -> (Option<(usize, usize)>, Option<&str>) {
-        let field = self
-            .fields
-            .iter()
-            .filter(|(_, s)| s.start <= span.start && span.end <= s.end.max(s.start + 1))
-            .min_by_key(|(_, s)| s.end - s.start)
-            .map(|(path, _)| path.as_str());
-        (self.line_col(span.start), field)
     }
 
     /// The line and column of a field, or of the nearest enclosing one written.
@@ -104,26 +87,84 @@ impl Index {
         }
     }
 
-    /// `origin:line:column: path: problem`, leaving out what is unknown.
-    fn message(
-        &self,
-        at: Option<(usize, usize)>,
-        path: Option<&str>,
-        problem: impl fmt::Display,
-    ) -> String {
-        let mut message = self.origin.clone();
-        if let Some((line, col)) = at {
-            message.push_str(&format!(":{line}:{col}"));
+    /// Adds `origin:line:column: path: problem`, leaving out what is unknown.
+    fn push(&mut self, at: Option<(usize, usize)>, path: &str, problem: impl fmt::Display) {
+        let place = match at {
+            Some((line, col)) => format!("{}:{line}:{col}", self.origin),
+            None => self.origin.clone(),
+        };
+        let parts = [place, path.into(), problem.to_string()];
+        let parts: Vec<String> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        self.found.push((at, parts.join(": ")));
+    }
+
+    /// How many were found.
+    pub(super) fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    /// Whether none was found.
+    pub(super) fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// Reports `problem` at the field `path` (or the nearest enclosing one written).
+    pub(super) fn at(&mut self, path: &str, problem: impl fmt::Display) {
+        self.push(self.at_path(path), path, problem);
+    }
+
+    /// Reports each of `error`'s problems at the field `path`.
+    pub(super) fn error_at(&mut self, path: &str, error: ConfigError) {
+        for problem in error.problems() {
+            self.at(path, problem);
         }
-        let problem = problem.to_string();
-        let path = path.filter(|p| !p.is_empty());
-        for part in path.into_iter().chain([problem.as_str()]) {
-            if !message.is_empty() {
-                message.push_str(": ");
-            }
-            message.push_str(part);
+    }
+
+    /// Reports a problem `toml` found, at its span and the innermost field that holds it,
+    /// naming the name a typo stands for.
+    pub(super) fn toml(&mut self, error: &toml::de::Error) {
+        let problem = with_nearest_name(error.message().trim());
+        let Some(span) = error.span() else {
+            return self.push(None, "", problem);
+        };
+        let field = self
+            .fields
+            .iter()
+            .filter(|(_, s)| s.start <= span.start && span.end <= s.end.max(s.start + 1))
+            .min_by_key(|(_, s)| s.end - s.start)
+            .map_or(String::new(), |(path, _)| path.clone());
+        self.push(self.line_col(span.start), &field, problem);
+    }
+
+    /// Notes that the layer's messages call what is written at `path` `name` (`rule "x"`).
+    pub(super) fn name(&mut self, name: String, path: String) {
+        self.names.push((name, path));
+    }
+
+    /// All the problems found and the layer's own, each located where the rule or route it
+    /// names is written: the layer knows the rule, the file knows its line.
+    pub(super) fn located(mut self, error: &ConfigError) -> ConfigError {
+        for problem in error.problems() {
+            let place = (self.names.iter())
+                .filter(|(name, _)| problem.contains(name.as_str()))
+                .min_by_key(|(name, _)| problem.find(name.as_str()));
+            let path = place.map_or(String::new(), |(_, path)| path.clone());
+            self.at(&path, problem);
         }
-        message
+        self.into_error()
+    }
+
+    /// All the problems found, as one error, in the order they are written (those of no
+    /// line last).
+    pub(super) fn into_error(mut self) -> ConfigError {
+        self.found
+            .sort_by_key(|(at, _)| at.unwrap_or((usize::MAX, 0)));
+        let found = self
+            .found
+            .into_iter()
+            .map(|(_, message)| ConfigError::new(message));
+        ConfigError::collect(found)
+            .unwrap_or_else(|| ConfigError::new("the rules file has a problem"))
     }
 }
 
@@ -155,71 +196,6 @@ fn with_nearest_name(message: &str) -> String {
     suggested.unwrap_or_else(|| message.to_owned())
 }
 
-/// The problems found so far, each with where it is written.
-pub(super) struct Problems<'a> {
-    index: &'a Index,
-    /// Each problem's line and column when known, and its message.
-    found: Vec<(Option<(usize, usize)>, String)>,
-}
-
-impl<'a> Problems<'a> {
-    /// None yet, to be located in `index`.
-    pub(super) fn new(index: &'a Index) -> Self {
-        Self {
-            index,
-            found: Vec::new(),
-        }
-    }
-
-    /// How many were found.
-    pub(super) fn len(&self) -> usize {
-        self.found.len()
-    }
-
-    /// Whether none was found.
-    pub(super) fn is_empty(&self) -> bool {
-        self.found.is_empty()
-    }
-
-    /// Reports `problem` at the field `path` (or the nearest enclosing one written).
-    pub(super) fn at(&mut self, path: &str, problem: impl fmt::Display) {
-        let at = self.index.at_path(path);
-        let message = self.index.message(at, Some(path), problem);
-        self.found.push((at, message));
-    }
-
-    /// Reports each of `error`'s problems at the field `path`.
-    pub(super) fn error_at(&mut self, path: &str, error: ConfigError) {
-        for problem in error.problems() {
-            self.at(path, problem);
-        }
-    }
-
-    /// Reports a problem `toml` found, at its span, naming the name a typo stands for.
-    pub(super) fn toml(&mut self, error: &toml::de::Error) {
-        let (at, path) = match error.span() {
-            Some(span) => self.index.at_span(&span),
-            None => (None, None),
-        };
-        let problem = with_nearest_name(error.message().trim());
-        let message = self.index.message(at, path, problem);
-        self.found.push((at, message));
-    }
-
-    /// All the problems found, as one error, in the order they are written (those of no
-    /// line last).
-    pub(super) fn into_error(mut self) -> ConfigError {
-        self.found
-            .sort_by_key(|(at, _)| at.unwrap_or((usize::MAX, 0)));
-        let found = self
-            .found
-            .into_iter()
-            .map(|(_, message)| ConfigError::new(message));
-        ConfigError::collect(found)
-            .unwrap_or_else(|| ConfigError::new("the rules file has a problem"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,15 +204,15 @@ mod tests {
     /// table when the key is absent.
     #[test]
     fn lines_and_columns() {
-        let index = Index::of("a = 1\n[t]\nb = \"x\"\n", "f.toml");
-        assert_eq!(index.line_col(0), Some((1, 1)));
-        assert_eq!(index.line_col(6), Some((2, 1)));
-        assert_eq!(index.at_path("t.b"), Some((3, 1)));
-        assert_eq!(index.at_path("t.c"), Some((2, 1)));
-        assert_eq!(
-            index.message(Some((2, 1)), Some("t.c"), "x"),
-            "f.toml:2:1: t.c: x"
-        );
+        let text = "a = 1\n[t]\nb = \"x\"\n";
+        let root = toml::de::DeTable::parse(text).unwrap();
+        let mut problems = Problems::of(text, "f.toml", Some(root.get_ref()));
+        assert_eq!(problems.line_col(0), Some((1, 1)));
+        assert_eq!(problems.line_col(6), Some((2, 1)));
+        assert_eq!(problems.at_path("t.b"), Some((3, 1)));
+        assert_eq!(problems.at_path("t.c"), Some((2, 1)));
+        problems.at("t.c", "x");
+        assert_eq!(problems.found[0].1, "f.toml:2:1: t.c: x");
     }
 
     /// An unknown field or value close to a known one names it instead of listing them all;

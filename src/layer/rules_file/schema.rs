@@ -9,48 +9,25 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::report::did_you_mean;
+use crate::key::{Duplicates, ForwardedHeader};
+use crate::layer::{FailurePolicy, MissingKey};
 use crate::rate::Rate;
 
-/// The contents of a rules file, as any serde format reads them (see the
-/// [module docs](super) for the fields). [`Loader::load`](super::Loader::load) reads TOML files with line
-/// numbers; for JSON, YAML or anything else, deserialize a `RulesFile` and give it to
-/// [`Loader::build`](super::Loader::build).
-///
-/// ```
-/// use tollgate::layer::RateLimitLayer;
-/// use tollgate::layer::rules_file::{Loader, RulesFile};
-/// use tollgate::{Limiter, store::MemoryStore};
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let file: RulesFile = serde_json::from_str(r#"{
-///     "limit": [{ "name": "per-user", "fixed_window": { "limit": 100, "window": "1m" },
-///                 "key": { "header": "user-id" } }]
-/// }"#)?;
-/// let layer = Loader::new().build(&file, RateLimitLayer::builder())?;
-/// # let _ = layer; Ok(()) }
-/// ```
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RulesFile {
-    #[serde(default)]
+/// The contents of a rules file (see the [module docs](super) for the fields).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RulesFile {
     pub(super) mode: Option<ModeSpec>,
-    #[serde(default)]
     pub(super) max_wait: Option<Dur>,
-    #[serde(default)]
     pub(super) on_failure: Option<FailureSpec>,
-    #[serde(default)]
     pub(super) headers_on_allowed: Option<bool>,
-    #[serde(default)]
     pub(super) legacy_headers: Option<bool>,
-    #[serde(default)]
     pub(super) max_held: Option<usize>,
-    #[serde(default)]
     pub(super) max_held_per_key: Option<usize>,
-    #[serde(default)]
     pub(super) log_interval: Option<Dur>,
-    #[serde(default, rename = "limit")]
+    #[serde(rename = "limit")]
     pub(super) limits: Vec<LimitSpec>,
-    #[serde(default, rename = "route")]
+    #[serde(rename = "route")]
     pub(super) routes: Vec<RouteSpec>,
 }
 
@@ -62,15 +39,33 @@ pub(super) enum ModeSpec {
     Wait,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum FailureSpec {
-    FailOpen,
-    FailClosed,
-    Fallback,
+/// The crate's enums of plain variants, written by their names in snake case (`"fail_open"`).
+macro_rules! by_name {
+    ($($spec:ident => $target:ident { $($variant:ident),+ })+) => {$(
+        #[derive(Debug, Clone, Copy, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub(super) enum $spec {
+            $($variant),+
+        }
+
+        impl From<$spec> for $target {
+            fn from(spec: $spec) -> Self {
+                match spec {
+                    $($spec::$variant => $target::$variant),+
+                }
+            }
+        }
+    )+};
 }
 
-#[derive(Debug, Clone, Deserialize)]
+by_name! {
+    FailureSpec => FailurePolicy { FailOpen, FailClosed, Fallback }
+    MissingSpec => MissingKey { Reject, Skip }
+    ForwardedSpec => ForwardedHeader { XForwardedFor, Forwarded, XRealIp }
+    DuplicatesSpec => Duplicates { Reject, First, Last }
+}
+
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RouteSpec {
     pub(super) pattern: String,
@@ -81,58 +76,30 @@ pub(super) struct RouteSpec {
     pub(super) broken: bool,
 }
 
-impl RouteSpec {
-    pub(super) fn broken() -> Self {
-        Self {
-            pattern: String::new(),
-            limits: Vec::new(),
-            broken: true,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub(super) struct LimitSpec {
-    #[serde(default)]
     pub(super) name: Option<String>,
-    #[serde(default)]
     pub(super) fixed_window: Option<WindowSpec>,
-    #[serde(default)]
     pub(super) fixed_window_from_first_hit: Option<WindowSpec>,
-    #[serde(default)]
     pub(super) sliding_log: Option<WindowSpec>,
-    #[serde(default)]
     pub(super) sliding_window: Option<WindowSpec>,
-    #[serde(default)]
     pub(super) token_bucket: Option<BucketSpec>,
-    #[serde(default)]
     pub(super) token_bucket_stepped: Option<BucketSpec>,
-    #[serde(default)]
     pub(super) leaky_bucket: Option<LeakySpec>,
-    #[serde(default)]
     pub(super) gcra: Option<GcraSpec>,
-    #[serde(default)]
     pub(super) penalty: Option<PenaltySpec>,
-    #[serde(default)]
     pub(super) cost: Option<u64>,
-    #[serde(default)]
     pub(super) min_cost: Option<u64>,
-    #[serde(default)]
     pub(super) on_missing_key: Option<MissingSpec>,
-    #[serde(default)]
     pub(super) shadow: bool,
-    #[serde(default)]
     pub(super) key: Option<KeySpec>,
     /// In a plan's entry: the plan's name.
-    #[serde(default)]
     pub(super) plan: Option<String>,
     /// Makes this limit a group of plans.
-    #[serde(default)]
     pub(super) plan_of: Option<PlanOfSpec>,
-    #[serde(default)]
     pub(super) unknown_plan: Option<UnknownPlanSpec>,
-    #[serde(default, rename = "plans")]
+    #[serde(rename = "plans")]
     pub(super) plan_entries: Vec<LimitSpec>,
     /// It did not read (see `salvage`): the limit is left out of the layer.
     #[serde(skip)]
@@ -140,15 +107,6 @@ pub(super) struct LimitSpec {
     /// The keys it has that a limit does not, reported and left out (see `salvage`).
     #[serde(skip)]
     pub(super) unknown_keys: Vec<String>,
-}
-
-impl LimitSpec {
-    pub(super) fn broken() -> Self {
-        Self {
-            broken: true,
-            ..Self::default()
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -183,27 +141,18 @@ pub(super) struct GcraSpec {
 #[serde(deny_unknown_fields)]
 pub(super) struct PenaltySpec {
     pub(super) lock_for: Dur,
-    #[serde(default)]
     pub(super) after: Option<u64>,
-    #[serde(default)]
     pub(super) within: Option<Dur>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum MissingSpec {
-    Reject,
-    Skip,
-}
-
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub(super) enum PlanOfSpec {
     Header(String),
     Named(String),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub(super) enum UnknownPlanSpec {
     Reject,
@@ -265,13 +214,12 @@ fn parse_rate(text: &str) -> Result<Rate, String> {
         .trim()
         .parse()
         .map_err(|_| bad(format!("{:?} is not a whole number", amount.trim())))?;
-    let period = period.trim();
-    let period = if period.starts_with(|c: char| c.is_ascii_digit()) {
-        parse_duration(period).map_err(bad)?
-    } else {
-        parse_duration(&format!("1{period}")).map_err(bad)?
+    // The number 1 is optional: "10/s" is "10/1s".
+    let period = match period.trim() {
+        p if p.starts_with(|c: char| c.is_ascii_digit()) => p.to_owned(),
+        p => format!("1{p}"),
     };
-    Ok(Rate::new(amount, period))
+    Ok(Rate::new(amount, parse_duration(&period).map_err(bad)?))
 }
 
 impl<'de> Deserialize<'de> for Dur {
@@ -288,8 +236,11 @@ impl<'de> Deserialize<'de> for RateSpec {
     }
 }
 
-/// A key extractor as written in a file: a name, or a table of one entry.
-#[derive(Debug, Clone)]
+/// A key extractor as written in a file: a name, or a table of one entry. The table forms
+/// are derived (`remote = "Self"` makes that an inherent `KeySpec::deserialize`); the
+/// names, with their own messages, are read by hand.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self", rename_all = "snake_case", deny_unknown_fields)]
 pub(super) enum KeySpec {
     PeerIp(PeerIpSpec),
     ClientIp(ClientIpSpec),
@@ -303,64 +254,31 @@ pub(super) enum KeySpec {
     All(Vec<KeySpec>),
 }
 
-/// The table forms of [`KeySpec`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-enum KeyTable {
-    PeerIp(PeerIpSpec),
-    ClientIp(ClientIpSpec),
-    Header(HeaderSpec),
-    Constant(String),
-    Named(String),
-    Or(Vec<KeySpec>),
-    All(Vec<KeySpec>),
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PeerIpSpec {
-    #[serde(default)]
     pub(super) ipv6_prefix: Option<u8>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ClientIpSpec {
     pub(super) trusted: Vec<String>,
-    #[serde(default)]
     pub(super) header: Option<ForwardedSpec>,
-    #[serde(default)]
     pub(super) ipv6_prefix: Option<u8>,
     /// `ClientIp::allow_trusting_everyone`.
     #[serde(default)]
     pub(super) allow_trusting_everyone: bool,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum ForwardedSpec {
-    XForwardedFor,
-    Forwarded,
-    XRealIp,
-}
-
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(super) enum HeaderSpec {
     Name(String),
     Table {
         name: String,
-        #[serde(default)]
         duplicates: Option<DuplicatesSpec>,
     },
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum DuplicatesSpec {
-    Reject,
-    First,
-    Last,
 }
 
 const KEY_NAMES: &[&str] = &["peer_ip", "route", "method", "global"];
@@ -400,16 +318,7 @@ impl<'de> Deserialize<'de> for KeySpec {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KeySpec, A::Error> {
-                let table = KeyTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(match table {
-                    KeyTable::PeerIp(s) => KeySpec::PeerIp(s),
-                    KeyTable::ClientIp(s) => KeySpec::ClientIp(s),
-                    KeyTable::Header(s) => KeySpec::Header(s),
-                    KeyTable::Constant(s) => KeySpec::Constant(s),
-                    KeyTable::Named(s) => KeySpec::Named(s),
-                    KeyTable::Or(s) => KeySpec::Or(s),
-                    KeyTable::All(s) => KeySpec::All(s),
-                })
+                KeySpec::deserialize(de::value::MapAccessDeserializer::new(map))
             }
         }
 
