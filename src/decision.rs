@@ -134,7 +134,9 @@ impl Outcome {
 
     /// Whether [pending](crate::store::Store::check) rules still count it at its release.
     pub(crate) fn needs_confirmation(&self) -> bool {
-        self.admission.as_ref().is_some_and(|a| a.is_pending())
+        self.admission
+            .as_ref()
+            .is_some_and(|a| a.pending().next().is_some())
     }
 
     /// Index of the rule that decided a denial (the one with the longest wait), if denied.
@@ -335,11 +337,6 @@ impl Admission {
     /// The `i`-th rule's part; nothing to give back (cost 0) reads as at 0.
     pub(crate) fn taken(&self, i: usize) -> Taken {
         self.taken.get(i).copied().unwrap_or_default()
-    }
-
-    /// Whether some rules are still to be counted at the release.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.taken.iter().any(|t| t.pending)
     }
 
     /// The indices of the rules still to be counted at the release, in order.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+use tracing::Level;
 
 use crate::clock::duration_to_micros;
 use crate::error::StoreError;
@@ -44,14 +45,22 @@ pub(crate) enum Event {
 }
 
 const KINDS: usize = 7;
-const ALL: [Event; KINDS] = [
-    Event::StoreFailure,
-    Event::ShadowDenial,
-    Event::ShadowMissingKey,
-    Event::KeyUnavailable,
-    Event::RefundFailure,
-    Event::StoreFull,
-    Event::ObserverPanic,
+
+/// Each kind's summary line, in [`Event`]'s order (`event as usize`): its level and sentence.
+const SUMMARIES: [(Level, &str); KINDS] = [
+    (Level::WARN, "rate limit store failed again"),
+    (
+        Level::INFO,
+        "shadow: more requests would have been rate limited",
+    ),
+    (
+        Level::INFO,
+        "shadow: more requests would have been refused for their key",
+    ),
+    (Level::ERROR, "rate limit key unavailable again"),
+    (Level::WARN, "more refunds failed"),
+    (Level::WARN, "the in-process store stayed full"),
+    (Level::ERROR, "decision observers panicked again"),
 ];
 
 /// The rate limiter of the layer's own log lines; shared by every clone of a service.
@@ -176,38 +185,24 @@ impl EventLog {
     /// starts its next interval.
     fn write_due_summaries(&self) {
         let now = self.now();
-        for (event, kind) in ALL.into_iter().zip(&self.kinds) {
+        for (i, kind) in self.kinds.iter().enumerate() {
             // An event that takes the line first carries the count itself.
             if kind.suppressed.load(Ordering::Acquire) == 0 || !self.claim(kind, now) {
                 continue;
             }
             let suppressed = kind.suppressed.swap(0, Ordering::AcqRel);
             if suppressed > 0 {
-                self.write_summary(event, suppressed);
+                self.write_summary(i, suppressed);
             }
         }
     }
 
-    fn write_summary(&self, event: Event, suppressed: u64) {
-        use tracing::Level;
-        let (level, what) = match event {
-            Event::StoreFailure => (Level::WARN, "rate limit store failed again"),
-            Event::ShadowDenial => (
-                Level::INFO,
-                "shadow: more requests would have been rate limited",
-            ),
-            Event::ShadowMissingKey => (
-                Level::INFO,
-                "shadow: more requests would have been refused for their key",
-            ),
-            Event::KeyUnavailable => (Level::ERROR, "rate limit key unavailable again"),
-            Event::RefundFailure => (Level::WARN, "more refunds failed"),
-            Event::StoreFull => (Level::WARN, "the in-process store stayed full"),
-            Event::ObserverPanic => (Level::ERROR, "decision observers panicked again"),
-        };
+    /// Writes the summary of kind `i` (`event as usize`).
+    fn write_summary(&self, i: usize, suppressed: u64) {
+        let (level, what) = SUMMARIES[i];
         let interval_s = Duration::from_micros(self.interval()).as_secs_f64();
         // Only store failures keep an error; `None` writes no field.
-        let last = (event == Event::StoreFailure)
+        let last = (i == Event::StoreFailure as usize)
             .then(|| self.last_failure.lock().take())
             .flatten();
         let last_error = last.as_ref().map(tracing::field::display);

@@ -47,28 +47,22 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// Stores keep beside each state the [`fingerprint`](Self::fingerprint) of the configuration
 /// that wrote it. When a rule changes under the same name (a deploy, a rolling deploy
 /// sharing one Redis, two hand-built rules given to [`Limiter::check`](crate::Limiter::check)),
-/// the other configuration's state is neither read as one's own nor as empty (a fresh quota
-/// for every client). Instead:
-///
-/// - Each state carries a summary any configuration can read: the units in use when it was
-///   last written (the writer's capacity minus what remained) and the instant it would have
-///   been back to empty under the writer's parameters.
-/// - A configuration that finds another's state counts those units as its own, up to its
-///   capacity, until that instant. A request that does not fit is denied with Retry-After
-///   exactly that instant (in wait mode too: it does not wait for carried units); one that
-///   fits is admitted and the state becomes the new configuration's own, as if it had just
-///   admitted the carried units and the request.
-/// - The penalty (denial count and lock) is kept apart and survives unchanged.
+/// the other configuration's state is read neither as one's own nor as empty (a fresh quota
+/// for every client). Each state also says how many units were in use when it was last
+/// written (the writer's capacity minus what remained) and when the writer would have been
+/// back to empty. Another configuration counts those units as its own, up to its capacity,
+/// until that instant: a request that does not fit is denied with Retry-After exactly then
+/// (in wait mode too: it does not wait for carried units); one that fits is admitted, and the
+/// state becomes the new configuration's own, as if it had admitted the carried units and
+/// the request. The penalty (denial count and lock) is kept apart and survives unchanged.
 ///
 /// This is conservative rather than exact. Within one microsecond, both configurations
 /// together never admit more than the larger capacity; over any `t` microseconds, never more
-/// than what each alone admits in `t`, added, less the smaller capacity: each keeps its own
+/// than each alone admits in `t`, added, less the smaller capacity: each keeps its own
 /// refill but there is no second burst (`tests/models/reconfiguration.rs` checks this bound).
-/// A debt ([`Reservation::settle`](crate::Reservation::settle) above the capacity) is not
-/// carried whole: across a change it is carried only up to the capacity, the rest forgiven.
-/// A key near its old limit waits at most until the old configuration would have been back
-/// to a full quota; one formula serves every pair of algorithms, where an exact conversion
-/// would need one per pair and direction, in Rust and in Lua.
+/// A debt ([`Reservation::settle`](crate::Reservation::settle) above the capacity) is carried
+/// only up to the capacity, the rest forgiven. One formula serves every pair of algorithms,
+/// where an exact conversion would need one per pair and direction, in Rust and in Lua.
 ///
 /// ```
 /// use std::time::Duration;

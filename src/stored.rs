@@ -66,9 +66,7 @@ impl<'a> StoredKey<'a> {
     pub fn into_owned(self) -> StoredKey<'static> {
         StoredKey(Cow::Owned(self.0.into_owned()))
     }
-}
 
-impl<'a> StoredKey<'a> {
     /// Bytes already in stored form, as a [`Check`](crate::Check) carries them.
     pub(crate) fn kept(bytes: &'a [u8]) -> Self {
         Self(Cow::Borrowed(bytes))

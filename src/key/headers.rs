@@ -123,11 +123,7 @@ impl KeyExtractor for Header {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        match &self.name {
-            Ok(_) => Ok(()),
-            Err(text) => Err(ConfigError::new(format!(
-                "{text:?} is not a valid header name"
-            ))),
-        }
+        let invalid = |text| ConfigError::new(format!("{text:?} is not a valid header name"));
+        self.name.as_ref().map(|_| ()).map_err(invalid)
     }
 }
