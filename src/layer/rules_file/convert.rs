@@ -30,18 +30,11 @@ impl Loader {
         builder: Builder<St>,
         mut problems: Problems,
     ) -> Result<RateLimitLayer<St>, ConfigError> {
-        let mut builder = settings(file, builder, &mut problems);
-        for (i, spec) in file.limits.iter().enumerate() {
-            let path = format!("limit[{i}]");
-            builder = builder.limits(self.limits(spec, &path, &mut problems));
-        }
+        let limits = self.limits_of(&file.limits, "limit", &mut problems);
+        let mut builder = settings(file, builder, &mut problems).limits(limits);
         for (i, route) in file.routes.iter().enumerate() {
             let path = format!("route[{i}]");
-            let mut limits = Vec::new();
-            for (j, spec) in route.limits.iter().enumerate() {
-                let path = format!("{path}.limit[{j}]");
-                limits.extend(self.limits(spec, &path, &mut problems));
-            }
+            let limits = self.limits_of(&route.limits, &format!("{path}.limit"), &mut problems);
             // A route whose pattern did not read is reported already; its limits are
             // checked all the same.
             if !route.broken {
@@ -58,6 +51,14 @@ impl Loader {
             Ok(_) => Err(problems.into_error()),
             Err(e) => Err(problems.located(&e)),
         }
+    }
+
+    /// The limits of the entries `specs`, the list at `path`.
+    fn limits_of(&self, specs: &[LimitSpec], path: &str, problems: &mut Problems) -> Vec<Limit> {
+        let specs = specs.iter().enumerate();
+        specs
+            .flat_map(|(i, spec)| self.limits(spec, &format!("{path}[{i}]"), problems))
+            .collect()
     }
 
     /// The limits of one entry: one, or one per plan.
@@ -279,8 +280,7 @@ fn registered<'m, T>(name: &str, map: &'m BTreeMap<String, T>) -> (String, Vec<&
     (did_you_mean(name, known.iter().map(|k| k.as_str())), known)
 }
 
-/// The file's settings on `builder`: mode, failure policy, headers, held requests, log
-/// interval.
+/// The file's settings on `builder`.
 fn settings<St: Store>(
     file: &RulesFile,
     builder: Builder<St>,

@@ -5,7 +5,6 @@
 //! ```
 //! # use tollgate::layer::rules_file::Loader;
 //! # use tollgate::layer::RateLimitLayer;
-//! # use tollgate::{Limiter, store::MemoryStore};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rules = r#"
 //! mode = "enforce"            # "enforce", "shadow", or "wait" with max_wait = "2s"
@@ -36,8 +35,7 @@
 //!   { plan = "pro", name = "api-pro", gcra = { rate = "100/s", burst = 100 } },
 //! ]
 //! "#;
-//! let builder = RateLimitLayer::builder();
-//! let layer = Loader::new().from_toml(rules, "rules.toml", builder)?;
+//! let layer = Loader::new().from_toml(rules, "rules.toml", RateLimitLayer::builder())?;
 //! # let _ = layer; Ok(()) }
 //! ```
 //!
@@ -85,9 +83,8 @@
 //! each start with `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`):
 //! TOML syntax, an unknown field (with the known one it is a typo of) or a wrong type, a bad
 //! duration or rate, and whatever [`build`](crate::layer::RateLimitLayerBuilder::build)
-//! refuses, located at the limit or route it names. Rules in another format
-//! ([`Loader::from_deserializer`]) are checked the same way, named by path without lines.
-//! A [`ReloadHandle`](crate::layer::ReloadHandle)
+//! refuses, located at the limit or route it names; other formats
+//! ([`Loader::from_deserializer`]) are located by path alone. A [`ReloadHandle`](crate::layer::ReloadHandle)
 //! swaps in a new file's rules, keeping the old ones if it has a problem (`examples/reload.rs`).
 
 mod convert;

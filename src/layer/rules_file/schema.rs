@@ -1,6 +1,6 @@
 //! The schema of a rules file: the types serde reads it into, field for field, and the
 //! text forms of durations (`"90s"`), rates (`"10/s"`) and key extractors. Nothing here
-//! knows the layer; [`convert`](super::convert) turns these into its pieces.
+//! builds the layer; [`convert`](super::convert) turns these into its pieces.
 
 use std::fmt;
 use std::time::Duration;
