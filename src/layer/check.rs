@@ -16,11 +16,10 @@ use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::{Health, Store};
 
-/// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`, an
-/// in-process store), and the request is decided without a future; else through a boxed
-/// future (its type cannot be named in `ResponseFuture` on stable Rust), polled once here
-/// with no waker to wake, since a store may still answer on its first poll (a local deny
-/// cache, a fallback while its breaker is open).
+/// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`); else
+/// through a boxed future (its type cannot be named in `ResponseFuture` on stable Rust),
+/// polled once here with no waker, since a store may still answer on its first poll (a
+/// local deny cache, a fallback while its breaker is open).
 pub(crate) fn check<St: Store + Clone>(
     limiter: &Limiter<St>,
     batch: LayerBatch,

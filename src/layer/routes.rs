@@ -30,20 +30,10 @@ impl RoutePattern {
         let text = pattern.trim();
         let invalid = |why: &str| ConfigError::new(format!("route {text:?}: {why}"));
         let (method, path) = match text.split_once(' ') {
-            Some((m, p)) => {
-                if m.bytes().any(|b| b.is_ascii_lowercase()) {
-                    return Err(invalid(&format!(
-                        "methods are case-sensitive and {m:?} is not one clients send; write {:?}",
-                        m.to_ascii_uppercase()
-                    )));
-                }
-                let m = Method::from_bytes(m.as_bytes())
-                    .map_err(|_| invalid("the method is not a valid HTTP method"))?;
-                if !KNOWN_METHODS.contains(&m.as_str()) {
-                    return Err(invalid(&unknown_method(m.as_str())));
-                }
-                (Some(m), p.trim())
-            }
+            Some((m, p)) => (
+                Some(parse_method(m).map_err(|why| invalid(&why))?),
+                p.trim(),
+            ),
             None => (None, text),
         };
         let path = path
@@ -207,15 +197,27 @@ const KNOWN_METHODS: &[&str] = &[
     "PURGE",
 ];
 
-/// Why `method` is refused, with the method it most likely stands for.
-fn unknown_method(method: &str) -> String {
+/// The method a pattern names, or why it is refused (with the method it most likely
+/// stands for).
+fn parse_method(method: &str) -> Result<Method, String> {
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        let upper = method.to_ascii_uppercase();
+        return Err(format!(
+            "methods are case-sensitive and {method:?} is not one clients send; write {upper:?}"
+        ));
+    }
+    let parsed = Method::from_bytes(method.as_bytes())
+        .map_err(|_| "the method is not a valid HTTP method".to_owned())?;
+    if KNOWN_METHODS.contains(&parsed.as_str()) {
+        return Ok(parsed);
+    }
     let fix = match nearest(method, KNOWN_METHODS.iter().copied(), 2) {
         Some(known) => format!("write {known:?}"),
         None => "name a registered method (GET, POST, PUT, PATCH, DELETE, …)".to_owned(),
     };
-    format!(
+    Err(format!(
         "{method:?} is not an HTTP method clients send, so the route would never be limited: {fix}, or leave the method out to limit the path for every method"
-    )
+    ))
 }
 
 /// The first nearest of `known` to `name`, at most `within` single-character edits away.

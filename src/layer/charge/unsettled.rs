@@ -32,7 +32,7 @@ type Slot = (Arc<str>, Box<[u8]>);
 /// The requests of the limits charged by outcome with a penalty, per rule name and key,
 /// that have not settled, and the denials waiting for them. One per layer (in its state, so
 /// a reload keeps the requests in flight).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Unsettled {
     slots: Mutex<HashMap<Slot, Requests>>,
 }
@@ -57,12 +57,9 @@ struct Waiting {
     recount: Recount,
 }
 
-impl std::fmt::Debug for Requests {
+impl std::fmt::Debug for Unsettled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Requests")
-            .field("active", &self.active.len())
-            .field("waiting", &self.waiting.len())
-            .finish()
+        write!(f, "Unsettled({} keys)", self.slots.lock().len())
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::layer::config::{Config, Mode};
+use crate::layer::config::Mode;
 use crate::layer::RateLimitLayer;
 use crate::limiter::Limiter;
 use crate::rule::Rule;
@@ -29,43 +29,39 @@ pub struct RuleInfo {
     pub mode: Mode,
 }
 
-/// Every rule of `config`, once each, in the order of the layer's limits, then the routes'.
-pub(crate) fn rules(config: &Config) -> Vec<RuleInfo> {
-    let mut infos: Vec<RuleInfo> = Vec::new();
-    let global = config.global.iter().map(|l| (l, "*"));
-    let routed = config
-        .routes
-        .iter()
-        .flat_map(|r| r.limits.iter().map(move |l| (l, r.pattern.as_str())));
-    for (limit, route) in global.chain(routed) {
-        let rule = &limit.rule;
-        if let Some(info) = infos.iter_mut().find(|i| i.rule.name() == rule.name()) {
-            info.routes.push(route.to_owned());
-            continue;
-        }
-        let (quota, period) = rule.algorithm().quota();
-        infos.push(RuleInfo {
-            rule: rule.clone(),
-            algorithm: rule.algorithm().kind(),
-            quota,
-            period,
-            routes: vec![route.to_owned()],
-            mode: if limit.shadow {
-                Mode::Shadow
-            } else {
-                config.mode
-            },
-        });
-    }
-    infos
-}
-
 impl<St> RateLimitLayer<St> {
     /// The rules the layer runs now, once each: the layer's own limits, then the routes'.
     /// A [reloadable](Self::reloadable) layer answers with the configuration of the last
     /// reload, so a dashboard holding a clone of it follows reloads.
     pub fn rules(&self) -> Vec<RuleInfo> {
-        rules(&self.config.current())
+        let config = self.config.current();
+        let mut infos: Vec<RuleInfo> = Vec::new();
+        let global = config.global.iter().map(|l| (l, "*"));
+        let routed = config
+            .routes
+            .iter()
+            .flat_map(|r| r.limits.iter().map(move |l| (l, r.pattern.as_str())));
+        for (limit, route) in global.chain(routed) {
+            let rule = &limit.rule;
+            if let Some(info) = infos.iter_mut().find(|i| i.rule.name() == rule.name()) {
+                info.routes.push(route.to_owned());
+                continue;
+            }
+            let (quota, period) = rule.algorithm().quota();
+            infos.push(RuleInfo {
+                rule: rule.clone(),
+                algorithm: rule.algorithm().kind(),
+                quota,
+                period,
+                routes: vec![route.to_owned()],
+                mode: if limit.shadow {
+                    Mode::Shadow
+                } else {
+                    config.mode
+                },
+            });
+        }
+        infos
     }
 
     /// The layer's limiter: a handle on its store, for [`peek`](Limiter::peek) and

@@ -147,15 +147,15 @@ impl IntoIterator for Plans {
             let placeholder = Rule::fixed_window("plans", 1, std::time::Duration::from_secs(1));
             plans.push((Box::from(""), Limit::new(placeholder, crate::key::global())));
         }
-        let limits: Vec<Limit> = plans
-            .into_iter()
-            .enumerate()
-            .map(|(index, (_, mut limit))| {
-                limit.plan = Some(PlanGuard {
-                    selector: selector.clone(),
-                    index,
-                });
-                limit
+        let plan = |index| {
+            let selector = Arc::clone(&selector);
+            Some(PlanGuard { selector, index })
+        };
+        let limits = plans.into_iter().enumerate();
+        let limits: Vec<Limit> = limits
+            .map(|(i, (_, limit))| Limit {
+                plan: plan(i),
+                ..limit
             })
             .collect();
         limits.into_iter()
