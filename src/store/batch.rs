@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
-use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, Taken};
+use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, StoreId, Taken};
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
 use crate::store::check::{Check, Refusal};
@@ -273,19 +273,20 @@ pub(crate) fn evaluate_alone(check: &Check<'_>, entry: Option<&Entry>, arrival: 
 }
 
 impl Evaluated {
-    /// The instant the rule counts the request at: what a refund of its admission needs.
-    pub(crate) fn counted_at(&self) -> u64 {
-        self.at
-    }
-
-    /// What a refund of its admission drains beside the units (see [`Algorithm::hold`]).
-    pub(crate) fn hold(&self) -> u64 {
-        self.hold
-    }
-
-    /// Whether the rule is counted only when the request is released (see [`evaluate`]).
-    pub(crate) fn is_pending(&self) -> bool {
-        self.pending
+    /// What the item's admission takes in `store`, before its mark is known ([`mark`]):
+    /// the instant the rule counts it, the hold a refund drains too; nothing yet if it is
+    /// pending (see [`evaluate`]).
+    #[inline]
+    pub(crate) fn taken(&self, store: StoreId) -> Taken {
+        if self.pending {
+            return Taken::pending();
+        }
+        Taken {
+            store,
+            at: self.at,
+            hold: self.hold,
+            ..Taken::default()
+        }
     }
 }
 

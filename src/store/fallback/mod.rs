@@ -286,10 +286,7 @@ impl<P: Store, L: Store> Fallback<P, L> {
     }
 
     /// The primary's answer; `None` when it failed and the local store decides.
-    fn primary_answer(
-        &self,
-        result: Result<Outcome, StoreError>,
-    ) -> Option<Result<Outcome, StoreError>> {
+    fn primary_answer<T>(&self, result: Result<T, StoreError>) -> Option<Result<T, StoreError>> {
         match result {
             Ok(outcome) => {
                 self.shared.primary_answered();
@@ -407,19 +404,12 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 
     /// Takes the debt where the key is decided now: the primary, or the local shares.
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        match self.primary.overdraw(batch).await {
-            Ok(()) => {
-                self.shared.primary_answered();
-                Ok(())
-            }
-            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
-            Err(e) => {
-                self.shared.primary_failed(&e);
-                let shares = self.shared.shares(batch);
-                let local = local_batch(batch, &shares);
-                self.local.overdraw(&local).await
-            }
+        if let Some(answer) = self.primary_answer(self.primary.overdraw(batch).await) {
+            return answer;
         }
+        let shares = self.shared.shares(batch);
+        let local = local_batch(batch, &shares);
+        self.local.overdraw(&local).await
     }
 
     /// Counts the denials where the batch is decided now (as [`overdraw`](Store::overdraw)).

@@ -174,7 +174,7 @@ impl MemoryStore {
         };
         let (item, admitted) = decide_item(check, existing, now, max_wait);
         let item_admitted = batch::admitted(&item, admitted);
-        let mut taken = shared.taken(&item);
+        let mut taken = item.taken(shared.id);
         let rule = if batch::writes(check, &item, item_admitted) {
             let (stored, created) = match entry {
                 RawEntryMut::Occupied(o) => (o.into_mut(), false),
@@ -299,7 +299,7 @@ impl Shared {
             .map(|((check, &hash), item)| {
                 let shard = guard_for(guards, self.shard_of(hash));
                 let admitted = batch::admitted(item, batch_admitted);
-                let mut taken = self.taken(item);
+                let mut taken = item.taken(self.id);
                 let outcome = if batch::writes(check, item, admitted) {
                     shard.update(hash, check, now, |entry| {
                         write(check, entry, now, item, admitted, &mut taken)
@@ -314,21 +314,6 @@ impl Shared {
             })
             .collect();
         (rules, marks)
-    }
-
-    /// What `item`'s admission takes here, before its mark is known: nothing yet if it is
-    /// pending.
-    #[inline]
-    fn taken(&self, item: &Evaluated) -> Taken {
-        if item.is_pending() {
-            return Taken::pending();
-        }
-        Taken {
-            store: self.id,
-            at: item.counted_at(),
-            hold: item.hold(),
-            ..Taken::default()
-        }
     }
 
     /// Locks `check`'s shard, for one item outside a decision: the guard, the key's hash,
