@@ -1,6 +1,5 @@
-//! A request's batch through the layer: built once in `call` (its limits' items, their keys
-//! in one buffer, the configuration they come from), asked of the store, decided, and kept
-//! by the reservation while the layer may still give units back.
+//! A request's batch through the layer: built once in `call`, asked of the store, decided,
+//! and kept by the reservation while the layer may still give units back.
 
 use std::sync::Arc;
 

@@ -1,7 +1,5 @@
-//! Held requests: the bounds on how many the layer holds, and the hold itself. A delayed
-//! request is held with the [`Reservation`] the store's answer made: its units go back if
-//! the request is dropped before its release, and the rules that wait for the release
-//! count it when the hold is over.
+//! Held requests: the bounds on how many the layer holds, and the hold itself, with the
+//! [`Reservation`] the store's answer made (see [`HoldFuture`]).
 
 pub(super) mod bounds;
 
