@@ -99,21 +99,10 @@
 //! checks run again every second until they pass. While the primary the sentinels name
 //! refuses, the log says so, naming it and its error, once and then every few seconds.
 //!
-//! ## Failover, measured
+//! ## Failover
 //!
-//! Eight tasks deciding on one hot key without pause (about 2,500 decisions a second on a
-//! shared 2-core machine), store timeout 100 ms, no breaker, the primary killed with
-//! `SIGKILL` (`cargo test --all-features --test redis failover -- --nocapture
-//! --test-threads 1`; sentinels with `down-after-milliseconds 1000`, a Cluster with
-//! `cluster-node-timeout 1000`):
-//!
-//! | | Sentinel (primary + replica) | Cluster (3 primaries + 3 replicas) |
-//! |---|---|---|
-//! | longest any request waited | 82 ms | 17 ms |
-//! | requests decided by the failure policy | 0 to 2.3 s after the kill | 0 to 2.6 s after the kill |
-//! | decisions from the new primary | 2.3 s after the kill | 2.6 s after the kill |
-//! | acknowledged writes lost | 0 | 0 |
-//! | counted without an answer | 1 | 1 |
+//! What a primary killed under load costs, on Sentinel and on a Cluster, is measured in
+//! `BENCHMARKS.md` ("Failover with replicas", with its command). What holds:
 //!
 //! - No request waits longer than the store's timeout: calls to a dead primary fail at
 //!   once, and the failure policy decides them (with a [`Breaker`](crate::store::Breaker),
@@ -168,16 +157,10 @@
 //!
 //! Services that run Redis for you commonly require TLS (`rediss://`, their certificate
 //! chains to the system's roots), rename or refuse administrative commands, and some refuse
-//! `FUNCTION LOAD` or pub/sub. `connect` names each mistake with its fix, and asks little:
-//! - a certificate signed by a private CA: "the server's certificate is not signed by a CA
-//!   this client trusts: pass the CA with `RedisOptions::ca_pem`…"; a server that requires
-//!   a client certificate: "the server requires a client certificate: pass one … with
-//!   `RedisOptions::client_cert_pem`…";
-//! - a password missing ("the server requires a password: put it in the URL…") or refused
-//!   ("the server refused the credentials given…: check the user and password");
-//! - a URL of another form (the forms above are listed), or a port where something other
-//!   than Redis answers ("the server does not speak the Redis protocol (is it the right
-//!   port?)");
+//! `FUNCTION LOAD` or pub/sub. `connect` names each mistake with its fix (a private CA:
+//! `RedisOptions::ca_pem`; a client certificate required: `RedisOptions::client_cert_pem`;
+//! a password missing or refused; a URL of another form; a port where something other than
+//! Redis answers), and asks little:
 //! - without `FUNCTION LOAD` (or `FCALL`) the store runs the script (`EVALSHA`, loaded with
 //!   `SCRIPT LOAD`), which every service that allows Lua allows;
 //! - without `SUBSCRIBE`, leave the deny cache off (`with_deny_cache` fails at start,
@@ -214,20 +197,9 @@
 //!
 //! ## When Redis is away
 //!
-//! Choose what happens, per layer ([`FailurePolicy`](crate::layer::FailurePolicy)):
-//!
-//! - `FailOpen` (the default) lets requests through unlimited: an outage of the limiter
-//!   does not become an outage of the service. Put a [`Breaker`](crate::store::Breaker) in
-//!   front of Redis so that requests stop waiting on a Redis that hangs.
-//! - `FailClosed` refuses with 503 (gRPC `UNAVAILABLE`).
-//! - `Fallback`, with a [`Fallback`](crate::store::Fallback) store: every rule still holds,
-//!   per instance, from a local `MemoryStore`; Redis decides again as soon as it answers.
-//!   [`Limiter::health`](crate::Limiter::health) says which is deciding, for a readiness
-//!   probe (`cargo run --example ready`).
-//!
-//! A call that timed out is never sent again, so no request is counted twice.
-//! [`when_redis_is_away`](super::when_redis_is_away) has a table of what clients see under
-//! each policy.
+//! A [`FailurePolicy`](crate::layer::FailurePolicy) per layer chooses: forward unlimited
+//! (the default), refuse with 503, or decide locally with a [`Fallback`](crate::store::Fallback)
+//! store; [`when_redis_is_away`](super::when_redis_is_away) shows what clients see under each.
 //!
 //! ## Several services, one Redis
 //!

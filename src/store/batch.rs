@@ -149,7 +149,7 @@ pub(crate) fn undeferred<'a>(batch: &[Check<'a>]) -> SmallVec<[Check<'a>; 4]> {
 
 /// Refuses batches the stores cannot decide consistently: the same rule twice for one key
 /// (one state read twice admits too much), or a rule with a configuration problem
-/// ([`Rule::validate`](crate::Rule::validate)).
+/// ([`Rule::checked`](crate::Rule::checked) names it).
 pub(crate) fn validate(batch: &[Check<'_>]) -> Result<(), StoreError> {
     for (i, a) in batch.iter().enumerate() {
         if let Err(e) = a.rule.validate() {
