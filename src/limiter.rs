@@ -177,7 +177,7 @@ impl<S: Store> Limiter<S> {
 impl Limiter<MemoryStore> {
     /// [`check`](Self::check) without a future: the same decision, taken now.
     pub fn check_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        self.store.decide_now(batch)
+        self.store.decide(batch, 0)
     }
 }
 

@@ -126,12 +126,9 @@ impl MemoryStore {
         self.shared.shards.iter().map(|s| s.lock().sweep(now)).sum()
     }
 
-    /// Decides `batch` now (see [`Limiter::check_now`](crate::Limiter::check_now)).
-    pub(crate) fn decide_now(&self, batch: &[Check<'_>]) -> Result<Outcome, StoreError> {
-        self.decide(batch, 0)
-    }
-
-    fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
+    /// Decides `batch` now, reserving up to `max_wait` µs ahead ([`Store::check`]; 0 for
+    /// [`Limiter::check_now`](crate::Limiter::check_now)).
+    pub(crate) fn decide(&self, batch: &[Check<'_>], max_wait: u64) -> Result<Outcome, StoreError> {
         if let Err(no_room) = self.shared.make_room(batch) {
             return Ok(no_room.outcome(batch));
         }
@@ -200,12 +197,6 @@ impl MemoryStore {
             outcome.admission = Some(Admission::new([taken]));
         }
         Ok(outcome)
-    }
-
-    /// [`Store::count_denials`], `ago` in µs.
-    fn count_denials_now(&self, batch: &[Check<'_>], ago: u64) -> Result<(), StoreError> {
-        self.shared.make_room(batch).map_err(NoRoom::error)?;
-        self.decide_batch(batch, 0, Some(ago)).map(drop)
     }
 
     /// Decides a batch under its shards' locks; one `refused` µs ago only counts denials.
@@ -582,7 +573,10 @@ impl Store for MemoryStore {
     }
 
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
-        self.count_denials_now(&batch::undeferred(batch), duration_to_micros(ago))
+        let batch = batch::undeferred(batch);
+        self.shared.make_room(&batch).map_err(NoRoom::error)?;
+        self.decide_batch(&batch, 0, Some(duration_to_micros(ago)))
+            .map(drop)
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
