@@ -169,7 +169,7 @@ impl Model for Gcra {
 
     /// The scaled backlog the admission at `at` left: every later admission adds to it and
     /// time leaves it alone, so it tells whether the state is still where this one left it.
-    fn mark(&self, s: &TatState, at: u64, _delay: u64) -> u64 {
+    fn mark(&self, s: &TatState, at: u64) -> u64 {
         s.tat
             .saturating_sub(at)
             .checked_mul(self.pace.amount())
@@ -180,7 +180,7 @@ impl Model for Gcra {
     /// Moves the TAT back by the units, only while it is where this admission left it: a
     /// later admission was counted without this one, so a refund then could let more through.
     fn refund(&self, s: &mut TatState, Refund { at, cost, mark, .. }: Refund) -> bool {
-        if s.tat < at || self.mark(s, at, 0) != mark {
+        if s.tat < at || self.mark(s, at) != mark {
             return false;
         }
         let (amount, need) = (self.pace.amount(), cost * self.pace.period_micros());

@@ -156,7 +156,7 @@ impl Model for LeakyBucket {
 
     /// The end of the queue right after the admission: while it has not moved, nothing
     /// joined behind this admission.
-    fn mark(&self, s: &LevelState, _at: u64, _delay: u64) -> u64 {
+    fn mark(&self, s: &LevelState, _at: u64) -> u64 {
         self.expires_at(s)
     }
 

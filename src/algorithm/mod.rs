@@ -234,10 +234,10 @@ impl Algorithm {
         }
     }
 
-    /// Identifies the admission [`apply`](Self::apply) just recorded at `at` (held `delay`
-    /// µs), so that [`refund`](Self::refund) can tell whether the state still shows it.
-    pub(crate) fn mark(&self, state: &State, at: u64, delay: u64) -> u64 {
-        each_model!(self, m => mark_with(m, &state.0, at, delay))
+    /// Identifies the admission [`apply`](Self::apply) just recorded at `at`, so that
+    /// [`refund`](Self::refund) can tell whether the state still shows it.
+    pub(crate) fn mark(&self, state: &State, at: u64) -> u64 {
+        each_model!(self, m => mark_with(m, &state.0, at))
     }
 
     /// Takes back an admission of `cost` units recorded at `at` (identified by `mark` and
@@ -415,9 +415,9 @@ pub(crate) trait Model {
     /// `settled_at`.
     fn overdraw(&self, s: &mut Self::State, now: u64, cost: u64);
     fn expires_at(&self, s: &Self::State) -> u64;
-    /// Identifies the admission `apply` just recorded at `at` (held `delay` µs by the model
-    /// itself) for `refund`; models whose refund needs nothing beyond `at` say 0.
-    fn mark(&self, _s: &Self::State, _at: u64, _delay: u64) -> u64 {
+    /// Identifies the admission `apply` just recorded at `at` for `refund`; models whose
+    /// refund needs nothing beyond `at` say 0.
+    fn mark(&self, _s: &Self::State, _at: u64) -> u64 {
         0
     }
     /// [`Algorithm::refund`] on the model's live state.
@@ -515,13 +515,13 @@ fn admit_with<M: Model>(
     if cost == 0 {
         // Nothing to record: the state stays as it is, expired or not.
         let eval = evaluate_with(model, inner, now, cost);
-        let Verdict::Admit { delay_micros } = eval.verdict else {
+        if !eval.is_admitted() {
             return Err(eval);
-        };
+        }
         return Ok(Admitted {
             eval,
             expires_at: live(model, inner, 0).map_or(0, |s| model.expires_at(s)),
-            mark: mark_with(model, inner, now, delay_micros),
+            mark: mark_with(model, inner, now),
         });
     }
     if let Some(admitted) = model.admit_in_one_pass(inner, now, cost) {
@@ -530,9 +530,9 @@ fn admit_with<M: Model>(
     let live = live(model, inner, now);
     let is_live = live.is_some();
     let eval = evaluate_state(model, live, now, cost);
-    let Verdict::Admit { delay_micros } = eval.verdict else {
+    if !eval.is_admitted() {
         return Err(eval);
-    };
+    }
     if !is_live {
         *inner = M::wrap(model.fresh(now));
     }
@@ -544,7 +544,7 @@ fn admit_with<M: Model>(
     Ok(Admitted {
         eval,
         expires_at: model.expires_at(s),
-        mark: model.mark(s, now, delay_micros),
+        mark: model.mark(s, now),
     })
 }
 
@@ -556,8 +556,8 @@ fn own_state<'a, M: Model>(model: &M, inner: &'a mut Inner, now: u64) -> Option<
     M::get_mut(inner)
 }
 
-fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64, delay: u64) -> u64 {
-    M::get(inner).map_or(0, |s| model.mark(s, at, delay))
+fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64) -> u64 {
+    M::get(inner).map_or(0, |s| model.mark(s, at))
 }
 
 fn refund_with<M: Model>(model: &M, inner: &mut Inner, now: u64, given: Refund) -> bool {

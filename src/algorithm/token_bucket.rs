@@ -248,7 +248,7 @@ impl Model for TokenBucket {
         }
     }
 
-    fn mark(&self, s: &BucketState, _at: u64, _delay: u64) -> u64 {
+    fn mark(&self, s: &BucketState, _at: u64) -> u64 {
         s.last
     }
 

@@ -75,11 +75,11 @@ fn run_on_model(file: &str, scenario: &Scenario) {
         };
         let eval = model.evaluate(&state, now, *cost);
         let decision = decision_of(eval.verdict);
-        if let Verdict::Admit { delay_micros } = eval.verdict {
+        if eval.is_admitted() {
             if *cost > 0 {
                 model.apply(&mut state, now, *cost);
             }
-            let mark = model.mark(&state, now, delay_micros);
+            let mark = model.mark(&state, now);
             admitted.insert(i, (now, mark, *cost));
         }
         let info = if eval.is_admitted() {

@@ -389,11 +389,7 @@ pub(crate) fn commit(
 
 /// After [`commit`] of an admitted item: its admission's mark in `entry`, for [`refund`].
 pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
-    let delay = match item.eval.verdict {
-        Verdict::Admit { delay_micros } => delay_micros,
-        Verdict::Reject { .. } => 0,
-    };
-    check.rule.algorithm().mark(&entry.state, item.at, delay)
+    check.rule.algorithm().mark(&entry.state, item.at)
 }
 
 /// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund));
