@@ -79,8 +79,7 @@ pub(super) struct DenyCache {
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
     listener: OnceLock<tokio::task::AbortHandle>,
-    /// The prefix and clock it was made for (see [`serves`](Self::serves)).
-    prefix: Arc<[u8]>,
+    /// The clock it was made for (see [`serves`](Self::serves)).
     clock: Option<Arc<dyn Clock>>,
 }
 
@@ -134,7 +133,7 @@ impl Cached {
 
 impl DenyCache {
     /// A cache of at most `capacity` rule-and-key entries (at least one per shard).
-    pub(super) fn new(capacity: usize, prefix: Arc<[u8]>, clock: Option<Arc<dyn Clock>>) -> Self {
+    pub(super) fn new(capacity: usize, clock: Option<Arc<dyn Clock>>) -> Self {
         Self {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(CacheShard::default()))
@@ -145,20 +144,18 @@ impl DenyCache {
             epoch: AtomicU64::new(0),
             live: AtomicBool::new(false),
             listener: OnceLock::new(),
-            prefix,
             clock,
         }
     }
 
-    /// Whether a store with `prefix` and `clock` may use this cache: the ones it was made
-    /// with (the same allocations, so a cheap comparison).
-    pub(super) fn serves(&self, prefix: &Arc<[u8]>, clock: &Option<Arc<dyn Clock>>) -> bool {
-        let same_clock = match (&self.clock, clock) {
+    /// Whether a store with `clock` may use this cache: the one it was made with (the same
+    /// allocation, so a cheap comparison). A store's prefix is fixed when it connects.
+    pub(super) fn serves(&self, clock: &Option<Arc<dyn Clock>>) -> bool {
+        match (&self.clock, clock) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
-        };
-        same_clock && Arc::ptr_eq(&self.prefix, prefix)
+        }
     }
 
     /// Entries held (rule-and-key pairs).

@@ -220,11 +220,7 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     pub async fn with_deny_cache(mut self, capacity: usize) -> Result<Self, StoreError> {
-        let cache = Arc::new(DenyCache::new(
-            capacity,
-            Arc::clone(&self.prefix),
-            self.clock.clone(),
-        ));
+        let cache = Arc::new(DenyCache::new(capacity, self.clock.clone()));
         let channel = self.channel();
         let servers = self.servers.clone();
         let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
@@ -245,9 +241,7 @@ impl RedisStore {
 
     /// The deny cache, unless this copy was given another clock than the one it keeps.
     fn cache(&self) -> Option<&Arc<DenyCache>> {
-        self.deny_cache
-            .as_ref()
-            .filter(|c| c.serves(&self.prefix, &self.clock))
+        self.deny_cache.as_ref().filter(|c| c.serves(&self.clock))
     }
 
     /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
