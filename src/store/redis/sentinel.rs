@@ -146,23 +146,19 @@ pub(super) fn parse(url: &str) -> Result<Target, StoreError> {
     })
 }
 
-/// `%XX` escapes decoded (a `@`, `:` or `,` in a password).
+/// `%XX` escapes decoded (a `@`, `:` or `,` in a password); a `%` not followed by two hex
+/// digits is refused, where the crate would keep it as it is.
 fn percent_decode(text: &str) -> Result<String, StoreError> {
-    let bad = || StoreError::Misconfigured("invalid redis URL: a bad %-escape".into());
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3).ok_or_else(bad)?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let hex = |s: &str| {
+        s.get(..2)
+            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    match percent_encoding::percent_decode_str(text).decode_utf8() {
+        Ok(decoded) if text.split('%').skip(1).all(hex) => Ok(decoded.into_owned()),
+        _ => Err(StoreError::Misconfigured(
+            "invalid redis URL: a bad %-escape".into(),
+        )),
     }
-    String::from_utf8(out).map_err(|_| bad())
 }
 
 /// The sentinel client for `target`: its credentials and database go to the primary,
@@ -594,6 +590,9 @@ mod tests {
             ("redis+sentinel://s1:x/svc", "a bad port"),
             ("redis+sentinel://s1/svc/x", "a bad database number"),
             ("redis+sentinel://s1/svc#insecure", "only #insecure"),
+            ("redis+sentinel://u:p%zz@s1/svc", "a bad %-escape"),
+            ("redis+sentinel://u:p%4@s1/svc", "a bad %-escape"),
+            ("redis+sentinel://u:p%ff@s1/svc", "a bad %-escape"),
         ] {
             let msg = match parse(url) {
                 Ok(parsed) => panic!("{url} parsed: {parsed:?}"),
