@@ -259,8 +259,9 @@ fn queued_hold(check: &Check<'_>, entry: Option<&Entry>, at: u64, until: u64) ->
     }
 }
 
-/// Whether `check` joins a leaky bucket's queue: it adds water and is not on trial.
-fn is_queue(check: &Check<'_>) -> bool {
+/// Whether `check` joins a leaky bucket's queue (it adds water and is not on trial): its
+/// key's rules count the request at the queue's release, not on arrival.
+pub(crate) fn is_queue(check: &Check<'_>) -> bool {
     check.cost > 0
         && !check.in_shadow()
         && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))

@@ -21,9 +21,10 @@ use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
 use crate::decision::{Admission, Decision, Outcome, RuleOutcome, Taken};
 use crate::error::StoreError;
+use crate::store::batch::is_queue;
 use crate::store::check::Check;
 
-use super::script::{self, is_queue, Call, Op, Reply};
+use super::script::{self, Call, Op, Reply};
 use super::RedisStore;
 
 mod denial;

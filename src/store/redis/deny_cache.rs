@@ -56,11 +56,9 @@ use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
 use crate::penalty::Penalty;
-use crate::store::batch;
+use crate::store::batch::{self, is_queue};
 use crate::store::check::Check;
 use crate::Rule;
-
-use super::script::is_queue;
 
 /// Shards of the map, so concurrent requests rarely wait on one another.
 const SHARDS: usize = 16;

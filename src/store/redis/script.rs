@@ -123,14 +123,6 @@ pub(super) fn has_log(algorithm: &Algorithm) -> bool {
     matches!(algorithm, Algorithm::SlidingLog(_))
 }
 
-/// Whether `check` is a leaky bucket's queue the request joins: its key's rules count the
-/// request at the queue's release, not on arrival.
-pub(super) fn is_queue(check: &Check<'_>) -> bool {
-    !check.in_shadow()
-        && check.cost > 0
-        && matches!(check.rule.algorithm(), Algorithm::LeakyBucket(_))
-}
-
 /// The arguments common to every call.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Call {

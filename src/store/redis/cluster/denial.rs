@@ -7,9 +7,10 @@ use smallvec::SmallVec;
 
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
+use crate::store::batch::is_queue;
 use crate::store::check::Check;
 
-use super::super::script::{self, is_queue, Op, Reply};
+use super::super::script::{self, Op, Reply};
 use super::super::RedisStore;
 use super::{queue_release, Deferred, Ledger, Part};
 
