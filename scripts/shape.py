@@ -8,8 +8,8 @@ import os, re, sys, glob, collections
 # Ceilings that only come down: each is where the code stands, so a change that grows the
 # public surface or the core must take as much out elsewhere. The targets are where they
 # are headed.
-LIMIT_PUB, TARGET_PUB = 287, 270
-LIMIT_CORE, TARGET_CORE = 24550, 23000
+LIMIT_PUB, TARGET_PUB = 266, 260
+LIMIT_CORE, TARGET_CORE = 22950, 22000
 
 
 def rust_functions(path):
