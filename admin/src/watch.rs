@@ -31,8 +31,9 @@ impl BreakerWatch {
         let (state, meaning) = match (self.0)() {
             Health::Failing => (
                 "open",
-                "the store failed repeatedly: calls fail at once, without waiting on it (a \
-                 fallback decides, or the failure policy), until a probe finds it back",
+                "open after repeated failures (calls fail at once, without waiting on the \
+                 store, until a probe finds it back), or the store behind it says it is \
+                 failing: a fallback decides, or the failure policy",
             ),
             _ => ("closed", "calls go to the store"),
         };
