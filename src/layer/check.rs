@@ -29,7 +29,7 @@ pub(crate) fn check<St: Store + Clone>(
     let max_wait = batch.config.mode.max_wait();
     let now = {
         let _entered = observation.span.enter();
-        limiter.store().try_check_now(&checks, max_wait)
+        limiter.reserve_now(&checks, max_wait)
     };
     if let Some(result) = now {
         let health = limiter.health();
@@ -42,8 +42,7 @@ pub(crate) fn check<St: Store + Clone>(
     let mut future: CheckFuture<St> = Box::pin(async move {
         let checks = batch.checks();
         let result = limiter
-            .store()
-            .check(&checks, max_wait)
+            .reserve_outcome(&checks, max_wait)
             .instrument(observation.span.clone())
             .await;
         let health = limiter.health();
