@@ -132,7 +132,7 @@ pub struct PeerIp {
 /// `ConnectInfo<SocketAddr>` (feature `axum`, off by default; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`) or tonic's `TcpConnectInfo`, bare
 /// or inside `TlsConnectInfo` (feature `tonic`). Without one of them the key is a
-/// [`KeyErrorKind::Misconfigured`](super::KeyErrorKind::Misconfigured) error whose message
+/// [`KeyErrorKind::Misconfigured`] error whose message
 /// names the fix: the request gets a 500, never a silent pass.
 ///
 /// Behind a reverse proxy every request comes from the proxy; use [`client_ip`] there.

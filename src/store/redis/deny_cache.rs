@@ -29,7 +29,7 @@
 //! A denial answers only for the configuration that produced it (fingerprint and penalty).
 //! This instance's admission of the rule and key drops its entry; a reset, a refund, a
 //! settlement's debt or another configuration's admission, on any instance, drops it
-//! everywhere (see [`invalidation`]). Another instance admitting a cheaper request only moves
+//! everywhere (see [`invalidation`](super::invalidation)). Another instance admitting a cheaper request only moves
 //! the real retry later, so the answer stays a denial.
 //!
 //! # Time
@@ -350,7 +350,7 @@ impl DenyCache {
         }
     }
 
-    /// Handles a message of the invalidation channel (see [`invalidation`]).
+    /// Handles a message of the invalidation channel (see [`invalidation`](super::invalidation)).
     pub(super) fn on_message(&self, payload: &[u8]) {
         let Some((&n, rest)) = payload.split_first() else {
             return;

@@ -6,7 +6,7 @@
 //! every [`WATCH`] which server is the primary, since a failed-over primary may go on
 //! accepting writes until demoted. Each starts one background resolution (never on a
 //! request's path), repeated every [`RETRY`] while broken. Promised behaviour:
-//! [`connect`](super::RedisStore::connect#sentinel).
+//! [the Redis guide](crate::guide::redis_instances#sentinel).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
