@@ -112,9 +112,9 @@
 //!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms (Sentinel:
 //!   its retry while the connection is broken, then its checks of the new primary, a few
 //!   round trips; a `SENTINEL FAILOVER` that leaves the old primary up is noticed by the
-//!   250 ms watcher, measured at 1.5 to 2 s in all, most of it the sentinels' promotion).
-//!   The code is on the promoted replica: the function
-//!   library is replicated, and a script is loaded again on its first `NOSCRIPT`.
+//!   250 ms watcher, and most of the time is the sentinels' promotion). The code is on the
+//!   promoted replica: the function library is replicated, and a script is loaded again on
+//!   its first `NOSCRIPT`.
 //! - What a failover can cost the limit: replication is asynchronous, so decisions the old
 //!   primary acknowledged but had not yet sent to its replica are lost with it, and the
 //!   new primary admits that many requests more in the windows current at the failover
