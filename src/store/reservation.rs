@@ -187,7 +187,11 @@ impl<S: Store + Clone> Reservation<S> {
             self.state = Stage::Passed;
             let counted = counted?;
             let later = matches!(counted.decision, Decision::Delay(_));
-            self.merge(&pending, counted);
+            let given = self.merge(&pending, counted);
+            // Awaited, so that the next request sees the units back.
+            if let Some(task) = given.and_then(|given| self.refund_detached(given)) {
+                let _ = task.await;
+            }
             if later {
                 self.reserve_again().await?;
             }
@@ -373,15 +377,15 @@ impl<S: Store + Clone> Reservation<S> {
         self.store.check(&rest, max_wait).await
     }
 
-    /// Takes in what counting `pending` answered; on a denial, gives the rest back.
-    fn merge(&mut self, pending: &[usize], counted: Outcome) {
+    /// Takes in what counting `pending` answered; on a denial, returns the rest to give back.
+    fn merge(&mut self, pending: &[usize], counted: Outcome) -> Option<Outcome> {
         for (&i, rule) in pending.iter().zip(&counted.rules) {
             if let Some(slot) = self.outcome.rules.get_mut(i) {
                 *slot = *rule;
             }
         }
         let before = self.outcome.admission.take();
-        let admission = if counted.is_admitted() {
+        let (admission, given) = if counted.is_admitted() {
             match (counted.admission, before) {
                 (Some(taken), Some(mut merged)) => {
                     for (k, &i) in pending.iter().enumerate() {
@@ -389,20 +393,17 @@ impl<S: Store + Clone> Reservation<S> {
                             *slot = taken.taken(k);
                         }
                     }
-                    Some(merged)
+                    (Some(merged), None)
                 }
                 // A store that records nothing to give back.
-                (_, before) => before,
+                (_, before) => (before, None),
             }
         } else {
             // Denied at the release: what the other rules took goes back.
             self.state = Stage::Spent;
-            let given = Outcome {
-                admission: before,
-                ..self.outcome.clone()
-            };
-            self.refund_detached(given);
-            None
+            let mut given = self.outcome.clone();
+            given.admission = before;
+            (None, Some(given))
         };
         let rules = std::mem::take(&mut self.outcome.rules);
         let checks = self.batch.checks();
@@ -413,16 +414,18 @@ impl<S: Store + Clone> Reservation<S> {
             self.due = due_after(&self.outcome, Instant::now());
             self.state = Stage::Held;
         }
+        given
     }
 
-    /// Gives `outcome`'s units back without waiting ([`run_detached`]).
-    fn refund_detached(&self, outcome: Outcome) {
+    /// Gives `outcome`'s units back without waiting ([`run_detached`]): the task, if the
+    /// store did not answer at once.
+    fn refund_detached(&self, outcome: Outcome) -> Option<tokio::task::JoinHandle<()>> {
         let (store, batch, log) = (self.store.clone(), self.batch.clone(), self.log.clone());
         run_detached(async move {
             if let Err(error) = store.refund(&batch.checks(), &outcome).await {
                 refund_failed(&log, &error);
             }
-        });
+        })
     }
 }
 
@@ -500,18 +503,21 @@ fn settled_part<'a>(
     (checks, part)
 }
 
-/// Runs `work` at once if ready on the first poll, else on a tokio task; outside a runtime,
-/// work that must wait is left undone.
-pub(crate) fn run_detached(work: impl Future<Output = ()> + Send + 'static) {
+/// Runs `work` at once if ready on the first poll, else on a tokio task, which it returns
+/// (a caller that awaits it and is dropped meanwhile leaves the work running); outside a
+/// runtime, work that must wait is left undone.
+pub(crate) fn run_detached(
+    work: impl Future<Output = ()> + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
     let mut work = Box::pin(work);
     let mut cx = Context::from_waker(Waker::noop());
     if work.as_mut().poll(&mut cx).is_ready() {
-        return;
+        return None;
     }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn(work)),
-        Err(_) => tracing::debug!("no tokio runtime here: work that must wait is left undone"),
-    }
+    let runtime = tokio::runtime::Handle::try_current().inspect_err(|_| {
+        tracing::debug!("no tokio runtime here: work that must wait is left undone");
+    });
+    runtime.ok().map(|runtime| runtime.spawn(work))
 }
 
 impl<S: Store + Clone> Drop for Reservation<S> {

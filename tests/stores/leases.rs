@@ -377,7 +377,7 @@ async fn a_route_with_a_leased_limit_and_a_per_user_one() {
 /// A store whose refunds take 100 ms: a lease's end, which gives its unused units back,
 /// holds its key's slot that long.
 #[derive(Clone)]
-struct SlowRefunds(MemoryStore);
+pub(super) struct SlowRefunds(pub(super) MemoryStore);
 
 impl tollgate::store::Store for SlowRefunds {
     async fn check(

@@ -622,3 +622,34 @@ impl NowForTest for ManualClock {
         tollgate::Clock::now_micros(self)
     }
 }
+
+/// A reservation denied at its release has given the other rules' units back when
+/// `confirm` answers, however long the store takes to refund: the next request sees
+/// them, on a Cluster whose parts refund slot by slot as on one node.
+#[tokio::test(start_paused = true)]
+async fn a_release_denied_has_given_back_when_confirm_answers() {
+    let store = MemoryStore::with_clock(ManualClock::new(T0));
+    let limiter = Limiter::new(super::leases::SlowRefunds(store.clone()));
+    let queue = Rule::leaky_bucket("q", 5, Rate::new(1, Duration::from_millis(100)));
+    let window = Rule::fixed_window("w", 1, Duration::from_secs(1));
+    let first = [Check::new(&queue, b"a")];
+    assert!(limiter.check(&first).await.unwrap().is_admitted());
+    let before = limiter.peek(&queue, b"a", 1).await.unwrap().info;
+
+    let both = [Check::new(&queue, b"a"), Check::new(&window, b"t")];
+    let mut held = limiter
+        .reserve(&both, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(matches!(held.outcome().decision, Decision::Delay(_)));
+    // Another request takes the window's unit before the held one is released.
+    let other = [Check::new(&window, b"t")];
+    assert!(limiter.check(&other).await.unwrap().is_admitted());
+
+    assert!(!held.confirm().await.unwrap().is_admitted());
+    let after = limiter.peek(&queue, b"a", 1).await.unwrap().info;
+    assert_eq!(
+        after.remaining, before.remaining,
+        "the queue's unit is back"
+    );
+}
