@@ -271,6 +271,9 @@ pub(crate) struct Taken {
     pub(crate) pending: bool,
     /// The water a leaky bucket's hold added (see `LeakyBucket::hold`); 0 otherwise.
     pub(crate) hold: u64,
+    /// Units parked in a lease ([`Store::lease`](crate::store::Store::lease)), `mark` its
+    /// id: a refund ends the lease.
+    pub(crate) lease: bool,
 }
 
 /// The name of the store (and clones) that took units; 0 is none. 32 bits keep [`Taken`]
@@ -295,8 +298,10 @@ impl PartialEq for Taken {
             mark,
             pending,
             hold,
+            lease,
         } = *self;
-        (at, mark, pending, hold) == (other.at, other.mark, other.pending, other.hold)
+        (at, mark, pending, hold, lease)
+            == (other.at, other.mark, other.pending, other.hold, other.lease)
     }
 }
 

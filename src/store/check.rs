@@ -115,6 +115,9 @@ impl<'a> Check<'a> {
 ///         self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 ///         self.inner.check(batch, wait).await
 ///     }
+///     async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+///         self.inner.lease(check, term).await
+///     }
 ///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
 ///         self.inner.peek(check).await
 ///     }
@@ -195,6 +198,18 @@ pub trait Store: Send + Sync + 'static {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
+    /// [`check`](Self::check) of one item taken as a lease (a [`Leased`](super::Leased)'s
+    /// share of a token bucket or GCRA, never waiting): admitted, its units stay *parked*
+    /// until the lease ends (a [`refund`](Self::refund) of the outcome, its cost the units
+    /// unused) or `term` passes, and the key's bucket refills only up to its burst less the
+    /// units parked in live leases, so that a unit used late never makes a burst larger
+    /// than the rule's. A store that cannot park answers as `check` does.
+    fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+
     /// The decision [`check`](Self::check) would give, without a future, when this store
     /// can answer at once (an in-process store always; a Redis store from its deny cache,
     /// a [`Leased`](super::Leased) from a lease); `None` (the default) when the caller must
@@ -232,6 +247,8 @@ pub trait Store: Send + Sync + 'static {
     ///   has queued behind it (the requests behind were told when they leave). A queue that
     ///   held the request for another queue's longer release gives that hold back too, under
     ///   the same condition.
+    /// - a lease ([`lease`](Self::lease)): the units it did not use, the refund's cost, and
+    ///   the lease ends; past its term, nothing (every unit then counts as used).
     /// - a rule left pending to the release, or units another store took: nothing. The
     ///   outcome names the store that took each rule's units, so every unit lands where it
     ///   was taken however stores are composed.

@@ -475,6 +475,10 @@ impl<S: Store + Clone> Store for Leased<S> {
         }
     }
 
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.get_ref().lease(check, term).await
+    }
+
     /// Answers from a lease that has the units, or a store that answers at once.
     fn try_check_now(
         &self,

@@ -186,6 +186,9 @@ impl Store for NoRefund {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
         self.0.check(batch, wait).await
     }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.0.lease(check, term).await
+    }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.0.peek(check).await
     }

@@ -258,6 +258,14 @@ impl Store for Counted {
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.check(batch, max_wait).await
     }
+    async fn lease(
+        &self,
+        check: tollgate::Check<'_>,
+        term: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.lease(check, term).await
+    }
     async fn peek(
         &self,
         check: tollgate::Check<'_>,

@@ -387,6 +387,13 @@ impl tollgate::store::Store for SlowRefunds {
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
         self.0.check(batch, wait).await
     }
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        self.0.lease(check, term).await
+    }
     async fn peek(&self, check: Check<'_>) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
         self.0.peek(check).await
     }

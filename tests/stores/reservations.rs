@@ -257,6 +257,10 @@ impl<S: Store + Clone> Store for Recorded<S> {
         }
         Ok(outcome)
     }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        let _turn = self.turn.lock().await;
+        still(self.inner.lease(check, term)).await
+    }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         let _turn = self.turn.lock().await;
         still(self.inner.peek(check)).await

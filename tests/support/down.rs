@@ -12,6 +12,9 @@ impl Store for Down {
     async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
         Err(refused())
     }
+    async fn lease(&self, _: Check<'_>, _: Duration) -> Result<Outcome, StoreError> {
+        Err(refused())
+    }
     async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {
         Err(refused())
     }

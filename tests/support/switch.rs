@@ -51,6 +51,10 @@ impl Store for Switch {
         self.up()?;
         self.inner.check(batch, wait).await
     }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.up()?;
+        self.inner.lease(check, term).await
+    }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.up()?;
         self.inner.peek(check).await

@@ -513,6 +513,13 @@ impl tollgate::store::Store for Down {
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
         Err(refused())
     }
+    async fn lease(
+        &self,
+        _: tollgate::Check<'_>,
+        _: Duration,
+    ) -> Result<tollgate::Outcome, tollgate::StoreError> {
+        Err(refused())
+    }
     async fn peek(
         &self,
         _: tollgate::Check<'_>,

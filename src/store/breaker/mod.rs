@@ -362,6 +362,10 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.guarded(|| self.store.lease(check, term)).await
+    }
+
     /// Asks the store at once while closed; otherwise [`check`](Store::check) answers.
     fn try_check_now(
         &self,

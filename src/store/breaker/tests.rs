@@ -34,6 +34,10 @@ impl Store for Flaky {
         self.gate().await?;
         self.inner.check(batch, max_wait).await
     }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.gate().await?;
+        self.inner.lease(check, term).await
+    }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.gate().await?;
@@ -206,6 +210,13 @@ impl Store for Pinged {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
         self.flaky.check(batch, max_wait)
+    }
+    fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        self.flaky.lease(check, term)
     }
 
     fn peek(

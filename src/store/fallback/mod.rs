@@ -342,6 +342,17 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         Ok(self.taken_locally(outcome))
     }
 
+    /// Leases from the primary, or from the local store's share while it is away.
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        if let Some(answer) = self.primary_answer(self.primary.lease(check, term).await) {
+            return answer;
+        }
+        let share = [self.shared.divided(check.rule)];
+        let local = local_batch(&[check], &share);
+        let outcome = self.local.lease(local[0], term).await?;
+        Ok(self.taken_locally(outcome))
+    }
+
     /// Asks the primary at once where it can, then the local store if the primary failed.
     fn try_check_now(
         &self,

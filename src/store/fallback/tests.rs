@@ -229,6 +229,9 @@ impl Store for Probed {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
         self.0.check(batch, wait).await
     }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.0.lease(check, term).await
+    }
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -300,6 +303,10 @@ impl Store for Refusing {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
         self.gate()?;
         self.inner.check(batch, wait).await
+    }
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        self.gate()?;
+        self.inner.lease(check, term).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.gate()?;

@@ -543,6 +543,11 @@ impl Store for MemoryStore {
         self.decide(batch, duration_to_micros(max_wait))
     }
 
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        let _ = term;
+        self.decide(&[check], 0)
+    }
+
     #[inline]
     fn try_check_now(
         &self,

@@ -423,6 +423,11 @@ impl Store for RedisStore {
         Ok(outcome)
     }
 
+    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        let _ = term;
+        self.check(&[check], Duration::ZERO).await
+    }
+
     /// A denial the deny cache holds, answered without a future (the common answer under
     /// abuse, so [`Limiter::check`](crate::Limiter::check) boxes no future for it);
     /// `None` leaves every other batch to [`check`](Store::check), which asks Redis.
