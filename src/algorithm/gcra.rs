@@ -197,4 +197,34 @@ impl Model for Gcra {
     fn expires_at(&self, s: &TatState) -> u64 {
         s.tat + u64::from(s.fraction > 0)
     }
+
+    /// A backlog of at least the parked units: the TAT no earlier than `at` plus them.
+    fn cap(&self, s: &mut TatState, at: u64, parked: u64) {
+        let floor = parked.min(self.burst) * self.pace.period_micros();
+        let (ahead, rest) = self.by_amount.div_rem(floor);
+        let capped = TatState {
+            tat: at + ahead,
+            fraction: rest,
+        };
+        if (s.tat, s.fraction) < (capped.tat, capped.fraction) {
+            *s = capped;
+        }
+    }
+
+    /// The backlog at `now` less the units, never below none.
+    fn give_back(&self, s: &mut TatState, now: u64, units: u64) {
+        let amount = u128::from(self.pace.amount());
+        let backlog = if s.tat >= now {
+            u128::from(s.tat - now) * amount + u128::from(s.fraction)
+        } else {
+            0
+        };
+        let need = u128::from(units.min(self.burst) * self.pace.period_micros());
+        let after = backlog.saturating_sub(need);
+        // At most the backlog before, which fit: the parts fit in u64 again.
+        *s = TatState {
+            tat: now + (after / amount) as u64,
+            fraction: (after % amount) as u64,
+        };
+    }
 }

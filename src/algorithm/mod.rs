@@ -260,6 +260,29 @@ impl Algorithm {
         each_model!(self, m => refund_with(m, &mut state.0, now, given))
     }
 
+    /// Lowers the state so that it holds at most its limit less `parked` units at `at`
+    /// (units parked in live leases, see `store::parked`); only the models that can lease
+    /// (a token bucket, GCRA) have a ledger to call it for.
+    pub(crate) fn cap(&self, state: &mut State, at: u64, parked: u64) {
+        each_model!(self, m => if let Some(s) = own_state(m, &mut state.0, at) {
+            m.cap(s, at, parked)
+        })
+    }
+
+    /// Gives back `units` at `now` unconditionally: a lease's unused units, which the cap
+    /// kept out of the state (see `store::parked`).
+    pub(crate) fn give_back(&self, state: &mut State, now: u64, units: u64) {
+        each_model!(self, m => if let Some(s) = own_state(m, &mut state.0, now) {
+            m.give_back(s, now, units)
+        })
+    }
+
+    /// Whether the model can lease: take units early without admitting more
+    /// ([`Store::lease`](crate::store::Store::lease)).
+    pub(crate) fn can_lease(&self) -> bool {
+        matches!(self, Algorithm::TokenBucket(_) | Algorithm::Gcra(_))
+    }
+
     /// The water a leaky bucket's hold of a request from `at` until `until` adds (see
     /// [`LeakyBucket::hold`]); 0 for the other algorithms.
     pub(crate) fn hold(&self, state: &State, at: u64, until: u64) -> u64 {
@@ -422,6 +445,10 @@ pub(crate) trait Model {
     }
     /// [`Algorithm::refund`] on the model's live state.
     fn refund(&self, s: &mut Self::State, given: Refund) -> bool;
+    /// [`Algorithm::cap`]; models that cannot lease keep the state.
+    fn cap(&self, _s: &mut Self::State, _at: u64, _parked: u64) {}
+    /// [`Algorithm::give_back`]; models that cannot lease keep the state.
+    fn give_back(&self, _s: &mut Self::State, _now: u64, _units: u64) {}
     /// Whether `s`, after a refund at `now`, is the same as no state (a first-hit window
     /// whose every unit was given back never started); a refund then leaves none.
     fn is_unused(&self, _s: &Self::State, _now: u64) -> bool {

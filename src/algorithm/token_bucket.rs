@@ -310,6 +310,40 @@ impl Model for TokenBucket {
         true
     }
 
+    /// The tokens at `at` (refilled to then, a step boundary kept), at most the capacity
+    /// less the parked units.
+    fn cap(&self, s: &mut BucketState, at: u64, parked: u64) {
+        let ceiling = self.capacity.saturating_sub(parked);
+        match self.mode {
+            Refill::Smooth => {
+                if at > s.last {
+                    *s = BucketState {
+                        level: self.smooth_level(s, at),
+                        last: at,
+                    };
+                }
+                s.level = s.level.min(ceiling * self.pace.period_micros());
+            }
+            Refill::Stepped => {
+                if at > s.last {
+                    *s = self.stepped_level(s, at);
+                }
+                s.level = s.level.min(ceiling);
+            }
+        }
+    }
+
+    /// The tokens back, up to full.
+    fn give_back(&self, s: &mut BucketState, _now: u64, units: u64) {
+        let period = self.pace.period_micros();
+        s.level = match self.mode {
+            Refill::Smooth => {
+                (s.level + units.min(self.capacity) * period).min(self.capacity * period)
+            }
+            Refill::Stepped => (s.level + units).min(self.capacity),
+        };
+    }
+
     fn expires_at(&self, s: &BucketState) -> u64 {
         let (amount, period) = (self.pace.amount(), self.pace.period_micros());
         match self.mode {

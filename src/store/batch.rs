@@ -11,6 +11,7 @@ use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, 
 use crate::error::StoreError;
 use crate::penalty::PenaltyState;
 use crate::store::check::{Check, Refusal};
+use crate::store::parked::Parked;
 use crate::Rule;
 
 /// The batch's decision from its rules' (Deny beats Delay beats Allow).
@@ -27,15 +28,18 @@ pub(crate) struct Entry {
     /// Written with every admission; its `until` (empty under any configuration) is the
     /// entry's expiry.
     pub(crate) carried: Carried,
-    /// Boxed from the first counted denial, so the many entries without one stay small.
-    penalty: Option<Box<Penalized>>,
+    /// Boxed from the first counted denial or lease, so the many entries without one stay
+    /// small.
+    aside: Option<Box<Aside>>,
 }
 
-/// A penalty's bookkeeping, and when it is forgotten as the entry's last writer sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Penalized {
-    state: PenaltyState,
+/// What few entries hold: a penalty's bookkeeping, and when it is forgotten as the entry's
+/// last writer sees it; the units parked in leases.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Aside {
+    penalty: PenaltyState,
     expires_at: u64,
+    parked: Parked,
 }
 
 impl Entry {
@@ -50,12 +54,81 @@ impl Entry {
 
     /// The penalty's bookkeeping (all zeros until a denial counted).
     pub(crate) fn penalty(&self) -> PenaltyState {
-        self.penalty.as_deref().map(|p| p.state).unwrap_or_default()
+        self.aside.as_deref().map(|p| p.penalty).unwrap_or_default()
     }
 
     /// The penalty's bookkeeping to record a denial in.
     fn penalty_mut(&mut self) -> &mut PenaltyState {
-        &mut self.penalty.get_or_insert_with(Box::default).state
+        &mut self.aside.get_or_insert_with(Box::default).penalty
+    }
+
+    /// The units parked in live leases, if any ([`Parked`]).
+    #[inline]
+    pub(crate) fn parked(&self) -> Option<&Parked> {
+        self.aside
+            .as_deref()
+            .map(|a| &a.parked)
+            .filter(|p| !p.is_empty())
+    }
+
+    /// Parks a lease's units ([`Parked::park`]).
+    pub(crate) fn park(&mut self, id: u64, units: u64, expiry: u64) {
+        let aside = self.aside.get_or_insert_with(Box::default);
+        aside.parked.park(id, units, expiry);
+    }
+
+    /// Brings the state to `at` under its leases' cap ([`Parked::settle`]), as `rule`'s
+    /// configuration: another's state is adopted first, so that its units still count.
+    pub(crate) fn settle(&mut self, rule: &Rule, at: u64) {
+        let Some(aside) = self.aside.as_deref_mut().filter(|a| !a.parked.is_empty()) else {
+            return;
+        };
+        let algorithm = rule.algorithm();
+        if self.fingerprint != rule.fingerprint() {
+            self.state = algorithm.adopt(self.carried, at, 0);
+            self.fingerprint = rule.fingerprint();
+        }
+        aside.parked.settle(algorithm, &mut self.state, at);
+        self.carried = carried(rule, &self.state, at);
+    }
+
+    /// Ends lease `id` at `now`, giving back `unused` of its units if it is still held.
+    pub(crate) fn end_lease(&mut self, rule: &Rule, now: u64, id: u64, unused: u64) {
+        self.settle(rule, now);
+        let Some(aside) = self.aside.as_deref_mut() else {
+            return;
+        };
+        if let Some(units) = aside.parked.end(id) {
+            rule.algorithm()
+                .give_back(&mut self.state, now, unused.min(units));
+            self.carried = carried(rule, &self.state, now);
+        }
+    }
+
+    /// Forgets the state and the lock, keeping the units parked in leases: their holders
+    /// may still use them.
+    pub(crate) fn reset(&mut self) -> bool {
+        let parked = self
+            .aside
+            .take()
+            .map(|a| a.parked)
+            .filter(|p| !p.is_empty());
+        *self = Self::default();
+        let Some(parked) = parked else {
+            return false;
+        };
+        self.aside = Some(Box::new(Aside {
+            parked,
+            ..Aside::default()
+        }));
+        true
+    }
+
+    /// Until when the bound must keep the entry: its lock, or its leases.
+    pub(crate) fn kept_until(&self) -> u64 {
+        self.aside
+            .as_deref()
+            .map_or(0, |a| a.penalty.locked_until.max(a.parked.until()))
     }
 
     /// Whether the algorithm's state was written by `rule`'s configuration.
@@ -66,24 +139,31 @@ impl Entry {
     /// Notes, after `rule` wrote the entry, when its penalty is forgotten. A rule without a
     /// penalty keeps the lock only: the lock belongs to the name, not the state.
     pub(crate) fn written_by(&mut self, rule: &Rule) {
-        if let Some(p) = &mut self.penalty {
-            p.expires_at = rule
-                .penalty()
-                .map_or(p.state.locked_until, |penalty| penalty.expires_at(&p.state));
+        if let Some(p) = &mut self.aside {
+            p.expires_at = rule.penalty().map_or(p.penalty.locked_until, |penalty| {
+                penalty.expires_at(&p.penalty)
+            });
         }
     }
 
     /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
     /// brings it earlier) and the penalty forgotten.
     pub(crate) fn expires_at(&self) -> u64 {
-        let penalty = self.penalty.as_deref().map_or(0, |p| p.expires_at);
-        self.carried.until.max(penalty)
+        let aside = self.aside.as_deref();
+        let aside = aside.map_or(0, |a| a.expires_at.max(a.parked.until()));
+        self.carried.until.max(aside)
     }
 }
 
-/// What `rule` says about `cost` units at `at` given `entry` (absent = never used).
+/// What `rule` says about `cost` units at `at` given `entry` (absent = never used); a key
+/// with leases on a settled copy ([`Entry::settle`]).
 fn evaluate_algorithm(rule: &Rule, entry: Option<&Entry>, at: u64, cost: u64) -> Eval {
     match entry {
+        Some(e) if e.parked().is_some() => {
+            let mut settled = e.clone();
+            settled.settle(rule, at);
+            rule.algorithm().evaluate(&settled.state, at, cost)
+        }
         Some(e) if e.is_own(rule) => rule.algorithm().evaluate(&e.state, at, cost),
         Some(e) => rule.algorithm().evaluate_carried(e.carried, at, cost),
         None => rule.algorithm().evaluate(&State::default(), at, cost),
@@ -357,6 +437,7 @@ pub(crate) fn commit(
     let mut item = *item;
     if admitted {
         if check.cost > 0 {
+            entry.settle(check.rule, item.at);
             let algorithm = check.rule.algorithm();
             let held = match item.held_until {
                 0 => None,
@@ -396,6 +477,10 @@ pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
 /// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund));
 /// returns whether it did.
 pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) -> bool {
+    if taken.lease {
+        entry.end_lease(check.rule, now, taken.mark, check.cost);
+        return true;
+    }
     // Another configuration wrote the state since (a reconfiguration): not ours to change.
     if !entry.is_own(check.rule) {
         return false;
@@ -425,6 +510,7 @@ fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
 /// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) says). Another
 /// configuration's state is adopted first, so its units still count.
 pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
+    entry.settle(check.rule, now);
     let algorithm = check.rule.algorithm();
     if !entry.is_own(check.rule) {
         entry.state = algorithm.adopt(entry.carried, now, 0);

@@ -12,7 +12,6 @@ use crate::algorithm::Algorithm;
 use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
 use crate::store::check::{Check, Health, Store};
-use crate::store::reservation::Reservation;
 use crate::stored::StoredKey;
 use crate::Rule;
 use smallvec::SmallVec;
@@ -25,37 +24,43 @@ use smallvec::SmallVec;
 ///
 /// # What is exact
 ///
-/// A lease is a [`Reservation`] of `units` on the wrapped store, counted when taken. Only a
-/// **token bucket** or **GCRA** can lease (units taken early are simply not refilled);
-/// windows and logs would date a unit when taken, a leaky bucket's units are its queue, and
-/// a [`Penalty`](crate::Penalty) would never count a lease's denials.
+/// A lease is [`Store::lease`]: `units` taken from the key's bucket and *parked* in the
+/// store until the lease ends or its `term` passes, the bucket meanwhile refilling only up
+/// to its burst less the units parked in live leases. Only a **token bucket** or **GCRA**
+/// can lease; windows and logs would date a unit when taken, a leaky bucket's units are its
+/// queue, and a [`Penalty`](crate::Penalty) would never count a lease's denials.
 ///
-/// - **Never more than the store counts**, across all instances. A unit is used at most
-///   `term` after it was counted, so on a key far under its limit a burst may exceed the
-///   rule's burst by at most `units` (and at most rate × `term`) per leasing instance.
+/// - **Never more than the rule admits in one process**, across all instances, counted by
+///   when requests pass: a unit used at the last instant of its lease found no refill in
+///   its place. A lease admits only until its term (measured from before the store counts
+///   it), so never after the store stops parking its units.
 /// - **A request a lease cannot answer gets the store's answer**, exactly: a lease the
 ///   store will not renew, a cost larger than the lease, a wait, a shadow check. Denials
 ///   and their `Retry-After` always come from the store.
 /// - **A batch with other rules** takes the first leased rule's units from the lease and
 ///   asks the store for the others; if the store refuses, the units go back to the lease
 ///   (unless it ended meanwhile). If no lease can answer, the store decides the batch.
+/// - **Renewals, reloads, resets keep it**: the store keeps a key's parked units through a
+///   [`reset`](Store::reset) (the holders may still use them) and under a rule reloaded
+///   with other parameters, whose bucket they hold down alike.
 ///
 /// # What a lease costs: under-admission, bounded
 ///
-/// Units parked in a lease are counted but unused, so other instances may be denied
-/// meanwhile: at most `units` per instance per leased key. A lease ends when its units run
-/// out, a request needs more than it has left, or its `term` passes; its unused units go
-/// back as [`Store::refund`] allows, else refill at the rule's rate (as a dead instance's
-/// do). Take `units` well under the burst divided by the instances, and a `term` of a
-/// fraction of a second.
+/// Parked units are unavailable to other instances: at most `units` per instance per leased
+/// key. A lease ends when its units run out, a request needs more than it has left, or its
+/// `term` passes, and gives its unused units back at once. A dead instance's lease ends in
+/// the store at its term: its units stop holding the bucket down and count as used (it may
+/// have used each until its last instant), refilling at the rule's rate from then. Take
+/// `units` well under the burst divided by the instances, and a `term` of a fraction of a
+/// second.
 ///
 /// # What a locally decided request reports
 ///
 /// Its [`RateLimitInfo`] is the store's as the lease found it, the lease's unused units
 /// counted as remaining; a refund does not give its units back. A rule reloaded with other
 /// parameters is decided by the store until a `Leased` is built for it.
-/// [`reset`](Store::reset) clears the store and this instance's leases of the key; other
-/// instances keep theirs until their term ends. `Leased<Fallback<…>>` leases from the
+/// [`reset`](Store::reset) ends this instance's lease of the key and clears the store's
+/// state of it. `Leased<Fallback<…>>` leases from the
 /// [`Fallback`](super::Fallback)'s local store while the primary is away.
 ///
 /// ```
@@ -90,17 +95,26 @@ struct Shared<S: Store + Clone> {
 
 /// One leased rule: its lease's size and term, and its leases by key.
 struct Terms<S: Store + Clone> {
+    /// The wrapped store, which a lease's timer ends it in.
+    store: S,
+    /// The instant a slot's deadline counts from.
+    epoch: Instant,
     rule: Rule,
     units: u64,
     term: Duration,
-    leases: RwLock<Slots<S>>,
+    leases: RwLock<Slots>,
 }
 
 /// The leases of one rule, by key.
-type Slots<S> = HashMap<Box<[u8]>, Arc<Slot<S>>>;
+type Slots = HashMap<Box<[u8]>, Arc<Slot>>;
 
 /// The lease of one key.
-struct Slot<S: Store + Clone> {
+struct Slot {
+    /// The key, in stored form.
+    key: Box<[u8]>,
+    /// Until when (µs after `Shared::epoch`) the lease may admit: no later than the store
+    /// stops parking its units.
+    deadline: AtomicU64,
     /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
     left: AtomicU64,
     /// The store's remaining units when the lease was taken (reported with `left`).
@@ -110,20 +124,20 @@ struct Slot<S: Store + Clone> {
     /// `Held::generation` without the lock: set before a new lease's units (see `lend`).
     generation: AtomicU64,
     /// Locked while a lease ends or is taken: one request takes it, the others wait.
-    held: tokio::sync::Mutex<Held<S>>,
+    held: tokio::sync::Mutex<Held>,
 }
 
 /// Units a request took from a lease, to give back if its batch is refused.
-struct Lent<S: Store + Clone> {
-    slot: Arc<Slot<S>>,
+struct Lent {
+    slot: Arc<Slot>,
     /// `None` if the lease changed while they were taken: they stay used.
     generation: Option<u64>,
     cost: u64,
 }
 
 /// The lease a slot holds, if any.
-struct Held<S: Store + Clone> {
-    lease: Option<(Reservation<S>, u64)>,
+struct Held {
+    lease: Option<Outcome>,
     /// Counts the leases taken, so that a timer ends only its own.
     generation: u64,
     /// Until when the store denied a lease: the key's requests go to the store until then.
@@ -162,6 +176,8 @@ impl<S: Store + Clone> Leased<S> {
             ConfigError::new("a Leased is configured before it is cloned".to_owned())
         })?;
         terms.push(Arc::new(Terms {
+            store: store.clone(),
+            epoch: Instant::now(),
             rule: rule.clone(),
             units,
             term,
@@ -264,7 +280,7 @@ impl<S: Store + Clone> Leased<S> {
         &self,
         terms: &Arc<Terms<S>>,
         check: Check<'_>,
-    ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
+    ) -> Result<Option<(RuleOutcome, Lent)>, StoreError> {
         loop {
             let slot = terms.slot(check.key());
             if let Some(lent) = slot.lend(terms, check.cost) {
@@ -284,25 +300,25 @@ impl<S: Store + Clone> Leased<S> {
         &self,
         terms: &Arc<Terms<S>>,
         check: Check<'_>,
-        slot: &Arc<Slot<S>>,
-        mut held: tokio::sync::MutexGuard<'_, Held<S>>,
-    ) -> Result<Option<(RuleOutcome, Lent<S>)>, StoreError> {
+        slot: &Arc<Slot>,
+        mut held: tokio::sync::MutexGuard<'_, Held>,
+    ) -> Result<Option<(RuleOutcome, Lent)>, StoreError> {
         // Another request may have taken the next lease while this one waited.
         if let Some(lent) = slot.lend(terms, check.cost) {
             return Ok(Some(lent));
         }
-        slot.end(&mut held).await;
+        terms.end(slot, &mut held).await;
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
             return Ok(None);
         }
-        let lease = [Check {
+        let lease = Check {
             cost: terms.units,
             ..check
-        }];
-        let store = &self.shared.store;
-        let outcome = store.check(&lease, Duration::ZERO).await?;
-        let mut reservation =
-            Reservation::new(store.clone(), &lease, outcome.clone(), Duration::ZERO);
+        };
+        // Measured from before the store counts the term: the lease stops admitting no
+        // later than the store stops parking its units.
+        let deadline = Instant::now() + terms.term;
+        let outcome = self.shared.store.lease(lease, terms.term).await?;
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after
@@ -312,20 +328,20 @@ impl<S: Store + Clone> Leased<S> {
             terms.forget_at(slot, held.generation, due);
             return Ok(None);
         }
-        // Released now: dropped from here on, the lease keeps its units (never over).
-        reservation.confirm().await?;
         held.denied_until = None;
         held.generation += 1;
-        held.lease = Some((reservation, terms.units));
         if let Some(rule) = outcome.rules.first() {
             slot.remaining.store(rule.info.remaining, Ordering::Relaxed);
             let reset_us = u64::try_from(rule.info.reset.as_micros()).unwrap_or(u64::MAX);
             slot.reset_us.store(reset_us, Ordering::Relaxed);
         }
+        held.lease = Some(outcome);
         slot.generation.store(held.generation, Ordering::Release);
+        slot.deadline
+            .store(terms.micros(deadline), Ordering::Release);
         let left = terms.units - check.cost;
         slot.left.store(left, Ordering::Release);
-        terms.forget_at(slot, held.generation, Instant::now() + terms.term);
+        terms.forget_at(slot, held.generation, deadline);
         let lent = Lent {
             slot: Arc::clone(slot),
             generation: Some(held.generation),
@@ -338,7 +354,7 @@ impl<S: Store + Clone> Leased<S> {
 impl<S: Store + Clone> Terms<S> {
     /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
     /// later lease was taken, so an idle or refused key costs nothing.
-    fn forget_at(self: &Arc<Self>, slot: &Arc<Slot<S>>, generation: u64, due: Instant) {
+    fn forget_at(self: &Arc<Self>, slot: &Arc<Slot>, generation: u64, due: Instant) {
         let (terms, slot) = (Arc::clone(self), Arc::clone(slot));
         tokio::spawn(async move {
             tokio::time::sleep_until(due).await;
@@ -346,7 +362,7 @@ impl<S: Store + Clone> Terms<S> {
             if held.generation != generation {
                 return;
             }
-            slot.end(&mut held).await;
+            terms.end(&slot, &mut held).await;
             if let Ok(mut leases) = terms.leases.write() {
                 leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
             }
@@ -358,18 +374,20 @@ impl<S: Store + Clone> Terms<S> {
     fn take(&self, key: &[u8], cost: u64) -> Option<Outcome> {
         let leases = self.leases.read().ok()?;
         let slot = leases.get(key)?;
-        let left = slot.take_units(cost)?;
+        let left = slot.take_units(cost, self.micros(Instant::now()))?;
         Some(Outcome::new(
             [slot.rule_outcome(self, left)].into_iter().collect(),
         ))
     }
 
     /// `key`'s slot, made if it has none.
-    fn slot(&self, key: &[u8]) -> Arc<Slot<S>> {
+    fn slot(&self, key: &[u8]) -> Arc<Slot> {
         if let Some(slot) = self.leases.read().ok().and_then(|l| l.get(key).cloned()) {
             return slot;
         }
         let made = Arc::new(Slot {
+            key: Box::from(key),
+            deadline: AtomicU64::new(0),
             left: AtomicU64::new(0),
             remaining: AtomicU64::new(0),
             reset_us: AtomicU64::new(0),
@@ -389,7 +407,7 @@ impl<S: Store + Clone> Terms<S> {
 
     /// Whether `slot` is still `key`'s slot. A poisoned map holds every slot (see
     /// [`slot`](Self::slot)).
-    fn holds(&self, key: &[u8], slot: &Arc<Slot<S>>) -> bool {
+    fn holds(&self, key: &[u8], slot: &Arc<Slot>) -> bool {
         match self.leases.read() {
             Ok(leases) => leases.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)),
             Err(_) => true,
@@ -397,26 +415,52 @@ impl<S: Store + Clone> Terms<S> {
     }
 
     /// Forgets the leases of `key` (the store's state of it was reset).
-    fn forget(&self, key: &[u8]) -> Option<Arc<Slot<S>>> {
+    fn forget(&self, key: &[u8]) -> Option<Arc<Slot>> {
         self.leases.write().ok()?.remove(key)
+    }
+
+    /// `instant` in µs after the epoch, as a slot's deadline counts.
+    #[inline]
+    fn micros(&self, instant: Instant) -> u64 {
+        let since = instant.saturating_duration_since(self.epoch);
+        u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Ends the lease `held` holds for `slot`, if any: the store parks its units no more
+    /// and takes the unused ones back.
+    async fn end(&self, slot: &Slot, held: &mut Held) {
+        let unused = slot.left.swap(0, Ordering::AcqRel);
+        let Some(lease) = held.lease.take() else {
+            return;
+        };
+        let check = Check::stored(&self.rule, &slot.key).with_cost(unused);
+        if let Err(error) = self.store.refund(&[check], &lease).await {
+            tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
+        }
     }
 }
 
-impl<S: Store + Clone> Slot<S> {
-    /// Takes `cost` units without a lock, if the lease has them; the units left.
+impl Slot {
+    /// Takes `cost` units without a lock, if the lease has them and admits at `now` (µs
+    /// after the epoch); the units left. Units taken past the deadline stay taken unused:
+    /// the store may already count them as used.
     #[inline]
-    fn take_units(&self, cost: u64) -> Option<u64> {
+    fn take_units(&self, cost: u64, now: u64) -> Option<u64> {
         let before = self
             .left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(cost))
             .ok()?;
-        Some(before - cost)
+        (now < self.deadline.load(Ordering::Acquire)).then(|| before - cost)
     }
 
     /// Takes `cost` units for a check of a batch, with what gives them back.
-    fn lend(self: &Arc<Self>, terms: &Terms<S>, cost: u64) -> Option<(RuleOutcome, Lent<S>)> {
+    fn lend<S: Store + Clone>(
+        self: &Arc<Self>,
+        terms: &Terms<S>,
+        cost: u64,
+    ) -> Option<(RuleOutcome, Lent)> {
         let generation = self.generation.load(Ordering::Acquire);
-        let left = self.take_units(cost)?;
+        let left = self.take_units(cost, terms.micros(Instant::now()))?;
         // A new lease's generation is set before its units: the same generation after the
         // take is the lease the units came from.
         let same = self.generation.load(Ordering::Acquire) == generation;
@@ -430,7 +474,7 @@ impl<S: Store + Clone> Slot<S> {
 
     /// The leased rule's part of the outcome of a request admitted from the lease, `left`
     /// units left in it.
-    fn rule_outcome(&self, terms: &Terms<S>, left: u64) -> RuleOutcome {
+    fn rule_outcome<S: Store + Clone>(&self, terms: &Terms<S>, left: u64) -> RuleOutcome {
         RuleOutcome {
             decision: Decision::Allow,
             info: RateLimitInfo {
@@ -440,20 +484,9 @@ impl<S: Store + Clone> Slot<S> {
             },
         }
     }
-
-    /// Ends the lease `held` holds, if any, giving its unused units back to the store.
-    async fn end(&self, held: &mut Held<S>) {
-        let unused = self.left.swap(0, Ordering::AcqRel);
-        let Some((reservation, units)) = held.lease.take() else {
-            return;
-        };
-        if let Err(error) = reservation.settle(&[units.saturating_sub(unused)]).await {
-            tracing::warn!(%error, "could not give back the unused units of a lease");
-        }
-    }
 }
 
-impl<S: Store + Clone> Lent<S> {
+impl Lent {
     /// Gives the units back to their lease, if it still holds (an ended one used them).
     async fn give_back(self) {
         let Some(generation) = self.generation else {
@@ -512,16 +545,11 @@ impl<S: Store + Clone> Store for Leased<S> {
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-        let slot = self
-            .shared
-            .terms
-            .iter()
-            .find(|t| t.rule == *rule)
-            .and_then(|t| t.forget(key.as_bytes()));
-        if let Some(slot) = slot {
-            // Its units are forgotten with the store's state: nothing to give back.
-            slot.left.store(0, Ordering::Release);
-            slot.held.lock().await.lease = None;
+        let terms = self.shared.terms.iter().find(|t| t.rule == *rule);
+        if let Some((terms, slot)) = terms.and_then(|t| Some((t, t.forget(key.as_bytes())?))) {
+            // The store keeps the units parked in live leases through a reset: this
+            // instance's own lease ends first.
+            terms.end(&slot, &mut *slot.held.lock().await).await;
         }
         self.get_ref().reset(rule, key).await
     }

@@ -21,6 +21,7 @@ pub(crate) mod check;
 mod fallback;
 mod lease;
 pub(crate) mod memory;
+pub(crate) mod parked;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod reservation;

@@ -57,8 +57,9 @@ fn worth(entry: &Entry) -> (bool, u64, u64) {
     )
 }
 
+/// Locked, or holding units parked in live leases: forgetting it would free them.
 fn locked(entry: &Entry, now: u64) -> bool {
-    entry.penalty().locked_for(now).is_some()
+    entry.kept_until() > now
 }
 
 /// A shard at twice its share is full of locked keys until `retry_micros` from now.
@@ -191,7 +192,7 @@ impl Shard {
         }
         if excess > 0 {
             // Nothing is left but locked entries.
-            let first_unlock = self.map.values().map(|e| e.penalty().locked_until).min();
+            let first_unlock = self.map.values().map(Entry::kept_until).min();
             self.no_room_until = first_unlock.unwrap_or(0);
         }
         self.counted_at_cap();

@@ -396,7 +396,7 @@ fn admit_at_once<'a>(
         RawEntryMut::Occupied(mut o) => {
             let e = o.get_mut();
             let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
-            if !e.is_own(rule) || locked {
+            if !e.is_own(rule) || locked || e.parked().is_some() {
                 return Err(RawEntryMut::Occupied(o));
             }
             match algorithm.admit(&mut e.state, now, cost) {
@@ -544,8 +544,7 @@ impl Store for MemoryStore {
     }
 
     async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        let _ = term;
-        self.decide(&[check], 0)
+        self.lease_one(&check, duration_to_micros(term))
     }
 
     #[inline]
@@ -587,12 +586,14 @@ impl Store for MemoryStore {
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
         let (mut shard, hash, _) = self.shared.lock(&check);
-        if let RawEntryMut::Occupied(o) = shard
+        if let RawEntryMut::Occupied(mut o) = shard
             .map
             .raw_entry_mut()
             .from_hash(hash, |k| k.matches(&check))
         {
-            o.remove();
+            if !o.get_mut().reset() {
+                o.remove();
+            }
         }
         Ok(())
     }

@@ -1,10 +1,11 @@
 //! [`Store::refund`](crate::store::Store::refund) and
 //! [`Store::overdraw`](crate::store::Store::overdraw) for the in-process store.
 
-use crate::decision::Admission;
+use crate::decision::{Admission, Outcome, Taken};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::Check;
+use crate::store::parked;
 
 use super::bound::NoRoom;
 use super::MemoryStore;
@@ -22,7 +23,8 @@ impl MemoryStore {
             let taken = admission.taken(i);
             // A trial rule may have taken nothing; a pending rule was never counted; units
             // another store took are not ours.
-            if check.cost == 0 || check.in_shadow() || taken.pending || taken.store != shared.id {
+            let nothing = check.cost == 0 && !taken.lease;
+            if nothing || check.in_shadow() || taken.pending || taken.store != shared.id {
                 continue;
             }
             let (mut shard, hash, now) = shared.lock(check);
@@ -46,5 +48,43 @@ impl MemoryStore {
             shard.update(hash, check, now, |entry| batch::overdraw(check, entry, now));
         }
         Ok(())
+    }
+
+    /// [`Store::lease`](crate::store::Store::lease): a batch of one decided, and parked if
+    /// admitted, under one lock.
+    pub(super) fn lease_one(&self, check: &Check<'_>, term: u64) -> Result<Outcome, StoreError> {
+        let batch = std::slice::from_ref(check);
+        batch::validate(batch)?;
+        if !check.rule.algorithm().can_lease() || check.in_shadow() {
+            return Err(StoreError::InvalidBatch(format!(
+                "rule {:?}: only an enforced token bucket or GCRA can lease",
+                check.rule.name()
+            )));
+        }
+        let shared = &*self.shared;
+        if let Err(no_room) = shared.make_room(batch) {
+            return Ok(no_room.outcome(batch));
+        }
+        let (mut shard, hash, now) = shared.lock(check);
+        let item = batch::evaluate_alone(check, shard.get(hash, check), now);
+        let admitted = batch::admits(std::slice::from_ref(&item));
+        let id = parked::next_id();
+        let rule = shard.update(hash, check, now, |entry| {
+            let rule = batch::commit(check, entry, now, &item, admitted);
+            if admitted {
+                entry.park(id, check.cost, now.saturating_add(term));
+            }
+            rule
+        });
+        drop(shard);
+        let mut outcome = batch::combine(vec![rule], |_| false);
+        if admitted {
+            let taken = Taken {
+                lease: true,
+                ..Taken::at(shared.id, now, id)
+            };
+            outcome.admission = Some(Admission::new([taken]));
+        }
+        Ok(outcome)
     }
 }
