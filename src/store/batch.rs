@@ -93,7 +93,12 @@ impl Entry {
     }
 
     /// Ends lease `id` at `now`, giving back `unused` of its units if it is still held.
+    /// Under another configuration's state (a reload since) the lease is left to its term:
+    /// only the state's own configuration can settle it.
     pub(crate) fn end_lease(&mut self, rule: &Rule, now: u64, id: u64, unused: u64) {
+        if !self.is_own(rule) {
+            return;
+        }
         self.settle(rule, now);
         let Some(aside) = self.aside.as_deref_mut() else {
             return;

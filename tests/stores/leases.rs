@@ -447,3 +447,54 @@ async fn a_lease_ending_under_a_waiting_request_is_not_doubled() {
         "the first lease's one used unit and one lease of 4 parked"
     );
 }
+
+/// A bounded store full of other keys never forgets a key with a live lease: forgetting it
+/// would free the units parked there while their holder may still use them.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_full_store_keeps_a_key_with_a_live_lease() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 10, Rate::per_second(1));
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(64);
+    let leased = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&rule, 4, Duration::from_secs(60))
+            .unwrap(),
+    );
+    assert!(leased.check_one(&rule, b"k").await.unwrap().is_admitted());
+    let plain = Limiter::new(store.clone());
+    // Other keys, each holding more than the leased one: worth more to keep.
+    let wide = Rule::gcra("wide", 100, Rate::per_second(1));
+    for i in 0..2_000 {
+        let key = format!("flood-{i}");
+        let batch = [Check::new(&wide, key.as_bytes()).with_cost(50)];
+        plain.check(&batch).await.unwrap();
+    }
+    assert!(
+        store.stats().evictions > 0,
+        "the flood made the store forget keys"
+    );
+    // What a request of 1 would leave: 10 less the 4 parked, less 1.
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 5);
+}
+
+/// Leasing through a `Fallback` whose primary is down: the local store parks the lease and
+/// takes its unused units back when the lease ends.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_lease_from_a_fallbacks_local_store_ends_there() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::token_bucket("hot", 100, Rate::per_minute(1));
+    let local = MemoryStore::with_clock(clock.clone());
+    let fallback = tollgate::store::Fallback::with_local(crate::support::down::Down, local.clone());
+    let leased = Limiter::new(
+        Leased::new(fallback)
+            .lease(&rule, 10, Duration::from_secs(1))
+            .unwrap(),
+    );
+    for _ in 0..3 {
+        assert!(leased.check_one(&rule, b"k").await.unwrap().is_admitted());
+    }
+    let plain = Limiter::new(local);
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 89);
+    tokio::time::sleep(Duration::from_millis(1_001)).await;
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 96);
+}
