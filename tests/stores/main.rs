@@ -5,6 +5,7 @@
 mod support;
 
 mod bound;
+mod exact_leases;
 mod leases;
 mod memory_store;
 mod promise_findings;
