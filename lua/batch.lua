@@ -11,8 +11,8 @@
 --   the new position.
 
 -- The batch being decided, set by decide_batch, so the helpers below are not closures
--- built anew for every batch.
-local now, max_wait, mode, slack_ms, release_floor, held_floor, rules
+-- built anew for every batch; in MODE_LEASE, the lease's id and expiry.
+local now, max_wait, mode, slack_ms, release_floor, held_floor, rules, lease_id, lease_expiry
 
 -- Whether the rule's stored state is live at `at` (expired or absent state is none).
 local function is_live(r, at)
@@ -78,8 +78,34 @@ local function own_evaluate(c, s, at, cost)
   return free_passes(cost, reject(retry, 0, later.reset + wait))
 end
 
--- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing.
+-- Whether the rule settles a ledger (parked.lua) before it evaluates or changes its state:
+-- a token bucket's or GCRA's key with leases.
+local function parks(r)
+  return r.parks and r.ledger[1] ~= nil
+end
+
+-- The state a ledger settles at `at` (Entry::settle): the rule's own, or another
+-- configuration's adopted, so that its units still count (none where it holds none).
+local function unsettled(r, at)
+  if not r.carried then
+    return r.state
+  elseif held(r, at) > 0 then
+    return adopt(r, at, 0)
+  end
+  return nil
+end
+
+-- Algorithm::evaluate (src/algorithm/mod.rs): what `cost` gets at `at`, changing nothing;
+-- a key with leases on a settled copy of its state and ledger.
 local function algorithm_evaluate(r, at, cost)
+  if parks(r) then
+    local s = unsettled(r, at)
+    if s and s == r.state then
+      s = { s[1], s[2], s[3] }
+    end
+    s = settle(r, s, at, { unpack(r.ledger) })
+    return own_evaluate(r, r.model.expires_at(r, s) > at and s or nil, at, cost)
+  end
   local units = held(r, at)
   if units == 0 then
     return own_evaluate(r, is_live(r, at) and r.state or nil, at, cost)
@@ -249,10 +275,15 @@ local function store_log(r)
 end
 
 local function store(r)
-  -- A lock belongs to the name: a configuration without the penalty keeps it too.
+  -- A lock belongs to the name: a configuration without the penalty keeps it too, and the
+  -- ledger to the key, which lives as long as the ledger counts.
   local expires_at = r.pen[1]
   if r.after > 0 then
     expires_at = penalty_expires_at(r, r.pen)
+  end
+  local ledger = r.ledger and ledger_bytes(r.ledger)
+  if ledger then
+    expires_at = max(expires_at, ledger_until(r, r.ledger))
   end
   local s, h, p = r.state, r.head, r.pen
   local f1, f2, f3
@@ -268,7 +299,7 @@ local function store(r)
     end
     foreign = r.foreign
   end
-  write_record(r, r.key, expires_at, now, slack_ms, h[1], h[2], h[3], f1, f2, f3, p[1], p[2], p[3], foreign)
+  write_record(r, r.key, expires_at, now, slack_ms, h[1], h[2], h[3], f1, f2, f3, p[1], p[2], p[3], foreign, ledger)
 end
 
 -- One rule of the batch from its packed argument and KEYS[key_index] (a sliding log's log
@@ -290,6 +321,12 @@ local function load_rule(KEYS, key_index, packed)
     key_index = key_index + 1
   end
   local raw = get_record(r.key)
+  if raw and #raw > LEDGERLESS_BYTES then
+    -- Only a token bucket or GCRA settles the ledger; another algorithm's configuration
+    -- keeps it as it is.
+    raw, r.ledger = split_ledger(raw)
+    r.parks = r.model.cap ~= nil
+  end
   local kind, f1, f2, f3, l1, l2, l3, h1, h2, h3 = read_record(r, raw)
   r.head, r.pen = { h1, h2, h3 }, { l1, l2, l3 }
   if kind == 'own' then
@@ -359,12 +396,26 @@ local function store_own(r, remaining)
   store(r)
 end
 
+-- The floors of a refund (call.lua): per rule the admission's instant, mark and hold.
+local function unpack_taken(taken)
+  if #rules == 0 then
+    return {}
+  end
+  return { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
+end
+
+-- Settles the rule's ledger at `at` on its state itself (Entry::settle), which is then its
+-- own: it takes another configuration's over.
+local function settle_own(r, at)
+  local s = unsettled(r, at)
+  r.adopted = r.adopted or r.carried ~= nil
+  r.state, r.own, r.carried = settle(r, s, at, r.ledger), true, nil
+end
+
 -- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
 -- instant in `taken` (the batch's floors); replies as quota_reply into `out` after `o`.
 local function refund_batch(taken, marked, o)
-  if #rules > 0 then
-    taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
-  end
+  taken = unpack_taken(taken)
   for i = 1, #rules do
     local r = rules[i]
     -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
@@ -386,6 +437,47 @@ local function refund_batch(taken, marked, o)
   return quota_reply(o)
 end
 
+-- MODE_END (a lease's refund, Entry::end_lease): where each rule's lease (the mark in
+-- `taken`) is still in its settled ledger, removes it and gives back the rule's cost, at
+-- most the lease's units, unconditionally: the cap held them out of the state. Under
+-- another configuration's state the lease is left to its term, which only the state's
+-- own configuration settles. Replies as quota_reply into `out` after `o`.
+local function end_batch(taken, o)
+  taken = unpack_taken(taken)
+  for i = 1, #rules do
+    local r = rules[i]
+    if r.own and parks(r) then
+      settle_own(r, now)
+      local units = end_lease(r.ledger, taken[3 * i - 1])
+      if units then
+        -- Algorithm::give_back: the state settled with the lease's units parked has room
+        -- for them, so a refund without a mark gives them back.
+        r.model.refund(r, r.state, now, now, min(r.cost, units), nil)
+      end
+      -- Settled, as the in-process store writes it: once no lease is left, another
+      -- configuration reads the state as carried (algorithm_evaluate).
+      store_own(r)
+    end
+  end
+  return quota_reply(o)
+end
+
+-- MODE_RESET (Store::reset): forgets each rule's state, log and lock. The ledger stays,
+-- since the leases' holders may still use their units: the next evaluation caps the fresh
+-- state. Replies as quota_reply into `out` after `o`.
+local function reset_batch(o)
+  for i = 1, #rules do
+    local r = rules[i]
+    if r.log_key then
+      redis.call('DEL', r.log_key)
+    end
+    r.state, r.own, r.carried, r.foreign = nil, false, nil, ''
+    r.head, r.pen = { 0, 0, 0 }, { 0, 0, 0 }
+    store(r)
+  end
+  return quota_reply(o)
+end
+
 -- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
 -- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
 local function overdraw_batch(o)
@@ -394,6 +486,9 @@ local function overdraw_batch(o)
     -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
     local cost = min(r.cost, MAX_PRODUCT)
     if cost > 0 then
+      if parks(r) then
+        settle_own(r, now)
+      end
       if r.carried then
         take_over(r, now, 0)
       elseif not is_live(r, now) then
@@ -414,6 +509,9 @@ local function commit(r, item, admitted)
     if r.cost == 0 or item.pending then
       return 0
     end
+    if parks(r) then
+      settle_own(r, item.at)
+    end
     if item.held then
       -- LeakyBucket::held: the queue before the hold has drained by its end, another
       -- configuration's too (which this writes over: the rule adopted it).
@@ -428,6 +526,13 @@ local function commit(r, item, admitted)
       r.own = true
     else
       take_over(r, item.at, r.cost)
+    end
+    if mode == MODE_LEASE then
+      -- The units stay parked until the lease ends, its mark is its id (parked.lua).
+      r.ledger, r.parks = r.ledger or {}, true
+      add_lease(r.ledger, lease_id, r.cost, lease_expiry)
+      store_own(r, item.eval.remaining)
+      return lease_id
     end
     store_own(r, item.eval.remaining)
     if r.model.mark then
@@ -479,10 +584,13 @@ local function decide_batch(KEYS, k, h, at, floors, o)
   now, max_wait, mode, slack_ms = at, h.max_wait, h.mode, h.slack
   if mode == MODE_DENY then
     now, max_wait = now - max_wait, 0
+  elseif mode == MODE_LEASE then
+    -- A lease never waits: its max_wait is its term, its floors its id.
+    lease_expiry, lease_id, max_wait, floors = now + max_wait, tonumber(floors), 0, '0'
   end
-  local refunds = mode == MODE_REFUND or mode == MODE_REFUND_HELD or mode == MODE_OVERDRAW
+  local decides = mode <= MODE_DENY or mode == MODE_TRY or mode == MODE_LEASE
   release_floor, held_floor = now, now
-  if not refunds then
+  if decides then
     local least, held = string.match(floors, '^(%d+) ?(%d*)$')
     release_floor = now + tonumber(least)
     if held ~= '' then
@@ -497,8 +605,11 @@ local function decide_batch(KEYS, k, h, at, floors, o)
   end
   if mode == MODE_OVERDRAW then
     return overdraw_batch(o)
-  end
-  if refunds then
+  elseif mode == MODE_END then
+    return end_batch(floors, o)
+  elseif mode == MODE_RESET then
+    return reset_batch(o)
+  elseif not decides then
     return refund_batch(floors, mode == MODE_REFUND_HELD, o)
   end
   return decide_rules(o)

@@ -101,6 +101,16 @@ models[GCRA] = function()
     mark = function(c, s, at, delay)
       return sub0(s[1], at) * c.p3 + s[2]
     end,
+    -- Algorithm::cap (parked.lua): a backlog of at least the parked units, the TAT no
+    -- earlier than `at` plus them.
+    cap = function(c, s, at, parked)
+      local least = min(parked, c.p1) * c.p2
+      local ahead = div(least, c.p3)
+      local tat, fraction = at + ahead, least - ahead * c.p3
+      if s[1] < tat or (s[1] == tat and s[2] < fraction) then
+        s[1], s[2] = tat, fraction
+      end
+    end,
     -- Moves the theoretical arrival time back by the refunded units; with a mark, only while
     -- it is where the admission left it.
     refund = function(c, s, now, at, cost, mark)

@@ -2,7 +2,8 @@
 --
 -- The scripts are concatenated in this order (see src/store/redis/script.rs):
 --   prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua, token_bucket.lua,
---   leaky_bucket.lua, gcra.lua, penalty.lua, record.lua, batch.lua, fast.lua, call.lua
+--   leaky_bucket.lua, gcra.lua, penalty.lua, record.lua, parked.lua, batch.lua, fast.lua,
+--   call.lua
 -- and run as one chunk (a script whose last line calls decide_call, or the body of a
 -- function library's builder), so every file sees the locals declared before it.
 --
@@ -80,6 +81,7 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, LEAKY_BUCKET, GCR
 
 -- What a call does with a batch (call.lua's mode): `Op` in src/store/redis/script.rs.
 local MODE_DECIDE, MODE_PEEK, MODE_DENY, MODE_REFUND, MODE_REFUND_HELD, MODE_OVERDRAW, MODE_TRY = 0, 1, 2, 3, 4, 5, 6
+local MODE_LEASE, MODE_END, MODE_RESET = 7, 8, 9
 
 -- A batch's reply opens with REPLY_ADMITTED or 0, plus REPLY_AGAIN when it leaves out the
 -- instants (they are the batch's just before it in the call), plus REPLY_WIDTH times the

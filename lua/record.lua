@@ -11,8 +11,8 @@
 -- and the instant it is back to empty (what another configuration reads: src/store/batch.rs
 -- `Entry`, src/algorithm/mod.rs `Carried`); then the algorithm's state fields (none for a
 -- sliding log, whose entries are in its log); then the penalty's locked_until, denials,
--- window_start. The functions pass its parts as multiple values, not a table, so the
--- streamlined path builds none.
+-- window_start; then, on a key a lease touched, its ledger (parked.lua). The functions pass
+-- its parts as multiple values, not a table, so the streamlined path builds none.
 
 -- The library functions a decision calls, held in locals (a global is a lookup by name).
 -- Declared here rather than in prelude.lua so that only the closures from this file on
@@ -41,6 +41,9 @@ end
 
 -- The bytes of a rule's packed argument: thirteen doubles.
 local RULE_BYTES = 104
+
+-- The longest record without a ledger: the head, three state fields and the penalty's.
+local LEDGERLESS_BYTES = 72
 
 -- A rule's configuration from its packed argument: the algorithm's code, model and
 -- parameters p1…p4 (see each algorithm's file), the cost, the penalty (lock_for µs, `after`
@@ -106,6 +109,11 @@ local function read_record(c, raw)
   if n < 6 or n ~= floor(n) then
     return 'none', nil, nil, nil, 0, 0, 0, 0, 0, 0
   end
+  if #raw > LEDGERLESS_BYTES then
+    -- A ledger follows (parked.lua), which only the general path settles: the streamlined
+    -- one hands the record over as it does another configuration's.
+    return 'foreign', nil, nil, nil, 0, 0, 0, 0, 0, 0
+  end
   -- Another length: another configuration's record, or bare penalty fields.
   local t1, t2, t3 = struct_unpack('<ddd', raw)
   local l1, l2, l3 = struct_unpack('<ddd', raw, #raw - 23)
@@ -163,8 +171,8 @@ end
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at`, or deletes
 -- the key once that has passed. The record: the head h1, h2, h3, then the state fields
 -- (`foreign`'s bytes as another configuration wrote them, or when nil `c`'s own f1, f2,
--- f3), then the penalty's l1, l2, l3.
-local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign)
+-- f3), then the penalty's l1, l2, l3, then the bytes of a ledger (parked.lua) if any.
+local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign, ledger)
   local record
   if foreign then
     record = struct_pack('<ddd', h1, h2, h3) .. foreign .. struct_pack('<ddd', l1, l2, l3)
@@ -177,6 +185,9 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
     else
       record = struct_pack(c.format, h1, h2, h3, l1, l2, l3)
     end
+  end
+  if ledger then
+    record = record .. ledger
   end
   -- Written at the call's end (flush_records).
   local i = slot[key]

@@ -127,6 +127,22 @@ models[TOKEN_BUCKET] = function()
     mark = function(c, s, at, delay)
       return s[2]
     end,
+    -- Algorithm::cap (parked.lua): the tokens at `at` (refilled to then, a step boundary
+    -- kept), at most the capacity less the parked units.
+    cap = function(c, s, at, parked)
+      local ceiling = sub0(c.p1, parked)
+      if c.p4 == 0 then
+        if at > s[2] then
+          s[1], s[2] = smooth_level(c, s, at), at
+        end
+        s[1] = min(s[1], ceiling * c.p3)
+      else
+        if at > s[2] then
+          s[1], s[2] = stepped_level(c, s, at)
+        end
+        s[1] = min(s[1], ceiling)
+      end
+    end,
     -- Puts back `cost` tokens (up to a full bucket) as of the state's instant; with a mark,
     -- only while nothing was admitted at a later instant (step).
     refund = function(c, s, now, at, cost, mark)

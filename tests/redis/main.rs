@@ -15,6 +15,7 @@ mod failover;
 mod fold;
 mod idle;
 mod leases;
+mod parked;
 mod promises;
 mod readiness;
 mod seams;

@@ -25,6 +25,7 @@ use redis::cluster_routing::Slot;
 use redis::Value;
 use smallvec::SmallVec;
 
+use crate::algorithm::MAX_SCALED;
 use crate::clock::{duration_to_micros, Clock};
 use crate::decision::{Outcome, RuleOutcome, StoreId};
 use crate::error::StoreError;
@@ -283,7 +284,10 @@ impl RedisStore {
         checks: &[&Check<'_>],
         taken: Option<&[u8]>,
     ) -> Result<Reply, StoreError> {
-        let moves = matches!(call.mode, Op::Refund | Op::RefundHeld | Op::Overdraw);
+        let moves = matches!(
+            call.mode,
+            Op::Refund | Op::RefundHeld | Op::Overdraw | Op::End
+        );
         let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
         let values = self.calls.decide(batch, self.timeout).await?;
         let reply = script::parse(&values, checks)?;
@@ -381,6 +385,13 @@ async fn command(
     Ok(())
 }
 
+/// A lease's id: random (a fresh `RandomState`'s keys), so that instances never pick the
+/// same, and of 52 bits, so that the script's doubles hold it exactly.
+fn lease_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::hash::RandomState::new().build_hasher().finish() & ((1 << 52) - 1)
+}
+
 /// Microseconds since the first call in this process, never going back.
 fn monotonic_micros() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -423,9 +434,28 @@ impl Store for RedisStore {
         Ok(outcome)
     }
 
+    /// One `Op::Lease` call, parking the units under an id chosen here (the script keeps
+    /// the key's ledger, `lua/parked.lua`).
     async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        let _ = term;
-        self.check(&[check], Duration::ZERO).await
+        let batch = std::slice::from_ref(&check);
+        batch::validate(batch)?;
+        if !check.rule.algorithm().can_lease() || check.in_shadow() {
+            return Err(StoreError::InvalidBatch(format!(
+                "rule {:?}: only an enforced token bucket or GCRA can lease",
+                check.rule.name()
+            )));
+        }
+        // The term stays within the exact range of the script's instants.
+        let call = self.call(duration_to_micros(term).min(MAX_SCALED), Op::Lease);
+        let mut id = itoa::Buffer::new();
+        let id = id.format(lease_id()).as_bytes();
+        let reply = self.run_with(call, &[&check], Some(id)).await?;
+        let mut outcome = outcome_of(reply, batch).taken_by(self.id);
+        if let Some(admission) = &mut outcome.admission {
+            // The script says the id as the admission's mark.
+            admission.taken.iter_mut().for_each(|t| t.lease = true);
+        }
+        Ok(outcome)
     }
 
     /// A denial the deny cache holds, answered without a future (the common answer under
@@ -457,7 +487,8 @@ impl Store for RedisStore {
     }
 
     /// One `Op::RefundHeld` call per slot (one call on a standalone server), each rule
-    /// given back at its own instant where its mark says that is exact.
+    /// given back at its own instant where its mark says that is exact; a lease's rules
+    /// in an `Op::End` call of their own, which ends each lease.
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
         let Some(admission) = &outcome.admission else {
             return Ok(());
@@ -470,14 +501,20 @@ impl Store for RedisStore {
             !batch[i].in_shadow() && !taken.pending && taken.store == self.id
         };
         for members in self.slot_groups(batch) {
-            let members: SmallVec<[usize; 4]> = members.into_iter().filter(gives).collect();
-            if members.is_empty() {
-                continue;
+            let (leases, members): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = members
+                .into_iter()
+                .filter(gives)
+                .partition(|&i| admission.taken(i).lease);
+            for (members, op) in [(members, Op::RefundHeld), (leases, Op::End)] {
+                if members.is_empty() {
+                    continue;
+                }
+                let checks: SmallVec<[&Check<'_>; 4]> =
+                    members.iter().map(|&i| &batch[i]).collect();
+                let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
+                self.run_with(self.call(0, op), &checks, Some(&packed))
+                    .await?;
             }
-            let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-            let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-            let call = self.call(0, Op::RefundHeld);
-            self.run_with(call, &checks, Some(&packed)).await?;
         }
         Ok(())
     }
@@ -494,14 +531,10 @@ impl Store for RedisStore {
             .await
     }
 
+    /// One `Op::Reset` call: the script keeps the key's live leases.
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.key(&check, false));
-        if script::has_log(rule.algorithm()) {
-            cmd.arg(self.key(&check, true));
-        }
-        command(self.conn.clone(), cmd, self.timeout).await?;
+        self.run(self.call(0, Op::Reset), &[&check]).await?;
         self.invalidate(rule, key.as_bytes()).await
     }
 

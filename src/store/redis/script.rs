@@ -26,10 +26,10 @@ macro_rules! lua_files {
 use self::args::{exact_double, RULE_BYTES};
 
 /// The script's files by name, in the order `lua/prelude.lua` describes: the helpers, the
-/// six models, penalties, the rules' arguments, stored records and replies, the batch
-/// driver, the streamlined batch and the call driver (`lua/call.lua`, which decides several
-/// batches in one call).
-const FILES: [(&str, &str); 12] = lua_files!(
+/// six models, penalties, the rules' arguments, stored records and replies, the leases'
+/// ledger, the batch driver, the streamlined batch and the call driver (`lua/call.lua`,
+/// which decides several batches in one call).
+const FILES: [(&str, &str); 13] = lua_files!(
     prelude,
     fixed_window,
     sliding_log,
@@ -39,6 +39,7 @@ const FILES: [(&str, &str); 12] = lua_files!(
     gcra,
     penalty,
     record,
+    parked,
     batch,
     fast,
     call
@@ -103,6 +104,14 @@ pub(super) enum Op {
     /// part that would count the request at a later instant, committed once every slot has
     /// admitted.
     Try = 6,
+    /// Decide one check as `Decide` does without a wait, and park its units if admitted
+    /// (`Store::lease`): max_wait carries the term, the floors the lease's id.
+    Lease = 7,
+    /// End the leases whose ids are the marks in the floors, giving back each rule's cost
+    /// (a lease's `Store::refund`).
+    End = 8,
+    /// Forget each rule's state and lock, keeping its live leases (`Store::reset`).
+    Reset = 9,
 }
 
 /// What a batch's reply opens with (`REPLY_*` in `lua/prelude.lua`): [`REPLY_ADMITTED`] or

@@ -97,6 +97,9 @@ mod tests {
             (Op::RefundHeld, "MODE_REFUND_HELD"),
             (Op::Overdraw, "MODE_OVERDRAW"),
             (Op::Try, "MODE_TRY"),
+            (Op::Lease, "MODE_LEASE"),
+            (Op::End, "MODE_END"),
+            (Op::Reset, "MODE_RESET"),
         ] {
             assert_eq!(lua_constant(prelude, name), Some(mode as u64), "{name}");
         }
