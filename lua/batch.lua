@@ -473,6 +473,10 @@ local function reset_batch(o)
     end
     r.state, r.own, r.carried, r.foreign = nil, false, nil, ''
     r.head, r.pen = { 0, 0, 0 }, { 0, 0, 0 }
+    -- Leases that ended no longer hold the fresh bucket down.
+    while r.ledger and r.ledger[3] and r.ledger[3] <= now do
+      remove_lease(r.ledger, 1)
+    end
     store(r)
   end
   return quota_reply(o)

@@ -71,19 +71,24 @@ impl Entry {
             .filter(|p| !p.is_empty())
     }
 
-    /// Parks a lease's units ([`Parked::park`]).
-    pub(crate) fn park(&mut self, id: u64, units: u64, expiry: u64) {
+    /// Parks a lease of `rule` ([`Parked::park`]), kept until a bucket it held down to
+    /// nothing has refilled.
+    pub(crate) fn park(&mut self, rule: &Rule, id: u64, units: u64, expiry: u64) {
+        let fill = crate::clock::duration_to_micros(rule.algorithm().quota().1);
         let aside = self.aside.get_or_insert_with(Box::default);
-        aside.parked.park(id, units, expiry);
+        aside
+            .parked
+            .park(id, units, expiry, expiry.saturating_add(fill));
     }
 
     /// Brings the state to `at` under its leases' cap ([`Parked::settle`]), as `rule`'s
     /// configuration: another's state is adopted first, so that its units still count.
     pub(crate) fn settle(&mut self, rule: &Rule, at: u64) {
-        let Some(aside) = self.aside.as_deref_mut().filter(|a| !a.parked.is_empty()) else {
+        let algorithm = rule.algorithm();
+        let aside = self.aside.as_deref_mut();
+        let Some(aside) = aside.filter(|a| !a.parked.is_empty() && algorithm.can_lease()) else {
             return;
         };
-        let algorithm = rule.algorithm();
         if self.fingerprint != rule.fingerprint() {
             self.state = algorithm.adopt(self.carried, at, 0);
             self.fingerprint = rule.fingerprint();
@@ -110,14 +115,12 @@ impl Entry {
         }
     }
 
-    /// Forgets the state and the lock, keeping the units parked in leases: their holders
-    /// may still use them.
-    pub(crate) fn reset(&mut self) -> bool {
-        let parked = self
-            .aside
-            .take()
-            .map(|a| a.parked)
-            .filter(|p| !p.is_empty());
+    /// Forgets the state and the lock at `now`, keeping the units parked in live leases:
+    /// their holders may still use them.
+    pub(crate) fn reset(&mut self, now: u64) -> bool {
+        let mut parked = self.aside.take().map(|a| a.parked).unwrap_or_default();
+        parked.drop_ended(now);
+        let parked = Some(parked).filter(|p| !p.is_empty());
         *self = Self::default();
         let Some(parked) = parked else {
             return false;
@@ -164,7 +167,7 @@ impl Entry {
 /// with leases on a settled copy ([`Entry::settle`]).
 fn evaluate_algorithm(rule: &Rule, entry: Option<&Entry>, at: u64, cost: u64) -> Eval {
     match entry {
-        Some(e) if e.parked().is_some() => {
+        Some(e) if e.parked().is_some() && rule.algorithm().can_lease() => {
             let mut settled = e.clone();
             settled.settle(rule, at);
             rule.algorithm().evaluate(&settled.state, at, cost)
@@ -281,6 +284,19 @@ pub(crate) fn key_release(batch: &[Check<'_>], releases: &[u64], i: usize) -> u6
         .zip(releases)
         .filter(|(c, _)| c.key() == key)
         .fold(releases[i], |latest, (_, &r)| latest.max(r))
+}
+
+/// [`validate`] for a lease ([`Store::lease`](crate::store::Store::lease)): an enforced
+/// item of a token bucket or GCRA.
+pub(crate) fn validate_lease(check: &Check<'_>) -> Result<(), StoreError> {
+    validate(std::slice::from_ref(check))?;
+    if !check.rule.algorithm().can_lease() || check.in_shadow() {
+        return Err(StoreError::InvalidBatch(format!(
+            "rule {:?}: only an enforced token bucket or GCRA can lease",
+            check.rule.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Step 1: what `check` would get from `entry` (absent = never used) for a request arriving

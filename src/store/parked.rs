@@ -16,7 +16,12 @@ use crate::algorithm::{Algorithm, State};
 
 /// The live leases of one key, in order of expiry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Parked(SmallVec<[Lease; 2]>);
+pub(crate) struct Parked {
+    leases: SmallVec<[Lease; 2]>,
+    /// Until when the key is kept: a bucket held down to nothing by the last lease to
+    /// expire refilled, since only a later settling counts its units as used.
+    kept_until: u64,
+}
 
 /// One live lease: its id (unique among the key's leases), its units, its expiry (µs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,39 +33,49 @@ struct Lease {
 
 impl Parked {
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.leases.is_empty()
     }
 
     /// The units parked in the leases held.
     fn units(&self) -> u64 {
-        self.0.iter().map(|l| l.units).sum()
+        self.leases.iter().map(|l| l.units).sum()
     }
 
-    /// The last expiry: until then the key must be kept.
+    /// Until when the key must be kept (0 with no lease).
     pub(crate) fn until(&self) -> u64 {
-        self.0.last().map_or(0, |l| l.expiry)
+        if self.is_empty() {
+            0
+        } else {
+            self.kept_until
+        }
     }
 
-    /// Parks `units` under `id` until `expiry`.
-    pub(crate) fn park(&mut self, id: u64, units: u64, expiry: u64) {
-        let at = self.0.partition_point(|l| l.expiry <= expiry);
-        self.0.insert(at, Lease { id, units, expiry });
+    /// Parks `units` under `id` until `expiry`; the key is kept until `kept`.
+    pub(crate) fn park(&mut self, id: u64, units: u64, expiry: u64, kept: u64) {
+        let at = self.leases.partition_point(|l| l.expiry <= expiry);
+        self.leases.insert(at, Lease { id, units, expiry });
+        self.kept_until = self.kept_until.max(kept);
+    }
+
+    /// Drops the leases that ended by `now` (a reset's fresh bucket owes them nothing).
+    pub(crate) fn drop_ended(&mut self, now: u64) {
+        self.leases.retain(|l| l.expiry > now);
     }
 
     /// Ends lease `id`: its units, if it is still held.
     pub(crate) fn end(&mut self, id: u64) -> Option<u64> {
-        let at = self.0.iter().position(|l| l.id == id)?;
-        Some(self.0.remove(at).units)
+        let at = self.leases.iter().position(|l| l.id == id)?;
+        Some(self.leases.remove(at).units)
     }
 
     /// Brings `state` to `now` under the cap: each lease that expired since held the bucket
     /// down until its expiry (with the others then live), and is dropped; the live ones
     /// hold it down now.
     pub(crate) fn settle(&mut self, algorithm: &Algorithm, state: &mut State, now: u64) {
-        while let Some(first) = self.0.first().filter(|l| l.expiry <= now) {
+        while let Some(first) = self.leases.first().filter(|l| l.expiry <= now) {
             let expiry = first.expiry;
             algorithm.cap(state, expiry, self.units());
-            self.0.remove(0);
+            self.leases.remove(0);
         }
         algorithm.cap(state, now, self.units());
     }
@@ -97,7 +112,7 @@ mod tests {
             // 4 leased at 0 (the bucket at 6), the other 6 used at once.
             algorithm.apply(&mut state, 0, 10);
             let mut parked = Parked::default();
-            parked.park(1, 4, 1_000_000);
+            parked.park(1, 4, 1_000_000, 2_000_000);
             parked.settle(algorithm, &mut state, 900_000);
             assert_eq!(remaining(&rule, &state, 900_000), 6, "{rule:?}");
             parked.settle(algorithm, &mut state, 1_200_000);
@@ -114,7 +129,7 @@ mod tests {
         let mut state = State::default();
         algorithm.apply(&mut state, 0, 4);
         let mut parked = Parked::default();
-        parked.park(7, 4, 500_000);
+        parked.park(7, 4, 500_000, 10_500_000);
         parked.settle(algorithm, &mut state, 100_000);
         assert_eq!(parked.end(7), Some(4));
         algorithm.give_back(&mut state, 100_000, 3);

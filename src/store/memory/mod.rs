@@ -585,13 +585,13 @@ impl Store for MemoryStore {
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
-        let (mut shard, hash, _) = self.shared.lock(&check);
+        let (mut shard, hash, now) = self.shared.lock(&check);
         if let RawEntryMut::Occupied(mut o) = shard
             .map
             .raw_entry_mut()
             .from_hash(hash, |k| k.matches(&check))
         {
-            if !o.get_mut().reset() {
+            if !o.get_mut().reset(now) {
                 o.remove();
             }
         }

@@ -53,14 +53,8 @@ impl MemoryStore {
     /// [`Store::lease`](crate::store::Store::lease): a batch of one decided, and parked if
     /// admitted, under one lock.
     pub(super) fn lease_one(&self, check: &Check<'_>, term: u64) -> Result<Outcome, StoreError> {
+        batch::validate_lease(check)?;
         let batch = std::slice::from_ref(check);
-        batch::validate(batch)?;
-        if !check.rule.algorithm().can_lease() || check.in_shadow() {
-            return Err(StoreError::InvalidBatch(format!(
-                "rule {:?}: only an enforced token bucket or GCRA can lease",
-                check.rule.name()
-            )));
-        }
         let shared = &*self.shared;
         if let Err(no_room) = shared.make_room(batch) {
             return Ok(no_room.outcome(batch));
@@ -72,7 +66,7 @@ impl MemoryStore {
         let rule = shard.update(hash, check, now, |entry| {
             let rule = batch::commit(check, entry, now, &item, admitted);
             if admitted {
-                entry.park(id, check.cost, now.saturating_add(term));
+                entry.park(check.rule, id, check.cost, now.saturating_add(term));
             }
             rule
         });

@@ -437,14 +437,8 @@ impl Store for RedisStore {
     /// One `Op::Lease` call, parking the units under an id chosen here (the script keeps
     /// the key's ledger, `lua/parked.lua`).
     async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+        batch::validate_lease(&check)?;
         let batch = std::slice::from_ref(&check);
-        batch::validate(batch)?;
-        if !check.rule.algorithm().can_lease() || check.in_shadow() {
-            return Err(StoreError::InvalidBatch(format!(
-                "rule {:?}: only an enforced token bucket or GCRA can lease",
-                check.rule.name()
-            )));
-        }
         // The term stays within the exact range of the script's instants.
         let call = self.call(duration_to_micros(term).min(MAX_SCALED), Op::Lease);
         let mut id = itoa::Buffer::new();
