@@ -1,8 +1,11 @@
 //! [`Leased`]: decides a hot key in process from a leased share of its quota.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use hashbrown::HashMap;
@@ -307,8 +310,9 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(lent) = slot.lend(terms, check.cost) {
             return Ok(Some(lent));
         }
-        terms.end(slot, &mut held).await;
+        let ended = terms.end(slot, held.lease.take());
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
+            ended.await;
             return Ok(None);
         }
         let lease = Check {
@@ -318,7 +322,9 @@ impl<S: Store + Clone> Leased<S> {
         // Measured from before the store counts the term: the lease stops admitting no
         // later than the store stops parking its units.
         let deadline = Instant::now() + terms.term;
-        let outcome = self.shared.store.lease(lease, terms.term).await?;
+        // The end first: a store that coalesces sends both in one call, in that order.
+        let (_, outcome) = both(ended, self.shared.store.lease(lease, terms.term)).await;
+        let outcome = outcome?;
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after
@@ -351,6 +357,39 @@ impl<S: Store + Clone> Leased<S> {
     }
 }
 
+/// The output of `future` if this poll finishes it.
+fn poll_once<F: Future>(
+    future: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> Option<F::Output> {
+    match future.poll(cx) {
+        Poll::Ready(out) => Some(out),
+        Poll::Pending => None,
+    }
+}
+
+/// Runs `first` and `second` together, polling `first` first.
+async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
+    let (mut first, mut second) = (pin!(first), pin!(second));
+    let (mut a, mut b) = (None, None);
+    std::future::poll_fn(|cx| {
+        if a.is_none() {
+            a = poll_once(first.as_mut(), cx);
+        }
+        if b.is_none() {
+            b = poll_once(second.as_mut(), cx);
+        }
+        match (a.take(), b.take()) {
+            (Some(x), Some(y)) => Poll::Ready((x, y)),
+            (x, y) => {
+                (a, b) = (x, y);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
 impl<S: Store + Clone> Terms<S> {
     /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
     /// later lease was taken, so an idle or refused key costs nothing.
@@ -362,7 +401,7 @@ impl<S: Store + Clone> Terms<S> {
             if held.generation != generation {
                 return;
             }
-            terms.end(&slot, &mut held).await;
+            terms.end(&slot, held.lease.take()).await;
             if let Ok(mut leases) = terms.leases.write() {
                 leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
             }
@@ -426,11 +465,11 @@ impl<S: Store + Clone> Terms<S> {
         u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Ends the lease `held` holds for `slot`, if any: the store parks its units no more
-    /// and takes the unused ones back.
-    async fn end(&self, slot: &Slot, held: &mut Held) {
+    /// Ends `slot`'s lease, taken from its `Held`, if any: the store parks its units no
+    /// more and takes the unused ones back.
+    async fn end(&self, slot: &Slot, lease: Option<Outcome>) {
         let unused = slot.left.swap(0, Ordering::AcqRel);
-        let Some(lease) = held.lease.take() else {
+        let Some(lease) = lease else {
             return;
         };
         let check = Check::stored(&self.rule, &slot.key).with_cost(unused);
@@ -549,7 +588,8 @@ impl<S: Store + Clone> Store for Leased<S> {
         if let Some((terms, slot)) = terms.and_then(|t| Some((t, t.forget(key.as_bytes())?))) {
             // The store keeps the units parked in live leases through a reset: this
             // instance's own lease ends first.
-            terms.end(&slot, &mut *slot.held.lock().await).await;
+            let lease = slot.held.lock().await.lease.take();
+            terms.end(&slot, lease).await;
         }
         self.get_ref().reset(rule, key).await
     }

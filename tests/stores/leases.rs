@@ -498,3 +498,25 @@ async fn a_lease_from_a_fallbacks_local_store_ends_there() {
     tokio::time::sleep(Duration::from_millis(1_001)).await;
     assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 96);
 }
+
+/// A dead instance's lease that outlives its state's own refill keeps its key past its
+/// expiry: the units it held down count as used, refilling from then, and forgetting the
+/// key at the expiry would bring the bucket back full.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_expired_lease_keeps_its_key_until_the_bucket_refilled() {
+    let clock = ManualClock::new(T0);
+    let rule = Rule::gcra("hot", 10, Rate::new(1, Duration::from_millis(100)));
+    let store = MemoryStore::with_clock(clock.clone());
+    let dead = Limiter::new(
+        Leased::new(store.clone())
+            .lease(&rule, 4, Duration::from_secs(1))
+            .unwrap(),
+    );
+    assert!(dead.check_one(&rule, b"k").await.unwrap().is_admitted());
+    drop(dead);
+    clock.advance(Duration::from_millis(1_050));
+    store.purge_expired();
+    let plain = Limiter::new(store);
+    // The bucket stood at 6 when the lease expired; 50 ms later it holds 6.5.
+    assert_eq!(plain.peek(&rule, b"k", 1).await.unwrap().info.remaining, 5);
+}
