@@ -115,8 +115,8 @@ impl<'a> Check<'a> {
 ///         self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 ///         self.inner.check(batch, wait).await
 ///     }
-///     async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-///         self.inner.lease(check, term).await
+///     async fn lease(&self, check: Check<'_>, term: Duration, ending: Option<(&Outcome, u64)>) -> Result<Outcome, StoreError> {
+///         self.inner.lease(check, term, ending).await
 ///     }
 ///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
 ///         self.inner.peek(check).await
@@ -203,11 +203,14 @@ pub trait Store: Send + Sync + 'static {
     /// until the lease ends (a [`refund`](Self::refund) of the outcome, its cost the units
     /// unused) or `term` passes, and the key's bucket refills only up to its burst less the
     /// units parked in live leases, so that a unit used late never makes a burst larger
-    /// than the rule's. A store that cannot park answers as `check` does.
+    /// than the rule's. `ending` is the lease this one renews, with its units unused: it
+    /// ends first (as its refund would), in the same call where the store can. A store that
+    /// cannot park answers as `check` does.
     fn lease(
         &self,
         check: Check<'_>,
         term: Duration,
+        ending: Option<(&Outcome, u64)>,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
 
     /// The decision [`check`](Self::check) would give, without a future, when this store

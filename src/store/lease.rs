@@ -1,11 +1,8 @@
 //! [`Leased`]: decides a hot key in process from a leased share of its quota.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::Poll;
 use std::time::Duration;
 
 use hashbrown::HashMap;
@@ -310,9 +307,10 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(lent) = slot.lend(terms, check.cost) {
             return Ok(Some(lent));
         }
-        let ended = terms.end(slot, held.lease.take());
+        let unused = slot.left.swap(0, Ordering::AcqRel);
+        let ending = held.lease.take();
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
-            ended.await;
+            terms.end(slot, ending, unused).await;
             return Ok(None);
         }
         let lease = Check {
@@ -322,9 +320,8 @@ impl<S: Store + Clone> Leased<S> {
         // Measured from before the store counts the term: the lease stops admitting no
         // later than the store stops parking its units.
         let deadline = Instant::now() + terms.term;
-        // The end first: a store that coalesces sends both in one call, in that order.
-        let (_, outcome) = both(ended, self.shared.store.lease(lease, terms.term)).await;
-        let outcome = outcome?;
+        let ending = ending.as_ref().map(|lease| (lease, unused));
+        let outcome = self.shared.store.lease(lease, terms.term, ending).await?;
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
                 .retry_after
@@ -357,39 +354,6 @@ impl<S: Store + Clone> Leased<S> {
     }
 }
 
-/// The output of `future` if this poll finishes it.
-fn poll_once<F: Future>(
-    future: std::pin::Pin<&mut F>,
-    cx: &mut std::task::Context<'_>,
-) -> Option<F::Output> {
-    match future.poll(cx) {
-        Poll::Ready(out) => Some(out),
-        Poll::Pending => None,
-    }
-}
-
-/// Runs `first` and `second` together, polling `first` first.
-async fn both<A: Future, B: Future>(first: A, second: B) -> (A::Output, B::Output) {
-    let (mut first, mut second) = (pin!(first), pin!(second));
-    let (mut a, mut b) = (None, None);
-    std::future::poll_fn(|cx| {
-        if a.is_none() {
-            a = poll_once(first.as_mut(), cx);
-        }
-        if b.is_none() {
-            b = poll_once(second.as_mut(), cx);
-        }
-        match (a.take(), b.take()) {
-            (Some(x), Some(y)) => Poll::Ready((x, y)),
-            (x, y) => {
-                (a, b) = (x, y);
-                Poll::Pending
-            }
-        }
-    })
-    .await
-}
-
 impl<S: Store + Clone> Terms<S> {
     /// At `due`, ends lease `generation` of `slot` if held, and forgets the slot unless a
     /// later lease was taken, so an idle or refused key costs nothing.
@@ -401,7 +365,8 @@ impl<S: Store + Clone> Terms<S> {
             if held.generation != generation {
                 return;
             }
-            terms.end(&slot, held.lease.take()).await;
+            let unused = slot.left.swap(0, Ordering::AcqRel);
+            terms.end(&slot, held.lease.take(), unused).await;
             if let Ok(mut leases) = terms.leases.write() {
                 leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
             }
@@ -465,10 +430,9 @@ impl<S: Store + Clone> Terms<S> {
         u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Ends `slot`'s lease, taken from its `Held`, if any: the store parks its units no
-    /// more and takes the unused ones back.
-    async fn end(&self, slot: &Slot, lease: Option<Outcome>) {
-        let unused = slot.left.swap(0, Ordering::AcqRel);
+    /// Ends `slot`'s lease, taken from its `Held`, if any, `unused` of its units left: the
+    /// store parks its units no more and takes the unused ones back.
+    async fn end(&self, slot: &Slot, lease: Option<Outcome>, unused: u64) {
         let Some(lease) = lease else {
             return;
         };
@@ -547,8 +511,13 @@ impl<S: Store + Clone> Store for Leased<S> {
         }
     }
 
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        self.get_ref().lease(check, term).await
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        self.get_ref().lease(check, term, ending).await
     }
 
     /// Answers from a lease that has the units, or a store that answers at once.
@@ -589,7 +558,8 @@ impl<S: Store + Clone> Store for Leased<S> {
             // The store keeps the units parked in live leases through a reset: this
             // instance's own lease ends first.
             let lease = slot.held.lock().await.lease.take();
-            terms.end(&slot, lease).await;
+            let unused = slot.left.swap(0, Ordering::AcqRel);
+            terms.end(&slot, lease, unused).await;
         }
         self.get_ref().reset(rule, key).await
     }

@@ -72,9 +72,14 @@ impl Store for Later {
         tokio::task::yield_now().await;
         self.0.check(batch, max_wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         tokio::task::yield_now().await;
-        self.0.lease(check, term).await
+        self.0.lease(check, term, ending).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.0.peek(check).await

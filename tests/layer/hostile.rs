@@ -262,9 +262,10 @@ impl Store for Counted {
         &self,
         check: tollgate::Check<'_>,
         term: Duration,
+        ending: Option<(&tollgate::Outcome, u64)>,
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.lease(check, term).await
+        self.inner.lease(check, term, ending).await
     }
     async fn peek(
         &self,

@@ -446,9 +446,14 @@ impl Store for Slow {
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.0.check(batch, max_wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        self.0.lease(check, term).await
+        self.0.lease(check, term, ending).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.0.peek(check).await

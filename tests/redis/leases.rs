@@ -97,3 +97,21 @@ async fn a_batch_with_a_leased_rule_on_redis() {
     // 9 used from the lease and this one, the 6 refusals given back: 90 left.
     assert_eq!(next.rules[0].info.remaining, 900 + 90, "{next:?}");
 }
+
+/// A renewal costs one script call: the lease that ran out ends in the call that takes the
+/// next, before it, and a lease that ends with nothing unused tells no deny cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_is_one_script_call() {
+    let server = RedisServer::start();
+    let rule = Rule::gcra("hot", 1_000_000, Rate::per_second(10_000_000));
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let leased = Leased::new(store).lease(&rule, 10, Duration::from_secs(10));
+    let limiter = Limiter::new(leased.expect("a GCRA leases"));
+    let (before, published) = (server.calls("FCALL"), server.calls("PUBLISH"));
+    for _ in 0..100 {
+        let batch = [Check::new(&rule, b"all")];
+        assert!(limiter.check(&batch).await.unwrap().is_admitted());
+    }
+    assert_eq!(server.calls("FCALL") - before, 10, "one call per lease of 10");
+    assert_eq!(server.calls("PUBLISH"), published);
+}

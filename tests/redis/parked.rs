@@ -45,7 +45,7 @@ async fn remaining(store: &impl Store, rule: &Rule, key: &[u8]) -> u64 {
 
 async fn lease(store: &impl Store, rule: &Rule, units: u64, term: Duration) -> Outcome {
     let outcome = store
-        .lease(Check::new(rule, b"k").with_cost(units), term)
+        .lease(Check::new(rule, b"k").with_cost(units), term, None)
         .await
         .unwrap();
     assert!(outcome.is_admitted(), "{outcome:?}");
@@ -215,8 +215,8 @@ async fn only_an_enforced_token_bucket_or_gcra_leases() {
         shadow.refusal = Refusal::Shadow;
         shadow
     }] {
-        let r = redis.lease(check, MS * 100).await.unwrap_err();
-        let m = memory.lease(check, MS * 100).await.unwrap_err();
+        let r = redis.lease(check, MS * 100, None).await.unwrap_err();
+        let m = memory.lease(check, MS * 100, None).await.unwrap_err();
         assert_eq!(r.to_string(), m.to_string());
     }
 }
@@ -310,8 +310,8 @@ async fn run_alike(
                 term_ms,
             } => {
                 let term = MS * term_ms as u32;
-                let m = memory.lease(check(rule, units), term).await.unwrap();
-                let r = redis.lease(check(rule, units), term).await.unwrap();
+                let m = memory.lease(check(rule, units), term, None).await.unwrap();
+                let r = redis.lease(check(rule, units), term, None).await.unwrap();
                 prop_assert_eq!(said(&m), said(&r), "step {}: {:?}", i, op);
                 if m.is_admitted() {
                     held.push((rule, m, r));

@@ -385,8 +385,9 @@ impl tollgate::store::Store for SlowRefunds {
         &self,
         check: Check<'_>,
         term: Duration,
+        ending: Option<(&tollgate::Outcome, u64)>,
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
-        self.0.lease(check, term).await
+        self.0.lease(check, term, ending).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<tollgate::RuleOutcome, tollgate::StoreError> {
         self.0.peek(check).await

@@ -257,9 +257,14 @@ impl<S: Store + Clone> Store for Recorded<S> {
         }
         Ok(outcome)
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         let _turn = self.turn.lock().await;
-        still(self.inner.lease(check, term)).await
+        still(self.inner.lease(check, term, ending)).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         let _turn = self.turn.lock().await;

@@ -12,7 +12,12 @@ impl Store for Down {
     async fn check(&self, _: &[Check<'_>], _: Duration) -> Result<Outcome, StoreError> {
         Err(refused())
     }
-    async fn lease(&self, _: Check<'_>, _: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        _: Check<'_>,
+        _: Duration,
+        _: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         Err(refused())
     }
     async fn peek(&self, _: Check<'_>) -> Result<RuleOutcome, StoreError> {

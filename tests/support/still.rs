@@ -39,8 +39,13 @@ impl<S: Store> Store for Still<S> {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
         still(self.0.check(batch, wait)).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        still(self.0.lease(check, term)).await
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        still(self.0.lease(check, term, ending)).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         still(self.0.peek(check)).await

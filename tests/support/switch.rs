@@ -51,9 +51,14 @@ impl Store for Switch {
         self.up()?;
         self.inner.check(batch, wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         self.up()?;
-        self.inner.lease(check, term).await
+        self.inner.lease(check, term, ending).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.up()?;

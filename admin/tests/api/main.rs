@@ -517,6 +517,7 @@ impl tollgate::store::Store for Down {
         &self,
         _: tollgate::Check<'_>,
         _: Duration,
+        _: Option<(&tollgate::Outcome, u64)>,
     ) -> Result<tollgate::Outcome, tollgate::StoreError> {
         Err(refused())
     }

@@ -362,8 +362,13 @@ impl<S: Store> Store for Breaker<S> {
         self.guarded(|| self.store.check(batch, max_wait)).await
     }
 
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        self.guarded(|| self.store.lease(check, term)).await
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        self.guarded(|| self.store.lease(check, term, ending)).await
     }
 
     /// Asks the store at once while closed; otherwise [`check`](Store::check) answers.

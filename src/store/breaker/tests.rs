@@ -34,9 +34,14 @@ impl Store for Flaky {
         self.gate().await?;
         self.inner.check(batch, max_wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         self.gate().await?;
-        self.inner.lease(check, term).await
+        self.inner.lease(check, term, ending).await
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
@@ -215,8 +220,9 @@ impl Store for Pinged {
         &self,
         check: Check<'_>,
         term: Duration,
+        ending: Option<(&Outcome, u64)>,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
-        self.flaky.lease(check, term)
+        self.flaky.lease(check, term, ending)
     }
 
     fn peek(

@@ -342,14 +342,33 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         Ok(self.taken_locally(outcome))
     }
 
-    /// Leases from the primary, or from the local store's share while it is away.
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        if let Some(answer) = self.primary_answer(self.primary.lease(check, term).await) {
+    /// Leases from the primary, or from the local store's share while it is away; a lease
+    /// the local store took ends there.
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        let local_stores = self.shared.local_stores.read().clone();
+        let ending = match ending {
+            Some((lease, unused))
+                if lease
+                    .admission
+                    .as_ref()
+                    .is_some_and(|a| local_stores.contains(&a.taken(0).store)) =>
+            {
+                self.refund(&[check.with_cost(unused)], lease).await?;
+                None
+            }
+            ending => ending,
+        };
+        if let Some(answer) = self.primary_answer(self.primary.lease(check, term, ending).await) {
             return answer;
         }
         let share = [self.shared.divided(check.rule)];
         let local = local_batch(&[check], &share);
-        let outcome = self.local.lease(local[0], term).await?;
+        let outcome = self.local.lease(local[0], term, None).await?;
         Ok(self.taken_locally(outcome))
     }
 

@@ -229,8 +229,13 @@ impl Store for Probed {
     async fn check(&self, batch: &[Check<'_>], wait: Duration) -> Result<Outcome, StoreError> {
         self.0.check(batch, wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
-        self.0.lease(check, term).await
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        self.0.lease(check, term, ending).await
     }
     fn try_check_now(
         &self,
@@ -304,9 +309,14 @@ impl Store for Refusing {
         self.gate()?;
         self.inner.check(batch, wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         self.gate()?;
-        self.inner.lease(check, term).await
+        self.inner.lease(check, term, ending).await
     }
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         self.gate()?;

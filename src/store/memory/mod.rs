@@ -543,7 +543,17 @@ impl Store for MemoryStore {
         self.decide(batch, duration_to_micros(max_wait))
     }
 
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
+        if let Some(admission) =
+            ending.and_then(|(lease, unused)| Some((lease.admission.as_ref()?, unused)))
+        {
+            self.refund_admission(&[check.with_cost(admission.1)], admission.0)?;
+        }
         self.lease_one(&check, duration_to_micros(term))
     }
 

@@ -124,6 +124,15 @@ impl Calls {
         &self.caller
     }
 
+    /// Decides `batches` in one call, in order, within `timeout`: batches that go together.
+    pub(super) async fn decide_together(
+        &self,
+        batches: &[&Encoded],
+        timeout: Duration,
+    ) -> Result<Vec<BatchReply>, StoreError> {
+        within(timeout, self.caller.call(batches)).await
+    }
+
     /// Decides `batch`, within `timeout`.
     pub(super) async fn decide(&self, batch: Encoded, timeout: Duration) -> BatchReply {
         if !self.coalesce {
@@ -170,10 +179,10 @@ impl Calls {
     }
 }
 
-async fn within(
+async fn within<T>(
     timeout: Duration,
-    call: impl std::future::Future<Output = BatchReply>,
-) -> BatchReply {
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
     tokio::time::timeout(timeout, call)
         .await
         .map_err(|_| StoreError::Timeout)?

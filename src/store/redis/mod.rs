@@ -284,10 +284,12 @@ impl RedisStore {
         checks: &[&Check<'_>],
         taken: Option<&[u8]>,
     ) -> Result<Reply, StoreError> {
-        let moves = matches!(
-            call.mode,
-            Op::Refund | Op::RefundHeld | Op::Overdraw | Op::End
-        );
+        // A lease that ends with nothing unused gives nothing back.
+        let moves = match call.mode {
+            Op::Refund | Op::RefundHeld | Op::Overdraw => true,
+            Op::End => checks.iter().any(|c| c.cost > 0),
+            _ => false,
+        };
         let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
         let values = self.calls.decide(batch, self.timeout).await?;
         let reply = script::parse(&values, checks)?;
@@ -385,6 +387,45 @@ async fn command(
     Ok(())
 }
 
+impl RedisStore {
+    /// Sends the end of lease `ended` (`unused` of its units left) and `lease` in one
+    /// call; the lease's integers. Units given back are told to the deny caches.
+    async fn renew(
+        &self,
+        check: &Check<'_>,
+        ended: &Outcome,
+        unused: u64,
+        lease: &Encoded,
+    ) -> Result<Vec<i64>, StoreError> {
+        let end = Check {
+            cost: unused,
+            ..*check
+        };
+        let taken = ended.admission.iter().flat_map(|a| a.taken.iter().copied());
+        let packed = script::packed_taken(taken);
+        let end = Encoded::new(
+            self.call(0, Op::End),
+            &[&end],
+            |c, log| self.key(c, log),
+            Some(&packed),
+        );
+        let mut replies = self
+            .calls
+            .decide_together(&[&end, lease], self.timeout)
+            .await?;
+        let leased = replies
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got one reply".into())));
+        let ended = replies
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got no reply".into())));
+        if ended.is_ok() && unused > 0 {
+            self.tell_caches(std::iter::once(check)).await;
+        }
+        leased
+    }
+}
+
 /// A lease's id: random (a fresh `RandomState`'s keys), so that instances never pick the
 /// same, and of 52 bits, so that the script's doubles hold it exactly.
 fn lease_id() -> u64 {
@@ -435,16 +476,33 @@ impl Store for RedisStore {
     }
 
     /// One `Op::Lease` call, parking the units under an id chosen here (the script keeps
-    /// the key's ledger, `lua/parked.lua`).
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    /// the key's ledger, `lua/parked.lua`); the lease it renews ends in the same call, as an
+    /// `Op::End` batch before it.
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         batch::validate_lease(&check)?;
-        let batch = std::slice::from_ref(&check);
+        let ending = ending.filter(|(lease, _)| {
+            let taken = lease.admission.as_ref().map(|a| a.taken(0));
+            taken.is_some_and(|t| t.lease && t.store == self.id)
+        });
         // The term stays within the exact range of the script's instants.
         let call = self.call(duration_to_micros(term).min(MAX_SCALED), Op::Lease);
         let mut id = itoa::Buffer::new();
         let id = id.format(lease_id()).as_bytes();
-        let reply = self.run_with(call, &[&check], Some(id)).await?;
-        let mut outcome = outcome_of(reply, batch).taken_by(self.id);
+        let lease = Encoded::new(call, &[&check], |c, log| self.key(c, log), Some(id));
+        let values = match ending {
+            None => self.calls.decide(lease, self.timeout).await?,
+            Some((ended, unused)) => self.renew(&check, ended, unused, &lease).await?,
+        };
+        let reply = script::parse(&values, &[&check])?;
+        if reply.adopted.contains(&true) {
+            self.tell_caches(std::iter::once(&check)).await;
+        }
+        let mut outcome = outcome_of(reply, std::slice::from_ref(&check)).taken_by(self.id);
         if let Some(admission) = &mut outcome.admission {
             // The script says the id as the admission's mark.
             admission.taken.iter_mut().for_each(|t| t.lease = true);

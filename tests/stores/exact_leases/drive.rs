@@ -49,10 +49,15 @@ impl<S: Store> Store for Cut<S> {
         self.up()?;
         self.inner.check(batch, wait).await
     }
-    async fn lease(&self, check: Check<'_>, term: Duration) -> Result<Outcome, StoreError> {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        term: Duration,
+        ending: Option<(&Outcome, u64)>,
+    ) -> Result<Outcome, StoreError> {
         self.up()?;
         self.leases.fetch_add(1, Ordering::SeqCst);
-        self.inner.lease(check, term).await
+        self.inner.lease(check, term, ending).await
     }
     fn try_check_now(
         &self,
