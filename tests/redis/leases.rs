@@ -112,6 +112,10 @@ async fn a_renewal_is_one_script_call() {
         let batch = [Check::new(&rule, b"all")];
         assert!(limiter.check(&batch).await.unwrap().is_admitted());
     }
-    assert_eq!(server.calls("FCALL") - before, 10, "one call per lease of 10");
+    assert_eq!(
+        server.calls("FCALL") - before,
+        10,
+        "one call per lease of 10"
+    );
     assert_eq!(server.calls("PUBLISH"), published);
 }
