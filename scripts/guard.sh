@@ -97,18 +97,28 @@ fi
 
 if wants lease; then
     echo
-    echo "== a hot key leased on Redis: 3 instances, one key, against redis-cell (target: ≥ 3×)"
+    echo "== a hot key leased on Redis: 3 instances, one key, against redis-cell (target: ≥ 3×; at"
+    echo "   the limit the worst burst a checker sees never above the rule's burst)"
     cell=${TOLLGATE_REDIS_CELL:-../redis-cell/target/release/libredis_cell.so}
     if [ ! -f "$cell" ]; then
         echo "skipped: no redis-cell module at $cell (build redis-cell and set TOLLGATE_REDIS_CELL)"
     else
         out=$(TOLLGATE_REDIS_CELL=$(realpath "$cell") TOLLGATE_BENCH_SECS=0.5 \
             cargo bench -q -p tollgate-bench --bench lease)
-        echo "$out" | grep -E '^(tollgate|redis-cell)'
+        echo "$out" | grep -E '^(3 instances|tollgate|redis-cell)'
+        # Per tasks per instance: far under the limit, leased / redis-cell and Redis calls
+        # per 1,000 decisions; at it, the worst burst the checker is certain of.
         echo "$out" | awk '
-            $1 == "tollgate" && $2 == "leased" { t = $3 }
-            $1 == "redis-cell" { c = $2 }
-            END { if (c > 0) printf "leased / redis-cell: %.1f×\n", t / c }'
+            /^3 instances x/ { tasks = $4; far = ($0 ~ /far under/) }
+            $1 == "tollgate" && $2 == "leased" && far { t[tasks] = $3; calls[tasks] = $5 }
+            $1 == "tollgate" && $2 == "leased" && !far {
+                for (i = 1; i <= NF; i++) if ($i == "certain") { b[tasks] = $(i + 1); sub(",", "", b[tasks]) }
+            }
+            $1 == "redis-cell" && far { c[tasks] = $2 }
+            END {
+                for (k in t) if (c[k] > 0)
+                    printf "%s tasks: leased / redis-cell %.1f×, %s Redis calls per 1,000; worst burst at the limit %s (burst 1000)\n", k, t[k] / c[k], calls[k], b[k]
+            }'
     fi
 fi
 
