@@ -279,7 +279,7 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 shards: (0..shards)
                     .map(|_| {
-                        Mutex::new(Shard {
+                        crossbeam_utils::CachePadded::new(Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
                             cap: bound.per_shard,
                             full: bound.full.clone(),
@@ -287,7 +287,7 @@ impl MemoryStore {
                             no_room_until: 0,
                             len_after_sweep: 0,
                             latest: 0,
-                        })
+                        }))
                     })
                     .collect(),
                 bound,

@@ -80,7 +80,8 @@ pub struct MemoryStats {
 }
 
 struct Shared {
-    shards: Box<[Mutex<Shard>]>,
+    /// Padded: two threads deciding on keys of two shards must not share a cache line.
+    shards: Box<[crossbeam_utils::CachePadded<Mutex<Shard>>]>,
     bound: Bound,
     hasher: DefaultHashBuilder,
     clock: StoreClock,
