@@ -194,7 +194,6 @@ pub(crate) enum Kept<St: Store + Clone> {
 }
 
 impl<St: Store + Clone> Kept<St> {
-    /// The reservation, if one is kept, with the batch it shares.
     pub(crate) fn take_reserved(&mut self) -> Option<(Arc<LayerBatch>, Box<Reservation<St>>)> {
         let Kept::Reserved(batch, reservation) = self else {
             return None;
