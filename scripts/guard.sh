@@ -38,7 +38,7 @@ start=$SECONDS
 
 if wants inproc; then
     echo
-    echo "== in process: tollgate / governor (ns per decision; target: check ≤ 1.3×, check_now ≤ 1.0×)"
+    echo "== in process: tollgate / governor (ns per decision; target: every row ≤ 1.1×, one thread and two)"
     INPROC_MS=100 INPROC_ROUNDS=5 cargo bench -q -p tollgate-bench --bench inproc
 fi
 

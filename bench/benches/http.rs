@@ -453,7 +453,7 @@ fn report(
                     let own = median(cpu(c)) / 1000.0;
                     // The extra CPU per request over the bare app's, round by round.
                     let extra = median(cpu(c).iter().zip(cpu(0)).map(|(a, b)| a - b).collect());
-                    (format!("{own:.1}"), format!("{:+.1}", extra / 1000.0))
+                    (format!("{own:.1}"), format!("{:+.2}", extra / 1000.0))
                 }
                 _ => ("—".to_owned(), "—".to_owned()),
             };
@@ -467,6 +467,31 @@ fn report(
                 concurrency: n as u32,
                 value: rps,
             });
+        }
+    }
+    // Added server CPU per request over the bare app's, against the peer's, round by round:
+    // the figure a layer's own cost is judged by.
+    for (ci, &n) in connections.iter().enumerate() {
+        for (c, name) in names.iter().enumerate() {
+            let Some(g) = baseline(name).filter(|_| !name.starts_with("tower_governor") && c != 0)
+            else {
+                continue;
+            };
+            let added = |c: usize| -> Vec<f64> {
+                let bare = runs[0][ci].iter().map(|r| r.server_cpu_ns);
+                let own = runs[c][ci].iter().map(|r| r.server_cpu_ns);
+                own.zip(bare).filter_map(|(a, b)| Some(a? - b?)).collect()
+            };
+            let per_round: Vec<f64> = added(c).iter().zip(added(g)).map(|(a, b)| a / b).collect();
+            if !per_round.is_empty() {
+                let shown: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
+                println!(
+                    "added CPU, {n} connections, {name} / {}: {:.2}× (median of rounds: {})",
+                    names[g],
+                    median(per_round.clone()),
+                    shown.join(" ")
+                );
+            }
         }
     }
     let csv = tollgate_bench::target_file("bench-http.csv");

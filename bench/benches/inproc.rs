@@ -2,14 +2,15 @@
 //! the quick in-process part of `scripts/guard.sh`, and the source of the "In process" table
 //! of BENCHMARKS.md.
 //!
-//! `cargo bench -p tollgate-bench --bench inproc` (about 15 s once built). Every case admits
+//! `cargo bench -p tollgate-bench --bench inproc` (about 20 s once built). Every case admits
 //! and writes: a GCRA of 1 per second with a burst of 2^30 on both sides (governor's
 //! `DefaultKeyedRateLimiter::check_key`, keys `Box<[u8]>`). tollgate's cases are
 //! `Limiter::check` on a batch of one and `Limiter::check_one`, awaited inside one async
 //! block (polled with a no-op waker, as a runtime would poll the task), and
 //! `Limiter::check_now` (synchronous, as `check_key` is called). "hot" is one key, "100k" cycles
-//! through 100,000 keys made beforehand, "2 threads" runs both threads on one hot key from a
-//! barrier and reports the wall time over all decisions. Each round times every case for
+//! through 100,000 keys made beforehand (each batch of decisions goes on where the last one
+//! stopped), "2 threads" runs both threads from a barrier (on the 100k keys, half the keys
+//! apart) and reports the wall time over all decisions. Each round times every case for
 //! `INPROC_MS` milliseconds (default 150), in a rotating order; the printed ratio is the median
 //! over `INPROC_ROUNDS` rounds (default 7) of the case's ns over governor's in the same round.
 
@@ -67,17 +68,19 @@ impl Deciders {
             rule: Rule::gcra("api", 1 << 30, Rate::per_second(1)),
         };
         for key in keys {
-            deciders.run(Path::Governor, std::slice::from_ref(key), 1);
-            deciders.run(Path::CheckNow, std::slice::from_ref(key), 1);
+            deciders.run(Path::Governor, std::slice::from_ref(key), 0, 1);
+            deciders.run(Path::CheckNow, std::slice::from_ref(key), 0, 1);
         }
         deciders
     }
 
-    /// `n` decisions on `keys` in turn; every one must admit.
-    fn run(&self, path: Path, keys: &[Box<[u8]>], n: usize) {
+    /// `n` decisions on `keys` in turn from `keys[from]`; every one must admit. Returns
+    /// where the next batch goes on.
+    fn run(&self, path: Path, keys: &[Box<[u8]>], from: usize, n: usize) -> usize {
         let (limiter, rule) = (&self.limiter, &self.rule);
         let mut admitted = 0;
-        let keys = keys.iter().cycle().take(n);
+        let (tail, head) = keys.split_at(from);
+        let keys = head.iter().chain(tail).cycle().take(n);
         match path {
             Path::Governor => {
                 for key in keys {
@@ -104,30 +107,34 @@ impl Deciders {
             }),
         }
         assert_eq!(admitted, n, "{path:?} admits every decision");
+        (from + n) % (head.len() + tail.len())
     }
 
     /// ns per decision over `budget`, in batches of `chunk` decisions.
     fn time(&self, path: Path, keys: &[Box<[u8]>], budget: Duration) -> f64 {
         let chunk = 10_000;
-        let (start, mut n) = (Instant::now(), 0);
+        let (start, mut n, mut from) = (Instant::now(), 0, 0);
         while start.elapsed() < budget {
-            self.run(path, keys, chunk);
+            from = self.run(path, keys, from, chunk);
             n += chunk;
         }
         start.elapsed().as_nanos() as f64 / n as f64
     }
 
-    /// Wall ns per decision with two threads deciding on `keys` from a barrier.
+    /// Wall ns per decision with two threads deciding on `keys` from a barrier, the second
+    /// starting half the keys on.
     fn time_two_threads(&self, path: Path, keys: &[Box<[u8]>], budget: Duration) -> f64 {
         let barrier = Barrier::new(2);
         let n = thread::scope(|s| {
             let workers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
+                .map(|t| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
                         barrier.wait();
                         let (start, mut n) = (Instant::now(), 0);
+                        let mut from = t * keys.len() / 2;
                         while start.elapsed() < budget {
-                            self.run(path, keys, 10_000);
+                            from = self.run(path, keys, from, 10_000);
                             n += 10_000;
                         }
                         (n, start.elapsed())
@@ -166,10 +173,11 @@ fn main() {
         .collect();
     let hot: Vec<Box<[u8]>> = vec![Box::from(&b"hot-key"[..])];
     let deciders = Deciders::new(&keys);
-    let scenes: [Scene<'_>; 3] = [
+    let scenes: [Scene<'_>; 4] = [
         ("hot", &hot, false),
         ("100k", &keys, false),
         ("2 threads, hot", &hot, true),
+        ("2 threads, 100k", &keys, true),
     ];
     let (limiter, rule) = (&deciders.limiter, &deciders.rule);
     let batch = [Check::new(rule, b"k")];

@@ -15,7 +15,6 @@
 //! `tollgate-admin`'s activity recorder as its observer: the request path's cost of the
 //! operator's view.
 
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::net::SocketAddr;
 
@@ -25,7 +24,7 @@ use axum::Router;
 use http::Request;
 use tollgate::layer::{Limit, RateLimitLayer};
 use tollgate::{key, Rule};
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -56,13 +55,12 @@ fn request() -> Request<Body> {
 }
 
 /// Not inlined, so that `--toggle-collect='layer_profile::run*'` counts the requests only,
-/// without the set-up (the clock's calibration varies from run to run).
+/// without the set-up (the clock's calibration varies from run to run). The app is given
+/// its state first, as `axum::serve` does (`into_make_service`): without it, axum applies
+/// the layers to the handler's route again on every request.
 #[inline(never)]
-fn run<S>(svc: S, rounds: usize) -> usize
-where
-    S: Service<Request<Body>, Response = http::Response<Body>, Error = Infallible> + Clone,
-    S::Future: Send,
-{
+fn run(app: Router, rounds: usize) -> usize {
+    let svc = app.with_state::<()>(());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

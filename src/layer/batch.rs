@@ -194,6 +194,13 @@ pub(crate) enum Kept<St: Store + Clone> {
 }
 
 impl<St: Store + Clone> Kept<St> {
+    pub(crate) fn take_reserved(&mut self) -> Option<(Arc<LayerBatch>, Box<Reservation<St>>)> {
+        let Kept::Reserved(batch, reservation) = self else {
+            return None;
+        };
+        Some((Arc::clone(batch), reservation.take()?))
+    }
+
     pub(crate) fn batch(&self) -> &LayerBatch {
         match self {
             Kept::Batch(batch) => batch,

@@ -46,19 +46,15 @@ pub(crate) fn reject(
     }
 }
 
-/// Acts on the store's answer according to the mode and the failure policy: the one place
-/// a request's fate is decided. The request's head is read only to build a rejection.
-pub(crate) fn decide<B, St: Store + Clone>(checked: Checked<St>, request: &Request<B>) -> Next<St> {
-    let Checked {
-        result,
-        health,
-        kept,
-    } = checked;
+/// Acts on the store's answer, borrowed (a move is a copy), by the mode and the failure policy:
+/// the one place a request's fate is decided; the request's head is read only for a rejection.
+pub(crate) fn decide<B, St: Store + Clone>(answer: &mut Checked<St>, req: &Request<B>) -> Next<St> {
+    let (result, health, kept) = (&answer.result, answer.health, &mut answer.kept);
     let batch = kept.batch();
     let (config, state, route) = (&*batch.config, &*batch.state, batch.route);
-    let head = || RequestHead::from_request(request).with_route(config.route_pattern(route));
+    let head = || RequestHead::from_request(req).with_route(config.route_pattern(route));
     // Read in place: the outcome is large, and nothing here needs it by value.
-    let outcome = match &result {
+    let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) => return store_failed(config, state, error, health, head()),
     };
@@ -91,7 +87,7 @@ pub(crate) fn decide<B, St: Store + Clone>(checked: Checked<St>, request: &Reque
     drop(rules);
     match outcome.decision {
         // Shadow mode never holds a request.
-        Decision::Delay(delay) if !shadow_mode => hold(kept, outcome, headers, delay, request),
+        Decision::Delay(delay) if !shadow_mode => hold(kept, outcome, headers, delay, req),
         _ => forward(kept, headers),
     }
 }
@@ -141,8 +137,8 @@ fn store_failed<St: Store + Clone>(
 /// Forwards the request now. A rule that waits for the release (shadow mode holds nothing)
 /// counts it now, on its own; a limit counted by outcome keeps the units until the response
 /// says whether they count.
-fn forward<St: Store + Clone>(kept: Kept<St>, headers: Option<RateLimitHeaders>) -> Next<St> {
-    let Kept::Reserved(batch, Some(mut reservation)) = kept else {
+fn forward<St: Store + Clone>(kept: &mut Kept<St>, headers: Option<RateLimitHeaders>) -> Next<St> {
+    let Some((batch, mut reservation)) = kept.take_reserved() else {
         return Next::Forward(Outbound::headers(headers));
     };
     if reservation.pending().next().is_some() {
@@ -161,13 +157,13 @@ fn forward<St: Store + Clone>(kept: Kept<St>, headers: Option<RateLimitHeaders>)
 /// Holds the request, if the layer's bounds have room for it; without room, it is refused
 /// and its reservation, dropped, gives its units back.
 fn hold<B, St: Store + Clone>(
-    kept: Kept<St>,
+    kept: &mut Kept<St>,
     outcome: &Outcome,
     headers: Option<RateLimitHeaders>,
     delay: Duration,
     request: &Request<B>,
 ) -> Next<St> {
-    if let Kept::Reserved(batch, Some(reservation)) = kept {
+    if let Some((batch, reservation)) = kept.take_reserved() {
         let (config, state) = (&batch.config, &batch.state);
         let keys = held_keys(&state.held, &batch.checks(), outcome);
         if let Some(slot) = state.held.try_hold(&config.held, keys) {

@@ -90,6 +90,7 @@ where
     /// Acts on a decision taken in `call`: `inner` is the service driven to readiness,
     /// called for a request forwarded now; a held request takes an idle clone, driven to
     /// readiness after the hold, and the ready one stays for the next call.
+    #[inline]
     pub(crate) fn decided(next: Next<St>, request: Request<ReqB>, inner: &mut S) -> Self {
         let state = match next {
             Next::Forward(outbound) => Step::Forwarding {
@@ -171,9 +172,9 @@ where
         loop {
             let next = match state.as_mut().project() {
                 StepProj::Checking { check, passengers } => {
-                    let checked = ready!(check.as_mut().poll(cx));
+                    let mut checked = ready!(check.as_mut().poll(cx));
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
-                    let next = decide(checked, &passengers.request);
+                    let next = decide(&mut checked, &passengers.request);
                     Step::after(next, passengers, true)
                 }
                 StepProj::Holding { hold, passengers } => {
@@ -181,7 +182,7 @@ where
                     let passengers = passengers.take().expect(POLLED_AFTER_COMPLETION);
                     let next = match released {
                         Released::Pass(outbound) => Next::Forward(outbound),
-                        Released::Counted(checked) => decide(*checked, &passengers.request),
+                        Released::Counted(mut checked) => decide(&mut checked, &passengers.request),
                     };
                     Step::after(next, passengers, false)
                 }

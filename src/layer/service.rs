@@ -83,9 +83,9 @@ where
         // A store that answers at once (in process) is decided here and the ready inner
         // service called directly; another is asked by a boxed future.
         let observation = observe::start(&batch);
-        let checked = check(&self.limiter, batch, observation);
+        let mut checked = check(&self.limiter, batch, observation);
         match checked {
-            Ok(checked) => {
+            Ok(ref mut checked) => {
                 let next = decide(checked, &request);
                 ResponseFuture::decided(next, request, &mut self.inner)
             }

@@ -280,7 +280,7 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 shards: (0..shards)
                     .map(|_| {
-                        Mutex::new(Shard {
+                        crossbeam_utils::CachePadded::new(Mutex::new(Shard {
                             map: HashMap::with_hasher(hasher.clone()),
                             cap: bound.per_shard,
                             full: bound.full.clone(),
@@ -288,7 +288,7 @@ impl MemoryStore {
                             no_room_until: 0,
                             len_after_sweep: 0,
                             latest: 0,
-                        })
+                        }))
                     })
                     .collect(),
                 bound,

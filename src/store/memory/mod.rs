@@ -80,7 +80,7 @@ pub struct MemoryStats {
 }
 
 struct Shared {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[crossbeam_utils::CachePadded<Mutex<Shard>>]>,
     bound: Bound,
     hasher: DefaultHashBuilder,
     clock: StoreClock,
@@ -90,7 +90,11 @@ struct Shared {
     id: StoreId,
 }
 
+#[repr(C)]
 struct Shard {
+    /// The latest instant decided at here (see [`Clock::ordered_across_threads`]). First, so
+    /// that a decision writes one cache line of its shard (padded to its own), the lock's.
+    latest: u64,
     map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
     /// The keys this shard holds before it makes room; `full` counts the shards at it.
     cap: usize,
@@ -100,8 +104,6 @@ struct Shard {
     /// Until when a shard left with locked entries only grows instead of looking for room.
     no_room_until: u64,
     len_after_sweep: usize,
-    /// The latest instant decided at here (see [`Clock::ordered_across_threads`]).
-    latest: u64,
 }
 
 impl MemoryStore {
