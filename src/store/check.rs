@@ -115,7 +115,12 @@ impl<'a> Check<'a> {
 ///         self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 ///         self.inner.check(batch, wait).await
 ///     }
-///     async fn lease(&self, check: Check<'_>, term: Duration, ending: Option<(&Outcome, u64)>) -> Result<Outcome, StoreError> {
+///     async fn lease(
+///         &self,
+///         check: Check<'_>,
+///         term: Duration,
+///         ending: Option<(&Outcome, u64)>,
+///     ) -> Result<Outcome, StoreError> {
 ///         self.inner.lease(check, term, ending).await
 ///     }
 ///     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {

@@ -112,7 +112,7 @@ type Slots = HashMap<Box<[u8]>, Arc<Slot>>;
 struct Slot {
     /// The key, in stored form.
     key: Box<[u8]>,
-    /// Until when (µs after `Shared::epoch`) the lease may admit: no later than the store
+    /// Until when (µs after its `Terms::epoch`) the lease may admit: no later than the store
     /// stops parking its units.
     deadline: AtomicU64,
     /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
@@ -307,10 +307,9 @@ impl<S: Store + Clone> Leased<S> {
         if let Some(lent) = slot.lend(terms, check.cost) {
             return Ok(Some(lent));
         }
-        let unused = slot.left.swap(0, Ordering::AcqRel);
-        let ending = held.lease.take();
+        let ending = slot.take_lease(&mut held);
         if held.denied_until.is_some_and(|t| Instant::now() < t) {
-            terms.end(slot, ending, unused).await;
+            terms.end(slot, ending).await;
             return Ok(None);
         }
         let lease = Check {
@@ -320,7 +319,7 @@ impl<S: Store + Clone> Leased<S> {
         // Measured from before the store counts the term: the lease stops admitting no
         // later than the store stops parking its units.
         let deadline = Instant::now() + terms.term;
-        let ending = ending.as_ref().map(|lease| (lease, unused));
+        let ending = ending.as_ref().map(|(lease, unused)| (lease, *unused));
         let outcome = self.shared.store.lease(lease, terms.term, ending).await?;
         if let Decision::Deny(denial) = outcome.decision {
             held.denied_until = denial
@@ -365,8 +364,8 @@ impl<S: Store + Clone> Terms<S> {
             if held.generation != generation {
                 return;
             }
-            let unused = slot.left.swap(0, Ordering::AcqRel);
-            terms.end(&slot, held.lease.take(), unused).await;
+            let ending = slot.take_lease(&mut held);
+            terms.end(&slot, ending).await;
             if let Ok(mut leases) = terms.leases.write() {
                 leases.retain(|_, s| !Arc::ptr_eq(s, &slot));
             }
@@ -430,10 +429,10 @@ impl<S: Store + Clone> Terms<S> {
         u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Ends `slot`'s lease, taken from its `Held`, if any, `unused` of its units left: the
-    /// store parks its units no more and takes the unused ones back.
-    async fn end(&self, slot: &Slot, lease: Option<Outcome>, unused: u64) {
-        let Some(lease) = lease else {
+    /// Ends `slot`'s lease taken by [`Slot::take_lease`], if any: the store parks its units
+    /// no more and takes the unused ones back.
+    async fn end(&self, slot: &Slot, ending: Option<(Outcome, u64)>) {
+        let Some((lease, unused)) = ending else {
             return;
         };
         let check = Check::stored(&self.rule, &slot.key).with_cost(unused);
@@ -444,6 +443,13 @@ impl<S: Store + Clone> Terms<S> {
 }
 
 impl Slot {
+    /// Takes the lease `held` holds, if any, with its units unused: from here on it admits
+    /// nothing, and is for [`Terms::end`] or a renewal to end.
+    fn take_lease(&self, held: &mut Held) -> Option<(Outcome, u64)> {
+        let unused = self.left.swap(0, Ordering::AcqRel);
+        held.lease.take().map(|lease| (lease, unused))
+    }
+
     /// Takes `cost` units without a lock, if the lease has them and admits at `now` (µs
     /// after the epoch); the units left. Units taken past the deadline stay taken unused:
     /// the store may already count them as used.
@@ -557,9 +563,8 @@ impl<S: Store + Clone> Store for Leased<S> {
         if let Some((terms, slot)) = terms.and_then(|t| Some((t, t.forget(key.as_bytes())?))) {
             // The store keeps the units parked in live leases through a reset: this
             // instance's own lease ends first.
-            let lease = slot.held.lock().await.lease.take();
-            let unused = slot.left.swap(0, Ordering::AcqRel);
-            terms.end(&slot, lease, unused).await;
+            let ending = slot.take_lease(&mut *slot.held.lock().await);
+            terms.end(&slot, ending).await;
         }
         self.get_ref().reset(rule, key).await
     }

@@ -551,10 +551,8 @@ impl Store for MemoryStore {
         term: Duration,
         ending: Option<(&Outcome, u64)>,
     ) -> Result<Outcome, StoreError> {
-        if let Some(admission) =
-            ending.and_then(|(lease, unused)| Some((lease.admission.as_ref()?, unused)))
-        {
-            self.refund_admission(&[check.with_cost(admission.1)], admission.0)?;
+        if let Some((lease, unused)) = ending {
+            self.refund(&[check.with_cost(unused)], lease).await?;
         }
         self.lease_one(&check, duration_to_micros(term))
     }

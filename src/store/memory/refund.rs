@@ -1,7 +1,7 @@
 //! [`Store::refund`](crate::store::Store::refund) and
 //! [`Store::overdraw`](crate::store::Store::overdraw) for the in-process store.
 
-use crate::decision::{Admission, Outcome, Taken};
+use crate::decision::{Admission, Outcome, RuleOutcomes, Taken};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::check::Check;
@@ -63,15 +63,18 @@ impl MemoryStore {
         let item = batch::evaluate_alone(check, shard.get(hash, check), now);
         let admitted = batch::admits(std::slice::from_ref(&item));
         let id = parked::next_id();
-        let rule = shard.update(hash, check, now, |entry| {
-            let rule = batch::commit(check, entry, now, &item, admitted);
-            if admitted {
+        // A lease has no penalty: a denial writes nothing.
+        let rule = if admitted {
+            shard.update(hash, check, now, |entry| {
+                let rule = batch::commit(check, entry, now, &item, true);
                 entry.park(check.rule, id, check.cost, now.saturating_add(term));
-            }
-            rule
-        });
+                rule
+            })
+        } else {
+            batch::report(check, shard.get(hash, check), now, &item, false)
+        };
         drop(shard);
-        let mut outcome = batch::combine(vec![rule], |_| false);
+        let mut outcome = batch::combine([rule].into_iter().collect::<RuleOutcomes>(), |_| false);
         if admitted {
             let taken = Taken {
                 lease: true,

@@ -419,8 +419,12 @@ impl RedisStore {
         let ended = replies
             .pop()
             .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got no reply".into())));
-        if ended.is_ok() && unused > 0 {
-            self.tell_caches(std::iter::once(check)).await;
+        match ended {
+            Ok(_) if unused > 0 => self.tell_caches(std::iter::once(check)).await,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
+            }
         }
         leased
     }
