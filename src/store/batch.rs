@@ -62,13 +62,10 @@ impl Entry {
         &mut self.aside.get_or_insert_with(Box::default).penalty
     }
 
-    /// The units parked in live leases, if any ([`Parked`]).
+    /// Whether units are parked in leases of the key ([`Parked`]).
     #[inline]
-    pub(crate) fn parked(&self) -> Option<&Parked> {
-        self.aside
-            .as_deref()
-            .map(|a| &a.parked)
-            .filter(|p| !p.is_empty())
+    pub(crate) fn has_leases(&self) -> bool {
+        self.aside.as_ref().is_some_and(|a| !a.parked.is_empty())
     }
 
     /// Parks a lease of `rule` ([`Parked::park`]), kept until a bucket it held down to
@@ -105,10 +102,7 @@ impl Entry {
             return;
         }
         self.settle(rule, now);
-        let Some(aside) = self.aside.as_deref_mut() else {
-            return;
-        };
-        if let Some(units) = aside.parked.end(id) {
+        if let Some(units) = self.aside.as_deref_mut().and_then(|a| a.parked.end(id)) {
             rule.algorithm()
                 .give_back(&mut self.state, now, unused.min(units));
             self.carried = carried(rule, &self.state, now);
@@ -120,16 +114,15 @@ impl Entry {
     pub(crate) fn reset(&mut self, now: u64) -> bool {
         let mut parked = self.aside.take().map(|a| a.parked).unwrap_or_default();
         parked.drop_ended(now);
-        let parked = Some(parked).filter(|p| !p.is_empty());
+        let keeps = !parked.is_empty();
         *self = Self::default();
-        let Some(parked) = parked else {
-            return false;
-        };
-        self.aside = Some(Box::new(Aside {
-            parked,
-            ..Aside::default()
-        }));
-        true
+        self.aside = keeps.then(|| {
+            Box::new(Aside {
+                parked,
+                ..Aside::default()
+            })
+        });
+        keeps
     }
 
     /// Until when the bound must keep the entry: its lock, or its leases.
@@ -167,7 +160,7 @@ impl Entry {
 /// with leases on a settled copy ([`Entry::settle`]).
 fn evaluate_algorithm(rule: &Rule, entry: Option<&Entry>, at: u64, cost: u64) -> Eval {
     match entry {
-        Some(e) if e.parked().is_some() && rule.algorithm().can_lease() => {
+        Some(e) if e.has_leases() && rule.algorithm().can_lease() => {
             let mut settled = e.clone();
             settled.settle(rule, at);
             rule.algorithm().evaluate(&settled.state, at, cost)

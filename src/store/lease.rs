@@ -443,8 +443,7 @@ impl<S: Store + Clone> Terms<S> {
 }
 
 impl Slot {
-    /// Takes the lease `held` holds, if any, with its units unused: from here on it admits
-    /// nothing, and is for [`Terms::end`] or a renewal to end.
+    /// The lease `held` holds, if any, with its unused units; it admits nothing from here on.
     fn take_lease(&self, held: &mut Held) -> Option<(Outcome, u64)> {
         let unused = self.left.swap(0, Ordering::AcqRel);
         held.lease.take().map(|lease| (lease, unused))

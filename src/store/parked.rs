@@ -1,14 +1,13 @@
 //! Units parked in leases ([`Store::lease`](crate::store::Store::lease)): a key's ledger of
 //! live leases, which keeps its bucket from refilling what the leases may still use.
 //!
-//! A lease's units are taken when it is granted, but its holder may use them at any instant
-//! until it ends. Were the bucket to refill meanwhile, units used late would make a burst
-//! larger than the rule's; so at every instant the bucket holds at most its burst less the
-//! units parked in live leases. A lease that ends gives its unused units back (always
-//! exact: the bucket held them out); one that expires counts them as used, since its holder
-//! may have used every one until its last instant. The stores apply the cap when they
-//! evaluate a key ([`Parked::settle`]); it is monotone, so applying it only when a key is
-//! written changes no later answer. The Lua twin is `lua/parked.lua`.
+//! A lease's units are taken when granted but may be used until it ends: were the bucket to
+//! refill meanwhile, units used late would make a burst larger than the rule's. So the
+//! bucket holds at most its burst less the units parked in live leases. A lease that ends
+//! gives its unused units back (exact: the bucket held them out); one that expires counts
+//! them as used, as its holder may have used each until its last instant. The stores apply
+//! the cap when they evaluate a key ([`Parked::settle`]), persisting it when they write it.
+//! The Lua twin is `lua/parked.lua`.
 
 use smallvec::SmallVec;
 
@@ -43,11 +42,7 @@ impl Parked {
 
     /// Until when the key must be kept (0 with no lease).
     pub(crate) fn until(&self) -> u64 {
-        if self.is_empty() {
-            0
-        } else {
-            self.kept_until
-        }
+        self.kept_until * u64::from(!self.is_empty())
     }
 
     /// Parks `units` under `id` until `expiry`; the key is kept until `kept`.

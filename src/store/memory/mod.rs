@@ -398,7 +398,7 @@ fn admit_at_once<'a>(
         RawEntryMut::Occupied(mut o) => {
             let e = o.get_mut();
             let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
-            if !e.is_own(rule) || locked || e.parked().is_some() {
+            if !e.is_own(rule) || locked || e.has_leases() {
                 return Err(RawEntryMut::Occupied(o));
             }
             match algorithm.admit(&mut e.state, now, cost) {

@@ -419,12 +419,10 @@ impl RedisStore {
         let ended = replies
             .pop()
             .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got no reply".into())));
-        match ended {
-            Ok(_) if unused > 0 => self.tell_caches(std::iter::once(check)).await,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
-            }
+        if let Err(error) = &ended {
+            tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
+        } else if unused > 0 {
+            self.tell_caches(std::iter::once(check)).await;
         }
         leased
     }
