@@ -34,23 +34,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`connect`](crate::store::RedisStore::connect) checks the deployment before it returns: a
-//! wrong URL or password, a certificate that does not verify, a user without one of the
-//! permissions below, a replica, or a server older than Redis 5.0 is an error at start,
-//! naming the fix, rather than a limiter that fails open for every request. Such an error
-//! is [`StoreError::Misconfigured`](crate::StoreError::Misconfigured) ("rate limit store
-//! misconfigured: …"); one where nothing answers is an outage,
-//! [`StoreError::Unavailable`](crate::StoreError::Unavailable).
-//!
-//! `REDIS_URL` forms that `connect` takes (the examples read `REDIS_URL`):
-//!
-//! | deployment | URL |
-//! |---|---|
-//! | one server | `redis://[user:password@]host:6379/[db]` |
-//! | one server, TLS | `rediss://[user:password@]host:6380/[db]` |
-//! | Cluster | `redis://host1:7000,redis://host2:7000` (or one node: the rest is discovered) |
-//! | Sentinel | `redis+sentinel://[user:password@]host:26379[,host:26379…]/service_name[/db]` |
-//! | Sentinel, TLS | `rediss+sentinel://…` (the same parts) |
+//! [`connect`](crate::store::RedisStore::connect) lists the URL forms (one server, Cluster,
+//! Sentinel, each with TLS) and checks the deployment before it returns: a wrong URL or
+//! password, a certificate that does not verify, a user without one of the permissions
+//! below, or a replica is an error at start, naming the fix
+//! ([`StoreError::Misconfigured`](crate::StoreError::Misconfigured)), rather than a limiter
+//! that fails open for every request.
 //!
 //! ## TLS
 //!
@@ -91,13 +80,9 @@
 //! sentinels that require a password of their own get it from
 //! [`RedisOptions::sentinel_auth`](crate::store::RedisOptions::sentinel_auth).
 //!
-//! A primary the sentinels name later (a failover, `SENTINEL MONITOR` naming another
-//! server) gets the checks the first got at `connect`, and a warning says that what the old
-//! primary held (counters, penalty locks, held units) may be lost. If the new primary
-//! fails them (its user lacks `@scripting`, say), the store does not decide there: each
-//! call fails with the checks' error, naming the grant, `health()` is `Failing`, and the
-//! checks run again every second until they pass. While the primary the sentinels name
-//! refuses, the log says so, naming it and its error, once and then every few seconds.
+//! A primary the sentinels name later gets the checks the first got at `connect` (again
+//! every second while it fails them), and a warning says that what the old primary held
+//! (counters, penalty locks, held units) may be lost.
 //!
 //! ## Failover
 //!
@@ -109,20 +94,15 @@
 //!   without calling Redis at all). A primary that hangs instead of dying costs each call
 //!   the timeout until the breaker opens.
 //! - The time to the new primary is the deployment's detection (`down-after-milliseconds`,
-//!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms (Sentinel:
-//!   its retry while the connection is broken, then its checks of the new primary, a few
-//!   round trips; a `SENTINEL FAILOVER` that leaves the old primary up is noticed by the
-//!   250 ms watcher, and most of the time is the sentinels' promotion). The code is on the
-//!   promoted replica: the function library is replicated, and a script is loaded again on
-//!   its first `NOSCRIPT`.
+//!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms. The code is
+//!   on the promoted replica: the function library is replicated, and a script is loaded
+//!   again on its first `NOSCRIPT`.
 //! - What a failover can cost the limit: replication is asynchronous, so decisions the old
 //!   primary acknowledged but had not yet sent to its replica are lost with it, and the
 //!   new primary admits that many requests more in the windows current at the failover
 //!   (at most one window of each rule; a penalty lock written then can be lost too). On
-//!   a healthy replica that is the last few milliseconds of decisions (none lost here; the
-//!   tests assert no more than the decisions of the last 100 ms). `WAIT` is not used: it
-//!   would cost every decision a round trip to a replica. A call that failed as the
-//!   connection dropped may have run and be counted, once.
+//!   a healthy replica that is the last few milliseconds of decisions. `WAIT` is not used:
+//!   it would cost every decision a round trip to a replica.
 //!
 //! ## The ACL a deployment needs
 //!
@@ -155,25 +135,19 @@
 //!
 //! ## Managed services
 //!
-//! Services that run Redis for you commonly require TLS (`rediss://`, their certificate
-//! chains to the system's roots), rename or refuse administrative commands, and some refuse
-//! `FUNCTION LOAD` or pub/sub. `connect` names each mistake with its fix (a private CA:
-//! `RedisOptions::ca_pem`; a client certificate required: `RedisOptions::client_cert_pem`;
-//! a password missing or refused; a URL of another form; a port where something other than
-//! Redis answers), and asks little:
-//! - without `FUNCTION LOAD` (or `FCALL`) the store runs the script (`EVALSHA`, loaded with
-//!   `SCRIPT LOAD`), which every service that allows Lua allows;
-//! - without `SUBSCRIBE`, leave the deny cache off (`with_deny_cache` fails at start,
-//!   naming `+subscribe`); `PUBLISH` is still needed (a reset tells the other instances'
-//!   caches through it and fails without it), so a service that refuses pub/sub entirely
-//!   is refused at `connect`, naming `+publish`;
-//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional (see above),
-//!   denied by the user or renamed away (`rename-command INFO ""`) alike;
-//! - an idle `timeout` (the server closes a connection that sent nothing for that long,
-//!   often a few minutes on managed services) costs nothing: the store sends its connection
-//!   a `PING` every 500 ms, so it is never idle, and one that died meanwhile is replaced
-//!   before a request needs it. Without `+ping` the connection may go idle, and the first
-//!   request after each quiet period then fails (the failure policy decides it).
+//! Services that run Redis for you commonly require TLS (see above), rename or refuse
+//! administrative commands, and some refuse `FUNCTION LOAD` or pub/sub. The store asks
+//! little of them:
+//! - without `FUNCTION LOAD` (or `FCALL`) it runs the script, which every service that
+//!   allows Lua allows;
+//! - without `SUBSCRIBE`, leave the deny cache off; `PUBLISH` is still needed (a reset tells
+//!   the other instances' caches through it), so a service that refuses pub/sub entirely is
+//!   refused at `connect`, naming `+publish`;
+//! - `DEBUG`, `CONFIG` and `CLIENT PAUSE` are not needed; `INFO` is optional, denied by the
+//!   user or renamed away (`rename-command INFO ""`) alike;
+//! - an idle `timeout` costs nothing: the store pings its connection every 500 ms. Without
+//!   `+ping` the connection may go idle, and the first request after each quiet period then
+//!   fails (the failure policy decides it).
 //!
 //! ## Redis Cluster
 //!
@@ -190,16 +164,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The key is the hash tag (`{prefix}:{<key>}:<rule>`), so all the rules of one key live in
-//! one slot and are decided by one call. A batch whose keys land in different slots (a
-//! per-user and a per-address rule) is split per slot; if a later slot denies, the earlier
-//! slots are refunded, so the batch is still all or nothing.
-//!
-//! ## When Redis is away
-//!
-//! A [`FailurePolicy`](crate::layer::FailurePolicy) per layer chooses: forward unlimited
-//! (the default), refuse with 503, or decide locally with a [`Fallback`](crate::store::Fallback)
-//! store; [`when_redis_is_away`](super::when_redis_is_away) shows what clients see under each.
+//! The key is the hash tag, so all the rules of one key live in one slot and are decided by
+//! one call; a batch spanning slots is split per slot and stays all or nothing (see
+//! [`RedisStore`](crate::store::RedisStore)). What clients see while Redis is away:
+//! [`when_redis_is_away`](super::when_redis_is_away).
 //!
 //! ## Several services, one Redis
 //!

@@ -52,10 +52,8 @@
 //! `instances(n)` set to the number of replicas the outage itself admits about one quota in
 //! all. A lock set locally holds on that instance only.
 //!
-//! A **timed-out** call is decided by the policy, never also by Redis's late answer. Redis
-//! may still have run it (so it may count once there), but tollgate never sends a call
-//! again: not on a timeout, not on a dropped connection (the Cluster client is built
-//! without retries), so no request is counted twice.
+//! A **timed-out** call is decided by the policy, never also by Redis's late answer; Redis
+//! may still have counted it, once (no call is ever sent again).
 //!
 //! In a **Cluster**, a dead master's slots follow the policy and the other slots are
 //! decided by Redis as before (refused connections fail at once). The breaker counts
