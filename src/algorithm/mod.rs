@@ -664,7 +664,4 @@ pub(crate) fn scaled_rate(what: &str, quota: u64, rate: Rate) -> Result<Rate, Co
 mod tests;
 
 #[cfg(test)]
-mod vectors;
-
-#[cfg(test)]
 mod proptests;

@@ -2,6 +2,9 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// The shared conformance vectors against the bare models.
+mod vectors;
+
 /// One of the six algorithms (both token-bucket refills) with small numbers.
 fn algorithm(kind: u8, quota: u64, period: u64) -> Algorithm {
     crate::rule::sample(kind, quota, period).algorithm().clone()

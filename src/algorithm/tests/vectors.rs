@@ -6,11 +6,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::{Algorithm, State, Verdict};
 use crate as tg;
+use crate::algorithm::{Algorithm, State, Verdict};
 use crate::decision::{Decision, Denial, DenyReason};
 
-#[path = "../../tests/support/vectors.rs"]
+#[path = "../../../tests/support/vectors.rs"]
 #[allow(unreachable_pub)]
 mod shared;
 
