@@ -33,15 +33,20 @@ const NOT_PUBLIC_V4: [&str; 14] = [
 pub(super) fn too_wide(trusted: &[IpNet]) -> impl Iterator<Item = (Vec<IpNet>, &'static str)> + '_ {
     let aggregated = IpNet::aggregate(&trusted.to_vec());
     [true, false].into_iter().filter_map(move |v4| {
-        let family: Vec<IpNet> = aggregated
-            .iter()
-            .filter(|net| net.addr().is_ipv4() == v4)
-            .copied()
-            .collect();
+        let of_family = |nets: &[IpNet]| -> Vec<IpNet> {
+            nets.iter()
+                .filter(|net| net.addr().is_ipv4() == v4)
+                .copied()
+                .collect()
+        };
+        let family = of_family(&aggregated);
         let (public, most) = if v4 {
-            (public_v4(&family), MOST_PUBLIC_V4)
+            (public(&family, "0.0.0.0/0", &NOT_PUBLIC_V4), MOST_PUBLIC_V4)
         } else {
-            (public_v6(&family), MOST_PUBLIC_V6)
+            (
+                public(&family, "2000::/3", &["2001:db8::/32"]),
+                MOST_PUBLIC_V6,
+            )
         };
         if public <= most {
             return None;
@@ -51,11 +56,7 @@ pub(super) fn too_wide(trusted: &[IpNet]) -> impl Iterator<Item = (Vec<IpNet>, &
             (false, true) => "more public addresses than a /8",
             (false, false) => "more public addresses than a /16",
         };
-        let mut nets: Vec<IpNet> = trusted
-            .iter()
-            .filter(|net| net.addr().is_ipv4() == v4)
-            .copied()
-            .collect();
+        let mut nets = of_family(trusted);
         if let Some(whole) = nets.iter().find(|net| net.prefix_len() == 0) {
             return Some((vec![*whole], what));
         }
@@ -65,29 +66,14 @@ pub(super) fn too_wide(trusted: &[IpNet]) -> impl Iterator<Item = (Vec<IpNet>, &
     })
 }
 
-/// How many public IPv4 addresses the disjoint networks `nets` hold.
-fn public_v4(nets: &[IpNet]) -> u128 {
-    let holes: Vec<IpNet> = NOT_PUBLIC_V4
-        .iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    let all: u128 = nets.iter().map(size).sum();
-    all - nets.iter().map(|net| overlap(net, &holes)).sum::<u128>()
-}
-
-/// How many public IPv6 addresses the disjoint networks `nets` hold: those of global
-/// unicast (`2000::/3`) outside documentation (`2001:db8::/32`).
-fn public_v6(nets: &[IpNet]) -> u128 {
-    let parse = |n: &str| n.parse::<IpNet>().ok();
-    let (Some(global), Some(documentation)) = (parse("2000::/3"), parse("2001:db8::/32")) else {
-        return 0;
+/// How many public addresses the disjoint networks `nets` hold: those in `space` outside
+/// the disjoint `holes` within it (IPv6: global unicast outside documentation).
+fn public(nets: &[IpNet], space: &str, holes: &[&str]) -> u128 {
+    let in_nets = |list: &[&str]| -> u128 {
+        let list: Vec<IpNet> = list.iter().filter_map(|n| n.parse().ok()).collect();
+        nets.iter().map(|net| overlap(net, &list)).sum()
     };
-    let global: u128 = nets.iter().map(|net| overlap(net, &[global])).sum();
-    global
-        - nets
-            .iter()
-            .map(|net| overlap(net, &[documentation]))
-            .sum::<u128>()
+    in_nets(&[space]) - in_nets(holes)
 }
 
 /// How many addresses `net` shares with the disjoint networks `others`: two networks are
