@@ -23,10 +23,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A batch of rules is decided all or nothing: if one rule denies, no rule consumes (see
-//! [`Limiter`]). Every clone of a [`Limiter`] shares one store, so every clone of a service
-//! using it enforces the same limits (unlike tower's own `RateLimit`, whose counter lives
-//! inside the service).
+//! A batch of rules is decided all or nothing: if one rule denies, no rule consumes. Every
+//! clone of a [`Limiter`] shares its store.
 //!
 //! For HTTP and gRPC, [`RateLimitLayer`](layer::RateLimitLayer) applies rules in any tower
 //! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
@@ -34,10 +32,9 @@
 //! and enforce, shadow and wait modes; see [`layer`] for a complete example.
 //!
 //! Optional features (none on by default): `axum` and `tonic` let [`key::peer_ip`] read
-//! their connection info (and [`key::route`] axum's `MatchedPath`); without them the layer
-//! still works, and a hyper server inserts the peer's `SocketAddr` into each request's
-//! extensions. `metrics` records decisions, store latency and health, and held requests
-//! ([`layer::observe`]). `serde` reads a layer's rules from a file
+//! their connection info (and [`key::route`] axum's `MatchedPath`). `metrics` records
+//! decisions, store latency and health, and held requests ([`layer::observe`]). `serde`
+//! reads a layer's rules from a file
 //! (`tollgate::layer::rules_file`), naming the file, line and field of a problem; a
 //! [`ReloadHandle`](layer::ReloadHandle) swaps them in a running layer.
 //!

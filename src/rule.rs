@@ -18,9 +18,8 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// A named limit: which algorithm, with which quota, what a request costs by default, and
 /// whether abuse locks the key out.
 ///
-/// Every constructor says what it admits. A configuration that cannot work (a zero limit,
-/// a zero period, an invalid name) is recorded in the rule and reported by
-/// [`checked`](Self::checked) and by the layer's `build`, so literals need no `?`.
+/// A configuration that cannot work (a zero limit, a zero period, an invalid name) is
+/// reported by [`checked`](Self::checked) and by the layer's `build`, so literals need no `?`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -37,32 +36,25 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 ///
 /// # One name, one configuration
 ///
-/// Stores keep state by rule name and key, so a name stands for one configuration. A
-/// [`RateLimitLayer`](crate::layer::RateLimitLayer) refuses, when it is built, a name bound
-/// to two unequal rules anywhere in it (its own limits and every route). Share a limit
-/// between routes by giving them the same `Rule`; give different limits different names.
+/// Stores keep state by rule name and key, so a name stands for one configuration: a layer's
+/// `build` refuses a name bound to two unequal rules. Share a limit between routes by giving
+/// them the same `Rule`; give different limits different names.
 ///
 /// # Reconfiguring a rule
 ///
 /// Stores keep beside each state the [`fingerprint`](Self::fingerprint) of the configuration
 /// that wrote it. When a rule changes under the same name (a deploy, a rolling deploy
-/// sharing one Redis, two hand-built rules given to [`Limiter::check`](crate::Limiter::check)),
-/// the other configuration's state is read neither as one's own nor as empty (a fresh quota
-/// for every client). Each state also says how many units were in use when it was last
-/// written (the writer's capacity minus what remained) and when the writer would have been
-/// back to empty. Another configuration counts those units as its own, up to its capacity,
-/// until that instant: a request that does not fit is denied with Retry-After exactly then
-/// (in wait mode too: it does not wait for carried units); one that fits is admitted, and the
-/// state becomes the new configuration's own, as if it had admitted the carried units and
-/// the request. The penalty (denial count and lock) is kept apart and survives unchanged.
+/// sharing one Redis), the other configuration's state is read neither as one's own nor as
+/// empty (a fresh quota for every client). Each state says how many units were in use when
+/// it was last written and when its writer would have been back to empty; another
+/// configuration counts those units as its own, up to its capacity, until that instant (a
+/// request that does not fit is denied with Retry-After exactly then). The penalty (denial
+/// count and lock) is kept apart and survives unchanged.
 ///
-/// This is conservative rather than exact. Within one microsecond, both configurations
-/// together never admit more than the larger capacity; over any `t` microseconds, never more
-/// than each alone admits in `t`, added, less the smaller capacity: each keeps its own
-/// refill but there is no second burst (`tests/models/reconfiguration.rs` checks this bound).
-/// A debt ([`Reservation::settle`](crate::Reservation::settle) above the capacity) is carried
-/// only up to the capacity, the rest forgiven. One formula serves every pair of algorithms,
-/// where an exact conversion would need one per pair and direction, in Rust and in Lua.
+/// This is conservative rather than exact: both configurations together never admit more
+/// than each alone would, added, less the smaller capacity (no second burst), and a debt is
+/// carried only up to the capacity. One formula serves every pair of algorithms, where an
+/// exact conversion would need one per pair and direction, in Rust and in Lua.
 ///
 /// ```
 /// use std::time::Duration;
@@ -142,8 +134,7 @@ impl Rule {
         self.problem.is_none()
     }
 
-    /// The rule if it can work; if not, every reason, each naming the rule: the path for
-    /// rules read at run time. A layer's `build` reports the same; a
+    /// The rule if it can work; if not, every reason, each naming the rule. A
     /// [`Limiter`](crate::Limiter) or store refuses a batch with an invalid rule
     /// ([`StoreError::InvalidBatch`](crate::StoreError)).
     ///
@@ -162,10 +153,7 @@ impl Rule {
     /// Fixed window aligned to the epoch: at most `limit` units in each `window`
     /// (`fixed_window("x", 5, 1 h)` admits 5 per clock hour), windows being
     /// `[k·window, (k+1)·window)`, so every key's windows turn over at the same instants.
-    ///
-    /// Cheap (one counter per key) but coarse: up to 2 × `limit` pass within a window-long
-    /// interval that straddles a boundary. Use [`sliding_log`](Self::sliding_log) or
-    /// [`sliding_window`](Self::sliding_window) where that burst matters.
+    /// Up to 2 × `limit` pass within a window-long interval that straddles a boundary.
     pub fn fixed_window(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(name, FixedWindow::new(limit, window, WindowAnchor::Epoch))
     }
@@ -187,17 +175,15 @@ impl Rule {
 
     /// Sliding log: never more than `limit` units in any interval of length `window`.
     ///
-    /// Every admission is logged with its time and cost and counts for `window`. Exact, at
-    /// the price of one entry per admitting instant (at most `limit` per key); a decision is
-    /// O(log n) in the entries.
+    /// Every admission is logged with its time and cost and counts for `window`: one entry
+    /// per admitting instant (at most `limit` per key).
     pub fn sliding_log(name: impl AsRef<str>, limit: u64, window: Duration) -> Self {
         Self::with(name, SlidingLog::new(limit, window))
     }
 
     /// Sliding window counter: admits while
     /// `⌈previous × (window − elapsed) / window⌉ + current + cost ≤ limit`, windows aligned
-    /// to the epoch. Two counters, no boundary burst of 2 × `limit`; the estimate assumes
-    /// the previous window's requests were spread evenly.
+    /// to the epoch; the estimate assumes the previous window's requests were spread evenly.
     ///
     /// **Under sustained traffic it admits `limit − 1` per window, not `limit`**: the previous
     /// window's weight rounds up to at least one unit until the current window ends (with

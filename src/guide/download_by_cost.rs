@@ -34,23 +34,16 @@
 //!
 //! In a layer, a download costs what its handler served: only the handler knows how the name
 //! was spelt, whether the download resumed (`Range`), whether the file changed.
-//! [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response) reads that from the
-//! response (its `Content-Length`, or here a value in its extensions) and settles against the
-//! estimate taken at admission: an excess estimate is given back, a shortfall becomes a debt
-//! the key's next requests pay.
+//! [`Limit::cost_from_response`](crate::layer::Limit::cost_from_response) settles what the
+//! response says against the estimate taken at admission.
 //!
 //! The estimate, [`Limit::cost`](crate::layer::Limit::cost), decides admission. Take it from
 //! what the server knows, never from a number the client sends (`size=0` would download
 //! without limit), and clamp it with [`min_cost`](crate::layer::Limit::min_cost) so that no
 //! request is free. An upper bound (the whole file's size) keeps the downloads in flight
-//! within the quota however many run at once.
-//!
-//! What was served is charged whole: the part beyond the estimate is a debt the rule's rate
-//! pays before the key's next request passes (capped only beyond the exact range: 2^52 units
-//! or 2^50 µs, about 35 years). A debt cannot take back what concurrency lets through before
-//! any download settles: the quota is overrun by at most what the estimates in flight leave
-//! uncounted — nothing with upper bounds; with `min_cost(1)` alone, twenty downloads started
-//! at once pass on 20 MB, and the key then waits until the rate has paid for what they served.
+//! within the quota however many run at once; with `min_cost(1)` alone, twenty downloads
+//! started at once pass on 20 MB, and the key then waits until the rate has paid for what
+//! they served.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};
@@ -129,6 +122,5 @@
 //! window of "500 MB per hour" works too, but lets 1000 MB through across the turn of an
 //! hour; a debt above its 500 MB is carried into the following hours, 500 MB each.
 //!
-//! On axum, say what was served from the handler: `Content-Length` of a body of known size is
-//! added after the layers of `Router::layer` and `route_layer` have seen the response. The
-//! `axum_routes` example's handler returns `(Extension(Served { bytes }), body)`.
+//! On axum, say what was served from the handler, as the `axum_routes` example's returns
+//! `(Extension(Served { bytes }), body)`.

@@ -15,15 +15,11 @@
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain; inside a part, `0x1F` and `0x10` are preceded by `0x10`, so no two tuples share a key) |
 //! | [`KeyExtractor::or`] | the first extractor that finds a key, tagged with which one it was (see [`Or`] for the bytes) |
 //!
-//! Keys are what the client cannot choose, or they limit nothing: a header key needs a
-//! gateway that authenticates the client and *replaces* the header (see
-//! [the guide](crate::guide::api_limit_by_user_id)); forwarding headers are read only from
-//! trusted proxies, from the right.
-//!
-//! IPv6 addresses are aggregated to a prefix (default /64), since one host usually owns a
-//! whole /64. IPv4-mapped addresses (`::ffff:192.0.2.1`) are their IPv4 address, as peers,
-//! as trusted proxies and as keys. The [`Limiter`](crate::Limiter) digests keys longer than
-//! 128 bytes, so a 64 KB header value costs the store 33 bytes.
+//! Keys are what the client cannot choose, or they limit nothing (see
+//! [the guide](crate::guide::api_limit_by_user_id)). IPv6 addresses are aggregated to a
+//! prefix (default /64), since one host usually owns a whole /64. The
+//! [`Limiter`](crate::Limiter) digests keys longer than 128 bytes, so a 64 KB header value
+//! costs the store 33 bytes.
 //!
 //! ## Holders of whole IPv6 networks
 //!

@@ -137,10 +137,9 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// - a limit whose every request costs more than its rule admits at once (a
     ///   [`min_cost`](Limit::min_cost), or the rule's default cost, above its capacity);
     /// - a route pattern no request can match, or one an earlier route shadows;
-    /// - a rule name applied twice to one request (the layer's limits and each route's are
-    ///   one batch, and a batch that checks one rule twice would count one state twice);
-    /// - a rule name bound to two unequal rules anywhere in the layer (stores keep state by
-    ///   name, so two configurations under one name would share, and fight over, one state);
+    /// - a rule name applied twice to one request (its batch would count one state twice);
+    /// - a rule name bound to two unequal rules anywhere in the layer (see
+    ///   [One name, one configuration](crate::Rule#one-name-one-configuration));
     /// - [`FailurePolicy::Fallback`] over a store whose calls fail while Redis is away (see
     ///   [`Store::outage_health`]): it would let every request of an outage through.
     pub fn build(self) -> Result<RateLimitLayer<St>, ConfigError> {
@@ -192,12 +191,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         self
     }
 
-    /// Holds at most `n` requests at once (default 10,000): requests waiting out a leaky
-    /// bucket's delay or a wait-mode reservation, counted across every service and clone of
-    /// the layer. A request beyond it is refused as if denied (429, `Retry-After` = its delay
-    /// rounded up) and its reserved units are given back; [observers](Self::observe) see the
-    /// store's delay, the refusal is logged with `tracing::debug!`. `0` is a
-    /// [`build`](Self::build) error. Costs: [held requests](crate::guide::waiting_for_a_permit#held-requests).
+    /// Holds at most `n` requests at once (default 10,000), across every service and clone
+    /// of the layer; `0` is a [`build`](Self::build) error. [Observers](Self::observe) see
+    /// the store's delay of a request refused beyond it. See
+    /// [held requests](crate::guide::waiting_for_a_permit#held-requests).
     pub fn max_held(mut self, n: usize) -> Self {
         self.config.held.max = n;
         self
@@ -215,8 +212,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     }
 
     /// Adds `observer`, told of every decision after those added before (and the `metrics`
-    /// feature's). A [reload](super::ReloadHandle::reload) keeps the running layer's
-    /// observers and ignores the reloaded builder's.
+    /// feature's). A [reload](super::ReloadHandle::reload) keeps the running layer's.
     pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
         self.observers.push(Arc::new(observer));
         self

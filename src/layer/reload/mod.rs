@@ -18,14 +18,11 @@ use crate::store::Store;
 /// - **Atomic, no lock.** A request reads the configuration with one atomic load
 ///   ([`arc_swap`]) and keeps it from start to end (decided, held, forwarded); the next
 ///   call sees the new one. A reload never waits for requests, nor they for it.
-/// - **Checked first.** [`reload`](Self::reload) takes a layer, so its configuration passed
-///   [`build`](RateLimitLayerBuilder::build) (or a rules file's loader): a configuration
-///   that cannot work never reaches the running layer.
-/// - **The same limiter and state.** The running layer keeps its [`Limiter`](crate::Limiter) (which
-///   [`builder`](Self::builder) starts from), its observers and its state:
-///   [`max_held`](RateLimitLayerBuilder::max_held) bounds the requests held under both
-///   configurations together, a refusal of a limit charged by outcome still waits for the
-///   requests beside it, and the log's intervals carry on.
+/// - **Checked first.** [`reload`](Self::reload) takes a built layer: a configuration that
+///   cannot work never reaches the running layer.
+/// - **The same limiter and state.** The running layer keeps its [`Limiter`](crate::Limiter),
+///   its observers and its state: [`max_held`](RateLimitLayerBuilder::max_held) bounds the
+///   requests held under both configurations together, and the log's intervals carry on.
 ///
 /// State is kept by rule name in the store: a rule that keeps its name and parameters keeps
 /// its counts; one whose parameters change under the same name is converted as
@@ -88,9 +85,8 @@ impl<St: Store + Clone> ReloadHandle<St> {
         RateLimitLayerBuilder::on(self.layer.limiter.clone())
     }
 
-    /// Installs the configuration of `layer` (from [`builder`](Self::builder) and
-    /// [`build`](RateLimitLayerBuilder::build), or a rules file's loader) in the running
-    /// layer, which keeps its own limiter, observers and state.
+    /// Installs the configuration of `layer` (from [`builder`](Self::builder), or a rules
+    /// file's loader) in the running layer, which keeps its own limiter, observers and state.
     pub fn reload(&self, layer: RateLimitLayer<St>) {
         let config = match layer.config {
             ConfigSource::Fixed(config) => config,
