@@ -48,9 +48,8 @@
 //!
 //! ## Anonymous callers
 //!
-//! Without the header, the request is refused with 400 ([`MissingKey::Reject`](crate::layer::MissingKey),
-//! the default). Fall back to the peer's address with [`or`](crate::key::KeyExtractor::or)
-//! (the two branches never share a key), or skip the limit with
+//! Without the header, the request is refused with 400 (the default). Fall back to the
+//! peer's address with [`or`](crate::key::KeyExtractor::or), or skip the limit with
 //! [`MissingKey::Skip`](crate::layer::MissingKey::Skip) and let another limit cover them.
 //!
 //! ```

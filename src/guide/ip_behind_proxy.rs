@@ -62,10 +62,6 @@
 //! - **Read the one header your proxy writes**:
 //!   [`ClientIp::header`](crate::key::ClientIp::header)`(ForwardedHeader::Forwarded)` for
 //!   RFC 7239, `XRealIp` for nginx's `X-Real-IP`.
-//! - **IPv6 clients are grouped by /64**; see
-//!   [`ClientIp::ipv6_prefix`](crate::key::ClientIp::ipv6_prefix) and a coarser limit per
-//!   /48 in [`key`](crate::key#holders-of-whole-ipv6-networks).
-//! - **The peer's address must reach the layer.** Serve axum with
-//!   `into_make_service_with_connect_info::<SocketAddr>()`.
-//! - **Trusted lists from configuration**: a bad entry is an error of the layer's `build`,
-//!   or at once from [`KeyExtractor::validate`](crate::key::KeyExtractor::validate).
+//! - **IPv6 clients are grouped by /64**; a coarser limit per /48 is in
+//!   [`key`](crate::key#holders-of-whole-ipv6-networks).
+//! - **The peer's address must reach the layer** (see [`key::peer_ip`](crate::key::peer_ip)).

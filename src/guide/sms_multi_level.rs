@@ -4,12 +4,9 @@
 //! hour and 10 a day, and each client address to 20 an hour. A request refused by any rule
 //! must use up none of the others.
 //!
-//! tollgate decides the rules of one request as one batch: if one rule denies, no rule's
-//! state changes, and the denial carries the longest wait. On Redis the batch is one script
-//! call, atomic between instances.
-//!
-//! The phone number is in the body, which the layer does not read, so the handler asks the
-//! [`Limiter`](crate::Limiter) once it has parsed the body:
+//! The rules of one request are one batch: if one rule denies, no rule's state changes, and
+//! the denial carries the longest wait. The phone number is in the body, which the layer
+//! does not read, so the handler asks the [`Limiter`](crate::Limiter) once it has parsed it:
 //!
 //! ```
 //! use std::time::Duration;

@@ -81,14 +81,11 @@
 //! ```
 //!
 //! A [leaky bucket](crate::Rule::leaky_bucket) shapes traffic the same way in enforce mode:
-//! its admitted requests leave evenly spaced, a full queue is refused. Rules on other keys in
-//! the same batch count a shaped request when it leaves the queue
-//! ([`Reservation::confirm`](crate::Reservation::confirm) counts them).
+//! its admitted requests leave evenly spaced, a full queue is refused.
 //!
 //! ## Held requests
 //!
-//! In wait mode, and for a leaky bucket's shaping delay, the layer holds a request until its
-//! reserved units come due, then forwards it. A held request:
+//! A request held (in wait mode, or for a leaky bucket's shaping delay):
 //!
 //! - **does not hold the inner service**: it waits with an idle clone, driven to readiness
 //!   after the wait, so a `ConcurrencyLimit` or `Buffer` inside the layer keeps serving
