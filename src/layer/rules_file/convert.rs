@@ -353,47 +353,35 @@ fn limit(
 
 /// The rule named `name` of the one algorithm `spec` gives.
 fn rule<'n>(spec: &LimitSpec, name: &'n str, path: &str, problems: &mut Problems) -> Option<Rule> {
-    // The constructors of the algorithms of the same parameters, at `name`.
-    let window = |w: Option<WindowSpec>, rule: fn(&'n str, u64, Duration) -> Rule| {
-        w.map(|w| rule(name, w.limit, w.window.0))
+    // Each algorithm's field, and its rule at `name` if the field is given.
+    let window = |field, w: Option<WindowSpec>, rule: fn(&'n str, u64, Duration) -> Rule| {
+        (field, w.map(|w| rule(name, w.limit, w.window.0)))
     };
-    let bucket = |b: Option<BucketSpec>, rule: fn(&'n str, u64, Rate) -> Rule| {
-        b.map(|b| rule(name, b.capacity, b.refill.0))
+    let bucket = |field, b: Option<BucketSpec>, rule: fn(&'n str, u64, Rate) -> Rule| {
+        (field, b.map(|b| rule(name, b.capacity, b.refill.0)))
     };
+    let s = spec;
     let algorithms = [
-        (
-            "fixed_window",
-            window(spec.fixed_window, Rule::fixed_window),
-        ),
-        (
+        window("fixed_window", s.fixed_window, Rule::fixed_window),
+        window(
             "fixed_window_from_first_hit",
-            window(
-                spec.fixed_window_from_first_hit,
-                Rule::fixed_window_from_first_hit,
-            ),
+            s.fixed_window_from_first_hit,
+            Rule::fixed_window_from_first_hit,
         ),
-        ("sliding_log", window(spec.sliding_log, Rule::sliding_log)),
-        (
-            "sliding_window",
-            window(spec.sliding_window, Rule::sliding_window),
-        ),
-        (
-            "token_bucket",
-            bucket(spec.token_bucket, Rule::token_bucket),
-        ),
-        (
+        window("sliding_log", s.sliding_log, Rule::sliding_log),
+        window("sliding_window", s.sliding_window, Rule::sliding_window),
+        bucket("token_bucket", s.token_bucket, Rule::token_bucket),
+        bucket(
             "token_bucket_stepped",
-            bucket(spec.token_bucket_stepped, Rule::token_bucket_stepped),
+            s.token_bucket_stepped,
+            Rule::token_bucket_stepped,
         ),
         (
             "leaky_bucket",
-            spec.leaky_bucket
+            s.leaky_bucket
                 .map(|b| Rule::leaky_bucket(name, b.capacity, b.drain.0)),
         ),
-        (
-            "gcra",
-            spec.gcra.map(|g| Rule::gcra(name, g.burst, g.rate.0)),
-        ),
+        ("gcra", s.gcra.map(|g| Rule::gcra(name, g.burst, g.rate.0))),
     ];
     let fields = algorithms.each_ref().map(|(field, _)| *field);
     let mut given: Vec<Rule> = algorithms
