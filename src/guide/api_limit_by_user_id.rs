@@ -7,7 +7,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
 //! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,11 +18,9 @@
 //!         key::header("user-id"),
 //!     ))
 //!     .build()?;
-//! let api = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<String>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(String::from("orders")))
-//!     }));
+//! let api = limits.layer(service_fn(|_req: Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::from("orders")))
+//! }));
 //! let as_user = |id: &str| Request::get("/api/orders").header("user-id", id).body(String::new());
 //!
 //! for _ in 0..20 {

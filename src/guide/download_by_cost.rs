@@ -50,7 +50,7 @@
 //! use tollgate::layer::{Limit, RateLimitLayer};
 //! use tollgate::key::{self, RequestHead};
 //! use tollgate::{Limiter, Rate, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! /// What the handler served, in MB, rounded up: it puts this in the response.
 //! #[derive(Clone, Copy)]
@@ -100,7 +100,7 @@
 //!     .min_cost(1)
 //!     .cost_from_response(|res| res.extensions.get::<ServedMb>().map(|served| served.0))])
 //!     .build()?;
-//! let files = ServiceBuilder::new().layer(limits).service(service_fn(serve));
+//! let files = limits.layer(service_fn(serve));
 //! let get = |path: &str| Request::get(path).header("user-id", "42");
 //!
 //! // A download resumed at 300 MB is admitted on the whole file, and costs the 100 MB it served.

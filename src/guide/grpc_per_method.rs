@@ -27,7 +27,7 @@
 //! use tollgate::{key, Limiter, Rule, store::MemoryStore};
 //! use tonic::Code;
 //! use tonic_types::StatusExt;
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,11 +42,9 @@
 //!         key::peer_ip(),
 //!     )])
 //!     .build()?;
-//! let server = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
+//! let server = limits.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//! }));
 //! let call = |method: &str| -> Result<Request<()>, Box<dyn std::error::Error>> {
 //!     let mut request = Request::post(format!("/helloworld.Greeter/{method}"))
 //!         .header("content-type", "application/grpc")

@@ -12,7 +12,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
 //! use tollgate::{key, Limiter, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,11 +23,9 @@
 //!         key::client_ip(["10.0.0.0/8"]),
 //!     ))
 //!     .build()?;
-//! let app = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
+//! let app = limits.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//! }));
 //!
 //! // What a hyper server does for each connection: the peer's address in the extensions
 //! // (axum's `ConnectInfo` and tonic's `TcpConnectInfo` work as well).

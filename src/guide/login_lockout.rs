@@ -15,7 +15,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, RateLimitLayer};
 //! use tollgate::{key, Limiter, Penalty, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,11 +27,9 @@
 //!         key::peer_ip(),
 //!     )])
 //!     .build()?;
-//! let app = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
+//! let app = limits.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//! }));
 //! let login = || -> Result<Request<()>, Box<dyn std::error::Error>> {
 //!     let mut request = Request::post("/login").body(())?;
 //!     request.extensions_mut().insert("198.51.100.7:5000".parse::<SocketAddr>()?);

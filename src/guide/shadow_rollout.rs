@@ -17,7 +17,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{DecisionEvent, DecisionObserver, Limit, RateLimitLayer};
 //! use tollgate::{key, Limiter, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -44,11 +44,9 @@
 //!     .limit(Limit::new(Rule::sliding_log("search-strict", 3, minute), key::header("user-id")).shadow())
 //!     .observe(would_refuse.clone())
 //!     .build()?;
-//! let app = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
+//! let app = limits.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//! }));
 //!
 //! for _ in 0..5 {
 //!     let search = Request::get("/search").header("user-id", "42").body(())?;

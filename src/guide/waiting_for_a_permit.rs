@@ -52,7 +52,7 @@
 //! use http::{Request, Response, StatusCode};
 //! use tollgate::layer::{Limit, Mode, RateLimitLayer};
 //! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower::{service_fn, Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -60,11 +60,9 @@
 //!     .limit(Limit::new(Rule::gcra("smooth", 1, Rate::per_second(20)), key::global()))
 //!     .mode(Mode::Wait { max_wait: Duration::from_millis(200) })
 //!     .build()?;
-//! let app = ServiceBuilder::new()
-//!     .layer(limits)
-//!     .service(service_fn(|_req: Request<()>| async {
-//!         Ok::<_, std::convert::Infallible>(Response::new(()))
-//!     }));
+//! let app = limits.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//! }));
 //!
 //! let started = std::time::Instant::now();
 //! let (a, b, c) = tokio::join!(
