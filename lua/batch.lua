@@ -37,14 +37,19 @@ local function adopt(r, at, extra)
   return s
 end
 
--- Writes over another configuration's state with adopt(r, at, extra); the rule's reply
--- says it adopted, so that the deny caches hear of it.
+-- Makes `s` the rule's own state, written over another configuration's if any: the rule's
+-- reply then says it adopted, so that the deny caches hear of it.
+local function make_own(r, s)
+  r.adopted = r.adopted or r.carried ~= nil
+  r.state, r.own, r.carried = s, true, nil
+end
+
+-- Writes over another configuration's state with adopt(r, at, extra).
 local function take_over(r, at, extra)
   if r.log_key then
     redis.call('DEL', r.log_key)
   end
-  r.state = adopt(r, at, extra)
-  r.own, r.carried, r.adopted = true, nil, true
+  make_own(r, adopt(r, at, extra))
 end
 
 -- A cost of 0 asks for nothing and passes, even where reservations took more than is
@@ -375,18 +380,8 @@ local function report(i, r, item, admitted, mark, reserved)
   said_outcome[i], said_at[i], said_hold[i], said_adopted[i] = outcome, at, hold, r.adopted and 1 or 0
 end
 
--- The reply of a call that decides nothing (a refund, an overdraft) into `out` after `o`:
--- each rule reports as a passing rule of a batch not admitted, its quota as it stands.
--- Returns the new position.
-local function quota_reply(o)
-  local passes = { eval = { ok = true }, at = now }
-  for i = 1, #rules do
-    report(i, rules[i], passes, false, 0, now)
-  end
-  return reply(o, false, now, 0, #rules)
-end
-
--- overdraft, once a sliding log's entries are written, which its quota is counted from.
+-- Writes the rule's own state with its head: `remaining` units left, or, after a refund or
+-- an overdraft, what the state leaves once a sliding log's entries are written.
 local function store_own(r, remaining)
   if r.log_key then
     store_log(r)
@@ -396,114 +391,90 @@ local function store_own(r, remaining)
   store(r)
 end
 
--- The floors of a refund (call.lua): per rule the admission's instant, mark and hold.
-local function unpack_taken(taken)
-  if #rules == 0 then
-    return {}
-  end
-  return { struct.unpack('<' .. string.rep('d', 3 * #rules), taken) }
-end
-
 -- Settles the rule's ledger at `at` on its state itself (Entry::settle), which is then its
 -- own: it takes another configuration's over.
 local function settle_own(r, at)
-  local s = unsettled(r, at)
-  r.adopted = r.adopted or r.carried ~= nil
-  r.state, r.own, r.carried = settle(r, s, at, r.ledger), true, nil
+  make_own(r, settle(r, unsettled(r, at), at, r.ledger))
 end
 
--- MODE_REFUND and MODE_REFUND_HELD (`marked`): gives back each rule's admission at its
--- instant in `taken` (the batch's floors); replies as quota_reply into `out` after `o`.
-local function refund_batch(taken, marked, o)
-  taken = unpack_taken(taken)
-  for i = 1, #rules do
-    local r = rules[i]
-    -- MODE_REFUND gives back without a mark (a Cluster batch refunded right after it was
-    -- decided).
-    local at, ends, hold = taken[3 * i - 2], taken[3 * i - 1], taken[3 * i]
-    local mark = marked and ends or nil
-    if r.cost > 0 and is_live(r, now) then
-      local given = r.model.refund(r, r.state, now, at, r.cost, mark, hold, ends)
-      if given == 'none' then
-        -- The state is the same as none (Model::is_unused): no state, nothing carried.
-        r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
-        store(r)
-      elseif given then
-        -- What other configurations read goes back with the units (batch::refund).
-        store_own(r)
-      end
+-- What a call that decides nothing does to its `i`th rule `r`, by mode; `taken` holds the
+-- floors of the refund modes and MODE_END (call.lua), unpacked.
+local changes = {}
+
+-- MODE_REFUND and MODE_REFUND_HELD: gives back the rule's admission at its instant; only
+-- MODE_REFUND_HELD checks its mark (MODE_REFUND: a Cluster batch refunded right after it
+-- was decided).
+changes[MODE_REFUND] = function(r, i, taken)
+  local at, ends, hold = taken[3 * i - 2], taken[3 * i - 1], taken[3 * i]
+  local mark = mode == MODE_REFUND_HELD and ends or nil
+  if r.cost > 0 and is_live(r, now) then
+    local given = r.model.refund(r, r.state, now, at, r.cost, mark, hold, ends)
+    if given == 'none' then
+      -- The state is the same as none (Model::is_unused): no state, nothing carried.
+      r.state, r.own, r.head, r.foreign = nil, false, { 0, 0, 0 }, ''
+      store(r)
+    elseif given then
+      -- What other configurations read goes back with the units (batch::refund).
+      store_own(r)
     end
   end
-  return quota_reply(o)
 end
+changes[MODE_REFUND_HELD] = changes[MODE_REFUND]
 
--- MODE_END (a lease's refund, Entry::end_lease): where each rule's lease (the mark in
+-- MODE_END (a lease's refund, Entry::end_lease): where the rule's lease (the mark in
 -- `taken`) is still in its settled ledger, removes it and gives back the rule's cost, at
 -- most the lease's units, unconditionally: the cap held them out of the state. Under
 -- another configuration's state the lease is left to its term, which only the state's
--- own configuration settles. Replies as quota_reply into `out` after `o`.
-local function end_batch(taken, o)
-  taken = unpack_taken(taken)
-  for i = 1, #rules do
-    local r = rules[i]
-    if r.own and parks(r) then
-      settle_own(r, now)
-      local units = end_lease(r.ledger, taken[3 * i - 1])
-      if units then
-        -- Algorithm::give_back: the state settled with the lease's units parked has room
-        -- for them, so a refund without a mark gives them back.
-        r.model.refund(r, r.state, now, now, min(r.cost, units), nil)
-      end
-      -- Settled, as the in-process store writes it: once no lease is left, another
-      -- configuration reads the state as carried (algorithm_evaluate).
-      store_own(r)
+-- own configuration settles.
+changes[MODE_END] = function(r, i, taken)
+  if r.own and parks(r) then
+    settle_own(r, now)
+    local units = end_lease(r.ledger, taken[3 * i - 1])
+    if units then
+      -- Algorithm::give_back: the state settled with the lease's units parked has room
+      -- for them, so a refund without a mark gives them back.
+      r.model.refund(r, r.state, now, now, min(r.cost, units), nil)
     end
+    -- Settled, as the in-process store writes it: once no lease is left, another
+    -- configuration reads the state as carried (algorithm_evaluate).
+    store_own(r)
   end
-  return quota_reply(o)
 end
 
--- MODE_RESET (Store::reset): forgets each rule's state, log and lock. The ledger stays,
+-- MODE_RESET (Store::reset): forgets the rule's state, log and lock. The ledger stays,
 -- since the leases' holders may still use their units: the next evaluation caps the fresh
--- state. Replies as quota_reply into `out` after `o`.
-local function reset_batch(o)
-  for i = 1, #rules do
-    local r = rules[i]
-    if r.log_key then
-      redis.call('DEL', r.log_key)
-    end
-    r.state, r.own, r.carried, r.foreign = nil, false, nil, ''
-    r.head, r.pen = { 0, 0, 0 }, { 0, 0, 0 }
-    -- Leases that ended no longer hold the fresh bucket down.
-    while r.ledger and r.ledger[3] and r.ledger[3] <= now do
-      remove_lease(r.ledger, 1)
-    end
-    store(r)
+-- state.
+changes[MODE_RESET] = function(r)
+  if r.log_key then
+    redis.call('DEL', r.log_key)
   end
-  return quota_reply(o)
+  r.state, r.own, r.carried, r.foreign = nil, false, nil, ''
+  r.head, r.pen = { 0, 0, 0 }, { 0, 0, 0 }
+  -- Leases that ended hold the fresh bucket down no more.
+  while r.ledger and r.ledger[3] and r.ledger[3] <= now do
+    remove_lease(r.ledger, 1)
+  end
+  store(r)
 end
 
--- MODE_OVERDRAW (batch::overdraw): takes each rule's whole cost now (Algorithm::overdraw),
--- adopting another configuration's state first. Replies as quota_reply into `out` after `o`.
-local function overdraw_batch(o)
-  for i = 1, #rules do
-    local r = rules[i]
-    -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
-    local cost = min(r.cost, MAX_PRODUCT)
-    if cost > 0 then
-      if parks(r) then
-        settle_own(r, now)
-      end
-      if r.carried then
-        take_over(r, now, 0)
-      elseif not is_live(r, now) then
-        r.state = r.model.fresh(r, now)
-      end
-      r.model.overdraw(r, r.state, now, cost)
-      r.own = true
-      store_own(r)
+-- MODE_OVERDRAW (batch::overdraw): takes the rule's whole cost now (Algorithm::overdraw),
+-- adopting another configuration's state first.
+changes[MODE_OVERDRAW] = function(r)
+  -- The cost arrives at most MAX_PRODUCT (script.rs exact_double), as the models take it.
+  local cost = min(r.cost, MAX_PRODUCT)
+  if cost > 0 then
+    if parks(r) then
+      settle_own(r, now)
     end
+    if r.carried then
+      take_over(r, now, 0)
+    elseif not is_live(r, now) then
+      r.state = r.model.fresh(r, now)
+    end
+    r.model.overdraw(r, r.state, now, cost)
+    r.own = true
+    store_own(r)
   end
-  return quota_reply(o)
 end
 
 -- Step 3 (batch::commit) for rule `r`: counts an admission in its state, or a denial in its
@@ -519,9 +490,7 @@ local function commit(r, item, admitted)
     if item.held then
       -- LeakyBucket::held: the queue before the hold has drained by its end, another
       -- configuration's too (which this writes over: the rule adopted it).
-      r.state = r.model.held(r, item.at, r.cost, item.held)
-      r.adopted = r.adopted or r.carried ~= nil
-      r.own, r.carried = true, nil
+      make_own(r, r.model.held(r, item.at, r.cost, item.held))
     elseif not r.carried then
       if not is_live(r, item.at) then
         r.state = r.model.fresh(r, item.at)
@@ -607,14 +576,20 @@ local function decide_batch(KEYS, k, h, at, floors, o)
   for i = 1, h.nrules do
     rules[i], key_index = load_rule(KEYS, key_index, h.rules[i])
   end
-  if mode == MODE_OVERDRAW then
-    return overdraw_batch(o)
-  elseif mode == MODE_END then
-    return end_batch(floors, o)
-  elseif mode == MODE_RESET then
-    return reset_batch(o)
-  elseif not decides then
-    return refund_batch(floors, mode == MODE_REFUND_HELD, o)
+  if decides then
+    return decide_rules(o)
   end
-  return decide_rules(o)
+  local taken = {}
+  if #rules > 0 and (mode <= MODE_REFUND_HELD or mode == MODE_END) then
+    taken = { struct.unpack('<' .. string.rep('d', 3 * #rules), floors) }
+  end
+  -- Each rule reports as a passing rule of a batch not admitted: its quota as it stands.
+  local passes = { eval = { ok = true }, at = now }
+  for i = 1, #rules do
+    changes[mode](rules[i], i, taken)
+  end
+  for i = 1, #rules do
+    report(i, rules[i], passes, false, 0, now)
+  end
+  return reply(o, false, now, 0, #rules)
 end

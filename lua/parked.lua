@@ -1,13 +1,10 @@
--- Leases (Store::lease): the ledger of a key's live leases and what it does to a token
--- bucket's or GCRA's state. Mirrors src/store/parked.rs.
+-- Leases (Store::lease): the ledger of a key's live leases, which caps a token bucket's or
+-- GCRA's state. Mirrors src/store/parked.rs.
 --
 -- The ledger follows the record (record.lua) as little-endian doubles: per lease its id,
 -- units and expiry µs, in expiry order, then their count. It belongs to the key: every
 -- configuration of the name keeps it, a reset too. A record with one is longer than any
 -- without (LEDGERLESS_BYTES), so a key no lease touched keeps its record byte for byte.
---
--- The bucket holds at most its burst less the units of the live leases: each evaluation
--- settles the ledger first (settle), as the in-process store does.
 
 -- The record `raw` (longer than LEDGERLESS_BYTES) without its ledger, and the ledger: a
 -- flat array of id, units and expiry per lease.
@@ -52,9 +49,8 @@ local function cap(c, s, at, parked)
   return s
 end
 
--- Settles `ledger` at `now` on the state `s` of configuration `c`: each lease that ended
--- caps the state at its expiry with the units parked until then, itself included, and
--- leaves; the live ones cap it at now. Returns the settled state.
+-- Parked::settle of `ledger` at `now` on the state `s` of configuration `c`; returns the
+-- settled state.
 local function settle(c, s, now, ledger)
   local parked = 0
   for i = 2, #ledger, 3 do
@@ -67,9 +63,8 @@ local function settle(c, s, now, ledger)
   return cap(c, s, now, parked)
 end
 
--- Until when the key must be kept for its ledger: its last lease's end and, where the
--- ledger caps the state, until a bucket emptied then is full again, since the settling
--- that counts an ended lease's units as used reads the ledger after its end.
+-- Until when the key must be kept for its ledger (Parked::kept_until): its last lease's end
+-- or, where the ledger caps the state, until a bucket emptied then is full again.
 local function ledger_until(c, ledger)
   local last = ledger[#ledger]
   if not c.model.cap then

@@ -1,10 +1,7 @@
 -- tollgate: helpers shared by the algorithm files and the batch driver.
 --
--- The scripts are concatenated in this order (see src/store/redis/script.rs):
---   prelude.lua, fixed_window.lua, sliding_log.lua, sliding_window.lua, token_bucket.lua,
---   leaky_bucket.lua, gcra.lua, penalty.lua, record.lua, parked.lua, batch.lua, fast.lua,
---   call.lua
--- and run as one chunk (a script whose last line calls decide_call, or the body of a
+-- The files are concatenated in the order of `FILES` in src/store/redis/script.rs, this one
+-- first, and run as one chunk (a script whose last line calls decide_call, or the body of a
 -- function library's builder), so every file sees the locals declared before it.
 --
 -- Arithmetic: every quantity is an integer of magnitude at most 2^53 (see

@@ -109,6 +109,7 @@ struct Terms<S: Store + Clone> {
 type Slots = HashMap<Box<[u8]>, Arc<Slot>>;
 
 /// The lease of one key.
+#[derive(Default)]
 struct Slot {
     /// The key, in stored form.
     key: Box<[u8]>,
@@ -136,6 +137,7 @@ struct Lent {
 }
 
 /// The lease a slot holds, if any.
+#[derive(Default)]
 struct Held {
     lease: Option<Outcome>,
     /// Counts the leases taken, so that a timer ends only its own.
@@ -390,16 +392,7 @@ impl<S: Store + Clone> Terms<S> {
         }
         let made = Arc::new(Slot {
             key: Box::from(key),
-            deadline: AtomicU64::new(0),
-            left: AtomicU64::new(0),
-            remaining: AtomicU64::new(0),
-            reset_us: AtomicU64::new(0),
-            generation: AtomicU64::new(0),
-            held: tokio::sync::Mutex::new(Held {
-                lease: None,
-                generation: 0,
-                denied_until: None,
-            }),
+            ..Slot::default()
         });
         match self.leases.write() {
             Ok(mut leases) => Arc::clone(leases.entry(Box::from(key)).or_insert(made)),

@@ -36,6 +36,7 @@ const MAX_REALIGN_ROUNDS: u32 = 2;
 
 /// What a cross-slot batch has taken and decided so far: what a refund or the outcome is
 /// made from.
+#[derive(Default)]
 struct Ledger {
     /// The parts admitted so far.
     admitted: Vec<Part>,
@@ -446,7 +447,7 @@ impl RedisStore {
             held,
             ..self.call(max_wait, mode)
         };
-        self.run(call, &checks).await
+        self.run(call, &checks, None).await
     }
 }
 
@@ -454,14 +455,9 @@ impl Ledger {
     /// Nothing decided yet for a batch of `len` rules.
     fn new(len: usize) -> Self {
         Self {
-            admitted: Vec::new(),
             outcomes: vec![None; len],
             taken: smallvec::smallvec![Taken::default(); len],
-            delay: 0,
-            denied: false,
-            release: 0,
-            pending: Vec::new(),
-            on_arrival: None,
+            ..Self::default()
         }
     }
 

@@ -29,8 +29,7 @@
 //! A denial answers only for the configuration that produced it (fingerprint and penalty).
 //! This instance's admission of the rule and key drops its entry; a reset, a refund, a
 //! settlement's debt or another configuration's admission, on any instance, drops it
-//! everywhere (see [`invalidation`](super::invalidation)). Another instance admitting a cheaper request only moves
-//! the real retry later, so the answer stays a denial.
+//! everywhere (see [`invalidation`](super::invalidation)).
 //!
 //! # Time
 //!

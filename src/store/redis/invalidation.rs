@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Client, Value};
+use redis::Client;
 
 use crate::error::StoreError;
 use crate::Rule;
@@ -25,12 +25,7 @@ impl RedisStore {
         let mut cmd = redis::cmd("PUBLISH");
         cmd.arg(self.channel())
             .arg(deny_cache::id(rule.name(), key));
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn))
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(unavailable)?;
-        Ok(())
+        super::command(self.conn.clone(), cmd, self.timeout).await
     }
 }
 

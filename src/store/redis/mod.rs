@@ -61,8 +61,6 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// `EVALSHA`. Either is loaded again when Redis lost it (a flush, a restart, a failover): the
 /// call that found it missing did not run, and is sent again.
 ///
-/// **Coalescing**: see [`with_coalescing`](Self::with_coalescing).
-///
 /// **Time** comes from the Redis server (`TIME`, read once per batch), so instances whose
 /// clocks disagree share one timeline; [`with_clock`](Self::with_clock) overrides it.
 ///
@@ -86,8 +84,6 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// repeat, after `NOSCRIPT` or a missing function, follows a call that did not run). Put a
 /// [`Breaker`](super::Breaker) in front so that an outage does not cost every request the
 /// timeout.
-///
-/// **Deny cache**: see [`with_deny_cache`](Self::with_deny_cache).
 ///
 /// **Redis Cluster**: a batch whose keys share a
 /// slot (the usual case) is one script call, as atomic as on a standalone server. A batch
@@ -264,21 +260,20 @@ impl RedisStore {
             } else {
                 0
             },
-            min_delay: 0,
-            held: 0,
+            ..Call::default()
         }
     }
 
-    /// One script call for `checks` (which must share a slot on a Cluster).
-    async fn run(&self, call: Call, checks: &[&Check<'_>]) -> Result<Reply, StoreError> {
-        self.run_with(call, checks, None).await
+    /// `checks` encoded for `call`, `taken` in place of its floors.
+    fn encode(&self, call: Call, checks: &[&Check<'_>], taken: Option<&[u8]>) -> Encoded {
+        Encoded::new(call, checks, |c, log| self.key(c, log), taken)
     }
 
-    /// [`run`](Self::run), with the packed floors of an `Op::Refund` or `Op::RefundHeld`
-    /// call. A call that gives units back or takes a debt moved its rules' retries away from
-    /// what a deny cache may hold, and so did a rule that adopted another configuration's
-    /// state: every instance's cache is told of them.
-    async fn run_with(
+    /// One script call for `checks` (which must share a slot on a Cluster), `taken` in place
+    /// of its floors (see [`encode`](Self::encode)). A call that gives units back or takes a
+    /// debt moved its rules' retries away from what a deny cache may hold, and so did a rule
+    /// that adopted another configuration's state: every instance's cache is told of them.
+    async fn run(
         &self,
         call: Call,
         checks: &[&Check<'_>],
@@ -290,8 +285,10 @@ impl RedisStore {
             Op::End => checks.iter().any(|c| c.cost > 0),
             _ => false,
         };
-        let batch = Encoded::new(call, checks, |c, log| self.key(c, log), taken);
-        let values = self.calls.decide(batch, self.timeout).await?;
+        let values = self
+            .calls
+            .decide(self.encode(call, checks, taken), self.timeout);
+        let values = values.await?;
         let reply = script::parse(&values, checks)?;
         if moves || reply.adopted.contains(&true) {
             let moved = checks.iter().zip(&reply.adopted);
@@ -327,7 +324,9 @@ impl RedisStore {
             }
         }
         let checks: SmallVec<[&Check<'_>; 4]> = batch.iter().collect();
-        let reply = self.run(self.call(max_wait, Op::Decide), &checks).await?;
+        let reply = self
+            .run(self.call(max_wait, Op::Decide), &checks, None)
+            .await?;
         Ok(outcome_of(reply, batch).taken_by(self.id))
     }
 
@@ -354,9 +353,36 @@ impl RedisStore {
         batch::validate(batch)?;
         for members in self.slot_groups(batch) {
             let checks: SmallVec<[&Check<'_>; 4]> = members.iter().map(|&i| &batch[i]).collect();
-            self.run(self.call(wait, op), &checks).await?;
+            self.run(self.call(wait, op), &checks, None).await?;
         }
         Ok(())
+    }
+
+    /// Sends the end of lease `ended` (`unused` of its units left) and `lease` in one
+    /// call; the lease's integers. Units given back are told to the deny caches.
+    async fn renew(
+        &self,
+        check: &Check<'_>,
+        ended: &Outcome,
+        unused: u64,
+        lease: &Encoded,
+    ) -> Result<Vec<i64>, StoreError> {
+        let taken = ended.admission.iter().flat_map(|a| a.taken.iter().copied());
+        let packed = script::packed_taken(taken);
+        let end = [&check.with_cost(unused)];
+        let end = self.encode(self.call(0, Op::End), &end, Some(&packed));
+        let replies = self
+            .calls
+            .decide_together(&[&end, lease], self.timeout)
+            .await?;
+        let [ended, leased] = <[_; 2]>::try_from(replies)
+            .map_err(|_| StoreError::Protocol("a renewal got other than two replies".into()))?;
+        if let Err(error) = &ended {
+            tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
+        } else if unused > 0 {
+            self.tell_caches(std::iter::once(check)).await;
+        }
+        leased
     }
 }
 
@@ -385,47 +411,6 @@ async fn command(
         .map_err(|_| StoreError::Timeout)?
         .map_err(unavailable)?;
     Ok(())
-}
-
-impl RedisStore {
-    /// Sends the end of lease `ended` (`unused` of its units left) and `lease` in one
-    /// call; the lease's integers. Units given back are told to the deny caches.
-    async fn renew(
-        &self,
-        check: &Check<'_>,
-        ended: &Outcome,
-        unused: u64,
-        lease: &Encoded,
-    ) -> Result<Vec<i64>, StoreError> {
-        let end = Check {
-            cost: unused,
-            ..*check
-        };
-        let taken = ended.admission.iter().flat_map(|a| a.taken.iter().copied());
-        let packed = script::packed_taken(taken);
-        let end = Encoded::new(
-            self.call(0, Op::End),
-            &[&end],
-            |c, log| self.key(c, log),
-            Some(&packed),
-        );
-        let mut replies = self
-            .calls
-            .decide_together(&[&end, lease], self.timeout)
-            .await?;
-        let leased = replies
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got one reply".into())));
-        let ended = replies
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::Protocol("a renewal got no reply".into())));
-        if let Err(error) = &ended {
-            tracing::warn!(%error, "could not end a lease: its units stay parked until its term");
-        } else if unused > 0 {
-            self.tell_caches(std::iter::once(check)).await;
-        }
-        leased
-    }
 }
 
 /// A lease's id: random (a fresh `RandomState`'s keys), so that instances never pick the
@@ -495,7 +480,7 @@ impl Store for RedisStore {
         let call = self.call(duration_to_micros(term).min(MAX_SCALED), Op::Lease);
         let mut id = itoa::Buffer::new();
         let id = id.format(lease_id()).as_bytes();
-        let lease = Encoded::new(call, &[&check], |c, log| self.key(c, log), Some(id));
+        let lease = self.encode(call, &[&check], Some(id));
         let values = match ending {
             None => self.calls.decide(lease, self.timeout).await?,
             Some((ended, unused)) => self.renew(&check, ended, unused, &lease).await?,
@@ -532,7 +517,7 @@ impl Store for RedisStore {
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         batch::validate(std::slice::from_ref(&check))?;
-        let reply = self.run(self.call(0, Op::Peek), &[&check]).await?;
+        let reply = self.run(self.call(0, Op::Peek), &[&check], None).await?;
         reply
             .rules
             .into_iter()
@@ -566,8 +551,7 @@ impl Store for RedisStore {
                 let checks: SmallVec<[&Check<'_>; 4]> =
                     members.iter().map(|&i| &batch[i]).collect();
                 let packed = script::packed_taken(members.iter().map(|&i| admission.taken(i)));
-                self.run_with(self.call(0, op), &checks, Some(&packed))
-                    .await?;
+                self.run(self.call(0, op), &checks, Some(&packed)).await?;
             }
         }
         Ok(())
@@ -588,7 +572,7 @@ impl Store for RedisStore {
     /// One `Op::Reset` call: the script keeps the key's live leases.
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
-        self.run(self.call(0, Op::Reset), &[&check]).await?;
+        self.run(self.call(0, Op::Reset), &[&check], None).await?;
         self.invalidate(rule, key.as_bytes()).await
     }
 

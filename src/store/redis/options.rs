@@ -12,17 +12,10 @@ use super::DEFAULT_PREFIX;
 
 /// How [`RedisStore::connect_with`](super::RedisStore::connect_with) connects, beyond the URL.
 ///
-/// - **TLS** (`rediss://`): the server's certificate is verified against the system's roots
-///   (the platform's store, or the file named by `SSL_CERT_FILE`) unless
-///   [`ca_pem`](Self::ca_pem) names the CA to trust instead; a client certificate
-///   ([`client_cert_pem`](Self::client_cert_pem)) is sent to a server that asks for one
-///   (mutual TLS). Verification is skipped only when asked for by name: `#insecure` at the
-///   end of the URL (`rediss://host:6380/#insecure`).
-/// - **Prefix**: the keys and channel that `connect` checks the user may use (see
-///   [`prefix`](Self::prefix)).
-/// - **Sentinel**: the sentinels' own credentials ([`sentinel_auth`](Self::sentinel_auth));
-///   the primary's are in the URL.
-/// - **Route**: [`functions`](Self::functions).
+/// With TLS (`rediss://`) the server's certificate is verified against the system's roots
+/// (the platform's store, or the file named by `SSL_CERT_FILE`) unless
+/// [`ca_pem`](Self::ca_pem) names the CA to trust instead; verification is skipped only
+/// when asked for by name: `#insecure` at the end of the URL (`rediss://host:6380/#insecure`).
 ///
 /// ```no_run
 /// use tollgate::store::{RedisOptions, RedisStore};
@@ -74,8 +67,8 @@ impl RedisOptions {
         self
     }
 
-    /// The user and password of the sentinels themselves, where they require one (else
-    /// they are asked without credentials). An empty user is the `default` user.
+    /// The user and password of the sentinels themselves (the primary's are in the URL),
+    /// where they require one. An empty user is the `default` user.
     pub fn sentinel_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.sentinel_auth = Some((user.into(), password.into()));
         self

@@ -25,7 +25,7 @@ macro_rules! lua_files {
 
 use self::args::{exact_double, RULE_BYTES};
 
-/// The script's files by name, in the order `lua/prelude.lua` describes: the helpers, the
+/// The script's files by name, in the order they run as one chunk: the helpers, the
 /// six models, penalties, the rules' arguments, stored records and replies, the leases'
 /// ledger, the batch driver, the streamlined batch and the call driver (`lua/call.lua`,
 /// which decides several batches in one call).
@@ -82,9 +82,10 @@ static LIBRARY: LazyLock<String> =
     LazyLock::new(|| format!("tollgate_{}", &SCRIPT.get_hash()[..16]));
 
 /// What the script does with a batch (its mode; `MODE_*` in `lua/prelude.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum Op {
     /// Decide and commit.
+    #[default]
     Decide = 0,
     /// Decide, write nothing.
     Peek = 1,
@@ -133,7 +134,7 @@ pub(super) fn has_log(algorithm: &Algorithm) -> bool {
 }
 
 /// The arguments common to every call.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Call {
     /// The instant to decide at, or `None` for the server's `TIME`.
     pub(super) now: Option<u64>,
@@ -150,8 +151,8 @@ pub(super) struct Call {
     pub(super) held: u64,
 }
 
-/// The floors of an `Op::Refund` or `Op::RefundHeld` call (`lua/call.lua`): per check, its
-/// instant, mark and hold as doubles.
+/// The floors of an `Op::Refund`, `Op::RefundHeld` or `Op::End` call (`lua/call.lua`): per
+/// check, its instant, mark and hold as doubles.
 pub(super) fn packed_taken(taken: impl Iterator<Item = Taken>) -> Vec<u8> {
     let mut packed = Vec::new();
     for t in taken {
@@ -194,7 +195,7 @@ pub(super) struct Encoded {
     /// How many rules (checks) the batch holds: the length of its reply follows from it.
     rules: usize,
     call: Call,
-    /// The floors of an `Op::Refund` or `Op::RefundHeld` call (see `packed_taken`).
+    /// What replaces the floors: `packed_taken`, or a lease's id.
     taken: Option<Vec<u8>>,
     /// Whether the instant and floors follow the shape: only when they are not "" (the
     /// server's `TIME`) and 0.
@@ -206,8 +207,7 @@ pub(super) struct Encoded {
 }
 
 impl Encoded {
-    /// Encodes `checks` (keys built by `key_of`). `taken` replaces the floors of a
-    /// `Op::Refund` or `Op::RefundHeld` call.
+    /// Encodes `checks` (keys built by `key_of`), `taken` in place of the floors.
     pub(super) fn new(
         call: Call,
         checks: &[&Check<'_>],

@@ -138,12 +138,8 @@ pub(super) async fn dry_decision(
 /// The empty peek of [`dry_decision`] through `route`, its code loaded.
 async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<(), StoreError> {
     let call = Call {
-        now: None,
-        max_wait: 0,
         mode: Op::Peek,
-        slack_ms: 0,
-        min_delay: 0,
-        held: 0,
+        ..Call::default()
     };
     let batch = Encoded::new(call, &[], |_, _| Vec::new(), None);
     let caller = Caller::new(conn.clone(), route);

@@ -139,7 +139,7 @@ impl RedisStore {
                 part.consumed.iter().map(|&i| &batch[i]).collect();
             let packed = script::packed_taken(part.taken.iter().copied());
             let reply = self
-                .run_with(self.call(0, Op::Refund), &checks, Some(&packed))
+                .run(self.call(0, Op::Refund), &checks, Some(&packed))
                 .await?;
             set_outcomes(outcomes, &part.consumed, reply.rules);
         }
