@@ -5,7 +5,7 @@
 //! algorithms: fixed window, sliding log, sliding window counter, token bucket, leaky bucket
 //! (shaping) and GCRA ([choosing one](guide::choosing_an_algorithm)). A [`Penalty`] locks a
 //! key out after abuse. State lives in a [`store`]: [`MemoryStore`](store::MemoryStore) in
-//! this process, [`RedisStore`] in Redis for many instances.
+//! this process, `RedisStore` (feature `redis`) in Redis for many instances.
 //!
 //! ```
 //! use std::time::Duration;
@@ -60,13 +60,7 @@
 //! - **carried**: units a rule's previous configuration had in use, counted by its new one
 //!   after a change under the same name.
 //! - **shadow**: a rule checked and reported but not enforced.
-//!
-// A link to an item of a feature that is off goes to docs.rs, which documents them all.
-#![cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-#![cfg_attr(
-    not(feature = "redis"),
-    doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-)]
+
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

@@ -22,18 +22,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`Breaker`](crate::store::Breaker) opens after 3 consecutive failures or timeouts
-//!   (`failures(n)`); while open no call is sent and requests go straight to the failure
-//!   policy. After `open_for` (500 ms by default) it probes Redis on its own (a `PING` with
-//!   the store's timeout, one at a time, started by the next request or `health()` call)
-//!   while every request still goes straight to the failure policy; the probe's answer
-//!   closes it. Transitions are `tracing` events (target `tollgate::breaker`), and
-//!   [`DecisionEvent::health`](crate::layer::DecisionEvent::health) shows them to the
-//!   layer's observers.
+//! - [`Breaker`](crate::store::Breaker) opens after 3 consecutive failures or timeouts; while
+//!   open no call is sent and requests go straight to the failure policy, until a `PING`
+//!   of its own finds Redis back.
 //! - [`Fallback`](crate::store::Fallback) decides from an in-process `MemoryStore` with the
-//!   same rules whenever the primary fails, and from Redis again as soon as it answers: a
-//!   request, or the `PING` that `health()` starts while degraded (one at a time), so a
-//!   polled readiness endpoint recovers with no request, whether the breaker opened or not.
+//!   same rules whenever the primary fails, and from Redis again as soon as it answers (a
+//!   polled readiness endpoint recovers with no request).
 //!
 //! What a client sees during an outage, by [`FailurePolicy`](crate::layer::FailurePolicy):
 //!

@@ -76,14 +76,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         }
     }
 
-    /// Decides with `limiter` (its store: a [`RedisStore`] shared by several instances, a
+    /// Decides with `limiter` (its store: a `RedisStore` shared by several instances, a
     /// [`Fallback`](crate::store::Fallback)…) instead of the builder's own in-process store.
-    ///
-    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-    #[cfg_attr(
-        not(feature = "redis"),
-        doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-    )]
     pub fn limiter<S2: Store>(self, limiter: Limiter<S2>) -> RateLimitLayerBuilder<S2> {
         RateLimitLayerBuilder {
             limiter,

@@ -70,22 +70,20 @@
 //!
 //! # File and code together
 //!
-//! Closures cannot come from a file: the code registers them on the [`Loader`] by name
-//! ([`Loader::key`], [`Loader::plan_of`]) and the file names them (`{ named = "api-key" }`).
-//! The file's limits are added to a builder the code gives ([`Loader::load`]), so hooks
-//! ([`on_reject`](crate::layer::RateLimitLayerBuilder::on_reject), observers, exemptions)
-//! and limits that need code (a [`Limit::cost`](crate::layer::Limit::cost) function) stay
-//! in the code, decided in the same batch.
+//! Closures cannot come from a file: the code registers them on the [`Loader`] by name and
+//! the file names them. The file's limits are added to a builder the code gives, so hooks
+//! (observers, exemptions) and limits that need code (a
+//! [`Limit::cost`](crate::layer::Limit::cost) function) stay in the code, decided in the
+//! same batch.
 //!
 //! # Errors
 //!
-//! Every problem is reported at once, in line order, in a [`ConfigError`] whose problems
-//! each start with `file:line:column:` and the field's path (`route[0].limit[1].fixed_window`):
-//! TOML syntax, an unknown field (with the known one it is a typo of) or a wrong type, a bad
-//! duration or rate, and whatever [`build`](crate::layer::RateLimitLayerBuilder::build)
-//! refuses, located at the limit or route it names; other formats
-//! ([`Loader::from_deserializer`]) are located by path alone. A [`ReloadHandle`](crate::layer::ReloadHandle)
-//! swaps in a new file's rules, keeping the old ones if it has a problem (`examples/reload.rs`).
+//! Every problem is reported at once, in line order, each starting with `file:line:column:`
+//! and the field's path (`route[0].limit[1].fixed_window`): TOML syntax, an unknown field
+//! (with the known one it is a typo of) or a wrong type, a bad duration or rate, and
+//! whatever [`build`](crate::layer::RateLimitLayerBuilder::build) refuses, located at the
+//! limit or route it names. A [`ReloadHandle`](crate::layer::ReloadHandle) swaps in a new
+//! file's rules, keeping the old ones if it has a problem (`examples/reload.rs`).
 
 mod convert;
 mod report;
@@ -162,8 +160,7 @@ impl Loader {
         self
     }
 
-    /// Reads the TOML file at `path` and builds a layer of its rules added to `builder`;
-    /// every problem is reported at once, each naming the file, the line and the field.
+    /// Reads the TOML file at `path` and builds a layer of its rules added to `builder`.
     pub fn load<St: Store>(
         &self,
         path: impl AsRef<Path>,
