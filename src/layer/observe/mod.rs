@@ -55,7 +55,7 @@ pub(super) mod rules;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use smallvec::SmallVec;
 use tracing::field::{display, Empty};
@@ -65,6 +65,7 @@ use self::observer::{DecisionEvent, RuleDecision};
 use self::record::DecisionLabel;
 use super::batch::LayerBatch;
 use super::config::Mode;
+use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
 use crate::store::{Check, Health};
@@ -159,7 +160,7 @@ fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
     };
     span.record("outcome", verdict.as_str());
     if let Some(elapsed) = event.store_latency {
-        span.record("store_us", micros(elapsed));
+        span.record("store_us", duration_to_micros(elapsed));
     }
     // The rule that decided a denial or a delay (the longest wait), as `decide` finds it;
     // else the first.
@@ -173,10 +174,6 @@ fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
         span.record("rule", rule.rule.name());
         span.record("key", display(KeyDigest::of(rule.key.as_bytes())));
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A key as the span shows it: 32 bits of a hash keyed per process.
