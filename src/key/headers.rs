@@ -49,12 +49,9 @@ pub enum Duplicates {
 /// [`KeyErrorKind::Missing`]). A request that sends the header more than once has no key
 /// ([`KeyErrorKind::Invalid`]) unless [`Header::duplicates`] says which value counts.
 ///
-/// Put the service behind a gateway that authenticates the client and *replaces* the header
-/// (see [`Duplicates`]), or the key is whatever the client says. Several values on one line
-/// (`User-Id: a, b`) are one value, `a, b`.
-///
-/// The name is any text (`"user-id"`, any case, or an [`http::HeaderName`]); one that is no
-/// header name is reported by the layer's `build`, naming the rule it keys, or at once by
+/// The header must come from a gateway that authenticates the client and *replaces* it (see
+/// [`Duplicates`]). Several values on one line (`User-Id: a, b`) are one value, `a, b`. The
+/// name is any text (`"user-id"`, any case); one that is no header name is reported by
 /// [`validate`](KeyExtractor::validate).
 ///
 /// ```

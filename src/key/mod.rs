@@ -225,11 +225,8 @@ pub trait KeyExtractor: Send + Sync + 'static {
 
     /// `self`, or `other` when `self` finds no key ([`KeyErrorKind::Missing`] or
     /// [`KeyErrorKind::Invalid`]): `key::header("user-id").or(key::peer_ip())` limits signed-in users
-    /// by id and everyone else by address.
-    ///
-    /// The two branches count in separate key spaces: the user `203.0.113.7` is not the
-    /// anonymous client at 203.0.113.7, and a user named `global` is not every anonymous
-    /// request of `.or(key::global())`. See [`Or`] for the bytes.
+    /// by id and everyone else by address. The two branches never share a key (see [`Or`]):
+    /// the user `203.0.113.7` is not the anonymous client at 203.0.113.7.
     fn or<E: KeyExtractor>(self, other: E) -> Or<Self, E>
     where
         Self: Sized,
@@ -264,9 +261,8 @@ impl<E: KeyExtractor + ?Sized> KeyExtractor for Box<E> {
 /// The first extractor that finds a key; see [`KeyExtractor::or`].
 ///
 /// The key is tagged with the branch that found it: the byte `0x01` and the first
-/// extractor's key, or `0x02` and the second's; a fixed-length tag, so no key of one branch
-/// can spell a key of the other. (Pass the tagged bytes to
-/// [`Limiter::reset`](crate::Limiter::reset) to unblock a key by hand.)
+/// extractor's key, or `0x02` and the second's, so no key of one branch can spell a key of
+/// the other (pass the tagged bytes to [`Limiter::reset`](crate::Limiter::reset)).
 ///
 /// ```
 /// use tollgate::key::{self, KeyBuf, KeyExtractor, RequestHead};
