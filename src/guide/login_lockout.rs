@@ -71,14 +71,11 @@
 //!
 //! async fn login<S: Store>(limiter: &Limiter<S>, failures: &Rule, user: &str, password_ok: bool) -> Login {
 //!     // A locked account is refused before its password is looked at.
-//!     match limiter.peek(failures, user, 1).await {
-//!         Ok(peeked) => match peeked.decision.denial() {
-//!             Some(denial) if denial.reason == DenyReason::Locked => {
-//!                 return Login::Locked(denial.retry_after)
-//!             }
-//!             _ => {}
-//!         },
-//!         Err(_) => return Login::Locked(None), // the store failed: refuse (and log it)
+//!     let Ok(peeked) = limiter.peek(failures, user, 1).await else {
+//!         return Login::Locked(None); // the store failed: refuse (and log it)
+//!     };
+//!     if let Some(lock) = peeked.decision.denial().filter(|d| d.reason == DenyReason::Locked) {
+//!         return Login::Locked(lock.retry_after);
 //!     }
 //!     if password_ok {
 //!         return Login::Welcome;

@@ -238,34 +238,21 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Builds rejections with `f` instead of the default. Start from
     /// [`Rejection::default_response`] to keep the standard headers (and the gRPC answer);
     /// the [`Rejection`]'s request head lets the answer suit the route and the client. Here
-    /// an API route answers `application/problem+json` (RFC 9457) to clients that ask:
+    /// an API route answers `application/problem+json` (RFC 9457):
     ///
     /// ```
-    /// use http::header::{ACCEPT, CONTENT_TYPE};
-    /// use http::HeaderValue;
+    /// use http::{header::CONTENT_TYPE, HeaderValue};
     /// use tollgate::layer::RateLimitLayer;
     ///
     /// # fn main() -> Result<(), tollgate::ConfigError> {
     /// let layer = RateLimitLayer::builder().on_reject(|rejection| {
     ///     let mut response = rejection.default_response();
-    ///     let request = rejection.request;
-    ///     let wants_problem = request
-    ///         .headers()
-    ///         .get(ACCEPT)
-    ///         .and_then(|v| v.to_str().ok())
-    ///         .is_some_and(|v| v.contains("application/problem+json"));
-    ///     if request.uri().path().starts_with("/api/") && wants_problem {
-    ///         *response.body_mut() = format!(
-    ///             r#"{{"type":"about:blank","title":"Too Many Requests","status":{},"detail":"{}","instance":"{}"}}"#,
-    ///             response.status().as_u16(),
-    ///             rejection.message(),
-    ///             request.uri().path(),
-    ///         )
-    ///         .into();
-    ///         response.headers_mut().insert(
-    ///             CONTENT_TYPE,
-    ///             HeaderValue::from_static("application/problem+json"),
-    ///         );
+    ///     if rejection.request.uri().path().starts_with("/api/") {
+    ///         let detail = rejection.message();
+    ///         let problem = format!(r#"{{"title":"Too Many Requests","detail":"{detail}"}}"#);
+    ///         *response.body_mut() = problem.into();
+    ///         let json = HeaderValue::from_static("application/problem+json");
+    ///         response.headers_mut().insert(CONTENT_TYPE, json);
     ///     }
     ///     response
     /// })
