@@ -68,19 +68,7 @@
 //!
 //! ## A whole layer in shadow
 //!
-//! [`Mode::Shadow`](crate::layer::Mode::Shadow) puts every rule of a layer in shadow: for the first
-//! rate limiting in front of a service. A request without a key or a failed store is logged
-//! and let through too, so a mistake in the configuration cannot refuse anyone yet.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::layer::{Limit, Mode, RateLimitLayer};
-//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-//!
-//! # fn main() -> Result<(), tollgate::ConfigError> {
-//! let limits = RateLimitLayer::builder()
-//!     .limit(Limit::new(Rule::token_bucket("ip", 100, Rate::per_second(10)), key::peer_ip()))
-//!     .mode(Mode::Shadow)
-//!     .build()?;
-//! # let _ = limits; Ok(()) }
-//! ```
+//! The builder's `.mode(Mode::Shadow)` ([`Mode::Shadow`](crate::layer::Mode::Shadow)) puts
+//! every rule of a layer in shadow: for the first rate limiting in front of a service. A
+//! request without a key or a failed store is logged and let through too, so a mistake in
+//! the configuration cannot refuse anyone yet.

@@ -92,26 +92,6 @@
 //! ## When the key is in the request's head
 //!
 //! When the key is in the head (a `User-Id` header, the address), the layer does the same
-//! with a route table, its global and route limits still one batch:
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::layer::{Limit, RateLimitLayer};
-//! use tollgate::{key, Limiter, Rate, Rule, store::MemoryStore};
-//!
-//! # fn main() -> Result<(), tollgate::ConfigError> {
-//! let minute = Duration::from_secs(60);
-//! let user = || key::header("user-id");
-//! let layer = RateLimitLayer::builder()
-//!     .route("POST /sms/send", [
-//!         Limit::new(Rule::sliding_log("sms-minute", 1, minute), user()),
-//!         Limit::new(Rule::sliding_log("sms-hour", 5, 60 * minute), user()),
-//!         Limit::new(Rule::sliding_log("sms-day", 10, 24 * 60 * minute), user()),
-//!         Limit::new(Rule::token_bucket("sms-ip", 20, Rate::per_hour(20)), key::peer_ip()),
-//!     ])
-//!     .build()?;
-//! # let _ = layer; Ok(()) }
-//! ```
-//!
-//! `cargo run --example sms` runs the whole case on simulated time, and
-//! `cargo run --example axum_routes` serves it over HTTP.
+//! with a route table of these four rules, its global and route limits still one batch, as
+//! [the layer's example](crate::layer) does for two. `cargo run --example sms` runs the whole
+//! case on simulated time, and `cargo run --example axum_routes` serves it over HTTP.
