@@ -27,9 +27,7 @@
 //! clone of a [`Limiter`] shares its store.
 //!
 //! For HTTP and gRPC, [`RateLimitLayer`](layer::RateLimitLayer) applies rules in any tower
-//! stack (axum, hyper, tonic): keys from the request ([`key`]), per-route rules, 429 or
-//! `RESOURCE_EXHAUSTED` with `Retry-After` and `RateLimit` headers ([`layer::response`]),
-//! and enforce, shadow and wait modes; see [`layer`] for a complete example.
+//! stack (axum, hyper, tonic), with keys from the request ([`key`]); see [`layer`].
 //!
 //! Optional features (none on by default): `axum` and `tonic` let [`key::peer_ip`] read
 //! their connection info (and [`key::route`] axum's `MatchedPath`). `metrics` records
