@@ -67,6 +67,6 @@
 //! # let _ = (per_user_or_address, only_known_users);
 //! ```
 //!
-//! Plans (a free tier and a paid one) are two limits on two keys, or one rule per plan
-//! chosen by a route table; an exemption ([`exempt`](crate::layer::RateLimitLayerBuilder::exempt))
-//! lets an allow-list through before any key is read.
+//! A free tier and a paid one are [`Plans`](crate::layer::Plans); an exemption
+//! ([`exempt`](crate::layer::RateLimitLayerBuilder::exempt)) lets an allow-list through
+//! before any key is read.

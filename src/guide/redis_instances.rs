@@ -171,8 +171,7 @@
 //!
 //! ## Several services, one Redis
 //!
-//! A rule's identity is its name and its parameters: the state of `Rule::fixed_window("api",
-//! 100, 60 s)` is not read by `Rule::fixed_window("api", 50, 60 s)`, so a rolling deploy that
-//! changes a rule never admits more than the stricter of the two would. Give unrelated
-//! services their own prefix ([`RedisOptions::prefix`](crate::store::RedisOptions::prefix)) so that
+//! A rolling deploy that changes a rule under the same name carries its state over as
+//! [Reconfiguring a rule](crate::Rule#reconfiguring-a-rule) says. Give unrelated services
+//! their own prefix ([`RedisOptions::prefix`](crate::store::RedisOptions::prefix)) so that
 //! their rule names cannot meet.
