@@ -115,10 +115,8 @@ use crate::store::Store;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let loader = Loader::new()
-///     // The API key from the query string, for `key = { named = "api-key" }`.
-///     .key("api-key", key::from_fn(|req| {
-///         req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("api_key=")).map(str::to_owned)
-///     }))
+///     // A closure (here, the whole query string), for `key = { named = "api-key" }`.
+///     .key("api-key", key::from_fn(|req| req.uri().query().map(str::to_owned)))
 ///     .plan_of("plan-of-key", PlanOf::from_fn(|_req| Some("free")));
 /// let toml = r#"
 ///     [[limit]]
