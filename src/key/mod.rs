@@ -351,7 +351,6 @@ tuple_extractor!(A, B);
 tuple_extractor!(A, B, C);
 tuple_extractor!(A, B, C, D);
 
-/// The HTTP method; see [`method`].
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct MethodKey;
 
@@ -367,7 +366,6 @@ impl KeyExtractor for MethodKey {
     }
 }
 
-/// The matched route; see [`route`].
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RouteKey;
 
@@ -389,7 +387,6 @@ impl KeyExtractor for RouteKey {
     }
 }
 
-/// The same key for every request; see [`constant`] and [`global`].
 #[derive(Debug, Clone)]
 pub(crate) struct Constant {
     key: Cow<'static, [u8]>,
@@ -413,7 +410,6 @@ impl KeyExtractor for Constant {
     }
 }
 
-/// A closure as an extractor; see [`from_fn`].
 #[derive(Clone)]
 pub(crate) struct FromFn<F> {
     f: F,
