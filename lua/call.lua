@@ -12,10 +12,10 @@
 --   mode: prelude.lua's MODE_*, each described at `Op` in src/store/redis/script.rs.
 --   slack: milliseconds added to every TTL (TTLs are only garbage collection).
 --   instant: µs since the epoch, or "" for the server's TIME (read at most once per call).
---   floors: in the refund modes, per rule three little-endian doubles: the admission's
---     instant, its mark and its hold. Otherwise the least delay in µs (another Cluster slot
---     reserved that far ahead), then optionally a space and the µs after now at which
---     another slot's leaky bucket releases the request.
+--   floors: in the refund modes and MODE_END, per rule three little-endian doubles: the
+--     admission's instant, its mark and its hold; in MODE_LEASE, the lease's id. Otherwise
+--     the least delay in µs (another Cluster slot reserved that far ahead), then optionally
+--     a space and the µs after now at which another slot's leaky bucket releases the request.
 -- Returns: one flat array: per batch, in order, its reply (record.lua's open_reply), or -1
 --   and a message when the batch failed; src/store/redis/script.rs `split_reply` splits it.
 -- Batches of one call on the same key share its record (record.lua's get_record,

@@ -57,9 +57,9 @@ impl Entry {
         self.aside.as_deref().map(|p| p.penalty).unwrap_or_default()
     }
 
-    /// The penalty's bookkeeping to record a denial in.
-    fn penalty_mut(&mut self) -> &mut PenaltyState {
-        &mut self.aside.get_or_insert_with(Box::default).penalty
+    /// What few entries hold, made if it was not.
+    fn aside_mut(&mut self) -> &mut Aside {
+        self.aside.get_or_insert_with(Box::default)
     }
 
     /// Whether units are parked in leases of the key ([`Parked`]).
@@ -72,10 +72,8 @@ impl Entry {
     /// nothing has refilled.
     pub(crate) fn park(&mut self, rule: &Rule, id: u64, units: u64, expiry: u64) {
         let fill = crate::clock::duration_to_micros(rule.algorithm().quota().1);
-        let aside = self.aside.get_or_insert_with(Box::default);
-        aside
-            .parked
-            .park(id, units, expiry, expiry.saturating_add(fill));
+        let kept = expiry.saturating_add(fill);
+        self.aside_mut().parked.park(id, units, expiry, kept);
     }
 
     /// Brings the state to `at` under its leases' cap ([`Parked::settle`]), as `rule`'s
@@ -110,19 +108,15 @@ impl Entry {
     }
 
     /// Forgets the state and the lock at `now`, keeping the units parked in live leases:
-    /// their holders may still use them.
+    /// their holders may still use them. Whether any are.
     pub(crate) fn reset(&mut self, now: u64) -> bool {
         let mut parked = self.aside.take().map(|a| a.parked).unwrap_or_default();
         parked.drop_ended(now);
-        let keeps = !parked.is_empty();
         *self = Self::default();
-        self.aside = keeps.then(|| {
-            Box::new(Aside {
-                parked,
-                ..Aside::default()
-            })
-        });
-        keeps
+        if !parked.is_empty() {
+            self.aside_mut().parked = parked;
+        }
+        self.has_leases()
     }
 
     /// Until when the bound must keep the entry: its lock, or its leases.
@@ -474,7 +468,7 @@ pub(crate) fn commit(
         }
     } else if counts_denial(check, &item) {
         if let Some(penalty) = check.rule.penalty() {
-            let state = entry.penalty_mut();
+            let state = &mut entry.aside_mut().penalty;
             if penalty.record_denial(state, item.arrival) {
                 item.locked_for = state.locked_for(item.arrival);
             }

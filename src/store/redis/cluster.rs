@@ -304,16 +304,13 @@ impl RedisStore {
                 }
                 let (least, held) = (ledger.delay, ledger.held());
                 let early = ledger.admitted.remove(p);
-                let redecided = match self
-                    .refund(batch, std::slice::from_ref(&early), &mut ledger.outcomes)
-                    .await
-                {
-                    Ok(()) => {
-                        self.decide_part(batch, &early.members, max_wait, least, held)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
+                let redecided = async {
+                    let early = std::slice::from_ref(&early);
+                    self.refund(batch, early, &mut ledger.outcomes).await?;
+                    self.decide_part(batch, &early[0].members, max_wait, least, held)
+                        .await
+                }
+                .await;
                 let (reply, deferred) = self.or_refund(batch, ledger, redecided).await?;
                 set_outcomes(&mut ledger.outcomes, &early.members, reply.rules.clone());
                 if !reply.admitted {

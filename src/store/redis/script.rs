@@ -25,10 +25,7 @@ macro_rules! lua_files {
 
 use self::args::{exact_double, RULE_BYTES};
 
-/// The script's files by name, in the order they run as one chunk: the helpers, the
-/// six models, penalties, the rules' arguments, stored records and replies, the leases'
-/// ledger, the batch driver, the streamlined batch and the call driver (`lua/call.lua`,
-/// which decides several batches in one call).
+/// The script's files by name, in the order they run as one chunk.
 const FILES: [(&str, &str); 13] = lua_files!(
     prelude,
     fixed_window,
@@ -334,12 +331,11 @@ pub(super) fn is_not_loaded(route: Invocation, e: &redis::RedisError) -> bool {
 /// Splits the reply to a call into each batch's integers, or the error that batch alone
 /// met; `rules` holds each batch's rule count, in order.
 ///
-/// The reply is one flat array (`lua/call.lua`): per batch, either its reply (its opening,
-/// see [`REPLY_ADMITTED`], then now and the reservation's wait unless the opening says they
-/// are the batch's before, then per rule its first values) or -1 and the batch's error
-/// message. One array for the call keeps Redis from building, and the client from parsing,
-/// a nested array per batch. Each batch's integers are given back whole, for [`parse`]:
-/// admitted (1) or not (0), now, the wait, then per rule all its [`FIELDS`].
+/// The reply is one flat array (`lua/call.lua`): per batch, either its reply
+/// ([`batch_reply`]) or -1 and the batch's error message. One array for the call keeps Redis
+/// from building, and the client from parsing, a nested array per batch. Each batch's
+/// integers are given back whole, for [`parse`]: admitted (1) or not (0), now, the wait,
+/// then per rule all its [`FIELDS`].
 pub(super) fn split_reply(
     value: Value,
     rules: impl ExactSizeIterator<Item = usize>,
@@ -378,9 +374,10 @@ pub(super) fn split_reply(
     Ok(replies)
 }
 
-/// The reply of a batch of `rules` rules that opens with `opening`, read from `values` and
-/// given back whole (see [`split_reply`]); `before` holds the instants of the batch just
-/// before it, and then its own.
+/// The reply of a batch of `rules` rules that opens with `opening` (see [`REPLY_ADMITTED`]),
+/// then now and the reservation's wait unless the opening says they are the batch's before
+/// (`before`, which then holds its own), then per rule its first values; read from `values`
+/// and given back whole.
 fn batch_reply(
     values: &mut impl Iterator<Item = Value>,
     opening: i64,
