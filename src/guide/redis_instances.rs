@@ -2,7 +2,7 @@
 //!
 //! A service running as several instances needs one limit across them, or each instance
 //! admits a full quota. [`RedisStore`](crate::store::RedisStore) (feature `redis`) keeps
-//! the state in Redis and decides each request with one `EVALSHA`, whatever the number of
+//! the state in Redis and decides each request with one call, whatever the number of
 //! rules, atomically, on the Redis server's clock (so the instances' clocks may disagree).
 //!
 //! ```no_run
@@ -90,9 +90,7 @@
 //! `BENCHMARKS.md` ("Failover with replicas", with its command). What holds:
 //!
 //! - No request waits longer than the store's timeout: calls to a dead primary fail at
-//!   once, and the failure policy decides them (with a [`Breaker`](crate::store::Breaker),
-//!   without calling Redis at all). A primary that hangs instead of dying costs each call
-//!   the timeout until the breaker opens.
+//!   once, and the failure policy decides them (see [`when_redis_is_away`](super::when_redis_is_away)).
 //! - The time to the new primary is the deployment's detection (`down-after-milliseconds`,
 //!   `cluster-node-timeout`) plus its election; the store adds at most 100 ms. The code is
 //!   on the promoted replica: the function library is replicated, and a script is loaded
@@ -152,18 +150,7 @@
 //! ## Redis Cluster
 //!
 //! Give `connect` any node's URL (it detects a Cluster and discovers the others), or several
-//! separated by commas:
-//!
-//! ```no_run
-//! use tollgate::store::RedisStore;
-//!
-//! # #[tokio::main]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let redis = RedisStore::connect("redis://10.0.0.1:7000,redis://10.0.0.2:7000").await?;
-//! # let _ = redis;
-//! # Ok(()) }
-//! ```
-//!
+//! separated by commas (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`).
 //! The key is the hash tag, so all the rules of one key live in one slot and are decided by
 //! one call; a batch spanning slots is split per slot and stays all or nothing (see
 //! [`RedisStore`](crate::store::RedisStore)). What clients see while Redis is away:
