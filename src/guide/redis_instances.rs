@@ -43,28 +43,12 @@
 //!
 //! ## TLS
 //!
-//! `rediss://` connects over TLS (rustls, with the `ring` provider): the server's
-//! certificate is verified against the system's roots (the platform's store, or the file
-//! `SSL_CERT_FILE` names), which is what managed services' certificates chain to. A private
-//! CA, and a client certificate for servers started with `tls-auth-clients yes`, go in
-//! [`RedisOptions`](crate::store::RedisOptions) with
-//! [`connect_with`](crate::store::RedisStore::connect_with); they apply to every node of a
-//! Cluster and to a Sentinel deployment's sentinels and primary alike. Verification is
-//! skipped only when asked for by name: `#insecure` at the end of the URL.
-//!
-//! ```no_run
-//! use tollgate::store::{RedisOptions, RedisStore};
-//!
-//! # #[tokio::main]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let options = RedisOptions::new()
-//!     .prefix("myapp")
-//!     .ca_pem(std::fs::read("/etc/redis/ca.pem")?)
-//!     .client_cert_pem(std::fs::read("/etc/redis/client.pem")?, std::fs::read("/etc/redis/client.key")?);
-//! let redis = RedisStore::connect_with("rediss://redis.internal:6380/", options).await?;
-//! # let _ = redis;
-//! # Ok(()) }
-//! ```
+//! `rediss://` connects over TLS (rustls, with the `ring` provider), verifying the server's
+//! certificate against the system's roots, which is what managed services' certificates
+//! chain to. A private CA, and a client certificate for servers started with
+//! `tls-auth-clients yes`, go in [`RedisOptions`](crate::store::RedisOptions) (its example
+//! shows both); they apply to every node of a Cluster and to a Sentinel deployment's
+//! sentinels and primary alike.
 //!
 //! A process whose dependencies enable several rustls providers (ring and aws-lc-rs) gets
 //! ring installed as the process default at the first `rediss://` connect, unless it
