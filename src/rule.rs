@@ -51,9 +51,9 @@ pub(crate) const MAX_RULE_NAME_LEN: usize = 64;
 /// request that does not fit is denied with Retry-After exactly then). The penalty (denial
 /// count and lock) is kept apart and survives unchanged.
 ///
-/// This is conservative rather than exact: both configurations together never admit more
-/// than each alone would, added, less the smaller capacity (no second burst), and a debt is
-/// carried only up to the capacity. One formula serves every pair of algorithms, where an
+/// This is conservative rather than exact: over any interval, both configurations together
+/// never admit more than each alone would in it, added, less the smaller capacity (no second
+/// burst); a debt is carried only up to the capacity. One formula serves every pair of algorithms, where an
 /// exact conversion would need one per pair and direction, in Rust and in Lua.
 ///
 /// ```
