@@ -333,12 +333,10 @@ impl RedisStore {
     /// The indices of `batch` grouped by slot (one group on a standalone server), each
     /// group one script call.
     fn slot_groups(&self, batch: &[Check<'_>]) -> SmallVec<[SmallVec<[usize; 4]>; 2]> {
-        let mut groups: SmallVec<[SlotGroup; 2]> = SmallVec::new();
+        let cluster = matches!(self.conn, Connection::Cluster(_));
+        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[usize; 4]>); 2]> = SmallVec::new();
         for (i, check) in batch.iter().enumerate() {
-            let slot = match self.conn {
-                Connection::Cluster(_) => Some(Slot::for_key(self.key(check, false))),
-                Connection::Standalone(_) | Connection::Sentinel(_) => None,
-            };
+            let slot = cluster.then(|| Slot::for_key(self.key(check, false)));
             match groups.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, members)) => members.push(i),
                 None => groups.push((slot, smallvec::smallvec![i])),
@@ -385,9 +383,6 @@ impl RedisStore {
         leased
     }
 }
-
-/// The indices of a batch's checks that share a slot (`None` on one server).
-type SlotGroup = (Option<Slot>, SmallVec<[usize; 4]>);
 
 /// The outcome of a batch decided in one script call.
 fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
