@@ -62,8 +62,6 @@ impl fmt::Display for ConfigError {
     }
 }
 
-// `main` returning an error, `unwrap` and `anyhow` print `Debug`: the sentences, not the
-// field names.
 impl fmt::Debug for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if f.alternate() {

@@ -15,9 +15,8 @@
 //!     .serve(addr)
 //! ```
 //!
-//! With the `tonic` feature, [`key::peer_ip`](crate::key::peer_ip) reads tonic's
-//! `TcpConnectInfo` (also inside `TlsConnectInfo` when the server terminates TLS). What a
-//! client sees, shown here without a network:
+//! With the `tonic` feature, [`key::peer_ip`](crate::key::peer_ip) reads tonic's connection
+//! info. What a client sees, shown here without a network:
 //!
 //! ```
 //! use std::net::SocketAddr;
