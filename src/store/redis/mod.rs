@@ -334,7 +334,7 @@ impl RedisStore {
     /// group one script call.
     fn slot_groups(&self, batch: &[Check<'_>]) -> SmallVec<[SmallVec<[usize; 4]>; 2]> {
         let cluster = matches!(self.conn, Connection::Cluster(_));
-        let mut groups: SmallVec<[(Option<Slot>, SmallVec<[usize; 4]>); 2]> = SmallVec::new();
+        let mut groups: SmallVec<[SlotGroup; 2]> = SmallVec::new();
         for (i, check) in batch.iter().enumerate() {
             let slot = cluster.then(|| Slot::for_key(self.key(check, false)));
             match groups.iter_mut().find(|(s, _)| *s == slot) {
@@ -383,6 +383,9 @@ impl RedisStore {
         leased
     }
 }
+
+/// The indices of a batch's checks that share a slot (`None` on one server).
+type SlotGroup = (Option<Slot>, SmallVec<[usize; 4]>);
 
 /// The outcome of a batch decided in one script call.
 fn outcome_of(reply: Reply, batch: &[Check<'_>]) -> Outcome {
