@@ -117,6 +117,22 @@ impl LayerBatch {
         }))
     }
 
+    /// The batch, leaving in its place one of no items.
+    pub(crate) fn take(&mut self) -> Self {
+        let (config, state) = (Arc::clone(&self.config), Arc::clone(&self.state));
+        let (route, items, keys, tickets) =
+            (self.route, SmallVec::new(), KeyBuf::new(), Tickets::new());
+        let empty = Self {
+            config,
+            state,
+            route,
+            items,
+            keys,
+            tickets,
+        };
+        std::mem::replace(self, empty)
+    }
+
     /// Each item with its limit and its key's bytes. Always all of them: the items were
     /// made from these limits and this buffer.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&Item, &Limit, &[u8])> + Clone {
@@ -135,7 +151,9 @@ impl LayerBatch {
     /// Whether one of the batch's limits waits for the response to settle its units: it
     /// counts by outcome, or reads its cost from the response.
     pub(crate) fn settled_by_response(&self) -> bool {
-        self.limits().any(Limit::settles_by_response)
+        let derived = self.config.derived(self.route);
+        derived.is_none_or(|d| d.settles_by_response)
+            && self.limits().any(Limit::settles_by_response)
     }
 
     /// Whether the layer keeps a reservation of `outcome`: it may give units back for a

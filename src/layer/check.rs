@@ -10,11 +10,9 @@ use super::batch::{Checked, Kept, LayerBatch};
 use super::charge::defer_denials;
 use super::future::CheckFuture;
 use super::observe::{self, Observation};
-use crate::decision::Outcome;
-use crate::error::StoreError;
 use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
-use crate::store::{Health, Store};
+use crate::store::Store;
 
 /// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`); else
 /// through a boxed future (its type cannot be named in `ResponseFuture` on stable Rust),
@@ -35,7 +33,14 @@ pub(crate) fn check<St: Store + Clone>(
         let health = limiter.health();
         observe::finish(observation, &batch, None, &checks, &result, health);
         drop(checks);
-        return Ok(answered(limiter, batch, result, health));
+        let kept = Kept::Batch(batch);
+        let mut checked = Checked {
+            result,
+            health,
+            kept,
+        };
+        answered(limiter, &mut checked);
+        return Ok(checked);
     }
     drop(checks);
     let limiter = limiter.clone();
@@ -48,7 +53,14 @@ pub(crate) fn check<St: Store + Clone>(
         let health = limiter.health();
         observe::finish(observation, &batch, None, &checks, &result, health);
         drop(checks);
-        answered(&limiter, batch, result, health)
+        let kept = Kept::Batch(batch);
+        let mut checked = Checked {
+            result,
+            health,
+            kept,
+        };
+        answered(&limiter, &mut checked);
+        checked
     });
     match future
         .as_mut()
@@ -59,37 +71,24 @@ pub(crate) fn check<St: Store + Clone>(
     }
 }
 
-/// The store's answer for `batch`: a limit charged by outcome whose quota refused the
-/// request has its denial counted once the requests beside it settle, and the batch is kept
-/// with a reservation when the layer may still give its units back.
-fn answered<St: Store + Clone>(
-    limiter: &Limiter<St>,
-    mut batch: LayerBatch,
-    result: Result<Outcome, StoreError>,
-    health: Health,
-) -> Checked<St> {
-    let kept = match &result {
-        Ok(outcome) => {
-            defer_denials(limiter, &mut batch, outcome);
-            if batch.keeps(outcome) {
-                let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
-                let batch = Arc::new(batch);
-                let (store, outcome) = (limiter.store().clone(), outcome.clone());
-                let reservation =
-                    Reservation::of(store, batch.clone(), outcome, max_wait, Some(log));
-                Kept::Reserved(batch, Some(Box::new(reservation)))
-            } else {
-                Kept::Batch(batch)
-            }
-        }
-        Err(_) => {
-            batch.tickets.clear();
-            Kept::Batch(batch)
-        }
+/// What the layer keeps of the store's answer, changed in place (the batch is large, and
+/// each move of it is a copy): a limit charged by outcome whose quota refused the request
+/// has its denial counted once the requests beside it settle, and the batch is kept with a
+/// reservation when the layer may still give its units back.
+fn answered<St: Store + Clone>(limiter: &Limiter<St>, checked: &mut Checked<St>) {
+    let Kept::Batch(batch) = &mut checked.kept else {
+        return;
     };
-    Checked {
-        result,
-        health,
-        kept,
+    let Ok(outcome) = &checked.result else {
+        batch.tickets.clear();
+        return;
+    };
+    defer_denials(limiter, batch, outcome);
+    if batch.keeps(outcome) {
+        let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
+        let batch = Arc::new(batch.take());
+        let (store, outcome) = (limiter.store().clone(), outcome.clone());
+        let reservation = Reservation::of(store, batch.clone(), outcome, max_wait, Some(log));
+        checked.kept = Kept::Reserved(batch, Some(Box::new(reservation)));
     }
 }

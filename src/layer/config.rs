@@ -334,12 +334,24 @@ pub(crate) struct Config {
     /// How often the layer's log writes each kind of event (see `log_interval`).
     pub(crate) log_interval: Duration,
     pub(crate) held: HeldLimits,
-    /// Per route (no route first), the number of its enforced limits and their
-    /// `RateLimit-Policy` value ([`Config::cache_derived`]).
-    pub(crate) policies: Vec<(usize, Option<HeaderValue>)>,
+    /// Per route (no route first), what its limits imply ([`Config::cache_derived`]).
+    pub(crate) routes_derived: Vec<Derived>,
     /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
     /// request under none takes no tickets. True until [`Config::cache_derived`].
     pub(crate) defers_denials: bool,
+}
+
+/// What a route's limits imply, worked out once so that a request does not go through
+/// them again: a request's limits are a subsequence of its route's.
+#[derive(Debug, Clone)]
+pub(crate) struct Derived {
+    /// The number of its enforced limits, and their `RateLimit-Policy` value.
+    enforced: usize,
+    policy: Option<HeaderValue>,
+    /// Whether any of its limits is in shadow.
+    pub(crate) shadow: bool,
+    /// Whether any waits for the response ([`Limit::settles_by_response`]).
+    pub(crate) settles_by_response: bool,
 }
 
 impl Default for Config {
@@ -355,7 +367,7 @@ impl Default for Config {
             exempt: None,
             log_interval: DEFAULT_LOG_INTERVAL,
             held: HeldLimits::default(),
-            policies: Vec::new(),
+            routes_derived: Vec::new(),
             defers_denials: true,
         }
     }
@@ -388,21 +400,28 @@ impl Config {
         }
     }
 
-    /// Works out once what the final limits imply: each route's `RateLimit-Policy` value,
-    /// and whether any limit leaves its denials to the layer.
+    /// Works out once what the final limits imply: each route's [`Derived`], and whether
+    /// any limit leaves its denials to the layer.
     pub(crate) fn cache_derived(&mut self) {
         let limits = self.routes.iter().flat_map(|r| &r.limits);
         self.defers_denials = self.global.iter().chain(limits).any(Limit::defers_denials);
         let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
-        self.policies = routes
+        self.routes_derived = routes
             .map(|route| {
                 let enforced = || self.limits(route).filter(|l| !l.shadow);
-                (
-                    enforced().count(),
-                    policy_value(enforced().map(|l| &l.rule)),
-                )
+                Derived {
+                    enforced: enforced().count(),
+                    policy: policy_value(enforced().map(|l| &l.rule)),
+                    shadow: self.limits(route).any(|l| l.shadow),
+                    settles_by_response: self.limits(route).any(Limit::settles_by_response),
+                }
             })
             .collect();
+    }
+
+    /// What the limits of `route` imply; `None` before [`cache_derived`](Self::cache_derived).
+    pub(crate) fn derived(&self, route: Option<usize>) -> Option<&Derived> {
+        self.routes_derived.get(route.map_or(0, |r| r + 1))
     }
 
     /// The cached `RateLimit-Policy` value for a response on `route` that advertises
@@ -410,11 +429,8 @@ impl Config {
     /// are then the same rules in the same order, as a request's are a subsequence of its
     /// route's).
     pub(crate) fn policy(&self, route: Option<usize>, enforced: usize) -> Option<&HeaderValue> {
-        let index = route.map_or(0, |r| r + 1);
-        match self.policies.get(index) {
-            Some((n, value)) if *n == enforced => value.as_ref(),
-            _ => None,
-        }
+        let derived = self.derived(route).filter(|d| d.enforced == enforced)?;
+        derived.policy.as_ref()
     }
 
     pub(crate) fn route_pattern(&self, route: Option<usize>) -> Option<&str> {

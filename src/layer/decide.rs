@@ -95,6 +95,9 @@ pub(crate) fn decide<B, St: Store + Clone>(answer: &mut Checked<St>, req: &Reque
 /// A shadow limit that would have denied is logged (in shadow mode a denied batch is logged
 /// once, by `decide`).
 fn log_shadow_limit_denial(batch: &LayerBatch, outcome: &Outcome) {
+    if batch.config.derived(batch.route).is_some_and(|d| !d.shadow) {
+        return;
+    }
     let denied_in_shadow_mode = !outcome.is_admitted() && batch.config.mode == Mode::Shadow;
     let mut rules = batch.limits().zip(&outcome.rules);
     let found = rules.find(|(l, o)| l.shadow && !o.decision.is_admitted());

@@ -1,9 +1,10 @@
 //! The rate-limit headers of a response, rendered, on rejections and admitted responses
 //! alike; what each figure means is told in the [`response`](super::response) module's docs.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
@@ -44,8 +45,9 @@ fn advertised(outcome: &RuleOutcome) -> (u64, u64) {
     }
 }
 
-/// The rate-limit headers of one response, rendered. Each list is one exactly sized
-/// allocation; the policy list is usually a cached value whose clone allocates nothing.
+/// The rate-limit headers of one response, rendered. A response's list is a slice of its
+/// thread's spare buffer; the policy list is usually a cached value whose clone allocates
+/// nothing.
 pub(crate) struct RateLimitHeaders {
     policy: Option<HeaderValue>,
     state: Option<HeaderValue>,
@@ -53,9 +55,19 @@ pub(crate) struct RateLimitHeaders {
     legacy: Option<(u64, u64, u64)>,
 }
 
-/// A header list, its length counted first ([`List::len_of`]) so the value is one exact
-/// allocation; a miscount costs an allocation, never a wrong header.
-struct List(Vec<u8>);
+/// A header list, its length counted first ([`List::len_of`]) so that it fits where it is
+/// written; a miscount costs an allocation, never a wrong header.
+struct List(BytesMut);
+
+/// The size of a thread's spare buffer for header values.
+const SPARE_BYTES: usize = 1024;
+
+thread_local! {
+    /// Where this thread writes the header values of its responses: one allocation serves
+    /// a few dozen responses, each value a shared slice of it, and is freed with the last
+    /// of their headers. An allocation per response costs more than the rest of a header.
+    static SPARE: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
 
 /// A parameter of a list item, after the rule's name: `;r=5`.
 struct Item {
@@ -76,8 +88,20 @@ impl List {
         rule.name().len() + 2 + params.iter().map(|p| 3 + digits(p.value)).sum::<usize>()
     }
 
+    /// A list of `len` bytes in an allocation of its own: a value kept long (a cached
+    /// policy) does not keep a spare buffer alive.
     fn with_capacity(len: usize) -> Self {
-        Self(Vec::with_capacity(len))
+        Self(BytesMut::with_capacity(len))
+    }
+
+    /// A list of `len` bytes written in the thread's spare buffer.
+    fn spare(len: usize) -> Self {
+        SPARE.with_borrow_mut(|spare| {
+            if spare.capacity() < len {
+                *spare = BytesMut::with_capacity(SPARE_BYTES.max(len));
+            }
+            Self(std::mem::take(spare))
+        })
     }
 
     /// Appends `"name";a=1;b=2`.
@@ -86,18 +110,25 @@ impl List {
         if !out.is_empty() {
             out.extend_from_slice(b", ");
         }
-        out.push(b'"');
+        out.extend_from_slice(b"\"");
         out.extend_from_slice(rule.name().as_bytes());
-        out.push(b'"');
+        out.extend_from_slice(b"\"");
         for p in params {
             out.extend_from_slice(p.key);
             out.extend_from_slice(itoa::Buffer::new().format(p.value).as_bytes());
         }
     }
 
-    /// The header value; rule names are validated token-safe, so this never fails.
-    fn into_value(self) -> Option<HeaderValue> {
-        HeaderValue::from_maybe_shared(Bytes::from(self.0)).ok()
+    /// The header value; rule names are validated token-safe, so this never fails. What is
+    /// left of a spare buffer goes back to the thread.
+    fn into_value(mut self) -> Option<HeaderValue> {
+        let value = self.0.split().freeze();
+        SPARE.with_borrow_mut(|spare| {
+            if self.0.capacity() > spare.capacity() {
+                *spare = self.0;
+            }
+        });
+        HeaderValue::from_maybe_shared(value).ok()
     }
 }
 
@@ -165,7 +196,7 @@ impl RateLimitHeaders {
             Some(cached) => Some(cached.clone()),
             None => policy_value(rules.clone().map(|(rule, _)| rule)),
         };
-        let mut state = List::with_capacity(List::len_of(items, state_len));
+        let mut state = List::spare(List::len_of(items, state_len));
         // The legacy headers' rule: (limit, r, t, decided the denial).
         let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
         for (rule, outcome) in rules {

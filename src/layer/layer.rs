@@ -220,8 +220,8 @@ impl<St: Store> RateLimitLayerBuilder<St> {
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (default
     /// `true`, so that a client slows down before it meets a 429; rejections always carry
-    /// them). `false` suits a limit clients should not plan around, and saves one small
-    /// allocation per admitted response. Rules in shadow are never advertised.
+    /// them). `false` suits a limit clients should not plan around, and saves rendering a
+    /// header per admitted response. Rules in shadow are never advertised.
     pub fn headers_on_allowed(mut self, yes: bool) -> Self {
         self.config.headers_on_allowed = yes;
         self
