@@ -107,7 +107,10 @@ impl LayerBatch {
                 return Err(e);
             }
         }
-        Ok((!items.is_empty()).then(|| Self {
+        if items.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
             config: Arc::clone(config),
             state: Arc::clone(state),
             route,
@@ -145,7 +148,8 @@ impl LayerBatch {
 
     /// Each item's limit, in order.
     pub(crate) fn limits(&self) -> impl Iterator<Item = &Limit> + Clone {
-        self.entries().map(|(_, limit, _)| limit)
+        let limit = |item: &Item| self.config.limit(self.route, item.limit);
+        self.items.iter().filter_map(limit)
     }
 
     /// Whether one of the batch's limits waits for the response to settle its units: it

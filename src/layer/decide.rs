@@ -194,11 +194,11 @@ fn allowed_headers<'a>(
     route: Option<usize>,
     enforced: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
 ) -> Option<RateLimitHeaders> {
-    let count = enforced.clone().count();
-    (config.headers_on_allowed && count > 0).then(|| {
-        let policy = config.policy(route, count);
-        RateLimitHeaders::new(enforced, policy, config.legacy_headers, None)
-    })
+    let cached = |count| config.policy(route, count).cloned();
+    let legacy = config.legacy_headers;
+    config
+        .headers_on_allowed
+        .then(|| RateLimitHeaders::new(enforced, cached, legacy, None))?
 }
 
 /// The rejection of a delayed request the layer has no room to hold: a denial, each

@@ -55,12 +55,13 @@ pub(crate) struct RateLimitHeaders {
     legacy: Option<(u64, u64, u64)>,
 }
 
-/// A header list, its length counted first ([`List::len_of`]) so that it fits where it is
-/// written; a miscount costs an allocation, never a wrong header.
+/// A header list, rendered item by item.
 struct List(BytesMut);
 
-/// The size of a thread's spare buffer for header values.
+/// The size of a thread's spare buffer for header values, and the least room left in it
+/// for a response's values (renewed below that).
 const SPARE_BYTES: usize = 1024;
+const SPARE_LEAST: usize = 128;
 
 thread_local! {
     /// Where this thread writes the header values of its responses: one allocation serves
@@ -76,37 +77,32 @@ struct Item {
 }
 
 impl List {
-    /// The length of a list of `items` items of `len` bytes in all, separators included.
-    fn len_of(items: usize, len: usize) -> usize {
-        len + 2 * items.saturating_sub(1)
+    /// A list in an allocation of its own: a value kept long (a cached policy) does not
+    /// keep a spare buffer alive.
+    fn new() -> Self {
+        Self(BytesMut::new())
     }
 
-    /// The length of one item: the rule's quoted name, then each parameter.
-    #[inline]
-    fn item_len(rule: &Rule, params: [Item; 2]) -> usize {
-        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
-        rule.name().len() + 2 + params.iter().map(|p| 3 + digits(p.value)).sum::<usize>()
-    }
-
-    /// A list of `len` bytes in an allocation of its own: a value kept long (a cached
-    /// policy) does not keep a spare buffer alive.
-    fn with_capacity(len: usize) -> Self {
-        Self(BytesMut::with_capacity(len))
-    }
-
-    /// A list of `len` bytes written in the thread's spare buffer.
-    fn spare(len: usize) -> Self {
+    /// A list written in the thread's spare buffer.
+    fn spare() -> Self {
         SPARE.with_borrow_mut(|spare| {
-            if spare.capacity() < len {
-                *spare = BytesMut::with_capacity(SPARE_BYTES.max(len));
+            if spare.capacity() < SPARE_LEAST {
+                *spare = BytesMut::with_capacity(SPARE_BYTES);
             }
             Self(std::mem::take(spare))
         })
     }
 
+    /// The most an item of `rule` takes: a separator, the quoted name, two parameters
+    /// with the longest numbers.
+    fn most(rule: &Rule) -> usize {
+        4 + rule.name().len() + 2 * (3 + 20)
+    }
+
     /// Appends `"name";a=1;b=2`.
     fn push(&mut self, rule: &Rule, params: [Item; 2]) {
         let out = &mut self.0;
+        out.reserve(Self::most(rule));
         if !out.is_empty() {
             out.extend_from_slice(b", ");
         }
@@ -165,13 +161,8 @@ fn state_item(outcome: &RuleOutcome) -> [Item; 2] {
 
 /// The `RateLimit-Policy` value of `rules`: cached per route by a layer, for every response
 /// that advertises exactly these rules.
-pub(crate) fn policy_value<'a>(
-    rules: impl Iterator<Item = &'a Rule> + Clone,
-) -> Option<HeaderValue> {
-    let (items, len) = rules.clone().fold((0, 0), |(n, len), r| {
-        (n + 1, len + List::item_len(r, policy_item(r)))
-    });
-    let mut policy = List::with_capacity(List::len_of(items, len));
+pub(crate) fn policy_value<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<HeaderValue> {
+    let mut policy = List::new();
     for rule in rules {
         policy.push(rule, policy_item(rule));
     }
@@ -179,27 +170,21 @@ pub(crate) fn policy_value<'a>(
 }
 
 impl RateLimitHeaders {
-    /// The headers for `rules`; `policy`, the cached [`policy_value`] of exactly these
-    /// rules. The legacy headers describe `denied`'s deciding rule, agreeing with `Retry-After`.
+    /// The headers for `rules`, `None` if there are none; `cached(n)`, the cached
+    /// [`policy_value`] of exactly these `n` rules, if there is one. The legacy headers
+    /// describe `denied`'s deciding rule, agreeing with `Retry-After`.
     pub(crate) fn new<'a>(
         rules: impl Iterator<Item = (&'a Rule, &'a RuleOutcome)> + Clone,
-        policy: Option<&HeaderValue>,
+        cached: impl FnOnce(usize) -> Option<HeaderValue>,
         legacy: bool,
         denied: Option<Decision>,
-    ) -> Self {
-        let (mut items, mut state_len) = (0, 0);
-        for (rule, outcome) in rules.clone() {
-            items += 1;
-            state_len += List::item_len(rule, state_item(outcome));
-        }
-        let policy = match policy {
-            Some(cached) => Some(cached.clone()),
-            None => policy_value(rules.clone().map(|(rule, _)| rule)),
-        };
-        let mut state = List::spare(List::len_of(items, state_len));
+    ) -> Option<Self> {
+        rules.clone().next()?;
+        let (mut items, mut state) = (0, List::spare());
         // The legacy headers' rule: (limit, r, t, decided the denial).
         let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
-        for (rule, outcome) in rules {
+        for (rule, outcome) in rules.clone() {
+            items += 1;
             let (r, t) = advertised(outcome);
             state.push(rule, state_item(outcome));
             let deciding = denied.is_some_and(|d| d == outcome.decision);
@@ -214,14 +199,15 @@ impl RateLimitHeaders {
                 legacy_rule = Some((outcome.info.limit, r, t, deciding));
             }
         }
-        Self {
+        let policy = cached(items).or_else(|| policy_value(rules.map(|(rule, _)| rule)));
+        Some(Self {
             policy,
             state: state.into_value(),
             legacy: legacy
                 .then_some(legacy_rule)
                 .flatten()
                 .map(|(limit, r, t, _)| (limit, r, t)),
-        }
+        })
     }
 
     /// Adds the headers to a response (a rejection's, or an inner service's): the lists are
@@ -264,23 +250,35 @@ mod tests {
         assert_eq!(ceil_secs(Duration::ZERO), 0);
     }
 
-    /// A list's length is counted exactly (so its value is one allocation, not copied), for
-    /// numbers of every width and lists of one rule and of several.
+    /// A list renders `"name";r=…;t=…` items, comma-separated, for numbers of every width,
+    /// each within the room it reserves.
     #[test]
-    fn a_list_is_counted_as_long_as_it_is_written() {
+    fn a_list_renders_every_width_within_its_reserve() {
         let rules = [
             Rule::token_bucket("a", 1, crate::Rate::per_second(1)),
             Rule::token_bucket("per-user", 10, crate::Rate::per_second(1)),
         ];
-        for values in [[0, 9], [10, 99], [100, 12_345], [u64::MAX, 1_000_000_000]] {
+        for [r, t] in [[0, 9], [10, 99], [100, 12_345], [u64::MAX, u64::MAX]] {
             for n in 1..=rules.len() {
-                let params = || values.map(|value| Item { key: b";r=", value });
-                let len = rules[..n].iter().map(|r| List::item_len(r, params())).sum();
-                let mut list = List::with_capacity(0);
+                let (mut list, mut expected) = (List::spare(), Vec::new());
                 for rule in &rules[..n] {
-                    list.push(rule, params());
+                    let before = list.0.len();
+                    let params = [
+                        Item {
+                            key: b";r=",
+                            value: r,
+                        },
+                        Item {
+                            key: b";t=",
+                            value: t,
+                        },
+                    ];
+                    list.push(rule, params);
+                    assert!(list.0.len() - before <= List::most(rule));
+                    expected.push(format!("\"{}\";r={r};t={t}", rule.name()));
                 }
-                assert_eq!(List::len_of(n, len), list.0.len(), "{values:?}, {n} rules");
+                let value = list.into_value().expect("a valid header value");
+                assert_eq!(value, expected.join(", ").as_str());
             }
         }
     }

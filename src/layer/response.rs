@@ -210,13 +210,13 @@ impl<'a> Rejection<'a> {
         if let Some(d) = self.retry_after() {
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
         }
-        if !self.rules.is_empty() {
-            let denied = match self.kind {
-                RejectionKind::Limited(outcome) => Some(outcome.decision),
-                _ => None,
-            };
-            let rules = self.rules.iter().map(|(r, o)| (*r, o));
-            RateLimitHeaders::new(rules, None, self.legacy, denied).merge_into(&mut headers);
+        let denied = match self.kind {
+            RejectionKind::Limited(outcome) => Some(outcome.decision),
+            _ => None,
+        };
+        let rules = self.rules.iter().map(|(r, o)| (*r, o));
+        if let Some(ours) = RateLimitHeaders::new(rules, |_| None, self.legacy, denied) {
+            ours.merge_into(&mut headers);
         }
         headers
     }
