@@ -549,14 +549,7 @@ pub(crate) fn report(
     };
     // Nothing was consumed: report the quota as it stands.
     let eval = evaluate_algorithm(check.rule, entry, now, 0);
-    RuleOutcome {
-        decision,
-        info: RateLimitInfo {
-            limit: check.rule.algorithm().limit(),
-            remaining: eval.remaining,
-            reset: Duration::from_micros(eval.reset_micros),
-        },
-    }
+    rule_says(check.rule, decision, eval.remaining, eval.reset_micros)
 }
 
 /// What a rule admitted with `eval` reports when it counts the request `later` µs from now
@@ -568,20 +561,29 @@ pub(crate) fn admitted_rule(rule: &Rule, eval: &Eval, later: u64) -> RuleOutcome
         Verdict::Admit { delay_micros } => later + delay_micros,
         Verdict::Reject { .. } => 0,
     };
+    let decision = match delay {
+        0 => Decision::Allow,
+        _ => Decision::Delay(Duration::from_micros(delay)),
+    };
+    rule_says(rule, decision, eval.remaining, eval.reset_micros + later)
+}
+
+/// `rule`'s part of an outcome: `decision`, `left` units remaining, the reset `reset` µs
+/// from now.
+#[inline]
+pub(crate) fn rule_says(rule: &Rule, decision: Decision, left: u64, reset: u64) -> RuleOutcome {
     RuleOutcome {
-        decision: match delay {
-            0 => Decision::Allow,
-            _ => Decision::Delay(Duration::from_micros(delay)),
-        },
+        decision,
         info: RateLimitInfo {
             limit: rule.algorithm().limit(),
-            remaining: eval.remaining,
-            reset: Duration::from_micros(eval.reset_micros + later),
+            remaining: left,
+            reset: Duration::from_micros(reset),
         },
     }
 }
 
-fn deny(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
+/// A denial for `reason`, retried after `retry_micros` µs where a wait helps.
+pub(crate) fn deny(reason: DenyReason, retry_micros: Option<u64>) -> Decision {
     Decision::Deny(Denial {
         reason,
         retry_after: retry_micros.map(Duration::from_micros),

@@ -9,8 +9,9 @@ use hashbrown::HashMap;
 use tokio::time::Instant;
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Outcome, RateLimitInfo, RuleOutcome};
+use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
+use crate::store::batch;
 use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
@@ -314,10 +315,7 @@ impl<S: Store + Clone> Leased<S> {
             terms.end(slot, ending).await;
             return Ok(None);
         }
-        let lease = Check {
-            cost: terms.units,
-            ..check
-        };
+        let lease = check.with_cost(terms.units);
         // Measured from before the store counts the term: the lease stops admitting no
         // later than the store stops parking its units.
         let deadline = Instant::now() + terms.term;
@@ -476,14 +474,9 @@ impl Slot {
     /// The leased rule's part of the outcome of a request admitted from the lease, `left`
     /// units left in it.
     fn rule_outcome<S: Store + Clone>(&self, terms: &Terms<S>, left: u64) -> RuleOutcome {
-        RuleOutcome {
-            decision: Decision::Allow,
-            info: RateLimitInfo {
-                limit: terms.rule.algorithm().limit(),
-                remaining: self.remaining.load(Ordering::Relaxed).saturating_add(left),
-                reset: Duration::from_micros(self.reset_us.load(Ordering::Relaxed)),
-            },
-        }
+        let remaining = self.remaining.load(Ordering::Relaxed).saturating_add(left);
+        let reset = self.reset_us.load(Ordering::Relaxed);
+        batch::rule_says(&terms.rule, Decision::Allow, remaining, reset)
     }
 }
 

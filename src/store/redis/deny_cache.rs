@@ -45,7 +45,6 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::Mutex;
@@ -53,7 +52,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome};
+use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo};
 use crate::penalty::Penalty;
 use crate::store::batch::{self, is_queue};
 use crate::store::check::Check;
@@ -201,17 +200,10 @@ impl DenyCache {
                 // A wait this long would be a reservation.
                 return None;
             }
-            rules.push(RuleOutcome {
-                decision: Decision::Deny(Denial {
-                    reason: cached.reason,
-                    retry_after: Some(Duration::from_micros(retry)),
-                }),
-                info: RateLimitInfo {
-                    limit: check.rule.algorithm().quota().0,
-                    remaining: cached.remaining,
-                    reset: Duration::from_micros(cached.reset_at.saturating_sub(now)),
-                },
-            });
+            let decision = batch::deny(cached.reason, Some(retry));
+            let reset = cached.reset_at.saturating_sub(now);
+            let said = batch::rule_says(check.rule, decision, cached.remaining, reset);
+            rules.push(said);
         }
         Some(batch::combine(rules, |_| false))
     }

@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::decision::{Admission, StoreId, Taken};
-use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome};
+use crate::decision::{Decision, DenyReason, RuleOutcome};
 use crate::error::StoreError;
 use crate::store::batch;
 use crate::store::Check;
@@ -485,26 +485,16 @@ fn rule_reply(
         return None;
     };
     let uint = |v: i64| u64::try_from(v).ok();
-    let value = Duration::from_micros(uint(value)?);
-    let deny = |reason, retry_after| {
-        Decision::Deny(Denial {
-            reason,
-            retry_after,
-        })
-    };
+    let value = uint(value)?;
     let decision = match outcome {
-        0 if value.is_zero() => Decision::Allow,
-        0 => Decision::Delay(value),
-        1 => deny(DenyReason::Limited, Some(value)),
-        2 => deny(DenyReason::Locked, Some(value)),
-        3 => deny(DenyReason::CostExceedsCapacity, None),
+        0 if value == 0 => Decision::Allow,
+        0 => Decision::Delay(Duration::from_micros(value)),
+        1 => batch::deny(DenyReason::Limited, Some(value)),
+        2 => batch::deny(DenyReason::Locked, Some(value)),
+        3 => batch::deny(DenyReason::CostExceedsCapacity, None),
         _ => return None,
     };
-    let info = RateLimitInfo {
-        limit: check.rule.algorithm().quota().0,
-        remaining: uint(remaining)?,
-        reset: Duration::from_micros(uint(reset)?),
-    };
+    let said = batch::rule_says(check.rule, decision, uint(remaining)?, uint(reset)?);
     // A rule counts the request only where it passes in an admitted batch; -1: pending,
     // counted only when the request is released.
     let taken = match at {
@@ -519,7 +509,7 @@ fn rule_reply(
             )
         },
     };
-    Some((RuleOutcome { decision, info }, taken))
+    Some((said, taken))
 }
 
 /// Combines per-rule outcomes of `batch` the one way the crate does (see `batch::combine`).

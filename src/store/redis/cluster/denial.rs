@@ -1,13 +1,11 @@
 //! What a denied cross-slot batch does: refund the parts it committed, and judge the rest
 //! as one node judges a denied batch, counting their penalty denials.
 
-use std::time::Duration;
-
 use smallvec::SmallVec;
 
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::decision::{DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::batch::is_queue;
+use crate::store::batch::{self, is_queue};
 use crate::store::check::Check;
 
 use super::super::script::{self, Op, Reply};
@@ -118,10 +116,7 @@ impl RedisStore {
             .await?;
         let outcomes = std::mem::take(&mut ledger.outcomes);
         Ok(Some(Outcome {
-            decision: Decision::Deny(Denial {
-                reason: DenyReason::Limited,
-                retry_after: Some(Duration::from_micros(ledger.delay)),
-            }),
+            decision: batch::deny(DenyReason::Limited, Some(ledger.delay)),
             rules: outcomes.into_iter().flatten().collect(),
             admission: None,
         }))
