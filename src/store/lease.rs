@@ -57,9 +57,9 @@ use smallvec::SmallVec;
 ///
 /// # What a locally decided request reports
 ///
-/// Its [`RateLimitInfo`] is the store's as the lease found it, the lease's unused units
-/// counted as remaining; a refund does not give its units back. A rule reloaded with other
-/// parameters is decided by the store until a `Leased` is built for it.
+/// Its [`RateLimitInfo`](crate::RateLimitInfo) is the store's as the lease found it, the
+/// lease's unused units counted as remaining; a refund does not give its units back. A rule
+/// reloaded with other parameters is decided by the store until a `Leased` is built for it.
 /// [`reset`](Store::reset) ends this instance's lease of the key and clears the store's
 /// state of it. `Leased<Fallback<…>>` leases from the
 /// [`Fallback`](super::Fallback)'s local store while the primary is away.
