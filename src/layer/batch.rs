@@ -49,21 +49,27 @@ pub(crate) struct LayerBatch {
 }
 
 impl Batch for LayerBatch {
+    // Inline, and pushed one by one: the checks are made once per request, in place.
+    #[inline(always)]
     fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
-        self.entries()
-            .map(|(item, limit, key)| Check {
-                rule: &limit.rule,
-                key: KeyBytes::of(key),
-                cost: item.cost,
-                refusal: if limit.shadow {
-                    Refusal::Shadow
-                } else if item.defers {
-                    Refusal::Deferred
-                } else {
-                    Refusal::Enforced
-                },
-            })
-            .collect()
+        let mut checks = SmallVec::new();
+        for (item, limit, key) in self.entries() {
+            let refusal = if limit.shadow {
+                Refusal::Shadow
+            } else if item.defers {
+                Refusal::Deferred
+            } else {
+                Refusal::Enforced
+            };
+            let (rule, key, cost) = (&limit.rule, KeyBytes::of(key), item.cost);
+            checks.push(Check {
+                rule,
+                key,
+                cost,
+                refusal,
+            });
+        }
+        checks
     }
 }
 

@@ -1,28 +1,33 @@
 //! Asking the store about a request's batch: at once when it can answer (an in-process
-//! store), else through a boxed future; and what the layer keeps of its answer.
+//! store, then decided here), else through a boxed future; and what the layer keeps of its
+//! answer.
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use http::Request;
 use tracing::Instrument;
 
 use super::batch::{Checked, Kept, LayerBatch};
 use super::charge::defer_denials;
+use super::decide::{decide, Next};
 use super::future::CheckFuture;
 use super::observe::{self, Observation};
 use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::Store;
 
-/// Asks the store about `batch`: at once if it can answer (`Store::try_check_now`); else
-/// through a boxed future (its type cannot be named in `ResponseFuture` on stable Rust),
-/// polled once here with no waker, since a store may still answer on its first poll (a
-/// local deny cache, a fallback while its breaker is open).
-pub(crate) fn check<St: Store + Clone>(
+/// Asks the store about `request`'s `batch` and decides its answer at once if the store can
+/// give it (`Store::try_check_now`), so the large answer is never moved; else returns a
+/// boxed future of the answer (its type cannot be named in `ResponseFuture` on stable
+/// Rust), polled once here with no waker, since a store may still answer on its first poll
+/// (a local deny cache, a fallback while its breaker is open).
+pub(crate) fn check<St: Store + Clone, B>(
     limiter: &Limiter<St>,
     batch: LayerBatch,
     observation: Observation,
-) -> Result<Checked<St>, CheckFuture<St>> {
+    request: &Request<B>,
+) -> Result<Next<St>, CheckFuture<St>> {
     let checks = batch.checks();
     let max_wait = batch.config.mode.max_wait();
     let now = {
@@ -40,7 +45,7 @@ pub(crate) fn check<St: Store + Clone>(
             kept,
         };
         answered(limiter, &mut checked);
-        return Ok(checked);
+        return Ok(decide(&mut checked, request));
     }
     drop(checks);
     let limiter = limiter.clone();
@@ -66,7 +71,7 @@ pub(crate) fn check<St: Store + Clone>(
         .as_mut()
         .poll(&mut Context::from_waker(Waker::noop()))
     {
-        Poll::Ready(checked) => Ok(checked),
+        Poll::Ready(mut checked) => Ok(decide(&mut checked, request)),
         Poll::Pending => Err(future),
     }
 }

@@ -10,7 +10,7 @@ use super::body::RateLimitBody;
 use super::charge::take_tickets;
 use super::check::check;
 use super::config::Config;
-use super::decide::{decide, reject};
+use super::decide::reject;
 use super::future::ResponseFuture;
 use super::observe;
 use super::reload::source::ConfigSource;
@@ -83,12 +83,8 @@ where
         // A store that answers at once (in process) is decided here and the ready inner
         // service called directly; another is asked by a boxed future.
         let observation = observe::start(&batch);
-        let mut checked = check(&self.limiter, batch, observation);
-        match checked {
-            Ok(ref mut checked) => {
-                let next = decide(checked, &request);
-                ResponseFuture::decided(next, request, &mut self.inner)
-            }
+        match check(&self.limiter, batch, observation, &request) {
+            Ok(next) => ResponseFuture::decided(next, request, &mut self.inner),
             Err(check) => ResponseFuture::checking(check, request, take_ready(&mut self.inner)),
         }
     }
