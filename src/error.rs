@@ -103,6 +103,13 @@ pub enum StoreError {
     CircuitOpen,
 }
 
+impl StoreError {
+    /// Whether the store failed: any error but a malformed batch (the caller's mistake).
+    pub(crate) fn is_failure(&self) -> bool {
+        !matches!(self, StoreError::InvalidBatch(_))
+    }
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

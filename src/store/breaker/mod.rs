@@ -241,6 +241,17 @@ impl Circuit {
         }
     }
 
+    /// Counts what a call (or probe) it let through answered.
+    fn record<T>(&self, pass: Pass, result: &Result<T, StoreError>) {
+        match result {
+            Ok(_) => self.succeeded(pass),
+            Err(e) if e.is_failure() => self.failed(pass, e),
+            // A malformed batch says nothing about the store: a probe is only freed.
+            Err(_) if pass == Pass::Probe => self.abandoned(),
+            Err(_) => {}
+        }
+    }
+
     /// A probe whose caller went away: open, with the next call free to probe at once.
     fn abandoned(&self) {
         self.opened_at.store(0, Ordering::Release);
@@ -259,18 +270,8 @@ struct PassGuard<C: Deref<Target = Circuit>> {
 
 impl<C: Deref<Target = Circuit>> PassGuard<C> {
     fn record<T>(mut self, result: &Result<T, StoreError>) {
-        let Some(pass) = self.pass.take() else {
-            return;
-        };
-        match result {
-            Ok(_) => self.shared.succeeded(pass),
-            // The caller's mistake says nothing about the store.
-            Err(StoreError::InvalidBatch(_)) => {
-                if pass == Pass::Probe {
-                    self.shared.abandoned();
-                }
-            }
-            Err(e) => self.shared.failed(pass, e),
+        if let Some(pass) = self.pass.take() {
+            self.shared.record(pass, result);
         }
     }
 }
@@ -381,11 +382,7 @@ impl<S: Store> Store for Breaker<S> {
             return None;
         }
         let result = self.store.try_check_now(batch, max_wait)?;
-        PassGuard {
-            shared: &*self.shared,
-            pass: Some(Pass::Call),
-        }
-        .record(&result);
+        self.shared.record(Pass::Call, &result);
         Some(result)
     }
 

@@ -288,15 +288,15 @@ impl<P: Store, L: Store> Fallback<P, L> {
     /// The primary's answer; `None` when it failed and the local store decides.
     fn primary_answer<T>(&self, result: Result<T, StoreError>) -> Option<Result<T, StoreError>> {
         match result {
+            Err(e) if e.is_failure() => {
+                self.shared.primary_failed(&e);
+                None
+            }
             Ok(outcome) => {
                 self.shared.primary_answered();
                 Some(Ok(outcome))
             }
-            Err(e @ StoreError::InvalidBatch(_)) => Some(Err(e)),
-            Err(e) => {
-                self.shared.primary_failed(&e);
-                None
-            }
+            answer => Some(answer),
         }
     }
 
@@ -391,13 +391,12 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
         match self.primary.peek(check).await {
-            Ok(outcome) => Ok(outcome),
-            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
-            Err(_) => {
+            Err(e) if e.is_failure() => {
                 let share = [self.shared.divided(check.rule)];
                 let local = local_batch(&[check], &share);
                 self.local.peek(local[0]).await
             }
+            answer => answer,
         }
     }
 
@@ -445,13 +444,12 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     /// Counts the denials where the batch is decided now (as [`overdraw`](Store::overdraw)).
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
         match self.primary.count_denials(batch, ago).await {
-            Err(e @ StoreError::InvalidBatch(_)) => Err(e),
-            Err(_) => {
+            Err(e) if e.is_failure() => {
                 let shares = self.shared.shares(batch);
                 let local = local_batch(batch, &shares);
                 self.local.count_denials(&local, ago).await
             }
-            Ok(()) => Ok(()),
+            answer => answer,
         }
     }
 
