@@ -25,19 +25,12 @@ pub(crate) struct LayerState {
 impl LayerState {
     /// The state of a layer first built with `config`.
     pub(crate) fn new(config: &Config, observers: Observers) -> Arc<Self> {
-        let state = Arc::new(Self {
+        Arc::new(Self {
             held: Arc::new(HeldCounts::new()),
             unsettled: Arc::default(),
             log: Arc::new(EventLog::new(config.log_interval)),
             observers,
-        });
-        state.follow(config);
-        state
-    }
-
-    /// Follows what `config`, now running, asks of the state: the log's interval.
-    pub(crate) fn follow(&self, config: &Config) {
-        self.log.set_interval(config.log_interval);
+        })
     }
 }
 

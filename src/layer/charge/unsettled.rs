@@ -97,11 +97,7 @@ impl Unsettled {
     /// (kept if fewer than the most that may wait): runs the recounts whose requests have
     /// all settled now. Says whether the refusal waits.
     fn settle(&self, slot: &Slot, number: u64, refused: Option<(Recount, usize)>) -> bool {
-        let (due, waits) = {
-            let mut slots = self.slots.lock();
-            let Some(requests) = slots.get_mut(slot) else {
-                return false;
-            };
+        let settled = self.in_slot(slot, |requests| {
             requests.active.retain(|n| *n != number);
             if let Some((recount, most)) = refused {
                 if requests.waiting.len() < most {
@@ -118,13 +114,11 @@ impl Unsettled {
                 .into_iter()
                 .partition::<Vec<_>, _>(|w| w.before <= oldest);
             requests.waiting = waiting;
-            let waits = requests.waiting.iter().any(|w| w.number == number);
-            if requests.active.is_empty() && requests.waiting.is_empty() {
-                slots.remove(slot);
-            }
-            (due, waits)
+            (due, requests.waiting.iter().any(|w| w.number == number))
+        });
+        let Some((due, waits)) = settled else {
+            return false;
         };
-        // Outside the lock: a recount on an in-process store runs here, at once.
         for waiting in due {
             (waiting.recount)();
         }
@@ -134,21 +128,26 @@ impl Unsettled {
     /// The deadline of the refusal of request `number` of `slot`: counted now if it still
     /// waits, whatever the requests before it do.
     fn overdue(&self, slot: &Slot, number: u64) {
-        let due = {
-            let mut slots = self.slots.lock();
-            let Some(requests) = slots.get_mut(slot) else {
-                return;
-            };
-            let Some(at) = requests.waiting.iter().position(|w| w.number == number) else {
-                return;
-            };
-            let due = requests.waiting.swap_remove(at);
-            if requests.active.is_empty() && requests.waiting.is_empty() {
-                slots.remove(slot);
-            }
-            due
-        };
-        (due.recount)();
+        let due = self.in_slot(slot, |requests| {
+            let at = requests.waiting.iter().position(|w| w.number == number)?;
+            Some(requests.waiting.swap_remove(at))
+        });
+        if let Some(due) = due.flatten() {
+            (due.recount)();
+        }
+    }
+
+    /// `change` of the requests of `slot`, under the lock; the slot is forgotten once
+    /// nothing is left in it. The caller runs the recounts it takes outside the lock: a
+    /// recount on an in-process store runs at once.
+    fn in_slot<R>(&self, slot: &Slot, change: impl FnOnce(&mut Requests) -> R) -> Option<R> {
+        let mut slots = self.slots.lock();
+        let requests = slots.get_mut(slot)?;
+        let changed = change(requests);
+        if requests.active.is_empty() && requests.waiting.is_empty() {
+            slots.remove(slot);
+        }
+        Some(changed)
     }
 }
 

@@ -92,7 +92,7 @@ impl<St: Store + Clone> ReloadHandle<St> {
             ConfigSource::Fixed(config) => config,
             ConfigSource::Live(live) => live.load_full(),
         };
-        self.layer.state.follow(&config);
+        self.layer.state.log.set_interval(config.log_interval);
         self.live.store(config);
     }
 }
