@@ -64,28 +64,24 @@ use http::StatusCode;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Default)]
-pub struct Charge(Counted);
+pub struct Charge(Option<(&'static str, Counts)>);
 
-#[derive(Clone, Default)]
-enum Counted {
-    #[default]
-    All,
-    Failures,
-    ExceptServerErrors,
-    When(Arc<dyn Fn(StatusCode) -> bool + Send + Sync>),
-}
+/// Whether a response of a status counts.
+type Counts = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 
 impl Charge {
     /// Only `401 Unauthorized` and `403 Forbidden` count: failed logins, bad API keys. A
     /// client that signs in correctly never uses up the quota of failed attempts.
     pub fn failures() -> Self {
-        Self(Counted::Failures)
+        let failed = |s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN;
+        Self(Some(("failures()", Arc::new(failed))))
     }
 
     /// Every response but a server error (`5xx`) counts, so that a failing backend does not
     /// use up its clients' quotas.
     pub fn except_server_errors() -> Self {
-        Self(Counted::ExceptServerErrors)
+        let counts = |s: StatusCode| !s.is_server_error();
+        Self(Some(("except_server_errors()", Arc::new(counts))))
     }
 
     /// The responses for which `counts` says `true` count.
@@ -106,34 +102,23 @@ impl Charge {
     where
         F: Fn(StatusCode) -> bool + Send + Sync + 'static,
     {
-        Self(Counted::When(Arc::new(counts)))
+        Self(Some(("when(..)", Arc::new(counts))))
     }
 
     /// Whether a response with `status` counts.
     pub(crate) fn counts(&self, status: StatusCode) -> bool {
-        match &self.0 {
-            Counted::All => true,
-            Counted::Failures => {
-                status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN
-            }
-            Counted::ExceptServerErrors => !status.is_server_error(),
-            Counted::When(f) => f(status),
-        }
+        self.0.as_ref().is_none_or(|(_, counts)| counts(status))
     }
 
     /// Whether every response counts (nothing is ever given back).
     pub(crate) fn counts_all(&self) -> bool {
-        matches!(self.0, Counted::All)
+        self.0.is_none()
     }
 }
 
 impl fmt::Debug for Charge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
-            Counted::All => "Charge::default()",
-            Counted::Failures => "Charge::failures()",
-            Counted::ExceptServerErrors => "Charge::except_server_errors()",
-            Counted::When(_) => "Charge::when(..)",
-        })
+        let made = self.0.as_ref().map_or("default()", |(made, _)| made);
+        write!(f, "Charge::{made}")
     }
 }
