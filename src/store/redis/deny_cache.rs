@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
@@ -174,13 +174,11 @@ impl DenyCache {
         let _ = self.listener.set(task);
     }
 
-    fn hash(&self, rule: &str, key: &[u8]) -> u64 {
-        self.hasher.hash_one((rule, key))
-    }
-
-    fn shard(&self, hash: u64) -> &Mutex<CacheShard> {
+    /// The hash of `rule` and `key`, and their shard, locked.
+    fn locked(&self, rule: &str, key: &[u8]) -> (u64, MutexGuard<'_, CacheShard>) {
+        let hash = self.hasher.hash_one((rule, key));
         // The table uses the low bits; the shard takes high ones.
-        &self.shards[(hash >> 57) as usize % SHARDS]
+        (hash, self.shards[(hash >> 57) as usize % SHARDS].lock())
     }
 
     /// The outcome of `batch` at local instant `now`, if the cache holds it (see the module
@@ -214,8 +212,7 @@ impl DenyCache {
             return None;
         }
         let rule = check.rule.name();
-        let hash = self.hash(rule, check.key());
-        let mut shard = self.shard(hash).lock();
+        let (hash, mut shard) = self.locked(rule, check.key());
         let entry = shard
             .table
             .find_entry(hash, |s| s.is(rule, check.key()))
@@ -267,8 +264,7 @@ impl DenyCache {
 
     fn insert(&self, check: &Check<'_>, cached: Cached, now: u64) {
         let rule = check.rule.name();
-        let hash = self.hash(rule, check.key());
-        let mut guard = self.shard(hash).lock();
+        let (hash, mut guard) = self.locked(rule, check.key());
         let shard = &mut *guard;
         if let Some(slot) = shard.table.find_mut(hash, |s| s.is(rule, check.key())) {
             slot.denials
@@ -315,8 +311,7 @@ impl DenyCache {
     }
 
     fn remove(&self, rule: &str, key: &[u8]) {
-        let hash = self.hash(rule, key);
-        let mut shard = self.shard(hash).lock();
+        let (hash, mut shard) = self.locked(rule, key);
         if let Ok(entry) = shard.table.find_entry(hash, |s| s.is(rule, key)) {
             entry.remove();
             self.len.fetch_sub(1, Ordering::AcqRel);

@@ -493,13 +493,12 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    fn answered<T>(mut self, result: &Result<T, RedisError>) {
+    fn answered<T>(mut self, result: Result<T, RedisError>) -> Result<T, RedisError> {
         self.answered = true;
-        if let Err(e) = result {
-            if is_broken(e) {
-                self.conn.suspect(true);
-            }
+        if result.as_ref().is_err_and(is_broken) {
+            self.conn.suspect(true);
         }
+        result
     }
 }
 
@@ -511,17 +510,23 @@ impl Drop for Watch<'_> {
     }
 }
 
+impl SentinelConnection {
+    /// The primary's connection, and the watch of one call on it.
+    fn watched(&self) -> (MultiplexedConnection, Watch<'_>) {
+        let primary = self.shared.primary.lock().conn.clone();
+        let watch = Watch {
+            conn: self,
+            answered: false,
+        };
+        (primary, watch)
+    }
+}
+
 impl ConnectionLike for SentinelConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let mut conn = self.shared.primary.lock().conn.clone();
-            let watch = Watch {
-                conn: self,
-                answered: false,
-            };
-            let result = conn.req_packed_command(cmd).await;
-            watch.answered(&result);
-            result
+            let (mut primary, watch) = self.watched();
+            watch.answered(primary.req_packed_command(cmd).await)
         })
     }
 
@@ -532,14 +537,8 @@ impl ConnectionLike for SentinelConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let mut conn = self.shared.primary.lock().conn.clone();
-            let watch = Watch {
-                conn: self,
-                answered: false,
-            };
-            let result = conn.req_packed_commands(cmd, offset, count).await;
-            watch.answered(&result);
-            result
+            let (mut primary, watch) = self.watched();
+            watch.answered(primary.req_packed_commands(cmd, offset, count).await)
         })
     }
 

@@ -102,41 +102,40 @@ fn unavailable_command(e: &RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
-/// Loads the code and decides one empty batch in peek mode (touching no key): the code
-/// loads, runs here for this user, and its reply is understood. With `functions`, as a
-/// function library where Redis 7+ and the user allow it, else as a script. Returns the
-/// route that worked.
+/// Decides one empty batch in peek mode (touching no key): the code loads, runs here for
+/// this user, and its reply is understood. With `functions`, as a function library where
+/// Redis 7+ and the user allow it, else as a script. Returns the route that worked.
 pub(super) async fn dry_decision(
     conn: &mut Connection,
     addr: &str,
     functions: bool,
 ) -> Result<Invocation, StoreError> {
     if functions {
+        // Loaded here, not on a miss: a user who may not load functions runs the script.
         match script::load_command(Invocation::Function)
             .query_async::<Value>(&mut *conn)
             .await
         {
             Ok(_) => match dry_call(conn, addr, Invocation::Function).await {
-                Ok(()) => return Ok(Invocation::Function),
                 // A user who may load functions but not call them: the script will do.
                 Err(StoreError::Misconfigured(m)) if m.to_ascii_uppercase().contains("NOPERM") => {}
-                Err(e) => return Err(e),
+                found => return found,
             },
             // Redis before 7, or a user who may not load functions: the script will do.
             Err(e) if unavailable_command(&e) => {}
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
-    script::load_command(Invocation::Script)
-        .query_async::<Value>(&mut *conn)
-        .await
-        .map_err(|e| setup_error(addr, &e))?;
-    dry_call(conn, addr, Invocation::Script).await?;
-    Ok(Invocation::Script)
+    // The script is loaded on its first `NOSCRIPT`, as after a flush.
+    dry_call(conn, addr, Invocation::Script).await
 }
 
-/// The empty peek of [`dry_decision`] through `route`, its code loaded.
-async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<(), StoreError> {
+/// The empty peek of [`dry_decision`] through `route`; the route that answered.
+async fn dry_call(
+    conn: &Connection,
+    addr: &str,
+    route: Invocation,
+) -> Result<Invocation, StoreError> {
     let call = Call {
         mode: Op::Peek,
         ..Call::default()
@@ -161,7 +160,7 @@ async fn dry_call(conn: &Connection, addr: &str, route: Invocation) -> Result<()
             "redis at {addr} answered a dry decision with {values:?}"
         )));
     }
-    Ok(())
+    Ok(caller.route())
 }
 
 const NOPERM_FIX: &str = "the Redis user may not run tollgate's code: grant it FCALL and \
