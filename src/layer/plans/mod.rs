@@ -147,17 +147,11 @@ impl IntoIterator for Plans {
             let placeholder = Rule::fixed_window("plans", 1, std::time::Duration::from_secs(1));
             plans.push((Box::from(""), Limit::new(placeholder, crate::key::global())));
         }
-        let plan = |index| {
+        let limits = plans.into_iter().enumerate().map(|(index, (_, limit))| {
             let selector = Arc::clone(&selector);
-            Some(PlanGuard { selector, index })
-        };
-        let limits = plans.into_iter().enumerate();
-        let limits: Vec<Limit> = limits
-            .map(|(i, (_, limit))| Limit {
-                plan: plan(i),
-                ..limit
-            })
-            .collect();
-        limits.into_iter()
+            let plan = Some(PlanGuard { selector, index });
+            Limit { plan, ..limit }
+        });
+        limits.collect::<Vec<_>>().into_iter()
     }
 }

@@ -28,22 +28,15 @@ impl PlanOf {
     /// by the layer's `build`.
     pub fn header(name: impl AsRef<str>) -> Self {
         let text = name.as_ref();
-        let Ok(name) = HeaderName::from_bytes(text.as_bytes()) else {
-            return Self {
-                find: Arc::new(|_: &RequestHead<'_>| None),
-                what: format!("header {text}").into(),
-                problem: Some(ConfigError::new(format!(
-                    "plans: {text:?} is not a valid header name"
-                ))),
-            };
-        };
+        let name = HeaderName::from_bytes(text.as_bytes()).ok();
+        let invalid = || ConfigError::new(format!("plans: {text:?} is not a valid header name"));
         Self {
-            what: format!("header {name}").into(),
+            what: format!("header {}", name.as_ref().map_or(text, HeaderName::as_str)).into(),
+            problem: name.is_none().then(invalid),
             find: Arc::new(move |head: &RequestHead<'_>| {
-                let value = head.headers().get(&name)?.to_str().ok()?;
+                let value = head.headers().get(name.as_ref()?)?.to_str().ok()?;
                 Some(Cow::Borrowed(value))
             }),
-            problem: None,
         }
     }
 
