@@ -92,31 +92,8 @@ impl<S: Store> Limiter<S> {
 
     /// Like [`check`](Self::check), but a batch admissible within `max_wait` reserves its
     /// units now: the [`Reservation`] says [`Decision::Delay`](crate::Decision::Delay) for
-    /// the wait and owns the units (nothing, if denied) until it is confirmed or cancelled.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Check, Decision, Limiter, ManualClock, Rate, Rule, store::MemoryStore};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
-    /// let rule = Rule::gcra("api", 1, Rate::per_second(10));
-    /// let batch = [Check::new(&rule, b"k")];
-    /// let wait = Duration::from_millis(250);
-    /// let first = limiter.reserve(&batch, wait).await?;
-    /// assert_eq!(first.outcome().decision, Decision::Allow);
-    /// let mut second = limiter.reserve(&batch, wait).await?;
-    /// assert_eq!(second.outcome().decision, Decision::Delay(Duration::from_millis(100)));
-    /// let third = limiter.reserve(&batch, wait).await?;
-    /// assert_eq!(third.outcome().decision, Decision::Delay(Duration::from_millis(200)));
-    /// let fourth = limiter.reserve(&batch, wait).await?;
-    /// assert!(!fourth.outcome().is_admitted()); // 300 ms is too long
-    ///
-    /// // Waits until due, then passes.
-    /// assert_eq!(second.confirm().await?.decision, Decision::Allow);
-    /// # Ok(()) }
-    /// ```
+    /// the wait and owns the units (nothing, if denied) until it is confirmed or cancelled,
+    /// as its example shows.
     pub async fn reserve(
         &self,
         batch: &[Check<'_>],

@@ -33,7 +33,7 @@ use crate::Rule;
 /// let limiter = Limiter::new(MemoryStore::with_clock(ManualClock::new(0)));
 /// let rule = Rule::gcra("api", 1, Rate::per_second(10));
 /// let batch = [Check::new(&rule, b"k")];
-/// let wait = Duration::from_secs(1);
+/// let wait = Duration::from_millis(250);
 /// let mut first = limiter.reserve(&batch, wait).await?;
 /// assert_eq!(first.confirm().await?.decision, Decision::Allow);
 ///
@@ -41,8 +41,15 @@ use crate::Rule;
 /// assert_eq!(held.outcome().decision, Decision::Delay(Duration::from_millis(100)));
 /// // Its client went away: the slot at 100 ms goes to the next request.
 /// drop(held);
-/// let next = limiter.reserve(&batch, wait).await?;
+/// let mut next = limiter.reserve(&batch, wait).await?;
 /// assert_eq!(next.outcome().decision, Decision::Delay(Duration::from_millis(100)));
+/// let third = limiter.reserve(&batch, wait).await?;
+/// assert_eq!(third.outcome().decision, Decision::Delay(Duration::from_millis(200)));
+/// let fourth = limiter.reserve(&batch, wait).await?;
+/// assert!(!fourth.outcome().is_admitted()); // 300 ms is too long
+///
+/// // Waits until due, then passes.
+/// assert_eq!(next.confirm().await?.decision, Decision::Allow);
 /// # Ok(()) }
 /// ```
 #[must_use = "a reservation dropped before it is confirmed gives its units back"]
@@ -273,7 +280,7 @@ impl<S: Store + Clone> Reservation<S> {
         let Some(settled) = self.settlement(costs)? else {
             return Ok(());
         };
-        settle_in(&self.store, &*self.batch, &self.outcome, &settled).await
+        self.settle_in(&settled).await
     }
 
     /// [`settle`](Self::settle) without waiting ([`run_detached`]), logging a failure.
@@ -283,12 +290,10 @@ impl<S: Store + Clone> Reservation<S> {
             Ok(None) => return,
             Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
         };
-        let (store, batch, outcome) =
-            (self.store.clone(), self.batch.clone(), self.outcome.clone());
-        let log = self.log.clone();
+        // Spent: the task owns the reservation, and its drop gives nothing back.
         run_detached(async move {
-            if let Err(error) = settle_in(&store, &*batch, &outcome, &settled).await {
-                refund_failed(&log, &error);
+            if let Err(error) = self.settle_in(&settled).await {
+                refund_failed(&self.log, &error);
             }
         });
     }
@@ -317,7 +322,7 @@ impl<S: Store + Clone> Reservation<S> {
                 .outcome
                 .rules
                 .get(i)
-                .is_some_and(|r| !matches!(r.decision, Decision::Deny(_)))
+                .is_some_and(|r| r.decision.is_admitted())
                 && !admission.taken(i).pending;
             if took && cost != check.cost {
                 let owed = cost > check.cost;
@@ -325,6 +330,21 @@ impl<S: Store + Clone> Reservation<S> {
             }
         }
         Ok((!settled.is_empty()).then_some(settled))
+    }
+
+    /// Gives back and takes what `settled` says through [`Store::refund`] and
+    /// [`Store::overdraw`].
+    async fn settle_in(&self, settled: &Settled) -> Result<(), StoreError> {
+        let checks = self.batch.checks();
+        let (back, given) = settled_part(&checks, &self.outcome, settled, false);
+        if !back.is_empty() {
+            self.store.refund(&back, &given).await?;
+        }
+        let (owed, _) = settled_part(&checks, &self.outcome, settled, true);
+        if !owed.is_empty() {
+            self.store.overdraw(&owed).await?;
+        }
+        Ok(())
     }
 
     /// The rules that wait for the release.
@@ -457,25 +477,6 @@ fn refund_failed(log: &Arc<EventLog>, error: &StoreError) {
 
 /// Per rule a settlement changes: its index, the units, and whether they are owed (taken).
 type Settled = SmallVec<[(usize, u64, bool); 4]>;
-
-/// Settles `batch` through [`Store::refund`] and [`Store::overdraw`].
-async fn settle_in<S: Store>(
-    store: &S,
-    batch: &dyn Batch,
-    outcome: &Outcome,
-    settled: &Settled,
-) -> Result<(), StoreError> {
-    let checks = batch.checks();
-    let (back, given) = settled_part(&checks, outcome, settled, false);
-    if !back.is_empty() {
-        store.refund(&back, &given).await?;
-    }
-    let (owed, _) = settled_part(&checks, outcome, settled, true);
-    if !owed.is_empty() {
-        store.overdraw(&owed).await?;
-    }
-    Ok(())
-}
 
 /// The checks a settlement gives back (`owed` false) or takes, with their part of `outcome`.
 /// A settled request passed, so a leaky bucket's hold stays: only the units go back.
