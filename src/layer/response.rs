@@ -64,46 +64,37 @@ pub enum RejectionKind<'a> {
     StoreUnavailable,
 }
 
-/// The protocol a rejection answers in, told by the request's exact content type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    Http,
-    Grpc,
-    GrpcWeb,
-    GrpcWebText,
+/// The content type a rejection of a gRPC request answers in, told by the request's exact
+/// content type; `None`: HTTP. `application/grpc`, `application/grpc+proto`, … are gRPC;
+/// `application/grpc-web…` is grpc-web (which shares the prefix but not the framing).
+fn grpc_answer(headers: &HeaderMap) -> Option<&'static str> {
+    let media = headers.get(CONTENT_TYPE)?.as_bytes();
+    let media = media
+        .iter()
+        .position(|&b| b == b';')
+        .map_or(media, |end| &media[..end])
+        .trim_ascii();
+    // Names a subtype and an optional `+suffix` (`application/grpc-web+proto`).
+    let is = |subtype: &[u8]| {
+        let n = subtype.len();
+        media.len() >= n
+            && media[..n].eq_ignore_ascii_case(subtype)
+            && (media.len() == n || media[n] == b'+')
+    };
+    let answers = [
+        (&b"application/grpc"[..], GRPC),
+        (b"application/grpc-web", "application/grpc-web+proto"),
+        (
+            b"application/grpc-web-text",
+            "application/grpc-web-text+proto",
+        ),
+    ];
+    let answer = answers.into_iter().find(|(asked, _)| is(asked));
+    answer.map(|(_, answer)| answer)
 }
 
-impl Protocol {
-    /// `application/grpc`, `application/grpc+proto`, … are gRPC; `application/grpc-web…`
-    /// is grpc-web (which shares the prefix but not the framing); the rest is HTTP.
-    fn of(headers: &HeaderMap) -> Self {
-        let Some(value) = headers.get(CONTENT_TYPE) else {
-            return Self::Http;
-        };
-        let media = value.as_bytes();
-        let media = media
-            .iter()
-            .position(|&b| b == b';')
-            .map_or(media, |end| &media[..end])
-            .trim_ascii();
-        // Names a subtype and an optional `+suffix` (`application/grpc-web+proto`).
-        let is = |subtype: &[u8]| {
-            let n = subtype.len();
-            media.len() >= n
-                && media[..n].eq_ignore_ascii_case(subtype)
-                && (media.len() == n || media[n] == b'+')
-        };
-        if is(b"application/grpc") {
-            Self::Grpc
-        } else if is(b"application/grpc-web") {
-            Self::GrpcWeb
-        } else if is(b"application/grpc-web-text") {
-            Self::GrpcWebText
-        } else {
-            Self::Http
-        }
-    }
-}
+/// The content type of gRPC proper.
+const GRPC: &str = "application/grpc";
 
 /// A refused request, as the rejection function sees it; see
 /// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
@@ -121,7 +112,8 @@ pub struct Rejection<'a> {
     /// Each enforced rule checked and what it decided (empty unless
     /// [`RejectionKind::Limited`]; rules in shadow are left out).
     pub rules: &'a [(&'a Rule, RuleOutcome)],
-    protocol: Protocol,
+    /// Its gRPC answer's content type (see [`grpc_answer`]); `None`: HTTP.
+    grpc: Option<&'static str>,
     legacy: bool,
 }
 
@@ -134,7 +126,7 @@ impl<'a> Rejection<'a> {
     ) -> Self {
         Self {
             kind,
-            protocol: Protocol::of(request.headers()),
+            grpc: grpc_answer(request.headers()),
             request,
             rules,
             legacy,
@@ -144,7 +136,7 @@ impl<'a> Rejection<'a> {
     /// Whether it is a gRPC request: `content-type` is exactly `application/grpc` or
     /// `application/grpc+…` (grpc-web is not).
     pub fn is_grpc(&self) -> bool {
-        self.protocol == Protocol::Grpc
+        self.grpc == Some(GRPC)
     }
 
     /// The wait before a retry can succeed: for a [`RejectionKind::Limited`] request that
@@ -283,13 +275,7 @@ impl<'a> Rejection<'a> {
         let mut response = Response::new(Bytes::new());
         let mut headers = self.headers();
         let message = self.message();
-        let grpc_content_type = match self.protocol {
-            Protocol::Http => None,
-            Protocol::Grpc => Some("application/grpc"),
-            Protocol::GrpcWeb => Some("application/grpc-web+proto"),
-            Protocol::GrpcWebText => Some("application/grpc-web-text+proto"),
-        };
-        if let Some(content_type) = grpc_content_type {
+        if let Some(content_type) = self.grpc {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
             headers.insert(
                 GRPC_STATUS,
@@ -525,18 +511,22 @@ mod tests {
         let of = |ct: &str| {
             let mut headers = HeaderMap::new();
             headers.insert(CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
-            Protocol::of(&headers)
+            grpc_answer(&headers)
         };
-        assert_eq!(of("application/grpc"), Protocol::Grpc);
-        assert_eq!(of("application/grpc+proto"), Protocol::Grpc);
-        assert_eq!(of("application/grpc; charset=utf-8"), Protocol::Grpc);
-        assert_eq!(of("application/grpc-web"), Protocol::GrpcWeb);
-        assert_eq!(of("application/grpc-web+json"), Protocol::GrpcWeb);
-        assert_eq!(of("application/grpc-web-text+proto"), Protocol::GrpcWebText);
-        assert_eq!(of("application/grpcx"), Protocol::Http);
-        assert_eq!(of("application/grpc-webx"), Protocol::Http);
-        assert_eq!(of("text/plain"), Protocol::Http);
-        assert_eq!(Protocol::of(&HeaderMap::new()), Protocol::Http);
+        let (web, web_text) = (
+            "application/grpc-web+proto",
+            "application/grpc-web-text+proto",
+        );
+        assert_eq!(of("application/grpc"), Some(GRPC));
+        assert_eq!(of("application/grpc+proto"), Some(GRPC));
+        assert_eq!(of("application/grpc; charset=utf-8"), Some(GRPC));
+        assert_eq!(of("application/grpc-web"), Some(web));
+        assert_eq!(of("application/grpc-web+json"), Some(web));
+        assert_eq!(of("application/grpc-web-text+proto"), Some(web_text));
+        assert_eq!(of("application/grpcx"), None);
+        assert_eq!(of("application/grpc-webx"), None);
+        assert_eq!(of("text/plain"), None);
+        assert_eq!(grpc_answer(&HeaderMap::new()), None);
     }
 
     /// A gRPC message is percent-encoded, `%` and non-ASCII bytes included.
