@@ -60,12 +60,11 @@ impl RedisStore {
     /// # Sentinel
     ///
     /// The URL's credentials and database are the primary's. The store follows the primary
-    /// the sentinels name (checked with `ROLE`) through failovers, within 100 ms of a
-    /// promotion; meanwhile calls fail at once and the failure policy decides. Each later
-    /// primary gets these checks; while one fails them, every call fails with their
+    /// the sentinels name through failovers (the
+    /// [Redis guide](crate::guide::redis_instances#sentinel) says how), and checks each later
+    /// primary as here: while one fails, every call fails with its
     /// [`StoreError::Misconfigured`] and [`health`](crate::Limiter::health) is
-    /// [`Failing`](crate::store::Health::Failing). How, and figures: the
-    /// [Redis guide](crate::guide::redis_instances#sentinel).
+    /// [`Failing`](crate::store::Health::Failing).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, RedisOptions::new()).await
     }
@@ -280,9 +279,7 @@ async fn check_primary(
         }
         Ok(())
     };
-    tokio::time::timeout(CONNECT_TIMEOUT, check)
-        .await
-        .unwrap_or(Err(StoreError::Timeout))
+    super::within(CONNECT_TIMEOUT, check).await
 }
 
 /// A client for `url`, with `options`' certificates for a `rediss://` URL.

@@ -26,12 +26,9 @@ pub(super) enum Connection {
 /// `timeout` a server can set (1 s).
 const KEEPALIVE: Duration = Duration::from_millis(500);
 
-/// Keeps a store's connection from going idle while any clone of the store holds this. A
-/// server with an idle `timeout` (managed services set one) closes a connection that sent
-/// nothing for that long, and the next command on it would fail: a request after every
-/// quiet period. A `PING` that finds the connection dead instead has it reconnect (or the
-/// sentinels asked again) before a request needs it. A command is never sent again, so
-/// nothing is counted twice.
+/// Keeps a store's connection from going idle (why: [`RedisStore`](super::RedisStore)'s
+/// Connections) while any clone of the store holds this. Only the `PING`s are repeated: a
+/// command is never sent again, so nothing is counted twice.
 pub(super) struct KeepAlive;
 
 impl KeepAlive {

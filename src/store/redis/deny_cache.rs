@@ -1,5 +1,6 @@
 //! The local deny cache of a [`RedisStore`](super::RedisStore): denials Redis gave, answered
-//! again by this instance until they end, without a script call.
+//! again by this instance until they end, without a script call. What it answers is on
+//! [`with_deny_cache`](super::RedisStore::with_deny_cache); here, why that is exact.
 //!
 //! # What a cached denial may answer
 //!
@@ -20,16 +21,8 @@
 //!   algorithm's retry. When the lock's end is later than the rule's reset, it answers every
 //!   cost up to the capacity until then; a shorter lock is not cached (the denial turns
 //!   into a counted quota denial when it ends).
-//! - A rule with a **penalty** that is not locked is never answered: Redis must count its
-//!   denials (the lock after `n` of them).
-//! - A **batch** is answered only when every one of its items is, and it has no shadow
-//!   item and no leaky bucket among other rules; a wait-mode request whose retry is within
-//!   its `max_wait` goes to Redis. Denials are recorded only from batches decided on arrival.
 //!
 //! A denial answers only for the configuration that produced it (fingerprint and penalty).
-//! This instance's admission of the rule and key drops its entry; a reset, a refund, a
-//! settlement's debt or another configuration's admission, on any instance, drops it
-//! everywhere (see [`invalidation`](super::invalidation)).
 //!
 //! # Time
 //!

@@ -179,7 +179,8 @@ impl Calls {
     }
 }
 
-async fn within<T>(
+/// `call`, failing with [`StoreError::Timeout`] past `timeout`.
+pub(super) async fn within<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {

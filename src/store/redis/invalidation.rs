@@ -13,7 +13,7 @@ use crate::Rule;
 use super::connection::unavailable;
 use super::deny_cache::{self, DenyCache};
 use super::sentinel::SentinelConnection;
-use super::{RedisStore, DEFAULT_TIMEOUT};
+use super::{within, RedisStore, DEFAULT_TIMEOUT};
 
 impl RedisStore {
     /// Tells every instance's deny cache (this one's at once) that `rule`'s state for
@@ -88,8 +88,7 @@ pub(super) async fn listen(
                 None => return,
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let again = tokio::time::timeout(DEFAULT_TIMEOUT, subscribe(&servers, &channel));
-            if let Ok(Ok(resubscribed)) = again.await {
+            if let Ok(resubscribed) = within(DEFAULT_TIMEOUT, subscribe(&servers, &channel)).await {
                 messages = resubscribed;
                 break;
             }

@@ -36,7 +36,7 @@ use crate::Rule;
 
 use connection::{unavailable, Connection};
 use deny_cache::DenyCache;
-use dispatch::{Caller, Calls};
+use dispatch::{within, Caller, Calls};
 use invalidation::{listen, subscribe, Servers};
 use script::{Call, Encoded, Op, Reply};
 
@@ -220,9 +220,8 @@ impl RedisStore {
         let cache = Arc::new(DenyCache::new(capacity, self.clock.clone()));
         let channel = self.channel();
         let servers = self.servers.clone();
-        let messages = tokio::time::timeout(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
+        let messages = within(DEFAULT_TIMEOUT * 5, subscribe(&servers, &channel))
             .await
-            .map_err(|_| StoreError::Timeout)?
             .map_err(|e| access::subscribe_refusal(&channel, e))?;
         cache.set_live(true);
         let listener = tokio::spawn(listen(Arc::downgrade(&cache), servers, channel, messages));
@@ -255,11 +254,7 @@ impl RedisStore {
             now: self.clock.as_ref().map(|c| c.now_micros()),
             max_wait,
             mode,
-            slack_ms: if self.clock.is_some() {
-                CLOCK_OVERRIDE_SLACK_MS
-            } else {
-                0
-            },
+            slack_ms: self.clock.as_ref().map_or(0, |_| CLOCK_OVERRIDE_SLACK_MS),
             ..Call::default()
         }
     }
@@ -404,11 +399,12 @@ async fn command(
     if let Some(refusal) = conn.refusal() {
         return Err(refusal);
     }
-    tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn))
-        .await
-        .map_err(|_| StoreError::Timeout)?
-        .map_err(unavailable)?;
-    Ok(())
+    let sent = async {
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map_err(unavailable)
+    };
+    within(timeout, sent).await.map(drop)
 }
 
 /// A lease's id: random (a fresh `RandomState`'s keys), so that instances never pick the
