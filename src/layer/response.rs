@@ -149,25 +149,16 @@ impl<'a> Rejection<'a> {
         }
     }
 
-    /// The HTTP status of the default response (see [`default_response`](Self::default_response)).
-    pub(crate) fn status(&self) -> StatusCode {
+    /// The HTTP status of the default response (see [`default_response`](Self::default_response))
+    /// and its gRPC code (8 is `RESOURCE_EXHAUSTED`).
+    fn codes(&self) -> (StatusCode, u8) {
         match self.kind {
-            RejectionKind::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
+            RejectionKind::Limited(_) => (StatusCode::TOO_MANY_REQUESTS, 8),
             RejectionKind::Key(e) if e.kind() == KeyErrorKind::Misconfigured => {
-                StatusCode::INTERNAL_SERVER_ERROR
+                (StatusCode::INTERNAL_SERVER_ERROR, 13)
             }
-            RejectionKind::Key(_) => StatusCode::BAD_REQUEST,
-            RejectionKind::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-
-    /// The gRPC code of [`status`](Self::status): 8 `RESOURCE_EXHAUSTED`, 3, 13 or 14.
-    pub(crate) fn grpc_status(&self) -> u8 {
-        match self.status() {
-            StatusCode::TOO_MANY_REQUESTS => 8,
-            StatusCode::BAD_REQUEST => 3,
-            StatusCode::SERVICE_UNAVAILABLE => 14,
-            _ => 13,
+            RejectionKind::Key(_) => (StatusCode::BAD_REQUEST, 3),
+            RejectionKind::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, 14),
         }
     }
 
@@ -241,7 +232,7 @@ impl<'a> Rejection<'a> {
             return None;
         }
         let mut status = Vec::new();
-        proto::varint_field(&mut status, 1, u64::from(self.grpc_status()));
+        proto::varint_field(&mut status, 1, u64::from(self.codes().1));
         proto::string(&mut status, 2, &self.message());
         if let Some(wait) = retry {
             let mut duration = Vec::new();
@@ -277,10 +268,7 @@ impl<'a> Rejection<'a> {
         let message = self.message();
         if let Some(content_type) = self.grpc {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-            headers.insert(
-                GRPC_STATUS,
-                HeaderValue::from(u16::from(self.grpc_status())),
-            );
+            headers.insert(GRPC_STATUS, HeaderValue::from(u16::from(self.codes().1)));
             if let Ok(v) = HeaderValue::from_str(&grpc_percent_encode(&message)) {
                 headers.insert(GRPC_MESSAGE, v);
             }
@@ -290,7 +278,7 @@ impl<'a> Rejection<'a> {
                 }
             }
         } else {
-            *response.status_mut() = self.status();
+            *response.status_mut() = self.codes().0;
             headers.insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
