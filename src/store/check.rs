@@ -18,8 +18,7 @@ pub struct Check<'a> {
     pub(crate) key: KeyBytes<'a>,
     /// Units the request consumes. A cost of 0 is always admitted unless the key is locked.
     pub cost: u64,
-    /// What a refusal of this item does (by default it denies the batch and counts
-    /// towards the rule's penalty).
+    /// What a refusal of this item does ([`Refusal::Enforced`] by default).
     pub refusal: Refusal,
 }
 
@@ -41,8 +40,7 @@ pub enum Refusal {
 }
 
 impl<'a> Check<'a> {
-    /// `rule` for `key` at the rule's default cost. A key longer than 128 bytes (or
-    /// starting with the byte `0xFF`) is carried as its 33-byte digest ([`StoredKey`]).
+    /// `rule` for `key` at the rule's default cost, the key carried in its [`StoredKey`] form.
     // Inline, also across crates: out of line the check returns through memory in narrow
     // writes that the caller's wider reads then stall on.
     #[inline]
@@ -221,10 +219,7 @@ pub trait Store: Send + Sync + 'static {
     /// The decision [`check`](Self::check) would give, without a future, when this store
     /// can answer at once (an in-process store always; a Redis store from its deny cache,
     /// a [`Leased`](super::Leased) from a lease); `None` (the default) when the caller must
-    /// await `check`. [`Limiter::check`] and [`Limiter::check_one`] try it first.
-    ///
-    /// [`Limiter::check`]: crate::Limiter::check
-    /// [`Limiter::check_one`]: crate::Limiter::check_one
+    /// await `check`.
     fn try_check_now(
         &self,
         batch: &[Check<'_>],
@@ -257,9 +252,8 @@ pub trait Store: Send + Sync + 'static {
     ///   the same condition.
     /// - a lease ([`lease`](Self::lease)): the units it did not use, the refund's cost, and
     ///   the lease ends; past its term, nothing (every unit then counts as used).
-    /// - a rule left pending to the release, or units another store took: nothing. The
-    ///   outcome names the store that took each rule's units, so every unit lands where it
-    ///   was taken however stores are composed.
+    /// - a rule left pending to the release, or units another store took (the outcome names
+    ///   it): nothing.
     ///
     /// A refund never reopens a key earlier than the admission's instant, and never touches
     /// penalty state. An admission taken before a [`reset`](Self::reset) and refunded after

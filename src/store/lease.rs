@@ -9,6 +9,7 @@ use hashbrown::HashMap;
 use tokio::time::Instant;
 
 use crate::algorithm::Algorithm;
+use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
 use crate::store::batch;
@@ -334,7 +335,7 @@ impl<S: Store + Clone> Leased<S> {
         held.generation += 1;
         if let Some(rule) = outcome.rules.first() {
             slot.remaining.store(rule.info.remaining, Ordering::Relaxed);
-            let reset_us = u64::try_from(rule.info.reset.as_micros()).unwrap_or(u64::MAX);
+            let reset_us = duration_to_micros(rule.info.reset);
             slot.reset_us.store(reset_us, Ordering::Relaxed);
         }
         held.lease = Some(outcome);
@@ -416,8 +417,7 @@ impl<S: Store + Clone> Terms<S> {
     /// `instant` in µs after the epoch, as a slot's deadline counts.
     #[inline]
     fn micros(&self, instant: Instant) -> u64 {
-        let since = instant.saturating_duration_since(self.epoch);
-        u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        duration_to_micros(instant.saturating_duration_since(self.epoch))
     }
 
     /// Ends `slot`'s lease taken by [`Slot::take_lease`], if any: the store parks its units
