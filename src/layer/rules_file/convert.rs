@@ -13,7 +13,7 @@ use super::schema::{
 };
 use super::Loader;
 use crate::error::ConfigError;
-use crate::key::{self, ClientIp, KeyExtractor, PeerIp};
+use crate::key::{self, ClientIp, Header, KeyExtractor, PeerIp};
 use crate::layer::RateLimitLayerBuilder as Builder;
 use crate::layer::{Limit, Mode, PlanOf, Plans, RateLimitLayer, UnknownPlan};
 use crate::penalty::Penalty;
@@ -209,24 +209,19 @@ impl Loader {
     ) -> Option<Arc<dyn KeyExtractor>> {
         let extractor: Arc<dyn KeyExtractor> = match spec {
             KeySpec::PeerIp(s) => {
-                Arc::new(given(key::peer_ip(), s.ipv6_prefix, PeerIp::ipv6_prefix))
+                Arc::new(key::peer_ip().given(s.ipv6_prefix, PeerIp::ipv6_prefix))
             }
-            KeySpec::ClientIp(s) => {
-                let client = key::client_ip(&s.trusted);
-                let client = given(client, s.header, |c, header| c.header(header.into()));
-                let client = given(client, s.ipv6_prefix, ClientIp::ipv6_prefix);
-                let everyone = s.allow_trusting_everyone;
-                Arc::new(if everyone {
-                    client.allow_trusting_everyone()
-                } else {
-                    client
-                })
-            }
+            KeySpec::ClientIp(s) => Arc::new(
+                key::client_ip(&s.trusted)
+                    .given(s.header.map(Into::into), ClientIp::header)
+                    .given(s.ipv6_prefix, ClientIp::ipv6_prefix)
+                    .given(s.allow_trusting_everyone.then_some(()), |c, ()| {
+                        c.allow_trusting_everyone()
+                    }),
+            ),
             KeySpec::Header(HeaderSpec::Name(name)) => Arc::new(key::header(name)),
             KeySpec::Header(HeaderSpec::Table { name, duplicates }) => {
-                Arc::new(given(key::header(name), *duplicates, |h, d| {
-                    h.duplicates(d.into())
-                }))
+                Arc::new(key::header(name).given(duplicates.map(Into::into), Header::duplicates))
             }
             KeySpec::Route => Arc::new(key::route()),
             KeySpec::Method => Arc::new(key::method()),
@@ -296,26 +291,28 @@ fn settings<St: Store>(
         }
         (None, _) => None,
     };
-    let builder = given(builder, mode, Builder::mode);
-    let builder = given(builder, file.on_failure, |b, p| b.on_failure(p.into()));
-    let builder = given(
-        builder,
-        file.headers_on_allowed,
-        Builder::headers_on_allowed,
-    );
-    let builder = given(builder, file.legacy_headers, Builder::legacy_headers);
-    let builder = given(builder, file.max_held, Builder::max_held);
-    let builder = given(builder, file.max_held_per_key, Builder::max_held_per_key);
-    given(builder, file.log_interval, |b, Dur(i)| b.log_interval(i))
+    builder
+        .given(mode, Builder::mode)
+        .given(file.on_failure.map(Into::into), Builder::on_failure)
+        .given(file.headers_on_allowed, Builder::headers_on_allowed)
+        .given(file.legacy_headers, Builder::legacy_headers)
+        .given(file.max_held, Builder::max_held)
+        .given(file.max_held_per_key, Builder::max_held_per_key)
+        .given(file.log_interval.map(|Dur(i)| i), Builder::log_interval)
 }
 
-/// `target` with the file's `value` set on it, when the file gives one.
-fn given<B, T>(target: B, value: Option<T>, set: impl FnOnce(B, T) -> B) -> B {
-    match value {
-        Some(value) => set(target, value),
-        None => target,
+/// Sets what the file gives on a builder.
+trait Given: Sized {
+    /// `self` with the file's `value` set on it, when the file gives one.
+    fn given<T>(self, value: Option<T>, set: impl FnOnce(Self, T) -> Self) -> Self {
+        match value {
+            Some(value) => set(self, value),
+            None => self,
+        }
     }
 }
+
+impl<B> Given for B {}
 
 /// The limit `spec` describes, counting under `key`.
 fn limit(
@@ -336,18 +333,17 @@ fn limit(
     problems.name(format!("rule {name:?}"), format!("{path}.name"));
     problems.name(format!("rule name {name:?}"), format!("{path}.name"));
     let penalty = spec.penalty.map(|p| {
-        let penalty = given(Penalty::lock_for(p.lock_for.0), p.after, Penalty::after);
-        given(penalty, p.within, |penalty, Dur(within)| {
-            penalty.within(within)
-        })
+        let within = p.within.map(|Dur(within)| within);
+        let lock = Penalty::lock_for(p.lock_for.0);
+        lock.given(p.after, Penalty::after)
+            .given(within, Penalty::within)
     });
-    let rule = rule(spec, name, path, problems)?;
-    let rule = given(rule, penalty, Rule::with_penalty);
-    let limit = Limit::from_shared(given(rule, spec.cost, Rule::with_cost), key);
-    let limit = given(limit, spec.min_cost, Limit::min_cost);
-    let limit = given(limit, spec.on_missing_key, |l, m| {
-        l.on_missing_key(m.into())
-    });
+    let rule = rule(spec, name, path, problems)?
+        .given(penalty, Rule::with_penalty)
+        .given(spec.cost, Rule::with_cost);
+    let limit = Limit::from_shared(rule, key)
+        .given(spec.min_cost, Limit::min_cost)
+        .given(spec.on_missing_key.map(Into::into), Limit::on_missing_key);
     Some(if spec.shadow { limit.shadow() } else { limit })
 }
 
