@@ -112,12 +112,6 @@ impl<P, L> Fallback<P, L> {
         self
     }
 
-    /// The primary store.
-    #[cfg(test)]
-    fn primary(&self) -> &P {
-        &self.primary
-    }
-
     /// Whether the last decision came from the local store.
     pub(crate) fn is_falling_back(&self) -> bool {
         self.shared.falling_back.load(Ordering::Acquire)
@@ -176,12 +170,9 @@ impl Division {
         }
     }
 
-    /// `batch`'s rules with divided quotas; none for one instance, whose batch is as given.
+    /// `batch`'s rules with divided quotas.
     fn shares(&self, batch: &[Check<'_>]) -> SmallVec<[Share; 4]> {
-        match self.instances {
-            1 => SmallVec::new(),
-            _ => batch.iter().map(|c| self.divided(c.rule)).collect(),
-        }
+        batch.iter().map(|c| self.divided(c.rule)).collect()
     }
 
     /// `rule`'s share with its quotas divided by `instances`.
@@ -234,7 +225,7 @@ fn divide(rule: &Rule, n: u64) -> Option<Rule> {
     })
 }
 
-/// `batch` as the local store decides it: each check's rule replaced by its share, if any
+/// `batch` as the local store decides it: each check's rule replaced by its share
 /// ([`Division::shares`]).
 fn local_batch<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'a>; 4]> {
     let mut local: SmallVec<[Check<'a>; 4]> = SmallVec::from_slice(batch);

@@ -41,7 +41,7 @@ async fn while_the_primary_is_away_the_local_store_enforces_the_rules() {
     assert_eq!(admitted, [true, true, true, false]);
     assert_eq!(store.health(), Health::Degraded);
     assert!(store.is_falling_back());
-    assert_eq!(store.primary().health(), Health::Failing);
+    assert_eq!(store.primary.health(), Health::Failing);
 
     // Back: the primary decides again (it counted one), once the breaker probes.
     down(&flaky, false);
