@@ -1,5 +1,4 @@
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,14 +54,14 @@ impl RateLimitLayer {
 /// assert!(err.to_string().contains("rule \"global\""));
 /// assert!(err.to_string().contains("route \"post /sms/send\""));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RateLimitLayerBuilder<St = MemoryStore> {
     limiter: Limiter<St>,
     /// Everything but the route table, whose patterns `build` parses.
     config: Config,
     routes: Vec<(Box<str>, Vec<Limit>)>,
     /// Layer state rather than configuration: a reload keeps the running layer's.
-    observers: Vec<Arc<dyn DecisionObserver>>,
+    observers: Observers,
 }
 
 impl<St: Store> RateLimitLayerBuilder<St> {
@@ -72,7 +71,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             limiter,
             config: Config::default(),
             routes: Vec::new(),
-            observers: Vec::new(),
+            observers: Observers::default(),
         }
     }
 
@@ -173,7 +172,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                state: LayerState::new(&config, Observers::new(observers)),
+                state: LayerState::new(&config, observers),
                 config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }
@@ -208,7 +207,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// Adds `observer`, told of every decision after those added before (and the `metrics`
     /// feature's). A [reload](super::ReloadHandle::reload) keeps the running layer's.
     pub fn observe(mut self, observer: impl DecisionObserver) -> Self {
-        self.observers.push(Arc::new(observer));
+        self.observers.add(observer);
         self
     }
 
@@ -406,16 +405,5 @@ impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
             config: self.config.clone(),
             state: Arc::clone(&self.state),
         }
-    }
-}
-
-impl<St: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder")
-            .field("limiter", &self.limiter)
-            .field("config", &self.config)
-            .field("routes", &self.routes)
-            .field("observers", &self.observers.len())
-            .finish()
     }
 }

@@ -105,14 +105,19 @@ pub struct RuleDecision<'a> {
 
 /// The observers of a layer: the `metrics` feature's first, then the layer's, in the order
 /// they were added.
-#[derive(Clone, Default)]
-pub(crate) struct Observers(Box<[Arc<dyn DecisionObserver>]>);
+#[derive(Clone)]
+pub(crate) struct Observers(Vec<Arc<dyn DecisionObserver>>);
+
+impl Default for Observers {
+    fn default() -> Self {
+        let metrics = record::ENABLED.then(|| Arc::new(Metrics) as Arc<dyn DecisionObserver>);
+        Self(metrics.into_iter().collect())
+    }
+}
 
 impl Observers {
-    pub(crate) fn new(added: Vec<Arc<dyn DecisionObserver>>) -> Self {
-        let metrics: Option<Arc<dyn DecisionObserver>> =
-            record::ENABLED.then(|| Arc::new(Metrics) as _);
-        Self(metrics.into_iter().chain(added).collect())
+    pub(crate) fn add(&mut self, observer: impl DecisionObserver) {
+        self.0.push(Arc::new(observer));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
