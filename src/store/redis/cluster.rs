@@ -7,11 +7,10 @@
 //! when a later one denies; realign the parts that counted the request too early; settle
 //! the rules pending to a queue's release; commit the deferred parts; combine the outcomes.
 //!
-//! Once a part denies, the batch is judged as one node judges it (`denial`). What it
-//! reports still differs in two ways, inherent to deciding slot by slot: a refunded part
-//! reports its quota after the refund (a sliding log's refunded entry stays, without units,
-//! until it expires, so its reset reads that entry's window end); and a refunded part that
-//! took over another configuration's state keeps it.
+//! Once a part denies, the batch is judged as one node judges it (`denial`). Beyond what
+//! [`RedisStore`]'s docs say, a refunded part reports its quota after the refund: a sliding
+//! log's refunded entry stays, without units, until it expires, so its reset reads that
+//! entry's window end.
 
 use std::time::Duration;
 

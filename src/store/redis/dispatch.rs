@@ -135,18 +135,16 @@ impl Calls {
 
     /// Decides `batch`, within `timeout`.
     pub(super) async fn decide(&self, batch: Encoded, timeout: Duration) -> BatchReply {
-        if !self.coalesce {
+        // Alone when not coalescing, or when no call is in flight (see the module's docs).
+        let idle = self.coalesce
+            && self.queued.load(Ordering::Acquire) == 0
+            && self.slots.available_permits() == MAX_IN_FLIGHT;
+        let slot = idle
+            .then(|| Arc::clone(&self.slots).try_acquire_owned().ok())
+            .flatten();
+        if !self.coalesce || slot.is_some() {
+            // The slot, if taken, is held until the call is answered.
             return within(timeout, one(&self.caller, &batch)).await;
-        }
-        // Alone only when no call is in flight (see the module's documentation).
-        if self.queued.load(Ordering::Acquire) == 0
-            && self.slots.available_permits() == MAX_IN_FLIGHT
-        {
-            if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
-                let reply = within(timeout, one(&self.caller, &batch)).await;
-                drop(slot);
-                return reply;
-            }
         }
         let (reply, answer) = oneshot::channel();
         self.queued.fetch_add(1, Ordering::AcqRel);

@@ -42,15 +42,14 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 const SUSPECT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A `redis+sentinel://` deployment: where the sentinels are and what they watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Target {
     /// `host:port` of each sentinel.
     pub(super) sentinels: Vec<(String, u16)>,
     pub(super) service: String,
-    /// TLS to the sentinels and the primary (`rediss+sentinel://`).
-    pub(super) tls: bool,
-    /// `#insecure`: TLS without verifying certificates.
-    pub(super) insecure: bool,
+    /// TLS to the sentinels and the primary (`rediss+sentinel://`; `#insecure`: without
+    /// verifying certificates).
+    pub(super) tls: Option<TlsMode>,
     /// The primary's user (`None`: `default`), password and database.
     pub(super) user: Option<String>,
     pub(super) password: Option<String>,
@@ -100,14 +99,14 @@ pub(super) fn parse(url: &str) -> Result<Target, StoreError> {
         Some(("rediss+sentinel", rest)) => (true, rest),
         _ => return Err(invalid("not a sentinel URL")),
     };
-    let (rest, insecure) = match rest.split_once('#') {
-        Some((rest, "insecure")) if tls => (rest, true),
+    let (rest, mode) = match rest.split_once('#') {
+        Some((rest, "insecure")) if tls => (rest, TlsMode::Insecure),
         Some(_) => {
             return Err(invalid(
                 "only #insecure, with rediss+sentinel://, may follow",
             ))
         }
-        None => (rest, false),
+        None => (rest, TlsMode::Secure),
     };
     let (authority, path) = rest
         .split_once('/')
@@ -138,8 +137,7 @@ pub(super) fn parse(url: &str) -> Result<Target, StoreError> {
     Ok(Target {
         sentinels,
         service,
-        tls,
-        insecure,
+        tls: tls.then_some(mode),
         user,
         password,
         db,
@@ -171,13 +169,13 @@ pub(super) fn client(
         .sentinels
         .iter()
         .map(|(host, port)| match target.tls {
-            true => ConnectionAddr::TcpTls {
+            Some(mode) => ConnectionAddr::TcpTls {
                 host: host.clone(),
                 port: *port,
-                insecure: target.insecure,
+                insecure: mode == TlsMode::Insecure,
                 tls_params: None,
             },
-            false => ConnectionAddr::Tcp(host.clone(), *port),
+            None => ConnectionAddr::Tcp(host.clone(), *port),
         });
     let invalid = |e: RedisError| StoreError::Misconfigured(format!("invalid sentinel setup: {e}"));
     let mut builder =
@@ -196,13 +194,8 @@ pub(super) fn client(
         }
         builder = builder.set_client_to_sentinel_password(password);
     }
-    if target.tls {
+    if let Some(mode) = target.tls {
         super::options::install_crypto_provider();
-        let mode = if target.insecure {
-            TlsMode::Insecure
-        } else {
-            TlsMode::Secure
-        };
         builder = builder
             .set_client_to_redis_tls_mode(mode)
             .set_client_to_sentinel_tls_mode(mode);
@@ -562,8 +555,7 @@ mod tests {
             Target {
                 sentinels: vec![("10.0.0.1".into(), 26379), ("10.0.0.2".into(), 26380)],
                 service: "mymaster".into(),
-                tls: false,
-                insecure: false,
+                tls: None,
                 user: Some("app".into()),
                 password: Some("p@ss".into()),
                 db: 2,
@@ -571,7 +563,7 @@ mod tests {
         );
 
         let target = parse("rediss+sentinel://:pw@s1/svc#insecure").expect("parses");
-        assert!(target.tls && target.insecure);
+        assert_eq!(target.tls, Some(TlsMode::Insecure));
         assert_eq!(target.sentinels, vec![("s1".into(), 26379),]);
         assert_eq!(
             (target.user, target.password.as_deref()),
