@@ -11,10 +11,6 @@ use smallvec::SmallVec;
 
 use crate::layer::observe::record;
 
-/// How many requests a layer holds at once unless told otherwise
-/// ([`RateLimitLayerBuilder::max_held`](crate::layer::RateLimitLayerBuilder::max_held)).
-pub(crate) const DEFAULT_MAX_HELD: usize = 10_000;
-
 /// The bounds on held requests (configuration; the count is the layer's state,
 /// [`HeldCounts`]).
 #[derive(Clone, Debug)]
@@ -24,9 +20,10 @@ pub(crate) struct HeldLimits {
 }
 
 impl Default for HeldLimits {
+    /// As [`max_held`](crate::layer::RateLimitLayerBuilder::max_held) says.
     fn default() -> Self {
         Self {
-            max: DEFAULT_MAX_HELD,
+            max: 10_000,
             max_per_key: None,
         }
     }

@@ -52,7 +52,6 @@ pub(super) mod observer;
 pub(super) mod record;
 pub(super) mod rules;
 
-use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -117,11 +116,11 @@ pub(crate) fn finish(
     result: &Result<Outcome, StoreError>,
     health: Health,
 ) {
-    let (span, state) = (&observation.span, &batch.state);
-    if span.is_disabled() && state.observers.is_empty() {
+    // Untimed: no span and no observer.
+    let Some(start) = observation.start else {
         return;
-    }
-    let store_latency = observation.start.map(|start| start.elapsed());
+    };
+    let (span, store_latency) = (&observation.span, Some(start.elapsed()));
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
     let shadow_mode = batch.config.mode == Mode::Shadow;
@@ -149,7 +148,7 @@ pub(crate) fn finish(
     if !span.is_disabled() {
         record_span(span, &event, shadow_mode);
     }
-    state.observers.notify(&event);
+    batch.state.observers.notify(&event);
 }
 
 /// The span's fields, from the event the observers see.
@@ -172,25 +171,15 @@ fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
     let deciding = event.rules.iter().find(decided).or(event.rules.first());
     if let Some(rule) = deciding {
         span.record("rule", rule.rule.name());
-        span.record("key", display(KeyDigest::of(rule.key.as_bytes())));
+        let digest = key_digest(rule.key.as_bytes());
+        span.record("key", display(format_args!("{digest:08x}")));
     }
 }
 
 /// A key as the span shows it: 32 bits of a hash keyed per process.
-struct KeyDigest(u32);
-
-impl KeyDigest {
-    fn of(key: &[u8]) -> Self {
-        static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-        let hash = SEED.get_or_init(Default::default).hash_one(key);
-        Self((hash >> 32) as u32)
-    }
-}
-
-impl fmt::Display for KeyDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}", self.0)
-    }
+fn key_digest(key: &[u8]) -> u32 {
+    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    (SEED.get_or_init(Default::default).hash_one(key) >> 32) as u32
 }
 
 #[cfg(test)]
@@ -201,9 +190,10 @@ mod tests {
     /// the key.
     #[test]
     fn a_key_digest_is_short_stable_and_not_the_key() {
-        let a = KeyDigest::of(b"203.0.113.7").to_string();
+        let digest = |key: &[u8]| format!("{:08x}", key_digest(key));
+        let a = digest(b"203.0.113.7");
         assert_eq!(a.len(), 8);
-        assert_eq!(a, KeyDigest::of(b"203.0.113.7").to_string());
-        assert_ne!(a, KeyDigest::of(b"203.0.113.8").to_string());
+        assert_eq!(a, digest(b"203.0.113.7"));
+        assert_ne!(a, digest(b"203.0.113.8"));
     }
 }

@@ -3,7 +3,6 @@
 pub(super) mod select;
 
 use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 
 use self::select::{Otherwise, PlanGuard, PlanOf, Selector};
@@ -70,6 +69,7 @@ pub enum UnknownPlan {
 /// assert_eq!(call("pro").await?.status(), StatusCode::OK);
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct Plans {
     plan_of: PlanOf,
     unknown: UnknownPlan,
@@ -92,16 +92,6 @@ impl Plans {
     pub fn plan(mut self, name: impl Into<String>, limit: Limit) -> Self {
         self.plans.push((name.into().into(), limit));
         self
-    }
-}
-
-impl fmt::Debug for Plans {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Plans")
-            .field("plan_of", &self.plan_of)
-            .field("unknown", &self.unknown)
-            .field("plans", &self.plans)
-            .finish_non_exhaustive()
     }
 }
 
