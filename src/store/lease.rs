@@ -223,11 +223,6 @@ impl<S: Store + Clone> Leased<S> {
         .flatten()
     }
 
-    /// The wrapped store.
-    fn get_ref(&self) -> &S {
-        &self.shared.store
-    }
-
     /// The first check of `batch` a lease may answer, with its index and its rule's terms.
     #[inline]
     fn leased(&self, batch: &[Check<'_>], max_wait: Duration) -> Option<(usize, &Arc<Terms<S>>)> {
@@ -250,7 +245,7 @@ impl<S: Store + Clone> Leased<S> {
         }
         match self.lend(terms, check).await? {
             Some((rule, _)) => Ok(Outcome::new([rule].into_iter().collect())),
-            None => self.get_ref().check(&[check], Duration::ZERO).await,
+            None => self.shared.store.check(&[check], Duration::ZERO).await,
         }
     }
 
@@ -263,7 +258,7 @@ impl<S: Store + Clone> Leased<S> {
         batch: &[Check<'_>],
     ) -> Result<Outcome, StoreError> {
         let Some((leased, lent)) = self.lend(terms, batch[i]).await? else {
-            return self.get_ref().check(batch, Duration::ZERO).await;
+            return self.shared.store.check(batch, Duration::ZERO).await;
         };
         let rest: SmallVec<[Check<'_>; 4]> = batch
             .iter()
@@ -271,7 +266,7 @@ impl<S: Store + Clone> Leased<S> {
             .filter(|&(j, _)| j != i)
             .map(|(_, c)| *c)
             .collect();
-        let decided = self.get_ref().check(&rest, Duration::ZERO).await;
+        let decided = self.shared.store.check(&rest, Duration::ZERO).await;
         if !decided.as_ref().is_ok_and(Outcome::is_admitted) {
             lent.give_back().await;
         }
@@ -498,7 +493,7 @@ impl<S: Store + Clone> Store for Leased<S> {
         match self.leased(batch, max_wait) {
             Some((_, terms)) if batch.len() == 1 => self.decide(terms, batch[0]).await,
             Some((i, terms)) => self.decide_with_others(terms, i, batch).await,
-            None => self.get_ref().check(batch, max_wait).await,
+            None => self.shared.store.check(batch, max_wait).await,
         }
     }
 
@@ -508,7 +503,7 @@ impl<S: Store + Clone> Store for Leased<S> {
         term: Duration,
         ending: Option<(&Outcome, u64)>,
     ) -> Result<Outcome, StoreError> {
-        self.get_ref().lease(check, term, ending).await
+        self.shared.store.lease(check, term, ending).await
     }
 
     /// Answers from a lease that has the units, or a store that answers at once.
@@ -523,24 +518,24 @@ impl<S: Store + Clone> Store for Leased<S> {
             }
             // `check` decides a batch's leased rule from the lease.
             Some(_) => None,
-            None => self.get_ref().try_check_now(batch, max_wait),
+            None => self.shared.store.try_check_now(batch, max_wait),
         }
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        self.get_ref().peek(check).await
+        self.shared.store.peek(check).await
     }
 
     async fn refund(&self, batch: &[Check<'_>], outcome: &Outcome) -> Result<(), StoreError> {
-        self.get_ref().refund(batch, outcome).await
+        self.shared.store.refund(batch, outcome).await
     }
 
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
-        self.get_ref().overdraw(batch).await
+        self.shared.store.overdraw(batch).await
     }
 
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
-        self.get_ref().count_denials(batch, ago).await
+        self.shared.store.count_denials(batch, ago).await
     }
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
@@ -551,21 +546,21 @@ impl<S: Store + Clone> Store for Leased<S> {
             let ending = slot.take_lease(&mut *slot.held.lock().await);
             terms.end(&slot, ending).await;
         }
-        self.get_ref().reset(rule, key).await
+        self.shared.store.reset(rule, key).await
     }
 
     fn probe(
         &self,
     ) -> Option<impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static> {
-        self.get_ref().probe()
+        self.shared.store.probe()
     }
 
     fn health(&self) -> Health {
-        self.get_ref().health()
+        self.shared.store.health()
     }
 
     fn outage_health(&self) -> Health {
-        self.get_ref().outage_health()
+        self.shared.store.outage_health()
     }
 }
 
@@ -586,7 +581,7 @@ impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
             .map(|t| (t.rule.name(), t.units, t.term))
             .collect();
         f.debug_struct("Leased")
-            .field("store", self.get_ref())
+            .field("store", &self.shared.store)
             .field("leases", &rules)
             .finish()
     }

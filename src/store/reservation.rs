@@ -85,10 +85,9 @@ pub(crate) trait Batch: Send + Sync + 'static {
 
 /// A batch copied from a caller's checks.
 struct Copied {
-    rules: SmallVec<[Rule; 2]>,
     keys: Vec<u8>,
-    /// Per check: where its key ends in `keys`, its cost, what its refusal does.
-    items: SmallVec<[(usize, u64, Refusal); 2]>,
+    /// Per check: its rule, where its key ends in `keys`, its cost, what its refusal does.
+    items: SmallVec<[(Rule, usize, u64, Refusal); 2]>,
 }
 
 impl Copied {
@@ -98,24 +97,19 @@ impl Copied {
             .iter()
             .map(|c| {
                 keys.extend_from_slice(c.key());
-                (keys.len(), c.cost, c.refusal)
+                (c.rule.clone(), keys.len(), c.cost, c.refusal)
             })
             .collect();
-        Self {
-            rules: batch.iter().map(|c| c.rule.clone()).collect(),
-            keys,
-            items,
-        }
+        Self { keys, items }
     }
 }
 
 impl Batch for Copied {
     fn checks(&self) -> SmallVec<[Check<'_>; 4]> {
         let mut start = 0;
-        self.rules
+        self.items
             .iter()
-            .zip(&self.items)
-            .map(|(rule, &(end, cost, refusal))| {
+            .map(|&(ref rule, end, cost, refusal)| {
                 let key = self.keys.get(start..end).unwrap_or_default();
                 start = end;
                 Check {
