@@ -4,11 +4,9 @@ use std::time::Duration;
 
 use crate::clock::duration_to_micros_ceil;
 
-/// An amount of units per period of time: `Rate::per_second(100)` admits 100 units each
-/// second, not one unit every 100 seconds.
-///
-/// Rates are exact integers (an amount and a period in microseconds): `Rate::per_second(3)`
-/// is three units per 1,000,000 µs, not one unit every 333,333.33 µs.
+/// An amount of units per period of time, kept as exact integers (the period in
+/// microseconds): `Rate::per_second(3)` is three units per 1,000,000 µs, not one unit every
+/// 333,333.33 µs.
 ///
 /// # Exactness
 ///

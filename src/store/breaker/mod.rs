@@ -33,14 +33,14 @@ const HALF_OPEN: u8 = 2;
 /// After [`failures`](Self::failures) consecutive failures (errors or timeouts, not
 /// malformed batches) the breaker **opens**: calls fail at once with
 /// [`StoreError::CircuitOpen`]. After [`open_for`](Self::open_for), the next call (or
-/// [`health`](Store::health) look) starts one **probe**, the store's
-/// [`probe`](Store::probe) (a `PING` for [`RedisStore`]) on its own task, while calls still
-/// fail at once; success closes the breaker, failure reopens it. Without a store probe (or
-/// a tokio runtime) that call is the probe. While open or probing, its
-/// [`health`](Store::health) is [`Failing`](Health::Failing). Transitions are `tracing` events (target
-/// `tollgate::breaker`: `warn` on opening, `info` otherwise). The breaker never retries: the
-/// layer's [`FailurePolicy`](crate::layer::FailurePolicy) or a
-/// [`Fallback`](super::Fallback) handles failures.
+/// [`health`](Store::health) look) starts one **probe**, the store's [`probe`](Store::probe)
+/// on its own task, while calls still fail at once; success closes the breaker, failure
+/// reopens it. Without a store probe (or a tokio runtime) that call is the probe. While open
+/// or probing, its [`health`](Store::health) is [`Failing`](Health::Failing). Transitions
+/// are `tracing` events (target `tollgate::breaker`: `warn` on opening, `info` otherwise).
+/// The breaker never retries: the layer's [`FailurePolicy`](crate::layer::FailurePolicy) or
+/// a [`Fallback`](super::Fallback) handles failures. Configure it before cloning it: clones
+/// share the breaker.
 ///
 /// ```
 /// use std::time::Duration;
@@ -54,12 +54,6 @@ const HALF_OPEN: u8 = 2;
 /// let limiter = Limiter::new(store);
 /// assert_eq!(limiter.health(), Health::Healthy);
 /// ```
-///
-#[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::store::RedisStore")]
-#[cfg_attr(
-    not(feature = "redis"),
-    doc = "[`RedisStore`]: https://docs.rs/tollgate/latest/tollgate/store/struct.RedisStore.html"
-)]
 #[derive(Clone)]
 pub struct Breaker<S> {
     store: S,
@@ -92,14 +86,12 @@ impl<S> Breaker<S> {
     }
 
     /// Opens after `n` consecutive failures (at least 1; default 3).
-    /// Set it before cloning the store: clones share the breaker.
     pub fn failures(mut self, n: u32) -> Self {
         self.configure(|s| s.failures = n.max(1));
         self
     }
 
     /// Stays open this long before a probe, and again after a failed one (default 500 ms).
-    /// Set it before cloning the store: clones share the breaker.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.configure(|s| s.open_for_micros = duration_to_micros(duration));
         self
