@@ -136,15 +136,13 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     /// - [`FailurePolicy::Fallback`] over a store whose calls fail while Redis is away (see
     ///   [`Store::outage_health`]): it would let every request of an outage through.
     pub fn build(self) -> Result<RateLimitLayer<St>, ConfigError> {
-        let Self {
-            limiter,
-            mut config,
-            routes,
-            observers,
-        } = self;
-        let limits = config.global.iter().chain(routes.iter().flat_map(|r| &r.1));
+        let (limiter, mut config) = (self.limiter, self.config);
+        let limits = config
+            .global
+            .iter()
+            .chain(self.routes.iter().flat_map(|r| &r.1));
         let mut problems = limits_problems(limits);
-        for (pattern, limits) in routes {
+        for (pattern, limits) in self.routes {
             let pattern = match RoutePattern::parse(&pattern) {
                 Ok(pattern) => pattern,
                 Err(e) => {
@@ -172,7 +170,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
                 limiter,
-                state: LayerState::new(&config, observers),
+                state: LayerState::new(&config, self.observers),
                 config: ConfigSource::Fixed(Arc::new(config)),
             }),
         }

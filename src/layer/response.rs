@@ -82,7 +82,7 @@ fn grpc_answer(headers: &HeaderMap) -> Option<&'static str> {
             && (media.len() == n || media[n] == b'+')
     };
     let answers = [
-        (&b"application/grpc"[..], GRPC),
+        (&b"application/grpc"[..], "application/grpc"),
         (b"application/grpc-web", "application/grpc-web+proto"),
         (
             b"application/grpc-web-text",
@@ -92,9 +92,6 @@ fn grpc_answer(headers: &HeaderMap) -> Option<&'static str> {
     let answer = answers.into_iter().find(|(asked, _)| is(asked));
     answer.map(|(_, answer)| answer)
 }
-
-/// The content type of gRPC proper.
-const GRPC: &str = "application/grpc";
 
 /// A refused request, as the rejection function sees it; see
 /// [`RateLimitLayerBuilder::on_reject`](crate::layer::RateLimitLayerBuilder::on_reject).
@@ -136,7 +133,7 @@ impl<'a> Rejection<'a> {
     /// Whether it is a gRPC request: `content-type` is exactly `application/grpc` or
     /// `application/grpc+…` (grpc-web is not).
     pub fn is_grpc(&self) -> bool {
-        self.grpc == Some(GRPC)
+        self.grpc == Some("application/grpc")
     }
 
     /// The wait before a retry can succeed: for a [`RejectionKind::Limited`] request that
@@ -501,13 +498,14 @@ mod tests {
             headers.insert(CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
             grpc_answer(&headers)
         };
+        let grpc = "application/grpc";
         let (web, web_text) = (
             "application/grpc-web+proto",
             "application/grpc-web-text+proto",
         );
-        assert_eq!(of("application/grpc"), Some(GRPC));
-        assert_eq!(of("application/grpc+proto"), Some(GRPC));
-        assert_eq!(of("application/grpc; charset=utf-8"), Some(GRPC));
+        assert_eq!(of("application/grpc"), Some(grpc));
+        assert_eq!(of("application/grpc+proto"), Some(grpc));
+        assert_eq!(of("application/grpc; charset=utf-8"), Some(grpc));
         assert_eq!(of("application/grpc-web"), Some(web));
         assert_eq!(of("application/grpc-web+json"), Some(web));
         assert_eq!(of("application/grpc-web-text+proto"), Some(web_text));

@@ -47,7 +47,7 @@ impl Loader {
         // reports everything: an entry with a problem is left out or given a placeholder
         // that passes them, and reports nothing twice.
         match builder.build() {
-            Ok(layer) if problems.is_empty() => Ok(layer),
+            Ok(layer) if problems.len() == 0 => Ok(layer),
             Ok(_) => Err(problems.into_error()),
             Err(e) => Err(problems.located(&e)),
         }

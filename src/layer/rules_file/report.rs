@@ -103,11 +103,6 @@ impl Problems {
         self.found.len()
     }
 
-    /// Whether none was found.
-    pub(super) fn is_empty(&self) -> bool {
-        self.found.is_empty()
-    }
-
     /// Reports `problem` at the field `path` (or the nearest enclosing one written).
     pub(super) fn at(&mut self, path: &str, problem: impl fmt::Display) {
         self.push(self.at_path(path), path, problem);
