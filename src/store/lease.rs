@@ -19,18 +19,16 @@ use crate::Rule;
 use smallvec::SmallVec;
 
 /// A store that leases `units` of a hot key's quota to this instance in one call and
-/// decides from them in process until they run out or the term ends, then gives back the
-/// rest and takes the next share: one store call per lease, not per decision. Opt-in per
-/// rule ([`lease`](Self::lease)); every other rule, and every batch a lease cannot answer,
-/// goes to the wrapped store unchanged.
+/// decides from them in process, then takes the next share: one store call per lease, not
+/// per decision. Opt-in per rule ([`lease`](Self::lease)); every other rule, and every batch
+/// a lease cannot answer, goes to the wrapped store unchanged.
 ///
 /// # What is exact
 ///
-/// A lease is [`Store::lease`]: `units` taken from the key's bucket and *parked* in the
-/// store until the lease ends or its `term` passes, the bucket meanwhile refilling only up
-/// to its burst less the units parked in live leases. Only a **token bucket** or **GCRA**
-/// can lease; windows and logs would date a unit when taken, a leaky bucket's units are its
-/// queue, and a [`Penalty`](crate::Penalty) would never count a lease's denials.
+/// A lease is [`Store::lease`]: `units` of the key's bucket *parked* in the store until the
+/// lease ends or its `term` passes. Only a **token bucket** or **GCRA** can lease; windows
+/// and logs would date a unit when taken, a leaky bucket's units are its queue, and a
+/// [`Penalty`](crate::Penalty) would never count a lease's denials.
 ///
 /// - **Never more than the rule admits in one process**, across all instances, counted by
 ///   when requests pass: a unit used at the last instant of its lease found no refill in

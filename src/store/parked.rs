@@ -1,13 +1,9 @@
-//! Units parked in leases ([`Store::lease`](crate::store::Store::lease)): a key's ledger of
-//! live leases, which keeps its bucket from refilling what the leases may still use.
-//!
-//! A lease's units are taken when granted but may be used until it ends: were the bucket to
-//! refill meanwhile, units used late would make a burst larger than the rule's. So the
-//! bucket holds at most its burst less the units parked in live leases. A lease that ends
-//! gives its unused units back (exact: the bucket held them out); one that expires counts
-//! them as used, as its holder may have used each until its last instant. The stores apply
-//! the cap when they evaluate a key ([`Parked::settle`]), persisting it when they write it.
-//! The Lua twin is `lua/parked.lua`.
+//! Units parked in leases: a key's ledger of live leases, which keeps its bucket from
+//! refilling what they may still use ([`Store::lease`](crate::store::Store::lease) says why).
+//! A lease that ends gives its unused units back (exact: the bucket held them out); one that
+//! expires counts them as used, as its holder may have used each until its last instant.
+//! The stores apply the cap when they evaluate a key ([`Parked::settle`]), persisting it
+//! when they write it. The Lua twin is `lua/parked.lua`.
 
 use smallvec::SmallVec;
 

@@ -39,21 +39,8 @@ const HALF_OPEN: u8 = 2;
 /// or probing, its [`health`](Store::health) is [`Failing`](Health::Failing). Transitions
 /// are `tracing` events (target `tollgate::breaker`: `warn` on opening, `info` otherwise).
 /// The breaker never retries: the layer's [`FailurePolicy`](crate::layer::FailurePolicy) or
-/// a [`Fallback`](super::Fallback) handles failures. Configure it before cloning it: clones
-/// share the breaker.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::store::Breaker;
-/// use tollgate::store::{Health, MemoryStore};
-/// use tollgate::Limiter;
-///
-/// let store = Breaker::new(MemoryStore::new())
-///     .failures(5)
-///     .open_for(Duration::from_secs(1));
-/// let limiter = Limiter::new(store);
-/// assert_eq!(limiter.health(), Health::Healthy);
-/// ```
+/// a [`Fallback`](super::Fallback) handles failures; the `Fallback`'s example builds one.
+/// Configure it before cloning it: clones share the breaker.
 #[derive(Clone)]
 pub struct Breaker<S> {
     store: S,
