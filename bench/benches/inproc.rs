@@ -13,6 +13,8 @@
 //! apart) and reports the wall time over all decisions. Each round times every case for
 //! `INPROC_MS` milliseconds (default 150), in a rotating order; the printed ratio is the median
 //! over `INPROC_ROUNDS` rounds (default 7) of the case's ns over governor's in the same round.
+//! `INPROC_SCENES` (say `2 threads, hot`) runs only the scenes whose name starts with it, to
+//! profile one (`perf record`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -173,6 +175,14 @@ fn main() {
         .collect();
     let hot: Vec<Box<[u8]>> = vec![Box::from(&b"hot-key"[..])];
     let deciders = Deciders::new(&keys);
+    // Governor's map holds a copy of each key, allocated in the order of `keys`: visited in
+    // that order, its key reads stream through memory. `INPROC_SHUFFLE=1` visits them in
+    // another order (a stride through them), as a server's clients would come.
+    let keys: Vec<Box<[u8]>> = if env_or("INPROC_SHUFFLE", 0) == 1 {
+        (0..KEYS).map(|i| keys[i * 7919 % KEYS].clone()).collect()
+    } else {
+        keys
+    };
     let scenes: [Scene<'_>; 4] = [
         ("hot", &hot, false),
         ("100k", &keys, false),
@@ -189,7 +199,8 @@ fn main() {
     );
     println!("| keys | path | ns (median) | vs governor (median of rounds) |");
     println!("|---|---|---:|---:|");
-    for (scene, keys, threads) in scenes {
+    let only: String = env_or("INPROC_SCENES", String::new());
+    for (scene, keys, threads) in scenes.into_iter().filter(|s| s.0.starts_with(&*only)) {
         let paths: &[Path] = if threads {
             &[Path::Governor, Path::CheckNow, Path::Check]
         } else {
