@@ -6,9 +6,8 @@
 //! ends says how many, so a lasting outage costs one line per interval. A kind whose
 //! interval passes quiet logs its next event at once again.
 //!
-//! The summary comes when the interval ends, so an outage's tail is reported even when no
-//! failure follows: a small tokio task, spawned by the first event left out, ends after a
-//! quiet interval. Outside a runtime the next event's line carries the count.
+//! The summary comes when the interval ends (from a task, [`summaries`]), so an outage's
+//! tail is reported even when no failure follows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -225,8 +224,9 @@ impl EventLog {
     }
 }
 
-/// The summary task of a log: wakes when an interval with events left out ends, writes the
-/// summaries, and ends once nothing is left out (or the layer is gone).
+/// The summary task of a log, spawned by the first event left out: wakes when an interval
+/// with events left out ends, writes the summaries, and ends once nothing is left out (or
+/// the layer is gone).
 async fn summaries(log: Weak<EventLog>) {
     loop {
         let wake = {
