@@ -106,12 +106,10 @@ pub(crate) fn take_tickets(batch: &mut LayerBatch) {
         return;
     }
     for (i, item) in items.iter_mut().enumerate() {
-        let Some(limit) = config.limit(*route, item.limit) else {
+        let limit = config.limit(*route, item.limit);
+        let Some(limit) = limit.filter(|l| l.defers_denials()) else {
             continue;
         };
-        if !limit.defers_denials() {
-            continue;
-        }
         if let Some(key) = keys.as_bytes().get(item.start..item.end) {
             let (ticket, alone) = state.unsettled.start(&limit.rule, key);
             item.defers = !alone;
