@@ -1,13 +1,16 @@
-//! The check on connect that the Redis user may do everything the store does: each command
-//! tollgate's code runs, on a key of its own under the prefix, and a publish on the deny
-//! caches' channel. A missing permission is an error naming it, at start, rather than a
-//! failure of the first decision that needs it.
+//! The checks on connect of a server the store decides on: the Redis user may do everything
+//! the store does (each command tollgate's code runs, on a key of its own under the prefix,
+//! and a publish on the deny caches' channel), and the code loads and runs. A missing
+//! permission is an error naming it, at start, rather than a failure of the first decision
+//! that needs it.
 
 use redis::{Cmd, Value};
 
 use crate::error::StoreError;
 
 use super::connection::Connection;
+use super::script::Invocation;
+use super::setup;
 
 /// The commands the decisions run inside tollgate's code, with arguments that are harmless
 /// on `key` and `log`: a key and a sorted set under the prefix that no rule can name (`/`
@@ -42,13 +45,15 @@ fn commands(key: &[u8], log: &[u8], channel: &[u8]) -> Vec<(&'static str, Cmd)> 
     cmds
 }
 
-/// Runs [`commands`] under `prefix` (as the store writes it): an error naming the first
-/// permission the user lacks.
+/// Runs [`commands`] under `prefix` (as the store writes it), then the dry decision
+/// ([`setup::dry_decision`], with `functions`): an error naming the first permission the
+/// user lacks, else the route that worked.
 pub(super) async fn check(
     conn: &mut Connection,
     addr: &str,
     prefix: &[u8],
-) -> Result<(), StoreError> {
+    functions: bool,
+) -> Result<Invocation, StoreError> {
     let key = [prefix, b":{acl-check}:/check"].concat();
     let log = [key.as_slice(), b"/log"].concat();
     let channel = [prefix, b":deny-cache"].concat();
@@ -57,7 +62,8 @@ pub(super) async fn check(
             return Err(refusal(addr, name, prefix, &e));
         }
     }
-    Ok(())
+    // The commands first: a command denied inside the code is reported without its name.
+    setup::dry_decision(conn, addr, functions).await
 }
 
 /// The error for `command` failing at `addr` with `e`; for a missing permission, the
@@ -66,7 +72,7 @@ fn refusal(addr: &str, command: &str, prefix: &[u8], e: &redis::RedisError) -> S
     let prefix = String::from_utf8_lossy(prefix);
     let text = e.to_string();
     if e.code() != Some("NOPERM") && !text.contains("NOPERM") {
-        return super::setup::setup_error(addr, e);
+        return setup::setup_error(addr, e);
     }
     let grant = if text.contains("channel") {
         format!("&{prefix}:deny-cache (the deny caches' channel)")

@@ -188,7 +188,7 @@ impl RedisStore {
         let cluster = matches!(conn, Connection::Cluster(_));
         let prefix = options.escaped_prefix();
         let functions = !cluster && !options.script_only;
-        let route = check(&mut conn, addr, &prefix, functions).await?;
+        let route = access::check(&mut conn, addr, &prefix, functions).await?;
         if let Connection::Sentinel(sentinel) = &conn {
             let prefix: Arc<[u8]> = Arc::from(prefix.as_slice());
             sentinel.check_primaries_with(Box::new(move |client, addr| {
@@ -235,19 +235,6 @@ async fn standalone(client: Client, retries: usize, addr: &str) -> Result<Connec
     Ok(Connection::Standalone(manager))
 }
 
-/// The checks of a server the store decides on: the user may do everything the store does
-/// under `prefix`, and the code loads and runs ([`setup::dry_decision`]); the route that worked.
-async fn check(
-    conn: &mut Connection,
-    addr: &str,
-    prefix: &[u8],
-    functions: bool,
-) -> Result<Invocation, StoreError> {
-    // The commands first: a command denied inside the code is reported without its name.
-    access::check(conn, addr, prefix).await?;
-    setup::dry_decision(conn, addr, functions).await
-}
-
 /// `connect`'s checks on a later primary: [`StoreError::Misconfigured`] when the store
 /// cannot decide there, another error when it did not answer.
 async fn check_primary(
@@ -268,7 +255,7 @@ async fn check_primary(
             return Err(refusal);
         }
         let functions = route == Invocation::Function;
-        let found = check(&mut conn, addr, &prefix, functions).await?;
+        let found = access::check(&mut conn, addr, &prefix, functions).await?;
         // Before Redis 7 there are no functions, and calls fall back to the script there.
         if found != route && info.version.is_none_or(|v| v >= (7, 0)) {
             return Err(StoreError::Misconfigured(format!(

@@ -228,19 +228,14 @@ async fn dispatch(
 
 async fn send(caller: Caller, call: Vec<Pending>, slot: OwnedSemaphorePermit) {
     let batches: Vec<&Encoded> = call.iter().map(|p| &p.batch).collect();
-    let replies = caller.call(&batches).await;
+    let mut replies = caller.call(&batches).await.map(Vec::into_iter);
     drop(slot);
-    match replies {
-        Ok(replies) => {
-            for (p, reply) in call.into_iter().zip(replies) {
-                // A request that stopped waiting meanwhile is told nothing.
-                let _ = p.reply.send(reply);
-            }
-        }
-        Err(e) => {
-            for p in call {
-                let _ = p.reply.send(Err(e.clone()));
-            }
-        }
+    for p in call {
+        let reply = match &mut replies {
+            Ok(replies) => replies.next(),
+            Err(e) => Some(Err(e.clone())),
+        };
+        // A request that stopped waiting meanwhile is told nothing.
+        let _ = reply.map(|reply| p.reply.send(reply));
     }
 }

@@ -189,35 +189,19 @@ fn noperm_fix(e: &RedisError) -> String {
 }
 
 /// A start-up failure at `addr`: a configuration error naming the fix where `e` says what
-/// to fix, else an outage.
+/// to fix (its code, its kind or its words, where rustls' and the parser's verdicts show),
+/// else an outage.
 pub(super) fn setup_error(addr: &str, e: &RedisError) -> StoreError {
-    match fix(e) {
-        Some(Fix::Misconfigured(fix)) => {
-            StoreError::Misconfigured(format!("redis at {addr}: {fix} ({})", brief(e)))
-        }
-        Some(Fix::Outage(fix)) => StoreError::Unavailable(format!("redis at {addr}: {e} ({fix})")),
-        None => StoreError::Unavailable(format!("redis at {addr}: {e}")),
-    }
-}
-
-/// What a start-up error asks of its reader: a change of configuration, or patience.
-enum Fix {
-    Misconfigured(String),
-    Outage(&'static str),
-}
-
-/// The fix `e` calls for, read off its code, its kind or its words (where rustls' and the
-/// parser's verdicts show).
-fn fix(e: &RedisError) -> Option<Fix> {
-    let text = e.to_string();
-    let config = |fix: &str| Some(Fix::Misconfigured(fix.to_owned()));
+    let config =
+        |fix: &str| StoreError::Misconfigured(format!("redis at {addr}: {fix} ({})", brief(e)));
+    let outage = |fix: &str| StoreError::Unavailable(format!("redis at {addr}: {e} ({fix})"));
     match e.code() {
-        Some("NOPERM") => return Some(Fix::Misconfigured(noperm_fix(e))),
+        Some("NOPERM") => return config(&noperm_fix(e)),
         Some("READONLY") => {
             return config("this is a read-only replica: point the store at the primary")
         }
         Some("MOVED" | "ASK" | "CROSSSLOT") => return config(CLUSTER_NODE),
-        Some("CLUSTERDOWN") => return Some(Fix::Outage("the Cluster does not serve every slot")),
+        Some("CLUSTERDOWN") => return outage("the Cluster does not serve every slot"),
         Some("NOAUTH") => return config(NO_PASSWORD),
         Some("WRONGPASS") => return config(WRONG_PASSWORD),
         _ => {}
@@ -255,11 +239,14 @@ fn fix(e: &RedisError) -> Option<Fix> {
             "this server is not a Redis Cluster node: give RedisStore::connect its URL alone",
         ),
     ];
+    let text = e.to_string();
     if let Some((_, fix)) = SAID.iter().find(|(said, _)| text.contains(said)) {
         return config(fix);
     }
-    e.is_connection_refusal()
-        .then_some(Fix::Outage("nothing listens there: check the URL"))
+    if e.is_connection_refusal() {
+        return outage("nothing listens there: check the URL");
+    }
+    StoreError::Unavailable(format!("redis at {addr}: {e}"))
 }
 
 const CLUSTER_NODE: &str =
