@@ -37,9 +37,7 @@ impl RateLimitLayer {
     }
 }
 
-/// The configuration of a [`RateLimitLayer`]: every step takes and returns the builder, and
-/// [`build`](Self::build) checks the whole configuration once, reporting every problem,
-/// each naming its rule or route.
+/// The configuration of a [`RateLimitLayer`], checked as a whole by [`build`](Self::build):
 ///
 /// ```
 /// use tollgate::layer::{Limit, RateLimitLayer};
@@ -113,9 +111,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
     ///
     /// A pattern no request can match is a [`build`](Self::build) error rather than a route
     /// that silently runs unlimited: a lower-case method (`"post /x"`: methods are
-    /// case-sensitive), a `?` or `#`, characters clients percent-encode, `.`/`..` segments,
-    /// and a route of the same shape as an earlier one that matches all its requests
-    /// (`"/files/{id}"` before `"GET /files/{name}"`).
+    /// case-sensitive) or one no client sends (`"POTS"`), a `?` or `#`, characters clients
+    /// percent-encode, `.`/`..` segments, axum 0.7's `:name` and `*name`, and a route of the
+    /// same shape as an earlier one that matches all its requests (`"/files/{id}"` before
+    /// `"GET /files/{name}"`).
     pub fn route(mut self, pattern: &str, limits: impl IntoIterator<Item = Limit>) -> Self {
         self.routes
             .push((pattern.into(), limits.into_iter().collect()));

@@ -1,10 +1,9 @@
 //! The tower layer: [`RateLimitLayer`], [`RateLimit`], [`ResponseFuture`].
 //!
-//! A [`RateLimitLayer`] applies [`Limit`]s — a [`Rule`](crate::Rule), the
-//! [key](crate::key) it counts under, a cost — to the requests of any
-//! `Service<http::Request<B>>` (axum, hyper, tonic, or a plain tower stack). A request's
-//! limits are decided as one batch by the [`Limiter`](crate::Limiter): if one denies, none
-//! consumes. [`build`](RateLimitLayerBuilder::build) checks the whole configuration once.
+//! A [`RateLimitLayer`] applies [`Limit`]s — a [`Rule`](crate::Rule), the [key](crate::key) it
+//! counts under, a cost — to the requests of any `Service<http::Request<B>>` (axum, hyper,
+//! tonic, or a plain tower stack). A request's limits are decided as one batch by the
+//! [`Limiter`](crate::Limiter): if one denies, none consumes.
 //!
 //! - **Per route**: [`RateLimitLayerBuilder::route`]; **per plan**: [`Plans`];
 //!   **exemptions**: [`RateLimitLayerBuilder::exempt`].

@@ -7,10 +7,8 @@ use http::Method;
 
 use crate::error::ConfigError;
 
-/// A parsed route pattern; its syntax and matching:
-/// [`RateLimitLayerBuilder::route`](super::RateLimitLayerBuilder::route). A pattern no request
-/// can match is refused when parsed, including a method outside the registered ones (a typo
-/// such as `POTS`) and axum 0.7's `:name` and `*name` segments.
+/// A parsed route pattern; its syntax, its matching and the patterns refused:
+/// [`RateLimitLayerBuilder::route`](super::RateLimitLayerBuilder::route).
 #[derive(Clone)]
 pub(crate) struct RoutePattern {
     text: Box<str>,

@@ -125,12 +125,8 @@ pub(crate) fn held_keys(
     outcome: &Outcome,
 ) -> SmallVec<[u64; 4]> {
     let mut keys = SmallVec::new();
-    let pending = |i: usize| {
-        outcome
-            .admission
-            .as_ref()
-            .is_some_and(|a| a.taken(i).pending)
-    };
+    let admission = outcome.admission.as_ref();
+    let pending = |i: usize| admission.is_some_and(|a| a.taken(i).pending);
     for (i, (check, rule)) in batch.iter().zip(&outcome.rules).enumerate() {
         if !check.in_shadow() && matches!(rule.decision, Decision::Delay(_)) && !pending(i) {
             let key = counts.key_of(check.rule.name(), check.key());

@@ -106,18 +106,17 @@ impl Loader {
     ) -> Vec<Limit> {
         let found_before = problems.len();
         let plan_of = self.plan_lookup(plan_of, &format!("{path}.plan_of"), problems);
-        let unknown = match &spec.unknown_plan {
-            Some(UnknownPlanSpec::Reject) => Some(UnknownPlan::Reject),
-            Some(UnknownPlanSpec::Unlimited) => Some(UnknownPlan::Unlimited),
-            Some(UnknownPlanSpec::Plan(plan)) => Some(UnknownPlan::Plan(plan.clone().into())),
-            None => {
-                problems.at(
-                    path,
-                    "plans need unknown_plan: \"reject\", \"unlimited\" or { plan = \"…\" } (what a request of no known plan gets)",
-                );
-                None
-            }
-        };
+        let unknown = spec.unknown_plan.as_ref().map(|unknown| match unknown {
+            UnknownPlanSpec::Reject => UnknownPlan::Reject,
+            UnknownPlanSpec::Unlimited => UnknownPlan::Unlimited,
+            UnknownPlanSpec::Plan(plan) => UnknownPlan::Plan(plan.clone().into()),
+        });
+        if unknown.is_none() {
+            problems.at(
+                path,
+                "plans need unknown_plan: \"reject\", \"unlimited\" or { plan = \"…\" } (what a request of no known plan gets)",
+            );
+        }
         let (Some(plan_of), Some(unknown), Some(key)) = (plan_of, unknown, key) else {
             if spec.key.is_none() {
                 problems.at(
