@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,16 +71,12 @@ struct Division {
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
-/// The shares of one hash slot, with the fingerprint of the rule each came from.
-type DividedRules = SmallVec<[(u64, Share); 1]>;
+/// The shares of one hash slot, with the rule each came from.
+type DividedRules = SmallVec<[(Rule, Share); 1]>;
 
-/// A rule's share on this instance: its quotas divided, or, when that is nothing, the rule
-/// with every request costing more than it can admit.
-#[derive(Clone)]
-struct Share {
-    rule: Rule,
-    none: bool,
-}
+/// A rule's share on this instance: the rule with its quotas divided; `None` when that is
+/// nothing, and every request costs more than the rule can admit.
+type Share = Option<Rule>;
 
 impl<P> Fallback<P, MemoryStore> {
     /// `primary`, with a fresh [`MemoryStore`] deciding while it fails.
@@ -178,36 +174,16 @@ impl Division {
     /// `rule`'s share with its quotas divided by `instances`.
     fn divided(&self, rule: &Rule) -> Share {
         if self.instances == 1 {
-            return Share {
-                rule: rule.clone(),
-                none: false,
-            };
+            return Some(rule.clone());
         }
-        let mut h = self.hasher.build_hasher();
-        rule.name().hash(&mut h);
-        rule.fingerprint().hash(&mut h);
-        let slot = h.finish();
+        let slot = self.hasher.hash_one((rule.name(), rule.fingerprint()));
         let mut cache = self.divided.lock();
-        let rules = cache.entry(slot).or_default();
-        let origin = rule.fingerprint();
-        let same = |(o, share): &&(u64, Share)| {
-            let r = &share.rule;
-            *o == origin
-                && r.name() == rule.name()
-                && r.cost() == rule.cost()
-                && r.penalty() == rule.penalty()
-        };
-        if let Some((_, found)) = rules.iter().find(same) {
+        let shares = cache.entry(slot).or_default();
+        if let Some((_, found)) = shares.iter().find(|(origin, _)| origin == rule) {
             return found.clone();
         }
-        let divided = match divide(rule, self.instances) {
-            Some(rule) => Share { rule, none: false },
-            None => Share {
-                rule: rule.clone(),
-                none: true,
-            },
-        };
-        rules.push((origin, divided.clone()));
+        let divided = divide(rule, self.instances);
+        shares.push((rule.clone(), divided.clone()));
         divided
     }
 }
@@ -230,9 +206,9 @@ fn divide(rule: &Rule, n: u64) -> Option<Rule> {
 fn local_batch<'a>(batch: &[Check<'a>], shares: &'a [Share]) -> SmallVec<[Check<'a>; 4]> {
     let mut local: SmallVec<[Check<'a>; 4]> = SmallVec::from_slice(batch);
     for (check, share) in local.iter_mut().zip(shares) {
-        check.rule = &share.rule;
-        if share.none {
-            check.cost = u64::MAX;
+        match share {
+            Some(rule) => check.rule = rule,
+            None => check.cost = u64::MAX,
         }
     }
     local
@@ -446,8 +422,10 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
-        let local = self.shared.divided(rule);
-        self.local.reset(&local.rule, key).await?;
+        let share = self.shared.divided(rule);
+        self.local
+            .reset(share.as_ref().unwrap_or(rule), key)
+            .await?;
         self.primary.reset(rule, key).await
     }
 
