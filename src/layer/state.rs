@@ -26,7 +26,7 @@ impl LayerState {
     /// The state of a layer first built with `config`.
     pub(crate) fn new(config: &Config, observers: Observers) -> Arc<Self> {
         Arc::new(Self {
-            held: Arc::new(HeldCounts::new()),
+            held: Arc::default(),
             unsettled: Arc::default(),
             log: Arc::new(EventLog::new(config.log_interval)),
             observers,

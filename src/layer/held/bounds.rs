@@ -33,6 +33,7 @@ impl Default for HeldLimits {
 const HELD_SHARDS: usize = 16;
 
 /// The requests held now: in all, and per (rule, key) that delays them.
+#[derive(Default)]
 pub(crate) struct HeldCounts {
     total: AtomicUsize,
     /// By the hash of (rule name, key): no allocation per key, and with a per-process random
@@ -42,14 +43,6 @@ pub(crate) struct HeldCounts {
 }
 
 impl HeldCounts {
-    pub(crate) fn new() -> Self {
-        Self {
-            total: AtomicUsize::new(0),
-            per_key: std::array::from_fn(|_| Mutex::new(HashMap::default())),
-            hasher: DefaultHashBuilder::default(),
-        }
-    }
-
     /// What a held request counts under for `rule` and `key`.
     pub(crate) fn key_of(&self, rule: &str, key: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();

@@ -1,6 +1,5 @@
 //! Rules from a file (feature `serde`): a layer's limits, routes, keys, plans, mode and
-//! policies written in TOML (or any format serde reads), checked with messages that name
-//! the file, the line and the field.
+//! policies written in TOML (or any format serde reads).
 //!
 //! ```
 //! # use tollgate::layer::rules_file::Loader;
