@@ -2,12 +2,11 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::{DefaultHashBuilder, HashMap};
+use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -61,7 +60,6 @@ struct Division {
     primary_was_unwell: AtomicBool,
     /// The rules with divided quotas, built once per rule while falling back.
     divided: Mutex<HashMap<u64, DividedRules>>,
-    hasher: DefaultHashBuilder,
     /// Whether a [`Fallback::probe_primary`] probe is on its way.
     probing: AtomicBool,
     /// µs after `epoch` the primary last failed, plus one (0: never).
@@ -71,7 +69,8 @@ struct Division {
     local_stores: RwLock<SmallVec<[StoreId; 2]>>,
 }
 
-/// The shares of one hash slot, with the rule each came from.
+/// The shares of the rules whose name and configuration digests XOR to one slot, with the
+/// rule each came from.
 type DividedRules = SmallVec<[(Rule, Share); 1]>;
 
 /// A rule's share on this instance: the rule with its quotas divided; `None` when that is
@@ -121,7 +120,6 @@ impl Division {
             falling_back: AtomicBool::new(false),
             primary_was_unwell: AtomicBool::new(false),
             divided: Mutex::new(HashMap::default()),
-            hasher: DefaultHashBuilder::default(),
             probing: AtomicBool::new(false),
             failed_at: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -176,7 +174,7 @@ impl Division {
         if self.instances == 1 {
             return Some(rule.clone());
         }
-        let slot = self.hasher.hash_one((rule.name(), rule.fingerprint()));
+        let slot = rule.name_digest() ^ rule.fingerprint();
         let mut cache = self.divided.lock();
         let shares = cache.entry(slot).or_default();
         if let Some((_, found)) = shares.iter().find(|(origin, _)| origin == rule) {
