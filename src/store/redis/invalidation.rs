@@ -75,6 +75,8 @@ pub(super) async fn listen(
     mut messages: redis::aio::PubSubStream,
 ) {
     use futures_core::Stream;
+    // False once the cache is gone (its drop also aborts this task).
+    let set_live = |live: bool| cache.upgrade().map(|c| c.set_live(live)).is_some();
     loop {
         while let Some(message) =
             std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
@@ -82,20 +84,17 @@ pub(super) async fn listen(
             let Some(cache) = cache.upgrade() else { return };
             cache.on_message(message.get_payload_bytes());
         }
-        loop {
-            match cache.upgrade() {
-                Some(cache) => cache.set_live(false),
-                None => return,
-            }
+        if !set_live(false) {
+            return;
+        }
+        messages = loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             if let Ok(resubscribed) = within(DEFAULT_TIMEOUT, subscribe(&servers, &channel)).await {
-                messages = resubscribed;
-                break;
+                break resubscribed;
             }
-        }
-        match cache.upgrade() {
-            Some(cache) => cache.set_live(true),
-            None => return,
+        };
+        if !set_live(true) {
+            return;
         }
     }
 }

@@ -348,22 +348,15 @@ async fn watch(shared: Weak<Shared>) {
             return;
         };
         if sentinel.is_none() {
-            let client = strong
-                .sentinels
-                .lock()
-                .await
-                .async_get_sentinel_client()
-                .await;
-            sentinel = match client {
-                Ok(client) => tokio::time::timeout(
-                    RESOLVE_TIMEOUT,
-                    client.get_multiplexed_async_connection_with_config(&config()),
-                )
-                .await
-                .ok()
-                .and_then(Result::ok),
-                Err(_) => None,
-            };
+            let mut sentinels = strong.sentinels.lock().await;
+            let client = sentinels.async_get_sentinel_client().await;
+            drop(sentinels);
+            if let Ok(client) = client {
+                let config = config();
+                let connect = client.get_multiplexed_async_connection_with_config(&config);
+                let connected = tokio::time::timeout(RESOLVE_TIMEOUT, connect).await;
+                sentinel = connected.ok().and_then(Result::ok);
+            }
         }
         let Some(conn) = sentinel.as_mut() else {
             continue;
