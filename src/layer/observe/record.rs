@@ -200,11 +200,8 @@ mod recording {
         health: Health,
         latency: Option<Duration>,
     ) {
-        let health = match health {
-            Health::Healthy => 0.0,
-            Health::Degraded => 1.0,
-            Health::Failing => 2.0,
-        };
+        // Health is ordered by severity: 0 healthy, 1 degraded, 2 failing.
+        let health = f64::from(health as u8);
         metrics::with_recorder(|r| {
             if let Some(elapsed) = latency {
                 r.register_histogram(&STORE_DURATION, &METADATA)

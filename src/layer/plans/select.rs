@@ -98,10 +98,8 @@ impl Selector {
     /// The index of the request's plan; `None`: no plan applies.
     fn resolve(&self, head: &RequestHead<'_>) -> Resolved {
         let found = (self.plan_of.find)(head);
-        if let Some(i) = found
-            .as_deref()
-            .and_then(|plan| self.names.iter().position(|n| **n == *plan))
-        {
+        let index = |plan: &str| self.names.iter().position(|n| **n == *plan);
+        if let Some(i) = found.as_deref().and_then(index) {
             return Ok(Some(i));
         }
         match self.unknown {
