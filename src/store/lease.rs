@@ -402,11 +402,6 @@ impl<S: Store + Clone> Terms<S> {
         }
     }
 
-    /// Forgets the leases of `key` (the store's state of it was reset).
-    fn forget(&self, key: &[u8]) -> Option<Arc<Slot>> {
-        self.leases.write().ok()?.remove(key)
-    }
-
     /// `instant` in µs after the epoch, as a slot's deadline counts.
     #[inline]
     fn micros(&self, instant: Instant) -> u64 {
@@ -538,7 +533,8 @@ impl<S: Store + Clone> Store for Leased<S> {
 
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let terms = self.shared.terms.iter().find(|t| t.rule == *rule);
-        if let Some((terms, slot)) = terms.and_then(|t| Some((t, t.forget(key.as_bytes())?))) {
+        let forgotten = |t: &Terms<S>| t.leases.write().ok()?.remove(key.as_bytes());
+        if let Some((terms, slot)) = terms.and_then(|t| Some((t, forgotten(t)?))) {
             // The store keeps the units parked in live leases through a reset: this
             // instance's own lease ends first.
             let ending = slot.take_lease(&mut *slot.held.lock().await);
