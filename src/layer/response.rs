@@ -237,18 +237,10 @@ impl<'a> Rejection<'a> {
             proto::varint_field(&mut duration, 2, u64::from(wait.subsec_nanos()));
             let mut retry_info = Vec::new();
             proto::bytes(&mut retry_info, 1, &duration);
-            proto::any(
-                &mut status,
-                "type.googleapis.com/google.rpc.RetryInfo",
-                &retry_info,
-            );
+            proto::any(&mut status, "RetryInfo", &retry_info);
         }
         if !quota_failure.is_empty() {
-            proto::any(
-                &mut status,
-                "type.googleapis.com/google.rpc.QuotaFailure",
-                &quota_failure,
-            );
+            proto::any(&mut status, "QuotaFailure", &quota_failure);
         }
         Some(status)
     }
@@ -321,10 +313,12 @@ mod proto {
         }
     }
 
-    /// A `google.protobuf.Any` as field 3 of `google.rpc.Status` (`details`).
-    pub(super) fn any(status: &mut Vec<u8>, type_url: &str, value: &[u8]) {
+    /// A `google.protobuf.Any` of the `google.rpc` message `message` as field 3 of
+    /// `google.rpc.Status` (`details`).
+    pub(super) fn any(status: &mut Vec<u8>, message: &str, value: &[u8]) {
+        let type_url = format!("type.googleapis.com/google.rpc.{message}");
         let mut any = Vec::with_capacity(type_url.len() + value.len() + 6);
-        string(&mut any, 1, type_url);
+        string(&mut any, 1, &type_url);
         bytes(&mut any, 2, value);
         bytes(status, 3, &any);
     }
