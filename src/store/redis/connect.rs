@@ -30,11 +30,9 @@ impl RedisStore {
     /// is an error now, not a failure on every request.
     ///
     /// `url` is one of:
-    /// - one server, `redis://[user:password@]host:port/db`, or `rediss://…` for TLS (the
-    ///   server's certificate verified against the system's roots; `#insecure` at the end
-    ///   skips verification; a CA or client certificate of your own through
-    ///   [`connect_with`](Self::connect_with)). A server in cluster mode is connected to as
-    ///   a Cluster seeded with it;
+    /// - one server, `redis://[user:password@]host:port/db`, or `rediss://…` for TLS
+    ///   (verified as [`RedisOptions`] says). A server in cluster mode is connected to as a
+    ///   Cluster seeded with it;
     /// - several Cluster nodes separated by commas (`redis://a:7000,redis://b:7001`; a
     ///   comma in a password is `%2C`);
     /// - a Sentinel deployment,

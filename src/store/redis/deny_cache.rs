@@ -44,7 +44,7 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::clock::Clock;
+use crate::clock::{Clock, MonotonicClock, StoreClock};
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo};
 use crate::penalty::Penalty;
 use crate::store::batch::{self, is_queue};
@@ -68,8 +68,9 @@ pub(super) struct DenyCache {
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
     listener: OnceLock<tokio::task::AbortHandle>,
-    /// The clock it was made for (see [`serves`](Self::serves)).
-    clock: Option<Arc<dyn Clock>>,
+    /// The store's injected clock (see [`serves`](Self::serves)), else a monotonic one:
+    /// denials are durations, so no wall clock is needed, nor its jumps wanted.
+    clock: StoreClock,
 }
 
 #[derive(Default)]
@@ -133,7 +134,10 @@ impl DenyCache {
             epoch: AtomicU64::new(0),
             live: AtomicBool::new(false),
             listener: OnceLock::new(),
-            clock,
+            clock: clock.map_or_else(
+                || StoreClock::Monotonic(MonotonicClock::new()),
+                StoreClock::Any,
+            ),
         }
     }
 
@@ -141,10 +145,15 @@ impl DenyCache {
     /// allocation, so a cheap comparison). A store's prefix is fixed when it connects.
     pub(super) fn serves(&self, clock: &Option<Arc<dyn Clock>>) -> bool {
         match (&self.clock, clock) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (StoreClock::Monotonic(_), None) => true,
+            (StoreClock::Any(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
+    }
+
+    /// The local instant (µs) its deadlines are kept in.
+    pub(super) fn now(&self) -> u64 {
+        self.clock.now_micros()
     }
 
     /// Entries held (rule-and-key pairs).

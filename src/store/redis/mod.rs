@@ -240,15 +240,6 @@ impl RedisStore {
         self.deny_cache.as_ref().filter(|c| c.serves(&self.clock))
     }
 
-    /// The instant the deny cache keeps time in: the injected clock, or a monotonic one
-    /// (denials are durations, so no wall clock is needed, nor its jumps wanted).
-    fn local_now(&self) -> u64 {
-        match &self.clock {
-            Some(clock) => clock.now_micros(),
-            None => monotonic_micros(),
-        }
-    }
-
     fn call(&self, max_wait: u64, mode: Op) -> Call {
         Call {
             now: self.clock.as_ref().map(|c| c.now_micros()),
@@ -414,12 +405,6 @@ fn lease_id() -> u64 {
     std::hash::RandomState::new().build_hasher().finish() & ((1 << 52) - 1)
 }
 
-/// Microseconds since the first call in this process, never going back.
-fn monotonic_micros() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    duration_to_micros(START.get_or_init(std::time::Instant::now).elapsed())
-}
-
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.conn {
@@ -446,7 +431,7 @@ impl Store for RedisStore {
         let Some(cache) = self.cache() else {
             return self.decide(batch, max_wait).await;
         };
-        let sent_at = self.local_now();
+        let sent_at = cache.now();
         if let Some(outcome) = cache.answer(batch, max_wait, sent_at) {
             return Ok(outcome);
         }
@@ -505,7 +490,7 @@ impl Store for RedisStore {
             return Some(Err(e));
         }
         cache
-            .answer(batch, duration_to_micros(max_wait), self.local_now())
+            .answer(batch, duration_to_micros(max_wait), cache.now())
             .map(Ok)
     }
 
