@@ -153,10 +153,7 @@ pub(crate) fn finish(
 
 /// The span's fields, from the event the observers see.
 fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
-    let verdict = match event.outcome {
-        Ok(outcome) => DecisionLabel::of(shadow_mode, false, outcome.decision),
-        Err(_) => DecisionLabel::StoreFailed,
-    };
+    let verdict = DecisionLabel::of(shadow_mode, false, event.outcome.ok().map(|o| o.decision));
     span.record("outcome", verdict.as_str());
     if let Some(elapsed) = event.store_latency {
         span.record("store_us", duration_to_micros(elapsed));

@@ -142,9 +142,8 @@ struct Metrics;
 impl DecisionObserver for Metrics {
     fn on_decision(&self, event: &DecisionEvent<'_>) {
         let rules = event.rules.iter().map(|rule| {
-            let verdict = rule.outcome.map_or(DecisionLabel::StoreFailed, |outcome| {
-                DecisionLabel::of(rule.shadow, !rule.batch_admitted, outcome.decision)
-            });
+            let decision = rule.outcome.map(|outcome| outcome.decision);
+            let verdict = DecisionLabel::of(rule.shadow, !rule.batch_admitted, decision);
             (rule.metrics, verdict)
         });
         record::decision(rules, event.health, event.store_latency);

@@ -37,16 +37,17 @@ impl DecisionLabel {
         Self::NAMES[self as usize]
     }
 
-    /// The outcome of a `decision`, a batch's or one rule's in a batch: `in_shadow` for a
-    /// layer in shadow mode (or a shadow limit's rule), `batch_denied` when another rule
-    /// denied the rule's batch.
-    pub(super) fn of(in_shadow: bool, batch_denied: bool, decision: Decision) -> Self {
+    /// The outcome of a `decision`, a batch's or one rule's in a batch (`None`: the store
+    /// failed): `in_shadow` for a layer in shadow mode (or a shadow limit's rule),
+    /// `batch_denied` when another rule denied the rule's batch.
+    pub(super) fn of(in_shadow: bool, batch_denied: bool, decision: Option<Decision>) -> Self {
         match decision {
-            Decision::Deny(_) if in_shadow => DecisionLabel::ShadowDenied,
-            Decision::Deny(denial) if denial.reason == DenyReason::Locked => DecisionLabel::Locked,
-            Decision::Deny(_) => DecisionLabel::Denied,
+            None => DecisionLabel::StoreFailed,
+            Some(Decision::Deny(_)) if in_shadow => DecisionLabel::ShadowDenied,
+            Some(Decision::Deny(d)) if d.reason == DenyReason::Locked => DecisionLabel::Locked,
+            Some(Decision::Deny(_)) => DecisionLabel::Denied,
             _ if batch_denied => DecisionLabel::DeniedByOther,
-            Decision::Delay(_) if !in_shadow => DecisionLabel::Delayed,
+            Some(Decision::Delay(_)) if !in_shadow => DecisionLabel::Delayed,
             _ => DecisionLabel::Admitted,
         }
     }
