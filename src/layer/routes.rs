@@ -135,17 +135,14 @@ impl RoutePattern {
         // Empty segments are skipped, as many routers do: `/sms/send/` and `//sms/send`
         // must not escape the limits of `/sms/send`.
         let mut parts = path.split('/').filter(|p| !p.is_empty());
-        for segment in self.segments.iter() {
-            let ok = match (segment, parts.next()) {
-                (_, None) => false,
-                (Segment::Literal(l), Some(p)) => **l == *p,
-                (Segment::Param, Some(p)) => !p.is_empty(),
-            };
-            if !ok {
-                return false;
-            }
-        }
-        self.rest || parts.next().is_none()
+        let segments = self
+            .segments
+            .iter()
+            .all(|segment| match (segment, parts.next()) {
+                (Segment::Literal(l), part) => part == Some(&**l),
+                (Segment::Param, part) => part.is_some(),
+            });
+        segments && (self.rest || parts.next().is_none())
     }
 }
 
