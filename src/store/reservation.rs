@@ -175,13 +175,11 @@ impl<S: Store + Clone> Reservation<S> {
                 tokio::time::sleep_until(self.due).await;
             }
             self.released();
-            let pending: SmallVec<[usize; 4]> = self.pending().collect();
-            if self.state != Stage::Held || pending.is_empty() {
-                if self.state == Stage::Held {
-                    self.state = Stage::Passed;
-                }
+            self.pass();
+            if self.state != Stage::Held {
                 return Ok(self.outcome.clone());
             }
+            let pending: SmallVec<[usize; 4]> = self.pending().collect();
             self.state = Stage::Confirming;
             let counted = self.count(&pending).await;
             // On a store error the units stay taken: whether the store counted is unknown.
