@@ -4,7 +4,7 @@
 //! permission is an error naming it, at start, rather than a failure of the first decision
 //! that needs it.
 
-use redis::{Cmd, Value};
+use redis::Value;
 
 use crate::error::StoreError;
 
@@ -12,53 +12,46 @@ use super::connection::Connection;
 use super::script::Invocation;
 use super::setup;
 
-/// The commands the decisions run inside tollgate's code, with arguments that are harmless
-/// on `key` and `log`: a key and a sorted set under the prefix that no rule can name (`/`
-/// is not in a rule name's alphabet), deleted at the end.
-fn commands(key: &[u8], log: &[u8], channel: &[u8]) -> Vec<(&'static str, Cmd)> {
-    let mut cmds = Vec::new();
-    let mut add = |name: &'static str, args: &[&[u8]]| {
-        let mut cmd = redis::cmd(name);
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        cmds.push((name, cmd));
-    };
-    add("TIME", &[]);
-    add("GET", &[key]);
-    add("PSETEX", &[key, b"60000", b"acl-check"]);
-    add("PEXPIRE", &[key, b"60000"]);
-    add("DEL", &[key]);
-    add("UNLINK", &[key]);
-    add("ZADD", &[log, b"0", b"m"]);
-    add("ZCARD", &[log]);
-    add("ZCOUNT", &[log, b"0", b"1"]);
-    add("ZRANGE", &[log, b"0", b"0"]);
-    add("ZRANGEBYSCORE", &[log, b"0", b"1"]);
-    add("ZREVRANGEBYSCORE", &[log, b"1", b"0"]);
-    add("ZREM", &[log, b"m"]);
-    add("ZREMRANGEBYRANK", &[log, b"0", b"0"]);
-    add("DEL", &[log]);
-    // An empty message: deny caches ignore it.
-    add("PUBLISH", &[channel, b""]);
-    add("PING", &[]);
-    cmds
-}
-
-/// Runs [`commands`] under `prefix` (as the store writes it), then the dry decision
-/// ([`setup::dry_decision`], with `functions`): an error naming the first permission the
-/// user lacks, else the route that worked.
+/// Runs each command tollgate's code runs, under `prefix` (as the store writes it), then the
+/// dry decision ([`setup::dry_decision`], with `functions`): an error naming the first
+/// permission the user lacks, else the route that worked.
 pub(super) async fn check(
     conn: &mut Connection,
     addr: &str,
     prefix: &[u8],
     functions: bool,
 ) -> Result<Invocation, StoreError> {
-    let key = [prefix, b":{acl-check}:/check"].concat();
-    let log = [key.as_slice(), b"/log"].concat();
-    let channel = [prefix, b":deny-cache"].concat();
-    for (name, cmd) in commands(&key, &log, &channel) {
-        if let Err(e) = cmd.query_async::<Value>(&mut *conn).await {
+    let key = &[prefix, b":{acl-check}:/check"].concat()[..];
+    let log = &[key, b"/log"].concat()[..];
+    let channel = &[prefix, b":deny-cache"].concat()[..];
+    // Arguments harmless on `key` and `log`: a key and a sorted set under the prefix that no
+    // rule can name (`/` is not in a rule name's alphabet), deleted at the end.
+    let commands: [(&str, &[&[u8]]); 17] = [
+        ("TIME", &[]),
+        ("GET", &[key]),
+        ("PSETEX", &[key, b"60000", b"acl-check"]),
+        ("PEXPIRE", &[key, b"60000"]),
+        ("DEL", &[key]),
+        ("UNLINK", &[key]),
+        ("ZADD", &[log, b"0", b"m"]),
+        ("ZCARD", &[log]),
+        ("ZCOUNT", &[log, b"0", b"1"]),
+        ("ZRANGE", &[log, b"0", b"0"]),
+        ("ZRANGEBYSCORE", &[log, b"0", b"1"]),
+        ("ZREVRANGEBYSCORE", &[log, b"1", b"0"]),
+        ("ZREM", &[log, b"m"]),
+        ("ZREMRANGEBYRANK", &[log, b"0", b"0"]),
+        ("DEL", &[log]),
+        // An empty message: deny caches ignore it.
+        ("PUBLISH", &[channel, b""]),
+        ("PING", &[]),
+    ];
+    for (name, args) in commands {
+        if let Err(e) = redis::cmd(name)
+            .arg(args)
+            .query_async::<Value>(&mut *conn)
+            .await
+        {
             return Err(refusal(addr, name, prefix, &e));
         }
     }
