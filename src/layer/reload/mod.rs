@@ -88,10 +88,7 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// Installs the configuration of `layer` (from [`builder`](Self::builder), or a rules
     /// file's loader) in the running layer, which keeps its own limiter, observers and state.
     pub fn reload(&self, layer: RateLimitLayer<St>) {
-        let config = match layer.config {
-            ConfigSource::Fixed(config) => config,
-            ConfigSource::Live(live) => live.load_full(),
-        };
+        let config = Arc::clone(&layer.config.current());
         self.layer.state.log.set_interval(config.log_interval);
         self.live.store(config);
     }
