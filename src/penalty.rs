@@ -88,12 +88,8 @@ impl Penalty {
 
     /// The instant from which `s` holds nothing worth keeping.
     pub(crate) fn expires_at(&self, s: &PenaltyState) -> u64 {
-        let counting = if s.denials > 0 {
-            s.window_start.saturating_add(self.within)
-        } else {
-            0
-        };
-        counting.max(s.locked_until)
+        let counting = (s.denials > 0).then(|| s.window_start.saturating_add(self.within));
+        counting.unwrap_or(0).max(s.locked_until)
     }
 }
 

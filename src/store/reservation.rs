@@ -206,9 +206,7 @@ impl<S: Store + Clone> Reservation<S> {
         self.state = Stage::Confirming;
         let checks = self.batch.checks();
         // Given back first, so that the queues' slots are free to be taken again.
-        if let Err(error) = self.store.refund(&checks, &self.outcome).await {
-            refund_failed(&self.log, &error);
-        }
+        unrefunded(&self.log, self.store.refund(&checks, &self.outcome).await);
         let max_wait = self.max_wait.saturating_sub(self.reserved_at.elapsed());
         let outcome = self.store.check(&checks, max_wait).await;
         self.state = Stage::Spent;
@@ -283,11 +281,7 @@ impl<S: Store + Clone> Reservation<S> {
             Err(error) => return tracing::warn!(%error, "could not settle the cost of a request"),
         };
         // Spent: the task owns the reservation, and its drop gives nothing back.
-        run_detached(async move {
-            if let Err(error) = self.settle_in(&settled).await {
-                refund_failed(&self.log, &error);
-            }
-        });
+        run_detached(async move { unrefunded(&self.log, self.settle_in(&settled).await) });
     }
 
     /// What settling at `costs` changes per rule, `None` if nothing; spends the reservation.
@@ -433,11 +427,7 @@ impl<S: Store + Clone> Reservation<S> {
     /// store did not answer at once.
     fn refund_detached(&self, outcome: Outcome) -> Option<tokio::task::JoinHandle<()>> {
         let (store, batch, log) = (self.store.clone(), self.batch.clone(), self.log.clone());
-        run_detached(async move {
-            if let Err(error) = store.refund(&batch.checks(), &outcome).await {
-                refund_failed(&log, &error);
-            }
-        })
+        run_detached(async move { unrefunded(&log, store.refund(&batch.checks(), &outcome).await) })
     }
 }
 
@@ -460,8 +450,11 @@ fn due_after(outcome: &Outcome, now: Instant) -> Instant {
     }
 }
 
-/// Logs (rate-limited by `log`) units that could not be given back, or a debt not taken.
-fn refund_failed(log: &Arc<EventLog>, error: &StoreError) {
+/// Logs (rate-limited by `log`) the failure of giving units back or taking a debt, if any.
+fn unrefunded(log: &Arc<EventLog>, result: Result<(), StoreError>) {
+    let Err(error) = result else {
+        return;
+    };
     if let Some(suppressed) = log.admit(Event::RefundFailure) {
         tracing::warn!(%error, suppressed, "could not refund the units of a request, or take what it owes");
     }
