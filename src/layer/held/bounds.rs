@@ -1,7 +1,7 @@
 //! The bounds on held requests: how many the layer holds at once, in all and per key, and
 //! each held request's place under them.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -45,10 +45,7 @@ pub(crate) struct HeldCounts {
 impl HeldCounts {
     /// What a held request counts under for `rule` and `key`.
     pub(crate) fn key_of(&self, rule: &str, key: &[u8]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        rule.hash(&mut h);
-        key.hash(&mut h);
-        h.finish()
+        self.hasher.hash_one((rule, key))
     }
 
     /// The requests held now.
