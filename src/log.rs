@@ -255,13 +255,8 @@ async fn summaries(log: Weak<EventLog>) {
 /// the process, so that an outage logs a line per interval, not one per request.
 pub(crate) fn process_log() -> Arc<EventLog> {
     static LOG: OnceLock<Arc<EventLog>> = OnceLock::new();
-    LOG.get_or_init(|| Arc::new(EventLog::default())).clone()
-}
-
-impl Default for EventLog {
-    fn default() -> Self {
-        Self::new(DEFAULT_LOG_INTERVAL)
-    }
+    LOG.get_or_init(|| Arc::new(EventLog::new(DEFAULT_LOG_INTERVAL)))
+        .clone()
 }
 
 impl std::fmt::Debug for EventLog {
