@@ -69,11 +69,8 @@ pub enum RejectionKind<'a> {
 /// `application/grpc-web…` is grpc-web (which shares the prefix but not the framing).
 fn grpc_answer(headers: &HeaderMap) -> Option<&'static str> {
     let media = headers.get(CONTENT_TYPE)?.as_bytes();
-    let media = media
-        .iter()
-        .position(|&b| b == b';')
-        .map_or(media, |end| &media[..end])
-        .trim_ascii();
+    let media = media.split(|&b| b == b';').next().unwrap_or_default();
+    let media = media.trim_ascii();
     // Names a subtype and an optional `+suffix` (`application/grpc-web+proto`).
     let is = |subtype: &[u8]| {
         let n = subtype.len();
