@@ -1,6 +1,7 @@
 //! [`Leased`]: decides a hot key in process from a leased share of its quota.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -543,9 +544,7 @@ impl<S: Store + Clone> Store for Leased<S> {
         self.shared.store.reset(rule, key).await
     }
 
-    fn probe(
-        &self,
-    ) -> Option<impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static> {
+    fn probe(&self) -> Option<impl Future<Output = Result<(), StoreError>> + Send + 'static> {
         self.shared.store.probe()
     }
 
