@@ -233,8 +233,7 @@ async fn standalone(client: Client, retries: usize, addr: &str) -> Result<Connec
     Ok(Connection::Standalone(manager))
 }
 
-/// `connect`'s checks on a later primary: [`StoreError::Misconfigured`] when the store
-/// cannot decide there, another error when it did not answer.
+/// `connect`'s checks on a later primary, as [`Checks`](super::primary::Checks) says.
 async fn check_primary(
     client: Client,
     addr: String,

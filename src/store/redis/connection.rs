@@ -1,6 +1,5 @@
-//! The connection a [`RedisStore`](super::RedisStore) runs over: one standalone server, the
-//! primary of a Sentinel deployment, or a Cluster, behind one `ConnectionLike` so that the
-//! rest of the store does not tell them apart.
+//! The connection a [`RedisStore`](super::RedisStore) runs over, behind one `ConnectionLike`
+//! so that the rest of the store does not tell the kinds apart.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

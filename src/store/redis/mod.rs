@@ -36,7 +36,7 @@ use crate::Rule;
 
 use connection::{unavailable, Connection};
 use deny_cache::DenyCache;
-use dispatch::{within, Caller, Calls};
+use dispatch::{within, Calls};
 use invalidation::{listen, subscribe, Servers};
 use script::{Call, Encoded, Op, Reply};
 
@@ -164,8 +164,7 @@ impl RedisStore {
     /// only, and a request that timed out before its call left is never sent.
     pub fn with_coalescing(mut self, enabled: bool) -> Self {
         let coalesce = enabled && !matches!(self.conn, Connection::Cluster(_));
-        let caller = Caller::new(self.conn.clone(), self.calls.caller().route());
-        self.calls = Arc::new(Calls::new(caller, coalesce));
+        self.calls = Arc::new(Calls::new(self.calls.caller().clone(), coalesce));
         self
     }
 

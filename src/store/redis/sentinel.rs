@@ -295,8 +295,7 @@ impl SentinelConnection {
         let _ = self.shared.checks.set(checks);
     }
 
-    /// The error of `connect`'s checks, which the primary failed: every call's error rather
-    /// than a raw refusal of each command.
+    /// The error of `connect`'s checks, which the primary failed (see `Connection::refusal`).
     pub(super) fn refusal(&self) -> Option<StoreError> {
         if !self.shared.refused.load(Ordering::Acquire) {
             return None;
