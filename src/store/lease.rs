@@ -114,8 +114,7 @@ type Slots = HashMap<Box<[u8]>, Arc<Slot>>;
 struct Slot {
     /// The key, in stored form.
     key: Box<[u8]>,
-    /// Until when (µs after its `Terms::epoch`) the lease may admit: no later than the store
-    /// stops parking its units.
+    /// Until when (µs after its `Terms::epoch`) the lease may admit (see `renew`).
     deadline: AtomicU64,
     /// Units this instance may still admit; 0 when no lease is held. Taken without a lock.
     left: AtomicU64,

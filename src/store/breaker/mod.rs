@@ -16,9 +16,6 @@ use crate::store::check::{Check, Health, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
 
-/// Consecutive failures that open a [`Breaker`] by default ([`Breaker::failures`]).
-pub(crate) const DEFAULT_FAILURES: u32 = 3;
-
 /// How long an open [`Breaker`] waits by default before a probe ([`Breaker::open_for`]).
 pub(crate) const DEFAULT_OPEN_FOR: Duration = Duration::from_millis(500);
 
@@ -65,7 +62,7 @@ impl<S> Breaker<S> {
         Self {
             store,
             shared: Arc::new(Circuit::closed(
-                DEFAULT_FAILURES,
+                3,
                 duration_to_micros(DEFAULT_OPEN_FOR),
                 Instant::now(),
             )),
