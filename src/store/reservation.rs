@@ -224,8 +224,7 @@ impl<S: Store + Clone> Reservation<S> {
             return Ok(());
         }
         self.state = Stage::Spent;
-        let checks = self.batch.checks();
-        self.store.refund(&checks, &self.outcome).await
+        self.store.refund(&self.batch.checks(), &self.outcome).await
     }
 
     /// Settles what the request cost once known (bytes served): one cost per check, in

@@ -271,8 +271,7 @@ impl<S: Store> Breaker<S> {
         let Some(pass) = self.shared.pass() else {
             return Err(StoreError::CircuitOpen);
         };
-        // The store's own probe runs on a task; without one (or a runtime), this call is
-        // the probe.
+        // The store's own probe runs on a task; without one, this call is the probe.
         if pass == Pass::Probe && self.spawn_probe(|| true) {
             return Err(StoreError::CircuitOpen);
         }
