@@ -9,7 +9,6 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use tokio::time::Instant;
 
-use crate::algorithm::Algorithm;
 use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Outcome, RuleOutcome};
 use crate::error::{ConfigError, StoreError};
@@ -194,7 +193,7 @@ impl<S: Store + Clone> Leased<S> {
     fn problems(rule: &Rule, units: u64, term: Duration) -> impl Iterator<Item = ConfigError> {
         let algorithm = rule.algorithm();
         let kind = algorithm.kind();
-        let early = matches!(algorithm, Algorithm::TokenBucket(_) | Algorithm::Gcra(_));
+        let early = algorithm.can_lease();
         let burst = algorithm.limit();
         [
             (!early).then(|| {
