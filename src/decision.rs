@@ -346,11 +346,7 @@ impl Admission {
 
     /// The indices of the rules still to be counted at the release, in order.
     pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
-        self.taken
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.pending)
-            .map(|(i, _)| i)
+        (0..self.taken.len()).filter(|&i| self.taken[i].pending)
     }
 
     /// The admission of the sub-batch of the rules at `indices` (in that order).
