@@ -270,20 +270,12 @@ impl RedisStore {
             Op::End => checks.iter().any(|c| c.cost > 0),
             _ => false,
         };
-        let values = self
-            .calls
-            .decide(self.encode(call, checks, taken), self.timeout);
-        let values = values.await?;
+        let batch = self.encode(call, checks, taken);
+        let values = self.calls.decide(batch, self.timeout).await?;
         let reply = script::parse(&values, checks)?;
-        if moves || reply.adopted.contains(&true) {
-            let moved = checks.iter().zip(&reply.adopted);
-            self.tell_caches(
-                moved
-                    .filter(|&(_, &adopted)| moves || adopted)
-                    .map(|(c, _)| *c),
-            )
-            .await;
-        }
+        let moved = checks.iter().zip(&reply.adopted);
+        let moved = moved.filter(|&(_, &adopted)| moves || adopted);
+        self.tell_caches(moved.map(|(c, _)| *c)).await;
         Ok(reply)
     }
 

@@ -74,10 +74,8 @@ impl RedisOptions {
         self
     }
 
-    /// Whether decisions run as a Redis function (`FCALL`), the default where the server
-    /// has functions (Redis 7 and later, standalone), or else as a script (`EVALSHA`).
-    /// `false` runs the script even where functions are available, e.g. for a Redis user
-    /// allowed `EVALSHA` but not `FCALL`.
+    /// Whether decisions may run as a function (`FCALL`, the default where
+    /// [`RedisStore`](super::RedisStore) says): `false` runs the script (`EVALSHA`) everywhere.
     pub fn functions(mut self, enabled: bool) -> Self {
         self.script_only = !enabled;
         self
