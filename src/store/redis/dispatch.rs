@@ -124,15 +124,6 @@ impl Calls {
         &self.caller
     }
 
-    /// Decides `batches` in one call, in order, within `timeout`: batches that go together.
-    pub(super) async fn decide_together(
-        &self,
-        batches: &[&Encoded],
-        timeout: Duration,
-    ) -> Result<Vec<BatchReply>, StoreError> {
-        within(timeout, self.caller.call(batches)).await
-    }
-
     /// Decides `batch`, within `timeout`.
     pub(super) async fn decide(&self, batch: Encoded, timeout: Duration) -> BatchReply {
         // Alone when not coalescing, or when no call is in flight (see the module's docs).

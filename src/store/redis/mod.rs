@@ -346,10 +346,8 @@ impl RedisStore {
         let packed = script::packed_taken(taken);
         let end = [&check.with_cost(unused)];
         let end = self.encode(self.call(0, Op::End), &end, Some(&packed));
-        let replies = self
-            .calls
-            .decide_together(&[&end, lease], self.timeout)
-            .await?;
+        let caller = self.calls.caller();
+        let replies = within(self.timeout, caller.call(&[&end, lease])).await?;
         let [ended, leased] = <[_; 2]>::try_from(replies)
             .map_err(|_| StoreError::Protocol("a renewal got other than two replies".into()))?;
         if let Err(error) = &ended {
