@@ -300,10 +300,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return answer;
         }
         let shares = self.shared.shares(batch);
-        let outcome = self
-            .local
-            .check(&local_batch(batch, &shares), max_wait)
-            .await?;
+        let local = local_batch(batch, &shares);
+        let outcome = self.local.check(&local, max_wait).await?;
         Ok(self.taken_locally(outcome))
     }
 
@@ -348,9 +346,8 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
             return Some(answer);
         }
         let shares = self.shared.shares(batch);
-        let outcome = self
-            .local
-            .try_check_now(&local_batch(batch, &shares), max_wait)?;
+        let local = local_batch(batch, &shares);
+        let outcome = self.local.try_check_now(&local, max_wait)?;
         Some(outcome.map(|o| self.taken_locally(o)))
     }
 
@@ -432,7 +429,6 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
         self.primary.probe()
     }
 
-    /// Degraded: the local store decides while the primary is away.
     fn outage_health(&self) -> Health {
         Health::Degraded
     }
