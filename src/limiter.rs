@@ -1,10 +1,11 @@
 //! [`Limiter`]: checks requests against rules in a store.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::{Outcome, RuleOutcome};
 use crate::error::StoreError;
-use crate::store::reservation::Reservation;
+use crate::store::reservation::{Copied, Reservation};
 use crate::store::{Check, Health, MemoryStore, Store};
 use crate::stored::StoredKey;
 use crate::Rule;
@@ -103,12 +104,8 @@ impl<S: Store> Limiter<S> {
         S: Clone,
     {
         let outcome = self.reserve_outcome(batch, max_wait).await?;
-        Ok(Reservation::new(
-            self.store.clone(),
-            batch,
-            outcome,
-            max_wait,
-        ))
+        let (store, batch) = (self.store.clone(), Arc::new(Copied::new(batch)));
+        Ok(Reservation::of(store, batch, outcome, max_wait, None))
     }
 
     /// Decides one rule for `key` at the rule's default cost.

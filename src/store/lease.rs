@@ -565,15 +565,11 @@ impl<S: Store + Clone> Clone for Leased<S> {
 
 impl<S: Store + Clone + fmt::Debug> fmt::Debug for Leased<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rules: Vec<(&str, u64, Duration)> = self
-            .shared
-            .terms
-            .iter()
-            .map(|t| (t.rule.name(), t.units, t.term))
-            .collect();
+        let leases = self.shared.terms.iter();
+        let leases = leases.map(|t| (t.rule.name(), t.units, t.term));
         f.debug_struct("Leased")
             .field("store", &self.shared.store)
-            .field("leases", &rules)
+            .field("leases", &leases.collect::<Vec<_>>())
             .finish()
     }
 }

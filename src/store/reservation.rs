@@ -84,14 +84,14 @@ pub(crate) trait Batch: Send + Sync + 'static {
 }
 
 /// A batch copied from a caller's checks.
-struct Copied {
+pub(crate) struct Copied {
     keys: Vec<u8>,
     /// Per check: its rule, where its key ends in `keys`, its cost, what its refusal does.
     items: SmallVec<[(Rule, usize, u64, Refusal); 2]>,
 }
 
 impl Copied {
-    fn new(batch: &[Check<'_>]) -> Self {
+    pub(crate) fn new(batch: &[Check<'_>]) -> Self {
         let mut keys = Vec::with_capacity(batch.iter().map(|c| c.key().len()).sum());
         let items = batch
             .iter()
@@ -124,12 +124,8 @@ impl Batch for Copied {
 }
 
 impl<S: Store + Clone> Reservation<S> {
-    /// The reservation of `batch`, which the store answered with `outcome`.
-    pub(crate) fn new(store: S, batch: &[Check<'_>], outcome: Outcome, max_wait: Duration) -> Self {
-        Self::of(store, Arc::new(Copied::new(batch)), outcome, max_wait, None)
-    }
-
-    /// The reservation of a caller-owned `batch`, logging failed give-backs through `log`.
+    /// The reservation of `batch`, which the store answered with `outcome`, logging failed
+    /// give-backs through `log` (the process's by default).
     pub(crate) fn of(
         store: S,
         batch: Arc<dyn Batch>,
