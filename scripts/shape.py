@@ -7,10 +7,9 @@ import os, re, sys, glob, collections
 
 # Ceilings that only come down: each is where the code stands, so a change that grows the
 # public surface or the core must take as much out elsewhere, unless it is a feature an
-# issue asks for, whose commit says what it adds (exact leases: the ledger of parked units
-# in both stores and the Lua, about 800 lines). The targets are where they are headed.
+# issue asks for, whose commit says what it adds. The targets are where they are headed.
 LIMIT_PUB, TARGET_PUB = 266, 260
-LIMIT_CORE, TARGET_CORE = 23785, 22000
+LIMIT_CORE, TARGET_CORE = 22940, 22000
 
 
 def rust_functions(path):
