@@ -111,7 +111,7 @@ pub(super) async fn dry_decision(
     functions: bool,
 ) -> Result<Invocation, StoreError> {
     if functions {
-        // Loaded here, not on a miss: a user who may not load functions runs the script.
+        // A user who may not load functions runs the script.
         match script::load_command(Invocation::Function)
             .query_async::<Value>(&mut *conn)
             .await
@@ -126,7 +126,12 @@ pub(super) async fn dry_decision(
             Err(e) => return Err(setup_error(addr, &e)),
         }
     }
-    // The script is loaded on its first `NOSCRIPT`, as after a flush.
+    // Loaded here even where it is cached already: a user who may not load it would fail
+    // every call after a flush, a restart or a failover.
+    script::load_command(Invocation::Script)
+        .query_async::<Value>(&mut *conn)
+        .await
+        .map_err(|e| setup_error(addr, &e))?;
     dry_call(conn, addr, Invocation::Script).await
 }
 
