@@ -38,13 +38,14 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
-use crate::clock::{Clock, MonotonicClock, StoreClock};
+use crate::clock::Clock;
 use crate::decision::{Decision, Denial, DenyReason, Outcome, RateLimitInfo};
 use crate::penalty::Penalty;
 use crate::store::batch::{self, is_queue};
@@ -68,9 +69,12 @@ pub(super) struct DenyCache {
     live: AtomicBool,
     /// The task that listens for invalidations, stopped with the cache.
     listener: OnceLock<tokio::task::AbortHandle>,
-    /// The store's injected clock (see [`serves`](Self::serves)), else a monotonic one:
-    /// denials are durations, so no wall clock is needed, nor its jumps wanted.
-    clock: StoreClock,
+    /// The store's injected clock (see [`serves`](Self::serves)); else the OS's monotonic
+    /// clock from `started`. A cached denial's end is Redis's wait measured here: the
+    /// clock NTP keeps at the right rate serves, where the time-stamp counter behind the
+    /// in-process default drifts by its calibration's error, which a long lock scales.
+    clock: Option<Arc<dyn Clock>>,
+    started: Instant,
 }
 
 #[derive(Default)]
@@ -134,10 +138,8 @@ impl DenyCache {
             epoch: AtomicU64::new(0),
             live: AtomicBool::new(false),
             listener: OnceLock::new(),
-            clock: clock.map_or_else(
-                || StoreClock::Monotonic(MonotonicClock::new()),
-                StoreClock::Any,
-            ),
+            clock,
+            started: Instant::now(),
         }
     }
 
@@ -145,15 +147,18 @@ impl DenyCache {
     /// allocation, so a cheap comparison). A store's prefix is fixed when it connects.
     pub(super) fn serves(&self, clock: &Option<Arc<dyn Clock>>) -> bool {
         match (&self.clock, clock) {
-            (StoreClock::Monotonic(_), None) => true,
-            (StoreClock::Any(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
 
     /// The local instant (µs) its deadlines are kept in.
     pub(super) fn now(&self) -> u64 {
-        self.clock.now_micros()
+        match &self.clock {
+            Some(clock) => clock.now_micros(),
+            None => crate::clock::duration_to_micros(self.started.elapsed()),
+        }
     }
 
     /// Entries held (rule-and-key pairs).
