@@ -15,11 +15,13 @@ use super::held::{held_keys, Hold, HoldFuture};
 use super::observe::record;
 use super::response::{Rejection, RejectionKind};
 use super::state::LayerState;
-use crate::decision::{Decision, Denial, DenyReason, Outcome, RuleOutcome};
+use crate::clock::duration_to_micros;
+use crate::decision::{Decision, DenyReason, Outcome, RuleOutcome};
 use crate::error::StoreError;
 use crate::key::RequestHead;
 use crate::log::Event;
 use crate::rule::Rule;
+use crate::store::batch::deny;
 use crate::store::reservation::{run_detached, Batch};
 use crate::store::{Health, Store};
 
@@ -211,20 +213,15 @@ fn refuse_hold<B>(
 ) -> Response<Bytes> {
     let route = batch.config.route_pattern(batch.route);
     let head = RequestHead::from_request(request).with_route(route);
-    let deny = |wait| {
-        Decision::Deny(Denial {
-            reason: DenyReason::Limited,
-            retry_after: Some(wait),
-        })
-    };
+    let denied = |wait| deny(DenyReason::Limited, Some(duration_to_micros(wait)));
     let refused = Outcome {
-        decision: deny(delay),
+        decision: denied(delay),
         rules: outcome
             .rules
             .iter()
             .map(|r| match r.decision {
                 Decision::Delay(wait) => RuleOutcome {
-                    decision: deny(wait),
+                    decision: denied(wait),
                     ..*r
                 },
                 _ => *r,

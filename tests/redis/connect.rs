@@ -183,7 +183,9 @@ async fn a_user_who_may_not_run_scripts_is_an_error_naming_the_permission() {
     // Refused even where another user has loaded the script: after a flush, a restart or a
     // failover this user could not load it again.
     let script_only = RedisOptions::new().functions(false);
-    RedisStore::connect_with(&server.url(), script_only).await.expect("connect");
+    RedisStore::connect_with(&server.url(), script_only)
+        .await
+        .expect("connect");
     let msg = refusal(&url).await;
     assert!(msg.contains("+script|load"), "{msg}");
 

@@ -3,20 +3,16 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use hashbrown::{DefaultHashBuilder, HashMap};
 use parking_lot::Mutex;
 
 use super::{MemoryStats, MemoryStore, Shard, Shared};
 use crate::clock::StoreClock;
-use crate::decision::{
-    combine, Decision, Denial, DenyReason, Outcome, RateLimitInfo, RuleOutcome, RuleOutcomes,
-    StoreId,
-};
+use crate::decision::{combine, DenyReason, Outcome, RuleOutcomes, StoreId};
 use crate::error::StoreError;
 use crate::log::Event;
-use crate::store::batch::Entry;
+use crate::store::batch::{deny, rule_says, Entry};
 use crate::store::check::Check;
 
 /// How many keys a store holds by default.
@@ -71,20 +67,13 @@ pub(super) struct NoRoom {
 impl NoRoom {
     /// Every rule denies until the first lock ends: a limit, not a failing store.
     pub(super) fn outcome(self, batch: &[Check<'_>]) -> Outcome {
-        let retry = Duration::from_micros(self.retry_micros);
+        let (retry, denied) = (
+            self.retry_micros,
+            deny(DenyReason::Limited, Some(self.retry_micros)),
+        );
         let rules: RuleOutcomes = batch
             .iter()
-            .map(|check| RuleOutcome {
-                decision: Decision::Deny(Denial {
-                    reason: DenyReason::Limited,
-                    retry_after: Some(retry),
-                }),
-                info: RateLimitInfo {
-                    limit: check.rule.algorithm().limit(),
-                    remaining: 0,
-                    reset: retry,
-                },
-            })
+            .map(|check| rule_says(check.rule, denied, 0, retry))
             .collect();
         combine(rules, |i| batch.get(i).is_some_and(|c| c.in_shadow()))
     }
