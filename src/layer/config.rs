@@ -336,9 +336,6 @@ pub(crate) struct Config {
     pub(crate) held: HeldLimits,
     /// Per route (no route first), what its limits imply ([`Config::cache_derived`]).
     pub(crate) routes_derived: Vec<Derived>,
-    /// Whether any limit leaves its denials to the layer ([`Limit::defers_denials`]): a
-    /// request under none takes no tickets. True until [`Config::cache_derived`].
-    pub(crate) defers_denials: bool,
 }
 
 /// What a route's limits imply, worked out once so that a request does not go through
@@ -348,10 +345,12 @@ pub(crate) struct Derived {
     /// The number of its enforced limits, and their `RateLimit-Policy` value.
     enforced: usize,
     policy: Option<HeaderValue>,
-    /// Whether any of its limits is in shadow.
+    /// Whether any of its limits is in shadow, waits for the response
+    /// ([`Limit::settles_by_response`]), leaves its denials to the layer
+    /// ([`Limit::defers_denials`]): a request on a route with none skips that walk.
     pub(crate) shadow: bool,
-    /// Whether any waits for the response ([`Limit::settles_by_response`]).
     pub(crate) settles_by_response: bool,
+    pub(crate) defers_denials: bool,
 }
 
 impl Default for Config {
@@ -368,7 +367,6 @@ impl Default for Config {
             log_interval: DEFAULT_LOG_INTERVAL,
             held: HeldLimits::default(),
             routes_derived: Vec::new(),
-            defers_denials: true,
         }
     }
 }
@@ -400,11 +398,8 @@ impl Config {
         }
     }
 
-    /// Works out once what the final limits imply: each route's [`Derived`], and whether
-    /// any limit leaves its denials to the layer.
+    /// Works out once what the final limits imply: each route's [`Derived`].
     pub(crate) fn cache_derived(&mut self) {
-        let limits = self.routes.iter().flat_map(|r| &r.limits);
-        self.defers_denials = self.global.iter().chain(limits).any(Limit::defers_denials);
         let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
         self.routes_derived = routes
             .map(|route| {
@@ -414,6 +409,7 @@ impl Config {
                     policy: policy_value(enforced().map(|l| &l.rule)),
                     shadow: self.limits(route).any(|l| l.shadow),
                     settles_by_response: self.limits(route).any(Limit::settles_by_response),
+                    defers_denials: self.limits(route).any(Limit::defers_denials),
                 }
             })
             .collect();

@@ -102,7 +102,7 @@ pub(crate) fn take_tickets(batch: &mut LayerBatch) {
         keys,
         tickets,
     } = batch;
-    if !config.defers_denials {
+    if config.derived(*route).is_some_and(|d| !d.defers_denials) {
         return;
     }
     for (i, item) in items.iter_mut().enumerate() {
