@@ -280,12 +280,9 @@ local function store_log(r)
 end
 
 local function store(r)
-  -- A lock belongs to the name: a configuration without the penalty keeps it too, and the
-  -- ledger to the key, which lives as long as the ledger counts.
-  local expires_at = r.pen[1]
-  if r.after > 0 then
-    expires_at = penalty_expires_at(r, r.pen)
-  end
+  -- The penalty's state belongs to the name and the ledger to the key: both live as long
+  -- as they count, whichever configuration writes.
+  local expires_at = penalty_expires_at(r.pen)
   local ledger = r.ledger and ledger_bytes(r.ledger)
   if ledger then
     expires_at = max(expires_at, ledger_until(r, r.ledger))

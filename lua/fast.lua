@@ -71,8 +71,8 @@ local function shape_of(bytes)
 end
 
 -- The batch's rules, reused from batch to batch: per rule, its state (nil when absent or
--- expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as they are: a lock
--- belongs to the name) and what its model says: ok, then in record.lua's said_value the
+-- expired; a GCRA's as f_tat, f_fraction), its penalty fields (kept as they are: they
+-- belong to the name) and what its model says: ok, then in record.lua's said_value the
 -- delay or retry (nil: no wait helps), and in said_remaining and said_reset what it reports.
 local f_state, f_pen1, f_pen2, f_pen3 = {}, {}, {}, {}
 local f_tat, f_fraction = {}, {}
@@ -119,10 +119,14 @@ local function admit_plain(KEYS, k, h, now, delayed, o)
           mark = model.mark(c, s, now, said_value[i])
         end
       end
-      -- A lock belongs to the name: the record lasts as long as it does.
+      -- The penalty's state belongs to the name: the record lasts as long as its lock and
+      -- its count do (penalty.lua's penalty_expires_at).
       local keep = expires_at
       if p1 > keep then
         keep = p1
+      end
+      if f_pen2[i] > 0 and f_pen3[i] > keep then
+        keep = f_pen3[i]
       end
       write_record(c, KEYS[k + i], keep, now, slack, c.fingerprint, used, expires_at, f1, f2, f3, p1, f_pen2[i], f_pen3[i])
     end

@@ -11,7 +11,7 @@
 -- and the instant it is back to empty (what another configuration reads: src/store/batch.rs
 -- `Entry`, src/algorithm/mod.rs `Carried`); then the algorithm's state fields (none for a
 -- sliding log, whose entries are in its log); then the penalty's locked_until, denials,
--- window_start; then, on a key a lease touched, its ledger (parked.lua). The functions pass
+-- window_end; then, on a key a lease touched, its ledger (parked.lua). The functions pass
 -- its parts as multiple values, not a table, so the streamlined path builds none.
 
 -- The library functions a decision calls, held in locals (a global is a lookup by name).

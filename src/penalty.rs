@@ -73,8 +73,8 @@ impl Penalty {
 
     /// Records a denial at `now`; returns whether it locked the key.
     pub(crate) fn record_denial(&self, s: &mut PenaltyState, now: u64) -> bool {
-        if s.denials == 0 || s.window_start.saturating_add(self.within) <= now {
-            s.window_start = now;
+        if s.denials == 0 || s.window_end <= now {
+            s.window_end = now.saturating_add(self.within);
             s.denials = 0;
         }
         s.denials += 1;
@@ -85,25 +85,27 @@ impl Penalty {
         }
         false
     }
-
-    /// The instant from which `s` holds nothing worth keeping.
-    pub(crate) fn expires_at(&self, s: &PenaltyState) -> u64 {
-        let counting = (s.denials > 0).then(|| s.window_start.saturating_add(self.within));
-        counting.unwrap_or(0).max(s.locked_until)
-    }
 }
 
-/// Lock and denial bookkeeping of one rule for one key.
+/// Lock and denial bookkeeping of one rule for one key. It belongs to the name, not to a
+/// configuration: one without the penalty, or with another, writing the key keeps it, so it
+/// says itself until when it counts (the window's end, not its start).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct PenaltyState {
     pub(crate) locked_until: u64,
     pub(crate) denials: u64,
-    pub(crate) window_start: u64,
+    pub(crate) window_end: u64,
 }
 
 impl PenaltyState {
     /// Microseconds of lock left at `now`, if the key is locked.
     pub(crate) fn locked_for(&self, now: u64) -> Option<u64> {
         (self.locked_until > now).then(|| self.locked_until - now)
+    }
+
+    /// The instant from which this holds nothing worth keeping.
+    pub(crate) fn expires_at(&self) -> u64 {
+        let counting = if self.denials > 0 { self.window_end } else { 0 };
+        counting.max(self.locked_until)
     }
 }

@@ -38,7 +38,6 @@ pub(crate) struct Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Aside {
     penalty: PenaltyState,
-    expires_at: u64,
     parked: Parked,
 }
 
@@ -131,21 +130,11 @@ impl Entry {
         self.fingerprint == rule.fingerprint()
     }
 
-    /// Notes, after `rule` wrote the entry, when its penalty is forgotten. A rule without a
-    /// penalty keeps the lock only: the lock belongs to the name, not the state.
-    pub(crate) fn written_by(&mut self, rule: &Rule) {
-        if let Some(p) = &mut self.aside {
-            p.expires_at = rule.penalty().map_or(p.penalty.locked_until, |penalty| {
-                penalty.expires_at(&p.penalty)
-            });
-        }
-    }
-
     /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
     /// brings it earlier) and the penalty forgotten.
     pub(crate) fn expires_at(&self) -> u64 {
         let aside = self.aside.as_deref();
-        let aside = aside.map_or(0, |a| a.expires_at.max(a.parked.until()));
+        let aside = aside.map_or(0, |a| a.penalty.expires_at().max(a.parked.until()));
         self.carried.until.max(aside)
     }
 }
@@ -482,25 +471,19 @@ pub(crate) fn mark(check: &Check<'_>, entry: &Entry, item: &Evaluated) -> u64 {
     check.rule.algorithm().mark(&entry.state, item.at)
 }
 
-/// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund));
-/// returns whether it did.
-pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) -> bool {
+/// Gives back what `taken` took, where exact ([`Store::refund`](crate::store::Store::refund)).
+pub(crate) fn refund(check: &Check<'_>, entry: &mut Entry, now: u64, taken: &Taken) {
     if taken.lease {
         entry.end_lease(check.rule, now, taken.mark, check.cost);
-        return true;
+        return;
     }
     // Another configuration wrote the state since (a reconfiguration): not ours to change.
-    if !entry.is_own(check.rule) {
-        return false;
-    }
     let algorithm = check.rule.algorithm();
     let (at, mark) = (taken.at, (taken.mark, taken.hold));
-    if !algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
-        return false;
+    if entry.is_own(check.rule) && algorithm.refund(&mut entry.state, now, at, check.cost, mark) {
+        // What other configurations read goes back with the units.
+        entry.carried = carried(check.rule, &entry.state, now);
     }
-    // What other configurations read goes back with the units.
-    entry.carried = carried(check.rule, &entry.state, now);
-    true
 }
 
 /// What another configuration reads of `state` written at `now` (see [`Carried`]).

@@ -175,3 +175,72 @@ async fn a_lock_outlives_a_write_by_a_configuration_without_the_penalty_on_redis
         .unwrap();
     assert!(ttl > 20_000, "the record lives {ttl} ms, the lock 30 s");
 }
+
+/// Denials a penalty counted belong to the name, as its lock does: a configuration without
+/// the penalty that writes the key (a rolling deploy adding one) keeps them until the
+/// counting window ends, whatever the writer's own expiry. Fixed windows of 50 ms; the
+/// locking configuration locks after 2 denials within 10 s.
+fn count_kept_rules() -> (Rule, Rule) {
+    let window = Duration::from_millis(50);
+    let penalty = tollgate::Penalty::lock_for(Duration::from_secs(30))
+        .after(2)
+        .within(Duration::from_secs(10));
+    let locking = Rule::fixed_window("login", 1, window).with_penalty(penalty);
+    (locking, Rule::fixed_window("login", 1, window))
+}
+
+/// The first refusal of `locking` on `k` (after whatever admissions the window has left).
+async fn first_refusal<S: Store>(limiter: &Limiter<S>, locking: &Rule) -> tollgate::DenyReason {
+    loop {
+        match limiter.check_one(locking, b"k").await.unwrap().decision {
+            Decision::Deny(d) => return d.reason,
+            Decision::Allow | Decision::Delay(_) => {}
+        }
+    }
+}
+
+/// [`count_kept_rules`] on MemoryStore: one denial counted, the plain configuration writes
+/// in a later window, its state expires and is swept; the next denial still locks.
+#[tokio::test]
+async fn a_write_without_the_penalty_keeps_the_denials_counted() {
+    let (limiter, clock) = memory();
+    let (locking, plain) = count_kept_rules();
+    assert_eq!(
+        first_refusal(&limiter, &locking).await,
+        tollgate::DenyReason::Limited
+    );
+    clock.set_micros(T0 + 60_000);
+    assert!(limiter.check_one(&plain, b"k").await.unwrap().is_admitted());
+    clock.set_micros(T0 + 1_000_000);
+    limiter.store().purge_expired();
+    assert_eq!(
+        first_refusal(&limiter, &locking).await,
+        tollgate::DenyReason::Locked,
+        "the second denial within 10 s locks, though a plain write came between"
+    );
+}
+
+/// The same on Redis, on the server's clock: the record's TTL keeps the count.
+#[tokio::test]
+async fn a_write_without_the_penalty_keeps_the_denials_counted_on_redis() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(RedisStore::connect(&server.url()).await.expect("connect"));
+    let (locking, plain) = count_kept_rules();
+    assert_eq!(
+        first_refusal(&limiter, &locking).await,
+        tollgate::DenyReason::Limited
+    );
+    // The plain configuration admits in a later window, then its state expires.
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if limiter.check_one(&plain, b"k").await.unwrap().is_admitted() {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        first_refusal(&limiter, &locking).await,
+        tollgate::DenyReason::Locked,
+        "the second denial within 10 s locks, though a plain write came between"
+    );
+}

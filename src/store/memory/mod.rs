@@ -183,7 +183,6 @@ impl MemoryStore {
                 }
             };
             let rule = write(check, stored, now, &item, item_admitted, &mut taken);
-            stored.written_by(check.rule);
             if created {
                 shard.sweep_if_grown(now);
             }
@@ -420,7 +419,6 @@ fn admit_at_once<'a>(
         used: algorithm.limit().saturating_sub(admitted.eval.remaining),
         until: admitted.expires_at,
     };
-    e.written_by(rule);
     Ok((admitted, created))
 }
 
@@ -501,7 +499,6 @@ impl Shard {
             }
         };
         let out = f(entry);
-        entry.written_by(check.rule);
         self.sweep_if_grown(now);
         out
     }

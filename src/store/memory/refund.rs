@@ -29,9 +29,7 @@ impl MemoryStore {
             }
             let (mut shard, hash, now) = shared.lock(check);
             if let Some(entry) = shard.get_mut(hash, check) {
-                if batch::refund(check, entry, now, &taken) {
-                    entry.written_by(check.rule);
-                }
+                batch::refund(check, entry, now, &taken);
             }
         }
         Ok(())
