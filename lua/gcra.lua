@@ -20,24 +20,26 @@ local function gcra_evaluate(c, tat, fraction, now, cost)
   else
     fraction = 0
   end
+  local backlog = nil
+  if whole <= floor(tolerance / amount) then
+    backlog = whole * amount + fraction
+    -- An admission reports what it leaves, so the units remaining and the reset before
+    -- it are worked out below, for a denial only: every admission would pay for them.
+    local after = backlog + cost * period
+    if cost <= burst and after <= tolerance then
+      return true, 0, floor((tolerance - after) / period), ceil(after / amount)
+    end
+  end
   local reset = whole
   if fraction > 0 then
     reset = whole + 1
   end
-  local backlog = nil
   local remaining = 0
-  if whole <= floor(tolerance / amount) then
-    backlog = whole * amount + fraction
-    if tolerance > backlog then
-      remaining = floor((tolerance - backlog) / period)
-    end
+  if backlog and tolerance > backlog then
+    remaining = floor((tolerance - backlog) / period)
   end
   if cost > burst then
     return false, nil, remaining, reset
-  end
-  if backlog and backlog + cost * period <= tolerance then
-    local after = backlog + cost * period
-    return true, 0, floor((tolerance - after) / period), ceil(after / amount)
   end
   -- Admitted once the backlog has shrunk to tolerance - cost * period.
   local over = fraction + cost * period
