@@ -1,97 +1,119 @@
-//! [`RateLimitBody`]: the inner service's body, or the body of a rejection.
-
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! [`RejectionBody`]: the inner service's own body type, which a rejection is answered in.
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Full};
 
-pin_project! {
-    /// The response body of [`RateLimit`](super::RateLimit): the inner service's body for a
-    /// forwarded request, the rejection's bytes otherwise. Any inner body type works, as in
-    /// tower-http's middlewares that answer by themselves.
-    pub struct RateLimitBody<B> {
-        #[pin]
-        kind: Source<B>,
+/// A response body type [`RateLimit`](super::RateLimit) can answer a rejection in: the
+/// middleware's responses have the inner service's body type, so a forwarded response passes
+/// through untouched (axum does not box it again) and a service's type is the same with the
+/// layer or without it.
+///
+/// Implemented for axum's and tonic's bodies (with their features), `http_body_util`'s
+/// `Full<Bytes>`, `BoxBody` and `UnsyncBoxBody`, `Bytes` and `String`. For a body type of
+/// your own, build it from the rejection's bytes (a plain-text message for HTTP, empty for
+/// gRPC):
+///
+/// ```
+/// use bytes::Bytes;
+/// use tollgate::layer::RejectionBody;
+///
+/// struct MyBody(Vec<u8>);
+///
+/// impl RejectionBody for MyBody {
+///     fn from_rejection(bytes: Bytes) -> Self {
+///         MyBody(bytes.to_vec())
+///     }
+/// }
+/// # let _ = MyBody::from_rejection(Bytes::new());
+/// ```
+pub trait RejectionBody {
+    /// The body of a rejection whose content is `bytes`.
+    fn from_rejection(bytes: Bytes) -> Self;
+}
+
+impl RejectionBody for Bytes {
+    fn from_rejection(bytes: Bytes) -> Self {
+        bytes
     }
 }
 
-pin_project! {
-    #[project = KindProj]
-    enum Source<B> {
-        Inner {
-            #[pin]
-            body: B,
-        },
-        Full {
-            data: Option<Bytes>,
-        },
+/// The rejection's text (a default rejection is UTF-8; other bytes are replaced).
+impl RejectionBody for String {
+    fn from_rejection(bytes: Bytes) -> Self {
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
 
-impl<B> RateLimitBody<B> {
-    /// The inner service's body.
-    pub(crate) fn inner(body: B) -> Self {
-        Self {
-            kind: Source::Inner { body },
-        }
-    }
-
-    /// A complete body of `data` (a rejection).
-    pub(crate) fn full(data: Bytes) -> Self {
-        let data = (!data.is_empty()).then_some(data);
-        Self {
-            kind: Source::Full { data },
-        }
+impl RejectionBody for Full<Bytes> {
+    fn from_rejection(bytes: Bytes) -> Self {
+        Full::new(bytes)
     }
 }
 
-impl<B> Default for RateLimitBody<B> {
-    fn default() -> Self {
-        Self::full(Bytes::new())
+impl<E: 'static> RejectionBody for BoxBody<Bytes, E> {
+    fn from_rejection(bytes: Bytes) -> Self {
+        BoxBody::new(Full::new(bytes).map_err(|never| match never {}))
     }
 }
 
-impl<B> Body for RateLimitBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Source::Inner { body } => body.is_end_stream(),
-            Source::Full { data } => data.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Source::Inner { body } => body.size_hint(),
-            Source::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
+impl<E: 'static> RejectionBody for UnsyncBoxBody<Bytes, E> {
+    fn from_rejection(bytes: Bytes) -> Self {
+        UnsyncBoxBody::new(Full::new(bytes).map_err(|never| match never {}))
     }
 }
 
-impl<B> std::fmt::Debug for RateLimitBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Source::Inner { .. } => f.write_str("RateLimitBody::Inner"),
-            Source::Full { data } => f.debug_tuple("RateLimitBody::Full").field(data).finish(),
+#[cfg(feature = "axum")]
+impl RejectionBody for axum::body::Body {
+    fn from_rejection(bytes: Bytes) -> Self {
+        axum::body::Body::from(bytes)
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl RejectionBody for tonic::body::Body {
+    fn from_rejection(bytes: Bytes) -> Self {
+        if bytes.is_empty() {
+            return tonic::body::Body::default();
+        }
+        tonic::body::Body::new(Full::new(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every body a rejection is answered in reads back as the rejection's bytes.
+    #[tokio::test]
+    async fn each_body_carries_the_rejection() {
+        let text = Bytes::from_static(b"rate limit exceeded; retry after 42 s\n");
+        async fn read<B: http_body::Body<Data = Bytes>>(body: B) -> Bytes
+        where
+            B::Error: std::fmt::Debug,
+        {
+            body.collect().await.expect("a body").to_bytes()
+        }
+        let boxed = BoxBody::<Bytes, std::io::Error>::from_rejection(text.clone());
+        let unsync = UnsyncBoxBody::<Bytes, std::io::Error>::from_rejection(text.clone());
+        assert_eq!(read(boxed).await, text);
+        assert_eq!(read(unsync).await, text);
+        assert_eq!(read(Full::from_rejection(text.clone())).await, text);
+        assert_eq!(String::from_rejection(text.clone()).as_bytes(), &text[..]);
+        assert_eq!(Bytes::from_rejection(text.clone()), text);
+        #[cfg(feature = "axum")]
+        assert_eq!(
+            read(axum::body::Body::from_rejection(text.clone())).await,
+            text
+        );
+        #[cfg(feature = "tonic")]
+        {
+            assert_eq!(
+                read(tonic::body::Body::from_rejection(text.clone())).await,
+                text
+            );
+            let empty = tonic::body::Body::from_rejection(Bytes::new());
+            assert!(http_body::Body::is_end_stream(&empty));
         }
     }
 }

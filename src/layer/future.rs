@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::batch::Checked;
-use super::body::RateLimitBody;
+use super::body::RejectionBody;
 use super::charge::Outbound;
 use super::decide::{decide, Next};
 use super::held::{HoldFuture, Released};
@@ -163,9 +163,10 @@ where
 impl<S, ReqB, ResB, St> Future for ResponseFuture<S, ReqB, St>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: RejectionBody,
     St: Store + Clone,
 {
-    type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
+    type Output = Result<Response<ResB>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -205,11 +206,11 @@ where
                     if let Some(outbound) = outbound.take() {
                         response = outbound.apply(response);
                     }
-                    return Poll::Ready(Ok(response.map(RateLimitBody::inner)));
+                    return Poll::Ready(Ok(response));
                 }
                 StepProj::Rejected { response } => {
                     let response = response.take().expect(POLLED_AFTER_COMPLETION);
-                    return Poll::Ready(Ok(response.map(RateLimitBody::full)));
+                    return Poll::Ready(Ok(response.map(ResB::from_rejection)));
                 }
             };
             state.set(next);

@@ -108,7 +108,7 @@ pub mod rules_file;
 mod service;
 mod state;
 
-pub use body::RateLimitBody;
+pub use body::RejectionBody;
 pub use charge::counts::Charge;
 pub use config::{FailurePolicy, Limit, MissingKey, Mode};
 pub use future::ResponseFuture;

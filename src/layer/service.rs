@@ -6,7 +6,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::batch::LayerBatch;
-use super::body::RateLimitBody;
+use super::body::RejectionBody;
 use super::charge::take_tickets;
 use super::check::check;
 use super::config::Config;
@@ -51,9 +51,10 @@ impl<S, St> RateLimit<S, St> {
 impl<S, St, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, St>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: RejectionBody,
     St: Store + Clone,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB, St>;
 

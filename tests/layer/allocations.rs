@@ -107,7 +107,7 @@ fn an_admitted_request_allocates_what_the_docs_say() {
         })
     }
     let hello = tower::service_fn(|_: http::Request<()>| async {
-        let mut response = http::Response::new(());
+        let mut response = http::Response::new(bytes::Bytes::new());
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -291,7 +291,7 @@ fn a_charged_request_allocates_what_the_docs_say() {
         .build()
         .expect("a valid layer");
     let mut service = layer.layer(tower::service_fn(|req: http::Request<u16>| async move {
-        let mut response = http::Response::new(());
+        let mut response = http::Response::new(bytes::Bytes::new());
         *response.status_mut() = http::StatusCode::from_u16(*req.body()).expect("a status");
         Ok::<_, std::convert::Infallible>(response)
     }));

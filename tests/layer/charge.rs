@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
 use tokio::task::JoinSet;
-use tollgate::layer::{Charge, Limit, RateLimitBody, RateLimitLayer};
+use tollgate::layer::{Charge, Limit, RateLimitLayer};
 use tollgate::{
     key,
     store::{MemoryStore, RedisStore, Store},
@@ -17,7 +17,7 @@ use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 
 use crate::support::redis_server::RedisServer;
 
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, BoxError>;
+type Svc = BoxCloneService<Request<String>, Response<String>, BoxError>;
 
 const LIMIT: u64 = 10;
 

@@ -24,7 +24,7 @@ fn clock() -> ManualClock {
     ManualClock::new(1_699_999_200_000_000)
 }
 
-async fn body(res: Response<tollgate::layer::RateLimitBody<String>>) -> String {
+async fn body(res: Response<String>) -> String {
     let bytes = http_body_util::BodyExt::collect(res.into_body())
         .await
         .unwrap()

@@ -48,7 +48,7 @@ fn one_at_a_time<St: Store + Clone>(
     layer: RateLimitLayer<St>,
 ) -> impl Service<
     Request<String>,
-    Response = Response<tollgate::layer::RateLimitBody<String>>,
+    Response = Response<String>,
     Error = BoxError,
     Future = impl Future + Send,
 > + Clone

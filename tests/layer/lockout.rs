@@ -9,14 +9,14 @@ use axum::Router;
 use http::{Request, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
-use tollgate::layer::{Charge, Limit, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
+use tollgate::layer::{Charge, Limit, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{key, store::MemoryStore, DenyReason, Limiter, Penalty, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, BoxError, Layer, ServiceExt};
 
 use crate::support::{client_from, request, send, serve_axum};
 
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, BoxError>;
+type Svc = BoxCloneService<Request<String>, Response<String>, BoxError>;
 
 /// Three failed logins per 15 minutes, locked for an hour at the first refusal.
 fn guarded() -> Rule {

@@ -10,14 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{
-    DecisionEvent, DecisionObserver, Limit, Mode, RateLimitBody, RateLimitLayer,
-};
+use tollgate::layer::{DecisionEvent, DecisionObserver, Limit, Mode, RateLimitLayer};
 use tollgate::{key, Penalty, Rate, Rule, StoredKey};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
+type Svc = BoxCloneService<Request<String>, Response<String>, Infallible>;
 
 fn service<St: tollgate::store::Store + Clone>(layer: &RateLimitLayer<St>) -> Svc {
     BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::layer::{Limit, Mode, RateLimitBody, RateLimitLayer, RateLimitLayerBuilder};
+use tollgate::layer::{Limit, Mode, RateLimitLayer, RateLimitLayerBuilder};
 use tollgate::{key, store::MemoryStore, Limiter, Rate, Rule};
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
-type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
+type Svc = BoxCloneService<Request<String>, Response<String>, Infallible>;
 
 fn service(layer: &RateLimitLayer) -> Svc {
     BoxCloneService::new(layer.layer(service_fn(|_req: Request<String>| async {

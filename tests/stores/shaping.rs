@@ -261,7 +261,7 @@ fn shaping_service<St: Store + Clone>(
 ) -> (
     impl tower::Service<
             http::Request<String>,
-            Response = http::Response<tollgate::layer::RateLimitBody<String>>,
+            Response = http::Response<String>,
             Error = std::convert::Infallible,
             Future = impl Send,
         > + Clone

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use http::{Request, Response};
-use tollgate::layer::{DecisionEvent, DecisionObserver, RateLimitBody, RateLimitLayer};
+use tollgate::layer::{DecisionEvent, DecisionObserver, RateLimitLayer};
 use tollgate::{
     store::{MemoryStore, Store},
     Limiter, ManualClock,
@@ -13,7 +13,7 @@ use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
 /// A layered service, cloned for each call.
-pub type Svc = BoxCloneService<Request<String>, Response<RateLimitBody<String>>, Infallible>;
+pub type Svc = BoxCloneService<Request<String>, Response<String>, Infallible>;
 
 /// `layer` around a service that answers 200 `ok` to every request.
 pub fn with<St: Store + Clone>(layer: RateLimitLayer<St>) -> Svc {
@@ -30,7 +30,7 @@ pub fn limiter() -> Limiter<MemoryStore> {
 }
 
 /// `request` through a clone of `svc`.
-pub async fn call(svc: &Svc, request: Request<String>) -> Response<RateLimitBody<String>> {
+pub async fn call(svc: &Svc, request: Request<String>) -> Response<String> {
     svc.clone().oneshot(request).await.unwrap()
 }
 
