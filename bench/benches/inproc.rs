@@ -8,12 +8,12 @@
 //! `Limiter::check` on a batch of one and `Limiter::check_one`, awaited inside one async
 //! block (polled with a no-op waker, as a runtime would poll the task), and
 //! `Limiter::check_now` (synchronous, as `check_key` is called). "hot" is one key, "100k" cycles
-//! through 100,000 keys made beforehand (each batch of decisions goes on where the last one
-//! stopped), "2 threads" runs both threads from a barrier (on the 100k keys, half the keys
-//! apart) and reports the wall time over all decisions. Each round times every case for
-//! `INPROC_MS` milliseconds (default 150), in a rotating order; the printed ratio is the median
-//! over `INPROC_ROUNDS` rounds (default 7) of the case's ns over governor's in the same round.
-//! `INPROC_SCENES` (say `2 threads, hot`) runs only the scenes whose name starts with it, to
+//! through 100,000 keys made beforehand, in another order than they were made in (each
+//! batch of decisions goes on where the last one stopped), "2 threads" runs both threads
+//! from a barrier (on the 100k keys, half the keys apart) and reports the wall time over all
+//! decisions. Each round times every case for `INPROC_MS` milliseconds (default 150), in a
+//! rotating order; the printed ratio is the median over `INPROC_ROUNDS` rounds (default 7) of
+//! the case's ns over governor's in the same round. `INPROC_SCENES` (say `2 threads, hot`) runs only the scenes whose name starts with it, to
 //! profile one (`perf record`).
 
 use std::future::Future;
@@ -175,10 +175,11 @@ fn main() {
         .collect();
     let hot: Vec<Box<[u8]>> = vec![Box::from(&b"hot-key"[..])];
     let deciders = Deciders::new(&keys);
-    // Governor's map holds a copy of each key, allocated in the order of `keys`: visited in
-    // that order, its key reads stream through memory. `INPROC_SHUFFLE=1` visits them in
-    // another order (a stride through them), as a server's clients would come.
-    let keys: Vec<Box<[u8]>> = if env_or("INPROC_SHUFFLE", 0) == 1 {
+    // Keys come back in another order than they were first seen in (a stride through
+    // them), as a server's clients do. Governor's map holds a copy of each key, allocated
+    // in the order they were first seen: `INPROC_SHUFFLE=0` visits them in that order, where
+    // its key reads stream through memory as no server's would.
+    let keys: Vec<Box<[u8]>> = if env_or("INPROC_SHUFFLE", 1) == 1 {
         (0..KEYS).map(|i| keys[i * 7919 % KEYS].clone()).collect()
     } else {
         keys
