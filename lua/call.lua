@@ -4,7 +4,9 @@
 -- KEYS: the batches' keys (batch.lua's KEYS), one batch after another.
 -- ARGV: per batch, its shape: "<keys> <rules> <max_wait> <mode> <slack> <extra>\n" as
 --   decimal integers, then its rules' packed arguments (record.lua's rule_args, RULE_BYTES
---   each), all one argument (parsed once per distinct value, fast.lua's shape_of); then,
+--   each), all one argument (parsed once per distinct value, fast.lua's shape_of), or ""
+--   when it is the shape of the batch before it in the call (a coalesced call's batches
+--   mostly share one, which Redis would otherwise copy and Lua hash for each); then,
 --   when <extra> is 1, its instant and its floors as two more arguments (else "" and "0").
 --   keys, rules: how many keys (a sliding log rule has two) and rules the batch holds.
 --   max_wait: µs a wait-mode request may be reserved ahead; for MODE_DENY, the µs since
@@ -41,9 +43,11 @@ local function decide_batches(KEYS, ARGV)
   local o = 0
   local k, a = 0, 1
   local nargv = #ARGV
+  -- The shape of the batch before: "" stands for it (as the first, shape_of refuses it).
+  local h = nil
   while a <= nargv do
     local bytes = ARGV[a]
-    local h = shapes[bytes] or shape_of(bytes)
+    h = bytes == '' and h or shapes[bytes] or shape_of(bytes)
     local now, floors = '', '0'
     if h.extra then
       now, floors = ARGV[a + 1], ARGV[a + 2]

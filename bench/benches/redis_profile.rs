@@ -101,8 +101,10 @@ fn main() {
                     cmd.arg(format!("p:{{user-{key}}}:{}", r.name()));
                 }
             }
-            for _ in 0..batches {
-                cmd.arg(argument.as_slice());
+            // As the store sends them (src/store/redis/script.rs `command`): the shape whole
+            // for the first batch, "" for each that repeats the one before it.
+            for b in 0..batches {
+                cmd.arg(if b == 0 { argument.as_slice() } else { &[] });
             }
             cmd
         };

@@ -254,9 +254,15 @@ impl Encoded {
         self.keys.iter().map(|k| k.len() + 16).sum::<usize>() + self.shape.len() + 64
     }
 
-    fn push_args(&self, cmd: &mut Cmd) {
+    /// Pushes the batch's arguments; its shape as "" when it is `before`'s, the batch's
+    /// just before it in the call (`lua/call.lua`).
+    fn push_args(&self, cmd: &mut Cmd, before: Option<&Self>) {
         let call = &self.call;
-        cmd.arg(&self.shape[..]);
+        if before.is_some_and(|b| b.shape == self.shape) {
+            cmd.arg("");
+        } else {
+            cmd.arg(&self.shape[..]);
+        }
         if self.extra {
             match call.now {
                 Some(now) => cmd.arg(now),
@@ -296,8 +302,10 @@ pub(super) fn command(route: Invocation, batches: &[&Encoded]) -> Cmd {
             cmd.arg(&key[..]);
         }
     }
-    for batch in batches {
-        batch.push_args(&mut cmd);
+    let mut before = None;
+    for &batch in batches {
+        batch.push_args(&mut cmd, before);
+        before = Some(batch);
     }
     cmd
 }
@@ -582,6 +590,45 @@ mod tests {
                 "accepted"
             );
         }
+    }
+
+    /// A call sends a shape whole unless it is the batch's just before it, then as "".
+    #[test]
+    fn a_shape_repeated_by_the_next_batch_is_sent_empty() {
+        let rate = crate::Rate::per_second(10);
+        let (a, b) = (
+            crate::Rule::gcra("a", 10, rate),
+            crate::Rule::gcra("b", 20, rate),
+        );
+        let encode = |rule| {
+            let check = crate::Check::new(rule, b"k");
+            super::Encoded::new(
+                super::Call::default(),
+                &[&check],
+                |_, _| b"k".to_vec(),
+                None,
+            )
+        };
+        let (x, y, z) = (encode(&a), encode(&a), encode(&b));
+        let cmd = super::command(super::Invocation::Function, &[&x, &y, &z, &x]);
+        // FCALL, the library, the key count and four keys; then a shape per batch.
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .skip(7)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => panic!("not a plain argument"),
+            })
+            .collect();
+        assert_eq!(
+            args,
+            [
+                x.shape.clone(),
+                Vec::new(),
+                z.shape.clone(),
+                x.shape.clone()
+            ]
+        );
     }
 
     /// A shape's header is written as the plain decimals Lua reads, up to `u64::MAX`.
