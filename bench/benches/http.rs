@@ -482,13 +482,19 @@ fn report(
                 let own = runs[c][ci].iter().map(|r| r.server_cpu_ns);
                 own.zip(bare).filter_map(|(a, b)| Some(a? - b?)).collect()
             };
+            // The ratio of the medians: a round's own ratio swings without bound when the
+            // peer's added CPU nears the noise of the bare app's (a few tenths of a µs).
             let per_round: Vec<f64> = added(c).iter().zip(added(g)).map(|(a, b)| a / b).collect();
             if !per_round.is_empty() {
                 let shown: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
+                let (own, peer) = (median(added(c)), median(added(g)));
                 println!(
-                    "added CPU, {n} connections, {name} / {}: {:.2}× (median of rounds: {})",
+                    "added CPU, {n} connections, {name} / {}: {:.2}× (median added {:+.3} against \
+                     {:+.3} µs; per round: {})",
                     names[g],
-                    median(per_round.clone()),
+                    own / peer,
+                    own / 1000.0,
+                    peer / 1000.0,
                     shown.join(" ")
                 );
             }
