@@ -33,8 +33,8 @@ pub(crate) struct Entry {
     aside: Option<Box<Aside>>,
 }
 
-/// What few entries hold: a penalty's bookkeeping, and when it is forgotten as the entry's
-/// last writer sees it; the units parked in leases.
+/// What few entries hold: a penalty's bookkeeping (which says itself until when it counts)
+/// and the units parked in leases.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Aside {
     penalty: PenaltyState,
