@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 
 /// A response body type [`RateLimit`](super::RateLimit) can answer a rejection in: the
 /// middleware's responses have the inner service's body type, so a forwarded response passes
@@ -10,9 +10,35 @@ use http_body_util::{BodyExt, Full};
 /// layer or without it.
 ///
 /// Implemented for axum's and tonic's bodies (with their features), `http_body_util`'s
-/// `Full<Bytes>`, `BoxBody` and `UnsyncBoxBody`, `Bytes` and `String`. For a body type of
-/// your own, build it from the rejection's bytes (a plain-text message for HTTP, empty for
-/// gRPC):
+/// `Full<Bytes>`, `BoxBody` and `UnsyncBoxBody`, `Bytes` and `String`, and for
+/// `http_body_util::Either<L, B>` whose left side is one of these (the rejection goes left),
+/// so a body type from another crate (a tower-http middleware's, say) passes as its right
+/// side:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::{Either, Empty, Full};
+/// use tollgate::layer::{Limit, RateLimitLayer};
+/// use tollgate::{key, Rate, Rule};
+/// use tower::{service_fn, ServiceBuilder};
+///
+/// # fn main() -> Result<(), tollgate::ConfigError> {
+/// // `Empty` stands for a body type tollgate does not know.
+/// let inner = service_fn(|_: Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Empty::<Bytes>::new()))
+/// });
+/// let limit = Limit::new(Rule::gcra("all", 100, Rate::per_second(50)), key::global());
+/// let service = ServiceBuilder::new()
+///     .layer(RateLimitLayer::builder().limit(limit).build()?)
+///     .map_response(|r: Response<Empty<Bytes>>| r.map(Either::<Full<Bytes>, _>::Right))
+///     .service(inner);
+/// # let _ = service;
+/// # Ok(()) }
+/// ```
+///
+/// For a body type of your own, build it from the rejection's bytes (a plain-text message
+/// for HTTP, empty for gRPC):
 ///
 /// ```
 /// use bytes::Bytes;
@@ -63,6 +89,12 @@ impl<E: 'static> RejectionBody for UnsyncBoxBody<Bytes, E> {
     }
 }
 
+impl<L: RejectionBody, R> RejectionBody for Either<L, R> {
+    fn from_rejection(bytes: Bytes) -> Self {
+        Either::Left(L::from_rejection(bytes))
+    }
+}
+
 #[cfg(feature = "axum")]
 impl RejectionBody for axum::body::Body {
     fn from_rejection(bytes: Bytes) -> Self {
@@ -101,6 +133,9 @@ mod tests {
         assert_eq!(read(Full::from_rejection(text.clone())).await, text);
         assert_eq!(String::from_rejection(text.clone()).as_bytes(), &text[..]);
         assert_eq!(Bytes::from_rejection(text.clone()), text);
+        let either =
+            Either::<Full<Bytes>, http_body_util::Empty<Bytes>>::from_rejection(text.clone());
+        assert_eq!(read(either).await, text);
         #[cfg(feature = "axum")]
         assert_eq!(
             read(axum::body::Body::from_rejection(text.clone())).await,
