@@ -78,12 +78,12 @@
 //! }
 //!
 //! /// The handler: serves the file, from the offset a `Range: bytes=N-` asks for.
-//! async fn serve(req: Request<()>) -> Result<Response<()>, std::convert::Infallible> {
+//! async fn serve(req: Request<()>) -> Result<Response<String>, std::convert::Infallible> {
 //!     let from = req.headers().get("range")
 //!         .and_then(|r| r.to_str().ok()?.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
 //!         .unwrap_or(0);
 //!     let served = name(req.uri().path()).and_then(|n| size(&n)).map_or(0, |s: u64| s.saturating_sub(from));
-//!     let mut response = Response::new(());
+//!     let mut response = Response::new(String::new());
 //!     response.extensions_mut().insert(ServedMb(served.div_ceil(1_000_000)));
 //!     Ok(response)
 //! }

@@ -42,7 +42,7 @@
 //!     )])
 //!     .build()?;
 //! let server = limits.layer(service_fn(|_req: Request<()>| async {
-//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 //! }));
 //! let call = |method: &str| -> Result<Request<()>, Box<dyn std::error::Error>> {
 //!     let mut request = Request::post(format!("/helloworld.Greeter/{method}"))

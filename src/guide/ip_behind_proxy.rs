@@ -24,7 +24,7 @@
 //!     ))
 //!     .build()?;
 //! let app = limits.layer(service_fn(|_req: Request<()>| async {
-//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 //! }));
 //!
 //! // What a hyper server does for each connection: the peer's address in the extensions

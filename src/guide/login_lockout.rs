@@ -28,7 +28,7 @@
 //!     )])
 //!     .build()?;
 //! let app = limits.layer(service_fn(|_req: Request<()>| async {
-//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 //! }));
 //! let login = || -> Result<Request<()>, Box<dyn std::error::Error>> {
 //!     let mut request = Request::post("/login").body(())?;

@@ -45,7 +45,7 @@
 //!     .observe(would_refuse.clone())
 //!     .build()?;
 //! let app = limits.layer(service_fn(|_req: Request<()>| async {
-//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 //! }));
 //!
 //! for _ in 0..5 {

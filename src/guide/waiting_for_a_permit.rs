@@ -61,7 +61,7 @@
 //!     .mode(Mode::Wait { max_wait: Duration::from_millis(200) })
 //!     .build()?;
 //! let app = limits.layer(service_fn(|_req: Request<()>| async {
-//!     Ok::<_, std::convert::Infallible>(Response::new(()))
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 //! }));
 //!
 //! let started = std::time::Instant::now();
