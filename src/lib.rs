@@ -30,7 +30,8 @@
 //! stack (axum, hyper, tonic), with keys from the request ([`key`]); see [`layer`].
 //!
 //! Optional features (none on by default): `axum` and `tonic` let [`key::peer_ip`] read
-//! their connection info (and [`key::route`] axum's `MatchedPath`). `metrics` records
+//! their connection info (and [`key::route`] axum's `MatchedPath`); the layer over tonic
+//! needs `tonic` to answer in its body type. `metrics` records
 //! decisions, store latency and health, and held requests ([`layer::observe`]). `serde`
 //! reads a layer's rules from a file
 //! (`tollgate::layer::rules_file`), naming the file, line and field of a problem; a

@@ -10,7 +10,9 @@ use crate::clock::duration_to_micros_ceil;
 /// [`DenyReason::Locked`](crate::DenyReason::Locked) and a retry-after of the remaining lock
 /// time, without touching the algorithm's state (one costing more than the capacity keeps
 /// [`DenyReason::CostExceedsCapacity`](crate::DenyReason::CostExceedsCapacity)). Denials are
-/// counted in a window that opens at the first denial and lasts `within`. On a limit charged
+/// counted in a window that opens at the first denial and lasts `within`; like a lock, an
+/// open window belongs to the rule's name, so a configuration with another `within` (a
+/// rolling deploy) counts in it until it ends. On a limit charged
 /// by outcome, see [`Charge`](crate::layer::Charge) for which refusals count.
 ///
 /// ```

@@ -15,8 +15,9 @@
 //!     .serve(addr)
 //! ```
 //!
-//! With the `tonic` feature, [`key::peer_ip`](crate::key::peer_ip) reads tonic's connection
-//! info. What a client sees, shown here without a network:
+//! The layer over tonic needs the `tonic` feature, which also lets
+//! [`key::peer_ip`](crate::key::peer_ip) read tonic's connection info. What a client sees,
+//! shown here without a network:
 //!
 //! ```
 //! use std::net::SocketAddr;

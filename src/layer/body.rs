@@ -4,55 +4,32 @@ use bytes::Bytes;
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Either, Full};
 
-/// A response body type [`RateLimit`](super::RateLimit) can answer a rejection in: the
-/// middleware's responses have the inner service's body type, so a forwarded response passes
-/// through untouched (axum does not box it again) and a service's type is the same with the
-/// layer or without it.
-///
-/// Implemented for axum's and tonic's bodies (with their features), `http_body_util`'s
-/// `Full<Bytes>`, `BoxBody` and `UnsyncBoxBody`, `Bytes` and `String`, and for
-/// `http_body_util::Either<L, B>` whose left side is one of these (the rejection goes left),
-/// so a body type from another crate (a tower-http middleware's, say) passes as its right
-/// side:
+/// A response body type [`RateLimit`](super::RateLimit) answers a rejection in: its responses
+/// have the inner service's body type, so a forwarded one passes untouched (axum does not box
+/// it again). Implemented for axum's body, tonic's (feature `tonic`), `Full<Bytes>`, `BoxBody`
+/// and `UnsyncBoxBody` of `http_body_util`, `Bytes`, `String`, and `Either<L, B>` with `L` one
+/// of these: the rejection goes left, and another crate's body passes on the right. A body
+/// type of your own implements it from the rejection's bytes (text for HTTP, none for gRPC).
 ///
 /// ```
-/// use bytes::Bytes;
-/// use http::{Request, Response};
-/// use http_body_util::{Either, Empty, Full};
-/// use tollgate::layer::{Limit, RateLimitLayer};
-/// use tollgate::{key, Rate, Rule};
-/// use tower::{service_fn, ServiceBuilder};
-///
-/// # fn main() -> Result<(), tollgate::ConfigError> {
+/// # use bytes::Bytes; use http::Response; use http_body_util::{Either, Empty, Full};
+/// # use tollgate::{key, layer::{Limit, RateLimitLayer}, Rate, Rule};
+/// # let layer = RateLimitLayer::builder().limit(Limit::new(Rule::gcra("all", 9, Rate::per_second(9)), key::global())).build().unwrap();
 /// // `Empty` stands for a body type tollgate does not know.
-/// let inner = service_fn(|_: Request<()>| async {
+/// let inner = tower::service_fn(|_: http::Request<()>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(Empty::<Bytes>::new()))
 /// });
-/// let limit = Limit::new(Rule::gcra("all", 100, Rate::per_second(50)), key::global());
-/// let service = ServiceBuilder::new()
-///     .layer(RateLimitLayer::builder().limit(limit).build()?)
+/// let service = tower::ServiceBuilder::new()
+///     .layer(layer)
 ///     .map_response(|r: Response<Empty<Bytes>>| r.map(Either::<Full<Bytes>, _>::Right))
 ///     .service(inner);
-/// # let _ = service;
-/// # Ok(()) }
 /// ```
-///
-/// For a body type of your own, build it from the rejection's bytes (a plain-text message
-/// for HTTP, empty for gRPC):
-///
-/// ```
-/// use bytes::Bytes;
-/// use tollgate::layer::RejectionBody;
-///
-/// struct MyBody(Vec<u8>);
-///
-/// impl RejectionBody for MyBody {
-///     fn from_rejection(bytes: Bytes) -> Self {
-///         MyBody(bytes.to_vec())
-///     }
-/// }
-/// # let _ = MyBody::from_rejection(Bytes::new());
-/// ```
+#[diagnostic::on_unimplemented(
+    message = "the layer cannot answer a rejection in a `{Self}` body",
+    label = "the inner service's response body",
+    note = "tonic's `Body` needs tollgate's `tonic` feature; a body of another crate passes as \
+            the right side of `http_body_util::Either<Full<Bytes>, _>` (see `RejectionBody`)"
+)]
 pub trait RejectionBody {
     /// The body of a rejection whose content is `bytes`.
     fn from_rejection(bytes: Bytes) -> Self;
@@ -95,10 +72,9 @@ impl<L: RejectionBody, R> RejectionBody for Either<L, R> {
     }
 }
 
-#[cfg(feature = "axum")]
-impl RejectionBody for axum::body::Body {
+impl RejectionBody for axum_core::body::Body {
     fn from_rejection(bytes: Bytes) -> Self {
-        axum::body::Body::from(bytes)
+        axum_core::body::Body::from(bytes)
     }
 }
 
@@ -136,9 +112,8 @@ mod tests {
         let either =
             Either::<Full<Bytes>, http_body_util::Empty<Bytes>>::from_rejection(text.clone());
         assert_eq!(read(either).await, text);
-        #[cfg(feature = "axum")]
         assert_eq!(
-            read(axum::body::Body::from_rejection(text.clone())).await,
+            read(axum_core::body::Body::from_rejection(text.clone())).await,
             text
         );
         #[cfg(feature = "tonic")]

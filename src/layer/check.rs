@@ -13,6 +13,8 @@ use super::charge::defer_denials;
 use super::decide::{decide, Next};
 use super::future::CheckFuture;
 use super::observe::{self, Observation};
+use crate::decision::Outcome;
+use crate::error::StoreError;
 use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::Store;
@@ -28,44 +30,22 @@ pub(crate) fn check<St: Store + Clone, B>(
     observation: Observation,
     request: &Request<B>,
 ) -> Result<Next<St>, CheckFuture<St>> {
-    let checks = batch.checks();
     let max_wait = batch.config.mode.max_wait();
     let now = {
         let _entered = observation.span.enter();
-        limiter.reserve_now(&checks, max_wait)
+        limiter.reserve_now(&batch.checks(), max_wait)
     };
     if let Some(result) = now {
-        let health = limiter.health();
-        observe::finish(observation, &batch, None, &checks, &result, health);
-        drop(checks);
-        let kept = Kept::Batch(batch);
-        let mut checked = Checked {
-            result,
-            health,
-            kept,
-        };
-        answered(limiter, &mut checked);
+        let mut checked = checked(limiter, batch, observation, result);
         return Ok(decide(&mut checked, request));
     }
-    drop(checks);
     let limiter = limiter.clone();
     let mut future: CheckFuture<St> = Box::pin(async move {
-        let checks = batch.checks();
         let result = limiter
-            .reserve_outcome(&checks, max_wait)
+            .reserve_outcome(&batch.checks(), max_wait)
             .instrument(observation.span.clone())
             .await;
-        let health = limiter.health();
-        observe::finish(observation, &batch, None, &checks, &result, health);
-        drop(checks);
-        let kept = Kept::Batch(batch);
-        let mut checked = Checked {
-            result,
-            health,
-            kept,
-        };
-        answered(&limiter, &mut checked);
-        checked
+        checked(&limiter, batch, observation, result)
     });
     match future
         .as_mut()
@@ -74,6 +54,27 @@ pub(crate) fn check<St: Store + Clone, B>(
         Poll::Ready(mut checked) => Ok(decide(&mut checked, request)),
         Poll::Pending => Err(future),
     }
+}
+
+/// The store's `result` for `batch`, observed, as the layer keeps it. Inlined: each move of
+/// the batch or the answer is a copy.
+#[inline(always)]
+fn checked<St: Store + Clone>(
+    limiter: &Limiter<St>,
+    batch: LayerBatch,
+    observation: Observation,
+    result: Result<Outcome, StoreError>,
+) -> Checked<St> {
+    let health = limiter.health();
+    observe::finish(observation, &batch, None, &result, health);
+    let kept = Kept::Batch(batch);
+    let mut checked = Checked {
+        result,
+        health,
+        kept,
+    };
+    answered(limiter, &mut checked);
+    checked
 }
 
 /// What the layer keeps of the store's answer, changed in place (the batch is large, and

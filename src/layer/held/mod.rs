@@ -16,7 +16,7 @@ use super::charge::{Charging, Outbound};
 use super::headers::RateLimitHeaders;
 use super::observe;
 use crate::decision::{Decision, Outcome};
-use crate::store::reservation::{Batch, Reservation};
+use crate::store::reservation::Reservation;
 use crate::store::{Check, Store};
 
 /// A held request: its reservation, its place under the layer's bounds, and the headers
@@ -91,22 +91,9 @@ fn counted<St: Store + Clone>(
             .collect(),
         admission: None,
     });
-    let checks = batch.checks();
-    let pending_checks: SmallVec<[Check<'_>; 4]> = pending
-        .iter()
-        .filter_map(|&i| checks.get(i).copied())
-        .collect();
     let counted_now = counted_now.map_err(|e| e.clone());
-    observe::finish(
-        observation,
-        &batch,
-        Some(pending),
-        &pending_checks,
-        &counted_now,
-        health,
-    );
+    observe::finish(observation, &batch, Some(pending), &counted_now, health);
     let admitted = result.as_ref().is_ok_and(|o| o.is_admitted());
-    drop((pending_checks, checks));
     let reservation = admitted.then_some(reservation);
     let kept = Kept::Reserved(batch, reservation);
     Checked {

@@ -67,7 +67,8 @@ use super::config::Mode;
 use crate::clock::duration_to_micros;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
-use crate::store::{Check, Health};
+use crate::store::reservation::Batch;
+use crate::store::Health;
 use crate::stored::StoredKey;
 
 /// A decision being observed: its span, and when the store was asked, if timed.
@@ -106,13 +107,12 @@ pub(crate) fn start(batch: &LayerBatch) -> Observation {
     }
 }
 
-/// Observes the store's answer for `checks` (all of `batch`'s, or at a held request's
-/// release those at `which`): one event fills the span's fields and is told to every observer.
+/// Observes the store's answer for `batch`'s checks (all, or at a held request's release
+/// those at `which`): one event fills the span's fields and is told to every observer.
 pub(crate) fn finish(
     observation: Observation,
     batch: &LayerBatch,
     which: Option<&[usize]>,
-    checks: &[Check<'_>],
     result: &Result<Outcome, StoreError>,
     health: Health,
 ) {
@@ -124,12 +124,12 @@ pub(crate) fn finish(
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
     let shadow_mode = batch.config.mode == Mode::Shadow;
-    let limits = batch.limits().enumerate();
-    let limits = limits.filter(|(i, _)| which.is_none_or(|w| w.contains(i)));
-    let rules: SmallVec<[RuleDecision<'_>; 4]> = limits
-        .zip(checks)
+    let checks = batch.checks();
+    let chosen = |(i, _): &(usize, _)| which.is_none_or(|w| w.contains(i));
+    let rules: SmallVec<[RuleDecision<'_>; 4]> = (batch.limits().zip(&checks).enumerate())
+        .filter(chosen)
         .enumerate()
-        .map(|(j, ((_, limit), check))| RuleDecision {
+        .map(|(j, (_, (limit, check)))| RuleDecision {
             rule: check.rule,
             key: StoredKey::kept(check.key()),
             outcome: outcome.ok().and_then(|o| o.rules.get(j)),
