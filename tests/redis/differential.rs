@@ -167,8 +167,8 @@ fn memory_and_redis_decide_alike() {
                         let m = memory.reserve(&batch, wait).await.unwrap();
                         let r = redis.reserve(&batch, wait).await.unwrap();
                         prop_assert_eq!(
-                            refunded(&batch, m.outcome().clone()),
-                            refunded(&batch, r.outcome().clone()),
+                            refunded(&batch, m.outcome().clone(), &mut Vec::new()),
+                            refunded(&batch, r.outcome().clone(), &mut Vec::new()),
                             "step {}: {:?}",
                             i,
                             s
@@ -323,6 +323,7 @@ fn memory_and_cluster_with_queues_decide_alike() {
             let store = rt.block_on(prefixed(&url, format!("cluster{}", case.get())));
             let redis = Limiter::new(store.with_clock(clock.clone()));
             rt.block_on(async {
+                let mut refunded_logs = Vec::new();
                 for (i, s) in steps.iter().enumerate() {
                     clock.advance(Duration::from_micros(s.advance_us));
                     let client = [b'k', s.key];
@@ -351,8 +352,8 @@ fn memory_and_cluster_with_queues_decide_alike() {
                         let m = memory.reserve(&batch, wait).await.unwrap();
                         let r = redis.reserve(&batch, wait).await.unwrap();
                         prop_assert_eq!(
-                            refunded(&batch, m.outcome().clone()),
-                            refunded(&batch, r.outcome().clone()),
+                            refunded(&batch, m.outcome().clone(), &mut refunded_logs.clone()),
+                            refunded(&batch, r.outcome().clone(), &mut refunded_logs),
                             "step {}: {:?}",
                             i,
                             s
@@ -364,8 +365,8 @@ fn memory_and_cluster_with_queues_decide_alike() {
                     let m = memory.store().check(&batch, wait).await.unwrap();
                     let r = redis.store().check(&batch, wait).await.unwrap();
                     prop_assert_eq!(
-                        refunded(&batch, m),
-                        refunded(&batch, r),
+                        refunded(&batch, m, &mut refunded_logs.clone()),
+                        refunded(&batch, r, &mut refunded_logs),
                         "step {}: {:?}",
                         i,
                         s
@@ -380,14 +381,24 @@ fn memory_and_cluster_with_queues_decide_alike() {
 /// `outcome` without what a Cluster's refund of a denied batch's admitted slot leaves
 /// behind by design (see `RedisStore`'s docs): a sliding log's refunded entry stays,
 /// without units, until it expires, so the quota it reports reads that entry's reset (in
-/// the denied batch, and later while the log holds no units but that entry).
-fn refunded(batch: &[Check<'_>], mut outcome: tollgate::Outcome) -> tollgate::Outcome {
+/// the denied batch, later while the log holds no units but that entry, and while it holds
+/// others, whose reset that entry may outlast: on the keys noted in `refunded_logs`, which
+/// this batch's refund adds to).
+fn refunded(
+    batch: &[Check<'_>],
+    mut outcome: tollgate::Outcome,
+    refunded_logs: &mut Vec<Vec<u8>>,
+) -> tollgate::Outcome {
     let denied = !outcome.is_admitted();
     for (check, rule) in batch.iter().zip(outcome.rules.iter_mut()) {
         let refunded = denied && rule.decision == tollgate::Decision::Allow;
         let unused = rule.info.remaining == rule.info.limit;
-        if check.rule.name() == "sl" && (refunded || unused) {
+        let earlier = refunded_logs.iter().any(|k| k[..] == *check.key());
+        if check.rule.name() == "sl" && (refunded || unused || earlier) {
             rule.info.reset = Duration::ZERO;
+            if refunded && !earlier {
+                refunded_logs.push(check.key().to_vec());
+            }
         }
     }
     outcome
