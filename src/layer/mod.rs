@@ -9,9 +9,9 @@
 //!   **exemptions**: [`RateLimitLayerBuilder::exempt`].
 //! - **Changed live**: [`RateLimitLayer::reloadable`], and with the `serde` feature from a
 //!   file (`tollgate::layer::rules_file`).
-//! - **Responses**: 429 with `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit`
-//!   headers, `RESOURCE_EXHAUSTED` for gRPC, 503 for a store failure under `FailClosed`
-//!   (see [`response`], [`RateLimitLayerBuilder::on_reject`]).
+//! - **Responses** in the inner service's body type ([`RejectionBody`]): 429 with `Retry-After`
+//!   and the IETF `RateLimit-Policy` / `RateLimit` headers, `RESOURCE_EXHAUSTED` for gRPC, 503
+//!   for a store failure under `FailClosed` ([`response`], [`RateLimitLayerBuilder::on_reject`]).
 //! - **Modes** ([`Mode`]): enforce, shadow, wait; one rule in shadow: [`Limit::shadow`].
 //!   A delayed request is held: see [held requests](crate::guide::waiting_for_a_permit#held-requests).
 //! - **By outcome**: [`Limit::charge`] counts only the responses that count (failed logins:
