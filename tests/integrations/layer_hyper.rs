@@ -58,3 +58,34 @@ async fn a_route_table_in_one_layer_limits_each_route() {
     .await;
     assert_eq!(other.status, StatusCode::OK);
 }
+
+/// A body type the layer does not know passes as the right side of an `Either` (as
+/// `RejectionBody`'s docs show): a forwarded response keeps its own body, a refusal is
+/// answered on the left with the rejection's text and its length.
+#[tokio::test]
+async fn a_body_of_another_crate_passes_through_either() {
+    use http_body_util::{BodyExt, Either, Empty, Full};
+    use hyper::body::{Body, Bytes};
+    use tollgate::layer::{Limit, RateLimitLayer};
+    use tollgate::{key, Rate, Rule};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    let limit = Limit::new(Rule::gcra("all", 1, Rate::per_second(1)), key::global());
+    let layer = RateLimitLayer::builder().limit(limit).build().unwrap();
+    let service = ServiceBuilder::new()
+        .layer(layer)
+        .map_response(|r: http::Response<Empty<Bytes>>| r.map(Either::<Full<Bytes>, _>::Right))
+        .service(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Empty::<Bytes>::new()))
+        }));
+    let call = || service.clone().oneshot(http::Request::new(()));
+    let passed = call().await.unwrap();
+    assert_eq!(passed.status(), StatusCode::OK);
+    assert!(matches!(passed.body(), Either::Right(_)));
+    let refused = call().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let length = refused.body().size_hint().exact();
+    let text = refused.into_body().collect().await.unwrap().to_bytes();
+    assert!(text.starts_with(b"rate limit exceeded"), "{text:?}");
+    assert_eq!(length, Some(text.len() as u64));
+}
