@@ -10,6 +10,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,15 @@ fn redis_server_bin() -> String {
 
 pub fn redis_cli_bin() -> String {
     binary("TOLLGATE_REDIS_CLI", "redis-cli")
+}
+
+/// A directory no other server or certificate set of this run uses: named by the process
+/// and a counter, since a port number can come back from the kernel to a second caller
+/// while the first still uses its directory.
+pub fn scratch_dir(what: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("tollgate-{what}-{}-{n}", std::process::id()))
 }
 
 /// A port nobody listens on right now.
@@ -109,8 +119,7 @@ impl RedisServer {
     fn launch(extra: &[&str], tls: Option<Arc<TlsFiles>>, sentinel: Option<String>) -> Self {
         for _ in 0..5 {
             let port = free_port();
-            let dir =
-                std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+            let dir = scratch_dir("redis");
             let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
             let child = Self::spawn(port, &dir, &extra, tls.as_deref(), sentinel.as_deref());
             let mut server = RedisServer {

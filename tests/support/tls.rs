@@ -9,11 +9,7 @@ pub use super::redis_server::TlsFiles;
 impl TlsFiles {
     /// A new CA with a server and a client certificate, in a fresh directory.
     pub fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tollgate-tls-{}-{}",
-            std::process::id(),
-            crate::support::redis_server::free_port()
-        ));
+        let dir = crate::support::redis_server::scratch_dir("tls");
         std::fs::create_dir_all(&dir).expect("create a directory for the certificates");
 
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
