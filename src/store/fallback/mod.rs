@@ -352,14 +352,12 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
     }
 
     async fn peek(&self, check: Check<'_>) -> Result<RuleOutcome, StoreError> {
-        match self.primary.peek(check).await {
-            Err(e) if e.is_failure() => {
-                let share = [self.shared.divided(check.rule)];
-                let local = local_batch(&[check], &share);
-                self.local.peek(local[0]).await
-            }
-            answer => answer,
+        if let Some(answer) = self.primary_answer(self.primary.peek(check).await) {
+            return answer;
         }
+        let share = [self.shared.divided(check.rule)];
+        let local = local_batch(&[check], &share);
+        self.local.peek(local[0]).await
     }
 
     /// Gives each rule's units back to the side that took them, asking each only for its own.
@@ -405,14 +403,12 @@ impl<P: Store, L: Store> Store for Fallback<P, L> {
 
     /// Counts the denials where the batch is decided now (as [`overdraw`](Store::overdraw)).
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
-        match self.primary.count_denials(batch, ago).await {
-            Err(e) if e.is_failure() => {
-                let shares = self.shared.shares(batch);
-                let local = local_batch(batch, &shares);
-                self.local.count_denials(&local, ago).await
-            }
-            answer => answer,
+        if let Some(answer) = self.primary_answer(self.primary.count_denials(batch, ago).await) {
+            return answer;
         }
+        let shares = self.shared.shares(batch);
+        let local = local_batch(batch, &shares);
+        self.local.count_denials(&local, ago).await
     }
 
     /// An unblock lifts the local state too (it may hold a lock set during an outage).

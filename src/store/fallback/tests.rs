@@ -334,9 +334,11 @@ impl Store for Refusing {
         self.inner.refund(batch, outcome).await
     }
     async fn overdraw(&self, batch: &[Check<'_>]) -> Result<(), StoreError> {
+        self.gate()?;
         self.inner.overdraw(batch).await
     }
     async fn count_denials(&self, batch: &[Check<'_>], ago: Duration) -> Result<(), StoreError> {
+        self.gate()?;
         self.inner.count_denials(batch, ago).await
     }
     fn health(&self) -> crate::store::Health {
@@ -388,4 +390,32 @@ async fn a_polled_fallback_probes_a_primary_once_it_stops_failing() {
     assert_eq!(primary.probes.load(Ordering::SeqCst), 1);
     assert!(store.check(&batch, Duration::ZERO).await.is_ok());
     assert!(!store.is_falling_back());
+}
+
+/// Every call the primary fails is answered locally and says so: a peek (the admin's view
+/// of a key) or a count of denials the primary refuses puts the fallback in charge, its
+/// health degraded, as a failed decision does; the primary's next answer to one ends it.
+#[tokio::test(start_paused = true)]
+async fn a_failed_peek_or_count_of_denials_is_answered_locally_and_says_so() {
+    for call in ["peek", "count_denials", "overdraw"] {
+        let primary = Refusing::default();
+        let store = Fallback::new(primary.clone());
+        let rule = Rule::fixed_window("r", 100, Duration::from_secs(60));
+        let check = Check::new(&rule, b"k");
+        let ask = || async {
+            match call {
+                "peek" => store.peek(check).await.map(drop),
+                "count_denials" => store.count_denials(&[check], Duration::ZERO).await,
+                _ => store.overdraw(&[check]).await,
+            }
+        };
+        primary.failing.store(true, Ordering::SeqCst);
+        assert!(ask().await.is_ok(), "{call}: answered locally");
+        assert!(store.is_falling_back(), "{call}");
+        assert_eq!(store.health(), Health::Degraded, "{call}");
+
+        primary.failing.store(false, Ordering::SeqCst);
+        assert!(ask().await.is_ok(), "{call}");
+        assert!(!store.is_falling_back(), "{call}: the primary answered");
+    }
 }
