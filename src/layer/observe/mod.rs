@@ -120,7 +120,7 @@ pub(crate) fn finish(
     let Some(start) = observation.start else {
         return;
     };
-    let (span, store_latency) = (&observation.span, Some(start.elapsed()));
+    let (span, store_latency) = (&observation.span, start.elapsed());
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
     let shadow_mode = batch.config.mode == Mode::Shadow;
@@ -155,9 +155,7 @@ pub(crate) fn finish(
 fn record_span(span: &Span, event: &DecisionEvent<'_>, shadow_mode: bool) {
     let verdict = DecisionLabel::of(shadow_mode, false, event.outcome.ok().map(|o| o.decision));
     span.record("outcome", verdict.as_str());
-    if let Some(elapsed) = event.store_latency {
-        span.record("store_us", duration_to_micros(elapsed));
-    }
+    span.record("store_us", duration_to_micros(event.store_latency));
     // The rule that decided a denial or a delay (the longest wait), as `decide` finds it;
     // else the first.
     let decided = |r: &&RuleDecision<'_>| {

@@ -74,9 +74,8 @@ pub struct DecisionEvent<'a> {
     /// [`Fallback`](crate::store::Fallback)'s local store decided (its circuit breaker
     /// open, or Redis failing).
     pub health: Health,
-    /// How long the store took (measured whenever an observer or the `rate_limit` span
-    /// listens).
-    pub store_latency: Option<Duration>,
+    /// How long the store took to answer.
+    pub store_latency: Duration,
 }
 
 /// One rule's decision of one request, as a [`DecisionEvent`] lists it.

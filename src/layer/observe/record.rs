@@ -98,7 +98,7 @@ pub(super) const ENABLED: bool = cfg!(feature = "metrics");
 pub(super) fn decision<'a>(
     _rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
     _health: Health,
-    _latency: Option<Duration>,
+    _latency: Duration,
 ) {
     #[cfg(feature = "metrics")]
     recording::decision(_rules, _health, _latency);
@@ -199,15 +199,13 @@ mod recording {
     pub(super) fn decision<'a>(
         rules: impl Iterator<Item = (&'a RuleMetrics, DecisionLabel)>,
         health: Health,
-        latency: Option<Duration>,
+        latency: Duration,
     ) {
         // Health is ordered by severity: 0 healthy, 1 degraded, 2 failing.
         let health = f64::from(health as u8);
         metrics::with_recorder(|r| {
-            if let Some(elapsed) = latency {
-                r.register_histogram(&STORE_DURATION, &METADATA)
-                    .record(elapsed.as_secs_f64());
-            }
+            r.register_histogram(&STORE_DURATION, &METADATA)
+                .record(latency.as_secs_f64());
             r.register_gauge(&STORE_HEALTH, &METADATA).set(health);
         });
         for (metrics, verdict) in rules {
