@@ -398,10 +398,15 @@ impl Config {
         }
     }
 
+    /// Every batch a request can get: the layer's limits alone (`None`), then each route's.
+    pub(crate) fn batches(&self) -> impl Iterator<Item = Option<usize>> + use<> {
+        std::iter::once(None).chain((0..self.routes.len()).map(Some))
+    }
+
     /// Works out once what the final limits imply: each route's [`Derived`].
     pub(crate) fn cache_derived(&mut self) {
-        let routes = std::iter::once(None).chain((0..self.routes.len()).map(Some));
-        self.routes_derived = routes
+        self.routes_derived = self
+            .batches()
             .map(|route| {
                 let enforced = || self.limits(route).filter(|l| !l.shadow);
                 Derived {

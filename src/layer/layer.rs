@@ -363,10 +363,9 @@ fn fallback_problem(config: &Config, store: &impl Store) -> Option<ConfigError> 
 /// layer (see [`RateLimitLayerBuilder::build`]).
 fn names_problems(config: &Config) -> Vec<ConfigError> {
     let mut problems = Vec::new();
-    let batches = std::iter::once(None).chain((0..config.routes.len()).map(Some));
     let mut bound: HashMap<&str, (&Rule, Option<usize>)> = HashMap::new();
     let mut reported: HashSet<&str> = HashSet::new();
-    for route in batches {
+    for route in config.batches() {
         let place = |route| config.route_pattern(route).unwrap_or("every request");
         let mut seen = HashSet::new();
         for limit in config.limits(route) {

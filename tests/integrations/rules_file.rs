@@ -342,7 +342,7 @@ plans = [{ plan = "free", name = "free", fixed_window = { limit = 1, window = "1
         problems
             .iter()
             .any(|p| p.starts_with("rules.toml:4:1: limit[0].plan_of")
-                && p.contains("no plan lookup is registered as \"nobody\"")),
+                && p.contains("unknown plan lookup \"nobody\"")),
         "{problems:#?}"
     );
     assert!(

@@ -163,17 +163,9 @@ impl Loader {
     ) -> Option<PlanOf> {
         let plan_of = match spec {
             PlanOfSpec::Header(name) => PlanOf::header(name),
-            PlanOfSpec::Named(name) => match self.plans.get(name) {
-                Some(plan_of) => plan_of.clone(),
-                None => {
-                    let (near, known) = registered(name, &self.plans);
-                    problems.at(
-                        path,
-                        format!("no plan lookup is registered as {name:?}{near} (Loader::plan_of registers one; registered: {known:?})"),
-                    );
-                    return None;
-                }
-            },
+            PlanOfSpec::Named(name) => {
+                registered(&self.plans, name, "plan lookup", "plan_of", path, problems)?
+            }
         };
         let Some(e) = plan_of.problem() else {
             return Some(plan_of);
@@ -226,14 +218,9 @@ impl Loader {
             KeySpec::Method => Arc::new(key::method()),
             KeySpec::Global => Arc::new(key::global()),
             KeySpec::Constant(c) => Arc::new(key::constant(c.clone().into_bytes())),
-            KeySpec::Named(name) => match self.keys.get(name) {
-                Some(extractor) => extractor.clone(),
-                None => {
-                    let (near, known) = registered(name, &self.keys);
-                    problems.at(path, format!("unknown key extractor {name:?}{near}: no extractor is registered under that name (Loader::key registers one; registered: {known:?})"));
-                    return None;
-                }
-            },
+            KeySpec::Named(name) => {
+                registered(&self.keys, name, "key extractor", "key", path, problems)?
+            }
             KeySpec::Or(keys) if keys.len() >= 2 => {
                 let keys = self.keys_of(keys, &format!("{path}.or"), problems);
                 keys.into_iter().reduce(|a, b| Arc::new(a.or(b)))?
@@ -267,11 +254,30 @@ impl Loader {
     }
 }
 
-/// ` (did you mean "…"?)` for the registered name `name` is a typo of, and every name
-/// registered.
-fn registered<'m, T>(name: &str, map: &'m BTreeMap<String, T>) -> (String, Vec<&'m String>) {
+/// What the code registered as `name` with `Loader::{registers}`; if nothing, a problem at
+/// `path` naming the `what` it should be, the registered name `name` is a typo of, and
+/// every name registered.
+fn registered<T: Clone>(
+    map: &BTreeMap<String, T>,
+    name: &str,
+    what: &str,
+    registers: &str,
+    path: &str,
+    problems: &mut Problems,
+) -> Option<T> {
+    if let Some(found) = map.get(name) {
+        return Some(found.clone());
+    }
     let known: Vec<&String> = map.keys().collect();
-    (did_you_mean(name, known.iter().map(|k| k.as_str())), known)
+    let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
+    problems.at(
+        path,
+        format!(
+            "unknown {what} {name:?}{near}: none is registered under that name \
+             (Loader::{registers} registers one; registered: {known:?})"
+        ),
+    );
+    None
 }
 
 /// The file's settings on `builder`.
