@@ -270,13 +270,7 @@ fn registered<T: Clone>(
     }
     let known: Vec<&String> = map.keys().collect();
     let near = did_you_mean(name, known.iter().map(|k| k.as_str()));
-    problems.at(
-        path,
-        format!(
-            "unknown {what} {name:?}{near}: none is registered under that name \
-             (Loader::{registers} registers one; registered: {known:?})"
-        ),
-    );
+    problems.at(path, format!("unknown {what} {name:?}{near}: none is registered under that name (Loader::{registers} registers one; registered: {known:?})"));
     None
 }
 
