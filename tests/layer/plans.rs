@@ -141,6 +141,63 @@ async fn unknown_plans_follow_the_chosen_policy() {
     );
 }
 
+/// A plan header sent twice (a client's own, then the one a gateway appends) names no plan:
+/// neither value is trusted, as `key::header` trusts neither, and the request gets what an
+/// unknown plan gets.
+#[tokio::test]
+async fn a_plan_header_sent_twice_names_no_plan() {
+    let twice = |first: &str, second: &str| {
+        Request::get("/")
+            .header("x-api-key", "k1")
+            .header("x-plan", first)
+            .header("x-plan", second)
+            .body(String::new())
+            .unwrap()
+    };
+    let svc = with(layer(plans(PlanOf::header("x-plan"), UnknownPlan::Reject)));
+    assert_eq!(
+        status(&svc, twice("pro", "free")).await,
+        StatusCode::BAD_REQUEST
+    );
+    let svc = with(layer(plans(
+        PlanOf::header("x-plan"),
+        UnknownPlan::Plan("free".into()),
+    )));
+    let res = svc.clone().oneshot(twice("pro", "free")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(policy(&res), "\"api-free\";q=1;w=60");
+}
+
+/// A plan in shadow (a new free plan on trial) does not lift the group's refusal of an
+/// unknown plan: the refusal is the group's, told by its first enforced plan; only a group
+/// all in shadow reports it without refusing.
+#[tokio::test]
+async fn a_shadow_plan_does_not_lift_the_refusal_of_an_unknown_plan() {
+    let limit = |rule| Limit::new(rule, key::header("x-api-key"));
+    let group = |free_shadow: bool, pro_shadow: bool| {
+        let free = limit(Rule::fixed_window("api-free", 1, MINUTE));
+        let pro = limit(Rule::fixed_window("api-pro", 3, MINUTE));
+        let shadow = |l: Limit, yes: bool| if yes { l.shadow() } else { l };
+        Plans::new(PlanOf::header("x-plan"), UnknownPlan::Reject)
+            .plan("free", shadow(free, free_shadow))
+            .plan("pro", shadow(pro, pro_shadow))
+    };
+    let svc = with(layer(group(true, false)));
+    assert_eq!(
+        status(&svc, request("k1", Some("gold"))).await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        status(&svc, request("k1", None)).await,
+        StatusCode::BAD_REQUEST
+    );
+    let svc = with(layer(group(true, true)));
+    assert_eq!(
+        status(&svc, request("k1", Some("gold"))).await,
+        StatusCode::OK
+    );
+}
+
 /// A key moved between plans uses each plan's own state: an upgrade gets the new plan's
 /// full quota at once, and a downgrade within the window finds the old plan's units still
 /// used.

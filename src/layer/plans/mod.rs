@@ -17,7 +17,8 @@ use crate::rule::Rule;
 pub enum UnknownPlan {
     /// Refuse it: 400 Bad Request ("invalid rate limit key: unknown plan"; gRPC
     /// `INVALID_ARGUMENT`), as for a request without its key. Customise the answer with
-    /// [`on_reject`](super::RateLimitLayerBuilder::on_reject).
+    /// [`on_reject`](super::RateLimitLayerBuilder::on_reject). A plan in shadow leaves the
+    /// refusal to the others; only plans all in shadow report it without refusing.
     Reject,
     /// Count it under this plan (one of the plans; a name that is not is a build error).
     Plan(Cow<'static, str>),
@@ -129,6 +130,7 @@ impl IntoIterator for Plans {
             plan_of: self.plan_of,
             names,
             unknown,
+            teller: self.plans.iter().position(|(_, l)| !l.shadow).unwrap_or(0),
             problem: ConfigError::collect(problems),
         });
         let mut plans = self.plans;

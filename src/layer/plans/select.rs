@@ -24,8 +24,9 @@ pub struct PlanOf {
 
 impl PlanOf {
     /// The plan named in the header `name`: a header only the gateway writes (a client that
-    /// could set it would choose its own plan). A name that is no header name is reported
-    /// by the layer's `build`.
+    /// could set it would choose its own plan). A request sending it twice names no plan:
+    /// neither value can be trusted ([`Duplicates`](crate::key::Duplicates) says why). A
+    /// name that is no header name is reported by the layer's `build`.
     pub fn header(name: impl AsRef<str>) -> Self {
         let text = name.as_ref();
         let name = HeaderName::from_bytes(text.as_bytes()).ok();
@@ -34,8 +35,9 @@ impl PlanOf {
             what: format!("header {}", name.as_ref().map_or(text, HeaderName::as_str)).into(),
             problem: name.is_none().then(invalid),
             find: Arc::new(move |head: &RequestHead<'_>| {
-                let value = head.headers().get(name.as_ref()?)?.to_str().ok()?;
-                Some(Cow::Borrowed(value))
+                let mut values = head.headers().get_all(name.as_ref()?).iter();
+                let value = values.next().filter(|_| values.next().is_none())?;
+                Some(Cow::Borrowed(value.to_str().ok()?))
             }),
         }
     }
@@ -91,6 +93,9 @@ pub(super) struct Selector {
     pub(super) plan_of: PlanOf,
     pub(super) names: Box<[Box<str>]>,
     pub(super) unknown: Otherwise,
+    /// The plan that refuses a request of no known plan: the first enforced one, so that a
+    /// plan in shadow does not lift the group's refusal (the first, if all are in shadow).
+    pub(super) teller: usize,
     pub(super) problem: Option<ConfigError>,
 }
 
@@ -147,7 +152,8 @@ pub(crate) struct RequestPlans<'c> {
 impl<'c> RequestPlans<'c> {
     /// Whether a limit that is the plan `plan` (`None`: a limit that is no plan) applies to
     /// the request: a limit that is no plan always does; a plan when it is the request's.
-    /// An error: the request's plan is unknown and refused (told once, by the first plan).
+    /// An error: the request's plan is unknown and refused (told once, by the group's
+    /// [teller](Selector::teller)).
     pub(crate) fn applies(
         &mut self,
         plan: Option<&'c PlanGuard>,
@@ -165,7 +171,7 @@ impl<'c> RequestPlans<'c> {
         };
         match resolved {
             Ok(plan) => Ok(*plan == Some(guard.index)),
-            Err(e) if guard.index == 0 => Err(e.clone()),
+            Err(e) if guard.index == guard.selector.teller => Err(e.clone()),
             Err(_) => Ok(false),
         }
     }
