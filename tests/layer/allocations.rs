@@ -10,11 +10,13 @@ struct Counting;
 
 thread_local! {
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    static BYTES: Cell<usize> = const { Cell::new(0) };
 }
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        let _ = BYTES.try_with(|n| n.set(n.get() + layout.size()));
         unsafe { System.alloc(layout) }
     }
 
@@ -30,6 +32,12 @@ fn allocations_of(f: impl FnOnce()) -> usize {
     let before = ALLOCATIONS.with(Cell::get);
     f();
     ALLOCATIONS.with(Cell::get) - before
+}
+
+fn bytes_of(f: impl FnOnce()) -> usize {
+    let before = BYTES.with(Cell::get);
+    f();
+    BYTES.with(Cell::get) - before
 }
 
 /// `header("user-id").or(..)` is the documented way to limit signed-in users by id and
@@ -310,4 +318,50 @@ fn a_charged_request_allocates_what_the_docs_say() {
     answer(401);
     assert_eq!(answer(401), 2, "a failure counts: nothing to give back");
     assert_eq!(answer(200), 3, "a success is given back");
+}
+
+/// A long key costs a limit charged by outcome with a penalty what it costs any limit (one
+/// copy, read from the request, before the store sees its 33-byte digest): the registry of
+/// the requests that have not settled keeps the key's stored form, not copies of its bytes.
+#[test]
+fn a_long_key_charged_by_outcome_is_kept_as_its_digest() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tollgate::layer::{Charge, Limit, RateLimitLayer};
+    use tollgate::{Penalty, Rule};
+    use tower::{Layer, Service};
+
+    let bytes_for = |len: usize| {
+        let rule = Rule::fixed_window("logins", 1_000_000, std::time::Duration::from_secs(60))
+            .with_penalty(Penalty::lock_for(std::time::Duration::from_secs(60)));
+        let layer = RateLimitLayer::builder()
+            .limit(Limit::new(rule, key::header("user")).charge(Charge::failures()))
+            .headers_on_allowed(false)
+            .build()
+            .expect("a valid layer");
+        let mut service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::new()))
+        }));
+        let user = "u".repeat(len);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut request = || {
+            let _ = service.poll_ready(&mut cx);
+            let request = http::Request::get("/").header("user", &user).body(());
+            let request = request.expect("a request");
+            bytes_of(|| {
+                let mut future = std::pin::pin!(service.call(request));
+                match future.as_mut().poll(&mut cx) {
+                    Poll::Ready(response) => assert!(response.is_ok()),
+                    Poll::Pending => panic!("an in-process store answers at once"),
+                }
+            })
+        };
+        request();
+        request()
+    };
+    let (short, long) = (bytes_for(200), bytes_for(100_000));
+    assert!(
+        long - short < 150_000,
+        "a 100 kB key: {long} bytes allocated, against {short} for 200 bytes"
+    );
 }

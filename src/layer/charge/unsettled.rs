@@ -18,6 +18,7 @@ use crate::limiter::Limiter;
 use crate::rule::Rule;
 use crate::store::reservation::run_detached;
 use crate::store::{Check, Store};
+use crate::stored::KeyBytes;
 
 /// A denial's count, run once the requests it waits for have settled.
 pub(crate) type Recount = Box<dyn FnOnce() + Send>;
@@ -77,8 +78,9 @@ pub(crate) struct Ticket {
 impl Unsettled {
     /// The ticket of a request of `rule` for `key`, taken before the store decides it, and
     /// whether it is alone (nothing else checked, in flight or waiting for the rule and key).
+    /// The key is kept in its stored form: a 1 MB key costs 33 bytes here too.
     pub(crate) fn start(self: &Arc<Self>, rule: &Rule, key: &[u8]) -> (Ticket, bool) {
-        let slot: Slot = (rule.shared_name(), key.into());
+        let slot: Slot = (rule.shared_name(), KeyBytes::of(key).as_bytes().into());
         let mut slots = self.slots.lock();
         let requests = slots.entry(slot.clone()).or_default();
         let alone = requests.active.is_empty() && requests.waiting.is_empty();
