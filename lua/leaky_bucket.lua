@@ -88,9 +88,10 @@ models[LEAKY_BUCKET] = function()
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)
     end,
-    -- The end of the queue right after the admission (draining does not move it).
+    -- The end of the queue right after the admission at `at`, exactly, as water from
+    -- `at` (LeakyBucket::mark): draining leaves it, any request joining raises it.
     mark = function(c, s, at, delay)
-      return s[2] + cdiv(s[1], c.p2)
+      return sub0(s[2], at) * c.p2 + s[1]
     end,
     -- Drains `cost` units back out of the queue as of the state's instant; with a
     -- mark, only while nothing queued behind them (the queue's end is still the mark):
@@ -98,7 +99,7 @@ models[LEAKY_BUCKET] = function()
     -- only while the queue still ends at `ends` (the admission's mark, given even where
     -- the units go back without one).
     refund = function(c, s, now, at, cost, mark, hold, ends)
-      local queued = s[2] + cdiv(s[1], c.p2)
+      local queued = sub0(s[2], at) * c.p2 + s[1]
       if mark ~= nil and queued ~= mark then
         return false
       end

@@ -154,10 +154,16 @@ impl Model for LeakyBucket {
         };
     }
 
-    /// The end of the queue right after the admission: while it has not moved, nothing
-    /// joined behind this admission.
-    fn mark(&self, s: &LevelState, _at: u64) -> u64 {
-        self.expires_at(s)
+    /// The end of the queue right after the admission at `at`, exactly: its water counted
+    /// from `at` (drained water at the pace's amount per µs). Draining leaves it where it
+    /// is and any request that joins raises it, even by less than a µs of water, where the
+    /// end rounded to a µs would not move.
+    fn mark(&self, s: &LevelState, at: u64) -> u64 {
+        s.last
+            .saturating_sub(at)
+            .checked_mul(self.pace.amount())
+            .and_then(|w| w.checked_add(s.level))
+            .unwrap_or(u64::MAX)
     }
 
     /// Drains the admission's units (and its `hold`) back out while nothing queued behind
@@ -167,10 +173,13 @@ impl Model for LeakyBucket {
         &self,
         s: &mut LevelState,
         Refund {
-            cost, mark, hold, ..
+            at,
+            cost,
+            mark,
+            hold,
         }: Refund,
     ) -> bool {
-        if self.expires_at(s) != mark {
+        if self.mark(s, at) != mark {
             return false;
         }
         // Drained as of the state's own instant, which the drain since would have emptied

@@ -10,7 +10,7 @@ use tollgate::store::RedisStore;
 use tollgate::{Limiter, ManualClock};
 
 use crate::support::promise_driver::{run_one, run_schedules, runtime, Target};
-use crate::support::promise_schedule::Op;
+use crate::support::promise_schedule::{fast_queue_refund, Op, LF};
 use crate::support::redis_server::{prefixed, RedisCluster, RedisServer};
 use crate::support::vectors::BASE_MICROS;
 
@@ -77,6 +77,18 @@ fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
     ];
     let target = rt.block_on(cached_pair(server.url(), "dearer".into()));
     if let Err(e) = rt.block_on(run_one(&target, [0, 0, 0], ops)) {
+        panic!("{e}");
+    }
+}
+
+/// A refund behind a request adding less than a µs of water keeps the queue, on Redis too
+/// (`promise_findings`).
+#[test]
+fn a_refund_behind_a_sub_microsecond_request_keeps_the_queue_on_redis() {
+    let server = RedisServer::start();
+    let rt = runtime(false);
+    let target = rt.block_on(cached_pair(server.url(), "fastqueue".into()));
+    if let Err(e) = rt.block_on(run_one(&target, [LF; 3], fast_queue_refund())) {
         panic!("{e}");
     }
 }

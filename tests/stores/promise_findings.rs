@@ -6,7 +6,7 @@ use tollgate::store::MemoryStore;
 use tollgate::{Limiter, ManualClock};
 
 use crate::support::promise_driver::{run_one, runtime, Target};
-use crate::support::promise_schedule::{Fate, Op};
+use crate::support::promise_schedule::{fast_queue_refund, Fate, Op, LF};
 use crate::support::promises::{Algo, Reference, Spec};
 use crate::support::vectors::BASE_MICROS;
 
@@ -163,6 +163,16 @@ fn a_settled_hold_keeps_its_queue_spaced() {
         check(0, 1, 0),
     ];
     holds([LB, LQ, LB], ops);
+}
+
+/// A queue draining 10 units a µs, where a request adds less than a µs of water: a
+/// reservation cancelled after a request queued behind it keeps its water (B's release
+/// stands), so the next request that would overfill the queue is denied, not admitted to
+/// leave ahead of B. The queue's end rounded to the µs did not move when B joined, and the
+/// refund took A's water from the middle of the queue.
+#[test]
+fn a_refund_behind_a_sub_microsecond_request_keeps_the_queue() {
+    holds([LF; 3], fast_queue_refund());
 }
 
 /// Admissions as (instant, units).

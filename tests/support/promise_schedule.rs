@@ -82,7 +82,41 @@ pub fn specs() -> Vec<Spec> {
         ),
         spec("tb", bucket(3, 1, 10_000, false), None),
         spec("gc", gcra(5, 2, 20_000), None),
+        // A queue draining 10 units a µs (10 MB/s of bytes): an admission can add less
+        // than a µs of water.
+        spec("lf", leaky(100, 10_000, 1_000), None),
     ]
+}
+
+/// The place in [`specs`] of the queue draining 10 units a µs.
+pub const LF: usize = 14;
+
+/// On the rule at place 0 (a queue of 100 draining 10 units a µs), at one instant: X (50),
+/// A (21, reserved), B (5) behind A, A cancelled, C (40): A's water stays, so C is denied.
+pub fn fast_queue_refund() -> Vec<Op> {
+    let check = |cost| Op::Check {
+        specs: vec![0],
+        key: 0,
+        cost,
+        wait: 0,
+        defer: false,
+        limiter: false,
+        via: 0,
+        split: false,
+    };
+    let reserve = Op::Reserve {
+        specs: vec![0],
+        key: 0,
+        cost: 21,
+        wait: 1_000,
+        via: 0,
+        split: false,
+    };
+    let cancel = Op::Resolve {
+        pick: 0,
+        fate: Fate::Cancel,
+    };
+    vec![check(50), reserve, check(5), cancel, check(40)]
 }
 
 /// What becomes of a held reservation.
