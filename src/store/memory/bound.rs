@@ -107,7 +107,7 @@ impl Shared {
             if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
                 continue;
             }
-            let now = self.clock.now_micros().max(shard.latest);
+            let now = self.now(None, &mut [&mut shard]);
             evicted += shard.make_room(now);
             if shard.map.len() >= 2 * self.bound.per_shard {
                 let retry_micros = shard.no_room_until.saturating_sub(now).max(1);

@@ -124,8 +124,15 @@ impl MemoryStore {
 
     /// Removes every entry whose state is back to empty; returns how many were removed.
     pub fn purge_expired(&self) -> usize {
-        let now = self.shared.clock.now_micros();
-        self.shared.shards.iter().map(|s| s.lock().sweep(now)).sum()
+        let shared = &*self.shared;
+        let reading = shared.clock.now_micros();
+        let sweep = |shard: &Mutex<Shard>| {
+            let mut shard = shard.lock();
+            // The shard's decisions never go back before the instant it was swept at.
+            let now = shared.now(Some(reading), &mut [&mut shard]);
+            shard.sweep(now)
+        };
+        shared.shards.iter().map(|s| sweep(s)).sum()
     }
 
     /// Decides `batch` now, reserving up to `max_wait` µs ahead ([`Store::check`]; 0 for

@@ -164,6 +164,31 @@ fn a_clock_out_of_order_across_threads_never_moves_a_shard_back() {
         .is_admitted());
 }
 
+/// A sweep's instant is one the shard's decisions never go back from: a reading behind it
+/// decides at it, so an entry swept as expired is not made fresh at an earlier instant (a
+/// token bucket of 1 a second admits at 1 s, at the sweep's 2.000005 s, and not again
+/// before 3.000005 s; fresh at 1.99999 s, it would admit again at 2.999995 s: three in
+/// under two seconds).
+#[test]
+fn a_sweep_on_an_unordered_clock_never_reopens_a_bucket() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryStore::with_clock(Skewed(clock.clone()));
+    let rule = Rule::token_bucket("r", 1, Rate::per_second(1));
+    let one = [Check::new(&rule, b"k")];
+    let admits = || {
+        ready(store.check(&one, Duration::ZERO))
+            .unwrap()
+            .is_admitted()
+    };
+    assert!(admits());
+    clock.set_micros(2_000_005);
+    assert_eq!(store.purge_expired(), 1);
+    clock.set_micros(1_999_990);
+    assert!(admits());
+    clock.set_micros(2_999_995);
+    assert!(!admits());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
