@@ -19,6 +19,7 @@ use crate::decision::{Decision, DenyReason, Outcome};
 use crate::limiter::Limiter;
 use crate::store::reservation::Reservation;
 use crate::store::Store;
+use crate::stored::KeyBytes;
 
 /// What a forwarded request's response gets: its `RateLimit` headers, and the charge its
 /// head settles.
@@ -142,7 +143,8 @@ pub(crate) fn defer_denials<St: Store + Clone>(
             unsettled.push((i, ticket));
         } else if item.defers {
             let most = limit.rule.penalty().map_or(0, |p| p.denials());
-            let recount = recount(limiter.clone(), limit.rule.clone(), key.into(), item.cost);
+            let key = KeyBytes::of(key).as_bytes().into();
+            let recount = recount(limiter.clone(), limit.rule.clone(), key, item.cost);
             ticket.defer(recount, usize::try_from(most).unwrap_or(usize::MAX));
         }
         // Otherwise decided alone: the store counted the denial.

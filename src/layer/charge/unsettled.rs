@@ -184,8 +184,9 @@ impl Drop for Ticket {
     }
 }
 
-/// The count of a denial of `rule` for `key` at `cost`, refused now, judged at the instant
-/// of the refusal ([`Store::count_denials`]): a window turning meanwhile forgives nothing.
+/// The count of a denial of `rule` for `key` (in stored form) at `cost`, refused now,
+/// judged at the instant of the refusal ([`Store::count_denials`]): a window turning
+/// meanwhile forgives nothing.
 pub(crate) fn recount<St: Store + Clone>(
     limiter: Limiter<St>,
     rule: Rule,
@@ -195,7 +196,7 @@ pub(crate) fn recount<St: Store + Clone>(
     let refused = tokio::time::Instant::now();
     Box::new(move || {
         run_detached(async move {
-            let batch = [Check::new(&rule, &key).with_cost(cost)];
+            let batch = [Check::stored(&rule, &key).with_cost(cost)];
             let counted = limiter.store().count_denials(&batch, refused.elapsed());
             if let Err(error) = counted.await {
                 tracing::debug!(%error, rule = rule.name(), "a refused request's denial was not counted");
