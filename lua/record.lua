@@ -168,8 +168,12 @@ local function flush_records()
   written_count = 0
 end
 
--- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at`, or deletes
--- the key once that has passed. The record: the head h1, h2, h3, then the state fields
+-- A rule with a penalty keeps its record this long (µs) past its end: a refusal counted
+-- late finds the state it was refused on (penalty::REFUSALS_KEPT_MICROS).
+local REFUSALS_KEPT_US = 3000000
+
+-- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (a rule with
+-- a penalty's, REFUSALS_KEPT_US later), or deletes the key once that has passed. The record: the head h1, h2, h3, then the state fields
 -- (`foreign`'s bytes as another configuration wrote them, or when nil `c`'s own f1, f2,
 -- f3), then the penalty's l1, l2, l3, then the bytes of a ledger (parked.lua) if any.
 local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign, ledger)
@@ -194,6 +198,9 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
   if not i then
     i = written_count + 1
     written_count, slot[key], written[i] = i, i, key
+  end
+  if c.after > 0 then
+    expires_at = expires_at + REFUSALS_KEPT_US
   end
   if expires_at > now then
     written_record[i], written_ttl[i] = record, ceil((expires_at - now) / 1000) + slack

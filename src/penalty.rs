@@ -89,6 +89,13 @@ impl Penalty {
     }
 }
 
+/// How long (µs) past its state's end a store keeps a key of a rule with a penalty: a
+/// refusal the layer defers until the requests beside it settle (at most its settle
+/// deadline, then the call's own time) is counted on the state it was refused on, not on a
+/// fresh one ([`Store::count_denials`](crate::store::Store::count_denials)). The Lua
+/// scripts' `REFUSALS_KEPT_US`.
+pub(crate) const REFUSALS_KEPT_MICROS: u64 = 3_000_000;
+
 /// Lock and denial bookkeeping of one rule for one key. It belongs to the name, not to a
 /// configuration: one without the penalty, or with another, writing the key keeps it, so it
 /// says itself until when it counts (the window's end, not its start).

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::algorithm::{Algorithm, Carried, Eval, State, Verdict, MAX_SCALED};
 use crate::decision::{Decision, Denial, DenyReason, RateLimitInfo, RuleOutcome, StoreId, Taken};
 use crate::error::StoreError;
-use crate::penalty::PenaltyState;
+use crate::penalty::{PenaltyState, REFUSALS_KEPT_MICROS};
 use crate::store::check::{Check, Refusal};
 use crate::store::parked::Parked;
 use crate::Rule;
@@ -28,8 +28,8 @@ pub(crate) struct Entry {
     /// Written with every admission; its `until` (empty under any configuration) is the
     /// entry's expiry.
     pub(crate) carried: Carried,
-    /// Boxed from the first counted denial or lease, so the many entries without one stay
-    /// small.
+    /// Boxed from a penalty rule's first write or a lease, so the many entries without one
+    /// stay small.
     aside: Option<Box<Aside>>,
 }
 
@@ -59,6 +59,16 @@ impl Entry {
     /// What few entries hold, made if it was not.
     fn aside_mut(&mut self) -> &mut Aside {
         self.aside.get_or_insert_with(Box::default)
+    }
+
+    /// Keeps the entry [`REFUSALS_KEPT_MICROS`] µs past its state's end where `rule` has a
+    /// penalty (its bookkeeping boxed now, once per key): a refusal counted late finds the
+    /// state it was refused on.
+    #[inline]
+    pub(crate) fn keep_refusals(&mut self, rule: &Rule) {
+        if rule.penalty().is_some() && self.aside.is_none() {
+            self.aside_mut();
+        }
     }
 
     /// Whether units are parked in leases of the key ([`Parked`]).
@@ -131,11 +141,15 @@ impl Entry {
     }
 
     /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
-    /// brings it earlier) and the penalty forgotten.
+    /// brings it earlier) and the penalty forgotten; one with a penalty's bookkeeping or
+    /// leases is kept [`REFUSALS_KEPT_MICROS`] µs longer ([`keep_refusals`](Self::keep_refusals)).
     pub(crate) fn expires_at(&self) -> u64 {
-        let aside = self.aside.as_deref();
-        let aside = aside.map_or(0, |a| a.penalty.expires_at().max(a.parked.until()));
-        self.carried.until.max(aside)
+        let Some(aside) = self.aside.as_deref() else {
+            return self.carried.until;
+        };
+        let kept = self.carried.until.saturating_add(REFUSALS_KEPT_MICROS);
+        kept.max(aside.penalty.expires_at())
+            .max(aside.parked.until())
     }
 }
 
@@ -434,6 +448,7 @@ pub(crate) fn commit(
     let mut item = *item;
     if admitted {
         if check.cost > 0 {
+            entry.keep_refusals(check.rule);
             entry.settle(check.rule, item.at);
             let algorithm = check.rule.algorithm();
             let held = match item.held_until {
@@ -501,6 +516,7 @@ fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
 /// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) says). Another
 /// configuration's state is adopted first, so its units still count.
 pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
+    entry.keep_refusals(check.rule);
     entry.settle(check.rule, now);
     let algorithm = check.rule.algorithm();
     if !entry.is_own(check.rule) {

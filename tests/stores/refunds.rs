@@ -417,6 +417,79 @@ async fn refunds_on_redis_cluster() {
     assert_eq!(next.outcome().decision, Decision::Delay(10 * S));
 }
 
+/// 1 a window, a penalty locking at the second denial within a minute.
+fn locking(window: Duration) -> Rule {
+    Rule::fixed_window_from_first_hit("fw9", 1, window)
+        .with_penalty(Penalty::lock_for(60 * S).after(2).within(60 * S))
+}
+
+/// A refusal deferred near its window's end and counted once the window's state has
+/// ended and been swept still counts (`Store::count_denials`: a window turned since
+/// leaves the refusal standing): a key of a rule with a penalty is kept past its state's
+/// end, so the next window's refusal is the second denial and locks the key.
+#[tokio::test]
+async fn a_refusal_counted_after_its_state_was_swept_still_counts() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::with_clock(clock.clone());
+    let limiter = Limiter::new(store.clone());
+    let rule = locking(S);
+    let mut check = Check::new(&rule, b"a");
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    clock.set_micros(T0 + 900_000);
+    check.refusal = tollgate::Refusal::Deferred;
+    assert!(!store
+        .check(&[check], Duration::ZERO)
+        .await
+        .unwrap()
+        .is_admitted());
+    clock.set_micros(T0 + 1_050_000);
+    store.purge_expired();
+    let ago = Duration::from_millis(150);
+    store.count_denials(&[check], ago).await.unwrap();
+    check.refusal = tollgate::Refusal::Enforced;
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    let denied = limiter.check(&[check]).await.unwrap();
+    let reason = denied.decision.denial().map(|d| d.reason);
+    assert_eq!(reason, Some(DenyReason::Locked), "{denied:?}");
+}
+
+/// The same on Redis's own time: the record's TTL outlasts its state by what a late count
+/// needs, so the refusal counted after the window's end finds it.
+#[tokio::test]
+async fn a_refusal_counted_after_its_record_expired_still_counts_on_redis() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    let limiter = Limiter::new(store.clone());
+    let window = Duration::from_millis(300);
+    let rule = locking(window);
+    let mut check = Check::new(&rule, b"a");
+    let first = std::time::Instant::now();
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    check.refusal = tollgate::Refusal::Deferred;
+    assert!(!store
+        .check(&[check], Duration::ZERO)
+        .await
+        .unwrap()
+        .is_admitted());
+    let refused = std::time::Instant::now();
+    // Past the window's end and the record's TTL as its state alone would set it.
+    tokio::time::sleep(
+        (first + window + Duration::from_millis(100))
+            .saturating_duration_since(std::time::Instant::now()),
+    )
+    .await;
+    store
+        .count_denials(&[check], refused.elapsed())
+        .await
+        .unwrap();
+    check.refusal = tollgate::Refusal::Enforced;
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    let denied = limiter.check(&[check]).await.unwrap();
+    let reason = denied.decision.denial().map(|d| d.reason);
+    assert_eq!(reason, Some(DenyReason::Locked), "{denied:?}");
+}
+
 /// A store gives back only the units it took: another store's outcome, though it names
 /// the same rule, key, instant and state, gives nothing back here.
 #[tokio::test]

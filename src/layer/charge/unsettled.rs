@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::limiter::Limiter;
+use crate::penalty::REFUSALS_KEPT_MICROS;
 use crate::rule::Rule;
 use crate::store::reservation::run_detached;
 use crate::store::{Check, Store};
@@ -26,6 +27,10 @@ pub(crate) type Recount = Box<dyn FnOnce() + Send>;
 /// The longest a refusal waits for the requests beside it before its denial is counted.
 /// Long enough for a login to answer, short next to any penalty's window.
 pub(crate) const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
+
+// The store keeps the state a refusal was made on past the deadline, with a second for
+// the count's own call.
+const _: () = assert!(SETTLE_DEADLINE.as_micros() + 1_000_000 <= REFUSALS_KEPT_MICROS as u128);
 
 /// A limit's rule name and a key.
 type Slot = (Arc<str>, Box<[u8]>);

@@ -69,7 +69,7 @@ const CLOCK_OVERRIDE_SLACK_MS: u64 = 60_000;
 /// sorted set; `/` is not in a rule name's alphabet). The extracted key is the hash tag, so a
 /// client's rules live in one Cluster slot; `{`, `}` and `\` are escaped and an empty key is
 /// written `\0`, so distinct keys never share state. Every key's TTL ends once its state is
-/// back to empty.
+/// back to empty (a rule with a penalty's 3 s later, for a refusal counted late).
 ///
 /// **Connections**: a standalone store runs over one multiplexed, reconnecting
 /// [`ConnectionManager`](redis::aio::ConnectionManager), shared by cheap clones. The

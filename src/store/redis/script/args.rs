@@ -112,6 +112,10 @@ mod tests {
         }
         let record = include_str!("../../../../lua/record.lua");
         assert_eq!(lua_constant(record, "RULE_BYTES"), Some(RULE_BYTES as u64));
+        assert_eq!(
+            lua_constant(record, "REFUSALS_KEPT_US"),
+            Some(crate::penalty::REFUSALS_KEPT_MICROS)
+        );
     }
 
     /// Rule arguments encode as thirteen little-endian doubles in the order the script
