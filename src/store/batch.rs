@@ -28,8 +28,8 @@ pub(crate) struct Entry {
     /// Written with every admission; its `until` (empty under any configuration) is the
     /// entry's expiry.
     pub(crate) carried: Carried,
-    /// Boxed from a penalty rule's first write or a lease, so the many entries without one
-    /// stay small.
+    /// Boxed from a penalty's first denial (counted, or deferred: kept for a late count) or
+    /// a lease, so the many entries without one stay small.
     aside: Option<Box<Aside>>,
 }
 
@@ -59,16 +59,6 @@ impl Entry {
     /// What few entries hold, made if it was not.
     fn aside_mut(&mut self) -> &mut Aside {
         self.aside.get_or_insert_with(Box::default)
-    }
-
-    /// Keeps the entry [`REFUSALS_KEPT_MICROS`] µs past its state's end where `rule` has a
-    /// penalty (its bookkeeping boxed now, once per key): a refusal counted late finds the
-    /// state it was refused on.
-    #[inline]
-    pub(crate) fn keep_refusals(&mut self, rule: &Rule) {
-        if rule.penalty().is_some() && self.aside.is_none() {
-            self.aside_mut();
-        }
     }
 
     /// Whether units are parked in leases of the key ([`Parked`]).
@@ -141,8 +131,9 @@ impl Entry {
     }
 
     /// When (µs) this entry equals no entry: the state empty (`carried.until`; a refund only
-    /// brings it earlier) and the penalty forgotten; one with a penalty's bookkeeping or
-    /// leases is kept [`REFUSALS_KEPT_MICROS`] µs longer ([`keep_refusals`](Self::keep_refusals)).
+    /// brings it earlier) and the penalty forgotten. One with a penalty's bookkeeping (or
+    /// leases) is kept [`REFUSALS_KEPT_MICROS`] µs longer: a refusal counted late finds the
+    /// state it was refused on.
     pub(crate) fn expires_at(&self) -> u64 {
         let Some(aside) = self.aside.as_deref() else {
             return self.carried.until;
@@ -429,12 +420,10 @@ pub(crate) fn writes(check: &Check<'_>, item: &Evaluated, admitted: bool) -> boo
     }
 }
 
-/// Whether a penalty counts this denial: a quota denial, of a rule with a penalty, not
-/// [deferred](Refusal::Deferred).
+/// Whether a penalty counts this denial, or keeps it for a late count if
+/// [deferred](Refusal::Deferred): a quota denial, of a rule with a penalty.
 fn counts_denial(check: &Check<'_>, item: &Evaluated) -> bool {
-    item.counts_for_penalty()
-        && check.rule.penalty().is_some()
-        && check.refusal != Refusal::Deferred
+    item.counts_for_penalty() && check.rule.penalty().is_some()
 }
 
 /// Step 3, for an item that [`writes`]: records its admission or counted denial.
@@ -448,7 +437,6 @@ pub(crate) fn commit(
     let mut item = *item;
     if admitted {
         if check.cost > 0 {
-            entry.keep_refusals(check.rule);
             entry.settle(check.rule, item.at);
             let algorithm = check.rule.algorithm();
             let held = match item.held_until {
@@ -472,8 +460,10 @@ pub(crate) fn commit(
         }
     } else if counts_denial(check, &item) {
         if let Some(penalty) = check.rule.penalty() {
+            // Boxed here if it was not: the entry is kept for a deferred refusal's count.
             let state = &mut entry.aside_mut().penalty;
-            if penalty.record_denial(state, item.arrival) {
+            let deferred = check.refusal == Refusal::Deferred;
+            if !deferred && penalty.record_denial(state, item.arrival) {
                 item.locked_for = state.locked_for(item.arrival);
             }
         }
@@ -516,7 +506,6 @@ fn carried(rule: &Rule, state: &State, now: u64) -> Carried {
 /// [`Algorithm::overdraw`](crate::algorithm::Algorithm::overdraw) says). Another
 /// configuration's state is adopted first, so its units still count.
 pub(crate) fn overdraw(check: &Check<'_>, entry: &mut Entry, now: u64) {
-    entry.keep_refusals(check.rule);
     entry.settle(check.rule, now);
     let algorithm = check.rule.algorithm();
     if !entry.is_own(check.rule) {

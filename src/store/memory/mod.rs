@@ -35,9 +35,9 @@ const MIN_SWEEP_LEN: usize = 1024;
 /// `Clone` is cheap and shares the state.
 ///
 /// A sharded map; a batch locks the shards it touches (in index order, so batches never
-/// deadlock) and is decided atomically. An entry back to empty (a rule with a penalty's,
-/// 3 s after, for a refusal counted late) is removed when its shard has doubled since its
-/// last sweep (bounding memory to about twice the live keys), or by
+/// deadlock) and is decided atomically. An entry back to empty (one a penalty refused, 3 s
+/// after, for a refusal counted late) is removed when its shard has doubled since its last
+/// sweep (bounding memory to about twice the live keys), or by
 /// [`purge_expired`](Self::purge_expired). A decision allocates nothing once its key's
 /// entry exists, but once per key for a rule with a [`Penalty`](crate::Penalty).
 ///
@@ -123,7 +123,7 @@ impl MemoryStore {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
 
-    /// Removes every entry whose state is back to empty (a rule with a penalty's, 3 s after);
+    /// Removes every entry whose state is back to empty (one a penalty refused, 3 s after);
     /// returns how many were removed.
     pub fn purge_expired(&self) -> usize {
         let shared = &*self.shared;
@@ -428,7 +428,6 @@ fn admit_at_once<'a>(
         used: algorithm.limit().saturating_sub(admitted.eval.remaining),
         until: admitted.expires_at,
     };
-    e.keep_refusals(rule);
     Ok((admitted, created))
 }
 
