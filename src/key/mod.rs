@@ -9,7 +9,7 @@
 //! | [`client_ip`] | the client's address behind trusted proxies (`X-Forwarded-For`, `Forwarded` or `X-Real-IP`) |
 //! | [`header`] | a header's value, e.g. `User-Id` (sent twice: no key, see [`Duplicates`]) |
 //! | [`route`] | the matched route (`POST /sms/send`, `/pkg.Service/Method`) |
-//! | [`method`] | the HTTP method |
+//! | [`method`] | the HTTP method (one key for all methods no standard names) |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain; inside a part, `0x1F` and `0x10` are preceded by `0x10`, so no two tuples share a key) |
@@ -354,14 +354,33 @@ tuple_extractor!(A, B, C, D);
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct MethodKey;
 
-/// The HTTP method (`GET`, `POST`, …).
+/// The HTTP method (`GET`, `POST`, …); every method no standard names is one key,
+/// `(other)`: methods clients invent never make keys of their own.
 pub fn method() -> impl KeyExtractor + Clone + fmt::Debug {
     MethodKey
 }
 
+/// The methods of RFC 9110 and PATCH.
+const STANDARD_METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::CONNECT,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::PATCH,
+];
+
 impl KeyExtractor for MethodKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        key.push(req.method().as_str().as_bytes());
+        let method = req.method();
+        let name = match STANDARD_METHODS.contains(method) {
+            true => method.as_str(),
+            false => "(other)",
+        };
+        key.push(name.as_bytes());
         Ok(())
     }
 }
@@ -501,6 +520,18 @@ mod tests {
         assert!(extract(&header("bad header"), &req).is_err());
         assert_eq!(header(http::header::USER_AGENT).name.unwrap(), "user-agent");
         assert_eq!(header("User-Id").name.unwrap(), "user-id");
+    }
+
+    /// Methods no standard names are one key: a client inventing `FOO1`, `FOO2`, … gets no
+    /// fresh quota per name; the standard methods keep a key each.
+    #[test]
+    fn an_invented_method_is_one_key() {
+        let with = |m: &str| Request::builder().method(m).uri("/").body(()).unwrap();
+        let key = |m: &str| extract(&method(), &with(m)).unwrap();
+        assert_eq!(key("FOO1"), key("FOO2"));
+        assert_eq!(key("FOO1"), b"(other)");
+        assert_ne!(key("GET"), key("POST"));
+        assert_eq!(key("PATCH"), b"PATCH");
     }
 
     /// A request no route matched has the one key of all such requests, never its path.
