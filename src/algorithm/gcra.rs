@@ -1,8 +1,8 @@
 //! GCRA: the generic cell rate algorithm, a token bucket kept as one timestamp.
 
 use super::{
-    check_range, check_rate, scaled_rate, Admitted, Eval, Inner, Model, Refund, MAX_PRODUCT,
-    MAX_SCALED,
+    check_range, check_rate, scaled_mark, scaled_rate, Admitted, Eval, Inner, Model, Refund,
+    MAX_PRODUCT, MAX_SCALED,
 };
 use crate::error::ConfigError;
 use crate::rate::{Divisor, Rate};
@@ -170,11 +170,7 @@ impl Model for Gcra {
     /// The scaled backlog the admission at `at` left: every later admission adds to it and
     /// time leaves it alone, so it tells whether the state is still where this one left it.
     fn mark(&self, s: &TatState, at: u64) -> u64 {
-        s.tat
-            .saturating_sub(at)
-            .checked_mul(self.pace.amount())
-            .and_then(|w| w.checked_add(s.fraction))
-            .unwrap_or(u64::MAX)
+        scaled_mark(at, s.tat, self.pace.amount(), s.fraction)
     }
 
     /// Moves the TAT back by the units, only while it is where this admission left it: a

@@ -1,6 +1,8 @@
 //! Leaky bucket as a shaper: requests queue and leave at a constant rate.
 
-use super::{check_range, check_rate, scaled_rate, Eval, Model, Refund, MAX_PRODUCT, MAX_SCALED};
+use super::{
+    check_range, check_rate, scaled_mark, scaled_rate, Eval, Model, Refund, MAX_PRODUCT, MAX_SCALED,
+};
 use crate::error::ConfigError;
 use crate::rate::Rate;
 
@@ -155,15 +157,10 @@ impl Model for LeakyBucket {
     }
 
     /// The end of the queue right after the admission at `at`, exactly: its water counted
-    /// from `at` (drained water at the pace's amount per µs). Draining leaves it where it
-    /// is and any request that joins raises it, even by less than a µs of water, where the
-    /// end rounded to a µs would not move.
+    /// from `at` ([`scaled_mark`]), which any request that joins raises, where the end
+    /// rounded to a µs would not move for less than a µs of water.
     fn mark(&self, s: &LevelState, at: u64) -> u64 {
-        s.last
-            .saturating_sub(at)
-            .checked_mul(self.pace.amount())
-            .and_then(|w| w.checked_add(s.level))
-            .unwrap_or(u64::MAX)
+        scaled_mark(at, s.last, self.pace.amount(), s.level)
     }
 
     /// Drains the admission's units (and its `hold`) back out while nothing queued behind

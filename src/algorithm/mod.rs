@@ -583,6 +583,16 @@ fn own_state<'a, M: Model>(model: &M, inner: &'a mut Inner, now: u64) -> Option<
     M::get_mut(inner)
 }
 
+/// An admission's exact mark where the state drains at `amount` scaled units a µs: the
+/// scaled units from `at` to `end` plus `rest` (`u64::MAX` past the range). Draining leaves
+/// it; whatever joins raises it, by less than a µs's worth too.
+pub(crate) fn scaled_mark(at: u64, end: u64, amount: u64, rest: u64) -> u64 {
+    end.saturating_sub(at)
+        .checked_mul(amount)
+        .and_then(|w| w.checked_add(rest))
+        .unwrap_or(u64::MAX)
+}
+
 fn mark_with<M: Model>(model: &M, inner: &Inner, at: u64) -> u64 {
     M::get(inner).map_or(0, |s| model.mark(s, at))
 }

@@ -9,7 +9,7 @@
 //! | [`client_ip`] | the client's address behind trusted proxies (`X-Forwarded-For`, `Forwarded` or `X-Real-IP`) |
 //! | [`header`] | a header's value, e.g. `User-Id` (sent twice: no key, see [`Duplicates`]) |
 //! | [`route`] | the matched route (`POST /sms/send`, `/pkg.Service/Method`) |
-//! | [`method`] | the HTTP method (one key for all methods no standard names) |
+//! | [`method`] | the HTTP method (one key for all methods no registry lists) |
 //! | [`global`], [`constant`] | one key for every request: a global limit |
 //! | [`from_fn`] | a closure |
 //! | `(A, B)`, `(A, B, C)` | the keys of several extractors, joined by the byte `0x1F` (which header values cannot contain; inside a part, `0x1F` and `0x10` are preceded by `0x10`, so no two tuples share a key) |
@@ -354,29 +354,62 @@ tuple_extractor!(A, B, C, D);
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct MethodKey;
 
-/// The HTTP method (`GET`, `POST`, …); every method no standard names is one key,
-/// `(other)`: methods clients invent never make keys of their own.
+/// The HTTP method (`GET`, `POST`, …); every method the IANA registry does not list is one
+/// key, `(other)`: methods clients invent never make keys of their own.
 pub fn method() -> impl KeyExtractor + Clone + fmt::Debug {
     MethodKey
 }
 
-/// The methods of RFC 9110 and PATCH.
-const STANDARD_METHODS: [Method; 9] = [
-    Method::GET,
-    Method::HEAD,
-    Method::POST,
-    Method::PUT,
-    Method::DELETE,
-    Method::CONNECT,
-    Method::OPTIONS,
-    Method::TRACE,
-    Method::PATCH,
+/// The methods of the IANA registry of HTTP methods, and `PURGE` (sent to caches,
+/// unregistered): any other is invented (a route naming one, most likely a typo).
+pub(crate) const KNOWN_METHODS: &[&str] = &[
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "DELETE",
+    "CONNECT",
+    "OPTIONS",
+    "TRACE",
+    "PATCH",
+    "QUERY",
+    "ACL",
+    "BASELINE-CONTROL",
+    "BIND",
+    "CHECKIN",
+    "CHECKOUT",
+    "COPY",
+    "LABEL",
+    "LINK",
+    "LOCK",
+    "MERGE",
+    "MKACTIVITY",
+    "MKCALENDAR",
+    "MKCOL",
+    "MKREDIRECTREF",
+    "MKWORKSPACE",
+    "MOVE",
+    "ORDERPATCH",
+    "PRI",
+    "PROPFIND",
+    "PROPPATCH",
+    "REBIND",
+    "REPORT",
+    "SEARCH",
+    "UNBIND",
+    "UNCHECKOUT",
+    "UNLINK",
+    "UNLOCK",
+    "UPDATE",
+    "UPDATEREDIRECTREF",
+    "VERSION-CONTROL",
+    "PURGE",
 ];
 
 impl KeyExtractor for MethodKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
         let method = req.method();
-        let name = match STANDARD_METHODS.contains(method) {
+        let name = match KNOWN_METHODS.contains(&method.as_str()) {
             true => method.as_str(),
             false => "(other)",
         };
@@ -522,8 +555,8 @@ mod tests {
         assert_eq!(header("User-Id").name.unwrap(), "user-id");
     }
 
-    /// Methods no standard names are one key: a client inventing `FOO1`, `FOO2`, … gets no
-    /// fresh quota per name; the standard methods keep a key each.
+    /// Methods no registry lists are one key: a client inventing `FOO1`, `FOO2`, … gets no
+    /// fresh quota per name; the registered methods keep a key each.
     #[test]
     fn an_invented_method_is_one_key() {
         let with = |m: &str| Request::builder().method(m).uri("/").body(()).unwrap();

@@ -6,6 +6,7 @@ use std::fmt;
 use http::Method;
 
 use crate::error::ConfigError;
+use crate::key::KNOWN_METHODS;
 
 /// A parsed route pattern; its syntax, its matching and the patterns refused:
 /// [`RateLimitLayerBuilder::route`](super::RateLimitLayerBuilder::route).
@@ -145,52 +146,6 @@ impl RoutePattern {
         segments && (self.rest || parts.next().is_none())
     }
 }
-
-/// The methods a route pattern may name: the IANA registry of HTTP methods, and `PURGE`
-/// (sent to caches, unregistered); any other is most likely a typo.
-const KNOWN_METHODS: &[&str] = &[
-    "GET",
-    "HEAD",
-    "POST",
-    "PUT",
-    "DELETE",
-    "CONNECT",
-    "OPTIONS",
-    "TRACE",
-    "PATCH",
-    "QUERY",
-    "ACL",
-    "BASELINE-CONTROL",
-    "BIND",
-    "CHECKIN",
-    "CHECKOUT",
-    "COPY",
-    "LABEL",
-    "LINK",
-    "LOCK",
-    "MERGE",
-    "MKACTIVITY",
-    "MKCALENDAR",
-    "MKCOL",
-    "MKREDIRECTREF",
-    "MKWORKSPACE",
-    "MOVE",
-    "ORDERPATCH",
-    "PRI",
-    "PROPFIND",
-    "PROPPATCH",
-    "REBIND",
-    "REPORT",
-    "SEARCH",
-    "UNBIND",
-    "UNCHECKOUT",
-    "UNLINK",
-    "UNLOCK",
-    "UPDATE",
-    "UPDATEREDIRECTREF",
-    "VERSION-CONTROL",
-    "PURGE",
-];
 
 /// The method a pattern names, or why it is refused (with the method it most likely
 /// stands for).

@@ -423,34 +423,49 @@ fn locking(window: Duration) -> Rule {
         .with_penalty(Penalty::lock_for(60 * S).after(2).within(60 * S))
 }
 
+/// The first request of `rule`'s window on key `a`, admitted, then one refused with its
+/// denial deferred (`Refusal::Deferred`, as the layer's charge by outcome checks).
+async fn admit_then_defer<S: Store>(limiter: &Limiter<S>, rule: &Rule, between: impl Fn()) {
+    let check = Check::new(rule, b"a");
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    between();
+    let mut deferred = check;
+    deferred.refusal = tollgate::Refusal::Deferred;
+    let refused = limiter.store().check(&[deferred], Duration::ZERO).await;
+    assert!(!refused.unwrap().is_admitted());
+}
+
+/// Counts the deferred refusal `ago` after it; then the next window admits one request and
+/// the second is the second denial: `Locked`.
+async fn counted_late_it_locks<S: Store>(limiter: &Limiter<S>, rule: &Rule, ago: Duration) {
+    let check = Check::new(rule, b"a");
+    let mut deferred = check;
+    deferred.refusal = tollgate::Refusal::Deferred;
+    limiter
+        .store()
+        .count_denials(&[deferred], ago)
+        .await
+        .unwrap();
+    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
+    let denied = limiter.check(&[check]).await.unwrap();
+    let reason = denied.decision.denial().map(|d| d.reason);
+    assert_eq!(reason, Some(DenyReason::Locked), "{denied:?}");
+}
+
 /// A refusal deferred near its window's end and counted once the window's state has
 /// ended and been swept still counts (`Store::count_denials`: a window turned since
-/// leaves the refusal standing): a key of a rule with a penalty is kept past its state's
-/// end, so the next window's refusal is the second denial and locks the key.
+/// leaves the refusal standing): a key a penalty refused is kept past its state's end, so
+/// the next window's refusal is the second denial and locks the key.
 #[tokio::test]
 async fn a_refusal_counted_after_its_state_was_swept_still_counts() {
     let clock = ManualClock::new(T0);
     let store = MemoryStore::with_clock(clock.clone());
     let limiter = Limiter::new(store.clone());
     let rule = locking(S);
-    let mut check = Check::new(&rule, b"a");
-    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    clock.set_micros(T0 + 900_000);
-    check.refusal = tollgate::Refusal::Deferred;
-    assert!(!store
-        .check(&[check], Duration::ZERO)
-        .await
-        .unwrap()
-        .is_admitted());
+    admit_then_defer(&limiter, &rule, || clock.set_micros(T0 + 900_000)).await;
     clock.set_micros(T0 + 1_050_000);
     store.purge_expired();
-    let ago = Duration::from_millis(150);
-    store.count_denials(&[check], ago).await.unwrap();
-    check.refusal = tollgate::Refusal::Enforced;
-    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    let denied = limiter.check(&[check]).await.unwrap();
-    let reason = denied.decision.denial().map(|d| d.reason);
-    assert_eq!(reason, Some(DenyReason::Locked), "{denied:?}");
+    counted_late_it_locks(&limiter, &rule, Duration::from_millis(150)).await;
 }
 
 /// The same on Redis's own time: the record's TTL outlasts its state by what a late count
@@ -459,35 +474,16 @@ async fn a_refusal_counted_after_its_state_was_swept_still_counts() {
 async fn a_refusal_counted_after_its_record_expired_still_counts_on_redis() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.expect("connect");
-    let limiter = Limiter::new(store.clone());
+    let limiter = Limiter::new(store);
     let window = Duration::from_millis(300);
     let rule = locking(window);
-    let mut check = Check::new(&rule, b"a");
     let first = std::time::Instant::now();
-    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    check.refusal = tollgate::Refusal::Deferred;
-    assert!(!store
-        .check(&[check], Duration::ZERO)
-        .await
-        .unwrap()
-        .is_admitted());
+    admit_then_defer(&limiter, &rule, || std::thread::sleep(window / 2)).await;
     let refused = std::time::Instant::now();
     // Past the window's end and the record's TTL as its state alone would set it.
-    tokio::time::sleep(
-        (first + window + Duration::from_millis(100))
-            .saturating_duration_since(std::time::Instant::now()),
-    )
-    .await;
-    store
-        .count_denials(&[check], refused.elapsed())
-        .await
-        .unwrap();
-    check.refusal = tollgate::Refusal::Enforced;
-    assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    let denied = limiter.check(&[check]).await.unwrap();
-    let reason = denied.decision.denial().map(|d| d.reason);
-    assert_eq!(reason, Some(DenyReason::Locked), "{denied:?}");
+    let past = first + window + Duration::from_millis(100);
+    tokio::time::sleep(past.saturating_duration_since(std::time::Instant::now())).await;
+    counted_late_it_locks(&limiter, &rule, refused.elapsed()).await;
 }
 
 /// A store gives back only the units it took: another store's outcome, though it names
