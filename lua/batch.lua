@@ -248,7 +248,7 @@ local function reservation(items)
 end
 
 -- Writes a sliding log's changes to its sorted set, with a TTL that ends once it is back
--- to empty.
+-- to empty (a rule with a penalty's later: kept_until).
 local function store_log(r)
   local s = r.state
   if s.clear then
@@ -271,7 +271,7 @@ local function store_log(r)
     end
     redis.call('ZADD', r.log_key, unpack(args))
   end
-  local expires_at = r.model.expires_at(r, s)
+  local expires_at = kept_until(r, r.model.expires_at(r, s))
   if expires_at > now then
     redis.call('PEXPIRE', r.log_key, int(cdiv(expires_at - now, 1000) + slack_ms))
   elseif not s.newest then

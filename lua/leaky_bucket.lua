@@ -94,7 +94,7 @@ models[LEAKY_BUCKET] = function()
       return sub0(s[2], at) * c.p2 + s[1]
     end,
     -- Drains `cost` units back out of the queue as of the state's instant; with a
-    -- mark, only while nothing queued behind them (the queue's end is still the mark):
+    -- mark, only while nothing queued behind them (the mark is unchanged):
     -- requests behind keep their release. The water a hold added (`hold`) goes with them
     -- only while the queue still ends at `ends` (the admission's mark, given even where
     -- the units go back without one).

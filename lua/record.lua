@@ -168,9 +168,18 @@ local function flush_records()
   written_count = 0
 end
 
--- A rule with a penalty keeps its record this long (µs) past its end: a refusal counted
--- late finds the state it was refused on (penalty::REFUSALS_KEPT_MICROS).
+-- A rule with a penalty keeps its record (and a sliding log its set) this long (µs) past
+-- its end: a refusal counted late finds the state it was refused on
+-- (penalty::REFUSALS_KEPT_MICROS).
 local REFUSALS_KEPT_US = 3000000
+
+-- Until when `c`'s key is kept, its state ending at `expires_at`.
+local function kept_until(c, expires_at)
+  if c.after > 0 then
+    return expires_at + REFUSALS_KEPT_US
+  end
+  return expires_at
+end
 
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (a rule with
 -- a penalty's, REFUSALS_KEPT_US later), or deletes the key once that has passed. The record: the head h1, h2, h3, then the state fields
@@ -199,9 +208,7 @@ local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, 
     i = written_count + 1
     written_count, slot[key], written[i] = i, i, key
   end
-  if c.after > 0 then
-    expires_at = expires_at + REFUSALS_KEPT_US
-  end
+  expires_at = kept_until(c, expires_at)
   if expires_at > now then
     written_record[i], written_ttl[i] = record, ceil((expires_at - now) / 1000) + slack
   else

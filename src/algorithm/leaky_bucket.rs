@@ -164,7 +164,7 @@ impl Model for LeakyBucket {
     }
 
     /// Drains the admission's units (and its `hold`) back out while nothing queued behind
-    /// them (the end is still `mark`): requests behind keep the release they were told, so
+    /// them (the mark is unchanged): requests behind keep the release they were told, so
     /// water taken from the middle would let a new request leave with the last of them.
     fn refund(
         &self,

@@ -148,3 +148,41 @@ async fn past_its_bound_an_overdraft_is_taken_in_the_keys_own_entry() {
     assert!(admitted(&limiter, &rule, b"another newcomer"));
     assert!(store.stats().keys <= 300, "{} keys", store.stats().keys);
 }
+
+/// Past the bound, an entry kept only for a refusal counted late (its state ended, its
+/// penalty counting nothing) is forgotten before a live key, however many units its state
+/// recorded: the live keys keep their used units through a flood.
+#[test]
+fn an_ended_state_kept_for_a_late_count_goes_before_a_live_key() {
+    let clock = ManualClock::new(BASE);
+    let store = MemoryStore::with_clock(clock.clone()).max_keys(10_000);
+    let limiter = Limiter::new(store.clone());
+    let refused = Rule::fixed_window("refused", 5, Duration::from_secs(1))
+        .with_penalty(Penalty::lock_for(LOCK).after(100));
+    for i in 0..6_000u32 {
+        let key = format!("kept-{i}");
+        for _ in 0..5 {
+            assert!(admitted(&limiter, &refused, key.as_bytes()));
+        }
+        let mut deferred = Check::new(&refused, key.as_bytes());
+        deferred.refusal = tollgate::Refusal::Deferred;
+        assert!(!limiter.check_now(&[deferred]).unwrap().is_admitted());
+    }
+    clock.advance(Duration::from_secs(1));
+    let rule = login();
+    for i in 0..2_000u32 {
+        assert!(admitted(&limiter, &rule, format!("live-{i}").as_bytes()));
+    }
+    for i in 0..4_000u32 {
+        admitted(&limiter, &rule, format!("flood-{i}").as_bytes());
+    }
+    assert!(store.stats().evictions >= 2_000);
+    // A live key used one of its two: one more passes, then it is denied.
+    let forgotten = (0..2_000u32)
+        .filter(|i| {
+            let key = format!("live-{i}");
+            admitted(&limiter, &rule, key.as_bytes()) && admitted(&limiter, &rule, key.as_bytes())
+        })
+        .count();
+    assert_eq!(forgotten, 0, "live keys forgotten before ended ones");
+}

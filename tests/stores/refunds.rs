@@ -417,10 +417,9 @@ async fn refunds_on_redis_cluster() {
     assert_eq!(next.outcome().decision, Decision::Delay(10 * S));
 }
 
-/// 1 a window, a penalty locking at the second denial within a minute.
-fn locking(window: Duration) -> Rule {
-    Rule::fixed_window_from_first_hit("fw9", 1, window)
-        .with_penalty(Penalty::lock_for(60 * S).after(2).within(60 * S))
+/// A penalty locking at the second denial within a minute.
+fn locking() -> Penalty {
+    Penalty::lock_for(60 * S).after(2).within(60 * S)
 }
 
 /// The first request of `rule`'s window on key `a`, admitted, then one refused with its
@@ -461,29 +460,36 @@ async fn a_refusal_counted_after_its_state_was_swept_still_counts() {
     let clock = ManualClock::new(T0);
     let store = MemoryStore::with_clock(clock.clone());
     let limiter = Limiter::new(store.clone());
-    let rule = locking(S);
+    let rule = Rule::fixed_window_from_first_hit("fw9", 1, S).with_penalty(locking());
     admit_then_defer(&limiter, &rule, || clock.set_micros(T0 + 900_000)).await;
     clock.set_micros(T0 + 1_050_000);
     store.purge_expired();
     counted_late_it_locks(&limiter, &rule, Duration::from_millis(150)).await;
 }
 
-/// The same on Redis's own time: the record's TTL outlasts its state by what a late count
-/// needs, so the refusal counted after the window's end finds it.
+/// The same on Redis's own time, for a window's record and a sliding log's set: each
+/// outlasts its state by what a late count needs, so the refusal counted after the
+/// window's end finds it.
 #[tokio::test]
 async fn a_refusal_counted_after_its_record_expired_still_counts_on_redis() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     let limiter = Limiter::new(store);
-    let window = Duration::from_millis(300);
-    let rule = locking(window);
-    let first = std::time::Instant::now();
-    admit_then_defer(&limiter, &rule, || std::thread::sleep(window / 2)).await;
-    let refused = std::time::Instant::now();
-    // Past the window's end and the record's TTL as its state alone would set it.
-    let past = first + window + Duration::from_millis(100);
-    tokio::time::sleep(past.saturating_duration_since(std::time::Instant::now())).await;
-    counted_late_it_locks(&limiter, &rule, refused.elapsed()).await;
+    let window = S;
+    for rule in [
+        Rule::fixed_window_from_first_hit("fw10", 1, window),
+        Rule::sliding_log("sl10", 1, window),
+    ] {
+        let rule = rule.with_penalty(locking());
+        let first = std::time::Instant::now();
+        let between = || std::thread::sleep(Duration::from_millis(100));
+        admit_then_defer(&limiter, &rule, between).await;
+        let refused = std::time::Instant::now();
+        // Past the window's end, and the TTLs its state alone would set.
+        let past = first + window + Duration::from_millis(200);
+        tokio::time::sleep(past.saturating_duration_since(std::time::Instant::now())).await;
+        counted_late_it_locks(&limiter, &rule, refused.elapsed()).await;
+    }
 }
 
 /// A store gives back only the units it took: another store's outcome, though it names

@@ -44,14 +44,23 @@ impl Bound {
     }
 }
 
-/// How much an entry's state says, lowest forgotten first ([`MemoryStore::max_keys`]).
-fn worth(entry: &Entry) -> (bool, u64, u64) {
+/// How much an entry's state says at `now`, lowest forgotten first
+/// ([`MemoryStore::max_keys`]): one whose state has ended (kept for a late count of a
+/// refusal) says less than any live one counting no denial.
+fn worth(entry: &Entry, now: u64) -> Worth {
     (
         entry.penalty().denials > 0,
+        entry.carried.until > now,
         entry.carried.used,
         entry.expires_at(),
     )
 }
+
+/// See [`worth`].
+type Worth = (bool, bool, u64, u64);
+
+/// The most an entry whose state has ended and that counts no denial is worth.
+const ENDED: Worth = (false, false, u64::MAX, u64::MAX);
 
 /// Locked, or holding units parked in live leases: forgetting it would free them.
 fn locked(entry: &Entry, now: u64) -> bool {
@@ -159,20 +168,22 @@ impl Shard {
         let target = self.cap - (self.cap >> ROOM_SHIFT).max(1).min(self.cap);
         let mut excess = self.map.len().saturating_sub(target);
         let mut evicted = 0;
-        // The sample's threshold may free too few: the second pass takes any unlocked entry.
-        for pass in 0..2 {
+        // First the entries kept only for a refusal counted late; then those under the
+        // sample's threshold, which may free too few: the last pass takes any unlocked one.
+        for pass in 0..3 {
             if excess == 0 {
                 break;
             }
             let threshold = match pass {
-                0 => self.threshold(now, excess),
+                0 => Some(ENDED),
+                1 => self.threshold(now, excess),
                 _ => None,
             };
             let mut forgotten = 0;
             self.map.retain(|_, entry| {
                 let keep = forgotten >= excess
                     || locked(entry, now)
-                    || threshold.is_some_and(|t| worth(entry) > t);
+                    || threshold.is_some_and(|t| worth(entry, now) > t);
                 forgotten += usize::from(!keep);
                 keep
             });
@@ -189,11 +200,11 @@ impl Shard {
     }
 
     /// The [worth] at or below which about `excess` unlocked entries fall, from a sample.
-    fn threshold(&self, now: u64, excess: usize) -> Option<(bool, u64, u64)> {
-        let mut sample = [(false, 0, 0); SAMPLE];
+    fn threshold(&self, now: u64, excess: usize) -> Option<Worth> {
+        let mut sample = [(false, false, 0, 0); SAMPLE];
         let mut n = 0;
         for entry in self.map.values().filter(|e| !locked(e, now)).take(SAMPLE) {
-            sample[n] = worth(entry);
+            sample[n] = worth(entry, now);
             n += 1;
         }
         let sample = &mut sample[..n];
@@ -228,7 +239,8 @@ impl MemoryStore {
     /// Every key is decided on its own state, however many keys clients send. A shard at
     /// its share of the bound that meets a new key frees a sixteenth of its share:
     ///
-    /// 1. entries back to empty first (forgetting them changes nothing);
+    /// 1. entries back to empty first (forgetting them changes nothing), then those whose
+    ///    state has ended, kept for a refusal counted late;
     /// 2. then those whose state says least: entries counting no penalty denial first,
     ///    then the fewest units recorded at their last admission, then the soonest back to
     ///    empty. The order is estimated from a sample of 64 entries;

@@ -35,9 +35,9 @@ const MIN_SWEEP_LEN: usize = 1024;
 /// `Clone` is cheap and shares the state.
 ///
 /// A sharded map; a batch locks the shards it touches (in index order, so batches never
-/// deadlock) and is decided atomically. An entry back to empty (one a penalty refused, 3 s
-/// after, for a refusal counted late) is removed when its shard has doubled since its last
-/// sweep (bounding memory to about twice the live keys), or by
+/// deadlock) and is decided atomically. An entry back to empty (one a penalty refused or a
+/// lease held, 3 s after, for a refusal counted late) is removed when its shard has doubled
+/// since its last sweep (bounding memory to about twice the live keys), or by
 /// [`purge_expired`](Self::purge_expired). A decision allocates nothing once its key's
 /// entry exists, but once per key for a rule with a [`Penalty`](crate::Penalty).
 ///
@@ -123,8 +123,8 @@ impl MemoryStore {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
 
-    /// Removes every entry whose state is back to empty (one a penalty refused, 3 s after);
-    /// returns how many were removed.
+    /// Removes every entry whose state is back to empty (one a penalty refused or a lease
+    /// held, 3 s after); returns how many were removed.
     pub fn purge_expired(&self) -> usize {
         let shared = &*self.shared;
         let reading = shared.clock.now_micros();
