@@ -186,3 +186,32 @@ fn an_ended_state_kept_for_a_late_count_goes_before_a_live_key() {
         .count();
     assert_eq!(forgotten, 0, "live keys forgotten before ended ones");
 }
+
+/// Past the bound, the entries forgotten are the ones that say least wherever they sit in
+/// the table: a flood of one-unit keys, arriving while half the store holds clients that
+/// used two units, takes its room from the flood's own earlier keys round after round, and
+/// every client keeps its two units used.
+#[test]
+fn rounds_of_eviction_keep_taking_the_least() {
+    let store = MemoryStore::with_clock(ManualClock::new(BASE)).max_keys(10_000);
+    let limiter = Limiter::new(store.clone());
+    let rule = Rule::fixed_window("api", 3, HOUR);
+    for i in 0..5_000u32 {
+        let key = format!("client-{i}");
+        assert!(
+            admitted(&limiter, &rule, key.as_bytes()) && admitted(&limiter, &rule, key.as_bytes())
+        );
+    }
+    for i in 0..30_000u32 {
+        admitted(&limiter, &rule, format!("flood-{i}").as_bytes());
+    }
+    assert!(store.stats().evictions >= 20_000);
+    // A client that kept its two units used passes once more, then is denied.
+    let forgotten = (0..5_000u32)
+        .filter(|i| {
+            let key = format!("client-{i}");
+            admitted(&limiter, &rule, key.as_bytes()) && admitted(&limiter, &rule, key.as_bytes())
+        })
+        .count();
+    assert_eq!(forgotten, 0, "clients forgotten while flood keys were kept");
+}

@@ -199,11 +199,15 @@ impl Shard {
         evicted
     }
 
-    /// The [worth] at or below which about `excess` unlocked entries fall, from a sample.
+    /// The [worth] at or below which about `excess` unlocked entries fall, from a sample
+    /// spread over the whole table: eviction forgets in table order, so the table's first
+    /// entries are those of the least worth no longer, round after round.
     fn threshold(&self, now: u64, excess: usize) -> Option<Worth> {
         let mut sample = [(false, false, 0, 0); SAMPLE];
         let mut n = 0;
-        for entry in self.map.values().filter(|e| !locked(e, now)).take(SAMPLE) {
+        let spread = (self.map.len() / SAMPLE).max(1);
+        let unlocked = self.map.values().filter(|e| !locked(e, now));
+        for entry in unlocked.step_by(spread).take(SAMPLE) {
             sample[n] = worth(entry, now);
             n += 1;
         }
