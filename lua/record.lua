@@ -175,10 +175,7 @@ local REFUSALS_KEPT_US = 3000000
 
 -- Until when `c`'s key is kept, its state ending at `expires_at`.
 local function kept_until(c, expires_at)
-  if c.after > 0 then
-    return expires_at + REFUSALS_KEPT_US
-  end
-  return expires_at
+  return c.after > 0 and expires_at + REFUSALS_KEPT_US or expires_at
 end
 
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (a rule with

@@ -45,8 +45,7 @@ impl Bound {
 }
 
 /// How much an entry's state says at `now`, lowest forgotten first
-/// ([`MemoryStore::max_keys`]): one whose state has ended (kept for a late count of a
-/// refusal) says less than any live one counting no denial.
+/// ([`MemoryStore::max_keys`]); one whose state has ended, less than any live one.
 fn worth(entry: &Entry, now: u64) -> Worth {
     (
         entry.penalty().denials > 0,
@@ -200,8 +199,7 @@ impl Shard {
     }
 
     /// The [worth] at or below which about `excess` unlocked entries fall, from a sample
-    /// spread over the whole table: eviction forgets in table order, so the table's first
-    /// entries are those of the least worth no longer, round after round.
+    /// spread over the table (eviction forgets in table order: its first entries thin out).
     fn threshold(&self, now: u64, excess: usize) -> Option<Worth> {
         let mut sample = [(false, false, 0, 0); SAMPLE];
         let mut n = 0;
