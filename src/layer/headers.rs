@@ -20,7 +20,7 @@ pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-rate
 
 /// `d` in whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The `Retry-After` seconds for a wait of `d`: rounded up, at least 1 (never "retry now").
@@ -248,6 +248,8 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_secs(Duration::ZERO), 0);
+        // A store of one's own may say any wait: the longest reads as the longest.
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 
     /// A list renders `"name";r=…;t=…` items, comma-separated, for numbers of every width,
