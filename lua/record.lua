@@ -179,9 +179,10 @@ local function kept_until(c, expires_at)
 end
 
 -- Writes a record to `key` with a TTL that ends `slack` ms after `expires_at` (a rule with
--- a penalty's, REFUSALS_KEPT_US later), or deletes the key once that has passed. The record: the head h1, h2, h3, then the state fields
--- (`foreign`'s bytes as another configuration wrote them, or when nil `c`'s own f1, f2,
--- f3), then the penalty's l1, l2, l3, then the bytes of a ledger (parked.lua) if any.
+-- a penalty's, REFUSALS_KEPT_US later), or deletes the key once that has passed. The
+-- record: the head h1, h2, h3, then the state fields (`foreign`'s bytes as another
+-- configuration wrote them, or when nil `c`'s own f1, f2, f3), then the penalty's l1, l2,
+-- l3, then the bytes of a ledger (parked.lua) if any.
 local function write_record(c, key, expires_at, now, slack, h1, h2, h3, f1, f2, f3, l1, l2, l3, foreign, ledger)
   local record
   if foreign then

@@ -408,12 +408,9 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
 
 impl KeyExtractor for MethodKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyBuf) -> Result<(), KeyError> {
-        let method = req.method();
-        let name = match KNOWN_METHODS.contains(&method.as_str()) {
-            true => method.as_str(),
-            false => "(other)",
-        };
-        key.push(name.as_bytes());
+        let method = req.method().as_str();
+        let known = KNOWN_METHODS.contains(&method);
+        key.push(if known { method } else { "(other)" }.as_bytes());
         Ok(())
     }
 }

@@ -276,7 +276,8 @@ pub trait Store: Send + Sync + 'static {
     /// Counts a penalty denial for each item whose quota refused it `ago` before now, as
     /// [`check`](Self::check) would have then on the state as it stands now (units given
     /// back since never taken; a window turned since leaves the refusal standing: a store
-    /// keeps a key a penalty refused 3 s past its state's end); admits and takes nothing. A caller that [deferred](Refusal::Deferred) passes the batch as checked.
+    /// keeps a key a penalty refused 3 s past its state's end); admits and takes nothing.
+    /// A caller that [deferred](Refusal::Deferred) passes the batch as checked.
     fn count_denials(
         &self,
         batch: &[Check<'_>],

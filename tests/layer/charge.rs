@@ -59,9 +59,13 @@ fn failures_of<St: Store + Clone>(limiter: Limiter<St>, rule: &Rule, work: Durat
     login(layer, work)
 }
 
+/// The user, a name longer than a key kept as itself: the store, the unsettled requests
+/// and the late counts of refusals all hold its digest.
+const USER: &str = "alice-of-a-tenant-whose-user-ids-are-long-opaque-tokens-0123456789abcdef-0123456789abcdef-0123456789abcdef-0123456789abcdef-0123456789abcdef";
+
 fn attempt(password: &str) -> Request<String> {
     Request::post("/login")
-        .header("user", "alice")
+        .header("user", USER)
         .body(password.to_owned())
         .unwrap()
 }
@@ -75,12 +79,7 @@ async fn status(svc: &Svc, password: &str) -> StatusCode {
 }
 
 async fn remaining<St: Store>(limiter: &Limiter<St>, rule: &Rule) -> u64 {
-    limiter
-        .peek(rule, b"alice", 0)
-        .await
-        .unwrap()
-        .info
-        .remaining
+    limiter.peek(rule, USER, 0).await.unwrap().info.remaining
 }
 
 /// A refund from Redis runs as a task after the response: wait for the quota to settle at
@@ -287,7 +286,7 @@ async fn burst(svc: &Svc, password: &'static str) -> Vec<StatusCode> {
 
 /// Whether the key is locked out: a peek answers `Locked`.
 async fn locked<St: Store>(limiter: &Limiter<St>, rule: &Rule) -> bool {
-    let peeked = limiter.peek(rule, b"alice", 1).await.unwrap();
+    let peeked = limiter.peek(rule, USER, 1).await.unwrap();
     peeked.decision.denial().map(|d| d.reason) == Some(DenyReason::Locked)
 }
 

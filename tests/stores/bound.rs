@@ -30,6 +30,15 @@ fn admitted(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) -> bool {
     decide(limiter, rule, key).is_ok_and(|d| d.is_admitted())
 }
 
+/// How many of the keys `{prefix}-{i}` (i < n) were forgotten: each used all but one unit
+/// of `rule`, so one more passes and the next is denied, unless it starts afresh.
+fn forgotten(limiter: &Limiter<MemoryStore>, rule: &Rule, prefix: &str, n: u32) -> usize {
+    let afresh = |key: &[u8]| admitted(limiter, rule, key) && admitted(limiter, rule, key);
+    (0..n)
+        .filter(|i| afresh(format!("{prefix}-{i}").as_bytes()))
+        .count()
+}
+
 fn reason(limiter: &Limiter<MemoryStore>, rule: &Rule, key: &[u8]) -> Option<DenyReason> {
     match decide(limiter, rule, key) {
         Ok(Decision::Deny(Denial { reason, .. })) => Some(reason),
@@ -178,12 +187,7 @@ fn an_ended_state_kept_for_a_late_count_goes_before_a_live_key() {
     }
     assert!(store.stats().evictions >= 2_000);
     // A live key used one of its two: one more passes, then it is denied.
-    let forgotten = (0..2_000u32)
-        .filter(|i| {
-            let key = format!("live-{i}");
-            admitted(&limiter, &rule, key.as_bytes()) && admitted(&limiter, &rule, key.as_bytes())
-        })
-        .count();
+    let forgotten = forgotten(&limiter, &rule, "live", 2_000);
     assert_eq!(forgotten, 0, "live keys forgotten before ended ones");
 }
 
@@ -207,11 +211,6 @@ fn rounds_of_eviction_keep_taking_the_least() {
     }
     assert!(store.stats().evictions >= 20_000);
     // A client that kept its two units used passes once more, then is denied.
-    let forgotten = (0..5_000u32)
-        .filter(|i| {
-            let key = format!("client-{i}");
-            admitted(&limiter, &rule, key.as_bytes()) && admitted(&limiter, &rule, key.as_bytes())
-        })
-        .count();
+    let forgotten = forgotten(&limiter, &rule, "client", 5_000);
     assert_eq!(forgotten, 0, "clients forgotten while flood keys were kept");
 }

@@ -19,7 +19,6 @@ use crate::decision::{Decision, DenyReason, Outcome};
 use crate::limiter::Limiter;
 use crate::store::reservation::Reservation;
 use crate::store::Store;
-use crate::stored::KeyBytes;
 
 /// What a forwarded request's response gets: its `RateLimit` headers, and the charge its
 /// head settles.
@@ -136,14 +135,14 @@ pub(crate) fn defer_denials<St: Store + Clone>(
         let refused = outcome.rules.get(i).and_then(|r| r.decision.denial());
         let by_quota =
             refused.is_some_and(|d| d.reason == DenyReason::Limited && d.retry_after.is_some());
-        let Some((item, limit, key)) = batch.entries().nth(i) else {
+        let Some((item, limit, _)) = batch.entries().nth(i) else {
             continue;
         };
         if !by_quota {
             unsettled.push((i, ticket));
         } else if item.defers {
             let most = limit.rule.penalty().map_or(0, |p| p.denials());
-            let key = KeyBytes::of(key).as_bytes().into();
+            let key = ticket.key().into();
             let recount = recount(limiter.clone(), limit.rule.clone(), key, item.cost);
             ticket.defer(recount, usize::try_from(most).unwrap_or(usize::MAX));
         }

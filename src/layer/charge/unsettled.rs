@@ -159,6 +159,11 @@ impl Unsettled {
 }
 
 impl Ticket {
+    /// The ticket's key, in stored form (empty once settled).
+    pub(crate) fn key(&self) -> &[u8] {
+        self.slot.as_ref().map_or(&[], |(_, key)| key)
+    }
+
     /// The request was refused by its limit's quota: `recount` runs once the requests of its
     /// limit and key started before now have settled, or at [`SETTLE_DEADLINE`]. At most
     /// `most` (the penalty's count) wait per limit and key; the others are not counted.

@@ -58,9 +58,6 @@ fn worth(entry: &Entry, now: u64) -> Worth {
 /// See [`worth`].
 type Worth = (bool, bool, u64, u64);
 
-/// The most an entry whose state has ended and that counts no denial is worth.
-const ENDED: Worth = (false, false, u64::MAX, u64::MAX);
-
 /// Locked, or holding units parked in live leases: forgetting it would free them.
 fn locked(entry: &Entry, now: u64) -> bool {
     entry.kept_until() > now
@@ -167,15 +164,13 @@ impl Shard {
         let target = self.cap - (self.cap >> ROOM_SHIFT).max(1).min(self.cap);
         let mut excess = self.map.len().saturating_sub(target);
         let mut evicted = 0;
-        // First the entries kept only for a refusal counted late; then those under the
-        // sample's threshold, which may free too few: the last pass takes any unlocked one.
-        for pass in 0..3 {
+        // The sample's threshold may free too few: the second pass takes any unlocked entry.
+        for pass in 0..2 {
             if excess == 0 {
                 break;
             }
             let threshold = match pass {
-                0 => Some(ENDED),
-                1 => self.threshold(now, excess),
+                0 => self.threshold(now, excess),
                 _ => None,
             };
             let mut forgotten = 0;
@@ -204,8 +199,8 @@ impl Shard {
         let mut sample = [(false, false, 0, 0); SAMPLE];
         let mut n = 0;
         let spread = (self.map.len() / SAMPLE).max(1);
-        let unlocked = self.map.values().filter(|e| !locked(e, now));
-        for entry in unlocked.step_by(spread).take(SAMPLE) {
+        let spread_out = self.map.values().step_by(spread);
+        for entry in spread_out.filter(|e| !locked(e, now)).take(SAMPLE) {
             sample[n] = worth(entry, now);
             n += 1;
         }
@@ -241,11 +236,11 @@ impl MemoryStore {
     /// Every key is decided on its own state, however many keys clients send. A shard at
     /// its share of the bound that meets a new key frees a sixteenth of its share:
     ///
-    /// 1. entries back to empty first (forgetting them changes nothing), then those whose
-    ///    state has ended, kept for a refusal counted late;
-    /// 2. then those whose state says least: entries counting no penalty denial first,
-    ///    then the fewest units recorded at their last admission, then the soonest back to
-    ///    empty. The order is estimated from a sample of 64 entries;
+    /// 1. entries back to empty first (forgetting them changes nothing);
+    /// 2. then those whose state says least: entries counting no penalty denial first, of
+    ///    them those whose state has ended (kept for a refusal counted late), then the
+    ///    fewest units recorded at their last admission, then the soonest back to empty.
+    ///    The order is estimated from a sample of 64 entries spread over the shard;
     /// 3. never a locked key, so a flood never lifts a lock.
     ///
     /// A forgotten key starts again empty: at most one full quota of each of its rules
