@@ -70,11 +70,8 @@ thread_local! {
     static SPARE: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
-/// A parameter of a list item, after the rule's name: `;r=5`.
-struct Item {
-    key: &'static [u8; 3],
-    value: u64,
-}
+/// A parameter of a list item, after the rule's name, `;r=5`: its key and value.
+type Item = (&'static [u8; 3], u64);
 
 impl List {
     /// A list in an allocation of its own: a value kept long (a cached policy) does not
@@ -109,9 +106,9 @@ impl List {
         out.extend_from_slice(b"\"");
         out.extend_from_slice(rule.name().as_bytes());
         out.extend_from_slice(b"\"");
-        for p in params {
-            out.extend_from_slice(p.key);
-            out.extend_from_slice(itoa::Buffer::new().format(p.value).as_bytes());
+        for (key, value) in params {
+            out.extend_from_slice(key);
+            out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         }
     }
 
@@ -131,32 +128,14 @@ impl List {
 /// One rule's `RateLimit-Policy` item: `"name";q=10;w=60`.
 fn policy_item(rule: &Rule) -> [Item; 2] {
     let (q, w) = rule.algorithm().quota();
-    [
-        Item {
-            key: b";q=",
-            value: q,
-        },
-        Item {
-            key: b";w=",
-            value: ceil_secs(w).max(1),
-        },
-    ]
+    [(b";q=", q), (b";w=", ceil_secs(w).max(1))]
 }
 
 /// One rule's `RateLimit` item: `"name";r=5;t=30`.
 #[inline]
 fn state_item(outcome: &RuleOutcome) -> [Item; 2] {
     let (r, t) = advertised(outcome);
-    [
-        Item {
-            key: b";r=",
-            value: r,
-        },
-        Item {
-            key: b";t=",
-            value: t,
-        },
-    ]
+    [(b";r=", r), (b";t=", t)]
 }
 
 /// The `RateLimit-Policy` value of `rules`: cached per route by a layer, for every response
@@ -265,16 +244,7 @@ mod tests {
                 let (mut list, mut expected) = (List::spare(), Vec::new());
                 for rule in &rules[..n] {
                     let before = list.0.len();
-                    let params = [
-                        Item {
-                            key: b";r=",
-                            value: r,
-                        },
-                        Item {
-                            key: b";t=",
-                            value: t,
-                        },
-                    ];
+                    let params = [(b";r=", r), (b";t=", t)];
                     list.push(rule, params);
                     assert!(list.0.len() - before <= List::most(rule));
                     expected.push(format!("\"{}\";r={r};t={t}", rule.name()));

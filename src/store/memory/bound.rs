@@ -108,7 +108,7 @@ impl Shared {
         let mut evicted = 0;
         for check in batch {
             let hash = self.hash(check.rule, check.key());
-            let mut shard = self.shards[self.shard_of(hash)].lock();
+            let mut shard = self.lock_shard(self.shard_of(hash));
             if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
                 continue;
             }
