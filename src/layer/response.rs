@@ -229,6 +229,8 @@ impl<'a> Rejection<'a> {
         proto::varint_field(&mut status, 1, u64::from(self.codes().1));
         proto::string(&mut status, 2, &self.message());
         if let Some(wait) = retry {
+            // A `google.protobuf.Duration` holds at most 10,000 years.
+            let wait = wait.min(Duration::from_secs(315_576_000_000));
             let mut duration = Vec::new();
             proto::varint_field(&mut duration, 1, wait.as_secs());
             proto::varint_field(&mut duration, 2, u64::from(wait.subsec_nanos()));
@@ -357,6 +359,43 @@ mod tests {
     use crate::layer::headers::{
         RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
     };
+
+    /// A store's retry of `Duration::MAX` reaches a gRPC client as the longest delay a
+    /// `google.protobuf.Duration` holds (10,000 years, in a signed field), not a negative one.
+    #[test]
+    fn an_endless_retry_is_the_longest_proto_duration() {
+        use prost::Message as _;
+        let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+        let deny = Decision::Deny(Denial {
+            reason: DenyReason::Limited,
+            retry_after: Some(Duration::MAX),
+        });
+        let info = RateLimitInfo {
+            limit: 1,
+            remaining: 0,
+            reset: Duration::MAX,
+        };
+        let rules = [(
+            &rule,
+            RuleOutcome {
+                decision: deny,
+                info,
+            },
+        )];
+        let outcome = Outcome {
+            decision: deny,
+            rules: rules.iter().map(|(_, o)| *o).collect(),
+            admission: None,
+        };
+        let request = http::Request::post("/s.S/M").body(()).unwrap();
+        let head = RequestHead::from_request(&request);
+        let rejection = Rejection::new(RejectionKind::Limited(&outcome), head, &rules, true);
+        let details = rejection.grpc_status_details().unwrap();
+        let status = tonic_types::pb::Status::decode(&details[..]).unwrap();
+        let retry = tonic_types::pb::RetryInfo::decode(&status.details[0].value[..]).unwrap();
+        let delay = retry.retry_delay.unwrap();
+        assert_eq!((delay.seconds, delay.nanos), (315_576_000_000, 0));
+    }
 
     /// A rejection carries one header item per rule, and over gRPC status 8 with
     /// `RetryInfo` and a `QuotaFailure` naming the rule that denied.

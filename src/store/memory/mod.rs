@@ -45,8 +45,7 @@ const MIN_SWEEP_LEN: usize = 1024;
 ///
 /// One fixed-size table slot per rule and key (name and key inline up to 29 bytes together,
 /// else one allocation); a table doubles at seven eighths full, so a key costs one to two
-/// slots. Measured figures are in BENCHMARKS.md; [`max_keys`](Self::max_keys) bounds the
-/// keys held.
+/// slots (figures: BENCHMARKS.md), and [`max_keys`](Self::max_keys) bounds the keys.
 ///
 /// ```
 /// use std::time::Duration;
@@ -200,8 +199,7 @@ impl MemoryStore {
             batch::report(check, existing, now, &item, item_admitted)
         };
         drop(shard);
-        let mut rules = RuleOutcomes::new();
-        rules.push(rule);
+        let rules: RuleOutcomes = [rule].into_iter().collect();
         let mut outcome = batch::combine(rules, |_| check.in_shadow());
         if admitted {
             outcome.admission = Some(Admission::new([taken]));
