@@ -116,8 +116,7 @@ impl MemoryStore {
         )
     }
 
-    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in
-    /// tests).
+    /// An empty store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self::build(StoreClock::Any(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
@@ -199,7 +198,8 @@ impl MemoryStore {
             batch::report(check, existing, now, &item, item_admitted)
         };
         drop(shard);
-        let rules: RuleOutcomes = [rule].into_iter().collect();
+        let mut rules = RuleOutcomes::new();
+        rules.push(rule);
         let mut outcome = batch::combine(rules, |_| check.in_shadow());
         if admitted {
             outcome.admission = Some(Admission::new([taken]));
