@@ -49,8 +49,7 @@ impl Clock for SystemClock {
 /// It never jumps: an NTP step or a wall clock set back does not move it, so limits neither
 /// freeze nor reopen. In exchange it drifts from the wall clock (by the calibration's error
 /// and the wall clock's corrections since the anchor), which does not matter to an
-/// in-process store, whose instants are only compared with each other. Clones share the
-/// anchor.
+/// in-process store, whose instants are only compared with each other. Clones share the anchor.
 #[derive(Debug, Clone)]
 pub(crate) struct MonotonicClock {
     clock: quanta::Clock,

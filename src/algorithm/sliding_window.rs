@@ -51,8 +51,7 @@ impl SlidingWindow {
         })
     }
 
-    /// The counters at `now`: each window since the stored one paid `limit` and carried the
-    /// rest.
+    /// The counters at `now`: each window since the stored one paid `limit` and carried the rest.
     fn at(&self, s: &CountersState, now: u64) -> CountersState {
         let turns = now.saturating_sub(s.start) / self.window;
         if turns == 0 {
@@ -146,8 +145,7 @@ impl Model for SlidingWindow {
         s.current += cost;
     }
 
-    /// The current count carries the debt, up to what the windows within the exact range
-    /// pay.
+    /// The current count carries the debt, up to what the windows within the exact range pay.
     fn overdraw(&self, s: &mut CountersState, now: u64, cost: u64) {
         *s = self.at(s, now);
         let most = most_owed(self.limit, self.window).max(s.current);

@@ -56,8 +56,7 @@ struct Circuit {
 }
 
 impl<S> Breaker<S> {
-    /// `store` behind a breaker that opens after 3 consecutive failures and probes after
-    /// 500 ms.
+    /// `store` behind a breaker that opens after 3 consecutive failures and probes after 500 ms.
     pub fn new(store: S) -> Self {
         Self {
             store,
