@@ -56,24 +56,15 @@ fn redis_keeps_every_promise() {
 fn a_cached_denial_answers_a_dearer_request_with_its_own_retry() {
     let server = RedisServer::start();
     let rt = runtime(false);
-    let check = |cost, via| Op::Check {
-        specs: vec![0],
-        key: 0,
-        cost,
-        wait: 0,
-        defer: false,
-        limiter: false,
-        via,
-        split: false,
-    };
+    let check = |cost| Op::check(0, cost, 0).via(1);
     let ops = vec![
         Op::Overdraw {
             spec: 0,
             key: 0,
             units: 4,
         },
-        check(1, 1),
-        check(3, 1),
+        check(1),
+        check(3),
     ];
     let target = rt.block_on(cached_pair(server.url(), "dearer".into()));
     if let Err(e) = rt.block_on(run_one(&target, [0, 0, 0], ops)) {

@@ -31,30 +31,6 @@ fn memory() -> Target<MemoryStore> {
     }
 }
 
-fn check(place: usize, cost: u64, wait: u64) -> Op {
-    Op::Check {
-        specs: vec![place],
-        key: 0,
-        cost,
-        wait,
-        defer: false,
-        limiter: false,
-        via: 0,
-        split: false,
-    }
-}
-
-fn reserve(place: usize, cost: u64, wait: u64) -> Op {
-    Op::Reserve {
-        specs: vec![place],
-        key: 0,
-        cost,
-        wait,
-        via: 0,
-        split: false,
-    }
-}
-
 fn holds(focus: [usize; 3], ops: Vec<Op>) {
     let target = memory();
     if let Err(e) = runtime(true).block_on(run_one(&target, focus, ops)) {
@@ -69,14 +45,14 @@ fn holds(focus: [usize; 3], ops: Vec<Op>) {
 #[test]
 fn a_refund_across_a_reset_admits_only_its_own_units_again() {
     let ops = vec![
-        reserve(0, 2, 0),
+        Op::reserve(0, 2, 0),
         Op::Reset { spec: 0, key: 0 },
-        check(0, 2, 0),
+        Op::check(0, 2, 0),
         Op::Resolve {
             pick: 0,
             fate: Fate::Cancel,
         },
-        check(0, 3, 0),
+        Op::check(0, 3, 0),
     ];
     holds([GC, GC, GC], ops);
 }
@@ -88,14 +64,14 @@ fn a_refund_across_a_reset_admits_only_its_own_units_again() {
 #[test]
 fn an_overdraft_under_another_configuration_forgives_only_the_debt() {
     let ops = vec![
-        check(0, 2, 0),
-        check(0, 1, 0),
+        Op::check(0, 2, 0),
+        Op::check(0, 1, 0),
         Op::Overdraw {
             spec: 1,
             key: 0,
             units: 1,
         },
-        check(0, 2, 0),
+        Op::check(0, 2, 0),
     ];
     holds([SL, SL_OTHER, SL], ops);
 }
@@ -112,15 +88,15 @@ fn an_overdraft_under_another_configuration_forgives_only_the_debt() {
 #[test]
 fn an_overdraft_on_a_reservation_of_nothing_forgives_only_what_the_docs_say() {
     let ops = vec![
-        check(0, 1, 0),
-        reserve(2, 0, 0),
-        check(0, 1, 0),
-        check(0, 2, 0),
+        Op::check(0, 1, 0),
+        Op::reserve(2, 0, 0),
+        Op::check(0, 1, 0),
+        Op::check(0, 2, 0),
         Op::Resolve {
             pick: 0,
             fate: Fate::ConfirmSettle(1),
         },
-        check(0, 2, 0),
+        Op::check(0, 2, 0),
     ];
     holds([SL, FW, SL_OTHER], ops);
 }
@@ -129,9 +105,9 @@ fn an_overdraft_on_a_reservation_of_nothing_forgives_only_what_the_docs_say() {
 fn a_cancelled_reservation_under_another_configuration_reopens_nothing() {
     let ops = vec![
         Op::Advance(21_513),
-        check(0, 1, 0),
-        check(0, 2, 0),
-        reserve(1, 1, 5_030),
+        Op::check(0, 1, 0),
+        Op::check(0, 2, 0),
+        Op::reserve(1, 1, 5_030),
         Op::Resolve {
             pick: 0,
             fate: Fate::Cancel,
@@ -154,13 +130,13 @@ fn a_settled_hold_keeps_its_queue_spaced() {
         split: false,
     };
     let ops = vec![
-        check(1, 1, 0),
+        Op::check(1, 1, 0),
         both,
         Op::Resolve {
             pick: 0,
             fate: Fate::ConfirmSettle(1),
         },
-        check(0, 1, 0),
+        Op::check(0, 1, 0),
     ];
     holds([LB, LQ, LB], ops);
 }

@@ -331,9 +331,9 @@ async fn a_deferred_refusal_counts_given_as_checked<S: Store>(
 ) {
     let rule = Rule::fixed_window("fw8", 1, 10 * S).with_penalty(Penalty::lock_for(60 * S));
     clock.set_micros(T0 + 1_000_000);
-    let mut check = Check::new(&rule, b"a");
+    let check = Check::new(&rule, b"a");
     assert!(limiter.check(&[check]).await.unwrap().is_admitted());
-    check.refusal = tollgate::Refusal::Deferred;
+    let check = deferred(check);
     let refused = limiter
         .store()
         .check(&[check], Duration::ZERO)
@@ -417,6 +417,13 @@ async fn refunds_on_redis_cluster() {
     assert_eq!(next.outcome().decision, Decision::Delay(10 * S));
 }
 
+/// `check` with its denial deferred (`Refusal::Deferred`), as the layer's charge by outcome
+/// checks.
+fn deferred(mut check: Check<'_>) -> Check<'_> {
+    check.refusal = tollgate::Refusal::Deferred;
+    check
+}
+
 /// A penalty locking at the second denial within a minute.
 fn locking() -> Penalty {
     Penalty::lock_for(60 * S).after(2).within(60 * S)
@@ -428,9 +435,10 @@ async fn admit_then_defer<S: Store>(limiter: &Limiter<S>, rule: &Rule, between: 
     let check = Check::new(rule, b"a");
     assert!(limiter.check(&[check]).await.unwrap().is_admitted());
     between();
-    let mut deferred = check;
-    deferred.refusal = tollgate::Refusal::Deferred;
-    let refused = limiter.store().check(&[deferred], Duration::ZERO).await;
+    let refused = limiter
+        .store()
+        .check(&[deferred(check)], Duration::ZERO)
+        .await;
     assert!(!refused.unwrap().is_admitted());
 }
 
@@ -438,11 +446,9 @@ async fn admit_then_defer<S: Store>(limiter: &Limiter<S>, rule: &Rule, between: 
 /// the second is the second denial: `Locked`.
 async fn counted_late_it_locks<S: Store>(limiter: &Limiter<S>, rule: &Rule, ago: Duration) {
     let check = Check::new(rule, b"a");
-    let mut deferred = check;
-    deferred.refusal = tollgate::Refusal::Deferred;
     limiter
         .store()
-        .count_denials(&[deferred], ago)
+        .count_denials(&[deferred(check)], ago)
         .await
         .unwrap();
     assert!(limiter.check(&[check]).await.unwrap().is_admitted());

@@ -94,28 +94,11 @@ pub const LF: usize = 14;
 /// On the rule at place 0 (a queue of 100 draining 10 units a µs), at one instant: X (50),
 /// A (21, reserved), B (5) behind A, A cancelled, C (40): A's water stays, so C is denied.
 pub fn fast_queue_refund() -> Vec<Op> {
-    let check = |cost| Op::Check {
-        specs: vec![0],
-        key: 0,
-        cost,
-        wait: 0,
-        defer: false,
-        limiter: false,
-        via: 0,
-        split: false,
-    };
-    let reserve = Op::Reserve {
-        specs: vec![0],
-        key: 0,
-        cost: 21,
-        wait: 1_000,
-        via: 0,
-        split: false,
-    };
     let cancel = Op::Resolve {
         pick: 0,
         fate: Fate::Cancel,
     };
+    let (check, reserve) = (|cost| Op::check(0, cost, 0), Op::reserve(0, 21, 1_000));
     vec![check(50), reserve, check(5), cancel, check(40)]
 }
 
@@ -180,6 +163,42 @@ pub enum Op {
     Flood,
     /// The primary of a `Fallback` goes away (`true`) or comes back.
     Outage(bool),
+}
+
+impl Op {
+    /// A plain `Store::check` of `cost` on the rule at `place`, key 0, waiting up to `wait` µs.
+    pub fn check(place: usize, cost: u64, wait: u64) -> Op {
+        Op::Check {
+            specs: vec![place],
+            key: 0,
+            cost,
+            wait,
+            defer: false,
+            limiter: false,
+            via: 0,
+            split: false,
+        }
+    }
+
+    /// A `Limiter::reserve` of `cost` on the rule at `place`, key 0, up to `wait` µs ahead.
+    pub fn reserve(place: usize, cost: u64, wait: u64) -> Op {
+        Op::Reserve {
+            specs: vec![place],
+            key: 0,
+            cost,
+            wait,
+            via: 0,
+            split: false,
+        }
+    }
+
+    /// The same check or reservation through the schedule's limiter `n`.
+    pub fn via(mut self, n: u8) -> Op {
+        if let Op::Check { via, .. } | Op::Reserve { via, .. } = &mut self {
+            *via = n;
+        }
+        self
+    }
 }
 
 /// One to two of the schedule's three rules (by their place in its focus).
