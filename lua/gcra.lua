@@ -64,6 +64,10 @@ local function gcra_apply(c, tat, fraction, now, cost)
 end
 
 models[GCRA] = function()
+  -- Algorithm::mark: the scaled backlog the admission at `at` left.
+  local function backlog(c, s, at)
+    return sub0(s[1], at) * c.p3 + s[2]
+  end
   return {
     fields = 2,
     -- The TAT already says when the next unit is due; a future TAT is no reservation to
@@ -99,10 +103,7 @@ models[GCRA] = function()
       end
       return s[1]
     end,
-    -- Algorithm::mark: the scaled backlog the admission at `at` left.
-    mark = function(c, s, at, delay)
-      return sub0(s[1], at) * c.p3 + s[2]
-    end,
+    mark = backlog,
     -- Algorithm::cap (parked.lua): a backlog of at least the parked units, the TAT no
     -- earlier than `at` plus them.
     cap = function(c, s, at, parked)
@@ -116,7 +117,7 @@ models[GCRA] = function()
     -- Moves the theoretical arrival time back by the refunded units; with a mark, only while
     -- it is where the admission left it.
     refund = function(c, s, now, at, cost, mark)
-      if mark ~= nil and (s[1] < at or (s[1] - at) * c.p3 + s[2] ~= mark) then
+      if mark ~= nil and (s[1] < at or backlog(c, s, at) ~= mark) then
         return false
       end
       local fraction = s[2] - cost * c.p2

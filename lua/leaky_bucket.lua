@@ -10,6 +10,10 @@ models[LEAKY_BUCKET] = function()
     return s[1] - drained * c.p2
   end
 
+  -- LeakyBucket::mark: the queue's end after the admission at `at`, as water from `at`.
+  local function queue_end(c, s, at)
+    return sub0(s[2], at) * c.p2 + s[1]
+  end
   return {
     fields = 2,
     settled_at = function(c, s)
@@ -88,18 +92,13 @@ models[LEAKY_BUCKET] = function()
     expires_at = function(c, s)
       return s[2] + cdiv(s[1], c.p2)
     end,
-    -- The end of the queue right after the admission at `at`, exactly, as water from
-    -- `at` (LeakyBucket::mark): draining leaves it, any request joining raises it.
-    mark = function(c, s, at, delay)
-      return sub0(s[2], at) * c.p2 + s[1]
-    end,
-    -- Drains `cost` units back out of the queue as of the state's instant; with a
-    -- mark, only while nothing queued behind them (the mark is unchanged):
-    -- requests behind keep their release. The water a hold added (`hold`) goes with them
-    -- only while the queue still ends at `ends` (the admission's mark, given even where
-    -- the units go back without one).
+    mark = queue_end,
+    -- Drains `cost` units back out of the queue as of the state's instant; with a mark,
+    -- only while nothing queued behind them (the mark is unchanged): requests behind keep
+    -- their release. The water a hold added (`hold`) goes with them only while the queue
+    -- still ends at `ends` (the admission's mark, given even where they go back without).
     refund = function(c, s, now, at, cost, mark, hold, ends)
-      local queued = sub0(s[2], at) * c.p2 + s[1]
+      local queued = queue_end(c, s, at)
       if mark ~= nil and queued ~= mark then
         return false
       end
