@@ -21,9 +21,11 @@ pub(crate) use crate::decision::combine;
 ///
 /// The state belongs to the configuration of `fingerprint` (0: none yet); any other reads
 /// `carried` ([`Rule`](crate::Rule#reconfiguring-a-rule)). The penalty belongs to the name.
+/// `repr(C)`: the fingerprint first, as [`MemoryStore`](crate::store::MemoryStore)'s slot
+/// layout needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct Entry {
-    pub(crate) state: State,
     pub(crate) fingerprint: u64,
     /// Written with every admission; its `until` (empty under any configuration) is the
     /// entry's expiry.
@@ -31,6 +33,7 @@ pub(crate) struct Entry {
     /// Boxed from a penalty's first denial (counted, or deferred: kept for a late count) or
     /// a lease, so the many entries without one stay small.
     aside: Option<Box<Aside>>,
+    pub(crate) state: State,
 }
 
 /// What few entries hold: a penalty's bookkeeping (which says itself until when it counts)

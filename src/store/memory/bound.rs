@@ -4,10 +4,10 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::{DefaultHashBuilder, HashMap};
+use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::Mutex;
 
-use super::{MemoryStats, MemoryStore, Shard, Shared};
+use super::{MemoryStats, MemoryStore, Shard, Shared, Slot};
 use crate::clock::StoreClock;
 use crate::decision::{combine, DenyReason, Outcome, RuleOutcomes, StoreId};
 use crate::error::StoreError;
@@ -174,7 +174,7 @@ impl Shard {
                 _ => None,
             };
             let mut forgotten = 0;
-            self.map.retain(|_, entry| {
+            self.map.retain(|Slot { entry, .. }| {
                 let keep = forgotten >= excess
                     || locked(entry, now)
                     || threshold.is_some_and(|t| worth(entry, now) > t);
@@ -186,7 +186,7 @@ impl Shard {
         }
         if excess > 0 {
             // Nothing is left but locked entries.
-            let first_unlock = self.map.values().map(Entry::kept_until).min();
+            let first_unlock = self.map.iter().map(|s| s.entry.kept_until()).min();
             self.no_room_until = first_unlock.unwrap_or(0);
         }
         self.counted_at_cap();
@@ -199,7 +199,7 @@ impl Shard {
         let mut sample = [(false, false, 0, 0); SAMPLE];
         let mut n = 0;
         let spread = (self.map.len() / SAMPLE).max(1);
-        let spread_out = self.map.values().step_by(spread);
+        let spread_out = self.map.iter().map(|s| &s.entry).step_by(spread);
         for entry in spread_out.filter(|e| !locked(e, now)).take(SAMPLE) {
             sample[n] = worth(entry, now);
             n += 1;
@@ -279,7 +279,8 @@ impl MemoryStore {
                 shards: (0..shards)
                     .map(|_| {
                         crossbeam_utils::CachePadded::new(Mutex::new(Shard {
-                            map: HashMap::with_hasher(hasher.clone()),
+                            map: HashTable::new(),
+                            hasher: hasher.clone(),
                             cap: bound.per_shard,
                             full: bound.full.clone(),
                             at_cap: false,

@@ -6,12 +6,12 @@ mod refund;
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use std::mem::offset_of;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::hash_map::RawEntryMut;
+use hashbrown::hash_table::{self, HashTable};
 use hashbrown::DefaultHashBuilder;
-use hashbrown::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
@@ -95,7 +95,9 @@ struct Shard {
     /// The latest instant decided at here (see [`Clock::ordered_across_threads`]). First, so
     /// that a decision writes one cache line of its shard (padded to its own), the lock's.
     latest: u64,
-    map: HashMap<StoreKey, Entry, DefaultHashBuilder>,
+    map: HashTable<Slot>,
+    /// The map's hasher: [`Shared::hash`]'s, to rehash stored keys as the map grows.
+    hasher: DefaultHashBuilder,
     /// The keys this shard holds before it makes room; `full` counts the shards at it.
     cap: usize,
     full: Arc<std::sync::atomic::AtomicUsize>,
@@ -105,6 +107,18 @@ struct Shard {
     no_room_until: u64,
     len_after_sweep: usize,
 }
+
+/// A key and its entry in one table slot: 96 bytes at a multiple of 32, so two cache
+/// lines, the key always in the second and the entry's first 32 bytes (its fingerprint
+/// first) always in the first, which is what lets [`Shard::probe`] load both at once.
+#[repr(C)]
+struct Slot {
+    entry: Entry,
+    key: StoreKey,
+}
+
+const _: () = assert!(size_of::<Slot>() == 96 && align_of::<Slot>() == 32);
+const _: () = assert!(offset_of!(Slot, key) == 64 && offset_of!(Entry, fingerprint) < 32);
 
 impl MemoryStore {
     /// An empty store on the monotonic clock, so a wall-clock step neither freezes nor
@@ -159,11 +173,8 @@ impl MemoryStore {
         let reading = shared.early_reading();
         let mut shard = shared.lock_shard(shared.shard_of(hash));
         let now = shared.now(reading, &mut [&mut shard]);
-        let entry = shard
-            .map
-            .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(check));
-        let entry = match admit_at_once(check, entry, hash, now) {
+        let (entry, own) = shard.probe(hash, check);
+        let entry = match admit_at_once(check, entry, own, now) {
             Ok((admitted, created)) => {
                 if created {
                     shard.sweep_if_grown(now);
@@ -175,19 +186,16 @@ impl MemoryStore {
             Err(entry) => entry,
         };
         let existing = match &entry {
-            RawEntryMut::Occupied(o) => Some(o.get()),
-            RawEntryMut::Vacant(_) => None,
+            MapEntry::Occupied(o) => Some(&o.get().entry),
+            MapEntry::Vacant(_) => None,
         };
         let (item, admitted) = decide_item(check, existing, now, max_wait);
         let item_admitted = batch::admitted(&item, admitted);
         let mut taken = item.taken(shared.id);
         let rule = if batch::writes(check, &item, item_admitted) {
             let (stored, created) = match entry {
-                RawEntryMut::Occupied(o) => (o.into_mut(), false),
-                RawEntryMut::Vacant(v) => {
-                    let key = StoreKey::new(check.rule.name(), check.key());
-                    (v.insert_hashed_nocheck(hash, key, Entry::default()).1, true)
-                }
+                MapEntry::Occupied(o) => (&mut o.into_mut().entry, false),
+                MapEntry::Vacant(v) => (&mut v.insert(Slot::new(check)).into_mut().entry, true),
             };
             let rule = write(check, stored, now, &item, item_admitted, &mut taken);
             if created {
@@ -397,17 +405,18 @@ fn write(
     outcome
 }
 
-/// The map's entry for one item, found or not.
-type MapEntry<'a> = RawEntryMut<'a, StoreKey, Entry, DefaultHashBuilder>;
+/// The map's slot for one item, found or not.
+type MapEntry<'a> = hash_table::Entry<'a, Slot>;
 
 /// The common case of a batch of one: an enforced item costing something, on an unlocked
-/// key holding its own configuration's state (or none), admitted at once, exactly as
-/// [`batch`]'s steps would (a property test holds it to them). Anything else is `Err`. `Ok`
-/// carries the admission ([`admitted_outcome`] after unlocking) and whether the entry is new.
+/// key holding its own configuration's state (`own`, from [`Shard::probe`]) or none, admitted
+/// at once, exactly as [`batch`]'s steps would (a property test holds it to them). Anything
+/// else is `Err`. `Ok` carries the admission ([`admitted_outcome`] after unlocking) and
+/// whether the entry is new.
 fn admit_at_once<'a>(
     check: &Check<'_>,
     entry: MapEntry<'a>,
-    hash: u64,
+    own: bool,
     now: u64,
 ) -> Result<(Admitted, bool), MapEntry<'a>> {
     let (rule, cost) = (check.rule, check.cost);
@@ -416,25 +425,27 @@ fn admit_at_once<'a>(
     }
     let algorithm = rule.algorithm();
     let (e, admitted, created) = match entry {
-        RawEntryMut::Occupied(mut o) => {
-            let e = o.get_mut();
+        MapEntry::Occupied(mut o) => {
+            let e = &mut o.get_mut().entry;
             let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
-            if !e.is_own(rule) || locked || e.has_leases() {
-                return Err(RawEntryMut::Occupied(o));
+            if !own || locked || e.has_leases() {
+                return Err(MapEntry::Occupied(o));
             }
             match algorithm.admit(&mut e.state, now, cost) {
-                Ok(admitted) => (o.into_mut(), admitted, false),
-                Err(_) => return Err(RawEntryMut::Occupied(o)),
+                Ok(admitted) => (&mut o.into_mut().entry, admitted, false),
+                Err(_) => return Err(MapEntry::Occupied(o)),
             }
         }
-        RawEntryMut::Vacant(v) => {
+        MapEntry::Vacant(v) => {
             let mut state = State::default();
             let Ok(admitted) = algorithm.admit(&mut state, now, cost) else {
-                return Err(RawEntryMut::Vacant(v));
+                return Err(MapEntry::Vacant(v));
             };
-            let entry = Entry::own(state, rule.fingerprint());
-            let key = StoreKey::new(rule.name(), check.key());
-            (v.insert_hashed_nocheck(hash, key, entry).1, admitted, true)
+            let slot = Slot {
+                key: StoreKey::new(rule.name(), check.key()),
+                entry: Entry::own(state, rule.fingerprint()),
+            };
+            (&mut v.insert(slot).into_mut().entry, admitted, true)
         }
     };
     e.carried = Carried {
@@ -478,23 +489,41 @@ fn decide_item(
     (item, false)
 }
 
+impl Slot {
+    /// An empty entry for `check`'s rule and key.
+    fn new(check: &Check<'_>) -> Self {
+        Self {
+            key: StoreKey::new(check.rule.name(), check.key()),
+            entry: Entry::default(),
+        }
+    }
+}
+
 impl Shard {
     fn get(&self, hash: u64, check: &Check<'_>) -> Option<&Entry> {
-        self.map
-            .raw_entry()
-            .from_hash(hash, |k| k.matches(check))
-            .map(|(_, entry)| entry)
+        let slot = self.map.find(hash, |s| s.key.matches(check));
+        slot.map(|s| &s.entry)
     }
 
     fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Entry> {
-        match self
-            .map
-            .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(check))
-        {
-            RawEntryMut::Occupied(o) => Some(o.into_mut()),
-            RawEntryMut::Vacant(_) => None,
-        }
+        let slot = self.map.find_mut(hash, |s| s.key.matches(check));
+        slot.map(|s| &mut s.entry)
+    }
+
+    /// The slot of `check`, found or where it goes, and whether the slot found holds the
+    /// rule's own state. Reading the fingerprint as the key is compared sends for the
+    /// slot's two cache lines together ([`Slot`]): on a table larger than the cache, the
+    /// entry's line would otherwise be missed only after the key's.
+    #[inline(always)]
+    fn probe(&mut self, hash: u64, check: &Check<'_>) -> (MapEntry<'_>, bool) {
+        let (fingerprint, mut own) = (check.rule.fingerprint(), false);
+        let hasher = &self.hasher;
+        let is_key = |s: &Slot| {
+            own = s.entry.fingerprint == fingerprint;
+            s.key.matches(check)
+        };
+        let entry = self.map.entry(hash, is_key, |s| hasher.hash_one(&s.key));
+        (entry, own)
     }
 
     /// Runs `f` on the entry of `check` (created empty if absent) and refreshes its expiry.
@@ -505,22 +534,11 @@ impl Shard {
         now: u64,
         f: impl FnOnce(&mut Entry) -> R,
     ) -> R {
-        let entry = match self
-            .map
-            .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(check))
-        {
-            RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => {
-                v.insert_hashed_nocheck(
-                    hash,
-                    StoreKey::new(check.rule.name(), check.key()),
-                    Entry::default(),
-                )
-                .1
-            }
-        };
-        let out = f(entry);
+        let slot = self
+            .probe(hash, check)
+            .0
+            .or_insert_with(|| Slot::new(check));
+        let out = f(&mut slot.into_mut().entry);
         self.sweep_if_grown(now);
         out
     }
@@ -537,7 +555,7 @@ impl Shard {
 
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.map.len();
-        self.map.retain(|_, entry| entry.expires_at() > now);
+        self.map.retain(|s| s.entry.expires_at() > now);
         self.len_after_sweep = self.map.len();
         self.counted_at_cap();
         before - self.map.len()
@@ -615,12 +633,8 @@ impl Store for MemoryStore {
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
         let (mut shard, hash, now) = self.shared.lock(&check);
-        if let RawEntryMut::Occupied(mut o) = shard
-            .map
-            .raw_entry_mut()
-            .from_hash(hash, |k| k.matches(&check))
-        {
-            if !o.get_mut().reset(now) {
+        if let (MapEntry::Occupied(mut o), _) = shard.probe(hash, &check) {
+            if !o.get_mut().entry.reset(now) {
                 o.remove();
             }
         }

@@ -51,9 +51,9 @@ fn entries(store: &MemoryStore) -> Vec<(Vec<u8>, Entry, u64)> {
             s.lock()
                 .map
                 .iter()
-                .map(|(k, entry)| {
-                    let (rule, key) = k.parts();
-                    ([rule, key].concat(), entry.clone(), entry.expires_at())
+                .map(|s| {
+                    let (rule, key) = s.key.parts();
+                    ([rule, key].concat(), s.entry.clone(), s.entry.expires_at())
                 })
                 .collect::<Vec<_>>()
         })
