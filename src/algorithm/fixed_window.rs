@@ -72,14 +72,6 @@ impl FixedWindow {
             count: s.count.saturating_sub(turns.saturating_mul(self.limit)),
         }
     }
-
-    /// The windows from the one `count` is in until one whose carried count leaves room
-    /// for `cost` (at most `limit`).
-    fn windows_until_room(&self, count: u64, cost: u64) -> u64 {
-        (count + cost)
-            .saturating_sub(self.limit)
-            .div_ceil(self.limit)
-    }
 }
 
 impl Model for FixedWindow {
@@ -109,7 +101,7 @@ impl Model for FixedWindow {
             Eval::admit(0, remaining - cost, reset)
         } else {
             // Each window pays `limit` of the count: the first window with room admits.
-            let windows = self.windows_until_room(s.count, cost);
+            let windows = windows_until_room(self.limit, s.count, cost);
             let retry = s.start + windows * self.window - now;
             Eval::reject(Some(retry), remaining, reset)
         }
@@ -159,6 +151,12 @@ pub(super) fn most_owed(limit: u64, window: u64) -> u64 {
     limit
         .saturating_mul((MAX_SCALED / window).max(1))
         .min(MAX_PRODUCT)
+}
+
+/// The windows from the one `count` is in until one whose carried count leaves room for
+/// `cost` (at most `limit`), each window paying `limit` of it.
+pub(super) fn windows_until_room(limit: u64, count: u64, cost: u64) -> u64 {
+    (count + cost).saturating_sub(limit).div_ceil(limit)
 }
 
 #[cfg(test)]

@@ -160,10 +160,7 @@ impl Model for Gcra {
         self.apply(s, now, cost.min(MAX_PRODUCT / self.pace.period_micros()));
         let horizon = now + MAX_SCALED;
         if s.tat >= horizon {
-            *s = TatState {
-                tat: horizon,
-                fraction: 0,
-            };
+            *s = self.fresh(horizon);
         }
     }
 

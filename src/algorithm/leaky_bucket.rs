@@ -134,10 +134,8 @@ impl Model for LeakyBucket {
     }
 
     fn apply(&self, s: &mut LevelState, now: u64, cost: u64) {
-        *s = LevelState {
-            level: self.level(s, now) + cost * self.pace.period_micros(),
-            last: now.max(s.last),
-        };
+        s.level = self.level(s, now) + cost * self.pace.period_micros();
+        s.last = now.max(s.last);
     }
 
     /// The units join the queue as water above its capacity, within [`MAX_PRODUCT`] scaled
@@ -150,10 +148,8 @@ impl Model for LeakyBucket {
             .saturating_mul(amount)
             .min(MAX_PRODUCT)
             .max(level);
-        *s = LevelState {
-            level: (level + water).min(most),
-            last: now.max(s.last),
-        };
+        s.level = (level + water).min(most);
+        s.last = now.max(s.last);
     }
 
     /// The end of the queue right after the admission at `at`, exactly: its water counted
@@ -166,22 +162,13 @@ impl Model for LeakyBucket {
     /// Drains the admission's units (and its `hold`) back out while nothing queued behind
     /// them (the mark is unchanged): requests behind keep the release they were told, so
     /// water taken from the middle would let a new request leave with the last of them.
-    fn refund(
-        &self,
-        s: &mut LevelState,
-        Refund {
-            at,
-            cost,
-            mark,
-            hold,
-        }: Refund,
-    ) -> bool {
-        if self.mark(s, at) != mark {
+    fn refund(&self, s: &mut LevelState, given: Refund) -> bool {
+        if self.mark(s, given.at) != given.mark {
             return false;
         }
         // Drained as of the state's own instant, which the drain since would have emptied
         // alike: the state then reads at every instant as if the water had never come.
-        let water = cost * self.pace.period_micros() + hold;
+        let water = given.cost * self.pace.period_micros() + given.hold;
         s.level = s.level.saturating_sub(water);
         true
     }

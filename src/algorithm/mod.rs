@@ -367,19 +367,14 @@ impl Algorithm {
             return eval;
         }
         let held_for = carried.until - now;
-        match eval.verdict {
-            // Committing writes this configuration's own state: its reset is the model's.
-            Verdict::Admit { .. } if cost > 0 => {}
-            Verdict::Reject {
-                retry_micros: Some(_),
-            } => {
-                eval.verdict = Verdict::Reject {
-                    retry_micros: Some(held_for),
-                };
-                eval.reset_micros = held_for;
-            }
-            _ => eval.reset_micros = held_for,
+        // Committing writes this configuration's own state: its reset is the model's.
+        if eval.is_admitted() && cost > 0 {
+            return eval;
         }
+        if let Verdict::Reject { retry_micros } = &mut eval.verdict {
+            *retry_micros = retry_micros.map(|_| held_for);
+        }
+        eval.reset_micros = held_for;
         eval
     }
 

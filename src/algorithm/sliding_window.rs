@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::fixed_window::most_owed;
+use super::fixed_window::{most_owed, windows_until_room};
 use super::{check_window, Eval, Model, Refund, MAX_PRODUCT};
 use crate::error::ConfigError;
 
@@ -95,11 +95,8 @@ impl Model for SlidingWindow {
     }
 
     fn evaluate(&self, s: &CountersState, now: u64, cost: u64) -> Eval {
-        let CountersState {
-            start,
-            previous,
-            current,
-        } = self.at(s, now);
+        let s = self.at(s, now);
+        let (start, previous, current) = (s.start, s.previous, s.current);
         let w = self.window;
         let elapsed = now.saturating_sub(start).min(w);
         // The previous window's weight, in whole units rounded up: previous × (w − e) / w at
@@ -124,17 +121,8 @@ impl Model for SlidingWindow {
         }
         // Within the first window whose carried count leaves room, once the window before
         // it weighs little enough (the current one when it has room already).
-        let turns = (current + cost)
-            .saturating_sub(self.limit)
-            .div_ceil(self.limit);
-        let then = self.at(
-            &CountersState {
-                start,
-                previous,
-                current,
-            },
-            start + turns * w,
-        );
+        let turns = windows_until_room(self.limit, current, cost);
+        let then = self.at(&s, start + turns * w);
         let room = self.limit - then.current - cost;
         let retry_at = self.weighs_at_most(then.start, then.previous, room);
         Eval::reject(Some(retry_at.saturating_sub(now)), remaining, reset)

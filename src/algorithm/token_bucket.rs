@@ -172,18 +172,12 @@ impl Model for TokenBucket {
     fn apply(&self, s: &mut BucketState, now: u64, cost: u64) {
         match self.mode {
             Refill::Smooth => {
-                let level = self.smooth_level(s, now);
-                *s = BucketState {
-                    level: level - cost * self.pace.period_micros(),
-                    last: now.max(s.last),
-                };
+                s.level = self.smooth_level(s, now) - cost * self.pace.period_micros();
+                s.last = now.max(s.last);
             }
             Refill::Stepped => {
-                let at = self.stepped_level(s, now);
-                *s = BucketState {
-                    level: at.level - cost,
-                    last: at.last,
-                };
+                *s = self.stepped_level(s, now);
+                s.level -= cost;
             }
         }
     }
@@ -317,10 +311,8 @@ impl Model for TokenBucket {
         match self.mode {
             Refill::Smooth => {
                 if at > s.last {
-                    *s = BucketState {
-                        level: self.smooth_level(s, at),
-                        last: at,
-                    };
+                    s.level = self.smooth_level(s, at);
+                    s.last = at;
                 }
                 s.level = s.level.min(ceiling * self.pace.period_micros());
             }

@@ -61,11 +61,10 @@ impl Batch for LayerBatch {
             } else {
                 Refusal::Enforced
             };
-            let (rule, key, cost) = (&limit.rule, KeyBytes::of(key), item.cost);
             checks.push(Check {
-                rule,
-                key,
-                cost,
+                rule: &limit.rule,
+                key: KeyBytes::of(key),
+                cost: item.cost,
                 refusal,
             });
         }
@@ -97,14 +96,12 @@ impl LayerBatch {
                 Err(unknown_plan) => (Err(unknown_plan), true),
             };
             let Err(e) = extracted else {
-                let (end, cost) = (keys.len(), limit.cost_of(head));
-                let (limit, defers) = (i, false);
                 items.push(Item {
-                    limit,
+                    limit: i,
                     start,
-                    end,
-                    cost,
-                    defers,
+                    end: keys.len(),
+                    cost: limit.cost_of(head),
+                    defers: false,
                 });
                 continue;
             };
@@ -128,16 +125,13 @@ impl LayerBatch {
 
     /// The batch, leaving in its place one of no items.
     pub(crate) fn take(&mut self) -> Self {
-        let (config, state) = (Arc::clone(&self.config), Arc::clone(&self.state));
-        let (route, items, keys, tickets) =
-            (self.route, SmallVec::new(), KeyBuf::new(), Tickets::new());
         let empty = Self {
-            config,
-            state,
-            route,
-            items,
-            keys,
-            tickets,
+            config: Arc::clone(&self.config),
+            state: Arc::clone(&self.state),
+            route: self.route,
+            items: SmallVec::new(),
+            keys: KeyBuf::new(),
+            tickets: Tickets::new(),
         };
         std::mem::replace(self, empty)
     }

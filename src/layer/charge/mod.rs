@@ -94,26 +94,19 @@ impl<St: Store + Clone> Charging<St> {
 /// `unsettled`), before the store decides: none for most requests. An item not alone
 /// leaves its denial to the layer (`Item::defers`).
 pub(crate) fn take_tickets(batch: &mut LayerBatch) {
-    let LayerBatch {
-        config,
-        state,
-        route,
-        items,
-        keys,
-        tickets,
-    } = batch;
-    if config.derived(*route).is_some_and(|d| !d.defers_denials) {
+    let (config, route) = (&batch.config, batch.route);
+    if config.derived(route).is_some_and(|d| !d.defers_denials) {
         return;
     }
-    for (i, item) in items.iter_mut().enumerate() {
-        let limit = config.limit(*route, item.limit);
+    for (i, item) in batch.items.iter_mut().enumerate() {
+        let limit = config.limit(route, item.limit);
         let Some(limit) = limit.filter(|l| l.defers_denials()) else {
             continue;
         };
-        if let Some(key) = keys.as_bytes().get(item.start..item.end) {
-            let (ticket, alone) = state.unsettled.start(&limit.rule, key);
+        if let Some(key) = batch.keys.as_bytes().get(item.start..item.end) {
+            let (ticket, alone) = batch.state.unsettled.start(&limit.rule, key);
             item.defers = !alone;
-            tickets.push((i, ticket));
+            batch.tickets.push((i, ticket));
         }
     }
 }

@@ -317,17 +317,13 @@ impl<S: Store> Breaker<S> {
 
 impl<S: fmt::Debug> fmt::Debug for Breaker<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = ["closed", "open", "half-open"][usize::from(self.state())];
+        let open_for = Duration::from_micros(self.shared.open_for_micros);
         f.debug_struct("Breaker")
             .field("store", &self.store)
-            .field(
-                "state",
-                &["closed", "open", "half-open"][usize::from(self.state())],
-            )
+            .field("state", &state)
             .field("failures", &self.shared.failures)
-            .field(
-                "open_for",
-                &Duration::from_micros(self.shared.open_for_micros),
-            )
+            .field("open_for", &open_for)
             .finish()
     }
 }

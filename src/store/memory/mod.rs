@@ -10,8 +10,8 @@ use std::mem::offset_of;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::hash_table::{self, HashTable};
 use hashbrown::DefaultHashBuilder;
+use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
@@ -173,29 +173,27 @@ impl MemoryStore {
         let reading = shared.early_reading();
         let mut shard = shared.lock_shard(shared.shard_of(hash));
         let now = shared.now(reading, &mut [&mut shard]);
-        let (entry, own) = shard.probe(hash, check);
-        let entry = match admit_at_once(check, entry, own, now) {
+        let (found, own) = shard.probe(hash, check);
+        let found = match admit_at_once(check, found, own, now) {
             Ok((admitted, created)) => {
-                if created {
+                if let Some(entry) = created {
+                    shard.insert(hash, check, entry);
                     shard.sweep_if_grown(now);
                 }
                 // Write the outcome after unlocking, so the unlock waits on fewer stores.
                 drop(shard);
                 return Ok(admitted_outcome(check.rule, admitted, now, shared.id));
             }
-            Err(entry) => entry,
+            Err(found) => found,
         };
-        let existing = match &entry {
-            MapEntry::Occupied(o) => Some(&o.get().entry),
-            MapEntry::Vacant(_) => None,
-        };
-        let (item, admitted) = decide_item(check, existing, now, max_wait);
+        let (item, admitted) = decide_item(check, found.as_deref(), now, max_wait);
         let item_admitted = batch::admitted(&item, admitted);
         let mut taken = item.taken(shared.id);
         let rule = if batch::writes(check, &item, item_admitted) {
-            let (stored, created) = match entry {
-                MapEntry::Occupied(o) => (&mut o.into_mut().entry, false),
-                MapEntry::Vacant(v) => (&mut v.insert(Slot::new(check)).into_mut().entry, true),
+            let created = found.is_none();
+            let stored = match found {
+                Some(entry) => entry,
+                None => shard.insert(hash, check, Entry::default()),
             };
             let rule = write(check, stored, now, &item, item_admitted, &mut taken);
             if created {
@@ -203,7 +201,7 @@ impl MemoryStore {
             }
             rule
         } else {
-            batch::report(check, existing, now, &item, item_admitted)
+            batch::report(check, found.as_deref(), now, &item, item_admitted)
         };
         drop(shard);
         let mut rules = RuleOutcomes::new();
@@ -405,54 +403,44 @@ fn write(
     outcome
 }
 
-/// The map's slot for one item, found or not.
-type MapEntry<'a> = hash_table::Entry<'a, Slot>;
-
 /// The common case of a batch of one: an enforced item costing something, on an unlocked
 /// key holding its own configuration's state (`own`, from [`Shard::probe`]) or none, admitted
 /// at once, exactly as [`batch`]'s steps would (a property test holds it to them). Anything
-/// else is `Err`. `Ok` carries the admission ([`admitted_outcome`] after unlocking) and
-/// whether the entry is new.
+/// else gives `found` back. `Ok` carries the admission ([`admitted_outcome`] after unlocking)
+/// and the entry to insert for a new key.
 fn admit_at_once<'a>(
     check: &Check<'_>,
-    entry: MapEntry<'a>,
+    found: Option<&'a mut Entry>,
     own: bool,
     now: u64,
-) -> Result<(Admitted, bool), MapEntry<'a>> {
+) -> Result<(Admitted, Option<Entry>), Option<&'a mut Entry>> {
     let (rule, cost) = (check.rule, check.cost);
     if check.in_shadow() || cost == 0 {
-        return Err(entry);
+        return Err(found);
     }
     let algorithm = rule.algorithm();
-    let (e, admitted, created) = match entry {
-        MapEntry::Occupied(mut o) => {
-            let e = &mut o.get_mut().entry;
-            let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
-            if !own || locked || e.has_leases() {
-                return Err(MapEntry::Occupied(o));
-            }
-            match algorithm.admit(&mut e.state, now, cost) {
-                Ok(admitted) => (&mut o.into_mut().entry, admitted, false),
-                Err(_) => return Err(MapEntry::Occupied(o)),
-            }
-        }
-        MapEntry::Vacant(v) => {
-            let mut state = State::default();
-            let Ok(admitted) = algorithm.admit(&mut state, now, cost) else {
-                return Err(MapEntry::Vacant(v));
-            };
-            let slot = Slot {
-                key: StoreKey::new(rule.name(), check.key()),
-                entry: Entry::own(state, rule.fingerprint()),
-            };
-            (&mut v.insert(slot).into_mut().entry, admitted, true)
-        }
-    };
-    e.carried = Carried {
+    let carried = |admitted: &Admitted| Carried {
         used: algorithm.limit().saturating_sub(admitted.eval.remaining),
         until: admitted.expires_at,
     };
-    Ok((admitted, created))
+    let Some(e) = found else {
+        let mut state = State::default();
+        let Ok(admitted) = algorithm.admit(&mut state, now, cost) else {
+            return Err(None);
+        };
+        let mut entry = Entry::own(state, rule.fingerprint());
+        entry.carried = carried(&admitted);
+        return Ok((admitted, Some(entry)));
+    };
+    let locked = rule.penalty().is_some() && e.penalty().locked_for(now).is_some();
+    if !own || locked || e.has_leases() {
+        return Err(Some(e));
+    }
+    let Ok(admitted) = algorithm.admit(&mut e.state, now, cost) else {
+        return Err(Some(e));
+    };
+    e.carried = carried(&admitted);
+    Ok((admitted, None))
 }
 
 /// The outcome of a batch of one that [`admit_at_once`] admitted at `now`, with its mark.
@@ -489,41 +477,34 @@ fn decide_item(
     (item, false)
 }
 
-impl Slot {
-    /// An empty entry for `check`'s rule and key.
-    fn new(check: &Check<'_>) -> Self {
-        Self {
-            key: StoreKey::new(check.rule.name(), check.key()),
-            entry: Entry::default(),
-        }
-    }
-}
-
 impl Shard {
     fn get(&self, hash: u64, check: &Check<'_>) -> Option<&Entry> {
         let slot = self.map.find(hash, |s| s.key.matches(check));
         slot.map(|s| &s.entry)
     }
 
-    fn get_mut(&mut self, hash: u64, check: &Check<'_>) -> Option<&mut Entry> {
-        let slot = self.map.find_mut(hash, |s| s.key.matches(check));
-        slot.map(|s| &mut s.entry)
-    }
-
-    /// The slot of `check`, found or where it goes, and whether the slot found holds the
-    /// rule's own state. Reading the fingerprint as the key is compared sends for the
-    /// slot's two cache lines together ([`Slot`]): on a table larger than the cache, the
-    /// entry's line would otherwise be missed only after the key's.
+    /// The entry of `check` if the table holds it, and whether it holds the rule's own
+    /// state. Reading the fingerprint as the key is compared sends for the slot's two cache
+    /// lines together ([`Slot`]): on a table larger than the cache, the entry's line would
+    /// otherwise be missed only after the key's.
     #[inline(always)]
-    fn probe(&mut self, hash: u64, check: &Check<'_>) -> (MapEntry<'_>, bool) {
+    fn probe(&mut self, hash: u64, check: &Check<'_>) -> (Option<&mut Entry>, bool) {
         let (fingerprint, mut own) = (check.rule.fingerprint(), false);
-        let hasher = &self.hasher;
-        let is_key = |s: &Slot| {
+        let found = self.map.find_mut(hash, |s| {
             own = s.entry.fingerprint == fingerprint;
             s.key.matches(check)
-        };
-        let entry = self.map.entry(hash, is_key, |s| hasher.hash_one(&s.key));
-        (entry, own)
+        });
+        (found.map(|s| &mut s.entry), own)
+    }
+
+    /// Inserts `entry` for `check`, whose key the table does not hold.
+    fn insert(&mut self, hash: u64, check: &Check<'_>, entry: Entry) -> &mut Entry {
+        let key = StoreKey::new(check.rule.name(), check.key());
+        let hasher = &self.hasher;
+        let slot = self
+            .map
+            .insert_unique(hash, Slot { entry, key }, |s| hasher.hash_one(&s.key));
+        &mut slot.into_mut().entry
     }
 
     /// Runs `f` on the entry of `check` (created empty if absent) and refreshes its expiry.
@@ -534,11 +515,10 @@ impl Shard {
         now: u64,
         f: impl FnOnce(&mut Entry) -> R,
     ) -> R {
-        let slot = self
-            .probe(hash, check)
-            .0
-            .or_insert_with(|| Slot::new(check));
-        let out = f(&mut slot.into_mut().entry);
+        let out = match self.probe(hash, check).0 {
+            Some(entry) => f(entry),
+            None => f(self.insert(hash, check, Entry::default())),
+        };
         self.sweep_if_grown(now);
         out
     }
@@ -633,7 +613,7 @@ impl Store for MemoryStore {
     async fn reset(&self, rule: &Rule, key: &StoredKey<'_>) -> Result<(), StoreError> {
         let check = Check::stored(rule, key.as_bytes());
         let (mut shard, hash, now) = self.shared.lock(&check);
-        if let (MapEntry::Occupied(mut o), _) = shard.probe(hash, &check) {
+        if let Ok(mut o) = shard.map.find_entry(hash, |s| s.key.matches(&check)) {
             if !o.get_mut().entry.reset(now) {
                 o.remove();
             }

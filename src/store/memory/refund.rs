@@ -28,7 +28,7 @@ impl MemoryStore {
                 continue;
             }
             let (mut shard, hash, now) = shared.lock(check);
-            if let Some(entry) = shard.get_mut(hash, check) {
+            if let (Some(entry), _) = shard.probe(hash, check) {
                 batch::refund(check, entry, now, &taken);
             }
         }
