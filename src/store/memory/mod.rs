@@ -485,9 +485,9 @@ impl Shard {
 
     /// The entry of `check` if the table holds it, and whether it holds the rule's own
     /// state. Reading the fingerprint as the key is compared sends for the slot's two cache
-    /// lines together ([`Slot`]): on a table larger than the cache, the entry's line would
-    /// otherwise be missed only after the key's.
-    #[inline(always)]
+    /// lines together ([`Slot`]), not the entry's after the key's. Out of line: hashbrown's
+    /// comparison is inlined here, where inside a decision it stays a call of its own.
+    #[inline(never)]
     fn probe(&mut self, hash: u64, check: &Check<'_>) -> (Option<&mut Entry>, bool) {
         let (fingerprint, mut own) = (check.rule.fingerprint(), false);
         let found = self.map.find_mut(hash, |s| {
