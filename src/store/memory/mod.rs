@@ -489,9 +489,9 @@ impl Shard {
     /// comparison is inlined here, where inside a decision it stays a call of its own.
     #[inline(never)]
     fn probe(&mut self, hash: u64, check: &Check<'_>) -> (Option<&mut Entry>, bool) {
-        let (fingerprint, mut own) = (check.rule.fingerprint(), false);
+        let mut own = false;
         let found = self.map.find_mut(hash, |s| {
-            own = s.entry.fingerprint == fingerprint;
+            own = s.entry.is_own(check.rule);
             s.key.matches(check)
         });
         (found.map(|s| &mut s.entry), own)
