@@ -1,6 +1,7 @@
 //! A request's batch through the layer: built once in `call`, asked of the store, decided,
 //! and kept by the reservation while the layer may still give units back.
 
+use std::borrow::BorrowMut;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -73,30 +74,37 @@ impl Batch for LayerBatch {
 }
 
 impl LayerBatch {
-    /// The batch of a request on `route`: each of its limits that applies, with its key
-    /// (read while the request is borrowed, into one inline buffer) and its cost; `None`
-    /// when no limit applies. A limit without a key is left out, or the request is refused
-    /// with the key's error, as the limit and the mode say.
-    pub(crate) fn of(
-        config: &Arc<Config>,
-        state: &Arc<LayerState>,
-        route: Option<usize>,
-        head: &RequestHead<'_>,
-    ) -> Result<Option<Self>, KeyError> {
-        let mut keys = KeyBuf::new();
-        let mut items: SmallVec<[Item; 4]> = SmallVec::new();
+    /// The batch of a request on `route`, of no items yet: made where it stays (each move of
+    /// it is a copy), then [read](Self::read) from the request.
+    pub(crate) fn new(config: &Arc<Config>, state: &Arc<LayerState>, route: Option<usize>) -> Self {
+        Self {
+            config: Arc::clone(config),
+            state: Arc::clone(state),
+            route,
+            items: SmallVec::new(),
+            keys: KeyBuf::new(),
+            tickets: Tickets::new(),
+        }
+    }
+
+    /// Reads the request's items: each of its limits that applies, with its key (read while
+    /// the request is borrowed, into one inline buffer) and its cost; `false` when no limit
+    /// applies. A limit without a key is left out, or the request is refused with the key's
+    /// error, as the limit and the mode say.
+    pub(crate) fn read(&mut self, head: &RequestHead<'_>) -> Result<bool, KeyError> {
+        let (config, keys) = (&*self.config, &mut self.keys);
         let mut plans = RequestPlans::default();
-        for (i, limit) in config.limits(route).enumerate() {
+        for (i, limit) in config.limits(self.route).enumerate() {
             let start = keys.len();
             // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
             // the limit does with a missing key.
             let (extracted, plan_refused) = match plans.applies(limit.plan.as_ref(), head) {
-                Ok(true) => (limit.key.extract(head, &mut keys), false),
+                Ok(true) => (limit.key.extract(head, keys), false),
                 Ok(false) => continue,
                 Err(unknown_plan) => (Err(unknown_plan), true),
             };
             let Err(e) = extracted else {
-                items.push(Item {
+                self.items.push(Item {
                     limit: i,
                     start,
                     end: keys.len(),
@@ -106,33 +114,16 @@ impl LayerBatch {
                 continue;
             };
             keys.truncate(start);
-            if refuses_for_key(config, state, limit, &e, plan_refused) {
+            if refuses_for_key(config, &self.state, limit, &e, plan_refused) {
                 return Err(e);
             }
         }
-        if items.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(Self {
-            config: Arc::clone(config),
-            state: Arc::clone(state),
-            route,
-            items,
-            keys,
-            tickets: Tickets::new(),
-        }))
+        Ok(!self.items.is_empty())
     }
 
     /// The batch, leaving in its place one of no items.
     pub(crate) fn take(&mut self) -> Self {
-        let empty = Self {
-            config: Arc::clone(&self.config),
-            state: Arc::clone(&self.state),
-            route: self.route,
-            items: SmallVec::new(),
-            keys: KeyBuf::new(),
-            tickets: Tickets::new(),
-        };
+        let empty = Self::new(&self.config, &self.state, self.route);
         std::mem::replace(self, empty)
     }
 
@@ -195,27 +186,27 @@ fn refuses_for_key(
     true
 }
 
-/// The store's answer for a request's batch, with what the layer keeps of it.
-pub(crate) struct Checked<St: Store + Clone> {
+/// The store's answer for a request's batch, with what the layer keeps of it. The batch is
+/// held as `B`: owned by a future, or borrowed where `call` built it (each move of it is a
+/// copy).
+pub(crate) struct Checked<St: Store + Clone, B = LayerBatch> {
     pub(crate) result: Result<Outcome, StoreError>,
     /// The store's health right after it answered.
     pub(crate) health: Health,
-    pub(crate) kept: Kept<St>,
+    pub(crate) kept: Kept<St, B>,
 }
 
 /// A decided batch, and the reservation of its units if the layer keeps one.
-// The batch stays inline: boxing it would allocate for every request.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Kept<St: Store + Clone> {
-    /// Nothing the layer may give back, settle or confirm: the batch, in place.
-    Batch(LayerBatch),
+pub(crate) enum Kept<St: Store + Clone, B = LayerBatch> {
+    /// Nothing the layer may give back, settle or confirm: the batch, where it is.
+    Batch(B),
     /// The batch shared with the reservation that owns its units: an admitted request the
     /// layer holds, whose response settles it, or that counts at its release. `None` once a
     /// confirmation refused it (its units went back).
     Reserved(Arc<LayerBatch>, Option<Box<Reservation<St>>>),
 }
 
-impl<St: Store + Clone> Kept<St> {
+impl<St: Store + Clone, B: BorrowMut<LayerBatch>> Kept<St, B> {
     pub(crate) fn take_reserved(&mut self) -> Option<(Arc<LayerBatch>, Box<Reservation<St>>)> {
         let Kept::Reserved(batch, reservation) = self else {
             return None;
@@ -225,7 +216,7 @@ impl<St: Store + Clone> Kept<St> {
 
     pub(crate) fn batch(&self) -> &LayerBatch {
         match self {
-            Kept::Batch(batch) => batch,
+            Kept::Batch(batch) => batch.borrow(),
             Kept::Reserved(batch, _) => batch,
         }
     }

@@ -2,6 +2,7 @@
 //! store, then decided here), else through a boxed future; and what the layer keeps of its
 //! answer.
 
+use std::borrow::BorrowMut;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -13,20 +14,19 @@ use super::charge::defer_denials;
 use super::decide::{decide, Next};
 use super::future::CheckFuture;
 use super::observe::{self, Observation};
-use crate::decision::Outcome;
-use crate::error::StoreError;
 use crate::limiter::Limiter;
 use crate::store::reservation::{Batch, Reservation};
 use crate::store::Store;
 
 /// Asks the store about `request`'s `batch` and decides its answer at once if the store can
-/// give it (`Store::try_check_now`), so the large answer is never moved; else returns a
-/// boxed future of the answer (its type cannot be named in `ResponseFuture` on stable
-/// Rust), polled once here with no waker, since a store may still answer on its first poll
-/// (a local deny cache, a fallback while its breaker is open).
+/// give it (`Store::try_check_now`), the batch borrowed where it was built (each move of it
+/// is a copy); else takes the batch into a boxed future of the answer (its type cannot be
+/// named in `ResponseFuture` on stable Rust), polled once here with no waker, since a
+/// store may still answer on its first poll (a local deny cache, a fallback while its
+/// breaker is open).
 pub(crate) fn check<St: Store + Clone, B>(
     limiter: &Limiter<St>,
-    batch: LayerBatch,
+    batch: &mut LayerBatch,
     observation: Observation,
     request: &Request<B>,
 ) -> Result<Next<St>, CheckFuture<St>> {
@@ -36,18 +36,28 @@ pub(crate) fn check<St: Store + Clone, B>(
         limiter.reserve_now(&batch.checks(), max_wait)
     };
     if let Some(result) = now {
-        let mut checked = checked(limiter, batch, observation, result);
-        answered(limiter, &mut checked);
+        let (health, kept) = (limiter.health(), Kept::Batch(batch));
+        let mut checked = Checked {
+            result,
+            health,
+            kept,
+        };
+        answered(limiter, &mut checked, observation);
         return Ok(decide(&mut checked, request));
     }
-    let limiter = limiter.clone();
+    let (limiter, batch) = (limiter.clone(), batch.take());
     let mut future: CheckFuture<St> = Box::pin(async move {
         let result = limiter
             .reserve_outcome(&batch.checks(), max_wait)
             .instrument(observation.span.clone())
             .await;
-        let mut checked = checked(&limiter, batch, observation, result);
-        answered(&limiter, &mut checked);
+        let (health, kept) = (limiter.health(), Kept::Batch(batch));
+        let mut checked = Checked {
+            result,
+            health,
+            kept,
+        };
+        answered(&limiter, &mut checked, observation);
         checked
     });
     match future
@@ -59,32 +69,21 @@ pub(crate) fn check<St: Store + Clone, B>(
     }
 }
 
-/// The store's `result` for `batch`, observed; [`answered`] then changes it where it lands
-/// (changed here first, it is copied out: 656 bytes). Inlined: each move is a copy.
-#[inline(always)]
-fn checked<St: Store + Clone>(
-    limiter: &Limiter<St>,
-    batch: LayerBatch,
-    observation: Observation,
-    result: Result<Outcome, StoreError>,
-) -> Checked<St> {
-    let health = limiter.health();
-    observe::finish(observation, &batch, None, &result, health);
-    Checked {
-        result,
-        health,
-        kept: Kept::Batch(batch),
-    }
-}
-
-/// What the layer keeps of the store's answer, changed in place (the batch is large, and
-/// each move of it is a copy): a limit charged by outcome whose quota refused the request
+/// The store's answer, observed, and what the layer keeps of it, changed in place (the
+/// answer is large, and each move of it is a copy): a limit charged by outcome whose quota refused the request
 /// has its denial counted once the requests beside it settle, and the batch is kept with a
 /// reservation when the layer may still give its units back.
-fn answered<St: Store + Clone>(limiter: &Limiter<St>, checked: &mut Checked<St>) {
+fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
+    limiter: &Limiter<St>,
+    checked: &mut Checked<St, K>,
+    observation: Observation,
+) {
+    let (result, health) = (&checked.result, checked.health);
+    observe::finish(observation, checked.kept.batch(), None, result, health);
     let Kept::Batch(batch) = &mut checked.kept else {
         return;
     };
+    let batch = batch.borrow_mut();
     let Ok(outcome) = &checked.result else {
         batch.tickets.clear();
         return;

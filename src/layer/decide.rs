@@ -1,6 +1,7 @@
 //! The layer's policy: what a request gets for the store's answer, by the mode and the
 //! failure policy: forwarded (with its `RateLimit` headers), held, or rejected.
 
+use std::borrow::BorrowMut;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,7 +51,10 @@ pub(crate) fn reject(
 
 /// Acts on the store's answer, borrowed (a move is a copy), by the mode and the failure policy:
 /// the one place a request's fate is decided; the request's head is read only for a rejection.
-pub(crate) fn decide<B, St: Store + Clone>(answer: &mut Checked<St>, req: &Request<B>) -> Next<St> {
+pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
+    answer: &mut Checked<St, K>,
+    req: &Request<B>,
+) -> Next<St> {
     let (result, health, kept) = (&answer.result, answer.health, &mut answer.kept);
     let batch = kept.batch();
     let (config, state, route) = (&*batch.config, &*batch.state, batch.route);
@@ -142,7 +146,10 @@ fn store_failed<St: Store + Clone>(
 /// Forwards the request now. A rule that waits for the release (shadow mode holds nothing)
 /// counts it now, on its own; a limit counted by outcome keeps the units until the response
 /// says whether they count.
-fn forward<St: Store + Clone>(kept: &mut Kept<St>, headers: Option<RateLimitHeaders>) -> Next<St> {
+fn forward<St: Store + Clone, K: BorrowMut<LayerBatch>>(
+    kept: &mut Kept<St, K>,
+    headers: Option<RateLimitHeaders>,
+) -> Next<St> {
     let Some((batch, mut reservation)) = kept.take_reserved() else {
         return Next::Forward(Outbound::headers(headers));
     };
@@ -161,8 +168,8 @@ fn forward<St: Store + Clone>(kept: &mut Kept<St>, headers: Option<RateLimitHead
 
 /// Holds the request, if the layer's bounds have room for it; without room, it is refused
 /// and its reservation, dropped, gives its units back.
-fn hold<B, St: Store + Clone>(
-    kept: &mut Kept<St>,
+fn hold<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
+    kept: &mut Kept<St, K>,
     outcome: &Outcome,
     headers: Option<RateLimitHeaders>,
     delay: Duration,

@@ -92,23 +92,25 @@ where
     /// readiness after the hold, and the ready one stays for the next call.
     #[inline]
     pub(crate) fn decided(next: Next<St>, request: Request<ReqB>, inner: &mut S) -> Self {
-        let state = match next {
-            Next::Forward(outbound) => Step::Forwarding {
-                future: inner.call(request),
-                outbound: Some(outbound),
+        // Each state is made in the future it returns: a state made apart is copied into it.
+        match next {
+            Next::Forward(outbound) => Self {
+                state: Step::Forwarding {
+                    future: inner.call(request),
+                    outbound: Some(outbound),
+                },
             },
-            Next::Hold(hold) => Step::Holding {
-                hold,
-                passengers: Some(Passengers {
-                    request,
-                    inner: inner.clone(),
-                }),
+            Next::Hold(hold) => Self {
+                state: Step::Holding {
+                    hold,
+                    passengers: Some(Passengers {
+                        request,
+                        inner: inner.clone(),
+                    }),
+                },
             },
-            Next::Reject(response) => Step::Rejected {
-                response: Some(response),
-            },
-        };
-        Self { state }
+            Next::Reject(response) => Self::rejected(response),
+        }
     }
 
     /// Forwards the request at once, unlimited.

@@ -12,7 +12,7 @@ use super::reload::source::ConfigSource;
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
-use super::state::LayerState;
+use super::state::{LayerState, Shared};
 use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
@@ -24,9 +24,7 @@ use crate::store::{Health, MemoryStore, Store};
 /// [tower's `RateLimit`](super#towers-ratelimit)).
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer<St = MemoryStore> {
-    pub(super) limiter: Limiter<St>,
-    pub(super) config: ConfigSource,
-    pub(super) state: Arc<LayerState>,
+    pub(super) shared: Arc<Shared<St>>,
 }
 
 impl RateLimitLayer {
@@ -168,9 +166,11 @@ impl<St: Store> RateLimitLayerBuilder<St> {
         match ConfigError::collect(problems) {
             Some(e) => Err(e),
             None => Ok(RateLimitLayer {
-                limiter,
-                state: LayerState::new(&config, self.observers),
-                config: ConfigSource::Fixed(Arc::new(config)),
+                shared: Arc::new(Shared {
+                    limiter,
+                    state: LayerState::new(&config, self.observers),
+                    config: ConfigSource::Fixed(Arc::new(config)),
+                }),
             }),
         }
     }
@@ -397,9 +397,7 @@ impl<S, St: Store + Clone> Layer<S> for RateLimitLayer<St> {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            limiter: self.limiter.clone(),
-            config: self.config.clone(),
-            state: Arc::clone(&self.state),
+            shared: Arc::clone(&self.shared),
         }
     }
 }

@@ -13,11 +13,9 @@ use super::config::Config;
 use super::decide::reject;
 use super::future::ResponseFuture;
 use super::observe;
-use super::reload::source::ConfigSource;
 use super::response::RejectionKind;
-use super::state::LayerState;
+use super::state::Shared;
 use crate::key::RequestHead;
-use crate::limiter::Limiter;
 use crate::store::{MemoryStore, Store};
 
 /// Rate limits the requests of an inner service; made by
@@ -26,9 +24,7 @@ use crate::store::{MemoryStore, Store};
 #[derive(Clone, Debug)]
 pub struct RateLimit<S, St = MemoryStore> {
     pub(super) inner: S,
-    pub(super) limiter: Limiter<St>,
-    pub(super) config: ConfigSource,
-    pub(super) state: Arc<LayerState>,
+    pub(super) shared: Arc<Shared<St>>,
 }
 
 impl<S, St> RateLimit<S, St> {
@@ -65,26 +61,33 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         // One configuration for the whole request, however often a reload swaps it.
-        let config = self.config.current();
+        let Shared {
+            limiter,
+            config,
+            state,
+        } = &*self.shared;
+        let config = config.current();
         let route = route_of(&config, &request);
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             return ResponseFuture::forwarding(self.inner.call(request));
         }
-        let mut batch = match LayerBatch::of(&config, &self.state, route, &head) {
-            Ok(Some(batch)) => batch,
-            Ok(None) => return ResponseFuture::forwarding(self.inner.call(request)),
+        // Borrowed where it is made: each move of the batch is a copy.
+        let mut batch = LayerBatch::new(&config, state, route);
+        match batch.read(&head) {
+            Ok(true) => {}
+            Ok(false) => return ResponseFuture::forwarding(self.inner.call(request)),
             Err(e) => {
                 let rejection = reject(&config, RejectionKind::Key(&e), head, &[]);
                 return ResponseFuture::rejected(rejection);
             }
-        };
+        }
         drop(config);
         take_tickets(&mut batch);
         // A store that answers at once (in process) is decided here and the ready inner
         // service called directly; another is asked by a boxed future.
         let observation = observe::start(&batch);
-        match check(&self.limiter, batch, observation, &request) {
+        match check(limiter, &mut batch, observation, &request) {
             Ok(next) => ResponseFuture::decided(next, request, &mut self.inner),
             Err(check) => ResponseFuture::checking(check, request, take_ready(&mut self.inner)),
         }

@@ -34,7 +34,7 @@ impl<St> RateLimitLayer<St> {
     /// A [reloadable](Self::reloadable) layer answers with the configuration of the last
     /// reload, so a dashboard holding a clone of it follows reloads.
     pub fn rules(&self) -> Vec<RuleInfo> {
-        let config = self.config.current();
+        let config = self.shared.config.current();
         let mut infos: Vec<RuleInfo> = Vec::new();
         let global = config.global.iter().map(|l| (l, "*"));
         let routed = config
@@ -67,6 +67,6 @@ impl<St> RateLimitLayer<St> {
     /// The layer's limiter: a handle on its store, for [`peek`](Limiter::peek) and
     /// [`reset`](Limiter::reset) of the keys it decides.
     pub fn limiter(&self) -> &Limiter<St> {
-        &self.limiter
+        &self.shared.limiter
     }
 }

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use self::source::ConfigSource;
 use super::config::Config;
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
+use super::state::Shared;
 use crate::store::Store;
 
 /// Replaces the configuration of a running [`RateLimitLayer`] — its limits, route table,
@@ -66,12 +67,18 @@ impl<St: Store + Clone> RateLimitLayer<St> {
     /// configuration. Services the layer made before this call keep the configuration they
     /// have; make the services from the returned layer.
     pub fn reloadable(self) -> (Self, ReloadHandle<St>) {
-        let live = match self.config {
-            ConfigSource::Live(live) => live,
-            ConfigSource::Fixed(config) => Arc::new(ArcSwap::new(config)),
+        let live = match &self.shared.config {
+            ConfigSource::Live(live) => Arc::clone(live),
+            ConfigSource::Fixed(config) => Arc::new(ArcSwap::new(Arc::clone(config))),
         };
-        let config = ConfigSource::Live(live.clone());
-        let layer = RateLimitLayer { config, ..self };
+        let shared = Shared {
+            limiter: self.shared.limiter.clone(),
+            config: ConfigSource::Live(live.clone()),
+            state: Arc::clone(&self.shared.state),
+        };
+        let layer = RateLimitLayer {
+            shared: Arc::new(shared),
+        };
         (layer.clone(), ReloadHandle { layer, live })
     }
 }
@@ -82,14 +89,18 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// exemptions) included, but not the observers: make the base builder in one function,
     /// used at start-up and for every reload.
     pub fn builder(&self) -> RateLimitLayerBuilder<St> {
-        RateLimitLayerBuilder::on(self.layer.limiter.clone())
+        RateLimitLayerBuilder::on(self.layer.shared.limiter.clone())
     }
 
     /// Installs the configuration of `layer` (from [`builder`](Self::builder), or a rules
     /// file's loader) in the running layer, which keeps its own limiter, observers and state.
     pub fn reload(&self, layer: RateLimitLayer<St>) {
-        let config = Arc::clone(&layer.config.current());
-        self.layer.state.log.set_interval(config.log_interval);
+        let config = Arc::clone(&layer.shared.config.current());
+        self.layer
+            .shared
+            .state
+            .log
+            .set_interval(config.log_interval);
         self.live.store(config);
     }
 }
