@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 use super::charge::unsettled::Ticket;
 use super::config::{Config, Limit, MissingKey, Mode};
 use super::plans::select::RequestPlans;
+use super::reload::source::Scope;
 use super::state::LayerState;
 use crate::decision::{Decision, Outcome};
 use crate::error::StoreError;
@@ -39,8 +40,7 @@ pub(crate) type Tickets = SmallVec<[(usize, Ticket); 1]>;
 /// A request's batch: the configuration it is decided under, its route, its items and
 /// their keys. The one value that carries a request from `call` to its release.
 pub(crate) struct LayerBatch {
-    pub(crate) config: Arc<Config>,
-    pub(crate) state: Arc<LayerState>,
+    pub(crate) scope: Arc<Scope>,
     pub(crate) route: Option<usize>,
     pub(crate) items: SmallVec<[Item; 4]>,
     pub(crate) keys: KeyBuf,
@@ -76,10 +76,9 @@ impl Batch for LayerBatch {
 impl LayerBatch {
     /// The batch of a request on `route`, of no items yet: made where it stays (each move of
     /// it is a copy), then [read](Self::read) from the request.
-    pub(crate) fn new(config: &Arc<Config>, state: &Arc<LayerState>, route: Option<usize>) -> Self {
+    pub(crate) fn new(scope: &Arc<Scope>, route: Option<usize>) -> Self {
         Self {
-            config: Arc::clone(config),
-            state: Arc::clone(state),
+            scope: Arc::clone(scope),
             route,
             items: SmallVec::new(),
             keys: KeyBuf::new(),
@@ -92,7 +91,7 @@ impl LayerBatch {
     /// applies. A limit without a key is left out, or the request is refused with the key's
     /// error, as the limit and the mode say.
     pub(crate) fn read(&mut self, head: &RequestHead<'_>) -> Result<bool, KeyError> {
-        let (config, keys) = (&*self.config, &mut self.keys);
+        let (Scope { config, state }, keys) = (&*self.scope, &mut self.keys);
         let mut plans = RequestPlans::default();
         for (i, limit) in config.limits(self.route).enumerate() {
             let start = keys.len();
@@ -114,7 +113,7 @@ impl LayerBatch {
                 continue;
             };
             keys.truncate(start);
-            if refuses_for_key(config, &self.state, limit, &e, plan_refused) {
+            if refuses_for_key(config, state, limit, &e, plan_refused) {
                 return Err(e);
             }
         }
@@ -123,15 +122,25 @@ impl LayerBatch {
 
     /// The batch, leaving in its place one of no items.
     pub(crate) fn take(&mut self) -> Self {
-        let empty = Self::new(&self.config, &self.state, self.route);
+        let empty = Self::new(&self.scope, self.route);
         std::mem::replace(self, empty)
+    }
+
+    /// The configuration the batch is decided under.
+    pub(crate) fn config(&self) -> &Config {
+        &self.scope.config
+    }
+
+    /// The state of the layer that decides it.
+    pub(crate) fn state(&self) -> &LayerState {
+        &self.scope.state
     }
 
     /// Each item with its limit and its key's bytes. Always all of them: the items were
     /// made from these limits and this buffer.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&Item, &Limit, &[u8])> + Clone {
         self.items.iter().filter_map(|item| {
-            let limit = self.config.limit(self.route, item.limit)?;
+            let limit = self.config().limit(self.route, item.limit)?;
             let key = self.keys.as_bytes().get(item.start..item.end)?;
             Some((item, limit, key))
         })
@@ -139,14 +148,14 @@ impl LayerBatch {
 
     /// Each item's limit, in order.
     pub(crate) fn limits(&self) -> impl Iterator<Item = &Limit> + Clone {
-        let limit = |item: &Item| self.config.limit(self.route, item.limit);
+        let limit = |item: &Item| self.config().limit(self.route, item.limit);
         self.items.iter().filter_map(limit)
     }
 
     /// Whether one of the batch's limits waits for the response to settle its units: it
     /// counts by outcome, or reads its cost from the response.
     pub(crate) fn settled_by_response(&self) -> bool {
-        let derived = self.config.derived(self.route);
+        let derived = self.config().derived(self.route);
         derived.is_none_or(|d| d.settles_by_response)
             && self.limits().any(Limit::settles_by_response)
     }

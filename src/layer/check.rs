@@ -30,7 +30,7 @@ pub(crate) fn check<St: Store + Clone, B>(
     observation: Observation,
     request: &Request<B>,
 ) -> Result<Next<St>, CheckFuture<St>> {
-    let max_wait = batch.config.mode.max_wait();
+    let max_wait = batch.config().mode.max_wait();
     let now = {
         let _entered = observation.span.enter();
         limiter.reserve_now(&batch.checks(), max_wait)
@@ -90,7 +90,10 @@ fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
     };
     defer_denials(limiter, batch, outcome);
     if batch.keeps(outcome) {
-        let (max_wait, log) = (batch.config.mode.max_wait(), Arc::clone(&batch.state.log));
+        let (max_wait, log) = (
+            batch.config().mode.max_wait(),
+            Arc::clone(&batch.state().log),
+        );
         let batch = Arc::new(batch.take());
         let (store, outcome) = (limiter.store().clone(), outcome.clone());
         let reservation = Reservation::of(store, batch.clone(), outcome, max_wait, Some(log));

@@ -57,7 +57,7 @@ pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
 ) -> Next<St> {
     let (result, health, kept) = (&answer.result, answer.health, &mut answer.kept);
     let batch = kept.batch();
-    let (config, state, route) = (&*batch.config, &*batch.state, batch.route);
+    let (config, state, route) = (batch.config(), batch.state(), batch.route);
     let head = || RequestHead::from_request(req).with_route(config.route_pattern(route));
     // Read in place: the outcome is large, and nothing here needs it by value.
     let outcome = match result {
@@ -101,17 +101,21 @@ pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
 /// A shadow limit that would have denied is logged (in shadow mode a denied batch is logged
 /// once, by `decide`).
 fn log_shadow_limit_denial(batch: &LayerBatch, outcome: &Outcome) {
-    if batch.config.derived(batch.route).is_some_and(|d| !d.shadow) {
+    if batch
+        .config()
+        .derived(batch.route)
+        .is_some_and(|d| !d.shadow)
+    {
         return;
     }
-    let denied_in_shadow_mode = !outcome.is_admitted() && batch.config.mode == Mode::Shadow;
+    let denied_in_shadow_mode = !outcome.is_admitted() && batch.config().mode == Mode::Shadow;
     let mut rules = batch.limits().zip(&outcome.rules);
     let found = rules.find(|(l, o)| l.shadow && !o.decision.is_admitted());
     let Some((limit, o)) = found.filter(|_| !denied_in_shadow_mode) else {
         return;
     };
     let reason = o.decision.denial().map(|d| d.reason);
-    if let Some(suppressed) = batch.state.log.admit(Event::ShadowDenial) {
+    if let Some(suppressed) = batch.state().log.admit(Event::ShadowDenial) {
         let rule = limit.rule.name();
         tracing::info!(
             rule,
@@ -176,7 +180,7 @@ fn hold<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
     request: &Request<B>,
 ) -> Next<St> {
     if let Some((batch, reservation)) = kept.take_reserved() {
-        let (config, state) = (&batch.config, &batch.state);
+        let (config, state) = (batch.config(), batch.state());
         let keys = held_keys(&state.held, &batch.checks(), outcome);
         if let Some(slot) = state.held.try_hold(&config.held, keys) {
             let hold = Hold {
@@ -218,7 +222,7 @@ fn refuse_hold<B>(
     delay: Duration,
     request: &Request<B>,
 ) -> Response<Bytes> {
-    let route = batch.config.route_pattern(batch.route);
+    let route = batch.config().route_pattern(batch.route);
     let head = RequestHead::from_request(request).with_route(route);
     let denied = |wait| deny(DenyReason::Limited, Some(duration_to_micros(wait)));
     let refused = Outcome {
@@ -244,7 +248,7 @@ fn refuse_hold<B>(
         .map(|(limit, o)| (&limit.rule, *o))
         .collect();
     reject(
-        &batch.config,
+        batch.config(),
         RejectionKind::Limited(&refused),
         head,
         &rules,

@@ -8,11 +8,11 @@ use tower_layer::Layer;
 
 use super::config::{Config, FailurePolicy, Limit, Mode, Route};
 use super::observe::observer::{DecisionObserver, Observers};
-use super::reload::source::ConfigSource;
+use super::reload::source::{ConfigSource, Scope, Shared};
 use super::response::Rejection;
 use super::routes::RoutePattern;
 use super::service::RateLimit;
-use super::state::{LayerState, Shared};
+use super::state::LayerState;
 use crate::error::ConfigError;
 use crate::key::RequestHead;
 use crate::limiter::Limiter;
@@ -168,8 +168,10 @@ impl<St: Store> RateLimitLayerBuilder<St> {
             None => Ok(RateLimitLayer {
                 shared: Arc::new(Shared {
                     limiter,
-                    state: LayerState::new(&config, self.observers),
-                    config: ConfigSource::Fixed(Arc::new(config)),
+                    config: ConfigSource::Fixed(Arc::new(Scope {
+                        state: LayerState::new(&config, self.observers),
+                        config: Arc::new(config),
+                    })),
                 }),
             }),
         }

@@ -13,8 +13,8 @@ use super::config::Config;
 use super::decide::reject;
 use super::future::ResponseFuture;
 use super::observe;
+use super::reload::source::Shared;
 use super::response::RejectionKind;
-use super::state::Shared;
 use crate::key::RequestHead;
 use crate::store::{MemoryStore, Store};
 
@@ -61,28 +61,25 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         // One configuration for the whole request, however often a reload swaps it.
-        let Shared {
-            limiter,
-            config,
-            state,
-        } = &*self.shared;
-        let config = config.current();
-        let route = route_of(&config, &request);
+        let Shared { limiter, config } = &*self.shared;
+        let scope = config.current();
+        let config = &scope.config;
+        let route = route_of(config, &request);
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
         if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             return ResponseFuture::forwarding(self.inner.call(request));
         }
         // Borrowed where it is made: each move of the batch is a copy.
-        let mut batch = LayerBatch::new(&config, state, route);
+        let mut batch = LayerBatch::new(&scope, route);
         match batch.read(&head) {
             Ok(true) => {}
             Ok(false) => return ResponseFuture::forwarding(self.inner.call(request)),
             Err(e) => {
-                let rejection = reject(&config, RejectionKind::Key(&e), head, &[]);
+                let rejection = reject(config, RejectionKind::Key(&e), head, &[]);
                 return ResponseFuture::rejected(rejection);
             }
         }
-        drop(config);
+        drop(scope);
         take_tickets(&mut batch);
         // A store that answers at once (in process) is decided here and the ready inner
         // service called directly; another is asked by a boxed future.

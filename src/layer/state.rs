@@ -9,18 +9,7 @@ use super::charge::unsettled::Unsettled;
 use super::config::Config;
 use super::held::bounds::HeldCounts;
 use super::observe::observer::Observers;
-use super::reload::source::ConfigSource;
-use crate::limiter::Limiter;
 use crate::log::EventLog;
-
-/// What a layer and every service it makes share, behind one reference count: a service
-/// is cloned per request by some routers (axum's), and each count is an atomic operation.
-#[derive(Debug)]
-pub(crate) struct Shared<St> {
-    pub(crate) limiter: Limiter<St>,
-    pub(crate) config: ConfigSource,
-    pub(crate) state: Arc<LayerState>,
-}
 
 /// The long-lived state of one layer, shared by every service it makes, every clone of
 /// those, and its [`ReloadHandle`](super::ReloadHandle).

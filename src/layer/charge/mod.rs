@@ -15,6 +15,7 @@ use self::unsettled::recount;
 use super::batch::{LayerBatch, Tickets};
 use super::headers::RateLimitHeaders;
 use super::observe::record;
+use super::reload::source::Scope;
 use crate::decision::{Decision, DenyReason, Outcome};
 use crate::limiter::Limiter;
 use crate::store::reservation::Reservation;
@@ -94,7 +95,7 @@ impl<St: Store + Clone> Charging<St> {
 /// `unsettled`), before the store decides: none for most requests. An item not alone
 /// leaves its denial to the layer (`Item::defers`).
 pub(crate) fn take_tickets(batch: &mut LayerBatch) {
-    let (config, route) = (&batch.config, batch.route);
+    let (Scope { config, state }, route) = (&*batch.scope, batch.route);
     if config.derived(route).is_some_and(|d| !d.defers_denials) {
         return;
     }
@@ -104,7 +105,7 @@ pub(crate) fn take_tickets(batch: &mut LayerBatch) {
             continue;
         };
         if let Some(key) = batch.keys.as_bytes().get(item.start..item.end) {
-            let (ticket, alone) = batch.state.unsettled.start(&limit.rule, key);
+            let (ticket, alone) = state.unsettled.start(&limit.rule, key);
             item.defers = !alone;
             batch.tickets.push((i, ticket));
         }

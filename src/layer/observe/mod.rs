@@ -91,7 +91,7 @@ pub(crate) fn start(batch: &LayerBatch) -> Observation {
         tracing::debug_span!(
             target: "tollgate::decision",
             "rate_limit",
-            route = batch.config.route_pattern(batch.route),
+            route = batch.config().route_pattern(batch.route),
             outcome = Empty,
             rule = Empty,
             key = Empty,
@@ -100,7 +100,7 @@ pub(crate) fn start(batch: &LayerBatch) -> Observation {
     } else {
         Span::none()
     };
-    let timed = !span.is_disabled() || !batch.state.observers.is_empty();
+    let timed = !span.is_disabled() || !batch.state().observers.is_empty();
     Observation {
         span,
         start: timed.then(Instant::now),
@@ -123,7 +123,7 @@ pub(crate) fn finish(
     let (span, store_latency) = (&observation.span, start.elapsed());
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
-    let shadow_mode = batch.config.mode == Mode::Shadow;
+    let shadow_mode = batch.config().mode == Mode::Shadow;
     let checks = batch.checks();
     let chosen = |(i, _): &(usize, _)| which.is_none_or(|w| w.contains(i));
     let rules: SmallVec<[RuleDecision<'_>; 4]> = (batch.limits().zip(&checks).enumerate())
@@ -139,7 +139,7 @@ pub(crate) fn finish(
         })
         .collect();
     let event = DecisionEvent {
-        route: batch.config.route_pattern(batch.route),
+        route: batch.config().route_pattern(batch.route),
         outcome,
         rules: &rules,
         health,
@@ -148,7 +148,7 @@ pub(crate) fn finish(
     if !span.is_disabled() {
         record_span(span, &event, shadow_mode);
     }
-    batch.state.observers.notify(&event);
+    batch.state().observers.notify(&event);
 }
 
 /// The span's fields, from the event the observers see.

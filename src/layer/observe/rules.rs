@@ -34,7 +34,8 @@ impl<St> RateLimitLayer<St> {
     /// A [reloadable](Self::reloadable) layer answers with the configuration of the last
     /// reload, so a dashboard holding a clone of it follows reloads.
     pub fn rules(&self) -> Vec<RuleInfo> {
-        let config = self.shared.config.current();
+        let scope = self.shared.config.current();
+        let config = &scope.config;
         let mut infos: Vec<RuleInfo> = Vec::new();
         let global = config.global.iter().map(|l| (l, "*"));
         let routed = config

@@ -6,10 +6,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use self::source::ConfigSource;
-use super::config::Config;
+use self::source::{ConfigSource, Scope, Shared};
 use super::layer::{RateLimitLayer, RateLimitLayerBuilder};
-use super::state::Shared;
 use crate::store::Store;
 
 /// Replaces the configuration of a running [`RateLimitLayer`] — its limits, route table,
@@ -59,7 +57,7 @@ use crate::store::Store;
 pub struct ReloadHandle<St> {
     /// The running layer, whose configuration is `live`.
     layer: RateLimitLayer<St>,
-    live: Arc<ArcSwap<Config>>,
+    live: Arc<ArcSwap<Scope>>,
 }
 
 impl<St: Store + Clone> RateLimitLayer<St> {
@@ -69,12 +67,11 @@ impl<St: Store + Clone> RateLimitLayer<St> {
     pub fn reloadable(self) -> (Self, ReloadHandle<St>) {
         let live = match &self.shared.config {
             ConfigSource::Live(live) => Arc::clone(live),
-            ConfigSource::Fixed(config) => Arc::new(ArcSwap::new(Arc::clone(config))),
+            ConfigSource::Fixed(scope) => Arc::new(ArcSwap::new(Arc::clone(scope))),
         };
         let shared = Shared {
             limiter: self.shared.limiter.clone(),
             config: ConfigSource::Live(live.clone()),
-            state: Arc::clone(&self.shared.state),
         };
         let layer = RateLimitLayer {
             shared: Arc::new(shared),
@@ -95,12 +92,9 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// Installs the configuration of `layer` (from [`builder`](Self::builder), or a rules
     /// file's loader) in the running layer, which keeps its own limiter, observers and state.
     pub fn reload(&self, layer: RateLimitLayer<St>) {
-        let config = Arc::clone(&layer.shared.config.current());
-        self.layer
-            .shared
-            .state
-            .log
-            .set_interval(config.log_interval);
-        self.live.store(config);
+        let config = Arc::clone(&layer.shared.config.current().config);
+        let state = Arc::clone(&self.live.load().state);
+        state.log.set_interval(config.log_interval);
+        self.live.store(Arc::new(Scope { config, state }));
     }
 }

@@ -1,5 +1,6 @@
 //! Where a layer finds its configuration: a fixed `Arc`, or the [`ArcSwap`] a
-//! [`ReloadHandle`](super::ReloadHandle) swaps.
+//! [`ReloadHandle`](super::ReloadHandle) swaps; each with the layer's state, which a reload
+//! keeps.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -7,21 +8,39 @@ use std::sync::Arc;
 use arc_swap::{ArcSwap, Guard};
 
 use crate::layer::config::Config;
+use crate::layer::state::LayerState;
+use crate::limiter::Limiter;
+
+/// What a layer and every service it makes share, behind one reference count: a service
+/// is cloned per request by some routers (axum's), and each count is an atomic operation.
+#[derive(Debug)]
+pub(crate) struct Shared<St> {
+    pub(crate) limiter: Limiter<St>,
+    pub(crate) config: ConfigSource,
+}
+
+/// A configuration in force in a layer, with the layer's state: what a request is decided
+/// under, held by its batch through one reference count.
+#[derive(Debug)]
+pub(crate) struct Scope {
+    pub(crate) config: Arc<Config>,
+    pub(crate) state: Arc<LayerState>,
+}
 
 /// Where a layer, and every service it makes, finds its configuration.
 #[derive(Clone, Debug)]
 pub(crate) enum ConfigSource {
     /// Built once, never changed: a plain `Arc`.
-    Fixed(Arc<Config>),
+    Fixed(Arc<Scope>),
     /// Swapped by a [`ReloadHandle`](super::ReloadHandle).
-    Live(Arc<ArcSwap<Config>>),
+    Live(Arc<ArcSwap<Scope>>),
 }
 
 /// The configuration a request runs under: borrowed from a fixed source, or a guard on the
 /// live one (no reference count taken unless the request clones the `Arc`).
 pub(crate) enum Current<'a> {
-    Fixed(&'a Arc<Config>),
-    Live(Guard<Arc<Config>>),
+    Fixed(&'a Arc<Scope>),
+    Live(Guard<Arc<Scope>>),
 }
 
 impl ConfigSource {
@@ -35,9 +54,9 @@ impl ConfigSource {
 }
 
 impl Deref for Current<'_> {
-    type Target = Arc<Config>;
+    type Target = Arc<Scope>;
 
-    fn deref(&self) -> &Arc<Config> {
+    fn deref(&self) -> &Arc<Scope> {
         match self {
             Current::Fixed(config) => config,
             Current::Live(guard) => guard,
