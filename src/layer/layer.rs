@@ -170,7 +170,7 @@ impl<St: Store> RateLimitLayerBuilder<St> {
                     limiter,
                     config: ConfigSource::Fixed(Arc::new(Scope {
                         state: LayerState::new(&config, self.observers),
-                        config: Arc::new(config),
+                        config,
                     })),
                 }),
             }),

@@ -12,7 +12,9 @@ use super::observe::observer::Observers;
 use crate::log::EventLog;
 
 /// The long-lived state of one layer, shared by every service it makes, every clone of
-/// those, and its [`ReloadHandle`](super::ReloadHandle).
+/// those, and its [`ReloadHandle`](super::ReloadHandle). A clone shares it (each part is
+/// shared): each configuration in force holds one beside it.
+#[derive(Clone)]
 pub(crate) struct LayerState {
     pub(crate) held: Arc<HeldCounts>,
     pub(crate) unsettled: Arc<Unsettled>,
@@ -24,13 +26,13 @@ pub(crate) struct LayerState {
 
 impl LayerState {
     /// The state of a layer first built with `config`.
-    pub(crate) fn new(config: &Config, observers: Observers) -> Arc<Self> {
-        Arc::new(Self {
+    pub(crate) fn new(config: &Config, observers: Observers) -> Self {
+        Self {
             held: Arc::default(),
             unsettled: Arc::default(),
             log: Arc::new(EventLog::new(config.log_interval)),
             observers,
-        })
+        }
     }
 }
 

@@ -92,8 +92,8 @@ impl<St: Store + Clone> ReloadHandle<St> {
     /// Installs the configuration of `layer` (from [`builder`](Self::builder), or a rules
     /// file's loader) in the running layer, which keeps its own limiter, observers and state.
     pub fn reload(&self, layer: RateLimitLayer<St>) {
-        let config = Arc::clone(&layer.shared.config.current().config);
-        let state = Arc::clone(&self.live.load().state);
+        let config = layer.shared.config.current().config.clone();
+        let state = self.live.load().state.clone();
         state.log.set_interval(config.log_interval);
         self.live.store(Arc::new(Scope { config, state }));
     }
