@@ -122,8 +122,7 @@ impl LayerBatch {
 
     /// The batch, leaving in its place one of no items.
     pub(crate) fn take(&mut self) -> Self {
-        let empty = Self::new(&self.scope, self.route);
-        std::mem::replace(self, empty)
+        std::mem::replace(self, Self::new(&self.scope, self.route))
     }
 
     /// The configuration the batch is decided under.

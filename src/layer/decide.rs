@@ -101,14 +101,11 @@ pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
 /// A shadow limit that would have denied is logged (in shadow mode a denied batch is logged
 /// once, by `decide`).
 fn log_shadow_limit_denial(batch: &LayerBatch, outcome: &Outcome) {
-    if batch
-        .config()
-        .derived(batch.route)
-        .is_some_and(|d| !d.shadow)
-    {
+    let config = batch.config();
+    if config.derived(batch.route).is_some_and(|d| !d.shadow) {
         return;
     }
-    let denied_in_shadow_mode = !outcome.is_admitted() && batch.config().mode == Mode::Shadow;
+    let denied_in_shadow_mode = !outcome.is_admitted() && config.mode == Mode::Shadow;
     let mut rules = batch.limits().zip(&outcome.rules);
     let found = rules.find(|(l, o)| l.shadow && !o.decision.is_admitted());
     let Some((limit, o)) = found.filter(|_| !denied_in_shadow_mode) else {

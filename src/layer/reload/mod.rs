@@ -69,13 +69,12 @@ impl<St: Store + Clone> RateLimitLayer<St> {
             ConfigSource::Live(live) => Arc::clone(live),
             ConfigSource::Fixed(scope) => Arc::new(ArcSwap::new(Arc::clone(scope))),
         };
-        let shared = Shared {
-            limiter: self.shared.limiter.clone(),
-            config: ConfigSource::Live(live.clone()),
-        };
-        let layer = RateLimitLayer {
-            shared: Arc::new(shared),
-        };
+        let (limiter, config) = (
+            self.shared.limiter.clone(),
+            ConfigSource::Live(live.clone()),
+        );
+        let shared = Arc::new(Shared { limiter, config });
+        let layer = RateLimitLayer { shared };
         (layer.clone(), ReloadHandle { layer, live })
     }
 }

@@ -2,7 +2,6 @@
 //! [`ReloadHandle`](super::ReloadHandle) swaps; each with the layer's state, which a reload
 //! keeps.
 
-use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -23,17 +22,10 @@ pub(crate) struct Shared<St> {
 /// A configuration in force in a layer, with the layer's state: what a request is decided
 /// under, held by its batch through one reference count and read one pointer away (the
 /// request path finds it out of cache: each pointer more is a miss more).
+#[derive(Debug)]
 pub(crate) struct Scope {
     pub(crate) config: Config,
     pub(crate) state: LayerState,
-}
-
-impl fmt::Debug for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scope")
-            .field("state", &self.state)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Where a layer, and every service it makes, finds its configuration.
