@@ -21,6 +21,8 @@ use crate::support::redis_server::{RedisCluster, RedisServer};
 /// The store's per-call timeout in these tests (a production setting would be similar:
 /// a few times the usual round trip).
 const TIMEOUT: Duration = Duration::from_millis(200);
+/// A request this slow waited on Redis, not on the machine.
+const SLOW: Duration = Duration::from_millis(100);
 /// How long the breaker stays open before a probe.
 const OPEN_FOR: Duration = Duration::from_millis(200);
 /// Concurrent clients.
@@ -168,7 +170,8 @@ async fn healthy_after<S: Store>(limiter: &Limiter<S>, from: Instant) -> Duratio
 }
 
 /// What every outage test asserts about the requests in `[opened, back)`: the breaker is
-/// open, the local store decides, every request is answered within 25 ms. Returns (p99,
+/// open, the local store decides, no request waits as a call to Redis would (half the
+/// timeout, `SLOW`: the machine's other tests delay a request by tens of ms). Returns (p99,
 /// slowest) of those requests.
 fn assert_fast_and_limited(
     samples: &[Sample],
@@ -190,13 +193,10 @@ fn assert_fast_and_limited(
     // client around its own call, so they include any scheduling delay of a loaded machine.
     let p99 = p99(&outage);
     let slowest = outage.iter().map(|s| s.latency).max().unwrap_or_default();
-    let slow = outage
-        .iter()
-        .filter(|s| s.latency >= Duration::from_millis(25))
-        .count();
+    let slow = outage.iter().filter(|s| s.latency >= SLOW).count();
     assert!(
         slow == 0,
-        "{slow} requests took 25 ms or more while the breaker was open (slowest {slowest:?}, p99 {p99:?})"
+        "{slow} requests took {SLOW:?} or more while the breaker was open (slowest {slowest:?}, p99 {p99:?})"
     );
     // The local store enforces the hot key's quota on its own.
     let hot_admitted = outage
