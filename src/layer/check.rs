@@ -70,9 +70,9 @@ pub(crate) fn check<St: Store + Clone, B>(
 }
 
 /// The store's answer, observed, and what the layer keeps of it, changed in place (the
-/// answer is large, and each move of it is a copy): a limit charged by outcome whose quota refused the request
-/// has its denial counted once the requests beside it settle, and the batch is kept with a
-/// reservation when the layer may still give its units back.
+/// answer is large, and each move of it is a copy): a limit charged by outcome whose quota
+/// refused the request has its denial counted once the requests beside it settle, and the
+/// batch is kept with a reservation when the layer may still give its units back.
 fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
     limiter: &Limiter<St>,
     checked: &mut Checked<St, K>,
@@ -90,10 +90,8 @@ fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
     };
     defer_denials(limiter, batch, outcome);
     if batch.keeps(outcome) {
-        let (max_wait, log) = (
-            batch.config().mode.max_wait(),
-            Arc::clone(&batch.state().log),
-        );
+        let max_wait = batch.config().mode.max_wait();
+        let log = Arc::clone(&batch.state().log);
         let batch = Arc::new(batch.take());
         let (store, outcome) = (limiter.store().clone(), outcome.clone());
         let reservation = Reservation::of(store, batch.clone(), outcome, max_wait, Some(log));

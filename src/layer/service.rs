@@ -66,7 +66,9 @@ where
         let config = &scope.config;
         let route = route_of(config, &request);
         let head = RequestHead::from_request(&request).with_route(config.route_pattern(route));
-        if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
+        // A request no limit applies to never makes a batch (its reference count is atomic).
+        let unlimited = config.limits(route).next().is_none();
+        if unlimited || config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
             return ResponseFuture::forwarding(self.inner.call(request));
         }
         // Borrowed where it is made: each move of the batch is a copy.
