@@ -14,6 +14,13 @@
 //! requests (steadier). With the `admin` feature every tollgate layer has
 //! `tollgate-admin`'s activity recorder as its observer: the request path's cost of the
 //! operator's view.
+//!
+//! `LAYER_PROFILE_EVICT=<bytes>` writes a buffer that size before each request, as a
+//! server's kernel work evicts the caches between two requests: with `--cache-sim=yes
+//! --LL=<L2 size>,16,64 --toggle-collect='layer_profile::evict*'` added, the data misses per
+//! request count the lines a request brings back from beyond L2. The code a request runs
+//! through (distinct instructions and their cache lines): `--dump-instr=yes`, then
+//! `bench/scripts/footprint.py`.
 
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -60,6 +67,10 @@ fn request() -> Request<Body> {
 /// the layers to the handler's route again on every request.
 #[inline(never)]
 fn run(app: Router, rounds: usize) -> usize {
+    let mut evicted = std::env::var("LAYER_PROFILE_EVICT")
+        .ok()
+        .and_then(|bytes| bytes.parse().ok())
+        .map(|bytes: usize| vec![0u8; bytes]);
     let svc = app.with_state::<()>(());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -68,11 +79,24 @@ fn run(app: Router, rounds: usize) -> usize {
     rt.block_on(async {
         let mut ok = 0;
         for _ in 0..rounds {
+            if let Some(buffer) = evicted.as_mut() {
+                evict(buffer);
+            }
             let res = svc.clone().oneshot(black_box(request())).await;
             ok += usize::from(res.is_ok_and(|r| r.status().is_success()));
         }
         ok
     })
+}
+
+/// One write per cache line of `buffer`. Not inlined, so that a second `--toggle-collect`
+/// leaves it out of the counts.
+#[inline(never)]
+fn evict(buffer: &mut [u8]) {
+    for line in buffer.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    black_box(buffer);
 }
 
 fn main() {
