@@ -27,12 +27,12 @@ use crate::store::Store;
 pub(crate) fn check<St: Store + Clone, B>(
     limiter: &Limiter<St>,
     batch: &mut LayerBatch,
-    observation: Observation,
+    observation: Option<Observation>,
     request: &Request<B>,
 ) -> Result<Next<St>, CheckFuture<St>> {
     let max_wait = batch.config().mode.max_wait();
     let now = {
-        let _entered = observation.span.enter();
+        let _entered = observation.as_ref().map(|o| o.span.enter());
         limiter.reserve_now(&batch.checks(), max_wait)
     };
     if let Some(result) = now {
@@ -49,7 +49,7 @@ pub(crate) fn check<St: Store + Clone, B>(
     let mut future: CheckFuture<St> = Box::pin(async move {
         let result = limiter
             .reserve_outcome(&batch.checks(), max_wait)
-            .instrument(observation.span.clone())
+            .instrument(observe::span_of(&observation))
             .await;
         let (health, kept) = (limiter.health(), Kept::Batch(batch));
         let mut checked = Checked {
@@ -76,7 +76,7 @@ pub(crate) fn check<St: Store + Clone, B>(
 fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
     limiter: &Limiter<St>,
     checked: &mut Checked<St, K>,
-    observation: Observation,
+    observation: Option<Observation>,
 ) {
     let (result, health) = (&checked.result, checked.health);
     observe::finish(observation, checked.kept.batch(), None, result, health);

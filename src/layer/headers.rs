@@ -131,13 +131,6 @@ fn policy_item(rule: &Rule) -> [Item; 2] {
     [(b";q=", q), (b";w=", ceil_secs(w).max(1))]
 }
 
-/// One rule's `RateLimit` item: `"name";r=5;t=30`.
-#[inline]
-fn state_item(outcome: &RuleOutcome) -> [Item; 2] {
-    let (r, t) = advertised(outcome);
-    [(b";r=", r), (b";t=", t)]
-}
-
 /// The `RateLimit-Policy` value of `rules`: cached per route by a layer, for every response
 /// that advertises exactly these rules.
 pub(crate) fn policy_value<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<HeaderValue> {
@@ -158,14 +151,18 @@ impl RateLimitHeaders {
         legacy: bool,
         denied: Option<Decision>,
     ) -> Option<Self> {
-        rules.clone().next()?;
-        let (mut items, mut state) = (0, List::spare());
+        let (mut items, mut state) = (0, None);
         // The legacy headers' rule: (limit, r, t, decided the denial).
         let mut legacy_rule: Option<(u64, u64, u64, bool)> = None;
         for (rule, outcome) in rules.clone() {
             items += 1;
+            // One rule's `RateLimit` item: `"name";r=5;t=30`.
             let (r, t) = advertised(outcome);
-            state.push(rule, state_item(outcome));
+            let state = state.get_or_insert_with(List::spare);
+            state.push(rule, [(b";r=", r), (b";t=", t)]);
+            if !legacy {
+                continue;
+            }
             let deciding = denied.is_some_and(|d| d == outcome.decision);
             let better = match legacy_rule {
                 None => true,
@@ -178,14 +175,12 @@ impl RateLimitHeaders {
                 legacy_rule = Some((outcome.info.limit, r, t, deciding));
             }
         }
+        let state = state?.into_value();
         let policy = cached(items).or_else(|| policy_value(rules.map(|(rule, _)| rule)));
         Some(Self {
             policy,
-            state: state.into_value(),
-            legacy: legacy
-                .then_some(legacy_rule)
-                .flatten()
-                .map(|(limit, r, t, _)| (limit, r, t)),
+            state,
+            legacy: legacy_rule.map(|(limit, r, t, _)| (limit, r, t)),
         })
     }
 

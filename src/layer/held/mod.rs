@@ -63,7 +63,7 @@ impl<St: Store + Clone> Hold<St> {
             let observation = observe::start(&batch);
             let result = reservation
                 .confirm()
-                .instrument(observation.span.clone())
+                .instrument(observe::span_of(&observation))
                 .await;
             // The place under the bounds lasts until the confirmation has answered.
             drop(slot);
@@ -79,7 +79,7 @@ fn counted<St: Store + Clone>(
     batch: Arc<LayerBatch>,
     reservation: Box<Reservation<St>>,
     pending: &[usize],
-    observation: observe::Observation,
+    observation: Option<observe::Observation>,
     result: Result<Outcome, crate::StoreError>,
 ) -> Checked<St> {
     let health = reservation.health();

@@ -71,22 +71,28 @@ use crate::store::reservation::Batch;
 use crate::store::Health;
 use crate::stored::StoredKey;
 
-/// A decision being observed: its span, and when the store was asked, if timed.
+/// A decision being observed: its span, and when the store was asked.
 pub(crate) struct Observation {
     pub(crate) span: Span,
-    start: Option<Instant>,
+    start: Instant,
 }
 
-/// Opens the span of a request's decision, and starts the clock if anyone will read it.
+/// Opens the span of a request's decision and starts the clock, if anyone will read them:
+/// `None` when neither a subscriber nor an observer would, and a request runs through no
+/// span's code at all.
 ///
 /// The span is made only when tracing's global level hint allows `DEBUG`: even a disabled
 /// span costs tracing's `log` compatibility on every request when a dependency (axum) turns
 /// on tracing's `log` feature.
 #[inline]
-pub(crate) fn start(batch: &LayerBatch) -> Observation {
+pub(crate) fn start(batch: &LayerBatch) -> Option<Observation> {
     let debug = tracing::Level::DEBUG;
     let wanted = debug <= tracing::level_filters::STATIC_MAX_LEVEL
         && debug <= tracing::level_filters::LevelFilter::current();
+    let observed = !batch.state().observers.is_empty();
+    if !wanted && !observed {
+        return None;
+    }
     let span = if wanted {
         tracing::debug_span!(
             target: "tollgate::decision",
@@ -100,27 +106,34 @@ pub(crate) fn start(batch: &LayerBatch) -> Observation {
     } else {
         Span::none()
     };
-    let timed = !span.is_disabled() || !batch.state().observers.is_empty();
-    Observation {
+    let timed = observed || !span.is_disabled();
+    timed.then(|| Observation {
         span,
-        start: timed.then(Instant::now),
-    }
+        start: Instant::now(),
+    })
+}
+
+/// The span a store's future runs in: the observation's, or none.
+pub(crate) fn span_of(observation: &Option<Observation>) -> Span {
+    observation
+        .as_ref()
+        .map_or_else(Span::none, |o| o.span.clone())
 }
 
 /// Observes the store's answer for `batch`'s checks (all, or at a held request's release
 /// those at `which`): one event fills the span's fields and is told to every observer.
 pub(crate) fn finish(
-    observation: Observation,
+    observation: Option<Observation>,
     batch: &LayerBatch,
     which: Option<&[usize]>,
     result: &Result<Outcome, StoreError>,
     health: Health,
 ) {
     // Untimed: no span and no observer.
-    let Some(start) = observation.start else {
+    let Some(Observation { span, start }) = observation else {
         return;
     };
-    let (span, store_latency) = (&observation.span, start.elapsed());
+    let (span, store_latency) = (&span, start.elapsed());
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
     let shadow_mode = batch.config().mode == Mode::Shadow;
