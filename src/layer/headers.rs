@@ -1,7 +1,7 @@
 //! The rate-limit headers of a response, rendered, on rejections and admitted responses
 //! alike; what each figure means is told in the [`response`](super::response) module's docs.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -67,7 +67,7 @@ thread_local! {
     /// Where this thread writes the header values of its responses: one allocation serves
     /// a few dozen responses, each value a shared slice of it, and is freed with the last
     /// of their headers. An allocation per response costs more than the rest of a header.
-    static SPARE: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+    static SPARE: Cell<Option<BytesMut>> = const { Cell::new(None) };
 }
 
 /// A parameter of a list item, after the rule's name, `;r=5`: its key and value.
@@ -82,12 +82,8 @@ impl List {
 
     /// A list written in the thread's spare buffer.
     fn spare() -> Self {
-        SPARE.with_borrow_mut(|spare| {
-            if spare.capacity() < SPARE_LEAST {
-                *spare = BytesMut::with_capacity(SPARE_BYTES);
-            }
-            Self(std::mem::take(spare))
-        })
+        let spare = SPARE.take().filter(|spare| spare.capacity() >= SPARE_LEAST);
+        Self(spare.unwrap_or_else(|| BytesMut::with_capacity(SPARE_BYTES)))
     }
 
     /// The most an item of `rule` takes: a separator, the quoted name, two parameters
@@ -116,11 +112,10 @@ impl List {
     /// left of a spare buffer goes back to the thread.
     fn into_value(mut self) -> Option<HeaderValue> {
         let value = self.0.split().freeze();
-        SPARE.with_borrow_mut(|spare| {
-            if self.0.capacity() > spare.capacity() {
-                *spare = self.0;
-            }
-        });
+        let kept = SPARE
+            .take()
+            .filter(|spare| spare.capacity() >= self.0.capacity());
+        SPARE.set(Some(kept.unwrap_or(self.0)));
         HeaderValue::from_maybe_shared(value).ok()
     }
 }
