@@ -97,7 +97,11 @@ impl LayerBatch {
             let start = keys.len();
             // A request of no known plan, under `UnknownPlan::Reject`, is refused whatever
             // the limit does with a missing key.
-            let (extracted, plan_refused) = match plans.applies(limit.plan.as_ref(), head) {
+            let applies = limit
+                .plan
+                .as_ref()
+                .map_or(Ok(true), |p| plans.applies(p, head));
+            let (extracted, plan_refused) = match applies {
                 Ok(true) => (limit.key.extract(head, keys), false),
                 Ok(false) => continue,
                 Err(unknown_plan) => (Err(unknown_plan), true),

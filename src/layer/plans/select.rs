@@ -150,18 +150,14 @@ pub(crate) struct RequestPlans<'c> {
 }
 
 impl<'c> RequestPlans<'c> {
-    /// Whether a limit that is the plan `plan` (`None`: a limit that is no plan) applies to
-    /// the request: a limit that is no plan always does; a plan when it is the request's.
-    /// An error: the request's plan is unknown and refused (told once, by the group's
-    /// [teller](Selector::teller)).
+    /// Whether a limit that is the plan `guard` applies to the request: when it is the
+    /// request's plan (a limit that is no plan always does). An error: the request's plan is
+    /// unknown and refused (told once, by the group's [teller](Selector::teller)).
     pub(crate) fn applies(
         &mut self,
-        plan: Option<&'c PlanGuard>,
+        guard: &'c PlanGuard,
         head: &RequestHead<'_>,
     ) -> Result<bool, KeyError> {
-        let Some(guard) = plan else {
-            return Ok(true);
-        };
         let resolved = match &self.last {
             Some((selector, resolved)) if Arc::ptr_eq(selector, &guard.selector) => resolved,
             _ => {
