@@ -79,7 +79,9 @@ fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
     observation: Option<Observation>,
 ) {
     let (result, health) = (&checked.result, checked.health);
-    observe::finish(observation, checked.kept.batch(), None, result, health);
+    if let Some(observation) = observation {
+        observe::finish(observation, checked.kept.batch(), None, result, health);
+    }
     let Kept::Batch(batch) = &mut checked.kept else {
         return;
     };
@@ -88,7 +90,9 @@ fn answered<St: Store + Clone, K: BorrowMut<LayerBatch>>(
         batch.tickets.clear();
         return;
     };
-    defer_denials(limiter, batch, outcome);
+    if !batch.tickets.is_empty() {
+        defer_denials(limiter, batch, outcome);
+    }
     if batch.keeps(outcome) {
         let max_wait = batch.config().mode.max_wait();
         let log = Arc::clone(&batch.state().log);

@@ -115,15 +115,12 @@ pub(crate) fn take_tickets(batch: &mut LayerBatch) {
 /// Each limit charged by outcome whose quota refused the request (in a refused batch, or a
 /// shadow limit in an admitted one) has its denial counted once the requests beside it
 /// have settled (see `unsettled`); the batch keeps the tickets of the other limits, which
-/// settle with the request.
+/// settle with the request. Called only for a batch holding tickets.
 pub(crate) fn defer_denials<St: Store + Clone>(
     limiter: &Limiter<St>,
     batch: &mut LayerBatch,
     outcome: &Outcome,
 ) {
-    if batch.tickets.is_empty() {
-        return;
-    }
     let mut unsettled = Tickets::new();
     for (i, ticket) in std::mem::take(&mut batch.tickets) {
         let refused = outcome.rules.get(i).and_then(|r| r.decision.denial());

@@ -92,7 +92,9 @@ fn counted<St: Store + Clone>(
         admission: None,
     });
     let counted_now = counted_now.map_err(|e| e.clone());
-    observe::finish(observation, &batch, Some(pending), &counted_now, health);
+    if let Some(observation) = observation {
+        observe::finish(observation, &batch, Some(pending), &counted_now, health);
+    }
     let admitted = result.as_ref().is_ok_and(|o| o.is_admitted());
     let reservation = admitted.then_some(reservation);
     let kept = Kept::Reserved(batch, reservation);

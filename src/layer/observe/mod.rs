@@ -123,16 +123,13 @@ pub(crate) fn span_of(observation: &Option<Observation>) -> Span {
 /// Observes the store's answer for `batch`'s checks (all, or at a held request's release
 /// those at `which`): one event fills the span's fields and is told to every observer.
 pub(crate) fn finish(
-    observation: Option<Observation>,
+    observation: Observation,
     batch: &LayerBatch,
     which: Option<&[usize]>,
     result: &Result<Outcome, StoreError>,
     health: Health,
 ) {
-    // Untimed: no span and no observer.
-    let Some(Observation { span, start }) = observation else {
-        return;
-    };
+    let Observation { span, start } = observation;
     let (span, store_latency) = (&span, start.elapsed());
     let outcome = result.as_ref();
     let batch_admitted = outcome.is_ok_and(Outcome::is_admitted);
