@@ -36,11 +36,10 @@ pub(crate) fn check<St: Store + Clone, B>(
         limiter.reserve_now(&batch.checks(), max_wait)
     };
     if let Some(result) = now {
-        let (health, kept) = (limiter.health(), Kept::Batch(batch));
         let mut checked = Checked {
             result,
-            health,
-            kept,
+            health: limiter.health(),
+            kept: Kept::Batch(batch),
         };
         answered(limiter, &mut checked, observation);
         return Ok(decide(&mut checked, request));
@@ -51,19 +50,16 @@ pub(crate) fn check<St: Store + Clone, B>(
             .reserve_outcome(&batch.checks(), max_wait)
             .instrument(observe::span_of(&observation))
             .await;
-        let (health, kept) = (limiter.health(), Kept::Batch(batch));
         let mut checked = Checked {
             result,
-            health,
-            kept,
+            health: limiter.health(),
+            kept: Kept::Batch(batch),
         };
         answered(&limiter, &mut checked, observation);
         checked
     });
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
         Poll::Ready(mut checked) => Ok(decide(&mut checked, request)),
         Poll::Pending => Err(future),
     }

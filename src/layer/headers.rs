@@ -2,6 +2,7 @@
 //! alike; what each figure means is told in the [`response`](super::response) module's docs.
 
 use std::cell::Cell;
+use std::cmp::Reverse;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -164,7 +165,7 @@ impl RateLimitHeaders {
                 Some((_, _, _, true)) => false,
                 Some(_) if deciding => true,
                 // Otherwise the rule with the least left (the longest wait on a tie).
-                Some((_, lr, lt, false)) => (r, std::cmp::Reverse(t)) < (lr, std::cmp::Reverse(lt)),
+                Some((_, lr, lt, false)) => (r, Reverse(t)) < (lr, Reverse(lt)),
             };
             if better {
                 legacy_rule = Some((outcome.info.limit, r, t, deciding));

@@ -77,9 +77,8 @@ pub(crate) struct Observation {
     start: Instant,
 }
 
-/// Opens the span of a request's decision and starts the clock, if anyone will read them:
-/// `None` when neither a subscriber nor an observer would, and a request runs through no
-/// span's code at all.
+/// Opens the span of a request's decision and starts the clock; `None` (and no span's code
+/// runs) when neither a subscriber nor an observer would read them.
 ///
 /// The span is made only when tracing's global level hint allows `DEBUG`: even a disabled
 /// span costs tracing's `log` compatibility on every request when a dependency (axum) turns
@@ -114,8 +113,8 @@ pub(crate) fn start(batch: &LayerBatch) -> Option<Observation> {
 }
 
 /// The span a store's future runs in: the observation's, or none.
-pub(crate) fn span_of(observation: &Option<Observation>) -> Span {
-    observation
+pub(crate) fn span_of(observed: &Option<Observation>) -> Span {
+    observed
         .as_ref()
         .map_or_else(Span::none, |o| o.span.clone())
 }
