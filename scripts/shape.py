@@ -9,7 +9,7 @@ import os, re, sys, glob, collections
 # public surface or the core must take as much out elsewhere, unless it is a feature an
 # issue asks for, whose commit says what it adds. The targets are where they are headed.
 LIMIT_PUB, TARGET_PUB = 266, 260
-LIMIT_CORE, TARGET_CORE = 22958, 22000
+LIMIT_CORE, TARGET_CORE = 22957, 22000
 
 
 def rust_functions(path):

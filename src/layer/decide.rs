@@ -70,7 +70,9 @@ pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
     // theirs to plan around.
     let enforced = rules.clone().filter(|(l, _)| !l.shadow && !shadow_mode);
     let enforced = enforced.map(|(l, o)| (&l.rule, o));
-    log_shadow_limit_denial(batch, outcome);
+    if config.derived(route).is_none_or(|d| d.shadow) {
+        log_shadow_limit_denial(batch, outcome);
+    }
     if let Decision::Deny(denial) = outcome.decision {
         // The rule that decided: an enforced one, or in shadow mode any.
         let deciding = rules
@@ -99,12 +101,9 @@ pub(crate) fn decide<B, St: Store + Clone, K: BorrowMut<LayerBatch>>(
 }
 
 /// A shadow limit that would have denied is logged (in shadow mode a denied batch is logged
-/// once, by `decide`).
+/// once, by `decide`); called on a route with a shadow limit only.
 fn log_shadow_limit_denial(batch: &LayerBatch, outcome: &Outcome) {
     let config = batch.config();
-    if config.derived(batch.route).is_some_and(|d| !d.shadow) {
-        return;
-    }
     let denied_in_shadow_mode = !outcome.is_admitted() && config.mode == Mode::Shadow;
     let mut rules = batch.limits().zip(&outcome.rules);
     let found = rules.find(|(l, o)| l.shadow && !o.decision.is_admitted());

@@ -81,8 +81,11 @@ where
                 return ResponseFuture::rejected(rejection);
             }
         }
+        let tickets = config.derived(route).is_none_or(|d| d.defers_denials);
         drop(scope);
-        take_tickets(&mut batch);
+        if tickets {
+            take_tickets(&mut batch);
+        }
         // A store that answers at once (in process) is decided here and the ready inner
         // service called directly; another is asked by a boxed future.
         let observation = observe::start(&batch);

@@ -92,13 +92,10 @@ impl<St: Store + Clone> Charging<St> {
 }
 
 /// Takes the tickets of a batch's items whose limits count by outcome with a penalty (see
-/// `unsettled`), before the store decides: none for most requests. An item not alone
-/// leaves its denial to the layer (`Item::defers`).
+/// `unsettled`), before the store decides; called on a route with such a limit only. An
+/// item not alone leaves its denial to the layer (`Item::defers`).
 pub(crate) fn take_tickets(batch: &mut LayerBatch) {
     let (Scope { config, state }, route) = (&*batch.scope, batch.route);
-    if config.derived(route).is_some_and(|d| !d.defers_denials) {
-        return;
-    }
     for (i, item) in batch.items.iter_mut().enumerate() {
         let limit = config.limit(route, item.limit);
         let Some(limit) = limit.filter(|l| l.defers_denials()) else {
