@@ -367,22 +367,37 @@ impl RuleActivities {
 mod tests {
     use super::*;
 
+    /// A key the sketch tells apart from `other`: the process's hash puts two keys in one
+    /// of its 256 registers one time in 256, and the sketch then counts them once.
+    fn apart_from(other: &[u8]) -> Vec<u8> {
+        let counted = |key: &[u8]| {
+            let mut sketch = Distinct::default();
+            sketch.add(key_hasher().hash_one(other));
+            sketch.add(key_hasher().hash_one(key));
+            sketch.estimate_with(&Distinct::default())
+        };
+        let mut keys = (0..).map(|i: u32| format!("new-{i}").into_bytes());
+        keys.find(|key| counted(key) == 2)
+            .expect("a key in another register")
+    }
+
     /// Denials of the previous period still count; two periods later they are gone.
     #[test]
     fn top_keys_cover_one_to_two_periods() {
         let rule = RuleActivity::new("r".into(), 8);
         let t = rule.denied.lock().started;
         let at = |second: u64| (second - 1) * 1000;
+        let new = apart_from(b"old");
         rule.deny(b"old", at(t), None);
         rule.deny(b"old", at(t), None);
-        rule.deny(b"new", at(t + PERIOD_SECONDS), None);
+        rule.deny(&new, at(t + PERIOD_SECONDS), None);
         let report = rule.top(10, t + PERIOD_SECONDS);
         let keys: Vec<_> = report
             .keys
             .iter()
             .map(|k| (&*k.key.bytes, k.denials))
             .collect();
-        assert_eq!(keys, [(&b"old"[..], 2), (&b"new"[..], 1)]);
+        assert_eq!(keys, [(&b"old"[..], 2), (&new[..], 1)]);
         assert_eq!((report.denials, report.distinct), (3, 2));
 
         let report = rule.top(10, t + 2 * PERIOD_SECONDS);

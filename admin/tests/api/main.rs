@@ -127,10 +127,10 @@ async fn decisions_and_top_keys_are_counted() {
     let (status, top) = send(&app, admin("GET", "/admin/api/top?n=5", Some(TOKEN))).await;
     assert_eq!(status, StatusCode::OK);
     let top = &top[0];
-    assert_eq!(
-        (top["denials"].as_u64(), top["distinct_keys"].as_u64()),
-        (Some(5), Some(2))
-    );
+    assert_eq!(top["denials"].as_u64(), Some(5));
+    // Two keys: 2, or 1 the run in 256 their hashes share one of the sketch's registers.
+    let distinct = top["distinct_keys"].as_u64();
+    assert!(matches!(distinct, Some(1..=2)), "{distinct:?}");
     assert_eq!(top["keys"][0]["key"], "mallory");
     assert_eq!(top["keys"][0]["denials"], 4);
     assert_eq!(top["keys"][0]["error"], 0);
