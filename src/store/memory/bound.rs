@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::Mutex;
+use spinning_top::Spinlock;
 
 use super::{MemoryStats, MemoryStore, Shard, Shared, Slot};
 use crate::clock::StoreClock;
@@ -263,7 +263,9 @@ impl MemoryStore {
     pub fn stats(&self) -> MemoryStats {
         let shared = &self.shared;
         MemoryStats {
-            keys: shared.shards.iter().map(|s| s.lock().map.len()).sum(),
+            keys: (0..shared.shards.len())
+                .map(|i| shared.lock_shard(i).map.len())
+                .sum(),
             evictions: shared.bound.evicted.load(Ordering::Relaxed),
             refusals: shared.bound.refused.load(Ordering::Relaxed),
         }
@@ -278,7 +280,7 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 shards: (0..shards)
                     .map(|_| {
-                        crossbeam_utils::CachePadded::new(Mutex::new(Shard {
+                        crossbeam_utils::CachePadded::new(Spinlock::new(Shard {
                             map: HashTable::new(),
                             hasher: hasher.clone(),
                             cap: bound.per_shard,

@@ -311,3 +311,23 @@ async fn units_given_back_past_the_bound_leave_what_they_leave_below_it() {
         same("a third login");
     }
 }
+
+/// A decision on a shard held past the waiter's spinning (a sweep or a table growing under
+/// the lock) waits its turn, yielding, and then decides: nothing is lost or decided twice.
+#[test]
+fn a_decision_waits_out_a_shard_held_long() {
+    let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+    let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
+    let shared = &*store.shared;
+    let held = shared.lock_shard(shared.shard_of(shared.hash(&rule, b"k")));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| store.decide(&[Check::new(&rule, b"k")], 0));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "decided while the shard was held");
+        drop(held);
+        let outcome = waiter.join().expect("waiter").expect("decided");
+        assert!(outcome.is_admitted());
+    });
+    let again = store.decide(&[Check::new(&rule, b"k")], 0).unwrap();
+    assert!(!again.is_admitted(), "the waiter's admission counted");
+}
