@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use spinning_top::Spinlock;
 
-use super::{MemoryStats, MemoryStore, Shard, Shared, Slot};
+use super::{lock, MemoryStats, MemoryStore, Shard, Shared, Slot};
 use crate::clock::StoreClock;
 use crate::decision::{combine, DenyReason, Outcome, RuleOutcomes, StoreId};
 use crate::error::StoreError;
@@ -108,7 +108,7 @@ impl Shared {
         let mut evicted = 0;
         for check in batch {
             let hash = self.hash(check.rule, check.key());
-            let mut shard = self.lock_shard(self.shard_of(hash));
+            let mut shard = lock(&self.shards[self.shard_of(hash)]);
             if shard.map.len() < self.bound.per_shard || shard.get(hash, check).is_some() {
                 continue;
             }
@@ -263,9 +263,7 @@ impl MemoryStore {
     pub fn stats(&self) -> MemoryStats {
         let shared = &self.shared;
         MemoryStats {
-            keys: (0..shared.shards.len())
-                .map(|i| shared.lock_shard(i).map.len())
-                .sum(),
+            keys: shared.shards.iter().map(|s| lock(s).map.len()).sum(),
             evictions: shared.bound.evicted.load(Ordering::Relaxed),
             refusals: shared.bound.refused.load(Ordering::Relaxed),
         }

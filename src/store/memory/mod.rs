@@ -140,13 +140,13 @@ impl MemoryStore {
     pub fn purge_expired(&self) -> usize {
         let shared = &*self.shared;
         let reading = shared.clock.now_micros();
-        let sweep = |i| {
-            let mut shard = shared.lock_shard(i);
+        let sweep = |shard| {
+            let mut shard = lock(shard);
             // The shard's decisions never go back before the instant it was swept at.
             let now = shared.now(Some(reading), &mut [&mut shard]);
             shard.sweep(now)
         };
-        (0..shared.shards.len()).map(sweep).sum()
+        shared.shards.iter().map(|s| sweep(s)).sum()
     }
 
     /// Decides `batch` now, reserving up to `max_wait` µs ahead ([`Store::check`]; 0 for
@@ -171,7 +171,7 @@ impl MemoryStore {
         let shared = &*self.shared;
         let hash = shared.hash(check.rule, check.key());
         let reading = shared.early_reading();
-        let mut shard = shared.lock_shard(shared.shard_of(hash));
+        let mut shard = lock(&shared.shards[shared.shard_of(hash)]);
         let now = shared.now(reading, &mut [&mut shard]);
         let (found, own) = shard.probe(hash, check);
         let found = match admit_at_once(check, found, own, now) {
@@ -232,7 +232,7 @@ impl MemoryStore {
         // Lock in index order: two batches sharing shards can never wait on each other in a cycle.
         let mut guards: SmallVec<[(usize, SpinlockGuard<'_, Shard>); 4]> = shard_ids
             .iter()
-            .map(|&i| (i, shared.lock_shard(i)))
+            .map(|&i| (i, lock(&shared.shards[i])))
             .collect();
         let now = shared.now(
             reading,
@@ -325,35 +325,10 @@ impl Shared {
     /// and the time now.
     fn lock(&self, check: &Check<'_>) -> (SpinlockGuard<'_, Shard>, u64, u64) {
         let hash = self.hash(check.rule, check.key());
-        let mut shard = self.lock_shard(self.shard_of(hash));
+        let mut shard = lock(&self.shards[self.shard_of(hash)]);
         let now = self.now(None, &mut [&mut shard]);
         (shard, hash, now)
     }
-
-    /// Locks shard `i`. A waiter backs off long (64 spin hints, doubling, 6 tries: ~0.1 ms):
-    /// on a hot key the holder decides many times in a row with the key's lines in its cache,
-    /// faster than two cores handing them back and forth. Past that (a shard held through a
-    /// sweep or a table's growth, or its holder descheduled) it yields its core between
-    /// tries. A spin lock rather than one that parks waiters: its release is a plain store,
-    /// where a parking lock's is a compare-and-swap that drains the core's pending writes,
-    /// a tenth of an uncontended decision.
-    #[inline(always)]
-    fn lock_shard(&self, i: usize) -> SpinlockGuard<'_, Shard> {
-        let shard = &self.shards[i];
-        for round in 0..6 {
-            match shard.try_lock() {
-                Some(guard) => return guard,
-                None => (0..64u32 << round).for_each(|_| std::hint::spin_loop()),
-            }
-        }
-        loop {
-            match shard.try_lock() {
-                Some(guard) => return guard,
-                None => std::thread::yield_now(),
-            }
-        }
-    }
-
     /// The clock's reading, raised for an unordered clock to the latest in `shards`.
     #[inline]
     fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
@@ -384,6 +359,22 @@ impl Shared {
     fn shard_of(&self, hash: u64) -> usize {
         // The map uses the low bits; the shard takes the high ones.
         (hash >> 48) as usize & (self.shards.len() - 1)
+    }
+}
+
+/// Locks a shard: 6 tries 64 spin hints apart and doubling (~0.1 ms: a hot key's holder
+/// decides many times in a row with its lines in cache), then yielding between tries. A spin
+/// lock: released by a plain store, not a compare-and-swap (a tenth of a whole decision).
+#[inline(always)]
+fn lock(shard: &Spinlock<Shard>) -> SpinlockGuard<'_, Shard> {
+    let mut spins = 64u32;
+    loop {
+        match shard.try_lock() {
+            Some(guard) => return guard,
+            None if spins < 64 << 6 => (0..spins).for_each(|_| std::hint::spin_loop()),
+            None => std::thread::yield_now(),
+        }
+        spins = spins.saturating_mul(2);
     }
 }
 

@@ -319,7 +319,7 @@ fn a_decision_waits_out_a_shard_held_long() {
     let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
     let rule = Rule::fixed_window("r", 1, Duration::from_secs(60));
     let shared = &*store.shared;
-    let held = shared.lock_shard(shared.shard_of(shared.hash(&rule, b"k")));
+    let held = lock(&shared.shards[shared.shard_of(shared.hash(&rule, b"k"))]);
     std::thread::scope(|s| {
         let waiter = s.spawn(|| store.decide(&[Check::new(&rule, b"k")], 0));
         std::thread::sleep(Duration::from_millis(20));
