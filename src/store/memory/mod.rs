@@ -321,14 +321,14 @@ impl Shared {
         (rules, marks)
     }
 
-    /// Locks `check`'s shard, for one item outside a decision: the guard, the key's hash,
-    /// and the time now.
+    /// `check`'s shard locked for one item outside a decision, with the key's hash and now.
     fn lock(&self, check: &Check<'_>) -> (SpinlockGuard<'_, Shard>, u64, u64) {
         let hash = self.hash(check.rule, check.key());
         let mut shard = lock(&self.shards[self.shard_of(hash)]);
         let now = self.now(None, &mut [&mut shard]);
         (shard, hash, now)
     }
+
     /// The clock's reading, raised for an unordered clock to the latest in `shards`.
     #[inline]
     fn now(&self, reading: Option<u64>, shards: &mut [&mut Shard]) -> u64 {
@@ -343,8 +343,7 @@ impl Shared {
         now
     }
 
-    /// A reading taken before locking (overlapping the lock wait) where [`now`](Self::now)
-    /// orders it; other clocks are read under the lock.
+    /// A reading before locking (it overlaps the wait), where [`now`](Self::now) orders it.
     #[inline]
     fn early_reading(&self) -> Option<u64> {
         self.clamp.then(|| self.clock.now_micros())
@@ -362,19 +361,20 @@ impl Shared {
     }
 }
 
-/// Locks a shard: 6 tries 64 spin hints apart and doubling (~0.1 ms: a hot key's holder
-/// decides many times in a row with its lines in cache), then yielding between tries. A spin
-/// lock: released by a plain store, not a compare-and-swap (a tenth of a whole decision).
+/// Locks a shard: 6 tries 64 spin hints apart and doubling (~0.1 ms: a hot key's holder decides
+/// on, its lines in cache), then yields, past 64 yields sleeps (for a holder no yield lets run:
+/// real time, CPU quotas). A spin lock: released by a store, not a compare-and-swap.
 #[inline(always)]
 fn lock(shard: &Spinlock<Shard>) -> SpinlockGuard<'_, Shard> {
-    let mut spins = 64u32;
+    let mut round = 0u32;
     loop {
         match shard.try_lock() {
             Some(guard) => return guard,
-            None if spins < 64 << 6 => (0..spins).for_each(|_| std::hint::spin_loop()),
-            None => std::thread::yield_now(),
+            None if round < 6 => (0..64u32 << round).for_each(|_| std::hint::spin_loop()),
+            None if round < 70 => std::thread::yield_now(),
+            None => std::thread::sleep(Duration::from_micros(50)),
         }
-        spins = spins.saturating_mul(2);
+        round = round.saturating_add(1);
     }
 }
 

@@ -312,8 +312,8 @@ async fn units_given_back_past_the_bound_leave_what_they_leave_below_it() {
     }
 }
 
-/// A decision on a shard held past the waiter's spinning (a sweep or a table growing under
-/// the lock) waits its turn, yielding, and then decides: nothing is lost or decided twice.
+/// A decision on a shard held long (a sweep or a table growing under the lock) waits until
+/// it is released, then decides: nothing is lost or decided twice.
 #[test]
 fn a_decision_waits_out_a_shard_held_long() {
     let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
