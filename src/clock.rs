@@ -1,9 +1,8 @@
 //! Time sources.
 //!
-//! Every decision is taken at an instant in integer microseconds since the Unix epoch. The
-//! [`Clock`] is injected so that tests are deterministic: a [`ManualClock`] only moves when the
-//! test moves it. A Redis store takes time from the server instead, so that instances whose
-//! clocks disagree still share one timeline.
+//! Every decision is taken at an instant in integer µs since the Unix epoch. The [`Clock`] is
+//! injected so that tests are deterministic: a [`ManualClock`] moves when the test moves it. A
+//! Redis store takes time from the server, so instances whose clocks disagree share one timeline.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in microseconds since the Unix epoch.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
-    /// The current instant in microseconds since the Unix epoch.
+    /// The current instant in µs since the Unix epoch, at once (no I/O, no lock that waits):
+    /// a [`MemoryStore`](crate::store::MemoryStore) may read it holding a shard's lock.
     fn now_micros(&self) -> u64;
 
     /// Whether a reading is never earlier than one taken before it on another thread
