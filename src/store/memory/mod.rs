@@ -361,9 +361,9 @@ impl Shared {
     }
 }
 
-/// Locks a shard: 6 tries 64 spin hints apart and doubling (~0.1 ms: a hot key's holder decides
-/// on, its lines in cache), then yields, past 64 yields sleeps (for a holder no yield lets run:
-/// real time, CPU quotas). A spin lock: released by a store, not a compare-and-swap.
+/// Locks a shard: 6 tries 64 spin hints apart and doubling (~0.1 ms, while a hot key's holder
+/// decides on with its lines in cache), then 64 yields, then sleeps (a holder no yield lets
+/// run: real time, CPU quotas). A spin lock: its release is a store, not a compare-and-swap.
 #[inline(always)]
 fn lock(shard: &Spinlock<Shard>) -> SpinlockGuard<'_, Shard> {
     let mut round = 0u32;
@@ -371,7 +371,7 @@ fn lock(shard: &Spinlock<Shard>) -> SpinlockGuard<'_, Shard> {
         match shard.try_lock() {
             Some(guard) => return guard,
             None if round < 6 => (0..64u32 << round).for_each(|_| std::hint::spin_loop()),
-            None if round < 70 => std::thread::yield_now(),
+            None if round < 6 + 64 => std::thread::yield_now(),
             None => std::thread::sleep(Duration::from_micros(50)),
         }
         round = round.saturating_add(1);
